@@ -1,0 +1,352 @@
+//! Queue configuration: every field of SPEC §3 with its default and its limits.
+//!
+//! A [`QueueConfig`] is always complete and valid; changes arrive as a [`QueueConfigPatch`]
+//! whose unset fields keep their current (or default) value, so `PUT /v1/queues/{q}` is both
+//! create and update, and a live queue can change any field.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+use crate::name::QueueName;
+
+const SECOND: Duration = Duration::from_secs(1);
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// Limits of SPEC §3, in one place so validation and docs agree.
+pub mod limits {
+    use super::*;
+
+    /// Longest lease.
+    pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+    /// Most attempts before dead-lettering (0 means unlimited).
+    pub const MAX_RECEIVE_COUNT: u32 = 1000;
+    /// Longest backoff base or cap.
+    pub const MAX_BACKOFF: Duration = Duration::from_secs(12 * 3600);
+    /// Longest delivery delay.
+    pub const MAX_DELAY: Duration = Duration::from_secs(7 * 86_400);
+    /// Shortest retention.
+    pub const MIN_RETENTION: Duration = MINUTE;
+    /// Longest retention.
+    pub const MAX_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+    /// Largest message body allowed by any queue.
+    pub const MAX_MESSAGE_BYTES: u32 = 16 * 1024 * 1024;
+    /// Longest dedup window.
+    pub const MAX_DEDUP_WINDOW: Duration = DAY;
+    /// Largest `max_in_flight`.
+    pub const MAX_IN_FLIGHT: u32 = 1_000_000;
+    /// Largest `max_depth`.
+    pub const MAX_DEPTH: u64 = 1_000_000_000;
+    /// Longest time completed records and results are kept.
+    pub const MAX_RESULT_TTL: Duration = Duration::from_secs(7 * 86_400);
+    /// Most deliveries a rate limit may allow per period.
+    pub const MAX_RATE_LIMIT: u32 = 1_000_000;
+    /// Shortest rate-limit period.
+    pub const MIN_RATE_PERIOD: Duration = Duration::from_millis(100);
+    /// Longest rate-limit period.
+    pub const MAX_RATE_PERIOD: Duration = DAY;
+    /// Most messages in one send, receive or ack batch.
+    pub const MAX_BATCH: usize = 1000;
+    /// Largest total body size of one send batch.
+    pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+    /// Longest long-poll wait.
+    pub const MAX_WAIT: Duration = Duration::from_secs(30);
+    /// Longest `last_error` kept; longer errors are cut (with a marker) rather than refused,
+    /// because a failing worker must always be able to report its failure.
+    pub const MAX_ERROR_BYTES: usize = 8 * 1024;
+    /// Attempts kept per message (the newest).
+    pub const MAX_ATTEMPTS_KEPT: usize = 20;
+    /// Most attributes per message.
+    pub const MAX_ATTRIBUTES: usize = 64;
+    /// Longest attribute key.
+    pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 256;
+    /// Longest attribute value.
+    pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 4096;
+    /// Longest dedup id.
+    pub const MAX_DEDUP_ID_BYTES: usize = 256;
+}
+
+/// A delivery rate limit shared by all consumers of a queue: at most `limit` deliveries in
+/// any window of length `period`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    /// Deliveries allowed per period.
+    pub limit: u32,
+    /// The window length.
+    pub period: Duration,
+}
+
+/// The complete configuration of one queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueConfig {
+    /// Lease length of a delivery unless the receive overrides it.
+    pub visibility_timeout: Duration,
+    /// Deliveries before a failing message is dead-lettered; 0 means unlimited.
+    pub max_receive_count: u32,
+    /// Where exhausted, rejected and expired messages go; `None` only with unlimited attempts.
+    pub dead_letter_queue: Option<QueueName>,
+    /// First retry delay after a nack; doubles per attempt.
+    pub backoff_base: Duration,
+    /// Cap on the retry delay.
+    pub backoff_max: Duration,
+    /// Default delivery delay of a sent message.
+    pub delay: Duration,
+    /// How long a message may stay in this queue before it expires.
+    pub retention: Duration,
+    /// Largest body accepted.
+    pub max_message_bytes: u32,
+    /// How long a `dedup_id` is remembered.
+    pub dedup_window: Duration,
+    /// Delivery rate limit across all consumers.
+    pub rate_limit: Option<RateLimit>,
+    /// Most messages in flight across all consumers.
+    pub max_in_flight: Option<u32>,
+    /// Backpressure: most messages visible + delayed + in flight before sends are refused.
+    pub max_depth: Option<u64>,
+    /// How long completed records and results are kept.
+    pub result_ttl: Duration,
+    /// A paused queue accepts sends and delivers nothing.
+    pub paused: bool,
+}
+
+impl QueueConfig {
+    /// The defaults of SPEC §3 for a queue named `name`.
+    pub fn defaults_for(name: &QueueName) -> Self {
+        QueueConfig {
+            visibility_timeout: 30 * SECOND,
+            max_receive_count: 5,
+            dead_letter_queue: Some(name.default_dlq()),
+            backoff_base: SECOND,
+            backoff_max: 15 * MINUTE,
+            delay: Duration::ZERO,
+            retention: 4 * DAY,
+            max_message_bytes: 256 * 1024,
+            dedup_window: 5 * MINUTE,
+            rate_limit: None,
+            max_in_flight: None,
+            max_depth: None,
+            result_ttl: HOUR,
+            paused: false,
+        }
+    }
+
+    /// The configuration of an automatically created dead-letter queue: the defaults, but it
+    /// keeps its messages until an operator acts (unlimited attempts, no DLQ of its own).
+    pub fn dead_letter_defaults(name: &QueueName) -> Self {
+        QueueConfig {
+            max_receive_count: 0,
+            dead_letter_queue: None,
+            ..QueueConfig::defaults_for(name)
+        }
+    }
+
+    /// Applies `patch` on top of `self` and validates the result for queue `name`.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] naming the first field out of its range.
+    pub fn apply(&self, name: &QueueName, patch: &QueueConfigPatch) -> Result<Self, StoreError> {
+        let mut c = self.clone();
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = &patch.$f { c.$f = v.clone(); } )* };
+        }
+        set!(
+            visibility_timeout,
+            max_receive_count,
+            dead_letter_queue,
+            backoff_base,
+            backoff_max,
+            delay,
+            retention,
+            max_message_bytes,
+            dedup_window,
+            rate_limit,
+            max_in_flight,
+            max_depth,
+            result_ttl,
+            paused
+        );
+        c.validate(name)?;
+        Ok(c)
+    }
+
+    /// Checks every field against its limit.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] naming the field, its value and the allowed range.
+    pub fn validate(&self, name: &QueueName) -> Result<(), StoreError> {
+        use limits::*;
+        dur_range("visibility_timeout", self.visibility_timeout, Duration::ZERO, MAX_VISIBILITY)?;
+        if self.max_receive_count > MAX_RECEIVE_COUNT {
+            return Err(StoreError::invalid(format!(
+                "max_receive_count must be 0 (unlimited) to {MAX_RECEIVE_COUNT}, got {}",
+                self.max_receive_count
+            )));
+        }
+        match &self.dead_letter_queue {
+            Some(dlq) if dlq == name => {
+                return Err(StoreError::invalid(format!(
+                    "dead_letter_queue of {name:?} cannot be the queue itself"
+                )));
+            }
+            None if self.max_receive_count != 0 => {
+                return Err(StoreError::invalid(format!(
+                    "dead_letter_queue can be none only when max_receive_count is 0 (unlimited); \
+                     {name:?} has max_receive_count {}",
+                    self.max_receive_count
+                )));
+            }
+            _ => {}
+        }
+        dur_range("backoff_base", self.backoff_base, Duration::ZERO, MAX_BACKOFF)?;
+        dur_range("backoff_max", self.backoff_max, Duration::ZERO, MAX_BACKOFF)?;
+        dur_range("delay", self.delay, Duration::ZERO, MAX_DELAY)?;
+        dur_range("retention", self.retention, MIN_RETENTION, MAX_RETENTION)?;
+        if self.max_message_bytes == 0 || self.max_message_bytes > MAX_MESSAGE_BYTES {
+            return Err(StoreError::invalid(format!(
+                "max_message_bytes must be 1 to {MAX_MESSAGE_BYTES}, got {}",
+                self.max_message_bytes
+            )));
+        }
+        dur_range("dedup_window", self.dedup_window, Duration::ZERO, MAX_DEDUP_WINDOW)?;
+        if let Some(r) = self.rate_limit {
+            if r.limit == 0 || r.limit > MAX_RATE_LIMIT {
+                return Err(StoreError::invalid(format!(
+                    "rate_limit.limit must be 1 to {MAX_RATE_LIMIT}, got {}",
+                    r.limit
+                )));
+            }
+            dur_range("rate_limit.period", r.period, MIN_RATE_PERIOD, MAX_RATE_PERIOD)?;
+        }
+        if let Some(m) = self.max_in_flight
+            && (m == 0 || m > MAX_IN_FLIGHT)
+        {
+            return Err(StoreError::invalid(format!(
+                "max_in_flight must be 1 to {MAX_IN_FLIGHT}, got {m}"
+            )));
+        }
+        if let Some(m) = self.max_depth
+            && (m == 0 || m > MAX_DEPTH)
+        {
+            return Err(StoreError::invalid(format!(
+                "max_depth must be 1 to {MAX_DEPTH}, got {m}"
+            )));
+        }
+        dur_range("result_ttl", self.result_ttl, Duration::ZERO, MAX_RESULT_TTL)?;
+        Ok(())
+    }
+}
+
+fn dur_range(field: &str, v: Duration, min: Duration, max: Duration) -> Result<(), StoreError> {
+    if v < min || v > max {
+        return Err(StoreError::invalid(format!(
+            "{field} must be between {} ms and {} ms, got {} ms",
+            min.as_millis(),
+            max.as_millis(),
+            v.as_millis()
+        )));
+    }
+    Ok(())
+}
+
+/// A partial configuration: `None` keeps the current value. For the optional fields, the
+/// outer `Option` says "change it" and the inner one is the new value (`None` clears it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct QueueConfigPatch {
+    pub visibility_timeout: Option<Duration>,
+    pub max_receive_count: Option<u32>,
+    pub dead_letter_queue: Option<Option<QueueName>>,
+    pub backoff_base: Option<Duration>,
+    pub backoff_max: Option<Duration>,
+    pub delay: Option<Duration>,
+    pub retention: Option<Duration>,
+    pub max_message_bytes: Option<u32>,
+    pub dedup_window: Option<Duration>,
+    pub rate_limit: Option<Option<RateLimit>>,
+    pub max_in_flight: Option<Option<u32>>,
+    pub max_depth: Option<Option<u64>>,
+    pub result_ttl: Option<Duration>,
+    pub paused: Option<bool>,
+}
+
+/// A queue as the store reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueInfo {
+    /// The queue's name.
+    pub name: QueueName,
+    /// Its full configuration.
+    pub config: QueueConfig,
+    /// When it was created.
+    pub created_at: crate::time::Timestamp,
+}
+
+/// What `put_queue` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutQueueOutcome {
+    /// The queue after the change.
+    pub queue: QueueInfo,
+    /// True when the queue did not exist before.
+    pub created: bool,
+    /// Advice the caller should see, e.g. unlimited attempts without a DLQ.
+    pub warnings: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q() -> QueueName {
+        QueueName::new("jobs").unwrap()
+    }
+
+    #[test]
+    fn defaults_are_valid_and_match_the_spec() {
+        let c = QueueConfig::defaults_for(&q());
+        c.validate(&q()).unwrap();
+        assert_eq!(c.visibility_timeout, Duration::from_secs(30));
+        assert_eq!(c.max_receive_count, 5);
+        assert_eq!(c.dead_letter_queue.unwrap().as_str(), "jobs.dlq");
+        assert_eq!(c.retention, Duration::from_secs(4 * 86_400));
+        assert_eq!(c.max_message_bytes, 262_144);
+    }
+
+    #[test]
+    fn each_limit_is_enforced() {
+        let base = QueueConfig::defaults_for(&q());
+        let bad = [
+            QueueConfigPatch { visibility_timeout: Some(Duration::from_secs(12 * 3600 + 1)), ..Default::default() },
+            QueueConfigPatch { max_receive_count: Some(1001), ..Default::default() },
+            QueueConfigPatch { dead_letter_queue: Some(None), ..Default::default() },
+            QueueConfigPatch { dead_letter_queue: Some(Some(q())), ..Default::default() },
+            QueueConfigPatch { backoff_max: Some(Duration::from_secs(13 * 3600)), ..Default::default() },
+            QueueConfigPatch { delay: Some(Duration::from_secs(8 * 86_400)), ..Default::default() },
+            QueueConfigPatch { retention: Some(Duration::from_secs(59)), ..Default::default() },
+            QueueConfigPatch { retention: Some(Duration::from_secs(31 * 86_400)), ..Default::default() },
+            QueueConfigPatch { max_message_bytes: Some(0), ..Default::default() },
+            QueueConfigPatch { max_message_bytes: Some(16 * 1024 * 1024 + 1), ..Default::default() },
+            QueueConfigPatch { dedup_window: Some(Duration::from_secs(86_401)), ..Default::default() },
+            QueueConfigPatch { rate_limit: Some(Some(RateLimit { limit: 0, period: SECOND })), ..Default::default() },
+            QueueConfigPatch { max_in_flight: Some(Some(0)), ..Default::default() },
+            QueueConfigPatch { max_depth: Some(Some(0)), ..Default::default() },
+            QueueConfigPatch { result_ttl: Some(Duration::from_secs(8 * 86_400)), ..Default::default() },
+        ];
+        for p in bad {
+            let err = base.apply(&q(), &p).expect_err(&format!("{p:?} should be refused"));
+            assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
+        }
+    }
+
+    #[test]
+    fn unlimited_attempts_may_drop_the_dlq() {
+        let base = QueueConfig::defaults_for(&q());
+        let p = QueueConfigPatch {
+            max_receive_count: Some(0),
+            dead_letter_queue: Some(None),
+            ..Default::default()
+        };
+        assert_eq!(base.apply(&q(), &p).unwrap().dead_letter_queue, None);
+    }
+}

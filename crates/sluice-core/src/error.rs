@@ -1,0 +1,210 @@
+//! The one catalogue of error codes (SPEC §8) and the typed error every `Store` returns.
+//!
+//! The codes are data: the server maps each to an HTTP status, the CLI to an exit code and
+//! both SDKs back to a typed error, so `receipt_stale` means one thing everywhere.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::MessageId;
+
+/// A stable, documented error code, shared by server, CLI and SDKs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The request is malformed or a value is out of range.
+    InvalidArgument,
+    /// No or unknown credentials.
+    Unauthenticated,
+    /// The credentials do not allow this action on this queue.
+    PermissionDenied,
+    /// The named queue does not exist.
+    QueueNotFound,
+    /// No message with that id exists (any more).
+    MessageNotFound,
+    /// The receipt does not name the current delivery of its message.
+    ReceiptStale,
+    /// The request conflicts with the current state.
+    Conflict,
+    /// A body or batch is over its size limit.
+    PayloadTooLarge,
+    /// An idempotency key was reused with a different request.
+    IdempotencyMismatch,
+    /// Too many requests; retry after the advertised delay.
+    RateLimited,
+    /// The queue is at `max_depth`; retry after the advertised delay.
+    QueueFull,
+    /// Storage is unavailable (disk full, database lost); retry later.
+    Unavailable,
+}
+
+impl ErrorCode {
+    /// Every code, in catalogue order.
+    pub const ALL: [ErrorCode; 12] = [
+        ErrorCode::InvalidArgument,
+        ErrorCode::Unauthenticated,
+        ErrorCode::PermissionDenied,
+        ErrorCode::QueueNotFound,
+        ErrorCode::MessageNotFound,
+        ErrorCode::ReceiptStale,
+        ErrorCode::Conflict,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::IdempotencyMismatch,
+        ErrorCode::RateLimited,
+        ErrorCode::QueueFull,
+        ErrorCode::Unavailable,
+    ];
+
+    /// The wire form, e.g. `receipt_stale`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "invalid_argument",
+            ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::QueueNotFound => "queue_not_found",
+            ErrorCode::MessageNotFound => "message_not_found",
+            ErrorCode::ReceiptStale => "receipt_stale",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::IdempotencyMismatch => "idempotency_mismatch",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::QueueFull => "queue_full",
+            ErrorCode::Unavailable => "unavailable",
+        }
+    }
+
+    /// The HTTP status the API answers with for this code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidArgument => 400,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::PermissionDenied => 403,
+            ErrorCode::QueueNotFound | ErrorCode::MessageNotFound => 404,
+            ErrorCode::ReceiptStale | ErrorCode::Conflict => 409,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::IdempotencyMismatch => 422,
+            ErrorCode::RateLimited | ErrorCode::QueueFull => 429,
+            ErrorCode::Unavailable => 503,
+        }
+    }
+
+    /// Parses the wire form.
+    pub fn parse(s: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a `Store` call can fail with. Every variant maps to one [`ErrorCode`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Bad input; the message says which value and what is allowed.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The queue does not exist.
+    #[error("queue {0:?} does not exist; create it with PUT /v1/queues/{0}")]
+    QueueNotFound(String),
+    /// No message with this id.
+    #[error("message {0} does not exist (it was acknowledged, deleted, expired or never sent)")]
+    MessageNotFound(MessageId),
+    /// The receipt names a delivery that is over.
+    #[error(
+        "receipt is stale: its lease expired and the message was delivered again, or the message is gone; \
+         receive the message again to get a current receipt"
+    )]
+    ReceiptStale,
+    /// The request conflicts with the current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// A body or batch is too large.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// The queue is at `max_depth`.
+    #[error(
+        "queue {queue:?} is full (max_depth {max_depth}); retry after {retry_after:?} or raise max_depth"
+    )]
+    QueueFull {
+        /// The queue.
+        queue: String,
+        /// Its configured limit.
+        max_depth: u64,
+        /// When a retry may succeed.
+        retry_after: Duration,
+    },
+    /// Storage cannot take writes now; the broker recovers by itself when the cause goes away.
+    #[error("storage unavailable: {reason}; retry after {retry_after:?}")]
+    Unavailable {
+        /// What failed (e.g. "fsync failed: No space left on device").
+        reason: String,
+        /// When a retry may succeed.
+        retry_after: Duration,
+    },
+}
+
+impl StoreError {
+    /// Shorthand for [`StoreError::InvalidArgument`].
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        StoreError::InvalidArgument(msg.into())
+    }
+
+    /// Shorthand for [`StoreError::Unavailable`] with a one-second retry hint.
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        StoreError::Unavailable {
+            reason: reason.into(),
+            retry_after: Duration::from_secs(1),
+        }
+    }
+
+    /// The stable code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            StoreError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            StoreError::QueueNotFound(_) => ErrorCode::QueueNotFound,
+            StoreError::MessageNotFound(_) => ErrorCode::MessageNotFound,
+            StoreError::ReceiptStale => ErrorCode::ReceiptStale,
+            StoreError::Conflict(_) => ErrorCode::Conflict,
+            StoreError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            StoreError::QueueFull { .. } => ErrorCode::QueueFull,
+            StoreError::Unavailable { .. } => ErrorCode::Unavailable,
+        }
+    }
+
+    /// For errors a client should retry later, the delay to advertise in `Retry-After`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            StoreError::QueueFull { retry_after, .. }
+            | StoreError::Unavailable { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ErrorCode::ALL {
+            assert!(seen.insert(c.as_str()));
+            assert_eq!(ErrorCode::parse(c.as_str()), Some(c));
+            let json = serde_json_like(c);
+            assert_eq!(json, c.as_str());
+        }
+    }
+
+    fn serde_json_like(c: ErrorCode) -> String {
+        // The serde name must equal the wire form.
+        format!("{c}")
+    }
+}

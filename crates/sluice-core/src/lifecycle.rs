@@ -1,0 +1,102 @@
+//! The lifecycle rules of SPEC §2 as pure functions, so every engine decides the same way.
+
+use std::time::Duration;
+
+use crate::backoff;
+use crate::config::{QueueConfig, limits};
+use crate::message::{Attempt, DeadLetterReason};
+
+/// True when a message that has been delivered `receive_count` times may not be tried again.
+pub fn is_exhausted(max_receive_count: u32, receive_count: u32) -> bool {
+    max_receive_count != 0 && receive_count >= max_receive_count
+}
+
+/// What happens to a message after a failed delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// It becomes visible again after this delay (zero: at once).
+    Retry(Duration),
+    /// It goes to the queue's DLQ for this reason.
+    DeadLetter(DeadLetterReason),
+}
+
+/// Rule 2: a nack retries after the explicit delay or the queue's backoff, unless the
+/// attempts are used up.
+pub fn after_nack(cfg: &QueueConfig, receive_count: u32, delay: Option<Duration>) -> AfterFailure {
+    if is_exhausted(cfg.max_receive_count, receive_count) {
+        return AfterFailure::DeadLetter(DeadLetterReason::Exhausted);
+    }
+    AfterFailure::Retry(delay.unwrap_or_else(|| {
+        backoff::retry_delay(cfg.backoff_base, cfg.backoff_max, receive_count)
+    }))
+}
+
+/// Rule 3: an expired lease makes the message visible at once, unless the attempts are used up.
+pub fn after_lease_expiry(cfg: &QueueConfig, receive_count: u32) -> AfterFailure {
+    if is_exhausted(cfg.max_receive_count, receive_count) {
+        AfterFailure::DeadLetter(DeadLetterReason::LeaseExpired)
+    } else {
+        AfterFailure::Retry(Duration::ZERO)
+    }
+}
+
+/// Appends `attempt` to a history, keeping only the newest [`limits::MAX_ATTEMPTS_KEPT`].
+pub fn record_attempt(history: &mut Vec<Attempt>, attempt: Attempt) {
+    history.push(attempt);
+    if history.len() > limits::MAX_ATTEMPTS_KEPT {
+        let extra = history.len() - limits::MAX_ATTEMPTS_KEPT;
+        history.drain(..extra);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::AttemptOutcome;
+    use crate::name::QueueName;
+    use crate::time::Timestamp;
+
+    fn cfg(max: u32) -> QueueConfig {
+        QueueConfig {
+            max_receive_count: max,
+            ..QueueConfig::defaults_for(&QueueName::new("q").unwrap())
+        }
+    }
+
+    #[test]
+    fn nack_on_last_attempt_dead_letters() {
+        assert_eq!(
+            after_nack(&cfg(3), 3, None),
+            AfterFailure::DeadLetter(DeadLetterReason::Exhausted)
+        );
+        assert_eq!(
+            after_nack(&cfg(3), 2, Some(Duration::from_secs(7))),
+            AfterFailure::Retry(Duration::from_secs(7))
+        );
+    }
+
+    #[test]
+    fn unlimited_attempts_never_dead_letter() {
+        assert!(matches!(after_nack(&cfg(0), 10_000, None), AfterFailure::Retry(_)));
+        assert_eq!(after_lease_expiry(&cfg(0), 10_000), AfterFailure::Retry(Duration::ZERO));
+    }
+
+    #[test]
+    fn history_keeps_the_newest_twenty() {
+        let mut h = Vec::new();
+        for i in 0..25 {
+            record_attempt(
+                &mut h,
+                Attempt {
+                    at: Timestamp(i),
+                    outcome: AttemptOutcome::Nacked,
+                    error: None,
+                    consumer: None,
+                },
+            );
+        }
+        assert_eq!(h.len(), 20);
+        assert_eq!(h[0].at, Timestamp(5));
+        assert_eq!(h[19].at, Timestamp(24));
+    }
+}

@@ -1,0 +1,338 @@
+//! Messages, their bodies, states and attempt history (SPEC §1, §2, §7).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::config::limits;
+use crate::error::StoreError;
+use crate::name::QueueName;
+use crate::time::Timestamp;
+
+/// A message id: unique within a store, assigned at send, kept through dead-lettering,
+/// moves and redrives. Shown as 16 lowercase hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MessageId(pub u64);
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl FromStr for MessageId {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self, StoreError> {
+        if s.len() != 16 {
+            return Err(StoreError::invalid(format!(
+                "message id {s:?} is not 16 hex digits"
+            )));
+        }
+        u64::from_str_radix(s, 16)
+            .map(MessageId)
+            .map_err(|_| StoreError::invalid(format!("message id {s:?} is not 16 hex digits")))
+    }
+}
+
+/// How a body was sent, so it comes back in the same form (SPEC §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BodyKind {
+    /// A JSON value (the bytes are its UTF-8 text).
+    Json,
+    /// UTF-8 text.
+    Text,
+    /// Arbitrary bytes.
+    Binary,
+}
+
+/// A message body or a task result: bytes plus the form they were given in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Body {
+    /// The form the bytes were sent in.
+    pub kind: BodyKind,
+    /// The exact bytes.
+    pub bytes: Bytes,
+}
+
+impl Body {
+    /// A JSON body from its text. The caller vouches that `text` is valid JSON.
+    pub fn json(text: impl Into<Bytes>) -> Self {
+        Body { kind: BodyKind::Json, bytes: text.into() }
+    }
+
+    /// A text body.
+    pub fn text(text: impl Into<String>) -> Self {
+        Body { kind: BodyKind::Text, bytes: Bytes::from(text.into()) }
+    }
+
+    /// A binary body.
+    pub fn binary(bytes: impl Into<Bytes>) -> Self {
+        Body { kind: BodyKind::Binary, bytes: bytes.into() }
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// True for an empty body.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// String attributes of a message, in key order.
+pub type Attributes = BTreeMap<String, String>;
+
+/// One message to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewMessage {
+    /// The body.
+    pub body: Body,
+    /// String attributes.
+    pub attributes: Attributes,
+    /// Delivery delay; `None` takes the queue's default.
+    pub delay: Option<std::time::Duration>,
+    /// A second send with the same id within the queue's `dedup_window` stores nothing and
+    /// returns the first message's id.
+    pub dedup_id: Option<String>,
+}
+
+impl NewMessage {
+    /// A message with this body and nothing else.
+    pub fn new(body: Body) -> Self {
+        NewMessage { body, attributes: Attributes::new(), delay: None, dedup_id: None }
+    }
+
+    /// Checks the parts that do not depend on the queue (attributes, dedup id, delay).
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] naming the offending field.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if self.attributes.len() > limits::MAX_ATTRIBUTES {
+            return Err(StoreError::invalid(format!(
+                "a message may carry at most {} attributes, got {}",
+                limits::MAX_ATTRIBUTES,
+                self.attributes.len()
+            )));
+        }
+        for (k, v) in &self.attributes {
+            if k.is_empty() || k.len() > limits::MAX_ATTRIBUTE_KEY_BYTES {
+                return Err(StoreError::invalid(format!(
+                    "attribute names must be 1 to {} bytes, got {}",
+                    limits::MAX_ATTRIBUTE_KEY_BYTES,
+                    k.len()
+                )));
+            }
+            if v.len() > limits::MAX_ATTRIBUTE_VALUE_BYTES {
+                return Err(StoreError::invalid(format!(
+                    "attribute {k:?} is {} bytes; values may be at most {} bytes",
+                    v.len(),
+                    limits::MAX_ATTRIBUTE_VALUE_BYTES
+                )));
+            }
+        }
+        if let Some(d) = &self.dedup_id
+            && (d.is_empty() || d.len() > limits::MAX_DEDUP_ID_BYTES)
+        {
+            return Err(StoreError::invalid(format!(
+                "dedup_id must be 1 to {} bytes, got {}",
+                limits::MAX_DEDUP_ID_BYTES,
+                d.len()
+            )));
+        }
+        if let Some(d) = self.delay
+            && d > limits::MAX_DELAY
+        {
+            return Err(StoreError::invalid(format!(
+                "delay must be at most {} ms, got {} ms",
+                limits::MAX_DELAY.as_millis(),
+                d.as_millis()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Where a message is in its lifecycle (SPEC §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageState {
+    /// Waiting for its delay (or retry backoff) to pass.
+    Delayed,
+    /// Ready to be received.
+    Visible,
+    /// Leased to a consumer.
+    InFlight,
+    /// Acknowledged; the record (and result) is kept for the queue's `result_ttl`.
+    Completed,
+}
+
+impl MessageState {
+    /// The wire form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageState::Delayed => "delayed",
+            MessageState::Visible => "visible",
+            MessageState::InFlight => "in_flight",
+            MessageState::Completed => "completed",
+        }
+    }
+}
+
+/// Why a message was dead-lettered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadLetterReason {
+    /// A nack on its last allowed attempt.
+    Exhausted,
+    /// Its lease expired on its last allowed attempt.
+    LeaseExpired,
+    /// A consumer rejected it.
+    Rejected,
+    /// It outlived its queue's retention.
+    Expired,
+}
+
+impl DeadLetterReason {
+    /// The wire form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterReason::Exhausted => "exhausted",
+            DeadLetterReason::LeaseExpired => "lease_expired",
+            DeadLetterReason::Rejected => "rejected",
+            DeadLetterReason::Expired => "expired",
+        }
+    }
+}
+
+/// How one delivery ended, as kept in a message's `attempts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The consumer nacked it.
+    Nacked,
+    /// The lease ran out.
+    LeaseExpired,
+    /// The consumer rejected it.
+    Rejected,
+    /// The consumer moved it to another queue.
+    Moved,
+}
+
+/// One finished delivery that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// When it ended.
+    pub at: Timestamp,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The error the consumer reported, if any.
+    pub error: Option<String>,
+    /// The consumer that held it, if it named itself.
+    pub consumer: Option<String>,
+}
+
+/// Dead-letter details of a message in a DLQ.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// Why.
+    pub reason: DeadLetterReason,
+    /// When.
+    pub at: Timestamp,
+}
+
+/// A message as browse and get show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Its id.
+    pub id: MessageId,
+    /// The queue it is in now.
+    pub queue: QueueName,
+    /// Its state.
+    pub state: MessageState,
+    /// The body; absent for a completed record.
+    pub body: Option<Body>,
+    /// Attributes.
+    pub attributes: Attributes,
+    /// When it was first sent.
+    pub enqueued_at: Timestamp,
+    /// When it becomes visible (delayed), or its lease ends (in flight).
+    pub visible_at: Option<Timestamp>,
+    /// Deliveries so far.
+    pub receive_count: u32,
+    /// The last error reported for it.
+    pub last_error: Option<String>,
+    /// The newest finished attempts, oldest first.
+    pub attempts: Vec<Attempt>,
+    /// The dedup id it was sent with.
+    pub dedup_id: Option<String>,
+    /// The queue it was dead-lettered or moved from.
+    pub source_queue: Option<QueueName>,
+    /// Set while it sits in a DLQ.
+    pub dead_letter: Option<DeadLetter>,
+    /// The stored result of a completed message.
+    pub result: Option<Body>,
+    /// When it was acknowledged.
+    pub completed_at: Option<Timestamp>,
+}
+
+/// A leased message handed to a consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Its id.
+    pub id: MessageId,
+    /// Names this delivery for ack, nack, reject, move and extend.
+    pub receipt: crate::receipt::Receipt,
+    /// The body, as sent.
+    pub body: Body,
+    /// Attributes.
+    pub attributes: Attributes,
+    /// Deliveries including this one.
+    pub receive_count: u32,
+    /// The queue's attempt limit (0 = unlimited).
+    pub max_receive_count: u32,
+    /// When it was first sent.
+    pub enqueued_at: Timestamp,
+    /// The last error reported for it.
+    pub last_error: Option<String>,
+    /// When this lease ends unless extended.
+    pub lease_deadline: Timestamp,
+}
+
+/// Cuts an error text to [`limits::MAX_ERROR_BYTES`] on a character boundary.
+pub fn clip_error(mut e: String) -> String {
+    if e.len() > limits::MAX_ERROR_BYTES {
+        let mut cut = limits::MAX_ERROR_BYTES - 16;
+        while !e.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        e.truncate(cut);
+        e.push_str("… [truncated]");
+    }
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_as_hex() {
+        let id = MessageId(0x0123_4567_89ab_cdef);
+        assert_eq!(id.to_string(), "0123456789abcdef");
+        assert_eq!(id.to_string().parse::<MessageId>().unwrap(), id);
+        assert!("xyz".parse::<MessageId>().is_err());
+        assert!("0123456789abcdeg".parse::<MessageId>().is_err());
+    }
+
+    #[test]
+    fn long_errors_are_clipped_on_a_char_boundary() {
+        let e = clip_error("é".repeat(10_000));
+        assert!(e.len() <= limits::MAX_ERROR_BYTES);
+        assert!(e.ends_with("[truncated]"));
+    }
+}

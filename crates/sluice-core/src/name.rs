@@ -1,0 +1,100 @@
+//! Queue names: 1–80 characters of `[A-Za-z0-9_.-]` (SPEC §3).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+
+/// Longest queue name accepted.
+pub const MAX_QUEUE_NAME_LEN: usize = 80;
+
+/// A validated queue name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct QueueName(String);
+
+impl QueueName {
+    /// Validates `name`.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] when the name is empty, longer than 80 characters, or
+    /// holds a character outside `[A-Za-z0-9_.-]`.
+    pub fn new(name: impl Into<String>) -> Result<Self, StoreError> {
+        let name = name.into();
+        if name.is_empty() || name.len() > MAX_QUEUE_NAME_LEN {
+            return Err(StoreError::invalid(format!(
+                "queue name must be 1 to {MAX_QUEUE_NAME_LEN} characters long, got {}",
+                name.len()
+            )));
+        }
+        if let Some(bad) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+        {
+            return Err(StoreError::invalid(format!(
+                "queue name {name:?} contains {bad:?}; use only letters, digits, '_', '.' and '-'"
+            )));
+        }
+        Ok(QueueName(name))
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The default dead-letter queue name for this queue: `<name>.dlq`, cut to the length
+    /// limit when the source name is already long.
+    pub fn default_dlq(&self) -> QueueName {
+        let mut s = format!("{}.dlq", self.0);
+        if s.len() > MAX_QUEUE_NAME_LEN {
+            s = format!("{}.dlq", &self.0[..MAX_QUEUE_NAME_LEN - 4]);
+        }
+        QueueName(s)
+    }
+}
+
+impl TryFrom<String> for QueueName {
+    type Error = StoreError;
+    fn try_from(s: String) -> Result<Self, StoreError> {
+        QueueName::new(s)
+    }
+}
+
+impl From<QueueName> for String {
+    fn from(q: QueueName) -> String {
+        q.0
+    }
+}
+
+impl fmt::Display for QueueName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_the_documented_alphabet() {
+        assert!(QueueName::new("orders.v2_high-prio").is_ok());
+        assert!(QueueName::new("a".repeat(80)).is_ok());
+    }
+
+    #[test]
+    fn refuses_empty_long_and_odd_names() {
+        for bad in ["", "has space", "slash/y", "ünicode", &"a".repeat(81)] {
+            assert!(QueueName::new(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn default_dlq_stays_within_the_limit() {
+        let long = QueueName::new("q".repeat(80)).unwrap();
+        assert!(long.default_dlq().as_str().len() <= MAX_QUEUE_NAME_LEN);
+        assert_eq!(QueueName::new("jobs").unwrap().default_dlq().as_str(), "jobs.dlq");
+    }
+}

@@ -1,0 +1,302 @@
+//! The `Store` contract: everything the broker asks of a storage engine.
+//!
+//! Every engine (embedded, PostgreSQL) implements it with the same observable behaviour, which
+//! the conformance suite (feature `conformance`) checks. A call that returns `Ok` for a write
+//! has reached stable storage.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::config::{PutQueueOutcome, QueueConfigPatch, QueueInfo};
+use crate::error::StoreError;
+use crate::message::{Body, Delivery, Message, MessageId, MessageState, NewMessage};
+use crate::name::QueueName;
+use crate::receipt::Receipt;
+use crate::stats::QueueStats;
+
+/// What one message of a send became.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendOutcome {
+    /// Its id (for a duplicate: the first message's id).
+    pub id: MessageId,
+    /// True when a send with the same `dedup_id` inside the window already stored it.
+    pub duplicate: bool,
+}
+
+/// A lease request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiveRequest {
+    /// Most messages to lease (1–1000).
+    pub max: u32,
+    /// Long-poll: how long to wait for a first message when none is ready (0–30 s).
+    pub wait: Duration,
+    /// Lease length; `None` takes the queue's `visibility_timeout`.
+    pub visibility: Option<Duration>,
+    /// Who is receiving, recorded in attempt history.
+    pub consumer: Option<String>,
+}
+
+impl Default for ReceiveRequest {
+    fn default() -> Self {
+        ReceiveRequest { max: 1, wait: Duration::ZERO, visibility: None, consumer: None }
+    }
+}
+
+/// One acknowledgement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckRequest {
+    /// The delivery being acknowledged.
+    pub receipt: Receipt,
+    /// A result to keep with the completed record for the queue's `result_ttl`.
+    pub result: Option<Body>,
+}
+
+/// How a failed delivery is reported.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Failure {
+    /// The error, stored as `last_error` and in the attempt history.
+    pub error: Option<String>,
+    /// The consumer reporting it.
+    pub consumer: Option<String>,
+}
+
+/// Where a nacked message went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NackOutcome {
+    /// `Visible`, `Delayed`, or `None` when it was dead-lettered.
+    pub state: Option<MessageState>,
+    /// The queue it is in now (the DLQ when dead-lettered).
+    pub queue: QueueName,
+}
+
+/// Which messages a browse lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrowseState {
+    /// Only visible ones, in delivery order.
+    Visible,
+    /// Only delayed ones, soonest first.
+    Delayed,
+    /// Only leased ones, soonest lease end first.
+    InFlight,
+    /// All of them, oldest in this queue first.
+    All,
+}
+
+/// A page request for browsing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrowseRequest {
+    /// Which states.
+    pub state: BrowseState,
+    /// Page size (1–1000).
+    pub limit: u32,
+    /// Where the previous page ended.
+    pub cursor: Option<String>,
+}
+
+/// One page of a browse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrowsePage {
+    /// The messages.
+    pub messages: Vec<Message>,
+    /// Pass this to get the next page; `None` at the end.
+    pub next_cursor: Option<String>,
+}
+
+/// The storage engine contract.
+///
+/// All methods are cancel-safe in the sense that matters for a queue: dropping the future of
+/// a write either leaves the write fully applied (and durable) or not applied at all.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Creates the queue with the defaults overlaid by `patch`, or updates its config.
+    /// Creating a queue also creates its dead-letter queue when that does not exist.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a field out of range.
+    async fn put_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError>;
+
+    /// One queue.
+    ///
+    /// # Errors
+    /// `QueueNotFound`.
+    async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, StoreError>;
+
+    /// All queues, by name.
+    ///
+    /// # Errors
+    /// `Unavailable` when storage cannot be read.
+    async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError>;
+
+    /// Deletes a queue and every message in it.
+    ///
+    /// # Errors
+    /// `QueueNotFound`; `Conflict` while another queue names it as its dead-letter queue.
+    async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError>;
+
+    /// Sends a batch (1–1000 messages, 16 MiB in all); all or nothing.
+    ///
+    /// # Errors
+    /// `QueueNotFound`; `InvalidArgument` (batch size, attributes, delay); `PayloadTooLarge`
+    /// (body over the queue's `max_message_bytes`, batch over 16 MiB); `QueueFull`.
+    async fn send(
+        &self,
+        queue: &QueueName,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<SendOutcome>, StoreError>;
+
+    /// Leases up to `max` visible messages, waiting up to `wait` for the first one.
+    /// Honours pause, `rate_limit` and `max_in_flight`; may return fewer than `max`, or none.
+    ///
+    /// # Errors
+    /// `QueueNotFound`; `InvalidArgument` for `max` or durations out of range.
+    async fn receive(
+        &self,
+        queue: &QueueName,
+        req: ReceiveRequest,
+    ) -> Result<Vec<Delivery>, StoreError>;
+
+    /// Acknowledges a batch; each receipt succeeds or fails on its own.
+    ///
+    /// # Errors
+    /// The outer error for the whole call (`QueueNotFound`, `InvalidArgument` for an empty or
+    /// oversized batch); per item `ReceiptStale` or `PayloadTooLarge` for a result.
+    async fn ack(
+        &self,
+        queue: &QueueName,
+        acks: Vec<AckRequest>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+
+    /// Returns a message for another attempt, or dead-letters it when its attempts are used up.
+    ///
+    /// # Errors
+    /// `ReceiptStale`; `QueueNotFound`; `InvalidArgument` for a delay over 7 days.
+    async fn nack(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        delay: Option<Duration>,
+        failure: Failure,
+    ) -> Result<NackOutcome, StoreError>;
+
+    /// Dead-letters a message now, whatever its count. Returns the DLQ.
+    ///
+    /// # Errors
+    /// `ReceiptStale`; `QueueNotFound`; `Conflict` when the queue has no dead-letter queue.
+    async fn reject(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        failure: Failure,
+    ) -> Result<QueueName, StoreError>;
+
+    /// Moves a leased message to queue `to`, atomically, as a fresh visible message there.
+    ///
+    /// # Errors
+    /// `ReceiptStale`; `QueueNotFound` for either queue.
+    async fn move_message(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        to: &QueueName,
+        failure: Failure,
+    ) -> Result<(), StoreError>;
+
+    /// Sets the lease of a delivery to end `visibility` from now. Returns the new deadline.
+    ///
+    /// # Errors
+    /// `ReceiptStale`; `QueueNotFound`; `InvalidArgument` for a duration over 12 h.
+    async fn extend(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        visibility: Duration,
+    ) -> Result<crate::time::Timestamp, StoreError>;
+
+    /// Lists messages of a queue without leasing them.
+    ///
+    /// # Errors
+    /// `QueueNotFound`; `InvalidArgument` for a bad cursor or limit.
+    async fn browse(&self, queue: &QueueName, req: BrowseRequest)
+    -> Result<BrowsePage, StoreError>;
+
+    /// One message, wherever it is, including completed records still kept.
+    ///
+    /// # Errors
+    /// `MessageNotFound`.
+    async fn get_message(&self, id: MessageId) -> Result<Message, StoreError>;
+
+    /// Removes one message (or completed record), whatever its state.
+    ///
+    /// # Errors
+    /// `MessageNotFound`.
+    async fn delete_message(&self, id: MessageId) -> Result<(), StoreError>;
+
+    /// Removes every message of a queue (not its completed records). Returns how many.
+    ///
+    /// # Errors
+    /// `QueueNotFound`.
+    async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError>;
+
+    /// Gauges and counters of one queue.
+    ///
+    /// # Errors
+    /// `QueueNotFound`.
+    async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError>;
+}
+
+/// Checks a receive request against the limits, so every engine refuses the same inputs.
+///
+/// # Errors
+/// `InvalidArgument` naming the field.
+pub fn validate_receive(req: &ReceiveRequest) -> Result<(), StoreError> {
+    use crate::config::limits::*;
+    if req.max == 0 || req.max as usize > MAX_BATCH {
+        return Err(StoreError::invalid(format!(
+            "max must be 1 to {MAX_BATCH}, got {}",
+            req.max
+        )));
+    }
+    if req.wait > MAX_WAIT {
+        return Err(StoreError::invalid(format!(
+            "wait must be at most {} ms, got {} ms",
+            MAX_WAIT.as_millis(),
+            req.wait.as_millis()
+        )));
+    }
+    if let Some(v) = req.visibility {
+        validate_visibility(v)?;
+    }
+    Ok(())
+}
+
+/// Checks a lease length.
+///
+/// # Errors
+/// `InvalidArgument` over 12 h.
+pub fn validate_visibility(v: Duration) -> Result<(), StoreError> {
+    use crate::config::limits::MAX_VISIBILITY;
+    if v > MAX_VISIBILITY {
+        return Err(StoreError::invalid(format!(
+            "visibility timeout must be at most {} ms, got {} ms",
+            MAX_VISIBILITY.as_millis(),
+            v.as_millis()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a page size.
+///
+/// # Errors
+/// `InvalidArgument` outside 1–1000.
+pub fn validate_limit(limit: u32) -> Result<(), StoreError> {
+    if limit == 0 || limit as usize > crate::config::limits::MAX_BATCH {
+        return Err(StoreError::invalid(format!("limit must be 1 to 1000, got {limit}")));
+    }
+    Ok(())
+}
