@@ -1,1 +1,21 @@
-//! placeholder
+//! Sluice's default storage engine: the [`Store`](sluice_core::Store) contract on a data
+//! directory on local disk.
+//!
+//! Layout of a data directory:
+//! - `LOCK`: held by the process serving it;
+//! - `queues.json`: the queue catalog, replaced atomically;
+//! - `log/NNNNNNNNNN.log`: the append-only log of checksummed records, in segments.
+//!
+//! See `docs/architecture.md` for why it is built this way and what it promises.
+
+mod catalog;
+mod compaction;
+mod engine;
+mod error;
+mod log;
+mod record;
+mod recovery;
+mod state;
+
+pub use engine::{EmbeddedOptions, EmbeddedStore, RecoveryReport};
+pub use error::OpenError;

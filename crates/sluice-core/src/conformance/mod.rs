@@ -9,6 +9,14 @@
 //!
 //! Stores evaluate time lazily: a test advances the [`ManualClock`] and the next call on the
 //! store sees delays, leases and retention as of the new time.
+//!
+//! Conventions the cases pin down (where SPEC leaves a choice, see `cases.rs` for each):
+//! - a time `t` is reached when `now >= t`: a message delayed until `t` is visible at `t`, a
+//!   lease ending at `t` is over at `t`;
+//! - every call sees the state as of `now`, whichever queue it names (a lease that ran out on
+//!   its last attempt shows the message in the DLQ to `get_message` and to a browse of the DLQ);
+//! - a receive with no limit in the way (pause, rate, in-flight cap) returns
+//!   `min(max, visible)` messages.
 
 use std::sync::Arc;
 
@@ -29,4 +37,150 @@ pub trait Harness: Send + Sync + 'static {
     /// The same data opened again, as after a broker restart. The caller has dropped every
     /// handle to the previous store first.
     async fn reopen(&self, clock: ManualClock) -> Arc<dyn Store>;
+}
+
+/// Expands to one `#[tokio::test]` per conformance case, each running the case against a
+/// harness made by `$harness().await` (an `async fn() -> H` with `H: Harness`).
+///
+/// The test crate needs `tokio` (with the `macros` and `rt-multi-thread` features) among its
+/// dev-dependencies. Tests are named like the cases in [`cases`](crate::conformance::cases),
+/// so `cargo test -p <engine> --test conformance nack_` runs the nack cases.
+///
+/// ```ignore
+/// struct Embedded { dir: tempfile::TempDir }
+/// #[async_trait::async_trait]
+/// impl sluice_core::conformance::Harness for Embedded { /* open, reopen */ }
+/// async fn harness() -> Embedded { Embedded { dir: tempfile::tempdir().unwrap() } }
+/// sluice_core::conformance_suite!(harness);
+/// ```
+#[macro_export]
+macro_rules! conformance_suite {
+    ($harness:path $(,)?) => {
+        $crate::__sluice_conformance_cases!(tests $harness);
+    };
+}
+
+/// The one list of case names; calls `__sluice_conformance_expand!` with it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __sluice_conformance_cases {
+    ($($mode:tt)*) => {
+        $crate::__sluice_conformance_expand! {
+            $($mode)*;
+            queue_put_creates_with_defaults_and_dlq,
+            queue_update_changes_only_named_fields,
+            queue_get_list_delete,
+            queue_delete_refused_while_used_as_dlq,
+            queue_config_change_is_live,
+            send_single_round_trips_body_and_attributes,
+            send_batch_returns_ids_in_order,
+            send_batch_size_limits,
+            send_payload_too_large_is_all_or_nothing,
+            send_invalid_message_is_all_or_nothing,
+            send_delay_hides_message_until_due,
+            send_uses_queue_default_delay,
+            dedup_within_window_returns_first_id,
+            dedup_within_batch_per_queue_and_disabled,
+            receive_increments_count_and_leases,
+            receive_visibility_override,
+            receive_respects_max,
+            ack_completes_and_keeps_result_for_result_ttl,
+            ack_with_zero_result_ttl_keeps_nothing,
+            ack_batch_reports_each_receipt,
+            nack_with_explicit_delay,
+            nack_with_zero_delay_is_visible_at_once,
+            nack_backoff_stays_under_capped_ceiling,
+            nack_on_last_attempt_dead_letters,
+            lease_expiry_makes_message_visible_again,
+            lease_expiry_on_last_attempt_dead_letters,
+            reject_dead_letters_whatever_the_count,
+            reject_without_dlq_is_conflict,
+            move_puts_message_in_target_queue,
+            move_to_unknown_queue_changes_nothing,
+            extend_moves_lease_deadline,
+            stale_receipt_after_redelivery_changes_nothing,
+            stale_receipt_after_ack_or_nack_changes_nothing,
+            foreign_and_forged_receipts_are_stale,
+            never_leased_to_two_consumers_at_once,
+            long_poll_wakes_on_send,
+            long_poll_times_out_empty,
+            pause_holds_deliveries,
+            rate_limit_bounds_deliveries_per_window,
+            max_in_flight_bounds_leases,
+            max_depth_refuses_sends,
+            retention_dead_letters_expired_messages,
+            retention_drops_expired_messages_without_dlq,
+            browse_pages_cover_each_message_once,
+            browse_filters_by_state,
+            browse_rejects_bad_cursor_and_limit,
+            get_message_finds_message_anywhere,
+            delete_message_removes_it,
+            purge_empties_queue,
+            stats_gauges,
+            stats_totals,
+            restart_keeps_messages_leases_dedup_counters_and_config,
+            unlimited_receive_count_never_dead_letters,
+            long_error_is_clipped_not_refused,
+            unknown_queue_is_queue_not_found,
+            bad_input_is_invalid_argument,
+            invalid_names_and_receipts_fail_to_parse,
+            model_equivalence,
+        }
+    };
+}
+
+/// Expands the case list in one of its modes: `tests <harness>`, `names` or `refs`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __sluice_conformance_expand {
+    (tests $harness:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let harness = $harness().await;
+                $crate::conformance::cases::$case(&harness).await;
+            }
+        )*
+    };
+    (names; $($case:ident),* $(,)?) => {
+        &[$(stringify!($case)),*]
+    };
+    (refs; $($case:ident),* $(,)?) => {
+        $( let _ = $crate::conformance::cases::$case; )*
+    };
+}
+
+/// The names of all cases, in the order the suite lists them.
+pub const CASE_NAMES: &[&str] = crate::__sluice_conformance_cases!(names);
+
+#[cfg(test)]
+mod tests {
+    use super::CASE_NAMES;
+
+    #[test]
+    fn every_listed_case_exists() {
+        // Fails to compile when the macro lists a case that `cases.rs` does not define.
+        crate::__sluice_conformance_cases!(refs);
+    }
+
+    #[test]
+    fn every_case_is_listed_once() {
+        let src = include_str!("cases.rs");
+        let defined: Vec<&str> = src
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub async fn "))
+            .filter_map(|l| l.split('(').next())
+            .collect();
+        let mut listed = CASE_NAMES.to_vec();
+        listed.sort_unstable();
+        let before = listed.len();
+        listed.dedup();
+        assert_eq!(before, listed.len(), "a case is listed twice in conformance_suite!");
+        let mut defined_sorted = defined.clone();
+        defined_sorted.sort_unstable();
+        assert_eq!(
+            defined_sorted, listed,
+            "every `pub async fn` in cases.rs must be listed in __sluice_conformance_cases!"
+        );
+    }
 }

@@ -1,0 +1,138 @@
+//! Compaction: keeps disk use proportional to live data.
+//!
+//! Acknowledged messages leave dead records behind. When the oldest segment is mostly dead
+//! (or the log is much larger than what is live), every live record in it is copied forward
+//! to the head of the log — a message as one full record of its current state, a completed
+//! record, a dedup id — followed by a checkpoint of the counters. Once those copies are
+//! durable the segment is deleted.
+//!
+//! Why only the oldest segment: a record can only change a message whose base record comes
+//! earlier in the log. Copying a message forward makes the copy its new base, and everything
+//! that touched it before sits in segments that replay sees first. So deleting the oldest
+//! segment after its live records were copied leaves a log that replays to the same state;
+//! deleting a middle one could drop an update to a message based in an older segment.
+
+use sluice_core::StoreError;
+
+use crate::engine::Inner;
+use crate::log::{SEGMENT_TARGET, wait_durable};
+use crate::record::{Acked, Checkpoint, MessageRecord, Origin, Record};
+use crate::state::Slot;
+
+/// Records copied per lock hold, so senders and receivers keep flowing during a compaction.
+const CHUNK: usize = 512;
+
+/// Compacts the oldest segment if it is worth it. Returns after the segment is deleted.
+pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
+    let Some(seg) = pick(inner) else {
+        return Ok(());
+    };
+    let last_pos;
+    loop {
+        let mut core = inner.lock();
+        let now = inner.clock.now().as_millis();
+        let core = &mut *core;
+        let mut records = Vec::new();
+        let ids: Vec<u64> = core
+            .state
+            .msgs
+            .iter()
+            .filter(|(_, m)| m.body.seg == seg || m.aux.seg == seg)
+            .map(|(id, _)| *id)
+            .take(CHUNK)
+            .collect();
+        for id in &ids {
+            let m = core.state.msgs[id];
+            let (rec, rich) = core.load(&m)?;
+            records.push(Record::Message(MessageRecord {
+                origin: Origin::Relocate,
+                id: *id,
+                qid: m.qid,
+                body: rec.body,
+                attributes: rec.attributes,
+                enqueued_at: rec.enqueued_at,
+                entered_at: m.entered_at,
+                visible_at: if m.slot == Slot::Leased { now } else { m.at },
+                receive_count: m.receive_count,
+                lease: (m.slot == Slot::Leased).then_some((m.token, m.at)),
+                rich,
+                dedup: None,
+            }));
+        }
+        if records.is_empty() {
+            // Messages are done; now the small things, then the checkpoint, in one append.
+            let checkpoint = Checkpoint {
+                next_id: core.state.next_id,
+                next_token: core.state.next_token,
+                totals: core
+                    .state
+                    .queues
+                    .iter()
+                    .map(|(q, s)| (*q, s.totals))
+                    .collect(),
+            };
+            let done: Vec<(u64, crate::state::Done)> = core
+                .state
+                .done
+                .iter()
+                .filter(|(_, d)| d.loc.seg == seg)
+                .map(|(id, d)| (*id, *d))
+                .collect();
+            for (id, d) in done {
+                let acked = Acked {
+                    id,
+                    qid: d.qid,
+                    receive_count: d.receive_count,
+                    at: d.at,
+                    keep_until: d.keep_until,
+                };
+                if d.has_result {
+                    if let Record::Complete { result, .. } = core.log.read(d.loc)? {
+                        records.push(Record::Complete { acked, result });
+                    }
+                } else {
+                    records.push(Record::Ack(vec![acked]));
+                }
+            }
+            for (qid, q) in &core.state.queues {
+                for (key, e) in &q.dedup {
+                    if e.seg == seg && e.until > now {
+                        records.push(Record::Dedup {
+                            qid: *qid,
+                            key: key.clone(),
+                            id: e.id,
+                            until: e.until,
+                        });
+                    }
+                }
+            }
+            records.push(Record::Checkpoint(checkpoint));
+            last_pos = core.commit(records)?;
+            break;
+        }
+        core.commit(records)?;
+    }
+    wait_durable(inner.durable.clone(), last_pos).await?;
+    let mut core = inner.lock();
+    if let Err(e) = core.log.remove_segment(seg) {
+        tracing::warn!(segment = seg, error = %e, "could not delete a compacted log segment; will retry");
+    }
+    core.state.live.remove(&seg);
+    tracing::debug!(segment = seg, "compacted log segment");
+    Ok(())
+}
+
+/// The oldest segment, when it is mostly dead or the whole log is mostly dead.
+fn pick(inner: &Inner) -> Option<u32> {
+    let core = inner.lock();
+    let sizes = core.log.segment_sizes();
+    let &(oldest, size) = sizes.first()?;
+    if oldest == core.log.active() {
+        return None;
+    }
+    let total: u64 = sizes.iter().map(|(_, s)| s).sum();
+    let live_total: u64 = core.state.live.values().sum();
+    let live_oldest = core.state.live.get(&oldest).copied().unwrap_or(0);
+    let worth = live_oldest * 2 < size || total > 2 * live_total + 2 * SEGMENT_TARGET;
+    worth.then_some(oldest)
+}

@@ -1,0 +1,1263 @@
+//! `EmbeddedStore`: the `Store` contract on the local log.
+//!
+//! Every call takes the state lock, decides with the lifecycle rules of `sluice-core`, appends
+//! the resulting records to the log, applies them in memory, releases the lock and only then
+//! waits for the group commit to make its records durable. The lock is never held across a
+//! sync, so concurrent callers pile up behind one fsync instead of one each.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sluice_core::config::limits;
+use sluice_core::lifecycle::{self, AfterFailure};
+use sluice_core::message::clip_error;
+use sluice_core::store::{validate_limit, validate_receive, validate_visibility};
+use sluice_core::{
+    AckRequest, Attempt, AttemptOutcome, BrowsePage, BrowseRequest, BrowseState, Clock, DeadLetter,
+    DeadLetterReason, Delivery, Failure, Message, MessageId, MessageState, NackOutcome, NewMessage,
+    PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, QueueStats, Receipt,
+    ReceiveRequest, SendOutcome, Store, StoreError, SystemClock, Timestamp,
+};
+use tokio::sync::{Notify, watch};
+
+use crate::catalog::{self, Catalog, CatalogQueue};
+use crate::error::OpenError;
+use crate::log::{self, Durable, Loc, Log};
+use crate::record::{
+    Acked, Lease, MessageRecord, Origin, Qid, Record, RemoveReason, Rich, UpdateEvent, UpdateRecord,
+};
+use crate::recovery::{self, ReplayStats};
+use crate::state::{Msg, Slot, State};
+
+/// Options of an embedded store.
+#[derive(Clone)]
+pub struct EmbeddedOptions {
+    /// Where time comes from (the system clock in production, a manual clock in tests).
+    pub clock: Arc<dyn Clock>,
+    /// How often background maintenance runs: lease expiry, retention, compaction.
+    pub maintenance_interval: Duration,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        EmbeddedOptions {
+            clock: Arc::new(SystemClock),
+            maintenance_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The default storage engine: a data directory on local disk.
+///
+/// Cloning is cheap and shares the store. The background maintenance task stops when the
+/// last clone is dropped, and the data directory is released then.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) core: Mutex<Core>,
+    pub(crate) durable: watch::Receiver<Durable>,
+    /// Held open to keep the directory lock.
+    _lock: std::fs::File,
+}
+
+pub(crate) struct Core {
+    pub(crate) state: State,
+    pub(crate) log: Log,
+}
+
+/// What recovery found, for operators.
+#[derive(Debug, Clone, Copy)]
+pub struct RecoveryReport {
+    /// Records replayed.
+    pub records: u64,
+    /// Bytes of log replayed.
+    pub bytes: u64,
+    /// Bytes of torn tail cut off.
+    pub torn_bytes: u64,
+    /// Live messages after recovery.
+    pub messages: u64,
+    /// Time taken.
+    pub elapsed: Duration,
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) the store in `dir`, recovering its state from disk.
+    ///
+    /// Must be called inside a Tokio runtime: it starts the background maintenance task.
+    ///
+    /// # Errors
+    /// [`OpenError`] when the directory cannot be used, is locked by another process, or
+    /// holds damaged records (the error names the file and offset).
+    pub fn open(
+        dir: impl AsRef<Path>,
+        options: EmbeddedOptions,
+    ) -> Result<(Self, RecoveryReport), OpenError> {
+        let started = std::time::Instant::now();
+        let dir = dir.as_ref().to_path_buf();
+        let log_dir = dir.join("log");
+        std::fs::create_dir_all(&log_dir).map_err(|e| OpenError::io(&log_dir, e))?;
+        let lock_path = dir.join("LOCK");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| OpenError::io(&lock_path, e))?;
+        if lock.try_lock().is_err() {
+            return Err(OpenError::Locked(dir));
+        }
+        let cat = catalog::load(&dir)?;
+        let mut state = State::new(&cat.queues, cat.next_qid);
+        let segments = log::list_segments(&log_dir)?;
+        let mut stats = ReplayStats::default();
+        for (i, n) in segments.iter().enumerate() {
+            recovery::replay_segment(
+                &log_dir,
+                *n,
+                i + 1 == segments.len(),
+                &mut state,
+                &mut stats,
+            )?;
+        }
+        let log = Log::open(&log_dir, segments)?;
+        let report = RecoveryReport {
+            records: stats.records,
+            bytes: stats.bytes,
+            torn_bytes: stats.torn_bytes,
+            messages: state.msgs.len() as u64,
+            elapsed: started.elapsed(),
+        };
+        let durable = log.durable();
+        let inner = Arc::new(Inner {
+            dir,
+            clock: options.clock,
+            core: Mutex::new(Core { state, log }),
+            durable,
+            _lock: lock,
+        });
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(maintenance_loop(
+                Arc::downgrade(&inner),
+                options.maintenance_interval,
+            ));
+        }
+        Ok((EmbeddedStore { inner }, report))
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Runs one round of background maintenance now (lease expiry, retention, compaction).
+    ///
+    /// # Errors
+    /// `Unavailable` when the log cannot be written.
+    pub async fn maintain(&self) -> Result<(), StoreError> {
+        maintain_all(&self.inner).await
+    }
+
+    /// Approximate bytes of RAM the index holds per live message, for capacity planning.
+    pub fn index_len(&self) -> usize {
+        self.inner.lock().state.msgs.len()
+    }
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic under the lock would be a bug; the state it leaves is still the last
+        // consistent one because records are applied only after they are written.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now().as_millis()
+    }
+
+    async fn durable(&self, pos: u64) -> Result<(), StoreError> {
+        log::wait_durable(self.durable.clone(), pos).await
+    }
+}
+
+impl Core {
+    fn qid(&self, name: &QueueName) -> Result<Qid, StoreError> {
+        self.state
+            .names
+            .get(name)
+            .copied()
+            .ok_or_else(|| StoreError::QueueNotFound(name.to_string()))
+    }
+
+    /// Appends records and applies them. Returns the log position to wait for.
+    pub(crate) fn commit(&mut self, records: Vec<Record>) -> Result<u64, StoreError> {
+        let (locs, pos) = self.log.append(&records)?;
+        for (r, l) in records.iter().zip(locs) {
+            self.state.apply(r, l);
+        }
+        Ok(pos)
+    }
+
+    /// Reads the body record and the rich fields of a live message.
+    pub(crate) fn load(&self, m: &Msg) -> Result<(MessageRecord, Rich), StoreError> {
+        let Record::Message(rec) = self.log.read(m.body)? else {
+            return Err(StoreError::unavailable(
+                "log record is not a message (index out of step)",
+            ));
+        };
+        let rich = if m.aux == m.body {
+            rec.rich.clone()
+        } else {
+            match self.log.read(m.aux)? {
+                Record::Update(u) => u.rich,
+                Record::Message(r) => r.rich,
+                _ => {
+                    return Err(StoreError::unavailable(
+                        "log record is not an update (index out of step)",
+                    ));
+                }
+            }
+        };
+        Ok((rec, rich))
+    }
+
+    /// Brings a queue up to `now`: forgets expired dedup ids and completed records, ends
+    /// expired leases, expires messages past retention, makes due messages visible.
+    /// Returns the log position of any records written.
+    pub(crate) fn maintain(&mut self, qid: Qid, now: i64) -> Result<Option<u64>, StoreError> {
+        self.state.prune_done(now);
+        let Some(q) = self.state.queues.get_mut(&qid) else {
+            return Ok(None);
+        };
+        q.prune_dedup(now);
+        let expired_leases: Vec<u64> = q
+            .leased
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .map(|(_, id)| *id)
+            .collect();
+        let cutoff = now - q.config.retention.as_millis() as i64;
+        let mut too_old = Vec::new();
+        for &(entered, id) in &q.by_age {
+            if entered > cutoff || too_old.len() >= 10_000 {
+                break;
+            }
+            let expired_lease = expired_leases.binary_search(&id).is_ok();
+            if self
+                .state
+                .msgs
+                .get(&id)
+                .is_some_and(|m| m.slot != Slot::Leased)
+                && !expired_lease
+            {
+                too_old.push(id);
+            }
+        }
+        let cfg = q.config.clone();
+        let name = q.name.clone();
+        let mut records = Vec::new();
+        for id in expired_leases {
+            let m = self.state.msgs[&id];
+            let (_, mut rich) = self.load(&m)?;
+            lifecycle::record_attempt(
+                &mut rich.attempts,
+                Attempt {
+                    at: Timestamp(m.at),
+                    outcome: AttemptOutcome::LeaseExpired,
+                    error: None,
+                    consumer: None,
+                },
+            );
+            records.push(match lifecycle::after_lease_expiry(&cfg, m.receive_count) {
+                AfterFailure::Retry(_) => UpdateRecord {
+                    event: UpdateEvent::LeaseExpired,
+                    id,
+                    qid,
+                    visible_at: now,
+                    entered_at: m.entered_at,
+                    receive_count: m.receive_count,
+                    rich,
+                },
+                AfterFailure::DeadLetter(reason) => self.dead_letter(
+                    &cfg,
+                    &name,
+                    id,
+                    &m,
+                    rich,
+                    reason,
+                    UpdateEvent::LeaseExhausted { from: qid },
+                    now,
+                )?,
+            });
+        }
+        let mut records: Vec<Record> = records.into_iter().map(Record::Update).collect();
+        let mut dropped = Vec::new();
+        for id in too_old {
+            let m = self.state.msgs[&id];
+            if cfg.dead_letter_queue.is_some() {
+                let (_, rich) = self.load(&m)?;
+                records.push(Record::Update(self.dead_letter(
+                    &cfg,
+                    &name,
+                    id,
+                    &m,
+                    rich,
+                    DeadLetterReason::Expired,
+                    UpdateEvent::Expired { from: qid },
+                    now,
+                )?));
+            } else {
+                dropped.push(id);
+            }
+        }
+        if !dropped.is_empty() {
+            tracing::info!(queue = %name, count = dropped.len(), "dropping messages past retention (queue has no dead-letter queue)");
+            records.push(Record::Remove {
+                ids: dropped,
+                reason: RemoveReason::Expired,
+            });
+        }
+        let pos = if records.is_empty() {
+            None
+        } else {
+            Some(self.commit(records)?)
+        };
+        if self.state.promote(qid, now) > 0 {
+            self.state.queues[&qid].notify.notify_waiters();
+        }
+        Ok(pos)
+    }
+
+    /// Maintains `qid` and every queue that dead-letters into it, so a DLQ shows messages whose
+    /// last lease ran out even when nobody touched their source queue since.
+    pub(crate) fn maintain_with_sources(&mut self, qid: Qid, now: i64) -> Result<(), StoreError> {
+        let name = self.state.queues.get(&qid).map(|q| q.name.clone());
+        let sources: Vec<Qid> = self
+            .state
+            .queues
+            .iter()
+            .filter(|(_, q)| name.is_some() && q.config.dead_letter_queue == name)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in sources {
+            self.maintain(s, now)?;
+        }
+        self.maintain(qid, now)?;
+        Ok(())
+    }
+
+    /// The update that moves message `id` of queue `name` to its dead-letter queue.
+    #[allow(clippy::too_many_arguments)]
+    fn dead_letter(
+        &mut self,
+        cfg: &QueueConfig,
+        name: &QueueName,
+        id: u64,
+        m: &Msg,
+        mut rich: Rich,
+        reason: DeadLetterReason,
+        event: UpdateEvent,
+        now: i64,
+    ) -> Result<UpdateRecord, StoreError> {
+        let dlq_name = cfg.dead_letter_queue.as_ref().ok_or_else(|| {
+            StoreError::Conflict(format!(
+                "queue {name:?} has no dead_letter_queue; set one (PUT /v1/queues/{name}) or nack instead"
+            ))
+        })?;
+        let dlq = self.qid(dlq_name).map_err(|_| {
+            StoreError::Conflict(format!(
+                "dead-letter queue {dlq_name:?} of {name:?} does not exist; create it or change dead_letter_queue"
+            ))
+        })?;
+        rich.dead_letter = Some(DeadLetter {
+            reason,
+            at: Timestamp(now),
+        });
+        rich.source_queue = Some(name.to_string());
+        if let Some(q) = self.state.queues.get(&dlq) {
+            q.notify.notify_waiters();
+        }
+        Ok(UpdateRecord {
+            event,
+            id,
+            qid: dlq,
+            visible_at: now,
+            entered_at: now,
+            receive_count: m.receive_count,
+            rich,
+        })
+    }
+
+    /// Finds the live lease named by `receipt` in queue `qid`.
+    fn leased(&self, qid: Qid, receipt: &Receipt) -> Result<Msg, StoreError> {
+        match self.state.msgs.get(&receipt.id.0) {
+            Some(m) if m.qid == qid && m.slot == Slot::Leased && m.token == receipt.token => Ok(*m),
+            _ => Err(StoreError::ReceiptStale),
+        }
+    }
+
+    fn info(&self, qid: Qid) -> QueueInfo {
+        let q = &self.state.queues[&qid];
+        QueueInfo {
+            name: q.name.clone(),
+            config: q.config.clone(),
+            created_at: q.created_at,
+        }
+    }
+
+    fn catalog(&self) -> Catalog {
+        let mut queues: Vec<CatalogQueue> = self
+            .state
+            .queues
+            .iter()
+            .map(|(qid, q)| CatalogQueue {
+                qid: *qid,
+                name: q.name.clone(),
+                config: q.config.clone(),
+                created_at: q.created_at,
+            })
+            .collect();
+        queues.sort_by_key(|q| q.qid);
+        Catalog {
+            next_qid: self.state.next_qid,
+            queues,
+        }
+    }
+
+    fn message_view(&self, id: u64, m: &Msg) -> Result<Message, StoreError> {
+        let (rec, rich) = self.load(m)?;
+        let q = &self.state.queues[&m.qid];
+        Ok(Message {
+            id: MessageId(id),
+            queue: q.name.clone(),
+            state: match m.slot {
+                Slot::Delayed => MessageState::Delayed,
+                Slot::Ready => MessageState::Visible,
+                Slot::Leased => MessageState::InFlight,
+            },
+            body: Some(rec.body),
+            attributes: rec.attributes,
+            enqueued_at: Timestamp(rec.enqueued_at),
+            visible_at: Some(Timestamp(m.at)),
+            receive_count: m.receive_count,
+            last_error: rich.last_error,
+            attempts: rich.attempts,
+            dedup_id: rec.dedup.map(|(k, _)| k),
+            source_queue: rich.source_queue.and_then(|s| QueueName::new(s).ok()),
+            dead_letter: rich.dead_letter,
+            result: None,
+            completed_at: None,
+        })
+    }
+}
+
+enum Attempted {
+    Got(Vec<Delivery>, u64),
+    Empty { next_wake: Option<i64> },
+}
+
+impl EmbeddedStore {
+    fn try_receive(
+        &self,
+        queue: &QueueName,
+        req: &ReceiveRequest,
+    ) -> Result<Attempted, StoreError> {
+        let inner = &self.inner;
+        let mut core = inner.lock();
+        let now = inner.now();
+        let qid = core.qid(queue)?;
+        core.maintain(qid, now)?;
+        let core = &mut *core;
+        let q = core.state.queues.get_mut(&qid).expect("queue exists");
+        let next_wake = [
+            q.delayed.first().map(|e| e.0),
+            q.leased.first().map(|e| e.0),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        if q.config.paused {
+            return Ok(Attempted::Empty { next_wake: None });
+        }
+        let mut n = req.max as usize;
+        if let Some(mif) = q.config.max_in_flight {
+            n = n.min((mif as usize).saturating_sub(q.leased.len()));
+        }
+        if let Some(rl) = q.config.rate_limit {
+            let avail = q.window.available(&rl, Timestamp(now)) as usize;
+            if avail == 0 {
+                let free = q
+                    .window
+                    .next_free(&rl, Timestamp(now))
+                    .map(|t| t.as_millis());
+                return Ok(Attempted::Empty {
+                    next_wake: [next_wake, free].into_iter().flatten().min(),
+                });
+            }
+            n = n.min(avail);
+        }
+        let ids: Vec<u64> = q.ready.iter().take(n).map(|(_, id)| *id).collect();
+        if ids.is_empty() {
+            return Ok(Attempted::Empty { next_wake });
+        }
+        let vis = req.visibility.unwrap_or(q.config.visibility_timeout);
+        let max_receive_count = q.config.max_receive_count;
+        if let Some(_rl) = q.config.rate_limit {
+            q.window.record(Timestamp(now), ids.len());
+        }
+        let deadline = Timestamp(now).plus(vis).as_millis();
+        let mut leases = Vec::with_capacity(ids.len());
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let m = core.state.msgs[&id];
+            let token = core.state.draw_token();
+            let (rec, rich) = core.load(&m)?;
+            let receive_count = m.receive_count + 1;
+            leases.push(Lease {
+                id,
+                receive_count,
+                token,
+                deadline,
+            });
+            out.push(Delivery {
+                id: MessageId(id),
+                receipt: Receipt {
+                    id: MessageId(id),
+                    token,
+                },
+                body: rec.body,
+                attributes: rec.attributes,
+                receive_count,
+                max_receive_count,
+                enqueued_at: Timestamp(rec.enqueued_at),
+                last_error: rich.last_error,
+                lease_deadline: Timestamp(deadline),
+            });
+        }
+        let pos = core.commit(vec![Record::Lease(leases)])?;
+        Ok(Attempted::Got(out, pos))
+    }
+
+    fn notifier(&self, queue: &QueueName) -> Result<Arc<Notify>, StoreError> {
+        let core = self.inner.lock();
+        let qid = core.qid(queue)?;
+        Ok(core.state.queues[&qid].notify.clone())
+    }
+
+    /// Runs a receipt-checked change: maintain the queue, check the lease, build records.
+    async fn with_lease<T>(
+        &self,
+        queue: &QueueName,
+        receipt: &Receipt,
+        f: impl FnOnce(&mut Core, Qid, Msg, i64) -> Result<(Vec<Record>, T), StoreError>,
+    ) -> Result<T, StoreError> {
+        let pos = {
+            let mut core = self.inner.lock();
+            let now = self.inner.now();
+            let qid = core.qid(queue)?;
+            core.maintain(qid, now)?;
+            let m = core.leased(qid, receipt)?;
+            let (records, out) = f(&mut core, qid, m, now)?;
+            let pos = core.commit(records)?;
+            (pos, out)
+        };
+        self.inner.durable(pos.0).await?;
+        Ok(pos.1)
+    }
+}
+
+fn failure_attempt(now: i64, outcome: AttemptOutcome, failure: &Failure) -> Attempt {
+    Attempt {
+        at: Timestamp(now),
+        outcome,
+        error: failure.error.clone().map(clip_error),
+        consumer: failure.consumer.clone(),
+    }
+}
+
+fn apply_failure(rich: &mut Rich, now: i64, outcome: AttemptOutcome, failure: &Failure) {
+    let attempt = failure_attempt(now, outcome, failure);
+    if attempt.error.is_some() {
+        rich.last_error.clone_from(&attempt.error);
+    }
+    lifecycle::record_attempt(&mut rich.attempts, attempt);
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn put_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError> {
+        let mut core = self.inner.lock();
+        let now = self.inner.clock.now();
+        let existing = core.state.names.get(name).copied();
+        let current = match existing {
+            Some(qid) => core.state.queues[&qid].config.clone(),
+            None => QueueConfig::defaults_for(name),
+        };
+        let config = current.apply(name, patch)?;
+        let mut warnings = Vec::new();
+        if config.max_receive_count == 0
+            && existing.is_none_or(|_| patch.max_receive_count == Some(0))
+        {
+            warnings.push(format!(
+                "max_receive_count is 0: messages of {name:?} are retried without limit and never dead-lettered by count"
+            ));
+        }
+        let mut new_queues = Vec::new();
+        let mut next_qid = core.state.next_qid;
+        if let Some(dlq) = &config.dead_letter_queue
+            && !core.state.names.contains_key(dlq)
+        {
+            new_queues.push(CatalogQueue {
+                qid: next_qid,
+                name: dlq.clone(),
+                config: QueueConfig::dead_letter_defaults(dlq),
+                created_at: now,
+            });
+            next_qid += 1;
+        }
+        let qid = match existing {
+            Some(qid) => qid,
+            None => {
+                new_queues.push(CatalogQueue {
+                    qid: next_qid,
+                    name: name.clone(),
+                    config: config.clone(),
+                    created_at: now,
+                });
+                next_qid += 1;
+                next_qid - 1
+            }
+        };
+        let mut cat = core.catalog();
+        cat.next_qid = next_qid;
+        cat.queues.extend(new_queues.iter().cloned());
+        if let Some(q) = cat.queues.iter_mut().find(|q| q.qid == qid) {
+            q.config = config.clone();
+        }
+        catalog::store(&self.inner.dir, &cat)?;
+        core.state.next_qid = next_qid;
+        for q in &new_queues {
+            core.state.add_queue(q);
+        }
+        let q = core.state.queues.get_mut(&qid).expect("just ensured");
+        q.config = config;
+        q.notify.notify_waiters();
+        Ok(PutQueueOutcome {
+            queue: core.info(qid),
+            created: existing.is_none(),
+            warnings,
+        })
+    }
+
+    async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, StoreError> {
+        let core = self.inner.lock();
+        Ok(core.info(core.qid(name)?))
+    }
+
+    async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
+        let core = self.inner.lock();
+        Ok(core
+            .state
+            .names
+            .values()
+            .map(|qid| core.info(*qid))
+            .collect())
+    }
+
+    async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {
+        let mut core = self.inner.lock();
+        let qid = core.qid(name)?;
+        if let Some(user) = core
+            .state
+            .queues
+            .values()
+            .find(|q| q.name != *name && q.config.dead_letter_queue.as_ref() == Some(name))
+        {
+            return Err(StoreError::Conflict(format!(
+                "queue {name:?} is the dead-letter queue of {:?}; change that queue's dead_letter_queue first",
+                user.name.as_str()
+            )));
+        }
+        let mut cat = core.catalog();
+        cat.queues.retain(|q| q.qid != qid);
+        catalog::store(&self.inner.dir, &cat)?;
+        let notify = core.state.queues[&qid].notify.clone();
+        core.state.drop_queue(qid);
+        notify.notify_waiters();
+        Ok(())
+    }
+
+    async fn send(
+        &self,
+        queue: &QueueName,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<SendOutcome>, StoreError> {
+        if messages.is_empty() || messages.len() > limits::MAX_BATCH {
+            return Err(StoreError::invalid(format!(
+                "a send batch holds 1 to {} messages, got {}",
+                limits::MAX_BATCH,
+                messages.len()
+            )));
+        }
+        let total: usize = messages.iter().map(|m| m.body.len()).sum();
+        if total > limits::MAX_BATCH_BYTES {
+            return Err(StoreError::PayloadTooLarge(format!(
+                "a send batch may hold at most {} bytes of bodies, got {total}; split it",
+                limits::MAX_BATCH_BYTES
+            )));
+        }
+        for m in &messages {
+            m.validate()?;
+        }
+        let (out, pos, notify) = {
+            let mut core = self.inner.lock();
+            let now = self.inner.now();
+            let qid = core.qid(queue)?;
+            core.maintain(qid, now)?;
+            let cfg = core.state.queues[&qid].config.clone();
+            for (i, m) in messages.iter().enumerate() {
+                if m.body.len() > cfg.max_message_bytes as usize {
+                    return Err(StoreError::PayloadTooLarge(format!(
+                        "message {i} is {} bytes; queue {queue:?} accepts at most {} (max_message_bytes)",
+                        m.body.len(),
+                        cfg.max_message_bytes
+                    )));
+                }
+            }
+            let mut out = Vec::with_capacity(messages.len());
+            let mut records = Vec::with_capacity(messages.len());
+            // Dedup ids seen earlier in this batch count as already sent.
+            let mut batch_dedup: std::collections::HashMap<&str, u64> = Default::default();
+            let dedup_on = !cfg.dedup_window.is_zero();
+            let dedup_until = now + cfg.dedup_window.as_millis() as i64;
+            for m in &messages {
+                let key = m.dedup_id.as_deref().filter(|_| dedup_on);
+                if let Some(key) = key {
+                    let hit = core.state.queues[&qid]
+                        .dedup_hit(key, now)
+                        .or_else(|| batch_dedup.get(key).copied());
+                    if let Some(id) = hit {
+                        out.push(SendOutcome {
+                            id: MessageId(id),
+                            duplicate: true,
+                        });
+                        continue;
+                    }
+                }
+                let id = core.state.draw_id(Timestamp(now));
+                if let Some(key) = key {
+                    batch_dedup.insert(key, id);
+                }
+                out.push(SendOutcome {
+                    id: MessageId(id),
+                    duplicate: false,
+                });
+                let visible_at = Timestamp(now)
+                    .plus(m.delay.unwrap_or(cfg.delay))
+                    .as_millis();
+                records.push(Record::Message(MessageRecord {
+                    origin: Origin::Send,
+                    id,
+                    qid,
+                    body: m.body.clone(),
+                    attributes: m.attributes.clone(),
+                    enqueued_at: now,
+                    entered_at: now,
+                    visible_at,
+                    receive_count: 0,
+                    lease: None,
+                    rich: Rich::default(),
+                    dedup: key.map(|k| (k.to_string(), dedup_until)),
+                }));
+            }
+            if let Some(max) = cfg.max_depth
+                && core.state.queues[&qid].depth() + records.len() as u64 > max
+            {
+                return Err(StoreError::QueueFull {
+                    queue: queue.to_string(),
+                    max_depth: max,
+                    retry_after: Duration::from_secs(1),
+                });
+            }
+            let pos = if records.is_empty() {
+                None
+            } else {
+                Some(core.commit(records)?)
+            };
+            core.state.promote(qid, now);
+            (out, pos, core.state.queues[&qid].notify.clone())
+        };
+        notify.notify_waiters();
+        if let Some(pos) = pos {
+            self.inner.durable(pos).await?;
+        }
+        Ok(out)
+    }
+
+    async fn receive(
+        &self,
+        queue: &QueueName,
+        req: ReceiveRequest,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        validate_receive(&req)?;
+        let until = tokio::time::Instant::now() + req.wait;
+        let notify = self.notifier(queue)?;
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.try_receive(queue, &req)? {
+                Attempted::Got(out, pos) => {
+                    self.inner.durable(pos).await?;
+                    return Ok(out);
+                }
+                Attempted::Empty { next_wake } => {
+                    let left = until.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        return Ok(Vec::new());
+                    }
+                    let now = self.inner.now();
+                    // Re-check at the next due time (delay over, lease end, rate window),
+                    // and at least every second so a moved clock is noticed.
+                    let mut nap = left.min(Duration::from_secs(1));
+                    if let Some(at) = next_wake {
+                        nap = nap.min(Duration::from_millis(
+                            u64::try_from(at - now).unwrap_or(0).max(1),
+                        ));
+                    }
+                    tokio::select! {
+                        () = &mut notified => {}
+                        () = tokio::time::sleep(nap) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn ack(
+        &self,
+        queue: &QueueName,
+        acks: Vec<AckRequest>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        if acks.is_empty() || acks.len() > limits::MAX_BATCH {
+            return Err(StoreError::invalid(format!(
+                "an ack batch holds 1 to {} receipts, got {}",
+                limits::MAX_BATCH,
+                acks.len()
+            )));
+        }
+        let (out, pos) = {
+            let mut core = self.inner.lock();
+            let now = self.inner.now();
+            let qid = core.qid(queue)?;
+            core.maintain(qid, now)?;
+            let cfg = core.state.queues[&qid].config.clone();
+            let keep_until = now + cfg.result_ttl.as_millis() as i64;
+            let mut seen = std::collections::HashSet::new();
+            let mut plain = Vec::new();
+            let mut records = Vec::new();
+            let mut out = Vec::with_capacity(acks.len());
+            for a in acks {
+                let m = match core.leased(qid, &a.receipt) {
+                    Ok(m) if seen.insert(a.receipt.id) => m,
+                    Ok(_) | Err(_) => {
+                        out.push(Err(StoreError::ReceiptStale));
+                        continue;
+                    }
+                };
+                let acked = Acked {
+                    id: a.receipt.id.0,
+                    qid,
+                    receive_count: m.receive_count,
+                    at: now,
+                    keep_until,
+                };
+                match a.result {
+                    Some(result) if result.len() > cfg.max_message_bytes as usize => {
+                        seen.remove(&a.receipt.id);
+                        out.push(Err(StoreError::PayloadTooLarge(format!(
+                            "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
+                            result.len(),
+                            cfg.max_message_bytes
+                        ))));
+                        continue;
+                    }
+                    Some(result) if keep_until > now => {
+                        records.push(Record::Complete { acked, result })
+                    }
+                    _ => plain.push(acked),
+                }
+                out.push(Ok(()));
+            }
+            if !plain.is_empty() {
+                records.push(Record::Ack(plain));
+            }
+            let pos = if records.is_empty() {
+                None
+            } else {
+                Some(core.commit(records)?)
+            };
+            (out, pos)
+        };
+        if let Some(pos) = pos {
+            self.inner.durable(pos).await?;
+        }
+        Ok(out)
+    }
+
+    async fn nack(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        delay: Option<Duration>,
+        failure: Failure,
+    ) -> Result<NackOutcome, StoreError> {
+        if let Some(d) = delay
+            && d > limits::MAX_DELAY
+        {
+            return Err(StoreError::invalid(format!(
+                "delay must be at most {} ms, got {} ms",
+                limits::MAX_DELAY.as_millis(),
+                d.as_millis()
+            )));
+        }
+        let (outcome, notify) = self
+            .with_lease(queue, &receipt, |core, qid, m, now| {
+                let cfg = core.state.queues[&qid].config.clone();
+                let (_, mut rich) = core.load(&m)?;
+                apply_failure(&mut rich, now, AttemptOutcome::Nacked, &failure);
+                let id = receipt.id.0;
+                let (update, state) = match lifecycle::after_nack(&cfg, m.receive_count, delay) {
+                    AfterFailure::Retry(d) => (
+                        UpdateRecord {
+                            event: UpdateEvent::Nack,
+                            id,
+                            qid,
+                            visible_at: Timestamp(now).plus(d).as_millis(),
+                            entered_at: m.entered_at,
+                            receive_count: m.receive_count,
+                            rich,
+                        },
+                        Some(if d.is_zero() {
+                            MessageState::Visible
+                        } else {
+                            MessageState::Delayed
+                        }),
+                    ),
+                    AfterFailure::DeadLetter(reason) => {
+                        let name = queue.clone();
+                        (
+                            core.dead_letter(
+                                &cfg,
+                                &name,
+                                id,
+                                &m,
+                                rich,
+                                reason,
+                                UpdateEvent::NackExhausted { from: qid },
+                                now,
+                            )?,
+                            None,
+                        )
+                    }
+                };
+                let to = update.qid;
+                let notify = core.state.queues[&to].notify.clone();
+                let q = core.state.queues[&to].name.clone();
+                Ok((
+                    vec![Record::Update(update)],
+                    (NackOutcome { state, queue: q }, notify),
+                ))
+            })
+            .await?;
+        if outcome.state == Some(MessageState::Visible) {
+            // Make it receivable at once and wake a waiting consumer.
+            let mut core = self.inner.lock();
+            if let Ok(qid) = core.qid(queue) {
+                core.state.promote(qid, self.inner.now());
+            }
+        }
+        notify.notify_waiters();
+        Ok(outcome)
+    }
+
+    async fn reject(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        failure: Failure,
+    ) -> Result<QueueName, StoreError> {
+        self.with_lease(queue, &receipt, |core, qid, m, now| {
+            let cfg = core.state.queues[&qid].config.clone();
+            let (_, mut rich) = core.load(&m)?;
+            apply_failure(&mut rich, now, AttemptOutcome::Rejected, &failure);
+            let u = core.dead_letter(
+                &cfg,
+                queue,
+                receipt.id.0,
+                &m,
+                rich,
+                DeadLetterReason::Rejected,
+                UpdateEvent::Rejected { from: qid },
+                now,
+            )?;
+            let dlq = core.state.queues[&u.qid].name.clone();
+            Ok((vec![Record::Update(u)], dlq))
+        })
+        .await
+    }
+
+    async fn move_message(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        to: &QueueName,
+        failure: Failure,
+    ) -> Result<(), StoreError> {
+        if to == queue {
+            return Err(StoreError::invalid(format!(
+                "cannot move a message of {queue:?} to the same queue; nack it instead"
+            )));
+        }
+        let notify = self
+            .with_lease(queue, &receipt, |core, qid, m, now| {
+                let to_qid = core.qid(to)?;
+                let (_, mut rich) = core.load(&m)?;
+                apply_failure(&mut rich, now, AttemptOutcome::Moved, &failure);
+                rich.source_queue = Some(queue.to_string());
+                rich.dead_letter = None;
+                let u = UpdateRecord {
+                    event: UpdateEvent::Moved { from: qid },
+                    id: receipt.id.0,
+                    qid: to_qid,
+                    visible_at: now,
+                    entered_at: now,
+                    receive_count: 0,
+                    rich,
+                };
+                Ok((
+                    vec![Record::Update(u)],
+                    core.state.queues[&to_qid].notify.clone(),
+                ))
+            })
+            .await?;
+        notify.notify_waiters();
+        Ok(())
+    }
+
+    async fn extend(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        visibility: Duration,
+    ) -> Result<Timestamp, StoreError> {
+        validate_visibility(visibility)?;
+        self.with_lease(queue, &receipt, |_, _, _, now| {
+            let deadline = Timestamp(now).plus(visibility);
+            Ok((
+                vec![Record::Extend {
+                    id: receipt.id.0,
+                    token: receipt.token,
+                    deadline: deadline.as_millis(),
+                }],
+                deadline,
+            ))
+        })
+        .await
+    }
+
+    async fn browse(
+        &self,
+        queue: &QueueName,
+        req: BrowseRequest,
+    ) -> Result<BrowsePage, StoreError> {
+        validate_limit(req.limit)?;
+        let after = match &req.cursor {
+            None => None,
+            Some(c) => Some(parse_cursor(c)?),
+        };
+        let mut core = self.inner.lock();
+        let now = self.inner.now();
+        let qid = core.qid(queue)?;
+        core.maintain_with_sources(qid, now)?;
+        let q = &core.state.queues[&qid];
+        let index = match req.state {
+            BrowseState::Visible => &q.ready,
+            BrowseState::Delayed => &q.delayed,
+            BrowseState::InFlight => &q.leased,
+            BrowseState::All => &q.by_age,
+        };
+        let range = match after {
+            Some(k) => index.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded)),
+            None => index.range(..),
+        };
+        let keys: Vec<(i64, u64)> = range.take(req.limit as usize + 1).copied().collect();
+        let more = keys.len() > req.limit as usize;
+        let mut messages = Vec::with_capacity(keys.len());
+        for (_, id) in keys.iter().take(req.limit as usize) {
+            let m = core.state.msgs[id];
+            messages.push(core.message_view(*id, &m)?);
+        }
+        let next_cursor = if more {
+            keys.get(req.limit as usize - 1)
+                .map(|(a, id)| format!("{a}.{id:x}"))
+        } else {
+            None
+        };
+        Ok(BrowsePage {
+            messages,
+            next_cursor,
+        })
+    }
+
+    async fn get_message(&self, id: MessageId) -> Result<Message, StoreError> {
+        let mut core = self.inner.lock();
+        let now = self.inner.now();
+        if let Some(m) = core.state.msgs.get(&id.0).copied() {
+            core.maintain(m.qid, now)?;
+            if let Some(m) = core.state.msgs.get(&id.0).copied() {
+                return core.message_view(id.0, &m);
+            }
+        }
+        core.state.prune_done(now);
+        let Some(d) = core.state.done.get(&id.0).copied() else {
+            return Err(StoreError::MessageNotFound(id));
+        };
+        let result = if d.has_result {
+            match core.log.read(d.loc)? {
+                Record::Complete { result, .. } => Some(result),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        Ok(Message {
+            id,
+            queue: core.state.queues[&d.qid].name.clone(),
+            state: MessageState::Completed,
+            body: None,
+            attributes: Default::default(),
+            enqueued_at: Timestamp(d.at),
+            visible_at: None,
+            receive_count: d.receive_count,
+            last_error: None,
+            attempts: Vec::new(),
+            dedup_id: None,
+            source_queue: None,
+            dead_letter: None,
+            result,
+            completed_at: Some(Timestamp(d.at)),
+        })
+    }
+
+    async fn delete_message(&self, id: MessageId) -> Result<(), StoreError> {
+        let pos = {
+            let mut core = self.inner.lock();
+            if !core.state.msgs.contains_key(&id.0) && !core.state.done.contains_key(&id.0) {
+                return Err(StoreError::MessageNotFound(id));
+            }
+            core.commit(vec![Record::Remove {
+                ids: vec![id.0],
+                reason: RemoveReason::Deleted,
+            }])?
+        };
+        self.inner.durable(pos).await
+    }
+
+    async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError> {
+        let (n, pos) = {
+            let mut core = self.inner.lock();
+            let qid = core.qid(queue)?;
+            let n = core.state.queues[&qid].depth();
+            (n, core.commit(vec![Record::Purge { qid }])?)
+        };
+        self.inner.durable(pos).await?;
+        Ok(n)
+    }
+
+    async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
+        let mut core = self.inner.lock();
+        let now = self.inner.now();
+        let qid = core.qid(queue)?;
+        core.maintain(qid, now)?;
+        let dlq = core.state.queues[&qid]
+            .config
+            .dead_letter_queue
+            .as_ref()
+            .and_then(|d| core.state.names.get(d).copied());
+        let dead_letter_depth = match dlq {
+            Some(d) => {
+                core.maintain_with_sources(d, now)?;
+                core.state.queues[&d].depth()
+            }
+            None => 0,
+        };
+        let completed = core.state.done.values().filter(|d| d.qid == qid).count() as u64;
+        let q = &core.state.queues[&qid];
+        Ok(QueueStats {
+            visible: q.ready.len() as u64,
+            delayed: q.delayed.len() as u64,
+            in_flight: q.leased.len() as u64,
+            dead_letter_depth,
+            oldest_visible_age: q.ready.first().map_or(Duration::ZERO, |(at, _)| {
+                Timestamp(now).since(Timestamp(*at))
+            }),
+            completed,
+            totals: q.totals,
+        })
+    }
+}
+
+fn parse_cursor(c: &str) -> Result<(i64, u64), StoreError> {
+    let bad = || {
+        StoreError::invalid(
+            "cursor is malformed; pass next_cursor exactly as the previous page returned it",
+        )
+    };
+    let (a, id) = c.split_once('.').ok_or_else(bad)?;
+    Ok((
+        a.parse().map_err(|_| bad())?,
+        u64::from_str_radix(id, 16).map_err(|_| bad())?,
+    ))
+}
+
+async fn maintain_all(inner: &Inner) -> Result<(), StoreError> {
+    {
+        let mut core = inner.lock();
+        let now = inner.now();
+        let qids: Vec<Qid> = core.state.queues.keys().copied().collect();
+        for qid in qids {
+            core.maintain(qid, now)?;
+        }
+    }
+    crate::compaction::compact(inner).await
+}
+
+async fn maintenance_loop(inner: Weak<Inner>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        if let Err(e) = maintain_all(&inner).await {
+            tracing::warn!(error = %e, "background maintenance failed; retrying");
+        }
+    }
+}
+
+#[allow(unused)]
+fn _assert_send_sync() {
+    fn f<T: Send + Sync>() {}
+    f::<EmbeddedStore>();
+    let _ = Loc::default();
+}

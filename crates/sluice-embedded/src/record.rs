@@ -1,0 +1,280 @@
+//! Log records: every change to the store is one of these, appended to the log before it is
+//! applied in memory. Replaying the log through the same `apply` code rebuilds the state.
+//!
+//! Framing on disk: `[payload length: u32 LE][crc32c of payload: u32 LE][payload]`, the payload
+//! being the postcard encoding of a [`Record`]. The checksum catches torn and rotten writes.
+
+use serde::{Deserialize, Serialize};
+use sluice_core::message::{Attempt, Attributes, Body, DeadLetter};
+use sluice_core::stats::Totals;
+
+/// Bytes of the frame header.
+pub(crate) const HEADER: usize = 8;
+/// Largest payload accepted when reading; anything larger is corruption.
+pub(crate) const MAX_PAYLOAD: usize = 64 * 1024 * 1024;
+
+/// A queue id: queues are named by a number in the log so a rename-free delete/recreate of a
+/// name never mixes old and new messages.
+pub(crate) type Qid = u32;
+
+/// Why a full message record was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Origin {
+    /// A send.
+    Send,
+    /// A copy written by compaction; changes nothing observable.
+    Relocate,
+}
+
+/// The complete state of one message, body included.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct MessageRecord {
+    pub origin: Origin,
+    pub id: u64,
+    pub qid: Qid,
+    pub body: Body,
+    pub attributes: Attributes,
+    pub enqueued_at: i64,
+    pub entered_at: i64,
+    /// When it becomes visible (if not leased).
+    pub visible_at: i64,
+    pub receive_count: u32,
+    /// `(token, deadline)` of the current lease.
+    pub lease: Option<(u64, i64)>,
+    pub rich: Rich,
+    pub dedup: Option<(String, i64)>,
+}
+
+/// The mutable fields too large to keep in memory per message: read from the log on demand.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Rich {
+    pub last_error: Option<String>,
+    pub attempts: Vec<Attempt>,
+    pub source_queue: Option<String>,
+    pub dead_letter: Option<DeadLetter>,
+}
+
+/// What caused an [`UpdateRecord`], for the event counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum UpdateEvent {
+    /// Nacked, retried later.
+    Nack,
+    /// Nacked on the last attempt: dead-lettered from `from`.
+    NackExhausted { from: Qid },
+    /// Lease ran out, visible again.
+    LeaseExpired,
+    /// Lease ran out on the last attempt: dead-lettered from `from`.
+    LeaseExhausted { from: Qid },
+    /// Rejected: dead-lettered from `from`.
+    Rejected { from: Qid },
+    /// Outlived retention in `from`: dead-lettered.
+    Expired { from: Qid },
+    /// Moved by a consumer from `from`.
+    Moved { from: Qid },
+    /// Redriven out of a DLQ.
+    Redriven,
+}
+
+/// A change of a message's state that keeps its body where it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct UpdateRecord {
+    pub event: UpdateEvent,
+    pub id: u64,
+    pub qid: Qid,
+    pub visible_at: i64,
+    pub entered_at: i64,
+    pub receive_count: u32,
+    pub rich: Rich,
+}
+
+/// One lease handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Lease {
+    pub id: u64,
+    pub receive_count: u32,
+    pub token: u64,
+    pub deadline: i64,
+}
+
+/// One acknowledged message, with what its completed record needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Acked {
+    pub id: u64,
+    pub qid: Qid,
+    pub receive_count: u32,
+    pub at: i64,
+    /// When the completed record is forgotten; `at` itself for `result_ttl` 0.
+    pub keep_until: i64,
+}
+
+/// Why messages were removed without being acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum RemoveReason {
+    Deleted,
+    /// Expired in a queue without a dead-letter queue (typically a DLQ).
+    Expired,
+}
+
+/// Per-queue totals and id counters as of this point of the log; replay overwrites with them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Checkpoint {
+    pub next_id: u64,
+    pub next_token: u64,
+    pub totals: Vec<(Qid, Totals)>,
+}
+
+/// One entry of the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum Record {
+    Message(MessageRecord),
+    Update(UpdateRecord),
+    Lease(Vec<Lease>),
+    Extend {
+        id: u64,
+        token: u64,
+        deadline: i64,
+    },
+    Ack(Vec<Acked>),
+    /// An acknowledgement with a result to keep.
+    Complete {
+        acked: Acked,
+        result: Body,
+    },
+    Remove {
+        ids: Vec<u64>,
+        reason: RemoveReason,
+    },
+    Purge {
+        qid: Qid,
+    },
+    Dedup {
+        qid: Qid,
+        key: String,
+        id: u64,
+        until: i64,
+    },
+    Checkpoint(Checkpoint),
+}
+
+/// Encodes `rec` as a frame appended to `out`. Returns the frame length.
+pub(crate) fn encode_into(rec: &Record, out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER]);
+    // Encoding into a Vec cannot fail for these types: every field is serializable.
+    let out_vec = std::mem::take(out);
+    let mut out_vec = postcard::to_extend(rec, out_vec).unwrap_or_else(|_| unreachable_encoding());
+    let payload_len = out_vec.len() - start - HEADER;
+    let crc = crc32c::crc32c(&out_vec[start + HEADER..]);
+    out_vec[start..start + 4].copy_from_slice(&(payload_len as u32).to_le_bytes());
+    out_vec[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    *out = out_vec;
+    HEADER + payload_len
+}
+
+#[cold]
+fn unreachable_encoding() -> Vec<u8> {
+    panic!("postcard failed to encode a log record into memory")
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FrameError {
+    /// Fewer bytes than the frame claims.
+    Truncated,
+    /// Length out of range.
+    BadLength(u32),
+    /// Checksum mismatch.
+    Checksum,
+    /// Checksum fine but the payload does not decode (a bug or an incompatible version).
+    Decode(String),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Truncated => f.write_str("record is cut short"),
+            FrameError::BadLength(n) => write!(f, "record length {n} is out of range"),
+            FrameError::Checksum => f.write_str("checksum mismatch"),
+            FrameError::Decode(e) => write!(f, "record does not decode: {e}"),
+        }
+    }
+}
+
+/// Decodes the frame at the start of `buf`. Returns the record and the frame length.
+pub(crate) fn decode_frame(buf: &[u8]) -> Result<(Record, usize), FrameError> {
+    if buf.len() < HEADER {
+        return Err(FrameError::Truncated);
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    let crc = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    if len == 0 || len as usize > MAX_PAYLOAD {
+        return Err(FrameError::BadLength(len));
+    }
+    let end = HEADER + len as usize;
+    if buf.len() < end {
+        return Err(FrameError::Truncated);
+    }
+    let payload = &buf[HEADER..end];
+    if crc32c::crc32c(payload) != crc {
+        return Err(FrameError::Checksum);
+    }
+    let rec = postcard::from_bytes(payload).map_err(|e| FrameError::Decode(e.to_string()))?;
+    Ok((rec, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Record {
+        Record::Message(MessageRecord {
+            origin: Origin::Send,
+            id: 7,
+            qid: 1,
+            body: Body::binary(vec![0u8, 255, 10]),
+            attributes: [("k".to_string(), "v".to_string())].into(),
+            enqueued_at: 1,
+            entered_at: 1,
+            visible_at: 2,
+            receive_count: 0,
+            lease: None,
+            rich: Rich::default(),
+            dedup: Some(("d".into(), 9)),
+        })
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let mut buf = Vec::new();
+        let n1 = encode_into(&sample(), &mut buf);
+        let n2 = encode_into(&Record::Purge { qid: 3 }, &mut buf);
+        assert_eq!(buf.len(), n1 + n2);
+        let (r1, l1) = decode_frame(&buf).unwrap();
+        assert_eq!((r1, l1), (sample(), n1));
+        let (r2, _) = decode_frame(&buf[n1..]).unwrap();
+        assert_eq!(r2, Record::Purge { qid: 3 });
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_detected() {
+        let mut buf = Vec::new();
+        encode_into(&sample(), &mut buf);
+        for i in 0..buf.len() * 8 {
+            let mut b = buf.clone();
+            b[i / 8] ^= 1 << (i % 8);
+            assert!(
+                decode_frame(&b).is_err() || decode_frame(&b).unwrap().0 == sample() && false,
+                "flip {i} undetected"
+            );
+        }
+    }
+
+    #[test]
+    fn every_truncation_is_detected() {
+        let mut buf = Vec::new();
+        encode_into(&sample(), &mut buf);
+        for cut in 0..buf.len() {
+            assert!(decode_frame(&buf[..cut]).is_err());
+        }
+    }
+}

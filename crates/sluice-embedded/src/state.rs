@@ -1,0 +1,504 @@
+//! The in-memory index of the store: where every message is, without its body.
+//!
+//! The state changes only by applying log records (`apply`), both live and during replay, so
+//! what a restart rebuilds is exactly what was served. Bodies, attributes and attempt histories
+//! stay on disk; a message costs one compact [`Msg`] plus two ordered-index entries in RAM.
+//! The one change made without a record is time passing: a delayed message whose time has come
+//! becomes visible (`promote`), because that follows from the stored `visible_at`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+use sluice_core::rate::SlidingWindow;
+use sluice_core::stats::Totals;
+use sluice_core::{QueueConfig, QueueName, Timestamp};
+use tokio::sync::Notify;
+
+use crate::catalog::CatalogQueue;
+use crate::log::Loc;
+use crate::record::{Qid, Record, RemoveReason, UpdateEvent};
+
+/// Where a message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// Waiting for `at`.
+    Delayed,
+    /// Ready since `at`.
+    Ready,
+    /// Leased until `at`.
+    Leased,
+}
+
+/// One live message, as kept in memory (64 bytes).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Msg {
+    pub qid: Qid,
+    pub slot: Slot,
+    pub receive_count: u32,
+    /// Visible-at (delayed, ready) or lease deadline (leased), in ms.
+    pub at: i64,
+    /// When it entered its current queue, in ms (retention and browse order).
+    pub entered_at: i64,
+    /// Token of the current lease.
+    pub token: u64,
+    /// The record holding the body (and the rest of the immutable fields).
+    pub body: Loc,
+    /// The newest record holding the rich fields (attempts, last error, dead-letter info).
+    pub aux: Loc,
+}
+
+/// A remembered dedup id.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DedupEntry {
+    pub id: u64,
+    pub until: i64,
+    /// Segment of the record that registered it, for compaction.
+    pub seg: u32,
+}
+
+/// A completed (acknowledged) message, kept for the queue's `result_ttl`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Done {
+    pub qid: Qid,
+    pub receive_count: u32,
+    pub at: i64,
+    pub keep_until: i64,
+    /// The ack or complete record (the latter holds the result).
+    pub loc: Loc,
+    pub has_result: bool,
+}
+
+/// One queue's index.
+pub(crate) struct QueueState {
+    pub name: QueueName,
+    pub config: QueueConfig,
+    pub created_at: Timestamp,
+    pub totals: Totals,
+    pub delayed: BTreeSet<(i64, u64)>,
+    pub ready: BTreeSet<(i64, u64)>,
+    pub leased: BTreeSet<(i64, u64)>,
+    /// Every message of the queue by `(entered_at, id)`: retention and browse-all order.
+    pub by_age: BTreeSet<(i64, u64)>,
+    pub dedup: HashMap<String, DedupEntry>,
+    pub dedup_order: VecDeque<(i64, String)>,
+    pub window: SlidingWindow,
+    /// Wakes long-polling receivers when messages may have become visible.
+    pub notify: Arc<Notify>,
+}
+
+impl QueueState {
+    fn new(q: &CatalogQueue) -> Self {
+        QueueState {
+            name: q.name.clone(),
+            config: q.config.clone(),
+            created_at: q.created_at,
+            totals: Totals::default(),
+            delayed: BTreeSet::new(),
+            ready: BTreeSet::new(),
+            leased: BTreeSet::new(),
+            by_age: BTreeSet::new(),
+            dedup: HashMap::new(),
+            dedup_order: VecDeque::new(),
+            window: SlidingWindow::default(),
+            notify: Arc::new(Notify::new()),
+        }
+    }
+
+    fn index(&mut self, slot: Slot) -> &mut BTreeSet<(i64, u64)> {
+        match slot {
+            Slot::Delayed => &mut self.delayed,
+            Slot::Ready => &mut self.ready,
+            Slot::Leased => &mut self.leased,
+        }
+    }
+
+    /// Messages counted against `max_depth`.
+    pub fn depth(&self) -> u64 {
+        (self.delayed.len() + self.ready.len() + self.leased.len()) as u64
+    }
+
+    /// Looks a dedup id up, forgetting it when its window is over.
+    pub fn dedup_hit(&self, key: &str, now: i64) -> Option<u64> {
+        self.dedup.get(key).filter(|e| e.until > now).map(|e| e.id)
+    }
+
+    fn register_dedup(&mut self, key: String, entry: DedupEntry) {
+        self.dedup_order.push_back((entry.until, key.clone()));
+        self.dedup.insert(key, entry);
+    }
+
+    /// Forgets dedup ids whose window is over.
+    pub fn prune_dedup(&mut self, now: i64) {
+        while let Some((until, _)) = self.dedup_order.front() {
+            if *until > now {
+                break;
+            }
+            if let Some((until, key)) = self.dedup_order.pop_front()
+                && self.dedup.get(&key).is_some_and(|e| e.until == until)
+            {
+                self.dedup.remove(&key);
+            }
+        }
+    }
+}
+
+/// The whole in-memory state.
+pub(crate) struct State {
+    pub queues: HashMap<Qid, QueueState>,
+    pub names: BTreeMap<QueueName, Qid>,
+    pub next_qid: Qid,
+    pub msgs: HashMap<u64, Msg>,
+    pub done: HashMap<u64, Done>,
+    pub done_order: VecDeque<(i64, u64)>,
+    pub next_id: u64,
+    pub next_token: u64,
+    /// Bytes of live records per segment, to pick segments worth compacting.
+    pub live: HashMap<u32, u64>,
+}
+
+impl State {
+    /// An empty state holding the catalog's queues.
+    pub fn new(queues: &[CatalogQueue], next_qid: Qid) -> Self {
+        let mut s = State {
+            queues: HashMap::new(),
+            names: BTreeMap::new(),
+            next_qid,
+            msgs: HashMap::new(),
+            done: HashMap::new(),
+            done_order: VecDeque::new(),
+            next_id: 1,
+            next_token: 1,
+            live: HashMap::new(),
+        };
+        for q in queues {
+            s.add_queue(q);
+        }
+        s
+    }
+
+    /// Adds a queue from the catalog.
+    pub fn add_queue(&mut self, q: &CatalogQueue) {
+        self.names.insert(q.name.clone(), q.qid);
+        self.queues.insert(q.qid, QueueState::new(q));
+    }
+
+    /// Drops a queue and everything in it.
+    pub fn drop_queue(&mut self, qid: Qid) {
+        if let Some(q) = self.queues.remove(&qid) {
+            self.names.remove(&q.name);
+            for (_, id) in q.by_age {
+                if let Some(m) = self.msgs.remove(&id) {
+                    self.unaccount(&m);
+                }
+            }
+        }
+        self.done.retain(|_, d| d.qid != qid);
+    }
+
+    /// Draws a fresh message id: time-ordered (milliseconds in the high bits) so ids stay
+    /// unique even across a wiped data directory, and strictly increasing.
+    pub fn draw_id(&mut self, now: Timestamp) -> u64 {
+        let floor = u64::try_from(now.as_millis()).unwrap_or(0) << 22;
+        let id = self.next_id.max(floor);
+        self.next_id = id + 1;
+        id
+    }
+
+    /// Draws a lease token.
+    pub fn draw_token(&mut self) -> u64 {
+        let t = self.next_token;
+        self.next_token += 1;
+        t
+    }
+
+    fn account(&mut self, m: &Msg) {
+        *self.live.entry(m.body.seg).or_default() += u64::from(m.body.len);
+        if m.aux != m.body {
+            *self.live.entry(m.aux.seg).or_default() += u64::from(m.aux.len);
+        }
+    }
+
+    fn unaccount(&mut self, m: &Msg) {
+        sub_live(&mut self.live, m.body);
+        if m.aux != m.body {
+            sub_live(&mut self.live, m.aux);
+        }
+    }
+
+    /// Takes a message out of its queue's indexes (it stays in `msgs`).
+    fn detach(&mut self, id: u64) -> Option<Msg> {
+        let m = *self.msgs.get(&id)?;
+        if let Some(q) = self.queues.get_mut(&m.qid) {
+            q.index(m.slot).remove(&(m.at, id));
+            q.by_age.remove(&(m.entered_at, id));
+        }
+        Some(m)
+    }
+
+    fn attach(&mut self, id: u64, m: Msg) {
+        if let Some(q) = self.queues.get_mut(&m.qid) {
+            q.index(m.slot).insert((m.at, id));
+            q.by_age.insert((m.entered_at, id));
+            self.msgs.insert(id, m);
+        } else {
+            self.msgs.remove(&id);
+        }
+    }
+
+    /// Removes a message entirely.
+    pub fn remove(&mut self, id: u64) -> Option<Msg> {
+        let m = self.detach(id)?;
+        self.msgs.remove(&id);
+        self.unaccount(&m);
+        Some(m)
+    }
+
+    fn totals(&mut self, qid: Qid) -> Option<&mut Totals> {
+        self.queues.get_mut(&qid).map(|q| &mut q.totals)
+    }
+
+    /// Applies one record found at `loc`.
+    pub fn apply(&mut self, rec: &Record, loc: Loc) {
+        match rec {
+            Record::Message(m) => {
+                self.next_id = self.next_id.max(m.id + 1);
+                if let Some((token, _)) = m.lease {
+                    self.next_token = self.next_token.max(token + 1);
+                }
+                if !self.queues.contains_key(&m.qid) {
+                    return;
+                }
+                if let Some(old) = self.detach(m.id) {
+                    self.msgs.remove(&m.id);
+                    self.unaccount(&old);
+                }
+                let (slot, at, token) = match m.lease {
+                    Some((token, deadline)) => (Slot::Leased, deadline, token),
+                    None => (Slot::Delayed, m.visible_at, 0),
+                };
+                let msg = Msg {
+                    qid: m.qid,
+                    slot,
+                    receive_count: m.receive_count,
+                    at,
+                    entered_at: m.entered_at,
+                    token,
+                    body: loc,
+                    aux: loc,
+                };
+                self.account(&msg);
+                self.attach(m.id, msg);
+                let q = self.queues.get_mut(&m.qid).expect("checked above");
+                if m.origin == crate::record::Origin::Send {
+                    q.totals.sent += 1;
+                }
+                if let Some((key, until)) = &m.dedup {
+                    q.register_dedup(
+                        key.clone(),
+                        DedupEntry {
+                            id: m.id,
+                            until: *until,
+                            seg: loc.seg,
+                        },
+                    );
+                }
+            }
+            Record::Update(u) => {
+                self.count_update(u.event, u.qid);
+                let Some(old) = self.detach(u.id) else { return };
+                if old.aux != old.body {
+                    sub_live(&mut self.live, old.aux);
+                }
+                *self.live.entry(loc.seg).or_default() += u64::from(loc.len);
+                let msg = Msg {
+                    qid: u.qid,
+                    slot: Slot::Delayed,
+                    receive_count: u.receive_count,
+                    at: u.visible_at,
+                    entered_at: u.entered_at,
+                    token: old.token,
+                    body: old.body,
+                    aux: loc,
+                };
+                self.msgs.insert(u.id, msg);
+                if self.queues.contains_key(&u.qid) {
+                    self.attach(u.id, msg);
+                } else {
+                    self.remove(u.id);
+                }
+            }
+            Record::Lease(leases) => {
+                for l in leases {
+                    self.next_token = self.next_token.max(l.token + 1);
+                    let Some(mut m) = self.detach(l.id) else {
+                        continue;
+                    };
+                    m.slot = Slot::Leased;
+                    m.at = l.deadline;
+                    m.token = l.token;
+                    m.receive_count = l.receive_count;
+                    self.attach(l.id, m);
+                    if let Some(t) = self.totals(m.qid) {
+                        t.received += 1;
+                    }
+                }
+            }
+            Record::Extend {
+                id,
+                token,
+                deadline,
+            } => {
+                if self
+                    .msgs
+                    .get(id)
+                    .is_some_and(|m| m.slot == Slot::Leased && m.token == *token)
+                    && let Some(mut m) = self.detach(*id)
+                {
+                    m.at = *deadline;
+                    self.attach(*id, m);
+                }
+            }
+            Record::Ack(acks) => {
+                for a in acks {
+                    self.complete(a, loc, false);
+                }
+            }
+            Record::Complete { acked, .. } => self.complete(acked, loc, true),
+            Record::Remove { ids, reason } => {
+                for id in ids {
+                    if let Some(m) = self.remove(*id) {
+                        if *reason == RemoveReason::Expired
+                            && let Some(t) = self.totals(m.qid)
+                        {
+                            t.expired += 1;
+                        }
+                    } else if let Some(d) = self.done.remove(id) {
+                        sub_live(&mut self.live, d.loc);
+                    }
+                }
+            }
+            Record::Purge { qid } => {
+                let ids: Vec<u64> = match self.queues.get(qid) {
+                    Some(q) => q.by_age.iter().map(|(_, id)| *id).collect(),
+                    None => return,
+                };
+                for id in ids {
+                    self.remove(id);
+                }
+            }
+            Record::Dedup {
+                qid,
+                key,
+                id,
+                until,
+            } => {
+                if let Some(q) = self.queues.get_mut(qid) {
+                    q.register_dedup(
+                        key.clone(),
+                        DedupEntry {
+                            id: *id,
+                            until: *until,
+                            seg: loc.seg,
+                        },
+                    );
+                }
+            }
+            Record::Checkpoint(c) => {
+                self.next_id = self.next_id.max(c.next_id);
+                self.next_token = self.next_token.max(c.next_token);
+                for (qid, totals) in &c.totals {
+                    if let Some(t) = self.totals(*qid) {
+                        *t = *totals;
+                    }
+                }
+            }
+        }
+    }
+
+    fn complete(&mut self, a: &crate::record::Acked, loc: Loc, has_result: bool) {
+        self.remove(a.id);
+        if let Some(t) = self.totals(a.qid) {
+            t.acked += 1;
+        }
+        if a.keep_until > a.at && self.queues.contains_key(&a.qid) {
+            if let Some(old) = self.done.insert(
+                a.id,
+                Done {
+                    qid: a.qid,
+                    receive_count: a.receive_count,
+                    at: a.at,
+                    keep_until: a.keep_until,
+                    loc,
+                    has_result,
+                },
+            ) {
+                sub_live(&mut self.live, old.loc);
+            }
+            *self.live.entry(loc.seg).or_default() += u64::from(loc.len);
+            self.done_order.push_back((a.keep_until, a.id));
+        }
+    }
+
+    fn count_update(&mut self, event: UpdateEvent, qid: Qid) {
+        let (who, f): (Qid, fn(&mut Totals)) = match event {
+            UpdateEvent::Nack => (qid, |t| t.nacked += 1),
+            UpdateEvent::NackExhausted { from } => (from, |t| {
+                t.nacked += 1;
+                t.dead_lettered += 1;
+            }),
+            UpdateEvent::LeaseExpired | UpdateEvent::Moved { .. } => return,
+            UpdateEvent::LeaseExhausted { from } | UpdateEvent::Rejected { from } => {
+                (from, |t| t.dead_lettered += 1)
+            }
+            UpdateEvent::Expired { from } => (from, |t| {
+                t.expired += 1;
+                t.dead_lettered += 1;
+            }),
+            UpdateEvent::Redriven => (qid, |t| t.redriven += 1),
+        };
+        if let Some(t) = self.totals(who) {
+            f(t);
+        }
+    }
+
+    /// Makes delayed messages whose time has come visible. Returns how many.
+    pub fn promote(&mut self, qid: Qid, now: i64) -> usize {
+        let Some(q) = self.queues.get_mut(&qid) else {
+            return 0;
+        };
+        let mut n = 0;
+        while let Some(&(at, id)) = q.delayed.first() {
+            if at > now {
+                break;
+            }
+            q.delayed.pop_first();
+            q.ready.insert((at, id));
+            if let Some(m) = self.msgs.get_mut(&id) {
+                m.slot = Slot::Ready;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Forgets completed records past their `result_ttl`.
+    pub fn prune_done(&mut self, now: i64) {
+        while let Some(&(until, id)) = self.done_order.front() {
+            if until > now {
+                break;
+            }
+            self.done_order.pop_front();
+            if self.done.get(&id).is_some_and(|d| d.keep_until == until)
+                && let Some(d) = self.done.remove(&id)
+            {
+                sub_live(&mut self.live, d.loc);
+            }
+        }
+    }
+}
+
+fn sub_live(live: &mut HashMap<u32, u64>, loc: Loc) {
+    if let Some(v) = live.get_mut(&loc.seg) {
+        *v = v.saturating_sub(u64::from(loc.len));
+    }
+}

@@ -1,0 +1,213 @@
+//! Recovery from damaged logs: a torn tail is cut with a warning; damage elsewhere stops
+//! start-up with an error naming the file.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sluice_core::{Body, NewMessage, QueueConfigPatch, QueueName, ReceiveRequest, Store};
+use sluice_embedded::{EmbeddedOptions, EmbeddedStore, OpenError};
+
+fn q() -> QueueName {
+    QueueName::new("jobs").expect("valid name")
+}
+
+fn open(dir: &Path) -> Result<EmbeddedStore, OpenError> {
+    EmbeddedStore::open(dir, EmbeddedOptions::default()).map(|(s, _)| s)
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("log"))
+        .expect("log dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| std::fs::metadata(p).map(|m| m.len() > 0).unwrap_or(false))
+        .collect();
+    v.sort();
+    v
+}
+
+async fn send_n(store: &EmbeddedStore, n: usize) {
+    for i in 0..n {
+        store
+            .send(&q(), vec![NewMessage::new(Body::text(format!("m{i}")))])
+            .await
+            .expect("send");
+    }
+}
+
+async fn visible(store: &EmbeddedStore) -> u64 {
+    store.stats(&q()).await.expect("stats").visible
+}
+
+#[tokio::test]
+async fn a_torn_tail_is_cut_and_everything_before_it_survives() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let store = open(dir.path()).expect("open");
+        store
+            .put_queue(&q(), &QueueConfigPatch::default())
+            .await
+            .expect("create");
+        send_n(&store, 10).await;
+    }
+    // Tear the last record: drop its final 3 bytes, as a crash mid-write would.
+    let last = segments(dir.path()).pop().expect("a segment");
+    let len = std::fs::metadata(&last).expect("meta").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&last)
+        .expect("open")
+        .set_len(len - 3)
+        .expect("truncate");
+
+    let (store, report) =
+        EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).expect("recovers");
+    assert!(report.torn_bytes > 0, "the torn tail was not noticed");
+    assert_eq!(visible(&store).await, 9, "exactly the torn message is gone");
+    // The store keeps working and a second restart is clean.
+    send_n(&store, 1).await;
+    drop(store);
+    let (store, report) =
+        EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).expect("recovers again");
+    assert_eq!(report.torn_bytes, 0);
+    assert_eq!(visible(&store).await, 10);
+}
+
+#[tokio::test]
+async fn garbage_appended_after_the_last_record_is_cut() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let store = open(dir.path()).expect("open");
+        store
+            .put_queue(&q(), &QueueConfigPatch::default())
+            .await
+            .expect("create");
+        send_n(&store, 5).await;
+    }
+    let last = segments(dir.path()).pop().expect("a segment");
+    let mut bytes = std::fs::read(&last).expect("read");
+    bytes.extend_from_slice(&[0xAB; 100]);
+    std::fs::write(&last, bytes).expect("write");
+    let (store, report) =
+        EmbeddedStore::open(dir.path(), EmbeddedOptions::default()).expect("recovers");
+    assert_eq!(report.torn_bytes, 100);
+    assert_eq!(visible(&store).await, 5);
+}
+
+#[tokio::test]
+async fn corruption_in_an_older_segment_stops_startup_naming_the_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let store = open(dir.path()).expect("open");
+        store
+            .put_queue(&q(), &QueueConfigPatch::default())
+            .await
+            .expect("create");
+        send_n(&store, 10).await;
+    }
+    {
+        // A second run starts a new segment, making the first one "older".
+        let store = open(dir.path()).expect("reopen");
+        send_n(&store, 10).await;
+    }
+    let first = segments(dir.path()).into_iter().next().expect("a segment");
+    let mut bytes = std::fs::read(&first).expect("read");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&first, bytes).expect("write");
+    match open(dir.path()) {
+        Err(OpenError::Corrupt { file, .. }) => assert_eq!(file, first),
+        Err(e) => panic!("expected a corruption error, got {e}"),
+        Ok(_) => panic!("a damaged segment was accepted silently"),
+    }
+    let msg = open(dir.path())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        msg.contains(&first.display().to_string()),
+        "error does not name the file: {msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_second_process_cannot_open_the_same_directory() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let _store = open(dir.path()).expect("open");
+    match open(dir.path()) {
+        Err(OpenError::Locked(_)) => {}
+        other => panic!("expected Locked, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[tokio::test]
+async fn compaction_reclaims_space_and_keeps_live_state() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(dir.path()).expect("open");
+    store
+        .put_queue(&q(), &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    let body = Body::binary(vec![7u8; 16 * 1024]);
+    // ~200 MiB through the log; only the last 100 messages stay live.
+    let mut kept = Vec::new();
+    for round in 0..130 {
+        let msgs = (0..100).map(|_| NewMessage::new(body.clone())).collect();
+        let sent = store.send(&q(), msgs).await.expect("send");
+        let got = store
+            .receive(
+                &q(),
+                ReceiveRequest {
+                    max: 100,
+                    visibility: Some(Duration::from_secs(600)),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("receive");
+        if round == 129 {
+            kept = sent.iter().map(|s| s.id).collect();
+            continue;
+        }
+        let acks = got
+            .into_iter()
+            .map(|d| sluice_core::AckRequest {
+                receipt: d.receipt,
+                result: None,
+            })
+            .collect();
+        store.ack(&q(), acks).await.expect("ack");
+        if round % 10 == 0 {
+            store.maintain().await.expect("maintain");
+        }
+    }
+    for _ in 0..5 {
+        store.maintain().await.expect("maintain");
+    }
+    let on_disk: u64 = segments(dir.path())
+        .iter()
+        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    eprintln!("log bytes after compaction: {on_disk}");
+    assert!(
+        on_disk < 80 * 1024 * 1024,
+        "log holds {on_disk} bytes for ~1.6 MiB of live data"
+    );
+    let stats = store.stats(&q()).await.expect("stats");
+    assert_eq!(stats.in_flight, 100);
+    assert_eq!(stats.totals.sent, 13_000);
+    assert_eq!(stats.totals.acked, 12_900);
+    drop(store);
+    let store = open(dir.path()).expect("reopen after compaction");
+    let stats = store.stats(&q()).await.expect("stats");
+    assert_eq!(
+        (stats.in_flight, stats.totals.sent, stats.totals.acked),
+        (100, 13_000, 12_900)
+    );
+    for id in kept {
+        let m = store
+            .get_message(id)
+            .await
+            .expect("kept message survives compaction");
+        assert_eq!(m.body.expect("body").bytes.len(), 16 * 1024);
+    }
+}
