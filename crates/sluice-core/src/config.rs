@@ -178,7 +178,12 @@ impl QueueConfig {
     /// [`StoreError::InvalidArgument`] naming the field, its value and the allowed range.
     pub fn validate(&self, name: &QueueName) -> Result<(), StoreError> {
         use limits::*;
-        dur_range("visibility_timeout", self.visibility_timeout, Duration::ZERO, MAX_VISIBILITY)?;
+        dur_range(
+            "visibility_timeout",
+            self.visibility_timeout,
+            Duration::ZERO,
+            MAX_VISIBILITY,
+        )?;
         if self.max_receive_count > MAX_RECEIVE_COUNT {
             return Err(StoreError::invalid(format!(
                 "max_receive_count must be 0 (unlimited) to {MAX_RECEIVE_COUNT}, got {}",
@@ -200,7 +205,12 @@ impl QueueConfig {
             }
             _ => {}
         }
-        dur_range("backoff_base", self.backoff_base, Duration::ZERO, MAX_BACKOFF)?;
+        dur_range(
+            "backoff_base",
+            self.backoff_base,
+            Duration::ZERO,
+            MAX_BACKOFF,
+        )?;
         dur_range("backoff_max", self.backoff_max, Duration::ZERO, MAX_BACKOFF)?;
         dur_range("delay", self.delay, Duration::ZERO, MAX_DELAY)?;
         dur_range("retention", self.retention, MIN_RETENTION, MAX_RETENTION)?;
@@ -210,7 +220,12 @@ impl QueueConfig {
                 self.max_message_bytes
             )));
         }
-        dur_range("dedup_window", self.dedup_window, Duration::ZERO, MAX_DEDUP_WINDOW)?;
+        dur_range(
+            "dedup_window",
+            self.dedup_window,
+            Duration::ZERO,
+            MAX_DEDUP_WINDOW,
+        )?;
         if let Some(r) = self.rate_limit {
             if r.limit == 0 || r.limit > MAX_RATE_LIMIT {
                 return Err(StoreError::invalid(format!(
@@ -218,7 +233,12 @@ impl QueueConfig {
                     r.limit
                 )));
             }
-            dur_range("rate_limit.period", r.period, MIN_RATE_PERIOD, MAX_RATE_PERIOD)?;
+            dur_range(
+                "rate_limit.period",
+                r.period,
+                MIN_RATE_PERIOD,
+                MAX_RATE_PERIOD,
+            )?;
         }
         if let Some(m) = self.max_in_flight
             && (m == 0 || m > MAX_IN_FLIGHT)
@@ -234,7 +254,12 @@ impl QueueConfig {
                 "max_depth must be 1 to {MAX_DEPTH}, got {m}"
             )));
         }
-        dur_range("result_ttl", self.result_ttl, Duration::ZERO, MAX_RESULT_TTL)?;
+        dur_range(
+            "result_ttl",
+            self.result_ttl,
+            Duration::ZERO,
+            MAX_RESULT_TTL,
+        )?;
         Ok(())
     }
 }
@@ -317,24 +342,74 @@ mod tests {
     fn each_limit_is_enforced() {
         let base = QueueConfig::defaults_for(&q());
         let bad = [
-            QueueConfigPatch { visibility_timeout: Some(Duration::from_secs(12 * 3600 + 1)), ..Default::default() },
-            QueueConfigPatch { max_receive_count: Some(1001), ..Default::default() },
-            QueueConfigPatch { dead_letter_queue: Some(None), ..Default::default() },
-            QueueConfigPatch { dead_letter_queue: Some(Some(q())), ..Default::default() },
-            QueueConfigPatch { backoff_max: Some(Duration::from_secs(13 * 3600)), ..Default::default() },
-            QueueConfigPatch { delay: Some(Duration::from_secs(8 * 86_400)), ..Default::default() },
-            QueueConfigPatch { retention: Some(Duration::from_secs(59)), ..Default::default() },
-            QueueConfigPatch { retention: Some(Duration::from_secs(31 * 86_400)), ..Default::default() },
-            QueueConfigPatch { max_message_bytes: Some(0), ..Default::default() },
-            QueueConfigPatch { max_message_bytes: Some(16 * 1024 * 1024 + 1), ..Default::default() },
-            QueueConfigPatch { dedup_window: Some(Duration::from_secs(86_401)), ..Default::default() },
-            QueueConfigPatch { rate_limit: Some(Some(RateLimit { limit: 0, period: SECOND })), ..Default::default() },
-            QueueConfigPatch { max_in_flight: Some(Some(0)), ..Default::default() },
-            QueueConfigPatch { max_depth: Some(Some(0)), ..Default::default() },
-            QueueConfigPatch { result_ttl: Some(Duration::from_secs(8 * 86_400)), ..Default::default() },
+            QueueConfigPatch {
+                visibility_timeout: Some(Duration::from_secs(12 * 3600 + 1)),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                max_receive_count: Some(1001),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                dead_letter_queue: Some(None),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                dead_letter_queue: Some(Some(q())),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                backoff_max: Some(Duration::from_secs(13 * 3600)),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                delay: Some(Duration::from_secs(8 * 86_400)),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                retention: Some(Duration::from_secs(59)),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                retention: Some(Duration::from_secs(31 * 86_400)),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                max_message_bytes: Some(0),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                max_message_bytes: Some(16 * 1024 * 1024 + 1),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                dedup_window: Some(Duration::from_secs(86_401)),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                rate_limit: Some(Some(RateLimit {
+                    limit: 0,
+                    period: SECOND,
+                })),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                max_in_flight: Some(Some(0)),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                max_depth: Some(Some(0)),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                result_ttl: Some(Duration::from_secs(8 * 86_400)),
+                ..Default::default()
+            },
         ];
         for p in bad {
-            let err = base.apply(&q(), &p).expect_err(&format!("{p:?} should be refused"));
+            let err = base
+                .apply(&q(), &p)
+                .expect_err(&format!("{p:?} should be refused"));
             assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
         }
     }

@@ -26,9 +26,11 @@ pub fn after_nack(cfg: &QueueConfig, receive_count: u32, delay: Option<Duration>
     if is_exhausted(cfg.max_receive_count, receive_count) {
         return AfterFailure::DeadLetter(DeadLetterReason::Exhausted);
     }
-    AfterFailure::Retry(delay.unwrap_or_else(|| {
-        backoff::retry_delay(cfg.backoff_base, cfg.backoff_max, receive_count)
-    }))
+    AfterFailure::Retry(
+        delay.unwrap_or_else(|| {
+            backoff::retry_delay(cfg.backoff_base, cfg.backoff_max, receive_count)
+        }),
+    )
 }
 
 /// Rule 3: an expired lease makes the message visible at once, unless the attempts are used up.
@@ -77,8 +79,14 @@ mod tests {
 
     #[test]
     fn unlimited_attempts_never_dead_letter() {
-        assert!(matches!(after_nack(&cfg(0), 10_000, None), AfterFailure::Retry(_)));
-        assert_eq!(after_lease_expiry(&cfg(0), 10_000), AfterFailure::Retry(Duration::ZERO));
+        assert!(matches!(
+            after_nack(&cfg(0), 10_000, None),
+            AfterFailure::Retry(_)
+        ));
+        assert_eq!(
+            after_lease_expiry(&cfg(0), 10_000),
+            AfterFailure::Retry(Duration::ZERO)
+        );
     }
 
     #[test]

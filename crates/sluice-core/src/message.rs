@@ -60,17 +60,26 @@ pub struct Body {
 impl Body {
     /// A JSON body from its text. The caller vouches that `text` is valid JSON.
     pub fn json(text: impl Into<Bytes>) -> Self {
-        Body { kind: BodyKind::Json, bytes: text.into() }
+        Body {
+            kind: BodyKind::Json,
+            bytes: text.into(),
+        }
     }
 
     /// A text body.
     pub fn text(text: impl Into<String>) -> Self {
-        Body { kind: BodyKind::Text, bytes: Bytes::from(text.into()) }
+        Body {
+            kind: BodyKind::Text,
+            bytes: Bytes::from(text.into()),
+        }
     }
 
     /// A binary body.
     pub fn binary(bytes: impl Into<Bytes>) -> Self {
-        Body { kind: BodyKind::Binary, bytes: bytes.into() }
+        Body {
+            kind: BodyKind::Binary,
+            bytes: bytes.into(),
+        }
     }
 
     /// Size in bytes.
@@ -104,7 +113,12 @@ pub struct NewMessage {
 impl NewMessage {
     /// A message with this body and nothing else.
     pub fn new(body: Body) -> Self {
-        NewMessage { body, attributes: Attributes::new(), delay: None, dedup_id: None }
+        NewMessage {
+            body,
+            attributes: Attributes::new(),
+            delay: None,
+            dedup_id: None,
+        }
     }
 
     /// Checks the parts that do not depend on the queue (attributes, dedup id, delay).

@@ -95,6 +95,9 @@ mod tests {
     fn default_dlq_stays_within_the_limit() {
         let long = QueueName::new("q".repeat(80)).unwrap();
         assert!(long.default_dlq().as_str().len() <= MAX_QUEUE_NAME_LEN);
-        assert_eq!(QueueName::new("jobs").unwrap().default_dlq().as_str(), "jobs.dlq");
+        assert_eq!(
+            QueueName::new("jobs").unwrap().default_dlq().as_str(),
+            "jobs.dlq"
+        );
     }
 }

@@ -20,7 +20,9 @@ impl SlidingWindow {
     /// How many more events `limit` allows at `now`.
     pub fn available(&mut self, limit: &RateLimit, now: Timestamp) -> u32 {
         self.forget_before(limit, now);
-        limit.limit.saturating_sub(u32::try_from(self.events.len()).unwrap_or(u32::MAX))
+        limit
+            .limit
+            .saturating_sub(u32::try_from(self.events.len()).unwrap_or(u32::MAX))
     }
 
     /// Records `n` events at `now`.
@@ -56,14 +58,20 @@ mod tests {
 
     #[test]
     fn never_more_than_limit_in_any_window() {
-        let rl = RateLimit { limit: 3, period: Duration::from_secs(10) };
+        let rl = RateLimit {
+            limit: 3,
+            period: Duration::from_secs(10),
+        };
         let mut w = SlidingWindow::default();
         let t0 = Timestamp(1_000_000);
         assert_eq!(w.available(&rl, t0), 3);
         w.record(t0, 2);
         w.record(t0.plus(Duration::from_secs(5)), 1);
         assert_eq!(w.available(&rl, t0.plus(Duration::from_secs(9))), 0);
-        assert_eq!(w.next_free(&rl, t0.plus(Duration::from_secs(9))), Some(t0.plus(Duration::from_secs(10))));
+        assert_eq!(
+            w.next_free(&rl, t0.plus(Duration::from_secs(9))),
+            Some(t0.plus(Duration::from_secs(10)))
+        );
         assert_eq!(w.available(&rl, t0.plus(Duration::from_secs(10))), 2);
         assert_eq!(w.available(&rl, t0.plus(Duration::from_secs(15))), 3);
     }

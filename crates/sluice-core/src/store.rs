@@ -39,7 +39,12 @@ pub struct ReceiveRequest {
 
 impl Default for ReceiveRequest {
     fn default() -> Self {
-        ReceiveRequest { max: 1, wait: Duration::ZERO, visibility: None, consumer: None }
+        ReceiveRequest {
+            max: 1,
+            wait: Duration::ZERO,
+            visibility: None,
+            consumer: None,
+        }
     }
 }
 
@@ -79,7 +84,7 @@ pub enum BrowseState {
     Delayed,
     /// Only leased ones, soonest lease end first.
     InFlight,
-    /// All of them, oldest in this queue first.
+    /// All of them: in flight, then visible in delivery order, then delayed.
     All,
 }
 
@@ -296,7 +301,9 @@ pub fn validate_visibility(v: Duration) -> Result<(), StoreError> {
 /// `InvalidArgument` outside 1–1000.
 pub fn validate_limit(limit: u32) -> Result<(), StoreError> {
     if limit == 0 || limit as usize > crate::config::limits::MAX_BATCH {
-        return Err(StoreError::invalid(format!("limit must be 1 to 1000, got {limit}")));
+        return Err(StoreError::invalid(format!(
+            "limit must be 1 to 1000, got {limit}"
+        )));
     }
     Ok(())
 }

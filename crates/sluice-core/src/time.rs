@@ -20,7 +20,10 @@ impl Timestamp {
     /// This time moved forward by `d` (saturating; durations in Sluice are bounded by config
     /// limits, so saturation only guards against arithmetic on hostile values).
     pub fn plus(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+        Timestamp(
+            self.0
+                .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        )
     }
 
     /// Time elapsed from `earlier` to `self`, zero if `earlier` is later.

@@ -52,9 +52,9 @@ pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
                 attributes: rec.attributes,
                 enqueued_at: rec.enqueued_at,
                 entered_at: m.entered_at,
-                visible_at: if m.slot == Slot::Leased { now } else { m.at },
-                receive_count: m.receive_count,
-                lease: (m.slot == Slot::Leased).then_some((m.token, m.at)),
+                visible_at: if m.slot() == Slot::Leased { now } else { m.at },
+                receive_count: m.receive_count(),
+                lease: (m.slot() == Slot::Leased).then_some((m.token(), m.at)),
                 rich,
                 dedup: None,
             }));

@@ -199,7 +199,7 @@ impl Core {
     pub(crate) fn commit(&mut self, records: Vec<Record>) -> Result<u64, StoreError> {
         let (locs, pos) = self.log.append(&records)?;
         for (r, l) in records.iter().zip(locs) {
-            self.state.apply(r, l);
+            self.state.apply(r, l.0, l.1);
         }
         Ok(pos)
     }
@@ -242,22 +242,31 @@ impl Core {
             .take_while(|(at, _)| *at <= now)
             .map(|(_, id)| *id)
             .collect();
-        let cutoff = now - q.config.retention.as_millis() as i64;
-        let mut too_old = Vec::new();
-        for &(entered, id) in &q.by_age {
-            if entered > cutoff || too_old.len() >= 10_000 {
-                break;
-            }
-            let expired_lease = expired_leases.binary_search(&id).is_ok();
-            if self
-                .state
-                .msgs
-                .get(&id)
-                .is_some_and(|m| m.slot != Slot::Leased)
-                && !expired_lease
-            {
-                too_old.push(id);
-            }
+        // Retention. A visible message's visible_at is never before it entered the queue, so
+        // the front of the ready index finds the usual expired messages at once; messages
+        // that waited out retries are found by a full scan, at most once a minute.
+        let retention = q.config.retention.as_millis() as i64;
+        let cutoff = now - retention;
+        let mut too_old: Vec<u64> = q
+            .ready
+            .iter()
+            .take_while(|(at, _)| *at <= cutoff)
+            .take(RETENTION_BATCH)
+            .map(|(_, id)| *id)
+            .collect();
+        if now.saturating_sub(q.retention_scan) >= RETENTION_SCAN_EVERY.min(retention / 4) {
+            q.retention_scan = now;
+            let msgs = &self.state.msgs;
+            too_old.extend(
+                q.ready
+                    .iter()
+                    .chain(&q.delayed)
+                    .filter(|(at, id)| {
+                        *at > cutoff && msgs.get(id).is_some_and(|m| m.entered_at <= cutoff)
+                    })
+                    .map(|(_, id)| *id)
+                    .take(RETENTION_BATCH),
+            );
         }
         let cfg = q.config.clone();
         let name = q.name.clone();
@@ -274,27 +283,29 @@ impl Core {
                     consumer: None,
                 },
             );
-            records.push(match lifecycle::after_lease_expiry(&cfg, m.receive_count) {
-                AfterFailure::Retry(_) => UpdateRecord {
-                    event: UpdateEvent::LeaseExpired,
-                    id,
-                    qid,
-                    visible_at: now,
-                    entered_at: m.entered_at,
-                    receive_count: m.receive_count,
-                    rich,
+            records.push(
+                match lifecycle::after_lease_expiry(&cfg, m.receive_count()) {
+                    AfterFailure::Retry(_) => UpdateRecord {
+                        event: UpdateEvent::LeaseExpired,
+                        id,
+                        qid,
+                        visible_at: now,
+                        entered_at: m.entered_at,
+                        receive_count: m.receive_count(),
+                        rich,
+                    },
+                    AfterFailure::DeadLetter(reason) => self.dead_letter(
+                        &cfg,
+                        &name,
+                        id,
+                        &m,
+                        rich,
+                        reason,
+                        UpdateEvent::LeaseExhausted { from: qid },
+                        now,
+                    )?,
                 },
-                AfterFailure::DeadLetter(reason) => self.dead_letter(
-                    &cfg,
-                    &name,
-                    id,
-                    &m,
-                    rich,
-                    reason,
-                    UpdateEvent::LeaseExhausted { from: qid },
-                    now,
-                )?,
-            });
+            );
         }
         let mut records: Vec<Record> = records.into_iter().map(Record::Update).collect();
         let mut dropped = Vec::new();
@@ -389,7 +400,7 @@ impl Core {
             qid: dlq,
             visible_at: now,
             entered_at: now,
-            receive_count: m.receive_count,
+            receive_count: m.receive_count(),
             rich,
         })
     }
@@ -397,7 +408,7 @@ impl Core {
     /// Finds the live lease named by `receipt` in queue `qid`.
     fn leased(&self, qid: Qid, receipt: &Receipt) -> Result<Msg, StoreError> {
         match self.state.msgs.get(&receipt.id.0) {
-            Some(m) if m.qid == qid && m.slot == Slot::Leased && m.token == receipt.token => Ok(*m),
+            Some(m) if m.qid == qid && m.holds(receipt.token) => Ok(*m),
             _ => Err(StoreError::ReceiptStale),
         }
     }
@@ -436,7 +447,7 @@ impl Core {
         Ok(Message {
             id: MessageId(id),
             queue: q.name.clone(),
-            state: match m.slot {
+            state: match m.slot() {
                 Slot::Delayed => MessageState::Delayed,
                 Slot::Ready => MessageState::Visible,
                 Slot::Leased => MessageState::InFlight,
@@ -445,7 +456,7 @@ impl Core {
             attributes: rec.attributes,
             enqueued_at: Timestamp(rec.enqueued_at),
             visible_at: Some(Timestamp(m.at)),
-            receive_count: m.receive_count,
+            receive_count: m.receive_count(),
             last_error: rich.last_error,
             attempts: rich.attempts,
             dedup_id: rec.dedup.map(|(k, _)| k),
@@ -456,6 +467,11 @@ impl Core {
         })
     }
 }
+
+/// Most messages expired per maintenance pass, to bound the time the lock is held.
+const RETENTION_BATCH: usize = 10_000;
+/// How often retention scans a whole queue (in ms).
+const RETENTION_SCAN_EVERY: i64 = 60_000;
 
 enum Attempted {
     Got(Vec<Delivery>, u64),
@@ -518,7 +534,7 @@ impl EmbeddedStore {
             let m = core.state.msgs[&id];
             let token = core.state.draw_token();
             let (rec, rich) = core.load(&m)?;
-            let receive_count = m.receive_count + 1;
+            let receive_count = m.receive_count() + 1;
             leases.push(Lease {
                 id,
                 receive_count,
@@ -878,7 +894,7 @@ impl Store for EmbeddedStore {
                 let acked = Acked {
                     id: a.receipt.id.0,
                     qid,
-                    receive_count: m.receive_count,
+                    receive_count: m.receive_count(),
                     at: now,
                     keep_until,
                 };
@@ -937,7 +953,7 @@ impl Store for EmbeddedStore {
                 let (_, mut rich) = core.load(&m)?;
                 apply_failure(&mut rich, now, AttemptOutcome::Nacked, &failure);
                 let id = receipt.id.0;
-                let (update, state) = match lifecycle::after_nack(&cfg, m.receive_count, delay) {
+                let (update, state) = match lifecycle::after_nack(&cfg, m.receive_count(), delay) {
                     AfterFailure::Retry(d) => (
                         UpdateRecord {
                             event: UpdateEvent::Nack,
@@ -945,7 +961,7 @@ impl Store for EmbeddedStore {
                             qid,
                             visible_at: Timestamp(now).plus(d).as_millis(),
                             entered_at: m.entered_at,
-                            receive_count: m.receive_count,
+                            receive_count: m.receive_count(),
                             rich,
                         },
                         Some(if d.is_zero() {
@@ -1091,26 +1107,41 @@ impl Store for EmbeddedStore {
         let qid = core.qid(queue)?;
         core.maintain_with_sources(qid, now)?;
         let q = &core.state.queues[&qid];
-        let index = match req.state {
-            BrowseState::Visible => &q.ready,
-            BrowseState::Delayed => &q.delayed,
-            BrowseState::InFlight => &q.leased,
-            BrowseState::All => &q.by_age,
+        // Keys are (index, time, id): "all" walks in-flight, then visible, then delayed.
+        let parts: Vec<(u8, &std::collections::BTreeSet<(i64, u64)>)> = match req.state {
+            BrowseState::Visible => vec![(1, &q.ready)],
+            BrowseState::Delayed => vec![(2, &q.delayed)],
+            BrowseState::InFlight => vec![(0, &q.leased)],
+            BrowseState::All => vec![(0, &q.leased), (1, &q.ready), (2, &q.delayed)],
         };
-        let range = match after {
-            Some(k) => index.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded)),
-            None => index.range(..),
-        };
-        let keys: Vec<(i64, u64)> = range.take(req.limit as usize + 1).copied().collect();
+        let mut keys: Vec<(u8, i64, u64)> = Vec::new();
+        for (tag, index) in parts {
+            let range = match after {
+                Some((t, at, id)) if t == tag => index.range((
+                    std::ops::Bound::Excluded((at, id)),
+                    std::ops::Bound::Unbounded,
+                )),
+                Some((t, _, _)) if t > tag => continue,
+                _ => index.range(..),
+            };
+            keys.extend(
+                range
+                    .take(req.limit as usize + 1 - keys.len())
+                    .map(|(at, id)| (tag, *at, *id)),
+            );
+            if keys.len() > req.limit as usize {
+                break;
+            }
+        }
         let more = keys.len() > req.limit as usize;
         let mut messages = Vec::with_capacity(keys.len());
-        for (_, id) in keys.iter().take(req.limit as usize) {
+        for (_, _, id) in keys.iter().take(req.limit as usize) {
             let m = core.state.msgs[id];
             messages.push(core.message_view(*id, &m)?);
         }
         let next_cursor = if more {
             keys.get(req.limit as usize - 1)
-                .map(|(a, id)| format!("{a}.{id:x}"))
+                .map(|(tag, at, id)| format!("{tag}.{at}.{id:x}"))
         } else {
             None
         };
@@ -1218,15 +1249,23 @@ impl Store for EmbeddedStore {
     }
 }
 
-fn parse_cursor(c: &str) -> Result<(i64, u64), StoreError> {
+fn parse_cursor(c: &str) -> Result<(u8, i64, u64), StoreError> {
     let bad = || {
         StoreError::invalid(
             "cursor is malformed; pass next_cursor exactly as the previous page returned it",
         )
     };
-    let (a, id) = c.split_once('.').ok_or_else(bad)?;
+    let mut parts = c.splitn(3, '.');
+    let (Some(tag), Some(at), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let tag: u8 = tag.parse().map_err(|_| bad())?;
+    if tag > 2 {
+        return Err(bad());
+    }
     Ok((
-        a.parse().map_err(|_| bad())?,
+        tag,
+        at.parse().map_err(|_| bad())?,
         u64::from_str_radix(id, 16).map_err(|_| bad())?,
     ))
 }

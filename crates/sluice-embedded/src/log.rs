@@ -28,12 +28,12 @@ use crate::record::{self, FrameError, Record};
 /// A segment is closed and a new one started past this size.
 pub(crate) const SEGMENT_TARGET: u64 = 64 * 1024 * 1024;
 
-/// Where a record lives: segment number, byte offset, frame length.
+/// Where a record lives: segment number and byte offset of its frame. Eight bytes, because
+/// every live message keeps two of these in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Loc {
     pub seg: u32,
     pub off: u32,
-    pub len: u32,
 }
 
 /// The file name of segment `n`.
@@ -153,7 +153,10 @@ impl Log {
     /// # Errors
     /// `Unavailable` when the disk refuses the write (full, I/O error) or the log is poisoned;
     /// nothing is applied then.
-    pub(crate) fn append(&mut self, records: &[Record]) -> Result<(Vec<Loc>, u64), StoreError> {
+    pub(crate) fn append(
+        &mut self,
+        records: &[Record],
+    ) -> Result<(Vec<(Loc, u32)>, u64), StoreError> {
         self.check_poisoned()?;
         self.scratch.clear();
         let mut lens = Vec::with_capacity(records.len());
@@ -175,11 +178,13 @@ impl Log {
         let mut off = self.active_len;
         let mut locs = Vec::with_capacity(records.len());
         for len in lens {
-            locs.push(Loc {
-                seg: self.active,
-                off: u32::try_from(off).unwrap_or(u32::MAX),
-                len: len as u32,
-            });
+            locs.push((
+                Loc {
+                    seg: self.active,
+                    off: u32::try_from(off).unwrap_or(u32::MAX),
+                },
+                len as u32,
+            ));
             off += len as u64;
         }
         self.active_len += total;
@@ -211,14 +216,19 @@ impl Log {
         Ok(())
     }
 
-    /// Reads one record back.
+    /// Reads one record back: the frame header first (for its length), then the frame.
     pub(crate) fn read(&self, loc: Loc) -> Result<Record, StoreError> {
         let file = self.segments.get(&loc.seg).ok_or_else(|| {
             StoreError::unavailable(format!("log segment {} is missing", loc.seg))
         })?;
-        let mut buf = vec![0u8; loc.len as usize];
+        let io = |e: std::io::Error| StoreError::unavailable(format!("log read failed: {e}"));
+        let mut head = [0u8; record::HEADER];
+        file.read_exact_at(&mut head, u64::from(loc.off))
+            .map_err(io)?;
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let mut buf = vec![0u8; record::HEADER + len.min(record::MAX_PAYLOAD)];
         file.read_exact_at(&mut buf, u64::from(loc.off))
-            .map_err(|e| StoreError::unavailable(format!("log read failed: {e}")))?;
+            .map_err(io)?;
         record::decode_frame(&buf)
             .map(|(r, _)| r)
             .map_err(|e: FrameError| {

@@ -262,10 +262,7 @@ mod tests {
         for i in 0..buf.len() * 8 {
             let mut b = buf.clone();
             b[i / 8] ^= 1 << (i % 8);
-            assert!(
-                decode_frame(&b).is_err() || decode_frame(&b).unwrap().0 == sample() && false,
-                "flip {i} undetected"
-            );
+            assert!(decode_frame(&b).is_err(), "flip {i} undetected");
         }
     }
 

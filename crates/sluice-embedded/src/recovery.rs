@@ -38,9 +38,8 @@ pub(crate) fn replay_segment(
                 let loc = Loc {
                     seg: n,
                     off: off as u32,
-                    len: len as u32,
                 };
-                state.apply(&rec, loc);
+                state.apply(&rec, loc, len as u32);
                 off += len;
                 stats.records += 1;
             }

@@ -29,22 +29,97 @@ pub(crate) enum Slot {
     Leased,
 }
 
-/// One live message, as kept in memory (64 bytes).
+/// One live message, as kept in memory: 48 bytes, plus its map slot and one index entry.
+///
+/// Fields are packed because this struct is the RAM cost of a queued message: the slot rides
+/// in the top bits of the receive count, and only the low 32 bits of the lease token are kept
+/// (a stale receipt could pass only after 2^32 further leases of the same message).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Msg {
     pub qid: Qid,
-    pub slot: Slot,
-    pub receive_count: u32,
+    count_slot: u32,
+    token_lo: u32,
+    /// Frame length of the body record, for live-byte accounting.
+    pub body_len: u32,
     /// Visible-at (delayed, ready) or lease deadline (leased), in ms.
     pub at: i64,
-    /// When it entered its current queue, in ms (retention and browse order).
+    /// When it entered its current queue, in ms (retention).
     pub entered_at: i64,
-    /// Token of the current lease.
-    pub token: u64,
     /// The record holding the body (and the rest of the immutable fields).
     pub body: Loc,
     /// The newest record holding the rich fields (attempts, last error, dead-letter info).
     pub aux: Loc,
+}
+
+const SLOT_SHIFT: u32 = 30;
+const COUNT_MASK: u32 = (1 << SLOT_SHIFT) - 1;
+
+impl Msg {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        qid: Qid,
+        slot: Slot,
+        receive_count: u32,
+        token: u64,
+        at: i64,
+        entered_at: i64,
+        body: Loc,
+        body_len: u32,
+        aux: Loc,
+    ) -> Self {
+        let mut m = Msg {
+            qid,
+            count_slot: 0,
+            token_lo: token as u32,
+            body_len,
+            at,
+            entered_at,
+            body,
+            aux,
+        };
+        m.set_receive_count(receive_count);
+        m.set_slot(slot);
+        m
+    }
+
+    pub fn slot(&self) -> Slot {
+        match self.count_slot >> SLOT_SHIFT {
+            0 => Slot::Delayed,
+            1 => Slot::Ready,
+            _ => Slot::Leased,
+        }
+    }
+
+    pub fn set_slot(&mut self, slot: Slot) {
+        let bits = match slot {
+            Slot::Delayed => 0,
+            Slot::Ready => 1,
+            Slot::Leased => 2,
+        };
+        self.count_slot = (self.count_slot & COUNT_MASK) | (bits << SLOT_SHIFT);
+    }
+
+    pub fn receive_count(&self) -> u32 {
+        self.count_slot & COUNT_MASK
+    }
+
+    pub fn set_receive_count(&mut self, n: u32) {
+        self.count_slot = (self.count_slot & !COUNT_MASK) | n.min(COUNT_MASK);
+    }
+
+    /// True when `token` names this message's current lease.
+    pub fn holds(&self, token: u64) -> bool {
+        self.slot() == Slot::Leased && self.token_lo == token as u32
+    }
+
+    pub fn set_token(&mut self, token: u64) {
+        self.token_lo = token as u32;
+    }
+
+    /// The (low bits of the) current lease token, for compaction's copy of the message.
+    pub fn token(&self) -> u64 {
+        u64::from(self.token_lo)
+    }
 }
 
 /// A remembered dedup id.
@@ -65,6 +140,7 @@ pub(crate) struct Done {
     pub keep_until: i64,
     /// The ack or complete record (the latter holds the result).
     pub loc: Loc,
+    pub len: u32,
     pub has_result: bool,
 }
 
@@ -77,8 +153,8 @@ pub(crate) struct QueueState {
     pub delayed: BTreeSet<(i64, u64)>,
     pub ready: BTreeSet<(i64, u64)>,
     pub leased: BTreeSet<(i64, u64)>,
-    /// Every message of the queue by `(entered_at, id)`: retention and browse-all order.
-    pub by_age: BTreeSet<(i64, u64)>,
+    /// When retention last scanned the whole queue.
+    pub retention_scan: i64,
     pub dedup: HashMap<String, DedupEntry>,
     pub dedup_order: VecDeque<(i64, String)>,
     pub window: SlidingWindow,
@@ -96,7 +172,7 @@ impl QueueState {
             delayed: BTreeSet::new(),
             ready: BTreeSet::new(),
             leased: BTreeSet::new(),
-            by_age: BTreeSet::new(),
+            retention_scan: i64::MIN,
             dedup: HashMap::new(),
             dedup_order: VecDeque::new(),
             window: SlidingWindow::default(),
@@ -110,6 +186,15 @@ impl QueueState {
             Slot::Ready => &mut self.ready,
             Slot::Leased => &mut self.leased,
         }
+    }
+
+    /// Every message id of the queue: in flight, then visible, then delayed.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.leased
+            .iter()
+            .chain(&self.ready)
+            .chain(&self.delayed)
+            .map(|(_, id)| *id)
     }
 
     /// Messages counted against `max_depth`.
@@ -186,7 +271,7 @@ impl State {
     pub fn drop_queue(&mut self, qid: Qid) {
         if let Some(q) = self.queues.remove(&qid) {
             self.names.remove(&q.name);
-            for (_, id) in q.by_age {
+            for id in q.ids() {
                 if let Some(m) = self.msgs.remove(&id) {
                     self.unaccount(&m);
                 }
@@ -211,34 +296,28 @@ impl State {
         t
     }
 
+    // Live bytes count body records only: update records are small and their segment is
+    // compacted along with whatever else is in it.
     fn account(&mut self, m: &Msg) {
-        *self.live.entry(m.body.seg).or_default() += u64::from(m.body.len);
-        if m.aux != m.body {
-            *self.live.entry(m.aux.seg).or_default() += u64::from(m.aux.len);
-        }
+        *self.live.entry(m.body.seg).or_default() += u64::from(m.body_len);
     }
 
     fn unaccount(&mut self, m: &Msg) {
-        sub_live(&mut self.live, m.body);
-        if m.aux != m.body {
-            sub_live(&mut self.live, m.aux);
-        }
+        sub_live(&mut self.live, m.body, m.body_len);
     }
 
     /// Takes a message out of its queue's indexes (it stays in `msgs`).
     fn detach(&mut self, id: u64) -> Option<Msg> {
         let m = *self.msgs.get(&id)?;
         if let Some(q) = self.queues.get_mut(&m.qid) {
-            q.index(m.slot).remove(&(m.at, id));
-            q.by_age.remove(&(m.entered_at, id));
+            q.index(m.slot()).remove(&(m.at, id));
         }
         Some(m)
     }
 
     fn attach(&mut self, id: u64, m: Msg) {
         if let Some(q) = self.queues.get_mut(&m.qid) {
-            q.index(m.slot).insert((m.at, id));
-            q.by_age.insert((m.entered_at, id));
+            q.index(m.slot()).insert((m.at, id));
             self.msgs.insert(id, m);
         } else {
             self.msgs.remove(&id);
@@ -258,7 +337,7 @@ impl State {
     }
 
     /// Applies one record found at `loc`.
-    pub fn apply(&mut self, rec: &Record, loc: Loc) {
+    pub fn apply(&mut self, rec: &Record, loc: Loc, len: u32) {
         match rec {
             Record::Message(m) => {
                 self.next_id = self.next_id.max(m.id + 1);
@@ -276,16 +355,17 @@ impl State {
                     Some((token, deadline)) => (Slot::Leased, deadline, token),
                     None => (Slot::Delayed, m.visible_at, 0),
                 };
-                let msg = Msg {
-                    qid: m.qid,
+                let msg = Msg::new(
+                    m.qid,
                     slot,
-                    receive_count: m.receive_count,
-                    at,
-                    entered_at: m.entered_at,
+                    m.receive_count,
                     token,
-                    body: loc,
-                    aux: loc,
-                };
+                    at,
+                    m.entered_at,
+                    loc,
+                    len,
+                    loc,
+                );
                 self.account(&msg);
                 self.attach(m.id, msg);
                 let q = self.queues.get_mut(&m.qid).expect("checked above");
@@ -306,20 +386,13 @@ impl State {
             Record::Update(u) => {
                 self.count_update(u.event, u.qid);
                 let Some(old) = self.detach(u.id) else { return };
-                if old.aux != old.body {
-                    sub_live(&mut self.live, old.aux);
-                }
-                *self.live.entry(loc.seg).or_default() += u64::from(loc.len);
-                let msg = Msg {
-                    qid: u.qid,
-                    slot: Slot::Delayed,
-                    receive_count: u.receive_count,
-                    at: u.visible_at,
-                    entered_at: u.entered_at,
-                    token: old.token,
-                    body: old.body,
-                    aux: loc,
-                };
+                let mut msg = old;
+                msg.qid = u.qid;
+                msg.set_slot(Slot::Delayed);
+                msg.set_receive_count(u.receive_count);
+                msg.at = u.visible_at;
+                msg.entered_at = u.entered_at;
+                msg.aux = loc;
                 self.msgs.insert(u.id, msg);
                 if self.queues.contains_key(&u.qid) {
                     self.attach(u.id, msg);
@@ -333,10 +406,10 @@ impl State {
                     let Some(mut m) = self.detach(l.id) else {
                         continue;
                     };
-                    m.slot = Slot::Leased;
+                    m.set_slot(Slot::Leased);
                     m.at = l.deadline;
-                    m.token = l.token;
-                    m.receive_count = l.receive_count;
+                    m.set_token(l.token);
+                    m.set_receive_count(l.receive_count);
                     self.attach(l.id, m);
                     if let Some(t) = self.totals(m.qid) {
                         t.received += 1;
@@ -348,10 +421,7 @@ impl State {
                 token,
                 deadline,
             } => {
-                if self
-                    .msgs
-                    .get(id)
-                    .is_some_and(|m| m.slot == Slot::Leased && m.token == *token)
+                if self.msgs.get(id).is_some_and(|m| m.holds(*token))
                     && let Some(mut m) = self.detach(*id)
                 {
                     m.at = *deadline;
@@ -360,10 +430,10 @@ impl State {
             }
             Record::Ack(acks) => {
                 for a in acks {
-                    self.complete(a, loc, false);
+                    self.complete(a, loc, len, false);
                 }
             }
-            Record::Complete { acked, .. } => self.complete(acked, loc, true),
+            Record::Complete { acked, .. } => self.complete(acked, loc, len, true),
             Record::Remove { ids, reason } => {
                 for id in ids {
                     if let Some(m) = self.remove(*id) {
@@ -373,13 +443,13 @@ impl State {
                             t.expired += 1;
                         }
                     } else if let Some(d) = self.done.remove(id) {
-                        sub_live(&mut self.live, d.loc);
+                        sub_live(&mut self.live, d.loc, d.len);
                     }
                 }
             }
             Record::Purge { qid } => {
                 let ids: Vec<u64> = match self.queues.get(qid) {
-                    Some(q) => q.by_age.iter().map(|(_, id)| *id).collect(),
+                    Some(q) => q.ids().collect(),
                     None => return,
                 };
                 for id in ids {
@@ -415,7 +485,7 @@ impl State {
         }
     }
 
-    fn complete(&mut self, a: &crate::record::Acked, loc: Loc, has_result: bool) {
+    fn complete(&mut self, a: &crate::record::Acked, loc: Loc, len: u32, has_result: bool) {
         self.remove(a.id);
         if let Some(t) = self.totals(a.qid) {
             t.acked += 1;
@@ -429,12 +499,13 @@ impl State {
                     at: a.at,
                     keep_until: a.keep_until,
                     loc,
+                    len,
                     has_result,
                 },
             ) {
-                sub_live(&mut self.live, old.loc);
+                sub_live(&mut self.live, old.loc, old.len);
             }
-            *self.live.entry(loc.seg).or_default() += u64::from(loc.len);
+            *self.live.entry(loc.seg).or_default() += u64::from(len);
             self.done_order.push_back((a.keep_until, a.id));
         }
     }
@@ -474,7 +545,7 @@ impl State {
             q.delayed.pop_first();
             q.ready.insert((at, id));
             if let Some(m) = self.msgs.get_mut(&id) {
-                m.slot = Slot::Ready;
+                m.set_slot(Slot::Ready);
             }
             n += 1;
         }
@@ -491,14 +562,36 @@ impl State {
             if self.done.get(&id).is_some_and(|d| d.keep_until == until)
                 && let Some(d) = self.done.remove(&id)
             {
-                sub_live(&mut self.live, d.loc);
+                sub_live(&mut self.live, d.loc, d.len);
             }
         }
     }
 }
 
-fn sub_live(live: &mut HashMap<u32, u64>, loc: Loc) {
+fn sub_live(live: &mut HashMap<u32, u64>, loc: Loc, len: u32) {
     if let Some(v) = live.get_mut(&loc.seg) {
-        *v = v.saturating_sub(u64::from(loc.len));
+        *v = v.saturating_sub(u64::from(len));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queued_message_costs_48_bytes_of_struct() {
+        assert_eq!(std::mem::size_of::<Msg>(), 48);
+    }
+
+    #[test]
+    fn packed_fields_round_trip() {
+        let loc = Loc { seg: 1, off: 2 };
+        let mut m = Msg::new(3, Slot::Leased, 1000, u64::MAX, 5, 6, loc, 7, loc);
+        assert_eq!((m.slot(), m.receive_count()), (Slot::Leased, 1000));
+        assert!(m.holds(u64::MAX));
+        m.set_slot(Slot::Ready);
+        assert!(!m.holds(u64::MAX));
+        m.set_receive_count(7);
+        assert_eq!((m.slot(), m.receive_count()), (Slot::Ready, 7));
     }
 }

@@ -175,7 +175,11 @@ mod tests {
         listed.sort_unstable();
         let before = listed.len();
         listed.dedup();
-        assert_eq!(before, listed.len(), "a case is listed twice in conformance_suite!");
+        assert_eq!(
+            before,
+            listed.len(),
+            "a case is listed twice in conformance_suite!"
+        );
         let mut defined_sorted = defined.clone();
         defined_sorted.sort_unstable();
         assert_eq!(

@@ -122,7 +122,12 @@ pub struct Model {
 impl Model {
     /// An empty queue with these settings.
     pub fn new(max_receive_count: u32, visibility: Duration) -> Self {
-        Model { max_receive_count, visibility, msgs: BTreeMap::new(), issued: Vec::new() }
+        Model {
+            max_receive_count,
+            visibility,
+            msgs: BTreeMap::new(),
+            issued: Vec::new(),
+        }
     }
 
     /// Applies the passage of time up to `now`: delays end, leases run out.
@@ -145,7 +150,11 @@ impl Model {
 
     /// Ids whose place matches `f`.
     pub fn ids(&self, f: impl Fn(&Place) -> bool) -> BTreeSet<MessageId> {
-        self.msgs.iter().filter(|(_, m)| f(&m.place)).map(|(id, _)| *id).collect()
+        self.msgs
+            .iter()
+            .filter(|(_, m)| f(&m.place))
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// Visible ids.
@@ -201,7 +210,10 @@ impl Model {
             Pick::Any(i) => (!self.issued.is_empty()).then(|| self.issued[i % self.issued.len()]),
             Pick::Forged(i) => {
                 let real = self.pick(Pick::Any(i))?;
-                let forged = Receipt { id: real.id, token: real.token ^ (1 << 63) ^ 0x5a5a };
+                let forged = Receipt {
+                    id: real.id,
+                    token: real.token ^ (1 << 63) ^ 0x5a5a,
+                };
                 (!self.issued.contains(&forged)).then_some(forged)
             }
         }
@@ -209,9 +221,20 @@ impl Model {
 
     /// A message was sent at `now`.
     pub fn on_send(&mut self, id: MessageId, delay: Duration, now: Timestamp) {
-        let place =
-            if delay.is_zero() { Place::Visible } else { Place::Delayed { until: now.plus(delay) } };
-        self.msgs.insert(id, MState { place, receive_count: 0 });
+        let place = if delay.is_zero() {
+            Place::Visible
+        } else {
+            Place::Delayed {
+                until: now.plus(delay),
+            }
+        };
+        self.msgs.insert(
+            id,
+            MState {
+                place,
+                receive_count: 0,
+            },
+        );
     }
 
     /// The store delivered `id` under `receipt` until `until`.
@@ -224,9 +247,15 @@ impl Model {
         receipt: Receipt,
         until: Timestamp,
     ) -> Result<u32, String> {
-        let m = self.msgs.get_mut(&id).ok_or_else(|| format!("delivered unknown id {id}"))?;
+        let m = self
+            .msgs
+            .get_mut(&id)
+            .ok_or_else(|| format!("delivered unknown id {id}"))?;
         if m.place != Place::Visible {
-            return Err(format!("delivered {id} which the model has as {:?}", m.place));
+            return Err(format!(
+                "delivered {id} which the model has as {:?}",
+                m.place
+            ));
         }
         m.receive_count += 1;
         m.place = Place::InFlight { until, receipt };
@@ -244,7 +273,9 @@ impl Model {
     /// A live lease was nacked with `delay` at `now`; returns true when it dead-lettered.
     pub fn on_nack(&mut self, r: &Receipt, delay: Duration, now: Timestamp) -> bool {
         let mrc = self.max_receive_count;
-        let Some(m) = self.msgs.get_mut(&r.id) else { return false };
+        let Some(m) = self.msgs.get_mut(&r.id) else {
+            return false;
+        };
         if is_exhausted(mrc, m.receive_count) {
             m.place = Place::Dead;
             true
@@ -252,7 +283,9 @@ impl Model {
             m.place = if delay.is_zero() {
                 Place::Visible
             } else {
-                Place::Delayed { until: now.plus(delay) }
+                Place::Delayed {
+                    until: now.plus(delay),
+                }
             };
             false
         }
@@ -314,7 +347,10 @@ mod tests {
     use super::*;
 
     fn r(id: u64, token: u64) -> Receipt {
-        Receipt { id: MessageId(id), token }
+        Receipt {
+            id: MessageId(id),
+            token,
+        }
     }
 
     #[test]
@@ -322,22 +358,28 @@ mod tests {
         let mut m = Model::new(2, Duration::from_secs(10));
         let t0 = Timestamp(1_000_000);
         m.on_send(MessageId(1), Duration::ZERO, t0);
-        m.on_receive(MessageId(1), r(1, 1), t0.plus(Duration::from_secs(10))).expect("visible");
+        m.on_receive(MessageId(1), r(1, 1), t0.plus(Duration::from_secs(10)))
+            .expect("visible");
         assert!(m.is_live(&r(1, 1)));
         m.settle(t0.plus(Duration::from_secs(10)));
         assert!(!m.is_live(&r(1, 1)), "a lease is over at its deadline");
         assert_eq!(m.visible().len(), 1);
-        m.on_receive(MessageId(1), r(1, 2), t0.plus(Duration::from_secs(20))).expect("visible");
+        m.on_receive(MessageId(1), r(1, 2), t0.plus(Duration::from_secs(20)))
+            .expect("visible");
         m.settle(t0.plus(Duration::from_secs(20)));
         assert_eq!(m.dead().len(), 1);
-        assert!(m.on_receive(MessageId(1), r(1, 3), t0).is_err(), "dead messages are not delivered");
+        assert!(
+            m.on_receive(MessageId(1), r(1, 3), t0).is_err(),
+            "dead messages are not delivered"
+        );
     }
 
     #[test]
     fn forged_receipts_are_never_issued_ones() {
         let mut m = Model::new(3, Duration::from_secs(10));
         m.on_send(MessageId(7), Duration::ZERO, Timestamp(0));
-        m.on_receive(MessageId(7), r(7, 3), Timestamp(10)).expect("visible");
+        m.on_receive(MessageId(7), r(7, 3), Timestamp(10))
+            .expect("visible");
         let f = m.pick(Pick::Forged(0)).expect("forged");
         assert!(!m.is_live(&f));
         assert_eq!(m.pick(Pick::Live(5)), Some(r(7, 3)));

@@ -1,0 +1,68 @@
+//! The engine-agnostic conformance suite of `sluice-core`, run against the embedded engine.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sluice_core::conformance::Harness;
+use sluice_core::{ManualClock, Store};
+use sluice_embedded::{EmbeddedOptions, EmbeddedStore, OpenError};
+
+/// Each `open` gets a fresh data directory under one temporary root; `reopen` opens the
+/// newest one again.
+struct Embedded {
+    root: tempfile::TempDir,
+    opened: Mutex<Vec<PathBuf>>,
+}
+
+fn options(clock: ManualClock) -> EmbeddedOptions {
+    EmbeddedOptions {
+        clock: Arc::new(clock),
+        // Tests drive time themselves; background maintenance would only add noise.
+        maintenance_interval: Duration::from_secs(3600),
+    }
+}
+
+#[async_trait]
+impl Harness for Embedded {
+    async fn open(&self, clock: ManualClock) -> Arc<dyn Store> {
+        let dir = {
+            let mut opened = self.opened.lock().expect("harness lock");
+            let dir = self.root.path().join(format!("store-{}", opened.len()));
+            opened.push(dir.clone());
+            dir
+        };
+        let (store, _) = EmbeddedStore::open(&dir, options(clock)).expect("open embedded store");
+        Arc::new(store)
+    }
+
+    async fn reopen(&self, clock: ManualClock) -> Arc<dyn Store> {
+        let dir = self
+            .opened
+            .lock()
+            .expect("harness lock")
+            .last()
+            .cloned()
+            .expect("opened before");
+        // The previous store's background task may hold the directory for a moment longer.
+        for _ in 0..100 {
+            match EmbeddedStore::open(&dir, options(clock.clone())) {
+                Ok((store, _)) => return Arc::new(store),
+                Err(OpenError::Locked(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(e) => panic!("reopen failed: {e}"),
+            }
+        }
+        panic!("data directory still locked after 2 s");
+    }
+}
+
+async fn harness() -> Embedded {
+    Embedded {
+        root: tempfile::tempdir().expect("temp dir"),
+        opened: Mutex::new(Vec::new()),
+    }
+}
+
+sluice_core::conformance_suite!(harness);
