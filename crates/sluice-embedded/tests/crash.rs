@@ -149,6 +149,7 @@ async fn sigkill_loses_nothing_acknowledged() {
     let exe = std::env::current_exe().expect("test binary path");
     let mut rng = rand::thread_rng();
     let mut reported = Reported::default();
+    let child_log = dir.path().join("child-stderr.log");
     for round in 0..KILLS {
         let mut child = Command::new(&exe)
             .args([
@@ -160,7 +161,9 @@ async fn sigkill_loses_nothing_acknowledged() {
             ])
             .env(CHILD_ENV, dir.path())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(&child_log).expect("child log"),
+            ))
             .spawn()
             .expect("spawn child");
         let stdout = child.stdout.take().expect("piped stdout");
@@ -186,8 +189,9 @@ async fn sigkill_loses_nothing_acknowledged() {
     }
     assert!(
         reported.sent.len() > 1000,
-        "the load was too light to prove much: {} sends",
-        reported.sent.len()
+        "the load was too light to prove much: {} sends; the last child said:\n{}",
+        reported.sent.len(),
+        std::fs::read_to_string(&child_log).unwrap_or_default()
     );
     assert!(!reported.acked.is_empty(), "no acks observed");
     eprintln!(
