@@ -16,6 +16,7 @@ pub mod receipt;
 pub mod stats;
 pub mod store;
 pub mod time;
+pub mod wire;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -30,7 +31,7 @@ pub use name::QueueName;
 pub use receipt::Receipt;
 pub use stats::{QueueStats, Totals};
 pub use store::{
-    AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, NackOutcome, ReceiveRequest,
-    SendOutcome, Store,
+    AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, IDEMPOTENCY_TTL,
+    IdempotentResponse, NackOutcome, ReceiveRequest, SendOutcome, Store,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

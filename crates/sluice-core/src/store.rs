@@ -252,6 +252,70 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// `QueueNotFound`.
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError>;
+
+    /// The response remembered under an idempotency key, while it is kept
+    /// ([`IDEMPOTENCY_TTL`] after it was stored).
+    ///
+    /// # Errors
+    /// `Unavailable` when storage cannot be read.
+    async fn idempotency_get(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError>;
+
+    /// Remembers `response` under `key` for [`IDEMPOTENCY_TTL`], durably, unless a response is
+    /// already kept under it: then nothing changes and the kept one is returned (first writer
+    /// wins, so concurrent duplicates on several broker nodes agree).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a key over [`MAX_IDEMPOTENCY_KEY_BYTES`] bytes or a response
+    /// over 1 MiB; `Unavailable` when storage cannot be written.
+    async fn idempotency_put(
+        &self,
+        key: &str,
+        response: IdempotentResponse,
+    ) -> Result<Option<IdempotentResponse>, StoreError>;
+}
+
+/// How long a response stays remembered under its idempotency key (SPEC §7).
+pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Longest idempotency key a store accepts (the server's full key: caller, route and the
+/// client's `Idempotency-Key`).
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 1024;
+
+/// Largest response body a store remembers for an idempotency key.
+pub const MAX_IDEMPOTENT_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// A response remembered under an idempotency key, replayed for a repeated request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IdempotentResponse {
+    /// A digest of the first request, so a reuse of the key with a different request is
+    /// told apart (`idempotency_mismatch`).
+    pub fingerprint: [u8; 32],
+    /// The HTTP status answered.
+    pub status: u16,
+    /// The response body answered.
+    pub body: bytes::Bytes,
+    /// When it was stored.
+    pub created_at: crate::time::Timestamp,
+}
+
+/// Checks an idempotency key and response against the limits.
+///
+/// # Errors
+/// `InvalidArgument` naming the limit.
+pub fn validate_idempotent(key: &str, response: &IdempotentResponse) -> Result<(), StoreError> {
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+        return Err(StoreError::invalid(format!(
+            "idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes, got {}",
+            key.len()
+        )));
+    }
+    if response.body.len() > MAX_IDEMPOTENT_RESPONSE_BYTES {
+        return Err(StoreError::invalid(format!(
+            "a response of {} bytes is too large to remember for an idempotency key (limit {MAX_IDEMPOTENT_RESPONSE_BYTES})",
+            response.body.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Checks a receive request against the limits, so every engine refuses the same inputs.

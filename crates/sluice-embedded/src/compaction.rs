@@ -106,6 +106,16 @@ pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
                     }
                 }
             }
+            let remembered: Vec<crate::log::Loc> = core
+                .state
+                .idem
+                .values()
+                .filter(|r| r.loc.seg == seg && r.until > now)
+                .map(|r| r.loc)
+                .collect();
+            for loc in remembered {
+                records.push(core.log.read(loc)?);
+            }
             records.push(Record::Checkpoint(checkpoint));
             last_pos = core.commit(records)?;
             break;

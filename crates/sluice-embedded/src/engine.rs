@@ -13,7 +13,10 @@ use async_trait::async_trait;
 use sluice_core::config::limits;
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::message::clip_error;
-use sluice_core::store::{validate_limit, validate_receive, validate_visibility};
+use sluice_core::store::{
+    IDEMPOTENCY_TTL, IdempotentResponse, validate_idempotent, validate_limit, validate_receive,
+    validate_visibility,
+};
 use sluice_core::{
     AckRequest, Attempt, AttemptOutcome, BrowsePage, BrowseRequest, BrowseState, Clock, DeadLetter,
     DeadLetterReason, Delivery, Failure, Message, MessageId, MessageState, NackOutcome, NewMessage,
@@ -410,6 +413,19 @@ impl Core {
         match self.state.msgs.get(&receipt.id.0) {
             Some(m) if m.qid == qid && m.holds(receipt.token) => Ok(*m),
             _ => Err(StoreError::ReceiptStale),
+        }
+    }
+
+    /// The response kept under an idempotency key, read back from the log.
+    fn remembered(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError> {
+        let Some(r) = self.state.idem.get(key) else {
+            return Ok(None);
+        };
+        match self.log.read(r.loc)? {
+            Record::Idempotent { response, .. } => Ok(Some(response)),
+            _ => Err(StoreError::unavailable(
+                "log record is not an idempotency response (index out of step)",
+            )),
         }
     }
 
@@ -1246,6 +1262,36 @@ impl Store for EmbeddedStore {
             completed,
             totals: q.totals,
         })
+    }
+
+    async fn idempotency_get(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError> {
+        let mut core = self.inner.lock();
+        core.state.prune_idempotent(self.inner.now());
+        core.remembered(key)
+    }
+
+    async fn idempotency_put(
+        &self,
+        key: &str,
+        response: IdempotentResponse,
+    ) -> Result<Option<IdempotentResponse>, StoreError> {
+        validate_idempotent(key, &response)?;
+        let pos = {
+            let mut core = self.inner.lock();
+            let now = self.inner.now();
+            core.state.prune_idempotent(now);
+            if let Some(kept) = core.remembered(key)? {
+                return Ok(Some(kept));
+            }
+            let until = Timestamp(now).plus(IDEMPOTENCY_TTL).as_millis();
+            core.commit(vec![Record::Idempotent {
+                key: key.to_string(),
+                until,
+                response,
+            }])?
+        };
+        self.inner.durable(pos).await?;
+        Ok(None)
     }
 }
 

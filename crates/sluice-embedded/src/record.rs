@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use sluice_core::message::{Attempt, Attributes, Body, DeadLetter};
 use sluice_core::stats::Totals;
+use sluice_core::store::IdempotentResponse;
 
 /// Bytes of the frame header.
 pub(crate) const HEADER: usize = 8;
@@ -154,6 +155,12 @@ pub(crate) enum Record {
         until: i64,
     },
     Checkpoint(Checkpoint),
+    /// A response remembered under an idempotency key until `until`.
+    Idempotent {
+        key: String,
+        until: i64,
+        response: IdempotentResponse,
+    },
 }
 
 /// Encodes `rec` as a frame appended to `out`. Returns the frame length.

@@ -144,6 +144,14 @@ pub(crate) struct Done {
     pub has_result: bool,
 }
 
+/// A response remembered under an idempotency key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Remembered {
+    pub until: i64,
+    pub loc: Loc,
+    pub len: u32,
+}
+
 /// One queue's index.
 pub(crate) struct QueueState {
     pub name: QueueName,
@@ -239,6 +247,9 @@ pub(crate) struct State {
     pub next_token: u64,
     /// Bytes of live records per segment, to pick segments worth compacting.
     pub live: HashMap<u32, u64>,
+    /// Responses remembered under idempotency keys (the responses stay on disk).
+    pub idem: HashMap<String, Remembered>,
+    pub idem_order: VecDeque<(i64, String)>,
 }
 
 impl State {
@@ -254,6 +265,8 @@ impl State {
             next_id: 1,
             next_token: 1,
             live: HashMap::new(),
+            idem: HashMap::new(),
+            idem_order: VecDeque::new(),
         };
         for q in queues {
             s.add_queue(q);
@@ -473,6 +486,30 @@ impl State {
                     );
                 }
             }
+            Record::Idempotent {
+                key,
+                until,
+                response,
+            } => {
+                let created_at = response.created_at.as_millis();
+                // First writer wins while its entry is kept; an entry that had run out when
+                // this one was written is replaced.
+                if self.idem.get(key).is_some_and(|r| r.until > created_at) {
+                    return;
+                }
+                if let Some(old) = self.idem.insert(
+                    key.clone(),
+                    Remembered {
+                        until: *until,
+                        loc,
+                        len,
+                    },
+                ) {
+                    sub_live(&mut self.live, old.loc, old.len);
+                }
+                *self.live.entry(loc.seg).or_default() += u64::from(len);
+                self.idem_order.push_back((*until, key.clone()));
+            }
             Record::Checkpoint(c) => {
                 self.next_id = self.next_id.max(c.next_id);
                 self.next_token = self.next_token.max(c.next_token);
@@ -550,6 +587,21 @@ impl State {
             n += 1;
         }
         n
+    }
+
+    /// Forgets idempotency responses past their time.
+    pub fn prune_idempotent(&mut self, now: i64) {
+        while let Some((until, _)) = self.idem_order.front() {
+            if *until > now {
+                break;
+            }
+            if let Some((until, key)) = self.idem_order.pop_front()
+                && self.idem.get(&key).is_some_and(|r| r.until == until)
+                && let Some(r) = self.idem.remove(&key)
+            {
+                sub_live(&mut self.live, r.loc, r.len);
+            }
+        }
     }
 
     /// Forgets completed records past their `result_ttl`.

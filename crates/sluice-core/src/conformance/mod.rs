@@ -119,6 +119,8 @@ macro_rules! __sluice_conformance_cases {
             stats_gauges,
             stats_totals,
             restart_keeps_messages_leases_dedup_counters_and_config,
+            idempotency_first_writer_wins_for_a_day_across_restart,
+            idempotency_limits,
             unlimited_receive_count_never_dead_letters,
             long_error_is_clipped_not_refused,
             unknown_queue_is_queue_not_found,

@@ -1,0 +1,404 @@
+//! API keys (SPEC §10): a role plus queue-name patterns per key, sent as
+//! `Authorization: Bearer <secret>`.
+//!
+//! Keys are stored as the SHA-256 of the secret, in hex. A slow password hash (argon2,
+//! bcrypt) protects *low-entropy* secrets against guessing from a leaked hash; our secrets are
+//! 256-bit random tokens (`sluice key generate`), which no hash speed makes guessable, so a
+//! fast hash is as safe and costs nothing per request. Lookup is by hash, so the time a
+//! comparison takes depends on the hash, never on how much of the secret was right.
+//!
+//! With no keys configured, authentication is off (and the binary refuses to listen on a
+//! non-loopback address).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::header;
+use axum::http::request::Parts;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use sluice_core::QueueName;
+
+use crate::error::ApiError;
+
+/// Longest `Authorization` header accepted; anything longer is abuse, not a key.
+pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
+
+/// What a key may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// Queue administration (create, update, delete, pause, resume, purge), browse,
+    /// get and delete messages, stats.
+    Operator,
+    /// Send (plus reading a queue's config and stats).
+    Producer,
+    /// Receive, ack, nack, reject, move, extend (plus reading a queue's config).
+    Consumer,
+}
+
+impl Role {
+    /// The config form, e.g. `operator`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Producer => "producer",
+            Role::Consumer => "consumer",
+        }
+    }
+}
+
+/// An action a route performs on a queue, for the permission check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Create, update, delete, pause, resume, purge.
+    ManageQueue,
+    /// Read a queue's config.
+    ReadQueue,
+    /// Send messages.
+    Send,
+    /// Receive, ack, nack, reject, move, extend.
+    Consume,
+    /// Browse, get or delete messages.
+    Inspect,
+    /// Read stats.
+    Stats,
+}
+
+impl Action {
+    fn allowed(self, role: Role) -> bool {
+        use Role::*;
+        match self {
+            Action::ManageQueue | Action::Inspect => matches!(role, Admin | Operator),
+            Action::ReadQueue => true,
+            Action::Send => matches!(role, Admin | Producer),
+            Action::Consume => matches!(role, Admin | Consumer),
+            Action::Stats => matches!(role, Admin | Operator | Producer),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Action::ManageQueue => "manage queues",
+            Action::ReadQueue => "read queues",
+            Action::Send => "send",
+            Action::Consume => "consume",
+            Action::Inspect => "browse or change messages",
+            Action::Stats => "read stats",
+        }
+    }
+}
+
+/// One key as configured (the `[[keys]]` table of the config file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// A name for logs and audit (never the secret).
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// Queue-name patterns it applies to: `*` matches any run of characters, `?` one
+    /// character (`orders.*`, `*`). Default: every queue.
+    #[serde(default = "all_queues")]
+    pub queues: Vec<String>,
+    /// The SHA-256 of the secret, 64 hex digits (`sluice key hash`).
+    pub sha256: String,
+}
+
+fn all_queues() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+/// A configuration mistake in the keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyConfigError(pub String);
+
+impl std::error::Error for KeyConfigError {}
+
+impl std::fmt::Display for KeyConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The SHA-256 of a secret, in lowercase hex: what a key's `sha256` holds.
+pub fn hash_secret(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// An authenticated key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    /// Its name.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+    /// Its queue patterns.
+    pub patterns: Vec<String>,
+}
+
+impl Key {
+    /// True when one of the key's patterns matches `queue`.
+    pub fn covers(&self, queue: &str) -> bool {
+        self.patterns.iter().any(|p| glob_match(p, queue))
+    }
+}
+
+/// The configured keys, by hash.
+#[derive(Debug, Clone, Default)]
+pub struct KeyRing {
+    by_hash: HashMap<[u8; 32], Arc<Key>>,
+}
+
+impl KeyRing {
+    /// No keys: authentication off.
+    pub fn open() -> Self {
+        KeyRing::default()
+    }
+
+    /// Builds the ring, checking every key.
+    ///
+    /// # Errors
+    /// A hash that is not 64 hex digits, a duplicate secret or name, or a pattern with
+    /// characters no queue name has.
+    pub fn new(keys: Vec<ApiKeyConfig>) -> Result<Self, KeyConfigError> {
+        let mut by_hash = HashMap::new();
+        let mut names = std::collections::HashSet::new();
+        for k in keys {
+            let raw = hex::decode(k.sha256.trim())
+                .ok()
+                .and_then(|v| <[u8; 32]>::try_from(v).ok());
+            let Some(hash) = raw else {
+                return Err(KeyConfigError(format!(
+                    "key {:?}: sha256 must be 64 hex digits (the output of `sluice key hash`)",
+                    k.name
+                )));
+            };
+            if !names.insert(k.name.clone()) {
+                return Err(KeyConfigError(format!(
+                    "key name {:?} is used twice",
+                    k.name
+                )));
+            }
+            if k.queues.is_empty() {
+                return Err(KeyConfigError(format!(
+                    "key {:?}: queues is empty; give at least one pattern, e.g. \"*\"",
+                    k.name
+                )));
+            }
+            for p in &k.queues {
+                let ok = !p.is_empty()
+                    && p.chars().all(|c| {
+                        c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '*' | '?')
+                    });
+                if !ok {
+                    return Err(KeyConfigError(format!(
+                        "key {:?}: pattern {p:?} may hold only queue-name characters and the \
+                         wildcards * and ?",
+                        k.name
+                    )));
+                }
+            }
+            let key = Arc::new(Key {
+                name: k.name.clone(),
+                role: k.role,
+                patterns: k.queues,
+            });
+            if by_hash.insert(hash, key).is_some() {
+                return Err(KeyConfigError(format!(
+                    "key {:?} has the same secret as another key",
+                    k.name
+                )));
+            }
+        }
+        Ok(KeyRing { by_hash })
+    }
+
+    /// True when authentication is on.
+    pub fn enabled(&self) -> bool {
+        !self.by_hash.is_empty()
+    }
+
+    /// The key with this secret.
+    pub fn find(&self, secret: &str) -> Option<Arc<Key>> {
+        let hash: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
+        self.by_hash.get(&hash).cloned()
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.by_hash.len()
+    }
+
+    /// True without keys.
+    pub fn is_empty(&self) -> bool {
+        self.by_hash.is_empty()
+    }
+}
+
+/// Matches `name` against a pattern where `*` is any run of characters and `?` one.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == b'?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// Who is calling: a key, or anybody when authentication is off.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    key: Option<Arc<Key>>,
+}
+
+impl Caller {
+    /// The key's name, for logs.
+    pub fn name(&self) -> Option<&str> {
+        self.key.as_deref().map(|k| k.name.as_str())
+    }
+
+    /// Checks that the caller may do `action` on `queue`.
+    ///
+    /// # Errors
+    /// 403 `permission_denied` naming what is missing.
+    pub fn allow(&self, action: Action, queue: &QueueName) -> Result<(), ApiError> {
+        self.allow_role(action)?;
+        match &self.key {
+            Some(k) if !k.covers(queue.as_str()) => Err(ApiError::forbidden(format!(
+                "key {:?} does not cover queue {:?} (its patterns: {})",
+                k.name,
+                queue.as_str(),
+                k.patterns.join(", ")
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks the role alone (before the queue is known).
+    ///
+    /// # Errors
+    /// 403 `permission_denied`.
+    pub fn allow_role(&self, action: Action) -> Result<(), ApiError> {
+        match &self.key {
+            Some(k) if !action.allowed(k.role) => Err(ApiError::forbidden(format!(
+                "key {:?} has role {}, which may not {}",
+                k.name,
+                k.role.as_str(),
+                action.describe()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// True when the caller may see `queue` at all (for listing).
+    pub fn sees(&self, queue: &str) -> bool {
+        self.key.as_ref().is_none_or(|k| k.covers(queue))
+    }
+}
+
+/// Something that holds the key ring (the router state).
+pub trait HasKeys {
+    /// The keys.
+    fn keys(&self) -> &KeyRing;
+}
+
+impl<S: HasKeys + Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let header = parts.headers.get(header::AUTHORIZATION);
+        // Malformed headers are refused even with authentication off: they are abuse or a
+        // broken client either way, and answering them the same in both modes hides nothing.
+        let value = match header {
+            None => None,
+            Some(h) if h.len() > MAX_AUTHORIZATION_BYTES => {
+                return Err(ApiError::invalid(format!(
+                    "Authorization header is {} bytes; at most {MAX_AUTHORIZATION_BYTES} are accepted",
+                    h.len()
+                )));
+            }
+            Some(h) => Some(h.to_str().map_err(|_| {
+                ApiError::invalid("Authorization header must be visible ASCII: Bearer <key>")
+            })?),
+        };
+        let keys = state.keys();
+        if !keys.enabled() {
+            return Ok(Caller { key: None });
+        }
+        let Some(value) = value else {
+            return Err(ApiError::unauthenticated(
+                "missing Authorization header; send Authorization: Bearer <key>",
+            ));
+        };
+        let secret = value
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, s)| s.trim())
+            .ok_or_else(|| {
+                ApiError::unauthenticated("Authorization must use the Bearer scheme: Bearer <key>")
+            })?;
+        match keys.find(secret) {
+            Some(key) => Ok(Caller { key: Some(key) }),
+            None => Err(ApiError::unauthenticated("unknown API key")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_like_shells() {
+        assert!(glob_match("orders.*", "orders.eu"));
+        assert!(!glob_match("orders.*", "orders"));
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("*.dlq", "a.b.dlq"));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("a?c", "ac"));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("a*b*c", "aXXbYY"));
+    }
+
+    #[test]
+    fn keys_are_found_by_secret() {
+        let ring = KeyRing::new(vec![ApiKeyConfig {
+            name: "w".into(),
+            role: Role::Consumer,
+            queues: vec!["jobs".into()],
+            sha256: hash_secret("s3cret"),
+        }])
+        .unwrap();
+        assert_eq!(ring.find("s3cret").unwrap().name, "w");
+        assert!(ring.find("s3cret ").is_none());
+    }
+
+    #[test]
+    fn bad_hashes_are_refused() {
+        let bad = ApiKeyConfig {
+            name: "x".into(),
+            role: Role::Admin,
+            queues: vec!["*".into()],
+            sha256: "abc".into(),
+        };
+        assert!(KeyRing::new(vec![bad]).is_err());
+    }
+}

@@ -1,0 +1,168 @@
+//! Errors as the API answers them: always the `{"error": {"code", "message"}}` envelope with
+//! the status of its code, `Retry-After` where a retry will help, and never a plain-text or
+//! empty error body — even for responses built by layers (timeouts, unknown routes, wrong
+//! methods, panics), which [`ensure_envelope`] rewrites.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use sluice_core::wire::ErrorEnvelope;
+use sluice_core::{ErrorCode, StoreError};
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: ErrorCode,
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    /// An error with `code`, answered with the code's status.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::from_u16(code.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// `invalid_argument` (400).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::new(ErrorCode::InvalidArgument, message)
+    }
+
+    /// `unauthenticated` (401).
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        ApiError::new(ErrorCode::Unauthenticated, message)
+    }
+
+    /// `permission_denied` (403).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError::new(ErrorCode::PermissionDenied, message)
+    }
+
+    /// `payload_too_large` (413).
+    pub fn too_large(message: impl Into<String>) -> Self {
+        ApiError::new(ErrorCode::PayloadTooLarge, message)
+    }
+
+    /// Overrides the status (e.g. 404 or 405 for routing errors, whose code is
+    /// `invalid_argument`).
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// The code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let mut err = ApiError::new(e.code(), e.to_string());
+        err.retry_after = e.retry_after();
+        if err.status.is_server_error() {
+            tracing::warn!(code = %e.code(), error = %e, "store error");
+        }
+        err
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorEnvelope::new(self.code, self.message);
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        let retry = self.retry_after.or(match self.code {
+            ErrorCode::QueueFull | ErrorCode::Unavailable | ErrorCode::RateLimited => {
+                Some(Duration::from_secs(1))
+            }
+            _ => None,
+        });
+        if let Some(d) = retry {
+            // Whole seconds, rounded up, at least one: `Retry-After: 0` invites a hot loop.
+            let secs = d.as_millis().div_ceil(1000).max(1);
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+/// Rewrites any error response that is not already JSON (from axum's routing, the timeout or
+/// panic layers, or hyper) into the error envelope, so clients parse one shape.
+pub async fn ensure_envelope(resp: Response) -> Response {
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return resp;
+    }
+    let (code, status, message) = match status {
+        StatusCode::UNAUTHORIZED => (ErrorCode::Unauthenticated, status, "unauthenticated"),
+        StatusCode::FORBIDDEN => (ErrorCode::PermissionDenied, status, "permission denied"),
+        StatusCode::NOT_FOUND => (
+            ErrorCode::InvalidArgument,
+            status,
+            "no such route; see /openapi.json for the API",
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => (
+            ErrorCode::InvalidArgument,
+            status,
+            "this route does not accept that method; see /openapi.json for the API",
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            ErrorCode::PayloadTooLarge,
+            status,
+            "request body is too large",
+        ),
+        StatusCode::TOO_MANY_REQUESTS => (ErrorCode::RateLimited, status, "too many requests"),
+        StatusCode::REQUEST_TIMEOUT
+        | StatusCode::SERVICE_UNAVAILABLE
+        | StatusCode::GATEWAY_TIMEOUT => (
+            ErrorCode::Unavailable,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the request took too long; retry later",
+        ),
+        s if s.is_server_error() => (
+            ErrorCode::Unavailable,
+            s,
+            "internal error; the request may not have been applied, retry later",
+        ),
+        _ => (
+            ErrorCode::InvalidArgument,
+            StatusCode::BAD_REQUEST,
+            "bad request",
+        ),
+    };
+    let mut out = ApiError::new(code, message)
+        .with_status(status)
+        .into_response();
+    // Keep headers such as `Allow` from the original.
+    for (k, v) in resp.headers() {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+            out.headers_mut()
+                .entry(k.clone())
+                .or_insert_with(|| v.clone());
+        }
+    }
+    drop(resp.into_body());
+    out
+}

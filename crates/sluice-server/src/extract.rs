@@ -1,0 +1,224 @@
+//! Request extractors that answer bad input with the error envelope (400 `invalid_argument`,
+//! 413 `payload_too_large`) instead of axum's plain-text rejections.
+
+use axum::body::Body;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde::de::DeserializeOwned;
+use sluice_core::{MessageId, QueueName};
+
+use crate::error::ApiError;
+
+/// The largest request body read, set per router (see `ServerOptions::max_body_bytes`).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// The default request body limit: 16 MiB of message bodies grow by a third in base64, plus
+/// room for the JSON around them.
+pub const DEFAULT_BODY_LIMIT: usize = 24 * 1024 * 1024;
+
+/// How much of an oversized body is read and thrown away before answering 413. Answering
+/// while the client is still writing makes most clients fail with a broken pipe instead of
+/// showing the 413; past this much, the connection is simply closed.
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Reads the whole body, refusing more than the router's limit with 413.
+pub async fn read_body(req: Request) -> Result<(Parts, Bytes), ApiError> {
+    let limit = req
+        .extensions()
+        .get::<BodyLimit>()
+        .map_or(DEFAULT_BODY_LIMIT, |l| l.0);
+    let (parts, mut body) = req.into_parts();
+    let too_large = || {
+        ApiError::too_large(format!(
+            "request body is over the {limit}-byte limit; split the batch"
+        ))
+    };
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > (limit + DRAIN_LIMIT) as u64) {
+        return Err(too_large());
+    }
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::invalid(format!("could not read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen = seen.saturating_add(data.len());
+        if seen > limit + DRAIN_LIMIT {
+            return Err(too_large());
+        }
+        if seen <= limit {
+            buf.extend_from_slice(&data);
+        } else {
+            buf = bytes::BytesMut::new();
+        }
+    }
+    if seen > limit {
+        return Err(too_large());
+    }
+    Ok((parts, buf.freeze()))
+}
+
+/// The media type of a request, lowercased, without parameters.
+pub fn media_type(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+}
+
+/// True for `application/json` and `application/*+json`.
+pub fn is_json(media: &str) -> bool {
+    media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"))
+}
+
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    match media_type(headers) {
+        Some(m) if is_json(&m) => Ok(()),
+        Some(m) => Err(ApiError::invalid(format!(
+            "Content-Type must be application/json, got {m:?}"
+        ))),
+        None => Err(ApiError::invalid(
+            "Content-Type must be application/json (the header is missing)",
+        )),
+    }
+}
+
+/// Parses a JSON request body, with a message that says what was wrong and where.
+///
+/// Every request body of the API is a JSON object; serde would also fill a struct from an
+/// array, which we refuse so that `[]` is not read as "all defaults".
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') | None => {}
+        Some(_) if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() => {
+            return Err(ApiError::invalid("request body must be a JSON object"));
+        }
+        Some(_) => {}
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Data => {
+                ApiError::invalid(format!("request body has a wrong or unknown field: {e}"))
+            }
+            Category::Eof if bytes.iter().all(u8::is_ascii_whitespace) => {
+                ApiError::invalid("request body is empty; send a JSON object")
+            }
+            _ => ApiError::invalid(format!("request body is not valid JSON: {e}")),
+        }
+    })
+}
+
+/// A JSON body (`Content-Type: application/json` required).
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
+        require_json(req.headers())?;
+        let (_, bytes) = read_body(req).await?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// A JSON body that may be left out entirely (an empty body means all defaults).
+#[derive(Debug)]
+pub struct OptionalJsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
+        let (parts, bytes) = read_body(req).await?;
+        if bytes.is_empty() {
+            return Ok(OptionalJsonBody(T::default()));
+        }
+        require_json(&parts.headers)?;
+        parse_json(&bytes).map(OptionalJsonBody)
+    }
+}
+
+/// The raw body and its headers, for routes that take several content types.
+#[derive(Debug)]
+pub struct RawBody {
+    /// The request headers.
+    pub headers: HeaderMap,
+    /// The body bytes.
+    pub bytes: Bytes,
+}
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request<Body>, _state: &S) -> Result<Self, ApiError> {
+        let (parts, bytes) = read_body(req).await?;
+        Ok(RawBody {
+            headers: parts.headers,
+            bytes,
+        })
+    }
+}
+
+/// Query parameters; unknown or mistyped ones are a 400.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| ApiQuery(q))
+            .map_err(|e| ApiError::invalid(format!("bad query string: {}", e.body_text())))
+    }
+}
+
+/// The `{q}` path segment, validated as a queue name.
+#[derive(Debug)]
+pub struct QueuePath(pub QueueName);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueuePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(name) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("bad path: {}", e.body_text())))?;
+        Ok(QueuePath(QueueName::new(name)?))
+    }
+}
+
+/// The `{id}` path segment, validated as a message id.
+#[derive(Debug)]
+pub struct MessagePath(pub MessageId);
+
+impl<S: Send + Sync> FromRequestParts<S> for MessagePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("bad path: {}", e.body_text())))?;
+        Ok(MessagePath(id.parse()?))
+    }
+}

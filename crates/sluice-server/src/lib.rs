@@ -1,0 +1,137 @@
+//! Sluice's HTTP broker: the v1 JSON API of SPEC §8 over any [`Store`] engine.
+//!
+//! A request goes route → handler (`routes/*`) → one `Store` call → engine; the handler only
+//! translates between the wire types of [`sluice_core::wire`] and the core types, checks the
+//! caller's key ([`auth`]) and maps errors to the envelope ([`error`]).
+//!
+//! ```no_run
+//! # async fn run(store: std::sync::Arc<dyn sluice_core::Store>) -> std::io::Result<()> {
+//! let broker = sluice_server::Broker::new(store, sluice_server::ServerOptions::default());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7878").await?;
+//! broker.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod routes;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use sluice_core::Store;
+use tokio::sync::watch;
+
+pub use auth::{ApiKeyConfig, KeyRing, Role};
+pub use error::ApiError;
+
+/// How the broker serves.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The API keys; empty means authentication is off.
+    pub keys: KeyRing,
+    /// Largest request body read (default 24 MiB: a 16 MiB batch in base64 plus JSON).
+    pub max_body_bytes: usize,
+    /// Longest a request may take before it is answered 503 (default 60 s; must exceed the
+    /// 30 s long-poll limit).
+    pub request_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            keys: KeyRing::open(),
+            max_body_bytes: extract::DEFAULT_BODY_LIMIT,
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What every handler sees.
+#[derive(Clone)]
+pub struct AppState {
+    /// The storage engine.
+    pub store: Arc<dyn Store>,
+    /// The API keys.
+    pub keys: Arc<KeyRing>,
+    /// Turns true when the broker begins to shut down: long polls return at once.
+    pub shutdown: Arc<watch::Sender<bool>>,
+}
+
+impl auth::HasKeys for AppState {
+    fn keys(&self) -> &KeyRing {
+        &self.keys
+    }
+}
+
+impl AppState {
+    /// Resolves when shutdown begins (never, if it never does).
+    pub async fn shutting_down(&self) {
+        let mut rx = self.shutdown.subscribe();
+        if rx.wait_for(|v| *v).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// The broker: a store plus options, ready to serve.
+pub struct Broker {
+    state: AppState,
+    options: ServerOptions,
+}
+
+impl Broker {
+    /// A broker over `store`.
+    pub fn new(store: Arc<dyn Store>, options: ServerOptions) -> Self {
+        let (tx, _) = watch::channel(false);
+        let state = AppState {
+            store,
+            keys: Arc::new(options.keys.clone()),
+            shutdown: Arc::new(tx),
+        };
+        Broker { state, options }
+    }
+
+    /// The router with every route and layer, for serving or for `tower::ServiceExt::oneshot`.
+    pub fn router(&self) -> Router {
+        routes::router(self.state.clone(), &self.options)
+    }
+
+    /// Begins shutdown: pending long polls answer at once with what they have (nothing).
+    pub fn begin_shutdown(&self) {
+        self.state.shutdown.send_replace(true);
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then stops accepting connections,
+    /// lets in-flight requests finish (long polls return early with no messages) and returns.
+    ///
+    /// # Errors
+    /// An I/O error of the listener.
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes every connection at once; a request in progress either
+    /// completed its store write (durable) or did not start it.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let router = self.router();
+        let tx = self.state.shutdown.clone();
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                tracing::info!("shutting down: finishing in-flight requests");
+                tx.send_replace(true);
+            })
+            .await
+    }
+}
+
+/// The OpenAPI document of every route, generated from the handlers.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    routes::openapi()
+}

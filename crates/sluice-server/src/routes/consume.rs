@@ -1,0 +1,252 @@
+//! Leasing and settling: `POST /v1/queues/{q}/receive|ack|nack|reject|move|extend`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use sluice_core::wire::{
+    AckBatchResponse, AckForm, AckItem, AckOutcome, AckRequest, AckResponse, ErrorBody,
+    ErrorEnvelope, ExtendRequest, ExtendResponse, FailureResponse, FailureState, MessageStateView,
+    MoveRequest, NackRequest, ReceiveRequest, ReceiveResponse, RejectRequest, parse_receipt,
+    rfc3339,
+};
+use sluice_core::{Failure, StoreError};
+
+use crate::AppState;
+use crate::auth::{Action, Caller};
+use crate::error::ApiError;
+use crate::extract::{JsonBody, OptionalJsonBody, QueuePath};
+
+/// Leases up to `max` messages, waiting up to `wait_ms` (long poll) for the first.
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/receive", tag = "messages",
+    params(("q" = String, Path, description = "Queue name")),
+    request_body(content = ReceiveRequest, content_type = "application/json",
+        description = "All fields optional; an empty body leases one message without waiting"),
+    responses(
+        (status = 200, description = "The deliveries (possibly none)", body = ReceiveResponse),
+        (status = 400, description = "invalid_argument", body = ErrorEnvelope),
+        (status = 404, description = "queue_not_found", body = ErrorEnvelope),
+    )
+)]
+pub async fn receive(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    OptionalJsonBody(req): OptionalJsonBody<ReceiveRequest>,
+) -> Result<Json<ReceiveResponse>, ApiError> {
+    caller.allow(Action::Consume, &q)?;
+    let req = req.to_core()?;
+    let deliveries = if req.wait.is_zero() {
+        st.store.receive(&q, req).await?
+    } else {
+        // A long poll must not hold up shutdown. Dropping the receive is safe: a lease taken
+        // in the instant before the drop expires and the message is delivered again.
+        tokio::select! {
+            r = st.store.receive(&q, req) => r?,
+            () = st.shutting_down() => Vec::new(),
+        }
+    };
+    Ok(Json(ReceiveResponse {
+        messages: deliveries.iter().map(Into::into).collect(),
+    }))
+}
+
+fn ack_request(item: &mut AckItem) -> Result<sluice_core::AckRequest, StoreError> {
+    Ok(sluice_core::AckRequest {
+        receipt: parse_receipt(&item.receipt)?,
+        result: item.take_result()?,
+    })
+}
+
+/// Acknowledges (deletes) messages, optionally storing a result.
+///
+/// The single form answers 409 `receipt_stale` for a stale receipt; the batch forms
+/// (`receipts` or `acks`) answer 200 with one outcome per receipt.
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/ack", tag = "messages",
+    params(("q" = String, Path, description = "Queue name")),
+    request_body(content = AckRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Single form: acknowledged", body = AckResponse),
+        (status = "2XX", description = "Batch forms: per-receipt outcomes (status 200)", body = AckBatchResponse),
+        (status = 400, description = "invalid_argument (e.g. a malformed receipt)", body = ErrorEnvelope),
+        (status = 409, description = "receipt_stale", body = ErrorEnvelope),
+    )
+)]
+pub async fn ack(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    JsonBody(req): JsonBody<AckRequest>,
+) -> Result<Response, ApiError> {
+    caller.allow(Action::Consume, &q)?;
+    match req.into_form()? {
+        AckForm::Single(mut item) => {
+            let a = ack_request(&mut item)?;
+            let id = a.receipt.id;
+            let mut out = st.store.ack(&q, vec![a]).await?;
+            match out.pop() {
+                Some(Ok(())) => Ok(Json(AckResponse {
+                    id: id.to_string(),
+                    state: MessageStateView::Completed,
+                })
+                .into_response()),
+                Some(Err(e)) => Err(e.into()),
+                None => Err(StoreError::unavailable("store returned no ack outcome").into()),
+            }
+        }
+        AckForm::Batch(items) => {
+            // Malformed items get their own outcome; the rest go to the store together.
+            let mut results: Vec<AckOutcome> = Vec::with_capacity(items.len());
+            let mut valid = Vec::new();
+            let mut slots = Vec::new();
+            for (i, mut item) in items.into_iter().enumerate() {
+                let outcome = AckOutcome {
+                    receipt: item.receipt.clone(),
+                    ok: false,
+                    error: None,
+                };
+                match ack_request(&mut item) {
+                    Ok(a) => {
+                        valid.push(a);
+                        slots.push(i);
+                    }
+                    Err(e) => {
+                        results.push(AckOutcome {
+                            error: Some(ErrorBody::from(&e)),
+                            ..outcome
+                        });
+                        continue;
+                    }
+                }
+                results.push(outcome);
+            }
+            if !valid.is_empty() {
+                let out = st.store.ack(&q, valid).await?;
+                for (slot, r) in slots.into_iter().zip(out) {
+                    match r {
+                        Ok(()) => results[slot].ok = true,
+                        Err(e) => results[slot].error = Some(ErrorBody::from(&e)),
+                    }
+                }
+            }
+            let acked = results.iter().filter(|r| r.ok).count();
+            Ok(Json(AckBatchResponse { results, acked }).into_response())
+        }
+    }
+}
+
+/// Returns a message for another attempt (after `delay_ms` or the queue's backoff), or
+/// dead-letters it when its attempts are used up.
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/nack", tag = "messages",
+    params(("q" = String, Path, description = "Queue name")),
+    request_body(content = NackRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Where the message went", body = FailureResponse),
+        (status = 409, description = "receipt_stale", body = ErrorEnvelope),
+    )
+)]
+pub async fn nack(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    JsonBody(req): JsonBody<NackRequest>,
+) -> Result<Json<FailureResponse>, ApiError> {
+    caller.allow(Action::Consume, &q)?;
+    let receipt = parse_receipt(&req.receipt)?;
+    let delay = req.delay()?;
+    let failure = Failure {
+        error: req.error,
+        consumer: req.consumer,
+    };
+    let out = st.store.nack(&q, receipt, delay, failure).await?;
+    Ok(Json(FailureResponse::from(&out)))
+}
+
+/// Dead-letters a message now, whatever its receive count.
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/reject", tag = "messages",
+    params(("q" = String, Path, description = "Queue name")),
+    request_body(content = RejectRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Dead-lettered", body = FailureResponse),
+        (status = 409, description = "receipt_stale, or the queue has no DLQ (conflict)", body = ErrorEnvelope),
+    )
+)]
+pub async fn reject(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    JsonBody(req): JsonBody<RejectRequest>,
+) -> Result<Json<FailureResponse>, ApiError> {
+    caller.allow(Action::Consume, &q)?;
+    let receipt = parse_receipt(&req.receipt)?;
+    let failure = Failure {
+        error: req.error,
+        consumer: req.consumer,
+    };
+    let dlq = st.store.reject(&q, receipt, failure).await?;
+    Ok(Json(FailureResponse {
+        state: FailureState::DeadLettered,
+        queue: dlq.to_string(),
+    }))
+}
+
+/// Moves a leased message to queue `to`, atomically (e.g. `<q>.unprocessable`). The key
+/// must cover both queues.
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/move", tag = "messages",
+    params(("q" = String, Path, description = "Queue name")),
+    request_body(content = MoveRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Moved; visible in `queue`", body = FailureResponse),
+        (status = 404, description = "queue_not_found (either queue)", body = ErrorEnvelope),
+        (status = 409, description = "receipt_stale", body = ErrorEnvelope),
+    )
+)]
+pub async fn move_message(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    JsonBody(req): JsonBody<MoveRequest>,
+) -> Result<Json<FailureResponse>, ApiError> {
+    caller.allow(Action::Consume, &q)?;
+    let to = req.to_queue()?;
+    caller.allow(Action::Consume, &to)?;
+    let receipt = parse_receipt(&req.receipt)?;
+    let failure = Failure {
+        error: req.error,
+        consumer: req.consumer,
+    };
+    st.store.move_message(&q, receipt, &to, failure).await?;
+    Ok(Json(FailureResponse {
+        state: FailureState::Visible,
+        queue: to.to_string(),
+    }))
+}
+
+/// Sets a lease to end `visibility_timeout_ms` from now.
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/extend", tag = "messages",
+    params(("q" = String, Path, description = "Queue name")),
+    request_body(content = ExtendRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The new deadline", body = ExtendResponse),
+        (status = 409, description = "receipt_stale", body = ErrorEnvelope),
+    )
+)]
+pub async fn extend(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    JsonBody(req): JsonBody<ExtendRequest>,
+) -> Result<Json<ExtendResponse>, ApiError> {
+    caller.allow(Action::Consume, &q)?;
+    let receipt = parse_receipt(&req.receipt)?;
+    let visibility = req.visibility()?;
+    let deadline = st.store.extend(&q, receipt, visibility).await?;
+    Ok(Json(ExtendResponse {
+        lease_deadline: rfc3339(deadline),
+    }))
+}

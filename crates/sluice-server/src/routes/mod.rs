@@ -1,0 +1,121 @@
+//! The routes of SPEC §8, one module per area, and the router that assembles them.
+//!
+//! Not yet served (their modules will sit beside these): `POST/GET /v1/redrives*` (redrive
+//! jobs, §5), `GET /v1/queues/{q}/stats/history` (§5), `GET /metrics`, `/` (dashboard),
+//! `GET /v1/tasks/{id}`, `POST /v1/tasks/{id}/cancel`, `GET /v1/tasks/{id}/events` (§6),
+//! `POST /v1/queues/{q}/progress` and `GET /v1/queues/{q}/scaling`. The `Idempotency-Key`
+//! replay of §7 will be a layer over the POST routes.
+
+pub mod consume;
+pub mod health;
+pub mod inspect;
+pub mod queues;
+pub mod send;
+
+use std::sync::OnceLock;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::{ApiError, ensure_envelope};
+use crate::extract::BodyLimit;
+use crate::{AppState, ServerOptions};
+
+/// The document's fixed parts; paths and schemas come from the handlers.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Sluice",
+        description = "A durable task queue for work that fails. Durations are integer \
+                       milliseconds in fields ending `_ms`; times are RFC 3339; unknown fields \
+                       are refused with 400; every error is `{\"error\": {\"code\", \"message\"}}`."
+    ),
+    components(schemas(sluice_core::wire::ErrorEnvelope, sluice_core::wire::ErrorBody)),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "queues", description = "Queue configuration and administration"),
+        (name = "messages", description = "Send, receive and settle messages"),
+        (name = "inspect", description = "Browse, look up and delete messages; stats"),
+        (name = "health", description = "Liveness, readiness and this document"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+        openapi.security = Some(vec![utoipa::openapi::security::SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(queues::list_queues))
+        .routes(routes!(
+            queues::put_queue,
+            queues::get_queue,
+            queues::delete_queue
+        ))
+        .routes(routes!(queues::pause_queue))
+        .routes(routes!(queues::resume_queue))
+        .routes(routes!(queues::purge_queue))
+        .routes(routes!(send::send, inspect::browse))
+        .routes(routes!(consume::receive))
+        .routes(routes!(consume::ack))
+        .routes(routes!(consume::nack))
+        .routes(routes!(consume::reject))
+        .routes(routes!(consume::move_message))
+        .routes(routes!(consume::extend))
+        .routes(routes!(inspect::get_message, inspect::delete_message))
+        .routes(routes!(inspect::stats))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::openapi_json))
+}
+
+/// The OpenAPI document (built once).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
+    DOC.get_or_init(|| api().split_for_parts().1).clone()
+}
+
+async fn no_route() -> ApiError {
+    ApiError::invalid("no such route; see /openapi.json for the API")
+        .with_status(StatusCode::NOT_FOUND)
+}
+
+/// Assembles every route with its layers.
+pub fn router(state: AppState, options: &ServerOptions) -> Router {
+    let (router, _) = api().split_for_parts();
+    router
+        .fallback(no_route)
+        .with_state(state)
+        // Bodies are read by our extractors, which enforce `max_body_bytes` with a 413 in
+        // the envelope; axum's own 2 MB default would answer in plain text.
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::Extension(BodyLimit(options.max_body_bytes)))
+        .layer(CatchPanicLayer::new())
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            options.request_timeout,
+        ))
+        .layer(axum::middleware::map_response(ensure_envelope))
+        .layer(TraceLayer::new_for_http())
+}

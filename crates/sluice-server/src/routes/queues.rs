@@ -1,0 +1,181 @@
+//! Queue configuration and administration: `PUT/GET/DELETE /v1/queues/{q}`, `GET /v1/queues`,
+//! `POST /v1/queues/{q}/pause|resume|purge`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use sluice_core::QueueConfigPatch;
+use sluice_core::wire::{ErrorEnvelope, PurgeResponse, QueueConfigRequest, QueueList, QueueView};
+
+use crate::AppState;
+use crate::auth::{Action, Caller};
+use crate::error::ApiError;
+use crate::extract::{OptionalJsonBody, QueuePath};
+
+/// Creates or updates a queue (idempotent). Unset fields keep their value (or the default).
+#[utoipa::path(
+    put, path = "/v1/queues/{q}", tag = "queues",
+    params(("q" = String, Path, description = "Queue name: 1-80 of [A-Za-z0-9_.-]")),
+    request_body(content = QueueConfigRequest, content_type = "application/json",
+        description = "Fields to set; an empty body creates the queue with the defaults"),
+    responses(
+        (status = 201, description = "Created", body = QueueView),
+        (status = 200, description = "Updated", body = QueueView),
+        (status = 400, description = "A field is out of range", body = ErrorEnvelope),
+        (status = 401, description = "No or unknown key", body = ErrorEnvelope),
+        (status = 403, description = "The key may not manage this queue", body = ErrorEnvelope),
+    )
+)]
+pub async fn put_queue(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    OptionalJsonBody(req): OptionalJsonBody<QueueConfigRequest>,
+) -> Result<(StatusCode, Json<QueueView>), ApiError> {
+    caller.allow(Action::ManageQueue, &q)?;
+    let patch = req.to_patch()?;
+    if let Some(Some(dlq)) = &patch.dead_letter_queue {
+        caller.allow(Action::ManageQueue, dlq)?;
+    }
+    let out = st.store.put_queue(&q, &patch).await?;
+    let mut view = QueueView::from(&out.queue);
+    view.warnings = out.warnings;
+    let status = if out.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(view)))
+}
+
+/// One queue's configuration.
+#[utoipa::path(
+    get, path = "/v1/queues/{q}", tag = "queues",
+    params(("q" = String, Path, description = "Queue name")),
+    responses(
+        (status = 200, description = "The queue", body = QueueView),
+        (status = 404, description = "queue_not_found", body = ErrorEnvelope),
+    )
+)]
+pub async fn get_queue(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+) -> Result<Json<QueueView>, ApiError> {
+    caller.allow(Action::ReadQueue, &q)?;
+    let info = st.store.get_queue(&q).await?;
+    Ok(Json(QueueView::from(&info)))
+}
+
+/// Every queue the caller's key covers, by name.
+#[utoipa::path(
+    get, path = "/v1/queues", tag = "queues",
+    responses(
+        (status = 200, description = "The queues", body = QueueList),
+        (status = 401, description = "No or unknown key", body = ErrorEnvelope),
+    )
+)]
+pub async fn list_queues(
+    State(st): State<AppState>,
+    caller: Caller,
+) -> Result<Json<QueueList>, ApiError> {
+    caller.allow_role(Action::ReadQueue)?;
+    let queues = st.store.list_queues().await?;
+    Ok(Json(QueueList {
+        queues: queues
+            .iter()
+            .filter(|q| caller.sees(q.name.as_str()))
+            .map(QueueView::from)
+            .collect(),
+    }))
+}
+
+/// Deletes a queue and every message in it.
+#[utoipa::path(
+    delete, path = "/v1/queues/{q}", tag = "queues",
+    params(("q" = String, Path, description = "Queue name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "queue_not_found", body = ErrorEnvelope),
+        (status = 409, description = "It is another queue's dead-letter queue", body = ErrorEnvelope),
+    )
+)]
+pub async fn delete_queue(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+) -> Result<StatusCode, ApiError> {
+    caller.allow(Action::ManageQueue, &q)?;
+    st.store.delete_queue(&q).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_paused(
+    st: &AppState,
+    q: &sluice_core::QueueName,
+    paused: bool,
+) -> Result<Json<QueueView>, ApiError> {
+    // `put_queue` creates missing queues; pausing one that does not exist is a 404.
+    st.store.get_queue(q).await?;
+    let patch = QueueConfigPatch {
+        paused: Some(paused),
+        ..Default::default()
+    };
+    let out = st.store.put_queue(q, &patch).await?;
+    Ok(Json(QueueView::from(&out.queue)))
+}
+
+/// Pauses deliveries (sends are still accepted).
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/pause", tag = "queues",
+    params(("q" = String, Path, description = "Queue name")),
+    responses(
+        (status = 200, description = "Paused", body = QueueView),
+        (status = 404, description = "queue_not_found", body = ErrorEnvelope),
+    )
+)]
+pub async fn pause_queue(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+) -> Result<Json<QueueView>, ApiError> {
+    caller.allow(Action::ManageQueue, &q)?;
+    set_paused(&st, &q, true).await
+}
+
+/// Resumes deliveries.
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/resume", tag = "queues",
+    params(("q" = String, Path, description = "Queue name")),
+    responses(
+        (status = 200, description = "Resumed", body = QueueView),
+        (status = 404, description = "queue_not_found", body = ErrorEnvelope),
+    )
+)]
+pub async fn resume_queue(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+) -> Result<Json<QueueView>, ApiError> {
+    caller.allow(Action::ManageQueue, &q)?;
+    set_paused(&st, &q, false).await
+}
+
+/// Removes every message of the queue (not its completed records).
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/purge", tag = "queues",
+    params(("q" = String, Path, description = "Queue name")),
+    responses(
+        (status = 200, description = "Purged", body = PurgeResponse),
+        (status = 404, description = "queue_not_found", body = ErrorEnvelope),
+    )
+)]
+pub async fn purge_queue(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+) -> Result<Json<PurgeResponse>, ApiError> {
+    caller.allow(Action::ManageQueue, &q)?;
+    let purged = st.store.purge(&q).await?;
+    Ok(Json(PurgeResponse { purged }))
+}

@@ -1,0 +1,491 @@
+//! API keys: each role allowed and refused, queue-pattern scoping, 401 versus 403.
+
+mod common;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sluice_server::auth::hash_secret;
+use sluice_server::{ApiKeyConfig, KeyRing, Role, ServerOptions};
+
+const ADMIN: &str = "sluice_admin_secret";
+const OPERATOR: &str = "sluice_operator_secret";
+const PRODUCER: &str = "sluice_producer_secret";
+const CONSUMER: &str = "sluice_consumer_secret";
+
+fn key(name: &str, role: Role, queues: &[&str], secret: &str) -> ApiKeyConfig {
+    ApiKeyConfig {
+        name: name.to_owned(),
+        role,
+        queues: queues.iter().map(|q| (*q).to_owned()).collect(),
+        sha256: hash_secret(secret),
+    }
+}
+
+async fn server() -> common::TestServer {
+    let keys = KeyRing::new(vec![
+        key("admin", Role::Admin, &["*"], ADMIN),
+        key("ops", Role::Operator, &["orders", "orders.*"], OPERATOR),
+        key("shop", Role::Producer, &["orders", "orders.*"], PRODUCER),
+        key("worker", Role::Consumer, &["orders", "orders.*"], CONSUMER),
+    ])
+    .expect("keys");
+    let s = common::start_with(ServerOptions {
+        keys,
+        ..ServerOptions::default()
+    })
+    .await;
+    for q in ["orders", "billing"] {
+        let (st, v) = s
+            .call_as(
+                Some(ADMIN),
+                Method::PUT,
+                &format!("/v1/queues/{q}"),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_unknown_or_malformed_credentials_are_401() {
+    let s = server().await;
+    common::assert_error(
+        &s.call(Method::GET, "/v1/queues", None).await,
+        401,
+        "unauthenticated",
+    );
+    common::assert_error(
+        &s.call_as(Some("nope"), Method::GET, "/v1/queues", None)
+            .await,
+        401,
+        "unauthenticated",
+    );
+    let resp = s
+        .client
+        .get(s.url("/v1/queues/orders"))
+        .header("authorization", format!("Basic {ADMIN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers().get("www-authenticate").unwrap(), "Bearer");
+    common::assert_error(&common::parse(resp).await, 401, "unauthenticated");
+    // 401 comes before any look at the body or the queue.
+    common::assert_error(
+        &s.call(
+            Method::POST,
+            "/v1/queues/nope/messages",
+            Some(json!({"bad": 1})),
+        )
+        .await,
+        401,
+        "unauthenticated",
+    );
+    // Health and the API description need no key.
+    for path in ["/healthz", "/readyz", "/openapi.json"] {
+        assert_eq!(
+            s.call(Method::GET, path, None).await.0,
+            StatusCode::OK,
+            "{path}"
+        );
+    }
+    s.shutdown().await;
+}
+
+/// Runs one request as `token` and checks its status.
+async fn expect(
+    s: &common::TestServer,
+    token: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+) -> Value {
+    let (st, v) = s.call_as(Some(token), method.clone(), path, body).await;
+    assert_eq!(st.as_u16(), status, "{token} {method} {path}: {v}");
+    if status == 403 {
+        assert_eq!(v["error"]["code"], "permission_denied");
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_and_patterns() {
+    let s = server().await;
+    let send = Some(json!({"body": {"x": 1}}));
+
+    // Producer: send, read queue and stats, in its queues only.
+    let v = expect(
+        &s,
+        PRODUCER,
+        Method::POST,
+        "/v1/queues/orders/messages",
+        send.clone(),
+        201,
+    )
+    .await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    expect(
+        &s,
+        PRODUCER,
+        Method::POST,
+        "/v1/queues/billing/messages",
+        send.clone(),
+        403,
+    )
+    .await;
+    expect(&s, PRODUCER, Method::GET, "/v1/queues/orders", None, 200).await;
+    expect(
+        &s,
+        PRODUCER,
+        Method::GET,
+        "/v1/queues/orders/stats",
+        None,
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        PRODUCER,
+        Method::POST,
+        "/v1/queues/orders/receive",
+        None,
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        PRODUCER,
+        Method::PUT,
+        "/v1/queues/orders",
+        Some(json!({})),
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        PRODUCER,
+        Method::GET,
+        "/v1/queues/orders/messages",
+        None,
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        PRODUCER,
+        Method::GET,
+        &format!("/v1/messages/{id}"),
+        None,
+        403,
+    )
+    .await;
+
+    // Consumer: receive and settle, read the queue; no send, stats, browse or admin.
+    let v = expect(
+        &s,
+        CONSUMER,
+        Method::POST,
+        "/v1/queues/orders/receive",
+        Some(json!({})),
+        200,
+    )
+    .await;
+    let receipt = v["messages"][0]["receipt"].as_str().unwrap().to_owned();
+    expect(
+        &s,
+        CONSUMER,
+        Method::POST,
+        "/v1/queues/orders/extend",
+        Some(json!({"receipt": receipt, "visibility_timeout_ms": 30000})),
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        CONSUMER,
+        Method::POST,
+        "/v1/queues/orders/move",
+        Some(json!({"receipt": receipt, "to": "billing"})),
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        CONSUMER,
+        Method::POST,
+        "/v1/queues/orders/nack",
+        Some(json!({"receipt": receipt, "delay_ms": 0})),
+        200,
+    )
+    .await;
+    let v = expect(
+        &s,
+        CONSUMER,
+        Method::POST,
+        "/v1/queues/orders/receive",
+        Some(json!({"wait_ms": 1000})),
+        200,
+    )
+    .await;
+    let receipt = v["messages"][0]["receipt"].as_str().unwrap().to_owned();
+    expect(
+        &s,
+        CONSUMER,
+        Method::POST,
+        "/v1/queues/orders/ack",
+        Some(json!({"receipt": receipt})),
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        CONSUMER,
+        Method::POST,
+        "/v1/queues/orders/reject",
+        Some(json!({"receipt": receipt})),
+        409,
+    )
+    .await;
+    expect(
+        &s,
+        CONSUMER,
+        Method::POST,
+        "/v1/queues/billing/receive",
+        None,
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        CONSUMER,
+        Method::POST,
+        "/v1/queues/orders/messages",
+        send.clone(),
+        403,
+    )
+    .await;
+    expect(&s, CONSUMER, Method::GET, "/v1/queues/orders", None, 200).await;
+    expect(&s, CONSUMER, Method::GET, "/v1/queues/billing", None, 403).await;
+    expect(
+        &s,
+        CONSUMER,
+        Method::GET,
+        "/v1/queues/orders/stats",
+        None,
+        403,
+    )
+    .await;
+    expect(&s, CONSUMER, Method::DELETE, "/v1/queues/orders", None, 403).await;
+
+    // Operator: administration, browse, messages, stats; not send or receive.
+    expect(
+        &s,
+        OPERATOR,
+        Method::PUT,
+        "/v1/queues/orders.eu",
+        Some(json!({"max_receive_count": 2})),
+        201,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::PUT,
+        "/v1/queues/billing",
+        Some(json!({})),
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::PUT,
+        "/v1/queues/orders",
+        Some(json!({"dead_letter_queue": "billing"})),
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::POST,
+        "/v1/queues/orders/pause",
+        None,
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::POST,
+        "/v1/queues/orders/resume",
+        None,
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::GET,
+        "/v1/queues/orders/messages?state=all",
+        None,
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::GET,
+        &format!("/v1/messages/{id}"),
+        None,
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::GET,
+        "/v1/queues/orders/stats",
+        None,
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::POST,
+        "/v1/queues/orders/messages",
+        send.clone(),
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::POST,
+        "/v1/queues/orders/receive",
+        None,
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::POST,
+        "/v1/queues/billing/purge",
+        None,
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::POST,
+        "/v1/queues/orders/purge",
+        None,
+        200,
+    )
+    .await;
+    let v = expect(&s, OPERATOR, Method::GET, "/v1/queues", None, 200).await;
+    let names: Vec<&str> = v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["orders", "orders.dlq", "orders.eu", "orders.eu.dlq"]
+    );
+
+    // A message in a queue outside the key's patterns is refused, not shown.
+    let v = expect(
+        &s,
+        ADMIN,
+        Method::POST,
+        "/v1/queues/billing/messages",
+        send.clone(),
+        201,
+    )
+    .await;
+    let billing_id = v["id"].as_str().unwrap().to_owned();
+    expect(
+        &s,
+        OPERATOR,
+        Method::GET,
+        &format!("/v1/messages/{billing_id}"),
+        None,
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::DELETE,
+        &format!("/v1/messages/{billing_id}"),
+        None,
+        403,
+    )
+    .await;
+    expect(
+        &s,
+        CONSUMER,
+        Method::GET,
+        &format!("/v1/messages/{billing_id}"),
+        None,
+        403,
+    )
+    .await;
+
+    // Admin: everything, everywhere.
+    expect(
+        &s,
+        ADMIN,
+        Method::GET,
+        &format!("/v1/messages/{billing_id}"),
+        None,
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        ADMIN,
+        Method::POST,
+        "/v1/queues/billing/receive",
+        None,
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        ADMIN,
+        Method::GET,
+        "/v1/queues/billing/stats",
+        None,
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        ADMIN,
+        Method::DELETE,
+        &format!("/v1/messages/{billing_id}"),
+        None,
+        204,
+    )
+    .await;
+    expect(
+        &s,
+        OPERATOR,
+        Method::DELETE,
+        "/v1/queues/orders.eu",
+        None,
+        204,
+    )
+    .await;
+    let v = expect(&s, ADMIN, Method::GET, "/v1/queues", None, 200).await;
+    assert_eq!(v["queues"].as_array().unwrap().len(), 5);
+    s.shutdown().await;
+}

@@ -1,0 +1,177 @@
+//! A real broker on an ephemeral loopback port over an embedded store in a temp dir, and a
+//! small JSON client for it.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
+use sluice_server::{Broker, ServerOptions};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub struct TestServer {
+    pub base: String,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<std::io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn start() -> TestServer {
+    start_with(ServerOptions::default()).await
+}
+
+pub async fn start_with(options: ServerOptions) -> TestServer {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = EmbeddedOptions {
+        maintenance_interval: Duration::from_millis(50),
+        ..EmbeddedOptions::default()
+    };
+    let (store, _) = EmbeddedStore::open(dir.path(), opts).expect("open store");
+    let broker = Broker::new(Arc::new(store), options);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(broker.serve(listener, async {
+        let _ = rx.await;
+    }));
+    TestServer {
+        base: format!("http://{addr}"),
+        client: reqwest::Client::new(),
+        stop: Some(tx),
+        handle: Some(handle),
+        _dir: dir,
+    }
+}
+
+impl TestServer {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends `body` as JSON (or nothing) and returns the status and the parsed JSON answer
+    /// (`Value::Null` for an empty answer).
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        self.call_as(None, method, path, body).await
+    }
+
+    pub async fn call_as(
+        &self,
+        token: Option<&str>,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.client.request(method, self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request");
+        parse(resp).await
+    }
+
+    pub async fn put_queue(&self, name: &str, config: Value) -> Value {
+        let (s, v) = self
+            .call(Method::PUT, &format!("/v1/queues/{name}"), Some(config))
+            .await;
+        assert!(s.is_success(), "PUT {name}: {s} {v}");
+        v
+    }
+
+    pub async fn send(&self, queue: &str, body: Value) -> String {
+        let (s, v) = self
+            .call(
+                Method::POST,
+                &format!("/v1/queues/{queue}/messages"),
+                Some(json!({ "body": body })),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "send: {v}");
+        v["id"].as_str().expect("id").to_owned()
+    }
+
+    pub async fn receive(&self, queue: &str, req: Value) -> Vec<Value> {
+        let (s, v) = self
+            .call(
+                Method::POST,
+                &format!("/v1/queues/{queue}/receive"),
+                Some(req),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "receive: {v}");
+        v["messages"].as_array().expect("messages").clone()
+    }
+
+    pub async fn stats(&self, queue: &str) -> Value {
+        let (s, v) = self
+            .call(Method::GET, &format!("/v1/queues/{queue}/stats"), None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "stats: {v}");
+        v
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            tokio::time::timeout(Duration::from_secs(5), h)
+                .await
+                .expect("server stops within 5 s")
+                .expect("server task")
+                .expect("serve");
+        }
+    }
+}
+
+pub async fn parse(resp: reqwest::Response) -> (StatusCode, Value) {
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let bytes = resp.bytes().await.expect("body");
+    if bytes.is_empty() {
+        return (status, Value::Null);
+    }
+    assert!(
+        is_json,
+        "{status}: answer is not JSON: {:?}",
+        String::from_utf8_lossy(&bytes)
+    );
+    (status, serde_json::from_slice(&bytes).expect("JSON answer"))
+}
+
+/// Asserts an error answer: status, envelope and code.
+pub fn assert_error(got: &(StatusCode, Value), status: u16, code: &str) {
+    assert_eq!(
+        got.0.as_u16(),
+        status,
+        "expected {status} {code}, got {} {}",
+        got.0,
+        got.1
+    );
+    assert_eq!(got.1["error"]["code"], code, "wrong code in {}", got.1);
+    assert!(
+        got.1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "no message in {}",
+        got.1
+    );
+}

@@ -1,0 +1,123 @@
+//! The TOML configuration file of `sluice serve --config FILE`.
+//!
+//! Every flag has a key (`listen`, `data_dir`); a flag or its `SLUICE_*` environment variable
+//! wins over the file. Queues declared in `[[queues]]` are created or updated at start-up,
+//! so a deployment is reproducible; `[[keys]]` turns authentication on.
+//!
+//! ```toml
+//! listen = "0.0.0.0:7878"
+//! data_dir = "/var/lib/sluice"
+//!
+//! [[queues]]
+//! name = "orders"
+//! visibility_timeout_ms = 60000
+//! max_receive_count = 3
+//! rate_limit = { limit = 100, period_ms = 60000 }
+//!
+//! [[keys]]
+//! name = "checkout"
+//! role = "producer"            # admin | operator | producer | consumer
+//! queues = ["orders", "orders.*"]
+//! sha256 = "…"                 # from `sluice key hash` / `sluice key generate`
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use sluice_core::QueueName;
+use sluice_core::wire::QueueConfigRequest;
+use sluice_server::ApiKeyConfig;
+
+/// The file's contents.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Address to listen on.
+    pub listen: Option<String>,
+    /// Data directory of the embedded store.
+    pub data_dir: Option<PathBuf>,
+    /// Queues to create or update at start-up.
+    #[serde(default)]
+    pub queues: Vec<toml::Table>,
+    /// API keys.
+    #[serde(default)]
+    pub keys: Vec<ApiKeyConfig>,
+}
+
+/// A queue declaration: its name and the config fields of `PUT /v1/queues/{q}`.
+#[derive(Debug)]
+pub struct QueueDecl {
+    /// The queue.
+    pub name: QueueName,
+    /// Its settings.
+    pub config: QueueConfigRequest,
+}
+
+impl FileConfig {
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+    }
+
+    /// The `[[queues]]` declarations, checked.
+    pub fn queue_decls(&self) -> anyhow::Result<Vec<QueueDecl>> {
+        let mut out = Vec::new();
+        for (i, table) in self.queues.iter().enumerate() {
+            let mut table = table.clone();
+            let Some(name) = table.remove("name") else {
+                bail!("[[queues]] entry {} has no name", i + 1);
+            };
+            let Some(name) = name.as_str() else {
+                bail!("[[queues]] entry {}: name must be a string", i + 1);
+            };
+            let name =
+                QueueName::new(name).with_context(|| format!("[[queues]] entry {}", i + 1))?;
+            let config: QueueConfigRequest = toml::Value::Table(table)
+                .try_into()
+                .with_context(|| format!("[[queues]] {name}"))?;
+            config
+                .to_patch()
+                .with_context(|| format!("[[queues]] {name}"))?;
+            out.push(QueueDecl { name, config });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queues_and_keys_parse() {
+        let c: FileConfig = toml::from_str(
+            r#"
+            listen = "127.0.0.1:1"
+            [[queues]]
+            name = "orders"
+            max_receive_count = 2
+            rate_limit = { limit = 5, period_ms = 1000 }
+            [[keys]]
+            name = "k"
+            role = "consumer"
+            queues = ["orders.*"]
+            sha256 = "00"
+            "#,
+        )
+        .unwrap();
+        let q = c.queue_decls().unwrap();
+        assert_eq!(q[0].name.as_str(), "orders");
+        assert_eq!(q[0].config.max_receive_count, Some(2));
+        assert_eq!(c.keys[0].queues, vec!["orders.*".to_owned()]);
+    }
+
+    #[test]
+    fn unknown_queue_fields_are_refused() {
+        let c: FileConfig =
+            toml::from_str("[[queues]]\nname = \"a\"\nvisiblity_timeout_ms = 1\n").unwrap();
+        assert!(c.queue_decls().is_err());
+    }
+}

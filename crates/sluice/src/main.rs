@@ -1,0 +1,49 @@
+//! `sluice`: the broker (`sluice serve`) and its command-line tools.
+//!
+//! Module layout: `serve` runs the broker, `config` reads the TOML file, `key` manages API
+//! keys, and `client` will hold the subcommands that talk to a running broker over HTTP.
+
+mod client;
+mod config;
+mod key;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// A durable task queue for work that fails.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the broker.
+    Serve(serve::ServeArgs),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Key(key::KeyCommand),
+    // The client subcommands of SPEC §9 (`queue create|list|show|update|delete|pause|resume|
+    // purge`, `send`, `receive`, `stats`, `dlq list`, `redrive`, `task status`, `drill`,
+    // `bench`) go here, each implemented in `client/` as an HTTP client sharing
+    // `--url`/`SLUICE_URL`, `--token`/`SLUICE_TOKEN` and `--json`.
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Key(cmd) => key::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! `sluice serve`: open the store, apply declared queues, serve the HTTP API until SIGINT or
+//! SIGTERM, then finish in-flight requests and exit 0.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use sluice_core::Store;
+use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
+use sluice_server::{Broker, KeyRing, ServerOptions};
+
+use crate::config::FileConfig;
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+const DEFAULT_DATA_DIR: &str = "./sluice-data";
+
+/// Options of `sluice serve`. A flag wins over its environment variable, which wins over the
+/// config file, which wins over the default.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1:7878]. Without API keys only a loopback
+    /// address is allowed. Port 0 picks a free port (the address is printed on stdout).
+    #[arg(long, env = "SLUICE_LISTEN", value_name = "ADDR")]
+    listen: Option<String>,
+    /// Data directory of the embedded store [default: ./sluice-data].
+    #[arg(long, env = "SLUICE_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// TOML config file: `listen`, `data_dir`, `[[queues]]`, `[[keys]]`.
+    #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    // `--store postgres://…` (SPEC §9) will select the PostgreSQL engine here.
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs the broker until a shutdown signal.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(serve(args))
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let file = match &args.config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    let listen = args
+        .listen
+        .or(file.listen.clone())
+        .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+    let data_dir = args
+        .data_dir
+        .or(file.data_dir.clone())
+        .unwrap_or_else(|| DEFAULT_DATA_DIR.into());
+    let keys = KeyRing::new(file.keys.clone()).context("invalid [[keys]] in the config file")?;
+    let queues = file.queue_decls()?;
+
+    let addrs: Vec<_> = tokio::net::lookup_host(&listen)
+        .await
+        .with_context(|| format!("--listen {listen:?} is not a host:port address"))?
+        .collect();
+    if addrs.is_empty() {
+        bail!("--listen {listen:?} resolves to no address");
+    }
+    if keys.is_empty()
+        && let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback())
+    {
+        bail!(
+            "refusing to listen on {listen} ({public}) without API keys: anyone who can reach it \
+             could read and delete every message. Add [[keys]] to the config file (see \
+             `sluice key generate`) or listen on a loopback address such as 127.0.0.1:7878"
+        );
+    }
+
+    let (store, report) = EmbeddedStore::open(&data_dir, EmbeddedOptions::default())
+        .with_context(|| format!("opening data directory {}", data_dir.display()))?;
+    tracing::info!(
+        dir = %data_dir.display(),
+        records = report.records,
+        messages = report.messages,
+        torn_bytes = report.torn_bytes,
+        elapsed_ms = report.elapsed.as_millis() as u64,
+        "store recovered"
+    );
+    for q in &queues {
+        let patch = q
+            .config
+            .to_patch()
+            .with_context(|| format!("[[queues]] {}", q.name))?;
+        let out = store
+            .put_queue(&q.name, &patch)
+            .await
+            .with_context(|| format!("applying [[queues]] {}", q.name))?;
+        for w in out.warnings {
+            tracing::warn!(queue = %q.name, "{w}");
+        }
+        tracing::info!(queue = %q.name, created = out.created, "queue declared");
+    }
+
+    let store: Arc<dyn Store> = Arc::new(store);
+    let options = ServerOptions {
+        keys,
+        ..ServerOptions::default()
+    };
+    if options.keys.is_empty() {
+        tracing::warn!("no API keys configured: authentication is off (loopback only)");
+    }
+    let broker = Broker::new(store, options);
+    let listener = tokio::net::TcpListener::bind(addrs.as_slice())
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let local = listener.local_addr().context("reading the bound address")?;
+    // On stdout, for scripts and tests that ask for port 0.
+    println!("sluice listening on http://{local}");
+    tracing::info!(%local, "listening");
+    broker
+        .serve(listener, shutdown_signal())
+        .await
+        .context("serving")?;
+    // The embedded store syncs every write before answering, so nothing is left to flush;
+    // dropping the broker drops the store and releases the data directory.
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}
