@@ -15,6 +15,7 @@ pub mod rate;
 pub mod receipt;
 pub mod stats;
 pub mod store;
+pub mod task;
 pub mod time;
 pub mod wire;
 
@@ -34,4 +35,5 @@ pub use store::{
     AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, IDEMPOTENCY_TTL,
     IdempotentResponse, NackOutcome, ReceiveRequest, SendOutcome, Store,
 };
+pub use task::TaskStatus;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -675,21 +675,25 @@ pub enum BodyEncoding {
 }
 
 /// One leased message.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeliveryView {
     /// Message id.
     pub id: String,
     /// Names this delivery for ack, nack, reject, move and extend.
     pub receipt: String,
     /// The body when it was sent as JSON (or as text: see `body_encoding`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<Value>)]
     pub body: Option<JsonText>,
     /// The body when it was sent as bytes.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_base64: Option<String>,
     /// `"text"` when `body` is a string holding a `text/plain` body.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_encoding: Option<BodyEncoding>,
     /// String attributes.
     pub attributes: BTreeMap<String, String>,
@@ -725,7 +729,7 @@ impl From<&Delivery> for DeliveryView {
 }
 
 /// Answer to a receive.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ReceiveResponse {
     /// The leased messages; empty when none was ready within `wait_ms`.
     pub messages: Vec<DeliveryView>,
@@ -1183,7 +1187,7 @@ impl From<&Attempt> for AttemptView {
 }
 
 /// A message as browse and `GET /v1/messages/{id}` show it.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MessageView {
     /// Message id.
     pub id: String,
@@ -1192,14 +1196,18 @@ pub struct MessageView {
     /// Its state.
     pub state: MessageStateView,
     /// The body when sent as JSON or text (absent for a completed record).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<Value>)]
     pub body: Option<JsonText>,
     /// The body when sent as bytes.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_base64: Option<String>,
     /// `"text"` when `body` holds a text body.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_encoding: Option<BodyEncoding>,
     /// String attributes.
     pub attributes: BTreeMap<String, String>,
@@ -1222,14 +1230,18 @@ pub struct MessageView {
     /// When it was dead-lettered.
     pub dead_lettered_at: Option<String>,
     /// The stored result of a completed message, when JSON or text.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<Value>)]
     pub result: Option<JsonText>,
     /// The stored result when binary.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_base64: Option<String>,
     /// `"text"` when `result` holds text.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_encoding: Option<BodyEncoding>,
     /// When it was acknowledged.
     pub completed_at: Option<String>,
@@ -1273,7 +1285,7 @@ impl From<&Message> for MessageView {
 }
 
 /// One page of a browse.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct BrowseResponse {
     /// The messages.
     pub messages: Vec<MessageView>,
@@ -1325,6 +1337,96 @@ impl From<&Totals> for TotalsView {
             expired: t.expired,
         }
     }
+}
+
+/// `GET /v1/tasks/{id}`: the status of a task (SPEC §6).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TaskView {
+    /// Task id (its message id).
+    pub id: String,
+    /// `PENDING`, `STARTED`, `RETRY`, `SUCCESS`, `FAILURE`, `UNKNOWN` or `CANCELLED`.
+    #[schema(value_type = String, example = "SUCCESS")]
+    pub status: crate::task::TaskStatus,
+    /// The queue it is in now (absent when unknown).
+    pub queue: Option<String>,
+    /// Deliveries so far.
+    pub receive_count: u32,
+    /// The result of a successful task, when JSON or text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
+    pub result: Option<JsonText>,
+    /// The result when binary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_base64: Option<String>,
+    /// `"text"` when `result` holds text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_encoding: Option<BodyEncoding>,
+    /// The last error of a failed or retrying task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl TaskView {
+    /// The view of a task whose message is `m`.
+    pub fn of(m: &Message) -> Self {
+        let (result, result_base64, result_encoding) = m
+            .result
+            .as_ref()
+            .map(body_fields)
+            .unwrap_or((None, None, None));
+        TaskView {
+            id: m.id.to_string(),
+            status: crate::task::TaskStatus::of(m),
+            queue: Some(m.queue.to_string()),
+            receive_count: m.receive_count,
+            result,
+            result_base64,
+            result_encoding,
+            error: m.last_error.clone(),
+        }
+    }
+
+    /// The view of an id nothing is known about.
+    pub fn unknown(id: crate::message::MessageId) -> Self {
+        TaskView {
+            id: id.to_string(),
+            status: crate::task::TaskStatus::Unknown,
+            queue: None,
+            receive_count: 0,
+            result: None,
+            result_base64: None,
+            result_encoding: None,
+            error: None,
+        }
+    }
+}
+
+/// Query of `GET /v1/tasks/{id}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct TaskQuery {
+    /// Long poll: wait up to this many ms (at most 30000) for the task to become final.
+    pub wait_ms: Option<u64>,
+}
+
+/// Query of `GET /v1/queues/{q}/scaling`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ScalingQuery {
+    /// How many waiting or running tasks one worker should carry (1 to 1000000).
+    pub per_worker: u64,
+}
+
+/// `GET /v1/queues/{q}/scaling`: how many workers the queue wants, for KEDA-style and Ray
+/// Serve autoscalers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ScalingView {
+    /// `ceil((backlog + in_flight) / per_worker)`; 0 when the queue is idle.
+    pub desired_workers: u64,
+    /// Visible messages.
+    pub backlog: u64,
+    /// Leased messages.
+    pub in_flight: u64,
 }
 
 /// `GET /v1/queues/{q}/stats`.

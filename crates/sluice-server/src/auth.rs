@@ -67,6 +67,8 @@ pub enum Action {
     Inspect,
     /// Read stats.
     Stats,
+    /// Read a task's status and result.
+    ReadTask,
 }
 
 impl Action {
@@ -74,7 +76,7 @@ impl Action {
         use Role::*;
         match self {
             Action::ManageQueue | Action::Inspect => matches!(role, Admin | Operator),
-            Action::ReadQueue => true,
+            Action::ReadQueue | Action::ReadTask => true,
             Action::Send => matches!(role, Admin | Producer),
             Action::Consume => matches!(role, Admin | Consumer),
             Action::Stats => matches!(role, Admin | Operator | Producer),
@@ -89,6 +91,7 @@ impl Action {
             Action::Consume => "consume",
             Action::Inspect => "browse or change messages",
             Action::Stats => "read stats",
+            Action::ReadTask => "read task status",
         }
     }
 }

@@ -15,6 +15,7 @@
 pub mod auth;
 pub mod error;
 pub mod extract;
+pub mod idempotency;
 pub mod routes;
 
 use std::future::Future;

@@ -814,6 +814,8 @@ async fn health_readiness_routing_errors_and_openapi() {
         ("/v1/queues/{q}/extend", vec!["post"]),
         ("/v1/queues/{q}/stats", vec!["get"]),
         ("/v1/messages/{id}", vec!["get", "delete"]),
+        ("/v1/tasks/{id}", vec!["get"]),
+        ("/v1/queues/{q}/scaling", vec!["get"]),
         ("/healthz", vec!["get"]),
         ("/readyz", vec!["get"]),
         ("/openapi.json", vec!["get"]),

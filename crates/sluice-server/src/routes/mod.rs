@@ -2,15 +2,16 @@
 //!
 //! Not yet served (their modules will sit beside these): `POST/GET /v1/redrives*` (redrive
 //! jobs, §5), `GET /v1/queues/{q}/stats/history` (§5), `GET /metrics`, `/` (dashboard),
-//! `GET /v1/tasks/{id}`, `POST /v1/tasks/{id}/cancel`, `GET /v1/tasks/{id}/events` (§6),
-//! `POST /v1/queues/{q}/progress` and `GET /v1/queues/{q}/scaling`. The `Idempotency-Key`
-//! replay of §7 will be a layer over the POST routes.
+//! `POST /v1/tasks/{id}/cancel`, `GET /v1/tasks/{id}/events` and `POST /v1/queues/{q}/progress`
+//! (§6). The `Idempotency-Key`
+//! replay of §7 is a layer over every POST route (`crate::idempotency`).
 
 pub mod consume;
 pub mod health;
 pub mod inspect;
 pub mod queues;
 pub mod send;
+pub mod tasks;
 
 use std::sync::OnceLock;
 
@@ -44,6 +45,7 @@ use crate::{AppState, ServerOptions};
         (name = "queues", description = "Queue configuration and administration"),
         (name = "messages", description = "Send, receive and settle messages"),
         (name = "inspect", description = "Browse, look up and delete messages; stats"),
+        (name = "tasks", description = "Task status, request/reply and autoscaling hints"),
         (name = "health", description = "Liveness, readiness and this document"),
     )
 )]
@@ -85,6 +87,8 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(consume::extend))
         .routes(routes!(inspect::get_message, inspect::delete_message))
         .routes(routes!(inspect::stats))
+        .routes(routes!(tasks::get_task))
+        .routes(routes!(tasks::scaling))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::openapi_json))
@@ -104,9 +108,14 @@ async fn no_route() -> ApiError {
 /// Assembles every route with its layers.
 pub fn router(state: AppState, options: &ServerOptions) -> Router {
     let (router, _) = api().split_for_parts();
+    let idempotency = crate::idempotency::Idempotency::new(state.store.clone());
     router
         .fallback(no_route)
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            idempotency,
+            crate::idempotency::layer,
+        ))
         // Bodies are read by our extractors, which enforce `max_body_bytes` with a 413 in
         // the envelope; axum's own 2 MB default would answer in plain text.
         .layer(DefaultBodyLimit::disable())

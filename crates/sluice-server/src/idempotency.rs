@@ -1,0 +1,192 @@
+//! `Idempotency-Key` on POST routes (SPEC §7): the same key on the same route within 24 h
+//! replays the first response and has no second effect; the same key with a different request
+//! is refused with 422 `idempotency_mismatch`.
+//!
+//! Why at the HTTP layer: a client that lost a response (timeout, broken connection) cannot
+//! know whether its send was applied. Retrying with the same key is then always safe, for
+//! every POST, without each handler knowing about it. Responses are remembered by the store,
+//! durably, so a replay works across a broker restart and, with the PostgreSQL engine, on any
+//! node.
+//!
+//! Keys are scoped to the caller (a digest of its credentials), the method and the path, so
+//! two tenants cannot collide. Only definite answers are remembered: a 5xx or 429 means "try
+//! again", so a retry with the same key runs the request again.
+//!
+//! One window is left open, by design: if the broker dies after applying a request but before
+//! remembering its response, a retry applies it again. For sends, a `dedup_id` closes it.
+
+use std::sync::Arc;
+
+use axum::body::{Body, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use sluice_core::store::{IdempotentResponse, MAX_IDEMPOTENT_RESPONSE_BYTES};
+use sluice_core::{Clock, ErrorCode, Store, SystemClock};
+use tokio::sync::Mutex;
+
+use crate::error::ApiError;
+use crate::extract::read_body;
+
+/// The request header.
+pub const HEADER: &str = "idempotency-key";
+/// Set on a replayed response.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+/// Longest key accepted.
+pub const MAX_KEY_BYTES: usize = 255;
+
+/// Concurrent requests with one key run one after the other, so the second sees the first's
+/// remembered response instead of racing it. Keys are spread over a fixed set of locks.
+const STRIPES: usize = 64;
+
+/// What the middleware needs.
+#[derive(Clone)]
+pub struct Idempotency {
+    store: Arc<dyn Store>,
+    stripes: Arc<Vec<Mutex<()>>>,
+}
+
+impl Idempotency {
+    /// Remembers responses in `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Idempotency {
+            store,
+            stripes: Arc::new((0..STRIPES).map(|_| Mutex::new(())).collect()),
+        }
+    }
+}
+
+/// The middleware: passes through anything but a POST with an `Idempotency-Key`.
+pub async fn layer(State(idem): State<Idempotency>, req: Request, next: Next) -> Response {
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    let Some(raw) = req.headers().get(HEADER) else {
+        return next.run(req).await;
+    };
+    match handle(idem, raw.clone(), req, next).await {
+        Ok(resp) | Err(resp) => resp,
+    }
+}
+
+async fn handle(
+    idem: Idempotency,
+    raw: HeaderValue,
+    req: Request,
+    next: Next,
+) -> Result<Response, Response> {
+    let key = raw
+        .to_str()
+        .ok()
+        .filter(|k| {
+            !k.is_empty() && k.len() <= MAX_KEY_BYTES && k.bytes().all(|b| b.is_ascii_graphic())
+        })
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "Idempotency-Key must be 1 to {MAX_KEY_BYTES} visible ASCII characters, e.g. a UUID"
+            ))
+            .into_response()
+        })?
+        .to_string();
+    let caller = caller_tag(req.headers());
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let media = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let (parts, body) = read_body(req).await.map_err(IntoResponse::into_response)?;
+    let fingerprint: [u8; 32] = Sha256::new()
+        .chain_update(path.as_bytes())
+        .chain_update([0])
+        .chain_update(media.as_bytes())
+        .chain_update([0])
+        .chain_update(&body)
+        .finalize()
+        .into();
+    let scope = format!("{caller}|POST {}|{key}", parts.uri.path());
+
+    let stripe = &idem.stripes[stripe_of(&scope)];
+    let _one_at_a_time = stripe.lock().await;
+    if let Some(kept) = idem.store.idempotency_get(&scope).await.map_err(api)? {
+        return replay(kept, &fingerprint);
+    }
+    let resp = next.run(Request::from_parts(parts, Body::from(body))).await;
+    let status = resp.status();
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        return Ok(resp);
+    }
+    let (rparts, rbody) = resp.into_parts();
+    let bytes = to_bytes(rbody, MAX_IDEMPOTENT_RESPONSE_BYTES + 1)
+        .await
+        .map_err(|e| api_msg(format!("could not read the response to remember it: {e}")))?;
+    if bytes.len() <= MAX_IDEMPOTENT_RESPONSE_BYTES {
+        let remembered = IdempotentResponse {
+            fingerprint,
+            status: status.as_u16(),
+            body: bytes.clone(),
+            created_at: SystemClock.now(),
+        };
+        match idem.store.idempotency_put(&scope, remembered).await {
+            // Another broker node answered the same key first: answer as it did.
+            Ok(Some(kept)) => return replay(kept, &fingerprint),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not remember a response for its Idempotency-Key; a retry will run the request again")
+            }
+        }
+    }
+    Ok(Response::from_parts(rparts, Body::from(bytes)))
+}
+
+fn replay(kept: IdempotentResponse, fingerprint: &[u8; 32]) -> Result<Response, Response> {
+    if &kept.fingerprint != fingerprint {
+        return Err(ApiError::new(
+            ErrorCode::IdempotencyMismatch,
+            "this Idempotency-Key was used with a different request on this route in the last 24 hours; \
+             use a new key for a new request",
+        )
+        .into_response());
+    }
+    let status = StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK);
+    let mut resp = Response::new(Body::from(kept.body.clone()));
+    *resp.status_mut() = status;
+    if !kept.body.is_empty() {
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    resp.headers_mut()
+        .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    Ok(resp)
+}
+
+/// A short digest of the caller's credentials: keys are scoped per caller without storing
+/// the credential itself.
+fn caller_tag(headers: &axum::http::HeaderMap) -> String {
+    match headers.get(header::AUTHORIZATION) {
+        Some(v) => hex::encode(&Sha256::digest(v.as_bytes())[..8]),
+        None => "anonymous".to_string(),
+    }
+}
+
+fn stripe_of(scope: &str) -> usize {
+    let d = Sha256::digest(scope.as_bytes());
+    usize::from(d[0]) % STRIPES
+}
+
+fn api(e: sluice_core::StoreError) -> Response {
+    ApiError::from(e).into_response()
+}
+
+fn api_msg(m: String) -> Response {
+    ApiError::new(ErrorCode::Unavailable, m).into_response()
+}

@@ -1,0 +1,95 @@
+//! Tasks (SPEC §6): status of a task id, with an optional long poll until it is final, and
+//! the autoscaling hint of a queue.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use sluice_core::config::limits::MAX_WAIT;
+use sluice_core::wire::{ErrorEnvelope, ScalingQuery, ScalingView, TaskQuery, TaskView};
+use sluice_core::{StoreError, TaskStatus};
+
+use crate::AppState;
+use crate::auth::{Action, Caller};
+use crate::error::ApiError;
+use crate::extract::{ApiQuery, MessagePath, QueuePath};
+
+/// How often a long-polled task status is looked at again.
+const TASK_POLL: Duration = Duration::from_millis(50);
+
+/// The status of a task; `?wait_ms=` waits (up to 30 s) until it is final, which gives
+/// request/reply on top of the queue.
+#[utoipa::path(
+    get, path = "/v1/tasks/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "Task id (its message id)"), TaskQuery),
+    responses(
+        (status = 200, description = "The task's status (UNKNOWN for an id nothing is known about)", body = TaskView),
+        (status = 400, description = "invalid_argument (id or wait_ms)", body = ErrorEnvelope),
+    )
+)]
+pub async fn get_task(
+    State(st): State<AppState>,
+    caller: Caller,
+    MessagePath(id): MessagePath,
+    ApiQuery(query): ApiQuery<TaskQuery>,
+) -> Result<Json<TaskView>, ApiError> {
+    caller.allow_role(Action::ReadTask)?;
+    let wait = Duration::from_millis(query.wait_ms.unwrap_or(0));
+    if wait > MAX_WAIT {
+        return Err(ApiError::invalid(format!(
+            "wait_ms must be at most {}, got {}",
+            MAX_WAIT.as_millis(),
+            wait.as_millis()
+        )));
+    }
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        let view = match st.store.get_message(id).await {
+            Ok(m) => {
+                caller.allow(Action::ReadTask, &m.queue)?;
+                TaskView::of(&m)
+            }
+            Err(StoreError::MessageNotFound(_)) => TaskView::unknown(id),
+            Err(e) => return Err(e.into()),
+        };
+        let done = view.status.is_final() || view.status == TaskStatus::Unknown;
+        if done || tokio::time::Instant::now() >= until {
+            return Ok(Json(view));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(TASK_POLL) => {}
+            () = st.shutting_down() => return Ok(Json(view)),
+        }
+    }
+}
+
+/// How many workers a queue wants at `per_worker` waiting or running tasks each.
+#[utoipa::path(
+    get, path = "/v1/queues/{q}/scaling", tag = "tasks",
+    params(("q" = String, Path, description = "Queue name"), ScalingQuery),
+    responses(
+        (status = 200, description = "The hint", body = ScalingView),
+        (status = 400, description = "invalid_argument (per_worker)", body = ErrorEnvelope),
+        (status = 404, description = "queue_not_found", body = ErrorEnvelope),
+    )
+)]
+pub async fn scaling(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    ApiQuery(query): ApiQuery<ScalingQuery>,
+) -> Result<Json<ScalingView>, ApiError> {
+    caller.allow(Action::Stats, &q)?;
+    if query.per_worker == 0 || query.per_worker > 1_000_000 {
+        return Err(ApiError::invalid(format!(
+            "per_worker must be 1 to 1000000, got {}",
+            query.per_worker
+        )));
+    }
+    let s = st.store.stats(&q).await?;
+    Ok(Json(ScalingView {
+        desired_workers: (s.visible + s.in_flight).div_ceil(query.per_worker),
+        backlog: s.visible,
+        in_flight: s.in_flight,
+    }))
+}
