@@ -116,7 +116,7 @@ async fn handle(
     let stripe = &idem.stripes[stripe_of(&scope)];
     let _one_at_a_time = stripe.lock().await;
     if let Some(kept) = idem.store.idempotency_get(&scope).await.map_err(api)? {
-        return replay(kept, &fingerprint);
+        return Ok(replay(kept, &fingerprint));
     }
     let resp = next.run(Request::from_parts(parts, Body::from(body))).await;
     let status = resp.status();
@@ -136,7 +136,7 @@ async fn handle(
         };
         match idem.store.idempotency_put(&scope, remembered).await {
             // Another broker node answered the same key first: answer as it did.
-            Ok(Some(kept)) => return replay(kept, &fingerprint),
+            Ok(Some(kept)) => return Ok(replay(kept, &fingerprint)),
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "could not remember a response for its Idempotency-Key; a retry will run the request again")
@@ -146,14 +146,15 @@ async fn handle(
     Ok(Response::from_parts(rparts, Body::from(bytes)))
 }
 
-fn replay(kept: IdempotentResponse, fingerprint: &[u8; 32]) -> Result<Response, Response> {
+/// The remembered answer, or 422 when the key came with a different request.
+fn replay(kept: IdempotentResponse, fingerprint: &[u8; 32]) -> Response {
     if &kept.fingerprint != fingerprint {
-        return Err(ApiError::new(
+        return ApiError::new(
             ErrorCode::IdempotencyMismatch,
             "this Idempotency-Key was used with a different request on this route in the last 24 hours; \
              use a new key for a new request",
         )
-        .into_response());
+        .into_response();
     }
     let status = StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK);
     let mut resp = Response::new(Body::from(kept.body.clone()));
@@ -166,7 +167,7 @@ fn replay(kept: IdempotentResponse, fingerprint: &[u8; 32]) -> Result<Response, 
     }
     resp.headers_mut()
         .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
-    Ok(resp)
+    resp
 }
 
 /// A short digest of the caller's credentials: keys are scoped per caller without storing
