@@ -26,14 +26,14 @@ pub use config::{PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, Rate
 pub use error::{ErrorCode, StoreError};
 pub use message::{
     Attempt, AttemptOutcome, Attributes, Body, BodyKind, DeadLetter, DeadLetterReason, Delivery,
-    Message, MessageId, MessageState, NewMessage,
+    Message, MessageId, MessageState, NewMessage, Progress,
 };
 pub use name::QueueName;
 pub use receipt::Receipt;
 pub use stats::{QueueStats, Totals};
 pub use store::{
     AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, IDEMPOTENCY_TTL,
-    IdempotentResponse, NackOutcome, ReceiveRequest, SendOutcome, Store,
+    IdempotentResponse, LeaseState, NackOutcome, ReceiveRequest, SendOutcome, Store,
 };
 pub use task::TaskStatus;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -259,8 +259,41 @@ pub struct DeadLetter {
     pub at: Timestamp,
 }
 
+/// What a running handler last reported about its progress (SPEC §6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Percent done, 0 to 100.
+    pub pct: f64,
+    /// A short note, e.g. "page 3 of 10".
+    pub detail: Option<String>,
+    /// When it was reported.
+    pub at: Timestamp,
+}
+
+impl Progress {
+    /// Checks the percentage and the detail's length.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a percentage outside 0–100 (or not a number) or a detail over
+    /// 1 KiB.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if !(0.0..=100.0).contains(&self.pct) {
+            return Err(StoreError::invalid(format!(
+                "pct must be a number from 0 to 100, got {}",
+                self.pct
+            )));
+        }
+        if self.detail.as_ref().is_some_and(|d| d.len() > 1024) {
+            return Err(StoreError::invalid(
+                "progress detail may be at most 1024 bytes",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A message as browse and get show it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Message {
     /// Its id.
     pub id: MessageId,
@@ -292,6 +325,11 @@ pub struct Message {
     pub result: Option<Body>,
     /// When it was acknowledged.
     pub completed_at: Option<Timestamp>,
+    /// Cancelled (SPEC §6): for a running task, cancellation was requested; for a completed
+    /// record, the task ended cancelled. Sticky: a late success does not undo it.
+    pub cancelled: bool,
+    /// The last progress its running handler reported.
+    pub progress: Option<Progress>,
 }
 
 /// A leased message handed to a consumer.

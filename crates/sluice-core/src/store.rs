@@ -75,6 +75,15 @@ pub struct NackOutcome {
     pub queue: QueueName,
 }
 
+/// A lease after an extension or a progress report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseState {
+    /// When the lease ends unless extended again.
+    pub deadline: crate::time::Timestamp,
+    /// The task was cancelled: the handler should stop and settle it (SPEC §6, cooperative).
+    pub cancel_requested: bool,
+}
+
 /// Which messages a browse lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BrowseState {
@@ -100,7 +109,7 @@ pub struct BrowseRequest {
 }
 
 /// One page of a browse.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BrowsePage {
     /// The messages.
     pub messages: Vec<Message>,
@@ -211,7 +220,8 @@ pub trait Store: Send + Sync + 'static {
         failure: Failure,
     ) -> Result<(), StoreError>;
 
-    /// Sets the lease of a delivery to end `visibility` from now. Returns the new deadline.
+    /// Sets the lease of a delivery to end `visibility` from now. Returns the new deadline and
+    /// whether the task was cancelled meanwhile.
     ///
     /// # Errors
     /// `ReceiptStale`; `QueueNotFound`; `InvalidArgument` for a duration over 12 h.
@@ -220,7 +230,28 @@ pub trait Store: Send + Sync + 'static {
         queue: &QueueName,
         receipt: Receipt,
         visibility: Duration,
-    ) -> Result<crate::time::Timestamp, StoreError>;
+    ) -> Result<LeaseState, StoreError>;
+
+    /// Records the progress of a running task (the lease is not extended). Progress is
+    /// advisory: an engine may keep it in memory only.
+    ///
+    /// # Errors
+    /// `ReceiptStale`; `QueueNotFound`; `InvalidArgument` for a bad percentage or detail.
+    async fn progress(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        progress: crate::message::Progress,
+    ) -> Result<LeaseState, StoreError>;
+
+    /// Cancels a task (SPEC §6): a waiting one is removed at once and recorded as cancelled;
+    /// a running one is flagged, its handler learns it at its next extension or progress
+    /// report, and whatever it reports afterwards ends the task cancelled. A finished task is
+    /// left as it is. Returns the message as it is afterwards.
+    ///
+    /// # Errors
+    /// `MessageNotFound`.
+    async fn cancel(&self, id: MessageId) -> Result<Message, StoreError>;
 
     /// Lists messages of a queue without leasing them.
     ///

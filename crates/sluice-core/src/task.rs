@@ -31,6 +31,9 @@ pub enum TaskStatus {
 impl TaskStatus {
     /// The status of the task whose message is `m`.
     pub fn of(m: &Message) -> TaskStatus {
+        if m.cancelled {
+            return TaskStatus::Cancelled;
+        }
         if m.dead_letter.is_some() {
             return TaskStatus::Failure;
         }
@@ -90,6 +93,8 @@ mod tests {
             dead_letter: None,
             result: None,
             completed_at: None,
+            cancelled: false,
+            progress: None,
         }
     }
 

@@ -1018,6 +1018,41 @@ impl ExtendRequest {
 pub struct ExtendResponse {
     /// When the lease now ends (RFC 3339).
     pub lease_deadline: String,
+    /// The task was cancelled: stop and settle it (ack or nack); it ends CANCELLED either way.
+    pub cancel_requested: bool,
+}
+
+/// `POST /v1/queues/{q}/progress`: a running handler reports how far it got.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressRequest {
+    /// The delivery.
+    pub receipt: String,
+    /// Percent done, 0 to 100.
+    pub pct: f64,
+    /// A short note (at most 1 KiB).
+    pub detail: Option<String>,
+}
+
+/// Progress as task status and events show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ProgressView {
+    /// Percent done.
+    pub pct: f64,
+    /// The handler's note.
+    pub detail: Option<String>,
+    /// When it was reported (RFC 3339).
+    pub at: String,
+}
+
+impl From<&crate::message::Progress> for ProgressView {
+    fn from(p: &crate::message::Progress) -> Self {
+        ProgressView {
+            pct: p.pct,
+            detail: p.detail.clone(),
+            at: rfc3339(p.at),
+        }
+    }
 }
 
 /// Parses a receipt string.
@@ -1245,6 +1280,11 @@ pub struct MessageView {
     pub result_encoding: Option<BodyEncoding>,
     /// When it was acknowledged.
     pub completed_at: Option<String>,
+    /// Cancellation was requested (running) or the task ended cancelled (completed).
+    pub cancelled: bool,
+    /// The last progress its running handler reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressView>,
 }
 
 impl From<&Message> for MessageView {
@@ -1280,6 +1320,8 @@ impl From<&Message> for MessageView {
             result_base64,
             result_encoding,
             completed_at: m.completed_at.map(rfc3339),
+            cancelled: m.cancelled,
+            progress: m.progress.as_ref().map(ProgressView::from),
         }
     }
 }
@@ -1364,6 +1406,9 @@ pub struct TaskView {
     /// The last error of a failed or retrying task.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The last progress its running handler reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressView>,
 }
 
 impl TaskView {
@@ -1383,6 +1428,7 @@ impl TaskView {
             result_base64,
             result_encoding,
             error: m.last_error.clone(),
+            progress: m.progress.as_ref().map(ProgressView::from),
         }
     }
 
@@ -1397,6 +1443,7 @@ impl TaskView {
             result_base64: None,
             result_encoding: None,
             error: None,
+            progress: None,
         }
     }
 }

@@ -58,6 +58,9 @@ pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
                 rich,
                 dedup: None,
             }));
+            if m.cancel_requested() {
+                records.push(Record::Cancel { id: *id });
+            }
         }
         if records.is_empty() {
             // Messages are done; now the small things, then the checkpoint, in one append.
@@ -85,6 +88,7 @@ pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
                     receive_count: d.receive_count,
                     at: d.at,
                     keep_until: d.keep_until,
+                    cancelled: d.cancelled,
                 };
                 if d.has_result {
                     if let Record::Complete { result, .. } = core.log.read(d.loc)? {

@@ -14,14 +14,14 @@ use sluice_core::config::limits;
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::message::clip_error;
 use sluice_core::store::{
-    IDEMPOTENCY_TTL, IdempotentResponse, validate_idempotent, validate_limit, validate_receive,
-    validate_visibility,
+    IDEMPOTENCY_TTL, IdempotentResponse, LeaseState, validate_idempotent, validate_limit,
+    validate_receive, validate_visibility,
 };
 use sluice_core::{
     AckRequest, Attempt, AttemptOutcome, BrowsePage, BrowseRequest, BrowseState, Clock, DeadLetter,
     DeadLetterReason, Delivery, Failure, Message, MessageId, MessageState, NackOutcome, NewMessage,
-    PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, QueueStats, Receipt,
-    ReceiveRequest, SendOutcome, Store, StoreError, SystemClock, Timestamp,
+    Progress, PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, QueueStats,
+    Receipt, ReceiveRequest, SendOutcome, Store, StoreError, SystemClock, Timestamp,
 };
 use tokio::sync::{Notify, watch};
 
@@ -274,8 +274,13 @@ impl Core {
         let cfg = q.config.clone();
         let name = q.name.clone();
         let mut records = Vec::new();
+        let mut ended = Vec::new();
         for id in expired_leases {
             let m = self.state.msgs[&id];
+            if m.cancel_requested() {
+                ended.push(self.end_cancelled(qid, id, &m, now));
+                continue;
+            }
             let (_, mut rich) = self.load(&m)?;
             lifecycle::record_attempt(
                 &mut rich.attempts,
@@ -311,6 +316,7 @@ impl Core {
             );
         }
         let mut records: Vec<Record> = records.into_iter().map(Record::Update).collect();
+        records.extend(ended);
         let mut dropped = Vec::new();
         for id in too_old {
             let m = self.state.msgs[&id];
@@ -408,6 +414,24 @@ impl Core {
         })
     }
 
+    /// The record that ends a cancelled task whatever its handler reported: a completed
+    /// record marked cancelled (sticky), kept for the queue's `result_ttl`.
+    pub(crate) fn end_cancelled(&self, qid: Qid, id: u64, m: &Msg, now: i64) -> Record {
+        let ttl = self
+            .state
+            .queues
+            .get(&qid)
+            .map_or(0, |q| q.config.result_ttl.as_millis() as i64);
+        Record::Ack(vec![Acked {
+            id,
+            qid,
+            receive_count: m.receive_count(),
+            at: now,
+            keep_until: now + ttl,
+            cancelled: true,
+        }])
+    }
+
     /// Finds the live lease named by `receipt` in queue `qid`.
     fn leased(&self, qid: Qid, receipt: &Receipt) -> Result<Msg, StoreError> {
         match self.state.msgs.get(&receipt.id.0) {
@@ -480,6 +504,8 @@ impl Core {
             dead_letter: rich.dead_letter,
             result: None,
             completed_at: None,
+            cancelled: m.cancel_requested(),
+            progress: self.state.progress.get(&id).cloned(),
         })
     }
 }
@@ -913,6 +939,7 @@ impl Store for EmbeddedStore {
                     receive_count: m.receive_count(),
                     at: now,
                     keep_until,
+                    cancelled: m.cancel_requested(),
                 };
                 match a.result {
                     Some(result) if result.len() > cfg.max_message_bytes as usize => {
@@ -924,7 +951,7 @@ impl Store for EmbeddedStore {
                         ))));
                         continue;
                     }
-                    Some(result) if keep_until > now => {
+                    Some(result) if keep_until > now && !acked.cancelled => {
                         records.push(Record::Complete { acked, result })
                     }
                     _ => plain.push(acked),
@@ -965,6 +992,17 @@ impl Store for EmbeddedStore {
         }
         let (outcome, notify) = self
             .with_lease(queue, &receipt, |core, qid, m, now| {
+                if m.cancel_requested() {
+                    let notify = core.state.queues[&qid].notify.clone();
+                    let outcome = NackOutcome {
+                        state: Some(MessageState::Completed),
+                        queue: queue.clone(),
+                    };
+                    return Ok((
+                        vec![core.end_cancelled(qid, receipt.id.0, &m, now)],
+                        (outcome, notify),
+                    ));
+                }
                 let cfg = core.state.queues[&qid].config.clone();
                 let (_, mut rich) = core.load(&m)?;
                 apply_failure(&mut rich, now, AttemptOutcome::Nacked, &failure);
@@ -1030,6 +1068,12 @@ impl Store for EmbeddedStore {
         failure: Failure,
     ) -> Result<QueueName, StoreError> {
         self.with_lease(queue, &receipt, |core, qid, m, now| {
+            if m.cancel_requested() {
+                return Ok((
+                    vec![core.end_cancelled(qid, receipt.id.0, &m, now)],
+                    queue.clone(),
+                ));
+            }
             let cfg = core.state.queues[&qid].config.clone();
             let (_, mut rich) = core.load(&m)?;
             apply_failure(&mut rich, now, AttemptOutcome::Rejected, &failure);
@@ -1064,6 +1108,10 @@ impl Store for EmbeddedStore {
         let notify = self
             .with_lease(queue, &receipt, |core, qid, m, now| {
                 let to_qid = core.qid(to)?;
+                if m.cancel_requested() {
+                    let notify = core.state.queues[&qid].notify.clone();
+                    return Ok((vec![core.end_cancelled(qid, receipt.id.0, &m, now)], notify));
+                }
                 let (_, mut rich) = core.load(&m)?;
                 apply_failure(&mut rich, now, AttemptOutcome::Moved, &failure);
                 rich.source_queue = Some(queue.to_string());
@@ -1092,9 +1140,9 @@ impl Store for EmbeddedStore {
         queue: &QueueName,
         receipt: Receipt,
         visibility: Duration,
-    ) -> Result<Timestamp, StoreError> {
+    ) -> Result<LeaseState, StoreError> {
         validate_visibility(visibility)?;
-        self.with_lease(queue, &receipt, |_, _, _, now| {
+        self.with_lease(queue, &receipt, |_, _, m, now| {
             let deadline = Timestamp(now).plus(visibility);
             Ok((
                 vec![Record::Extend {
@@ -1102,10 +1150,60 @@ impl Store for EmbeddedStore {
                     token: receipt.token,
                     deadline: deadline.as_millis(),
                 }],
-                deadline,
+                LeaseState {
+                    deadline,
+                    cancel_requested: m.cancel_requested(),
+                },
             ))
         })
         .await
+    }
+
+    async fn progress(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        mut progress: Progress,
+    ) -> Result<LeaseState, StoreError> {
+        progress.validate()?;
+        let mut core = self.inner.lock();
+        let now = self.inner.now();
+        let qid = core.qid(queue)?;
+        core.maintain(qid, now)?;
+        let m = core.leased(qid, &receipt)?;
+        progress.at = Timestamp(now);
+        core.state.progress.insert(receipt.id.0, progress);
+        Ok(LeaseState {
+            deadline: Timestamp(m.at),
+            cancel_requested: m.cancel_requested(),
+        })
+    }
+
+    async fn cancel(&self, id: MessageId) -> Result<Message, StoreError> {
+        let pos = {
+            let mut core = self.inner.lock();
+            let now = self.inner.now();
+            if let Some(m) = core.state.msgs.get(&id.0).copied() {
+                core.maintain(m.qid, now)?;
+            }
+            match core.state.msgs.get(&id.0).copied() {
+                // A dead letter is a finished (failed) task: left as it is.
+                Some(m) if core.load(&m)?.1.dead_letter.is_some() => None,
+                Some(m) if m.slot() == Slot::Leased && m.cancel_requested() => None,
+                Some(m) if m.slot() == Slot::Leased => {
+                    Some(core.commit(vec![Record::Cancel { id: id.0 }])?)
+                }
+                Some(m) => {
+                    let rec = core.end_cancelled(m.qid, id.0, &m, now);
+                    Some(core.commit(vec![rec])?)
+                }
+                None => None,
+            }
+        };
+        if let Some(pos) = pos {
+            self.inner.durable(pos).await?;
+        }
+        self.get_message(id).await
     }
 
     async fn browse(
@@ -1204,6 +1302,8 @@ impl Store for EmbeddedStore {
             dead_letter: None,
             result,
             completed_at: Some(Timestamp(d.at)),
+            cancelled: d.cancelled,
+            progress: None,
         })
     }
 

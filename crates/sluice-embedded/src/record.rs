@@ -106,6 +106,8 @@ pub(crate) struct Acked {
     pub at: i64,
     /// When the completed record is forgotten; `at` itself for `result_ttl` 0.
     pub keep_until: i64,
+    /// The task was cancelled: it ends CANCELLED whatever its handler reported.
+    pub cancelled: bool,
 }
 
 /// Why messages were removed without being acknowledged.
@@ -155,6 +157,10 @@ pub(crate) enum Record {
         until: i64,
     },
     Checkpoint(Checkpoint),
+    /// Cancellation requested for a running task.
+    Cancel {
+        id: u64,
+    },
     /// A response remembered under an idempotency key until `until`.
     Idempotent {
         key: String,

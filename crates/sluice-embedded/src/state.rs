@@ -52,7 +52,8 @@ pub(crate) struct Msg {
 }
 
 const SLOT_SHIFT: u32 = 30;
-const COUNT_MASK: u32 = (1 << SLOT_SHIFT) - 1;
+const CANCEL_BIT: u32 = 1 << 29;
+const COUNT_MASK: u32 = CANCEL_BIT - 1;
 
 impl Msg {
     #[allow(clippy::too_many_arguments)]
@@ -107,6 +108,15 @@ impl Msg {
         self.count_slot = (self.count_slot & !COUNT_MASK) | n.min(COUNT_MASK);
     }
 
+    /// Cancellation was requested while it ran.
+    pub fn cancel_requested(&self) -> bool {
+        self.count_slot & CANCEL_BIT != 0
+    }
+
+    pub fn request_cancel(&mut self) {
+        self.count_slot |= CANCEL_BIT;
+    }
+
     /// True when `token` names this message's current lease.
     pub fn holds(&self, token: u64) -> bool {
         self.slot() == Slot::Leased && self.token_lo == token as u32
@@ -142,6 +152,7 @@ pub(crate) struct Done {
     pub loc: Loc,
     pub len: u32,
     pub has_result: bool,
+    pub cancelled: bool,
 }
 
 /// A response remembered under an idempotency key.
@@ -247,6 +258,8 @@ pub(crate) struct State {
     pub next_token: u64,
     /// Bytes of live records per segment, to pick segments worth compacting.
     pub live: HashMap<u32, u64>,
+    /// The last progress of running tasks; advisory, so kept in memory only.
+    pub progress: HashMap<u64, sluice_core::Progress>,
     /// Responses remembered under idempotency keys (the responses stay on disk).
     pub idem: HashMap<String, Remembered>,
     pub idem_order: VecDeque<(i64, String)>,
@@ -267,6 +280,7 @@ impl State {
             live: HashMap::new(),
             idem: HashMap::new(),
             idem_order: VecDeque::new(),
+            progress: HashMap::new(),
         };
         for q in queues {
             s.add_queue(q);
@@ -339,6 +353,7 @@ impl State {
 
     /// Removes a message entirely.
     pub fn remove(&mut self, id: u64) -> Option<Msg> {
+        self.progress.remove(&id);
         let m = self.detach(id)?;
         self.msgs.remove(&id);
         self.unaccount(&m);
@@ -397,6 +412,7 @@ impl State {
                 }
             }
             Record::Update(u) => {
+                self.progress.remove(&u.id);
                 self.count_update(u.event, u.qid);
                 let Some(old) = self.detach(u.id) else { return };
                 let mut msg = old;
@@ -415,6 +431,7 @@ impl State {
             }
             Record::Lease(leases) => {
                 for l in leases {
+                    self.progress.remove(&l.id);
                     self.next_token = self.next_token.max(l.token + 1);
                     let Some(mut m) = self.detach(l.id) else {
                         continue;
@@ -486,6 +503,11 @@ impl State {
                     );
                 }
             }
+            Record::Cancel { id } => {
+                if let Some(m) = self.msgs.get_mut(id) {
+                    m.request_cancel();
+                }
+            }
             Record::Idempotent {
                 key,
                 until,
@@ -524,7 +546,9 @@ impl State {
 
     fn complete(&mut self, a: &crate::record::Acked, loc: Loc, len: u32, has_result: bool) {
         self.remove(a.id);
-        if let Some(t) = self.totals(a.qid) {
+        if !a.cancelled
+            && let Some(t) = self.totals(a.qid)
+        {
             t.acked += 1;
         }
         if a.keep_until > a.at && self.queues.contains_key(&a.qid) {
@@ -538,6 +562,7 @@ impl State {
                     loc,
                     len,
                     has_result,
+                    cancelled: a.cancelled,
                 },
             ) {
                 sub_live(&mut self.live, old.loc, old.len);

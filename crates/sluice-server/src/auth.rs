@@ -69,6 +69,8 @@ pub enum Action {
     Stats,
     /// Read a task's status and result.
     ReadTask,
+    /// Cancel a task.
+    CancelTask,
 }
 
 impl Action {
@@ -77,6 +79,7 @@ impl Action {
         match self {
             Action::ManageQueue | Action::Inspect => matches!(role, Admin | Operator),
             Action::ReadQueue | Action::ReadTask => true,
+            Action::CancelTask => matches!(role, Admin | Operator | Producer),
             Action::Send => matches!(role, Admin | Producer),
             Action::Consume => matches!(role, Admin | Consumer),
             Action::Stats => matches!(role, Admin | Operator | Producer),
@@ -92,6 +95,7 @@ impl Action {
             Action::Inspect => "browse or change messages",
             Action::Stats => "read stats",
             Action::ReadTask => "read task status",
+            Action::CancelTask => "cancel tasks",
         }
     }
 }

@@ -125,3 +125,101 @@ async fn scaling_hint_counts_backlog_and_running_work() {
         .await;
     common::assert_error(&got, 404, "queue_not_found");
 }
+
+#[tokio::test]
+async fn progress_and_cancel_over_http_with_an_event_stream() {
+    let s = common::start().await;
+    s.put_queue("long", json!({})).await;
+    let id = s.send("long", json!({ "task": "crunch" })).await;
+    let d = s.receive("long", json!({})).await;
+    let receipt = d[0]["receipt"].clone();
+
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/long/progress",
+            Some(json!({ "receipt": receipt, "pct": 40, "detail": "page 4 of 10" })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["cancel_requested"], false);
+    let (_, v) = s.call(Method::GET, &format!("/v1/tasks/{id}"), None).await;
+    assert_eq!(v["progress"]["pct"], 40.0);
+    assert_eq!(v["progress"]["detail"], "page 4 of 10");
+
+    // Watch the events while the task is cancelled and then settled.
+    let events = s
+        .client
+        .get(s.url(&format!("/v1/tasks/{id}/events")))
+        .send()
+        .await
+        .expect("events");
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+
+    let (code, v) = s
+        .call(Method::POST, &format!("/v1/tasks/{id}/cancel"), None)
+        .await;
+    assert_eq!(
+        (code, v["status"].as_str()),
+        (StatusCode::OK, Some("CANCELLED"))
+    );
+    let (_, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/long/extend",
+            Some(json!({ "receipt": receipt, "visibility_timeout_ms": 30000 })),
+        )
+        .await;
+    assert_eq!(
+        v["cancel_requested"], true,
+        "the handler learns it at its next extension"
+    );
+    let (code, _) = s
+        .call(
+            Method::POST,
+            "/v1/queues/long/ack",
+            Some(json!({ "receipt": receipt, "result": 1 })),
+        )
+        .await;
+    assert!(code.is_success());
+    let (_, v) = s.call(Method::GET, &format!("/v1/tasks/{id}"), None).await;
+    assert_eq!(
+        v["status"], "CANCELLED",
+        "a late success does not undo CANCELLED"
+    );
+
+    // The stream carried the running status with progress, then CANCELLED, and then ended.
+    let body = tokio::time::timeout(Duration::from_secs(5), events.text())
+        .await
+        .expect("stream ends")
+        .expect("text");
+    let statuses: Vec<serde_json::Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).expect("event JSON"))
+        .collect();
+    assert!(
+        statuses
+            .first()
+            .is_some_and(|v| v["progress"]["pct"] == 40.0),
+        "{body}"
+    );
+    assert_eq!(
+        statuses.last().map(|v| v["status"].clone()),
+        Some(json!("CANCELLED")),
+        "{body}"
+    );
+
+    let got = s
+        .call(Method::POST, "/v1/tasks/00000000000000aa/cancel", None)
+        .await;
+    common::assert_error(&got, 404, "message_not_found");
+    let bad = s
+        .call(
+            Method::POST,
+            "/v1/queues/long/progress",
+            Some(json!({ "receipt": receipt, "pct": 150 })),
+        )
+        .await;
+    assert!(bad.0.is_client_error(), "{:?}", bad);
+}

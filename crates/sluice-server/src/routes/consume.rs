@@ -6,8 +6,8 @@ use axum::response::{IntoResponse, Response};
 use sluice_core::wire::{
     AckBatchResponse, AckForm, AckItem, AckOutcome, AckRequest, AckResponse, ErrorBody,
     ErrorEnvelope, ExtendRequest, ExtendResponse, FailureResponse, FailureState, MessageStateView,
-    MoveRequest, NackRequest, ReceiveRequest, ReceiveResponse, RejectRequest, parse_receipt,
-    rfc3339,
+    MoveRequest, NackRequest, ProgressRequest, ReceiveRequest, ReceiveResponse, RejectRequest,
+    parse_receipt, rfc3339,
 };
 use sluice_core::{Failure, StoreError};
 
@@ -245,8 +245,41 @@ pub async fn extend(
     caller.allow(Action::Consume, &q)?;
     let receipt = parse_receipt(&req.receipt)?;
     let visibility = req.visibility()?;
-    let deadline = st.store.extend(&q, receipt, visibility).await?;
+    let lease = st.store.extend(&q, receipt, visibility).await?;
     Ok(Json(ExtendResponse {
-        lease_deadline: rfc3339(deadline),
+        lease_deadline: rfc3339(lease.deadline),
+        cancel_requested: lease.cancel_requested,
+    }))
+}
+
+/// A running handler reports its progress (shown in task status and its events); the answer
+/// tells it whether the task was cancelled. The lease is not extended.
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/progress", tag = "tasks",
+    params(("q" = String, Path, description = "Queue name")),
+    request_body(content = ProgressRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Recorded", body = ExtendResponse),
+        (status = 400, description = "invalid_argument (pct outside 0–100, detail too long)", body = ErrorEnvelope),
+        (status = 409, description = "receipt_stale", body = ErrorEnvelope),
+    )
+)]
+pub async fn progress(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    JsonBody(req): JsonBody<ProgressRequest>,
+) -> Result<Json<ExtendResponse>, ApiError> {
+    caller.allow(Action::Consume, &q)?;
+    let receipt = parse_receipt(&req.receipt)?;
+    let progress = sluice_core::Progress {
+        pct: req.pct,
+        detail: req.detail,
+        at: sluice_core::Timestamp(0),
+    };
+    let lease = st.store.progress(&q, receipt, progress).await?;
+    Ok(Json(ExtendResponse {
+        lease_deadline: rfc3339(lease.deadline),
+        cancel_requested: lease.cancel_requested,
     }))
 }

@@ -1,9 +1,7 @@
 //! The routes of SPEC §8, one module per area, and the router that assembles them.
 //!
 //! Not yet served (their modules will sit beside these): `POST/GET /v1/redrives*` (redrive
-//! jobs, §5), `GET /v1/queues/{q}/stats/history` (§5), `GET /metrics`, `/` (dashboard),
-//! `POST /v1/tasks/{id}/cancel`, `GET /v1/tasks/{id}/events` and `POST /v1/queues/{q}/progress`
-//! (§6). The `Idempotency-Key`
+//! jobs, §5), `GET /v1/queues/{q}/stats/history` (§5), `GET /metrics` and `/` (dashboard). The `Idempotency-Key`
 //! replay of §7 is a layer over every POST route (`crate::idempotency`).
 
 pub mod consume;
@@ -88,6 +86,9 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(inspect::get_message, inspect::delete_message))
         .routes(routes!(inspect::stats))
         .routes(routes!(tasks::get_task))
+        .routes(routes!(tasks::cancel))
+        .routes(routes!(tasks::events))
+        .routes(routes!(consume::progress))
         .routes(routes!(tasks::scaling))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))

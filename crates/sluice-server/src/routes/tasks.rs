@@ -1,7 +1,11 @@
 //! Tasks (SPEC §6): status of a task id, with an optional long poll until it is final, and
 //! the autoscaling hint of a queue.
 
+use std::convert::Infallible;
 use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
 
 use axum::Json;
 use axum::extract::State;
@@ -61,6 +65,94 @@ pub async fn get_task(
             () = st.shutting_down() => return Ok(Json(view)),
         }
     }
+}
+
+/// Cancels a task: a waiting one is removed at once; a running one is flagged and its handler
+/// is told at its next lease extension or progress report. CANCELLED is sticky. A finished
+/// task is left as it is. Answers the task's status afterwards.
+#[utoipa::path(
+    post, path = "/v1/tasks/{id}/cancel", tag = "tasks",
+    params(("id" = String, Path, description = "Task id (its message id)")),
+    responses(
+        (status = 200, description = "The task's status after the cancel", body = TaskView),
+        (status = 404, description = "message_not_found", body = ErrorEnvelope),
+    )
+)]
+pub async fn cancel(
+    State(st): State<AppState>,
+    caller: Caller,
+    MessagePath(id): MessagePath,
+) -> Result<Json<TaskView>, ApiError> {
+    caller.allow_role(Action::CancelTask)?;
+    let m = st.store.get_message(id).await?;
+    caller.allow(Action::CancelTask, &m.queue)?;
+    let m = st.store.cancel(id).await?;
+    Ok(Json(TaskView::of(&m)))
+}
+
+/// How often the event stream looks at a task.
+const EVENT_POLL: Duration = Duration::from_millis(200);
+/// Longest an event stream stays open; clients reconnect.
+const EVENT_STREAM_MAX: Duration = Duration::from_secs(3600);
+
+/// A stream of server-sent events (`event: status`, data: the task status as JSON) sent
+/// whenever the task's status or progress changes; it ends after the final status.
+#[utoipa::path(
+    get, path = "/v1/tasks/{id}/events", tag = "tasks",
+    params(("id" = String, Path, description = "Task id (its message id)")),
+    responses(
+        (status = 200, description = "text/event-stream of TaskView objects", content_type = "text/event-stream", body = TaskView),
+    )
+)]
+pub async fn events(
+    State(st): State<AppState>,
+    caller: Caller,
+    MessagePath(id): MessagePath,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    caller.allow_role(Action::ReadTask)?;
+    if let Ok(m) = st.store.get_message(id).await {
+        caller.allow(Action::ReadTask, &m.queue)?;
+    }
+    let until = tokio::time::Instant::now() + EVENT_STREAM_MAX;
+    struct Watch {
+        st: AppState,
+        last: Option<String>,
+        done: bool,
+    }
+    let stream = futures::stream::unfold(
+        Watch {
+            st,
+            last: None,
+            done: false,
+        },
+        move |mut w| async move {
+            loop {
+                if w.done || tokio::time::Instant::now() >= until {
+                    return None;
+                }
+                let view = match w.st.store.get_message(id).await {
+                    Ok(m) => TaskView::of(&m),
+                    Err(StoreError::MessageNotFound(_)) => TaskView::unknown(id),
+                    Err(e) => {
+                        let msg = e.to_string();
+                        w.done = true;
+                        return Some((Ok(Event::default().event("error").data(msg)), w));
+                    }
+                };
+                let json = serde_json::to_string(&view).unwrap_or_default();
+                if w.last.as_deref() != Some(json.as_str()) {
+                    w.done = view.status.is_final() || view.status == TaskStatus::Unknown;
+                    w.last = Some(json.clone());
+                    return Some((Ok(Event::default().event("status").data(json)), w));
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(EVENT_POLL) => {}
+                    () = w.st.shutting_down() => return None,
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
 /// How many workers a queue wants at `per_worker` waiting or running tasks each.
