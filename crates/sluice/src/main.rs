@@ -3,6 +3,7 @@
 //! Module layout: `serve` runs the broker, `config` reads the TOML file, `key` manages API
 //! keys, and `client` will hold the subcommands that talk to a running broker over HTTP.
 
+mod bench;
 mod client;
 mod config;
 mod key;
@@ -15,6 +16,7 @@ use clap::{Parser, Subcommand};
 /// A durable task queue for work that fails.
 #[derive(Debug, Parser)]
 #[command(name = "sluice", version, about, long_about = None)]
+#[command(after_long_help = client::EXIT_CODES_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -27,6 +29,12 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Key(key::KeyCommand),
+    /// Measure a running broker: throughput and end-to-end latency.
+    Bench(bench::BenchArgs),
+    /// The client subcommands (`queue`, `send`, `receive`, `ack`, `nack`, `reject`,
+    /// `message`, `stats`, `task`), implemented in `client/`.
+    #[command(flatten)]
+    Client(client::Command),
     // The client subcommands of SPEC §9 (`queue create|list|show|update|delete|pause|resume|
     // purge`, `send`, `receive`, `stats`, `dlq list`, `redrive`, `task status`, `drill`,
     // `bench`) go here, each implemented in `client/` as an HTTP client sharing
@@ -38,6 +46,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Key(cmd) => key::run(cmd),
+        Command::Bench(args) => bench::run(args),
+        Command::Client(cmd) => return client::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

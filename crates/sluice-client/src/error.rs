@@ -1,0 +1,145 @@
+//! The client's one error type. An answer from the broker keeps the broker's stable
+//! [`ErrorCode`] (SPEC §8) and message, so `receipt_stale` means the same thing here as in the
+//! server, the CLI and the other SDKs.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use sluice_core::ErrorCode;
+
+/// What a client call can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The broker answered with an error envelope (`{"error": {"code", "message"}}`), or with
+    /// an error status and no envelope (then `code` is inferred from the status).
+    #[error("{message} ({code}, HTTP {status})")]
+    Api {
+        /// The HTTP status.
+        status: u16,
+        /// The stable error code.
+        code: ErrorCode,
+        /// The broker's message: what happened and, where it helps, what to do.
+        message: String,
+        /// The broker's `Retry-After`, when it sent one.
+        retry_after: Option<Duration>,
+    },
+    /// The broker could not be reached or the exchange broke off (connection refused, reset,
+    /// timed out, TLS failure). Whether the broker acted on the request is unknown unless
+    /// [`Error::is_connect`] is true (then it never saw it).
+    #[error("{}", transport_message(.0))]
+    Transport(#[source] reqwest::Error),
+    /// The broker answered 2xx with something that is not the expected JSON.
+    #[error("unexpected answer from the broker: {0}")]
+    Decode(String),
+    /// An argument was refused before anything was sent: the message says how to fix it.
+    #[error("{0}")]
+    InvalidInput(String),
+}
+
+/// `reqwest` puts the useful part ("Connection refused") deep in the source chain; show it.
+fn transport_message(e: &reqwest::Error) -> String {
+    let mut msg = if e.is_timeout() {
+        "request timed out".to_owned()
+    } else if e.is_connect() {
+        "could not connect to the broker".to_owned()
+    } else {
+        "the exchange with the broker failed".to_owned()
+    };
+    if let Some(url) = e.url() {
+        msg.push_str(&format!(" at {}", url.origin().ascii_serialization()));
+    }
+    let mut causes = Vec::<String>::new();
+    let mut src: Option<&dyn StdError> = e.source();
+    while let Some(s) = src {
+        let text = s.to_string();
+        if !causes.iter().any(|c| c.contains(&text)) {
+            causes.push(text);
+        }
+        src = s.source();
+    }
+    if let Some(last) = causes.last() {
+        msg.push_str(": ");
+        msg.push_str(last);
+    }
+    msg
+}
+
+impl Error {
+    /// The stable code: the broker's for [`Error::Api`], `invalid_argument` for
+    /// [`Error::InvalidInput`], none for transport and decode failures.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Api { code, .. } => Some(*code),
+            Error::InvalidInput(_) => Some(ErrorCode::InvalidArgument),
+            Error::Transport(_) | Error::Decode(_) => None,
+        }
+    }
+
+    /// The HTTP status of an [`Error::Api`].
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The broker's `Retry-After`, when it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Api { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// True when the broker was never reached (connection refused, DNS failure): the request
+    /// had no effect, so repeating it is always safe.
+    pub fn is_connect(&self) -> bool {
+        matches!(self, Error::Transport(e) if e.is_connect())
+    }
+
+    /// True when the request timed out (the broker may or may not have acted on it).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Transport(e) if e.is_timeout())
+    }
+
+    /// True for `queue_not_found` and `message_not_found`.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(ErrorCode::QueueNotFound | ErrorCode::MessageNotFound)
+        ) && self.status() == Some(404)
+    }
+
+    /// True for an error that a later attempt may not repeat: transport failures, 503
+    /// `unavailable` and 429 `queue_full` / `rate_limited`.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Transport(_) => true,
+            Error::Api { status, .. } => *status == 503 || *status == 429,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn decode(what: &str, e: impl fmt::Display) -> Self {
+        Error::Decode(format!("{what}: {e}"))
+    }
+}
+
+/// The code an error status stands for when the answer carried no (known) code.
+pub(crate) fn code_for_status(status: u16) -> ErrorCode {
+    match status {
+        401 => ErrorCode::Unauthenticated,
+        403 => ErrorCode::PermissionDenied,
+        409 => ErrorCode::Conflict,
+        413 => ErrorCode::PayloadTooLarge,
+        422 => ErrorCode::IdempotencyMismatch,
+        429 => ErrorCode::RateLimited,
+        s if s >= 500 => ErrorCode::Unavailable,
+        _ => ErrorCode::InvalidArgument,
+    }
+}
+
+/// A `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

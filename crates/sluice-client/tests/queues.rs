@@ -1,0 +1,116 @@
+//! Queue administration through the client against a real broker.
+
+mod common;
+
+use sluice_client::wire::{QueueConfigRequest, RateLimitWire};
+use sluice_client::{Error, ErrorCode, NewMessage};
+
+#[tokio::test]
+async fn create_show_update_list_pause_resume_purge_delete() {
+    let srv = common::start().await;
+    let c = &srv.client;
+
+    let put = c
+        .put_queue(
+            "jobs",
+            &QueueConfigRequest {
+                visibility_timeout_ms: Some(10_000),
+                max_receive_count: Some(3),
+                rate_limit: Some(Some(RateLimitWire {
+                    limit: 100,
+                    period_ms: 60_000,
+                })),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(put.created);
+    assert_eq!(put.queue.config.visibility_timeout_ms, 10_000);
+    assert_eq!(
+        put.queue.config.dead_letter_queue.as_deref(),
+        Some("jobs.dlq")
+    );
+
+    let again = c
+        .put_queue(
+            "jobs",
+            &QueueConfigRequest {
+                max_depth: Some(Some(50)),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!again.created, "a second PUT updates");
+    assert_eq!(again.queue.config.max_depth, Some(50));
+    assert_eq!(again.queue.config.max_receive_count, 3, "unset fields kept");
+
+    let got = c.get_queue("jobs").await.unwrap();
+    assert_eq!(got.config, again.queue.config);
+
+    let names: Vec<String> = c
+        .list_queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|q| q.name)
+        .collect();
+    assert!(names.contains(&"jobs".to_owned()) && names.contains(&"jobs.dlq".to_owned()));
+
+    assert!(c.pause_queue("jobs").await.unwrap().config.paused);
+    assert!(!c.resume_queue("jobs").await.unwrap().config.paused);
+
+    for i in 0..3 {
+        c.send("jobs", NewMessage::json(&i).unwrap()).await.unwrap();
+    }
+    assert_eq!(c.purge_queue("jobs").await.unwrap().purged, 3);
+    assert_eq!(c.stats("jobs").await.unwrap().visible, 0);
+
+    c.delete_queue("jobs").await.unwrap();
+    let err = c.get_queue("jobs").await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::QueueNotFound), "{err}");
+    assert_eq!(err.status(), Some(404));
+    assert!(err.is_not_found());
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn errors_keep_the_brokers_code_and_message() {
+    let srv = common::start().await;
+    let c = &srv.client;
+    let err = c.pause_queue("missing").await.unwrap_err();
+    match &err {
+        Error::Api {
+            status,
+            code,
+            message,
+            ..
+        } => {
+            assert_eq!(*status, 404);
+            assert_eq!(*code, ErrorCode::QueueNotFound);
+            assert!(message.contains("missing"), "{message}");
+        }
+        other => panic!("expected an API error, got {other:?}"),
+    }
+    let err = c.delete_queue("missing").await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::QueueNotFound));
+
+    let err = c
+        .put_queue(
+            "bad",
+            &QueueConfigRequest {
+                visibility_timeout_ms: Some(100 * 3_600_000),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument));
+    assert_eq!(err.status(), Some(400));
+
+    // A bad name never reaches the broker.
+    let err = c.get_queue("a/b").await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    srv.shutdown().await;
+}

@@ -1,0 +1,1029 @@
+//! `sluice bench`: a load generator that measures a running broker over HTTP.
+//!
+//! Producers send messages (alone or in batches) to one queue while consumers receive and
+//! acknowledge them. Each body carries the time its send started, so a consumer measures the
+//! end-to-end latency (send started → delivered to a consumer); each producer also measures
+//! its send calls (request written → 2xx read). Latencies go into HDR histograms (microsecond
+//! resolution, three significant digits).
+//!
+//! A run is a warm-up (not counted), a measured window that ends after `--duration` or after
+//! `--messages` sends, and a short drain (at most 5 s) in which consumers keep receiving so
+//! that the messages sent in the window are acknowledged and their latency is counted.
+//! Nothing runs past warm-up + duration + drain + one request timeout.
+//!
+//! With `--rate` the producers are paced open-loop: every request has a start time fixed in
+//! advance, and a late start does not push the later ones back. Latencies are then measured
+//! from the scheduled start, so a broker (or a load generator) that falls behind shows up in
+//! the figures instead of silently lowering the load (no coordinated omission).
+//!
+//! Only the given `--url` is ever contacted.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use reqwest::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use sluice_core::wire::{
+    AckBatchResponse, AckRequest, ErrorEnvelope, QueueConfigRequest, ReceiveRequest,
+    SendBatchResponse, SendMessage, SendRequest,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// How long consumers keep draining after the measured window.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+/// Long-poll wait of a receive, so idle consumers neither spin nor delay the end of a run.
+const RECEIVE_WAIT_MS: i64 = 200;
+/// Timeout of one HTTP request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// With `--messages` and no `--duration`, the measured window still ends after this long.
+const MESSAGES_TIME_LIMIT: Duration = Duration::from_secs(300);
+/// Largest latency the histograms hold (µs); larger values are clamped.
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+/// Options of `sluice bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Base URL of the broker. Only this URL is contacted.
+    #[arg(
+        long,
+        env = "SLUICE_URL",
+        default_value = "http://127.0.0.1:7878",
+        value_name = "URL"
+    )]
+    url: String,
+    /// API key, sent as `Authorization: Bearer`. It needs the send, consume and purge rights
+    /// on the queue (an `admin` key, or `operator` + `producer` + `consumer` rights).
+    #[arg(
+        long,
+        env = "SLUICE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
+    /// Queue to load. Created if missing and purged at the start: use a dedicated queue.
+    #[arg(long, default_value = "bench", value_name = "NAME")]
+    queue: String,
+    /// Concurrent producers (each has one request in flight at a time).
+    #[arg(long, default_value_t = 4, value_name = "P",
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    producers: u32,
+    /// Concurrent consumers (each receives up to --batch messages, then acks them). 0 sends
+    /// only.
+    #[arg(long, default_value_t = 4, value_name = "C",
+          value_parser = clap::value_parser!(u32).range(0..=1024))]
+    consumers: u32,
+    /// Messages per send request, most messages per receive and receipts per ack (1 – 1000).
+    /// With 1 the single-message forms of send and ack are used.
+    #[arg(long, default_value_t = 1, value_name = "B",
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    batch: u32,
+    /// Size of each message body in bytes (a JSON object holding the send time and padding;
+    /// at least 64).
+    #[arg(long, default_value_t = 1024, value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(64..=16 * 1024 * 1024))]
+    body_bytes: u64,
+    /// Length of the measured window, e.g. `10s`, `500ms`, `2m` [default: 10s, or 5m as an
+    /// upper bound with --messages].
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    duration: Option<Duration>,
+    /// End the measured window after this many messages were sent in it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    messages: Option<u64>,
+    /// Load before the measured window, not counted.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    warmup: Duration,
+    /// Target send rate in messages per second across all producers, paced open-loop (for
+    /// latency at a fixed load). Without it producers send as fast as the broker answers.
+    #[arg(long, value_name = "MSG_PER_S", value_parser = parse_rate)]
+    rate: Option<f64>,
+    /// Print the report as JSON (and no progress line).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Parses `10s`, `500ms`, `2m`, `1h`, `1d` or a bare number of seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 10s, 500ms, 2m or 1h"))?;
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?}; use ms, s, m, h or d"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{s:?}: {e}"))
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let s = s.trim();
+    let num = s
+        .strip_suffix("/s")
+        .or_else(|| s.strip_suffix("/sec"))
+        .unwrap_or(s);
+    match num.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a rate; give messages per second, e.g. 5000"
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared state
+// ---------------------------------------------------------------------------------------------
+
+/// What every task shares.
+struct Shared {
+    client: reqwest::Client,
+    base: String,
+    queue: String,
+    token: Option<String>,
+    /// Identifies this run's messages, so leftovers of another run are acked but not counted.
+    run: String,
+    batch: u32,
+    body_bytes: usize,
+    epoch: Instant,
+    /// Start of the measured window, µs after `epoch`.
+    warm_us: u64,
+    /// End of the measured window, µs after `epoch`; `u64::MAX` until it ends.
+    end_us: AtomicU64,
+    /// Messages the measured window may still send (`--messages`).
+    budget: Option<AtomicI64>,
+    stop_producers: AtomicBool,
+    stop_consumers: AtomicBool,
+    // Totals for the progress line and the drain (all phases).
+    sent_total: AtomicU64,
+    acked_total: AtomicU64,
+    errors_total: AtomicU64,
+    // Counted in the measured window.
+    sent_measured: AtomicU64,
+    acked_measured: AtomicU64,
+}
+
+impl Shared {
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn in_window(&self, t_us: u64) -> bool {
+        t_us >= self.warm_us && t_us < self.end_us.load(Ordering::Relaxed)
+    }
+
+    fn url(&self, tail: &str) -> String {
+        format!("{}/v1/queues/{}/{tail}", self.base, self.queue)
+    }
+
+    fn post(&self, url: String) -> reqwest::RequestBuilder {
+        let req = self.client.post(url);
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+}
+
+/// What one task measured.
+struct TaskStats {
+    send_us: Histogram<u64>,
+    e2e_us: Histogram<u64>,
+    errors: BTreeMap<String, u64>,
+    late_starts: u64,
+}
+
+impl TaskStats {
+    fn new() -> anyhow::Result<Self> {
+        Ok(TaskStats {
+            send_us: new_histogram()?,
+            e2e_us: new_histogram()?,
+            errors: BTreeMap::new(),
+            late_starts: 0,
+        })
+    }
+
+    fn merge(&mut self, other: TaskStats) -> anyhow::Result<()> {
+        self.send_us
+            .add(&other.send_us)
+            .context("merging histograms")?;
+        self.e2e_us
+            .add(&other.e2e_us)
+            .context("merging histograms")?;
+        for (k, v) in other.errors {
+            *self.errors.entry(k).or_default() += v;
+        }
+        self.late_starts += other.late_starts;
+        Ok(())
+    }
+}
+
+fn new_histogram() -> anyhow::Result<Histogram<u64>> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).context("creating a latency histogram")
+}
+
+/// A failed request: an error code for the report and how long to back off.
+struct Failed {
+    code: String,
+    retry_after: Option<Duration>,
+}
+
+impl Failed {
+    fn transport(e: &reqwest::Error) -> Self {
+        let code = if e.is_timeout() {
+            "timeout"
+        } else if e.is_connect() {
+            "connect"
+        } else {
+            "transport"
+        };
+        Failed {
+            code: code.to_owned(),
+            retry_after: None,
+        }
+    }
+
+    async fn from_response(resp: reqwest::Response) -> Self {
+        let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let code = match resp.bytes().await {
+            Ok(b) => serde_json::from_slice::<ErrorEnvelope>(&b)
+                .map(|e| e.error.code)
+                .unwrap_or_else(|_| format!("http_{}", status.as_u16())),
+            Err(_) => format!("http_{}", status.as_u16()),
+        };
+        Failed { code, retry_after }
+    }
+
+    /// Counts the error and waits a little before the next request.
+    async fn record(self, shared: &Shared, stats: &mut TaskStats) {
+        shared.errors_total.fetch_add(1, Ordering::Relaxed);
+        *stats.errors.entry(self.code).or_default() += 1;
+        let pause = self
+            .retry_after
+            .unwrap_or(Duration::from_millis(10))
+            .min(Duration::from_secs(1));
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// Sends a request and reads a 2xx answer as `T`.
+async fn call<T: for<'de> Deserialize<'de>>(req: reqwest::RequestBuilder) -> Result<T, Failed> {
+    let resp = req.send().await.map_err(|e| Failed::transport(&e))?;
+    if !resp.status().is_success() {
+        return Err(Failed::from_response(resp).await);
+    }
+    let bytes = resp.bytes().await.map_err(|e| Failed::transport(&e))?;
+    serde_json::from_slice(&bytes).map_err(|_| Failed {
+        code: "bad_response".to_owned(),
+        retry_after: None,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producers
+// ---------------------------------------------------------------------------------------------
+
+/// Padding copied into bodies.
+fn padding(len: usize) -> String {
+    "x".repeat(len)
+}
+
+/// A body of exactly `size` bytes (when `size` leaves room for the fields) stamped with `t`.
+fn stamped_body(run: &str, t_us: u64, size: usize, pad: &str) -> String {
+    let head = format!(r#"{{"run":"{run}","t":{t_us},"pad":""#);
+    let room = size.saturating_sub(head.len() + 2).min(pad.len());
+    let mut s = String::with_capacity(head.len() + room + 2);
+    s.push_str(&head);
+    s.push_str(&pad[..room]);
+    s.push_str("\"}");
+    s
+}
+
+fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendRequest, Failed> {
+    let body = |t| {
+        RawValue::from_string(stamped_body(&shared.run, t, shared.body_bytes, pad)).map_err(|_| {
+            Failed {
+                code: "bad_body".to_owned(),
+                retry_after: None,
+            }
+        })
+    };
+    let message = |t| -> Result<SendMessage, Failed> {
+        Ok(SendMessage {
+            body: Some(body(t)?),
+            body_base64: None,
+            attributes: None,
+            delay_ms: None,
+            dedup_id: None,
+        })
+    };
+    if shared.batch == 1 {
+        return Ok(SendRequest {
+            body: Some(body(t_us)?),
+            body_base64: None,
+            attributes: None,
+            delay_ms: None,
+            dedup_id: None,
+            messages: None,
+        });
+    }
+    Ok(SendRequest {
+        body: None,
+        body_base64: None,
+        attributes: None,
+        delay_ms: None,
+        dedup_id: None,
+        messages: Some((0..n).map(|_| message(t_us)).collect::<Result<_, _>>()?),
+    })
+}
+
+/// Takes up to `want` messages from the `--messages` budget of the measured window; `None`
+/// when the budget is spent.
+fn take_budget(shared: &Shared, want: u32, now_us: u64) -> Option<u32> {
+    let Some(budget) = &shared.budget else {
+        return Some(want);
+    };
+    if now_us < shared.warm_us {
+        return Some(want);
+    }
+    let prev = budget.fetch_sub(i64::from(want), Ordering::Relaxed);
+    if prev <= 0 {
+        return None;
+    }
+    Some(u32::try_from(prev.min(i64::from(want))).unwrap_or(want))
+}
+
+async fn producer(
+    shared: Arc<Shared>,
+    spread: u32,
+    interval: Option<Duration>,
+    _alive: mpsc::Sender<()>,
+) -> anyhow::Result<TaskStats> {
+    let mut stats = TaskStats::new()?;
+    let pad = padding(shared.body_bytes);
+    let url = shared.url("messages");
+    // Open-loop schedule; producers are spread evenly over one interval (`spread` of 1024).
+    let mut next = interval.map(|i| Instant::now() + i.mul_f64(f64::from(spread) / 1024.0));
+    while !shared.stop_producers.load(Ordering::Relaxed) {
+        let scheduled_us = match (&mut next, interval) {
+            (Some(at), Some(i)) => {
+                let at_now = *at;
+                *at += i;
+                tokio::time::sleep_until(at_now).await;
+                if shared.stop_producers.load(Ordering::Relaxed) {
+                    break;
+                }
+                let late = at_now.elapsed();
+                if late > Duration::from_millis(1) {
+                    stats.late_starts += 1;
+                }
+                u64::try_from(at_now.duration_since(shared.epoch).as_micros()).unwrap_or(0)
+            }
+            _ => shared.now_us(),
+        };
+        let Some(n) = take_budget(&shared, shared.batch, scheduled_us) else {
+            break;
+        };
+        let req = match send_request(&shared, n, scheduled_us, &pad) {
+            Ok(r) => r,
+            Err(f) => {
+                f.record(&shared, &mut stats).await;
+                continue;
+            }
+        };
+        let builder = shared.post(url.clone()).json(&req);
+        let result = if shared.batch == 1 {
+            call::<serde::de::IgnoredAny>(builder).await.map(|_| 1)
+        } else {
+            call::<SendBatchResponse>(builder)
+                .await
+                .map(|r| r.ids.len())
+        };
+        let done_us = shared.now_us();
+        match result {
+            Ok(count) => {
+                let count = count as u64;
+                shared.sent_total.fetch_add(count, Ordering::Relaxed);
+                if shared.in_window(scheduled_us) {
+                    shared.sent_measured.fetch_add(count, Ordering::Relaxed);
+                    stats
+                        .send_us
+                        .saturating_record(done_us.saturating_sub(scheduled_us).max(1));
+                }
+            }
+            Err(f) => f.record(&shared, &mut stats).await,
+        }
+    }
+    Ok(stats)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumers
+// ---------------------------------------------------------------------------------------------
+
+/// The part of a receive answer the consumer needs.
+#[derive(Deserialize)]
+struct Received {
+    messages: Vec<Leased>,
+}
+
+#[derive(Deserialize)]
+struct Leased {
+    receipt: String,
+    #[serde(default)]
+    body: Option<Box<RawValue>>,
+}
+
+/// The stamp inside a bench body (the padding is skipped).
+#[derive(Deserialize)]
+struct Stamp<'a> {
+    run: &'a str,
+    t: u64,
+}
+
+async fn consumer(shared: Arc<Shared>) -> anyhow::Result<TaskStats> {
+    let mut stats = TaskStats::new()?;
+    let receive_url = shared.url("receive");
+    let ack_url = shared.url("ack");
+    let receive = ReceiveRequest {
+        max: Some(shared.batch),
+        wait_ms: Some(RECEIVE_WAIT_MS),
+        visibility_timeout_ms: None,
+        consumer: None,
+    };
+    while !shared.stop_consumers.load(Ordering::Relaxed) {
+        let got = match call::<Received>(shared.post(receive_url.clone()).json(&receive)).await {
+            Ok(r) => r,
+            Err(f) => {
+                f.record(&shared, &mut stats).await;
+                continue;
+            }
+        };
+        if got.messages.is_empty() {
+            continue;
+        }
+        let now = shared.now_us();
+        let mut receipts = Vec::with_capacity(got.messages.len());
+        for m in got.messages {
+            if let Some(stamp) = m
+                .body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<Stamp<'_>>(b.get()).ok())
+                && stamp.run == shared.run
+                && shared.in_window(stamp.t)
+            {
+                stats
+                    .e2e_us
+                    .saturating_record(now.saturating_sub(stamp.t).max(1));
+            }
+            receipts.push(m.receipt);
+        }
+        let acked = if receipts.len() == 1 && shared.batch == 1 {
+            let req = AckRequest {
+                receipt: receipts.pop(),
+                ..AckRequest::default()
+            };
+            call::<serde::de::IgnoredAny>(shared.post(ack_url.clone()).json(&req))
+                .await
+                .map(|_| 1)
+        } else {
+            let req = AckRequest {
+                receipts: Some(receipts),
+                ..AckRequest::default()
+            };
+            match call::<AckBatchResponse>(shared.post(ack_url.clone()).json(&req)).await {
+                Ok(r) => {
+                    for e in r.results.into_iter().filter_map(|o| o.error) {
+                        shared.errors_total.fetch_add(1, Ordering::Relaxed);
+                        *stats.errors.entry(e.code).or_default() += 1;
+                    }
+                    Ok(r.acked as u64)
+                }
+                Err(f) => Err(f),
+            }
+        };
+        match acked {
+            Ok(k) => {
+                shared.acked_total.fetch_add(k, Ordering::Relaxed);
+                if shared.in_window(shared.now_us()) {
+                    shared.acked_measured.fetch_add(k, Ordering::Relaxed);
+                }
+            }
+            Err(f) => f.record(&shared, &mut stats).await,
+        }
+    }
+    Ok(stats)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run
+// ---------------------------------------------------------------------------------------------
+
+/// Runs the benchmark.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(bench(args))
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let base = args.url.trim_end_matches('/').to_owned();
+    let parsed = reqwest::Url::parse(&base).with_context(|| {
+        format!(
+            "--url {:?} is not a URL like http://127.0.0.1:7878",
+            args.url
+        )
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        bail!("--url {:?} must start with http:// or https://", args.url);
+    }
+    let concurrency = usize::try_from(args.producers + args.consumers).unwrap_or(64);
+    let client = reqwest::Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .connect_timeout(Duration::from_secs(3))
+        .pool_max_idle_per_host(concurrency)
+        .tcp_nodelay(true)
+        .build()
+        .context("building the HTTP client")?;
+    let body_bytes = usize::try_from(args.body_bytes).context("--body-bytes is too large")?;
+    let run_id = format!("{:016x}", rand::random::<u64>());
+
+    prepare(&client, &base, &args).await?;
+
+    let duration = match (args.duration, args.messages) {
+        (Some(d), _) => d,
+        (None, Some(_)) => MESSAGES_TIME_LIMIT,
+        (None, None) => Duration::from_secs(10),
+    };
+    let epoch = Instant::now();
+    let shared = Arc::new(Shared {
+        client,
+        base: base.clone(),
+        queue: args.queue.clone(),
+        token: args.token.clone(),
+        run: run_id,
+        batch: args.batch,
+        body_bytes,
+        epoch,
+        warm_us: u64::try_from(args.warmup.as_micros()).unwrap_or(u64::MAX),
+        end_us: AtomicU64::new(u64::MAX),
+        budget: args
+            .messages
+            .map(|n| AtomicI64::new(i64::try_from(n).unwrap_or(i64::MAX))),
+        stop_producers: AtomicBool::new(false),
+        stop_consumers: AtomicBool::new(false),
+        sent_total: AtomicU64::new(0),
+        acked_total: AtomicU64::new(0),
+        errors_total: AtomicU64::new(0),
+        sent_measured: AtomicU64::new(0),
+        acked_measured: AtomicU64::new(0),
+    });
+
+    let progress = progress_bar(args.json);
+    let ticker = tokio::spawn(tick(
+        shared.clone(),
+        progress.clone(),
+        args.warmup,
+        duration,
+    ));
+
+    let interval = args.rate.map(|r| {
+        let per_producer = r / f64::from(args.producers);
+        Duration::from_secs_f64(f64::from(args.batch) / per_producer)
+    });
+    let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+    let producers: Vec<JoinHandle<anyhow::Result<TaskStats>>> = (0..args.producers)
+        .map(|i| {
+            let spread = i * 1024 / args.producers;
+            tokio::spawn(producer(shared.clone(), spread, interval, alive_tx.clone()))
+        })
+        .collect();
+    drop(alive_tx);
+    let consumers: Vec<JoinHandle<anyhow::Result<TaskStats>>> = (0..args.consumers)
+        .map(|_| tokio::spawn(consumer(shared.clone())))
+        .collect();
+
+    // The measured window ends at its deadline or when every producer stopped (the
+    // --messages budget is spent).
+    let deadline = epoch + args.warmup + duration;
+    tokio::select! {
+        () = tokio::time::sleep_until(deadline) => {}
+        _ = alive_rx.recv() => {}
+    }
+    let end = shared.now_us().max(shared.warm_us);
+    shared.end_us.store(end, Ordering::Relaxed);
+    shared.stop_producers.store(true, Ordering::Relaxed);
+    let mut total = TaskStats::new()?;
+    for p in producers {
+        total.merge(p.await.context("a producer panicked")??)?;
+    }
+    // Drain: let the consumers acknowledge what was sent, within a bound.
+    if args.consumers > 0 {
+        let drain_deadline = Instant::now() + DRAIN_LIMIT;
+        while Instant::now() < drain_deadline
+            && shared.acked_total.load(Ordering::Relaxed)
+                < shared.sent_total.load(Ordering::Relaxed)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    shared.stop_consumers.store(true, Ordering::Relaxed);
+    for c in consumers {
+        total.merge(c.await.context("a consumer panicked")??)?;
+    }
+    ticker.abort();
+    progress.finish_and_clear();
+
+    let window_us = end.saturating_sub(shared.warm_us).max(1);
+    let report = Report::new(&args, &shared, &total, window_us);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        );
+    } else {
+        print!("{}", report.text());
+    }
+    if report.sent == 0 {
+        bail!(
+            "no message was sent successfully in the measured window (errors: {})",
+            report.errors_line()
+        );
+    }
+    Ok(())
+}
+
+/// Checks the broker answers, creates the queue if missing and purges it.
+async fn prepare(client: &reqwest::Client, base: &str, args: &BenchArgs) -> anyhow::Result<()> {
+    let auth = |r: reqwest::RequestBuilder| match &args.token {
+        Some(t) => r.bearer_auth(t),
+        None => r,
+    };
+    let health = client
+        .get(format!("{base}/healthz"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach the broker at {base}; is `sluice serve` running there? \
+                 (set --url or SLUICE_URL)"
+            )
+        })?;
+    if !health.status().is_success() {
+        bail!(
+            "the broker at {base} is not healthy: GET /healthz answered {}",
+            health.status()
+        );
+    }
+    let queue_url = format!("{base}/v1/queues/{}", args.queue);
+    // An empty patch creates the queue with defaults and leaves an existing one as it is.
+    let resp = auth(client.put(&queue_url))
+        .json(&QueueConfigRequest::default())
+        .send()
+        .await
+        .with_context(|| format!("creating queue {}", args.queue))?;
+    check(resp, &format!("creating queue {}", args.queue)).await?;
+    let resp = auth(client.post(format!("{queue_url}/purge")))
+        .send()
+        .await
+        .with_context(|| format!("purging queue {}", args.queue))?;
+    check(resp, &format!("purging queue {}", args.queue)).await?;
+    Ok(())
+}
+
+async fn check(resp: reqwest::Response, what: &str) -> anyhow::Result<()> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let text = resp.text().await.unwrap_or_default();
+    let detail = serde_json::from_str::<ErrorEnvelope>(&text)
+        .map(|e| format!("{}: {}", e.error.code, e.error.message))
+        .unwrap_or(text);
+    if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+        bail!("{what}: {status} {detail} (check --token / SLUICE_TOKEN)");
+    }
+    bail!("{what}: {status} {detail}")
+}
+
+fn progress_bar(json: bool) -> ProgressBar {
+    if json || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+        pb.set_style(style);
+    }
+    pb
+}
+
+/// Updates the progress line four times a second.
+async fn tick(shared: Arc<Shared>, pb: ProgressBar, warmup: Duration, duration: Duration) {
+    if pb.is_hidden() {
+        return;
+    }
+    let mut last = (0u64, 0u64, Instant::now());
+    let mut every = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        every.tick().await;
+        let (sent, acked) = (
+            shared.sent_total.load(Ordering::Relaxed),
+            shared.acked_total.load(Ordering::Relaxed),
+        );
+        let now = Instant::now();
+        let dt = now.duration_since(last.2).as_secs_f64().max(1e-3);
+        let elapsed = now.duration_since(shared.epoch);
+        let phase = if shared.stop_producers.load(Ordering::Relaxed) {
+            "draining".to_owned()
+        } else if elapsed < warmup {
+            format!(
+                "warm-up {:.1}/{:.0}s",
+                elapsed.as_secs_f64(),
+                warmup.as_secs_f64()
+            )
+        } else {
+            format!(
+                "measuring {:.1}/{:.0}s",
+                (elapsed - warmup).as_secs_f64(),
+                duration.as_secs_f64()
+            )
+        };
+        pb.set_message(format!(
+            "{phase}  sent {} ({}/s)  acked {} ({}/s)  errors {}",
+            thousands(sent),
+            thousands(((sent - last.0) as f64 / dt) as u64),
+            thousands(acked),
+            thousands(((acked - last.1) as f64 / dt) as u64),
+            thousands(shared.errors_total.load(Ordering::Relaxed)),
+        ));
+        pb.tick();
+        last = (sent, acked, now);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report
+// ---------------------------------------------------------------------------------------------
+
+/// Percentiles of a latency histogram, in microseconds.
+#[derive(Debug, Serialize)]
+struct Percentiles {
+    count: u64,
+    mean: f64,
+    p50: u64,
+    p90: u64,
+    p99: u64,
+    p999: u64,
+    max: u64,
+}
+
+impl From<&Histogram<u64>> for Percentiles {
+    fn from(h: &Histogram<u64>) -> Self {
+        Percentiles {
+            count: h.len(),
+            mean: (h.mean() * 10.0).round() / 10.0,
+            p50: h.value_at_quantile(0.50),
+            p90: h.value_at_quantile(0.90),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// The outcome of a run (`--json` prints it as is).
+#[derive(Debug, Serialize)]
+struct Report {
+    url: String,
+    queue: String,
+    producers: u32,
+    consumers: u32,
+    batch: u32,
+    body_bytes: u64,
+    target_rate: Option<f64>,
+    warmup_s: f64,
+    measured_s: f64,
+    /// Messages whose send started in the window and got a 2xx.
+    sent: u64,
+    /// Messages acknowledged in the window.
+    acked: u64,
+    sent_per_s: f64,
+    acked_per_s: f64,
+    /// Send calls: request (or its scheduled start with --rate) → 2xx, per request.
+    send_latency_us: Percentiles,
+    /// Send started (or scheduled) → received by a consumer, per message.
+    end_to_end_latency_us: Percentiles,
+    /// Failed requests (and failed receipts of batch acks) by error code.
+    errors: BTreeMap<String, u64>,
+    /// With --rate: requests that started more than 1 ms after their scheduled time.
+    late_starts: u64,
+    /// Messages sent (in any phase) and not acknowledged when the run ended.
+    unacked_at_end: u64,
+}
+
+impl Report {
+    fn new(args: &BenchArgs, shared: &Shared, total: &TaskStats, window_us: u64) -> Self {
+        let secs = window_us as f64 / 1e6;
+        let sent = shared.sent_measured.load(Ordering::Relaxed);
+        let acked = shared.acked_measured.load(Ordering::Relaxed);
+        let round = |x: f64| (x * 10.0).round() / 10.0;
+        Report {
+            url: shared.base.clone(),
+            queue: shared.queue.clone(),
+            producers: args.producers,
+            consumers: args.consumers,
+            batch: args.batch,
+            body_bytes: args.body_bytes,
+            target_rate: args.rate,
+            warmup_s: round(args.warmup.as_secs_f64()),
+            measured_s: (secs * 1000.0).round() / 1000.0,
+            sent,
+            acked,
+            sent_per_s: round(sent as f64 / secs),
+            acked_per_s: round(acked as f64 / secs),
+            send_latency_us: Percentiles::from(&total.send_us),
+            end_to_end_latency_us: Percentiles::from(&total.e2e_us),
+            errors: total.errors.clone(),
+            late_starts: total.late_starts,
+            unacked_at_end: shared
+                .sent_total
+                .load(Ordering::Relaxed)
+                .saturating_sub(shared.acked_total.load(Ordering::Relaxed)),
+        }
+    }
+
+    fn errors_line(&self) -> String {
+        if self.errors.is_empty() {
+            return "none".to_owned();
+        }
+        self.errors
+            .iter()
+            .map(|(k, v)| format!("{k} {}", thousands(*v)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let rate = self
+            .target_rate
+            .map(|r| format!(", target {} msg/s", thousands(r as u64)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "sluice bench: {} queue {}: {} producers, {} consumers, batch {}, {}-byte bodies{rate}",
+            self.url, self.queue, self.producers, self.consumers, self.batch, self.body_bytes
+        );
+        let _ = writeln!(
+            s,
+            "measured {:.2} s after a {:.1} s warm-up",
+            self.measured_s, self.warmup_s
+        );
+        let _ = writeln!(
+            s,
+            "throughput    sent {} msg/s   acked {} msg/s   ({} sent, {} acked)",
+            thousands(self.sent_per_s as u64),
+            thousands(self.acked_per_s as u64),
+            thousands(self.sent),
+            thousands(self.acked),
+        );
+        let _ = writeln!(
+            s,
+            "{:<13} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
+            "latency", "p50", "p90", "p99", "p99.9", "max", "samples"
+        );
+        for (name, p) in [
+            ("send call", &self.send_latency_us),
+            ("end-to-end", &self.end_to_end_latency_us),
+        ] {
+            if p.count == 0 {
+                let _ = writeln!(s, "{name:<13} {:>9}", "-");
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "{name:<13} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
+                ms(p.p50),
+                ms(p.p90),
+                ms(p.p99),
+                ms(p.p999),
+                ms(p.max),
+                thousands(p.count)
+            );
+        }
+        let _ = writeln!(s, "errors        {}", self.errors_line());
+        if self.target_rate.is_some() && self.late_starts > 0 {
+            let _ = writeln!(
+                s,
+                "note          {} requests started over 1 ms late (the load generator or \
+                 the broker could not keep the rate; latencies count from the schedule)",
+                thousands(self.late_starts)
+            );
+        }
+        if self.unacked_at_end > 0 && self.consumers > 0 {
+            let _ = writeln!(
+                s,
+                "note          {} messages were still unacknowledged at the end (consumers \
+                 slower than producers)",
+                thousands(self.unacked_at_end)
+            );
+        }
+        s
+    }
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Microseconds as milliseconds with a sensible precision.
+fn ms(us: u64) -> String {
+    let v = us as f64 / 1000.0;
+    if v < 10.0 {
+        format!("{v:.2}ms")
+    } else if v < 100.0 {
+        format!("{v:.1}ms")
+    } else {
+        format!("{v:.0}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5y").is_err());
+        assert!(parse_rate("0").is_err());
+        assert_eq!(parse_rate("2500/s").unwrap(), 2500.0);
+    }
+
+    #[test]
+    fn bodies_have_the_asked_size_and_parse() {
+        let pad = padding(1024);
+        for t in [0, 7, 123_456_789_012] {
+            let b = stamped_body("0123456789abcdef", t, 1024, &pad);
+            assert_eq!(b.len(), 1024);
+            let raw = RawValue::from_string(b).unwrap();
+            let s: Stamp<'_> = serde_json::from_str(raw.get()).unwrap();
+            assert_eq!((s.run, s.t), ("0123456789abcdef", t));
+        }
+    }
+
+    #[test]
+    fn numbers_print_readably() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(ms(850), "0.85ms");
+        assert_eq!(ms(12_340), "12.3ms");
+        assert_eq!(ms(250_000), "250ms");
+    }
+}

@@ -1,0 +1,311 @@
+//! Parsers for human-written values: durations (`500ms`, `30s`, `5m`, `2h`, `4d`, `1h30m`),
+//! rates (`100/min`, `10/s`, `5/h`, `1000/60s`) and sizes (`256KiB`, `1MiB`, `4096`), and
+//! the queue configuration flags shared by `queue create` and `queue update`.
+
+use std::time::Duration;
+
+use clap::Args;
+use sluice_core::wire::{QueueConfigRequest, RateLimitWire};
+
+/// Parses a duration: one or more `<number><unit>` parts (`ms`, `s`, `m`, `h`, `d`), e.g.
+/// `500ms`, `30s`, `1.5s`, `1h30m`; a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let text = s.trim();
+    let bad = || format!("{s:?} is not a duration; write it like 500ms, 30s, 5m, 2h, 4d or 1h30m");
+    if text.is_empty() {
+        return Err(bad());
+    }
+    if let Ok(secs) = text.parse::<f64>() {
+        return secs_to_duration(secs).ok_or_else(bad);
+    }
+    let mut total = 0f64;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        if num_len == 0 {
+            return Err(bad());
+        }
+        let value: f64 = rest[..num_len].parse().map_err(|_| bad())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match rest[..unit_len].trim() {
+            "ms" => 0.001,
+            "s" | "sec" | "secs" => 1.0,
+            "m" | "min" | "mins" => 60.0,
+            "h" | "hr" | "hrs" => 3600.0,
+            "d" | "day" | "days" => 86_400.0,
+            _ => return Err(bad()),
+        };
+        total += value * scale;
+        rest = &rest[unit_len..];
+    }
+    secs_to_duration(total).ok_or_else(bad)
+}
+
+fn secs_to_duration(secs: f64) -> Option<Duration> {
+    (secs.is_finite() && secs >= 0.0)
+        .then(|| Duration::try_from_secs_f64(secs).ok())
+        .flatten()
+}
+
+/// Formats milliseconds compactly: `500ms`, `30s`, `15m`, `4d`, `1h30m`.
+pub fn fmt_ms(ms: u64) -> String {
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    if !ms.is_multiple_of(1000) {
+        return if ms < 60_000 {
+            format!("{}s", ms as f64 / 1000.0)
+        } else {
+            format!("{ms}ms")
+        };
+    }
+    let mut secs = ms / 1000;
+    let mut out = String::new();
+    for (unit, size) in [("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)] {
+        if secs >= size {
+            out.push_str(&format!("{}{unit}", secs / size));
+            secs %= size;
+        }
+    }
+    out
+}
+
+/// Parses a rate: `<count>/<period>` where the period is a unit (`s`, `sec`, `min`, `m`,
+/// `h`, `hour`, `d`, `day`) or a duration (`60s`, `500ms`).
+pub fn parse_rate(s: &str) -> Result<RateLimitWire, String> {
+    let bad = || format!("{s:?} is not a rate; write it like 100/min, 10/s, 5/h or 1000/60s");
+    let (count, period) = s.trim().split_once('/').ok_or_else(bad)?;
+    let limit: u32 = count.trim().parse().map_err(|_| bad())?;
+    let period = match period.trim() {
+        "s" | "sec" | "second" => Duration::from_secs(1),
+        "m" | "min" | "minute" => Duration::from_secs(60),
+        "h" | "hr" | "hour" => Duration::from_secs(3600),
+        "d" | "day" => Duration::from_secs(86_400),
+        other => parse_duration(other).map_err(|_| bad())?,
+    };
+    Ok(RateLimitWire {
+        limit,
+        period_ms: i64::try_from(period.as_millis()).map_err(|_| bad())?,
+    })
+}
+
+/// Formats a rate limit back: `100/min`, `10/s`, `7/1500ms`.
+pub fn fmt_rate(r: &RateLimitWire) -> String {
+    let period = match r.period_ms {
+        1000 => "s".to_owned(),
+        60_000 => "min".to_owned(),
+        3_600_000 => "h".to_owned(),
+        86_400_000 => "d".to_owned(),
+        ms => fmt_ms(u64::try_from(ms).unwrap_or(0)),
+    };
+    format!("{}/{period}", r.limit)
+}
+
+/// Parses a size in bytes: a plain number, or a number with `B`, `KB`/`MB` (powers of
+/// 1000) or `KiB`/`MiB` (powers of 1024; `K`/`M` too).
+pub fn parse_size(s: &str) -> Result<u32, String> {
+    let bad = || format!("{s:?} is not a size; write it like 4096, 256KiB or 1MiB");
+    let text = s.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1000,
+        "k" | "kib" => 1024,
+        "mb" => 1_000_000,
+        "m" | "mib" => 1024 * 1024,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(scale)
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(bad)
+}
+
+/// A value that `none` clears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting<T> {
+    /// Remove the limit.
+    Clear,
+    /// Set it.
+    Set(T),
+}
+
+impl<T> Setting<T> {
+    fn into_option(self) -> Option<T> {
+        match self {
+            Setting::Clear => None,
+            Setting::Set(v) => Some(v),
+        }
+    }
+}
+
+fn clearable<T>(
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> impl Fn(&str) -> Result<Setting<T>, String> {
+    move |s: &str| {
+        if s.trim().eq_ignore_ascii_case("none") {
+            Ok(Setting::Clear)
+        } else {
+            parse(s).map(Setting::Set)
+        }
+    }
+}
+
+fn parse_rate_setting(s: &str) -> Result<Setting<RateLimitWire>, String> {
+    clearable(parse_rate)(s)
+}
+
+fn parse_u32_setting(s: &str) -> Result<Setting<u32>, String> {
+    clearable(|v: &str| {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("{v:?} is not a whole number (or `none`)"))
+    })(s)
+}
+
+fn parse_u64_setting(s: &str) -> Result<Setting<u64>, String> {
+    clearable(|v: &str| {
+        v.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{v:?} is not a whole number (or `none`)"))
+    })(s)
+}
+
+/// Every field of a queue's configuration (SPEC §3); an absent flag keeps the current value
+/// (or the default, on creation).
+#[derive(Debug, Clone, Default, Args)]
+pub struct QueueConfigArgs {
+    /// Lease length of a delivery, e.g. 30s (0 – 12h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub visibility: Option<Duration>,
+    /// Deliveries before a message is dead-lettered; 0 = unlimited, no DLQ routing.
+    #[arg(long, value_name = "N")]
+    pub max_receive_count: Option<u32>,
+    /// The dead-letter queue's name [default on creation: NAME.dlq].
+    #[arg(long, value_name = "NAME", conflicts_with = "no_dlq")]
+    pub dlq: Option<String>,
+    /// No dead-letter queue (needs --max-receive-count 0).
+    #[arg(long)]
+    pub no_dlq: bool,
+    /// First retry delay after a nack, e.g. 1s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub backoff_base: Option<Duration>,
+    /// Cap on the retry delay, e.g. 15m.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub backoff_max: Option<Duration>,
+    /// Default delivery delay of a sent message, e.g. 0s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub delay: Option<Duration>,
+    /// How long a message may wait before it expires, e.g. 4d (1m – 30d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub retention: Option<Duration>,
+    /// Largest body accepted, e.g. 256KiB, 1MiB or 4096.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_message_bytes: Option<u32>,
+    /// How long a dedup id is remembered, e.g. 5m.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub dedup_window: Option<Duration>,
+    /// Deliveries per period across all consumers, e.g. 100/min, 10/s, 1000/60s; `none`
+    /// removes the limit.
+    #[arg(long, value_name = "RATE", value_parser = parse_rate_setting)]
+    pub rate_limit: Option<Setting<RateLimitWire>>,
+    /// Most messages in flight across all consumers; `none` removes the limit.
+    #[arg(long, value_name = "N", value_parser = parse_u32_setting)]
+    pub max_in_flight: Option<Setting<u32>>,
+    /// Backpressure: most messages visible + delayed + in flight; `none` removes the limit.
+    #[arg(long, value_name = "N", value_parser = parse_u64_setting)]
+    pub max_depth: Option<Setting<u64>>,
+    /// How long completed records and results are kept, e.g. 1h.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub result_ttl: Option<Duration>,
+    /// Pause deliveries (`--paused=false` resumes).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub paused: Option<bool>,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl QueueConfigArgs {
+    /// The request these flags ask for.
+    pub fn to_request(&self) -> QueueConfigRequest {
+        QueueConfigRequest {
+            visibility_timeout_ms: self.visibility.map(ms),
+            max_receive_count: self.max_receive_count,
+            dead_letter_queue: if self.no_dlq {
+                Some(None)
+            } else {
+                self.dlq.clone().map(Some)
+            },
+            backoff_base_ms: self.backoff_base.map(ms),
+            backoff_max_ms: self.backoff_max.map(ms),
+            delay_ms: self.delay.map(ms),
+            retention_ms: self.retention.map(ms),
+            max_message_bytes: self.max_message_bytes,
+            dedup_window_ms: self.dedup_window.map(ms),
+            max_in_flight: self.max_in_flight.map(Setting::into_option),
+            max_depth: self.max_depth.map(Setting::into_option),
+            rate_limit: self.rate_limit.map(Setting::into_option),
+            result_ttl_ms: self.result_ttl.map(ms),
+            paused: self.paused,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let d = |s| parse_duration(s).unwrap();
+        assert_eq!(d("500ms"), Duration::from_millis(500));
+        assert_eq!(d("30s"), Duration::from_secs(30));
+        assert_eq!(d("5m"), Duration::from_secs(300));
+        assert_eq!(d("2h"), Duration::from_secs(7200));
+        assert_eq!(d("4d"), Duration::from_secs(4 * 86_400));
+        assert_eq!(d("1h30m"), Duration::from_secs(5400));
+        assert_eq!(d("1.5s"), Duration::from_millis(1500));
+        assert_eq!(d("20"), Duration::from_secs(20));
+        for bad in ["", "s", "5x", "-1s", "1.2.3s", "ten seconds"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(fmt_ms(30_000), "30s");
+        assert_eq!(fmt_ms(5_400_000), "1h30m");
+        assert_eq!(fmt_ms(1500), "1.5s");
+        assert_eq!(fmt_ms(345_600_000), "4d");
+    }
+
+    #[test]
+    fn rates() {
+        let r = |s| parse_rate(s).unwrap();
+        assert_eq!((r("100/min").limit, r("100/min").period_ms), (100, 60_000));
+        assert_eq!(r("10/s").period_ms, 1000);
+        assert_eq!(r("5/h").period_ms, 3_600_000);
+        assert_eq!(r("1000/60s").period_ms, 60_000);
+        assert_eq!(r("7/500ms").period_ms, 500);
+        for bad in ["100", "x/min", "10/fortnight", "-1/s"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+        assert_eq!(fmt_rate(&r("100/min")), "100/min");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("256KiB"), Ok(256 * 1024));
+        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("1KB"), Ok(1000));
+        assert!(parse_size("1TiB").is_err());
+        assert!(parse_size("lots").is_err());
+    }
+}

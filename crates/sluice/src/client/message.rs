@@ -1,0 +1,105 @@
+//! `sluice message show|delete ID`: one message wherever it is, DLQs included.
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+use sluice_client::{BodyExt, ResultExt};
+
+use super::output::{body_text, details, json, or_dash};
+use super::{Conn, Failure};
+
+/// `sluice message ...`.
+#[derive(Debug, Args)]
+pub struct MessageArgs {
+    #[command(flatten)]
+    conn: Conn,
+    #[command(subcommand)]
+    cmd: MessageCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum MessageCommand {
+    /// Show a message: queue, state, body, attempts, result.
+    Show {
+        /// The message id (16 hex digits).
+        id: String,
+    },
+    /// Delete a message (or completed record), whatever its state.
+    Delete {
+        /// The message id (16 hex digits).
+        id: String,
+    },
+}
+
+/// Runs a message subcommand.
+pub async fn run(a: MessageArgs) -> Result<(), Failure> {
+    let c = a.conn.client()?;
+    match a.cmd {
+        MessageCommand::Show { id } => {
+            let m = c.get_message(&id).await?;
+            if a.conn.json {
+                return json(&m);
+            }
+            let state = serde_json::to_value(m.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let reason = m.dead_letter_reason.and_then(|r| {
+                serde_json::to_value(r)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+            });
+            let attrs = m
+                .attributes
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let mut rows = vec![
+                ("id", m.id.clone()),
+                ("queue", m.queue.clone()),
+                ("state", state),
+                ("enqueued_at", m.enqueued_at.clone()),
+                ("visible_at", or_dash(m.visible_at.as_ref())),
+                ("receive_count", m.receive_count.to_string()),
+                ("last_error", or_dash(m.last_error.as_ref())),
+                (
+                    "attributes",
+                    if attrs.is_empty() { "-".into() } else { attrs },
+                ),
+                ("dedup_id", or_dash(m.dedup_id.as_ref())),
+                ("source_queue", or_dash(m.source_queue.as_ref())),
+                ("dead_letter_reason", or_dash(reason)),
+                ("completed_at", or_dash(m.completed_at.as_ref())),
+                (
+                    "body",
+                    m.decoded_body()
+                        .map(|b| body_text(&b))
+                        .unwrap_or_else(|_| "-".to_owned()),
+                ),
+                (
+                    "result",
+                    or_dash(m.decoded_result().ok().flatten().map(|b| body_text(&b))),
+                ),
+            ];
+            for (i, at) in m.attempts.iter().enumerate() {
+                let outcome = serde_json::to_value(at.outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                rows.push((
+                    if i == 0 { "attempts" } else { "" },
+                    format!("{} {outcome}: {}", at.at, or_dash(at.error.as_ref())),
+                ));
+            }
+            details(&rows);
+        }
+        MessageCommand::Delete { id } => {
+            c.delete_message(&id).await?;
+            if a.conn.json {
+                return json(&json!({ "deleted": id }));
+            }
+            println!("deleted message {id}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! `sluice send QUEUE [BODY]`: one message from an argument or a file, or one message per
+//! line of standard input, sent 100 per request.
+//!
+//! A body's form is chosen so it comes back as it went: text that parses as JSON is sent as
+//! JSON, other UTF-8 text as text, anything else (or anything with `--raw`) as bytes,
+//! byte-exact. `--text` forces text. Text with `--attr`, and text lines from standard input,
+//! go inside the JSON API, which cannot mark text: they come back as JSON strings. Empty
+//! standard-input lines are skipped.
+
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use sluice_client::NewMessage;
+use sluice_client::wire::SendBatchResponse;
+
+use super::args::parse_duration;
+use super::output::json;
+use super::{Conn, Failure};
+
+/// Messages per request when sending standard-input lines.
+const LINES_PER_BATCH: usize = 100;
+
+/// `sluice send`.
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// The queue.
+    queue: String,
+    /// The body; `-` (or no BODY with standard input not a terminal) sends one message per
+    /// line of standard input.
+    #[arg(conflicts_with = "file", allow_hyphen_values = true)]
+    body: Option<String>,
+    /// Send this file's bytes as one message (binary-safe).
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
+    /// A string attribute, `key=value`; repeatable.
+    #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attr)]
+    attrs: Vec<(String, String)>,
+    /// Delay delivery, e.g. 10s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    delay: Option<Duration>,
+    /// Dedup id: a second send with it inside the queue's dedup window stores nothing.
+    #[arg(long, value_name = "ID")]
+    dedup_id: Option<String>,
+    /// Send the body as bytes, even if it is text or JSON.
+    #[arg(long, conflicts_with = "text")]
+    raw: bool,
+    /// Send the body as text, even if it parses as JSON.
+    #[arg(long)]
+    text: bool,
+}
+
+fn parse_attr(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("{s:?} is not an attribute; write it as key=value"))
+}
+
+impl SendArgs {
+    /// The message for one body.
+    fn message(&self, bytes: Vec<u8>) -> Result<NewMessage, Failure> {
+        let mut m = if self.raw {
+            NewMessage::bytes(bytes)
+        } else {
+            match String::from_utf8(bytes) {
+                Ok(text) if self.text => NewMessage::text(text),
+                Ok(text) => match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
+                    Ok(_) => NewMessage::json_text(text.trim().to_owned())?,
+                    Err(_) => NewMessage::text(text),
+                },
+                Err(_) if self.text => {
+                    return Err(Failure::Usage(
+                        "--text needs UTF-8 input; use --raw to send bytes".to_owned(),
+                    ));
+                }
+                Err(e) => NewMessage::bytes(e.into_bytes()),
+            }
+        };
+        for (k, v) in &self.attrs {
+            m = m.attribute(k, v);
+        }
+        if let Some(d) = self.delay {
+            m = m.delay(d);
+        }
+        if let Some(id) = &self.dedup_id {
+            m = m.dedup_id(id);
+        }
+        Ok(m)
+    }
+}
+
+/// Runs `sluice send`.
+pub async fn run(a: SendArgs) -> Result<(), Failure> {
+    let c = a.conn.client()?;
+    let single = match (&a.file, a.body.as_deref()) {
+        (Some(path), _) => Some(
+            std::fs::read(path)
+                .map_err(|e| Failure::Other(format!("cannot read {}: {e}", path.display())))?,
+        ),
+        (None, Some("-")) => None,
+        (None, Some(body)) => Some(body.as_bytes().to_vec()),
+        (None, None) if std::io::stdin().is_terminal() => {
+            return Err(Failure::Usage(
+                "no message: give a BODY, --file PATH, or pipe one message per line on \
+                 standard input"
+                    .to_owned(),
+            ));
+        }
+        (None, None) => None,
+    };
+    if let Some(bytes) = single {
+        let out = c.send(&a.queue, a.message(bytes)?).await?;
+        if a.conn.json {
+            return json(&out);
+        }
+        println!("{}", out.id);
+        if out.duplicate {
+            eprintln!("(a duplicate: a message with this dedup id was already sent)");
+        }
+        return Ok(());
+    }
+
+    if a.dedup_id.is_some() {
+        return Err(Failure::Usage(
+            "--dedup-id applies to one message; it cannot be given to every line of \
+             standard input"
+                .to_owned(),
+        ));
+    }
+    let mut input = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut input)
+        .map_err(|e| Failure::Other(format!("cannot read standard input: {e}")))?;
+    let lines: Vec<Vec<u8>> = input
+        .split(|b| *b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l).to_vec())
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.is_empty() {
+        return Err(Failure::Usage(
+            "standard input held no lines to send".to_owned(),
+        ));
+    }
+    let mut all = SendBatchResponse {
+        ids: Vec::new(),
+        duplicates: Vec::new(),
+    };
+    for chunk in lines.chunks(LINES_PER_BATCH) {
+        let msgs = chunk
+            .iter()
+            .map(|l| a.message(l.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = match c.send_batch(&a.queue, msgs).await {
+            Ok(out) => out,
+            Err(e) => {
+                if !all.ids.is_empty() {
+                    eprintln!(
+                        "sluice: {} messages were sent before the failure (ids above)",
+                        all.ids.len()
+                    );
+                }
+                return Err(e.into());
+            }
+        };
+        if !a.conn.json {
+            for id in &out.ids {
+                println!("{id}");
+            }
+        }
+        all.ids.extend(out.ids);
+        all.duplicates.extend(out.duplicates);
+    }
+    if a.conn.json {
+        return json(&all);
+    }
+    eprintln!("sent {} messages to {}", all.ids.len(), a.queue);
+    Ok(())
+}
