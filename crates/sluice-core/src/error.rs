@@ -116,6 +116,10 @@ pub enum StoreError {
     /// No message with this id.
     #[error("message {0} does not exist (it was acknowledged, deleted, expired or never sent)")]
     MessageNotFound(MessageId),
+    /// No redrive job with this id. It shares the 404 code `message_not_found`: the catalogue
+    /// of SPEC §8 has no separate code for jobs.
+    #[error("no redrive job with id {0}; list them with GET /v1/redrives")]
+    RedriveNotFound(String),
     /// The receipt names a delivery that is over.
     #[error(
         "receipt is stale: its lease expired and the message was delivered again, or the message is gone; \
@@ -169,7 +173,9 @@ impl StoreError {
         match self {
             StoreError::InvalidArgument(_) => ErrorCode::InvalidArgument,
             StoreError::QueueNotFound(_) => ErrorCode::QueueNotFound,
-            StoreError::MessageNotFound(_) => ErrorCode::MessageNotFound,
+            StoreError::MessageNotFound(_) | StoreError::RedriveNotFound(_) => {
+                ErrorCode::MessageNotFound
+            }
             StoreError::ReceiptStale => ErrorCode::ReceiptStale,
             StoreError::Conflict(_) => ErrorCode::Conflict,
             StoreError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,

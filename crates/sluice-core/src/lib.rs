@@ -13,6 +13,7 @@ pub mod message;
 pub mod name;
 pub mod rate;
 pub mod receipt;
+pub mod redrive;
 pub mod stats;
 pub mod store;
 pub mod task;
@@ -30,6 +31,7 @@ pub use message::{
 };
 pub use name::QueueName;
 pub use receipt::Receipt;
+pub use redrive::{RedriveFilter, RedriveId, RedriveJob, RedriveSpec, RedriveState, RedriveStep};
 pub use stats::{QueueStats, Totals};
 pub use store::{
     AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, IDEMPOTENCY_TTL,

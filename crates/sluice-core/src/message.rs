@@ -307,6 +307,8 @@ pub struct Message {
     pub attributes: Attributes,
     /// When it was first sent.
     pub enqueued_at: Timestamp,
+    /// When it entered the queue it is in now (its send, dead-lettering, move or redrive).
+    pub entered_at: Timestamp,
     /// When it becomes visible (delayed), or its lease ends (in flight).
     pub visible_at: Option<Timestamp>,
     /// Deliveries so far.

@@ -13,6 +13,7 @@ use crate::error::StoreError;
 use crate::message::{Body, Delivery, Message, MessageId, MessageState, NewMessage};
 use crate::name::QueueName;
 use crate::receipt::Receipt;
+use crate::redrive::{RedriveId, RedriveJob, RedriveSpec, RedriveStep};
 use crate::stats::QueueStats;
 
 /// What one message of a send became.
@@ -252,6 +253,41 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// `MessageNotFound`.
     async fn cancel(&self, id: MessageId) -> Result<Message, StoreError>;
+
+    /// Creates a redrive job (SPEC §5), running. The broker's job runner then calls
+    /// [`Store::redrive_step`] at the job's rate.
+    ///
+    /// # Errors
+    /// `QueueNotFound` for the source or destination; `Conflict` while another job of the same
+    /// source runs; `InvalidArgument` for a bad spec.
+    async fn create_redrive(&self, spec: RedriveSpec) -> Result<RedriveJob, StoreError>;
+
+    /// One job.
+    ///
+    /// # Errors
+    /// `RedriveNotFound` (code `message_not_found`) for an unknown id.
+    async fn get_redrive(&self, id: RedriveId) -> Result<RedriveJob, StoreError>;
+
+    /// All jobs kept (running ones and the most recent finished ones), newest first.
+    ///
+    /// # Errors
+    /// `Unavailable` when storage cannot be read.
+    async fn list_redrives(&self) -> Result<Vec<RedriveJob>, StoreError>;
+
+    /// Stops a running job; moves already made stay. A finished job is returned as it is.
+    ///
+    /// # Errors
+    /// `RedriveNotFound` for an unknown id.
+    async fn cancel_redrive(&self, id: RedriveId) -> Result<RedriveJob, StoreError>;
+
+    /// Moves up to `max` (1–1000) matching dead letters of a running job, atomically with the
+    /// job's progress: a crash between steps never moves a message twice or loses one. Stops
+    /// early (setting `blocked`) when the next message's destination is paused or at its
+    /// `max_in_flight`. Completes the job when its limit is reached or no match is left.
+    ///
+    /// # Errors
+    /// `RedriveNotFound` for an unknown id; `Conflict` when the job is not running.
+    async fn redrive_step(&self, id: RedriveId, max: u32) -> Result<RedriveStep, StoreError>;
 
     /// Lists messages of a queue without leasing them.
     ///

@@ -84,6 +84,7 @@ mod tests {
             body: None,
             attributes: Default::default(),
             enqueued_at: Timestamp(0),
+            entered_at: Timestamp(0),
             visible_at: None,
             receive_count,
             last_error: None,

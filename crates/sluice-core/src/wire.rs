@@ -1248,6 +1248,9 @@ pub struct MessageView {
     pub attributes: BTreeMap<String, String>,
     /// When it was first sent.
     pub enqueued_at: String,
+    /// When it entered the queue it is in now (its send, dead-lettering, move or redrive).
+    #[serde(default)]
+    pub entered_at: String,
     /// When it becomes visible (delayed) or its lease ends (in flight).
     pub visible_at: Option<String>,
     /// Deliveries so far.
@@ -1308,6 +1311,7 @@ impl From<&Message> for MessageView {
             body_encoding,
             attributes: m.attributes.clone(),
             enqueued_at: rfc3339(m.enqueued_at),
+            entered_at: rfc3339(m.entered_at),
             visible_at: m.visible_at.map(rfc3339),
             receive_count: m.receive_count,
             last_error: m.last_error.clone(),
@@ -1580,4 +1584,179 @@ mod tests {
             Timestamp(1_767_225_600_250)
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redrive jobs (SPEC §5)
+// ---------------------------------------------------------------------------------------------
+
+/// The message filter of a redrive job; every given condition must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveFilterView {
+    /// `last_error` contains this text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_contains: Option<String>,
+    /// Every one of these attributes has exactly this value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, String>,
+    /// Dead-lettered before this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_lettered_before: Option<String>,
+    /// Dead-lettered at or after this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_lettered_after: Option<String>,
+}
+
+impl RedriveFilterView {
+    /// The core filter.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a time that is not RFC 3339.
+    pub fn to_core(&self) -> Result<crate::redrive::RedriveFilter, StoreError> {
+        Ok(crate::redrive::RedriveFilter {
+            error_contains: self.error_contains.clone(),
+            attributes: self.attributes.clone(),
+            dead_lettered_before: self
+                .dead_lettered_before
+                .as_deref()
+                .map(|s| parse_rfc3339("filter.dead_lettered_before", s))
+                .transpose()?,
+            dead_lettered_after: self
+                .dead_lettered_after
+                .as_deref()
+                .map(|s| parse_rfc3339("filter.dead_lettered_after", s))
+                .transpose()?,
+        })
+    }
+}
+
+impl From<&crate::redrive::RedriveFilter> for RedriveFilterView {
+    fn from(f: &crate::redrive::RedriveFilter) -> Self {
+        RedriveFilterView {
+            error_contains: f.error_contains.clone(),
+            attributes: f.attributes.clone(),
+            dead_lettered_before: f.dead_lettered_before.map(rfc3339),
+            dead_lettered_after: f.dead_lettered_after.map(rfc3339),
+        }
+    }
+}
+
+/// `POST /v1/redrives`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveRequest {
+    /// The dead-letter queue to move from.
+    pub source: String,
+    /// Where to; absent sends each message back to its own `source_queue`.
+    #[serde(default)]
+    pub destination: Option<String>,
+    /// Move at most this many.
+    #[serde(default)]
+    pub limit: Option<u64>,
+    /// Never more than this many in any one-second window (1 to 100000).
+    #[serde(default)]
+    pub rate_per_second: Option<u32>,
+    /// Which messages.
+    #[serde(default)]
+    pub filter: Option<RedriveFilterView>,
+    /// Start the moved messages' attempt count afresh (default true).
+    #[serde(default)]
+    pub reset_receive_count: Option<bool>,
+    /// Count what would move, move nothing (default false).
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+impl RedriveRequest {
+    /// The core spec.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a bad queue name, time or number.
+    pub fn to_core(&self) -> Result<crate::redrive::RedriveSpec, StoreError> {
+        let spec = crate::redrive::RedriveSpec {
+            source: QueueName::new(self.source.clone())?,
+            destination: self.destination.clone().map(QueueName::new).transpose()?,
+            limit: self.limit,
+            rate_per_second: self.rate_per_second,
+            filter: self
+                .filter
+                .as_ref()
+                .map(RedriveFilterView::to_core)
+                .transpose()?
+                .unwrap_or_default(),
+            reset_receive_count: self.reset_receive_count.unwrap_or(true),
+            dry_run: self.dry_run.unwrap_or(false),
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
+/// A redrive job and its progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RedriveView {
+    /// Job id.
+    pub id: String,
+    /// `running`, `completed` or `cancelled`.
+    pub state: String,
+    /// The dead-letter queue it moves from.
+    pub source: String,
+    /// Where to (absent: each message's `source_queue`).
+    pub destination: Option<String>,
+    /// Messages that matched so far (for a dry run: what would move).
+    pub matched: u64,
+    /// Messages moved so far.
+    pub moved: u64,
+    /// Matching messages left in place: no `source_queue` and no destination, or their
+    /// destination no longer exists.
+    pub skipped: u64,
+    /// Why it is waiting, while it is.
+    pub blocked: Option<String>,
+    /// The limit asked for.
+    pub limit: Option<u64>,
+    /// The rate asked for.
+    pub rate_per_second: Option<u32>,
+    /// The filter asked for.
+    pub filter: RedriveFilterView,
+    /// Whether attempt counts start afresh.
+    pub reset_receive_count: bool,
+    /// A dry run moves nothing.
+    pub dry_run: bool,
+    /// When it was created.
+    pub created_at: String,
+    /// When it last changed.
+    pub updated_at: String,
+    /// When it finished.
+    pub finished_at: Option<String>,
+}
+
+impl From<&crate::redrive::RedriveJob> for RedriveView {
+    fn from(j: &crate::redrive::RedriveJob) -> Self {
+        RedriveView {
+            id: j.id.to_string(),
+            state: j.state.as_str().to_string(),
+            source: j.spec.source.to_string(),
+            destination: j.spec.destination.as_ref().map(|d| d.to_string()),
+            matched: j.matched,
+            moved: j.moved,
+            skipped: j.skipped,
+            blocked: j.blocked.clone(),
+            limit: j.spec.limit,
+            rate_per_second: j.spec.rate_per_second,
+            filter: RedriveFilterView::from(&j.spec.filter),
+            reset_receive_count: j.spec.reset_receive_count,
+            dry_run: j.spec.dry_run,
+            created_at: rfc3339(j.created_at),
+            updated_at: rfc3339(j.updated_at),
+            finished_at: j.finished_at.map(rfc3339),
+        }
+    }
+}
+
+/// `GET /v1/redrives`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RedriveList {
+    /// Running jobs and the most recent finished ones, newest first.
+    pub redrives: Vec<RedriveView>,
 }

@@ -43,7 +43,7 @@ pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
             .collect();
         for id in &ids {
             let m = core.state.msgs[id];
-            let (rec, rich) = core.load(&m)?;
+            let (rec, rich) = core.load(*id, &m)?;
             records.push(Record::Message(MessageRecord {
                 origin: Origin::Relocate,
                 id: *id,
@@ -119,6 +119,12 @@ pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
                 .collect();
             for loc in remembered {
                 records.push(core.log.read(loc)?);
+            }
+            for job in core.state.jobs.values() {
+                records.push(Record::Redrive {
+                    job: job.clone(),
+                    moves: vec![],
+                });
             }
             records.push(Record::Checkpoint(checkpoint));
             last_pos = core.commit(records)?;

@@ -21,7 +21,8 @@ use sluice_core::{
     AckRequest, Attempt, AttemptOutcome, BrowsePage, BrowseRequest, BrowseState, Clock, DeadLetter,
     DeadLetterReason, Delivery, Failure, Message, MessageId, MessageState, NackOutcome, NewMessage,
     Progress, PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, QueueStats,
-    Receipt, ReceiveRequest, SendOutcome, Store, StoreError, SystemClock, Timestamp,
+    Receipt, ReceiveRequest, RedriveId, RedriveJob, RedriveSpec, RedriveStep, SendOutcome, Store,
+    StoreError, SystemClock, Timestamp,
 };
 use tokio::sync::{Notify, watch};
 
@@ -190,7 +191,7 @@ impl Inner {
 }
 
 impl Core {
-    fn qid(&self, name: &QueueName) -> Result<Qid, StoreError> {
+    pub(crate) fn qid(&self, name: &QueueName) -> Result<Qid, StoreError> {
         self.state
             .names
             .get(name)
@@ -208,7 +209,7 @@ impl Core {
     }
 
     /// Reads the body record and the rich fields of a live message.
-    pub(crate) fn load(&self, m: &Msg) -> Result<(MessageRecord, Rich), StoreError> {
+    pub(crate) fn load(&self, id: u64, m: &Msg) -> Result<(MessageRecord, Rich), StoreError> {
         let Record::Message(rec) = self.log.read(m.body)? else {
             return Err(StoreError::unavailable(
                 "log record is not a message (index out of step)",
@@ -220,6 +221,14 @@ impl Core {
             match self.log.read(m.aux)? {
                 Record::Update(u) => u.rich,
                 Record::Message(r) => r.rich,
+                Record::Redrive { moves, .. } => match moves.into_iter().find(|u| u.id == id) {
+                    Some(u) => u.rich,
+                    None => {
+                        return Err(StoreError::unavailable(
+                            "redrive record does not hold the message (index out of step)",
+                        ));
+                    }
+                },
                 _ => {
                     return Err(StoreError::unavailable(
                         "log record is not an update (index out of step)",
@@ -281,7 +290,7 @@ impl Core {
                 ended.push(self.end_cancelled(qid, id, &m, now));
                 continue;
             }
-            let (_, mut rich) = self.load(&m)?;
+            let (_, mut rich) = self.load(id, &m)?;
             lifecycle::record_attempt(
                 &mut rich.attempts,
                 Attempt {
@@ -321,7 +330,7 @@ impl Core {
         for id in too_old {
             let m = self.state.msgs[&id];
             if cfg.dead_letter_queue.is_some() {
-                let (_, rich) = self.load(&m)?;
+                let (_, rich) = self.load(id, &m)?;
                 records.push(Record::Update(self.dead_letter(
                     &cfg,
                     &name,
@@ -481,8 +490,8 @@ impl Core {
         }
     }
 
-    fn message_view(&self, id: u64, m: &Msg) -> Result<Message, StoreError> {
-        let (rec, rich) = self.load(m)?;
+    pub(crate) fn message_view(&self, id: u64, m: &Msg) -> Result<Message, StoreError> {
+        let (rec, rich) = self.load(id, m)?;
         let q = &self.state.queues[&m.qid];
         Ok(Message {
             id: MessageId(id),
@@ -495,6 +504,7 @@ impl Core {
             body: Some(rec.body),
             attributes: rec.attributes,
             enqueued_at: Timestamp(rec.enqueued_at),
+            entered_at: Timestamp(m.entered_at),
             visible_at: Some(Timestamp(m.at)),
             receive_count: m.receive_count(),
             last_error: rich.last_error,
@@ -575,7 +585,7 @@ impl EmbeddedStore {
         for id in ids {
             let m = core.state.msgs[&id];
             let token = core.state.draw_token();
-            let (rec, rich) = core.load(&m)?;
+            let (rec, rich) = core.load(id, &m)?;
             let receive_count = m.receive_count() + 1;
             leases.push(Lease {
                 id,
@@ -1004,7 +1014,7 @@ impl Store for EmbeddedStore {
                     ));
                 }
                 let cfg = core.state.queues[&qid].config.clone();
-                let (_, mut rich) = core.load(&m)?;
+                let (_, mut rich) = core.load(receipt.id.0, &m)?;
                 apply_failure(&mut rich, now, AttemptOutcome::Nacked, &failure);
                 let id = receipt.id.0;
                 let (update, state) = match lifecycle::after_nack(&cfg, m.receive_count(), delay) {
@@ -1075,7 +1085,7 @@ impl Store for EmbeddedStore {
                 ));
             }
             let cfg = core.state.queues[&qid].config.clone();
-            let (_, mut rich) = core.load(&m)?;
+            let (_, mut rich) = core.load(receipt.id.0, &m)?;
             apply_failure(&mut rich, now, AttemptOutcome::Rejected, &failure);
             let u = core.dead_letter(
                 &cfg,
@@ -1112,7 +1122,7 @@ impl Store for EmbeddedStore {
                     let notify = core.state.queues[&qid].notify.clone();
                     return Ok((vec![core.end_cancelled(qid, receipt.id.0, &m, now)], notify));
                 }
-                let (_, mut rich) = core.load(&m)?;
+                let (_, mut rich) = core.load(receipt.id.0, &m)?;
                 apply_failure(&mut rich, now, AttemptOutcome::Moved, &failure);
                 rich.source_queue = Some(queue.to_string());
                 rich.dead_letter = None;
@@ -1188,7 +1198,7 @@ impl Store for EmbeddedStore {
             }
             match core.state.msgs.get(&id.0).copied() {
                 // A dead letter is a finished (failed) task: left as it is.
-                Some(m) if core.load(&m)?.1.dead_letter.is_some() => None,
+                Some(m) if core.load(id.0, &m)?.1.dead_letter.is_some() => None,
                 Some(m) if m.slot() == Slot::Leased && m.cancel_requested() => None,
                 Some(m) if m.slot() == Slot::Leased => {
                     Some(core.commit(vec![Record::Cancel { id: id.0 }])?)
@@ -1293,6 +1303,7 @@ impl Store for EmbeddedStore {
             body: None,
             attributes: Default::default(),
             enqueued_at: Timestamp(d.at),
+            entered_at: Timestamp(d.at),
             visible_at: None,
             receive_count: d.receive_count,
             last_error: None,
@@ -1361,6 +1372,67 @@ impl Store for EmbeddedStore {
             }),
             completed,
             totals: q.totals,
+        })
+    }
+
+    async fn create_redrive(&self, spec: RedriveSpec) -> Result<RedriveJob, StoreError> {
+        let (job, pos) = {
+            let mut core = self.inner.lock();
+            let (job, rec) = crate::redrive::create(&mut core, spec, self.inner.now())?;
+            (job, core.commit(vec![rec])?)
+        };
+        self.inner.durable(pos).await?;
+        Ok(job)
+    }
+
+    async fn get_redrive(&self, id: RedriveId) -> Result<RedriveJob, StoreError> {
+        crate::redrive::get(&self.inner.lock(), id)
+    }
+
+    async fn list_redrives(&self) -> Result<Vec<RedriveJob>, StoreError> {
+        Ok(self
+            .inner
+            .lock()
+            .state
+            .jobs
+            .values()
+            .rev()
+            .cloned()
+            .collect())
+    }
+
+    async fn cancel_redrive(&self, id: RedriveId) -> Result<RedriveJob, StoreError> {
+        let (job, pos) = {
+            let mut core = self.inner.lock();
+            let (job, rec) = crate::redrive::cancel(&core, id, self.inner.now())?;
+            let pos = match rec {
+                Some(rec) => Some(core.commit(vec![rec])?),
+                None => None,
+            };
+            (job, pos)
+        };
+        if let Some(pos) = pos {
+            self.inner.durable(pos).await?;
+        }
+        Ok(job)
+    }
+
+    async fn redrive_step(&self, id: RedriveId, max: u32) -> Result<RedriveStep, StoreError> {
+        let now = self.inner.now();
+        let (job, moved_now, wake, pos) = {
+            let mut core = self.inner.lock();
+            let out = crate::redrive::step(&mut core, id, max, now)?;
+            let pos = core.commit(vec![out.record])?;
+            (out.job, out.moved_now, out.wake, pos)
+        };
+        for n in wake {
+            n.notify_waiters();
+        }
+        self.inner.durable(pos).await?;
+        Ok(RedriveStep {
+            job,
+            moved_now,
+            at: Timestamp(now),
         })
     }
 

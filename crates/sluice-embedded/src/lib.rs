@@ -15,6 +15,7 @@ mod error;
 mod log;
 mod record;
 mod recovery;
+mod redrive;
 mod state;
 
 pub use engine::{EmbeddedOptions, EmbeddedStore, RecoveryReport};

@@ -157,6 +157,12 @@ pub(crate) enum Record {
         until: i64,
     },
     Checkpoint(Checkpoint),
+    /// A redrive job's state, with the moves of one step: one record, so a step and its
+    /// progress are durable together or not at all.
+    Redrive {
+        job: sluice_core::RedriveJob,
+        moves: Vec<UpdateRecord>,
+    },
     /// Cancellation requested for a running task.
     Cancel {
         id: u64,

@@ -258,6 +258,8 @@ pub(crate) struct State {
     pub next_token: u64,
     /// Bytes of live records per segment, to pick segments worth compacting.
     pub live: HashMap<u32, u64>,
+    /// Redrive jobs, running and recently finished.
+    pub jobs: BTreeMap<u64, sluice_core::RedriveJob>,
     /// The last progress of running tasks; advisory, so kept in memory only.
     pub progress: HashMap<u64, sluice_core::Progress>,
     /// Responses remembered under idempotency keys (the responses stay on disk).
@@ -281,6 +283,7 @@ impl State {
             idem: HashMap::new(),
             idem_order: VecDeque::new(),
             progress: HashMap::new(),
+            jobs: BTreeMap::new(),
         };
         for q in queues {
             s.add_queue(q);
@@ -411,23 +414,13 @@ impl State {
                     );
                 }
             }
-            Record::Update(u) => {
-                self.progress.remove(&u.id);
-                self.count_update(u.event, u.qid);
-                let Some(old) = self.detach(u.id) else { return };
-                let mut msg = old;
-                msg.qid = u.qid;
-                msg.set_slot(Slot::Delayed);
-                msg.set_receive_count(u.receive_count);
-                msg.at = u.visible_at;
-                msg.entered_at = u.entered_at;
-                msg.aux = loc;
-                self.msgs.insert(u.id, msg);
-                if self.queues.contains_key(&u.qid) {
-                    self.attach(u.id, msg);
-                } else {
-                    self.remove(u.id);
+            Record::Update(u) => self.apply_update(u, loc),
+            Record::Redrive { job, moves } => {
+                for u in moves {
+                    self.apply_update(u, loc);
                 }
+                self.next_id = self.next_id.max(job.id.0 + 1);
+                self.jobs.insert(job.id.0, job.clone());
             }
             Record::Lease(leases) => {
                 for l in leases {
@@ -541,6 +534,25 @@ impl State {
                     }
                 }
             }
+        }
+    }
+
+    fn apply_update(&mut self, u: &crate::record::UpdateRecord, loc: Loc) {
+        self.progress.remove(&u.id);
+        self.count_update(u.event, u.qid);
+        let Some(old) = self.detach(u.id) else { return };
+        let mut msg = old;
+        msg.qid = u.qid;
+        msg.set_slot(Slot::Delayed);
+        msg.set_receive_count(u.receive_count);
+        msg.at = u.visible_at;
+        msg.entered_at = u.entered_at;
+        msg.aux = loc;
+        self.msgs.insert(u.id, msg);
+        if self.queues.contains_key(&u.qid) {
+            self.attach(u.id, msg);
+        } else {
+            self.remove(u.id);
         }
     }
 

@@ -71,13 +71,17 @@ pub enum Action {
     ReadTask,
     /// Cancel a task.
     CancelTask,
+    /// Start, list or cancel redrive jobs.
+    Redrive,
 }
 
 impl Action {
     fn allowed(self, role: Role) -> bool {
         use Role::*;
         match self {
-            Action::ManageQueue | Action::Inspect => matches!(role, Admin | Operator),
+            Action::ManageQueue | Action::Inspect | Action::Redrive => {
+                matches!(role, Admin | Operator)
+            }
             Action::ReadQueue | Action::ReadTask => true,
             Action::CancelTask => matches!(role, Admin | Operator | Producer),
             Action::Send => matches!(role, Admin | Producer),
@@ -96,6 +100,7 @@ impl Action {
             Action::Stats => "read stats",
             Action::ReadTask => "read task status",
             Action::CancelTask => "cancel tasks",
+            Action::Redrive => "redrive dead letters",
         }
     }
 }

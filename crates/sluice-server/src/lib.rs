@@ -16,6 +16,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
+pub mod redrive;
 pub mod routes;
 
 use std::future::Future;
@@ -122,13 +123,18 @@ impl Broker {
     ) -> std::io::Result<()> {
         let router = self.router();
         let tx = self.state.shutdown.clone();
-        axum::serve(listener, router)
+        let runner = tokio::spawn(redrive::run(self.state.store.clone(), tx.subscribe()));
+        let served = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 tracing::info!("shutting down: finishing in-flight requests");
                 tx.send_replace(true);
             })
-            .await
+            .await;
+        // The runner stops at the shutdown signal; a step it is taking completes first.
+        self.state.shutdown.send_replace(true);
+        let _ = runner.await;
+        served
     }
 }
 

@@ -489,3 +489,45 @@ async fn roles_and_patterns() {
     assert_eq!(v["queues"].as_array().unwrap().len(), 5);
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_needs_the_operator_role_and_the_queue_pattern() {
+    let s = server().await;
+    let body = json!({ "source": "orders.dlq", "rate_per_second": 10 });
+    for who in [CONSUMER, PRODUCER] {
+        let got = s
+            .call_as(Some(who), Method::POST, "/v1/redrives", Some(body.clone()))
+            .await;
+        common::assert_error(&got, 403, "permission_denied");
+        let got = s
+            .call_as(Some(who), Method::GET, "/v1/redrives", None)
+            .await;
+        common::assert_error(&got, 403, "permission_denied");
+    }
+    let got = s
+        .call_as(
+            Some(OPERATOR),
+            Method::POST,
+            "/v1/redrives",
+            Some(json!({ "source": "billing.dlq" })),
+        )
+        .await;
+    common::assert_error(&got, 403, "permission_denied");
+    let (status, job) = s
+        .call_as(Some(OPERATOR), Method::POST, "/v1/redrives", Some(body))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{job}");
+    let id = job["id"].as_str().expect("id");
+    let (status, v) = s
+        .call_as(
+            Some(OPERATOR),
+            Method::POST,
+            &format!("/v1/redrives/{id}/cancel"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, v["state"].as_str()),
+        (StatusCode::OK, Some("cancelled"))
+    );
+}

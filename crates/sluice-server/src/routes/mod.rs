@@ -1,13 +1,14 @@
 //! The routes of SPEC §8, one module per area, and the router that assembles them.
 //!
-//! Not yet served (their modules will sit beside these): `POST/GET /v1/redrives*` (redrive
-//! jobs, §5), `GET /v1/queues/{q}/stats/history` (§5), `GET /metrics` and `/` (dashboard). The `Idempotency-Key`
+//! Not yet served (their modules will sit beside these): `GET /v1/queues/{q}/stats/history`
+//! (§5), `GET /metrics` and `/` (dashboard). The `Idempotency-Key`
 //! replay of §7 is a layer over every POST route (`crate::idempotency`).
 
 pub mod consume;
 pub mod health;
 pub mod inspect;
 pub mod queues;
+pub mod redrives;
 pub mod send;
 pub mod tasks;
 
@@ -44,6 +45,7 @@ use crate::{AppState, ServerOptions};
         (name = "messages", description = "Send, receive and settle messages"),
         (name = "inspect", description = "Browse, look up and delete messages; stats"),
         (name = "tasks", description = "Task status, request/reply and autoscaling hints"),
+        (name = "redrives", description = "Rate-limited jobs moving dead letters back to work"),
         (name = "health", description = "Liveness, readiness and this document"),
     )
 )]
@@ -89,6 +91,9 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::cancel))
         .routes(routes!(tasks::events))
         .routes(routes!(consume::progress))
+        .routes(routes!(redrives::create, redrives::list))
+        .routes(routes!(redrives::get))
+        .routes(routes!(redrives::cancel))
         .routes(routes!(tasks::scaling))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))

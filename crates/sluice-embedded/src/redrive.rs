@@ -1,0 +1,282 @@
+//! Redrive jobs on the embedded engine: a job and the moves of each step are one log record,
+//! so a crash between steps never moves a message twice or loses one.
+
+use std::sync::Arc;
+
+use sluice_core::{
+    QueueName, RedriveId, RedriveJob, RedriveSpec, RedriveState, StoreError, Timestamp,
+};
+use tokio::sync::Notify;
+
+use crate::engine::Core;
+use crate::record::{Record, UpdateEvent, UpdateRecord};
+use crate::state::Slot;
+
+/// Finished jobs kept for listing; older ones are forgotten.
+const FINISHED_KEPT: usize = 100;
+
+/// How many dead letters one step may look at per message it may move, to bound the time
+/// the lock is held when few messages match.
+const EXAMINE_PER_MOVE: usize = 4;
+
+fn not_found(id: RedriveId) -> StoreError {
+    StoreError::RedriveNotFound(id.to_string())
+}
+
+/// The record creating a job, after checks.
+pub(crate) fn create(
+    core: &mut Core,
+    spec: RedriveSpec,
+    now: i64,
+) -> Result<(RedriveJob, Record), StoreError> {
+    spec.validate()?;
+    core.qid(&spec.source)?;
+    if let Some(d) = &spec.destination {
+        core.qid(d)?;
+    }
+    if let Some(running) = core
+        .state
+        .jobs
+        .values()
+        .find(|j| j.state == RedriveState::Running && j.spec.source == spec.source)
+    {
+        return Err(StoreError::Conflict(format!(
+            "redrive job {} of {:?} is still running; wait for it or cancel it (POST /v1/redrives/{}/cancel)",
+            running.id,
+            spec.source.as_str(),
+            running.id
+        )));
+    }
+    forget_old_jobs(core);
+    let id = RedriveId(core.state.draw_id(Timestamp(now)));
+    let job = RedriveJob {
+        id,
+        spec,
+        state: RedriveState::Running,
+        matched: 0,
+        moved: 0,
+        skipped: 0,
+        blocked: None,
+        created_at: Timestamp(now),
+        updated_at: Timestamp(now),
+        finished_at: None,
+        cursor: None,
+    };
+    Ok((job.clone(), Record::Redrive { job, moves: vec![] }))
+}
+
+fn forget_old_jobs(core: &mut Core) {
+    let finished: Vec<u64> = core
+        .state
+        .jobs
+        .iter()
+        .filter(|(_, j)| j.state != RedriveState::Running)
+        .map(|(id, _)| *id)
+        .collect();
+    if finished.len() > FINISHED_KEPT {
+        for id in &finished[..finished.len() - FINISHED_KEPT] {
+            core.state.jobs.remove(id);
+        }
+    }
+}
+
+/// A job by id.
+pub(crate) fn get(core: &Core, id: RedriveId) -> Result<RedriveJob, StoreError> {
+    core.state
+        .jobs
+        .get(&id.0)
+        .cloned()
+        .ok_or_else(|| not_found(id))
+}
+
+/// The record cancelling a job, or `None` when it is already finished.
+pub(crate) fn cancel(
+    core: &Core,
+    id: RedriveId,
+    now: i64,
+) -> Result<(RedriveJob, Option<Record>), StoreError> {
+    let mut job = get(core, id)?;
+    if job.state != RedriveState::Running {
+        return Ok((job, None));
+    }
+    job.state = RedriveState::Cancelled;
+    job.blocked = None;
+    job.updated_at = Timestamp(now);
+    job.finished_at = Some(Timestamp(now));
+    Ok((job.clone(), Some(Record::Redrive { job, moves: vec![] })))
+}
+
+/// What one step decided.
+pub(crate) struct StepOutcome {
+    /// The job after the step.
+    pub job: RedriveJob,
+    /// The record holding the moves and the job's new progress.
+    pub record: Record,
+    /// How many messages it moves.
+    pub moved_now: u64,
+    /// The destinations to wake.
+    pub wake: Vec<Arc<Notify>>,
+}
+
+/// One step of a running job.
+pub(crate) fn step(
+    core: &mut Core,
+    id: RedriveId,
+    max: u32,
+    now: i64,
+) -> Result<StepOutcome, StoreError> {
+    let mut job = get(core, id)?;
+    if job.state != RedriveState::Running {
+        return Err(StoreError::Conflict(format!(
+            "redrive job {id} is {}; only a running job takes steps",
+            job.state.as_str()
+        )));
+    }
+    let max = max.clamp(1, 1000) as u64;
+    let done_so_far = if job.spec.dry_run {
+        job.matched
+    } else {
+        job.moved
+    };
+    let want = job
+        .spec
+        .limit
+        .map_or(max, |l| max.min(l.saturating_sub(done_so_far)));
+    job.updated_at = Timestamp(now);
+    job.blocked = None;
+    let Ok(src) = core.qid(&job.spec.source) else {
+        finish(&mut job, now);
+        job.blocked = Some(format!(
+            "source queue {:?} was deleted",
+            job.spec.source.as_str()
+        ));
+        return Ok(StepOutcome {
+            job: job.clone(),
+            record: Record::Redrive { job, moves: vec![] },
+            moved_now: 0,
+            wake: vec![],
+        });
+    };
+    core.maintain(src, now)?;
+    let candidates: Vec<(i64, u64)> = {
+        let ready = &core.state.queues[&src].ready;
+        let range = match job.cursor {
+            Some(c) => ready.range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded)),
+            None => ready.range(..),
+        };
+        range
+            .take(want as usize * EXAMINE_PER_MOVE + 1000)
+            .copied()
+            .collect()
+    };
+    let scanned_to_end = {
+        let ready = &core.state.queues[&src].ready;
+        candidates.last().is_none_or(|last| {
+            ready
+                .range((std::ops::Bound::Excluded(*last), std::ops::Bound::Unbounded))
+                .next()
+                .is_none()
+        })
+    };
+    let mut moves = Vec::new();
+    let mut wake = Vec::new();
+    let mut taken = 0u64;
+    let mut stopped_early = false;
+    for (at, mid) in candidates {
+        if taken >= want {
+            stopped_early = true;
+            break;
+        }
+        let Some(m) = core.state.msgs.get(&mid).copied() else {
+            continue;
+        };
+        if m.slot() != Slot::Ready {
+            job.cursor = Some((at, mid));
+            continue;
+        }
+        let view = core.message_view(mid, &m)?;
+        if !job.spec.filter.matches(&view) {
+            job.cursor = Some((at, mid));
+            continue;
+        }
+        if job.spec.dry_run {
+            job.matched += 1;
+            taken += 1;
+            job.cursor = Some((at, mid));
+            continue;
+        }
+        let dest_name: Option<QueueName> =
+            job.spec.destination.clone().or(view.source_queue.clone());
+        let Some(dest) = dest_name
+            .as_ref()
+            .and_then(|d| core.state.names.get(d).copied())
+        else {
+            job.matched += 1;
+            job.skipped += 1;
+            job.cursor = Some((at, mid));
+            continue;
+        };
+        let dq = &core.state.queues[&dest];
+        if dq.config.paused {
+            job.blocked = Some(format!("destination {:?} is paused", dq.name.as_str()));
+            stopped_early = true;
+            break;
+        }
+        if let Some(mif) = dq.config.max_in_flight
+            && dq.leased.len() as u64
+                + moves
+                    .iter()
+                    .filter(|u: &&UpdateRecord| u.qid == dest)
+                    .count() as u64
+                >= u64::from(mif)
+        {
+            job.blocked = Some(format!(
+                "destination {:?} is at its max_in_flight ({mif})",
+                dq.name.as_str()
+            ));
+            stopped_early = true;
+            break;
+        }
+        let (_, mut rich) = core.load(mid, &m)?;
+        rich.dead_letter = None;
+        wake.push(dq.notify.clone());
+        moves.push(UpdateRecord {
+            event: UpdateEvent::Redriven,
+            id: mid,
+            qid: dest,
+            visible_at: now,
+            entered_at: now,
+            receive_count: if job.spec.reset_receive_count {
+                0
+            } else {
+                m.receive_count()
+            },
+            rich,
+        });
+        job.matched += 1;
+        job.moved += 1;
+        taken += 1;
+        job.cursor = Some((at, mid));
+    }
+    let done_now = if job.spec.dry_run {
+        job.matched
+    } else {
+        job.moved
+    };
+    let limit_reached = job.spec.limit.is_some_and(|l| done_now >= l);
+    if limit_reached || (scanned_to_end && !stopped_early && job.blocked.is_none()) {
+        finish(&mut job, now);
+    }
+    let moved_now = moves.len() as u64;
+    Ok(StepOutcome {
+        job: job.clone(),
+        record: Record::Redrive { job, moves },
+        moved_now,
+        wake,
+    })
+}
+
+fn finish(job: &mut RedriveJob, now: i64) {
+    job.state = RedriveState::Completed;
+    job.finished_at = Some(Timestamp(now));
+}

@@ -1,0 +1,109 @@
+//! Redrive jobs (SPEC §5): `POST /v1/redrives`, `GET /v1/redrives`, `GET /v1/redrives/{id}`,
+//! `POST /v1/redrives/{id}/cancel`. Operator role required; the job runs in the broker
+//! (`crate::redrive`).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use sluice_core::RedriveId;
+use sluice_core::wire::{ErrorEnvelope, RedriveList, RedriveRequest, RedriveView};
+
+use crate::AppState;
+use crate::auth::{Action, Caller};
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+
+fn job_id(s: &str) -> Result<RedriveId, ApiError> {
+    Ok(s.parse::<RedriveId>()?)
+}
+
+/// Starts a redrive job: moves dead letters from `source` back to their source queue (or to
+/// `destination`) at `rate_per_second`, up to `limit`, those matching `filter`.
+#[utoipa::path(
+    post, path = "/v1/redrives", tag = "redrives",
+    request_body(content = RedriveRequest, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Started", body = RedriveView),
+        (status = 400, description = "invalid_argument", body = ErrorEnvelope),
+        (status = 403, description = "permission_denied (operator role required)", body = ErrorEnvelope),
+        (status = 404, description = "queue_not_found", body = ErrorEnvelope),
+        (status = 409, description = "conflict: a job of this source is running", body = ErrorEnvelope),
+    )
+)]
+pub async fn create(
+    State(st): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<RedriveRequest>,
+) -> Result<(StatusCode, Json<RedriveView>), ApiError> {
+    caller.allow_role(Action::Redrive)?;
+    let spec = req.to_core()?;
+    caller.allow(Action::Redrive, &spec.source)?;
+    if let Some(d) = &spec.destination {
+        caller.allow(Action::Redrive, d)?;
+    }
+    let job = st.store.create_redrive(spec).await?;
+    tracing::info!(job = %job.id, source = %job.spec.source, actor = caller.name().unwrap_or("-"), "redrive started");
+    Ok((StatusCode::ACCEPTED, Json(RedriveView::from(&job))))
+}
+
+/// Lists running jobs and the most recent finished ones, newest first.
+#[utoipa::path(
+    get, path = "/v1/redrives", tag = "redrives",
+    responses((status = 200, description = "The jobs", body = RedriveList))
+)]
+pub async fn list(
+    State(st): State<AppState>,
+    caller: Caller,
+) -> Result<Json<RedriveList>, ApiError> {
+    caller.allow_role(Action::Redrive)?;
+    let jobs = st.store.list_redrives().await?;
+    Ok(Json(RedriveList {
+        redrives: jobs
+            .iter()
+            .filter(|j| caller.sees(j.spec.source.as_str()))
+            .map(RedriveView::from)
+            .collect(),
+    }))
+}
+
+/// One job and its progress.
+#[utoipa::path(
+    get, path = "/v1/redrives/{id}", tag = "redrives",
+    params(("id" = String, Path, description = "Job id")),
+    responses(
+        (status = 200, description = "The job", body = RedriveView),
+        (status = 404, description = "message_not_found (no such job)", body = ErrorEnvelope),
+    )
+)]
+pub async fn get(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<RedriveView>, ApiError> {
+    caller.allow_role(Action::Redrive)?;
+    let job = st.store.get_redrive(job_id(&id)?).await?;
+    caller.allow(Action::Redrive, &job.spec.source)?;
+    Ok(Json(RedriveView::from(&job)))
+}
+
+/// Stops a running job; what it moved stays moved.
+#[utoipa::path(
+    post, path = "/v1/redrives/{id}/cancel", tag = "redrives",
+    params(("id" = String, Path, description = "Job id")),
+    responses(
+        (status = 200, description = "The job after the cancel", body = RedriveView),
+        (status = 404, description = "message_not_found (no such job)", body = ErrorEnvelope),
+    )
+)]
+pub async fn cancel(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<RedriveView>, ApiError> {
+    caller.allow_role(Action::Redrive)?;
+    let id = job_id(&id)?;
+    let job = st.store.get_redrive(id).await?;
+    caller.allow(Action::Redrive, &job.spec.source)?;
+    let job = st.store.cancel_redrive(id).await?;
+    Ok(Json(RedriveView::from(&job)))
+}
