@@ -289,6 +289,28 @@ pub trait Store: Send + Sync + 'static {
     /// `RedriveNotFound` for an unknown id; `Conflict` when the job is not running.
     async fn redrive_step(&self, id: RedriveId, max: u32) -> Result<RedriveStep, StoreError>;
 
+    /// Stores one history point per queue, taken at `at` (a multiple of
+    /// [`SAMPLE_INTERVAL`](crate::stats::SAMPLE_INTERVAL)). A point already stored for a queue
+    /// at `at` is kept (several broker nodes may sample the same moment). Points older than
+    /// [`HISTORY_KEPT`](crate::stats::HISTORY_KEPT) are forgotten.
+    ///
+    /// # Errors
+    /// `Unavailable` when storage cannot be written.
+    async fn record_stats(
+        &self,
+        samples: Vec<(QueueName, crate::stats::StatsSample)>,
+    ) -> Result<(), StoreError>;
+
+    /// A queue's history points at or after `since`, oldest first.
+    ///
+    /// # Errors
+    /// `QueueNotFound`.
+    async fn stats_history(
+        &self,
+        queue: &QueueName,
+        since: crate::time::Timestamp,
+    ) -> Result<Vec<crate::stats::StatsSample>, StoreError>;
+
     /// Lists messages of a queue without leasing them.
     ///
     /// # Errors

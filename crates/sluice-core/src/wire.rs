@@ -1481,7 +1481,7 @@ pub struct ScalingView {
 }
 
 /// `GET /v1/queues/{q}/stats`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct StatsView {
     /// The queue.
     pub queue: String,
@@ -1499,10 +1499,51 @@ pub struct StatsView {
     pub completed: u64,
     /// Event totals.
     pub totals: TotalsView,
+    /// Events per second over the last minute (zero until the broker has a minute of history).
+    #[serde(default)]
+    pub rates: RatesView,
+    /// Backlog change per second over the last five minutes: positive means consumers are
+    /// falling behind.
+    #[serde(default)]
+    pub backlog_slope_per_sec: f64,
+    /// At that slope, how long until the backlog is drained; `null` when it is not shrinking.
+    #[serde(default)]
+    pub drain_eta_ms: Option<u64>,
+}
+
+/// Events per second over the last minute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RatesView {
+    /// Sends per second.
+    pub sent: f64,
+    /// Deliveries per second.
+    pub received: f64,
+    /// Acknowledgements per second.
+    pub acked: f64,
+    /// Nacks per second.
+    pub nacked: f64,
+    /// Dead-letterings per second.
+    pub dead_lettered: f64,
 }
 
 impl StatsView {
-    /// The view of `stats` for `queue`.
+    /// The view of `stats` and its `trend` for `queue`.
+    pub fn with_trend(queue: &QueueName, stats: &QueueStats, trend: &crate::stats::Trend) -> Self {
+        let mut v = StatsView::new(queue, stats);
+        let r = trend.rates;
+        v.rates = RatesView {
+            sent: r.sent,
+            received: r.received,
+            acked: r.acked,
+            nacked: r.nacked,
+            dead_lettered: r.dead_lettered,
+        };
+        v.backlog_slope_per_sec = trend.backlog_slope_per_sec;
+        v.drain_eta_ms = trend.drain_eta.map(as_ms);
+        v
+    }
+
+    /// The view of `stats` for `queue`, without a trend.
     pub fn new(queue: &QueueName, stats: &QueueStats) -> Self {
         StatsView {
             queue: queue.to_string(),
@@ -1513,8 +1554,63 @@ impl StatsView {
             oldest_visible_age_ms: as_ms(stats.oldest_visible_age),
             completed: stats.completed,
             totals: TotalsView::from(&stats.totals),
+            rates: RatesView::default(),
+            backlog_slope_per_sec: 0.0,
+            drain_eta_ms: None,
         }
     }
+}
+
+/// One point of a queue's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SampleView {
+    /// When it was taken (RFC 3339).
+    pub at: String,
+    /// Visible messages.
+    pub visible: u64,
+    /// Delayed messages.
+    pub delayed: u64,
+    /// Leased messages.
+    pub in_flight: u64,
+    /// Messages in its DLQ.
+    pub dead_letter_depth: u64,
+    /// Age of the longest-waiting visible message.
+    pub oldest_visible_age_ms: u64,
+    /// Event totals at that time.
+    pub totals: TotalsView,
+}
+
+impl From<&crate::stats::StatsSample> for SampleView {
+    fn from(s: &crate::stats::StatsSample) -> Self {
+        SampleView {
+            at: rfc3339(s.at),
+            visible: s.visible,
+            delayed: s.delayed,
+            in_flight: s.in_flight,
+            dead_letter_depth: s.dead_letter_depth,
+            oldest_visible_age_ms: s.oldest_visible_age_ms,
+            totals: TotalsView::from(&s.totals),
+        }
+    }
+}
+
+/// Query of `GET /v1/queues/{q}/stats/history`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    /// Points at or after this time (RFC 3339); default: one hour ago.
+    pub since: Option<String>,
+}
+
+/// `GET /v1/queues/{q}/stats/history`: a point every 10 s, kept for 24 h.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HistoryView {
+    /// The queue.
+    pub queue: String,
+    /// Time between points.
+    pub interval_ms: u64,
+    /// The points, oldest first.
+    pub samples: Vec<SampleView>,
 }
 
 /// `GET /healthz` and `GET /readyz`.

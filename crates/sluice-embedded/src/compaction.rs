@@ -120,6 +120,29 @@ pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
             for loc in remembered {
                 records.push(core.log.read(loc)?);
             }
+            let sample_times: Vec<i64> = core
+                .state
+                .history_segs
+                .iter()
+                .filter(|(_, s)| **s == seg)
+                .map(|(at, _)| *at)
+                .collect();
+            for at in sample_times {
+                let entries: Vec<_> = core
+                    .state
+                    .queues
+                    .iter()
+                    .filter_map(|(qid, q)| {
+                        q.history
+                            .iter()
+                            .find(|s| s.at.as_millis() == at)
+                            .map(|s| (*qid, *s))
+                    })
+                    .collect();
+                if !entries.is_empty() {
+                    records.push(Record::Samples { at, entries });
+                }
+            }
             for job in core.state.jobs.values() {
                 records.push(Record::Redrive {
                     job: job.clone(),

@@ -5,6 +5,7 @@
 //! waits for the group commit to make its records durable. The lock is never held across a
 //! sync, so concurrent callers pile up behind one fsync instead of one each.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -1434,6 +1435,54 @@ impl Store for EmbeddedStore {
             moved_now,
             at: Timestamp(now),
         })
+    }
+
+    async fn record_stats(
+        &self,
+        samples: Vec<(QueueName, sluice_core::stats::StatsSample)>,
+    ) -> Result<(), StoreError> {
+        let pos = {
+            let mut core = self.inner.lock();
+            let mut by_time: BTreeMap<i64, Vec<(Qid, sluice_core::stats::StatsSample)>> =
+                BTreeMap::new();
+            for (name, sample) in samples {
+                let Some(qid) = core.state.names.get(&name).copied() else {
+                    continue;
+                };
+                let q = &core.state.queues[&qid];
+                if q.history.back().is_some_and(|last| last.at >= sample.at) {
+                    continue;
+                }
+                by_time
+                    .entry(sample.at.as_millis())
+                    .or_default()
+                    .push((qid, sample));
+            }
+            let records: Vec<Record> = by_time
+                .into_iter()
+                .map(|(at, entries)| Record::Samples { at, entries })
+                .collect();
+            if records.is_empty() {
+                return Ok(());
+            }
+            core.commit(records)?
+        };
+        self.inner.durable(pos).await
+    }
+
+    async fn stats_history(
+        &self,
+        queue: &QueueName,
+        since: Timestamp,
+    ) -> Result<Vec<sluice_core::stats::StatsSample>, StoreError> {
+        let core = self.inner.lock();
+        let qid = core.qid(queue)?;
+        Ok(core.state.queues[&qid]
+            .history
+            .iter()
+            .filter(|s| s.at >= since)
+            .copied()
+            .collect())
     }
 
     async fn idempotency_get(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError> {

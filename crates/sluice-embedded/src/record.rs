@@ -163,6 +163,11 @@ pub(crate) enum Record {
         job: sluice_core::RedriveJob,
         moves: Vec<UpdateRecord>,
     },
+    /// History points of queues' stats, all taken at `at`.
+    Samples {
+        at: i64,
+        entries: Vec<(Qid, sluice_core::stats::StatsSample)>,
+    },
     /// Cancellation requested for a running task.
     Cancel {
         id: u64,

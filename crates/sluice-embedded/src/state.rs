@@ -177,6 +177,8 @@ pub(crate) struct QueueState {
     pub dedup: HashMap<String, DedupEntry>,
     pub dedup_order: VecDeque<(i64, String)>,
     pub window: SlidingWindow,
+    /// Stats history points, oldest first (24 h).
+    pub history: VecDeque<sluice_core::stats::StatsSample>,
     /// Wakes long-polling receivers when messages may have become visible.
     pub notify: Arc<Notify>,
 }
@@ -195,6 +197,7 @@ impl QueueState {
             dedup: HashMap::new(),
             dedup_order: VecDeque::new(),
             window: SlidingWindow::default(),
+            history: VecDeque::new(),
             notify: Arc::new(Notify::new()),
         }
     }
@@ -258,6 +261,8 @@ pub(crate) struct State {
     pub next_token: u64,
     /// Bytes of live records per segment, to pick segments worth compacting.
     pub live: HashMap<u32, u64>,
+    /// Which segment holds the history points taken at each time, for compaction.
+    pub history_segs: BTreeMap<i64, u32>,
     /// Redrive jobs, running and recently finished.
     pub jobs: BTreeMap<u64, sluice_core::RedriveJob>,
     /// The last progress of running tasks; advisory, so kept in memory only.
@@ -284,6 +289,7 @@ impl State {
             idem_order: VecDeque::new(),
             progress: HashMap::new(),
             jobs: BTreeMap::new(),
+            history_segs: BTreeMap::new(),
         };
         for q in queues {
             s.add_queue(q);
@@ -495,6 +501,25 @@ impl State {
                         },
                     );
                 }
+            }
+            Record::Samples { at, entries } => {
+                let keep_from = at - sluice_core::stats::HISTORY_KEPT.as_millis() as i64;
+                for (qid, sample) in entries {
+                    if let Some(q) = self.queues.get_mut(qid) {
+                        if q.history.back().is_none_or(|last| last.at < sample.at) {
+                            q.history.push_back(*sample);
+                        }
+                        while q
+                            .history
+                            .front()
+                            .is_some_and(|s| s.at.as_millis() < keep_from)
+                        {
+                            q.history.pop_front();
+                        }
+                    }
+                }
+                self.history_segs.insert(*at, loc.seg);
+                self.history_segs.retain(|t, _| *t >= keep_from);
             }
             Record::Cancel { id } => {
                 if let Some(m) = self.msgs.get_mut(id) {

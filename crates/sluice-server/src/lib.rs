@@ -16,8 +16,10 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
+pub mod metrics;
 pub mod redrive;
 pub mod routes;
+pub mod sampler;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -61,6 +63,8 @@ pub struct AppState {
     pub keys: Arc<KeyRing>,
     /// Turns true when the broker begins to shut down: long polls return at once.
     pub shutdown: Arc<watch::Sender<bool>>,
+    /// Histograms this node observes, and the `/metrics` renderer.
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 impl auth::HasKeys for AppState {
@@ -93,6 +97,7 @@ impl Broker {
             store,
             keys: Arc::new(options.keys.clone()),
             shutdown: Arc::new(tx),
+            metrics: Arc::new(metrics::Metrics::default()),
         };
         Broker { state, options }
     }
@@ -124,6 +129,7 @@ impl Broker {
         let router = self.router();
         let tx = self.state.shutdown.clone();
         let runner = tokio::spawn(redrive::run(self.state.store.clone(), tx.subscribe()));
+        let sampler = tokio::spawn(sampler::run(self.state.store.clone(), tx.subscribe()));
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
@@ -134,6 +140,7 @@ impl Broker {
         // The runner stops at the shutdown signal; a step it is taking completes first.
         self.state.shutdown.send_replace(true);
         let _ = runner.await;
+        let _ = sampler.await;
         served
     }
 }

@@ -818,6 +818,7 @@ async fn health_readiness_routing_errors_and_openapi() {
         ("/v1/tasks/{id}/cancel", vec!["post"]),
         ("/v1/tasks/{id}/events", vec!["get"]),
         ("/v1/queues/{q}/progress", vec!["post"]),
+        ("/v1/queues/{q}/stats/history", vec!["get"]),
         ("/v1/redrives", vec!["post", "get"]),
         ("/v1/redrives/{id}", vec!["get"]),
         ("/v1/redrives/{id}/cancel", vec!["post"]),
@@ -825,6 +826,7 @@ async fn health_readiness_routing_errors_and_openapi() {
         ("/healthz", vec!["get"]),
         ("/readyz", vec!["get"]),
         ("/openapi.json", vec!["get"]),
+        ("/metrics", vec!["get"]),
     ];
     let count = expected.len();
     for (path, methods) in expected {

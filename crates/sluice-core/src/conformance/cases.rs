@@ -4362,3 +4362,66 @@ pub async fn redrive_resumes_after_restart(h: &dyn Harness) {
         "each message moved exactly once"
     );
 }
+
+/// SPEC §5: stats history points are stored once per queue and time, kept 24 h, and survive
+/// a restart.
+pub async fn stats_history_is_stored_once_and_kept_a_day(h: &dyn Harness) {
+    use crate::stats::{HISTORY_KEPT, SAMPLE_INTERVAL, StatsSample};
+    let clock = ManualClock::default();
+    let store = h.open(clock.clone()).await;
+    let e = Env {
+        clock: clock.clone(),
+        store,
+    };
+    let q = e.queue("work", QueueConfigPatch::default()).await;
+    e.send_text(&q, "a").await;
+    let t0 = StatsSample::slot(e.now());
+    let s0 = StatsSample::of(&e.stats(&q).await, t0);
+    e.store
+        .record_stats(vec![(q.clone(), s0)])
+        .await
+        .expect("record");
+    let mut other = s0;
+    other.visible = 999;
+    e.store
+        .record_stats(vec![(q.clone(), other)])
+        .await
+        .expect("a second node's sample of the same moment");
+    e.send_text(&q, "b").await;
+    let t1 = t0.plus(SAMPLE_INTERVAL);
+    let s1 = StatsSample::of(&e.stats(&q).await, t1);
+    e.store
+        .record_stats(vec![(q.clone(), s1), (qn("ghost"), s1)])
+        .await
+        .expect("unknown queues are skipped");
+    let h0 = e.store.stats_history(&q, t0).await.expect("history");
+    assert_eq!(h0, vec![s0, s1], "one point per time, the first one kept");
+    assert_eq!(e.store.stats_history(&q, t1).await.expect("since").len(), 1);
+    assert_eq!((h0[0].visible, h0[1].visible, h0[1].totals.sent), (1, 2, 2));
+
+    drop(e);
+    let store = h.reopen(clock.clone()).await;
+    let e = Env { clock, store };
+    assert_eq!(
+        e.store.stats_history(&q, t0).await.expect("history"),
+        vec![s0, s1],
+        "history survives a restart"
+    );
+    let late = t0.plus(HISTORY_KEPT).plus(SAMPLE_INTERVAL);
+    let s2 = StatsSample { at: late, ..s1 };
+    e.store
+        .record_stats(vec![(q.clone(), s2)])
+        .await
+        .expect("record");
+    let h = e.store.stats_history(&q, t0).await.expect("history");
+    assert_eq!(
+        h.first().map(|s| s.at),
+        Some(t1),
+        "points older than a day are forgotten"
+    );
+    assert_code(
+        e.store.stats_history(&qn("ghost"), t0).await,
+        ErrorCode::QueueNotFound,
+        "unknown queue",
+    );
+}

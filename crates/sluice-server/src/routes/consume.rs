@@ -46,6 +46,7 @@ pub async fn receive(
             () = st.shutting_down() => Vec::new(),
         }
     };
+    st.metrics.delivered(&q, &deliveries);
     Ok(Json(ReceiveResponse {
         messages: deliveries.iter().map(Into::into).collect(),
     }))
@@ -86,11 +87,14 @@ pub async fn ack(
             let id = a.receipt.id;
             let mut out = st.store.ack(&q, vec![a]).await?;
             match out.pop() {
-                Some(Ok(())) => Ok(Json(AckResponse {
-                    id: id.to_string(),
-                    state: MessageStateView::Completed,
-                })
-                .into_response()),
+                Some(Ok(())) => {
+                    st.metrics.acked(id);
+                    Ok(Json(AckResponse {
+                        id: id.to_string(),
+                        state: MessageStateView::Completed,
+                    })
+                    .into_response())
+                }
                 Some(Err(e)) => Err(e.into()),
                 None => Err(StoreError::unavailable("store returned no ack outcome").into()),
             }
@@ -122,10 +126,14 @@ pub async fn ack(
                 results.push(outcome);
             }
             if !valid.is_empty() {
+                let ids: Vec<_> = valid.iter().map(|a| a.receipt.id).collect();
                 let out = st.store.ack(&q, valid).await?;
-                for (slot, r) in slots.into_iter().zip(out) {
+                for ((slot, r), id) in slots.into_iter().zip(out).zip(ids) {
                     match r {
-                        Ok(()) => results[slot].ok = true,
+                        Ok(()) => {
+                            st.metrics.acked(id);
+                            results[slot].ok = true;
+                        }
                         Err(e) => results[slot].error = Some(ErrorBody::from(&e)),
                     }
                 }

@@ -1,8 +1,10 @@
 //! `GET /healthz` (the process answers), `GET /readyz` (the store answers) and
-//! `GET /openapi.json`. None needs a key.
+//! `GET /openapi.json` (none needs a key), and `GET /metrics` (a key with the stats role when
+//! keys are configured).
 
 use axum::Json;
 use axum::extract::State;
+use axum::response::IntoResponse;
 use sluice_core::wire::{ErrorEnvelope, HealthResponse};
 
 use crate::AppState;
@@ -41,4 +43,26 @@ pub async fn readyz(State(st): State<AppState>) -> Result<Json<HealthResponse>, 
 )]
 pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(super::openapi())
+}
+
+/// Every queue's gauges and event counters, and this node's queue-wait and processing-time
+/// histograms, in the Prometheus text format.
+#[utoipa::path(
+    get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain"))
+)]
+pub async fn metrics(
+    State(st): State<AppState>,
+    caller: crate::auth::Caller,
+) -> Result<axum::response::Response, crate::error::ApiError> {
+    caller.allow_role(crate::auth::Action::Stats)?;
+    let text = st.metrics.render(st.store.as_ref()).await?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
 }

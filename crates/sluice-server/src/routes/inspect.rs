@@ -3,7 +3,12 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use sluice_core::wire::{BrowseQuery, BrowseResponse, ErrorEnvelope, MessageView, StatsView};
+use sluice_core::stats::{SAMPLE_INTERVAL, Trend};
+use sluice_core::wire::{
+    BrowseQuery, BrowseResponse, ErrorEnvelope, HistoryQuery, HistoryView, MessageView, SampleView,
+    StatsView, parse_rfc3339,
+};
+use sluice_core::{Clock, SystemClock, Timestamp};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
@@ -95,5 +100,41 @@ pub async fn stats(
 ) -> Result<Json<StatsView>, ApiError> {
     caller.allow(Action::Stats, &q)?;
     let s = st.store.stats(&q).await?;
-    Ok(Json(StatsView::new(&q, &s)))
+    let now = SystemClock.now();
+    let since = Timestamp(now.as_millis() - TREND_LOOKBACK_MS);
+    let history = st.store.stats_history(&q, since).await?;
+    let trend = Trend::compute(&s, now, &history);
+    Ok(Json(StatsView::with_trend(&q, &s, &trend)))
+}
+
+/// How far back the trend looks: five minutes for the slope, plus a sample's slack.
+const TREND_LOOKBACK_MS: i64 = 310_000;
+
+/// A queue's history: a point every 10 s, kept for 24 h (SPEC §5).
+#[utoipa::path(
+    get, path = "/v1/queues/{q}/stats/history", tag = "inspect",
+    params(("q" = String, Path, description = "Queue name"), HistoryQuery),
+    responses(
+        (status = 200, description = "The points, oldest first", body = HistoryView),
+        (status = 400, description = "invalid_argument (since)", body = ErrorEnvelope),
+        (status = 404, description = "queue_not_found", body = ErrorEnvelope),
+    )
+)]
+pub async fn history(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
+) -> Result<Json<HistoryView>, ApiError> {
+    caller.allow(Action::Stats, &q)?;
+    let since = match &query.since {
+        Some(s) => parse_rfc3339("since", s)?,
+        None => Timestamp(SystemClock.now().as_millis() - 3_600_000),
+    };
+    let samples = st.store.stats_history(&q, since).await?;
+    Ok(Json(HistoryView {
+        queue: q.to_string(),
+        interval_ms: SAMPLE_INTERVAL.as_millis() as u64,
+        samples: samples.iter().map(SampleView::from).collect(),
+    }))
 }

@@ -1,7 +1,6 @@
 //! The routes of SPEC §8, one module per area, and the router that assembles them.
 //!
-//! Not yet served (their modules will sit beside these): `GET /v1/queues/{q}/stats/history`
-//! (§5), `GET /metrics` and `/` (dashboard). The `Idempotency-Key`
+//! Not yet served (its module will sit beside these): `/` (dashboard). The `Idempotency-Key`
 //! replay of §7 is a layer over every POST route (`crate::idempotency`).
 
 pub mod consume;
@@ -87,6 +86,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(consume::extend))
         .routes(routes!(inspect::get_message, inspect::delete_message))
         .routes(routes!(inspect::stats))
+        .routes(routes!(inspect::history))
         .routes(routes!(tasks::get_task))
         .routes(routes!(tasks::cancel))
         .routes(routes!(tasks::events))
@@ -98,6 +98,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::openapi_json))
+        .routes(routes!(health::metrics))
 }
 
 /// The OpenAPI document (built once).

@@ -14,6 +14,8 @@ use tokio::task::JoinHandle;
 
 pub struct TestServer {
     pub base: String,
+    /// The store behind the broker, for tests that set up history or inspect directly.
+    pub store: Arc<dyn sluice_core::Store>,
     pub client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     handle: Option<JoinHandle<std::io::Result<()>>>,
@@ -31,7 +33,8 @@ pub async fn start_with(options: ServerOptions) -> TestServer {
         ..EmbeddedOptions::default()
     };
     let (store, _) = EmbeddedStore::open(dir.path(), opts).expect("open store");
-    let broker = Broker::new(Arc::new(store), options);
+    let store: Arc<dyn sluice_core::Store> = Arc::new(store);
+    let broker = Broker::new(store.clone(), options);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -42,6 +45,7 @@ pub async fn start_with(options: ServerOptions) -> TestServer {
     }));
     TestServer {
         base: format!("http://{addr}"),
+        store,
         client: reqwest::Client::new(),
         stop: Some(tx),
         handle: Some(handle),

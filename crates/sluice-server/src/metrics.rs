@@ -1,0 +1,206 @@
+//! `/metrics` in the Prometheus text format (SPEC §5).
+//!
+//! Gauges and event counters are read from the store at scrape time, so every broker node
+//! reports the same queue-level truth. The two histograms are observed by this node as it
+//! serves: queue wait (enqueue to first delivery) at receive, and processing time (delivery to
+//! acknowledgement) at ack, for acks of deliveries this node handed out.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use sluice_core::{Clock, Delivery, MessageId, QueueName, Store, SystemClock};
+
+/// Labels of every per-queue series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    /// The queue.
+    pub queue: String,
+}
+
+/// Deliveries remembered for processing-time observations; beyond this the oldest are
+/// forgotten (their acks are then not observed).
+const REMEMBERED_DELIVERIES: usize = 100_000;
+
+fn seconds_histogram() -> Histogram {
+    // 1 ms to about 4.6 hours.
+    Histogram::new(exponential_buckets(0.001, 2.0, 24))
+}
+
+/// The histograms this node observes.
+pub struct Metrics {
+    queue_wait: Family<QueueLabel, Histogram>,
+    processing: Family<QueueLabel, Histogram>,
+    leased: Mutex<HashMap<MessageId, (String, Instant)>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            queue_wait: Family::new_with_constructor(seconds_histogram),
+            processing: Family::new_with_constructor(seconds_histogram),
+            leased: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Metrics {
+    /// Observes deliveries just handed out.
+    pub fn delivered(&self, queue: &QueueName, deliveries: &[Delivery]) {
+        if deliveries.is_empty() {
+            return;
+        }
+        let now = SystemClock.now();
+        let label = QueueLabel {
+            queue: queue.to_string(),
+        };
+        let mut leased = self.leased.lock().unwrap_or_else(|p| p.into_inner());
+        if leased.len() + deliveries.len() > REMEMBERED_DELIVERIES {
+            leased.clear();
+        }
+        for d in deliveries {
+            if d.receive_count == 1 {
+                let wait = now.since(d.enqueued_at).as_secs_f64();
+                self.queue_wait.get_or_create(&label).observe(wait);
+            }
+            leased.insert(d.id, (label.queue.clone(), Instant::now()));
+        }
+    }
+
+    /// Observes an acknowledgement of a delivery this node handed out.
+    pub fn acked(&self, id: MessageId) {
+        let entry = self
+            .leased
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        if let Some((queue, since)) = entry {
+            self.processing
+                .get_or_create(&QueueLabel { queue })
+                .observe(since.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Forgets a delivery that ended another way (nack, reject, move).
+    pub fn settled(&self, id: MessageId) {
+        self.leased
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+
+    /// Renders every metric in the Prometheus text format.
+    ///
+    /// # Errors
+    /// The store's error when queues cannot be listed.
+    pub async fn render(&self, store: &dyn Store) -> Result<String, sluice_core::StoreError> {
+        let mut registry = Registry::with_prefix("sluice");
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let f = Family::<QueueLabel, Gauge>::default();
+            registry.register(name, help, f.clone());
+            f
+        };
+        let visible = gauge(
+            &mut registry,
+            "queue_visible",
+            "Messages ready to be received (the backlog)",
+        );
+        let delayed = gauge(
+            &mut registry,
+            "queue_delayed",
+            "Messages waiting for a delay or retry backoff",
+        );
+        let in_flight = gauge(
+            &mut registry,
+            "queue_in_flight",
+            "Messages leased to consumers",
+        );
+        let dlq = gauge(
+            &mut registry,
+            "queue_dead_letter_depth",
+            "Messages in the queue's dead-letter queue",
+        );
+        let age = Family::<QueueLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "queue_oldest_visible_age_seconds",
+            "How long the longest-waiting visible message has been ready",
+            age.clone(),
+        );
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            let f = Family::<QueueLabel, Counter>::default();
+            registry.register(name, help, f.clone());
+            f
+        };
+        let sent = counter(&mut registry, "messages_sent", "Messages stored by send");
+        let received = counter(&mut registry, "messages_received", "Deliveries");
+        let acked = counter(&mut registry, "messages_acked", "Acknowledgements");
+        let nacked = counter(&mut registry, "messages_nacked", "Nacks");
+        let dead = counter(
+            &mut registry,
+            "messages_dead_lettered",
+            "Messages sent to the dead-letter queue",
+        );
+        let redriven = counter(
+            &mut registry,
+            "messages_redriven",
+            "Messages redriven into the queue",
+        );
+        let expired = counter(
+            &mut registry,
+            "messages_expired",
+            "Messages that outlived retention",
+        );
+        registry.register(
+            "queue_wait_seconds",
+            "Time from enqueue to first delivery, as observed by this broker node",
+            self.queue_wait.clone(),
+        );
+        registry.register(
+            "processing_seconds",
+            "Time from delivery to acknowledgement, as observed by this broker node",
+            self.processing.clone(),
+        );
+        for q in store.list_queues().await? {
+            let Ok(s) = store.stats(&q.name).await else {
+                continue;
+            };
+            let l = QueueLabel {
+                queue: q.name.to_string(),
+            };
+            let set = |f: &Family<QueueLabel, Gauge>, v: u64| {
+                f.get_or_create(&l)
+                    .set(i64::try_from(v).unwrap_or(i64::MAX));
+            };
+            set(&visible, s.visible);
+            set(&delayed, s.delayed);
+            set(&in_flight, s.in_flight);
+            set(&dlq, s.dead_letter_depth);
+            age.get_or_create(&l)
+                .set(s.oldest_visible_age.as_secs_f64());
+            let t = s.totals;
+            for (f, v) in [
+                (&sent, t.sent),
+                (&received, t.received),
+                (&acked, t.acked),
+                (&nacked, t.nacked),
+                (&dead, t.dead_lettered),
+                (&redriven, t.redriven),
+                (&expired, t.expired),
+            ] {
+                f.get_or_create(&l).inc_by(v);
+            }
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).map_err(|e| {
+            sluice_core::StoreError::unavailable(format!("cannot render metrics: {e}"))
+        })?;
+        Ok(out)
+    }
+}
