@@ -5,6 +5,7 @@
 //! implement [`Store`]; the HTTP server and the SDKs speak in these types; the conformance
 //! suite (feature `conformance`) checks an engine against SPEC's rules.
 
+pub mod audit;
 pub mod backoff;
 pub mod config;
 pub mod error;
@@ -23,6 +24,7 @@ pub mod wire;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use audit::{AuditEvent, AuditQuery};
 pub use config::{PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, RateLimit};
 pub use error::{ErrorCode, StoreError};
 pub use message::{

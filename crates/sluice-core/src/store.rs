@@ -301,6 +301,22 @@ pub trait Store: Send + Sync + 'static {
         samples: Vec<(QueueName, crate::stats::StatsSample)>,
     ) -> Result<(), StoreError>;
 
+    /// Appends entries to the audit log, durably. Engines also append their own dead-letter
+    /// and expiry events.
+    ///
+    /// # Errors
+    /// `Unavailable` when the log cannot be written.
+    async fn audit_append(&self, events: Vec<crate::audit::AuditEvent>) -> Result<(), StoreError>;
+
+    /// The newest audit entries matching `query`, oldest first.
+    ///
+    /// # Errors
+    /// `Unavailable` when the log cannot be read.
+    async fn audit_query(
+        &self,
+        query: crate::audit::AuditQuery,
+    ) -> Result<Vec<crate::audit::AuditEvent>, StoreError>;
+
     /// A queue's history points at or after `since`, oldest first.
     ///
     /// # Errors

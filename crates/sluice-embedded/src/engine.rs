@@ -75,6 +75,7 @@ pub(crate) struct Inner {
 pub(crate) struct Core {
     pub(crate) state: State,
     pub(crate) log: Log,
+    pub(crate) audit: crate::audit::AuditLog,
 }
 
 /// What recovery found, for operators.
@@ -132,6 +133,7 @@ impl EmbeddedStore {
             )?;
         }
         let log = Log::open(&log_dir, segments)?;
+        let audit = crate::audit::AuditLog::open(&dir)?;
         let report = RecoveryReport {
             records: stats.records,
             bytes: stats.bytes,
@@ -143,7 +145,7 @@ impl EmbeddedStore {
         let inner = Arc::new(Inner {
             dir,
             clock: options.clock,
-            core: Mutex::new(Core { state, log }),
+            core: Mutex::new(Core { state, log, audit }),
             durable,
             _lock: lock,
         });
@@ -203,10 +205,73 @@ impl Core {
     /// Appends records and applies them. Returns the log position to wait for.
     pub(crate) fn commit(&mut self, records: Vec<Record>) -> Result<u64, StoreError> {
         let (locs, pos) = self.log.append(&records)?;
+        let events = self.audit_events_of(&records);
         for (r, l) in records.iter().zip(locs) {
             self.state.apply(r, l.0, l.1);
         }
+        if !events.is_empty()
+            && let Err(e) = self.audit.append(&events, false)
+        {
+            tracing::warn!(error = %e, "could not write dead-letter events to the audit log");
+        }
         Ok(pos)
+    }
+
+    /// The audit entries of the broker's own decisions in `records`: dead letters and expiry.
+    fn audit_events_of(&self, records: &[Record]) -> Vec<sluice_core::AuditEvent> {
+        let name = |qid: Qid| self.state.queues.get(&qid).map(|q| q.name.to_string());
+        let mut out = Vec::new();
+        for r in records {
+            match r {
+                Record::Update(u) => {
+                    let from = match u.event {
+                        UpdateEvent::NackExhausted { from }
+                        | UpdateEvent::LeaseExhausted { from }
+                        | UpdateEvent::Rejected { from }
+                        | UpdateEvent::Expired { from } => from,
+                        _ => continue,
+                    };
+                    let at = u
+                        .rich
+                        .dead_letter
+                        .as_ref()
+                        .map_or(Timestamp(u.visible_at), |d| d.at);
+                    let mut e = sluice_core::AuditEvent::by_broker(at, "message.dead_lettered");
+                    e.queue = name(from);
+                    e.message_id = Some(MessageId(u.id).to_string());
+                    if let Some(d) = &u.rich.dead_letter {
+                        e.details.insert("reason".into(), d.reason.as_str().into());
+                    }
+                    if let Some(dlq) = name(u.qid) {
+                        e.details.insert("dead_letter_queue".into(), dlq);
+                    }
+                    if let Some(err) = &u.rich.last_error {
+                        e.details
+                            .insert("last_error".into(), err.chars().take(500).collect());
+                    }
+                    out.push(e);
+                }
+                Record::Remove {
+                    ids,
+                    reason: RemoveReason::Expired,
+                    at,
+                } => {
+                    for id in ids {
+                        let mut e =
+                            sluice_core::AuditEvent::by_broker(Timestamp(*at), "message.expired");
+                        e.queue = self.state.msgs.get(id).and_then(|m| name(m.qid));
+                        e.message_id = Some(MessageId(*id).to_string());
+                        e.details.insert(
+                            "outcome".into(),
+                            "dropped: the queue has no dead-letter queue".into(),
+                        );
+                        out.push(e);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
     }
 
     /// Reads the body record and the rich fields of a live message.
@@ -351,6 +416,7 @@ impl Core {
             records.push(Record::Remove {
                 ids: dropped,
                 reason: RemoveReason::Expired,
+                at: now,
             });
         }
         let pos = if records.is_empty() {
@@ -1322,12 +1388,14 @@ impl Store for EmbeddedStore {
     async fn delete_message(&self, id: MessageId) -> Result<(), StoreError> {
         let pos = {
             let mut core = self.inner.lock();
+            let now = self.inner.now();
             if !core.state.msgs.contains_key(&id.0) && !core.state.done.contains_key(&id.0) {
                 return Err(StoreError::MessageNotFound(id));
             }
             core.commit(vec![Record::Remove {
                 ids: vec![id.0],
                 reason: RemoveReason::Deleted,
+                at: now,
             }])?
         };
         self.inner.durable(pos).await
@@ -1470,6 +1538,18 @@ impl Store for EmbeddedStore {
         self.inner.durable(pos).await
     }
 
+    async fn audit_append(&self, events: Vec<sluice_core::AuditEvent>) -> Result<(), StoreError> {
+        self.inner.lock().audit.append(&events, true)
+    }
+
+    async fn audit_query(
+        &self,
+        query: sluice_core::AuditQuery,
+    ) -> Result<Vec<sluice_core::AuditEvent>, StoreError> {
+        // Unsynced broker events are in the file already; reading sees them.
+        self.inner.lock().audit.query(&query)
+    }
+
     async fn stats_history(
         &self,
         queue: &QueueName,
@@ -1545,6 +1625,7 @@ async fn maintain_all(inner: &Inner) -> Result<(), StoreError> {
         for qid in qids {
             core.maintain(qid, now)?;
         }
+        core.audit.append(&[], true)?;
     }
     crate::compaction::compact(inner).await
 }

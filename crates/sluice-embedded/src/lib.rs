@@ -4,10 +4,12 @@
 //! Layout of a data directory:
 //! - `LOCK`: held by the process serving it;
 //! - `queues.json`: the queue catalog, replaced atomically;
-//! - `log/NNNNNNNNNN.log`: the append-only log of checksummed records, in segments.
+//! - `log/NNNNNNNNNN.log`: the append-only log of checksummed records, in segments;
+//! - `audit/audit-NNNNNNNNNN.jsonl`: the audit log, JSON lines, rotated by size.
 //!
 //! See `docs/architecture.md` for why it is built this way and what it promises.
 
+mod audit;
 mod catalog;
 mod compaction;
 mod engine;

@@ -146,6 +146,7 @@ pub(crate) enum Record {
     Remove {
         ids: Vec<u64>,
         reason: RemoveReason,
+        at: i64,
     },
     Purge {
         qid: Qid,

@@ -458,12 +458,14 @@ impl State {
                 }
             }
             Record::Ack(acks) => {
+                // Each completed record accounts for its share of the batch record.
+                let share = len / u32::try_from(acks.len().max(1)).unwrap_or(u32::MAX);
                 for a in acks {
-                    self.complete(a, loc, len, false);
+                    self.complete(a, loc, share.max(1), false);
                 }
             }
             Record::Complete { acked, .. } => self.complete(acked, loc, len, true),
-            Record::Remove { ids, reason } => {
+            Record::Remove { ids, reason, .. } => {
                 for id in ids {
                     if let Some(m) = self.remove(*id) {
                         if *reason == RemoveReason::Expired
@@ -669,7 +671,8 @@ impl State {
     /// Forgets completed records past their `result_ttl`.
     pub fn prune_done(&mut self, now: i64) {
         while let Some(&(until, id)) = self.done_order.front() {
-            if until > now {
+            // Past the cap the oldest records go early: RAM stays bounded at any ack rate.
+            if until > now && self.done.len() <= MAX_COMPLETED {
                 break;
             }
             self.done_order.pop_front();
@@ -681,6 +684,10 @@ impl State {
         }
     }
 }
+
+/// Most completed records kept in memory (about 50 MB); beyond it the oldest are forgotten
+/// before their `result_ttl`, so a high ack rate cannot exhaust RAM.
+pub(crate) const MAX_COMPLETED: usize = 1_000_000;
 
 fn sub_live(live: &mut HashMap<u32, u64>, loc: Loc, len: u32) {
     if let Some(v) = live.get_mut(&loc.seg) {

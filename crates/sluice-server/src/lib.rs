@@ -74,6 +74,34 @@ impl auth::HasKeys for AppState {
 }
 
 impl AppState {
+    /// Records an operator action in the audit log. The action already happened, so a failure
+    /// to record it is logged, not answered.
+    pub async fn audit(
+        &self,
+        caller: &auth::Caller,
+        action: &str,
+        queue: Option<&sluice_core::QueueName>,
+        message_id: Option<String>,
+        details: &[(&str, String)],
+    ) {
+        use sluice_core::Clock as _;
+        let event = sluice_core::AuditEvent {
+            at: sluice_core::SystemClock.now(),
+            actor: caller.name().unwrap_or("anonymous").to_string(),
+            action: action.to_string(),
+            queue: queue.map(ToString::to_string),
+            message_id,
+            details: details
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), v.clone()))
+                .collect(),
+            outcome: "ok".to_string(),
+        };
+        if let Err(e) = self.store.audit_append(vec![event]).await {
+            tracing::error!(error = %e, action, "could not write the audit log");
+        }
+    }
+
     /// Resolves when shutdown begins (never, if it never does).
     pub async fn shutting_down(&self) {
         let mut rx = self.shutdown.subscribe();

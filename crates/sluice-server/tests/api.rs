@@ -822,6 +822,7 @@ async fn health_readiness_routing_errors_and_openapi() {
         ("/v1/redrives", vec!["post", "get"]),
         ("/v1/redrives/{id}", vec!["get"]),
         ("/v1/redrives/{id}/cancel", vec!["post"]),
+        ("/v1/audit", vec!["get"]),
         ("/v1/queues/{q}/scaling", vec!["get"]),
         ("/healthz", vec!["get"]),
         ("/readyz", vec!["get"]),

@@ -4425,3 +4425,79 @@ pub async fn stats_history_is_stored_once_and_kept_a_day(h: &dyn Harness) {
         "unknown queue",
     );
 }
+
+/// SPEC §7: operator actions are appended durably, the engine adds its own dead-letter and
+/// expiry events, and queries filter by queue and time.
+pub async fn audit_log_records_actions_and_dead_letters(h: &dyn Harness) {
+    let clock = ManualClock::default();
+    let store = h.open(clock.clone()).await;
+    let e = Env {
+        clock: clock.clone(),
+        store,
+    };
+    let q = e.queue("work", QueueConfigPatch::default()).await;
+    let mut action = crate::audit::AuditEvent::by_broker(e.now(), "queue.purge");
+    action.actor = "ops-key".into();
+    action.queue = Some("work".into());
+    e.store
+        .audit_append(vec![action.clone()])
+        .await
+        .expect("append");
+    let id = e.send_text(&q, "poison").await;
+    let d = e.recv_one(&q).await;
+    e.store
+        .reject(&q, d.receipt, fail("cannot parse"))
+        .await
+        .expect("reject");
+    let all = |queue: Option<&str>| crate::audit::AuditQuery {
+        queue: queue.map(str::to_string),
+        since: None,
+        limit: 100,
+    };
+    let events = e.store.audit_query(all(Some("work"))).await.expect("query");
+    assert_eq!(events.first(), Some(&action), "{events:?}");
+    let dead = events
+        .iter()
+        .find(|x| x.action == "message.dead_lettered")
+        .expect("dead-letter event");
+    assert_eq!(dead.message_id.as_deref(), Some(id.to_string().as_str()));
+    assert_eq!(
+        dead.details.get("reason").map(String::as_str),
+        Some("rejected")
+    );
+    assert_eq!(
+        dead.details.get("last_error").map(String::as_str),
+        Some("cannot parse")
+    );
+    assert!(
+        e.store
+            .audit_query(all(Some("other")))
+            .await
+            .expect("query")
+            .is_empty()
+    );
+    let later = crate::audit::AuditQuery {
+        since: Some(e.now().plus(secs(1))),
+        ..all(None)
+    };
+    assert!(
+        e.store.audit_query(later).await.expect("query").is_empty(),
+        "since filters by time"
+    );
+    let one = crate::audit::AuditQuery {
+        limit: 1,
+        ..all(None)
+    };
+    assert_eq!(
+        e.store.audit_query(one).await.expect("query").len(),
+        1,
+        "limit keeps the newest"
+    );
+    drop(e);
+    let store = h.reopen(clock.clone()).await;
+    let events = store
+        .audit_query(all(None))
+        .await
+        .expect("query after restart");
+    assert!(events.contains(&action), "the audit log survives a restart");
+}

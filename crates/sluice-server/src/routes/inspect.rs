@@ -79,8 +79,16 @@ pub async fn delete_message(
     caller: Caller,
     MessagePath(id): MessagePath,
 ) -> Result<StatusCode, ApiError> {
-    find(&st, &caller, id).await?;
+    let m = find(&st, &caller, id).await?;
     st.store.delete_message(id).await?;
+    st.audit(
+        &caller,
+        "message.delete",
+        Some(&m.queue),
+        Some(id.to_string()),
+        &[],
+    )
+    .await;
     Ok(StatusCode::NO_CONTENT)
 }
 

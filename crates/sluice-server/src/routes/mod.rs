@@ -3,6 +3,7 @@
 //! Not yet served (its module will sit beside these): `/` (dashboard). The `Idempotency-Key`
 //! replay of §7 is a layer over every POST route (`crate::idempotency`).
 
+pub mod audit;
 pub mod consume;
 pub mod health;
 pub mod inspect;
@@ -94,6 +95,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(redrives::create, redrives::list))
         .routes(routes!(redrives::get))
         .routes(routes!(redrives::cancel))
+        .routes(routes!(audit::list))
         .routes(routes!(tasks::scaling))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))

@@ -38,6 +38,14 @@ pub async fn put_queue(
         caller.allow(Action::ManageQueue, dlq)?;
     }
     let out = st.store.put_queue(&q, &patch).await?;
+    let action = if out.created {
+        "queue.create"
+    } else {
+        "queue.update"
+    };
+    let change = format!("{patch:?}");
+    st.audit(&caller, action, Some(&q), None, &[("change", change)])
+        .await;
     let mut view = QueueView::from(&out.queue);
     view.warnings = out.warnings;
     let status = if out.created {
@@ -107,6 +115,7 @@ pub async fn delete_queue(
 ) -> Result<StatusCode, ApiError> {
     caller.allow(Action::ManageQueue, &q)?;
     st.store.delete_queue(&q).await?;
+    st.audit(&caller, "queue.delete", Some(&q), None, &[]).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -140,7 +149,9 @@ pub async fn pause_queue(
     QueuePath(q): QueuePath,
 ) -> Result<Json<QueueView>, ApiError> {
     caller.allow(Action::ManageQueue, &q)?;
-    set_paused(&st, &q, true).await
+    let out = set_paused(&st, &q, true).await?;
+    st.audit(&caller, "queue.pause", Some(&q), None, &[]).await;
+    Ok(out)
 }
 
 /// Resumes deliveries.
@@ -158,7 +169,9 @@ pub async fn resume_queue(
     QueuePath(q): QueuePath,
 ) -> Result<Json<QueueView>, ApiError> {
     caller.allow(Action::ManageQueue, &q)?;
-    set_paused(&st, &q, false).await
+    let out = set_paused(&st, &q, false).await?;
+    st.audit(&caller, "queue.resume", Some(&q), None, &[]).await;
+    Ok(out)
 }
 
 /// Removes every message of the queue (not its completed records).
@@ -177,5 +190,13 @@ pub async fn purge_queue(
 ) -> Result<Json<PurgeResponse>, ApiError> {
     caller.allow(Action::ManageQueue, &q)?;
     let purged = st.store.purge(&q).await?;
+    st.audit(
+        &caller,
+        "queue.purge",
+        Some(&q),
+        None,
+        &[("purged", purged.to_string())],
+    )
+    .await;
     Ok(Json(PurgeResponse { purged }))
 }

@@ -42,7 +42,21 @@ pub async fn create(
         caller.allow(Action::Redrive, d)?;
     }
     let job = st.store.create_redrive(spec).await?;
-    tracing::info!(job = %job.id, source = %job.spec.source, actor = caller.name().unwrap_or("-"), "redrive started");
+    let details = [
+        ("job", job.id.to_string()),
+        ("limit", format!("{:?}", job.spec.limit)),
+        ("rate_per_second", format!("{:?}", job.spec.rate_per_second)),
+        ("filter", format!("{:?}", job.spec.filter)),
+        ("dry_run", job.spec.dry_run.to_string()),
+    ];
+    st.audit(
+        &caller,
+        "redrive.create",
+        Some(&job.spec.source),
+        None,
+        &details,
+    )
+    .await;
     Ok((StatusCode::ACCEPTED, Json(RedriveView::from(&job))))
 }
 
@@ -105,5 +119,17 @@ pub async fn cancel(
     let job = st.store.get_redrive(id).await?;
     caller.allow(Action::Redrive, &job.spec.source)?;
     let job = st.store.cancel_redrive(id).await?;
+    let details = [
+        ("job", job.id.to_string()),
+        ("moved", job.moved.to_string()),
+    ];
+    st.audit(
+        &caller,
+        "redrive.cancel",
+        Some(&job.spec.source),
+        None,
+        &details,
+    )
+    .await;
     Ok(Json(RedriveView::from(&job)))
 }

@@ -87,6 +87,14 @@ pub async fn cancel(
     let m = st.store.get_message(id).await?;
     caller.allow(Action::CancelTask, &m.queue)?;
     let m = st.store.cancel(id).await?;
+    st.audit(
+        &caller,
+        "task.cancel",
+        Some(&m.queue),
+        Some(id.to_string()),
+        &[],
+    )
+    .await;
     Ok(Json(TaskView::of(&m)))
 }
 
