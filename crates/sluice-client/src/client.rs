@@ -290,6 +290,61 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Opens a streaming `GET` (server-sent events): the client's timeout bounds the wait for
+    /// the answer's headers only, never the stream itself. Retried like any read until the
+    /// headers arrive.
+    pub(crate) async fn open_stream(&self, path: &str) -> Result<reqwest::Response> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let err = match self.open_stream_once(path).await {
+                Ok(resp) => return Ok(resp),
+                Err(e) => e,
+            };
+            match self.retry.next_wait(attempt, Safety::Idempotent, &err) {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => return Err(err),
+            }
+        }
+    }
+
+    async fn open_stream_once(&self, path: &str) -> Result<reqwest::Response> {
+        let mut req = self
+            .http
+            .get(format!("{}{}", self.base, path))
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = match tokio::time::timeout(self.timeout, req.send()).await {
+            Ok(r) => r.map_err(Error::Transport)?,
+            Err(_) => {
+                return Err(Error::Api {
+                    status: 503,
+                    code: ErrorCode::Unavailable,
+                    message: format!(
+                        "the broker did not answer GET {path} within {:?}",
+                        self.timeout
+                    ),
+                    retry_after: None,
+                });
+            }
+        };
+        let status = resp.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(resp);
+        }
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let bytes = resp.bytes().await.map_err(Error::Transport)?;
+        Err(api_error(status, retry_after, &bytes))
+    }
+}
+
 /// The error an error answer stands for.
 fn api_error(status: u16, retry_after: Option<Duration>, bytes: &[u8]) -> Error {
     match serde_json::from_slice::<ErrorEnvelope>(bytes) {

@@ -6,7 +6,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use sluice_core::ErrorCode;
+use sluice_core::{ErrorCode, TaskStatus};
 
 /// What a client call can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +36,35 @@ pub enum Error {
     /// An argument was refused before anything was sent: the message says how to fix it.
     #[error("{0}")]
     InvalidInput(String),
+    /// [`crate::Client::call`] or [`crate::Client::wait_for`] gave up: the task was not final
+    /// when the timeout passed. The task itself goes on; look it up later by its id or cancel
+    /// it with [`crate::Client::cancel`].
+    #[error(
+        "task {id} did not finish within {timeout:?} (it is {st}); it is still queued or \
+         running: wait longer, look it up later with task_status, or cancel it",
+        st = .status.as_str()
+    )]
+    TaskTimeout {
+        /// The task id.
+        id: String,
+        /// How long the caller waited.
+        timeout: Duration,
+        /// Its last known status.
+        status: TaskStatus,
+    },
+    /// [`crate::Client::call`] found the task final but not successful: `FAILURE` (dead-
+    /// lettered), `CANCELLED`, or `UNKNOWN` (its record is gone, e.g. the queue keeps no
+    /// results with `result_ttl` 0).
+    #[error("task {id} ended {st}{detail}", st = .status.as_str(),
+        detail = .error.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+    TaskFailed {
+        /// The task id.
+        id: String,
+        /// The final status.
+        status: TaskStatus,
+        /// The task's last error, when it has one.
+        error: Option<String>,
+    },
 }
 
 /// `reqwest` puts the useful part ("Connection refused") deep in the source chain; show it.
@@ -73,7 +102,10 @@ impl Error {
         match self {
             Error::Api { code, .. } => Some(*code),
             Error::InvalidInput(_) => Some(ErrorCode::InvalidArgument),
-            Error::Transport(_) | Error::Decode(_) => None,
+            Error::Transport(_)
+            | Error::Decode(_)
+            | Error::TaskTimeout { .. }
+            | Error::TaskFailed { .. } => None,
         }
     }
 
@@ -119,6 +151,18 @@ impl Error {
             Error::Transport(_) => true,
             Error::Api { status, .. } => *status == 503 || *status == 429,
             _ => false,
+        }
+    }
+
+    /// The error of one item of a batch answer (`{"code", "message"}`), with the HTTP status
+    /// its code stands for.
+    pub(crate) fn from_item(body: &sluice_core::wire::ErrorBody) -> Self {
+        let code = ErrorCode::parse(&body.code).unwrap_or(ErrorCode::Unavailable);
+        Error::Api {
+            status: code.http_status(),
+            code,
+            message: body.message.clone(),
+            retry_after: None,
         }
     }
 

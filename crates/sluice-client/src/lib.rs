@@ -22,6 +22,31 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Tasks and workers
+//! [`Client::enqueue`] sends a task envelope (`{"task", "args", "kwargs"}`, see [`envelope`]),
+//! [`Client::call`] enqueues and waits for the result, [`Client::task_status`],
+//! [`Client::task_events`] and [`Client::cancel`] follow and stop a task. A [`Worker`] runs
+//! typed handlers registered by task name and maps their outcomes to the task lifecycle
+//! ([`worker`] has the table); handlers get a [`TaskContext`] for progress, cancellation and
+//! stable idempotency keys, and may share a [`RateLimiter`] for an upstream's quota.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use sluice_client::{Client, TaskContext, Worker};
+//!
+//! # async fn run() -> Result<(), sluice_client::Error> {
+//! let client = Client::new("http://127.0.0.1:7878")?;
+//! let worker = Worker::builder(client.clone(), "math")
+//!     .handler("add", |_ctx: TaskContext, (a, b): (i64, i64)| async move { Ok(a + b) })
+//!     .build()?;
+//! tokio::spawn(worker.run());
+//! let sum: i64 = client.call("math", "add", &(2, 3), Duration::from_secs(5)).await?;
+//! # let _ = sum; Ok(()) }
+//! ```
+//!
+//! The `examples/` directory has one runnable scenario per failure mode (`cargo run -p
+//! sluice-client --example flaky_handler`, with `SLUICE_URL` pointing at `sluice serve`).
+//!
 //! # Timeouts and retries
 //! Each attempt has a timeout (30 s by default, plus a receive's long-poll wait, so a long
 //! poll is never cut short by the client). Calls are retried with exponential backoff and full
@@ -32,19 +57,33 @@
 
 mod body;
 mod client;
+pub mod envelope;
 mod error;
+mod idempotency;
 mod inspect;
 mod json;
 mod messages;
 mod queues;
+pub mod ratelimit;
 pub mod retry;
+mod sse;
+mod tasks;
+pub mod worker;
 
 pub use body::{Body, BodyExt, NewMessage, ResultExt};
 pub use client::{Client, ClientBuilder, IDEMPOTENCY_KEY};
+pub use envelope::TaskEnvelope;
 pub use error::{Error, Result};
+pub use idempotency::idempotency_key;
 pub use messages::{NackOptions, ReceiveOptions, SendOptions};
 pub use queues::QueuePut;
+pub use ratelimit::RateLimiter;
 pub use retry::RetryPolicy;
-pub use sluice_core::ErrorCode;
 /// The JSON wire types of the API, shared with the server.
 pub use sluice_core::wire;
+pub use sluice_core::{ErrorCode, TaskStatus};
+pub use tasks::TaskEvents;
+pub use worker::{
+    HookError, MetricsSnapshot, Outcome, TaskContext, TaskError, TaskErrorKind, Worker,
+    WorkerBuilder, WorkerMetrics,
+};

@@ -406,6 +406,15 @@ impl Client {
         self.settle(queue_name, "extend", &req).await
     }
 
+    pub(crate) async fn settle_public<B: Serialize, T: serde::de::DeserializeOwned>(
+        &self,
+        queue_name: &str,
+        action: &str,
+        body: &B,
+    ) -> Result<T> {
+        self.settle(queue_name, action, body).await
+    }
+
     async fn settle<B: Serialize, T: serde::de::DeserializeOwned>(
         &self,
         queue_name: &str,

@@ -97,12 +97,15 @@ pub(crate) struct Log {
     scratch: Vec<u8>,
     sync: Arc<SyncShared>,
     syncer: Option<thread::JoinHandle<()>>,
+    /// The next segment, being zero-filled in the background (see [`prepare_segment`]).
+    prepared: Option<(u32, thread::JoinHandle<std::io::Result<File>>)>,
 }
 
 impl Log {
     /// Opens the log for appending: `existing` are the recovered segments; a fresh segment is
     /// started after them so that a recovered (possibly truncated) tail is never appended to.
     pub(crate) fn open(dir: &Path, existing: Vec<u32>) -> Result<Log, OpenError> {
+        remove_unused_preparations(dir).map_err(|e| OpenError::io(dir, e))?;
         let mut segments = BTreeMap::new();
         for n in &existing {
             let p = segment_path(dir, *n);
@@ -144,6 +147,7 @@ impl Log {
             scratch: Vec::with_capacity(1 << 16),
             sync,
             syncer: Some(syncer),
+            prepared: None,
         })
     }
 
@@ -168,7 +172,7 @@ impl Log {
             self.rotate()?;
         }
         let file = self.segments[&self.active].clone();
-        if let Err(e) = (&*file).write_all(&self.scratch) {
+        if let Err(e) = file.write_all_at(&self.scratch, self.active_len) {
             // Cut any partial write so the next append does not follow garbage.
             if file.set_len(self.active_len).is_err() {
                 self.poison(format!("write failed and could not be undone: {e}"));
@@ -193,21 +197,39 @@ impl Log {
         st.written = self.written;
         drop(st);
         self.sync.wake.notify_one();
+        if self.prepared.is_none() && self.active_len > SEGMENT_TARGET / 2 {
+            let (dir, n) = (self.dir.clone(), self.active + 1);
+            if let Ok(h) = thread::Builder::new()
+                .name("sluice-prealloc".into())
+                .spawn(move || prepare_segment(&dir, n))
+            {
+                self.prepared = Some((n, h));
+            }
+        }
         Ok((locs, self.written))
     }
 
     /// Closes the active segment (durably) and starts the next one.
     fn rotate(&mut self) -> Result<(), StoreError> {
         let old = self.segments[&self.active].clone();
-        if let Err(e) = old.sync_data() {
-            self.poison(format!("fsync of a full segment failed: {e}"));
+        // A closed segment is cut to what it holds, so only the newest segment can ever end
+        // in preallocated zeros (recovery relies on that).
+        if let Err(e) = old.set_len(self.active_len).and_then(|()| old.sync_data()) {
+            self.poison(format!("closing a full segment failed: {e}"));
             return Err(StoreError::unavailable(format!("fsync failed: {e}")));
         }
         let next = self.active + 1;
         let path = segment_path(&self.dir, next);
-        let file = create_segment(&path)
-            .and_then(|f| sync_dir(&self.dir).map(|_| f))
-            .map_err(|e| StoreError::unavailable(format!("cannot start log segment: {e}")))?;
+        let prepared = match self.prepared.take() {
+            Some((n, h)) if n == next => h.join().ok().and_then(Result::ok),
+            _ => None,
+        };
+        let file = match prepared {
+            Some(f) => std::fs::rename(prepared_path(&self.dir, next), &path).map(|()| f),
+            None => create_segment(&path),
+        }
+        .and_then(|f| sync_dir(&self.dir).map(|_| f))
+        .map_err(|e| StoreError::unavailable(format!("cannot start log segment: {e}")))?;
         let file = Arc::new(file);
         self.segments.insert(next, file.clone());
         self.active = next;
@@ -287,6 +309,9 @@ impl Log {
 
 impl Drop for Log {
     fn drop(&mut self) {
+        if let Some((_, h)) = self.prepared.take() {
+            let _ = h.join();
+        }
         lock(&self.sync.state).stop = true;
         self.sync.wake.notify_one();
         if let Some(h) = self.syncer.take() {
@@ -298,9 +323,50 @@ impl Drop for Log {
 fn create_segment(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()
         .read(true)
-        .append(true)
+        .write(true)
         .create_new(true)
         .open(path)
+}
+
+fn prepared_path(dir: &Path, n: u32) -> PathBuf {
+    dir.join(format!("{n:010}.prealloc"))
+}
+
+/// Zero-fills the next segment ahead of time, under a name replay ignores.
+///
+/// Why: appending to a file that grows makes every write allocate blocks and every
+/// `fdatasync` journal the new size, and on ext4 an append then waits behind the running sync
+/// for the inode. Writing into blocks that already exist changes no metadata, so the sync
+/// flushes data only and appends do not queue behind it. The cost is one sequential write of
+/// the segment's size, done off the request path.
+fn prepare_segment(dir: &Path, n: u32) -> std::io::Result<File> {
+    let path = prepared_path(dir, n);
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
+    let zeros = vec![0u8; 1 << 20];
+    let mut left = SEGMENT_TARGET;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        f.write_all(&zeros[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()?;
+    Ok(f)
+}
+
+/// Deletes zero-filled segments prepared before a restart; they hold nothing.
+fn remove_unused_preparations(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "prealloc") {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -43,6 +43,17 @@ pub(crate) fn replay_segment(
                 off += len;
                 stats.records += 1;
             }
+            Err(_) if newest && buf[off..].iter().all(|b| *b == 0) => {
+                // The unused, zero-filled end of a preallocated segment: a clean end. Cut it so
+                // the segment, no longer the newest after this start, ends at its last record.
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| OpenError::io(&path, e))?;
+                f.set_len(off as u64).map_err(|e| OpenError::io(&path, e))?;
+                f.sync_all().map_err(|e| OpenError::io(&path, e))?;
+                break;
+            }
             Err(e) if newest && !matches!(e, FrameError::Decode(_)) => {
                 let cut = buf.len() - off;
                 tracing::warn!(
