@@ -63,6 +63,7 @@ mod idempotency;
 mod inspect;
 mod json;
 mod messages;
+pub mod ops;
 mod queues;
 pub mod ratelimit;
 pub mod retry;

@@ -24,46 +24,124 @@ const CHUNK: usize = 512;
 
 /// Compacts the oldest segment if it is worth it. Returns after the segment is deleted.
 pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
+    use std::sync::atomic::Ordering;
+    if inner.compacting.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    let result = compact_oldest(inner).await;
+    inner.compacting.store(false, Ordering::Release);
+    result
+}
+
+async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
     let Some(seg) = pick(inner) else {
         return Ok(());
     };
-    let last_pos;
-    loop {
-        let mut core = inner.lock();
-        let now = inner.clock.now().as_millis();
-        let core = &mut *core;
-        let mut records = Vec::new();
-        let ids: Vec<u64> = core
-            .state
+    // Messages based in the segment, found once, copied a chunk per lock hold.
+    let ids: Vec<u64> = {
+        let core = inner.lock();
+        core.state
             .msgs
             .iter()
             .filter(|(_, m)| m.body.seg == seg || m.aux.seg == seg)
             .map(|(id, _)| *id)
-            .take(CHUNK)
-            .collect();
-        for id in &ids {
-            let m = core.state.msgs[id];
-            let (rec, rich) = core.load(*id, &m)?;
-            records.push(Record::Message(MessageRecord {
-                origin: Origin::Relocate,
-                id: *id,
-                qid: m.qid,
-                body: rec.body,
-                attributes: rec.attributes,
-                enqueued_at: rec.enqueued_at,
-                entered_at: m.entered_at,
-                visible_at: if m.slot() == Slot::Leased { now } else { m.at },
-                receive_count: m.receive_count(),
-                lease: (m.slot() == Slot::Leased).then_some((m.token(), m.at)),
-                rich,
-                dedup: None,
-            }));
-            if m.cancel_requested() {
-                records.push(Record::Cancel { id: *id });
+            .collect()
+    };
+    for chunk in ids.chunks(CHUNK) {
+        {
+            let mut core = inner.lock();
+            let now = inner.clock.now().as_millis();
+            let core = &mut *core;
+            let mut records = Vec::new();
+            for id in chunk {
+                // Acknowledged or already copied meanwhile: nothing to keep.
+                let Some(m) = core.state.msgs.get(id).copied() else {
+                    continue;
+                };
+                if m.body.seg != seg && m.aux.seg != seg {
+                    continue;
+                }
+                let (rec, rich) = core.load(*id, &m)?;
+                records.push(Record::Message(MessageRecord {
+                    origin: Origin::Relocate,
+                    id: *id,
+                    qid: m.qid,
+                    body: rec.body,
+                    attributes: rec.attributes,
+                    enqueued_at: rec.enqueued_at,
+                    entered_at: m.entered_at,
+                    visible_at: if m.slot() == Slot::Leased { now } else { m.at },
+                    receive_count: m.receive_count(),
+                    lease: (m.slot() == Slot::Leased).then_some((m.token(), m.at)),
+                    rich,
+                    dedup: None,
+                }));
+                if m.cancel_requested() {
+                    records.push(Record::Cancel { id: *id });
+                }
+            }
+            if !records.is_empty() {
+                core.commit(records)?;
             }
         }
-        if records.is_empty() {
-            // Messages are done; now the small things, then the checkpoint, in one append.
+        tokio::task::yield_now().await;
+    }
+    // Completed records whose ack lives in the segment, likewise.
+    let done_ids: Vec<u64> = {
+        let core = inner.lock();
+        core.state
+            .done
+            .iter()
+            .filter(|(_, d)| d.loc.seg == seg)
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    for chunk in done_ids.chunks(CHUNK * 8) {
+        {
+            let mut core = inner.lock();
+            let core = &mut *core;
+            let mut acked_all = Vec::new();
+            let mut results = Vec::new();
+            for id in chunk {
+                let Some(d) = core.state.done.get(id).copied() else {
+                    continue;
+                };
+                if d.loc.seg != seg {
+                    continue;
+                }
+                let acked = Acked {
+                    id: *id,
+                    qid: d.qid,
+                    receive_count: d.receive_count,
+                    at: d.at,
+                    keep_until: d.keep_until,
+                    cancelled: d.cancelled,
+                };
+                let result = if d.has_result {
+                    crate::engine::stored_result(core.log.read(d.loc)?, *id)
+                } else {
+                    None
+                };
+                acked_all.push(acked);
+                results.push(result);
+            }
+            if !acked_all.is_empty() {
+                core.commit(vec![Record::Kept {
+                    acked: acked_all,
+                    results,
+                }])?;
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    // The small things, then the checkpoint, in one append.
+    let last_pos;
+    {
+        let mut core = inner.lock();
+        let now = inner.clock.now().as_millis();
+        let core = &mut *core;
+        let mut records = Vec::new();
+        {
             let checkpoint = Checkpoint {
                 next_id: core.state.next_id,
                 next_token: core.state.next_token,
@@ -74,30 +152,6 @@ pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
                     .map(|(q, s)| (*q, s.totals))
                     .collect(),
             };
-            let done: Vec<(u64, crate::state::Done)> = core
-                .state
-                .done
-                .iter()
-                .filter(|(_, d)| d.loc.seg == seg)
-                .map(|(id, d)| (*id, *d))
-                .collect();
-            for (id, d) in done {
-                let acked = Acked {
-                    id,
-                    qid: d.qid,
-                    receive_count: d.receive_count,
-                    at: d.at,
-                    keep_until: d.keep_until,
-                    cancelled: d.cancelled,
-                };
-                if d.has_result {
-                    if let Record::Complete { result, .. } = core.log.read(d.loc)? {
-                        records.push(Record::Complete { acked, result });
-                    }
-                } else {
-                    records.push(Record::Ack(vec![acked]));
-                }
-            }
             for (qid, q) in &core.state.queues {
                 for (key, e) in &q.dedup {
                     if e.seg == seg && e.until > now {
@@ -151,9 +205,7 @@ pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
             }
             records.push(Record::Checkpoint(checkpoint));
             last_pos = core.commit(records)?;
-            break;
         }
-        core.commit(records)?;
     }
     wait_durable(inner.durable.clone(), last_pos).await?;
     let mut core = inner.lock();

@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) core: Mutex<Core>,
     pub(crate) durable: watch::Receiver<Durable>,
+    /// Set while a compaction runs: one at a time.
+    pub(crate) compacting: std::sync::atomic::AtomicBool,
     /// Held open to keep the directory lock.
     _lock: std::fs::File,
 }
@@ -147,6 +149,7 @@ impl EmbeddedStore {
             clock: options.clock,
             core: Mutex::new(Core { state, log, audit }),
             durable,
+            compacting: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -1356,10 +1359,7 @@ impl Store for EmbeddedStore {
             return Err(StoreError::MessageNotFound(id));
         };
         let result = if d.has_result {
-            match core.log.read(d.loc)? {
-                Record::Complete { result, .. } => Some(result),
-                _ => None,
-            }
+            stored_result(core.log.read(d.loc)?, id.0)
         } else {
             None
         };
@@ -1593,6 +1593,19 @@ impl Store for EmbeddedStore {
         };
         self.inner.durable(pos).await?;
         Ok(None)
+    }
+}
+
+/// The result held by a completion record (an ack with result, or its compaction copy).
+pub(crate) fn stored_result(rec: Record, id: u64) -> Option<sluice_core::Body> {
+    match rec {
+        Record::Complete { result, .. } => Some(result),
+        Record::Kept { acked, results } => acked
+            .iter()
+            .zip(results)
+            .find(|(a, _)| a.id == id)
+            .and_then(|(_, r)| r),
+        _ => None,
     }
 }
 

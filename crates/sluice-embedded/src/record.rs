@@ -143,6 +143,12 @@ pub(crate) enum Record {
         acked: Acked,
         result: Body,
     },
+    /// Completed records copied forward by compaction: kept, not counted again.
+    Kept {
+        acked: Vec<Acked>,
+        /// The result of each, where it has one (same order).
+        results: Vec<Option<Body>>,
+    },
     Remove {
         ids: Vec<u64>,
         reason: RemoveReason,

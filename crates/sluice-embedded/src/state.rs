@@ -461,10 +461,17 @@ impl State {
                 // Each completed record accounts for its share of the batch record.
                 let share = len / u32::try_from(acks.len().max(1)).unwrap_or(u32::MAX);
                 for a in acks {
-                    self.complete(a, loc, share.max(1), false);
+                    self.complete(a, loc, share.max(1), false, true);
                 }
             }
-            Record::Complete { acked, .. } => self.complete(acked, loc, len, true),
+            Record::Complete { acked, .. } => self.complete(acked, loc, len, true, true),
+            Record::Kept { acked, results } => {
+                let share = len / u32::try_from(acked.len().max(1)).unwrap_or(u32::MAX);
+                for (a, r) in acked.iter().zip(results) {
+                    // Counted when first acknowledged.
+                    self.complete(a, loc, share.max(1), r.is_some(), false);
+                }
+            }
             Record::Remove { ids, reason, .. } => {
                 for id in ids {
                     if let Some(m) = self.remove(*id) {
@@ -583,9 +590,17 @@ impl State {
         }
     }
 
-    fn complete(&mut self, a: &crate::record::Acked, loc: Loc, len: u32, has_result: bool) {
+    fn complete(
+        &mut self,
+        a: &crate::record::Acked,
+        loc: Loc,
+        len: u32,
+        has_result: bool,
+        count: bool,
+    ) {
         self.remove(a.id);
-        if !a.cancelled
+        if count
+            && !a.cancelled
             && let Some(t) = self.totals(a.qid)
         {
             t.acked += 1;

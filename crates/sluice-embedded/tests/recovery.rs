@@ -150,6 +150,7 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
     let body = Body::binary(vec![7u8; 16 * 1024]);
     // ~200 MiB through the log; only the last 100 messages stay live.
     let mut kept = Vec::new();
+    let mut with_result = Vec::new();
     for round in 0..130 {
         let msgs = (0..100).map(|_| NewMessage::new(body.clone())).collect();
         let sent = store.send(&q(), msgs).await.expect("send");
@@ -168,11 +169,15 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
             kept = sent.iter().map(|s| s.id).collect();
             continue;
         }
+        if round == 0 {
+            with_result = got.iter().map(|d| d.id).collect();
+        }
         let acks = got
             .into_iter()
             .map(|d| sluice_core::AckRequest {
                 receipt: d.receipt,
-                result: None,
+                // The first round keeps results, which compaction must carry forward.
+                result: (round == 0).then(|| Body::json("42")),
             })
             .collect();
         store.ack(&q(), acks).await.expect("ack");
@@ -203,6 +208,13 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
         (stats.in_flight, stats.totals.sent, stats.totals.acked),
         (100, 13_000, 12_900)
     );
+    for id in with_result {
+        let m = store
+            .get_message(id)
+            .await
+            .expect("completed record survives compaction");
+        assert_eq!(m.result, Some(Body::json("42")), "its result too");
+    }
     for id in kept {
         let m = store
             .get_message(id)

@@ -32,7 +32,7 @@ enum Command {
     /// Measure a running broker: throughput and end-to-end latency.
     Bench(bench::BenchArgs),
     /// The client subcommands (`queue`, `send`, `receive`, `ack`, `nack`, `reject`,
-    /// `message`, `stats`, `task`), implemented in `client/`.
+    /// `message`, `stats`, `task`, `dlq`, `redrive`, `audit`), implemented in `client/`.
     #[command(flatten)]
     Client(client::Command),
     // The client subcommands of SPEC §9 (`queue create|list|show|update|delete|pause|resume|

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use sluice_core::wire::{QueueConfigRequest, RateLimitWire};
+use sluice_core::{Clock, SystemClock, Timestamp};
 
 /// Parses a duration: one or more `<number><unit>` parts (`ms`, `s`, `m`, `h`, `d`), e.g.
 /// `500ms`, `30s`, `1.5s`, `1h30m`; a bare number is seconds.
@@ -104,6 +105,100 @@ pub fn fmt_rate(r: &RateLimitWire) -> String {
         ms => fmt_ms(u64::try_from(ms).unwrap_or(0)),
     };
     format!("{}/{period}", r.limit)
+}
+
+/// The most messages per second a redrive job may move (the broker's limit).
+pub const MAX_REDRIVE_RATE: u32 = 100_000;
+
+/// Parses a redrive rate (`10/s`, `600/min`, `1000/60s`) into whole messages per second,
+/// rounded down so the job never goes faster than asked. Refuses rates below 1/s (a job moves
+/// whole messages per second) and above the broker's limit.
+pub fn parse_per_second(s: &str) -> Result<u32, String> {
+    let r = parse_rate(s)?;
+    if r.period_ms <= 0 {
+        return Err(format!(
+            "{s:?} has a zero period; write it like 10/s or 600/min"
+        ));
+    }
+    let per_sec = f64::from(r.limit) * 1000.0 / r.period_ms as f64;
+    if per_sec < 1.0 {
+        return Err(format!(
+            "{s:?} is {per_sec:.3} per second; a redrive moves at least 1 message per second \
+             (write 1/s or 60/min, or more)"
+        ));
+    }
+    if per_sec > f64::from(MAX_REDRIVE_RATE) {
+        return Err(format!(
+            "{s:?} is {per_sec:.0} per second; a redrive moves at most {MAX_REDRIVE_RATE} per \
+             second"
+        ));
+    }
+    // Rounded down, with a hair of slack so 600/min is exactly 10/s.
+    Ok((per_sec + 1e-9).floor() as u32)
+}
+
+/// Parses a point in time: an RFC 3339 time (`2026-01-01T10:00:00Z`) as it is, or a
+/// duration meaning that long ago (`1h` = one hour ago). Answers it as RFC 3339 (UTC).
+pub fn parse_time(s: &str) -> Result<String, String> {
+    let text = s.trim();
+    if let Ok(t) = sluice_core::wire::parse_rfc3339("time", text) {
+        return Ok(sluice_core::wire::rfc3339(t));
+    }
+    let ago = parse_duration(text).map_err(|_| {
+        format!(
+            "{s:?} is not a time; write an RFC 3339 time like 2026-01-01T10:00:00Z, or how long \
+             ago, like 30m or 2h"
+        )
+    })?;
+    Ok(sluice_core::wire::rfc3339(time_ago(ago)))
+}
+
+/// The time `ago` before now.
+pub fn time_ago(ago: Duration) -> Timestamp {
+    let now = SystemClock.now().as_millis();
+    Timestamp(now.saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX)))
+}
+
+/// An RFC 3339 time as milliseconds since the epoch (`None` if it is not one).
+pub fn time_ms(s: &str) -> Option<i64> {
+    sluice_core::wire::parse_rfc3339("time", s)
+        .ok()
+        .map(|t| t.as_millis())
+}
+
+/// An RFC 3339 time shortened for a table: `2026-01-01 10:00:05Z` (whole seconds, UTC).
+pub fn short_time(s: &str) -> String {
+    match time_ms(s) {
+        Some(ms) => {
+            let full = sluice_core::wire::rfc3339(Timestamp(ms - ms.rem_euclid(1000)));
+            full.replacen('T', " ", 1)
+        }
+        None => s.to_owned(),
+    }
+}
+
+/// Whole seconds compactly, to two units: `42s`, `5m10s`, `3h2m`, `2d4h`.
+pub fn fmt_secs(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}d{h}h")
+    } else if h > 0 {
+        format!("{h}h{m}m")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// Parses `key=value` (an attribute filter).
+pub fn parse_attr(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(format!(
+            "{s:?} is not an attribute filter; write it like key=value"
+        )),
+    }
 }
 
 /// Parses a size in bytes: a plain number, or a number with `B`, `KB`/`MB` (powers of
@@ -297,6 +392,41 @@ mod tests {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }
         assert_eq!(fmt_rate(&r("100/min")), "100/min");
+    }
+
+    #[test]
+    fn redrive_rates() {
+        assert_eq!(parse_per_second("10/s"), Ok(10));
+        assert_eq!(parse_per_second("600/min"), Ok(10));
+        assert_eq!(parse_per_second("90/min"), Ok(1));
+        assert_eq!(parse_per_second("1000/60s"), Ok(16));
+        assert_eq!(parse_per_second("5/500ms"), Ok(10));
+        let low = parse_per_second("30/min").unwrap_err();
+        assert!(low.contains("at least 1"), "{low}");
+        assert!(parse_per_second("200000/s").is_err());
+        assert!(parse_per_second("fast").is_err());
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(
+            parse_time("2026-01-01T10:00:00Z").unwrap(),
+            "2026-01-01T10:00:00Z"
+        );
+        let ago = parse_time("1h").unwrap();
+        let ms = time_ms(&ago).unwrap();
+        let expect = SystemClock.now().as_millis() - 3_600_000;
+        assert!((ms - expect).abs() < 5_000, "{ago}");
+        assert!(parse_time("yesterday").is_err());
+        assert_eq!(
+            short_time("2026-01-01T10:00:05.250Z"),
+            "2026-01-01 10:00:05Z"
+        );
+        assert_eq!(fmt_secs(42), "42s");
+        assert_eq!(fmt_secs(310), "5m10s");
+        assert_eq!(fmt_secs(3 * 3600 + 120), "3h2m");
+        assert_eq!(parse_attr("k=v=w"), Ok(("k".into(), "v=w".into())));
+        assert!(parse_attr("=v").is_err());
     }
 
     #[test]

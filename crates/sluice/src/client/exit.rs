@@ -7,7 +7,8 @@ use super::Failure;
 
 /// The exit-code table shown at the end of `sluice --help`.
 pub const EXIT_CODES_HELP: &str = "\
-Exit codes of the client commands (queue, send, receive, ack, nack, reject, message, stats, task):
+Exit codes of the client commands (queue, send, receive, ack, nack, reject, message, stats,
+task, dlq, redrive, audit):
   0  success (also `receive` that found nothing: it prints an empty table)
   1  other error
   2  usage error (bad flag or value, missing argument)

@@ -1,6 +1,7 @@
 //! Client subcommands (SPEC §9): every subcommand other than `serve`, `key` and `bench` is a
 //! client of the HTTP API, built on the `sluice-client` crate. One module per command group:
-//! `queue`, `send`, `consume` (receive, ack, nack, reject), `message`, `stats`, `task`; with
+//! `queue`, `send`, `consume` (receive, ack, nack, reject), `message`, `stats`, `task`, and
+//! the operator's `dlq`, `redrive` and `audit` (SPEC §5, §7); with
 //! `args` (durations, rates, sizes, queue flags), `output` (tables and JSON) and `exit`
 //! (error → exit code and hint).
 //!
@@ -26,11 +27,14 @@
 //! to do next.
 
 mod args;
+mod audit;
 mod consume;
+mod dlq;
 mod exit;
 mod message;
 mod output;
 mod queue;
+mod redrive;
 mod send;
 mod stats;
 mod task;
@@ -108,10 +112,16 @@ pub enum Command {
     Reject(consume::RejectArgs),
     /// Look at or delete one message by id, wherever it is.
     Message(message::MessageArgs),
-    /// A queue's gauges and totals.
+    /// Queue gauges, rates and backlog trend: every queue, or one (`--watch`, `--chart`).
     Stats(stats::StatsArgs),
     /// Task status by id.
     Task(task::TaskArgs),
+    /// Browse dead-letter queues: why messages failed, grouped by error.
+    Dlq(dlq::DlqArgs),
+    /// Move dead letters back to work at a safe rate; list, show and cancel redrive jobs.
+    Redrive(redrive::RedriveArgs),
+    /// Read the audit log: operator actions and dead-letter events.
+    Audit(audit::AuditArgs),
 }
 
 /// Why a command failed, and so its exit code.
@@ -156,6 +166,9 @@ pub fn run(cmd: Command) -> ExitCode {
             Command::Message(a) => message::run(a).await,
             Command::Stats(a) => stats::run(a).await,
             Command::Task(a) => task::run(a).await,
+            Command::Dlq(a) => dlq::run(a).await,
+            Command::Redrive(a) => redrive::run(a).await,
+            Command::Audit(a) => audit::run(a).await,
         }
     });
     match result {

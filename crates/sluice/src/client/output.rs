@@ -38,7 +38,8 @@ impl Table {
         print!("{}", self.render());
     }
 
-    fn render(&self) -> String {
+    /// The table as text, a line per row.
+    pub fn render(&self) -> String {
         let cols = self.header.len();
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for r in &self.rows {

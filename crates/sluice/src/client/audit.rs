@@ -1,0 +1,71 @@
+//! `sluice audit [--queue Q] [--since 1h] [--limit N]`: the broker's audit log (SPEC §7) —
+//! operator actions (config changes, purge, delete, redrive) and dead-letter / expiry events,
+//! with who did them.
+
+use clap::Args;
+use sluice_client::ops::AuditQuery;
+
+use super::args::{parse_time, short_time};
+use super::output::{Table, json, or_dash, truncate};
+use super::{Conn, Failure};
+
+/// `sluice audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Only this queue's entries.
+    #[arg(long, value_name = "QUEUE")]
+    queue: Option<String>,
+    /// Only entries since this time: how long ago (e.g. 1h, 30m) or an RFC 3339 time.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    since: Option<String>,
+    /// At most this many entries, the newest.
+    #[arg(long, default_value_t = 100, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    limit: u64,
+}
+
+/// Runs `sluice audit`.
+pub async fn run(a: AuditArgs) -> Result<(), Failure> {
+    let c = a.conn.client()?;
+    let list = c
+        .audit(&AuditQuery {
+            queue: a.queue,
+            since: a.since,
+            limit: usize::try_from(a.limit).ok(),
+        })
+        .await?;
+    if a.conn.json {
+        return json(&list);
+    }
+    let mut t = Table::new(&[
+        "TIME", "ACTOR", "ACTION", "QUEUE", "MESSAGE", "OUTCOME", "DETAILS",
+    ]);
+    for e in &list.entries {
+        let details = e
+            .details
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        t.row(vec![
+            short_time(&e.at),
+            e.actor.clone(),
+            e.action.clone(),
+            or_dash(e.queue.as_ref()),
+            or_dash(e.message_id.as_ref()),
+            e.outcome.clone(),
+            if details.is_empty() {
+                "-".to_owned()
+            } else {
+                truncate(&details, 100)
+            },
+        ]);
+    }
+    t.print();
+    if list.entries.is_empty() {
+        eprintln!("no audit entries match");
+    }
+    Ok(())
+}

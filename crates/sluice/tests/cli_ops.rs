@@ -1,0 +1,542 @@
+//! The operator commands of the built `sluice` binary (SPEC §5, §7, §9) against a live
+//! `sluice serve` on an ephemeral port: `dlq list` (and `--group-by error`), `redrive` (dry
+//! run, rate, detach, show, list, cancel), `stats` (all queues, one queue, `--json`,
+//! `--chart`, `--watch`) and `audit`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// A `sluice serve` child, killed on drop.
+struct Broker {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn broker() -> Broker {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env_remove("SLUICE_CONFIG")
+        .env_remove("SLUICE_LISTEN")
+        .env_remove("SLUICE_DATA_DIR")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sluice serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let url = line
+        .trim()
+        .strip_prefix("sluice listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    Broker {
+        child,
+        url,
+        _dir: dir,
+    }
+}
+
+fn command(url: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .env("SLUICE_URL", url)
+        .env_remove("SLUICE_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn sluice(url: &str, args: &[&str]) -> Output {
+    command(url, args).output().expect("run sluice")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs, asserts exit code 0, returns (stdout, stderr).
+fn ok2(url: &str, args: &[&str]) -> (String, String) {
+    let out = sluice(url, args);
+    assert!(
+        out.status.success(),
+        "sluice {args:?} failed with {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    (text(&out.stdout), text(&out.stderr))
+}
+
+fn ok(url: &str, args: &[&str]) -> String {
+    ok2(url, args).0
+}
+
+/// Runs, asserts exit code `code`, returns stderr.
+fn fails(url: &str, args: &[&str], code: i32) -> String {
+    let out = sluice(url, args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "sluice {args:?}\nstdout: {}\nstderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stderr)
+}
+
+fn json(url: &str, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = ok(url, &all);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
+}
+
+fn visible(url: &str, queue: &str) -> u64 {
+    json(url, &["stats", queue])["visible"]
+        .as_u64()
+        .expect("visible")
+}
+
+/// Receives up to `n` messages of `queue` and answers their receipts.
+fn receipts(url: &str, queue: &str, n: usize) -> Vec<String> {
+    let v = json(url, &["receive", queue, "--max", &n.to_string()]);
+    v["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["receipt"].as_str().expect("receipt").to_owned())
+        .collect()
+}
+
+const DB_DOWN: &str = "connection refused: db:5432";
+const HTTP_500: &str = "HTTP 500 from payments";
+
+/// Queue `jobs` (one delivery allowed) with 10 dead letters in `jobs.dlq`: 6 rejected with
+/// `DB_DOWN` (attribute `kind=email`), 4 nacked on their last attempt with `HTTP_500`
+/// (`kind=charge`).
+fn dead_letters(url: &str) {
+    ok(
+        url,
+        &["queue", "create", "jobs", "--max-receive-count", "1"],
+    );
+    for i in 0..6 {
+        ok(
+            url,
+            &[
+                "send",
+                "jobs",
+                &format!("{{\"n\": {i}}}"),
+                "--attr",
+                "kind=email",
+            ],
+        );
+    }
+    for r in receipts(url, "jobs", 6) {
+        ok(url, &["reject", "jobs", &r, "--error", DB_DOWN]);
+    }
+    for i in 6..10 {
+        ok(
+            url,
+            &[
+                "send",
+                "jobs",
+                &format!("{{\"n\": {i}}}"),
+                "--attr",
+                "kind=charge",
+            ],
+        );
+    }
+    for r in receipts(url, "jobs", 4) {
+        ok(url, &["nack", "jobs", &r, "--error", HTTP_500]);
+    }
+    assert_eq!(visible(url, "jobs.dlq"), 10);
+}
+
+#[test]
+fn dlq_list_shows_reasons_and_groups_errors() {
+    let b = broker();
+    let u = b.url.as_str();
+    dead_letters(u);
+    // One more whose lease runs out on its only allowed delivery.
+    ok(u, &["send", "jobs", "\"slow\""]);
+    ok(u, &["receive", "jobs", "--visibility", "1ms"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while visible(u, "jobs.dlq") < 11 {
+        assert!(Instant::now() < deadline, "the lease never expired");
+        // A receive looks for expired leases.
+        ok(u, &["receive", "jobs", "--wait", "50ms"]);
+    }
+
+    // The source queue's name lists its DLQ, and says so.
+    let (table, err) = ok2(u, &["dlq", "list", "jobs"]);
+    assert!(err.contains("jobs.dlq"), "{err}");
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 12, "header + 11 rows:\n{table}");
+    for col in [
+        "ID",
+        "REASON",
+        "LAST ERROR",
+        "ATTEMPTS",
+        "SOURCE",
+        "DEAD-LETTERED",
+    ] {
+        assert!(lines[0].contains(col), "{table}");
+    }
+    let count = |needle: &str| table.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("rejected"), 6, "{table}");
+    assert_eq!(count("exhausted"), 4, "{table}");
+    assert_eq!(count("lease_expired"), 1, "{table}");
+    assert_eq!(count(DB_DOWN), 6, "{table}");
+    assert_eq!(
+        count(" jobs "),
+        11,
+        "every row names its source queue:\n{table}"
+    );
+
+    // The DLQ's own name works the same.
+    assert_eq!(ok(u, &["dlq", "list", "jobs.dlq"]).lines().count(), 12);
+
+    // Grouped by error, largest group first.
+    let grouped = ok(u, &["dlq", "list", "jobs", "--group-by", "error"]);
+    let rows: Vec<&str> = grouped.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{grouped}");
+    assert!(
+        rows[0].starts_with("6 ") && rows[0].contains(DB_DOWN),
+        "{grouped}"
+    );
+    assert!(rows[0].contains("rejected 6"), "{grouped}");
+    assert!(
+        rows[1].starts_with("4 ") && rows[1].contains(HTTP_500),
+        "{grouped}"
+    );
+    assert!(rows[1].contains("exhausted 4"), "{grouped}");
+    assert!(
+        rows[2].starts_with("1 ") && rows[2].contains("lease_expired 1"),
+        "{grouped}"
+    );
+    let g = json(u, &["dlq", "list", "jobs", "--group-by", "error"]);
+    assert_eq!(g["queue"], "jobs.dlq");
+    assert_eq!(g["total"], 11);
+    assert_eq!(g["groups"][0]["count"], 6);
+    assert_eq!(g["groups"][0]["error"], DB_DOWN);
+    assert_eq!(g["groups"][0]["reasons"]["rejected"], 6);
+    assert_eq!(g["groups"][1]["reasons"]["exhausted"], 4);
+    assert_eq!(g["groups"][2]["error"], Value::Null);
+
+    // Filters and the limit.
+    let f = ok(u, &["dlq", "list", "jobs", "--error", "HTTP 500"]);
+    assert_eq!(f.lines().count(), 5, "{f}");
+    let f = ok(
+        u,
+        &[
+            "dlq",
+            "list",
+            "jobs",
+            "--attr",
+            "kind=email",
+            "--since",
+            "1h",
+        ],
+    );
+    assert_eq!(f.lines().count(), 7, "{f}");
+    let v = json(u, &["dlq", "list", "jobs", "--attr", "kind=charge"]);
+    let msgs = v["messages"].as_array().expect("messages");
+    assert_eq!(msgs.len(), 4);
+    assert!(msgs.iter().all(|m| m["dead_letter_reason"] == "exhausted"
+        && m["last_error"] == HTTP_500
+        && m["source_queue"] == "jobs"));
+    let (f, err) = ok2(u, &["dlq", "list", "jobs", "--limit", "3"]);
+    assert_eq!(f.lines().count(), 4, "{f}");
+    assert!(err.contains("raise --limit"), "{err}");
+
+    fails(u, &["dlq", "list", "nope"], 3);
+    fails(u, &["dlq", "list", "jobs", "--group-by", "colour"], 2);
+    fails(u, &["dlq", "list", "jobs", "--attr", "novalue"], 2);
+}
+
+#[test]
+fn redrive_dry_run_rate_detach_cancel_and_audit() {
+    let b = broker();
+    let u = b.url.as_str();
+    dead_letters(u);
+
+    // A dry run counts and moves nothing.
+    let out = ok(u, &["redrive", "jobs", "--dry-run"]);
+    assert!(
+        out.contains("dry run") && out.contains("10 dead letters"),
+        "{out}"
+    );
+    let dry = json(
+        u,
+        &[
+            "redrive",
+            "jobs.dlq",
+            "--dry-run",
+            "--filter-error",
+            "HTTP 500",
+        ],
+    );
+    assert_eq!(dry["state"], "completed");
+    assert_eq!(
+        (dry["matched"].as_u64(), dry["moved"].as_u64()),
+        (Some(4), Some(0))
+    );
+    let dry = json(
+        u,
+        &[
+            "redrive",
+            "jobs",
+            "--dry-run",
+            "--attr",
+            "kind=email",
+            "--after",
+            "1h",
+        ],
+    );
+    assert_eq!(dry["matched"], 6);
+    let dry = json(u, &["redrive", "jobs", "--dry-run", "--before", "1h"]);
+    assert_eq!(dry["matched"], 0);
+    assert_eq!(visible(u, "jobs.dlq"), 10);
+    assert_eq!(visible(u, "jobs"), 0);
+
+    // Rates below 1/s are refused before anything starts.
+    let err = fails(u, &["redrive", "jobs", "--rate", "30/min"], 2);
+    assert!(err.contains("at least 1"), "{err}");
+    fails(u, &["redrive", "jobs", "--rate", "fast"], 2);
+
+    // A rate-limited redrive of 4 finishes and they are back.
+    let out = ok(u, &["redrive", "jobs", "--rate", "50/s", "--limit", "4"]);
+    assert!(
+        out.contains("completed") && out.contains("moved 4 of 4"),
+        "{out}"
+    );
+    assert_eq!(visible(u, "jobs"), 4);
+    assert_eq!(visible(u, "jobs.dlq"), 6);
+    let s = json(u, &["stats", "jobs"]);
+    assert_eq!(s["totals"]["redriven"], 4);
+
+    // Detached: the id is printed and `show` finds the job.
+    let (out, err) = ok2(u, &["redrive", "jobs", "--rate", "1/s", "--detach"]);
+    let id = out.trim().to_owned();
+    assert_eq!(id.len(), 16, "{out}");
+    assert!(
+        err.contains(&format!("sluice redrive cancel {id}")),
+        "{err}"
+    );
+    let shown = json(u, &["redrive", "show", &id]);
+    assert_eq!(shown["id"], id.as_str());
+    assert_eq!(shown["source"], "jobs.dlq");
+    assert_eq!(shown["rate_per_second"], 1);
+    let human = ok(u, &["redrive", "show", &id]);
+    assert!(
+        human.contains("running") && human.contains("1/s"),
+        "{human}"
+    );
+    let list = ok(u, &["redrive", "list"]);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with(&id) && l.contains("running")),
+        "{list}"
+    );
+    assert_eq!(
+        json(u, &["redrive", "list"])["redrives"]
+            .as_array()
+            .map(Vec::len),
+        Some(6)
+    );
+
+    // A second job of the same source is refused, naming the running one.
+    let err = fails(u, &["redrive", "jobs", "--rate", "10/s"], 4);
+    assert!(
+        err.contains(&format!("sluice redrive cancel {id}")),
+        "{err}"
+    );
+
+    // Cancel stops it; what moved stays moved.
+    let out = ok(u, &["redrive", "cancel", &id]);
+    assert!(out.contains("cancelled"), "{out}");
+    let cancelled = json(u, &["redrive", "show", &id]);
+    assert_eq!(cancelled["state"], "cancelled");
+    let moved = cancelled["moved"].as_u64().expect("moved");
+    assert!(moved < 6, "{cancelled}");
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(
+        visible(u, "jobs.dlq"),
+        6 - moved,
+        "nothing moves after the cancel"
+    );
+    fails(u, &["redrive", "show", "0123456789abcdef"], 3);
+    fails(u, &["redrive", "show", "xyz"], 7);
+
+    // The rest, watched to the end.
+    let out = ok(
+        u,
+        &[
+            "redrive",
+            "jobs.dlq",
+            "--rate",
+            "100/s",
+            "--keep-receive-count",
+        ],
+    );
+    assert!(out.contains("completed"), "{out}");
+    assert_eq!(visible(u, "jobs.dlq"), 0);
+    assert_eq!(visible(u, "jobs"), 10);
+
+    // The audit log holds the operator actions of this test.
+    let audit = ok(u, &["audit"]);
+    assert!(
+        audit.lines().next().is_some_and(|h| h.contains("ACTOR")),
+        "{audit}"
+    );
+    for action in [
+        "queue.create",
+        "redrive.create",
+        "redrive.cancel",
+        "message.dead_lettered",
+    ] {
+        assert!(audit.contains(action), "{action}:\n{audit}");
+    }
+    let v = json(
+        u,
+        &[
+            "audit", "--queue", "jobs.dlq", "--since", "1h", "--limit", "1000",
+        ],
+    );
+    let entries = v["entries"].as_array().expect("entries");
+    assert!(entries.iter().all(|e| e["queue"] == "jobs.dlq"), "{v}");
+    let creates = entries
+        .iter()
+        .filter(|e| e["action"] == "redrive.create")
+        .count();
+    assert_eq!(creates, 7, "4 dry runs, 3 runs: {v}");
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["action"] == "redrive.cancel" && e["details"]["job"] == id.as_str()),
+        "{v}"
+    );
+    let limited = json(u, &["audit", "--limit", "2"]);
+    assert_eq!(limited["entries"].as_array().map(Vec::len), Some(2));
+    fails(u, &["audit", "--since", "last tuesday"], 2);
+}
+
+#[test]
+fn stats_tables_json_chart_and_watch() {
+    let b = broker();
+    let u = b.url.as_str();
+    ok(u, &["queue", "create", "work"]);
+    for i in 0..3 {
+        ok(u, &["send", "work", &format!("{{\"n\": {i}}}")]);
+    }
+
+    // Every queue, one row each.
+    let table = ok(u, &["stats"]);
+    let header = table.lines().next().expect("header");
+    for col in [
+        "QUEUE",
+        "VISIBLE",
+        "DLQ",
+        "OLDEST",
+        "SENT/S",
+        "ACKED/S",
+        "TREND",
+        "DRAIN ETA",
+    ] {
+        assert!(header.contains(col), "{table}");
+    }
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("work "))
+        .unwrap_or_else(|| panic!("{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1], "3", "{table}");
+    assert!(table.lines().any(|l| l.starts_with("work.dlq ")), "{table}");
+    assert!(["↑", "↓", "→"].iter().any(|a| row.contains(a)), "{row}");
+    let all = json(u, &["stats"]);
+    let queues = all["queues"].as_array().expect("queues");
+    assert_eq!(queues.len(), 2);
+    assert_eq!(queues[0]["queue"], "work");
+    assert_eq!(queues[0]["visible"], 3);
+
+    // One queue: every field, trend included.
+    let one = ok(u, &["stats", "work"]);
+    for field in [
+        "visible",
+        "dead_letter_depth",
+        "sent",
+        "rates (1m)",
+        "backlog trend",
+        "drain_eta",
+    ] {
+        assert!(one.contains(field), "{field}: {one}");
+    }
+    let v = json(u, &["stats", "work"]);
+    assert_eq!(v["visible"], 3);
+    assert!(v["backlog_slope_per_sec"].is_number(), "{v}");
+    assert!(v["rates"]["sent"].is_number(), "{v}");
+
+    // The chart: the broker samples every 10 s, so a fresh queue may have no history yet;
+    // either way the command succeeds, and with history it shows the queue's numbers.
+    let chart = ok(u, &["stats", "work", "--chart", "--window", "10m"]);
+    assert!(chart.starts_with("work: last 10m"), "{chart}");
+    let h = json(u, &["stats", "work", "--chart"]);
+    assert_eq!(h["queue"], "work");
+    if h["samples"].as_array().is_some_and(|s| !s.is_empty()) {
+        assert!(chart.contains("backlog (visible): now"), "{chart}");
+        assert!(chart.contains("DLQ depth: now 0"), "{chart}");
+        assert!(chart.contains('┤') && chart.contains('└'), "{chart}");
+    } else {
+        assert!(chart.contains("no history yet"), "{chart}");
+    }
+    fails(u, &["stats", "--chart"], 2);
+    fails(u, &["stats", "missing"], 3);
+
+    // --watch redraws until stopped.
+    let mut child = command(u, &["stats", "--watch", "--interval", "200ms"])
+        .spawn()
+        .expect("spawn stats --watch");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        let mut r = stdout;
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.matches("Ctrl-C to stop").count() < 3 && Instant::now() < deadline {
+        if let Ok(chunk) = rx.recv_timeout(Duration::from_millis(100)) {
+            seen.push_str(&text(&chunk));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(seen.matches("Ctrl-C to stop").count() >= 3, "{seen}");
+    assert!(seen.matches("QUEUE ").count() >= 3, "{seen}");
+    assert!(seen.lines().any(|l| l.starts_with("work ")), "{seen}");
+}
