@@ -1104,9 +1104,43 @@ pub struct BrowseQuery {
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
+    /// Only messages whose `last_error` contains this text.
+    #[serde(default)]
+    pub error_contains: Option<String>,
+    /// Only messages with this attribute value, written `key=value`.
+    #[serde(default)]
+    pub attribute: Option<String>,
+    /// Only messages dead-lettered before this time (RFC 3339).
+    #[serde(default)]
+    pub dead_lettered_before: Option<String>,
+    /// Only messages dead-lettered at or after this time (RFC 3339).
+    #[serde(default)]
+    pub dead_lettered_after: Option<String>,
 }
 
 impl BrowseQuery {
+    /// The filter of the query, when it has one.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an attribute not written `key=value` or a time not RFC 3339.
+    pub fn filter(&self) -> Result<Option<crate::redrive::RedriveFilter>, StoreError> {
+        let mut attributes = Attributes::new();
+        if let Some(a) = &self.attribute {
+            let (k, v) = a.split_once('=').ok_or_else(|| {
+                StoreError::invalid(format!("attribute must be written key=value, got {a:?}"))
+            })?;
+            attributes.insert(k.to_string(), v.to_string());
+        }
+        let view = RedriveFilterView {
+            error_contains: self.error_contains.clone(),
+            attributes,
+            dead_lettered_before: self.dead_lettered_before.clone(),
+            dead_lettered_after: self.dead_lettered_after.clone(),
+        };
+        let filter = view.to_core()?;
+        Ok((filter != crate::redrive::RedriveFilter::default()).then_some(filter))
+    }
+
     /// The core request, validated.
     ///
     /// # Errors

@@ -32,8 +32,42 @@ pub async fn browse(
     ApiQuery(query): ApiQuery<BrowseQuery>,
 ) -> Result<Json<BrowseResponse>, ApiError> {
     caller.allow(Action::Inspect, &q)?;
-    let page = st.store.browse(&q, query.to_core()?).await?;
-    Ok(Json(BrowseResponse::from(&page)))
+    let req = query.to_core()?;
+    let Some(filter) = query.filter()? else {
+        let page = st.store.browse(&q, req).await?;
+        return Ok(Json(BrowseResponse::from(&page)));
+    };
+    // Filtered: walk pages until the page is full, the queue ends, or a bounded number of
+    // messages was examined. Each store page asks only for as many as are still wanted, so
+    // every message examined is either answered or does not match, and the cursor of the last
+    // page continues exactly after it.
+    let want = req.limit as usize;
+    let mut found = Vec::new();
+    let mut cursor = req.cursor.clone();
+    let mut examined = 0usize;
+    loop {
+        let page = st
+            .store
+            .browse(
+                &q,
+                sluice_core::BrowseRequest {
+                    cursor: cursor.clone(),
+                    limit: u32::try_from(want - found.len()).unwrap_or(1).max(1),
+                    ..req.clone()
+                },
+            )
+            .await?;
+        examined += page.messages.len();
+        found.extend(page.messages.into_iter().filter(|m| filter.matches(m)));
+        cursor = page.next_cursor;
+        if found.len() >= want || cursor.is_none() || examined >= FILTER_SCAN_LIMIT {
+            break;
+        }
+    }
+    Ok(Json(BrowseResponse::from(&sluice_core::BrowsePage {
+        messages: found,
+        next_cursor: cursor,
+    })))
 }
 
 async fn find(
@@ -114,6 +148,10 @@ pub async fn stats(
     let trend = Trend::compute(&s, now, &history);
     Ok(Json(StatsView::with_trend(&q, &s, &trend)))
 }
+
+/// Most messages one filtered browse examines; the answer's cursor continues from there, so a
+/// page may hold fewer matches than asked while more may follow.
+const FILTER_SCAN_LIMIT: usize = 10_000;
 
 /// How far back the trend looks: five minutes for the slope, plus a sample's slack.
 const TREND_LOOKBACK_MS: i64 = 310_000;
