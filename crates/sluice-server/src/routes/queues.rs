@@ -43,7 +43,8 @@ pub async fn put_queue(
     } else {
         "queue.update"
     };
-    let change = format!("{patch:?}");
+    // The change as the caller wrote it: the fields of the request, as JSON.
+    let change = serde_json::to_string(&req).unwrap_or_default();
     st.audit(&caller, action, Some(&q), None, &[("change", change)])
         .await;
     let mut view = QueueView::from(&out.queue);

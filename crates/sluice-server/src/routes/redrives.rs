@@ -44,9 +44,23 @@ pub async fn create(
     let job = st.store.create_redrive(spec).await?;
     let details = [
         ("job", job.id.to_string()),
-        ("limit", format!("{:?}", job.spec.limit)),
-        ("rate_per_second", format!("{:?}", job.spec.rate_per_second)),
-        ("filter", format!("{:?}", job.spec.filter)),
+        (
+            "limit",
+            job.spec.limit.map_or("none".into(), |l| l.to_string()),
+        ),
+        (
+            "rate_per_second",
+            job.spec
+                .rate_per_second
+                .map_or("none".into(), |r| r.to_string()),
+        ),
+        (
+            "filter",
+            serde_json::to_string(&sluice_core::wire::RedriveFilterView::from(
+                &job.spec.filter,
+            ))
+            .unwrap_or_default(),
+        ),
         ("dry_run", job.spec.dry_run.to_string()),
     ];
     st.audit(
