@@ -3,8 +3,9 @@
 //!
 //! Two workers each start a 5-second `render` task and are shut down one second into it.
 //! The first has a 10-second grace period: it stops leasing, lets the task finish (SUCCESS)
-//! and exits. The second has a 0.5-second grace period: it nacks the unfinished task for
-//! immediate redelivery (RETRY) and exits; a new worker then picks it up and completes it.
+//! and exits. The second has a 0.5-second grace period: it releases the unfinished task for
+//! immediate redelivery without spending an attempt (PENDING again) and exits; a new worker
+//! then picks it up and completes it.
 //! Run against a broker (`sluice serve`):
 //!
 //! ```text
@@ -16,7 +17,7 @@
 //! ```text
 //! grace 10s: shutdown requested while the task runs
 //! grace 500ms: shutdown requested while the task runs
-//! grace 500ms: worker exited after 0.5s; task is RETRY (handed back)
+//! grace 500ms: worker exited after 0.5s; task is PENDING (handed back)
 //! grace 500ms: a new worker finished it: SUCCESS
 //! grace 10s: worker exited after 4.0s; task is SUCCESS
 //! ```

@@ -350,6 +350,18 @@ impl Client {
         self.settle(queue_name, "nack", &req).await
     }
 
+    /// Hands a delivery back without counting the attempt: visible again at once with the
+    /// receive count it had before. For work a shutting-down worker did not start or finish.
+    ///
+    /// # Errors
+    /// `receipt_stale`; transport failures.
+    pub async fn release(&self, queue_name: &str, receipt: &str) -> Result<FailureResponse> {
+        let req = sluice_core::wire::ReleaseRequest {
+            receipt: receipt.to_owned(),
+        };
+        self.settle(queue_name, "release", &req).await
+    }
+
     /// Dead-letters a message now, whatever its receive count.
     ///
     /// # Errors

@@ -283,6 +283,7 @@ async fn browse_get_delete_stats_health() {
                 state: Some(BrowseStateWire::Visible),
                 limit: Some(3),
                 cursor: None,
+                ..Default::default()
             },
         )
         .await
@@ -296,6 +297,7 @@ async fn browse_get_delete_stats_health() {
                 state: Some(BrowseStateWire::Visible),
                 limit: Some(3),
                 cursor: Some(cursor),
+                ..Default::default()
             },
         )
         .await

@@ -339,3 +339,40 @@ async fn a_worker_started_before_the_broker_waits_for_it() {
     bg.stop().await;
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_hands_back_unfinished_work_without_spending_an_attempt() {
+    let srv = common::start().await;
+    let c = &srv.client;
+    // One attempt only: a nack at shutdown would dead-letter the task.
+    queue(c, "last", 1, 10_000).await;
+    let w = fast(c, "last")
+        .shutdown_grace(Duration::from_millis(100))
+        .handler("slow", |_ctx: TaskContext, _: ()| async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let bg = spawn(w);
+    let id = c.enqueue("last", "slow", &()).await.unwrap();
+    let started = Instant::now();
+    loop {
+        if c.task_status(&id, None).await.unwrap().status == TaskStatus::Started {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the task never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bg.stop().await;
+    let v = c.task_status(&id, None).await.unwrap();
+    assert_eq!(
+        (v.status, v.receive_count),
+        (TaskStatus::Pending, 0),
+        "handed back uncounted, not dead-lettered: {v:?}"
+    );
+    srv.shutdown().await;
+}

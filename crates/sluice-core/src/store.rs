@@ -221,6 +221,15 @@ pub trait Store: Send + Sync + 'static {
         failure: Failure,
     ) -> Result<(), StoreError>;
 
+    /// Hands a delivery back without counting it as an attempt: the message is visible again
+    /// at once with the receive count it had before this delivery. For a worker shutting down
+    /// with work it did not start or finish — that is not the message's failure, and on its
+    /// last attempt a nack would dead-letter it. A cancelled task ends cancelled instead.
+    ///
+    /// # Errors
+    /// `ReceiptStale`; `QueueNotFound`.
+    async fn release(&self, queue: &QueueName, receipt: Receipt) -> Result<(), StoreError>;
+
     /// Sets the lease of a delivery to end `visibility` from now. Returns the new deadline and
     /// whether the task was cancelled meanwhile.
     ///

@@ -965,6 +965,14 @@ pub struct RejectRequest {
     pub consumer: Option<String>,
 }
 
+/// `POST /v1/queues/{q}/release`: hand a delivery back without counting the attempt.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    /// The delivery.
+    pub receipt: String,
+}
+
 /// `POST /v1/queues/{q}/move`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

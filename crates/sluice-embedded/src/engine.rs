@@ -1239,6 +1239,36 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn release(&self, queue: &QueueName, receipt: Receipt) -> Result<(), StoreError> {
+        let notify = self
+            .with_lease(queue, &receipt, |core, qid, m, now| {
+                let notify = core.state.queues[&qid].notify.clone();
+                if m.cancel_requested() {
+                    return Ok((vec![core.end_cancelled(qid, receipt.id.0, &m, now)], notify));
+                }
+                let (_, rich) = core.load(receipt.id.0, &m)?;
+                let u = UpdateRecord {
+                    event: UpdateEvent::Released,
+                    id: receipt.id.0,
+                    qid,
+                    visible_at: now,
+                    entered_at: m.entered_at,
+                    receive_count: m.receive_count().saturating_sub(1),
+                    rich,
+                };
+                Ok((vec![Record::Update(u)], notify))
+            })
+            .await?;
+        {
+            let mut core = self.inner.lock();
+            if let Ok(qid) = core.qid(queue) {
+                core.state.promote(qid, self.inner.now());
+            }
+        }
+        notify.notify_waiters();
+        Ok(())
+    }
+
     async fn progress(
         &self,
         queue: &QueueName,

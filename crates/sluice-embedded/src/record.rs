@@ -74,6 +74,8 @@ pub(crate) enum UpdateEvent {
     Moved { from: Qid },
     /// Redriven out of a DLQ.
     Redriven,
+    /// Handed back by its consumer without counting the attempt.
+    Released,
 }
 
 /// A change of a message's state that keeps its body where it is.

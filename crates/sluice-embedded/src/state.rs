@@ -633,7 +633,7 @@ impl State {
                 t.nacked += 1;
                 t.dead_lettered += 1;
             }),
-            UpdateEvent::LeaseExpired | UpdateEvent::Moved { .. } => return,
+            UpdateEvent::LeaseExpired | UpdateEvent::Moved { .. } | UpdateEvent::Released => return,
             UpdateEvent::LeaseExhausted { from } | UpdateEvent::Rejected { from } => {
                 (from, |t| t.dead_lettered += 1)
             }

@@ -810,6 +810,7 @@ async fn health_readiness_routing_errors_and_openapi() {
         ("/v1/queues/{q}/ack", vec!["post"]),
         ("/v1/queues/{q}/nack", vec!["post"]),
         ("/v1/queues/{q}/reject", vec!["post"]),
+        ("/v1/queues/{q}/release", vec!["post"]),
         ("/v1/queues/{q}/move", vec!["post"]),
         ("/v1/queues/{q}/extend", vec!["post"]),
         ("/v1/queues/{q}/stats", vec!["get"]),

@@ -20,7 +20,7 @@
 //! a long task is not handed to a second worker; the extension's answer also carries a
 //! cancel. When the broker cannot be reached the worker logs, backs off and resumes by itself;
 //! finished tasks keep trying to settle meanwhile, so no result is lost. On shutdown it stops
-//! leasing, lets running tasks finish within the grace period and nacks the rest at once for
+//! leasing, lets running tasks finish within the grace period and releases the rest at once for
 //! redelivery.
 
 mod context;

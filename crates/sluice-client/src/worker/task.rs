@@ -370,19 +370,23 @@ async fn unprocessable(shared: &Shared, d: &DeliveryView, reason: &str) -> Outco
     Outcome::Lost
 }
 
-/// Hands an unfinished task back at shutdown, for immediate redelivery.
+/// Hands an unfinished task back at shutdown, for immediate redelivery. A release does not
+/// count as an attempt: the shutdown is not the task's failure, and a task on its last attempt
+/// must not be dead-lettered because its worker stopped.
 async fn release(shared: &Shared, d: &DeliveryView) -> Outcome {
-    let error = "the worker shut down before the task finished".to_owned();
-    match nack(shared, d, Some(Duration::ZERO), error.clone()).await {
-        Some(FailureState::DeadLettered) => {
-            dead_letter(shared, d, error).await;
-            Outcome::Failure
-        }
-        Some(_) => {
+    let (r, _) = retry(
+        "handing back an unfinished task",
+        &shared.metrics,
+        shared.max_backoff,
+        || shared.client.release(&shared.queue, &d.receipt),
+    )
+    .await;
+    match r {
+        Ok(_) => {
             tracing::info!("unfinished task handed back for redelivery");
             Outcome::Released
         }
-        None => Outcome::Lost,
+        Err(e) => lost(&e),
     }
 }
 

@@ -132,6 +132,7 @@ macro_rules! __sluice_conformance_cases {
             redrive_resumes_after_restart,
             stats_history_is_stored_once_and_kept_a_day,
             audit_log_records_actions_and_dead_letters,
+            release_hands_back_without_counting,
             unlimited_receive_count_never_dead_letters,
             long_error_is_clipped_not_refused,
             unknown_queue_is_queue_not_found,

@@ -7,7 +7,7 @@ use sluice_core::wire::{
     AckBatchResponse, AckForm, AckItem, AckOutcome, AckRequest, AckResponse, ErrorBody,
     ErrorEnvelope, ExtendRequest, ExtendResponse, FailureResponse, FailureState, MessageStateView,
     MoveRequest, NackRequest, ProgressRequest, ReceiveRequest, ReceiveResponse, RejectRequest,
-    parse_receipt, rfc3339,
+    ReleaseRequest, parse_receipt, rfc3339,
 };
 use sluice_core::{Failure, StoreError};
 
@@ -198,6 +198,33 @@ pub async fn reject(
     Ok(Json(FailureResponse {
         state: FailureState::DeadLettered,
         queue: dlq.to_string(),
+    }))
+}
+
+/// Hands a delivery back without counting the attempt: visible again at once, with the
+/// receive count it had before (for a worker shutting down with unstarted or unfinished work).
+#[utoipa::path(
+    post, path = "/v1/queues/{q}/release", tag = "messages",
+    params(("q" = String, Path, description = "Queue name")),
+    request_body(content = ReleaseRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Visible again", body = FailureResponse),
+        (status = 409, description = "receipt_stale", body = ErrorEnvelope),
+    )
+)]
+pub async fn release(
+    State(st): State<AppState>,
+    caller: Caller,
+    QueuePath(q): QueuePath,
+    JsonBody(req): JsonBody<ReleaseRequest>,
+) -> Result<Json<FailureResponse>, ApiError> {
+    caller.allow(Action::Consume, &q)?;
+    let receipt = parse_receipt(&req.receipt)?;
+    st.store.release(&q, receipt).await?;
+    st.metrics.settled(receipt.id);
+    Ok(Json(FailureResponse {
+        state: FailureState::Visible,
+        queue: q.to_string(),
     }))
 }
 

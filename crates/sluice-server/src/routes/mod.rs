@@ -83,6 +83,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(consume::ack))
         .routes(routes!(consume::nack))
         .routes(routes!(consume::reject))
+        .routes(routes!(consume::release))
         .routes(routes!(consume::move_message))
         .routes(routes!(consume::extend))
         .routes(routes!(inspect::get_message, inspect::delete_message))

@@ -160,6 +160,7 @@ async fn collect(
                     state: Some(BrowseStateWire::All),
                     limit: Some(1000),
                     cursor,
+                    ..Default::default()
                 },
             )
             .await?;
