@@ -181,7 +181,11 @@ async fn graceful_shutdown_finishes_or_hands_back() {
     let r = graceful_shutdown::run(&srv.base).await.unwrap();
     assert_eq!(r.finish.after_shutdown, TaskStatus::Success, "{r:?}");
     assert!(r.finish.shutdown_took >= Duration::from_secs(3), "{r:?}");
-    assert_eq!(r.release.after_shutdown, TaskStatus::Pending, "handed back uncounted: {r:?}");
+    assert_eq!(
+        r.release.after_shutdown,
+        TaskStatus::Pending,
+        "handed back uncounted: {r:?}"
+    );
     assert!(r.release.shutdown_took < Duration::from_secs(3), "{r:?}");
     assert_eq!(r.release.last, TaskStatus::Success, "{r:?}");
     srv.shutdown().await;
