@@ -1,55 +1,14 @@
 //! The client subcommands of the built `sluice` binary, end to end against a live
 //! `sluice serve` on an ephemeral port: output, `--json`, stdin and binary files, exit codes.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Output, Stdio};
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+mod common;
 
-/// A `sluice serve` child, killed on drop.
-struct Broker {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn broker() -> Broker {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .env_remove("SLUICE_CONFIG")
-        .env_remove("SLUICE_LISTEN")
-        .env_remove("SLUICE_DATA_DIR")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn sluice serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let url = line
-        .trim()
-        .strip_prefix("sluice listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    Broker {
-        child,
-        url,
-        _dir: dir,
-    }
-}
+use common::{BIN, broker};
 
 /// Runs `sluice ARGS` against `url`, feeding `stdin` (or nothing).
 fn sluice(url: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {

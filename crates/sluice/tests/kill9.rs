@@ -9,9 +9,8 @@
 //! a run.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -20,7 +19,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+mod common;
+
 const QUEUE: &str = "k9";
 const CRASHES: u32 = 5;
 const SENDERS: u32 = 4;
@@ -32,28 +32,7 @@ const TIME_LIMIT: Duration = Duration::from_secs(30);
 /// Starts `sluice serve` on an ephemeral port over `data` and returns it with its base URL.
 fn serve(data: &Path, log: &Path) -> (Child, String) {
     let log = std::fs::File::create(log).expect("create the server log");
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data)
-        .env_remove("SLUICE_LISTEN")
-        .env_remove("SLUICE_DATA_DIR")
-        .env_remove("SLUICE_CONFIG")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .expect("spawn sluice serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let url = line
-        .trim()
-        .strip_prefix("sluice listening on ")
-        .unwrap_or_else(|| panic!("sluice serve did not start; first line {line:?}"))
-        .to_owned();
-    (child, url)
+    common::serve(data, Stdio::from(log))
 }
 
 fn client() -> reqwest::Client {

@@ -4,39 +4,19 @@
 //! back): never more than 500 arrivals in any one-second window, and every dead letter back
 //! exactly once.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+mod common;
+
 const MESSAGES: usize = 10_000;
 const RATE: usize = 500;
 
 fn serve(data: &Path) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data)
-        .env_remove("SLUICE_LISTEN")
-        .env_remove("SLUICE_DATA_DIR")
-        .env_remove("SLUICE_CONFIG")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn sluice serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("listening line");
-    let url = line
-        .trim()
-        .strip_prefix("sluice listening on ")
-        .unwrap_or_else(|| panic!("sluice serve did not start: {line:?}"))
-        .to_owned();
-    (child, url)
+    common::serve(data, Stdio::null())
 }
 
 async fn call(

@@ -1,0 +1,64 @@
+//! The harness shared by the binary's tests: the real `sluice serve` on an ephemeral loopback
+//! port, over a data directory of the test's choosing.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// The built `sluice` binary.
+pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// Starts `sluice serve --listen 127.0.0.1:0` over `data`, its log going to `stderr`, and
+/// returns the child with the base URL it printed. Environment settings of the developer's
+/// shell are cleared so they cannot change the test.
+pub fn serve(data: &Path, stderr: Stdio) -> (Child, String) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data)
+        .env_remove("SLUICE_CONFIG")
+        .env_remove("SLUICE_LISTEN")
+        .env_remove("SLUICE_DATA_DIR")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn sluice serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let url = line
+        .trim()
+        .strip_prefix("sluice listening on ")
+        .unwrap_or_else(|| panic!("sluice serve did not start; first line {line:?}"))
+        .to_owned();
+    (child, url)
+}
+
+/// A `sluice serve` child over its own temporary data directory, killed on drop.
+pub struct Broker {
+    /// The server process.
+    pub child: Child,
+    /// Its base URL.
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a broker over a fresh temporary data directory.
+pub fn broker() -> Broker {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (child, url) = serve(&dir.path().join("data"), Stdio::null());
+    Broker {
+        child,
+        url,
+        _dir: dir,
+    }
+}
