@@ -6,6 +6,7 @@
 mod bench;
 mod client;
 mod config;
+mod drill;
 mod key;
 mod serve;
 
@@ -31,6 +32,9 @@ enum Command {
     Key(key::KeyCommand),
     /// Measure a running broker: throughput and end-to-end latency.
     Bench(bench::BenchArgs),
+    /// Run a failure drill: a scripted outage of a rate-limited upstream, with pass/fail
+    /// criteria and a report.
+    Drill(drill::DrillArgs),
     /// The client subcommands (`queue`, `send`, `receive`, `ack`, `nack`, `reject`,
     /// `message`, `stats`, `task`, `dlq`, `redrive`, `audit`), implemented in `client/`.
     #[command(flatten)]
@@ -48,6 +52,7 @@ fn main() -> ExitCode {
         Command::Key(cmd) => key::run(cmd),
         Command::Bench(args) => bench::run(args),
         Command::Client(cmd) => return client::run(cmd),
+        Command::Drill(args) => return drill::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

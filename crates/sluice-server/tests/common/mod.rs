@@ -3,23 +3,18 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
-use sluice_server::{Broker, ServerOptions};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use sluice_server::ServerOptions;
+use sluice_testkit::InProcessBroker;
 
 pub struct TestServer {
     pub base: String,
     /// The store behind the broker, for tests that set up history or inspect directly.
     pub store: Arc<dyn sluice_core::Store>,
     pub client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    handle: Option<JoinHandle<std::io::Result<()>>>,
-    _dir: tempfile::TempDir,
+    broker: InProcessBroker,
 }
 
 pub async fn start() -> TestServer {
@@ -27,29 +22,12 @@ pub async fn start() -> TestServer {
 }
 
 pub async fn start_with(options: ServerOptions) -> TestServer {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let opts = EmbeddedOptions {
-        maintenance_interval: Duration::from_millis(50),
-        ..EmbeddedOptions::default()
-    };
-    let (store, _) = EmbeddedStore::open(dir.path(), opts).expect("open store");
-    let store: Arc<dyn sluice_core::Store> = Arc::new(store);
-    let broker = Broker::new(store.clone(), options);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (tx, rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(broker.serve(listener, async {
-        let _ = rx.await;
-    }));
+    let broker = InProcessBroker::start_with(options).await;
     TestServer {
-        base: format!("http://{addr}"),
-        store,
+        base: broker.url.clone(),
+        store: broker.store(),
         client: reqwest::Client::new(),
-        stop: Some(tx),
-        handle: Some(handle),
-        _dir: dir,
+        broker,
     }
 }
 
@@ -128,17 +106,10 @@ impl TestServer {
     }
 
     /// Stops the server gracefully and waits for it.
-    pub async fn shutdown(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(h) = self.handle.take() {
-            tokio::time::timeout(Duration::from_secs(5), h)
-                .await
-                .expect("server stops within 5 s")
-                .expect("server task")
-                .expect("serve");
-        }
+    pub async fn shutdown(self) {
+        let TestServer { store, broker, .. } = self;
+        drop(store);
+        broker.shutdown().await;
     }
 }
 

@@ -1,0 +1,240 @@
+//! The four pass criteria of the drill, each judged with its figure.
+//!
+//! 1. No reservation released twice (applied-count per reservation ≤ 1) and every valid
+//!    reservation released exactly once.
+//! 2. Every poison message in the DLQ within the retry budget (`receive_count ≤
+//!    max_receive_count`), and every undecodable body in the unprocessable queue, byte-exact.
+//! 3. The main queue drained after the upstream recovered, within the bound
+//!    `max(last expiry − recovery, 0) + pending at recovery / (quota / 2) + 5 min`, and no
+//!    scenario minute outside the outage had a backlog but no release (fresh expirations kept
+//!    flowing while poison messages were isolated).
+//! 4. During the redrive (first batch to the end) the upstream never saw more calls than its
+//!    quota in any sliding minute, no redrive job asked for a rate above the quota, and the 429
+//!    share of the last third of that phase is no higher than the first third's (or within
+//!    the random share + 3 points).
+
+use std::collections::{HashMap, HashSet};
+
+use base64::Engine as _;
+use sluice_client::wire::MessageView;
+
+use super::Observed;
+use super::upstream::CallKind;
+
+/// A criterion's verdict.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    /// 1 to 4.
+    pub number: u8,
+    /// Its name.
+    pub name: &'static str,
+    /// Passed.
+    pub pass: bool,
+    /// Its figure.
+    pub figure: String,
+}
+
+fn reservation_id(m: &MessageView) -> Option<String> {
+    let body = m.body.as_ref()?;
+    let v: serde_json::Value = serde_json::from_str(body.get()).ok()?;
+    v.get("kwargs")?
+        .get("reservation_id")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn body_bytes(m: &MessageView) -> Option<Vec<u8>> {
+    if let Some(b) = &m.body_base64 {
+        return base64::engine::general_purpose::STANDARD.decode(b).ok();
+    }
+    m.body.as_ref().map(|b| b.get().as_bytes().to_vec())
+}
+
+/// Most calls in any sliding window of `width` minutes among sorted minutes `t`.
+pub fn max_in_window(t: &[f64], width: f64) -> usize {
+    let mut best = 0;
+    let mut lo = 0;
+    for hi in 0..t.len() {
+        while t[hi] - t[lo] >= width {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best
+}
+
+fn share_429(calls: &[(f64, CallKind)], from: f64, to: f64) -> (f64, usize) {
+    let inside: Vec<_> = calls
+        .iter()
+        .filter(|(m, _)| *m >= from && *m < to)
+        .collect();
+    if inside.is_empty() {
+        return (0.0, 0);
+    }
+    let n429 = inside.iter().filter(|(_, k)| k.is_429()).count();
+    (n429 as f64 * 100.0 / inside.len() as f64, inside.len())
+}
+
+/// Judges the run.
+pub fn judge(o: &Observed) -> Vec<Verdict> {
+    let sc = &o.scenario;
+    let (o_start, o_end) = sc.outage_min();
+
+    // 1. Exactly once.
+    let twice = o.applied.values().filter(|n| **n > 1).count();
+    let once = o
+        .plan
+        .valid_ids
+        .iter()
+        .filter(|id| o.applied.get(*id).copied() == Some(1))
+        .count();
+    let never = o
+        .plan
+        .valid_ids
+        .iter()
+        .filter(|id| !o.applied.contains_key(*id))
+        .count();
+    let c1 = Verdict {
+        number: 1,
+        name: "no double release, every reservation released once",
+        pass: twice == 0 && once == o.plan.valid_ids.len(),
+        figure: format!(
+            "released exactly once {once}/{}, twice or more {twice}, never {never}; \
+             repeats absorbed by the idempotency key {}",
+            o.plan.valid_ids.len(),
+            o.repeats
+        ),
+    };
+
+    // 2. Poison in the DLQ within budget; undecodable bodies byte-exact.
+    let poison: HashSet<&str> = o.plan.poison_ids.iter().map(String::as_str).collect();
+    let poison_dl: Vec<&MessageView> = o
+        .dlq
+        .iter()
+        .filter(|m| reservation_id(m).is_some_and(|id| poison.contains(id.as_str())))
+        .collect();
+    let max_rc = poison_dl.iter().map(|m| m.receive_count).max().unwrap_or(0);
+    let within = sc.max_receive_count == 0 || max_rc <= sc.max_receive_count;
+    let mut want: HashMap<&[u8], usize> = HashMap::new();
+    for b in &o.plan.raw_bodies {
+        *want.entry(b.as_slice()).or_insert(0) += 1;
+    }
+    let mut exact = 0;
+    for m in &o.unprocessable {
+        if let Some(b) = body_bytes(m)
+            && let Some(n) = want.get_mut(b.as_slice())
+            && *n > 0
+        {
+            *n -= 1;
+            exact += 1;
+        }
+    }
+    let budget = if sc.max_receive_count == 0 {
+        "unlimited".to_owned()
+    } else {
+        sc.max_receive_count.to_string()
+    };
+    let c2 = Verdict {
+        number: 2,
+        name: "poison isolated within the retry budget, undecodable bodies kept byte-exact",
+        pass: poison_dl.len() == poison.len() && within && exact == o.plan.raw_bodies.len(),
+        figure: format!(
+            "poison in DLQ {}/{} (most attempts {max_rc}, budget {budget}); \
+             undecodable in {}.unprocessable byte-exact {exact}/{}",
+            poison_dl.len(),
+            poison.len(),
+            o.queue,
+            o.plan.raw_bodies.len()
+        ),
+    };
+
+    // 3. Drained within the bound; fresh expirations kept flowing.
+    let bound = (sc.last_expiry_min() - o_end).max(0.0)
+        + o.pending_at_recovery as f64 / (f64::from(sc.quota_per_min) / 2.0)
+        + 5.0;
+    let applied_at: Vec<f64> = o
+        .calls
+        .iter()
+        .filter(|(_, k)| matches!(k, CallKind::Applied | CallKind::LostReply))
+        .map(|(m, _)| *m)
+        .collect();
+    let mut stalls = 0;
+    let mut watched = 0;
+    for w in o.samples.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let near_outage = b.minute > o_start - 1.0 && a.minute < o_end + 1.0;
+        if a.visible == 0 || near_outage {
+            continue;
+        }
+        watched += 1;
+        if !applied_at.iter().any(|m| *m >= a.minute && *m < b.minute) {
+            stalls += 1;
+        }
+    }
+    let (c3_pass, took) = match o.drained_at {
+        Some(t) => {
+            let took = (t - o_end).max(0.0);
+            (took <= bound && stalls == 0, format!("{took:.1} min"))
+        }
+        None => (false, format!("not drained by minute {:.0}", o.ended_at)),
+    };
+    let c3 = Verdict {
+        number: 3,
+        name: "backlog back to zero after recovery, fresh work kept flowing",
+        pass: c3_pass,
+        figure: format!(
+            "drained {took} after recovery (bound {bound:.1} min: {} pending at recovery); \
+             minutes with a backlog and no release {stalls}/{watched}",
+            o.pending_at_recovery
+        ),
+    };
+
+    // 4. The redrive stayed under the cap; 429s fell after backoff.
+    let phase_start = o.operator.batches.first().map_or(o_end, |b| b.start_min);
+    let phase_end = o.drained_at.unwrap_or(o.ended_at).max(phase_start);
+    let phase_calls: Vec<f64> = o
+        .calls
+        .iter()
+        .filter(|(m, _)| *m >= phase_start && *m <= phase_end)
+        .map(|(m, _)| *m)
+        .collect();
+    let peak = max_in_window(&phase_calls, 1.0);
+    let third = (phase_end - phase_start) / 3.0;
+    let (first, n_first) = share_429(&o.calls, phase_start, phase_start + third);
+    let (last, n_last) = share_429(&o.calls, phase_end - third, phase_end + 1e-9);
+    let fell = last <= first || last <= sc.random_429_pct + 3.0;
+    let max_job_rate = o
+        .operator
+        .batches
+        .iter()
+        .map(|b| f64::from(b.rate_per_second) * 60.0 / sc.scale)
+        .fold(0.0, f64::max);
+    let moved: u64 = o.operator.batches.iter().map(|b| b.moved).sum();
+    let c4 = Verdict {
+        number: 4,
+        name: "redrive under the upstream's cap, 429s fell after backoff",
+        pass: peak <= sc.quota_per_min as usize
+            && max_job_rate <= f64::from(sc.quota_per_min)
+            && fell,
+        figure: format!(
+            "{} batches moved {moved} at {max_job_rate:.0}/min; peak {peak} calls in any minute \
+             (cap {}); 429 share {first:.1}% of {n_first} calls in the first third, \
+             {last:.1}% of {n_last} in the last; {} pauses",
+            o.operator.batches.len(),
+            sc.quota_per_min,
+            o.operator.pauses
+        ),
+    };
+    vec![c1, c2, c3, c4]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sliding_window() {
+        assert_eq!(max_in_window(&[0.0, 0.5, 0.99, 1.0, 1.5], 1.0), 3);
+        assert_eq!(max_in_window(&[], 1.0), 0);
+    }
+}

@@ -1,0 +1,170 @@
+//! The operator: once the upstream is back, redrive the DLQ in bounded batches at a rate under
+//! the quota, and pause when 429s rise again.
+//!
+//! Only dead letters whose last error names the upstream (`upstream unavailable`, `upstream
+//! rate limited`) are redriven: poison messages stay isolated in the DLQ. Each batch is one
+//! server-side redrive job (`limit` = batch, `rate_per_second` = the redrive rate); between
+//! batches the operator looks at the upstream's 429 share over the last scenario minute and
+//! waits a minute when it is above the threshold.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_client::Client;
+use sluice_client::wire::{BrowseQuery, RedriveFilterView, RedriveRequest};
+
+use super::scenario::{Clock, Scenario};
+use super::upstream::Upstream;
+
+/// The redrive filter: dead letters of upstream trouble.
+pub const REDRIVE_ERROR: &str = "upstream";
+
+/// One redrive job as the operator ran it.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// Scenario minute it started.
+    pub start_min: f64,
+    /// Scenario minute it ended.
+    pub end_min: f64,
+    /// Messages moved.
+    pub moved: u64,
+    /// Rate asked for, per real second.
+    pub rate_per_second: u32,
+}
+
+/// What the operator did.
+#[derive(Debug, Default, Clone)]
+pub struct OperatorLog {
+    /// The jobs.
+    pub batches: Vec<Batch>,
+    /// Times it paused because 429s rose.
+    pub pauses: u32,
+    /// Errors it met (logged, not fatal).
+    pub errors: Vec<String>,
+}
+
+/// Redrive rate per real second (at least 1: the broker's floor).
+pub fn rate_per_second(sc: &Scenario) -> u32 {
+    let r = f64::from(sc.redrive_per_min) * sc.scale / 60.0;
+    (r.floor() as u32).clamp(1, 100_000)
+}
+
+async fn upstream_dead_letters(client: &Client, dlq: &str) -> anyhow::Result<bool> {
+    // Filtered here too: a broker without browse filters answers every dead letter.
+    let mut cursor = None;
+    for _ in 0..100 {
+        let page = client
+            .browse(
+                dlq,
+                &BrowseQuery {
+                    limit: Some(1000),
+                    cursor: cursor.take(),
+                    error_contains: Some(REDRIVE_ERROR.to_owned()),
+                    ..BrowseQuery::default()
+                },
+            )
+            .await?;
+        if page.messages.iter().any(|m| {
+            m.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains(REDRIVE_ERROR))
+        }) {
+            return Ok(true);
+        }
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    Ok(false)
+}
+
+/// Runs until `stop` is set or `deadline` passes. Starts after the outage ends.
+pub async fn run(
+    client: Client,
+    dlq: String,
+    sc: Scenario,
+    clock: Clock,
+    upstream: Upstream,
+    stop: Arc<AtomicBool>,
+    deadline: Instant,
+) -> OperatorLog {
+    let mut log = OperatorLog::default();
+    let minute = clock.real(Duration::from_secs(60));
+    let (_, outage_end) = sc.outage_min();
+    // Wait for the recovery, and one more minute for the dust to settle.
+    tokio::time::sleep_until(clock.instant_of(outage_end + 1.0).into()).await;
+    let rate = rate_per_second(&sc);
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        match upstream_dead_letters(&client, &dlq).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tokio::time::sleep(minute).await;
+                continue;
+            }
+            Err(e) => {
+                log.errors.push(format!("browsing {dlq}: {e}"));
+                tokio::time::sleep(minute).await;
+                continue;
+            }
+        }
+        if upstream.recent_429_share(minute) * 100.0 > sc.redrive_stop_429_pct {
+            log.pauses += 1;
+            tokio::time::sleep(minute).await;
+            continue;
+        }
+        let req = RedriveRequest {
+            source: dlq.clone(),
+            destination: None,
+            limit: Some(sc.redrive_batch),
+            rate_per_second: Some(rate),
+            filter: Some(RedriveFilterView {
+                error_contains: Some(REDRIVE_ERROR.to_owned()),
+                ..RedriveFilterView::default()
+            }),
+            reset_receive_count: Some(true),
+            dry_run: Some(false),
+        };
+        let start_min = clock.now_minutes();
+        let job = match client.create_redrive(&req, None).await {
+            Ok(j) => j,
+            Err(e) => {
+                log.errors.push(format!("starting a redrive: {e}"));
+                tokio::time::sleep(minute).await;
+                continue;
+            }
+        };
+        let mut moved = job.moved;
+        let mut state = job.state.clone();
+        // Follow the job; cancel it if 429s rise or time runs out.
+        while state == "running" && Instant::now() < deadline {
+            tokio::time::sleep(minute.min(Duration::from_millis(200))).await;
+            if upstream.recent_429_share(minute) * 100.0 > sc.redrive_stop_429_pct {
+                log.pauses += 1;
+                let _ = client.cancel_redrive(&job.id).await;
+            }
+            match client.get_redrive(&job.id).await {
+                Ok(j) => {
+                    moved = j.moved;
+                    state = j.state;
+                }
+                Err(e) => log
+                    .errors
+                    .push(format!("following redrive {}: {e}", job.id)),
+            }
+        }
+        if state == "running" {
+            let _ = client.cancel_redrive(&job.id).await;
+        }
+        log.batches.push(Batch {
+            start_min,
+            end_min: clock.now_minutes(),
+            moved,
+            rate_per_second: rate,
+        });
+        // Let the batch reach the upstream before the next one.
+        tokio::time::sleep(minute).await;
+    }
+    log
+}

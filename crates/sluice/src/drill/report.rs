@@ -1,0 +1,347 @@
+//! The report: a one-screen text summary, and a self-contained SVG timeline (optionally in an
+//! HTML page) with two panels over scenario minutes — backlog, in flight and DLQ depth above;
+//! upstream calls and 429s per minute below — and the outage shaded in both.
+
+use std::fmt::Write as _;
+
+use super::Observed;
+use super::criteria::Verdict;
+use super::upstream::CallKind;
+
+/// A chart series: legend, colour, points.
+type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+
+/// The text summary.
+pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
+    let sc = &o.scenario;
+    let (os, oe) = sc.outage_min();
+    let calls = o.calls.len();
+    let n429 = o.calls.iter().filter(|(_, k)| k.is_429()).count();
+    let n503 = o
+        .calls
+        .iter()
+        .filter(|(_, k)| *k == CallKind::Unavailable)
+        .count();
+    let lost = o
+        .calls
+        .iter()
+        .filter(|(_, k)| *k == CallKind::LostReply)
+        .count();
+    let peak_backlog = o.samples.iter().map(|s| s.visible).max().unwrap_or(0);
+    let peak_dlq = o.samples.iter().map(|s| s.dlq).max().unwrap_or(0);
+    let peak_retrying = o
+        .samples
+        .iter()
+        .filter(|s| s.minute > sc.last_expiry_min())
+        .map(|s| s.delayed)
+        .max()
+        .unwrap_or(0);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nsluice drill: reservation expiry against a rate-limited upstream"
+    );
+    let _ = writeln!(
+        s,
+        "  scenario   {} reservations held {:.0} min, made over {:.0} min; {} poison, {} undecodable",
+        sc.reservations,
+        sc.hold.as_secs_f64() / 60.0,
+        sc.arrival_window.as_secs_f64() / 60.0,
+        sc.poison,
+        sc.undecodable
+    );
+    let _ = writeln!(
+        s,
+        "  upstream   quota {}/min, {}% random 429, {}% lost replies; outage minute {os:.1} to {oe:.1}",
+        sc.quota_per_min, sc.random_429_pct, sc.lost_reply_pct
+    );
+    let _ = writeln!(
+        s,
+        "  retries    max_receive_count {}, backoff {:.0}s..{:.0}s, limiter {:.0}/min{}{}",
+        sc.max_receive_count,
+        sc.backoff_base.as_secs_f64(),
+        sc.backoff_max.as_secs_f64(),
+        sc.worker_per_min(),
+        if sc.no_idempotency_key {
+            ", NO idempotency key"
+        } else {
+            ", key expire:<id>"
+        },
+        if sc.retry_permanent_errors {
+            ", permanent errors RETRIED"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        s,
+        "  run        {:.0} scenario min in {:.1} s (time scale {}); queue {}",
+        o.ended_at, o.real_secs, sc.scale, o.queue
+    );
+    let _ = writeln!(
+        s,
+        "  upstream   {calls} calls: {n429} x 429, {n503} x 503 (outage), {lost} lost replies, {} repeats absorbed",
+        o.repeats
+    );
+    let _ = writeln!(
+        s,
+        "  queue      peak backlog {peak_backlog}, peak DLQ {peak_dlq}, peak in backoff after the last expiry {peak_retrying}; DLQ at end {}, unprocessable {}",
+        o.dlq.len(),
+        o.unprocessable.len()
+    );
+    let moved: u64 = o.operator.batches.iter().map(|b| b.moved).sum();
+    let _ = writeln!(
+        s,
+        "  operator   {} redrive batches (≤ {} each), {moved} moved, {} pauses{}",
+        o.operator.batches.len(),
+        sc.redrive_batch,
+        o.operator.pauses,
+        if o.operator.errors.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", {} errors (first: {})",
+                o.operator.errors.len(),
+                o.operator.errors[0]
+            )
+        }
+    );
+    let _ = writeln!(s);
+    for v in verdicts {
+        let _ = writeln!(
+            s,
+            "{} {}. {}: {}",
+            if v.pass { "PASS" } else { "FAIL" },
+            v.number,
+            v.name,
+            v.figure
+        );
+    }
+    let failed = verdicts.iter().filter(|v| !v.pass).count();
+    let _ = writeln!(
+        s,
+        "\n{}",
+        if failed == 0 {
+            "drill PASSED".to_owned()
+        } else {
+            format!("drill FAILED: {failed} of {} criteria", verdicts.len())
+        }
+    );
+    s
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn polyline(
+    pts: &[(f64, f64)],
+    color: &str,
+    x: impl Fn(f64) -> f64,
+    y: impl Fn(f64) -> f64,
+) -> String {
+    let mut d = String::new();
+    for (a, b) in pts {
+        let _ = write!(d, "{:.1},{:.1} ", x(*a), y(*b));
+    }
+    format!(r#"<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{d}"/>"#)
+}
+
+fn nice_max(v: f64) -> f64 {
+    if v <= 1.0 {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    for m in [1.0, 2.0, 5.0, 10.0] {
+        if v <= m * p {
+            return m * p;
+        }
+    }
+    10.0 * p
+}
+
+/// The timeline chart: SVG, or an HTML page holding it and the summary's verdicts.
+pub fn chart(o: &Observed, html: bool) -> String {
+    let sc = &o.scenario;
+    let (w, h) = (900.0, 560.0);
+    let (left, right) = (70.0, 880.0);
+    let panels = [(50.0, 270.0), (320.0, 520.0)];
+    let t_max = o.ended_at.max(1.0).ceil();
+    let x = |m: f64| left + (right - left) * m / t_max;
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = write!(svg, r##"<rect width="{w}" height="{h}" fill="#fff"/>"##);
+    let _ = write!(
+        svg,
+        r#"<text x="{left}" y="24" font-size="15" font-weight="bold">sluice drill — {} reservations, quota {}/min, outage {:.0} min (scenario minutes)</text>"#,
+        sc.reservations,
+        sc.quota_per_min,
+        sc.outage.as_secs_f64() / 60.0
+    );
+    let (os, oe) = sc.outage_min();
+    // Calls and 429s per minute.
+    let n = t_max as usize + 1;
+    let mut per_min = vec![0f64; n];
+    let mut per_min_429 = vec![0f64; n];
+    for (m, k) in &o.calls {
+        let i = (m.max(0.0) as usize).min(n - 1);
+        per_min[i] += 1.0;
+        if k.is_429() {
+            per_min_429[i] += 1.0;
+        }
+    }
+    let series_top: Vec<Series> = vec![
+        (
+            "backlog (visible)",
+            "#1f77b4",
+            o.samples
+                .iter()
+                .map(|s| (s.minute, s.visible as f64))
+                .collect(),
+        ),
+        (
+            "in flight",
+            "#2ca02c",
+            o.samples
+                .iter()
+                .map(|s| (s.minute, s.in_flight as f64))
+                .collect(),
+        ),
+        (
+            "DLQ depth",
+            "#d62728",
+            o.samples.iter().map(|s| (s.minute, s.dlq as f64)).collect(),
+        ),
+    ];
+    let series_bottom: Vec<Series> = vec![
+        (
+            "upstream calls / min",
+            "#9467bd",
+            per_min
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i as f64 + 0.5, *v))
+                .collect(),
+        ),
+        (
+            "429s / min",
+            "#ff7f0e",
+            per_min_429
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i as f64 + 0.5, *v))
+                .collect(),
+        ),
+    ];
+    for (pi, ((top, bottom), series)) in panels.iter().zip([series_top, series_bottom]).enumerate()
+    {
+        let vmax = nice_max(series.iter().flat_map(|s| s.2.iter().map(|p| p.1)).fold(
+            if pi == 1 {
+                f64::from(sc.quota_per_min)
+            } else {
+                1.0
+            },
+            f64::max,
+        ));
+        let y = |v: f64| bottom - (bottom - top) * v / vmax;
+        let _ = write!(
+            svg,
+            r##"<rect x="{:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#999" fill-opacity="0.18"/>"##,
+            x(os),
+            (x(oe) - x(os)).max(1.0),
+            bottom - top
+        );
+        if pi == 0 {
+            let _ = write!(
+                svg,
+                r##"<text x="{:.1}" y="{:.1}" fill="#555">outage</text>"##,
+                x(os) + 3.0,
+                top + 14.0
+            );
+        }
+        for k in 0..=4 {
+            let v = vmax * f64::from(k) / 4.0;
+            let _ = write!(
+                svg,
+                r##"<line x1="{left}" x2="{right}" y1="{0:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{1}" y="{2:.1}" text-anchor="end">{3}</text>"##,
+                y(v),
+                left - 6.0,
+                y(v) + 4.0,
+                v.round()
+            );
+        }
+        if pi == 1 {
+            let q = f64::from(sc.quota_per_min);
+            let _ = write!(
+                svg,
+                r##"<line x1="{left}" x2="{right}" y1="{0:.1}" y2="{0:.1}" stroke="#000" stroke-dasharray="5,4"/><text x="{right}" y="{1:.1}" text-anchor="end">quota {q}/min</text>"##,
+                y(q),
+                y(q) - 4.0
+            );
+        }
+        for (i, (name, color, pts)) in series.iter().enumerate() {
+            svg.push_str(&polyline(pts, color, x, y));
+            let lx = left + 10.0 + 170.0 * i as f64;
+            let _ = write!(
+                svg,
+                r#"<rect x="{lx}" y="{:.1}" width="12" height="4" fill="{color}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+                top - 10.0,
+                lx + 16.0,
+                top - 5.0,
+                esc(name)
+            );
+        }
+        if pi == 1 {
+            for b in &o.operator.batches {
+                let _ = write!(
+                    svg,
+                    r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="5" fill="#17becf"/>"##,
+                    x(b.start_min),
+                    bottom - 5.0,
+                    (x(b.end_min) - x(b.start_min)).max(1.0)
+                );
+            }
+            let _ = write!(
+                svg,
+                r##"<text x="{right}" y="{:.1}" text-anchor="end" fill="#17becf">redrive batches</text>"##,
+                bottom - 8.0
+            );
+        }
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="#333"/>"##
+        );
+    }
+    let step = nice_max(t_max / 10.0);
+    let mut m = 0.0;
+    while m <= t_max {
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="538" text-anchor="middle">{m}</text>"#,
+            x(m)
+        );
+        m += step;
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="{:.1}" y="555" text-anchor="middle">scenario minute</text></svg>"#,
+        (left + right) / 2.0
+    );
+    if !html {
+        return svg;
+    }
+    let verdicts = super::criteria::judge(o);
+    let mut page = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>sluice drill</title></head><body>",
+    );
+    page.push_str(&svg);
+    page.push_str("<pre>");
+    page.push_str(&esc(&summary(o, &verdicts)));
+    page.push_str("</pre></body></html>\n");
+    page
+}

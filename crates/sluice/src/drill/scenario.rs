@@ -1,0 +1,230 @@
+//! The scenario's numbers and its clock.
+//!
+//! Every duration and rate is given in *scenario* time (what a real enrollment system would
+//! see) and compressed by `--time-scale N`: a scenario minute lasts `60 / N` real seconds and
+//! a quota of `q` calls per scenario minute becomes `q * N / 60` calls per real second. All
+//! verdicts are computed in scenario time, so they do not depend on N.
+
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+
+use super::DrillArgs;
+
+/// Parses `10s`, `500ms`, `2m`, `1h` or a bare number of seconds (scenario time).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 10s, 500ms, 2m or 1h"))?;
+    let unit_secs = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    let secs = value * unit_secs;
+    if !secs.is_finite() || !(0.0..=7.0 * 86_400.0).contains(&secs) {
+        return Err(format!("{s:?} is out of range (0 to 7 days)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The scenario clock: maps real instants to scenario minutes and scenario durations to real
+/// ones.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    /// When the scenario started.
+    pub start: Instant,
+    /// Scenario seconds per real second.
+    pub scale: f64,
+}
+
+impl Clock {
+    /// A clock starting now.
+    pub fn new(scale: f64) -> Self {
+        Clock {
+            start: Instant::now(),
+            scale,
+        }
+    }
+
+    /// Real time of a scenario duration.
+    pub fn real(&self, scenario: Duration) -> Duration {
+        Duration::from_secs_f64(scenario.as_secs_f64() / self.scale)
+    }
+
+    /// Scenario minutes elapsed at `t`.
+    pub fn minutes_at(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.start).as_secs_f64() * self.scale / 60.0
+    }
+
+    /// Scenario minutes elapsed now.
+    pub fn now_minutes(&self) -> f64 {
+        self.minutes_at(Instant::now())
+    }
+
+    /// The real instant of scenario minute `m`.
+    pub fn instant_of(&self, minutes: f64) -> Instant {
+        self.start + Duration::from_secs_f64((minutes * 60.0 / self.scale).max(0.0))
+    }
+}
+
+/// The validated scenario (scenario units).
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Valid reservations.
+    pub reservations: u32,
+    /// Poison messages (malformed reservation ids).
+    pub poison: u32,
+    /// Raw bodies that are not a task envelope.
+    pub undecodable: u32,
+    /// How long a seat is held.
+    pub hold: Duration,
+    /// Reservations are made evenly over this window.
+    pub arrival_window: Duration,
+    /// Upstream calls allowed per scenario minute.
+    pub quota_per_min: u32,
+    /// Share of calls the upstream refuses at random with 429, in percent.
+    pub random_429_pct: f64,
+    /// Share of releases whose reply is lost (applied, then 502), in percent.
+    pub lost_reply_pct: f64,
+    /// When the outage starts (from the scenario start).
+    pub outage_at: Duration,
+    /// How long the upstream is down.
+    pub outage: Duration,
+    /// The retry budget: the queue's max_receive_count.
+    pub max_receive_count: u32,
+    /// Broker backoff after a transient failure.
+    pub backoff_base: Duration,
+    /// Cap of that backoff.
+    pub backoff_max: Duration,
+    /// Lease length.
+    pub visibility: Duration,
+    /// Share of the quota the workers' rate limiter uses.
+    pub worker_share: f64,
+    /// Messages per redrive job.
+    pub redrive_batch: u64,
+    /// Redrive rate, messages per scenario minute.
+    pub redrive_per_min: u32,
+    /// The operator pauses the redrive when the 429 share of the last minute passes this.
+    pub redrive_stop_429_pct: f64,
+    /// Scenario seconds per real second.
+    pub scale: f64,
+    /// Seed of the random 429s and of the arrival jitter.
+    pub seed: u64,
+    /// Misconfiguration: no idempotency key on releases.
+    pub no_idempotency_key: bool,
+    /// Misconfiguration: permanent errors (malformed ids) are retried like transient ones.
+    pub retry_permanent_errors: bool,
+}
+
+impl Scenario {
+    /// Validates the flags.
+    pub fn from_args(a: &DrillArgs) -> anyhow::Result<Self> {
+        if !(a.time_scale.is_finite() && a.time_scale > 0.0 && a.time_scale <= 10_000.0) {
+            bail!("--time-scale must be above 0 and at most 10000");
+        }
+        if a.quota == 0 {
+            bail!("--quota must be at least 1 call per minute");
+        }
+        if !(0.0..=50.0).contains(&a.random_429) || !(0.0..=50.0).contains(&a.lost_replies) {
+            bail!("--random-429 and --lost-replies are percentages from 0 to 50");
+        }
+        if !(a.worker_share > 0.0 && a.worker_share <= 2.0) {
+            bail!("--worker-share must be above 0 and at most 2");
+        }
+        if a.max_receive_count > 1000 {
+            bail!("--max-receive-count must be 0 (unlimited) to 1000");
+        }
+        if a.reservations == 0 {
+            bail!("--reservations must be at least 1");
+        }
+        let outage_at = a
+            .outage_at
+            .unwrap_or(a.hold + a.arrival_window.mul_f64(0.5));
+        Ok(Scenario {
+            reservations: a.reservations,
+            poison: a.poison,
+            undecodable: a.undecodable,
+            hold: a.hold,
+            arrival_window: a.arrival_window,
+            quota_per_min: a.quota,
+            random_429_pct: a.random_429,
+            lost_reply_pct: a.lost_replies,
+            outage_at,
+            outage: a.outage,
+            max_receive_count: a.max_receive_count,
+            backoff_base: a.backoff_base,
+            backoff_max: a.backoff_max,
+            visibility: a.visibility,
+            worker_share: a.worker_share,
+            redrive_batch: a.redrive_batch.max(1),
+            redrive_per_min: a.redrive_rate.max(1),
+            redrive_stop_429_pct: a.redrive_stop_429,
+            scale: a.time_scale,
+            seed: a.seed,
+            no_idempotency_key: a.no_idempotency_key,
+            retry_permanent_errors: a.retry_permanent_errors,
+        })
+    }
+
+    /// Worker calls per scenario minute.
+    pub fn worker_per_min(&self) -> f64 {
+        f64::from(self.quota_per_min) * self.worker_share
+    }
+
+    /// Scenario minutes of the last expiry.
+    pub fn last_expiry_min(&self) -> f64 {
+        (self.hold + self.arrival_window).as_secs_f64() / 60.0
+    }
+
+    /// Outage start and end, scenario minutes.
+    pub fn outage_min(&self) -> (f64, f64) {
+        let s = self.outage_at.as_secs_f64() / 60.0;
+        (s, s + self.outage.as_secs_f64() / 60.0)
+    }
+
+    /// The scenario minutes the whole drill is expected to take: every release at the
+    /// workers' rate after the first expiry, plus the outage, or the last expiry if later.
+    pub fn expected_minutes(&self) -> f64 {
+        let work = f64::from(self.reservations) / self.worker_per_min().max(0.001);
+        let first = self.hold.as_secs_f64() / 60.0;
+        (first + work + self.outage.as_secs_f64() / 60.0).max(self.last_expiry_min())
+    }
+
+    /// Real calls per second the workers' limiter allows.
+    pub fn worker_rate_real(&self) -> f64 {
+        self.worker_per_min() * self.scale / 60.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("20m"), Ok(Duration::from_secs(1200)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3 weeks").is_err());
+    }
+
+    #[test]
+    fn clock_scales() {
+        let c = Clock::new(60.0);
+        assert_eq!(c.real(Duration::from_secs(60)), Duration::from_secs(1));
+        let t = c.instant_of(2.0);
+        assert!((c.minutes_at(t) - 2.0).abs() < 1e-6);
+    }
+}
