@@ -1,0 +1,267 @@
+//! The load driver shared by every system: producers, consumers, budget, histograms.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hdrhistogram::Histogram;
+use tokio::time::Instant;
+
+/// Size of every message body.
+pub const BODY_BYTES: usize = 1024;
+/// Largest latency the histograms hold (µs).
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+/// Sends batches of bodies and returns once the server confirmed them durable.
+pub trait Producer: Send + 'static {
+    /// Sends `bodies` (1 – B of them) in one batch and waits for the durable confirmation.
+    fn send(&mut self, bodies: Vec<Vec<u8>>) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// Receives up to `max` messages (waiting a bounded time) and acknowledges them.
+pub trait Consumer: Send + 'static {
+    /// Receives up to `max` bodies, waiting at most a few hundred ms; empty when none came.
+    fn receive(&mut self, max: usize) -> impl Future<Output = anyhow::Result<Vec<Vec<u8>>>> + Send;
+    /// Acknowledges everything the last `receive` returned.
+    fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// One system under test: opens producer and consumer connections.
+pub trait System: Send + Sync + 'static {
+    /// Producer connection type.
+    type P: Producer;
+    /// Consumer connection type.
+    type C: Consumer;
+    /// Opens a producer.
+    fn producer(&self) -> impl Future<Output = anyhow::Result<Self::P>> + Send;
+    /// Opens a consumer.
+    fn consumer(&self) -> impl Future<Output = anyhow::Result<Self::C>> + Send;
+}
+
+/// What one phase of load measured.
+pub struct PhaseResult {
+    /// Messages acked (counted) in the phase.
+    pub acked: u64,
+    /// From the first send to the ack that completed the count.
+    pub elapsed: Duration,
+    /// Send started → delivered to a consumer, µs.
+    pub e2e_us: Histogram<u64>,
+    /// Failed operations.
+    pub errors: u64,
+    /// Whether the phase hit its time limit.
+    pub timed_out: bool,
+    /// The first error seen, for the report.
+    pub first_error: Option<String>,
+}
+
+struct Shared {
+    epoch: Instant,
+    budget: AtomicI64,
+    seq: AtomicU64,
+    target: u64,
+    acked: AtomicU64,
+    done_us: AtomicU64,
+    errors: AtomicU64,
+    stop: AtomicBool,
+    first_error: std::sync::Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn error(&self, e: &anyhow::Error) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut first) = self.first_error.lock()
+            && first.is_none()
+        {
+            *first = Some(format!("{e:#}"));
+        }
+    }
+}
+
+/// A 1 KiB JSON body carrying the send time (µs after the phase epoch) and a unique number.
+pub fn body(t_us: u64, n: u64) -> Vec<u8> {
+    let head = format!("{{\"t\":\"{t_us:020}\",\"n\":{n},\"p\":\"");
+    let mut b = Vec::with_capacity(BODY_BYTES);
+    b.extend_from_slice(head.as_bytes());
+    b.resize(BODY_BYTES - 2, b'x');
+    b.extend_from_slice(b"\"}");
+    b
+}
+
+/// Reads the send time back out of a body made by [`body`].
+pub fn stamp(b: &[u8]) -> Option<u64> {
+    let pos = b.windows(5).position(|w| w == b"\"t\":\"")? + 5;
+    let digits = b.get(pos..pos + 20)?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+fn new_histogram() -> anyhow::Result<Histogram<u64>> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).context("creating a histogram")
+}
+
+/// Runs one phase: `count` messages sent by the producers in batches of `batch` and acked
+/// by the consumers; stops at `limit` whatever happened. Producers and consumers are handed
+/// back for the next phase (those of a timed-out phase are dropped).
+pub async fn phase<P: Producer, C: Consumer>(
+    producers: Vec<P>,
+    consumers: Vec<C>,
+    count: u64,
+    batch: usize,
+    limit: Duration,
+) -> anyhow::Result<(PhaseResult, Vec<P>, Vec<C>)> {
+    let shared = Arc::new(Shared {
+        epoch: Instant::now(),
+        budget: AtomicI64::new(i64::try_from(count).unwrap_or(i64::MAX)),
+        seq: AtomicU64::new(0),
+        target: count,
+        acked: AtomicU64::new(0),
+        done_us: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        first_error: std::sync::Mutex::new(None),
+    });
+    let deadline = shared.epoch + limit;
+    let mut ptasks = Vec::new();
+    for mut p in producers {
+        let s = shared.clone();
+        ptasks.push(tokio::spawn(async move {
+            while !s.stop.load(Ordering::Relaxed) {
+                let want = i64::try_from(batch).unwrap_or(1);
+                let prev = s.budget.fetch_sub(want, Ordering::Relaxed);
+                if prev <= 0 {
+                    break;
+                }
+                let n = prev.min(want);
+                let t = s.now_us();
+                let bodies = (0..n)
+                    .map(|_| body(t, s.seq.fetch_add(1, Ordering::Relaxed)))
+                    .collect();
+                if let Err(e) = p.send(bodies).await {
+                    // Not confirmed: give the messages back to the budget and retry.
+                    s.error(&e);
+                    s.budget.fetch_add(n, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            p
+        }));
+    }
+    let mut ctasks = Vec::new();
+    for mut c in consumers {
+        let s = shared.clone();
+        ctasks.push(tokio::spawn(async move {
+            let mut hist = new_histogram()?;
+            while !s.stop.load(Ordering::Relaxed) && s.acked.load(Ordering::Relaxed) < s.target {
+                let got = match c.receive(batch).await {
+                    Ok(g) => g,
+                    Err(e) => {
+                        s.error(&e);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                if got.is_empty() {
+                    continue;
+                }
+                let now = s.now_us();
+                for b in &got {
+                    if let Some(t) = stamp(b) {
+                        hist.saturating_record(now.saturating_sub(t).max(1));
+                    }
+                }
+                match c.ack().await {
+                    Ok(()) => {
+                        let k = got.len() as u64;
+                        let before = s.acked.fetch_add(k, Ordering::Relaxed);
+                        if before < s.target && before + k >= s.target {
+                            s.done_us.store(s.now_us(), Ordering::Relaxed);
+                        }
+                    }
+                    Err(e) => s.error(&e),
+                }
+            }
+            anyhow::Ok((c, hist))
+        }));
+    }
+    // Wait for the consumers to count everything, or the limit.
+    let mut timed_out = false;
+    loop {
+        if shared.acked.load(Ordering::Relaxed) >= count {
+            break;
+        }
+        if Instant::now() >= deadline {
+            timed_out = true;
+            break;
+        }
+        // Every operation failing: give up early rather than wait out the limit.
+        if shared.acked.load(Ordering::Relaxed) == 0 && shared.errors.load(Ordering::Relaxed) >= 100
+        {
+            timed_out = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    let mut e2e = new_histogram()?;
+    let mut ps = Vec::new();
+    let mut cs = Vec::new();
+    // Tasks finish within one receive wait; past a grace period they are abandoned.
+    let grace = Instant::now() + Duration::from_secs(5);
+    for t in ptasks {
+        match tokio::time::timeout_at(grace, t).await {
+            Ok(Ok(p)) => ps.push(p),
+            Ok(Err(e)) => anyhow::bail!("a producer panicked: {e}"),
+            Err(_) => timed_out = true,
+        }
+    }
+    for t in ctasks {
+        match tokio::time::timeout_at(grace, t).await {
+            Ok(Ok(r)) => {
+                let (c, h) = r?;
+                e2e.add(&h).context("merging histograms")?;
+                cs.push(c);
+            }
+            Ok(Err(e)) => anyhow::bail!("a consumer panicked: {e}"),
+            Err(_) => timed_out = true,
+        }
+    }
+    let done_us = shared.done_us.load(Ordering::Relaxed);
+    let elapsed = if done_us > 0 {
+        Duration::from_micros(done_us)
+    } else {
+        shared.epoch.elapsed()
+    };
+    let first_error = shared.first_error.lock().ok().and_then(|g| g.clone());
+    Ok((
+        PhaseResult {
+            acked: shared.acked.load(Ordering::Relaxed).min(count),
+            elapsed,
+            e2e_us: e2e,
+            errors: shared.errors.load(Ordering::Relaxed),
+            timed_out,
+            first_error,
+        },
+        ps,
+        cs,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_1kib_json_and_carry_their_stamp() {
+        let b = body(123_456, 7);
+        assert_eq!(b.len(), BODY_BYTES);
+        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v["n"], 7);
+        assert_eq!(v["t"], "00000000000000123456");
+        assert_eq!(stamp(&b), Some(123_456));
+    }
+}

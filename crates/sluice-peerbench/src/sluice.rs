@@ -1,0 +1,198 @@
+//! Sluice over its HTTP API (`sluice_core::wire` types), embedded engine.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use serde_json::value::RawValue;
+use sluice_core::wire::{
+    AckBatchResponse, AckRequest, QueueConfigRequest, ReceiveRequest, ReceiveResponse, SendMessage,
+    SendRequest,
+};
+
+use crate::load::{Consumer, Producer, System};
+
+const QUEUE: &str = "peerbench";
+
+/// A running broker.
+pub struct Sluice {
+    client: reqwest::Client,
+    base: String,
+}
+
+impl Sluice {
+    /// Checks the broker answers, creates the queue and purges it.
+    pub async fn connect(base: &str) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .pool_max_idle_per_host(64)
+            .build()
+            .context("building the HTTP client")?;
+        let base = base.trim_end_matches('/').to_owned();
+        client
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .with_context(|| format!("Sluice is not answering at {base}"))?;
+        let q = format!("{base}/v1/queues/{QUEUE}");
+        client
+            .put(&q)
+            .json(&QueueConfigRequest::default())
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .context("creating the Sluice queue")?;
+        client
+            .post(format!("{q}/purge"))
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .context("purging the Sluice queue")?;
+        Ok(Sluice { client, base })
+    }
+
+    fn url(&self, tail: &str) -> String {
+        format!("{}/v1/queues/{QUEUE}/{tail}", self.base)
+    }
+}
+
+/// Producer and consumer share a pooled client.
+pub struct SluiceConn {
+    client: reqwest::Client,
+    send_url: String,
+    receive_url: String,
+    ack_url: String,
+    receipts: Vec<String>,
+}
+
+impl System for Sluice {
+    type P = SluiceConn;
+    type C = SluiceConn;
+
+    async fn producer(&self) -> anyhow::Result<SluiceConn> {
+        Ok(self.conn())
+    }
+
+    async fn consumer(&self) -> anyhow::Result<SluiceConn> {
+        Ok(self.conn())
+    }
+}
+
+impl Sluice {
+    fn conn(&self) -> SluiceConn {
+        SluiceConn {
+            client: self.client.clone(),
+            send_url: self.url("messages"),
+            receive_url: self.url("receive"),
+            ack_url: self.url("ack"),
+            receipts: Vec::new(),
+        }
+    }
+}
+
+fn raw(b: Vec<u8>) -> anyhow::Result<Box<RawValue>> {
+    let s = String::from_utf8(b).context("body is not UTF-8")?;
+    RawValue::from_string(s).context("body is not JSON")
+}
+
+async fn ok(resp: reqwest::Response, what: &str) -> anyhow::Result<reqwest::Response> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let text = resp.text().await.unwrap_or_default();
+    bail!("{what}: {status} {text}")
+}
+
+impl Producer for SluiceConn {
+    async fn send(&mut self, bodies: Vec<Vec<u8>>) -> anyhow::Result<()> {
+        let req = if bodies.len() == 1 {
+            let mut bodies = bodies;
+            let b = bodies.pop().context("no body")?;
+            SendRequest {
+                body: Some(raw(b)?),
+                body_base64: None,
+                attributes: None,
+                delay_ms: None,
+                dedup_id: None,
+                messages: None,
+            }
+        } else {
+            let messages = bodies
+                .into_iter()
+                .map(|b| {
+                    Ok(SendMessage {
+                        body: Some(raw(b)?),
+                        body_base64: None,
+                        attributes: None,
+                        delay_ms: None,
+                        dedup_id: None,
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            SendRequest {
+                body: None,
+                body_base64: None,
+                attributes: None,
+                delay_ms: None,
+                dedup_id: None,
+                messages: Some(messages),
+            }
+        };
+        let resp = self.client.post(&self.send_url).json(&req).send().await?;
+        ok(resp, "send").await?;
+        Ok(())
+    }
+}
+
+impl Consumer for SluiceConn {
+    async fn receive(&mut self, max: usize) -> anyhow::Result<Vec<Vec<u8>>> {
+        let req = ReceiveRequest {
+            max: Some(u32::try_from(max).unwrap_or(1000)),
+            wait_ms: Some(200),
+            visibility_timeout_ms: None,
+            consumer: None,
+        };
+        let resp = self
+            .client
+            .post(&self.receive_url)
+            .json(&req)
+            .send()
+            .await?;
+        let got: ReceiveResponse = ok(resp, "receive").await?.json().await?;
+        let mut bodies = Vec::with_capacity(got.messages.len());
+        self.receipts.clear();
+        for m in got.messages {
+            bodies.push(
+                m.body
+                    .map(|b| b.get().as_bytes().to_vec())
+                    .unwrap_or_default(),
+            );
+            self.receipts.push(m.receipt);
+        }
+        Ok(bodies)
+    }
+
+    async fn ack(&mut self) -> anyhow::Result<()> {
+        let receipts = std::mem::take(&mut self.receipts);
+        if receipts.len() == 1 {
+            let req = AckRequest {
+                receipt: receipts.into_iter().next(),
+                ..AckRequest::default()
+            };
+            let resp = self.client.post(&self.ack_url).json(&req).send().await?;
+            ok(resp, "ack").await?;
+            return Ok(());
+        }
+        let req = AckRequest {
+            receipts: Some(receipts),
+            ..AckRequest::default()
+        };
+        let resp = self.client.post(&self.ack_url).json(&req).send().await?;
+        let r: AckBatchResponse = ok(resp, "ack").await?.json().await?;
+        if let Some(e) = r.results.into_iter().find_map(|o| o.error) {
+            bail!("ack: {}", e.code);
+        }
+        Ok(())
+    }
+}
