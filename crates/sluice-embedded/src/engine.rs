@@ -1131,13 +1131,8 @@ impl Store for EmbeddedStore {
                 ))
             })
             .await?;
-        if outcome.state == Some(MessageState::Visible) {
-            // Make it receivable at once and wake a waiting consumer.
-            let mut core = self.inner.lock();
-            if let Ok(qid) = core.qid(queue) {
-                core.state.promote(qid, self.inner.now());
-            }
-        }
+        // A waiting consumer wakes and its receive makes the message visible (every call
+        // brings its queue up to now first).
         notify.notify_waiters();
         Ok(outcome)
     }
@@ -1260,12 +1255,6 @@ impl Store for EmbeddedStore {
                 Ok((vec![Record::Update(u)], notify))
             })
             .await?;
-        {
-            let mut core = self.inner.lock();
-            if let Ok(qid) = core.qid(queue) {
-                core.state.promote(qid, self.inner.now());
-            }
-        }
         notify.notify_waiters();
         Ok(())
     }
@@ -1460,7 +1449,6 @@ impl Store for EmbeddedStore {
             }
             None => 0,
         };
-        let completed = core.state.done.values().filter(|d| d.qid == qid).count() as u64;
         let q = &core.state.queues[&qid];
         Ok(QueueStats {
             visible: q.ready.len() as u64,
@@ -1470,7 +1458,7 @@ impl Store for EmbeddedStore {
             oldest_visible_age: q.ready.first().map_or(Duration::ZERO, |(at, _)| {
                 Timestamp(now).since(Timestamp(*at))
             }),
-            completed,
+            completed: q.completed,
             totals: q.totals,
         })
     }

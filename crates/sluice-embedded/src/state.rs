@@ -169,6 +169,8 @@ pub(crate) struct QueueState {
     pub config: QueueConfig,
     pub created_at: Timestamp,
     pub totals: Totals,
+    /// Completed records of this queue kept in `State::done`.
+    pub completed: u64,
     pub delayed: BTreeSet<(i64, u64)>,
     pub ready: BTreeSet<(i64, u64)>,
     pub leased: BTreeSet<(i64, u64)>,
@@ -190,6 +192,7 @@ impl QueueState {
             config: q.config.clone(),
             created_at: q.created_at,
             totals: Totals::default(),
+            completed: 0,
             delayed: BTreeSet::new(),
             ready: BTreeSet::new(),
             leased: BTreeSet::new(),
@@ -313,7 +316,15 @@ impl State {
                 }
             }
         }
-        self.done.retain(|_, d| d.qid != qid);
+        let gone: Vec<u64> = self
+            .done
+            .iter()
+            .filter(|(_, d)| d.qid == qid)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.forget_done(id);
+        }
     }
 
     /// Draws a fresh message id: time-ordered (milliseconds in the high bits) so ids stay
@@ -480,8 +491,8 @@ impl State {
                         {
                             t.expired += 1;
                         }
-                    } else if let Some(d) = self.done.remove(id) {
-                        sub_live(&mut self.live, d.loc, d.len);
+                    } else {
+                        self.forget_done(*id);
                     }
                 }
             }
@@ -606,7 +617,8 @@ impl State {
             t.acked += 1;
         }
         if a.keep_until > a.at && self.queues.contains_key(&a.qid) {
-            if let Some(old) = self.done.insert(
+            self.forget_done(a.id);
+            self.done.insert(
                 a.id,
                 Done {
                     qid: a.qid,
@@ -618,8 +630,9 @@ impl State {
                     has_result,
                     cancelled: a.cancelled,
                 },
-            ) {
-                sub_live(&mut self.live, old.loc, old.len);
+            );
+            if let Some(q) = self.queues.get_mut(&a.qid) {
+                q.completed += 1;
             }
             *self.live.entry(loc.seg).or_default() += u64::from(len);
             self.done_order.push_back((a.keep_until, a.id));
@@ -691,12 +704,20 @@ impl State {
                 break;
             }
             self.done_order.pop_front();
-            if self.done.get(&id).is_some_and(|d| d.keep_until == until)
-                && let Some(d) = self.done.remove(&id)
-            {
-                sub_live(&mut self.live, d.loc, d.len);
+            if self.done.get(&id).is_some_and(|d| d.keep_until == until) {
+                self.forget_done(id);
             }
         }
+    }
+
+    /// Forgets one completed record, with its share of live bytes and its queue's count.
+    fn forget_done(&mut self, id: u64) -> Option<Done> {
+        let d = self.done.remove(&id)?;
+        sub_live(&mut self.live, d.loc, d.len);
+        if let Some(q) = self.queues.get_mut(&d.qid) {
+            q.completed = q.completed.saturating_sub(1);
+        }
+        Some(d)
     }
 }
 

@@ -166,3 +166,40 @@ pub async fn ensure_envelope(resp: Response) -> Response {
     drop(resp.into_body());
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SPEC §8/§10: storage trouble is a 503 with `Retry-After`, in the envelope, and a full
+    /// queue a 429 likewise; clients back off instead of failing.
+    #[test]
+    fn retryable_store_errors_carry_retry_after() {
+        let full = StoreError::QueueFull {
+            queue: "q".into(),
+            max_depth: 1,
+            retry_after: Duration::from_millis(2500),
+        };
+        for (err, status, secs) in [
+            (
+                StoreError::unavailable("fsync failed: No space left on device"),
+                503,
+                "1",
+            ),
+            (full, 429, "3"),
+        ] {
+            let resp = ApiError::from(err).into_response();
+            assert_eq!(resp.status().as_u16(), status);
+            assert_eq!(resp.headers()[header::RETRY_AFTER], secs);
+            assert!(
+                resp.headers()[header::CONTENT_TYPE]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("application/json")
+            );
+        }
+        let resp = ApiError::from(StoreError::ReceiptStale).into_response();
+        assert_eq!(resp.status().as_u16(), 409);
+        assert!(resp.headers().get(header::RETRY_AFTER).is_none());
+    }
+}

@@ -169,6 +169,7 @@ pub async fn nack(
         consumer: req.consumer,
     };
     let out = st.store.nack(&q, receipt, delay, failure).await?;
+    st.metrics.settled(receipt.id);
     Ok(Json(FailureResponse::from(&out)))
 }
 
@@ -195,6 +196,7 @@ pub async fn reject(
         consumer: req.consumer,
     };
     let dlq = st.store.reject(&q, receipt, failure).await?;
+    st.metrics.settled(receipt.id);
     Ok(Json(FailureResponse {
         state: FailureState::DeadLettered,
         queue: dlq.to_string(),
@@ -255,6 +257,7 @@ pub async fn move_message(
         consumer: req.consumer,
     };
     st.store.move_message(&q, receipt, &to, failure).await?;
+    st.metrics.settled(receipt.id);
     Ok(Json(FailureResponse {
         state: FailureState::Visible,
         queue: to.to_string(),
