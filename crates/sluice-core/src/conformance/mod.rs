@@ -53,10 +53,20 @@ pub trait Harness: Send + Sync + 'static {
 /// async fn harness() -> Embedded { Embedded { dir: tempfile::tempdir().unwrap() } }
 /// sluice_core::conformance_suite!(harness);
 /// ```
+///
+/// An engine that needs an outside service (a database) passes a guard, an
+/// `async fn() -> bool` run before each case: `false` skips the case (the guard says why).
+///
+/// ```ignore
+/// sluice_core::conformance_suite!(harness, if = database_reachable);
+/// ```
 #[macro_export]
 macro_rules! conformance_suite {
     ($harness:path $(,)?) => {
         $crate::__sluice_conformance_cases!(tests $harness);
+    };
+    ($harness:path, if = $guard:path $(,)?) => {
+        $crate::__sluice_conformance_cases!(guarded $guard, $harness);
     };
 }
 
@@ -143,7 +153,8 @@ macro_rules! __sluice_conformance_cases {
     };
 }
 
-/// Expands the case list in one of its modes: `tests <harness>`, `names` or `refs`.
+/// Expands the case list in one of its modes: `tests <harness>`, `guarded <guard>, <harness>`,
+/// `names` or `refs`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __sluice_conformance_expand {
@@ -151,6 +162,18 @@ macro_rules! __sluice_conformance_expand {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
+                let harness = $harness().await;
+                $crate::conformance::cases::$case(&harness).await;
+            }
+        )*
+    };
+    (guarded $guard:path, $harness:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                if !$guard().await {
+                    return;
+                }
                 let harness = $harness().await;
                 $crate::conformance::cases::$case(&harness).await;
             }

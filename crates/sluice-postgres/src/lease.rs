@@ -1,0 +1,614 @@
+//! Deliveries: receive (with long poll and global limits), ack, and the receipt-checked
+//! changes (nack, reject, move, release, extend, progress), plus cancel.
+
+use std::time::Duration;
+
+use sluice_core::config::limits;
+use sluice_core::lifecycle::{self, AfterFailure};
+use sluice_core::message::clip_error;
+use sluice_core::rate::SlidingWindow;
+use sluice_core::store::{LeaseState, validate_receive, validate_visibility};
+use sluice_core::{
+    AckRequest, Attempt, AttemptOutcome, Attributes, Body, DeadLetterReason, Delivery, Failure,
+    Message, MessageId, MessageState, NackOutcome, Progress, QueueConfig, QueueName, Receipt,
+    ReceiveRequest, StoreError, Timestamp,
+};
+use tokio_postgres::GenericClient;
+use tokio_postgres::types::Json;
+
+use crate::counters::{Counter, Counts};
+use crate::error::{corrupt, db};
+use crate::row::{ROW_COLS, Row, WAITING, kind_code, kind_of, write_back};
+use crate::settle::{Effects, dead_letter, end_cancelled, settle};
+use crate::store::Inner;
+use crate::wake::FALLBACK_POLL;
+
+enum Attempted {
+    Got(Vec<Delivery>),
+    Empty { next_wake: Option<i64> },
+}
+
+/// Leases up to `req.max` messages, waiting up to `req.wait` for the first.
+pub(crate) async fn receive(
+    inner: &Inner,
+    queue: &QueueName,
+    req: ReceiveRequest,
+) -> Result<Vec<Delivery>, StoreError> {
+    validate_receive(&req)?;
+    let until = tokio::time::Instant::now() + req.wait;
+    let notify = inner.wakers.of(queue.as_str());
+    loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        match try_receive(inner, queue, &req).await? {
+            Attempted::Got(out) => return Ok(out),
+            Attempted::Empty { next_wake } => {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    return Ok(Vec::new());
+                }
+                let mut nap = left.min(FALLBACK_POLL);
+                if let Some(at) = next_wake {
+                    let wait = u64::try_from(at - inner.now()).unwrap_or(0).max(1);
+                    nap = nap.min(Duration::from_millis(wait));
+                }
+                tokio::select! {
+                    () = &mut notified => {}
+                    () = tokio::time::sleep(nap) => {}
+                }
+            }
+        }
+    }
+}
+
+async fn try_receive(
+    inner: &Inner,
+    queue: &QueueName,
+    req: &ReceiveRequest,
+) -> Result<Attempted, StoreError> {
+    let q = queue.as_str();
+    let mut conn = inner.conn().await?;
+    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
+    let mut cfg = crate::queues::config(&tx, q, false).await?;
+    if cfg.rate_limit.is_some() || cfg.max_in_flight.is_some() {
+        // Global limits: receives of this queue take turns on its row, on every node.
+        cfg = crate::queues::config(&tx, q, true).await?;
+    }
+    let now = inner.now();
+    let mut fx = Effects::default();
+    settle(&tx, q, &cfg, now, &mut fx).await?;
+    let outcome = lease(&tx, q, &cfg, req, now, &mut fx).await?;
+    fx.write(&tx, inner).await?;
+    tx.commit().await.map_err(|e| db(&e))?;
+    fx.wake_local(inner);
+    Ok(outcome)
+}
+
+async fn lease(
+    tx: &impl GenericClient,
+    q: &str,
+    cfg: &QueueConfig,
+    req: &ReceiveRequest,
+    now: i64,
+    fx: &mut Effects,
+) -> Result<Attempted, StoreError> {
+    if cfg.paused {
+        return Ok(Attempted::Empty { next_wake: None });
+    }
+    let mut n = i64::from(req.max);
+    if let Some(mif) = cfg.max_in_flight {
+        let row = tx
+            .query_one(
+                "SELECT count(*) FROM messages WHERE queue = $1 AND state = 1",
+                &[&q],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        n = n.min((i64::from(mif) - row.get::<_, i64>(0)).max(0));
+    }
+    if let Some(rl) = cfg.rate_limit {
+        let period = i64::try_from(rl.period.as_millis()).unwrap_or(i64::MAX);
+        tx.execute(
+            "DELETE FROM rate_events WHERE queue = $1 AND at <= $2",
+            &[&q, &(now - period)],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+        let mut window = SlidingWindow::default();
+        for r in tx
+            .query(
+                "SELECT at, n FROM rate_events WHERE queue = $1 ORDER BY at",
+                &[&q],
+            )
+            .await
+            .map_err(|e| db(&e))?
+        {
+            let n: i32 = r.get(1);
+            window.record(Timestamp(r.get(0)), usize::try_from(n).unwrap_or(0));
+        }
+        let avail = window.available(&rl, Timestamp(now));
+        if avail == 0 {
+            let free = window.next_free(&rl, Timestamp(now)).map(|t| t.as_millis());
+            let due = next_due(tx, q, now).await?;
+            return Ok(Attempted::Empty {
+                next_wake: [due, free].into_iter().flatten().min(),
+            });
+        }
+        n = n.min(i64::from(avail));
+    }
+    if n == 0 {
+        return Ok(Attempted::Empty {
+            next_wake: next_due(tx, q, now).await?,
+        });
+    }
+    let vis = req.visibility.unwrap_or(cfg.visibility_timeout);
+    let deadline = Timestamp(now).plus(vis).as_millis();
+    let rows = tx
+        .query(
+            "WITH picked AS (
+                 SELECT id, visible_at AS was FROM messages
+                 WHERE queue = $1 AND state = 0 AND visible_at <= $2
+                 ORDER BY visible_at, id LIMIT $3
+                 FOR UPDATE SKIP LOCKED
+             )
+             UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
+                 token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
+             FROM picked WHERE m.id = picked.id
+             RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
+                 m.enqueued_at, m.last_error, picked.was",
+            &[&q, &now, &n, &deadline],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    if rows.is_empty() {
+        return Ok(Attempted::Empty {
+            next_wake: next_due(tx, q, now).await?,
+        });
+    }
+    let mut out: Vec<(i64, Delivery)> = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let id: i64 = r.try_get(0).map_err(corrupt)?;
+        let token: i64 = r.try_get(1).map_err(corrupt)?;
+        let body: Option<Vec<u8>> = r.try_get(2).map_err(corrupt)?;
+        let kind: i16 = r.try_get(3).map_err(corrupt)?;
+        let attrs: Option<Json<Attributes>> = r.try_get(4).map_err(corrupt)?;
+        let count: i32 = r.try_get(5).map_err(corrupt)?;
+        let was: i64 = r.try_get(8).map_err(corrupt)?;
+        out.push((
+            was,
+            Delivery {
+                id: MessageId(id as u64),
+                receipt: Receipt {
+                    id: MessageId(id as u64),
+                    token: token as u64,
+                },
+                body: Body {
+                    kind: kind_of(kind),
+                    bytes: body.unwrap_or_default().into(),
+                },
+                attributes: attrs.map(|a| a.0).unwrap_or_default(),
+                receive_count: u32::try_from(count).unwrap_or(0),
+                max_receive_count: cfg.max_receive_count,
+                enqueued_at: Timestamp(r.try_get(6).map_err(corrupt)?),
+                last_error: r.try_get(7).map_err(corrupt)?,
+                lease_deadline: Timestamp(deadline),
+            },
+        ));
+    }
+    out.sort_by_key(|(was, d)| (*was, d.id));
+    let got = i32::try_from(out.len()).unwrap_or(i32::MAX);
+    if cfg.rate_limit.is_some() {
+        tx.execute(
+            "INSERT INTO rate_events (queue, at, n) VALUES ($1, $2, $3)",
+            &[&q, &now, &got],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    }
+    fx.counts.add(q, Counter::Received, i64::from(got));
+    Ok(Attempted::Got(out.into_iter().map(|(_, d)| d).collect()))
+}
+
+/// When the queue next changes by itself: a delay ends or a lease runs out.
+async fn next_due(tx: &impl GenericClient, q: &str, now: i64) -> Result<Option<i64>, StoreError> {
+    let r = tx
+        .query_one(
+            "SELECT least(
+                 (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 0 AND visible_at > $2),
+                 (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1))",
+            &[&q, &now],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    r.try_get(0).map_err(corrupt)
+}
+
+/// Acknowledges a batch; each receipt on its own.
+pub(crate) async fn ack(
+    inner: &Inner,
+    queue: &QueueName,
+    acks: Vec<AckRequest>,
+) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    if acks.is_empty() || acks.len() > limits::MAX_BATCH {
+        return Err(StoreError::invalid(format!(
+            "an ack batch holds 1 to {} receipts, got {}",
+            limits::MAX_BATCH,
+            acks.len()
+        )));
+    }
+    let q = queue.as_str();
+    let mut conn = inner.conn().await?;
+    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
+    let cfg = crate::queues::config(&tx, q, false).await?;
+    let now = inner.now();
+    let mut out: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(acks.len());
+    let mut seen = std::collections::HashSet::new();
+    let (mut ids, mut tokens, mut results, mut kinds) = (vec![], vec![], vec![], vec![]);
+    let mut slot_of = std::collections::HashMap::new();
+    for (i, a) in acks.iter().enumerate() {
+        if let Some(r) = &a.result
+            && r.len() > cfg.max_message_bytes as usize
+        {
+            out.push(Some(Err(StoreError::PayloadTooLarge(format!(
+                "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
+                r.len(),
+                cfg.max_message_bytes
+            )))));
+            continue;
+        }
+        if !seen.insert(a.receipt.id) {
+            out.push(Some(Err(StoreError::ReceiptStale)));
+            continue;
+        }
+        out.push(None);
+        slot_of.insert(a.receipt.id.0 as i64, i);
+        ids.push(a.receipt.id.0 as i64);
+        tokens.push(a.receipt.token as i64);
+        results.push(a.result.as_ref().map(|b| b.bytes.as_ref()));
+        kinds.push(a.result.as_ref().map(|b| kind_code(b.kind)));
+    }
+    let keep = Timestamp(now).plus(cfg.result_ttl).as_millis();
+    let sql = if cfg.result_ttl.is_zero() {
+        "DELETE FROM messages m
+         USING unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
+         WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
+               AND m.visible_at > $6 AND $7::bigint IS NOT NULL
+         RETURNING m.id, m.cancel_requested"
+    } else {
+        "UPDATE messages m SET state = 2, visible_at = $6, keep_until = $7, token = NULL,
+             body = NULL, attrs = NULL, attempts = NULL, progress = NULL, last_error = NULL,
+             source_queue = NULL, dl_reason = NULL, dl_at = NULL, dedup_id = NULL,
+             result = CASE WHEN m.cancel_requested THEN NULL ELSE a.result END,
+             result_kind = CASE WHEN m.cancel_requested THEN NULL ELSE a.kind END
+         FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
+         WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
+               AND m.visible_at > $6
+         RETURNING m.id, m.cancel_requested"
+    };
+    let done = if ids.is_empty() {
+        Vec::new()
+    } else {
+        tx.query(sql, &[&q, &ids, &tokens, &results, &kinds, &now, &keep])
+            .await
+            .map_err(|e| db(&e))?
+    };
+    let mut acked = 0i64;
+    for r in &done {
+        let id: i64 = r.get(0);
+        let cancelled: bool = r.get(1);
+        if !cancelled {
+            acked += 1;
+        }
+        if let Some(i) = slot_of.get(&id) {
+            out[*i] = Some(Ok(()));
+        }
+    }
+    if acked > 0 {
+        let mut counts = Counts::default();
+        counts.add(q, Counter::Acked, acked);
+        counts.flush(&tx).await?;
+    }
+    tx.commit().await.map_err(|e| db(&e))?;
+    Ok(out
+        .into_iter()
+        .map(|o| o.unwrap_or(Err(StoreError::ReceiptStale)))
+        .collect())
+}
+
+/// A receipt-checked change, in one transaction: reads the queue's config and the leased
+/// row, lets `f` change it, writes it back with the effects and wakes whom `f` named.
+async fn with_lease<T>(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: &Receipt,
+    f: impl AsyncFnOnce(
+        &tokio_postgres::Transaction<'_>,
+        &QueueConfig,
+        &mut Row,
+        i64,
+        &mut Effects,
+    ) -> Result<Change<T>, StoreError>,
+) -> Result<T, StoreError> {
+    let q = queue.as_str();
+    let mut conn = inner.conn().await?;
+    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
+    let cfg = crate::queues::config(&tx, q, false).await?;
+    let now = inner.now();
+    let row = tx
+        .query_opt(
+            &format!("SELECT {ROW_COLS} FROM messages WHERE id = $1 FOR UPDATE"),
+            &[&(receipt.id.0 as i64)],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    let mut row = match row {
+        Some(r) => Row::from_pg(&r)?,
+        None => return Err(StoreError::ReceiptStale),
+    };
+    if row.queue != q || !row.holds(receipt.token, now) {
+        return Err(StoreError::ReceiptStale);
+    }
+    let mut fx = Effects::default();
+    let out = match f(&tx, &cfg, &mut row, now, &mut fx).await? {
+        Change::Row(out) => {
+            write_back(&tx, std::slice::from_ref(&row)).await?;
+            out
+        }
+        Change::Done(out) => out,
+    };
+    fx.write(&tx, inner).await?;
+    tx.commit().await.map_err(|e| db(&e))?;
+    fx.wake_local(inner);
+    Ok(out)
+}
+
+/// What a receipt-checked change did with the row.
+enum Change<T> {
+    /// Changed it in memory: write it back.
+    Row(T),
+    /// Wrote what it needed itself.
+    Done(T),
+}
+
+fn apply_failure(row: &mut Row, now: i64, outcome: AttemptOutcome, failure: &Failure) {
+    let attempt = Attempt {
+        at: Timestamp(now),
+        outcome,
+        error: failure.error.clone().map(clip_error),
+        consumer: failure.consumer.clone(),
+    };
+    if attempt.error.is_some() {
+        row.last_error.clone_from(&attempt.error);
+    }
+    lifecycle::record_attempt(&mut row.attempts, attempt);
+}
+
+/// Returns a message for another attempt, or dead-letters it when its attempts are used up.
+pub(crate) async fn nack(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    delay: Option<Duration>,
+    failure: Failure,
+) -> Result<NackOutcome, StoreError> {
+    if let Some(d) = delay
+        && d > limits::MAX_DELAY
+    {
+        return Err(StoreError::invalid(format!(
+            "delay must be at most {} ms, got {} ms",
+            limits::MAX_DELAY.as_millis(),
+            delay.unwrap_or_default().as_millis()
+        )));
+    }
+    with_lease(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
+        if row.cancel_requested {
+            end_cancelled(tx, row.id, cfg, now).await?;
+            return Ok(Change::Done(NackOutcome {
+                state: Some(MessageState::Completed),
+                queue: queue.clone(),
+            }));
+        }
+        apply_failure(row, now, AttemptOutcome::Nacked, &failure);
+        fx.counts.add(queue.as_str(), Counter::Nacked, 1);
+        match lifecycle::after_nack(cfg, row.receive_count, delay) {
+            AfterFailure::Retry(d) => {
+                row.state = WAITING;
+                row.visible_at = Timestamp(now).plus(d).as_millis();
+                row.token = None;
+                if d.is_zero() {
+                    fx.wake.insert(queue.to_string());
+                }
+                Ok(Change::Row(NackOutcome {
+                    state: Some(if d.is_zero() {
+                        MessageState::Visible
+                    } else {
+                        MessageState::Delayed
+                    }),
+                    queue: queue.clone(),
+                }))
+            }
+            AfterFailure::DeadLetter(reason) => {
+                dead_letter(tx, row, cfg, reason, now, fx).await?;
+                Ok(Change::Row(NackOutcome {
+                    state: None,
+                    queue: QueueName::new(row.queue.clone()).map_err(corrupt)?,
+                }))
+            }
+        }
+    })
+    .await
+}
+
+/// Dead-letters a message now.
+pub(crate) async fn reject(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    failure: Failure,
+) -> Result<QueueName, StoreError> {
+    with_lease(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
+        if row.cancel_requested {
+            end_cancelled(tx, row.id, cfg, now).await?;
+            return Ok(Change::Done(queue.clone()));
+        }
+        apply_failure(row, now, AttemptOutcome::Rejected, &failure);
+        dead_letter(tx, row, cfg, DeadLetterReason::Rejected, now, fx).await?;
+        Ok(Change::Row(
+            QueueName::new(row.queue.clone()).map_err(corrupt)?,
+        ))
+    })
+    .await
+}
+
+/// Moves a leased message to queue `to` as a fresh visible message there.
+pub(crate) async fn move_to(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    to: &QueueName,
+    failure: Failure,
+) -> Result<(), StoreError> {
+    if to == queue {
+        return Err(StoreError::invalid(format!(
+            "cannot move a message of {queue:?} to the same queue; nack it instead"
+        )));
+    }
+    with_lease(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
+        crate::queues::config(tx, to.as_str(), false).await?;
+        if row.cancel_requested {
+            end_cancelled(tx, row.id, cfg, now).await?;
+            return Ok(Change::Done(()));
+        }
+        apply_failure(row, now, AttemptOutcome::Moved, &failure);
+        row.source_queue = Some(queue.to_string());
+        row.dead_letter = None;
+        row.queue = to.to_string();
+        row.state = WAITING;
+        row.visible_at = now;
+        row.entered_at = now;
+        row.receive_count = 0;
+        row.token = None;
+        fx.wake.insert(to.to_string());
+        Ok(Change::Row(()))
+    })
+    .await
+}
+
+/// Hands a delivery back without counting it as an attempt.
+pub(crate) async fn release(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+) -> Result<(), StoreError> {
+    with_lease(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
+        if row.cancel_requested {
+            end_cancelled(tx, row.id, cfg, now).await?;
+            return Ok(Change::Done(()));
+        }
+        row.state = WAITING;
+        row.visible_at = now;
+        row.receive_count = row.receive_count.saturating_sub(1);
+        row.token = None;
+        fx.wake.insert(queue.to_string());
+        Ok(Change::Row(()))
+    })
+    .await
+}
+
+/// Sets the lease to end `visibility` from now.
+pub(crate) async fn extend(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    visibility: Duration,
+) -> Result<LeaseState, StoreError> {
+    validate_visibility(visibility)?;
+    with_lease(inner, queue, &receipt, async |_, _, row, now, _| {
+        let deadline = Timestamp(now).plus(visibility);
+        row.visible_at = deadline.as_millis();
+        Ok(Change::Row(LeaseState {
+            deadline,
+            cancel_requested: row.cancel_requested,
+        }))
+    })
+    .await
+}
+
+/// Records the progress of a running task, in its row so every node's status call sees it.
+pub(crate) async fn progress(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    mut progress: Progress,
+) -> Result<LeaseState, StoreError> {
+    progress.validate()?;
+    with_lease(inner, queue, &receipt, async |tx, _, row, now, _| {
+        progress.at = Timestamp(now);
+        tx.execute(
+            "UPDATE messages SET progress = $2 WHERE id = $1",
+            &[&row.id, &Json(&progress)],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+        Ok(Change::Done(LeaseState {
+            deadline: Timestamp(row.visible_at),
+            cancel_requested: row.cancel_requested,
+        }))
+    })
+    .await
+}
+
+/// Cancels a task: a waiting one ends now, a running one is flagged.
+pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, StoreError> {
+    {
+        let mut conn = inner.conn().await?;
+        let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
+        let now = inner.now();
+        let found = tx
+            .query_opt(
+                "SELECT queue FROM messages WHERE id = $1",
+                &[&(id.0 as i64)],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        if let Some(found) = found {
+            let queue: String = found.get(0);
+            let cfg = crate::queues::config(&tx, &queue, false).await?;
+            let mut fx = Effects::default();
+            settle(&tx, &queue, &cfg, now, &mut fx).await?;
+            let row = tx
+                .query_opt(
+                    &format!("SELECT {ROW_COLS} FROM messages WHERE id = $1 FOR UPDATE"),
+                    &[&(id.0 as i64)],
+                )
+                .await
+                .map_err(|e| db(&e))?;
+            if let Some(r) = row {
+                let row = Row::from_pg(&r)?;
+                let finished = row.dead_letter.is_some() || row.state == crate::row::DONE;
+                if finished || (row.state == crate::row::LEASED && row.cancel_requested) {
+                    // A dead letter is a failed task and a completed one is done: left as is.
+                } else if row.state == crate::row::LEASED {
+                    tx.execute(
+                        "UPDATE messages SET cancel_requested = true WHERE id = $1",
+                        &[&row.id],
+                    )
+                    .await
+                    .map_err(|e| db(&e))?;
+                } else {
+                    let qcfg = if row.queue == queue {
+                        cfg.clone()
+                    } else {
+                        crate::queues::config(&tx, &row.queue, false).await?
+                    };
+                    end_cancelled(&tx, row.id, &qcfg, now).await?;
+                }
+            }
+            fx.write(&tx, inner).await?;
+            tx.commit().await.map_err(|e| db(&e))?;
+            fx.wake_local(inner);
+        }
+    }
+    crate::view::get(inner, id).await
+}

@@ -1,0 +1,49 @@
+//! Transactional enqueue: a send inside the caller's own PostgreSQL transaction.
+//!
+//! The outbox pattern without an outbox: the business write and the task that follows it
+//! commit or roll back together, so there is never a task for a write that did not happen, nor
+//! a write whose task was lost.
+
+use sluice_core::{NewMessage, QueueName, SendOutcome, StoreError};
+use tokio_postgres::Transaction;
+
+use crate::error::db;
+use crate::store::PostgresStore;
+
+impl PostgresStore {
+    /// Sends `messages` to `queue` inside `tx`, a transaction the caller opened on its own
+    /// connection to the same database. Nothing is visible to consumers until `tx` commits;
+    /// if it rolls back, nothing was sent. Consumers on every node are woken at the commit.
+    ///
+    /// The caller's `search_path` is left as it was. The same rules as [`Store::send`]
+    /// apply (dedup ids, `max_depth`, sizes).
+    ///
+    /// [`Store::send`]: sluice_core::Store::send
+    ///
+    /// # Errors
+    /// As [`Store::send`]; a failed statement also aborts the caller's transaction, as any
+    /// failed statement in PostgreSQL does.
+    pub async fn send_in(
+        &self,
+        tx: &Transaction<'_>,
+        queue: &QueueName,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<SendOutcome>, StoreError> {
+        let saved: String = tx
+            .query_one("SELECT current_setting('search_path')", &[])
+            .await
+            .map_err(|e| db(&e))?
+            .get(0);
+        tx.execute(
+            "SELECT set_config('search_path', $1, true)",
+            &[&self.inner.schema],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+        let out = crate::send::send(&self.inner, tx, queue, messages).await;
+        tx.execute("SELECT set_config('search_path', $1, true)", &[&saved])
+            .await
+            .map_err(|e| db(&e))?;
+        out.map(|(outcomes, _)| outcomes)
+    }
+}

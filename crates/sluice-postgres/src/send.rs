@@ -1,0 +1,227 @@
+//! Send: a whole batch in one multi-row insert, with dedup ids and `max_depth` checked in the
+//! same transaction.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sluice_core::config::limits;
+use sluice_core::{MessageId, NewMessage, QueueName, SendOutcome, StoreError, Timestamp};
+use tokio_postgres::GenericClient;
+
+use crate::counters::{Counter, Counts};
+use crate::error::db;
+use crate::row::{attrs_json, kind_code};
+use crate::store::Inner;
+
+/// Checks a batch against the limits that do not depend on the queue.
+pub(crate) fn validate_batch(messages: &[NewMessage]) -> Result<(), StoreError> {
+    if messages.is_empty() || messages.len() > limits::MAX_BATCH {
+        return Err(StoreError::invalid(format!(
+            "a send batch holds 1 to {} messages, got {}",
+            limits::MAX_BATCH,
+            messages.len()
+        )));
+    }
+    let total: usize = messages.iter().map(|m| m.body.len()).sum();
+    if total > limits::MAX_BATCH_BYTES {
+        return Err(StoreError::PayloadTooLarge(format!(
+            "a send batch may hold at most {} bytes of bodies, got {total}; split it",
+            limits::MAX_BATCH_BYTES
+        )));
+    }
+    messages.iter().try_for_each(NewMessage::validate)
+}
+
+/// Stores a batch in `c`'s transaction. Returns the outcomes and whether a message is
+/// visible at once (so waiting receives should wake); the NOTIFY for other nodes is queued in
+/// the transaction and leaves when it commits.
+pub(crate) async fn send(
+    inner: &Inner,
+    c: &impl GenericClient,
+    queue: &QueueName,
+    messages: Vec<NewMessage>,
+) -> Result<(Vec<SendOutcome>, bool), StoreError> {
+    validate_batch(&messages)?;
+    let now = inner.now();
+    let q = queue.as_str();
+    let cfg = crate::queues::config(c, q, false).await?;
+    for (i, m) in messages.iter().enumerate() {
+        if m.body.len() > cfg.max_message_bytes as usize {
+            return Err(StoreError::PayloadTooLarge(format!(
+                "message {i} is {} bytes; queue {queue:?} accepts at most {} (max_message_bytes)",
+                m.body.len(),
+                cfg.max_message_bytes
+            )));
+        }
+    }
+    let ids = inner.ids.draw(c, messages.len()).await?;
+    // Dedup: claim each key in the table; a key another send holds inside its window keeps
+    // that send's id. Keys repeated inside this batch count as already sent.
+    let dedup_on = !cfg.dedup_window.is_zero();
+    let mut first_in_batch: HashMap<&str, usize> = HashMap::new();
+    let mut dup_of: Vec<Option<usize>> = vec![None; messages.len()];
+    let mut claim_keys: Vec<&str> = Vec::new();
+    let mut claim_ids: Vec<i64> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let Some(key) = m.dedup_id.as_deref().filter(|_| dedup_on) else {
+            continue;
+        };
+        match first_in_batch.get(key) {
+            Some(first) => dup_of[i] = Some(*first),
+            None => {
+                first_in_batch.insert(key, i);
+                claim_keys.push(key);
+                claim_ids.push(ids[i]);
+            }
+        }
+    }
+    let mut existing: HashMap<String, i64> = HashMap::new();
+    if !claim_keys.is_empty() {
+        let until = Timestamp(now).plus(cfg.dedup_window).as_millis();
+        let claimed = c
+            .query(
+                "INSERT INTO dedup AS d (queue, dedup_id, message_id, until)
+                 SELECT $1, k, i, $4 FROM unnest($2::text[], $3::bigint[]) AS u(k, i)
+                 ON CONFLICT (queue, dedup_id) DO UPDATE
+                     SET message_id = EXCLUDED.message_id, until = EXCLUDED.until
+                     WHERE d.until <= $5
+                 RETURNING dedup_id",
+                &[&q, &claim_keys, &claim_ids, &until, &now],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        if claimed.len() < claim_keys.len() {
+            let claimed: std::collections::HashSet<String> =
+                claimed.iter().map(|r| r.get::<_, String>(0)).collect();
+            let held: Vec<&str> = claim_keys
+                .iter()
+                .copied()
+                .filter(|k| !claimed.contains(*k))
+                .collect();
+            for r in c
+                .query(
+                    "SELECT dedup_id, message_id FROM dedup WHERE queue = $1 AND dedup_id = ANY($2)",
+                    &[&q, &held],
+                )
+                .await
+                .map_err(|e| db(&e))?
+            {
+                existing.insert(r.get(0), r.get(1));
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(messages.len());
+    let mut fresh: Vec<usize> = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let key = m.dedup_id.as_deref().filter(|_| dedup_on);
+        let prior = match (dup_of[i], key) {
+            (Some(first), _) => existing
+                .get(key.unwrap_or_default())
+                .copied()
+                .or(Some(ids[first])),
+            (None, Some(k)) => existing.get(k).copied(),
+            (None, None) => None,
+        };
+        match prior {
+            Some(id) => out.push(SendOutcome {
+                id: MessageId(id as u64),
+                duplicate: true,
+            }),
+            None => {
+                fresh.push(i);
+                out.push(SendOutcome {
+                    id: MessageId(ids[i] as u64),
+                    duplicate: false,
+                });
+            }
+        }
+    }
+    if fresh.is_empty() {
+        return Ok((out, false));
+    }
+    if let Some(max) = cfg.max_depth {
+        // Under the queue's row lock, so nodes sending at once cannot overshoot together.
+        crate::queues::config(c, q, true).await?;
+        let row = c
+            .query_one(
+                "SELECT count(*) FROM messages WHERE queue = $1 AND state < 2",
+                &[&q],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        let depth = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+        if depth + fresh.len() as u64 > max {
+            return Err(StoreError::QueueFull {
+                queue: q.to_string(),
+                max_depth: max,
+                retry_after: Duration::from_secs(1),
+            });
+        }
+    }
+    let mut visible_now = false;
+    let mut cols = Columns::with_capacity(fresh.len());
+    for &i in &fresh {
+        let m = &messages[i];
+        let visible_at = Timestamp(now)
+            .plus(m.delay.unwrap_or(cfg.delay))
+            .as_millis();
+        visible_now |= visible_at <= now;
+        cols.ids.push(ids[i]);
+        cols.visible.push(visible_at);
+        cols.bodies.push(&m.body.bytes);
+        cols.kinds.push(kind_code(m.body.kind));
+        cols.attrs.push(attrs_json(&m.attributes));
+        cols.dedup.push(m.dedup_id.as_deref());
+    }
+    c.execute(
+        "INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at, body,
+             body_kind, attrs, dedup_id)
+         SELECT i, $1, 0, v, $2, $2, b, k, a, d
+         FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[], $8::text[])
+              AS u(i, v, b, k, a, d)",
+        &[
+            &q,
+            &now,
+            &cols.ids,
+            &cols.visible,
+            &cols.bodies,
+            &cols.kinds,
+            &cols.attrs,
+            &cols.dedup,
+        ],
+    )
+    .await
+    .map_err(|e| db(&e))?;
+    let mut counts = Counts::default();
+    counts.add(q, Counter::Sent, fresh.len() as i64);
+    counts.flush(c).await?;
+    if visible_now {
+        c.execute("SELECT pg_notify($1, $2)", &[&inner.channel, &q])
+            .await
+            .map_err(|e| db(&e))?;
+    }
+    Ok((out, visible_now))
+}
+
+/// The insert's columns, one array each.
+struct Columns<'a> {
+    ids: Vec<i64>,
+    visible: Vec<i64>,
+    bodies: Vec<&'a [u8]>,
+    kinds: Vec<i16>,
+    attrs: Vec<Option<serde_json::Value>>,
+    dedup: Vec<Option<&'a str>>,
+}
+
+impl Columns<'_> {
+    fn with_capacity(n: usize) -> Self {
+        Columns {
+            ids: Vec::with_capacity(n),
+            visible: Vec::with_capacity(n),
+            bodies: Vec::with_capacity(n),
+            kinds: Vec::with_capacity(n),
+            attrs: Vec::with_capacity(n),
+            dedup: Vec::with_capacity(n),
+        }
+    }
+}

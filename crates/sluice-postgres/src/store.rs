@@ -1,0 +1,397 @@
+//! `PostgresStore`: opening the engine and the `Store` contract, call by call.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use sluice_core::stats::StatsSample;
+use sluice_core::store::{IdempotentResponse, LeaseState};
+use sluice_core::{
+    AckRequest, AuditEvent, AuditQuery, BrowsePage, BrowseRequest, Clock, Delivery, Failure,
+    Message, MessageId, NackOutcome, NewMessage, Progress, PutQueueOutcome, QueueConfigPatch,
+    QueueInfo, QueueName, QueueStats, Receipt, ReceiveRequest, RedriveId, RedriveJob, RedriveSpec,
+    RedriveStep, SendOutcome, Store, StoreError, SystemClock, Timestamp,
+};
+use tokio_postgres::NoTls;
+
+use crate::error::{OpenError, db, pool};
+use crate::ids::Ids;
+use crate::wake::Wakers;
+
+/// Options of a PostgreSQL store.
+#[derive(Clone)]
+pub struct PostgresOptions {
+    /// Where time comes from. Every node's clock decides leases and delays, so nodes sharing
+    /// a database need synchronised clocks (NTP), as with any lease-based queue.
+    pub clock: Arc<dyn Clock>,
+    /// The schema holding Sluice's tables (created if missing). Several Sluice deployments
+    /// can share one database in different schemas. A `schema=` parameter of the connection
+    /// string overrides it.
+    pub schema: String,
+    /// Most connections this node opens.
+    pub pool_size: usize,
+    /// How long a call waits for a connection before answering `unavailable`.
+    pub connect_timeout: Duration,
+    /// How often this node ends expired leases, expires old messages and forgets kept
+    /// records past their time.
+    pub maintenance_interval: Duration,
+    /// This node's name in redrive ownership. A node restarted under the same name takes its
+    /// jobs back at once; a new name waits for the previous owner's heartbeat to run out.
+    pub node_id: Option<String>,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            clock: Arc::new(SystemClock),
+            schema: "sluice".to_string(),
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(5),
+            maintenance_interval: Duration::from_millis(500),
+            node_id: None,
+        }
+    }
+}
+
+/// The PostgreSQL engine. Cloning is cheap and shares the pool; background work stops when
+/// the last clone is dropped.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) schema: String,
+    pub(crate) channel: String,
+    pub(crate) wakers: Arc<Wakers>,
+    pub(crate) ids: Ids,
+    pub(crate) node: String,
+}
+
+impl Inner {
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.now().as_millis()
+    }
+
+    pub(crate) async fn conn(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(|e| pool(&e))
+    }
+}
+
+/// Splits Sluice's own `schema` parameter off a connection string.
+fn split_schema(url: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_string(), None);
+    };
+    let mut schema = None;
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|kv| match kv.strip_prefix("schema=") {
+            Some(s) => {
+                schema = Some(s.to_string());
+                false
+            }
+            None => true,
+        })
+        .collect();
+    if rest.is_empty() {
+        (base.to_string(), schema)
+    } else {
+        (format!("{base}?{}", rest.join("&")), schema)
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user@host:port/db`, optionally `?schema=name`),
+    /// creates or migrates the schema, and starts the node's background work.
+    ///
+    /// Must be called inside a Tokio runtime.
+    ///
+    /// # Errors
+    /// [`OpenError`] when the string is invalid, the database cannot be reached, or the schema
+    /// belongs to a newer Sluice.
+    pub async fn open(url: &str, options: PostgresOptions) -> Result<Self, OpenError> {
+        let (url, schema_param) = split_schema(url);
+        let schema = schema_param.unwrap_or(options.schema.clone());
+        if schema.is_empty()
+            || schema.len() > 40
+            || !schema
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(OpenError::Url(format!(
+                "schema {schema:?} must be 1 to 40 letters, digits or underscores"
+            )));
+        }
+        let mut config =
+            tokio_postgres::Config::from_str(&url).map_err(|e| OpenError::Url(e.to_string()))?;
+        config.connect_timeout(options.connect_timeout);
+        config.application_name("sluice");
+        config.options(format!("-c search_path={schema}"));
+        let (mut client, conn) = config.connect(NoTls).await?;
+        let driver = tokio::spawn(conn);
+        crate::schema::migrate(&mut client, &schema).await?;
+        drop(client);
+        driver.abort();
+
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| OpenError::Pool(e.to_string()))?;
+        let channel = crate::wake::channel(&schema);
+        let wakers = Arc::new(Wakers::default());
+        let node = options.node_id.clone().unwrap_or_else(|| {
+            format!("node-{}-{:08x}", std::process::id(), rand::random::<u32>())
+        });
+        let inner = Arc::new(Inner {
+            pool,
+            clock: options.clock.clone(),
+            schema,
+            channel: channel.clone(),
+            wakers: wakers.clone(),
+            ids: Ids::default(),
+            node,
+        });
+        tokio::spawn(crate::wake::listen(
+            config,
+            channel,
+            Arc::downgrade(&wakers),
+        ));
+        tokio::spawn(crate::maintenance::run(
+            Arc::downgrade(&inner),
+            options.maintenance_interval,
+        ));
+        Ok(PostgresStore { inner })
+    }
+
+    /// The schema this store uses.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// This node's name in redrive ownership.
+    pub fn node_id(&self) -> &str {
+        &self.inner.node
+    }
+
+    /// Runs one round of background maintenance now.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database cannot be reached.
+    pub async fn maintain(&self) -> Result<(), StoreError> {
+        crate::maintenance::once(&self.inner).await
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn put_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError> {
+        crate::queues::put(&self.inner, name, patch).await
+    }
+
+    async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, StoreError> {
+        let conn = self.inner.conn().await?;
+        crate::queues::info(&**conn, name).await
+    }
+
+    async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
+        let conn = self.inner.conn().await?;
+        crate::queues::list(&**conn).await
+    }
+
+    async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {
+        crate::queues::delete(&self.inner, name).await
+    }
+
+    async fn send(
+        &self,
+        queue: &QueueName,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<SendOutcome>, StoreError> {
+        let mut conn = self.inner.conn().await?;
+        let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
+        let (out, wake) = crate::send::send(&self.inner, &tx, queue, messages).await?;
+        tx.commit().await.map_err(|e| db(&e))?;
+        if wake {
+            self.inner.wakers.wake(queue.as_str());
+        }
+        Ok(out)
+    }
+
+    async fn receive(
+        &self,
+        queue: &QueueName,
+        req: ReceiveRequest,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        crate::lease::receive(&self.inner, queue, req).await
+    }
+
+    async fn ack(
+        &self,
+        queue: &QueueName,
+        acks: Vec<AckRequest>,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        crate::lease::ack(&self.inner, queue, acks).await
+    }
+
+    async fn nack(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        delay: Option<Duration>,
+        failure: Failure,
+    ) -> Result<NackOutcome, StoreError> {
+        crate::lease::nack(&self.inner, queue, receipt, delay, failure).await
+    }
+
+    async fn reject(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        failure: Failure,
+    ) -> Result<QueueName, StoreError> {
+        crate::lease::reject(&self.inner, queue, receipt, failure).await
+    }
+
+    async fn move_message(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        to: &QueueName,
+        failure: Failure,
+    ) -> Result<(), StoreError> {
+        crate::lease::move_to(&self.inner, queue, receipt, to, failure).await
+    }
+
+    async fn release(&self, queue: &QueueName, receipt: Receipt) -> Result<(), StoreError> {
+        crate::lease::release(&self.inner, queue, receipt).await
+    }
+
+    async fn extend(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        visibility: Duration,
+    ) -> Result<LeaseState, StoreError> {
+        crate::lease::extend(&self.inner, queue, receipt, visibility).await
+    }
+
+    async fn progress(
+        &self,
+        queue: &QueueName,
+        receipt: Receipt,
+        progress: Progress,
+    ) -> Result<LeaseState, StoreError> {
+        crate::lease::progress(&self.inner, queue, receipt, progress).await
+    }
+
+    async fn cancel(&self, id: MessageId) -> Result<Message, StoreError> {
+        crate::lease::cancel(&self.inner, id).await
+    }
+
+    async fn create_redrive(&self, spec: RedriveSpec) -> Result<RedriveJob, StoreError> {
+        crate::redrive::create(&self.inner, spec).await
+    }
+
+    async fn get_redrive(&self, id: RedriveId) -> Result<RedriveJob, StoreError> {
+        let conn = self.inner.conn().await?;
+        crate::redrive::get(&**conn, id).await
+    }
+
+    async fn list_redrives(&self) -> Result<Vec<RedriveJob>, StoreError> {
+        let conn = self.inner.conn().await?;
+        crate::redrive::list(&**conn).await
+    }
+
+    async fn cancel_redrive(&self, id: RedriveId) -> Result<RedriveJob, StoreError> {
+        crate::redrive::cancel(&self.inner, id).await
+    }
+
+    async fn redrive_step(&self, id: RedriveId, max: u32) -> Result<RedriveStep, StoreError> {
+        crate::redrive::step(&self.inner, id, max).await
+    }
+
+    async fn record_stats(&self, samples: Vec<(QueueName, StatsSample)>) -> Result<(), StoreError> {
+        crate::records::record_stats(&self.inner, samples).await
+    }
+
+    async fn audit_append(&self, events: Vec<AuditEvent>) -> Result<(), StoreError> {
+        let conn = self.inner.conn().await?;
+        crate::records::audit_insert(&**conn, &events).await
+    }
+
+    async fn audit_query(&self, query: AuditQuery) -> Result<Vec<AuditEvent>, StoreError> {
+        crate::records::audit_query(&self.inner, query).await
+    }
+
+    async fn stats_history(
+        &self,
+        queue: &QueueName,
+        since: Timestamp,
+    ) -> Result<Vec<StatsSample>, StoreError> {
+        crate::records::stats_history(&self.inner, queue, since).await
+    }
+
+    async fn browse(
+        &self,
+        queue: &QueueName,
+        req: BrowseRequest,
+    ) -> Result<BrowsePage, StoreError> {
+        crate::view::browse(&self.inner, queue, req).await
+    }
+
+    async fn get_message(&self, id: MessageId) -> Result<Message, StoreError> {
+        crate::view::get(&self.inner, id).await
+    }
+
+    async fn delete_message(&self, id: MessageId) -> Result<(), StoreError> {
+        crate::view::delete(&self.inner, id).await
+    }
+
+    async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError> {
+        crate::view::purge(&self.inner, queue).await
+    }
+
+    async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
+        crate::view::stats(&self.inner, queue).await
+    }
+
+    async fn idempotency_get(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError> {
+        crate::records::idempotency_get(&self.inner, key).await
+    }
+
+    async fn idempotency_put(
+        &self,
+        key: &str,
+        response: IdempotentResponse,
+    ) -> Result<Option<IdempotentResponse>, StoreError> {
+        crate::records::idempotency_put(&self.inner, key, response).await
+    }
+}
+
+/// Opens a transaction on a pooled connection.
+pub(crate) async fn begin(
+    conn: &mut Object,
+) -> Result<tokio_postgres::Transaction<'_>, tokio_postgres::Error> {
+    let client: &mut tokio_postgres::Client = conn;
+    client.transaction().await
+}

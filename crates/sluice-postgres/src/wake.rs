@@ -1,0 +1,98 @@
+//! Waking long polls: in this process at once, on other nodes through LISTEN/NOTIFY.
+//!
+//! A write that makes messages visible notifies the queue's channel inside its transaction,
+//! so the notification leaves when (and only when) the write commits. Every node keeps one
+//! listening connection and wakes its local waiters for the named queue. Notifications can
+//! be lost while that connection is down, so a waiting receive also re-checks on a bounded
+//! timer ([`FALLBACK_POLL`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::Notify;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+/// The longest a waiting receive sleeps without checking the queue again.
+pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
+
+/// Per-queue wake-ups of this process.
+#[derive(Default)]
+pub(crate) struct Wakers {
+    queues: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Wakers {
+    /// The notifier receives of `queue` wait on.
+    pub(crate) fn of(&self, queue: &str) -> Arc<Notify> {
+        let mut map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(queue.to_string()).or_default().clone()
+    }
+
+    /// Wakes this process's receives waiting on `queue`.
+    pub(crate) fn wake(&self, queue: &str) {
+        let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get(queue) {
+            n.notify_waiters();
+        }
+    }
+}
+
+/// The NOTIFY channel of a schema (channels are database-wide; schemas are not).
+pub(crate) fn channel(schema: &str) -> String {
+    format!("sluice_wake_{schema}")
+}
+
+/// Keeps a LISTEN connection open while `wakers` lives, reconnecting after failures.
+pub(crate) async fn listen(config: tokio_postgres::Config, chan: String, wakers: Weak<Wakers>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if wakers.strong_count() == 0 {
+            return;
+        }
+        match config.connect(NoTls).await {
+            Ok((client, mut conn)) => {
+                let (tx, mut rx) = futures::channel::mpsc::unbounded();
+                let driver = tokio::spawn(async move {
+                    let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+                    while let Some(m) = messages.next().await {
+                        if tx.unbounded_send(m).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let listen = format!("LISTEN {}", crate::schema::quote_ident(&chan));
+                if let Err(e) = client.batch_execute(&listen).await {
+                    tracing::warn!(error = %e, "cannot LISTEN for wake-ups; retrying");
+                } else {
+                    backoff = Duration::from_millis(100);
+                    loop {
+                        // Check now and then that the store still exists.
+                        let next = tokio::time::timeout(Duration::from_secs(5), rx.next()).await;
+                        let Some(w) = wakers.upgrade() else {
+                            driver.abort();
+                            return;
+                        };
+                        match next {
+                            Err(_) => continue,
+                            Ok(Some(Ok(AsyncMessage::Notification(n)))) => w.wake(n.payload()),
+                            Ok(Some(Ok(_))) => {}
+                            Ok(Some(Err(e))) => {
+                                tracing::warn!(error = %e, "wake-up connection failed; reconnecting");
+                                break;
+                            }
+                            Ok(None) => break,
+                        }
+                    }
+                }
+                driver.abort();
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "wake-up connection refused; retrying");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}

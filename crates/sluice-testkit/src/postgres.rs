@@ -1,0 +1,90 @@
+//! The PostgreSQL server tests run against: where it is, whether it answers, and a schema of
+//! its own for each test.
+//!
+//! Tests find the server at `SLUICE_TEST_POSTGRES` (default
+//! `postgres://postgres@127.0.0.1:5432/test`). When it does not answer, a test on a developer's
+//! machine is skipped with a loud message; under `CI=true` it fails, so CI never passes by
+//! skipping.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Where the default test server is.
+pub const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// The connection string of the test server.
+pub fn url() -> String {
+    std::env::var("SLUICE_TEST_POSTGRES").unwrap_or_else(|_| DEFAULT_URL.to_string())
+}
+
+/// True when the test server answers. Otherwise prints why and returns false, or panics
+/// when `CI=true`.
+pub async fn available() -> bool {
+    let url = url();
+    let result = match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+        Ok((client, conn)) => {
+            let driver = tokio::spawn(conn);
+            let r = client.simple_query("SELECT 1").await.map(|_| ());
+            driver.abort();
+            r
+        }
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => true,
+        Err(e) => {
+            let msg = format!(
+                "PostgreSQL at {url} is not reachable ({e}); start it or set SLUICE_TEST_POSTGRES"
+            );
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{msg} (CI=true: the PostgreSQL tests must run)");
+            }
+            eprintln!("\n!!!! SKIPPED: {msg} !!!!\n");
+            false
+        }
+    }
+}
+
+/// A schema name no other test uses.
+pub fn unique_schema(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}_{}_{}_{:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    )
+}
+
+/// Drops `schemas` (with everything in them), from any context: it runs on a thread of its
+/// own, so it can be called from `Drop` inside a runtime.
+pub fn drop_schemas(schemas: Vec<String>) {
+    if schemas.is_empty() {
+        return;
+    }
+    let url = url();
+    let done = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await
+            else {
+                return;
+            };
+            let driver = tokio::spawn(conn);
+            for s in schemas {
+                let _ = client
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{s}\" CASCADE"))
+                    .await;
+            }
+            driver.abort();
+        });
+    });
+    let _ = done.join();
+}
