@@ -7,6 +7,8 @@
 //! ```toml
 //! listen = "0.0.0.0:7878"
 //! data_dir = "/var/lib/sluice"
+//! # or, for several broker nodes sharing one database:
+//! # store = "postgres://sluice@db.internal:5432/sluice"
 //!
 //! [[queues]]
 //! name = "orders"
@@ -37,6 +39,10 @@ pub struct FileConfig {
     pub listen: Option<String>,
     /// Data directory of the embedded store.
     pub data_dir: Option<PathBuf>,
+    /// The store: `embedded` (the default) or a `postgres://` connection string.
+    pub store: Option<String>,
+    /// This node's name among broker nodes sharing a PostgreSQL database.
+    pub node_id: Option<String>,
     /// Queues to create or update at start-up.
     #[serde(default)]
     pub queues: Vec<toml::Table>,

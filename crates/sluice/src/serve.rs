@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use sluice_core::Store;
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
+use sluice_postgres::{PostgresOptions, PostgresStore};
 use sluice_server::{Broker, KeyRing, ServerOptions};
 
 use crate::config::FileConfig;
@@ -26,10 +27,51 @@ pub struct ServeArgs {
     /// Data directory of the embedded store [default: ./sluice-data].
     #[arg(long, env = "SLUICE_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// TOML config file: `listen`, `data_dir`, `[[queues]]`, `[[keys]]`.
+    /// TOML config file: `listen`, `data_dir`, `store`, `node_id`, `[[queues]]`, `[[keys]]`.
     #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    // `--store postgres://…` (SPEC §9) will select the PostgreSQL engine here.
+    /// The store: `embedded` (default; a data directory on this machine) or a PostgreSQL
+    /// connection string, `postgres://user@host:5432/db[?schema=name]`, which several
+    /// `sluice serve` nodes can share.
+    #[arg(long, env = "SLUICE_STORE", value_name = "STORE")]
+    store: Option<String>,
+    /// This node's name among nodes sharing a PostgreSQL store [default: random per start].
+    /// A node restarted under the same name resumes its redrive jobs at once.
+    #[arg(long, env = "SLUICE_NODE_ID", value_name = "NAME")]
+    node_id: Option<String>,
+}
+
+/// Which engine `--store` names.
+enum StoreChoice {
+    Embedded,
+    Postgres(String),
+}
+
+fn parse_store(s: Option<&str>) -> anyhow::Result<StoreChoice> {
+    match s {
+        None | Some("embedded") => Ok(StoreChoice::Embedded),
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            Ok(StoreChoice::Postgres(url.to_string()))
+        }
+        Some(other) => bail!(
+            "--store {other:?} is neither `embedded` nor a postgres:// connection string \
+             (e.g. postgres://sluice@127.0.0.1:5432/sluice)"
+        ),
+    }
+}
+
+/// The connection string without its password, for logs.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
 }
 
 fn init_tracing() {
@@ -84,16 +126,38 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
 
-    let (store, report) = EmbeddedStore::open(&data_dir, EmbeddedOptions::default())
-        .with_context(|| format!("opening data directory {}", data_dir.display()))?;
-    tracing::info!(
-        dir = %data_dir.display(),
-        records = report.records,
-        messages = report.messages,
-        torn_bytes = report.torn_bytes,
-        elapsed_ms = report.elapsed.as_millis() as u64,
-        "store recovered"
-    );
+    let choice = parse_store(args.store.as_deref().or(file.store.as_deref()))?;
+    let store: Arc<dyn Store> = match choice {
+        StoreChoice::Embedded => {
+            let (store, report) = EmbeddedStore::open(&data_dir, EmbeddedOptions::default())
+                .with_context(|| format!("opening data directory {}", data_dir.display()))?;
+            tracing::info!(
+                dir = %data_dir.display(),
+                records = report.records,
+                messages = report.messages,
+                torn_bytes = report.torn_bytes,
+                elapsed_ms = report.elapsed.as_millis() as u64,
+                "store recovered"
+            );
+            Arc::new(store)
+        }
+        StoreChoice::Postgres(url) => {
+            let options = PostgresOptions {
+                node_id: args.node_id.or(file.node_id.clone()),
+                ..PostgresOptions::default()
+            };
+            let store = PostgresStore::open(&url, options)
+                .await
+                .with_context(|| format!("opening PostgreSQL store {}", redacted(&url)))?;
+            tracing::info!(
+                store = %redacted(&url),
+                schema = store.schema(),
+                node = store.node_id(),
+                "PostgreSQL store ready"
+            );
+            Arc::new(store)
+        }
+    };
     for q in &queues {
         let patch = q
             .config
@@ -109,7 +173,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(queue = %q.name, created = out.created, "queue declared");
     }
 
-    let store: Arc<dyn Store> = Arc::new(store);
     let options = ServerOptions {
         keys,
         ..ServerOptions::default()
@@ -129,8 +192,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .serve(listener, shutdown_signal())
         .await
         .context("serving")?;
-    // The embedded store syncs every write before answering, so nothing is left to flush;
-    // dropping the broker drops the store and releases the data directory.
+    // Both engines make every write durable before answering, so nothing is left to flush;
+    // dropping the broker drops the store (and releases the embedded data directory).
     tracing::info!("stopped");
     Ok(())
 }

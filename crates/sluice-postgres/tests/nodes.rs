@@ -1,0 +1,308 @@
+//! Rules that must hold across broker nodes sharing one database, with two stores (two nodes)
+//! on one schema; and transactional enqueue inside the caller's own transaction.
+
+use std::time::Duration;
+
+use sluice_core::store::IdempotentResponse;
+use sluice_core::{
+    AckRequest, Body, Clock, NewMessage, QueueConfigPatch, QueueName, RateLimit, ReceiveRequest,
+    Store, StoreError, SystemClock,
+};
+use sluice_postgres::{PostgresOptions, PostgresStore};
+use sluice_testkit::postgres;
+
+struct Nodes {
+    a: PostgresStore,
+    b: PostgresStore,
+    schema: String,
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        postgres::drop_schemas(vec![self.schema.clone()]);
+    }
+}
+
+async fn nodes() -> Option<Nodes> {
+    if !postgres::available().await {
+        return None;
+    }
+    let schema = postgres::unique_schema("nodes");
+    let url = postgres::url();
+    let open = |node: &str| {
+        let options = PostgresOptions {
+            schema: schema.clone(),
+            pool_size: 4,
+            node_id: Some(node.to_string()),
+            ..PostgresOptions::default()
+        };
+        PostgresStore::open(&url, options)
+    };
+    let a = open("a").await.expect("open node a");
+    let b = open("b").await.expect("open node b");
+    Some(Nodes { a, b, schema })
+}
+
+fn q(name: &str) -> QueueName {
+    QueueName::new(name).expect("queue name")
+}
+
+fn msg(text: &str) -> NewMessage {
+    NewMessage::new(Body::text(text))
+}
+
+fn recv(max: u32) -> ReceiveRequest {
+    ReceiveRequest {
+        max,
+        ..ReceiveRequest::default()
+    }
+}
+
+#[tokio::test]
+async fn receipts_dedup_and_idempotency_keys_hold_on_every_node() {
+    let Some(n) = nodes().await else { return };
+    let work = q("work");
+    n.a.put_queue(&work, &QueueConfigPatch::default())
+        .await
+        .expect("create on a");
+    // The queue created on one node is there on the other.
+    n.b.get_queue(&work).await.expect("visible on b");
+
+    let mut d = msg("once");
+    d.dedup_id = Some("order-1".into());
+    let first = n.a.send(&work, vec![d.clone()]).await.expect("send on a");
+    let second = n.b.send(&work, vec![d]).await.expect("send on b");
+    assert!(second[0].duplicate, "dedup ids are shared");
+    assert_eq!(first[0].id, second[0].id);
+
+    let got = n.a.receive(&work, recv(10)).await.expect("receive on a");
+    assert_eq!(got.len(), 1);
+    assert!(
+        n.b.receive(&work, recv(10))
+            .await
+            .expect("receive on b")
+            .is_empty(),
+        "a leased message is not handed to a second consumer on another node"
+    );
+    let acked =
+        n.b.ack(
+            &work,
+            vec![AckRequest {
+                receipt: got[0].receipt,
+                result: None,
+            }],
+        )
+        .await
+        .expect("ack on b");
+    assert_eq!(
+        acked,
+        vec![Ok(())],
+        "a receipt from node a is valid on node b"
+    );
+    assert_eq!(
+        n.a.ack(
+            &work,
+            vec![AckRequest {
+                receipt: got[0].receipt,
+                result: None
+            }]
+        )
+        .await
+        .expect("ack again"),
+        vec![Err(StoreError::ReceiptStale)]
+    );
+
+    let response = |status| IdempotentResponse {
+        fingerprint: [7; 32],
+        status,
+        body: bytes::Bytes::from_static(b"{}"),
+        created_at: SystemClock.now(),
+    };
+    assert_eq!(
+        n.a.idempotency_put("k", response(201)).await.expect("put"),
+        None
+    );
+    assert_eq!(
+        n.b.idempotency_put("k", response(500))
+            .await
+            .expect("put again")
+            .map(|r| r.status),
+        Some(201),
+        "the first writer wins across nodes"
+    );
+}
+
+#[tokio::test]
+async fn rate_limit_and_max_in_flight_are_global() {
+    let Some(n) = nodes().await else { return };
+    let limited = q("limited");
+    n.a.put_queue(
+        &limited,
+        &QueueConfigPatch {
+            rate_limit: Some(Some(RateLimit {
+                limit: 7,
+                period: Duration::from_secs(600),
+            })),
+            ..QueueConfigPatch::default()
+        },
+    )
+    .await
+    .expect("create");
+    n.a.send(&limited, (0..20).map(|i| msg(&i.to_string())).collect())
+        .await
+        .expect("send");
+    // Both nodes receive concurrently, many times; together they get the quota, no more.
+    let mut tasks = Vec::new();
+    for store in [n.a.clone(), n.b.clone()] {
+        let limited = limited.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = 0;
+            for _ in 0..10 {
+                got += store
+                    .receive(&limited, recv(2))
+                    .await
+                    .expect("receive")
+                    .len();
+            }
+            got
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("task");
+    }
+    assert_eq!(total, 7, "rate_limit counts deliveries of every node");
+
+    let capped = q("capped");
+    n.b.put_queue(
+        &capped,
+        &QueueConfigPatch {
+            max_in_flight: Some(Some(5)),
+            ..QueueConfigPatch::default()
+        },
+    )
+    .await
+    .expect("create");
+    n.b.send(&capped, (0..20).map(|i| msg(&i.to_string())).collect())
+        .await
+        .expect("send");
+    let (x, y) = tokio::join!(n.a.receive(&capped, recv(4)), n.b.receive(&capped, recv(4)));
+    let leased = x.expect("a").len() + y.expect("b").len();
+    assert_eq!(leased, 5, "max_in_flight counts leases of every node");
+}
+
+#[tokio::test]
+async fn a_long_poll_on_one_node_wakes_for_a_send_on_another() {
+    let Some(n) = nodes().await else { return };
+    let work = q("wake");
+    n.a.put_queue(&work, &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    let waiter = {
+        let a = n.a.clone();
+        let work = work.clone();
+        tokio::spawn(async move {
+            a.receive(
+                &work,
+                ReceiveRequest {
+                    max: 1,
+                    wait: Duration::from_secs(20),
+                    ..ReceiveRequest::default()
+                },
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    n.b.send(&work, vec![msg("hello")])
+        .await
+        .expect("send on b");
+    let got = waiter.await.expect("task").expect("receive");
+    assert_eq!(
+        got.len(),
+        1,
+        "the waiting receive on node a got the message"
+    );
+    assert_eq!(got[0].body.bytes.as_ref(), b"hello");
+}
+
+#[tokio::test]
+async fn send_in_commits_and_rolls_back_with_the_callers_transaction() {
+    let Some(n) = nodes().await else { return };
+    let work = q("outbox");
+    n.a.put_queue(&work, &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    let (mut client, conn) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let driver = tokio::spawn(conn);
+    let table = format!("orders_{}", n.schema);
+    client
+        .batch_execute(&format!("CREATE TABLE public.{table} (id int PRIMARY KEY)"))
+        .await
+        .expect("business table");
+
+    // Rolled back: neither the order nor its task exists.
+    let tx = client.transaction().await.expect("begin");
+    tx.execute(&format!("INSERT INTO public.{table} VALUES (1)"), &[])
+        .await
+        .expect("business write");
+    n.a.send_in(&tx, &work, vec![msg("ship order 1")])
+        .await
+        .expect("send in tx");
+    let path: String = tx
+        .query_one("SELECT current_setting('search_path')", &[])
+        .await
+        .expect("search_path")
+        .get(0);
+    assert!(
+        !path.contains(&n.schema),
+        "send_in leaves the caller's search_path as it was, got {path:?}"
+    );
+    assert!(
+        n.b.receive(&work, recv(10))
+            .await
+            .expect("receive")
+            .is_empty(),
+        "nothing is visible before the commit"
+    );
+    tx.rollback().await.expect("rollback");
+    assert!(
+        n.b.receive(&work, recv(10))
+            .await
+            .expect("receive")
+            .is_empty()
+    );
+
+    // Committed: both exist.
+    let tx = client.transaction().await.expect("begin");
+    tx.execute(&format!("INSERT INTO public.{table} VALUES (2)"), &[])
+        .await
+        .expect("business write");
+    let sent =
+        n.a.send_in(&tx, &work, vec![msg("ship order 2")])
+            .await
+            .expect("send in tx");
+    tx.commit().await.expect("commit");
+    let got = n.b.receive(&work, recv(10)).await.expect("receive");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id, sent[0].id);
+    assert_eq!(got[0].body.bytes.as_ref(), b"ship order 2");
+
+    // An unknown queue fails the send (and so the caller's transaction).
+    let tx = client.transaction().await.expect("begin");
+    let err =
+        n.a.send_in(&tx, &q("nope"), vec![msg("x")])
+            .await
+            .expect_err("unknown queue");
+    assert!(matches!(err, StoreError::QueueNotFound(_)), "{err:?}");
+    tx.rollback().await.expect("rollback");
+
+    client
+        .batch_execute(&format!("DROP TABLE public.{table}"))
+        .await
+        .expect("drop business table");
+    drop(client);
+    driver.abort();
+}
