@@ -36,6 +36,33 @@ pub fn serve(data: &Path, stderr: Stdio) -> (Child, String) {
     (child, url)
 }
 
+/// Starts `sluice serve --listen 127.0.0.1:0 --store <store>` (a PostgreSQL connection string)
+/// and returns the child with the base URL it printed.
+pub fn serve_store(store: &str, stderr: Stdio) -> (Child, String) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+        .env_remove("SLUICE_CONFIG")
+        .env_remove("SLUICE_LISTEN")
+        .env_remove("SLUICE_DATA_DIR")
+        .env_remove("SLUICE_STORE")
+        .env_remove("SLUICE_NODE_ID")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn sluice serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let url = line
+        .trim()
+        .strip_prefix("sluice listening on ")
+        .unwrap_or_else(|| panic!("sluice serve did not start; first line {line:?}"))
+        .to_owned();
+    (child, url)
+}
+
 /// A `sluice serve` child over its own temporary data directory, killed on drop.
 pub struct Broker {
     /// The server process.
