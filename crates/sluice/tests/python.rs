@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -83,8 +84,11 @@ fn have(modules: &str, what: &str) -> bool {
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("{msg}");
     }
-    eprintln!(
-        "\n==================== SKIPPED ====================\n{msg}\n=================================================\n"
+    // Straight to stderr: the test harness captures `eprintln!` of passing tests.
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n==================== SKIPPED ====================\n{msg}\n\
+         =================================================\n"
     );
     false
 }

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._version import __version__
-from ._transport import RetryPolicy, Transport, dumps
+from ._transport import RetryPolicy, Transport, api_error, dumps
 from .envelope import TaskEnvelope
 from .errors import ApiError, DecodeError, ErrorCode, InvalidInput, TaskFailed, TaskTimeout
 from .models import (
@@ -597,10 +597,9 @@ class Client:
         with self._t.stream("GET", path) as resp:
             if resp.status_code >= 300:
                 resp.read()
-                from ._transport import api_error
-
                 raise api_error(resp)
-            event, data = "message", []
+            event = "message"
+            data: List[str] = []
             for line in resp.iter_lines():
                 if line == "":
                     if data:
@@ -612,7 +611,8 @@ class Client:
                             yield info
                             if info.status.is_final:
                                 return
-                    event, data = "message", []
+                    event = "message"
+                    data = []
                 elif line.startswith(":"):
                     continue
                 else:

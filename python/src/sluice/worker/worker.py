@@ -214,7 +214,7 @@ class Worker:
         SIGTERM), then shuts down gracefully. Broker outages are waited out, at start too.
 
         Raises ``queue_not_found`` (an :class:`ApiError`) when the queue does not exist."""
-        restore: Dict[int, Any] = {}
+        restore: Dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 restore[sig] = signal.signal(sig, lambda *_: self._stop.set())
