@@ -1,0 +1,701 @@
+"""The :class:`Client`: every route of the HTTP API v1 (SPEC §8), typed.
+
+Thread-safe and cheap to share: one connection pool serves every thread. Every call has a
+timeout (a long poll's wait is added to it) and is retried by the rules of
+:mod:`sluice._transport`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._version import __version__
+from ._transport import RetryPolicy, Transport, api_error, dumps
+from .envelope import TaskEnvelope
+from .errors import ApiError, DecodeError, ErrorCode, InvalidInput, TaskFailed, TaskTimeout
+from .models import (
+    AckOutcome,
+    AuditEntry,
+    BrowsePage,
+    ExtendResult,
+    FailureResult,
+    History,
+    Message,
+    Delivery,
+    Queue,
+    RateLimit,
+    Redrive,
+    RedriveFilter,
+    Scaling,
+    SendResult,
+    Stats,
+    TaskInfo,
+    TaskStatus,
+)
+
+__all__ = ["CLEAR", "Client", "OutMessage", "QueueSettings", "NO_RESULT"]
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
+_ID = re.compile(r"^[0-9a-f]{16}$")
+
+#: Longest long poll the broker holds (seconds).
+MAX_WAIT = 30.0
+
+
+class _Clear:
+    def __repr__(self) -> str:
+        return "CLEAR"
+
+
+#: Pass as a nullable queue setting (``dead_letter_queue``, ``max_in_flight``, ``max_depth``,
+#: ``rate_limit``) to clear it.
+CLEAR: Any = _Clear()
+
+
+class _NoResult:
+    def __repr__(self) -> str:
+        return "NO_RESULT"
+
+
+#: ``ack`` without a result (``None`` stores a JSON ``null``).
+NO_RESULT: Any = _NoResult()
+
+
+def _ms(seconds: float, what: str) -> int:
+    if seconds < 0:
+        raise InvalidInput(f"{what} must not be negative, got {seconds}")
+    return int(round(seconds * 1000))
+
+
+def _queue(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInput(
+            f"queue name {name!r} is invalid: use 1 to 80 characters of A-Z, a-z, 0-9, '_', '.', '-'"
+        )
+    return name
+
+
+def _id(task_id: str) -> str:
+    if not isinstance(task_id, str) or not _ID.match(task_id):
+        raise InvalidInput(f"{task_id!r} is not a message id (16 lowercase hex digits)")
+    return task_id
+
+
+@dataclass
+class QueueSettings:
+    """Settings for ``put_queue``. ``None`` keeps the current value (or the default on
+    creation); :data:`CLEAR` clears a nullable one. Durations are seconds."""
+
+    visibility_timeout: Optional[float] = None
+    max_receive_count: Optional[int] = None
+    dead_letter_queue: Any = None
+    backoff_base: Optional[float] = None
+    backoff_max: Optional[float] = None
+    delay: Optional[float] = None
+    retention: Optional[float] = None
+    max_message_bytes: Optional[int] = None
+    dedup_window: Optional[float] = None
+    max_in_flight: Any = None
+    max_depth: Any = None
+    rate_limit: Any = None
+    result_ttl: Optional[float] = None
+    paused: Optional[bool] = None
+
+    def to_wire(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for name in ("visibility_timeout", "backoff_base", "backoff_max", "delay", "retention",
+                     "dedup_window", "result_ttl"):
+            v = getattr(self, name)
+            if v is not None:
+                out[f"{name}_ms"] = _ms(v, name)
+        for name in ("max_receive_count", "max_message_bytes", "paused"):
+            v = getattr(self, name)
+            if v is not None:
+                out[name] = v
+        for name in ("dead_letter_queue", "max_in_flight", "max_depth"):
+            v = getattr(self, name)
+            if v is CLEAR:
+                out[name] = None
+            elif v is not None:
+                out[name] = v
+        if self.rate_limit is CLEAR:
+            out["rate_limit"] = None
+        elif isinstance(self.rate_limit, RateLimit):
+            out["rate_limit"] = self.rate_limit.to_wire()
+        elif self.rate_limit is not None:
+            raise InvalidInput("rate_limit must be a RateLimit(limit, period_seconds) or CLEAR")
+        return out
+
+
+@dataclass
+class OutMessage:
+    """One message of a batch send. ``body`` is any JSON value, or ``bytes`` (sent as
+    base64 and kept byte-exact)."""
+
+    body: Any
+    attributes: Dict[str, str] = field(default_factory=dict)
+    delay: Optional[float] = None
+    dedup_id: Optional[str] = None
+
+    def to_wire(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        if isinstance(self.body, (bytes, bytearray, memoryview)):
+            out["body_base64"] = base64.b64encode(bytes(self.body)).decode("ascii")
+        else:
+            dumps(self.body, "the body")
+            out["body"] = self.body
+        if self.attributes:
+            out["attributes"] = dict(self.attributes)
+        if self.delay is not None:
+            out["delay_ms"] = _ms(self.delay, "delay")
+        if self.dedup_id is not None:
+            out["dedup_id"] = self.dedup_id
+        return out
+
+
+class Client:
+    """A client of one Sluice broker.
+
+    >>> client = Client("http://127.0.0.1:7878")              # doctest: +SKIP
+    >>> client.put_queue("jobs", QueueSettings(max_receive_count=3))  # doctest: +SKIP
+    >>> task_id = client.enqueue("jobs", "resize", ["cat.png"], {"width": 64})  # doctest: +SKIP
+    >>> client.wait_for(task_id, timeout=30).status        # doctest: +SKIP
+    <TaskStatus.SUCCESS: 'SUCCESS'>
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:7878",
+        *,
+        token: Optional[str] = None,
+        timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        retry: Optional[RetryPolicy] = None,
+        idempotent_sends: bool = False,
+        user_agent: Optional[str] = None,
+    ) -> None:
+        """``idempotent_sends`` gives every send a fresh ``Idempotency-Key``, which makes
+        it safe to retry (the broker replays the first answer); it costs the broker 24 h of
+        memory per key, so it is off by default."""
+        self._t = Transport(
+            base_url,
+            token=token,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            retry=retry or RetryPolicy(),
+            user_agent=user_agent or f"sluice-python/{__version__}",
+        )
+        self.idempotent_sends = idempotent_sends
+
+    @property
+    def base_url(self) -> str:
+        return self._t.base_url
+
+    def close(self) -> None:
+        """Closes the connection pool."""
+        self._t.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _json(self, method: str, path: str, *, idempotent: bool = True, **kw: Any) -> Any:
+        resp = self._t.request(method, path, idempotent=idempotent, **kw)
+        try:
+            return resp.json()
+        except ValueError as e:
+            raise DecodeError(f"{method} {path}: the answer is not JSON: {e}") from e
+
+    # -- queues ----------------------------------------------------------------------------
+
+    def put_queue(
+        self, name: str, settings: Optional[QueueSettings] = None, **fields: Any
+    ) -> Queue:
+        """Creates queue ``name`` or updates its settings (idempotent). Settings come as a
+        :class:`QueueSettings` or as its fields: ``put_queue("jobs", max_receive_count=3)``.
+        Its DLQ ``<name>.dlq`` is created with it."""
+        s = settings or QueueSettings()
+        if fields:
+            s = QueueSettings(**{**s.__dict__, **fields})
+        resp = self._t.request(
+            "PUT", f"/v1/queues/{_queue(name)}", idempotent=True, json_body=s.to_wire()
+        )
+        return Queue.from_wire(resp.json(), created=resp.status_code == 201)
+
+    def get_queue(self, name: str) -> Queue:
+        """A queue and its configuration; ``queue_not_found`` when it does not exist."""
+        return Queue.from_wire(self._json("GET", f"/v1/queues/{_queue(name)}"))
+
+    def list_queues(self) -> List[Queue]:
+        """Every queue the caller may see, by name."""
+        return [Queue.from_wire(q) for q in self._json("GET", "/v1/queues")["queues"]]
+
+    def delete_queue(self, name: str) -> None:
+        """Deletes a queue and its messages (a retry that finds it gone is a success)."""
+        try:
+            self._t.request("DELETE", f"/v1/queues/{_queue(name)}", idempotent=True)
+        except ApiError as e:
+            if e.code is not ErrorCode.QUEUE_NOT_FOUND:
+                raise
+
+    def pause_queue(self, name: str) -> Queue:
+        """Stops deliveries (sends are still accepted)."""
+        return Queue.from_wire(self._json("POST", f"/v1/queues/{_queue(name)}/pause"))
+
+    def resume_queue(self, name: str) -> Queue:
+        """Resumes deliveries."""
+        return Queue.from_wire(self._json("POST", f"/v1/queues/{_queue(name)}/resume"))
+
+    def purge_queue(self, name: str) -> int:
+        """Removes every message of the queue; answers how many."""
+        return int(self._json("POST", f"/v1/queues/{_queue(name)}/purge", idempotent=False)["purged"])
+
+    # -- send ------------------------------------------------------------------------------
+
+    def _send_headers(self, key: Optional[str], dedup: bool) -> Tuple[Dict[str, str], bool]:
+        if key is None and self.idempotent_sends:
+            key = uuid.uuid4().hex
+        return ({"idempotency-key": key} if key else {}), bool(key) or dedup
+
+    def send(
+        self,
+        queue: str,
+        body: Any,
+        *,
+        attributes: Optional[Mapping[str, str]] = None,
+        delay: Optional[float] = None,
+        dedup_id: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> SendResult:
+        """Sends one message. ``body`` is any JSON value (refused with
+        :class:`InvalidInput` before sending when JSON cannot hold it), or ``bytes`` (kept
+        byte-exact and delivered as ``bytes``)."""
+        m = OutMessage(body, dict(attributes or {}), delay, dedup_id).to_wire()
+        headers, safe = self._send_headers(idempotency_key, dedup_id is not None)
+        d = self._json(
+            "POST", f"/v1/queues/{_queue(queue)}/messages", idempotent=safe, json_body=m,
+            headers=headers,
+        )
+        return SendResult(d["id"], bool(d.get("duplicate", False)))
+
+    def send_text(
+        self,
+        queue: str,
+        text: str,
+        *,
+        delay: Optional[float] = None,
+        dedup_id: Optional[str] = None,
+    ) -> SendResult:
+        """Sends UTF-8 text as ``text/plain``; it is delivered as text (``BodyKind.TEXT``)."""
+        params: Dict[str, Any] = {"dedup_id": dedup_id}
+        if delay is not None:
+            params["delay_ms"] = _ms(delay, "delay")
+        headers, safe = self._send_headers(None, dedup_id is not None)
+        d = self._json(
+            "POST", f"/v1/queues/{_queue(queue)}/messages", idempotent=safe,
+            content=text.encode("utf-8"), content_type="text/plain; charset=utf-8",
+            params=params, headers=headers,
+        )
+        return SendResult(d["id"], bool(d.get("duplicate", False)))
+
+    def send_raw(self, queue: str, data: bytes) -> SendResult:
+        """Sends raw bytes as ``application/octet-stream``, byte-exact."""
+        headers, safe = self._send_headers(None, False)
+        d = self._json(
+            "POST", f"/v1/queues/{_queue(queue)}/messages", idempotent=safe,
+            content=bytes(data), content_type="application/octet-stream", headers=headers,
+        )
+        return SendResult(d["id"], bool(d.get("duplicate", False)))
+
+    def send_batch(
+        self,
+        queue: str,
+        messages: Sequence[Union[OutMessage, Any]],
+        *,
+        idempotency_key: Optional[str] = None,
+    ) -> List[SendResult]:
+        """Sends 1 – 1000 messages in one request, stored all or nothing. Items are
+        :class:`OutMessage` or plain bodies."""
+        items = [m if isinstance(m, OutMessage) else OutMessage(m) for m in messages]
+        if not 1 <= len(items) <= 1000:
+            raise InvalidInput(f"a batch holds 1 to 1000 messages, got {len(items)}")
+        wire = [m.to_wire() for m in items]
+        headers, safe = self._send_headers(
+            idempotency_key, all(m.dedup_id is not None for m in items)
+        )
+        d = self._json(
+            "POST", f"/v1/queues/{_queue(queue)}/messages", idempotent=safe,
+            json_body={"messages": wire}, headers=headers,
+        )
+        dups = d.get("duplicates") or [False] * len(d["ids"])
+        return [SendResult(i, bool(x)) for i, x in zip(d["ids"], dups)]
+
+    # -- receive and settle ----------------------------------------------------------------
+
+    def receive(
+        self,
+        queue: str,
+        *,
+        max: int = 1,
+        wait: float = 0.0,
+        visibility: Optional[float] = None,
+        consumer: Optional[str] = None,
+    ) -> List[Delivery]:
+        """Leases up to ``max`` (1 – 1000) messages, long-polling up to ``wait`` seconds
+        (0 – 30) for the first one."""
+        req: Dict[str, Any] = {"max": max, "wait_ms": _ms(wait, "wait")}
+        if visibility is not None:
+            req["visibility_timeout_ms"] = _ms(visibility, "visibility")
+        if consumer is not None:
+            req["consumer"] = consumer
+        d = self._json(
+            "POST", f"/v1/queues/{_queue(queue)}/receive", json_body=req, extra_timeout=wait
+        )
+        return [Delivery.from_wire(m) for m in d["messages"]]
+
+    def ack(self, queue: str, receipt: str, result: Any = NO_RESULT) -> None:
+        """Acknowledges a delivery, keeping ``result`` (any JSON value, or ``bytes``) for the
+        queue's ``result_ttl``. A stale receipt raises ``receipt_stale``."""
+        req: Dict[str, Any] = {"receipt": receipt}
+        if isinstance(result, (bytes, bytearray)):
+            req["result_base64"] = base64.b64encode(bytes(result)).decode("ascii")
+        elif result is not NO_RESULT:
+            dumps(result, "the result")
+            req["result"] = result
+        self._json("POST", f"/v1/queues/{_queue(queue)}/ack", json_body=req)
+
+    def ack_batch(
+        self, queue: str, items: Sequence[Union[str, Tuple[str, Any]]]
+    ) -> List[AckOutcome]:
+        """Acknowledges 1 – 1000 deliveries: receipts, or ``(receipt, result)`` pairs. Each
+        has its own outcome, in order."""
+        acks = []
+        for it in items:
+            if isinstance(it, str):
+                acks.append({"receipt": it})
+            else:
+                r, res = it
+                a: Dict[str, Any] = {"receipt": r}
+                if isinstance(res, (bytes, bytearray)):
+                    a["result_base64"] = base64.b64encode(bytes(res)).decode("ascii")
+                elif res is not NO_RESULT:
+                    a["result"] = res
+                acks.append(a)
+        d = self._json("POST", f"/v1/queues/{_queue(queue)}/ack", json_body={"acks": acks})
+        return [
+            AckOutcome(
+                o["receipt"], bool(o["ok"]),
+                (o.get("error") or {}).get("code"), (o.get("error") or {}).get("message"),
+            )
+            for o in d["results"]
+        ]
+
+    def nack(
+        self,
+        queue: str,
+        receipt: str,
+        *,
+        delay: Optional[float] = None,
+        error: Optional[str] = None,
+        consumer: Optional[str] = None,
+    ) -> FailureResult:
+        """Returns a delivery for another attempt, after ``delay`` seconds or the queue's
+        backoff; on its last attempt it is dead-lettered (state ``dead_lettered``)."""
+        req: Dict[str, Any] = {"receipt": receipt}
+        if delay is not None:
+            req["delay_ms"] = _ms(delay, "delay")
+        if error is not None:
+            req["error"] = error
+        if consumer is not None:
+            req["consumer"] = consumer
+        d = self._json("POST", f"/v1/queues/{_queue(queue)}/nack", json_body=req)
+        return FailureResult(d["state"], d["queue"])
+
+    def reject(
+        self, queue: str, receipt: str, *, error: Optional[str] = None,
+        consumer: Optional[str] = None,
+    ) -> FailureResult:
+        """Dead-letters a delivery now, whatever its count (``conflict`` without a DLQ)."""
+        req: Dict[str, Any] = {"receipt": receipt}
+        if error is not None:
+            req["error"] = error
+        if consumer is not None:
+            req["consumer"] = consumer
+        d = self._json("POST", f"/v1/queues/{_queue(queue)}/reject", json_body=req)
+        return FailureResult(d["state"], d["queue"])
+
+    def release(self, queue: str, receipt: str) -> FailureResult:
+        """Hands a delivery back without counting the attempt (visible again at once)."""
+        d = self._json("POST", f"/v1/queues/{_queue(queue)}/release", json_body={"receipt": receipt})
+        return FailureResult(d["state"], d["queue"])
+
+    def move(
+        self, queue: str, receipt: str, to: str, *, error: Optional[str] = None,
+        consumer: Optional[str] = None,
+    ) -> FailureResult:
+        """Moves a delivery to queue ``to`` atomically, byte-exact (the unprocessable
+        queue's way in)."""
+        req: Dict[str, Any] = {"receipt": receipt, "to": _queue(to)}
+        if error is not None:
+            req["error"] = error
+        if consumer is not None:
+            req["consumer"] = consumer
+        d = self._json("POST", f"/v1/queues/{_queue(queue)}/move", json_body=req)
+        return FailureResult(d.get("state", "visible"), d.get("queue", to))
+
+    def extend(self, queue: str, receipt: str, visibility: float) -> ExtendResult:
+        """Sets the lease to end ``visibility`` seconds from now; the answer says whether the
+        task was cancelled meanwhile."""
+        d = self._json(
+            "POST", f"/v1/queues/{_queue(queue)}/extend",
+            json_body={"receipt": receipt, "visibility_timeout_ms": _ms(visibility, "visibility")},
+        )
+        return ExtendResult(d["lease_deadline"], bool(d.get("cancel_requested", False)))
+
+    def progress(
+        self, queue: str, receipt: str, pct: float, detail: Optional[str] = None
+    ) -> ExtendResult:
+        """Reports a running task's progress (``pct`` 0 – 100); the answer also says whether
+        it was cancelled. A handler calls ``TaskContext.progress`` instead."""
+        d = self._json(
+            "POST", f"/v1/queues/{_queue(queue)}/progress",
+            json_body={"receipt": receipt, "pct": float(pct), "detail": detail},
+        )
+        return ExtendResult(d.get("lease_deadline", ""), bool(d.get("cancel_requested", False)))
+
+    # -- inspect ---------------------------------------------------------------------------
+
+    def browse(
+        self,
+        queue: str,
+        *,
+        state: str = "all",
+        limit: int = 100,
+        cursor: Optional[str] = None,
+        error_contains: Optional[str] = None,
+        attribute: Optional[Tuple[str, str]] = None,
+        dead_lettered_before: Optional[str] = None,
+        dead_lettered_after: Optional[str] = None,
+    ) -> BrowsePage:
+        """One page of a queue's messages without leasing them; ``state`` is ``visible``,
+        ``delayed``, ``in_flight`` or ``all``."""
+        params = {
+            "state": state, "limit": limit, "cursor": cursor, "error_contains": error_contains,
+            "attribute": f"{attribute[0]}={attribute[1]}" if attribute else None,
+            "dead_lettered_before": dead_lettered_before,
+            "dead_lettered_after": dead_lettered_after,
+        }
+        d = self._json("GET", f"/v1/queues/{_queue(queue)}/messages", params=params)
+        return BrowsePage([Message.from_wire(m) for m in d["messages"]], d.get("next_cursor"))
+
+    def get_message(self, message_id: str) -> Message:
+        """One message wherever it is (queue, DLQ, completed record)."""
+        return Message.from_wire(self._json("GET", f"/v1/messages/{_id(message_id)}"))
+
+    def delete_message(self, message_id: str) -> None:
+        """Deletes one message (a retry that finds it gone is a success)."""
+        try:
+            self._t.request("DELETE", f"/v1/messages/{_id(message_id)}", idempotent=True)
+        except ApiError as e:
+            if e.code is not ErrorCode.MESSAGE_NOT_FOUND:
+                raise
+
+    def stats(self, queue: str) -> Stats:
+        """Backlog, in flight, DLQ depth, totals, rates and trend of a queue."""
+        return Stats.from_wire(self._json("GET", f"/v1/queues/{_queue(queue)}/stats"))
+
+    def stats_history(self, queue: str, since: Optional[str] = None) -> History:
+        """A queue's numbers every 10 s (the last hour, or since an RFC 3339 time)."""
+        return History.from_wire(
+            self._json("GET", f"/v1/queues/{_queue(queue)}/stats/history", params={"since": since})
+        )
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        task: str,
+        args: Optional[Sequence[Any]] = None,
+        kwargs: Optional[Mapping[str, Any]] = None,
+        *,
+        delay: Optional[float] = None,
+        dedup_id: Optional[str] = None,
+        attributes: Optional[Mapping[str, str]] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> str:
+        """Enqueues task ``task`` with ``args`` and ``kwargs`` and returns the task id.
+        Arguments JSON cannot hold (a NaN, an object, a set) are refused with
+        :class:`InvalidInput` before anything is sent."""
+        env = TaskEnvelope.of(task, args, kwargs)
+        return self.send(
+            queue, env.to_wire(), attributes=attributes, delay=delay, dedup_id=dedup_id,
+            idempotency_key=idempotency_key,
+        ).id
+
+    def task_status(self, task_id: str, wait: Optional[float] = None) -> TaskInfo:
+        """The status of a task; with ``wait`` (seconds, at most 30) the broker holds the
+        answer until the task is final or the wait is over."""
+        params = {"wait_ms": _ms(min(wait, MAX_WAIT), "wait")} if wait else None
+        return TaskInfo.from_wire(
+            self._json("GET", f"/v1/tasks/{_id(task_id)}", params=params, extra_timeout=wait or 0.0)
+        )
+
+    def wait_for(self, task_id: str, timeout: float) -> TaskInfo:
+        """Waits until the task is final (or ``UNKNOWN``), long-polling in rounds of at most
+        30 s; :class:`TaskTimeout` when it is not final after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            info = self.task_status(task_id, wait=min(left, MAX_WAIT) or None)
+            if info.status.is_final or info.status is TaskStatus.UNKNOWN:
+                return info
+            if time.monotonic() >= deadline:
+                raise TaskTimeout(task_id, timeout, info.status.value)
+            if left == 0:
+                time.sleep(0.01)
+
+    def call(
+        self,
+        queue: str,
+        task: str,
+        args: Optional[Sequence[Any]] = None,
+        kwargs: Optional[Mapping[str, Any]] = None,
+        *,
+        timeout: float = 30.0,
+    ) -> Any:
+        """Request/reply on top of the queue: enqueues the task, waits up to ``timeout``
+        seconds and returns its result. :class:`TaskFailed` when it ended ``FAILURE``,
+        ``CANCELLED`` or ``UNKNOWN``; :class:`TaskTimeout` when it is not final in time (it
+        is not cancelled)."""
+        task_id = self.enqueue(queue, task, args, kwargs)
+        info = self.wait_for(task_id, timeout)
+        if info.status is not TaskStatus.SUCCESS:
+            raise TaskFailed(task_id, info.status.value, info.error)
+        return info.result
+
+    def cancel(self, task_id: str) -> TaskInfo:
+        """Cancels a task: a waiting one is removed at once; a running one is flagged and its
+        handler hears of it at its next lease extension or progress report. ``CANCELLED``
+        is sticky. Answers the status after the cancel."""
+        return TaskInfo.from_wire(self._json("POST", f"/v1/tasks/{_id(task_id)}/cancel"))
+
+    def task_events(self, task_id: str) -> Iterator[TaskInfo]:
+        """The task's status now and after each change of status or progress (server-sent
+        events), ending after the final status."""
+        path = f"/v1/tasks/{_id(task_id)}/events"
+        with self._t.stream("GET", path) as resp:
+            if resp.status_code >= 300:
+                resp.read()
+                raise api_error(resp)
+            event = "message"
+            data: List[str] = []
+            for line in resp.iter_lines():
+                if line == "":
+                    if data:
+                        payload = "\n".join(data)
+                        if event == "error":
+                            raise ApiError(503, ErrorCode.UNAVAILABLE, payload)
+                        if event in ("status", "message"):
+                            info = TaskInfo.from_wire(json.loads(payload))
+                            yield info
+                            if info.status.is_final:
+                                return
+                    event = "message"
+                    data = []
+                elif line.startswith(":"):
+                    continue
+                else:
+                    key, _, value = line.partition(":")
+                    value = value[1:] if value.startswith(" ") else value
+                    if key == "event":
+                        event = value
+                    elif key == "data":
+                        data.append(value)
+
+    def scaling(self, queue: str, per_worker: int) -> Scaling:
+        """How many workers the queue wants when each carries ``per_worker`` waiting or
+        running tasks (for KEDA-style and Ray Serve autoscalers)."""
+        d = self._json("GET", f"/v1/queues/{_queue(queue)}/scaling", params={"per_worker": per_worker})
+        return Scaling(int(d["desired_workers"]), int(d["backlog"]), int(d["in_flight"]))
+
+    # -- redrives and audit ----------------------------------------------------------------
+
+    def create_redrive(
+        self,
+        source: str,
+        *,
+        destination: Optional[str] = None,
+        limit: Optional[int] = None,
+        rate_per_second: Optional[int] = None,
+        filter: Optional[RedriveFilter] = None,
+        reset_receive_count: Optional[bool] = None,
+        dry_run: Optional[bool] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Redrive:
+        """Starts a server-side job moving dead letters of DLQ ``source`` back to their
+        source queue (or ``destination``), at most ``rate_per_second``."""
+        req: Dict[str, Any] = {"source": _queue(source)}
+        for k, v in (("destination", destination), ("limit", limit),
+                     ("rate_per_second", rate_per_second),
+                     ("reset_receive_count", reset_receive_count), ("dry_run", dry_run)):
+            if v is not None:
+                req[k] = v
+        if filter is not None:
+            req["filter"] = filter.to_wire()
+        key = idempotency_key or uuid.uuid4().hex
+        return Redrive.from_wire(
+            self._json("POST", "/v1/redrives", json_body=req, headers={"idempotency-key": key})
+        )
+
+    def list_redrives(self) -> List[Redrive]:
+        """Running redrives and the most recent finished ones, newest first."""
+        return [Redrive.from_wire(r) for r in self._json("GET", "/v1/redrives")["redrives"]]
+
+    def get_redrive(self, redrive_id: str) -> Redrive:
+        """One redrive job and its progress."""
+        return Redrive.from_wire(self._json("GET", f"/v1/redrives/{redrive_id}"))
+
+    def cancel_redrive(self, redrive_id: str) -> Redrive:
+        """Stops a redrive job where it is."""
+        return Redrive.from_wire(self._json("POST", f"/v1/redrives/{redrive_id}/cancel"))
+
+    def audit(
+        self, *, queue: Optional[str] = None, since: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> List[AuditEntry]:
+        """The newest audit entries (oldest first), optionally of one queue, since a time."""
+        d = self._json("GET", "/v1/audit", params={"queue": queue, "since": since, "limit": limit})
+        return [
+            AuditEntry(e["at"], e["actor"], e["action"], e.get("queue"), e.get("message_id"),
+                       dict(e.get("details") or {}), e.get("outcome", "ok"))
+            for e in d["entries"]
+        ]
+
+    # -- health ----------------------------------------------------------------------------
+
+    def healthz(self) -> bool:
+        """True while the broker process answers."""
+        return self._json("GET", "/healthz").get("status") == "ok"
+
+    def readyz(self) -> bool:
+        """True when the broker's store answers; ``unavailable`` (503) otherwise."""
+        return self._json("GET", "/readyz").get("status") == "ready"
+
+    def metrics_text(self) -> str:
+        """The broker's Prometheus metrics, as text."""
+        return self._t.request("GET", "/metrics", idempotent=True).text
+
+    def openapi(self) -> Dict[str, Any]:
+        """The OpenAPI document of the API."""
+        return dict(self._json("GET", "/openapi.json"))
