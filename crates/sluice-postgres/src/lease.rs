@@ -20,7 +20,7 @@ use crate::counters::{Counter, Counts};
 use crate::error::{corrupt, db};
 use crate::row::{ROW_COLS, Row, WAITING, kind_code, kind_of, write_back};
 use crate::settle::{Effects, dead_letter, end_cancelled, settle};
-use crate::store::Inner;
+use crate::store::{Inner, transaction};
 use crate::wake::FALLBACK_POLL;
 
 enum Attempted {
@@ -69,18 +69,26 @@ async fn try_receive(
 ) -> Result<Attempted, StoreError> {
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    let mut cfg = crate::queues::config(&tx, q, false).await?;
-    if cfg.rate_limit.is_some() || cfg.max_in_flight.is_some() {
-        // Global limits: receives of this queue take turns on its row, on every node.
-        cfg = crate::queues::config(&tx, q, true).await?;
-    }
-    let now = inner.now();
-    let mut fx = Effects::default();
-    settle(&tx, q, &cfg, now, &mut fx).await?;
-    let outcome = lease(&tx, q, &cfg, req, now, &mut fx).await?;
-    fx.write(&tx, inner).await?;
-    tx.commit().await.map_err(|e| db(&e))?;
+    let (outcome, fx) = transaction(&mut conn, async |tx| {
+        let mut cfg = crate::queues::config(tx, q, false).await?;
+        if cfg.rate_limit.is_some() || cfg.max_in_flight.is_some() {
+            // Global limits: receives of this queue take turns on its row, on every node.
+            cfg = crate::queues::config(tx, q, true).await?;
+        }
+        let now = inner.now();
+        // A lease need not wait for the WAL flush: lost in a database crash, it only makes
+        // the message visible again (at least once still holds) and its receipt stale.
+        // Sends, acks and every other change still commit synchronously.
+        tx.batch_execute("SET LOCAL synchronous_commit = off")
+            .await
+            .map_err(|e| db(&e))?;
+        let mut fx = Effects::default();
+        settle(tx, q, &cfg, now, &mut fx).await?;
+        let outcome = lease(tx, q, &cfg, req, now, &mut fx).await?;
+        fx.write(tx, inner).await?;
+        Ok((outcome, fx))
+    })
+    .await?;
     fx.wake_local(inner);
     Ok(outcome)
 }
@@ -239,77 +247,79 @@ pub(crate) async fn ack(
     }
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    let cfg = crate::queues::config(&tx, q, false).await?;
-    let now = inner.now();
-    let mut out: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(acks.len());
-    let mut seen = std::collections::HashSet::new();
-    let (mut ids, mut tokens, mut results, mut kinds) = (vec![], vec![], vec![], vec![]);
-    let mut slot_of = std::collections::HashMap::new();
-    for (i, a) in acks.iter().enumerate() {
-        if let Some(r) = &a.result
-            && r.len() > cfg.max_message_bytes as usize
-        {
-            out.push(Some(Err(StoreError::PayloadTooLarge(format!(
-                "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
-                r.len(),
-                cfg.max_message_bytes
-            )))));
-            continue;
+    let out = crate::store::transaction(&mut conn, async |tx| {
+        let cfg = crate::queues::config(tx, q, false).await?;
+        let now = inner.now();
+        let mut out: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(acks.len());
+        let mut seen = std::collections::HashSet::new();
+        let (mut ids, mut tokens, mut results, mut kinds) = (vec![], vec![], vec![], vec![]);
+        let mut slot_of = std::collections::HashMap::new();
+        for (i, a) in acks.iter().enumerate() {
+            if let Some(r) = &a.result
+                && r.len() > cfg.max_message_bytes as usize
+            {
+                out.push(Some(Err(StoreError::PayloadTooLarge(format!(
+                    "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
+                    r.len(),
+                    cfg.max_message_bytes
+                )))));
+                continue;
+            }
+            if !seen.insert(a.receipt.id) {
+                out.push(Some(Err(StoreError::ReceiptStale)));
+                continue;
+            }
+            out.push(None);
+            slot_of.insert(a.receipt.id.0 as i64, i);
+            ids.push(a.receipt.id.0 as i64);
+            tokens.push(a.receipt.token as i64);
+            results.push(a.result.as_ref().map(|b| b.bytes.as_ref()));
+            kinds.push(a.result.as_ref().map(|b| kind_code(b.kind)));
         }
-        if !seen.insert(a.receipt.id) {
-            out.push(Some(Err(StoreError::ReceiptStale)));
-            continue;
+        let keep = Timestamp(now).plus(cfg.result_ttl).as_millis();
+        let sql = if cfg.result_ttl.is_zero() {
+            "DELETE FROM messages m
+             USING unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
+             WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
+                   AND m.visible_at > $6 AND $7::bigint IS NOT NULL
+             RETURNING m.id, m.cancel_requested"
+        } else {
+            "UPDATE messages m SET state = 2, visible_at = $6, keep_until = $7, token = NULL,
+                 body = NULL, attrs = NULL, attempts = NULL, progress = NULL, last_error = NULL,
+                 source_queue = NULL, dl_reason = NULL, dl_at = NULL, dedup_id = NULL,
+                 result = CASE WHEN m.cancel_requested THEN NULL ELSE a.result END,
+                 result_kind = CASE WHEN m.cancel_requested THEN NULL ELSE a.kind END
+             FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
+             WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
+                   AND m.visible_at > $6
+             RETURNING m.id, m.cancel_requested"
+        };
+        let done = if ids.is_empty() {
+            Vec::new()
+        } else {
+            tx.query(sql, &[&q, &ids, &tokens, &results, &kinds, &now, &keep])
+                .await
+                .map_err(|e| db(&e))?
+        };
+        let mut acked = 0i64;
+        for r in &done {
+            let id: i64 = r.get(0);
+            let cancelled: bool = r.get(1);
+            if !cancelled {
+                acked += 1;
+            }
+            if let Some(i) = slot_of.get(&id) {
+                out[*i] = Some(Ok(()));
+            }
         }
-        out.push(None);
-        slot_of.insert(a.receipt.id.0 as i64, i);
-        ids.push(a.receipt.id.0 as i64);
-        tokens.push(a.receipt.token as i64);
-        results.push(a.result.as_ref().map(|b| b.bytes.as_ref()));
-        kinds.push(a.result.as_ref().map(|b| kind_code(b.kind)));
-    }
-    let keep = Timestamp(now).plus(cfg.result_ttl).as_millis();
-    let sql = if cfg.result_ttl.is_zero() {
-        "DELETE FROM messages m
-         USING unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
-         WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
-               AND m.visible_at > $6 AND $7::bigint IS NOT NULL
-         RETURNING m.id, m.cancel_requested"
-    } else {
-        "UPDATE messages m SET state = 2, visible_at = $6, keep_until = $7, token = NULL,
-             body = NULL, attrs = NULL, attempts = NULL, progress = NULL, last_error = NULL,
-             source_queue = NULL, dl_reason = NULL, dl_at = NULL, dedup_id = NULL,
-             result = CASE WHEN m.cancel_requested THEN NULL ELSE a.result END,
-             result_kind = CASE WHEN m.cancel_requested THEN NULL ELSE a.kind END
-         FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
-         WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
-               AND m.visible_at > $6
-         RETURNING m.id, m.cancel_requested"
-    };
-    let done = if ids.is_empty() {
-        Vec::new()
-    } else {
-        tx.query(sql, &[&q, &ids, &tokens, &results, &kinds, &now, &keep])
-            .await
-            .map_err(|e| db(&e))?
-    };
-    let mut acked = 0i64;
-    for r in &done {
-        let id: i64 = r.get(0);
-        let cancelled: bool = r.get(1);
-        if !cancelled {
-            acked += 1;
+        if acked > 0 {
+            let mut counts = Counts::default();
+            counts.add(q, Counter::Acked, acked);
+            counts.flush(tx).await?;
         }
-        if let Some(i) = slot_of.get(&id) {
-            out[*i] = Some(Ok(()));
-        }
-    }
-    if acked > 0 {
-        let mut counts = Counts::default();
-        counts.add(q, Counter::Acked, acked);
-        counts.flush(&tx).await?;
-    }
-    tx.commit().await.map_err(|e| db(&e))?;
+        Ok(out)
+    })
+    .await?;
     Ok(out
         .into_iter()
         .map(|o| o.unwrap_or(Err(StoreError::ReceiptStale)))
@@ -332,33 +342,35 @@ async fn with_lease<T>(
 ) -> Result<T, StoreError> {
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    let cfg = crate::queues::config(&tx, q, false).await?;
-    let now = inner.now();
-    let row = tx
-        .query_opt(
-            &format!("SELECT {ROW_COLS} FROM messages WHERE id = $1 FOR UPDATE"),
-            &[&(receipt.id.0 as i64)],
-        )
-        .await
-        .map_err(|e| db(&e))?;
-    let mut row = match row {
-        Some(r) => Row::from_pg(&r)?,
-        None => return Err(StoreError::ReceiptStale),
-    };
-    if row.queue != q || !row.holds(receipt.token, now) {
-        return Err(StoreError::ReceiptStale);
-    }
-    let mut fx = Effects::default();
-    let out = match f(&tx, &cfg, &mut row, now, &mut fx).await? {
-        Change::Row(out) => {
-            write_back(&tx, std::slice::from_ref(&row)).await?;
-            out
+    let (out, fx) = crate::store::transaction(&mut conn, async |tx| {
+        let cfg = crate::queues::config(tx, q, false).await?;
+        let now = inner.now();
+        let row = tx
+            .query_opt(
+                &format!("SELECT {ROW_COLS} FROM messages WHERE id = $1 FOR UPDATE"),
+                &[&(receipt.id.0 as i64)],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        let mut row = match row {
+            Some(r) => Row::from_pg(&r)?,
+            None => return Err(StoreError::ReceiptStale),
+        };
+        if row.queue != q || !row.holds(receipt.token, now) {
+            return Err(StoreError::ReceiptStale);
         }
-        Change::Done(out) => out,
-    };
-    fx.write(&tx, inner).await?;
-    tx.commit().await.map_err(|e| db(&e))?;
+        let mut fx = Effects::default();
+        let out = match f(tx, &cfg, &mut row, now, &mut fx).await? {
+            Change::Row(out) => {
+                write_back(tx, std::slice::from_ref(&row)).await?;
+                out
+            }
+            Change::Done(out) => out,
+        };
+        fx.write(tx, inner).await?;
+        Ok((out, fx))
+    })
+    .await?;
     fx.wake_local(inner);
     Ok(out)
 }
@@ -561,10 +573,10 @@ pub(crate) async fn progress(
 
 /// Cancels a task: a waiting one ends now, a running one is flagged.
 pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, StoreError> {
-    {
-        let mut conn = inner.conn().await?;
-        let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
+    let mut conn = inner.conn().await?;
+    let fx = crate::store::transaction(&mut conn, async |tx| {
         let now = inner.now();
+        let mut fx = Effects::default();
         let found = tx
             .query_opt(
                 "SELECT queue FROM messages WHERE id = $1",
@@ -572,43 +584,45 @@ pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, Stor
             )
             .await
             .map_err(|e| db(&e))?;
-        if let Some(found) = found {
-            let queue: String = found.get(0);
-            let cfg = crate::queues::config(&tx, &queue, false).await?;
-            let mut fx = Effects::default();
-            settle(&tx, &queue, &cfg, now, &mut fx).await?;
-            let row = tx
-                .query_opt(
-                    &format!("SELECT {ROW_COLS} FROM messages WHERE id = $1 FOR UPDATE"),
-                    &[&(id.0 as i64)],
+        let Some(found) = found else {
+            return Ok(fx);
+        };
+        let queue: String = found.get(0);
+        let cfg = crate::queues::config(tx, &queue, false).await?;
+        settle(tx, &queue, &cfg, now, &mut fx).await?;
+        let row = tx
+            .query_opt(
+                &format!("SELECT {ROW_COLS} FROM messages WHERE id = $1 FOR UPDATE"),
+                &[&(id.0 as i64)],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        if let Some(r) = row {
+            let row = Row::from_pg(&r)?;
+            let finished = row.dead_letter.is_some() || row.state == crate::row::DONE;
+            if finished || (row.state == crate::row::LEASED && row.cancel_requested) {
+                // A dead letter is a failed task and a completed one is done: left as is.
+            } else if row.state == crate::row::LEASED {
+                tx.execute(
+                    "UPDATE messages SET cancel_requested = true WHERE id = $1",
+                    &[&row.id],
                 )
                 .await
                 .map_err(|e| db(&e))?;
-            if let Some(r) = row {
-                let row = Row::from_pg(&r)?;
-                let finished = row.dead_letter.is_some() || row.state == crate::row::DONE;
-                if finished || (row.state == crate::row::LEASED && row.cancel_requested) {
-                    // A dead letter is a failed task and a completed one is done: left as is.
-                } else if row.state == crate::row::LEASED {
-                    tx.execute(
-                        "UPDATE messages SET cancel_requested = true WHERE id = $1",
-                        &[&row.id],
-                    )
-                    .await
-                    .map_err(|e| db(&e))?;
+            } else {
+                let qcfg = if row.queue == queue {
+                    cfg.clone()
                 } else {
-                    let qcfg = if row.queue == queue {
-                        cfg.clone()
-                    } else {
-                        crate::queues::config(&tx, &row.queue, false).await?
-                    };
-                    end_cancelled(&tx, row.id, &qcfg, now).await?;
-                }
+                    crate::queues::config(tx, &row.queue, false).await?
+                };
+                end_cancelled(tx, row.id, &qcfg, now).await?;
             }
-            fx.write(&tx, inner).await?;
-            tx.commit().await.map_err(|e| db(&e))?;
-            fx.wake_local(inner);
         }
-    }
+        fx.write(tx, inner).await?;
+        Ok(fx)
+    })
+    .await?;
+    fx.wake_local(inner);
+    drop(conn);
     crate::view::get(inner, id).await
 }

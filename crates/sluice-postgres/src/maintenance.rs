@@ -26,11 +26,13 @@ pub(crate) async fn once(inner: &Inner) -> Result<(), StoreError> {
     for q in &queues {
         let name: String = q.get(0);
         let cfg: Json<sluice_core::QueueConfig> = q.try_get(1).map_err(corrupt)?;
-        let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-        let mut fx = Effects::default();
-        settle(&tx, &name, &cfg.0, now, &mut fx).await?;
-        fx.write(&tx, inner).await?;
-        tx.commit().await.map_err(|e| db(&e))?;
+        let fx = crate::store::transaction(&mut conn, async |tx| {
+            let mut fx = Effects::default();
+            settle(tx, &name, &cfg.0, now, &mut fx).await?;
+            fx.write(tx, inner).await?;
+            Ok(fx)
+        })
+        .await?;
         fx.wake_local(inner);
     }
     let history_from = now - i64::try_from(HISTORY_KEPT.as_millis()).unwrap_or(0);

@@ -77,57 +77,59 @@ pub(crate) async fn put(
 ) -> Result<PutQueueOutcome, StoreError> {
     let now = inner.now();
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    // Two nodes creating the same queue at once: the second waits and then updates.
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtext('sluice-queue:' || $1))",
-        &[&name.as_str()],
-    )
-    .await
-    .map_err(|e| db(&e))?;
-    let existing = match config(&tx, name.as_str(), true).await {
-        Ok(c) => Some(c),
-        Err(StoreError::QueueNotFound(_)) => None,
-        Err(e) => return Err(e),
-    };
-    let current = existing
-        .clone()
-        .unwrap_or_else(|| QueueConfig::defaults_for(name));
-    let cfg = current.apply(name, patch)?;
-    let mut warnings = Vec::new();
-    if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0)) {
-        warnings.push(format!(
-            "max_receive_count is 0: messages of {name:?} are retried without limit and never dead-lettered by count"
-        ));
-    }
-    if let Some(dlq) = &cfg.dead_letter_queue {
-        let dl = QueueConfig::dead_letter_defaults(dlq);
+    let (existing, row, warnings) = crate::store::transaction(&mut conn, async |tx| {
+        // Two nodes creating the same queue at once: the second waits and then updates.
         tx.execute(
-            "INSERT INTO queues (name, config, dlq, created_at) VALUES ($1, $2, NULL, $3)
-             ON CONFLICT (name) DO NOTHING",
-            &[&dlq.as_str(), &Json(&dl), &now],
+            "SELECT pg_advisory_xact_lock(hashtext('sluice-queue:' || $1))",
+            &[&name.as_str()],
         )
         .await
         .map_err(|e| db(&e))?;
-    }
-    let dlq = cfg.dead_letter_queue.as_ref().map(QueueName::as_str);
-    let row = tx
-        .query_one(
-            "INSERT INTO queues (name, config, dlq, created_at) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config, dlq = EXCLUDED.dlq
-             RETURNING name, config, created_at",
-            &[&name.as_str(), &Json(&cfg), &dlq, &now],
+        let existing = match config(tx, name.as_str(), true).await {
+            Ok(c) => Some(c),
+            Err(StoreError::QueueNotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let current = existing
+            .clone()
+            .unwrap_or_else(|| QueueConfig::defaults_for(name));
+        let cfg = current.apply(name, patch)?;
+        let mut warnings = Vec::new();
+        if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0)) {
+            warnings.push(format!(
+                "max_receive_count is 0: messages of {name:?} are retried without limit and never dead-lettered by count"
+            ));
+        }
+        if let Some(dlq) = &cfg.dead_letter_queue {
+            let dl = QueueConfig::dead_letter_defaults(dlq);
+            tx.execute(
+                "INSERT INTO queues (name, config, dlq, created_at) VALUES ($1, $2, NULL, $3)
+                 ON CONFLICT (name) DO NOTHING",
+                &[&dlq.as_str(), &Json(&dl), &now],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        }
+        let dlq = cfg.dead_letter_queue.as_ref().map(QueueName::as_str);
+        let row = tx
+            .query_one(
+                "INSERT INTO queues (name, config, dlq, created_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config, dlq = EXCLUDED.dlq
+                 RETURNING name, config, created_at",
+                &[&name.as_str(), &Json(&cfg), &dlq, &now],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        // Waiting receives re-check: the change may resume the queue or lift a limit.
+        tx.execute(
+            "SELECT pg_notify($1, $2)",
+            &[&inner.channel, &name.as_str()],
         )
         .await
         .map_err(|e| db(&e))?;
-    // Waiting receives re-check: the change may resume the queue or lift a limit.
-    tx.execute(
-        "SELECT pg_notify($1, $2)",
-        &[&inner.channel, &name.as_str()],
-    )
-    .await
-    .map_err(|e| db(&e))?;
-    tx.commit().await.map_err(|e| db(&e))?;
+        Ok((existing, row, warnings))
+    })
+    .await?;
     inner.wakers.wake(name.as_str());
     Ok(PutQueueOutcome {
         queue: info_of(&row)?,
@@ -139,43 +141,45 @@ pub(crate) async fn put(
 /// Deletes a queue with its messages, counters and history.
 pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> {
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    config(&tx, name.as_str(), true).await?;
-    if let Some(user) = tx
-        .query_opt(
-            "SELECT name FROM queues WHERE dlq = $1 AND name <> $1 ORDER BY name LIMIT 1",
-            &[&name.as_str()],
-        )
-        .await
-        .map_err(|e| db(&e))?
-    {
-        let user: String = user.get(0);
-        return Err(StoreError::Conflict(format!(
-            "queue {name:?} is the dead-letter queue of {user:?}; change that queue's dead_letter_queue first"
-        )));
-    }
-    tx.batch_execute("SET LOCAL lock_timeout = '10s'")
-        .await
-        .map_err(|e| db(&e))?;
-    for sql in [
-        "DELETE FROM messages WHERE queue = $1",
-        "DELETE FROM counters WHERE queue = $1",
-        "DELETE FROM dedup WHERE queue = $1",
-        "DELETE FROM rate_events WHERE queue = $1",
-        "DELETE FROM stats_history WHERE queue = $1",
-        "DELETE FROM queues WHERE name = $1",
-    ] {
-        tx.execute(sql, &[&name.as_str()])
+    let () = crate::store::transaction(&mut conn, async |tx| {
+        config(tx, name.as_str(), true).await?;
+        if let Some(user) = tx
+            .query_opt(
+                "SELECT name FROM queues WHERE dlq = $1 AND name <> $1 ORDER BY name LIMIT 1",
+                &[&name.as_str()],
+            )
+            .await
+            .map_err(|e| db(&e))?
+        {
+            let user: String = user.get(0);
+            return Err(StoreError::Conflict(format!(
+                "queue {name:?} is the dead-letter queue of {user:?}; change that queue's dead_letter_queue first"
+            )));
+        }
+        tx.batch_execute("SET LOCAL lock_timeout = '10s'")
             .await
             .map_err(|e| db(&e))?;
-    }
-    tx.execute(
-        "SELECT pg_notify($1, $2)",
-        &[&inner.channel, &name.as_str()],
-    )
-    .await
-    .map_err(|e| db(&e))?;
-    tx.commit().await.map_err(|e| db(&e))?;
+        for sql in [
+            "DELETE FROM messages WHERE queue = $1",
+            "DELETE FROM counters WHERE queue = $1",
+            "DELETE FROM dedup WHERE queue = $1",
+            "DELETE FROM rate_events WHERE queue = $1",
+            "DELETE FROM stats_history WHERE queue = $1",
+            "DELETE FROM queues WHERE name = $1",
+        ] {
+            tx.execute(sql, &[&name.as_str()])
+                .await
+                .map_err(|e| db(&e))?;
+        }
+        tx.execute(
+            "SELECT pg_notify($1, $2)",
+            &[&inner.channel, &name.as_str()],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+        Ok(())
+    })
+    .await?;
     inner.wakers.wake(name.as_str());
     Ok(())
 }

@@ -77,24 +77,26 @@ pub(crate) async fn record_stats(
         .map(|(_, s)| serde_json::to_value(s).map_err(corrupt))
         .collect::<Result<_, _>>()?;
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    // A point older than the newest kept for its queue is late (a slow node): skip it, so
-    // each queue's history stays in time order.
-    tx.execute(
-        "INSERT INTO stats_history (queue, at, sample)
-         SELECT u.q, u.at, u.s FROM unnest($1::text[], $2::bigint[], $3::jsonb[]) AS u(q, at, s)
-         WHERE EXISTS (SELECT 1 FROM queues WHERE name = u.q)
-           AND NOT EXISTS (SELECT 1 FROM stats_history h WHERE h.queue = u.q AND h.at > u.at)
-         ON CONFLICT (queue, at) DO NOTHING",
-        &[&queues, &at, &json],
-    )
-    .await
-    .map_err(|e| db(&e))?;
-    let keep_from = newest.as_millis() - i64::try_from(HISTORY_KEPT.as_millis()).unwrap_or(0);
-    tx.execute("DELETE FROM stats_history WHERE at < $1", &[&keep_from])
+    let () = crate::store::transaction(&mut conn, async |tx| {
+        // A point older than the newest kept for its queue is late (a slow node): skip it, so
+        // each queue's history stays in time order.
+        tx.execute(
+            "INSERT INTO stats_history (queue, at, sample)
+             SELECT u.q, u.at, u.s FROM unnest($1::text[], $2::bigint[], $3::jsonb[]) AS u(q, at, s)
+             WHERE EXISTS (SELECT 1 FROM queues WHERE name = u.q)
+               AND NOT EXISTS (SELECT 1 FROM stats_history h WHERE h.queue = u.q AND h.at > u.at)
+             ON CONFLICT (queue, at) DO NOTHING",
+            &[&queues, &at, &json],
+        )
         .await
         .map_err(|e| db(&e))?;
-    tx.commit().await.map_err(|e| db(&e))?;
+        let keep_from = newest.as_millis() - i64::try_from(HISTORY_KEPT.as_millis()).unwrap_or(0);
+        tx.execute("DELETE FROM stats_history WHERE at < $1", &[&keep_from])
+            .await
+            .map_err(|e| db(&e))?;
+        Ok(())
+    })
+    .await?;
     Ok(())
 }
 

@@ -44,63 +44,65 @@ fn job_of(r: &tokio_postgres::Row) -> Result<RedriveJob, StoreError> {
 pub(crate) async fn create(inner: &Inner, spec: RedriveSpec) -> Result<RedriveJob, StoreError> {
     spec.validate()?;
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    crate::queues::config(&tx, spec.source.as_str(), false).await?;
-    if let Some(d) = &spec.destination {
-        crate::queues::config(&tx, d.as_str(), false).await?;
-    }
-    let now = inner.now();
-    let id = inner.ids.draw(&tx, 1).await?[0];
-    let job = RedriveJob {
-        id: RedriveId(id as u64),
-        spec,
-        state: RedriveState::Running,
-        matched: 0,
-        moved: 0,
-        skipped: 0,
-        blocked: None,
-        created_at: Timestamp(now),
-        updated_at: Timestamp(now),
-        finished_at: None,
-        cursor: None,
-    };
-    let inserted = tx
-        .execute(
+    let job = crate::store::transaction(&mut conn, async |tx| {
+        crate::queues::config(tx, spec.source.as_str(), false).await?;
+        if let Some(d) = &spec.destination {
+            crate::queues::config(tx, d.as_str(), false).await?;
+        }
+        let now = inner.now();
+        let id = inner.ids.draw(tx, 1).await?[0];
+        let job = RedriveJob {
+            id: RedriveId(id as u64),
+            spec,
+            state: RedriveState::Running,
+            matched: 0,
+            moved: 0,
+            skipped: 0,
+            blocked: None,
+            created_at: Timestamp(now),
+            updated_at: Timestamp(now),
+            finished_at: None,
+            cursor: None,
+        };
+        let conflict = |other: String| {
+            StoreError::Conflict(format!(
+                "redrive job {other} of {:?} is still running; wait for it or cancel it (POST /v1/redrives/{other}/cancel)",
+                job.spec.source.as_str()
+            ))
+        };
+        if let Some(running) = tx
+            .query_opt(
+                "SELECT job FROM redrives WHERE source = $1 AND running",
+                &[&job.spec.source.as_str()],
+            )
+            .await
+            .map_err(|e| db(&e))?
+        {
+            return Err(conflict(job_of(&running)?.id.to_string()));
+        }
+        // Two nodes creating a job for one source at once: the unique index lets one win.
+        tx.execute(
             "INSERT INTO redrives (id, source, running, job, created_at) VALUES ($1, $2, true, $3, $4)",
             &[&id, &job.spec.source.as_str(), &Json(&job), &now],
         )
-        .await;
-    match inserted {
-        Ok(_) => {}
-        Err(e) if is_unique_violation(&e) => {
-            drop(tx);
-            let running = conn
-                .query_opt(
-                    "SELECT job FROM redrives WHERE source = $1 AND running",
-                    &[&job.spec.source.as_str()],
-                )
-                .await
-                .map_err(|e| db(&e))?;
-            let other = running
-                .as_ref()
-                .map(job_of)
-                .transpose()?
-                .map_or_else(|| "another job".to_string(), |j| j.id.to_string());
-            return Err(StoreError::Conflict(format!(
-                "redrive job {other} of {:?} is still running; wait for it or cancel it (POST /v1/redrives/{other}/cancel)",
-                job.spec.source.as_str()
-            )));
-        }
-        Err(e) => return Err(db(&e)),
-    }
-    tx.execute(
-        "DELETE FROM redrives WHERE NOT running AND id NOT IN
-             (SELECT id FROM redrives WHERE NOT running ORDER BY created_at DESC, id DESC LIMIT $1)",
-        &[&FINISHED_KEPT],
-    )
-    .await
-    .map_err(|e| db(&e))?;
-    tx.commit().await.map_err(|e| db(&e))?;
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                conflict("created a moment ago".to_string())
+            } else {
+                db(&e)
+            }
+        })?;
+        tx.execute(
+            "DELETE FROM redrives WHERE NOT running AND id NOT IN
+                 (SELECT id FROM redrives WHERE NOT running ORDER BY created_at DESC, id DESC LIMIT $1)",
+            &[&FINISHED_KEPT],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+        Ok(job)
+    })
+    .await?;
     Ok(job)
 }
 
@@ -130,31 +132,33 @@ pub(crate) async fn list(c: &impl GenericClient) -> Result<Vec<RedriveJob>, Stor
 /// Stops a running job.
 pub(crate) async fn cancel(inner: &Inner, id: RedriveId) -> Result<RedriveJob, StoreError> {
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    let row = tx
-        .query_opt(
-            "SELECT job FROM redrives WHERE id = $1 FOR UPDATE",
-            &[&(id.0 as i64)],
+    let job = crate::store::transaction(&mut conn, async |tx| {
+        let row = tx
+            .query_opt(
+                "SELECT job FROM redrives WHERE id = $1 FOR UPDATE",
+                &[&(id.0 as i64)],
+            )
+            .await
+            .map_err(|e| db(&e))?
+            .ok_or_else(|| not_found(id))?;
+        let mut job = job_of(&row)?;
+        if job.state != RedriveState::Running {
+            return Ok(job);
+        }
+        let now = inner.now();
+        job.state = RedriveState::Cancelled;
+        job.blocked = None;
+        job.updated_at = Timestamp(now);
+        job.finished_at = Some(Timestamp(now));
+        tx.execute(
+            "UPDATE redrives SET running = false, job = $2, owner = NULL WHERE id = $1",
+            &[&(id.0 as i64), &Json(&job)],
         )
         .await
-        .map_err(|e| db(&e))?
-        .ok_or_else(|| not_found(id))?;
-    let mut job = job_of(&row)?;
-    if job.state != RedriveState::Running {
-        return Ok(job);
-    }
-    let now = inner.now();
-    job.state = RedriveState::Cancelled;
-    job.blocked = None;
-    job.updated_at = Timestamp(now);
-    job.finished_at = Some(Timestamp(now));
-    tx.execute(
-        "UPDATE redrives SET running = false, job = $2, owner = NULL WHERE id = $1",
-        &[&(id.0 as i64), &Json(&job)],
-    )
-    .await
-    .map_err(|e| db(&e))?;
-    tx.commit().await.map_err(|e| db(&e))?;
+        .map_err(|e| db(&e))?;
+        Ok(job)
+    })
+    .await?;
     Ok(job)
 }
 
@@ -170,83 +174,87 @@ pub(crate) async fn step(
     max: u32,
 ) -> Result<RedriveStep, StoreError> {
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    let now = inner.now();
-    let row = tx
-        .query_opt(
-            "SELECT job, owner, owner_until FROM redrives WHERE id = $1 FOR UPDATE",
-            &[&(id.0 as i64)],
+    let (step, fx) = crate::store::transaction(&mut conn, async |tx| {
+        let now = inner.now();
+        let row = tx
+            .query_opt(
+                "SELECT job, owner, owner_until FROM redrives WHERE id = $1 FOR UPDATE",
+                &[&(id.0 as i64)],
+            )
+            .await
+            .map_err(|e| db(&e))?
+            .ok_or_else(|| not_found(id))?;
+        let mut job = job_of(&row)?;
+        if job.state != RedriveState::Running {
+            return Err(StoreError::Conflict(format!(
+                "redrive job {id} is {}; only a running job takes steps",
+                job.state.as_str()
+            )));
+        }
+        let owner: Option<String> = row.try_get(1).map_err(corrupt)?;
+        let owner_until: Option<i64> = row.try_get(2).map_err(corrupt)?;
+        if let (Some(owner), Some(until)) = (owner, owner_until)
+            && owner != inner.node
+            && until > now
+        {
+            job.blocked = Some(format!("stepped by broker node {owner}"));
+            let step = RedriveStep {
+                job,
+                moved_now: 0,
+                at: Timestamp(now),
+            };
+            return Ok((step, Effects::default()));
+        }
+        let max = i64::from(max.clamp(1, 1000));
+        let done_so_far = if job.spec.dry_run {
+            job.matched
+        } else {
+            job.moved
+        };
+        let want = job.spec.limit.map_or(max, |l| {
+            max.min(i64::try_from(l.saturating_sub(done_so_far)).unwrap_or(i64::MAX))
+        });
+        job.updated_at = Timestamp(now);
+        job.blocked = None;
+        let mut fx = Effects::default();
+        let mut moves: Vec<Row> = Vec::new();
+        let src = job.spec.source.clone();
+        match crate::queues::config(tx, src.as_str(), false).await {
+            Err(StoreError::QueueNotFound(_)) => {
+                finish(&mut job, now);
+                job.blocked = Some(format!("source queue {:?} was deleted", src.as_str()));
+            }
+            Err(e) => return Err(e),
+            Ok(scfg) => {
+                settle(tx, src.as_str(), &scfg, now, &mut fx).await?;
+                step_moves(tx, &mut job, want, now, &mut moves, &mut fx).await?;
+            }
+        }
+        write_back(tx, &moves).await?;
+        let running = job.state == RedriveState::Running;
+        tx.execute(
+            "UPDATE redrives SET job = $2, running = $3, owner = $4, owner_until = $5 WHERE id = $1",
+            &[
+                &(id.0 as i64),
+                &Json(&job),
+                &running,
+                &inner.node,
+                &(now + OWNER_LEASE),
+            ],
         )
         .await
-        .map_err(|e| db(&e))?
-        .ok_or_else(|| not_found(id))?;
-    let mut job = job_of(&row)?;
-    if job.state != RedriveState::Running {
-        return Err(StoreError::Conflict(format!(
-            "redrive job {id} is {}; only a running job takes steps",
-            job.state.as_str()
-        )));
-    }
-    let owner: Option<String> = row.try_get(1).map_err(corrupt)?;
-    let owner_until: Option<i64> = row.try_get(2).map_err(corrupt)?;
-    if let (Some(owner), Some(until)) = (owner, owner_until)
-        && owner != inner.node
-        && until > now
-    {
-        job.blocked = Some(format!("stepped by broker node {owner}"));
-        return Ok(RedriveStep {
+        .map_err(|e| db(&e))?;
+        fx.write(tx, inner).await?;
+        let step = RedriveStep {
             job,
-            moved_now: 0,
+            moved_now: moves.len() as u64,
             at: Timestamp(now),
-        });
-    }
-    let max = i64::from(max.clamp(1, 1000));
-    let done_so_far = if job.spec.dry_run {
-        job.matched
-    } else {
-        job.moved
-    };
-    let want = job.spec.limit.map_or(max, |l| {
-        max.min(i64::try_from(l.saturating_sub(done_so_far)).unwrap_or(i64::MAX))
-    });
-    job.updated_at = Timestamp(now);
-    job.blocked = None;
-    let mut fx = Effects::default();
-    let mut moves: Vec<Row> = Vec::new();
-    let src = job.spec.source.clone();
-    match crate::queues::config(&tx, src.as_str(), false).await {
-        Err(StoreError::QueueNotFound(_)) => {
-            finish(&mut job, now);
-            job.blocked = Some(format!("source queue {:?} was deleted", src.as_str()));
-        }
-        Err(e) => return Err(e),
-        Ok(scfg) => {
-            settle(&tx, src.as_str(), &scfg, now, &mut fx).await?;
-            step_moves(&tx, &mut job, want, now, &mut moves, &mut fx).await?;
-        }
-    }
-    write_back(&tx, &moves).await?;
-    let running = job.state == RedriveState::Running;
-    tx.execute(
-        "UPDATE redrives SET job = $2, running = $3, owner = $4, owner_until = $5 WHERE id = $1",
-        &[
-            &(id.0 as i64),
-            &Json(&job),
-            &running,
-            &inner.node,
-            &(now + OWNER_LEASE),
-        ],
-    )
-    .await
-    .map_err(|e| db(&e))?;
-    fx.write(&tx, inner).await?;
-    tx.commit().await.map_err(|e| db(&e))?;
-    fx.wake_local(inner);
-    Ok(RedriveStep {
-        job,
-        moved_now: moves.len() as u64,
-        at: Timestamp(now),
+        };
+        Ok((step, fx))
     })
+    .await?;
+    fx.wake_local(inner);
+    Ok(step)
 }
 
 /// Picks and changes (in memory) the messages one step moves.

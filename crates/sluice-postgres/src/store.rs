@@ -228,9 +228,10 @@ impl Store for PostgresStore {
         messages: Vec<NewMessage>,
     ) -> Result<Vec<SendOutcome>, StoreError> {
         let mut conn = self.inner.conn().await?;
-        let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-        let (out, wake) = crate::send::send(&self.inner, &tx, queue, messages).await?;
-        tx.commit().await.map_err(|e| db(&e))?;
+        let (out, wake) = transaction(&mut conn, async |tx| {
+            crate::send::send(&self.inner, tx, queue, messages).await
+        })
+        .await?;
         if wake {
             self.inner.wakers.wake(queue.as_str());
         }
@@ -394,4 +395,27 @@ pub(crate) async fn begin(
 ) -> Result<tokio_postgres::Transaction<'_>, tokio_postgres::Error> {
     let client: &mut tokio_postgres::Client = conn;
     client.transaction().await
+}
+
+/// Runs `body` in a transaction on `conn`: commits when it succeeds, and otherwise rolls back
+/// before the connection goes back to the pool, so row locks taken by a failed call never
+/// outlive it (a dropped transaction would roll back only later, in the background, while
+/// another connection could already be skipping the rows it still holds).
+pub(crate) async fn transaction<T>(
+    conn: &mut Object,
+    body: impl AsyncFnOnce(&tokio_postgres::Transaction<'_>) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let tx = begin(conn).await.map_err(|e| db(&e))?;
+    match body(&tx).await {
+        Ok(v) => {
+            tx.commit().await.map_err(|e| db(&e))?;
+            Ok(v)
+        }
+        Err(e) => {
+            if let Err(re) = tx.rollback().await {
+                tracing::debug!(error = %re, "rollback after a failed call");
+            }
+            Err(e)
+        }
+    }
 }

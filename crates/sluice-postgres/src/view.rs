@@ -42,53 +42,55 @@ pub(crate) async fn browse(
     let after = req.cursor.as_deref().map(parse_cursor).transpose()?;
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    let cfg = crate::queues::config(&tx, q, false).await?;
-    let now = inner.now();
-    let mut fx = Effects::default();
-    settle_with_sources(&tx, q, &cfg, now, &mut fx).await?;
-    let tags: &[u8] = match req.state {
-        BrowseState::InFlight => &[0],
-        BrowseState::Visible => &[1],
-        BrowseState::Delayed => &[2],
-        BrowseState::All => &[0, 1, 2],
-    };
-    let want = i64::from(req.limit) + 1;
-    let mut found: Vec<(u8, i64, Message)> = Vec::new();
-    for &tag in tags {
-        let (from_at, from_id) = match after {
-            Some((t, at, id)) if t == tag => (at, id),
-            Some((t, _, _)) if t > tag => continue,
-            _ => (i64::MIN, i64::MIN),
+    let (mut found, fx) = crate::store::transaction(&mut conn, async |tx| {
+        let cfg = crate::queues::config(tx, q, false).await?;
+        let now = inner.now();
+        let mut fx = Effects::default();
+        settle_with_sources(tx, q, &cfg, now, &mut fx).await?;
+        let tags: &[u8] = match req.state {
+            BrowseState::InFlight => &[0],
+            BrowseState::Visible => &[1],
+            BrowseState::Delayed => &[2],
+            BrowseState::All => &[0, 1, 2],
         };
-        let cond = match tag {
-            0 => "state = 1",
-            1 => "state = 0 AND visible_at <= $2",
-            _ => "state = 0 AND visible_at > $2",
-        };
-        let rows = tx
-            .query(
-                &format!(
-                    "SELECT {FULL_COLS} FROM messages
-                     WHERE queue = $1 AND {cond} AND $2::bigint IS NOT NULL
-                           AND (visible_at, id) > ($3, $4)
-                     ORDER BY visible_at, id LIMIT $5"
-                ),
-                &[&q, &now, &from_at, &from_id, &(want - found.len() as i64)],
-            )
-            .await
-            .map_err(|e| db(&e))?;
-        for r in &rows {
-            let m = message_of(r, now)?;
-            let at: i64 = r.try_get(3).map_err(corrupt)?;
-            found.push((tag, at, m));
+        let want = i64::from(req.limit) + 1;
+        let mut found: Vec<(u8, i64, Message)> = Vec::new();
+        for &tag in tags {
+            let (from_at, from_id) = match after {
+                Some((t, at, id)) if t == tag => (at, id),
+                Some((t, _, _)) if t > tag => continue,
+                _ => (i64::MIN, i64::MIN),
+            };
+            let cond = match tag {
+                0 => "state = 1",
+                1 => "state = 0 AND visible_at <= $2",
+                _ => "state = 0 AND visible_at > $2",
+            };
+            let rows = tx
+                .query(
+                    &format!(
+                        "SELECT {FULL_COLS} FROM messages
+                         WHERE queue = $1 AND {cond} AND $2::bigint IS NOT NULL
+                               AND (visible_at, id) > ($3, $4)
+                         ORDER BY visible_at, id LIMIT $5"
+                    ),
+                    &[&q, &now, &from_at, &from_id, &(want - found.len() as i64)],
+                )
+                .await
+                .map_err(|e| db(&e))?;
+            for r in &rows {
+                let m = message_of(r, now)?;
+                let at: i64 = r.try_get(3).map_err(corrupt)?;
+                found.push((tag, at, m));
+            }
+            if found.len() as i64 >= want {
+                break;
+            }
         }
-        if found.len() as i64 >= want {
-            break;
-        }
-    }
-    fx.write(&tx, inner).await?;
-    tx.commit().await.map_err(|e| db(&e))?;
+        fx.write(tx, inner).await?;
+        Ok((found, fx))
+    })
+    .await?;
     fx.wake_local(inner);
     let limit = req.limit as usize;
     let next_cursor = if found.len() > limit {
@@ -108,33 +110,35 @@ pub(crate) async fn browse(
 /// One message wherever it is, including completed records still kept.
 pub(crate) async fn get(inner: &Inner, id: MessageId) -> Result<Message, StoreError> {
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    let now = inner.now();
-    let key = id.0 as i64;
-    let found = tx
-        .query_opt("SELECT queue FROM messages WHERE id = $1", &[&key])
-        .await
-        .map_err(|e| db(&e))?;
-    let Some(found) = found else {
-        return Err(StoreError::MessageNotFound(id));
-    };
-    let queue: String = found.get(0);
-    let mut fx = Effects::default();
-    if let Ok(cfg) = crate::queues::config(&tx, &queue, false).await {
-        settle(&tx, &queue, &cfg, now, &mut fx).await?;
-    }
-    let row = tx
-        .query_opt(
-            &format!(
-                "SELECT {FULL_COLS} FROM messages
-                 WHERE id = $1 AND NOT (state = 2 AND keep_until <= $2)"
-            ),
-            &[&key, &now],
-        )
-        .await
-        .map_err(|e| db(&e))?;
-    fx.write(&tx, inner).await?;
-    tx.commit().await.map_err(|e| db(&e))?;
+    let (row, fx, now) = crate::store::transaction(&mut conn, async |tx| {
+        let now = inner.now();
+        let key = id.0 as i64;
+        let found = tx
+            .query_opt("SELECT queue FROM messages WHERE id = $1", &[&key])
+            .await
+            .map_err(|e| db(&e))?;
+        let Some(found) = found else {
+            return Err(StoreError::MessageNotFound(id));
+        };
+        let queue: String = found.get(0);
+        let mut fx = Effects::default();
+        if let Ok(cfg) = crate::queues::config(tx, &queue, false).await {
+            settle(tx, &queue, &cfg, now, &mut fx).await?;
+        }
+        let row = tx
+            .query_opt(
+                &format!(
+                    "SELECT {FULL_COLS} FROM messages
+                     WHERE id = $1 AND NOT (state = 2 AND keep_until <= $2)"
+                ),
+                &[&key, &now],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        fx.write(tx, inner).await?;
+        Ok((row, fx, now))
+    })
+    .await?;
     fx.wake_local(inner);
     match row {
         Some(r) => message_of(&r, now),
@@ -161,16 +165,18 @@ pub(crate) async fn delete(inner: &Inner, id: MessageId) -> Result<(), StoreErro
 /// Removes every message of a queue (not its completed records).
 pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, StoreError> {
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    crate::queues::config(&tx, queue.as_str(), false).await?;
-    let n = tx
-        .execute(
-            "DELETE FROM messages WHERE queue = $1 AND state < 2",
-            &[&queue.as_str()],
-        )
-        .await
-        .map_err(|e| db(&e))?;
-    tx.commit().await.map_err(|e| db(&e))?;
+    let n = crate::store::transaction(&mut conn, async |tx| {
+        crate::queues::config(tx, queue.as_str(), false).await?;
+        let n = tx
+            .execute(
+                "DELETE FROM messages WHERE queue = $1 AND state < 2",
+                &[&queue.as_str()],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        Ok(n)
+    })
+    .await?;
     Ok(n)
 }
 
@@ -178,45 +184,48 @@ pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, Store
 pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats, StoreError> {
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
-    let tx = crate::store::begin(&mut conn).await.map_err(|e| db(&e))?;
-    let cfg = crate::queues::config(&tx, q, false).await?;
-    let now = inner.now();
-    let mut fx = Effects::default();
-    settle(&tx, q, &cfg, now, &mut fx).await?;
-    let dead_letter_depth = match &cfg.dead_letter_queue {
-        Some(dlq) => match crate::queues::config(&tx, dlq.as_str(), false).await {
-            Ok(dcfg) => {
-                settle_with_sources(&tx, dlq.as_str(), &dcfg, now, &mut fx).await?;
-                let r = tx
-                    .query_one(
-                        "SELECT count(*) FROM messages WHERE queue = $1 AND state < 2",
-                        &[&dlq.as_str()],
-                    )
-                    .await
-                    .map_err(|e| db(&e))?;
-                u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)
-            }
-            Err(StoreError::QueueNotFound(_)) => 0,
-            Err(e) => return Err(e),
-        },
-        None => 0,
-    };
-    let r = tx
-        .query_one(
-            "SELECT count(*) FILTER (WHERE state = 0 AND visible_at <= $2),
-                    count(*) FILTER (WHERE state = 0 AND visible_at > $2),
-                    count(*) FILTER (WHERE state = 1),
-                    count(*) FILTER (WHERE state = 2 AND keep_until > $2),
-                    min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2)
-             FROM messages WHERE queue = $1",
-            &[&q, &now],
-        )
-        .await
-        .map_err(|e| db(&e))?;
-    // The settles above counted what they did; the totals include it.
-    fx.write(&tx, inner).await?;
-    let totals = crate::counters::totals(&tx, q).await?;
-    tx.commit().await.map_err(|e| db(&e))?;
+    let (r, dead_letter_depth, totals, fx, now) =
+        crate::store::transaction(&mut conn, async |tx| {
+            let cfg = crate::queues::config(tx, q, false).await?;
+            let now = inner.now();
+            let mut fx = Effects::default();
+            settle(tx, q, &cfg, now, &mut fx).await?;
+            let dead_letter_depth = match &cfg.dead_letter_queue {
+                Some(dlq) => match crate::queues::config(tx, dlq.as_str(), false).await {
+                    Ok(dcfg) => {
+                        settle_with_sources(tx, dlq.as_str(), &dcfg, now, &mut fx).await?;
+                        let r = tx
+                            .query_one(
+                                "SELECT count(*) FROM messages WHERE queue = $1 AND state < 2",
+                                &[&dlq.as_str()],
+                            )
+                            .await
+                            .map_err(|e| db(&e))?;
+                        u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)
+                    }
+                    Err(StoreError::QueueNotFound(_)) => 0,
+                    Err(e) => return Err(e),
+                },
+                None => 0,
+            };
+            let r = tx
+                .query_one(
+                    "SELECT count(*) FILTER (WHERE state = 0 AND visible_at <= $2),
+                        count(*) FILTER (WHERE state = 0 AND visible_at > $2),
+                        count(*) FILTER (WHERE state = 1),
+                        count(*) FILTER (WHERE state = 2 AND keep_until > $2),
+                        min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2)
+                 FROM messages WHERE queue = $1",
+                    &[&q, &now],
+                )
+                .await
+                .map_err(|e| db(&e))?;
+            // The settles above counted what they did; the totals include it.
+            fx.write(tx, inner).await?;
+            let totals = crate::counters::totals(tx, q).await?;
+            Ok((r, dead_letter_depth, totals, fx, now))
+        })
+        .await?;
     fx.wake_local(inner);
     let n = |i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0);
     let oldest: Option<i64> = r.try_get(4).map_err(corrupt)?;
