@@ -85,11 +85,11 @@ async fn try_receive(
         let mut fx = Effects::default();
         settle(tx, q, &cfg, now, &mut fx).await?;
         let outcome = lease(tx, q, &cfg, req, now, &mut fx).await?;
-        fx.write(tx, inner).await?;
+        fx.write(tx).await?;
         Ok((outcome, fx))
     })
     .await?;
-    fx.wake_local(inner);
+    fx.wake(inner);
     Ok(outcome)
 }
 
@@ -367,11 +367,11 @@ async fn with_lease<T>(
             }
             Change::Done(out) => out,
         };
-        fx.write(tx, inner).await?;
+        fx.write(tx).await?;
         Ok((out, fx))
     })
     .await?;
-    fx.wake_local(inner);
+    fx.wake(inner);
     Ok(out)
 }
 
@@ -618,11 +618,11 @@ pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, Stor
                 end_cancelled(tx, row.id, &qcfg, now).await?;
             }
         }
-        fx.write(tx, inner).await?;
+        fx.write(tx).await?;
         Ok(fx)
     })
     .await?;
-    fx.wake_local(inner);
+    fx.wake(inner);
     drop(conn);
     crate::view::get(inner, id).await
 }

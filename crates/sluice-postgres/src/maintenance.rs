@@ -29,11 +29,11 @@ pub(crate) async fn once(inner: &Inner) -> Result<(), StoreError> {
         let fx = crate::store::transaction(&mut conn, async |tx| {
             let mut fx = Effects::default();
             settle(tx, &name, &cfg.0, now, &mut fx).await?;
-            fx.write(tx, inner).await?;
+            fx.write(tx).await?;
             Ok(fx)
         })
         .await?;
-        fx.wake_local(inner);
+        fx.wake(inner);
     }
     let history_from = now - i64::try_from(HISTORY_KEPT.as_millis()).unwrap_or(0);
     for (sql, at) in [

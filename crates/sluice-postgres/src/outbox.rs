@@ -41,6 +41,15 @@ impl PostgresStore {
         .await
         .map_err(|e| db(&e))?;
         let out = crate::send::send(&self.inner, tx, queue, messages).await;
+        // Waiting receives wake when the caller commits: the NOTIFY leaves with the commit.
+        if let Ok((_, true)) = &out {
+            tx.execute(
+                "SELECT pg_notify($1, $2)",
+                &[&self.inner.channel, &queue.as_str()],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        }
         tx.execute("SELECT set_config('search_path', $1, true)", &[&saved])
             .await
             .map_err(|e| db(&e))?;

@@ -120,17 +120,12 @@ pub(crate) async fn put(
             )
             .await
             .map_err(|e| db(&e))?;
-        // Waiting receives re-check: the change may resume the queue or lift a limit.
-        tx.execute(
-            "SELECT pg_notify($1, $2)",
-            &[&inner.channel, &name.as_str()],
-        )
-        .await
-        .map_err(|e| db(&e))?;
         Ok((existing, row, warnings))
     })
     .await?;
-    inner.wakers.wake(name.as_str());
+    // Waiting receives on every node re-check: the change may resume the queue, lift a
+    // limit, or end it.
+    inner.wake(name.as_str());
     Ok(PutQueueOutcome {
         queue: info_of(&row)?,
         created: existing.is_none(),
@@ -171,15 +166,11 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
                 .await
                 .map_err(|e| db(&e))?;
         }
-        tx.execute(
-            "SELECT pg_notify($1, $2)",
-            &[&inner.channel, &name.as_str()],
-        )
-        .await
-        .map_err(|e| db(&e))?;
         Ok(())
     })
     .await?;
-    inner.wakers.wake(name.as_str());
+    // Waiting receives on every node re-check: the change may resume the queue, lift a
+    // limit, or end it.
+    inner.wake(name.as_str());
     Ok(())
 }

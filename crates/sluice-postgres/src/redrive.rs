@@ -244,7 +244,7 @@ pub(crate) async fn step(
         )
         .await
         .map_err(|e| db(&e))?;
-        fx.write(tx, inner).await?;
+        fx.write(tx).await?;
         let step = RedriveStep {
             job,
             moved_now: moves.len() as u64,
@@ -253,7 +253,7 @@ pub(crate) async fn step(
         Ok((step, fx))
     })
     .await?;
-    fx.wake_local(inner);
+    fx.wake(inner);
     Ok(step)
 }
 

@@ -33,8 +33,8 @@ pub(crate) fn validate_batch(messages: &[NewMessage]) -> Result<(), StoreError> 
 }
 
 /// Stores a batch in `c`'s transaction. Returns the outcomes and whether a message is
-/// visible at once (so waiting receives should wake); the NOTIFY for other nodes is queued in
-/// the transaction and leaves when it commits.
+/// visible at once, so that the caller wakes waiting receives (on every node) once the
+/// transaction has committed.
 pub(crate) async fn send(
     inner: &Inner,
     c: &impl GenericClient,
@@ -195,11 +195,6 @@ pub(crate) async fn send(
     let mut counts = Counts::default();
     counts.add(q, Counter::Sent, fresh.len() as i64);
     counts.flush(c).await?;
-    if visible_now {
-        c.execute("SELECT pg_notify($1, $2)", &[&inner.channel, &q])
-            .await
-            .map_err(|e| db(&e))?;
-    }
     Ok((out, visible_now))
 }
 

@@ -31,26 +31,16 @@ pub(crate) struct Effects {
 }
 
 impl Effects {
-    /// Writes counters and audit entries and queues the NOTIFYs, in the transaction.
-    pub(crate) async fn write(
-        &self,
-        c: &impl GenericClient,
-        inner: &Inner,
-    ) -> Result<(), StoreError> {
+    /// Writes counters and audit entries, in the transaction.
+    pub(crate) async fn write(&self, c: &impl GenericClient) -> Result<(), StoreError> {
         self.counts.flush(c).await?;
-        crate::records::audit_insert(c, &self.audit).await?;
-        for q in &self.wake {
-            c.execute("SELECT pg_notify($1, $2)", &[&inner.channel, q])
-                .await
-                .map_err(|e| db(&e))?;
-        }
-        Ok(())
+        crate::records::audit_insert(c, &self.audit).await
     }
 
-    /// Wakes this node's waiters, after the commit.
-    pub(crate) fn wake_local(&self, inner: &Inner) {
+    /// Wakes the waiters of every queue named, on every node, after the commit.
+    pub(crate) fn wake(&self, inner: &Inner) {
         for q in &self.wake {
-            inner.wakers.wake(q);
+            inner.wake(q);
         }
     }
 }

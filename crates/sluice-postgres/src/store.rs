@@ -68,6 +68,7 @@ pub(crate) struct Inner {
     pub(crate) schema: String,
     pub(crate) channel: String,
     pub(crate) wakers: Arc<Wakers>,
+    pub(crate) announce: tokio::sync::mpsc::UnboundedSender<String>,
     pub(crate) ids: Ids,
     pub(crate) node: String,
 }
@@ -75,6 +76,13 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn now(&self) -> i64 {
         self.clock.now().as_millis()
+    }
+
+    /// Wakes receives waiting on `queue`: this node's at once, other nodes' through a NOTIFY
+    /// sent after the change committed.
+    pub(crate) fn wake(&self, queue: &str) {
+        self.wakers.wake(queue);
+        let _ = self.announce.send(queue.to_string());
     }
 
     pub(crate) async fn conn(&self) -> Result<Object, StoreError> {
@@ -158,7 +166,14 @@ impl PostgresStore {
         let node = options.node_id.clone().unwrap_or_else(|| {
             format!("node-{}-{:08x}", std::process::id(), rand::random::<u32>())
         });
+        let (announce, to_announce) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(crate::wake::announce(
+            pool.clone(),
+            channel.clone(),
+            to_announce,
+        ));
         let inner = Arc::new(Inner {
+            announce,
             pool,
             clock: options.clock.clone(),
             schema,
@@ -233,7 +248,7 @@ impl Store for PostgresStore {
         })
         .await?;
         if wake {
-            self.inner.wakers.wake(queue.as_str());
+            self.inner.wake(queue.as_str());
         }
         Ok(out)
     }

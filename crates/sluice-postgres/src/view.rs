@@ -87,11 +87,11 @@ pub(crate) async fn browse(
                 break;
             }
         }
-        fx.write(tx, inner).await?;
+        fx.write(tx).await?;
         Ok((found, fx))
     })
     .await?;
-    fx.wake_local(inner);
+    fx.wake(inner);
     let limit = req.limit as usize;
     let next_cursor = if found.len() > limit {
         found
@@ -135,11 +135,11 @@ pub(crate) async fn get(inner: &Inner, id: MessageId) -> Result<Message, StoreEr
             )
             .await
             .map_err(|e| db(&e))?;
-        fx.write(tx, inner).await?;
+        fx.write(tx).await?;
         Ok((row, fx, now))
     })
     .await?;
-    fx.wake_local(inner);
+    fx.wake(inner);
     match row {
         Some(r) => message_of(&r, now),
         None => Err(StoreError::MessageNotFound(id)),
@@ -221,12 +221,12 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
                 .await
                 .map_err(|e| db(&e))?;
             // The settles above counted what they did; the totals include it.
-            fx.write(tx, inner).await?;
+            fx.write(tx).await?;
             let totals = crate::counters::totals(tx, q).await?;
             Ok((r, dead_letter_depth, totals, fx, now))
         })
         .await?;
-    fx.wake_local(inner);
+    fx.wake(inner);
     let n = |i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0);
     let oldest: Option<i64> = r.try_get(4).map_err(corrupt)?;
     Ok(QueueStats {

@@ -44,6 +44,39 @@ pub(crate) fn channel(schema: &str) -> String {
     format!("sluice_wake_{schema}")
 }
 
+/// Sends the NOTIFYs of committed changes, coalescing queues named while the previous batch
+/// was sent. Outside the changes' own transactions on purpose: PostgreSQL serialises the
+/// commits of transactions that NOTIFY, which would make every send wait for the previous
+/// one's WAL flush. Ends when the store is dropped.
+pub(crate) async fn announce(
+    pool: deadpool_postgres::Pool,
+    chan: String,
+    mut queues: tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    while let Some(first) = queues.recv().await {
+        let mut batch = std::collections::BTreeSet::from([first]);
+        while let Ok(q) = queues.try_recv() {
+            batch.insert(q);
+        }
+        let names: Vec<String> = batch.into_iter().collect();
+        let sent = match pool.get().await {
+            Ok(conn) => conn
+                .execute(
+                    "SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q",
+                    &[&chan, &names],
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = sent {
+            // Other nodes' waiters find the messages at their next fallback poll.
+            tracing::debug!(error = %e, "could not announce to other nodes");
+        }
+    }
+}
+
 /// Keeps a LISTEN connection open while `wakers` lives, reconnecting after failures.
 pub(crate) async fn listen(config: tokio_postgres::Config, chan: String, wakers: Weak<Wakers>) {
     let mut backoff = Duration::from_millis(100);
