@@ -11,18 +11,22 @@ use crate::error::{corrupt, db};
 /// Rows per queue: concurrent writers pick one at random and rarely wait on each other.
 const SHARDS: i16 = 8;
 
+/// The counter row a writer bumps: one of the queue's [`SHARDS`], at random.
+pub(crate) fn shard() -> i16 {
+    rand::random::<i16>().rem_euclid(SHARDS)
+}
+
 /// Increments to apply, per queue.
 #[derive(Debug, Default)]
 pub(crate) struct Counts {
     by_queue: BTreeMap<String, [i64; 7]>,
 }
 
-/// Which counter.
+/// Which counter (the index of its column; `received` and `acked` are bumped by the
+/// receive and ack statements themselves).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Counter {
     Sent = 0,
-    Received = 1,
-    Acked = 2,
     Nacked = 3,
     DeadLettered = 4,
     Redriven = 5,
@@ -40,7 +44,7 @@ impl Counts {
     /// Writes the increments, in the caller's transaction.
     pub(crate) async fn flush(&self, c: &impl GenericClient) -> Result<(), StoreError> {
         for (queue, v) in &self.by_queue {
-            let shard: i16 = rand::random::<i16>().rem_euclid(SHARDS);
+            let shard = shard();
             c.execute(
                 "INSERT INTO counters AS c (queue, shard, sent, received, acked, nacked,
                      dead_lettered, redriven, expired)

@@ -16,7 +16,7 @@ use sluice_core::{
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
 
-use crate::counters::{Counter, Counts};
+use crate::counters::Counter;
 use crate::error::{corrupt, db};
 use crate::row::{ROW_COLS, Row, WAITING, kind_code, kind_of, write_back};
 use crate::settle::{Effects, dead_letter, end_cancelled, settle};
@@ -70,7 +70,7 @@ async fn try_receive(
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
     let (outcome, fx) = transaction(&mut conn, async |tx| {
-        let mut cfg = crate::queues::config(tx, q, false).await?;
+        let mut cfg = inner.configs.get(tx, q).await?;
         if cfg.rate_limit.is_some() || cfg.max_in_flight.is_some() {
             // Global limits: receives of this queue take turns on its row, on every node.
             cfg = crate::queues::config(tx, q, true).await?;
@@ -84,7 +84,7 @@ async fn try_receive(
             .map_err(|e| db(&e))?;
         let mut fx = Effects::default();
         settle(tx, q, &cfg, now, &mut fx).await?;
-        let outcome = lease(tx, q, &cfg, req, now, &mut fx).await?;
+        let outcome = lease(tx, q, &cfg, req, now).await?;
         fx.write(tx).await?;
         Ok((outcome, fx))
     })
@@ -99,7 +99,6 @@ async fn lease(
     cfg: &QueueConfig,
     req: &ReceiveRequest,
     now: i64,
-    fx: &mut Effects,
 ) -> Result<Attempted, StoreError> {
     if cfg.paused {
         return Ok(Attempted::Empty { next_wake: None });
@@ -159,13 +158,19 @@ async fn lease(
                  WHERE queue = $1 AND state = 0 AND visible_at <= $2
                  ORDER BY visible_at, id LIMIT $3
                  FOR UPDATE SKIP LOCKED
+             ), leased AS (
+                 UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
+                     token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
+                 FROM picked WHERE m.id = picked.id
+                 RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
+                     m.enqueued_at, m.last_error, picked.was
+             ), bump AS (
+                 INSERT INTO counters AS c (queue, shard, received)
+                 SELECT $1, $5, count(*) FROM leased HAVING count(*) > 0
+                 ON CONFLICT (queue, shard) DO UPDATE SET received = c.received + EXCLUDED.received
              )
-             UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
-                 token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
-             FROM picked WHERE m.id = picked.id
-             RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
-                 m.enqueued_at, m.last_error, picked.was",
-            &[&q, &now, &n, &deadline],
+             SELECT * FROM leased",
+            &[&q, &now, &n, &deadline, &crate::counters::shard()],
         )
         .await
         .map_err(|e| db(&e))?;
@@ -214,7 +219,6 @@ async fn lease(
         .await
         .map_err(|e| db(&e))?;
     }
-    fx.counts.add(q, Counter::Received, i64::from(got));
     Ok(Attempted::Got(out.into_iter().map(|(_, d)| d).collect()))
 }
 
@@ -246,80 +250,90 @@ pub(crate) async fn ack(
         )));
     }
     let q = queue.as_str();
-    let mut conn = inner.conn().await?;
-    let out = crate::store::transaction(&mut conn, async |tx| {
-        let cfg = crate::queues::config(tx, q, false).await?;
-        let now = inner.now();
-        let mut out: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(acks.len());
-        let mut seen = std::collections::HashSet::new();
-        let (mut ids, mut tokens, mut results, mut kinds) = (vec![], vec![], vec![], vec![]);
-        let mut slot_of = std::collections::HashMap::new();
-        for (i, a) in acks.iter().enumerate() {
-            if let Some(r) = &a.result
-                && r.len() > cfg.max_message_bytes as usize
-            {
-                out.push(Some(Err(StoreError::PayloadTooLarge(format!(
-                    "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
-                    r.len(),
-                    cfg.max_message_bytes
-                )))));
-                continue;
-            }
-            if !seen.insert(a.receipt.id) {
-                out.push(Some(Err(StoreError::ReceiptStale)));
-                continue;
-            }
-            out.push(None);
-            slot_of.insert(a.receipt.id.0 as i64, i);
-            ids.push(a.receipt.id.0 as i64);
-            tokens.push(a.receipt.token as i64);
-            results.push(a.result.as_ref().map(|b| b.bytes.as_ref()));
-            kinds.push(a.result.as_ref().map(|b| kind_code(b.kind)));
+    let conn = inner.conn().await?;
+    let cfg = inner.configs.get(&**conn, q).await?;
+    let now = inner.now();
+    let mut out: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(acks.len());
+    let mut seen = std::collections::HashSet::new();
+    let (mut ids, mut tokens, mut results, mut kinds) = (vec![], vec![], vec![], vec![]);
+    let mut slot_of = std::collections::HashMap::new();
+    for (i, a) in acks.iter().enumerate() {
+        if let Some(r) = &a.result
+            && r.len() > cfg.max_message_bytes as usize
+        {
+            out.push(Some(Err(StoreError::PayloadTooLarge(format!(
+                "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
+                r.len(),
+                cfg.max_message_bytes
+            )))));
+            continue;
         }
-        let keep = Timestamp(now).plus(cfg.result_ttl).as_millis();
-        let sql = if cfg.result_ttl.is_zero() {
-            "DELETE FROM messages m
-             USING unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
-             WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
-                   AND m.visible_at > $6 AND $7::bigint IS NOT NULL
-             RETURNING m.id, m.cancel_requested"
-        } else {
-            "UPDATE messages m SET state = 2, visible_at = $6, keep_until = $7, token = NULL,
-                 body = NULL, attrs = NULL, attempts = NULL, progress = NULL, last_error = NULL,
-                 source_queue = NULL, dl_reason = NULL, dl_at = NULL, dedup_id = NULL,
-                 result = CASE WHEN m.cancel_requested THEN NULL ELSE a.result END,
-                 result_kind = CASE WHEN m.cancel_requested THEN NULL ELSE a.kind END
-             FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
-             WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
-                   AND m.visible_at > $6
-             RETURNING m.id, m.cancel_requested"
-        };
-        let done = if ids.is_empty() {
-            Vec::new()
-        } else {
-            tx.query(sql, &[&q, &ids, &tokens, &results, &kinds, &now, &keep])
-                .await
-                .map_err(|e| db(&e))?
-        };
-        let mut acked = 0i64;
-        for r in &done {
-            let id: i64 = r.get(0);
-            let cancelled: bool = r.get(1);
-            if !cancelled {
-                acked += 1;
-            }
-            if let Some(i) = slot_of.get(&id) {
-                out[*i] = Some(Ok(()));
-            }
+        if !seen.insert(a.receipt.id) {
+            out.push(Some(Err(StoreError::ReceiptStale)));
+            continue;
         }
-        if acked > 0 {
-            let mut counts = Counts::default();
-            counts.add(q, Counter::Acked, acked);
-            counts.flush(tx).await?;
+        out.push(None);
+        slot_of.insert(a.receipt.id.0 as i64, i);
+        ids.push(a.receipt.id.0 as i64);
+        tokens.push(a.receipt.token as i64);
+        results.push(a.result.as_ref().map(|b| b.bytes.as_ref()));
+        kinds.push(a.result.as_ref().map(|b| kind_code(b.kind)));
+    }
+    if ids.is_empty() {
+        return Ok(out
+            .into_iter()
+            .map(|o| o.unwrap_or(Err(StoreError::ReceiptStale)))
+            .collect());
+    }
+    let keep = Timestamp(now).plus(cfg.result_ttl).as_millis();
+    // One statement, committed on its own: the completions and the counter together.
+    let change = if cfg.result_ttl.is_zero() {
+        "DELETE FROM messages m
+         USING unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
+         WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
+               AND m.visible_at > $6 AND $7::bigint IS NOT NULL
+         RETURNING m.id, m.cancel_requested"
+    } else {
+        "UPDATE messages m SET state = 2, visible_at = $6, keep_until = $7, token = NULL,
+             body = NULL, attrs = NULL, attempts = NULL, progress = NULL, last_error = NULL,
+             source_queue = NULL, dl_reason = NULL, dl_at = NULL, dedup_id = NULL,
+             result = CASE WHEN m.cancel_requested THEN NULL ELSE a.result END,
+             result_kind = CASE WHEN m.cancel_requested THEN NULL ELSE a.kind END
+         FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
+         WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
+               AND m.visible_at > $6
+         RETURNING m.id, m.cancel_requested"
+    };
+    let sql = format!(
+        "WITH done AS ({change}), bump AS (
+             INSERT INTO counters AS c (queue, shard, acked)
+             SELECT $1, $8, count(*) FROM done WHERE NOT cancel_requested HAVING count(*) > 0
+             ON CONFLICT (queue, shard) DO UPDATE SET acked = c.acked + EXCLUDED.acked
+         )
+         SELECT id FROM done"
+    );
+    let done = conn
+        .query(
+            &sql,
+            &[
+                &q,
+                &ids,
+                &tokens,
+                &results,
+                &kinds,
+                &now,
+                &keep,
+                &crate::counters::shard(),
+            ],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    for r in &done {
+        let id: i64 = r.get(0);
+        if let Some(i) = slot_of.get(&id) {
+            out[*i] = Some(Ok(()));
         }
-        Ok(out)
-    })
-    .await?;
+    }
     Ok(out
         .into_iter()
         .map(|o| o.unwrap_or(Err(StoreError::ReceiptStale)))

@@ -1,5 +1,9 @@
 //! The queue catalog: one row per queue with its full configuration.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use sluice_core::{
     PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, StoreError, Timestamp,
 };
@@ -28,6 +32,45 @@ pub(crate) async fn config(
         .ok_or_else(|| StoreError::QueueNotFound(name.to_string()))?;
     let cfg: Json<QueueConfig> = row.try_get(0).map_err(corrupt)?;
     Ok(cfg.0)
+}
+
+/// How long a node reuses a queue's configuration on the hot paths (send, ack, receive of a
+/// queue without global limits) before reading it again. A change made on this node is seen
+/// at once; one made on another node within this time.
+pub(crate) const CONFIG_TTL: Duration = Duration::from_secs(1);
+
+/// Recently read queue configurations of this node.
+#[derive(Default)]
+pub(crate) struct ConfigCache {
+    entries: Mutex<HashMap<String, (QueueConfig, Instant)>>,
+}
+
+impl ConfigCache {
+    /// `name`'s configuration, from memory when read less than [`CONFIG_TTL`] ago.
+    pub(crate) async fn get(
+        &self,
+        c: &impl GenericClient,
+        name: &str,
+    ) -> Result<QueueConfig, StoreError> {
+        if let Some((cfg, at)) = self.lock().get(name)
+            && at.elapsed() < CONFIG_TTL
+        {
+            return Ok(cfg.clone());
+        }
+        let cfg = config(c, name, false).await?;
+        self.lock()
+            .insert(name.to_string(), (cfg.clone(), Instant::now()));
+        Ok(cfg)
+    }
+
+    /// Forgets `name` (changed or deleted).
+    pub(crate) fn forget(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (QueueConfig, Instant)>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 fn info_of(r: &tokio_postgres::Row) -> Result<QueueInfo, StoreError> {
@@ -123,6 +166,7 @@ pub(crate) async fn put(
         Ok((existing, row, warnings))
     })
     .await?;
+    inner.configs.forget(name.as_str());
     // Waiting receives on every node re-check: the change may resume the queue, lift a
     // limit, or end it.
     inner.wake(name.as_str());
@@ -169,6 +213,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
         Ok(())
     })
     .await?;
+    inner.configs.forget(name.as_str());
     // Waiting receives on every node re-check: the change may resume the queue, lift a
     // limit, or end it.
     inner.wake(name.as_str());

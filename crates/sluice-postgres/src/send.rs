@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use sluice_core::config::limits;
-use sluice_core::{MessageId, NewMessage, QueueName, SendOutcome, StoreError, Timestamp};
+use sluice_core::{
+    MessageId, NewMessage, QueueConfig, QueueName, SendOutcome, StoreError, Timestamp,
+};
 use tokio_postgres::GenericClient;
 
 use crate::counters::{Counter, Counts};
@@ -45,15 +47,7 @@ pub(crate) async fn send(
     let now = inner.now();
     let q = queue.as_str();
     let cfg = crate::queues::config(c, q, false).await?;
-    for (i, m) in messages.iter().enumerate() {
-        if m.body.len() > cfg.max_message_bytes as usize {
-            return Err(StoreError::PayloadTooLarge(format!(
-                "message {i} is {} bytes; queue {queue:?} accepts at most {} (max_message_bytes)",
-                m.body.len(),
-                cfg.max_message_bytes
-            )));
-        }
-    }
+    check_sizes(&cfg, queue, &messages)?;
     let ids = inner.ids.draw(c, messages.len()).await?;
     // Dedup: claim each key in the table; a key another send holds inside its window keeps
     // that send's id. Keys repeated inside this batch count as already sent.
@@ -195,6 +189,103 @@ pub(crate) async fn send(
     let mut counts = Counts::default();
     counts.add(q, Counter::Sent, fresh.len() as i64);
     counts.flush(c).await?;
+    Ok((out, visible_now))
+}
+
+/// Whether a batch can take [`send_plain`]: nothing to check against other rows.
+pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
+    cfg.max_depth.is_none()
+        && (cfg.dedup_window.is_zero() || messages.iter().all(|m| m.dedup_id.is_none()))
+}
+
+fn check_sizes(
+    cfg: &QueueConfig,
+    queue: &QueueName,
+    messages: &[NewMessage],
+) -> Result<(), StoreError> {
+    for (i, m) in messages.iter().enumerate() {
+        if m.body.len() > cfg.max_message_bytes as usize {
+            return Err(StoreError::PayloadTooLarge(format!(
+                "message {i} is {} bytes; queue {queue:?} accepts at most {} (max_message_bytes)",
+                m.body.len(),
+                cfg.max_message_bytes
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Sends a batch with no dedup ids and no `max_depth` in one statement, committed on its own:
+/// the rows and the counter in one round trip and one WAL flush, the way a plain
+/// `INSERT`-based queue would, with Sluice's bookkeeping riding along. `cfg` may be a
+/// recently cached copy; the insert itself checks that the queue still exists.
+pub(crate) async fn send_plain(
+    inner: &Inner,
+    c: &impl GenericClient,
+    queue: &QueueName,
+    cfg: &QueueConfig,
+    messages: Vec<NewMessage>,
+) -> Result<(Vec<SendOutcome>, bool), StoreError> {
+    validate_batch(&messages)?;
+    check_sizes(cfg, queue, &messages)?;
+    let now = inner.now();
+    let q = queue.as_str();
+    let ids = inner.ids.draw(c, messages.len()).await?;
+    let mut visible_now = false;
+    let mut cols = Columns::with_capacity(messages.len());
+    for (m, id) in messages.iter().zip(&ids) {
+        let visible_at = Timestamp(now)
+            .plus(m.delay.unwrap_or(cfg.delay))
+            .as_millis();
+        visible_now |= visible_at <= now;
+        cols.ids.push(*id);
+        cols.visible.push(visible_at);
+        cols.bodies.push(&m.body.bytes);
+        cols.kinds.push(kind_code(m.body.kind));
+        cols.attrs.push(attrs_json(&m.attributes));
+        cols.dedup.push(m.dedup_id.as_deref());
+    }
+    let row = c
+        .query_one(
+            "WITH ins AS (
+                 INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at, body,
+                     body_kind, attrs, dedup_id)
+                 SELECT i, $1, 0, v, $2, $2, b, k, a, d
+                 FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[],
+                             $8::text[]) AS u(i, v, b, k, a, d)
+                 WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)
+                 RETURNING 1
+             ), bump AS (
+                 INSERT INTO counters AS c (queue, shard, sent)
+                 SELECT $1, $9, count(*) FROM ins HAVING count(*) > 0
+                 ON CONFLICT (queue, shard) DO UPDATE SET sent = c.sent + EXCLUDED.sent
+             )
+             SELECT count(*) FROM ins",
+            &[
+                &q,
+                &now,
+                &cols.ids,
+                &cols.visible,
+                &cols.bodies,
+                &cols.kinds,
+                &cols.attrs,
+                &cols.dedup,
+                &crate::counters::shard(),
+            ],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    if row.get::<_, i64>(0) == 0 {
+        inner.configs.forget(q);
+        return Err(StoreError::QueueNotFound(q.to_string()));
+    }
+    let out = ids
+        .iter()
+        .map(|id| SendOutcome {
+            id: MessageId(*id as u64),
+            duplicate: false,
+        })
+        .collect();
     Ok((out, visible_now))
 }
 

@@ -70,6 +70,7 @@ pub(crate) struct Inner {
     pub(crate) wakers: Arc<Wakers>,
     pub(crate) announce: tokio::sync::mpsc::UnboundedSender<String>,
     pub(crate) ids: Ids,
+    pub(crate) configs: crate::queues::ConfigCache,
     pub(crate) node: String,
 }
 
@@ -180,6 +181,7 @@ impl PostgresStore {
             channel: channel.clone(),
             wakers: wakers.clone(),
             ids: Ids::default(),
+            configs: crate::queues::ConfigCache::default(),
             node,
         });
         tokio::spawn(crate::wake::listen(
@@ -242,11 +244,17 @@ impl Store for PostgresStore {
         queue: &QueueName,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<SendOutcome>, StoreError> {
+        crate::send::validate_batch(&messages)?;
         let mut conn = self.inner.conn().await?;
-        let (out, wake) = transaction(&mut conn, async |tx| {
-            crate::send::send(&self.inner, tx, queue, messages).await
-        })
-        .await?;
+        let cfg = self.inner.configs.get(&**conn, queue.as_str()).await?;
+        let (out, wake) = if crate::send::is_plain(&cfg, &messages) {
+            crate::send::send_plain(&self.inner, &**conn, queue, &cfg, messages).await?
+        } else {
+            transaction(&mut conn, async |tx| {
+                crate::send::send(&self.inner, tx, queue, messages).await
+            })
+            .await?
+        };
         if wake {
             self.inner.wake(queue.as_str());
         }
