@@ -290,7 +290,8 @@ pub(crate) async fn ack(
     let change = if cfg.result_ttl.is_zero() {
         "DELETE FROM messages m
          USING unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
-         WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
+         WHERE m.id = ANY($2) AND m.id = a.id AND m.queue = $1 AND m.state = 1
+               AND m.token = a.token
                AND m.visible_at > $6 AND $7::bigint IS NOT NULL
          RETURNING m.id, m.cancel_requested"
     } else {
@@ -300,7 +301,8 @@ pub(crate) async fn ack(
              result = CASE WHEN m.cancel_requested THEN NULL ELSE a.result END,
              result_kind = CASE WHEN m.cancel_requested THEN NULL ELSE a.kind END
          FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
-         WHERE m.id = a.id AND m.queue = $1 AND m.state = 1 AND m.token = a.token
+         WHERE m.id = ANY($2) AND m.id = a.id AND m.queue = $1 AND m.state = 1
+               AND m.token = a.token
                AND m.visible_at > $6
          RETURNING m.id, m.cancel_requested"
     };

@@ -220,7 +220,7 @@ pub(crate) async fn write_back(
                      $11::text[], $12::bigint[], $13::bool[])
               AS u(id, queue, state, visible_at, entered_at, receive_count, token, last_error,
                    attempts, source_queue, dl_reason, dl_at, cancel_requested)
-         WHERE m.id = u.id",
+         WHERE m.id = ANY($1) AND m.id = u.id",
         &[
             &ids, &queues, &states, &visible, &entered, &counts, &tokens, &errors, &attempts,
             &sources, &reasons, &dl_at, &cancel,
