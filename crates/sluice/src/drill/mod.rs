@@ -234,7 +234,10 @@ fn ms(d: Duration) -> i64 {
 
 async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
     let sc = Scenario::from_args(&args)?;
+    // The broker and the upstream stop after the worker, so that it can hand unfinished tasks
+    // back instead of waiting for a broker that is gone.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (worker_stop_tx, worker_stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
@@ -358,7 +361,7 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
         plan.raw_bodies.len(),
         sc.worker_per_min()
     );
-    let worker_task = tokio::spawn(worker.run_until(stopped(stop_rx.clone())));
+    let worker_task = tokio::spawn(worker.run_until(stopped(worker_stop_rx)));
 
     // The outage.
     let (o_start, o_end) = sc.outage_min();
@@ -463,12 +466,13 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
     let unprocessable_msgs = browse_all(&client, &unprocessable)
         .await
         .unwrap_or_default();
-    let _ = stop_tx.send(true);
+    let _ = worker_stop_tx.send(true);
     match tokio::time::timeout(Duration::from_secs(10), worker_task).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "worker"),
         Err(_) => tracing::warn!("the worker did not stop within 10 s"),
         _ => {}
     }
+    let _ = stop_tx.send(true);
 
     let (calls, applied, repeats) = {
         let b = upstream.books();
