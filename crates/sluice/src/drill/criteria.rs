@@ -192,10 +192,13 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
             stalls += 1;
         }
     }
-    let (c3_pass, took) = match o.drained_at {
+    let (c3_pass, drained) = match o.drained_at {
         Some(t) => {
             let took = (t - o_end).max(0.0);
-            (took <= bound && stalls == 0, format!("{took:.1} min"))
+            (
+                took <= bound && stalls == 0,
+                format!("drained {took:.1} min after recovery"),
+            )
         }
         None => (false, format!("not drained by minute {:.0}", o.ended_at)),
     };
@@ -204,7 +207,7 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
         name: "backlog back to zero after recovery, fresh work kept flowing",
         pass: c3_pass,
         figure: format!(
-            "drained {took} after recovery (bound {bound:.1} min: {} pending at recovery); \
+            "{drained} (bound {bound:.1} min: {} pending at recovery); \
              minutes with a backlog and no release {stalls}/{watched}",
             o.pending_at_recovery
         ),
