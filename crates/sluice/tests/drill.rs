@@ -1,7 +1,8 @@
 //! `sluice drill` end to end, through the real binary: the default scenario passes at a high
 //! time scale with a redrive that really moves dead letters; a smaller scenario gives the same
 //! verdict at two time scales; misconfigured runs (no idempotency key, permanent errors retried
-//! without a budget) fail the criterion they should, so the drill can really fail; and
+//! without a budget) and a dependency that keeps answering 429 fail the criterion they should,
+//! so the drill can really fail; and
 //! `--broker` runs it against a `sluice serve` started here.
 //!
 //! The runs are timed in scaled real time and the machine may be small, so they take turns
@@ -94,6 +95,7 @@ fn drill(args: &[&str]) -> Run {
         .output()
         .expect("run sluice drill");
     let took = start.elapsed();
+    eprintln!("sluice drill {}: {took:.1?}", args.join(" "));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     Run {
@@ -149,6 +151,7 @@ fn small_drill_gives_the_same_verdict_at_two_time_scales() {
         assert_eq!(run.code, 0, "{}", run.out);
         let (needed, redriven) = run.redrive().expect("criterion 4 names a redrive");
         assert!(needed > 0 && redriven >= needed, "{}", run.out);
+        assert!(!run.out.contains("WARNING"), "fell behind:\n{}", run.out);
     }
     assert_eq!(slow.verdict(), ALL_PASS, "{}", slow.out);
     assert_eq!(fast.verdict(), slow.verdict(), "{}", fast.out);
@@ -174,7 +177,7 @@ fn poison_retried_without_a_budget_fails_criteria_2_and_3() {
             "--max-receive-count",
             "0",
             "--deadline",
-            "30s",
+            "20s",
         ],
     );
     assert_ne!(run.code, 0, "{}", run.out);
@@ -185,6 +188,19 @@ fn poison_retried_without_a_budget_fails_criteria_2_and_3() {
         run.out
     );
     assert!(run.out.contains("poison in DLQ 0/10"), "{}", run.out);
+}
+
+/// A dependency that keeps answering 429 to a fifth of the calls: the operator holds the
+/// redrive back for as long as 429s stay above its threshold, so the dead letters it needed to
+/// move stay put and criterion 4 fails instead of passing vacuously.
+#[test]
+fn redrive_held_back_by_429s_fails_criterion_4() {
+    let run = small("150", &["--random-429", "20", "--deadline", "20s"]);
+    assert_ne!(run.code, 0, "{}", run.out);
+    assert_eq!(run.verdict().get(3), Some(&(4, false)), "{}", run.out);
+    let (needed, redriven) = run.redrive().expect("criterion 4 names a redrive");
+    assert!(needed > 0 && redriven == 0, "{}", run.out);
+    assert!(!run.out.contains(" 0 pauses"), "{}", run.out);
 }
 
 /// `--broker URL`: the drill's queues live on a `sluice serve` started here, not on one of
