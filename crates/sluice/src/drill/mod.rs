@@ -71,6 +71,9 @@ pub struct DrillArgs {
     /// Percentage of upstream calls answered 429 at random.
     #[arg(long = "random-429", default_value_t = 2.0, value_name = "PCT")]
     pub random_429: f64,
+    /// The Retry-After of those random 429s.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub random_retry_after: Duration,
     /// Percentage of applied releases whose reply is lost (the upstream answers 502).
     #[arg(long, default_value_t = 1.0, value_name = "PCT")]
     pub lost_replies: f64,
@@ -101,10 +104,13 @@ pub struct DrillArgs {
     /// Share of the quota the worker's rate limiter is set to.
     #[arg(long, default_value_t = 0.9, value_name = "FRACTION")]
     pub worker_share: f64,
-    /// Messages per redrive job. The operator waits a scenario minute after each job, so no
-    /// minute sees more moves than this: keep it under the quota.
+    /// Messages per redrive job. With a pause of at least a minute after each job no minute
+    /// sees more moves than this: keep it under the quota.
     #[arg(long, default_value_t = 50, value_name = "N")]
     pub redrive_batch: u64,
+    /// How long the operator waits after each redrive job before the next.
+    #[arg(long, default_value = "1m", value_parser = parse_duration, value_name = "DURATION")]
+    pub redrive_pause: Duration,
     /// Redrive rate, messages per minute (keep it under the quota).
     #[arg(long, default_value_t = 50, value_name = "PER_MIN")]
     pub redrive_rate: u32,
@@ -292,7 +298,7 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
             } else {
                 0
             },
-            random_retry_after: clock_probe.real(Duration::from_secs(5)),
+            random_retry_after: clock_probe.real(sc.random_retry_after),
             seed: sc.seed,
         },
         stopped(stop_rx.clone()),

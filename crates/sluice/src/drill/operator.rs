@@ -4,8 +4,9 @@
 //! Only dead letters whose last error names the upstream (`upstream unavailable`, `upstream
 //! rate limited`) are redriven: poison messages stay isolated in the DLQ. Each batch is one
 //! server-side redrive job (`limit` = batch, `rate_per_second` = the redrive rate); after a
-//! batch ends the operator waits a scenario minute, looks at the upstream's 429 share over the
-//! last minute, and waits another minute while it is above the threshold.
+//! batch ends the operator waits `--redrive-pause` (a scenario minute), looks at the
+//! upstream's 429 share over the last minute, and waits another minute while it is above the
+//! threshold.
 //!
 //! Why batches with a pause rather than one long job at a rate: the broker bounds a job's rate
 //! over one-second windows of real time, and under a high `--time-scale` a scenario minute is
@@ -182,7 +183,7 @@ pub async fn run(
             rate_per_second: rate,
         });
         // Let the batch reach the upstream before the next one.
-        tokio::time::sleep(minute).await;
+        tokio::time::sleep(clock.real(sc.redrive_pause)).await;
     }
     log
 }

@@ -87,8 +87,11 @@ pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
     );
     let _ = writeln!(
         s,
-        "  upstream   quota {}/min, {}% random 429, {}% lost replies; outage minute {os:.1} to {oe:.1}",
-        sc.quota_per_min, sc.random_429_pct, sc.lost_reply_pct
+        "  upstream   quota {}/min, {}% random 429 (Retry-After {:.0}s), {}% lost replies; outage minute {os:.1} to {oe:.1}",
+        sc.quota_per_min,
+        sc.random_429_pct,
+        sc.random_retry_after.as_secs_f64(),
+        sc.lost_reply_pct
     );
     let _ = writeln!(
         s,
