@@ -190,16 +190,26 @@ fn poison_retried_without_a_budget_fails_criteria_2_and_3() {
     assert!(run.out.contains("poison in DLQ 0/10"), "{}", run.out);
 }
 
-/// A dependency that keeps answering 429 to a fifth of the calls: the operator holds the
-/// redrive back for as long as 429s stay above its threshold, so the dead letters it needed to
-/// move stay put and criterion 4 fails instead of passing vacuously.
+/// A dependency that keeps answering 429 to a fifth of the calls, far above the operator's
+/// threshold of 5%: the operator holds the redrive back for as long as that lasts, so the dead
+/// letters it needed to move stay put and criterion 4 fails instead of passing vacuously.
 #[test]
 fn redrive_held_back_by_429s_fails_criterion_4() {
-    let run = small("150", &["--random-429", "20", "--deadline", "20s"]);
+    let run = small(
+        "150",
+        &[
+            "--random-429",
+            "20",
+            "--redrive-stop-429",
+            "5",
+            "--deadline",
+            "20s",
+        ],
+    );
     assert_ne!(run.code, 0, "{}", run.out);
     assert_eq!(run.verdict().get(3), Some(&(4, false)), "{}", run.out);
     let (needed, redriven) = run.redrive().expect("criterion 4 names a redrive");
-    assert!(needed > 0 && redriven == 0, "{}", run.out);
+    assert!(needed > 0 && redriven < needed, "{}", run.out);
     assert!(!run.out.contains(" 0 pauses"), "{}", run.out);
 }
 
