@@ -8,10 +8,13 @@
 //!    `max(last expiry − recovery, 0) + pending at recovery / (quota / 2) + 5 min`, and no
 //!    scenario minute outside the outage had a backlog but no release (fresh expirations kept
 //!    flowing while poison messages were isolated).
-//! 4. During the redrive (first batch to the end) the upstream never saw more calls than its
-//!    quota in any sliding minute, no redrive job asked for a rate above the quota, and the 429
-//!    share of the last third of that phase is no higher than the first third's (or within
-//!    the random share + 3 points).
+//! 4. Every valid task the outage dead-lettered was redriven (the broker's `redriven` total
+//!    is at least its `dead_lettered` total less the poison messages: a redrive that was
+//!    needed but moved nothing fails); during the redrive (first batch to the end) neither the
+//!    upstream's calls nor the redrive's moves exceeded the quota in any sliding minute, no
+//!    redrive job asked for a rate above it, and the 429 share of the last third of that phase
+//!    is no higher than the first third's (or within the random share + 3 points). When no
+//!    valid task was dead-lettered the figure says so: the redrive was not exercised.
 
 use std::collections::{HashMap, HashSet};
 
@@ -75,6 +78,22 @@ fn share_429(calls: &[(f64, CallKind)], from: f64, to: f64) -> (f64, usize) {
     (n429 as f64 * 100.0 / inside.len() as f64, inside.len())
 }
 
+/// Most messages moved in any window of `width` minutes, from cumulative `(minute, moved)`
+/// observations in time order. It is a lower bound of the true peak (two observations at
+/// most `width` apart frame the moves between them), so a figure above a cap proves the cap
+/// was broken.
+pub fn max_moves_in_window(progress: &[(f64, u64)], width: f64) -> u64 {
+    let mut best = 0;
+    let mut lo = 0;
+    for hi in 0..progress.len() {
+        while progress[hi].0 - progress[lo].0 > width {
+            lo += 1;
+        }
+        best = best.max(progress[hi].1.saturating_sub(progress[lo].1));
+    }
+    best
+}
+
 /// Judges the run.
 pub fn judge(o: &Observed) -> Vec<Verdict> {
     let sc = &o.scenario;
@@ -114,6 +133,7 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
         .filter(|m| reservation_id(m).is_some_and(|id| poison.contains(id.as_str())))
         .collect();
     let max_rc = poison_dl.iter().map(|m| m.receive_count).max().unwrap_or(0);
+    let first_try = poison_dl.iter().filter(|m| m.receive_count <= 1).count();
     let within = sc.max_receive_count == 0 || max_rc <= sc.max_receive_count;
     let mut want: HashMap<&[u8], usize> = HashMap::new();
     for b in &o.plan.raw_bodies {
@@ -139,7 +159,8 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
         name: "poison isolated within the retry budget, undecodable bodies kept byte-exact",
         pass: poison_dl.len() == poison.len() && within && exact == o.plan.raw_bodies.len(),
         figure: format!(
-            "poison in DLQ {}/{} (most attempts {max_rc}, budget {budget}); \
+            "poison in DLQ {}/{} ({first_try} on the first attempt, most attempts {max_rc}, \
+             budget {budget}); \
              undecodable in {}.unprocessable byte-exact {exact}/{}",
             poison_dl.len(),
             poison.len(),
@@ -171,10 +192,13 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
             stalls += 1;
         }
     }
-    let (c3_pass, took) = match o.drained_at {
+    let (c3_pass, drained) = match o.drained_at {
         Some(t) => {
             let took = (t - o_end).max(0.0);
-            (took <= bound && stalls == 0, format!("{took:.1} min"))
+            (
+                took <= bound && stalls == 0,
+                format!("drained {took:.1} min after recovery"),
+            )
         }
         None => (false, format!("not drained by minute {:.0}", o.ended_at)),
     };
@@ -183,13 +207,14 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
         name: "backlog back to zero after recovery, fresh work kept flowing",
         pass: c3_pass,
         figure: format!(
-            "drained {took} after recovery (bound {bound:.1} min: {} pending at recovery); \
+            "{drained} (bound {bound:.1} min: {} pending at recovery); \
              minutes with a backlog and no release {stalls}/{watched}",
             o.pending_at_recovery
         ),
     };
 
-    // 4. The redrive stayed under the cap; 429s fell after backoff.
+    // 4. The redrive happened when it was needed, stayed under the cap, and 429s fell.
+    let needed = o.dead_lettered.saturating_sub(poison_dl.len() as u64);
     let phase_start = o.operator.batches.first().map_or(o_end, |b| b.start_min);
     let phase_end = o.drained_at.unwrap_or(o.ended_at).max(phase_start);
     let phase_calls: Vec<f64> = o
@@ -198,7 +223,8 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
         .filter(|(m, _)| *m >= phase_start && *m <= phase_end)
         .map(|(m, _)| *m)
         .collect();
-    let peak = max_in_window(&phase_calls, 1.0);
+    let peak_calls = max_in_window(&phase_calls, 1.0);
+    let peak_moves = max_moves_in_window(&o.operator.progress, 1.0);
     let third = (phase_end - phase_start) / 3.0;
     let (first, n_first) = share_429(&o.calls, phase_start, phase_start + third);
     let (last, n_last) = share_429(&o.calls, phase_end - third, phase_end + 1e-9);
@@ -209,21 +235,30 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
         .iter()
         .map(|b| f64::from(b.rate_per_second) * 60.0 / sc.scale)
         .fold(0.0, f64::max);
-    let moved: u64 = o.operator.batches.iter().map(|b| b.moved).sum();
+    let cap = u64::from(sc.quota_per_min);
+    let done = o.redriven >= needed;
+    let under_cap = peak_calls as u64 <= cap && peak_moves <= cap && max_job_rate <= cap as f64;
+    let figure = if needed == 0 && o.redriven == 0 {
+        format!(
+            "no redrive needed: no valid task was dead-lettered; peak {peak_calls} upstream \
+             calls in any minute (cap {cap})"
+        )
+    } else {
+        format!(
+            "{needed} valid tasks dead-lettered, {} redriven in {} batches at {max_job_rate:.0}/min \
+             (peak {peak_moves} moves in any minute); peak {peak_calls} upstream calls in any \
+             minute (cap {cap}); 429 share {first:.1}% of {n_first} calls in the first third, \
+             {last:.1}% of {n_last} in the last; {} pauses",
+            o.redriven,
+            o.operator.batches.len(),
+            o.operator.pauses
+        )
+    };
     let c4 = Verdict {
         number: 4,
-        name: "redrive under the upstream's cap, 429s fell after backoff",
-        pass: peak <= sc.quota_per_min as usize
-            && max_job_rate <= f64::from(sc.quota_per_min)
-            && fell,
-        figure: format!(
-            "{} batches moved {moved} at {max_job_rate:.0}/min; peak {peak} calls in any minute \
-             (cap {}); 429 share {first:.1}% of {n_first} calls in the first third, \
-             {last:.1}% of {n_last} in the last; {} pauses",
-            o.operator.batches.len(),
-            sc.quota_per_min,
-            o.operator.pauses
-        ),
+        name: "dead letters redriven under the upstream's cap, 429s fell after backoff",
+        pass: done && under_cap && fell,
+        figure,
     };
     vec![c1, c2, c3, c4]
 }
@@ -236,5 +271,13 @@ mod tests {
     fn sliding_window() {
         assert_eq!(max_in_window(&[0.0, 0.5, 0.99, 1.0, 1.5], 1.0), 3);
         assert_eq!(max_in_window(&[], 1.0), 0);
+    }
+
+    #[test]
+    fn moves_per_window() {
+        let p = [(0.0, 0), (0.5, 30), (1.0, 60), (1.6, 70), (3.0, 70)];
+        assert_eq!(max_moves_in_window(&p, 1.0), 60);
+        assert_eq!(max_moves_in_window(&p[..1], 1.0), 0);
+        assert_eq!(max_moves_in_window(&[], 1.0), 0);
     }
 }

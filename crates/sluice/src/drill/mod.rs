@@ -50,8 +50,9 @@ pub struct DrillArgs {
     /// Write the timeline chart to this file (SVG; a name ending in .html gets an HTML page).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
-    /// Scenario seconds per real second: 60 turns minutes into seconds; 1 is real time.
-    #[arg(long, default_value_t = 60.0, value_name = "N")]
+    /// Scenario seconds per real second: 60 turns minutes into seconds; 1 is real time. The
+    /// default runs the default scenario (about 205 scenario minutes) in about two minutes.
+    #[arg(long, default_value_t = 100.0, value_name = "N")]
     pub time_scale: f64,
     /// Reservations (valid expiry tasks).
     #[arg(long, default_value_t = 10_000, value_name = "N")]
@@ -59,8 +60,10 @@ pub struct DrillArgs {
     /// How long a seat is held before its expiry task runs.
     #[arg(long, default_value = "20m", value_parser = parse_duration, value_name = "DURATION")]
     pub hold: Duration,
-    /// Reservations are made evenly (with jitter) over this window.
-    #[arg(long, default_value = "80m", value_parser = parse_duration, value_name = "DURATION")]
+    /// Reservations are made evenly (with jitter) over this window. The default, 3 h, makes
+    /// 56 expirations a minute: a system sized with headroom under the upstream's quota, as a
+    /// team would size it, so retries are not stuck behind a standing backlog.
+    #[arg(long, default_value = "3h", value_parser = parse_duration, value_name = "DURATION")]
     pub arrival_window: Duration,
     /// Upstream calls allowed per minute (429 with Retry-After beyond).
     #[arg(long, default_value_t = 100, value_name = "CALLS")]
@@ -68,6 +71,9 @@ pub struct DrillArgs {
     /// Percentage of upstream calls answered 429 at random.
     #[arg(long = "random-429", default_value_t = 2.0, value_name = "PCT")]
     pub random_429: f64,
+    /// The Retry-After of those random 429s.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub random_retry_after: Duration,
     /// Percentage of applied releases whose reply is lost (the upstream answers 502).
     #[arg(long, default_value_t = 1.0, value_name = "PCT")]
     pub lost_replies: f64,
@@ -98,9 +104,13 @@ pub struct DrillArgs {
     /// Share of the quota the worker's rate limiter is set to.
     #[arg(long, default_value_t = 0.9, value_name = "FRACTION")]
     pub worker_share: f64,
-    /// Messages per redrive job.
-    #[arg(long, default_value_t = 200, value_name = "N")]
+    /// Messages per redrive job. With a pause of at least a minute after each job no minute
+    /// sees more moves than this: keep it under the quota.
+    #[arg(long, default_value_t = 50, value_name = "N")]
     pub redrive_batch: u64,
+    /// How long the operator waits after each redrive job before the next.
+    #[arg(long, default_value = "1m", value_parser = parse_duration, value_name = "DURATION")]
+    pub redrive_pause: Duration,
     /// Redrive rate, messages per minute (keep it under the quota).
     #[arg(long, default_value_t = 50, value_name = "PER_MIN")]
     pub redrive_rate: u32,
@@ -166,6 +176,11 @@ pub struct Observed {
     pub pending_at_recovery: u64,
     /// Scenario minutes the run lasted.
     pub ended_at: f64,
+    /// Messages the main queue sent to its DLQ over the run (poison and valid), from the
+    /// broker's totals.
+    pub dead_lettered: u64,
+    /// Messages redriven back into the main queue over the run, from the broker's totals.
+    pub redriven: u64,
     /// The queue.
     pub queue: String,
     /// Real seconds the run took.
@@ -225,7 +240,10 @@ fn ms(d: Duration) -> i64 {
 
 async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
     let sc = Scenario::from_args(&args)?;
+    // The broker and the upstream stop after the worker, so that it can hand unfinished tasks
+    // back instead of waiting for a broker that is gone.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (worker_stop_tx, worker_stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
     };
@@ -280,7 +298,7 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
             } else {
                 0
             },
-            random_retry_after: clock_probe.real(Duration::from_secs(5)),
+            random_retry_after: clock_probe.real(sc.random_retry_after),
             seed: sc.seed,
         },
         stopped(stop_rx.clone()),
@@ -349,7 +367,7 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
         plan.raw_bodies.len(),
         sc.worker_per_min()
     );
-    let worker_task = tokio::spawn(worker.run_until(stopped(stop_rx.clone())));
+    let worker_task = tokio::spawn(worker.run_until(stopped(worker_stop_rx)));
 
     // The outage.
     let (o_start, o_end) = sc.outage_min();
@@ -440,16 +458,27 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
     };
     // Let settlements land, then stop the worker.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let dlq_msgs = browse_all(&client, &dlq).await?;
+    // With max_receive_count 0 there is no DLQ: nothing was dead-lettered.
+    let dlq_msgs = if sc.max_receive_count == 0 {
+        browse_all(&client, &dlq).await.unwrap_or_default()
+    } else {
+        browse_all(&client, &dlq).await?
+    };
+    let totals = client
+        .stats(&queue)
+        .await
+        .with_context(|| format!("reading the totals of {queue}"))?
+        .totals;
     let unprocessable_msgs = browse_all(&client, &unprocessable)
         .await
         .unwrap_or_default();
-    let _ = stop_tx.send(true);
+    let _ = worker_stop_tx.send(true);
     match tokio::time::timeout(Duration::from_secs(10), worker_task).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "worker"),
         Err(_) => tracing::warn!("the worker did not stop within 10 s"),
         _ => {}
     }
+    let _ = stop_tx.send(true);
 
     let (calls, applied, repeats) = {
         let b = upstream.books();
@@ -475,6 +504,8 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
         drained_at,
         pending_at_recovery,
         ended_at,
+        dead_lettered: totals.dead_lettered,
+        redriven: totals.redriven,
         queue,
         real_secs: clock.start.elapsed().as_secs_f64(),
     };

@@ -11,6 +11,41 @@ use super::upstream::CallKind;
 /// A chart series: legend, colour, points.
 type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
 
+/// The worker's upstream calls per scenario minute over the minutes it had a standing
+/// backlog (at least `backlog` messages visible at both ends of the minute, away from the
+/// outage, and at most 5% of the minute's calls answered 429, since the worker rightly holds
+/// off after a 429), with the number of such minutes; `None` when there were none.
+///
+/// Why: the verdict is judged in scenario time, which holds only while the machine keeps up
+/// with `--time-scale`. A worker that keeps up runs near its limiter's rate while work
+/// waits; one far below it was starved of CPU, and its verdict says more about the machine
+/// than about the retry settings.
+pub fn busy_call_rate(o: &Observed, backlog: u64) -> Option<(f64, usize)> {
+    let (os, oe) = o.scenario.outage_min();
+    let (mut calls, mut minutes, mut n) = (0usize, 0.0, 0usize);
+    for w in o.samples.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if a.visible < backlog
+            || b.visible < backlog
+            || (b.minute > os - 1.0 && a.minute < oe + 1.0)
+        {
+            continue;
+        }
+        let inside: Vec<_> = o
+            .calls
+            .iter()
+            .filter(|(m, _)| *m >= a.minute && *m < b.minute)
+            .collect();
+        if inside.iter().filter(|(_, k)| k.is_429()).count() * 20 > inside.len() {
+            continue;
+        }
+        calls += inside.len();
+        minutes += b.minute - a.minute;
+        n += 1;
+    }
+    (n > 0 && minutes > 0.0).then(|| (calls as f64 / minutes, n))
+}
+
 /// The text summary.
 pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
     let sc = &o.scenario;
@@ -52,8 +87,11 @@ pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
     );
     let _ = writeln!(
         s,
-        "  upstream   quota {}/min, {}% random 429, {}% lost replies; outage minute {os:.1} to {oe:.1}",
-        sc.quota_per_min, sc.random_429_pct, sc.lost_reply_pct
+        "  upstream   quota {}/min, {}% random 429 (Retry-After {:.0}s), {}% lost replies; outage minute {os:.1} to {oe:.1}",
+        sc.quota_per_min,
+        sc.random_429_pct,
+        sc.random_retry_after.as_secs_f64(),
+        sc.lost_reply_pct
     );
     let _ = writeln!(
         s,
@@ -106,6 +144,19 @@ pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
             )
         }
     );
+    if let Some((rate, minutes)) = busy_call_rate(o, 50)
+        && minutes >= 3
+        && rate < sc.worker_per_min() * 0.5
+    {
+        let _ = writeln!(
+            s,
+            "  WARNING    with work waiting the worker made only {rate:.0} calls a minute \
+             (limiter {:.0}) over {minutes} minutes: this machine did not keep up with time \
+             scale {}, so the verdict may reflect the machine; try a lower --time-scale",
+            sc.worker_per_min(),
+            sc.scale
+        );
+    }
     let _ = writeln!(s);
     for v in verdicts {
         let _ = writeln!(

@@ -96,6 +96,8 @@ pub struct Scenario {
     pub quota_per_min: u32,
     /// Share of calls the upstream refuses at random with 429, in percent.
     pub random_429_pct: f64,
+    /// The Retry-After of a random 429.
+    pub random_retry_after: Duration,
     /// Share of releases whose reply is lost (applied, then 502), in percent.
     pub lost_reply_pct: f64,
     /// When the outage starts (from the scenario start).
@@ -118,6 +120,8 @@ pub struct Scenario {
     pub redrive_per_min: u32,
     /// The operator pauses the redrive when the 429 share of the last minute passes this.
     pub redrive_stop_429_pct: f64,
+    /// The operator's wait after each redrive job.
+    pub redrive_pause: Duration,
     /// Scenario seconds per real second.
     pub scale: f64,
     /// Seed of the random 429s and of the arrival jitter.
@@ -160,6 +164,7 @@ impl Scenario {
             arrival_window: a.arrival_window,
             quota_per_min: a.quota,
             random_429_pct: a.random_429,
+            random_retry_after: a.random_retry_after,
             lost_reply_pct: a.lost_replies,
             outage_at,
             outage: a.outage,
@@ -171,6 +176,7 @@ impl Scenario {
             redrive_batch: a.redrive_batch.max(1),
             redrive_per_min: a.redrive_rate.max(1),
             redrive_stop_429_pct: a.redrive_stop_429,
+            redrive_pause: a.redrive_pause,
             scale: a.time_scale,
             seed: a.seed,
             no_idempotency_key: a.no_idempotency_key,
