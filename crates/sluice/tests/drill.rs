@@ -3,7 +3,8 @@
 //! verdict at two time scales; misconfigured runs (no idempotency key, permanent errors retried
 //! without a budget) and a dependency that keeps answering 429 fail the criterion they should,
 //! so the drill can really fail; and
-//! `--broker` runs it against a `sluice serve` started here.
+//! `--broker` runs it against a `sluice serve` started here, on the embedded engine and on
+//! PostgreSQL.
 //!
 //! The runs are timed in scaled real time and the machine may be small, so they take turns
 //! (one lock) instead of competing for the same cores.
@@ -235,4 +236,23 @@ fn drill_runs_against_a_broker_given_by_url() {
     let list = String::from_utf8_lossy(&list.stdout);
     assert!(list.contains(queue), "{queue} not on the broker:\n{list}");
     assert!(list.contains(&format!("{queue}.dlq")), "{list}");
+}
+
+/// `--broker URL` on the PostgreSQL engine: the same drill passes against a `sluice serve`
+/// whose store is a database.
+#[test]
+fn drill_runs_against_a_postgres_backed_broker() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    if !rt.block_on(sluice_testkit::postgres::available()) {
+        return;
+    }
+    let schema = sluice_testkit::postgres::unique_schema("drill");
+    let store = format!("{}?schema={schema}", sluice_testkit::postgres::url());
+    let (mut child, url) = common::serve_store(&store, std::process::Stdio::null());
+    let run = small("150", &["--broker", &url]);
+    let _ = child.kill();
+    let _ = child.wait();
+    sluice_testkit::postgres::drop_schemas(vec![schema]);
+    assert_eq!(run.code, 0, "{}", run.out);
+    assert_eq!(run.verdict(), ALL_PASS, "{}", run.out);
 }
