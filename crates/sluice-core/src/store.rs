@@ -485,3 +485,133 @@ pub fn validate_limit(limit: u32) -> Result<(), StoreError> {
     }
     Ok(())
 }
+
+/// Checks a send batch against the limits that do not depend on the queue: 1–1000 messages,
+/// 16 MiB of bodies, and each message's own fields.
+///
+/// # Errors
+/// `InvalidArgument` or `PayloadTooLarge` naming the limit.
+pub fn validate_send_batch(messages: &[crate::message::NewMessage]) -> Result<(), StoreError> {
+    use crate::config::limits::{MAX_BATCH, MAX_BATCH_BYTES};
+    if messages.is_empty() || messages.len() > MAX_BATCH {
+        return Err(StoreError::invalid(format!(
+            "a send batch holds 1 to {MAX_BATCH} messages, got {}",
+            messages.len()
+        )));
+    }
+    let total: usize = messages.iter().map(|m| m.body.len()).sum();
+    if total > MAX_BATCH_BYTES {
+        return Err(StoreError::PayloadTooLarge(format!(
+            "a send batch may hold at most {MAX_BATCH_BYTES} bytes of bodies, got {total}; split it"
+        )));
+    }
+    messages
+        .iter()
+        .try_for_each(crate::message::NewMessage::validate)
+}
+
+/// Checks the delay of a nack.
+///
+/// # Errors
+/// `InvalidArgument` over 7 days.
+pub fn validate_nack_delay(delay: Option<Duration>) -> Result<(), StoreError> {
+    use crate::config::limits::MAX_DELAY;
+    match delay {
+        Some(d) if d > MAX_DELAY => Err(StoreError::invalid(format!(
+            "delay must be at most {} ms, got {} ms",
+            MAX_DELAY.as_millis(),
+            d.as_millis()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Where a browse page ended: the part of the walk (0 in flight, 1 visible, 2 delayed), then
+/// the message's time in that part and its id. Engines hand it out as an opaque string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrowseCursor {
+    /// The part of the walk.
+    pub part: u8,
+    /// The message's time in that part (lease end or due time), ms.
+    pub at: i64,
+    /// The message's id.
+    pub id: u64,
+}
+
+impl std::fmt::Display for BrowseCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{:x}", self.part, self.at, self.id)
+    }
+}
+
+impl std::str::FromStr for BrowseCursor {
+    type Err = StoreError;
+    fn from_str(c: &str) -> Result<Self, StoreError> {
+        let bad = || {
+            StoreError::invalid(
+                "cursor is malformed; pass next_cursor exactly as the previous page returned it",
+            )
+        };
+        let mut parts = c.splitn(3, '.');
+        let (Some(part), Some(at), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        let part: u8 = part.parse().map_err(|_| bad())?;
+        if part > 2 {
+            return Err(bad());
+        }
+        Ok(BrowseCursor {
+            part,
+            at: at.parse().map_err(|_| bad())?,
+            id: u64::from_str_radix(id, 16).map_err(|_| bad())?,
+        })
+    }
+}
+
+/// How long a long-polling receive that found nothing sleeps before looking again: until the
+/// queue next changes by itself (`next_wake`, ms) or the wait ends, and at most `poll`, so
+/// a moved clock or a missed wake-up is noticed.
+pub fn long_poll_nap(left: Duration, poll: Duration, now: i64, next_wake: Option<i64>) -> Duration {
+    let mut nap = left.min(poll);
+    if let Some(at) = next_wake {
+        let wait = u64::try_from(at - now).unwrap_or(0).max(1);
+        nap = nap.min(Duration::from_millis(wait));
+    }
+    nap
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let c = BrowseCursor {
+            part: 2,
+            at: -5,
+            id: 0xabc,
+        };
+        assert_eq!(c.to_string().parse::<BrowseCursor>().unwrap(), c);
+        for bad in ["", "3.1.1", "1.x.1", "1.1.zz", "1.1"] {
+            assert!(bad.parse::<BrowseCursor>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_nap_ends_at_the_next_change_but_never_after_the_poll() {
+        let s = Duration::from_secs;
+        assert_eq!(long_poll_nap(s(20), s(1), 0, None), s(1));
+        assert_eq!(
+            long_poll_nap(s(20), s(1), 0, Some(300)),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            long_poll_nap(s(20), s(1), 500, Some(300)),
+            Duration::from_millis(1)
+        );
+        assert_eq!(
+            long_poll_nap(Duration::from_millis(50), s(1), 0, None),
+            Duration::from_millis(50)
+        );
+    }
+}

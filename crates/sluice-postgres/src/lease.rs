@@ -7,7 +7,9 @@ use sluice_core::config::limits;
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::message::clip_error;
 use sluice_core::rate::SlidingWindow;
-use sluice_core::store::{LeaseState, validate_receive, validate_visibility};
+use sluice_core::store::{
+    LeaseState, long_poll_nap, validate_nack_delay, validate_receive, validate_visibility,
+};
 use sluice_core::{
     AckRequest, Attempt, AttemptOutcome, Attributes, Body, DeadLetterReason, Delivery, Failure,
     Message, MessageId, MessageState, NackOutcome, Progress, QueueConfig, QueueName, Receipt,
@@ -48,11 +50,7 @@ pub(crate) async fn receive(
                 if left.is_zero() {
                     return Ok(Vec::new());
                 }
-                let mut nap = left.min(FALLBACK_POLL);
-                if let Some(at) = next_wake {
-                    let wait = u64::try_from(at - inner.now()).unwrap_or(0).max(1);
-                    nap = nap.min(Duration::from_millis(wait));
-                }
+                let nap = long_poll_nap(left, FALLBACK_POLL, inner.now(), next_wake);
                 tokio::select! {
                     () = &mut notified => {}
                     () = tokio::time::sleep(nap) => {}
@@ -420,15 +418,7 @@ pub(crate) async fn nack(
     delay: Option<Duration>,
     failure: Failure,
 ) -> Result<NackOutcome, StoreError> {
-    if let Some(d) = delay
-        && d > limits::MAX_DELAY
-    {
-        return Err(StoreError::invalid(format!(
-            "delay must be at most {} ms, got {} ms",
-            limits::MAX_DELAY.as_millis(),
-            delay.unwrap_or_default().as_millis()
-        )));
-    }
+    validate_nack_delay(delay)?;
     with_lease(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
         if row.cancel_requested {
             end_cancelled(tx, row.id, cfg, now).await?;

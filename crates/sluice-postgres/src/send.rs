@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sluice_core::config::limits;
+use sluice_core::store::validate_send_batch;
 use sluice_core::{
     MessageId, NewMessage, QueueConfig, QueueName, SendOutcome, StoreError, Timestamp,
 };
@@ -15,25 +15,6 @@ use crate::error::db;
 use crate::row::{attrs_json, kind_code};
 use crate::store::Inner;
 
-/// Checks a batch against the limits that do not depend on the queue.
-pub(crate) fn validate_batch(messages: &[NewMessage]) -> Result<(), StoreError> {
-    if messages.is_empty() || messages.len() > limits::MAX_BATCH {
-        return Err(StoreError::invalid(format!(
-            "a send batch holds 1 to {} messages, got {}",
-            limits::MAX_BATCH,
-            messages.len()
-        )));
-    }
-    let total: usize = messages.iter().map(|m| m.body.len()).sum();
-    if total > limits::MAX_BATCH_BYTES {
-        return Err(StoreError::PayloadTooLarge(format!(
-            "a send batch may hold at most {} bytes of bodies, got {total}; split it",
-            limits::MAX_BATCH_BYTES
-        )));
-    }
-    messages.iter().try_for_each(NewMessage::validate)
-}
-
 /// Stores a batch in `c`'s transaction. Returns the outcomes and whether a message is
 /// visible at once, so that the caller wakes waiting receives (on every node) once the
 /// transaction has committed.
@@ -43,7 +24,7 @@ pub(crate) async fn send(
     queue: &QueueName,
     messages: Vec<NewMessage>,
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
-    validate_batch(&messages)?;
+    validate_send_batch(&messages)?;
     let now = inner.now();
     let q = queue.as_str();
     let cfg = crate::queues::config(c, q, false).await?;
@@ -226,7 +207,7 @@ pub(crate) async fn send_plain(
     cfg: &QueueConfig,
     messages: Vec<NewMessage>,
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
-    validate_batch(&messages)?;
+    validate_send_batch(&messages)?;
     check_sizes(cfg, queue, &messages)?;
     let now = inner.now();
     let q = queue.as_str();

@@ -244,7 +244,7 @@ impl Store for PostgresStore {
         queue: &QueueName,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<SendOutcome>, StoreError> {
-        crate::send::validate_batch(&messages)?;
+        sluice_core::store::validate_send_batch(&messages)?;
         let mut conn = self.inner.conn().await?;
         let cfg = self.inner.configs.get(&**conn, queue.as_str()).await?;
         let (out, wake) = if crate::send::is_plain(&cfg, &messages) {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_core::store::validate_limit;
+use sluice_core::store::{BrowseCursor, validate_limit};
 use sluice_core::{
     BrowsePage, BrowseRequest, BrowseState, Message, MessageId, QueueName, QueueStats, StoreError,
     Timestamp,
@@ -13,25 +13,6 @@ use crate::row::{FULL_COLS, message_of};
 use crate::settle::{Effects, settle, settle_with_sources};
 use crate::store::Inner;
 
-/// A browse cursor: the index part (0 in flight, 1 visible, 2 delayed), then time and id.
-fn parse_cursor(c: &str) -> Result<(u8, i64, i64), StoreError> {
-    let bad = || {
-        StoreError::invalid(
-            "cursor is malformed; pass next_cursor exactly as the previous page returned it",
-        )
-    };
-    let mut parts = c.splitn(3, '.');
-    let (Some(tag), Some(at), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(bad());
-    };
-    let tag: u8 = tag.parse().map_err(|_| bad())?;
-    if tag > 2 {
-        return Err(bad());
-    }
-    let id = u64::from_str_radix(id, 16).map_err(|_| bad())?;
-    Ok((tag, at.parse().map_err(|_| bad())?, id as i64))
-}
-
 /// One page of a queue's messages in the requested states.
 pub(crate) async fn browse(
     inner: &Inner,
@@ -39,7 +20,12 @@ pub(crate) async fn browse(
     req: BrowseRequest,
 ) -> Result<BrowsePage, StoreError> {
     validate_limit(req.limit)?;
-    let after = req.cursor.as_deref().map(parse_cursor).transpose()?;
+    let after = req
+        .cursor
+        .as_deref()
+        .map(str::parse::<BrowseCursor>)
+        .transpose()?
+        .map(|c| (c.part, c.at, c.id as i64));
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
     let (mut found, fx) = crate::store::transaction(&mut conn, async |tx| {
@@ -94,9 +80,14 @@ pub(crate) async fn browse(
     fx.wake(inner);
     let limit = req.limit as usize;
     let next_cursor = if found.len() > limit {
-        found
-            .get(limit - 1)
-            .map(|(tag, at, m)| format!("{tag}.{at}.{:x}", m.id.0))
+        found.get(limit - 1).map(|(part, at, m)| {
+            BrowseCursor {
+                part: *part,
+                at: *at,
+                id: m.id.0,
+            }
+            .to_string()
+        })
     } else {
         None
     };

@@ -2,6 +2,7 @@
 //! port, over a data directory of the test's choosing.
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -13,34 +14,19 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 /// returns the child with the base URL it printed. Environment settings of the developer's
 /// shell are cleared so they cannot change the test.
 pub fn serve(data: &Path, stderr: Stdio) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data)
-        .env_remove("SLUICE_CONFIG")
-        .env_remove("SLUICE_LISTEN")
-        .env_remove("SLUICE_DATA_DIR")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .expect("spawn sluice serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let url = line
-        .trim()
-        .strip_prefix("sluice listening on ")
-        .unwrap_or_else(|| panic!("sluice serve did not start; first line {line:?}"))
-        .to_owned();
-    (child, url)
+    spawn(&[OsStr::new("--data-dir"), data.as_os_str()], stderr)
 }
 
 /// Starts `sluice serve --listen 127.0.0.1:0 --store <store>` (a PostgreSQL connection string)
 /// and returns the child with the base URL it printed.
 pub fn serve_store(store: &str, stderr: Stdio) -> (Child, String) {
+    spawn(&[OsStr::new("--store"), OsStr::new(store)], stderr)
+}
+
+fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Child, String) {
     let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(store_args)
         .env_remove("SLUICE_CONFIG")
         .env_remove("SLUICE_LISTEN")
         .env_remove("SLUICE_DATA_DIR")
