@@ -22,11 +22,10 @@ pub(crate) struct Counts {
     by_queue: BTreeMap<String, [i64; 7]>,
 }
 
-/// Which counter (the index of its column; `received` and `acked` are bumped by the
-/// receive and ack statements themselves).
+/// Which counter (the index of its column; `sent`, `received` and `acked` are bumped by the
+/// send, receive and ack statements themselves).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Counter {
-    Sent = 0,
     Nacked = 3,
     DeadLettered = 4,
     Redriven = 5,

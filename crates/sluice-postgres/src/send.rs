@@ -10,7 +10,6 @@ use sluice_core::{
 };
 use tokio_postgres::GenericClient;
 
-use crate::counters::{Counter, Counts};
 use crate::error::db;
 use crate::row::{attrs_json, kind_code};
 use crate::store::Inner;
@@ -133,43 +132,14 @@ pub(crate) async fn send(
             });
         }
     }
-    let mut visible_now = false;
-    let mut cols = Columns::with_capacity(fresh.len());
-    for &i in &fresh {
-        let m = &messages[i];
-        let visible_at = Timestamp(now)
-            .plus(m.delay.unwrap_or(cfg.delay))
-            .as_millis();
-        visible_now |= visible_at <= now;
-        cols.ids.push(ids[i]);
-        cols.visible.push(visible_at);
-        cols.bodies.push(&m.body.bytes);
-        cols.kinds.push(kind_code(m.body.kind));
-        cols.attrs.push(attrs_json(&m.attributes));
-        cols.dedup.push(m.dedup_id.as_deref());
-    }
-    c.execute(
-        "INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at, body,
-             body_kind, attrs, dedup_id)
-         SELECT i, $1, 0, v, $2, $2, b, k, a, d
-         FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[], $8::text[])
-              AS u(i, v, b, k, a, d)",
-        &[
-            &q,
-            &now,
-            &cols.ids,
-            &cols.visible,
-            &cols.bodies,
-            &cols.kinds,
-            &cols.attrs,
-            &cols.dedup,
-        ],
+    let (_, visible_now) = insert(
+        c,
+        q,
+        cfg.delay,
+        now,
+        fresh.iter().map(|&i| (&messages[i], ids[i])),
     )
-    .await
-    .map_err(|e| db(&e))?;
-    let mut counts = Counts::default();
-    counts.add(q, Counter::Sent, fresh.len() as i64);
-    counts.flush(c).await?;
+    .await?;
     Ok((out, visible_now))
 }
 
@@ -212,14 +182,46 @@ pub(crate) async fn send_plain(
     let now = inner.now();
     let q = queue.as_str();
     let ids = inner.ids.draw(c, messages.len()).await?;
+    let (inserted, visible_now) = insert(
+        c,
+        q,
+        cfg.delay,
+        now,
+        messages.iter().zip(ids.iter().copied()),
+    )
+    .await?;
+    if inserted == 0 {
+        inner.configs.forget(q);
+        return Err(StoreError::QueueNotFound(q.to_string()));
+    }
+    let out = ids
+        .iter()
+        .map(|id| SendOutcome {
+            id: MessageId(*id as u64),
+            duplicate: false,
+        })
+        .collect();
+    Ok((out, visible_now))
+}
+
+/// Inserts `items` (message, id) into queue `q` with the counter bump, in one statement that
+/// inserts nothing when the queue no longer exists. Returns how many rows it inserted and
+/// whether one is visible at once.
+async fn insert<'a>(
+    c: &impl GenericClient,
+    q: &str,
+    default_delay: Duration,
+    now: i64,
+    items: impl Iterator<Item = (&'a NewMessage, i64)>,
+) -> Result<(i64, bool), StoreError> {
     let mut visible_now = false;
-    let mut cols = Columns::with_capacity(messages.len());
-    for (m, id) in messages.iter().zip(&ids) {
+    let mut cols = Columns::default();
+    for (m, id) in items {
         let visible_at = Timestamp(now)
-            .plus(m.delay.unwrap_or(cfg.delay))
+            .plus(m.delay.unwrap_or(default_delay))
             .as_millis();
         visible_now |= visible_at <= now;
-        cols.ids.push(*id);
+        cols.ids.push(id);
         cols.visible.push(visible_at);
         cols.bodies.push(&m.body.bytes);
         cols.kinds.push(kind_code(m.body.kind));
@@ -256,21 +258,11 @@ pub(crate) async fn send_plain(
         )
         .await
         .map_err(|e| db(&e))?;
-    if row.get::<_, i64>(0) == 0 {
-        inner.configs.forget(q);
-        return Err(StoreError::QueueNotFound(q.to_string()));
-    }
-    let out = ids
-        .iter()
-        .map(|id| SendOutcome {
-            id: MessageId(*id as u64),
-            duplicate: false,
-        })
-        .collect();
-    Ok((out, visible_now))
+    Ok((row.get(0), visible_now))
 }
 
 /// The insert's columns, one array each.
+#[derive(Default)]
 struct Columns<'a> {
     ids: Vec<i64>,
     visible: Vec<i64>,
@@ -278,17 +270,4 @@ struct Columns<'a> {
     kinds: Vec<i16>,
     attrs: Vec<Option<serde_json::Value>>,
     dedup: Vec<Option<&'a str>>,
-}
-
-impl Columns<'_> {
-    fn with_capacity(n: usize) -> Self {
-        Columns {
-            ids: Vec::with_capacity(n),
-            visible: Vec::with_capacity(n),
-            bodies: Vec::with_capacity(n),
-            kinds: Vec::with_capacity(n),
-            attrs: Vec::with_capacity(n),
-            dedup: Vec::with_capacity(n),
-        }
-    }
 }
