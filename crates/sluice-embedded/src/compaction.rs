@@ -23,14 +23,18 @@ use crate::state::Slot;
 const CHUNK: usize = 512;
 
 /// Compacts the oldest segment if it is worth it. Returns after the segment is deleted.
-pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
-    use std::sync::atomic::Ordering;
-    if inner.compacting.swap(true, Ordering::AcqRel) {
-        return Ok(());
-    }
-    let result = compact_oldest(inner).await;
-    inner.compacting.store(false, Ordering::Release);
-    result
+/// One compaction runs at a time: with `wait`, after the one running; without, not at all
+/// while one runs (the background loop).
+pub(crate) async fn compact(inner: &Inner, wait: bool) -> Result<(), StoreError> {
+    let _one = if wait {
+        inner.compacting.lock().await
+    } else {
+        match inner.compacting.try_lock() {
+            Ok(g) => g,
+            Err(_) => return Ok(()),
+        }
+    };
+    compact_oldest(inner).await
 }
 
 async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
@@ -204,6 +208,10 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                 });
             }
             records.push(Record::Checkpoint(checkpoint));
+            // The token reservation may live in the segment about to go.
+            records.push(Record::Tokens {
+                upto: core.state.token_limit,
+            });
             last_pos = core.commit(records)?;
         }
     }
@@ -228,6 +236,8 @@ fn pick(inner: &Inner) -> Option<u32> {
     let total: u64 = sizes.iter().map(|(_, s)| s).sum();
     let live_total: u64 = core.state.live.values().sum();
     let live_oldest = core.state.live.get(&oldest).copied().unwrap_or(0);
-    let worth = live_oldest * 2 < size || total > 2 * live_total + 2 * SEGMENT_TARGET;
+    // An empty segment (the one started at open, left at once for a zero-filled one) goes
+    // too: only the oldest segment is ever compacted, so it must not stay in the way.
+    let worth = size == 0 || live_oldest * 2 < size || total > 2 * live_total + 2 * SEGMENT_TARGET;
     worth.then_some(oldest)
 }

@@ -187,6 +187,13 @@ pub(crate) enum Record {
         until: i64,
         response: IdempotentResponse,
     },
+    /// Lease tokens below `upto` may be handed out. Made durable before the first token of
+    /// its block is used, so recovery can start past every token a consumer may hold even
+    /// when a crash lost the newest lease records (leases are not waited for; see
+    /// `docs/architecture.md`).
+    Tokens {
+        upto: u64,
+    },
 }
 
 /// Encodes `rec` as a frame appended to `out`. Returns the frame length.

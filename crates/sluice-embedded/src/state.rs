@@ -262,6 +262,8 @@ pub(crate) struct State {
     pub done_order: VecDeque<(i64, u64)>,
     pub next_id: u64,
     pub next_token: u64,
+    /// Tokens below this are covered by a durable [`Record::Tokens`] reservation.
+    pub token_limit: u64,
     /// Bytes of live records per segment, to pick segments worth compacting.
     pub live: HashMap<u32, u64>,
     /// Which segment holds the history points taken at each time, for compaction.
@@ -287,6 +289,7 @@ impl State {
             done_order: VecDeque::new(),
             next_id: 1,
             next_token: 1,
+            token_limit: 0,
             live: HashMap::new(),
             idem: HashMap::new(),
             idem_order: VecDeque::new(),
@@ -336,11 +339,25 @@ impl State {
         id
     }
 
-    /// Draws a lease token.
+    /// Draws a lease token. The caller has reserved it first ([`State::reserve_tokens`]).
     pub fn draw_token(&mut self) -> u64 {
         let t = self.next_token;
         self.next_token += 1;
         t
+    }
+
+    /// The reservation record to write (and wait for) before drawing `n` more tokens, when
+    /// the durable reservation does not cover them yet.
+    pub fn reserve_tokens(&self, n: u64) -> Option<Record> {
+        (self.next_token + n > self.token_limit).then(|| Record::Tokens {
+            upto: self.next_token + n + TOKEN_BLOCK,
+        })
+    }
+
+    /// Ends replay: skips every token that was reserved, so a token handed out before a
+    /// crash whose lease record was lost is never handed out again.
+    pub fn finish_replay(&mut self) {
+        self.next_token = self.next_token.max(self.token_limit);
     }
 
     // Live bytes count body records only: update records are small and their segment is
@@ -570,6 +587,9 @@ impl State {
                 *self.live.entry(loc.seg).or_default() += u64::from(len);
                 self.idem_order.push_back((*until, key.clone()));
             }
+            Record::Tokens { upto } => {
+                self.token_limit = self.token_limit.max(*upto);
+            }
             Record::Checkpoint(c) => {
                 self.next_id = self.next_id.max(c.next_id);
                 self.next_token = self.next_token.max(c.next_token);
@@ -720,6 +740,10 @@ impl State {
         Some(d)
     }
 }
+
+/// Lease tokens reserved per [`Record::Tokens`]: one waited sync per this many leases, and
+/// the most tokens a restart skips.
+pub(crate) const TOKEN_BLOCK: u64 = 1 << 16;
 
 /// Most completed records kept in memory (about 50 MB); beyond it the oldest are forgotten
 /// before their `result_ttl`, so a high ack rate cannot exhaust RAM.
