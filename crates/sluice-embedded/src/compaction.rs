@@ -16,7 +16,7 @@ use sluice_core::StoreError;
 
 use crate::engine::Inner;
 use crate::log::{SEGMENT_TARGET, wait_durable};
-use crate::record::{Acked, Checkpoint, MessageRecord, Origin, Record};
+use crate::record::{Acked, Checkpoint, MessageRecord, Origin, Record, message_ids_in};
 use crate::state::Slot;
 
 /// Records copied per lock hold, so senders and receivers keep flowing during a compaction.
@@ -42,15 +42,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
         return Ok(());
     };
     // Messages based in the segment, found once, copied a chunk per lock hold.
-    let ids: Vec<u64> = {
-        let core = inner.lock();
-        core.state
-            .msgs
-            .iter()
-            .filter(|(_, m)| m.body.seg == seg || m.aux.seg == seg)
-            .map(|(id, _)| *id)
-            .collect()
-    };
+    let ids = based_in(inner, seg).await?;
     for chunk in ids.chunks(CHUNK) {
         {
             let mut core = inner.lock();
@@ -223,6 +215,35 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
     core.state.live.remove(&seg);
     tracing::debug!(segment = seg, "compacted log segment");
     Ok(())
+}
+
+/// Above this many live messages, the candidates of a compaction are read from the segment
+/// instead of scanning the index under the lock (at 10 million messages that scan held the
+/// lock for a quarter of a second, every segment).
+const SCAN_INDEX_UP_TO: usize = 500_000;
+
+/// The ids of messages that may be based in segment `seg` (each is checked again before it
+/// is copied). A small index is scanned under the lock; a large one is not: the segment is
+/// read instead (without the lock, in a blocking thread), whose size does not grow with the
+/// backlog.
+async fn based_in(inner: &Inner, seg: u32) -> Result<Vec<u64>, StoreError> {
+    {
+        let core = inner.lock();
+        if core.state.msgs.len() <= SCAN_INDEX_UP_TO {
+            return Ok(core
+                .state
+                .msgs
+                .iter()
+                .filter(|(_, m)| m.body.seg == seg || m.aux.seg == seg)
+                .map(|(id, _)| *id)
+                .collect());
+        }
+    }
+    let path = crate::log::segment_path(&inner.dir.join("log"), seg);
+    tokio::task::spawn_blocking(move || std::fs::read(&path).map(|b| message_ids_in(&b)))
+        .await
+        .map_err(|e| StoreError::unavailable(format!("compaction reader failed: {e}")))?
+        .map_err(|e| StoreError::unavailable(format!("cannot read a segment to compact: {e}")))
 }
 
 /// The oldest segment, when it is mostly dead or the whole log is mostly dead.

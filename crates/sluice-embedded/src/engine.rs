@@ -338,19 +338,19 @@ impl Core {
             .take(RETENTION_BATCH)
             .map(|(_, id)| *id)
             .collect();
-        if now.saturating_sub(q.retention_scan) >= RETENTION_SCAN_EVERY.min(retention / 4) {
-            q.retention_scan = now;
+        // Found by the background sweep (`State::retention_sweep`); still to be checked,
+        // since a message may have moved on since.
+        if !q.overdue.is_empty() {
             let msgs = &self.state.msgs;
-            too_old.extend(
-                q.ready
-                    .iter()
-                    .chain(&q.delayed)
-                    .filter(|(at, id)| {
-                        *at > cutoff && msgs.get(id).is_some_and(|m| m.entered_at <= cutoff)
-                    })
-                    .map(|(_, id)| *id)
-                    .take(RETENTION_BATCH),
-            );
+            let take = q.overdue.len().min(RETENTION_BATCH);
+            too_old.extend(q.overdue.drain(..take).filter(|id| {
+                msgs.get(id).is_some_and(|m| {
+                    m.qid == qid
+                        && m.slot() != Slot::Leased
+                        && m.at > cutoff
+                        && m.entered_at <= cutoff
+                })
+            }));
         }
         let cfg = q.config.clone();
         let name = q.name.clone();
@@ -595,8 +595,11 @@ impl Core {
 
 /// Most messages expired per maintenance pass, to bound the time the lock is held.
 const RETENTION_BATCH: usize = 10_000;
-/// How often retention scans a whole queue (in ms).
+/// How often retention sweeps a whole queue (in ms), at most.
 const RETENTION_SCAN_EVERY: i64 = 60_000;
+/// Messages the retention sweep looks at per background pass (every 500 ms): a few
+/// milliseconds under the lock; a queue of 10 million is swept in about a minute.
+const RETENTION_SWEEP_STEP: usize = 100_000;
 
 enum Attempted {
     /// Deliveries, and the log position to wait for before handing them out, if any.
@@ -1679,6 +1682,8 @@ async fn maintain_all(inner: &Inner, wait: bool) -> Result<(), StoreError> {
         let now = inner.now();
         let qids: Vec<Qid> = core.state.queues.keys().copied().collect();
         for qid in qids {
+            core.state
+                .retention_sweep(qid, now, RETENTION_SCAN_EVERY, RETENTION_SWEEP_STEP);
             core.maintain(qid, now)?;
         }
         core.audit.append(&[], true)?;
