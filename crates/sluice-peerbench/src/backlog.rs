@@ -41,6 +41,7 @@ pub struct Options {
     pub consumers: usize,
     pub messages: u64,
     pub warmup: u64,
+    pub rounds: usize,
     pub timeout: Duration,
     pub fill_timeout: Duration,
     pub dir: Option<PathBuf>,
@@ -50,7 +51,13 @@ pub struct Options {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Throughput {
     pub batch: usize,
+    /// Median of the rounds.
     pub msgs_per_s: f64,
+    /// Every round's.
+    pub rounds_msgs_per_s: Vec<f64>,
+    /// The broker's CPU seconds per million messages (median of the rounds): unlike
+    /// msg/s, hardly moved by other work on the machine.
+    pub cpu_s_per_m: Option<f64>,
     pub timed_out: bool,
 }
 
@@ -85,6 +92,7 @@ impl Depth {
 /// The whole backlog run.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Output {
+    pub rounds: usize,
     pub producers: usize,
     pub consumers: usize,
     pub messages: u64,
@@ -108,6 +116,7 @@ pub async fn run(o: &Options) -> anyhow::Result<Output> {
         depths.push(d);
     }
     Ok(Output {
+        rounds: o.rounds.max(1),
         producers: o.producers,
         consumers: o.consumers,
         messages: o.messages,
@@ -155,7 +164,7 @@ async fn one_depth(o: &Options, n: u64) -> anyhow::Result<Depth> {
             fill(&sys, n - depth, o.fill_timeout).await?;
         }
         eprintln!("peerbench backlog: {n} queued, batch {batch} …");
-        throughput.push(load_on_top(o, &sys, batch).await?);
+        throughput.push(load_on_top(o, &sys, batch, pid).await?);
     }
     let log_bytes = dir_bytes(&dir.path().join("log"));
     let before = sys.depth().await?;
@@ -223,7 +232,12 @@ async fn fill(sys: &Sluice, n: u64, limit: Duration) -> anyhow::Result<()> {
 /// The usual load at one batch size, on top of the backlog: as many sends as acks, so the
 /// depth stays where it is. Only throughput is kept: consumers take the oldest messages
 /// first, so the latency they see is the backlog's age.
-async fn load_on_top(o: &Options, sys: &Sluice, batch: usize) -> anyhow::Result<Throughput> {
+async fn load_on_top(
+    o: &Options,
+    sys: &Sluice,
+    batch: usize,
+    pid: u32,
+) -> anyhow::Result<Throughput> {
     let mut ps = Vec::new();
     let mut cs = Vec::new();
     for _ in 0..o.producers {
@@ -237,19 +251,42 @@ async fn load_on_top(o: &Options, sys: &Sluice, batch: usize) -> anyhow::Result<
         ps = p2;
         cs = c2;
     }
-    let (m, _, _) = load::phase(ps, cs, o.messages, batch, o.timeout).await?;
-    if m.acked == 0 {
-        bail!(
-            "nothing was acked in {} s (first error: {})",
-            o.timeout.as_secs(),
-            m.first_error.unwrap_or_else(|| "none".to_owned())
-        );
+    let target = crate::cpu::Target::Pid(pid);
+    let tick = crate::cpu::ticks_per_second();
+    let mut rates = Vec::new();
+    let mut cpus = Vec::new();
+    let mut timed_out = false;
+    for _ in 0..o.rounds.max(1) {
+        let before = crate::cpu::ticks(&target);
+        let (m, p2, c2) = load::phase(ps, cs, o.messages, batch, o.timeout).await?;
+        let after = crate::cpu::ticks(&target);
+        (ps, cs) = (p2, c2);
+        if m.acked == 0 {
+            bail!(
+                "nothing was acked in {} s (first error: {})",
+                o.timeout.as_secs(),
+                m.first_error.unwrap_or_else(|| "none".to_owned())
+            );
+        }
+        timed_out |= m.timed_out;
+        rates.push(m.acked as f64 / m.elapsed.as_secs_f64().max(1e-6));
+        if let (Some(b), Some(a)) = (before, after) {
+            cpus.push(a.saturating_sub(b) as f64 / tick / m.acked as f64 * 1e6);
+        }
     }
     Ok(Throughput {
         batch,
-        msgs_per_s: m.acked as f64 / m.elapsed.as_secs_f64().max(1e-6),
-        timed_out: m.timed_out,
+        msgs_per_s: median(&rates),
+        cpu_s_per_m: (!cpus.is_empty()).then(|| median(&cpus)),
+        rounds_msgs_per_s: rates,
+        timed_out,
     })
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Resident set size of a process, from `/proc/<pid>/status`.
@@ -309,14 +346,17 @@ impl Output {
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            "Sluice alone, messages of {} bytes; load on top of the backlog: {} messages per batch size, {} producers, {} consumers\n",
-            self.body_bytes, self.messages, self.producers, self.consumers
+            "Sluice alone, messages of {} bytes; load on top of the backlog: {} messages per batch size and round, {} producers, {} consumers, median of {} round(s)\n",
+            self.body_bytes, self.messages, self.producers, self.consumers, self.rounds
         );
         let mut head = String::from("| queued | fill msg/s | log on disk (MiB) |");
         let mut rule = String::from("|---|---|---|");
         for b in &batches {
-            let _ = write!(head, " msg/s at B = {b} (÷ first row) |");
-            rule.push_str("---|");
+            let _ = write!(
+                head,
+                " msg/s at B = {b} (÷ first row) | server CPU s per 1M msgs at B = {b} |"
+            );
+            rule.push_str("---|---|");
         }
         head.push_str(
             " recovery after kill -9 (s) | RSS empty / filled / recovered (MiB) | RAM per queued message |",
@@ -336,9 +376,12 @@ impl Output {
                     .and_then(|f| f.throughput.iter().find(|x| x.batch == t.batch))
                     .map_or(t.msgs_per_s, |x| x.msgs_per_s);
                 let flag = if t.timed_out { " (timed out)" } else { "" };
+                let cpu = t
+                    .cpu_s_per_m
+                    .map_or_else(|| "n/a".to_owned(), |c| format!("{c:.0}"));
                 let _ = write!(
                     row,
-                    " {:.0} ({:.2}){flag} |",
+                    " {:.0} ({:.2}){flag} | {cpu} |",
                     t.msgs_per_s,
                     t.msgs_per_s / base.max(1e-9)
                 );

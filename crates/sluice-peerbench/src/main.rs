@@ -177,6 +177,7 @@ async fn run_backlog(args: &Args) -> anyhow::Result<()> {
         consumers: args.consumers,
         messages: args.messages,
         warmup: args.warmup,
+        rounds: args.rounds,
         timeout: Duration::from_secs(args.timeout),
         fill_timeout: Duration::from_secs(args.fill_timeout),
         dir: args.backlog_dir.clone(),
