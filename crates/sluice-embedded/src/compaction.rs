@@ -16,21 +16,25 @@ use sluice_core::StoreError;
 
 use crate::engine::Inner;
 use crate::log::{SEGMENT_TARGET, wait_durable};
-use crate::record::{Acked, Checkpoint, MessageRecord, Origin, Record};
+use crate::record::{Acked, Checkpoint, MessageRecord, Origin, Record, message_ids_in};
 use crate::state::Slot;
 
 /// Records copied per lock hold, so senders and receivers keep flowing during a compaction.
 const CHUNK: usize = 512;
 
 /// Compacts the oldest segment if it is worth it. Returns after the segment is deleted.
-pub(crate) async fn compact(inner: &Inner) -> Result<(), StoreError> {
-    use std::sync::atomic::Ordering;
-    if inner.compacting.swap(true, Ordering::AcqRel) {
-        return Ok(());
-    }
-    let result = compact_oldest(inner).await;
-    inner.compacting.store(false, Ordering::Release);
-    result
+/// One compaction runs at a time: with `wait`, after the one running; without, not at all
+/// while one runs (the background loop).
+pub(crate) async fn compact(inner: &Inner, wait: bool) -> Result<(), StoreError> {
+    let _one = if wait {
+        inner.compacting.lock().await
+    } else {
+        match inner.compacting.try_lock() {
+            Ok(g) => g,
+            Err(_) => return Ok(()),
+        }
+    };
+    compact_oldest(inner).await
 }
 
 async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
@@ -38,15 +42,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
         return Ok(());
     };
     // Messages based in the segment, found once, copied a chunk per lock hold.
-    let ids: Vec<u64> = {
-        let core = inner.lock();
-        core.state
-            .msgs
-            .iter()
-            .filter(|(_, m)| m.body.seg == seg || m.aux.seg == seg)
-            .map(|(id, _)| *id)
-            .collect()
-    };
+    let ids = based_in(inner, seg).await?;
     for chunk in ids.chunks(CHUNK) {
         {
             let mut core = inner.lock();
@@ -204,6 +200,10 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                 });
             }
             records.push(Record::Checkpoint(checkpoint));
+            // The token reservation may live in the segment about to go.
+            records.push(Record::Tokens {
+                upto: core.state.token_limit,
+            });
             last_pos = core.commit(records)?;
         }
     }
@@ -217,6 +217,35 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Above this many live messages, the candidates of a compaction are read from the segment
+/// instead of scanning the index under the lock (at 10 million messages that scan held the
+/// lock for a quarter of a second, every segment).
+const SCAN_INDEX_UP_TO: usize = 500_000;
+
+/// The ids of messages that may be based in segment `seg` (each is checked again before it
+/// is copied). A small index is scanned under the lock; a large one is not: the segment is
+/// read instead (without the lock, in a blocking thread), whose size does not grow with the
+/// backlog.
+async fn based_in(inner: &Inner, seg: u32) -> Result<Vec<u64>, StoreError> {
+    {
+        let core = inner.lock();
+        if core.state.msgs.len() <= SCAN_INDEX_UP_TO {
+            return Ok(core
+                .state
+                .msgs
+                .iter()
+                .filter(|(_, m)| m.body.seg == seg || m.aux.seg == seg)
+                .map(|(id, _)| *id)
+                .collect());
+        }
+    }
+    let path = crate::log::segment_path(&inner.dir.join("log"), seg);
+    tokio::task::spawn_blocking(move || std::fs::read(&path).map(|b| message_ids_in(&b)))
+        .await
+        .map_err(|e| StoreError::unavailable(format!("compaction reader failed: {e}")))?
+        .map_err(|e| StoreError::unavailable(format!("cannot read a segment to compact: {e}")))
+}
+
 /// The oldest segment, when it is mostly dead or the whole log is mostly dead.
 fn pick(inner: &Inner) -> Option<u32> {
     let core = inner.lock();
@@ -228,6 +257,8 @@ fn pick(inner: &Inner) -> Option<u32> {
     let total: u64 = sizes.iter().map(|(_, s)| s).sum();
     let live_total: u64 = core.state.live.values().sum();
     let live_oldest = core.state.live.get(&oldest).copied().unwrap_or(0);
-    let worth = live_oldest * 2 < size || total > 2 * live_total + 2 * SEGMENT_TARGET;
+    // An empty segment (the one started at open, left at once for a zero-filled one) goes
+    // too: only the oldest segment is ever compacted, so it must not stay in the way.
+    let worth = size == 0 || live_oldest * 2 < size || total > 2 * live_total + 2 * SEGMENT_TARGET;
     worth.then_some(oldest)
 }

@@ -68,8 +68,8 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) core: Mutex<Core>,
     pub(crate) durable: watch::Receiver<Durable>,
-    /// Set while a compaction runs: one at a time.
-    pub(crate) compacting: std::sync::atomic::AtomicBool,
+    /// Held while a compaction runs: one at a time.
+    pub(crate) compacting: tokio::sync::Mutex<()>,
     /// Held open to keep the directory lock.
     _lock: std::fs::File,
 }
@@ -134,6 +134,7 @@ impl EmbeddedStore {
                 &mut stats,
             )?;
         }
+        state.finish_replay();
         let log = Log::open(&log_dir, segments)?;
         let audit = crate::audit::AuditLog::open(&dir)?;
         let report = RecoveryReport {
@@ -149,7 +150,7 @@ impl EmbeddedStore {
             clock: options.clock,
             core: Mutex::new(Core { state, log, audit }),
             durable,
-            compacting: std::sync::atomic::AtomicBool::new(false),
+            compacting: tokio::sync::Mutex::new(()),
             _lock: lock,
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -166,12 +167,13 @@ impl EmbeddedStore {
         &self.inner.dir
     }
 
-    /// Runs one round of background maintenance now (lease expiry, retention, compaction).
+    /// Runs one round of background maintenance now (lease expiry, retention, compaction),
+    /// after any compaction already running.
     ///
     /// # Errors
     /// `Unavailable` when the log cannot be written.
     pub async fn maintain(&self) -> Result<(), StoreError> {
-        maintain_all(&self.inner).await
+        maintain_all(&self.inner, true).await
     }
 
     /// Live messages in the index (all queues), for capacity planning: each costs about
@@ -280,7 +282,7 @@ impl Core {
 
     /// Reads the body record and the rich fields of a live message.
     pub(crate) fn load(&self, id: u64, m: &Msg) -> Result<(MessageRecord, Rich), StoreError> {
-        let Record::Message(rec) = self.log.read(m.body)? else {
+        let Record::Message(rec) = self.log.read_sized(m.body, Some(m.body_len))? else {
             return Err(StoreError::unavailable(
                 "log record is not a message (index out of step)",
             ));
@@ -336,19 +338,19 @@ impl Core {
             .take(RETENTION_BATCH)
             .map(|(_, id)| *id)
             .collect();
-        if now.saturating_sub(q.retention_scan) >= RETENTION_SCAN_EVERY.min(retention / 4) {
-            q.retention_scan = now;
+        // Found by the background sweep (`State::retention_sweep`); still to be checked,
+        // since a message may have moved on since.
+        if !q.overdue.is_empty() {
             let msgs = &self.state.msgs;
-            too_old.extend(
-                q.ready
-                    .iter()
-                    .chain(&q.delayed)
-                    .filter(|(at, id)| {
-                        *at > cutoff && msgs.get(id).is_some_and(|m| m.entered_at <= cutoff)
-                    })
-                    .map(|(_, id)| *id)
-                    .take(RETENTION_BATCH),
-            );
+            let take = q.overdue.len().min(RETENTION_BATCH);
+            too_old.extend(q.overdue.drain(..take).filter(|id| {
+                msgs.get(id).is_some_and(|m| {
+                    m.qid == qid
+                        && m.slot() != Slot::Leased
+                        && m.at > cutoff
+                        && m.entered_at <= cutoff
+                })
+            }));
         }
         let cfg = q.config.clone();
         let name = q.name.clone();
@@ -593,12 +595,18 @@ impl Core {
 
 /// Most messages expired per maintenance pass, to bound the time the lock is held.
 const RETENTION_BATCH: usize = 10_000;
-/// How often retention scans a whole queue (in ms).
+/// How often retention sweeps a whole queue (in ms), at most.
 const RETENTION_SCAN_EVERY: i64 = 60_000;
+/// Messages the retention sweep looks at per background pass (every 500 ms): a few
+/// milliseconds under the lock; a queue of 10 million is swept in about a minute.
+const RETENTION_SWEEP_STEP: usize = 100_000;
 
 enum Attempted {
-    Got(Vec<Delivery>, u64),
-    Empty { next_wake: Option<i64> },
+    /// Deliveries, and the log position to wait for before handing them out, if any.
+    Got(Vec<Delivery>, Option<u64>),
+    Empty {
+        next_wake: Option<i64>,
+    },
 }
 
 impl EmbeddedStore {
@@ -651,10 +659,19 @@ impl EmbeddedStore {
             q.window.record(Timestamp(now), ids.len());
         }
         let deadline = Timestamp(now).plus(vis).as_millis();
+        // Tokens must never be handed out twice, crash or not: their reservation is the one
+        // part of a receive that is waited for (once per `TOKEN_BLOCK` leases).
+        let reservation = core.state.reserve_tokens(ids.len() as u64);
         let mut leases = Vec::with_capacity(ids.len());
         let mut out = Vec::with_capacity(ids.len());
+        // The newest records the deliveries depend on (their send, the nack or move that made
+        // them visible here): nobody is shown a change that a crash could still take back.
+        let mut depends = 0;
         for id in ids {
             let m = core.state.msgs[&id];
+            depends = depends
+                .max(core.log.position_of(m.body))
+                .max(core.log.position_of(m.aux));
             let token = core.state.draw_token();
             let (rec, rich) = core.load(id, &m)?;
             let receive_count = m.receive_count() + 1;
@@ -679,8 +696,16 @@ impl EmbeddedStore {
                 lease_deadline: Timestamp(deadline),
             });
         }
-        let pos = core.commit(vec![Record::Lease(leases)])?;
-        Ok(Attempted::Got(out, pos))
+        let reserved = reservation.is_some();
+        let mut records: Vec<Record> = reservation.into_iter().collect();
+        records.push(Record::Lease(leases));
+        let pos = core.commit(records)?;
+        // The lease itself is not waited for: it becomes durable with the next group commit
+        // (at the latest with this consumer's ack, which comes after it in the log), and a
+        // lease lost in a crash only makes the message visible again early. See "Which
+        // writes wait" in docs/architecture.md.
+        let wait = if reserved { pos } else { depends };
+        Ok(Attempted::Got(out, (wait > 0).then_some(wait)))
     }
 
     fn notifier(&self, queue: &QueueName) -> Result<Arc<Notify>, StoreError> {
@@ -957,7 +982,9 @@ impl Store for EmbeddedStore {
             notified.as_mut().enable();
             match self.try_receive(queue, &req)? {
                 Attempted::Got(out, pos) => {
-                    self.inner.durable(pos).await?;
+                    if let Some(pos) = pos {
+                        self.inner.durable(pos).await?;
+                    }
                     return Ok(out);
                 }
                 Attempted::Empty { next_wake } => {
@@ -1649,17 +1676,19 @@ fn parse_cursor(c: &str) -> Result<(u8, i64, u64), StoreError> {
     ))
 }
 
-async fn maintain_all(inner: &Inner) -> Result<(), StoreError> {
+async fn maintain_all(inner: &Inner, wait: bool) -> Result<(), StoreError> {
     {
         let mut core = inner.lock();
         let now = inner.now();
         let qids: Vec<Qid> = core.state.queues.keys().copied().collect();
         for qid in qids {
+            core.state
+                .retention_sweep(qid, now, RETENTION_SCAN_EVERY, RETENTION_SWEEP_STEP);
             core.maintain(qid, now)?;
         }
         core.audit.append(&[], true)?;
     }
-    crate::compaction::compact(inner).await
+    crate::compaction::compact(inner, wait).await
 }
 
 async fn maintenance_loop(inner: Weak<Inner>, every: Duration) {
@@ -1668,7 +1697,7 @@ async fn maintenance_loop(inner: Weak<Inner>, every: Duration) {
     loop {
         tick.tick().await;
         let Some(inner) = inner.upgrade() else { return };
-        if let Err(e) = maintain_all(&inner).await {
+        if let Err(e) = maintain_all(&inner, false).await {
             tracing::warn!(error = %e, "background maintenance failed; retrying");
         }
     }

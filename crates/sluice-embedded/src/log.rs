@@ -28,6 +28,11 @@ use crate::record::{self, FrameError, Record};
 /// A segment is closed and a new one started past this size.
 pub(crate) const SEGMENT_TARGET: u64 = 64 * 1024 * 1024;
 
+/// Bytes appended to the (growing) segment started at open before the log prepares a
+/// zero-filled one to move to: enough that a store opened for a few writes does not write
+/// a whole segment of zeros.
+const LEAVE_UNPREPARED_AFTER: u64 = 1 << 20;
+
 /// Where a record lives: segment number and byte offset of its frame. Eight bytes, because
 /// every live message keeps two of these in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,11 +99,16 @@ pub(crate) struct Log {
     active_len: u64,
     /// Total bytes appended since open: the log position waiters compare against.
     written: u64,
+    /// The log position at which the active segment starts.
+    active_base: u64,
     scratch: Vec<u8>,
     sync: Arc<SyncShared>,
     syncer: Option<thread::JoinHandle<()>>,
     /// The next segment, being zero-filled in the background (see [`prepare_segment`]).
     prepared: Option<(u32, thread::JoinHandle<std::io::Result<File>>)>,
+    /// Whether the active segment was zero-filled ahead (every segment but the one started
+    /// at open, which the log leaves as soon as the next one is ready).
+    active_prepared: bool,
 }
 
 impl Log {
@@ -144,10 +154,12 @@ impl Log {
             active,
             active_len: 0,
             written: 0,
+            active_base: 0,
             scratch: Vec::with_capacity(1 << 16),
             sync,
             syncer: Some(syncer),
             prepared: None,
+            active_prepared: false,
         })
     }
 
@@ -168,7 +180,10 @@ impl Log {
             lens.push(record::encode_into(r, &mut self.scratch));
         }
         let total = self.scratch.len() as u64;
-        if self.active_len > 0 && self.active_len + total > SEGMENT_TARGET {
+        let full = self.active_len + total > SEGMENT_TARGET;
+        let leave_unprepared =
+            !self.active_prepared && self.prepared.as_ref().is_some_and(|(_, h)| h.is_finished());
+        if self.active_len > 0 && (full || leave_unprepared) {
             self.rotate()?;
         }
         let file = self.segments[&self.active].clone();
@@ -197,16 +212,29 @@ impl Log {
         st.written = self.written;
         drop(st);
         self.sync.wake.notify_one();
-        if self.prepared.is_none() && self.active_len > SEGMENT_TARGET / 2 {
-            let (dir, n) = (self.dir.clone(), self.active + 1);
-            if let Ok(h) = thread::Builder::new()
-                .name("sluice-prealloc".into())
-                .spawn(move || prepare_segment(&dir, n))
-            {
-                self.prepared = Some((n, h));
-            }
+        // The segment started at open grows with every append, which costs each sync an inode
+        // write (measured: 125 µs per 1 KiB write + fdatasync instead of 92 µs). Once it sees
+        // real traffic, appends move to a zero-filled one as soon as that is ready.
+        if self.active_len > SEGMENT_TARGET / 2
+            || (!self.active_prepared && self.active_len > LEAVE_UNPREPARED_AFTER)
+        {
+            self.prepare_next();
         }
         Ok((locs, self.written))
+    }
+
+    /// Starts zero-filling the segment after the active one, unless that is under way.
+    fn prepare_next(&mut self) {
+        if self.prepared.is_some() {
+            return;
+        }
+        let (dir, n) = (self.dir.clone(), self.active + 1);
+        if let Ok(h) = thread::Builder::new()
+            .name("sluice-prealloc".into())
+            .spawn(move || prepare_segment(&dir, n))
+        {
+            self.prepared = Some((n, h));
+        }
     }
 
     /// Closes the active segment (durably) and starts the next one.
@@ -224,6 +252,7 @@ impl Log {
             Some((n, h)) if n == next => h.join().ok().and_then(Result::ok),
             _ => None,
         };
+        self.active_prepared = prepared.is_some();
         let file = match prepared {
             Some(f) => std::fs::rename(prepared_path(&self.dir, next), &path).map(|()| f),
             None => create_segment(&path),
@@ -234,21 +263,34 @@ impl Log {
         self.segments.insert(next, file.clone());
         self.active = next;
         self.active_len = 0;
+        self.active_base = self.written;
         lock(&self.sync.state).file = file;
         Ok(())
     }
 
     /// Reads one record back: the frame header first (for its length), then the frame.
     pub(crate) fn read(&self, loc: Loc) -> Result<Record, StoreError> {
+        self.read_sized(loc, None)
+    }
+
+    /// Reads one record whose frame length is known (as the index knows it for bodies): one
+    /// `pread` instead of two.
+    pub(crate) fn read_sized(&self, loc: Loc, len: Option<u32>) -> Result<Record, StoreError> {
         let file = self.segments.get(&loc.seg).ok_or_else(|| {
             StoreError::unavailable(format!("log segment {} is missing", loc.seg))
         })?;
         let io = |e: std::io::Error| StoreError::unavailable(format!("log read failed: {e}"));
-        let mut head = [0u8; record::HEADER];
-        file.read_exact_at(&mut head, u64::from(loc.off))
-            .map_err(io)?;
-        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        let mut buf = vec![0u8; record::HEADER + len.min(record::MAX_PAYLOAD)];
+        let frame = match len {
+            Some(n) if n as usize >= record::HEADER => n as usize,
+            _ => {
+                let mut head = [0u8; record::HEADER];
+                file.read_exact_at(&mut head, u64::from(loc.off))
+                    .map_err(io)?;
+                let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+                record::HEADER + len.min(record::MAX_PAYLOAD)
+            }
+        };
+        let mut buf = vec![0u8; frame];
         file.read_exact_at(&mut buf, u64::from(loc.off))
             .map_err(io)?;
         record::decode_frame(&buf)
@@ -259,6 +301,18 @@ impl Log {
                     loc.seg, loc.off
                 ))
             })
+    }
+
+    /// The log position to wait for before telling anyone about the record at `loc`: just
+    /// past its first byte, which covers the whole record because the durable position only
+    /// ever moves to the end of an append. 0 for records in closed segments, which were
+    /// synced in full when they were closed (or before this process opened the log).
+    pub(crate) fn position_of(&self, loc: Loc) -> u64 {
+        if loc.seg == self.active {
+            self.active_base + u64::from(loc.off) + 1
+        } else {
+            0
+        }
     }
 
     /// A receiver of the durable position.

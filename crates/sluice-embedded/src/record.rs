@@ -187,6 +187,13 @@ pub(crate) enum Record {
         until: i64,
         response: IdempotentResponse,
     },
+    /// Lease tokens below `upto` may be handed out. Made durable before the first token of
+    /// its block is used, so recovery can start past every token a consumer may hold even
+    /// when a crash lost the newest lease records (leases are not waited for; see
+    /// `docs/architecture.md`).
+    Tokens {
+        upto: u64,
+    },
 }
 
 /// Encodes `rec` as a frame appended to `out`. Returns the frame length.
@@ -208,6 +215,65 @@ pub(crate) fn encode_into(rec: &Record, out: &mut Vec<u8>) -> usize {
 fn unreachable_encoding() -> Vec<u8> {
     panic!("postcard failed to encode a log record into memory")
 }
+
+/// The ids of the messages whose base record or newest update may be in `segment` (a whole,
+/// closed segment): those of full message records, updates and redrive moves. Reads only
+/// the first fields of each record, without checksums; compaction checks every id against
+/// the index anyway.
+pub(crate) fn message_ids_in(segment: &[u8]) -> Vec<u64> {
+    // The leading fields of `MessageRecord` and `UpdateRecord`, in their order.
+    #[derive(Deserialize)]
+    struct MessageHead {
+        _origin: Origin,
+        id: u64,
+    }
+    #[derive(Deserialize)]
+    struct UpdateHead {
+        _event: UpdateEvent,
+        id: u64,
+    }
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off + HEADER <= segment.len() {
+        let len = u32::from_le_bytes([
+            segment[off],
+            segment[off + 1],
+            segment[off + 2],
+            segment[off + 3],
+        ]) as usize;
+        let end = off + HEADER + len;
+        if len == 0 || end > segment.len() {
+            break;
+        }
+        let payload = &segment[off + HEADER..end];
+        // postcard writes an enum's variant index first, as a varint.
+        match postcard::take_from_bytes::<u32>(payload) {
+            Ok((VARIANT_MESSAGE, rest)) => {
+                if let Ok((h, _)) = postcard::take_from_bytes::<MessageHead>(rest) {
+                    out.push(h.id);
+                }
+            }
+            Ok((VARIANT_UPDATE, rest)) => {
+                if let Ok((h, _)) = postcard::take_from_bytes::<UpdateHead>(rest) {
+                    out.push(h.id);
+                }
+            }
+            Ok((VARIANT_REDRIVE, _)) => {
+                if let Ok(Record::Redrive { moves, .. }) = postcard::from_bytes(payload) {
+                    out.extend(moves.iter().map(|u| u.id));
+                }
+            }
+            _ => {}
+        }
+        off = end;
+    }
+    out
+}
+
+/// Variant indexes of [`Record`] that [`message_ids_in`] reads (checked by a test).
+const VARIANT_MESSAGE: u32 = 0;
+const VARIANT_UPDATE: u32 = 1;
+const VARIANT_REDRIVE: u32 = 11;
 
 /// Why a frame could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,6 +352,53 @@ mod tests {
         assert_eq!((r1, l1), (sample(), n1));
         let (r2, _) = decode_frame(&buf[n1..]).unwrap();
         assert_eq!(r2, Record::Purge { qid: 3 });
+    }
+
+    #[test]
+    fn message_ids_are_found_without_decoding_bodies() {
+        let update = UpdateRecord {
+            event: UpdateEvent::Rejected { from: 4 },
+            id: 11,
+            qid: 2,
+            visible_at: 1,
+            entered_at: 1,
+            receive_count: 3,
+            rich: Rich::default(),
+        };
+        let job = sluice_core::RedriveJob {
+            id: sluice_core::RedriveId(1),
+            spec: sluice_core::RedriveSpec {
+                source: sluice_core::QueueName::new("a.dlq").unwrap(),
+                destination: None,
+                limit: None,
+                rate_per_second: None,
+                filter: Default::default(),
+                reset_receive_count: true,
+                dry_run: false,
+            },
+            state: sluice_core::RedriveState::Running,
+            matched: 0,
+            moved: 0,
+            skipped: 0,
+            blocked: None,
+            created_at: sluice_core::Timestamp(0),
+            updated_at: sluice_core::Timestamp(0),
+            finished_at: None,
+            cursor: None,
+        };
+        let mut buf = Vec::new();
+        encode_into(&sample(), &mut buf);
+        encode_into(&Record::Purge { qid: 3 }, &mut buf);
+        encode_into(&Record::Update(update.clone()), &mut buf);
+        encode_into(
+            &Record::Redrive {
+                job,
+                moves: vec![UpdateRecord { id: 12, ..update }],
+            },
+            &mut buf,
+        );
+        encode_into(&Record::Cancel { id: 99 }, &mut buf);
+        assert_eq!(message_ids_in(&buf), vec![7, 11, 12]);
     }
 
     #[test]

@@ -223,3 +223,96 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
         assert_eq!(m.body.expect("body").bytes.len(), 16 * 1024);
     }
 }
+
+/// Leases are not waited for, so a crash of the machine can lose the newest lease records.
+/// Such a message is delivered again after recovery, and the receipt of the lost lease must
+/// not work for the new delivery: tokens are never handed out twice.
+#[tokio::test]
+async fn a_lost_lease_redelivers_and_its_receipt_stays_stale() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lease = ReceiveRequest {
+        max: 1,
+        visibility: Some(Duration::from_secs(600)),
+        ..Default::default()
+    };
+    let (kept, lost, cut_at) = {
+        let store = open(dir.path()).expect("open");
+        store
+            .put_queue(&q(), &QueueConfigPatch::default())
+            .await
+            .expect("create");
+        send_n(&store, 2).await;
+        let kept = store.receive(&q(), lease.clone()).await.expect("receive");
+        // The log is small, so its one segment has not been preallocated: its length is
+        // where the records end.
+        let seg = segments(dir.path()).pop().expect("a segment");
+        let cut_at = std::fs::metadata(&seg).expect("meta").len();
+        let lost = store.receive(&q(), lease.clone()).await.expect("receive");
+        (kept[0].clone(), lost[0].clone(), (seg, cut_at))
+    };
+    // The machine crashed before the second lease record reached the disk.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&cut_at.0)
+        .expect("open segment")
+        .set_len(cut_at.1)
+        .expect("truncate");
+
+    let store = open(dir.path()).expect("recovers");
+    let stats = store.stats(&q()).await.expect("stats");
+    assert_eq!((stats.in_flight, stats.visible), (1, 1));
+    let again = store.receive(&q(), lease).await.expect("receive");
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        again[0].id, lost.id,
+        "the message of the lost lease is delivered again"
+    );
+    assert_ne!(again[0].receipt, lost.receipt);
+    let acks = |r: sluice_core::Receipt| {
+        vec![sluice_core::AckRequest {
+            receipt: r,
+            result: None,
+        }]
+    };
+    let stale = store.ack(&q(), acks(lost.receipt)).await.expect("ack call");
+    assert!(
+        matches!(stale[0], Err(sluice_core::StoreError::ReceiptStale)),
+        "the receipt of a lost lease acted on a new delivery: {:?}",
+        stale[0]
+    );
+    for r in [again[0].receipt, kept.receipt] {
+        let ok = store.ack(&q(), acks(r)).await.expect("ack call");
+        assert!(ok[0].is_ok(), "{:?}", ok[0]);
+    }
+}
+
+/// Empty segments (a start without writes leaves one) are removed by compaction rather
+/// than blocking it: only the oldest segment is ever compacted.
+#[tokio::test]
+async fn empty_segments_do_not_block_compaction() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for _ in 0..3 {
+        drop(open(dir.path()).expect("open"));
+    }
+    let store = open(dir.path()).expect("open");
+    store
+        .put_queue(&q(), &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    send_n(&store, 3).await;
+    for _ in 0..4 {
+        store.maintain().await.expect("maintain");
+    }
+    let files = std::fs::read_dir(dir.path().join("log"))
+        .expect("log dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "log"))
+        })
+        .count();
+    assert_eq!(
+        files, 1,
+        "the empty segments of earlier starts are still there"
+    );
+    assert_eq!(visible(&store).await, 3);
+}

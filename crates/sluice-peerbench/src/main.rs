@@ -14,6 +14,7 @@
 //! ratio of Sluice to each peer. A system that cannot be reached is skipped with a message.
 //! Every phase is bounded by `--timeout`.
 
+mod backlog;
 mod cpu;
 mod load;
 mod nats;
@@ -107,6 +108,20 @@ struct Args {
     /// Write an SVG bar chart of throughput per system and batch size to this file.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+    /// Sluice alone under a backlog, instead of the side-by-side run: for each of these
+    /// queue depths (e.g. 1000000,10000000) fill a fresh broker, measure throughput at each
+    /// --batch on top of the backlog, kill it, and measure recovery time and RAM per queued
+    /// message. Needs about 2.4 KB of free disk per queued message; the data is deleted
+    /// afterwards.
+    #[arg(long, value_delimiter = ',', value_name = "N,…")]
+    backlog: Vec<u64>,
+    /// Where the backlog mode puts its data directories (default: the system's temporary
+    /// directory).
+    #[arg(long, value_name = "DIR")]
+    backlog_dir: Option<PathBuf>,
+    /// Longest the backlog mode may take to fill one depth, or to recover it, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    fill_timeout: u64,
     /// Run nothing: print the table (and write --svg) from the `--json` output of an
     /// earlier run.
     #[arg(long, value_name = "JSON_FILE")]
@@ -141,7 +156,40 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the Tokio runtime")?;
+    if !args.backlog.is_empty() {
+        return rt.block_on(run_backlog(&args));
+    }
     rt.block_on(run(args))
+}
+
+async fn run_backlog(args: &Args) -> anyhow::Result<()> {
+    if args.sluice_url.is_some() {
+        bail!("--backlog starts (and kills) its own brokers; drop --sluice-url");
+    }
+    if args.backlog.contains(&0) {
+        bail!("--backlog depths must be at least 1");
+    }
+    let out = backlog::run(&backlog::Options {
+        bin: args.sluice_bin.clone(),
+        depths: args.backlog.clone(),
+        batches: args.batch.clone(),
+        producers: args.producers,
+        consumers: args.consumers,
+        messages: args.messages,
+        warmup: args.warmup,
+        rounds: args.rounds,
+        timeout: Duration::from_secs(args.timeout),
+        fill_timeout: Duration::from_secs(args.fill_timeout),
+        dir: args.backlog_dir.clone(),
+    })
+    .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        eprint!("{}", out.table());
+    } else {
+        print!("{}", out.table());
+    }
+    Ok(())
 }
 
 /// A Sluice broker this tool started.
@@ -153,10 +201,25 @@ struct OwnSluice {
 
 async fn start_sluice(bin: &PathBuf) -> anyhow::Result<OwnSluice> {
     let dir = tempfile::tempdir().context("creating a data directory")?;
+    let (child, url) = spawn_sluice(bin, dir.path(), Duration::from_secs(30)).await?;
+    Ok(OwnSluice {
+        child,
+        url,
+        _dir: dir,
+    })
+}
+
+/// Starts `sluice serve` on `data_dir` and an ephemeral loopback port; returns once it
+/// listens (recovery is done by then), at most after `limit`.
+pub(crate) async fn spawn_sluice(
+    bin: &PathBuf,
+    data_dir: &std::path::Path,
+    limit: Duration,
+) -> anyhow::Result<(tokio::process::Child, String)> {
     let mut child = tokio::process::Command::new(bin)
         .arg("serve")
         .arg("--data-dir")
-        .arg(dir.path())
+        .arg(data_dir)
         .arg("--listen")
         .arg("127.0.0.1:0")
         .stdout(Stdio::piped())
@@ -171,7 +234,7 @@ async fn start_sluice(bin: &PathBuf) -> anyhow::Result<OwnSluice> {
         })?;
     let stdout = child.stdout.take().context("no stdout")?;
     let mut lines = tokio::io::BufReader::new(stdout).lines();
-    let url = tokio::time::timeout(Duration::from_secs(30), async {
+    let url = tokio::time::timeout(limit, async {
         while let Some(line) = lines.next_line().await? {
             if let Some(url) = line.strip_prefix("sluice listening on ") {
                 return anyhow::Ok(url.trim().to_owned());
@@ -180,14 +243,10 @@ async fn start_sluice(bin: &PathBuf) -> anyhow::Result<OwnSluice> {
         bail!("sluice exited before listening")
     })
     .await
-    .context("sluice did not start listening in 30 s")??;
+    .with_context(|| format!("sluice did not start listening in {} s", limit.as_secs()))??;
     // Keep draining stdout so the broker never blocks on it.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(OwnSluice {
-        child,
-        url,
-        _dir: dir,
-    })
+    Ok((child, url))
 }
 
 struct Ctx {

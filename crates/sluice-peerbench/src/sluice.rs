@@ -22,6 +22,11 @@ pub struct Sluice {
 impl Sluice {
     /// Checks the broker answers, creates the queue and purges it.
     pub async fn connect(base: &str) -> anyhow::Result<Self> {
+        Self::open(base, true).await
+    }
+
+    /// Checks the broker answers and creates the queue if needed; purges it if asked.
+    pub async fn open(base: &str, purge: bool) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .pool_max_idle_per_host(64)
@@ -42,12 +47,14 @@ impl Sluice {
             .await
             .and_then(|r| r.error_for_status())
             .context("creating the Sluice queue")?;
-        client
-            .post(format!("{q}/purge"))
-            .send()
-            .await
-            .and_then(|r| r.error_for_status())
-            .context("purging the Sluice queue")?;
+        if purge {
+            client
+                .post(format!("{q}/purge"))
+                .send()
+                .await
+                .and_then(|r| r.error_for_status())
+                .context("purging the Sluice queue")?;
+        }
         Ok(Sluice { client, base })
     }
 
@@ -79,6 +86,23 @@ impl System for Sluice {
 }
 
 impl Sluice {
+    /// Messages in the queue: visible, delayed and in flight.
+    pub async fn depth(&self) -> anyhow::Result<u64> {
+        let resp = self
+            .client
+            .get(format!("{}/v1/queues/{QUEUE}/stats", self.base))
+            .send()
+            .await?;
+        let v: serde_json::Value = ok(resp, "stats").await?.json().await?;
+        ["visible", "delayed", "in_flight"]
+            .iter()
+            .map(|k| {
+                v[k].as_u64()
+                    .context("stats without the counts of messages")
+            })
+            .sum()
+    }
+
     fn conn(&self) -> SluiceConn {
         SluiceConn {
             client: self.client.clone(),

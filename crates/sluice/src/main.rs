@@ -12,6 +12,13 @@ mod serve;
 
 use std::process::ExitCode;
 
+// jemalloc, not the system allocator: with 10 million messages queued, glibc's malloc
+// spent a sixth of the broker's time searching its free lists and throughput at batch 100
+// fell to 0.46x of that with 1 million queued; with jemalloc it stays level (1.07x).
+// See docs/benchmarks.md, "Sluice alone under a backlog".
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::{Parser, Subcommand};
 
 /// A durable task queue for work that fails.
