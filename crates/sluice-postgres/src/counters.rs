@@ -1,4 +1,9 @@
-//! Event counters per queue (SPEC §5 totals), spread over a few rows per queue.
+//! Event counters per queue (SPEC §5 totals), one row per queue and database connection.
+//!
+//! A counter row is locked by the statement that bumps it until its transaction commits, WAL
+//! flush included. Were rows shared, writers would queue behind each other's flushes and lose
+//! the group commit; keyed by the connection's backend pid (mod 256), two concurrent writers
+//! practically never meet on one row. A queue's totals are the sum of its rows.
 
 use std::collections::BTreeMap;
 
@@ -7,14 +12,6 @@ use sluice_core::stats::Totals;
 use tokio_postgres::GenericClient;
 
 use crate::error::{corrupt, db};
-
-/// Rows per queue: concurrent writers pick one at random and rarely wait on each other.
-const SHARDS: i16 = 8;
-
-/// The counter row a writer bumps: one of the queue's [`SHARDS`], at random.
-pub(crate) fn shard() -> i16 {
-    rand::random::<i16>().rem_euclid(SHARDS)
-}
 
 /// Increments to apply, per queue.
 #[derive(Debug, Default)]
@@ -43,18 +40,17 @@ impl Counts {
     /// Writes the increments, in the caller's transaction.
     pub(crate) async fn flush(&self, c: &impl GenericClient) -> Result<(), StoreError> {
         for (queue, v) in &self.by_queue {
-            let shard = shard();
             c.execute(
                 "INSERT INTO counters AS c (queue, shard, sent, received, acked, nacked,
                      dead_lettered, redriven, expired)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 VALUES ($1, (pg_backend_pid() % 256)::int2, $2, $3, $4, $5, $6, $7, $8)
                  ON CONFLICT (queue, shard) DO UPDATE SET
                      sent = c.sent + EXCLUDED.sent, received = c.received + EXCLUDED.received,
                      acked = c.acked + EXCLUDED.acked, nacked = c.nacked + EXCLUDED.nacked,
                      dead_lettered = c.dead_lettered + EXCLUDED.dead_lettered,
                      redriven = c.redriven + EXCLUDED.redriven, expired = c.expired + EXCLUDED.expired",
                 &[
-                    queue, &shard, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                    queue, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
                 ],
             )
             .await

@@ -19,7 +19,7 @@ use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
 
 use crate::counters::Counter;
-use crate::error::{corrupt, db};
+use crate::error::{corrupt, db, pool};
 use crate::row::{ROW_COLS, Row, WAITING, kind_code, kind_of, write_back};
 use crate::settle::{Effects, dead_letter, end_cancelled, settle};
 use crate::store::{Inner, transaction};
@@ -60,26 +60,37 @@ pub(crate) async fn receive(
     }
 }
 
+/// One attempt to lease. Leases run on connections whose commits do not wait for the WAL
+/// flush: a lease lost in a database crash only makes the message visible again (at least
+/// once still holds) and its receipt stale; sends, acks and every other change still commit
+/// synchronously. A queue without global limits takes the short way: a probe for anything
+/// to settle, then the lease as one statement committed on its own.
 async fn try_receive(
     inner: &Inner,
     queue: &QueueName,
     req: &ReceiveRequest,
 ) -> Result<Attempted, StoreError> {
     let q = queue.as_str();
-    let mut conn = inner.conn().await?;
-    let (outcome, fx) = transaction(&mut conn, async |tx| {
-        let mut cfg = inner.configs.get(tx, q).await?;
-        if cfg.rate_limit.is_some() || cfg.max_in_flight.is_some() {
-            // Global limits: receives of this queue take turns on its row, on every node.
-            cfg = crate::queues::config(tx, q, true).await?;
-        }
+    let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
+    let cfg = inner.configs.get(&**conn, q).await?;
+    if cfg.rate_limit.is_none() && cfg.max_in_flight.is_none() {
         let now = inner.now();
-        // A lease need not wait for the WAL flush: lost in a database crash, it only makes
-        // the message visible again (at least once still holds) and its receipt stale.
-        // Sends, acks and every other change still commit synchronously.
-        tx.batch_execute("SET LOCAL synchronous_commit = off")
-            .await
-            .map_err(|e| db(&e))?;
+        if settle_due(&**conn, q, &cfg, now).await? {
+            let fx = transaction(&mut conn, async |tx| {
+                let mut fx = Effects::default();
+                settle(tx, q, &cfg, now, &mut fx).await?;
+                fx.write(tx).await?;
+                Ok(fx)
+            })
+            .await?;
+            fx.wake(inner);
+        }
+        return lease(&**conn, q, &cfg, req, now).await;
+    }
+    let (outcome, fx) = transaction(&mut conn, async |tx| {
+        // Global limits: receives of this queue take turns on its row, on every node.
+        let cfg = crate::queues::config(tx, q, true).await?;
+        let now = inner.now();
         let mut fx = Effects::default();
         settle(tx, q, &cfg, now, &mut fx).await?;
         let outcome = lease(tx, q, &cfg, req, now).await?;
@@ -89,6 +100,26 @@ async fn try_receive(
     .await?;
     fx.wake(inner);
     Ok(outcome)
+}
+
+/// Whether `queue` has a lease that ran out or a message past retention (a cheap probe on
+/// the partial indexes, so the common receive settles nothing and takes no row locks).
+async fn settle_due(
+    c: &impl GenericClient,
+    q: &str,
+    cfg: &QueueConfig,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let cutoff = now.saturating_sub(i64::try_from(cfg.retention.as_millis()).unwrap_or(i64::MAX));
+    let row = c
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 1 AND visible_at <= $2)
+                 OR EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 0 AND entered_at <= $3)",
+            &[&q, &now, &cutoff],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    row.try_get(0).map_err(corrupt)
 }
 
 async fn lease(
@@ -164,11 +195,11 @@ async fn lease(
                      m.enqueued_at, m.last_error, picked.was
              ), bump AS (
                  INSERT INTO counters AS c (queue, shard, received)
-                 SELECT $1, $5, count(*) FROM leased HAVING count(*) > 0
+                 SELECT $1, (pg_backend_pid() % 256)::int2, count(*) FROM leased HAVING count(*) > 0
                  ON CONFLICT (queue, shard) DO UPDATE SET received = c.received + EXCLUDED.received
              )
              SELECT * FROM leased",
-            &[&q, &now, &n, &deadline, &crate::counters::shard()],
+            &[&q, &now, &n, &deadline],
         )
         .await
         .map_err(|e| db(&e))?;
@@ -307,25 +338,13 @@ pub(crate) async fn ack(
     let sql = format!(
         "WITH done AS ({change}), bump AS (
              INSERT INTO counters AS c (queue, shard, acked)
-             SELECT $1, $8, count(*) FROM done WHERE NOT cancel_requested HAVING count(*) > 0
+             SELECT $1, (pg_backend_pid() % 256)::int2, count(*) FROM done WHERE NOT cancel_requested HAVING count(*) > 0
              ON CONFLICT (queue, shard) DO UPDATE SET acked = c.acked + EXCLUDED.acked
          )
          SELECT id FROM done"
     );
     let done = conn
-        .query(
-            &sql,
-            &[
-                &q,
-                &ids,
-                &tokens,
-                &results,
-                &kinds,
-                &now,
-                &keep,
-                &crate::counters::shard(),
-            ],
-        )
+        .query(&sql, &[&q, &ids, &tokens, &results, &kinds, &now, &keep])
         .await
         .map_err(|e| db(&e))?;
     for r in &done {

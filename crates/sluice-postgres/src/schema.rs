@@ -54,8 +54,8 @@ CREATE INDEX messages_leased ON messages (queue, visible_at, id) WHERE state = 1
 CREATE INDEX messages_entered ON messages (queue, entered_at) WHERE state = 0;
 CREATE INDEX messages_done ON messages (keep_until) WHERE state = 2;
 
--- Event counters, spread over a few rows per queue so concurrent writers rarely wait on
--- one another; a queue's totals are the sum of its rows.
+-- Event counters, one row per queue and connection (backend pid mod 256), so concurrent
+-- writers never wait on one another's commits; a queue's totals are the sum of its rows.
 CREATE TABLE counters (
     queue          text NOT NULL,
     shard          smallint NOT NULL,

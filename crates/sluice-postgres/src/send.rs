@@ -240,7 +240,7 @@ async fn insert<'a>(
                  RETURNING 1
              ), bump AS (
                  INSERT INTO counters AS c (queue, shard, sent)
-                 SELECT $1, $9, count(*) FROM ins HAVING count(*) > 0
+                 SELECT $1, (pg_backend_pid() % 256)::int2, count(*) FROM ins HAVING count(*) > 0
                  ON CONFLICT (queue, shard) DO UPDATE SET sent = c.sent + EXCLUDED.sent
              )
              SELECT count(*) FROM ins",
@@ -253,7 +253,6 @@ async fn insert<'a>(
                 &cols.kinds,
                 &cols.attrs,
                 &cols.dedup,
-                &crate::counters::shard(),
             ],
         )
         .await

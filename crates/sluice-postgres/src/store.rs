@@ -64,6 +64,8 @@ pub struct PostgresStore {
 
 pub(crate) struct Inner {
     pub(crate) pool: Pool,
+    /// Connections whose commits do not wait for the WAL flush, for leases only.
+    pub(crate) lease_pool: Pool,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) schema: String,
     pub(crate) channel: String,
@@ -89,6 +91,30 @@ impl Inner {
     pub(crate) async fn conn(&self) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(|e| pool(&e))
     }
+}
+
+/// A connection pool that waits at most `timeout` for a connection, so a lost database
+/// answers `unavailable` quickly, and replaces broken connections by itself.
+fn pool_of(
+    config: tokio_postgres::Config,
+    size: usize,
+    timeout: Duration,
+) -> Result<Pool, OpenError> {
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size.max(1))
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(timeout))
+        .create_timeout(Some(timeout))
+        .recycle_timeout(Some(timeout))
+        .build()
+        .map_err(|e| OpenError::Pool(e.to_string()))
 }
 
 /// Splits Sluice's own `schema` parameter off a connection string.
@@ -147,21 +173,12 @@ impl PostgresStore {
         drop(client);
         driver.abort();
 
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size.max(1))
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(options.connect_timeout))
-            .create_timeout(Some(options.connect_timeout))
-            .recycle_timeout(Some(options.connect_timeout))
-            .build()
-            .map_err(|e| OpenError::Pool(e.to_string()))?;
+        let pool = pool_of(config.clone(), options.pool_size, options.connect_timeout)?;
+        // Leases commit without waiting for the WAL flush (see `lease.rs`): their own
+        // connections have that as their session default, so a lease is one statement.
+        let mut lease_config = config.clone();
+        lease_config.options(format!("-c search_path={schema} -c synchronous_commit=off"));
+        let lease_pool = pool_of(lease_config, options.pool_size, options.connect_timeout)?;
         let channel = crate::wake::channel(&schema);
         let wakers = Arc::new(Wakers::default());
         let node = options.node_id.clone().unwrap_or_else(|| {
@@ -176,6 +193,7 @@ impl PostgresStore {
         let inner = Arc::new(Inner {
             announce,
             pool,
+            lease_pool,
             clock: options.clock.clone(),
             schema,
             channel: channel.clone(),
