@@ -44,7 +44,10 @@ pub(crate) async fn receive(
         tokio::pin!(notified);
         notified.as_mut().enable();
         match try_receive(inner, queue, &req).await? {
-            Attempted::Got(out) => return Ok(out),
+            Attempted::Got(out) => {
+                inner.tally(queue.as_str(), Counter::Received, out.len() as i64);
+                return Ok(out);
+            }
             Attempted::Empty { next_wake } => {
                 let left = until.saturating_duration_since(tokio::time::Instant::now());
                 if left.is_zero() {
@@ -193,10 +196,6 @@ async fn lease(
                  FROM picked WHERE m.id = picked.id
                  RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
                      m.enqueued_at, m.last_error, picked.was
-             ), bump AS (
-                 INSERT INTO counters AS c (queue, shard, received)
-                 SELECT $1, (pg_backend_pid() % 256)::int2, count(*) FROM leased HAVING count(*) > 0
-                 ON CONFLICT (queue, shard) DO UPDATE SET received = c.received + EXCLUDED.received
              )
              SELECT * FROM leased",
             &[&q, &now, &n, &deadline],
@@ -240,6 +239,7 @@ async fn lease(
     }
     out.sort_by_key(|(was, d)| (*was, d.id));
     let got = i32::try_from(out.len()).unwrap_or(i32::MAX);
+    // Counted by the caller once the lease has committed.
     if cfg.rate_limit.is_some() {
         tx.execute(
             "INSERT INTO rate_events (queue, at, n) VALUES ($1, $2, $3)",
@@ -335,24 +335,23 @@ pub(crate) async fn ack(
                AND m.visible_at > $6
          RETURNING m.id, m.cancel_requested"
     };
-    let sql = format!(
-        "WITH done AS ({change}), bump AS (
-             INSERT INTO counters AS c (queue, shard, acked)
-             SELECT $1, (pg_backend_pid() % 256)::int2, count(*) FROM done WHERE NOT cancel_requested HAVING count(*) > 0
-             ON CONFLICT (queue, shard) DO UPDATE SET acked = c.acked + EXCLUDED.acked
-         )
-         SELECT id FROM done"
-    );
+    let sql = format!("WITH done AS ({change}) SELECT id, cancel_requested FROM done");
     let done = conn
         .query(&sql, &[&q, &ids, &tokens, &results, &kinds, &now, &keep])
         .await
         .map_err(|e| db(&e))?;
+    let mut acked = 0;
     for r in &done {
         let id: i64 = r.get(0);
+        let cancelled: bool = r.get(1);
+        if !cancelled {
+            acked += 1;
+        }
         if let Some(i) = slot_of.get(&id) {
             out[*i] = Some(Ok(()));
         }
     }
+    inner.tally(q, Counter::Acked, acked);
     Ok(out
         .into_iter()
         .map(|o| o.unwrap_or(Err(StoreError::ReceiptStale)))

@@ -41,6 +41,13 @@ impl PostgresStore {
         .await
         .map_err(|e| db(&e))?;
         let out = crate::send::send(&self.inner, tx, queue, messages).await;
+        // Counted in the caller's transaction: a rollback takes the count back too.
+        if let Ok((sent, _)) = &out {
+            let mut counts = crate::counters::Counts::default();
+            let fresh = sent.iter().filter(|o| !o.duplicate).count();
+            counts.add(queue.as_str(), crate::counters::Counter::Sent, fresh as i64);
+            counts.flush(tx).await?;
+        }
         // Waiting receives wake when the caller commits: the NOTIFY leaves with the commit.
         if let Ok((_, true)) = &out {
             tx.execute(

@@ -238,10 +238,6 @@ async fn insert<'a>(
                              $8::text[]) AS u(i, v, b, k, a, d)
                  WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)
                  RETURNING 1
-             ), bump AS (
-                 INSERT INTO counters AS c (queue, shard, sent)
-                 SELECT $1, (pg_backend_pid() % 256)::int2, count(*) FROM ins HAVING count(*) > 0
-                 ON CONFLICT (queue, shard) DO UPDATE SET sent = c.sent + EXCLUDED.sent
              )
              SELECT count(*) FROM ins",
             &[

@@ -72,11 +72,22 @@ pub(crate) struct Inner {
     pub(crate) wakers: Arc<Wakers>,
     pub(crate) announce: tokio::sync::mpsc::UnboundedSender<String>,
     pub(crate) ids: Ids,
+    pub(crate) pending: std::sync::Mutex<crate::counters::Counts>,
     pub(crate) configs: crate::queues::ConfigCache,
     pub(crate) node: String,
 }
 
 impl Inner {
+    /// The node's hot-path counts not yet written.
+    pub(crate) fn pending(&self) -> std::sync::MutexGuard<'_, crate::counters::Counts> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds `n` to a hot-path counter of `queue` (written by the next flush).
+    pub(crate) fn tally(&self, queue: &str, counter: crate::counters::Counter, n: i64) {
+        self.pending().add(queue, counter, n);
+    }
+
     pub(crate) fn now(&self) -> i64 {
         self.clock.now().as_millis()
     }
@@ -115,6 +126,29 @@ fn pool_of(
         .recycle_timeout(Some(timeout))
         .build()
         .map_err(|e| OpenError::Pool(e.to_string()))
+}
+
+impl Drop for Inner {
+    /// Writes the counts still pending, so a store closed on purpose (a broker shutting down,
+    /// a restart) loses none. Needs a multi-threaded Tokio runtime; elsewhere they are lost.
+    fn drop(&mut self) {
+        if self.pending().is_empty() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return;
+        }
+        tokio::task::block_in_place(|| {
+            handle.block_on(async {
+                if let Err(e) = crate::counters::flush_pending(self).await {
+                    tracing::warn!(error = %e, "counters of the last moments before closing were not written");
+                }
+            });
+        });
+    }
 }
 
 /// Splits Sluice's own `schema` parameter off a connection string.
@@ -199,6 +233,7 @@ impl PostgresStore {
             channel: channel.clone(),
             wakers: wakers.clone(),
             ids: Ids::default(),
+            pending: std::sync::Mutex::default(),
             configs: crate::queues::ConfigCache::default(),
             node,
         });
@@ -207,6 +242,7 @@ impl PostgresStore {
             channel,
             Arc::downgrade(&wakers),
         ));
+        tokio::spawn(crate::counters::run(Arc::downgrade(&inner)));
         tokio::spawn(crate::maintenance::run(
             Arc::downgrade(&inner),
             options.maintenance_interval,
@@ -273,6 +309,9 @@ impl Store for PostgresStore {
             })
             .await?
         };
+        let fresh = out.iter().filter(|o| !o.duplicate).count();
+        self.inner
+            .tally(queue.as_str(), crate::counters::Counter::Sent, fresh as i64);
         if wake {
             self.inner.wake(queue.as_str());
         }

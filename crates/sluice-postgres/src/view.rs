@@ -173,6 +173,8 @@ pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, Store
 
 /// Gauges and counters of one queue.
 pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats, StoreError> {
+    // This node's own recent sends, receives and acks are in the totals it answers.
+    crate::counters::flush_pending(inner).await?;
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
     let (r, dead_letter_depth, totals, fx, now) =
