@@ -78,7 +78,19 @@ async fn try_receive(
     let cfg = inner.configs.get(&**conn, q).await?;
     if cfg.rate_limit.is_none() && cfg.max_in_flight.is_none() {
         let now = inner.now();
-        if settle_due(&**conn, q, &cfg, now).await? {
+        let probe = conn
+            .prepare_cached(SETTLE_DUE_SQL)
+            .await
+            .map_err(|e| db(&e))?;
+        let cutoff =
+            now.saturating_sub(i64::try_from(cfg.retention.as_millis()).unwrap_or(i64::MAX));
+        let due: bool = conn
+            .query_one(&probe, &[&q, &now, &cutoff])
+            .await
+            .map_err(|e| db(&e))?
+            .try_get(0)
+            .map_err(corrupt)?;
+        if due {
             let fx = transaction(&mut conn, async |tx| {
                 let mut fx = Effects::default();
                 settle(tx, q, &cfg, now, &mut fx).await?;
@@ -88,7 +100,8 @@ async fn try_receive(
             .await?;
             fx.wake(inner);
         }
-        return lease(&**conn, q, &cfg, req, now).await;
+        let stmt = conn.prepare_cached(LEASE_SQL).await.map_err(|e| db(&e))?;
+        return lease(&**conn, &stmt, q, &cfg, req, now).await;
     }
     let (outcome, fx) = transaction(&mut conn, async |tx| {
         // Global limits: receives of this queue take turns on its row, on every node.
@@ -96,7 +109,7 @@ async fn try_receive(
         let now = inner.now();
         let mut fx = Effects::default();
         settle(tx, q, &cfg, now, &mut fx).await?;
-        let outcome = lease(tx, q, &cfg, req, now).await?;
+        let outcome = lease(tx, LEASE_SQL, q, &cfg, req, now).await?;
         fx.write(tx).await?;
         Ok((outcome, fx))
     })
@@ -105,33 +118,40 @@ async fn try_receive(
     Ok(outcome)
 }
 
-/// Whether `queue` has a lease that ran out or a message past retention (a cheap probe on
-/// the partial indexes, so the common receive settles nothing and takes no row locks).
-async fn settle_due(
-    c: &impl GenericClient,
-    q: &str,
-    cfg: &QueueConfig,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let cutoff = now.saturating_sub(i64::try_from(cfg.retention.as_millis()).unwrap_or(i64::MAX));
-    let row = c
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 1 AND visible_at <= $2)
-                 OR EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 0 AND entered_at <= $3)",
-            &[&q, &now, &cutoff],
-        )
-        .await
-        .map_err(|e| db(&e))?;
-    row.try_get(0).map_err(corrupt)
-}
+/// Whether a queue (`$1`) has a lease that ran out (at `$2`) or a message past retention
+/// (entered before `$3`): a cheap probe on the partial indexes, so the common receive settles
+/// nothing and takes no row locks.
+const SETTLE_DUE_SQL: &str =
+    "SELECT EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 1 AND visible_at <= $2)
+     OR EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 0 AND entered_at <= $3)";
 
-async fn lease(
+/// The lease of [`lease`]: up to `$3` waiting messages of queue `$1`, skipping rows other
+/// receivers hold.
+const LEASE_SQL: &str = "WITH picked AS (
+                 SELECT id, visible_at AS was FROM messages
+                 WHERE queue = $1 AND state = 0 AND visible_at <= $2
+                 ORDER BY visible_at, id LIMIT $3
+                 FOR UPDATE SKIP LOCKED
+             ), leased AS (
+                 UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
+                     token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
+                 FROM picked WHERE m.id = picked.id
+                 RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
+                     m.enqueued_at, m.last_error, picked.was
+             )
+             SELECT * FROM leased";
+
+async fn lease<S>(
     tx: &impl GenericClient,
+    stmt: &S,
     q: &str,
     cfg: &QueueConfig,
     req: &ReceiveRequest,
     now: i64,
-) -> Result<Attempted, StoreError> {
+) -> Result<Attempted, StoreError>
+where
+    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
+{
     if cfg.paused {
         return Ok(Attempted::Empty { next_wake: None });
     }
@@ -184,22 +204,7 @@ async fn lease(
     let vis = req.visibility.unwrap_or(cfg.visibility_timeout);
     let deadline = Timestamp(now).plus(vis).as_millis();
     let rows = tx
-        .query(
-            "WITH picked AS (
-                 SELECT id, visible_at AS was FROM messages
-                 WHERE queue = $1 AND state = 0 AND visible_at <= $2
-                 ORDER BY visible_at, id LIMIT $3
-                 FOR UPDATE SKIP LOCKED
-             ), leased AS (
-                 UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
-                     token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
-                 FROM picked WHERE m.id = picked.id
-                 RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
-                     m.enqueued_at, m.last_error, picked.was
-             )
-             SELECT * FROM leased",
-            &[&q, &now, &n, &deadline],
-        )
+        .query(stmt, &[&q, &now, &n, &deadline])
         .await
         .map_err(|e| db(&e))?;
     if rows.is_empty() {

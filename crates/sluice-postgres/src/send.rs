@@ -134,6 +134,7 @@ pub(crate) async fn send(
     }
     let (_, visible_now) = insert(
         c,
+        INSERT_SQL,
         q,
         cfg.delay,
         now,
@@ -172,7 +173,7 @@ fn check_sizes(
 /// recently cached copy; the insert itself checks that the queue still exists.
 pub(crate) async fn send_plain(
     inner: &Inner,
-    c: &impl GenericClient,
+    conn: &deadpool_postgres::Object,
     queue: &QueueName,
     cfg: &QueueConfig,
     messages: Vec<NewMessage>,
@@ -181,9 +182,11 @@ pub(crate) async fn send_plain(
     check_sizes(cfg, queue, &messages)?;
     let now = inner.now();
     let q = queue.as_str();
-    let ids = inner.ids.draw(c, messages.len()).await?;
+    let ids = inner.ids.draw(&***conn, messages.len()).await?;
+    let stmt = conn.prepare_cached(INSERT_SQL).await.map_err(|e| db(&e))?;
     let (inserted, visible_now) = insert(
-        c,
+        &***conn,
+        &stmt,
         q,
         cfg.delay,
         now,
@@ -204,16 +207,32 @@ pub(crate) async fn send_plain(
     Ok((out, visible_now))
 }
 
-/// Inserts `items` (message, id) into queue `q` with the counter bump, in one statement that
+/// The insert of [`insert`]: every message of a batch, guarded by the queue's existence.
+pub(crate) const INSERT_SQL: &str = "WITH ins AS (
+                 INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at, body,
+                     body_kind, attrs, dedup_id)
+                 SELECT i, $1, 0, v, $2, $2, b, k, a, d
+                 FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[],
+                             $8::text[]) AS u(i, v, b, k, a, d)
+                 WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)
+                 RETURNING 1
+             )
+             SELECT count(*) FROM ins";
+
+/// Inserts `items` (message, id) into queue `q` with `stmt` ([`INSERT_SQL`]), in one statement that
 /// inserts nothing when the queue no longer exists. Returns how many rows it inserted and
 /// whether one is visible at once.
-async fn insert<'a>(
+async fn insert<'a, S>(
     c: &impl GenericClient,
+    stmt: &S,
     q: &str,
     default_delay: Duration,
     now: i64,
     items: impl Iterator<Item = (&'a NewMessage, i64)>,
-) -> Result<(i64, bool), StoreError> {
+) -> Result<(i64, bool), StoreError>
+where
+    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
+{
     let mut visible_now = false;
     let mut cols = Columns::default();
     for (m, id) in items {
@@ -230,16 +249,7 @@ async fn insert<'a>(
     }
     let row = c
         .query_one(
-            "WITH ins AS (
-                 INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at, body,
-                     body_kind, attrs, dedup_id)
-                 SELECT i, $1, 0, v, $2, $2, b, k, a, d
-                 FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[],
-                             $8::text[]) AS u(i, v, b, k, a, d)
-                 WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)
-                 RETURNING 1
-             )
-             SELECT count(*) FROM ins",
+            stmt,
             &[
                 &q,
                 &now,

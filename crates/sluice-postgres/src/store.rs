@@ -302,7 +302,7 @@ impl Store for PostgresStore {
         let mut conn = self.inner.conn().await?;
         let cfg = self.inner.configs.get(&**conn, queue.as_str()).await?;
         let (out, wake) = if crate::send::is_plain(&cfg, &messages) {
-            crate::send::send_plain(&self.inner, &**conn, queue, &cfg, messages).await?
+            crate::send::send_plain(&self.inner, &conn, queue, &cfg, messages).await?
         } else {
             transaction(&mut conn, async |tx| {
                 crate::send::send(&self.inner, tx, queue, messages).await
