@@ -36,8 +36,9 @@ use crate::load::System;
 use crate::report::{Row, Skipped};
 
 /// Systems in their default order.
-const ALL: [&str; 6] = [
+const ALL: [&str; 7] = [
     "sluice",
+    "sluice-postgres",
     "rabbitmq",
     "nats",
     "postgres",
@@ -68,7 +69,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "sluice,rabbitmq,nats,postgres,redis,redis-everysec"
+        default_value = "sluice,sluice-postgres,rabbitmq,nats,postgres,redis,redis-everysec"
     )]
     systems: Vec<String>,
     /// Times each system runs per batch size (alternating); the median run is reported.
@@ -81,6 +82,10 @@ struct Args {
     /// data directory and an ephemeral port.
     #[arg(long, value_name = "URL")]
     sluice_url: Option<String>,
+    /// A running Sluice broker on the PostgreSQL engine for the `sluice-postgres` row; without
+    /// it the `sluice` binary is started with `--store` on the database of `--pg-*`.
+    #[arg(long, value_name = "URL")]
+    sluice_pg_url: Option<String>,
     /// The `sluice` binary to start when --sluice-url is not given.
     #[arg(long, default_value = "target/release/sluice")]
     sluice_bin: PathBuf,
@@ -96,7 +101,12 @@ struct Args {
     /// PostgreSQL port.
     #[arg(long, default_value_t = 5432)]
     pg_port: u16,
-    /// PostgreSQL database (schema `peerbench` is created in it and dropped afterwards).
+    /// PostgreSQL user of the `sluice-postgres` broker (the `postgres` peer tries `postgres`,
+    /// then `root`).
+    #[arg(long, default_value = "postgres")]
+    pg_user: String,
+    /// PostgreSQL database (schemas `peerbench` and `peerbench_sluice` are created in it and
+    /// dropped afterwards).
     #[arg(long, default_value = "test")]
     pg_db: String,
     /// Redis URL.
@@ -216,10 +226,19 @@ pub(crate) async fn spawn_sluice(
     data_dir: &std::path::Path,
     limit: Duration,
 ) -> anyhow::Result<(tokio::process::Child, String)> {
+    spawn_sluice_with(bin, &["--data-dir".as_ref(), data_dir.as_os_str()], limit).await
+}
+
+/// Starts `sluice serve` with `store_args` (`--data-dir DIR` or `--store URL`) on an
+/// ephemeral loopback port; returns once it listens, at most after `limit`.
+pub(crate) async fn spawn_sluice_with(
+    bin: &PathBuf,
+    store_args: &[&std::ffi::OsStr],
+    limit: Duration,
+) -> anyhow::Result<(tokio::process::Child, String)> {
     let mut child = tokio::process::Command::new(bin)
         .arg("serve")
-        .arg("--data-dir")
-        .arg(data_dir)
+        .args(store_args)
         .arg("--listen")
         .arg("127.0.0.1:0")
         .stdout(Stdio::piped())
@@ -249,10 +268,15 @@ pub(crate) async fn spawn_sluice(
     Ok((child, url))
 }
 
+/// The schema of the Sluice broker on PostgreSQL this tool starts (dropped afterwards).
+const PG_SCHEMA: &str = "peerbench_sluice";
+
 struct Ctx {
     args: Args,
     sluice_url: Option<String>,
     sluice_pid: Option<u32>,
+    sluice_pg_url: Option<String>,
+    sluice_pg_pid: Option<u32>,
     tick: f64,
 }
 
@@ -276,9 +300,39 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     };
+    let mut own_pg = None;
+    let (sluice_pg_url, sluice_pg_pid) = if !args.systems.iter().any(|s| s == "sluice-postgres") {
+        (None, None)
+    } else if let Some(u) = &args.sluice_pg_url {
+        (Some(u.clone()), None)
+    } else {
+        let store = format!(
+            "postgres://{}@{}:{}/{}?schema={PG_SCHEMA}",
+            args.pg_user, args.pg_host, args.pg_port, args.pg_db
+        );
+        match spawn_sluice_with(
+            &args.sluice_bin,
+            &["--store".as_ref(), store.as_ref()],
+            Duration::from_secs(30),
+        )
+        .await
+        {
+            Ok((child, url)) => {
+                let r = (Some(url), child.id());
+                own_pg = Some(child);
+                r
+            }
+            Err(e) => {
+                skipped.push(Skipped::new("sluice-postgres", &e));
+                (None, None)
+            }
+        }
+    };
     let ctx = Ctx {
         sluice_url,
         sluice_pid,
+        sluice_pg_url,
+        sluice_pg_pid,
         tick: cpu::ticks_per_second(),
         args,
     };
@@ -321,6 +375,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(mut o) = own {
         let _ = o.child.kill().await;
     }
+    if let Some(mut child) = own_pg {
+        let _ = child.kill().await;
+        if let Err(e) = pg::drop_schema(
+            &ctx.args.pg_host,
+            ctx.args.pg_port,
+            &ctx.args.pg_db,
+            PG_SCHEMA,
+        )
+        .await
+        {
+            eprintln!("peerbench: could not drop schema {PG_SCHEMA}: {e:#}");
+        }
+    }
     let out = report::Output {
         messages: ctx.args.messages,
         warmup: ctx.args.warmup,
@@ -360,6 +427,27 @@ async fn run_one(ctx: &Ctx, name: &str, batch: usize) -> anyhow::Result<Row> {
                 name,
                 "durable (fdatasync per group commit)",
                 "embedded engine, HTTP API",
+                batch,
+                target,
+            )
+            .await
+        }
+        "sluice-postgres" => {
+            let url = ctx
+                .sluice_pg_url
+                .clone()
+                .context("no Sluice broker on PostgreSQL")?;
+            let sys = sluice::Sluice::connect(&url).await?;
+            let target = match ctx.sluice_pg_pid {
+                Some(p) => cpu::Target::Pid(p),
+                None => cpu::Target::Name("sluice".to_owned()),
+            };
+            measure(
+                ctx,
+                &sys,
+                name,
+                "durable (WAL flushed at commit)",
+                "PostgreSQL engine (one node, same server as the postgres row), HTTP API",
                 batch,
                 target,
             )

@@ -166,3 +166,23 @@ impl Consumer for PgConsumer {
         Ok(())
     }
 }
+
+/// Drops `schema` (the one a Sluice broker on PostgreSQL used), as the first user that
+/// connects.
+pub async fn drop_schema(host: &str, port: u16, db: &str, schema: &str) -> anyhow::Result<()> {
+    let mut last = None;
+    for user in ["postgres", "root"] {
+        let conninfo = format!("host={host} port={port} user={user} dbname={db}");
+        match open(&conninfo).await {
+            Ok(admin) => {
+                admin
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .await
+                    .with_context(|| format!("dropping schema {schema}"))?;
+                return Ok(());
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no user")))
+}

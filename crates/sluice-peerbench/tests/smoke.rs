@@ -6,12 +6,53 @@
 
 use std::time::Instant;
 
-const PEERS: [&str; 5] = ["rabbitmq", "nats", "postgres", "redis", "redis-everysec"];
+const PEERS: [&str; 6] = [
+    "sluice-postgres",
+    "rabbitmq",
+    "nats",
+    "postgres",
+    "redis",
+    "redis-everysec",
+];
+
+/// A broker on the PostgreSQL engine, served in-process on an ephemeral port, in a schema of
+/// its own; `None` (the `sluice-postgres` row is then skipped) when the database is missing.
+async fn broker_on_postgres() -> Option<(String, String, tokio::sync::oneshot::Sender<()>)> {
+    if !sluice_testkit::postgres::available().await {
+        return None;
+    }
+    let schema = sluice_testkit::postgres::unique_schema("smoke");
+    let store = sluice_postgres::PostgresStore::open(
+        &sluice_testkit::postgres::url(),
+        sluice_postgres::PostgresOptions {
+            schema: schema.clone(),
+            pool_size: 8,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let broker = sluice_server::Broker::new(
+        std::sync::Arc::new(store),
+        sluice_server::ServerOptions::default(),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(broker.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    Some((url, schema, stop))
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_available_system_runs_a_tiny_load() {
     let broker = sluice_testkit::InProcessBroker::start().await;
     let url = broker.url.clone();
+    let on_pg = broker_on_postgres().await;
+    let pg_url = on_pg
+        .as_ref()
+        .map_or_else(|| "http://127.0.0.1:9".to_owned(), |(u, _, _)| u.clone());
     let started = Instant::now();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice-peerbench"))
         .args([
@@ -30,6 +71,8 @@ async fn every_available_system_runs_a_tiny_load() {
             "--json",
             "--sluice-url",
             &url,
+            "--sluice-pg-url",
+            &pg_url,
         ])
         .output()
         .await
@@ -72,6 +115,10 @@ async fn every_available_system_runs_a_tiny_load() {
             assert!(row["msgs_per_s"].as_f64().unwrap() > 0.0);
             assert!(row["p99_us"].as_u64().unwrap() > 0);
         }
+    }
+    if let Some((_, schema, stop)) = on_pg {
+        let _ = stop.send(());
+        sluice_testkit::postgres::drop_schemas(vec![schema]);
     }
     eprintln!("smoke run took {:?}", started.elapsed());
 }
