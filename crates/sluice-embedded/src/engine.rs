@@ -15,8 +15,9 @@ use sluice_core::config::limits;
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::message::clip_error;
 use sluice_core::store::{
-    IDEMPOTENCY_TTL, IdempotentResponse, LeaseState, validate_idempotent, validate_limit,
-    validate_receive, validate_visibility,
+    BrowseCursor, IDEMPOTENCY_TTL, IdempotentResponse, LeaseState, long_poll_nap,
+    validate_idempotent, validate_limit, validate_nack_delay, validate_receive,
+    validate_send_batch, validate_visibility,
 };
 use sluice_core::{
     AckRequest, Attempt, AttemptOutcome, BrowsePage, BrowseRequest, BrowseState, Clock, DeadLetter,
@@ -866,23 +867,7 @@ impl Store for EmbeddedStore {
         queue: &QueueName,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<SendOutcome>, StoreError> {
-        if messages.is_empty() || messages.len() > limits::MAX_BATCH {
-            return Err(StoreError::invalid(format!(
-                "a send batch holds 1 to {} messages, got {}",
-                limits::MAX_BATCH,
-                messages.len()
-            )));
-        }
-        let total: usize = messages.iter().map(|m| m.body.len()).sum();
-        if total > limits::MAX_BATCH_BYTES {
-            return Err(StoreError::PayloadTooLarge(format!(
-                "a send batch may hold at most {} bytes of bodies, got {total}; split it",
-                limits::MAX_BATCH_BYTES
-            )));
-        }
-        for m in &messages {
-            m.validate()?;
-        }
+        validate_send_batch(&messages)?;
         let (out, pos, notify) = {
             let mut core = self.inner.lock();
             let now = self.inner.now();
@@ -992,15 +977,10 @@ impl Store for EmbeddedStore {
                     if left.is_zero() {
                         return Ok(Vec::new());
                     }
-                    let now = self.inner.now();
                     // Re-check at the next due time (delay over, lease end, rate window),
                     // and at least every second so a moved clock is noticed.
-                    let mut nap = left.min(Duration::from_secs(1));
-                    if let Some(at) = next_wake {
-                        nap = nap.min(Duration::from_millis(
-                            u64::try_from(at - now).unwrap_or(0).max(1),
-                        ));
-                    }
+                    let nap =
+                        long_poll_nap(left, Duration::from_secs(1), self.inner.now(), next_wake);
                     tokio::select! {
                         () = &mut notified => {}
                         () = tokio::time::sleep(nap) => {}
@@ -1089,15 +1069,7 @@ impl Store for EmbeddedStore {
         delay: Option<Duration>,
         failure: Failure,
     ) -> Result<NackOutcome, StoreError> {
-        if let Some(d) = delay
-            && d > limits::MAX_DELAY
-        {
-            return Err(StoreError::invalid(format!(
-                "delay must be at most {} ms, got {} ms",
-                limits::MAX_DELAY.as_millis(),
-                d.as_millis()
-            )));
-        }
+        validate_nack_delay(delay)?;
         let (outcome, notify) = self
             .with_lease(queue, &receipt, |core, qid, m, now| {
                 if m.cancel_requested() {
@@ -1341,7 +1313,10 @@ impl Store for EmbeddedStore {
         validate_limit(req.limit)?;
         let after = match &req.cursor {
             None => None,
-            Some(c) => Some(parse_cursor(c)?),
+            Some(c) => {
+                let c: BrowseCursor = c.parse()?;
+                Some((c.part, c.at, c.id))
+            }
         };
         let mut core = self.inner.lock();
         let now = self.inner.now();
@@ -1381,8 +1356,14 @@ impl Store for EmbeddedStore {
             messages.push(core.message_view(*id, &m)?);
         }
         let next_cursor = if more {
-            keys.get(req.limit as usize - 1)
-                .map(|(tag, at, id)| format!("{tag}.{at}.{id:x}"))
+            keys.get(req.limit as usize - 1).map(|(part, at, id)| {
+                BrowseCursor {
+                    part: *part,
+                    at: *at,
+                    id: *id,
+                }
+                .to_string()
+            })
         } else {
             None
         };
@@ -1653,27 +1634,6 @@ pub(crate) fn stored_result(rec: Record, id: u64) -> Option<sluice_core::Body> {
             .and_then(|(_, r)| r),
         _ => None,
     }
-}
-
-fn parse_cursor(c: &str) -> Result<(u8, i64, u64), StoreError> {
-    let bad = || {
-        StoreError::invalid(
-            "cursor is malformed; pass next_cursor exactly as the previous page returned it",
-        )
-    };
-    let mut parts = c.splitn(3, '.');
-    let (Some(tag), Some(at), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(bad());
-    };
-    let tag: u8 = tag.parse().map_err(|_| bad())?;
-    if tag > 2 {
-        return Err(bad());
-    }
-    Ok((
-        tag,
-        at.parse().map_err(|_| bad())?,
-        u64::from_str_radix(id, 16).map_err(|_| bad())?,
-    ))
 }
 
 async fn maintain_all(inner: &Inner, wait: bool) -> Result<(), StoreError> {
