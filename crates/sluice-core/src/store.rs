@@ -510,6 +510,41 @@ pub fn validate_send_batch(messages: &[crate::message::NewMessage]) -> Result<()
         .try_for_each(crate::message::NewMessage::validate)
 }
 
+/// Checks that every body of a batch fits the queue's `max_message_bytes`.
+///
+/// # Errors
+/// `PayloadTooLarge` naming the first message that does not.
+pub fn validate_bodies_fit(
+    cfg: &crate::config::QueueConfig,
+    queue: &crate::name::QueueName,
+    messages: &[crate::message::NewMessage],
+) -> Result<(), StoreError> {
+    for (i, m) in messages.iter().enumerate() {
+        if m.body.len() > cfg.max_message_bytes as usize {
+            return Err(StoreError::PayloadTooLarge(format!(
+                "message {i} is {} bytes; queue {queue:?} accepts at most {} (max_message_bytes)",
+                m.body.len(),
+                cfg.max_message_bytes
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the size of an ack batch (1–1000 receipts).
+///
+/// # Errors
+/// `InvalidArgument` outside that range.
+pub fn validate_ack_batch(len: usize) -> Result<(), StoreError> {
+    use crate::config::limits::MAX_BATCH;
+    if len == 0 || len > MAX_BATCH {
+        return Err(StoreError::invalid(format!(
+            "an ack batch holds 1 to {MAX_BATCH} receipts, got {len}"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks the delay of a nack.
 ///
 /// # Errors

@@ -11,13 +11,12 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_core::config::limits;
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::message::clip_error;
 use sluice_core::store::{
     BrowseCursor, IDEMPOTENCY_TTL, IdempotentResponse, LeaseState, long_poll_nap,
-    validate_idempotent, validate_limit, validate_nack_delay, validate_receive,
-    validate_send_batch, validate_visibility,
+    validate_ack_batch, validate_bodies_fit, validate_idempotent, validate_limit,
+    validate_nack_delay, validate_receive, validate_send_batch, validate_visibility,
 };
 use sluice_core::{
     AckRequest, Attempt, AttemptOutcome, BrowsePage, BrowseRequest, BrowseState, Clock, DeadLetter,
@@ -874,15 +873,7 @@ impl Store for EmbeddedStore {
             let qid = core.qid(queue)?;
             core.maintain(qid, now)?;
             let cfg = core.state.queues[&qid].config.clone();
-            for (i, m) in messages.iter().enumerate() {
-                if m.body.len() > cfg.max_message_bytes as usize {
-                    return Err(StoreError::PayloadTooLarge(format!(
-                        "message {i} is {} bytes; queue {queue:?} accepts at most {} (max_message_bytes)",
-                        m.body.len(),
-                        cfg.max_message_bytes
-                    )));
-                }
-            }
+            validate_bodies_fit(&cfg, queue, &messages)?;
             let mut out = Vec::with_capacity(messages.len());
             let mut records = Vec::with_capacity(messages.len());
             // Dedup ids seen earlier in this batch count as already sent.
@@ -995,13 +986,7 @@ impl Store for EmbeddedStore {
         queue: &QueueName,
         acks: Vec<AckRequest>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        if acks.is_empty() || acks.len() > limits::MAX_BATCH {
-            return Err(StoreError::invalid(format!(
-                "an ack batch holds 1 to {} receipts, got {}",
-                limits::MAX_BATCH,
-                acks.len()
-            )));
-        }
+        validate_ack_batch(acks.len())?;
         let (out, pos) = {
             let mut core = self.inner.lock();
             let now = self.inner.now();

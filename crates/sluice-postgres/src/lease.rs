@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use sluice_core::config::limits;
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::message::clip_error;
 use sluice_core::rate::SlidingWindow;
 use sluice_core::store::{
-    LeaseState, long_poll_nap, validate_nack_delay, validate_receive, validate_visibility,
+    LeaseState, long_poll_nap, validate_ack_batch, validate_nack_delay, validate_receive,
+    validate_visibility,
 };
 use sluice_core::{
     AckRequest, Attempt, AttemptOutcome, Attributes, Body, DeadLetterReason, Delivery, Failure,
@@ -276,13 +276,7 @@ pub(crate) async fn ack(
     queue: &QueueName,
     acks: Vec<AckRequest>,
 ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-    if acks.is_empty() || acks.len() > limits::MAX_BATCH {
-        return Err(StoreError::invalid(format!(
-            "an ack batch holds 1 to {} receipts, got {}",
-            limits::MAX_BATCH,
-            acks.len()
-        )));
-    }
+    validate_ack_batch(acks.len())?;
     let q = queue.as_str();
     let conn = inner.conn().await?;
     let cfg = inner.configs.get(&**conn, q).await?;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sluice_core::store::validate_send_batch;
+use sluice_core::store::{validate_bodies_fit, validate_send_batch};
 use sluice_core::{
     MessageId, NewMessage, QueueConfig, QueueName, SendOutcome, StoreError, Timestamp,
 };
@@ -27,7 +27,7 @@ pub(crate) async fn send(
     let now = inner.now();
     let q = queue.as_str();
     let cfg = crate::queues::config(c, q, false).await?;
-    check_sizes(&cfg, queue, &messages)?;
+    validate_bodies_fit(&cfg, queue, &messages)?;
     let ids = inner.ids.draw(c, messages.len()).await?;
     // Dedup: claim each key in the table; a key another send holds inside its window keeps
     // that send's id. Keys repeated inside this batch count as already sent.
@@ -150,23 +150,6 @@ pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
         && (cfg.dedup_window.is_zero() || messages.iter().all(|m| m.dedup_id.is_none()))
 }
 
-fn check_sizes(
-    cfg: &QueueConfig,
-    queue: &QueueName,
-    messages: &[NewMessage],
-) -> Result<(), StoreError> {
-    for (i, m) in messages.iter().enumerate() {
-        if m.body.len() > cfg.max_message_bytes as usize {
-            return Err(StoreError::PayloadTooLarge(format!(
-                "message {i} is {} bytes; queue {queue:?} accepts at most {} (max_message_bytes)",
-                m.body.len(),
-                cfg.max_message_bytes
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// Sends a batch with no dedup ids and no `max_depth` in one statement, committed on its own:
 /// the rows and the counter in one round trip and one WAL flush, the way a plain
 /// `INSERT`-based queue would, with Sluice's bookkeeping riding along. `cfg` may be a
@@ -179,7 +162,7 @@ pub(crate) async fn send_plain(
     messages: Vec<NewMessage>,
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
     validate_send_batch(&messages)?;
-    check_sizes(cfg, queue, &messages)?;
+    validate_bodies_fit(cfg, queue, &messages)?;
     let now = inner.now();
     let q = queue.as_str();
     let ids = inner.ids.draw(&***conn, messages.len()).await?;
