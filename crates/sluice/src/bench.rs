@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::client::args::parse_duration;
 use anyhow::{Context, bail};
 use clap::Args;
 use hdrhistogram::Histogram;
@@ -119,31 +120,6 @@ pub struct BenchArgs {
     /// Print the report as JSON (and no progress line).
     #[arg(long)]
     json: bool,
-}
-
-/// Parses `10s`, `500ms`, `2m`, `1h`, `1d` or a bare number of seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 10s, 500ms, 2m or 1h"))?;
-    let scale = match unit.trim() {
-        "ms" => 0.001,
-        "" | "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        "d" => 86_400.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {s:?}; use ms, s, m, h or d"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{s:?}: {e}"))
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {

@@ -26,7 +26,7 @@
 //! Errors print `sluice: error: <message>` on stderr, and usually a `hint:` line saying what
 //! to do next.
 
-mod args;
+pub(crate) mod args;
 mod audit;
 mod consume;
 mod dlq;

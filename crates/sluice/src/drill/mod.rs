@@ -31,7 +31,8 @@ use clap::Args;
 use sluice_client::wire::{BrowseQuery, MessageView, QueueConfigRequest};
 use sluice_client::{Client, RateLimiter};
 
-use scenario::{Clock, Scenario, parse_duration};
+use crate::client::args::parse_duration;
+use scenario::{Clock, Scenario};
 
 /// Options of `sluice drill`. Durations and rates are in scenario time.
 #[derive(Debug, Clone, Args)]

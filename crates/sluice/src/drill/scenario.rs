@@ -11,34 +11,6 @@ use anyhow::bail;
 
 use super::DrillArgs;
 
-/// Parses `10s`, `500ms`, `2m`, `1h` or a bare number of seconds (scenario time).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 10s, 500ms, 2m or 1h"))?;
-    let unit_secs = match unit.trim() {
-        "ms" => 0.001,
-        "" | "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {s:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    let secs = value * unit_secs;
-    if !secs.is_finite() || !(0.0..=7.0 * 86_400.0).contains(&secs) {
-        return Err(format!("{s:?} is out of range (0 to 7 days)"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 /// The scenario clock: maps real instants to scenario minutes and scenario durations to real
 /// ones.
 #[derive(Debug, Clone, Copy)]
@@ -217,14 +189,6 @@ impl Scenario {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("20m"), Ok(Duration::from_secs(1200)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("3 weeks").is_err());
-    }
 
     #[test]
     fn clock_scales() {
