@@ -414,44 +414,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
 async fn run_one(ctx: &Ctx, name: &str, batch: usize) -> anyhow::Result<Row> {
     let a = &ctx.args;
     match name {
-        "sluice" => {
-            let url = ctx.sluice_url.clone().context("no Sluice broker")?;
+        "sluice" | "sluice-postgres" => {
+            let (url, pid, durability, settings) = if name == "sluice" {
+                (
+                    &ctx.sluice_url,
+                    ctx.sluice_pid,
+                    "durable (fdatasync per group commit)",
+                    "embedded engine, HTTP API",
+                )
+            } else {
+                (
+                    &ctx.sluice_pg_url,
+                    ctx.sluice_pg_pid,
+                    "durable (WAL flushed at commit)",
+                    "PostgreSQL engine (one node, same server as the postgres row), HTTP API",
+                )
+            };
+            let url = url.clone().with_context(|| format!("no {name} broker"))?;
             let sys = sluice::Sluice::connect(&url).await?;
-            let target = match ctx.sluice_pid {
+            let target = match pid {
                 Some(p) => cpu::Target::Pid(p),
                 None => cpu::Target::Name("sluice".to_owned()),
             };
-            measure(
-                ctx,
-                &sys,
-                name,
-                "durable (fdatasync per group commit)",
-                "embedded engine, HTTP API",
-                batch,
-                target,
-            )
-            .await
-        }
-        "sluice-postgres" => {
-            let url = ctx
-                .sluice_pg_url
-                .clone()
-                .context("no Sluice broker on PostgreSQL")?;
-            let sys = sluice::Sluice::connect(&url).await?;
-            let target = match ctx.sluice_pg_pid {
-                Some(p) => cpu::Target::Pid(p),
-                None => cpu::Target::Name("sluice".to_owned()),
-            };
-            measure(
-                ctx,
-                &sys,
-                name,
-                "durable (WAL flushed at commit)",
-                "PostgreSQL engine (one node, same server as the postgres row), HTTP API",
-                batch,
-                target,
-            )
-            .await
+            measure(ctx, &sys, name, durability, settings, batch, target).await
         }
         "rabbitmq" => {
             let sys = rabbit::Rabbit::connect(&a.rabbitmq_url, batch).await?;
