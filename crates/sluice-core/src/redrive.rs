@@ -179,6 +179,67 @@ pub struct RedriveJob {
     pub cursor: Option<(i64, u64)>,
 }
 
+impl RedriveJob {
+    /// A new running job.
+    pub fn new(id: RedriveId, spec: RedriveSpec, now: Timestamp) -> Self {
+        RedriveJob {
+            id,
+            spec,
+            state: RedriveState::Running,
+            matched: 0,
+            moved: 0,
+            skipped: 0,
+            blocked: None,
+            created_at: now,
+            updated_at: now,
+            finished_at: None,
+            cursor: None,
+        }
+    }
+
+    /// Stops a running job. Returns false (and changes nothing) when it had finished already.
+    pub fn cancel(&mut self, now: Timestamp) -> bool {
+        if self.state != RedriveState::Running {
+            return false;
+        }
+        self.state = RedriveState::Cancelled;
+        self.blocked = None;
+        self.updated_at = now;
+        self.finished_at = Some(now);
+        true
+    }
+
+    /// Marks the job completed.
+    pub fn finish(&mut self, now: Timestamp) {
+        self.state = RedriveState::Completed;
+        self.finished_at = Some(now);
+    }
+
+    /// Refuses a step of a job that is not running.
+    ///
+    /// # Errors
+    /// `Conflict` naming the job's state.
+    pub fn check_running(&self) -> Result<(), StoreError> {
+        if self.state == RedriveState::Running {
+            return Ok(());
+        }
+        Err(StoreError::Conflict(format!(
+            "redrive job {} is {}; only a running job takes steps",
+            self.id,
+            self.state.as_str()
+        )))
+    }
+}
+
+/// The error for a second job on a source while `running` (a job id, or a description)
+/// still runs.
+pub fn already_running(running: &str, source: &QueueName) -> StoreError {
+    StoreError::Conflict(format!(
+        "redrive job {running} of {:?} is still running; wait for it or cancel it (POST /v1/redrives/{running}/cancel)",
+        source.as_str()
+    ))
+}
+
 /// What one step did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedriveStep {

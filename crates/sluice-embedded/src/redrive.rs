@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use sluice_core::redrive::already_running;
 use sluice_core::{
     QueueName, RedriveId, RedriveJob, RedriveSpec, RedriveState, StoreError, Timestamp,
 };
@@ -40,28 +41,11 @@ pub(crate) fn create(
         .values()
         .find(|j| j.state == RedriveState::Running && j.spec.source == spec.source)
     {
-        return Err(StoreError::Conflict(format!(
-            "redrive job {} of {:?} is still running; wait for it or cancel it (POST /v1/redrives/{}/cancel)",
-            running.id,
-            spec.source.as_str(),
-            running.id
-        )));
+        return Err(already_running(&running.id.to_string(), &spec.source));
     }
     forget_old_jobs(core);
     let id = RedriveId(core.state.draw_id(Timestamp(now)));
-    let job = RedriveJob {
-        id,
-        spec,
-        state: RedriveState::Running,
-        matched: 0,
-        moved: 0,
-        skipped: 0,
-        blocked: None,
-        created_at: Timestamp(now),
-        updated_at: Timestamp(now),
-        finished_at: None,
-        cursor: None,
-    };
+    let job = RedriveJob::new(id, spec, Timestamp(now));
     Ok((job.clone(), Record::Redrive { job, moves: vec![] }))
 }
 
@@ -99,10 +83,7 @@ pub(crate) fn cancel(
     if job.state != RedriveState::Running {
         return Ok((job, None));
     }
-    job.state = RedriveState::Cancelled;
-    job.blocked = None;
-    job.updated_at = Timestamp(now);
-    job.finished_at = Some(Timestamp(now));
+    job.cancel(Timestamp(now));
     Ok((job.clone(), Some(Record::Redrive { job, moves: vec![] })))
 }
 
@@ -126,12 +107,7 @@ pub(crate) fn step(
     now: i64,
 ) -> Result<StepOutcome, StoreError> {
     let mut job = get(core, id)?;
-    if job.state != RedriveState::Running {
-        return Err(StoreError::Conflict(format!(
-            "redrive job {id} is {}; only a running job takes steps",
-            job.state.as_str()
-        )));
-    }
+    job.check_running()?;
     let max = max.clamp(1, 1000) as u64;
     let done_so_far = if job.spec.dry_run {
         job.matched
@@ -145,7 +121,7 @@ pub(crate) fn step(
     job.updated_at = Timestamp(now);
     job.blocked = None;
     let Ok(src) = core.qid(&job.spec.source) else {
-        finish(&mut job, now);
+        job.finish(Timestamp(now));
         job.blocked = Some(format!(
             "source queue {:?} was deleted",
             job.spec.source.as_str()
@@ -265,7 +241,7 @@ pub(crate) fn step(
     };
     let limit_reached = job.spec.limit.is_some_and(|l| done_now >= l);
     if limit_reached || (scanned_to_end && !stopped_early && job.blocked.is_none()) {
-        finish(&mut job, now);
+        job.finish(Timestamp(now));
     }
     let moved_now = moves.len() as u64;
     Ok(StepOutcome {
@@ -274,9 +250,4 @@ pub(crate) fn step(
         moved_now,
         wake,
     })
-}
-
-fn finish(job: &mut RedriveJob, now: i64) {
-    job.state = RedriveState::Completed;
-    job.finished_at = Some(Timestamp(now));
 }

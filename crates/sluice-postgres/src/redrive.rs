@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use sluice_core::redrive::already_running;
 use sluice_core::{
     MessageId, QueueConfig, RedriveId, RedriveJob, RedriveSpec, RedriveState, RedriveStep,
     StoreError, Timestamp,
@@ -51,25 +52,8 @@ pub(crate) async fn create(inner: &Inner, spec: RedriveSpec) -> Result<RedriveJo
         }
         let now = inner.now();
         let id = inner.ids.draw(tx, 1).await?[0];
-        let job = RedriveJob {
-            id: RedriveId(id as u64),
-            spec,
-            state: RedriveState::Running,
-            matched: 0,
-            moved: 0,
-            skipped: 0,
-            blocked: None,
-            created_at: Timestamp(now),
-            updated_at: Timestamp(now),
-            finished_at: None,
-            cursor: None,
-        };
-        let conflict = |other: String| {
-            StoreError::Conflict(format!(
-                "redrive job {other} of {:?} is still running; wait for it or cancel it (POST /v1/redrives/{other}/cancel)",
-                job.spec.source.as_str()
-            ))
-        };
+        let job = RedriveJob::new(RedriveId(id as u64), spec, Timestamp(now));
+        let conflict = |other: &str| already_running(other, &job.spec.source);
         if let Some(running) = tx
             .query_opt(
                 "SELECT job FROM redrives WHERE source = $1 AND running",
@@ -78,7 +62,7 @@ pub(crate) async fn create(inner: &Inner, spec: RedriveSpec) -> Result<RedriveJo
             .await
             .map_err(|e| db(&e))?
         {
-            return Err(conflict(job_of(&running)?.id.to_string()));
+            return Err(conflict(&job_of(&running)?.id.to_string()));
         }
         // Two nodes creating a job for one source at once: the unique index lets one win.
         tx.execute(
@@ -88,7 +72,7 @@ pub(crate) async fn create(inner: &Inner, spec: RedriveSpec) -> Result<RedriveJo
         .await
         .map_err(|e| {
             if is_unique_violation(&e) {
-                conflict("created a moment ago".to_string())
+                conflict("created a moment ago")
             } else {
                 db(&e)
             }
@@ -142,14 +126,9 @@ pub(crate) async fn cancel(inner: &Inner, id: RedriveId) -> Result<RedriveJob, S
             .map_err(|e| db(&e))?
             .ok_or_else(|| not_found(id))?;
         let mut job = job_of(&row)?;
-        if job.state != RedriveState::Running {
+        if !job.cancel(Timestamp(inner.now())) {
             return Ok(job);
         }
-        let now = inner.now();
-        job.state = RedriveState::Cancelled;
-        job.blocked = None;
-        job.updated_at = Timestamp(now);
-        job.finished_at = Some(Timestamp(now));
         tx.execute(
             "UPDATE redrives SET running = false, job = $2, owner = NULL WHERE id = $1",
             &[&(id.0 as i64), &Json(&job)],
@@ -160,11 +139,6 @@ pub(crate) async fn cancel(inner: &Inner, id: RedriveId) -> Result<RedriveJob, S
     })
     .await?;
     Ok(job)
-}
-
-fn finish(job: &mut RedriveJob, now: i64) {
-    job.state = RedriveState::Completed;
-    job.finished_at = Some(Timestamp(now));
 }
 
 /// Moves up to `max` matching dead letters of a running job, with its progress.
@@ -185,12 +159,7 @@ pub(crate) async fn step(
             .map_err(|e| db(&e))?
             .ok_or_else(|| not_found(id))?;
         let mut job = job_of(&row)?;
-        if job.state != RedriveState::Running {
-            return Err(StoreError::Conflict(format!(
-                "redrive job {id} is {}; only a running job takes steps",
-                job.state.as_str()
-            )));
-        }
+        job.check_running()?;
         let owner: Option<String> = row.try_get(1).map_err(corrupt)?;
         let owner_until: Option<i64> = row.try_get(2).map_err(corrupt)?;
         if let (Some(owner), Some(until)) = (owner, owner_until)
@@ -221,7 +190,7 @@ pub(crate) async fn step(
         let src = job.spec.source.clone();
         match crate::queues::config(tx, src.as_str(), false).await {
             Err(StoreError::QueueNotFound(_)) => {
-                finish(&mut job, now);
+                job.finish(Timestamp(now));
                 job.blocked = Some(format!("source queue {:?} was deleted", src.as_str()));
             }
             Err(e) => return Err(e),
@@ -382,7 +351,7 @@ async fn step_moves(
     };
     let limit_reached = job.spec.limit.is_some_and(|l| done_now >= l);
     if limit_reached || (scanned_to_end && !stopped_early && job.blocked.is_none()) {
-        finish(job, now);
+        job.finish(Timestamp(now));
     }
     Ok(())
 }
