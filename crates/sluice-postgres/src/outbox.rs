@@ -29,6 +29,7 @@ impl PostgresStore {
         queue: &QueueName,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<SendOutcome>, StoreError> {
+        sluice_core::store::validate_send_batch(&messages)?;
         let saved: String = tx
             .query_one("SELECT current_setting('search_path')", &[])
             .await

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sluice_core::store::{validate_bodies_fit, validate_send_batch};
+use sluice_core::store::validate_bodies_fit;
 use sluice_core::{
     MessageId, NewMessage, QueueConfig, QueueName, SendOutcome, StoreError, Timestamp,
 };
@@ -16,14 +16,13 @@ use crate::store::Inner;
 
 /// Stores a batch in `c`'s transaction. Returns the outcomes and whether a message is
 /// visible at once, so that the caller wakes waiting receives (on every node) once the
-/// transaction has committed.
+/// transaction has committed. The caller has checked the batch (`validate_send_batch`).
 pub(crate) async fn send(
     inner: &Inner,
     c: &impl GenericClient,
     queue: &QueueName,
     messages: Vec<NewMessage>,
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
-    validate_send_batch(&messages)?;
     let now = inner.now();
     let q = queue.as_str();
     let cfg = crate::queues::config(c, q, false).await?;
@@ -153,7 +152,8 @@ pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
 /// Sends a batch with no dedup ids and no `max_depth` in one statement, committed on its own:
 /// the rows and the counter in one round trip and one WAL flush, the way a plain
 /// `INSERT`-based queue would, with Sluice's bookkeeping riding along. `cfg` may be a
-/// recently cached copy; the insert itself checks that the queue still exists.
+/// recently cached copy; the insert itself checks that the queue still exists. The caller has
+/// checked the batch (`validate_send_batch`).
 pub(crate) async fn send_plain(
     inner: &Inner,
     conn: &deadpool_postgres::Object,
@@ -161,7 +161,6 @@ pub(crate) async fn send_plain(
     cfg: &QueueConfig,
     messages: Vec<NewMessage>,
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
-    validate_send_batch(&messages)?;
     validate_bodies_fit(cfg, queue, &messages)?;
     let now = inner.now();
     let q = queue.as_str();
