@@ -10,7 +10,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
 fn sluice() -> Command {
     let mut c = Command::new(BIN);
-    for var in ["SLUICE_LISTEN", "SLUICE_DATA_DIR", "SLUICE_CONFIG"] {
+    for var in [
+        "SLUICE_LISTEN",
+        "SLUICE_DATA_DIR",
+        "SLUICE_CONFIG",
+        "SLUICE_STORE",
+        "SLUICE_NODE_ID",
+    ] {
         c.env_remove(var);
     }
     c.env("RUST_LOG", "warn");
@@ -232,4 +238,30 @@ fn key_hash_and_generate() {
         .output()
         .unwrap();
     assert!(!empty.status.success());
+}
+
+/// A `--store` that is neither `embedded` nor a PostgreSQL connection string, a bad schema
+/// name and an unreachable database each stop start-up with a message saying what to fix.
+#[test]
+fn a_bad_store_is_reported() {
+    let run = |store: &str| {
+        let out = sluice()
+            .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
+            .output()
+            .expect("run sluice");
+        assert!(!out.status.success(), "{store} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run("mysql://db/x");
+    assert!(
+        e.contains("neither `embedded` nor a postgres:// connection string"),
+        "{e}"
+    );
+    let e = run("postgres://postgres@127.0.0.1:5432/test?schema=no-dashes");
+    assert!(e.contains("letters, digits or underscores"), "{e}");
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let e = run("postgres://postgres:secret@127.0.0.1:1/test");
+    assert!(e.contains("opening PostgreSQL store"), "{e}");
+    assert!(e.contains("check that the server runs"), "{e}");
+    assert!(!e.contains("secret"), "the password is not printed: {e}");
 }
