@@ -7,9 +7,9 @@ use bytes::Bytes;
 use reqwest::Method;
 use serde::Serialize;
 use sluice_core::wire::{
-    AckBatchResponse, AckRequest, AckResponse, DeliveryView, ExtendRequest, ExtendResponse,
-    FailureResponse, MoveRequest, NackRequest, ReceiveRequest, ReceiveResponse, RejectRequest,
-    SendBatchResponse, SendRequest, SendResponse,
+    AckBatchResponse, AckOutcome, AckRequest, AckResponse, DeliveryView, ExtendRequest,
+    ExtendResponse, FailureResponse, MoveRequest, NackRequest, ReceiveRequest, ReceiveResponse,
+    RejectRequest, SendBatchResponse, SendRequest, SendResponse,
 };
 
 use crate::body::{NewMessage, OutBody};
@@ -257,12 +257,43 @@ impl Client {
         queue_name: &str,
         options: &ReceiveOptions,
     ) -> Result<Vec<DeliveryView>> {
+        Ok(self.lease(queue_name, options, None).await?.messages)
+    }
+
+    /// Acknowledges `receipts` (like [`Client::ack_batch`]) and then leases as
+    /// [`Client::receive`] does, in one round trip: the loop of a worker that settles each
+    /// batch before taking the next. Returns one outcome per receipt, in order, and the new
+    /// deliveries.
+    ///
+    /// # Errors
+    /// As [`Client::receive`]; a failed ack is an outcome, not an error. When the call fails
+    /// after the broker applied the acks, acking those receipts again answers
+    /// `receipt_stale`.
+    pub async fn ack_and_receive(
+        &self,
+        queue_name: &str,
+        receipts: &[String],
+        options: &ReceiveOptions,
+    ) -> Result<(Vec<AckOutcome>, Vec<DeliveryView>)> {
+        let resp = self
+            .lease(queue_name, options, Some(receipts.to_vec()))
+            .await?;
+        Ok((resp.acked.unwrap_or_default(), resp.messages))
+    }
+
+    async fn lease(
+        &self,
+        queue_name: &str,
+        options: &ReceiveOptions,
+        ack: Option<Vec<String>>,
+    ) -> Result<ReceiveResponse> {
         let q = queue(queue_name)?;
         let req = ReceiveRequest {
             max: Some(options.max),
             wait_ms: (!options.wait.is_zero()).then(|| ms(options.wait)),
             visibility_timeout_ms: options.visibility.map(ms),
             consumer: options.consumer.clone(),
+            ack: ack.filter(|a| !a.is_empty()),
         };
         let mut call = Call::new(
             Method::POST,
@@ -271,8 +302,7 @@ impl Client {
         )
         .json(&req)?;
         call.extra_timeout = options.wait;
-        let resp: ReceiveResponse = self.call_json(call).await?;
-        Ok(resp.messages)
+        self.call_json(call).await
     }
 
     /// Acknowledges (deletes) a delivered message.

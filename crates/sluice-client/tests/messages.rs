@@ -180,6 +180,38 @@ async fn ack_single_and_batch_with_per_receipt_outcomes() {
 }
 
 #[tokio::test]
+async fn ack_and_receive_settles_one_batch_and_takes_the_next() {
+    let srv = common::start().await;
+    let c = &srv.client;
+    queue(c, "q").await;
+    for i in 0..4 {
+        c.send_json("q", &i).await.unwrap();
+    }
+    let two = ReceiveOptions::new(2, Duration::ZERO);
+    let first = c.receive("q", &two).await.unwrap();
+    let receipts: Vec<String> = first.iter().map(|d| d.receipt.clone()).collect();
+    let (acked, next) = c.ack_and_receive("q", &receipts, &two).await.unwrap();
+    assert_eq!(acked.len(), 2);
+    assert!(acked.iter().all(|o| o.ok), "{acked:?}");
+    assert_eq!(next.len(), 2);
+    assert!(next.iter().all(|d| first.iter().all(|f| f.id != d.id)));
+
+    // A stale receipt is an outcome, not an error; no receipts is a plain receive.
+    let (acked, none) = c.ack_and_receive("q", &receipts, &two).await.unwrap();
+    assert_eq!(
+        acked[0].error.as_ref().map(|e| e.code.as_str()),
+        Some("receipt_stale")
+    );
+    assert!(none.is_empty());
+    let (acked, _) = c.ack_and_receive("q", &[], &two).await.unwrap();
+    assert!(acked.is_empty());
+    let stats = c.stats("q").await.unwrap();
+    assert_eq!(stats.totals.acked, 2);
+    assert_eq!(stats.in_flight, 2);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
 async fn nack_reject_move_extend() {
     let srv = common::start().await;
     let c = &srv.client;

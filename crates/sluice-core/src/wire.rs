@@ -647,9 +647,41 @@ pub struct ReceiveRequest {
     /// Who is receiving, recorded in the attempt history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer: Option<String>,
+    /// Receipts to acknowledge before leasing (0 – 1000), exactly as `POST …/ack` with
+    /// `receipts` would: a worker settles its last batch and takes the next in one round trip.
+    /// The outcomes come back in the answer's `acked`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack: Option<Vec<String>>,
 }
 
 impl ReceiveRequest {
+    /// The acknowledgements this receive carries; `None` when there are none.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when there are more than the batch limit.
+    pub fn acks(&mut self) -> Result<Option<Vec<AckItem>>, StoreError> {
+        use crate::config::limits::MAX_BATCH;
+        let Some(receipts) = self.ack.take().filter(|r| !r.is_empty()) else {
+            return Ok(None);
+        };
+        if receipts.len() > MAX_BATCH {
+            return Err(StoreError::invalid(format!(
+                "`ack` holds at most {MAX_BATCH} receipts, got {}",
+                receipts.len()
+            )));
+        }
+        Ok(Some(
+            receipts
+                .into_iter()
+                .map(|receipt| AckItem {
+                    receipt,
+                    result: None,
+                    result_base64: None,
+                })
+                .collect(),
+        ))
+    }
+
     /// The core request, validated.
     ///
     /// # Errors
@@ -733,6 +765,9 @@ impl From<&Delivery> for DeliveryView {
 pub struct ReceiveResponse {
     /// The leased messages; empty when none was ready within `wait_ms`.
     pub messages: Vec<DeliveryView>,
+    /// One outcome per receipt of the request's `ack`, in its order; absent without `ack`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acked: Option<Vec<AckOutcome>>,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -510,6 +510,7 @@ async fn consumer(shared: Arc<Shared>) -> anyhow::Result<TaskStats> {
         wait_ms: Some(RECEIVE_WAIT_MS),
         visibility_timeout_ms: None,
         consumer: None,
+        ack: None,
     };
     while !shared.stop_consumers.load(Ordering::Relaxed) {
         let got = match call::<Received>(shared.post(receive_url.clone()).json(&receive)).await {

@@ -9,14 +9,15 @@ use sluice_core::wire::{
     MoveRequest, NackRequest, ProgressRequest, ReceiveRequest, ReceiveResponse, RejectRequest,
     ReleaseRequest, parse_receipt, rfc3339,
 };
-use sluice_core::{Failure, StoreError};
+use sluice_core::{Failure, QueueName, StoreError};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
 use crate::error::ApiError;
 use crate::extract::{JsonBody, OptionalJsonBody, QueuePath};
 
-/// Leases up to `max` messages, waiting up to `wait_ms` (long poll) for the first.
+/// Leases up to `max` messages, waiting up to `wait_ms` (long poll) for the first; first
+/// acknowledges the receipts in `ack`, if any.
 #[utoipa::path(
     post, path = "/v1/queues/{q}/receive", tag = "messages",
     params(("q" = String, Path, description = "Queue name")),
@@ -32,10 +33,17 @@ pub async fn receive(
     State(st): State<AppState>,
     caller: Caller,
     QueuePath(q): QueuePath,
-    OptionalJsonBody(req): OptionalJsonBody<ReceiveRequest>,
+    OptionalJsonBody(mut req): OptionalJsonBody<ReceiveRequest>,
 ) -> Result<Json<ReceiveResponse>, ApiError> {
     caller.allow(Action::Consume, &q)?;
+    let acks = req.acks()?;
     let req = req.to_core()?;
+    // The acks are settled (durably) before anything is leased, so a worker that hands back
+    // its last batch here never holds more than one batch at a time.
+    let acked = match acks {
+        Some(items) => Some(ack_batch(&st, &q, items).await?),
+        None => None,
+    };
     let deliveries = if req.wait.is_zero() {
         st.store.receive(&q, req).await?
     } else {
@@ -49,6 +57,7 @@ pub async fn receive(
     st.metrics.delivered(&q, &deliveries);
     Ok(Json(ReceiveResponse {
         messages: deliveries.iter().map(Into::into).collect(),
+        acked,
     }))
 }
 
@@ -100,48 +109,55 @@ pub async fn ack(
             }
         }
         AckForm::Batch(items) => {
-            // Malformed items get their own outcome; the rest go to the store together.
-            let mut results: Vec<AckOutcome> = Vec::with_capacity(items.len());
-            let mut valid = Vec::new();
-            let mut slots = Vec::new();
-            for (i, mut item) in items.into_iter().enumerate() {
-                let outcome = AckOutcome {
-                    receipt: item.receipt.clone(),
-                    ok: false,
-                    error: None,
-                };
-                match ack_request(&mut item) {
-                    Ok(a) => {
-                        valid.push(a);
-                        slots.push(i);
-                    }
-                    Err(e) => {
-                        results.push(AckOutcome {
-                            error: Some(ErrorBody::from(&e)),
-                            ..outcome
-                        });
-                        continue;
-                    }
-                }
-                results.push(outcome);
-            }
-            if !valid.is_empty() {
-                let ids: Vec<_> = valid.iter().map(|a| a.receipt.id).collect();
-                let out = st.store.ack(&q, valid).await?;
-                for ((slot, r), id) in slots.into_iter().zip(out).zip(ids) {
-                    match r {
-                        Ok(()) => {
-                            st.metrics.acked(id);
-                            results[slot].ok = true;
-                        }
-                        Err(e) => results[slot].error = Some(ErrorBody::from(&e)),
-                    }
-                }
-            }
+            let results = ack_batch(&st, &q, items).await?;
             let acked = results.iter().filter(|r| r.ok).count();
             Ok(Json(AckBatchResponse { results, acked }).into_response())
         }
     }
+}
+
+/// Acknowledges a batch: malformed receipts get their own outcome, the rest go to the
+/// store together.
+async fn ack_batch(
+    st: &AppState,
+    q: &QueueName,
+    items: Vec<AckItem>,
+) -> Result<Vec<AckOutcome>, ApiError> {
+    let mut results: Vec<AckOutcome> = Vec::with_capacity(items.len());
+    let mut valid = Vec::new();
+    let mut slots = Vec::new();
+    for (i, mut item) in items.into_iter().enumerate() {
+        let outcome = AckOutcome {
+            receipt: item.receipt.clone(),
+            ok: false,
+            error: None,
+        };
+        match ack_request(&mut item) {
+            Ok(a) => {
+                valid.push(a);
+                slots.push(i);
+                results.push(outcome);
+            }
+            Err(e) => results.push(AckOutcome {
+                error: Some(ErrorBody::from(&e)),
+                ..outcome
+            }),
+        }
+    }
+    if !valid.is_empty() {
+        let ids: Vec<_> = valid.iter().map(|a| a.receipt.id).collect();
+        let out = st.store.ack(q, valid).await?;
+        for ((slot, r), id) in slots.into_iter().zip(out).zip(ids) {
+            match r {
+                Ok(()) => {
+                    st.metrics.acked(id);
+                    results[slot].ok = true;
+                }
+                Err(e) => results[slot].error = Some(ErrorBody::from(&e)),
+            }
+        }
+    }
+    Ok(results)
 }
 
 /// Returns a message for another attempt (after `delay_ms` or the queue's backoff), or

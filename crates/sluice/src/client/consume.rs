@@ -49,7 +49,10 @@ pub async fn receive(a: ReceiveArgs) -> Result<(), Failure> {
     let n = got.len();
     let receipts: Vec<String> = got.iter().map(|d| d.receipt.clone()).collect();
     if a.conn.json {
-        json(&ReceiveResponse { messages: got })?;
+        json(&ReceiveResponse {
+            messages: got,
+            acked: None,
+        })?;
     } else {
         let mut t = Table::new(&["ID", "RECEIPT", "RECEIVES", "ATTRIBUTES", "BODY"]);
         for d in &got {
