@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::serve::ListenerExt as _;
 use sluice_core::Store;
 use tokio::sync::watch;
 
@@ -158,6 +159,13 @@ impl Broker {
         let tx = self.state.shutdown.clone();
         let runner = tokio::spawn(redrive::run(self.state.store.clone(), tx.subscribe()));
         let sampler = tokio::spawn(sampler::run(self.state.store.clone(), tx.subscribe()));
+        // Answers go out at once: a request/response protocol gains nothing from Nagle's
+        // algorithm, and a large answer's last segment would wait for the client's delayed ACK.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+            }
+        });
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
