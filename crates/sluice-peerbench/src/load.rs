@@ -24,8 +24,16 @@ pub trait Producer: Send + 'static {
 pub trait Consumer: Send + 'static {
     /// Receives up to `max` bodies, waiting at most a few hundred ms; empty when none came.
     fn receive(&mut self, max: usize) -> impl Future<Output = anyhow::Result<Vec<Vec<u8>>>> + Send;
-    /// Acknowledges everything the last `receive` returned.
-    fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send;
+    /// Starts acknowledging everything received and not yet acknowledged. The future
+    /// completes when the server confirmed the acks (or, for a protocol without ack
+    /// confirmations, when they are sent) and borrows nothing, so the consumer receives its
+    /// next batch meanwhile, as a real worker does.
+    fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send + 'static;
+    /// Whether the server keeps delivering while earlier deliveries wait for their ack. When
+    /// it does, deliveries received while an ack is in flight are acknowledged together in
+    /// the next one (as a worker's ack batcher does); when it does not (RabbitMQ with
+    /// prefetch = B), each batch's ack is finished before the next receive.
+    const DELIVERS_WHILE_UNACKED: bool = true;
 }
 
 /// One system under test: opens producer and consumer connections.
@@ -71,6 +79,13 @@ struct Shared {
 impl Shared {
     fn now_us(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn count_acked(&self, k: u64) {
+        let before = self.acked.fetch_add(k, Ordering::Relaxed);
+        if before < self.target && before + k >= self.target {
+            self.done_us.store(self.now_us(), Ordering::Relaxed);
+        }
     }
 
     fn error(&self, e: &anyhow::Error) {
@@ -156,7 +171,34 @@ pub async fn phase<P: Producer, C: Consumer>(
         let s = shared.clone();
         ctasks.push(tokio::spawn(async move {
             let mut hist = new_histogram()?;
+            // One ack in flight at a time; what arrives meanwhile waits for the next one. A
+            // message counts as done when its ack is confirmed.
+            let mut acking: Option<tokio::task::JoinHandle<()>> = None;
+            let mut held = 0u64;
             while !s.stop.load(Ordering::Relaxed) && s.acked.load(Ordering::Relaxed) < s.target {
+                // Once every send is out, nothing is held back behind a long poll.
+                let must_flush =
+                    !C::DELIVERS_WHILE_UNACKED || s.budget.load(Ordering::Relaxed) <= 0;
+                if held > 0 {
+                    let busy = acking.as_ref().is_some_and(|a| !a.is_finished());
+                    if !busy || must_flush {
+                        if let Some(previous) = acking.take() {
+                            previous.await.context("an ack task panicked")?;
+                        }
+                        let ack = c.ack();
+                        let s2 = s.clone();
+                        let k = std::mem::take(&mut held);
+                        acking = Some(tokio::spawn(async move {
+                            match ack.await {
+                                Ok(()) => s2.count_acked(k),
+                                Err(e) => s2.error(&e),
+                            }
+                        }));
+                    }
+                }
+                if must_flush && let Some(a) = acking.take() {
+                    a.await.context("an ack task panicked")?;
+                }
                 let got = match c.receive(batch).await {
                     Ok(g) => g,
                     Err(e) => {
@@ -165,25 +207,16 @@ pub async fn phase<P: Producer, C: Consumer>(
                         continue;
                     }
                 };
-                if got.is_empty() {
-                    continue;
-                }
                 let now = s.now_us();
                 for b in &got {
                     if let Some(t) = stamp(b) {
                         hist.saturating_record(now.saturating_sub(t).max(1));
                     }
                 }
-                match c.ack().await {
-                    Ok(()) => {
-                        let k = got.len() as u64;
-                        let before = s.acked.fetch_add(k, Ordering::Relaxed);
-                        if before < s.target && before + k >= s.target {
-                            s.done_us.store(s.now_us(), Ordering::Relaxed);
-                        }
-                    }
-                    Err(e) => s.error(&e),
-                }
+                held += got.len() as u64;
+            }
+            if let Some(last) = acking {
+                last.await.context("an ack task panicked")?;
             }
             anyhow::Ok((c, hist))
         }));

@@ -1,6 +1,7 @@
 //! NATS JetStream through async-nats: a file-storage stream with work-queue retention,
 //! publish with ack, a pull consumer with explicit acks.
 
+use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
@@ -142,10 +143,13 @@ impl Consumer for NatsConsumer {
         Ok(out)
     }
 
-    async fn ack(&mut self) -> anyhow::Result<()> {
-        for m in self.held.drain(..) {
-            m.ack().await.map_err(|e| anyhow!("ack: {e}"))?;
+    fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
+        let held = std::mem::take(&mut self.held);
+        async move {
+            for m in held {
+                m.ack().await.map_err(|e| anyhow!("ack: {e}"))?;
+            }
+            Ok(())
         }
-        Ok(())
     }
 }

@@ -3,6 +3,9 @@
 //! deletes), batched where B > 1. Every statement commits on its own (synchronous_commit as
 //! the server has it).
 
+use std::future::Future;
+use std::sync::Arc;
+
 use anyhow::Context as _;
 use tokio_postgres::{Client, NoTls, Statement};
 
@@ -85,10 +88,12 @@ pub struct PgProducer {
     many: Statement,
 }
 
-/// One connection leasing and deleting rows.
+/// One connection leasing rows and another deleting them, so a delete runs while the next
+/// rows are leased.
 pub struct PgConsumer {
     client: Client,
     read: Statement,
+    acker: Arc<Client>,
     delete: Statement,
     ids: Vec<i64>,
 }
@@ -119,12 +124,14 @@ impl System for Postgres {
                  RETURNING id, body",
             )
             .await?;
-        let delete = client
+        let acker = open(&self.conninfo).await?;
+        let delete = acker
             .prepare("DELETE FROM peerbench.queue WHERE id = ANY($1)")
             .await?;
         Ok(PgConsumer {
             client,
             read,
+            acker: Arc::new(acker),
             delete,
             ids: Vec::new(),
         })
@@ -151,7 +158,6 @@ impl Consumer for PgConsumer {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             rows = self.client.query(&self.read, &[&limit]).await?;
         }
-        self.ids.clear();
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             self.ids.push(r.get(0));
@@ -160,10 +166,14 @@ impl Consumer for PgConsumer {
         Ok(out)
     }
 
-    async fn ack(&mut self) -> anyhow::Result<()> {
-        self.client.execute(&self.delete, &[&self.ids]).await?;
-        self.ids.clear();
-        Ok(())
+    fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
+        let ids = std::mem::take(&mut self.ids);
+        let acker = self.acker.clone();
+        let delete = self.delete.clone();
+        async move {
+            acker.execute(&delete, &[&ids]).await?;
+            Ok(())
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! RabbitMQ through lapin: a durable quorum queue, publisher confirms, manual acks,
 //! prefetch = B.
 
+use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -138,6 +139,9 @@ impl Producer for RabbitProducer {
 }
 
 impl Consumer for RabbitConsumer {
+    /// With prefetch = B the server sends nothing more until the batch is acked.
+    const DELIVERS_WHILE_UNACKED: bool = false;
+
     async fn receive(&mut self, max: usize) -> anyhow::Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
         let mut wait = Duration::from_millis(200);
@@ -158,17 +162,15 @@ impl Consumer for RabbitConsumer {
         Ok(out)
     }
 
-    async fn ack(&mut self) -> anyhow::Result<()> {
-        if let Some(tag) = self.last_tag.take() {
-            self.ch
-                .basic_ack(
-                    tag,
-                    BasicAckOptions {
-                        multiple: self.pending > 1,
-                    },
-                )
-                .await?;
+    fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
+        let tag = self.last_tag.take();
+        let multiple = self.pending > 1;
+        let ch = self.ch.clone();
+        async move {
+            if let Some(tag) = tag {
+                ch.basic_ack(tag, BasicAckOptions { multiple }).await?;
+            }
+            Ok(())
         }
-        Ok(())
     }
 }

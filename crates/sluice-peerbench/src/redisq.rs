@@ -1,6 +1,7 @@
 //! Redis through redis-rs (tokio): a reliable list queue, LMOVE to a processing list and
 //! LREM on ack, with the AOF on and `appendfsync always` (or, weaker, `everysec`).
 
+use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -121,9 +122,11 @@ pub struct RedisProducer {
     c: MultiplexedConnection,
 }
 
-/// One connection moving to the processing list and removing on ack.
+/// One connection moving to the processing list, and another removing on ack (a blocking
+/// move holds up every later command on its connection).
 pub struct RedisConsumer {
     c: MultiplexedConnection,
+    acker: MultiplexedConnection,
     held: Vec<Vec<u8>>,
 }
 
@@ -140,6 +143,7 @@ impl System for Redis {
     async fn consumer(&self) -> anyhow::Result<RedisConsumer> {
         Ok(RedisConsumer {
             c: self.client.get_multiplexed_async_connection().await?,
+            acker: self.client.get_multiplexed_async_connection().await?,
             held: Vec::new(),
         })
     }
@@ -158,7 +162,6 @@ impl Producer for RedisProducer {
 
 impl Consumer for RedisConsumer {
     async fn receive(&mut self, max: usize) -> anyhow::Result<Vec<Vec<u8>>> {
-        self.held.clear();
         let first: Option<Vec<u8>> = redis::cmd("BLMOVE")
             .arg(QUEUE)
             .arg(PROCESSING)
@@ -170,7 +173,7 @@ impl Consumer for RedisConsumer {
         let Some(first) = first else {
             return Ok(Vec::new());
         };
-        self.held.push(first);
+        let mut got = vec![first];
         if max > 1 {
             let mut pipe = redis::pipe();
             for _ in 1..max {
@@ -181,17 +184,21 @@ impl Consumer for RedisConsumer {
                     .arg("LEFT");
             }
             let more: Vec<Option<Vec<u8>>> = pipe.query_async(&mut self.c).await?;
-            self.held.extend(more.into_iter().flatten());
+            got.extend(more.into_iter().flatten());
         }
-        Ok(self.held.clone())
+        self.held.extend(got.iter().cloned());
+        Ok(got)
     }
 
-    async fn ack(&mut self) -> anyhow::Result<()> {
+    fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
         let mut pipe = redis::pipe();
         for b in self.held.drain(..) {
             pipe.cmd("LREM").arg(PROCESSING).arg(1).arg(b).ignore();
         }
-        let () = pipe.query_async(&mut self.c).await?;
-        Ok(())
+        let mut c = self.acker.clone();
+        async move {
+            let () = pipe.query_async(&mut c).await?;
+            Ok(())
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Sluice over its HTTP API (`sluice_core::wire` types), embedded engine.
 
+use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -176,6 +177,7 @@ impl Consumer for SluiceConn {
             wait_ms: Some(200),
             visibility_timeout_ms: None,
             consumer: None,
+            ack: None,
         };
         let resp = self
             .client
@@ -185,7 +187,6 @@ impl Consumer for SluiceConn {
             .await?;
         let got: ReceiveResponse = ok(resp, "receive").await?.json().await?;
         let mut bodies = Vec::with_capacity(got.messages.len());
-        self.receipts.clear();
         for m in got.messages {
             bodies.push(
                 m.body
@@ -197,26 +198,30 @@ impl Consumer for SluiceConn {
         Ok(bodies)
     }
 
-    async fn ack(&mut self) -> anyhow::Result<()> {
+    fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
         let receipts = std::mem::take(&mut self.receipts);
-        if receipts.len() == 1 {
+        let client = self.client.clone();
+        let url = self.ack_url.clone();
+        async move {
+            if receipts.len() == 1 {
+                let req = AckRequest {
+                    receipt: receipts.into_iter().next(),
+                    ..AckRequest::default()
+                };
+                let resp = client.post(&url).json(&req).send().await?;
+                ok(resp, "ack").await?;
+                return Ok(());
+            }
             let req = AckRequest {
-                receipt: receipts.into_iter().next(),
+                receipts: Some(receipts),
                 ..AckRequest::default()
             };
-            let resp = self.client.post(&self.ack_url).json(&req).send().await?;
-            ok(resp, "ack").await?;
-            return Ok(());
+            let resp = client.post(&url).json(&req).send().await?;
+            let r: AckBatchResponse = ok(resp, "ack").await?.json().await?;
+            if let Some(e) = r.results.into_iter().find_map(|o| o.error) {
+                bail!("ack: {}", e.code);
+            }
+            Ok(())
         }
-        let req = AckRequest {
-            receipts: Some(receipts),
-            ..AckRequest::default()
-        };
-        let resp = self.client.post(&self.ack_url).json(&req).send().await?;
-        let r: AckBatchResponse = ok(resp, "ack").await?.json().await?;
-        if let Some(e) = r.results.into_iter().find_map(|o| o.error) {
-            bail!("ack: {}", e.code);
-        }
-        Ok(())
     }
 }
