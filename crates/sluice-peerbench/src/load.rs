@@ -11,6 +11,8 @@ use tokio::time::Instant;
 
 /// Size of every message body.
 pub const BODY_BYTES: usize = 1024;
+/// Most deliveries a consumer holds unacknowledged (Sluice's ack batch limit).
+const MAX_HELD: u64 = 1000;
 /// Largest latency the histograms hold (µs).
 const MAX_LATENCY_US: u64 = 3_600_000_000;
 
@@ -176,9 +178,11 @@ pub async fn phase<P: Producer, C: Consumer>(
             let mut acking: Option<tokio::task::JoinHandle<()>> = None;
             let mut held = 0u64;
             while !s.stop.load(Ordering::Relaxed) && s.acked.load(Ordering::Relaxed) < s.target {
-                // Once every send is out, nothing is held back behind a long poll.
-                let must_flush =
-                    !C::DELIVERS_WHILE_UNACKED || s.budget.load(Ordering::Relaxed) <= 0;
+                // Once every send is out, nothing is held back behind a long poll; and no
+                // ack grows past what one request may carry.
+                let must_flush = !C::DELIVERS_WHILE_UNACKED
+                    || s.budget.load(Ordering::Relaxed) <= 0
+                    || held + batch as u64 > MAX_HELD;
                 if held > 0 {
                     let busy = acking.as_ref().is_some_and(|a| !a.is_finished());
                     if !busy || must_flush {
