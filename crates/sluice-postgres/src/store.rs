@@ -75,6 +75,8 @@ pub(crate) struct Inner {
     pub(crate) pending: std::sync::Mutex<crate::counters::Counts>,
     pub(crate) configs: crate::queues::ConfigCache,
     pub(crate) node: String,
+    /// Plain sends gathering for their queue's next write.
+    pub(crate) sends: crate::combine::Combiner<crate::send::SendJob>,
 }
 
 impl Inner {
@@ -96,6 +98,12 @@ impl Inner {
     /// sent after the change committed.
     pub(crate) fn wake(&self, queue: &str) {
         self.wakers.wake(queue);
+        let _ = self.announce.send(queue.to_string());
+    }
+
+    /// As [`Inner::wake`] after `n` messages became visible: at most `n` local waiters.
+    pub(crate) fn wake_some(&self, queue: &str, n: usize) {
+        self.wakers.wake_some(queue, n);
         let _ = self.announce.send(queue.to_string());
     }
 
@@ -219,9 +227,12 @@ impl PostgresStore {
             format!("node-{}-{:08x}", std::process::id(), rand::random::<u32>())
         });
         let (announce, to_announce) = tokio::sync::mpsc::unbounded_channel();
+        // Tells this store's notifications from other nodes' (node ids may repeat).
+        let origin: u64 = rand::random();
         tokio::spawn(crate::wake::announce(
             pool.clone(),
             channel.clone(),
+            origin,
             to_announce,
         ));
         let inner = Arc::new(Inner {
@@ -236,10 +247,12 @@ impl PostgresStore {
             pending: std::sync::Mutex::default(),
             configs: crate::queues::ConfigCache::default(),
             node,
+            sends: crate::combine::Combiner::default(),
         });
         tokio::spawn(crate::wake::listen(
             config,
             channel,
+            origin,
             Arc::downgrade(&wakers),
         ));
         tokio::spawn(crate::counters::run(Arc::downgrade(&inner)));
@@ -302,7 +315,9 @@ impl Store for PostgresStore {
         let mut conn = self.inner.conn().await?;
         let cfg = self.inner.configs.get(&**conn, queue.as_str()).await?;
         let (out, wake) = if crate::send::is_plain(&cfg, &messages) {
-            crate::send::send_plain(&self.inner, &conn, queue, &cfg, messages).await?
+            // The combined write takes a connection of its own.
+            drop(conn);
+            crate::send::send_plain(&self.inner, queue, &cfg, messages).await?
         } else {
             transaction(&mut conn, async |tx| {
                 crate::send::send(&self.inner, tx, queue, messages).await
@@ -313,7 +328,7 @@ impl Store for PostgresStore {
         self.inner
             .tally(queue.as_str(), crate::counters::Counter::Sent, fresh as i64);
         if wake {
-            self.inner.wake(queue.as_str());
+            self.inner.wake_some(queue.as_str(), fresh);
         }
         Ok(out)
     }

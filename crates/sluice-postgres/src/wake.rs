@@ -37,6 +37,35 @@ impl Wakers {
             n.notify_waiters();
         }
     }
+
+    /// Wakes at most `n` of this process's receives waiting on `queue`: one per message that
+    /// became visible, so a single send does not send every waiting receive to the
+    /// database only for all but one to come back empty.
+    pub(crate) fn wake_some(&self, queue: &str, n: usize) {
+        let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(notify) = map.get(queue) {
+            for _ in 0..n.min(WAKE_ONE_BY_ONE) {
+                notify.notify_one();
+            }
+            if n > WAKE_ONE_BY_ONE {
+                notify.notify_waiters();
+            }
+        }
+    }
+}
+
+/// Past this many messages, a send wakes every waiting receive.
+const WAKE_ONE_BY_ONE: usize = 16;
+
+/// What a NOTIFY carries: the sending store's origin, so it ignores its own, and the queue.
+fn payload(origin: u64, queue: &str) -> String {
+    format!("{origin:016x} {queue}")
+}
+
+/// The queue of a NOTIFY payload, unless this store (`origin`) sent it.
+fn foreign_queue(origin: u64, payload: &str) -> Option<&str> {
+    let (from, queue) = payload.split_once(' ')?;
+    (u64::from_str_radix(from, 16).ok() != Some(origin)).then_some(queue)
 }
 
 /// The NOTIFY channel of a schema (channels are database-wide; schemas are not).
@@ -51,6 +80,7 @@ pub(crate) fn channel(schema: &str) -> String {
 pub(crate) async fn announce(
     pool: deadpool_postgres::Pool,
     chan: String,
+    origin: u64,
     mut queues: tokio::sync::mpsc::UnboundedReceiver<String>,
 ) {
     while let Some(first) = queues.recv().await {
@@ -58,7 +88,7 @@ pub(crate) async fn announce(
         while let Ok(q) = queues.try_recv() {
             batch.insert(q);
         }
-        let names: Vec<String> = batch.into_iter().collect();
+        let names: Vec<String> = batch.iter().map(|q| payload(origin, q)).collect();
         let sent = match pool.get().await {
             Ok(conn) => conn
                 .execute(
@@ -77,8 +107,14 @@ pub(crate) async fn announce(
     }
 }
 
-/// Keeps a LISTEN connection open while `wakers` lives, reconnecting after failures.
-pub(crate) async fn listen(config: tokio_postgres::Config, chan: String, wakers: Weak<Wakers>) {
+/// Keeps a LISTEN connection open while `wakers` lives, reconnecting after failures. Wakes
+/// for other stores' notifications only: this store's own writes woke its waiters already.
+pub(crate) async fn listen(
+    config: tokio_postgres::Config,
+    chan: String,
+    origin: u64,
+    wakers: Weak<Wakers>,
+) {
     let mut backoff = Duration::from_millis(100);
     loop {
         if wakers.strong_count() == 0 {
@@ -109,7 +145,11 @@ pub(crate) async fn listen(config: tokio_postgres::Config, chan: String, wakers:
                         };
                         match next {
                             Err(_) => continue,
-                            Ok(Some(Ok(AsyncMessage::Notification(n)))) => w.wake(n.payload()),
+                            Ok(Some(Ok(AsyncMessage::Notification(n)))) => {
+                                if let Some(q) = foreign_queue(origin, n.payload()) {
+                                    w.wake(q);
+                                }
+                            }
                             Ok(Some(Ok(_))) => {}
                             Ok(Some(Err(e))) => {
                                 tracing::warn!(error = %e, "wake-up connection failed; reconnecting");
@@ -127,5 +167,18 @@ pub(crate) async fn listen(config: tokio_postgres::Config, chan: String, wakers:
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_ignores_its_own_notifications() {
+        let p = payload(7, "jobs.dlq");
+        assert_eq!(foreign_queue(7, &p), None);
+        assert_eq!(foreign_queue(8, &p), Some("jobs.dlq"));
+        assert_eq!(foreign_queue(8, "garbage"), None);
     }
 }
