@@ -2,12 +2,14 @@
 //! same transaction.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::store::validate_bodies_fit;
 use sluice_core::{
     MessageId, NewMessage, QueueConfig, QueueName, SendOutcome, StoreError, Timestamp,
 };
+use tokio::sync::oneshot;
 use tokio_postgres::GenericClient;
 
 use crate::error::db;
@@ -135,9 +137,8 @@ pub(crate) async fn send(
         c,
         INSERT_SQL,
         q,
-        cfg.delay,
         now,
-        fresh.iter().map(|&i| (&messages[i], ids[i])),
+        fresh.iter().map(|&i| (&messages[i], ids[i], cfg.delay)),
     )
     .await?;
     Ok((out, visible_now))
@@ -149,44 +150,106 @@ pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
         && (cfg.dedup_window.is_zero() || messages.iter().all(|m| m.dedup_id.is_none()))
 }
 
-/// Sends a batch with no dedup ids and no `max_depth` in one statement, committed on its own:
-/// the rows and the counter in one round trip and one WAL flush, the way a plain
-/// `INSERT`-based queue would, with Sluice's bookkeeping riding along. `cfg` may be a
-/// recently cached copy; the insert itself checks that the queue still exists. The caller has
-/// checked the batch (`validate_send_batch`).
+/// A plain send waiting for its queue's next combined write.
+pub(crate) struct SendJob {
+    messages: Vec<NewMessage>,
+    /// The queue's default delay as the caller saw it.
+    delay: Duration,
+    reply: oneshot::Sender<Result<(Vec<SendOutcome>, bool), StoreError>>,
+}
+
+/// Sends a batch with no dedup ids and no `max_depth`. Plain sends of one queue that arrive
+/// together are written as one statement committed on its own (see [`crate::combine`]): the
+/// rows of many producers in one round trip and one WAL flush. `cfg` may be a recently
+/// cached copy; the insert itself checks that the queue still exists. The caller has checked
+/// the batch (`validate_send_batch`).
 pub(crate) async fn send_plain(
-    inner: &Inner,
-    conn: &deadpool_postgres::Object,
+    inner: &Arc<Inner>,
     queue: &QueueName,
     cfg: &QueueConfig,
     messages: Vec<NewMessage>,
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
     validate_bodies_fit(cfg, queue, &messages)?;
-    let now = inner.now();
-    let q = queue.as_str();
-    let ids = inner.ids.draw(&***conn, messages.len()).await?;
-    let stmt = conn.prepare_cached(INSERT_SQL).await.map_err(|e| db(&e))?;
-    let (inserted, visible_now) = insert(
-        &***conn,
-        &stmt,
-        q,
-        cfg.delay,
-        now,
-        messages.iter().zip(ids.iter().copied()),
-    )
-    .await?;
-    if inserted == 0 {
-        inner.configs.forget(q);
-        return Err(StoreError::QueueNotFound(q.to_string()));
+    let (reply, answer) = oneshot::channel();
+    let job = SendJob {
+        messages,
+        delay: cfg.delay,
+        reply,
+    };
+    if let Some(batch) = inner.sends.push(queue.as_str(), job) {
+        // A task of its own, so a caller that goes away does not stop the others' write.
+        tokio::spawn(write_sends(inner.clone(), queue.to_string(), batch));
     }
-    let out = ids
-        .iter()
-        .map(|id| SendOutcome {
-            id: MessageId(*id as u64),
-            duplicate: false,
-        })
-        .collect();
-    Ok((out, visible_now))
+    answer
+        .await
+        .map_err(|_| StoreError::unavailable("the send was dropped before it was written"))?
+}
+
+/// Writes batches of gathered sends of `q` until none is left.
+async fn write_sends(inner: Arc<Inner>, q: String, mut jobs: Vec<SendJob>) {
+    loop {
+        // Its own task: a panic fails only these calls (their answers are dropped), and
+        // the queue's next calls are still written.
+        let task = tokio::spawn({
+            let inner = inner.clone();
+            let q = q.clone();
+            async move { write_batch(&inner, &q, jobs).await }
+        });
+        if let Err(e) = task.await {
+            tracing::error!(queue = %q, error = %e, "a combined send failed unexpectedly");
+        }
+        match inner.sends.next(&q) {
+            Some(more) => jobs = more,
+            None => return,
+        }
+    }
+}
+
+async fn write_batch(inner: &Inner, q: &str, jobs: Vec<SendJob>) {
+    let total: usize = jobs.iter().map(|j| j.messages.len()).sum();
+    let written = async {
+        let conn = inner.conn().await?;
+        let ids = inner.ids.draw(&**conn, total).await?;
+        let stmt = conn.prepare_cached(INSERT_SQL).await.map_err(|e| db(&e))?;
+        let mut items = Vec::with_capacity(total);
+        let mut next_id = ids.iter().copied();
+        for j in &jobs {
+            for m in &j.messages {
+                items.push((m, next_id.next().unwrap_or_default(), j.delay));
+            }
+        }
+        let (inserted, visible_now) =
+            insert(&**conn, &stmt, q, inner.now(), items.into_iter()).await?;
+        Ok::<_, StoreError>((ids, inserted, visible_now))
+    }
+    .await;
+    match written {
+        Ok((_, 0, _)) => {
+            inner.configs.forget(q);
+            for j in jobs {
+                let _ = j.reply.send(Err(StoreError::QueueNotFound(q.to_string())));
+            }
+        }
+        Ok((ids, _, visible_now)) => {
+            let mut ids = ids.into_iter();
+            for j in jobs {
+                let out = ids
+                    .by_ref()
+                    .take(j.messages.len())
+                    .map(|id| SendOutcome {
+                        id: MessageId(id as u64),
+                        duplicate: false,
+                    })
+                    .collect();
+                let _ = j.reply.send(Ok((out, visible_now)));
+            }
+        }
+        Err(e) => {
+            for j in jobs {
+                let _ = j.reply.send(Err(e.clone()));
+            }
+        }
+    }
 }
 
 /// The insert of [`insert`]: every message of a batch, guarded by the queue's existence.
@@ -201,23 +264,22 @@ pub(crate) const INSERT_SQL: &str = "WITH ins AS (
              )
              SELECT count(*) FROM ins";
 
-/// Inserts `items` (message, id) into queue `q` with `stmt` ([`INSERT_SQL`]), in one statement that
+/// Inserts `items` (message, id, the queue's default delay) into queue `q` with `stmt` ([`INSERT_SQL`]), in one statement that
 /// inserts nothing when the queue no longer exists. Returns how many rows it inserted and
 /// whether one is visible at once.
 async fn insert<'a, S>(
     c: &impl GenericClient,
     stmt: &S,
     q: &str,
-    default_delay: Duration,
     now: i64,
-    items: impl Iterator<Item = (&'a NewMessage, i64)>,
+    items: impl Iterator<Item = (&'a NewMessage, i64, Duration)>,
 ) -> Result<(i64, bool), StoreError>
 where
     S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
 {
     let mut visible_now = false;
     let mut cols = Columns::default();
-    for (m, id) in items {
+    for (m, id, default_delay) in items {
         let visible_at = Timestamp(now)
             .plus(m.delay.unwrap_or(default_delay))
             .as_millis();
