@@ -603,6 +603,14 @@ impl std::str::FromStr for BrowseCursor {
     }
 }
 
+/// How many waiting receives a change that made `visible` messages visible wakes: one per
+/// message (`Some(n)`), so one message does not wake every waiting consumer only for all but
+/// one to find nothing, or every one (`None`) past a handful of messages.
+pub fn receives_to_wake(visible: usize) -> Option<usize> {
+    const ONE_BY_ONE: usize = 16;
+    (visible <= ONE_BY_ONE).then_some(visible)
+}
+
 /// How long a long-polling receive that found nothing sleeps before looking again: until the
 /// queue next changes by itself (`next_wake`, ms) or the wait ends, and at most `poll`, so
 /// a moved clock or a missed wake-up is noticed.
@@ -618,6 +626,14 @@ pub fn long_poll_nap(left: Duration, poll: Duration, now: i64, next_wake: Option
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_few_messages_wake_one_receive_each_and_many_wake_all() {
+        assert_eq!(receives_to_wake(0), Some(0));
+        assert_eq!(receives_to_wake(1), Some(1));
+        assert_eq!(receives_to_wake(16), Some(16));
+        assert_eq!(receives_to_wake(17), None);
+    }
 
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {

@@ -44,18 +44,13 @@ impl Wakers {
     pub(crate) fn wake_some(&self, queue: &str, n: usize) {
         let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(notify) = map.get(queue) {
-            for _ in 0..n.min(WAKE_ONE_BY_ONE) {
-                notify.notify_one();
-            }
-            if n > WAKE_ONE_BY_ONE {
-                notify.notify_waiters();
+            match sluice_core::store::receives_to_wake(n) {
+                Some(k) => (0..k).for_each(|_| notify.notify_one()),
+                None => notify.notify_waiters(),
             }
         }
     }
 }
-
-/// Past this many messages, a send wakes every waiting receive.
-const WAKE_ONE_BY_ONE: usize = 16;
 
 /// What a NOTIFY carries: the sending store's origin, so it ignores its own, and the queue.
 fn payload(origin: u64, queue: &str) -> String {
