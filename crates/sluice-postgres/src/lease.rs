@@ -1,6 +1,7 @@
 //! Deliveries: receive (with long poll and global limits), ack, and the receipt-checked
 //! changes (nack, reject, move, release, extend, progress), plus cancel.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::lifecycle::{self, AfterFailure};
@@ -25,14 +26,14 @@ use crate::settle::{Effects, dead_letter, end_cancelled, settle};
 use crate::store::{Inner, transaction};
 use crate::wake::FALLBACK_POLL;
 
-enum Attempted {
+pub(crate) enum Attempted {
     Got(Vec<Delivery>),
     Empty { next_wake: Option<i64> },
 }
 
 /// Leases up to `req.max` messages, waiting up to `req.wait` for the first.
 pub(crate) async fn receive(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     queue: &QueueName,
     req: ReceiveRequest,
 ) -> Result<Vec<Delivery>, StoreError> {
@@ -66,10 +67,10 @@ pub(crate) async fn receive(
 /// One attempt to lease. Leases run on connections whose commits do not wait for the WAL
 /// flush: a lease lost in a database crash only makes the message visible again (at least
 /// once still holds) and its receipt stale; sends, acks and every other change still commit
-/// synchronously. A queue without global limits takes the short way: a probe for anything
-/// to settle, then the lease as one statement committed on its own.
+/// synchronously. A queue without global limits takes the short way: one statement
+/// ([`lease_fast`]), shared by the receives of the queue that arrive together.
 async fn try_receive(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     queue: &QueueName,
     req: &ReceiveRequest,
 ) -> Result<Attempted, StoreError> {
@@ -77,73 +78,9 @@ async fn try_receive(
     let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
     let cfg = inner.configs.get(&**conn, q).await?;
     if cfg.rate_limit.is_none() && cfg.max_in_flight.is_none() {
-        if cfg.paused {
-            return Ok(Attempted::Empty { next_wake: None });
-        }
-        let now = inner.now();
-        let cutoff =
-            now.saturating_sub(i64::try_from(cfg.retention.as_millis()).unwrap_or(i64::MAX));
-        let vis = req.visibility.unwrap_or(cfg.visibility_timeout);
-        let deadline = Timestamp(now).plus(vis).as_millis();
-        let stmt = conn
-            .prepare_cached(FAST_LEASE_SQL)
-            .await
-            .map_err(|e| db(&e))?;
-        let n = i64::from(req.max);
-        let rows = conn
-            .query(&stmt, &[&q, &now, &n, &deadline, &cutoff])
-            .await
-            .map_err(|e| db(&e))?;
-        let Some(first) = rows.first() else {
-            return Err(StoreError::unavailable(
-                "the lease statement returned no row",
-            ));
-        };
-        let due: bool = first.try_get(9).map_err(corrupt)?;
-        let leased: Option<i64> = first.try_get(0).map_err(corrupt)?;
-        let mut got = if leased.is_some() {
-            deliveries(&rows, &cfg, deadline)?
-        } else {
-            Vec::new()
-        };
-        if !due {
-            return Ok(if got.is_empty() {
-                Attempted::Empty {
-                    next_wake: first.try_get(10).map_err(corrupt)?,
-                }
-            } else {
-                Attempted::Got(got)
-            });
-        }
-        // A lease ran out or a message expired: settle, then lease again for what is left,
-        // so a lease that just ran out is delivered by this very receive.
-        let fx = transaction(&mut conn, async |tx| {
-            let mut fx = Effects::default();
-            settle(tx, q, &cfg, now, &mut fx).await?;
-            fx.write(tx).await?;
-            Ok(fx)
-        })
-        .await?;
-        fx.wake(inner);
-        let left = req
-            .max
-            .saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
-        if left == 0 {
-            return Ok(Attempted::Got(got));
-        }
-        let rest = ReceiveRequest {
-            max: left,
-            ..req.clone()
-        };
-        let stmt = conn.prepare_cached(LEASE_SQL).await.map_err(|e| db(&e))?;
-        return Ok(match lease(&**conn, &stmt, q, &cfg, &rest, now).await? {
-            Attempted::Got(more) => {
-                got.extend(more);
-                Attempted::Got(got)
-            }
-            empty if got.is_empty() => empty,
-            Attempted::Empty { .. } => Attempted::Got(got),
-        });
+        // Receives of one queue arriving together share one statement.
+        drop(conn);
+        return crate::lease_combine::lease(inner, queue, &cfg, req).await;
     }
     let (outcome, fx) = transaction(&mut conn, async |tx| {
         // Global limits: receives of this queue take turns on its row, on every node.
@@ -158,6 +95,84 @@ async fn try_receive(
     .await?;
     fx.wake(inner);
     Ok(outcome)
+}
+
+/// The lease of a queue without global limits, for up to `max` messages leased for `vis`:
+/// [`FAST_LEASE_SQL`], one statement committed on its own; only when something is due to
+/// settle does it settle that in a transaction and lease again for what is left, so a lease
+/// that just ran out is delivered by this very receive.
+pub(crate) async fn lease_fast(
+    inner: &Inner,
+    conn: &mut deadpool_postgres::Object,
+    q: &str,
+    cfg: &QueueConfig,
+    max: u32,
+    vis: Duration,
+) -> Result<Attempted, StoreError> {
+    if cfg.paused {
+        return Ok(Attempted::Empty { next_wake: None });
+    }
+    let now = inner.now();
+    let cutoff = now.saturating_sub(i64::try_from(cfg.retention.as_millis()).unwrap_or(i64::MAX));
+    let deadline = Timestamp(now).plus(vis).as_millis();
+    let stmt = conn
+        .prepare_cached(FAST_LEASE_SQL)
+        .await
+        .map_err(|e| db(&e))?;
+    let n = i64::from(max);
+    let rows = conn
+        .query(&stmt, &[&q, &now, &n, &deadline, &cutoff])
+        .await
+        .map_err(|e| db(&e))?;
+    let Some(first) = rows.first() else {
+        return Err(StoreError::unavailable(
+            "the lease statement returned no row",
+        ));
+    };
+    let due: bool = first.try_get(9).map_err(corrupt)?;
+    let leased: Option<i64> = first.try_get(0).map_err(corrupt)?;
+    let mut got = if leased.is_some() {
+        deliveries(&rows, cfg, deadline)?
+    } else {
+        Vec::new()
+    };
+    if !due {
+        return Ok(if got.is_empty() {
+            Attempted::Empty {
+                next_wake: first.try_get(10).map_err(corrupt)?,
+            }
+        } else {
+            Attempted::Got(got)
+        });
+    }
+    // A lease ran out or a message expired: settle, then lease again for what is left,
+    // so a lease that just ran out is delivered by this very receive.
+    let fx = transaction(conn, async |tx| {
+        let mut fx = Effects::default();
+        settle(tx, q, cfg, now, &mut fx).await?;
+        fx.write(tx).await?;
+        Ok(fx)
+    })
+    .await?;
+    fx.wake(inner);
+    let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
+    if left == 0 {
+        return Ok(Attempted::Got(got));
+    }
+    let rest = ReceiveRequest {
+        max: left,
+        visibility: Some(vis),
+        ..ReceiveRequest::default()
+    };
+    let stmt = conn.prepare_cached(LEASE_SQL).await.map_err(|e| db(&e))?;
+    Ok(match lease(&***conn, &stmt, q, cfg, &rest, now).await? {
+        Attempted::Got(more) => {
+            got.extend(more);
+            Attempted::Got(got)
+        }
+        empty if got.is_empty() => empty,
+        Attempted::Empty { .. } => Attempted::Got(got),
+    })
 }
 
 /// The common receive in one statement, for a queue without global limits: [`LEASE_SQL`]'s

@@ -21,6 +21,7 @@ mod counters;
 mod error;
 mod ids;
 mod lease;
+mod lease_combine;
 mod maintenance;
 mod outbox;
 mod queues;

@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     pub(crate) node: String,
     /// Plain sends gathering for their queue's next write.
     pub(crate) sends: crate::combine::Combiner<crate::send::SendJob>,
+    /// Receives gathering for their queue's next lease.
+    pub(crate) leases: crate::combine::Combiner<crate::lease_combine::LeaseJob>,
 }
 
 impl Inner {
@@ -248,6 +250,7 @@ impl PostgresStore {
             configs: crate::queues::ConfigCache::default(),
             node,
             sends: crate::combine::Combiner::default(),
+            leases: crate::combine::Combiner::default(),
         });
         tokio::spawn(crate::wake::listen(
             config,

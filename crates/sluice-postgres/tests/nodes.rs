@@ -306,3 +306,92 @@ async fn send_in_commits_and_rolls_back_with_the_callers_transaction() {
     drop(client);
     driver.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sends_and_receives_on_one_node_each_get_their_own() {
+    // Sends and receives of one queue arriving together share statements: every caller must
+    // still get its own ids and its own messages, none twice and none lost.
+    let Some(n) = nodes().await else { return };
+    let work = q("shared");
+    n.a.put_queue(&work, &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    let mut senders = Vec::new();
+    for s in 0..8 {
+        let store = n.a.clone();
+        let work = work.clone();
+        senders.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..25 {
+                let out = store
+                    .send(
+                        &work,
+                        vec![msg(&format!("{s}-{i}")), msg(&format!("{s}-{i}b"))],
+                    )
+                    .await
+                    .expect("send");
+                assert_eq!(out.len(), 2);
+                ids.extend(out.into_iter().map(|o| o.id));
+            }
+            ids
+        }));
+    }
+    let mut sent = std::collections::HashSet::new();
+    for s in senders {
+        for id in s.await.expect("sender") {
+            assert!(sent.insert(id), "an id was handed to two sends");
+        }
+    }
+    assert_eq!(sent.len(), 400);
+
+    let mut receivers = Vec::new();
+    for _ in 0..8 {
+        let store = n.a.clone();
+        let work = work.clone();
+        receivers.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let batch = store.receive(&work, recv(7)).await.expect("receive");
+                if batch.is_empty() {
+                    return got;
+                }
+                assert!(batch.len() <= 7, "a receive got more than its max");
+                got.extend(batch);
+            }
+        }));
+    }
+    let mut received = std::collections::HashSet::new();
+    for r in receivers {
+        for d in r.await.expect("receiver") {
+            assert!(
+                received.insert(d.id),
+                "a message was leased to two receives"
+            );
+        }
+    }
+    assert_eq!(received, sent, "every message was received once");
+
+    // A long poll that goes away does not keep a message: it is there for the next receive.
+    let waiting = {
+        let store = n.a.clone();
+        let work = work.clone();
+        tokio::spawn(async move {
+            let req = ReceiveRequest {
+                max: 1,
+                wait: Duration::from_secs(10),
+                ..ReceiveRequest::default()
+            };
+            store.receive(&work, req).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    waiting.abort();
+    let _ = waiting.await;
+    n.a.send(&work, vec![msg("after")]).await.expect("send");
+    let got = n.b.receive(&work, recv(1)).await.expect("receive");
+    assert_eq!(
+        got.len(),
+        1,
+        "the message is not held by the receive that went away"
+    );
+}

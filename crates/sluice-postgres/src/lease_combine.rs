@@ -1,0 +1,116 @@
+//! Receives of one queue combined: those that arrive while earlier leases of the queue are
+//! being taken share the next lease statement (see [`crate::combine`]), which leases for all
+//! of them at once and hands each its share, oldest messages first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::{QueueConfig, QueueName, ReceiveRequest, StoreError};
+use tokio::sync::oneshot;
+
+use crate::error::pool;
+use crate::lease::{Attempted, lease_fast};
+use crate::store::Inner;
+
+/// A receive waiting for its queue's next combined lease.
+pub(crate) struct LeaseJob {
+    max: u32,
+    reply: oneshot::Sender<Result<Attempted, StoreError>>,
+}
+
+/// One attempt to lease up to `req.max` messages of a queue without global limits.
+pub(crate) async fn lease(
+    inner: &Arc<Inner>,
+    queue: &QueueName,
+    cfg: &QueueConfig,
+    req: &ReceiveRequest,
+) -> Result<Attempted, StoreError> {
+    let vis = req.visibility.unwrap_or(cfg.visibility_timeout);
+    // Receives asking for different lease lengths do not share a statement.
+    let key = format!("{queue}\u{0}{}", vis.as_millis());
+    let (reply, answer) = oneshot::channel();
+    let job = LeaseJob {
+        max: req.max,
+        reply,
+    };
+    if let Some(jobs) = inner.leases.push(&key, job) {
+        // A task of its own: a receive that goes away (a long poll ended by its client) must
+        // not stop the lease the others wait for.
+        tokio::spawn(run(inner.clone(), queue.clone(), vis, key, jobs));
+    }
+    answer
+        .await
+        .map_err(|_| StoreError::unavailable("the receive was dropped before it was served"))?
+}
+
+/// Takes combined leases of `key` until no receive is waiting.
+async fn run(
+    inner: Arc<Inner>,
+    queue: QueueName,
+    vis: Duration,
+    key: String,
+    mut jobs: Vec<LeaseJob>,
+) {
+    loop {
+        // Its own task: a panic fails only these receives (their answers are dropped), and
+        // the queue's next receives are still served.
+        let task = tokio::spawn({
+            let inner = inner.clone();
+            let queue = queue.clone();
+            async move { serve(&inner, &queue, vis, jobs).await }
+        });
+        if let Err(e) = task.await {
+            tracing::error!(queue = %queue, error = %e, "a combined receive failed unexpectedly");
+        }
+        match inner.leases.next(&key) {
+            Some(more) => jobs = more,
+            None => return,
+        }
+    }
+}
+
+async fn serve(inner: &Arc<Inner>, queue: &QueueName, vis: Duration, jobs: Vec<LeaseJob>) {
+    let q = queue.as_str();
+    let total = jobs.iter().fold(0u32, |n, j| n.saturating_add(j.max));
+    let leased = async {
+        let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
+        let cfg = inner.configs.get(&**conn, q).await?;
+        lease_fast(inner, &mut conn, q, &cfg, total, vis).await
+    }
+    .await;
+    let got = match leased {
+        Ok(Attempted::Got(got)) => got,
+        Ok(Attempted::Empty { next_wake }) => {
+            for j in jobs {
+                let _ = j.reply.send(Ok(Attempted::Empty { next_wake }));
+            }
+            return;
+        }
+        Err(e) => {
+            for j in jobs {
+                let _ = j.reply.send(Err(e.clone()));
+            }
+            return;
+        }
+    };
+    let mut got = got.into_iter();
+    for j in jobs {
+        let share: Vec<_> = got.by_ref().take(j.max as usize).collect();
+        // A receive left without messages: those leased took the queue's last ones, so it
+        // waits for the next wake-up.
+        let answer = if share.is_empty() {
+            Attempted::Empty { next_wake: None }
+        } else {
+            Attempted::Got(share)
+        };
+        if let Err(Ok(Attempted::Got(unwanted))) = j.reply.send(Ok(answer)) {
+            // The receive went away meanwhile: its messages go back at once rather than
+            // when their leases run out.
+            for d in unwanted {
+                if let Err(e) = crate::lease::release(inner, queue, d.receipt).await {
+                    tracing::debug!(error = %e, "could not hand back a lease nobody took");
+                }
+            }
+        }
+    }
+}
