@@ -135,6 +135,21 @@ def test_non_json_values_fail_at_enqueue_and_nothing_is_sent(client: sluice.Clie
     assert client.stats(queue).totals.sent == 0
 
 
+def test_ack_and_receive_settles_one_batch_and_takes_the_next(
+    client: sluice.Client, queue: str
+) -> None:
+    client.put_queue(queue)
+    client.send_batch(queue, [{"n": i} for i in range(4)])
+    first = client.receive(queue, max=2)
+    acked, nxt = client.ack_and_receive(queue, [d.receipt for d in first], max=2)
+    assert [o.ok for o in acked] == [True, True]
+    assert len(nxt) == 2 and not {d.id for d in nxt} & {d.id for d in first}
+    stale, none = client.ack_and_receive(queue, [first[0].receipt], max=2)
+    assert stale[0].error_code == "receipt_stale" and none == []
+    assert client.ack_and_receive(queue, [], max=1) == ([], [])
+    assert client.stats(queue).totals.acked == 2
+
+
 def test_settle_ack_nack_reject_release_move_extend(client: sluice.Client, queue: str) -> None:
     client.put_queue(queue, max_receive_count=5, backoff_base=0.05, backoff_max=0.05)
     other = f"{queue}.other"

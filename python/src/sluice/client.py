@@ -73,6 +73,11 @@ def _ms(seconds: float, what: str) -> int:
     return int(round(seconds * 1000))
 
 
+def _ack_outcome(o: Mapping[str, Any]) -> AckOutcome:
+    err = o.get("error") or {}
+    return AckOutcome(o["receipt"], bool(o["ok"]), err.get("code"), err.get("message"))
+
+
 def _queue(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidInput(
@@ -353,15 +358,48 @@ class Client:
     ) -> List[Delivery]:
         """Leases up to ``max`` (1 – 1000) messages, long-polling up to ``wait`` seconds
         (0 – 30) for the first one."""
+        return self._lease(queue, max, wait, visibility, consumer, None)[1]
+
+    def ack_and_receive(
+        self,
+        queue: str,
+        receipts: Sequence[str],
+        *,
+        max: int = 1,
+        wait: float = 0.0,
+        visibility: Optional[float] = None,
+        consumer: Optional[str] = None,
+    ) -> Tuple[List[AckOutcome], List[Delivery]]:
+        """Acknowledges ``receipts`` (0 – 1000, as :meth:`ack_batch`) and then leases as
+        :meth:`receive` does, in one round trip: the loop of a worker that settles each batch
+        before taking the next. Returns one outcome per receipt, in order, and the new
+        deliveries. If the call fails after the broker applied the acks, acking those
+        receipts again reports ``receipt_stale``."""
+        if len(receipts) > 1000:
+            raise InvalidInput(f"an ack holds at most 1000 receipts, got {len(receipts)}")
+        return self._lease(queue, max, wait, visibility, consumer, list(receipts))
+
+    def _lease(
+        self,
+        queue: str,
+        max: int,
+        wait: float,
+        visibility: Optional[float],
+        consumer: Optional[str],
+        ack: Optional[List[str]],
+    ) -> Tuple[List[AckOutcome], List[Delivery]]:
         req: Dict[str, Any] = {"max": max, "wait_ms": _ms(wait, "wait")}
         if visibility is not None:
             req["visibility_timeout_ms"] = _ms(visibility, "visibility")
         if consumer is not None:
             req["consumer"] = consumer
+        if ack:
+            req["ack"] = ack
         d = self._json(
             "POST", f"/v1/queues/{_queue(queue)}/receive", json_body=req, extra_timeout=wait
         )
-        return [Delivery.from_wire(m) for m in d["messages"]]
+        acked = [_ack_outcome(o) for o in d.get("acked") or []]
+        return acked, [Delivery.from_wire(m) for m in d["messages"]]
 
     def ack(self, queue: str, receipt: str, result: Any = NO_RESULT) -> None:
         """Acknowledges a delivery, keeping ``result`` (any JSON value, or ``bytes``) for the
@@ -392,13 +430,7 @@ class Client:
                     a["result"] = res
                 acks.append(a)
         d = self._json("POST", f"/v1/queues/{_queue(queue)}/ack", json_body={"acks": acks})
-        return [
-            AckOutcome(
-                o["receipt"], bool(o["ok"]),
-                (o.get("error") or {}).get("code"), (o.get("error") or {}).get("message"),
-            )
-            for o in d["results"]
-        ]
+        return [_ack_outcome(o) for o in d["results"]]
 
     def nack(
         self,
