@@ -670,16 +670,7 @@ impl ReceiveRequest {
                 receipts.len()
             )));
         }
-        Ok(Some(
-            receipts
-                .into_iter()
-                .map(|receipt| AckItem {
-                    receipt,
-                    result: None,
-                    result_base64: None,
-                })
-                .collect(),
-        ))
+        Ok(Some(receipts.into_iter().map(AckItem::plain).collect()))
     }
 
     /// The core request, validated.
@@ -794,6 +785,15 @@ pub struct AckItem {
 }
 
 impl AckItem {
+    /// An acknowledgement without a result.
+    pub fn plain(receipt: String) -> Self {
+        AckItem {
+            receipt,
+            result: None,
+            result_base64: None,
+        }
+    }
+
     /// The result to keep.
     ///
     /// # Errors
@@ -864,14 +864,7 @@ impl AckRequest {
             ));
         }
         let batch = match (self.receipts, self.acks) {
-            (Some(r), _) => r
-                .into_iter()
-                .map(|receipt| AckItem {
-                    receipt,
-                    result: None,
-                    result_base64: None,
-                })
-                .collect(),
+            (Some(r), _) => r.into_iter().map(AckItem::plain).collect(),
             (_, Some(a)) => a,
             (None, None) => {
                 let receipt = self

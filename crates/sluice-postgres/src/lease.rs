@@ -175,53 +175,51 @@ pub(crate) async fn lease_fast(
     })
 }
 
-/// The common receive in one statement, for a queue without global limits: [`LEASE_SQL`]'s
-/// lease (columns 0 – 8, no rows when nothing was leased), whether anything is due to settle
-/// (a lease that ran out at `$2`, or a message that entered before the retention
-/// cutoff `$5`: column 9) and, when nothing was
-/// leased, when the queue next changes by itself (column 10). Always at least one row.
-const FAST_LEASE_SQL: &str = "WITH picked AS (
-                 SELECT id, visible_at AS was FROM messages
-                 WHERE queue = $1 AND state = 0 AND visible_at <= $2
-                 ORDER BY visible_at, id LIMIT $3
-                 FOR UPDATE SKIP LOCKED
-             ), leased AS (
-                 UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
-                     token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
-                 FROM picked WHERE m.id = picked.id
-                 RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
-                     m.enqueued_at, m.last_error, picked.was
-             ), due AS (
-                 SELECT EXISTS (SELECT 1 FROM messages
-                                WHERE queue = $1 AND state = 1 AND visible_at <= $2)
-                     OR EXISTS (SELECT 1 FROM messages
-                                WHERE queue = $1 AND state = 0 AND entered_at <= $5) AS due
-             )
-             SELECT leased.id, leased.token, leased.body, leased.body_kind, leased.attrs,
-                 leased.receive_count, leased.enqueued_at, leased.last_error, leased.was,
-                 due.due,
-                 CASE WHEN leased.id IS NULL THEN least(
-                     (SELECT min(visible_at) FROM messages
-                      WHERE queue = $1 AND state = 0 AND visible_at > $2),
-                     (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1))
-                 END AS next_due
-             FROM due LEFT JOIN leased ON true";
+/// The lease both receive statements share: up to `$3` waiting messages of queue `$1`
+/// (visible at `$2`), skipping rows other receivers hold, leased until `$4`.
+macro_rules! lease_ctes {
+    () => {
+        "WITH picked AS (
+             SELECT id, visible_at AS was FROM messages
+             WHERE queue = $1 AND state = 0 AND visible_at <= $2
+             ORDER BY visible_at, id LIMIT $3
+             FOR UPDATE SKIP LOCKED
+         ), leased AS (
+             UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
+                 token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
+             FROM picked WHERE m.id = picked.id
+             RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
+                 m.enqueued_at, m.last_error, picked.was
+         )"
+    };
+}
 
-/// The lease of [`lease`]: up to `$3` waiting messages of queue `$1`, skipping rows other
-/// receivers hold.
-const LEASE_SQL: &str = "WITH picked AS (
-                 SELECT id, visible_at AS was FROM messages
-                 WHERE queue = $1 AND state = 0 AND visible_at <= $2
-                 ORDER BY visible_at, id LIMIT $3
-                 FOR UPDATE SKIP LOCKED
-             ), leased AS (
-                 UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
-                     token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
-                 FROM picked WHERE m.id = picked.id
-                 RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
-                     m.enqueued_at, m.last_error, picked.was
-             )
-             SELECT * FROM leased";
+/// The common receive in one statement, for a queue without global limits: the lease
+/// (columns 0 – 8, no rows when nothing was leased), whether anything is due to settle (a
+/// lease that ran out at `$2`, or a message that entered before the retention cutoff `$5`:
+/// column 9) and, when nothing was leased, when the queue next changes by itself (column
+/// 10). Always at least one row.
+const FAST_LEASE_SQL: &str = concat!(
+    lease_ctes!(),
+    ", due AS (
+         SELECT EXISTS (SELECT 1 FROM messages
+                        WHERE queue = $1 AND state = 1 AND visible_at <= $2)
+             OR EXISTS (SELECT 1 FROM messages
+                        WHERE queue = $1 AND state = 0 AND entered_at <= $5) AS due
+     )
+     SELECT leased.id, leased.token, leased.body, leased.body_kind, leased.attrs,
+         leased.receive_count, leased.enqueued_at, leased.last_error, leased.was,
+         due.due,
+         CASE WHEN leased.id IS NULL THEN least(
+             (SELECT min(visible_at) FROM messages
+              WHERE queue = $1 AND state = 0 AND visible_at > $2),
+             (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1))
+         END AS next_due
+     FROM due LEFT JOIN leased ON true"
+);
+
+/// The lease of [`lease`], on its own.
+const LEASE_SQL: &str = concat!(lease_ctes!(), " SELECT * FROM leased");
 
 async fn lease<S>(
     tx: &impl GenericClient,
