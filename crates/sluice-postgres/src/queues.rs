@@ -52,15 +52,21 @@ impl ConfigCache {
         c: &impl GenericClient,
         name: &str,
     ) -> Result<QueueConfig, StoreError> {
-        if let Some((cfg, at)) = self.lock().get(name)
-            && at.elapsed() < CONFIG_TTL
-        {
-            return Ok(cfg.clone());
+        if let Some(cfg) = self.cached(name) {
+            return Ok(cfg);
         }
         let cfg = config(c, name, false).await?;
         self.lock()
             .insert(name.to_string(), (cfg.clone(), Instant::now()));
         Ok(cfg)
+    }
+
+    /// `name`'s configuration when read less than [`CONFIG_TTL`] ago.
+    pub(crate) fn cached(&self, name: &str) -> Option<QueueConfig> {
+        self.lock()
+            .get(name)
+            .filter(|(_, at)| at.elapsed() < CONFIG_TTL)
+            .map(|(cfg, _)| cfg.clone())
     }
 
     /// Forgets `name` (changed or deleted).

@@ -10,9 +10,9 @@ use sluice_core::stats::StatsSample;
 use sluice_core::store::{IdempotentResponse, LeaseState};
 use sluice_core::{
     AckRequest, AuditEvent, AuditQuery, BrowsePage, BrowseRequest, Clock, Delivery, Failure,
-    Message, MessageId, NackOutcome, NewMessage, Progress, PutQueueOutcome, QueueConfigPatch,
-    QueueInfo, QueueName, QueueStats, Receipt, ReceiveRequest, RedriveId, RedriveJob, RedriveSpec,
-    RedriveStep, SendOutcome, Store, StoreError, SystemClock, Timestamp,
+    Message, MessageId, NackOutcome, NewMessage, Progress, PutQueueOutcome, QueueConfig,
+    QueueConfigPatch, QueueInfo, QueueName, QueueStats, Receipt, ReceiveRequest, RedriveId,
+    RedriveJob, RedriveSpec, RedriveStep, SendOutcome, Store, StoreError, SystemClock, Timestamp,
 };
 use tokio_postgres::NoTls;
 
@@ -90,6 +90,15 @@ impl Inner {
     /// Adds `n` to a hot-path counter of `queue` (written by the next flush).
     pub(crate) fn tally(&self, queue: &str, counter: crate::counters::Counter, n: i64) {
         self.pending().add(queue, counter, n);
+    }
+
+    /// A queue's configuration for the hot paths: from the cache, taking a connection only
+    /// when it must read the database.
+    pub(crate) async fn config(&self, queue: &str) -> Result<QueueConfig, StoreError> {
+        match self.configs.cached(queue) {
+            Some(cfg) => Ok(cfg),
+            None => self.configs.get(&**self.conn().await?, queue).await,
+        }
     }
 
     pub(crate) fn now(&self) -> i64 {
@@ -315,13 +324,11 @@ impl Store for PostgresStore {
         messages: Vec<NewMessage>,
     ) -> Result<Vec<SendOutcome>, StoreError> {
         sluice_core::store::validate_send_batch(&messages)?;
-        let mut conn = self.inner.conn().await?;
-        let cfg = self.inner.configs.get(&**conn, queue.as_str()).await?;
+        let cfg = self.inner.config(queue.as_str()).await?;
         let (out, wake) = if crate::send::is_plain(&cfg, &messages) {
-            // The combined write takes a connection of its own.
-            drop(conn);
             crate::send::send_plain(&self.inner, queue, &cfg, messages).await?
         } else {
+            let mut conn = self.inner.conn().await?;
             transaction(&mut conn, async |tx| {
                 crate::send::send(&self.inner, tx, queue, messages).await
             })
