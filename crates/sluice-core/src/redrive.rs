@@ -215,6 +215,22 @@ impl RedriveJob {
         self.finished_at = Some(now);
     }
 
+    /// Ends the job after a step when it is done: its `limit` reached (messages matched for a
+    /// dry run, moved otherwise), or the DLQ scanned to its end (`scanned_to_end`) with
+    /// nothing held back (`stopped_early`: the step stopped for its batch size or quota;
+    /// `blocked`: a message could not move).
+    pub fn finish_if_done(&mut self, scanned_to_end: bool, stopped_early: bool, now: Timestamp) {
+        let done = if self.spec.dry_run {
+            self.matched
+        } else {
+            self.moved
+        };
+        let limit_reached = self.spec.limit.is_some_and(|l| done >= l);
+        if limit_reached || (scanned_to_end && !stopped_early && self.blocked.is_none()) {
+            self.finish(now);
+        }
+    }
+
     /// Refuses a step of a job that is not running.
     ///
     /// # Errors

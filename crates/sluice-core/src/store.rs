@@ -561,6 +561,19 @@ pub fn validate_nack_delay(delay: Option<Duration>) -> Result<(), StoreError> {
     }
 }
 
+/// Checks the target of a move: a message cannot move to its own queue.
+///
+/// # Errors
+/// `InvalidArgument` naming the queue, pointing to nack instead.
+pub fn validate_move(from: &QueueName, to: &QueueName) -> Result<(), StoreError> {
+    if to == from {
+        return Err(StoreError::invalid(format!(
+            "cannot move a message of {from:?} to the same queue; nack it instead"
+        )));
+    }
+    Ok(())
+}
+
 /// Where a browse page ended: the part of the walk (0 in flight, 1 visible, 2 delayed), then
 /// the message's time in that part and its id. Engines hand it out as an opaque string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

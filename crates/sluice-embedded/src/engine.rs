@@ -1160,11 +1160,7 @@ impl Store for EmbeddedStore {
         to: &QueueName,
         failure: Failure,
     ) -> Result<(), StoreError> {
-        if to == queue {
-            return Err(StoreError::invalid(format!(
-                "cannot move a message of {queue:?} to the same queue; nack it instead"
-            )));
-        }
+        sluice_core::store::validate_move(queue, to)?;
         let notify = self
             .with_lease(queue, &receipt, |core, qid, m, now| {
                 let to_qid = core.qid(to)?;

@@ -234,15 +234,7 @@ pub(crate) fn step(
         taken += 1;
         job.cursor = Some((at, mid));
     }
-    let done_now = if job.spec.dry_run {
-        job.matched
-    } else {
-        job.moved
-    };
-    let limit_reached = job.spec.limit.is_some_and(|l| done_now >= l);
-    if limit_reached || (scanned_to_end && !stopped_early && job.blocked.is_none()) {
-        job.finish(Timestamp(now));
-    }
+    job.finish_if_done(scanned_to_end, stopped_early, Timestamp(now));
     let moved_now = moves.len() as u64;
     Ok(StepOutcome {
         job: job.clone(),

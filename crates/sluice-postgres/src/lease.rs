@@ -75,13 +75,12 @@ async fn try_receive(
     req: &ReceiveRequest,
 ) -> Result<Attempted, StoreError> {
     let q = queue.as_str();
-    let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
-    let cfg = inner.configs.get(&**conn, q).await?;
+    let cfg = inner.config(q).await?;
     if cfg.rate_limit.is_none() && cfg.max_in_flight.is_none() {
         // Receives of one queue arriving together share one statement.
-        drop(conn);
         return crate::lease_combine::lease(inner, queue, &cfg, req).await;
     }
+    let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
     let (outcome, fx) = transaction(&mut conn, async |tx| {
         // Global limits: receives of this queue take turns on its row, on every node.
         let cfg = crate::queues::config(tx, q, true).await?;
@@ -113,7 +112,7 @@ pub(crate) async fn lease_fast(
         return Ok(Attempted::Empty { next_wake: None });
     }
     let now = inner.now();
-    let cutoff = now.saturating_sub(i64::try_from(cfg.retention.as_millis()).unwrap_or(i64::MAX));
+    let cutoff = crate::settle::retention_cutoff(cfg, now);
     let deadline = Timestamp(now).plus(vis).as_millis();
     let stmt = conn
         .prepare_cached(FAST_LEASE_SQL)
@@ -603,11 +602,7 @@ pub(crate) async fn move_to(
     to: &QueueName,
     failure: Failure,
 ) -> Result<(), StoreError> {
-    if to == queue {
-        return Err(StoreError::invalid(format!(
-            "cannot move a message of {queue:?} to the same queue; nack it instead"
-        )));
-    }
+    sluice_core::store::validate_move(queue, to)?;
     with_lease(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
         crate::queues::config(tx, to.as_str(), false).await?;
         if row.cancel_requested {

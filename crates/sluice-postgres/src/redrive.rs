@@ -344,14 +344,6 @@ async fn step_moves(
         taken += 1;
         job.cursor = cursor;
     }
-    let done_now = if job.spec.dry_run {
-        job.matched
-    } else {
-        job.moved
-    };
-    let limit_reached = job.spec.limit.is_some_and(|l| done_now >= l);
-    if limit_reached || (scanned_to_end && !stopped_early && job.blocked.is_none()) {
-        job.finish(Timestamp(now));
-    }
+    job.finish_if_done(scanned_to_end, stopped_early, Timestamp(now));
     Ok(())
 }

@@ -127,6 +127,11 @@ pub(crate) async fn end_cancelled(
     Ok(())
 }
 
+/// Messages of a queue that entered it before this moment (ms) are past its retention.
+pub(crate) fn retention_cutoff(cfg: &QueueConfig, now: i64) -> i64 {
+    now.saturating_sub(i64::try_from(cfg.retention.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Settles `queue`: ends its leases that ran out (retry or dead letter) and expires its
 /// messages past retention (dead letter, or drop with an audit entry when it has no DLQ).
 pub(crate) async fn settle(
@@ -136,7 +141,7 @@ pub(crate) async fn settle(
     now: i64,
     fx: &mut Effects,
 ) -> Result<(), StoreError> {
-    let cutoff = now.saturating_sub(i64::try_from(cfg.retention.as_millis()).unwrap_or(i64::MAX));
+    let cutoff = retention_cutoff(cfg, now);
     let rows = c
         .query(
             &format!(
