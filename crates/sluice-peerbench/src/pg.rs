@@ -35,41 +35,30 @@ async fn open(conninfo: &str) -> anyhow::Result<Client> {
 impl Postgres {
     /// Connects (as `postgres`, else `root`) and creates the schema and table afresh.
     pub async fn connect(host: &str, port: u16, db: &str) -> anyhow::Result<Self> {
-        let mut last = None;
-        for user in ["postgres", "root"] {
-            let conninfo = format!("host={host} port={port} user={user} dbname={db}");
-            match open(&conninfo).await {
-                Ok(admin) => {
-                    admin
-                        .batch_execute(
-                            "DROP SCHEMA IF EXISTS peerbench CASCADE;
-                             CREATE SCHEMA peerbench;
-                             CREATE TABLE peerbench.queue (
-                                 id bigserial PRIMARY KEY,
-                                 vt timestamptz NOT NULL DEFAULT now(),
-                                 read_ct int NOT NULL DEFAULT 0,
-                                 body bytea NOT NULL);
-                             CREATE INDEX ON peerbench.queue (vt);",
-                        )
-                        .await
-                        .context("creating schema peerbench")?;
-                    let mut settings = Vec::new();
-                    for s in ["synchronous_commit", "fsync", "wal_sync_method"] {
-                        let row = admin.query_one(&format!("SHOW {s}"), &[]).await?;
-                        settings.push(format!("{s}={}", row.get::<_, String>(0)));
-                    }
-                    return Ok(Postgres {
-                        conninfo,
-                        admin,
-                        settings: settings.join(", "),
-                    });
-                }
-                Err(e) => last = Some(e),
-            }
+        let (conninfo, admin) = first_user(host, port, db).await?;
+        admin
+            .batch_execute(
+                "DROP SCHEMA IF EXISTS peerbench CASCADE;
+                 CREATE SCHEMA peerbench;
+                 CREATE TABLE peerbench.queue (
+                     id bigserial PRIMARY KEY,
+                     vt timestamptz NOT NULL DEFAULT now(),
+                     read_ct int NOT NULL DEFAULT 0,
+                     body bytea NOT NULL);
+                 CREATE INDEX ON peerbench.queue (vt);",
+            )
+            .await
+            .context("creating schema peerbench")?;
+        let mut settings = Vec::new();
+        for s in ["synchronous_commit", "fsync", "wal_sync_method"] {
+            let row = admin.query_one(&format!("SHOW {s}"), &[]).await?;
+            settings.push(format!("{s}={}", row.get::<_, String>(0)));
         }
-        Err(last
-            .unwrap_or_else(|| anyhow::anyhow!("no user"))
-            .context(format!("connecting to PostgreSQL at {host}:{port} db {db}")))
+        Ok(Postgres {
+            conninfo,
+            admin,
+            settings: settings.join(", "),
+        })
     }
 
     /// Drops the schema.
@@ -180,19 +169,25 @@ impl Consumer for PgConsumer {
 /// Drops `schema` (the one a Sluice broker on PostgreSQL used), as the first user that
 /// connects.
 pub async fn drop_schema(host: &str, port: u16, db: &str, schema: &str) -> anyhow::Result<()> {
+    let (_, admin) = first_user(host, port, db).await?;
+    admin
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .await
+        .with_context(|| format!("dropping schema {schema}"))
+}
+
+/// A connection as the first of `postgres` and `root` that the server accepts, and its
+/// connection string.
+async fn first_user(host: &str, port: u16, db: &str) -> anyhow::Result<(String, Client)> {
     let mut last = None;
     for user in ["postgres", "root"] {
         let conninfo = format!("host={host} port={port} user={user} dbname={db}");
         match open(&conninfo).await {
-            Ok(admin) => {
-                admin
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                    .await
-                    .with_context(|| format!("dropping schema {schema}"))?;
-                return Ok(());
-            }
+            Ok(client) => return Ok((conninfo, client)),
             Err(e) => last = Some(e),
         }
     }
-    Err(last.unwrap_or_else(|| anyhow::anyhow!("no user")))
+    Err(last
+        .unwrap_or_else(|| anyhow::anyhow!("no user"))
+        .context(format!("connecting to PostgreSQL at {host}:{port} db {db}")))
 }
