@@ -1745,12 +1745,18 @@ pub async fn move_puts_message_in_target_queue(h: &dyn Harness) {
     assert_eq!((d2.id, d2.body), (id, Body::text("%%garbage")));
 }
 
-/// Move to a queue that does not exist is `QueueNotFound` and changes nothing.
+/// Move to a queue that does not exist is `QueueNotFound`, and to the message's own queue
+/// `InvalidArgument`; neither changes anything.
 pub async fn move_to_unknown_queue_changes_nothing(h: &dyn Harness) {
     let e = env(h).await;
     let q = e.queue("mv", QueueConfigPatch::default()).await;
     let id = e.send_text(&q, "x").await;
     let d = e.recv_one(&q).await;
+    assert_code(
+        e.store.move_message(&q, d.receipt, &q, fail("x")).await,
+        ErrorCode::InvalidArgument,
+        "move to the own queue",
+    );
     assert_code(
         e.store
             .move_message(&q, d.receipt, &qn("nowhere"), fail("x"))
