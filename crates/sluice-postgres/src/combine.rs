@@ -8,7 +8,11 @@
 //! [`FLUSHES_IN_FLIGHT`] writes of their queue are under way are gathered into the next.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
+
+use futures::FutureExt as _;
 
 /// Writes of one queue a node runs at the same time; calls arriving beyond them gather.
 pub(crate) const FLUSHES_IN_FLIGHT: usize = 2;
@@ -67,6 +71,28 @@ impl<J> Combiner<J> {
             lanes.remove(queue);
         }
         None
+    }
+}
+
+/// Writes `jobs` with `write`, then the calls of `key` that gathered meanwhile, until none
+/// is left. A panic in one write fails only its calls (their answers are dropped); the
+/// queue's next calls are still written.
+pub(crate) async fn drain<J, Fut>(
+    combiner: &Combiner<J>,
+    key: &str,
+    mut jobs: Vec<J>,
+    mut write: impl FnMut(Vec<J>) -> Fut,
+) where
+    Fut: Future<Output = ()>,
+{
+    loop {
+        if AssertUnwindSafe(write(jobs)).catch_unwind().await.is_err() {
+            tracing::error!(key, "a combined write failed unexpectedly");
+        }
+        match combiner.next(key) {
+            Some(more) => jobs = more,
+            None => return,
+        }
     }
 }
 

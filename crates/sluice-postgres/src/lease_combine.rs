@@ -36,37 +36,17 @@ pub(crate) async fn lease(
     if let Some(jobs) = inner.leases.push(&key, job) {
         // A task of its own: a receive that goes away (a long poll ended by its client) must
         // not stop the lease the others wait for.
-        tokio::spawn(run(inner.clone(), queue.clone(), vis, key, jobs));
+        let (inner, queue) = (inner.clone(), queue.clone());
+        tokio::spawn(async move {
+            crate::combine::drain(&inner.leases, &key, jobs, |jobs| {
+                serve(&inner, &queue, vis, jobs)
+            })
+            .await;
+        });
     }
     answer
         .await
         .map_err(|_| StoreError::unavailable("the receive was dropped before it was served"))?
-}
-
-/// Takes combined leases of `key` until no receive is waiting.
-async fn run(
-    inner: Arc<Inner>,
-    queue: QueueName,
-    vis: Duration,
-    key: String,
-    mut jobs: Vec<LeaseJob>,
-) {
-    loop {
-        // Its own task: a panic fails only these receives (their answers are dropped), and
-        // the queue's next receives are still served.
-        let task = tokio::spawn({
-            let inner = inner.clone();
-            let queue = queue.clone();
-            async move { serve(&inner, &queue, vis, jobs).await }
-        });
-        if let Err(e) = task.await {
-            tracing::error!(queue = %queue, error = %e, "a combined receive failed unexpectedly");
-        }
-        match inner.leases.next(&key) {
-            Some(more) => jobs = more,
-            None => return,
-        }
-    }
 }
 
 async fn serve(inner: &Arc<Inner>, queue: &QueueName, vis: Duration, jobs: Vec<LeaseJob>) {

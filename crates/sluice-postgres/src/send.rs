@@ -178,31 +178,17 @@ pub(crate) async fn send_plain(
     };
     if let Some(batch) = inner.sends.push(queue.as_str(), job) {
         // A task of its own, so a caller that goes away does not stop the others' write.
-        tokio::spawn(write_sends(inner.clone(), queue.to_string(), batch));
+        let (inner, q) = (inner.clone(), queue.to_string());
+        tokio::spawn(async move {
+            crate::combine::drain(&inner.sends, &q, batch, |jobs| {
+                write_batch(&inner, &q, jobs)
+            })
+            .await;
+        });
     }
     answer
         .await
         .map_err(|_| StoreError::unavailable("the send was dropped before it was written"))?
-}
-
-/// Writes batches of gathered sends of `q` until none is left.
-async fn write_sends(inner: Arc<Inner>, q: String, mut jobs: Vec<SendJob>) {
-    loop {
-        // Its own task: a panic fails only these calls (their answers are dropped), and
-        // the queue's next calls are still written.
-        let task = tokio::spawn({
-            let inner = inner.clone();
-            let q = q.clone();
-            async move { write_batch(&inner, &q, jobs).await }
-        });
-        if let Err(e) = task.await {
-            tracing::error!(queue = %q, error = %e, "a combined send failed unexpectedly");
-        }
-        match inner.sends.next(&q) {
-            Some(more) => jobs = more,
-            None => return,
-        }
-    }
 }
 
 async fn write_batch(inner: &Inner, q: &str, jobs: Vec<SendJob>) {
