@@ -186,6 +186,14 @@ pub trait Store: Send + Sync + 'static {
         acks: Vec<AckRequest>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
 
+    /// Whether [`Store::ack`] applies its change before its future first waits, leaving only
+    /// the wait for durability: a call started after the ack future was polled once already
+    /// sees the acks. The broker then lets a receive that carries acks lease while those acks
+    /// are being synced, instead of after. `false` (the default) keeps them in sequence.
+    fn ack_applies_when_polled(&self) -> bool {
+        false
+    }
+
     /// Returns a message for another attempt, or dead-letters it when its attempts are used up.
     ///
     /// # Errors

@@ -1047,6 +1047,11 @@ impl Store for EmbeddedStore {
         Ok(out)
     }
 
+    fn ack_applies_when_polled(&self) -> bool {
+        // `ack` decides and appends under the state lock before its one await (durability).
+        true
+    }
+
     async fn nack(
         &self,
         queue: &QueueName,

@@ -36,6 +36,18 @@ pub trait Consumer: Send + 'static {
     /// the next one (as a worker's ack batcher does); when it does not (RabbitMQ with
     /// prefetch = B), each batch's ack is finished before the next receive.
     const DELIVERS_WHILE_UNACKED: bool = true;
+    /// Whether a receive can carry the acks of what is held ([`Consumer::receive_acking`]),
+    /// so a worker settles its last batch and takes the next in one round trip.
+    const ACKS_IN_RECEIVE: bool = false;
+    /// Receives like [`Consumer::receive`] and, in the same request, acknowledges everything
+    /// received and not yet acknowledged. `Ok` means the server confirmed those acks too.
+    fn receive_acking(
+        &mut self,
+        max: usize,
+    ) -> impl Future<Output = anyhow::Result<Vec<Vec<u8>>>> + Send {
+        let _ = max;
+        async { anyhow::bail!("this system cannot acknowledge within a receive") }
+    }
 }
 
 /// One system under test: opens producer and consumer connections.
@@ -117,6 +129,16 @@ pub fn stamp(b: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
+/// Records the end-to-end latency of each delivered body.
+fn record(s: &Shared, hist: &mut Histogram<u64>, got: &[Vec<u8>]) {
+    let now = s.now_us();
+    for b in got {
+        if let Some(t) = stamp(b) {
+            hist.saturating_record(now.saturating_sub(t).max(1));
+        }
+    }
+}
+
 fn new_histogram() -> anyhow::Result<Histogram<u64>> {
     Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).context("creating a histogram")
 }
@@ -183,6 +205,24 @@ pub async fn phase<P: Producer, C: Consumer>(
                 let must_flush = !C::DELIVERS_WHILE_UNACKED
                     || s.budget.load(Ordering::Relaxed) <= 0
                     || held + batch as u64 > MAX_HELD;
+                // Acks ride on the next receive where the system allows it; only the last
+                // ones, once every send is out, go on their own.
+                if C::ACKS_IN_RECEIVE && held > 0 && !must_flush {
+                    match c.receive_acking(batch).await {
+                        Ok(got) => {
+                            s.count_acked(std::mem::take(&mut held));
+                            record(&s, &mut hist, &got);
+                            held += got.len() as u64;
+                        }
+                        Err(e) => {
+                            // Unconfirmed: those messages come back when their leases expire.
+                            held = 0;
+                            s.error(&e);
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                    continue;
+                }
                 if held > 0 {
                     let busy = acking.as_ref().is_some_and(|a| !a.is_finished());
                     if !busy || must_flush {
@@ -211,12 +251,7 @@ pub async fn phase<P: Producer, C: Consumer>(
                         continue;
                     }
                 };
-                let now = s.now_us();
-                for b in &got {
-                    if let Some(t) = stamp(b) {
-                        hist.saturating_record(now.saturating_sub(t).max(1));
-                    }
-                }
+                record(&s, &mut hist, &got);
                 held += got.len() as u64;
             }
             if let Some(last) = acking {

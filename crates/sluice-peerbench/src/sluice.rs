@@ -170,14 +170,19 @@ impl Producer for SluiceConn {
     }
 }
 
-impl Consumer for SluiceConn {
-    async fn receive(&mut self, max: usize) -> anyhow::Result<Vec<Vec<u8>>> {
+impl SluiceConn {
+    /// One receive request; `ack` receipts are settled first, and every one must succeed.
+    async fn receive_with(
+        &mut self,
+        max: usize,
+        ack: Option<Vec<String>>,
+    ) -> anyhow::Result<Vec<Vec<u8>>> {
         let req = ReceiveRequest {
             max: Some(u32::try_from(max).unwrap_or(1000)),
             wait_ms: Some(200),
             visibility_timeout_ms: None,
             consumer: None,
-            ack: None,
+            ack,
         };
         let resp = self
             .client
@@ -186,6 +191,9 @@ impl Consumer for SluiceConn {
             .send()
             .await?;
         let got: ReceiveResponse = ok(resp, "receive").await?.json().await?;
+        if let Some(e) = got.acked.iter().flatten().find_map(|o| o.error.as_ref()) {
+            bail!("ack in a receive: {}", e.code);
+        }
         let mut bodies = Vec::with_capacity(got.messages.len());
         for m in got.messages {
             bodies.push(
@@ -196,6 +204,19 @@ impl Consumer for SluiceConn {
             self.receipts.push(m.receipt);
         }
         Ok(bodies)
+    }
+}
+
+impl Consumer for SluiceConn {
+    const ACKS_IN_RECEIVE: bool = true;
+
+    async fn receive(&mut self, max: usize) -> anyhow::Result<Vec<Vec<u8>>> {
+        self.receive_with(max, None).await
+    }
+
+    async fn receive_acking(&mut self, max: usize) -> anyhow::Result<Vec<Vec<u8>>> {
+        let receipts = std::mem::take(&mut self.receipts);
+        self.receive_with(max, Some(receipts)).await
     }
 
     fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {

@@ -418,6 +418,40 @@ async fn a_receive_acknowledges_the_previous_batch_first() {
     s.shutdown().await;
 }
 
+/// With `max_in_flight` 1 the next message can only be leased once the ack in the same
+/// request has freed the slot: the ack is applied first even where its sync overlaps the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_in_a_receive_frees_its_slot_for_that_receive() {
+    let s = start().await;
+    s.put_queue("jobs", json!({"max_in_flight": 1})).await;
+    let (st, _) = s
+        .call(
+            Method::POST,
+            "/v1/queues/jobs/messages",
+            Some(json!({"messages": [{"body": 1}, {"body": 2}, {"body": 3}]})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let mut got = s.receive("jobs", json!({"max": 5})).await;
+    assert_eq!(got.len(), 1, "max_in_flight 1 leases one");
+    for expected in [2, 3] {
+        let receipt = got[0]["receipt"].as_str().unwrap().to_owned();
+        let (st, v) = s
+            .call(
+                Method::POST,
+                "/v1/queues/jobs/receive",
+                Some(json!({"max": 5, "ack": [receipt]})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert_eq!(v["acked"][0]["ok"], true, "{v}");
+        got = v["messages"].as_array().unwrap().clone();
+        assert_eq!(got.len(), 1, "{v}");
+        assert_eq!(got[0]["body"], expected);
+    }
+    s.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nack_reject_move() {
     let s = start().await;

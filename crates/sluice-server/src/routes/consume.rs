@@ -38,22 +38,35 @@ pub async fn receive(
     caller.allow(Action::Consume, &q)?;
     let acks = req.acks()?;
     let req = req.to_core()?;
-    // The acks are settled (durably) before anything is leased, so a worker that hands back
-    // its last batch here never holds more than one batch at a time.
-    let acked = match acks {
-        Some(items) => Some(ack_batch(&st, &q, items).await?),
-        None => None,
-    };
-    let deliveries = if req.wait.is_zero() {
-        st.store.receive(&q, req).await?
-    } else {
-        // A long poll must not hold up shutdown. Dropping the receive is safe: a lease taken
-        // in the instant before the drop expires and the message is delivered again.
-        tokio::select! {
-            r = st.store.receive(&q, req) => r?,
-            () = st.shutting_down() => Vec::new(),
+    // The acks are applied before anything is leased, so a worker that hands back its last
+    // batch here never holds more than one batch at a time; each outcome is durable.
+    let ack = async {
+        match acks {
+            Some(items) => ack_batch(&st, &q, items).await.map(Some),
+            None => Ok(None),
         }
     };
+    let lease = async {
+        if req.wait.is_zero() {
+            st.store.receive(&q, req).await
+        } else {
+            // A long poll must not hold up shutdown. Dropping the receive is safe: a lease taken
+            // in the instant before the drop expires and the message is delivered again.
+            tokio::select! {
+                r = st.store.receive(&q, req) => r,
+                () = st.shutting_down() => Ok(Vec::new()),
+            }
+        }
+    };
+    // `join` polls the ack first: an engine whose ack is applied once polled leases while the
+    // ack is being synced; any other finishes the ack before leasing.
+    let (acked, deliveries) = if st.store.ack_applies_when_polled() {
+        futures::future::join(ack, lease).await
+    } else {
+        let acked = ack.await?;
+        (Ok(acked), lease.await)
+    };
+    let (acked, deliveries) = (acked?, deliveries?);
     st.metrics.delivered(&q, &deliveries);
     Ok(Json(ReceiveResponse {
         messages: deliveries.iter().map(Into::into).collect(),
