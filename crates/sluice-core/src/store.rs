@@ -186,11 +186,14 @@ pub trait Store: Send + Sync + 'static {
         acks: Vec<AckRequest>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
 
-    /// Whether [`Store::ack`] applies its change before its future first waits, leaving only
-    /// the wait for durability: a call started after the ack future was polled once already
-    /// sees the acks. The broker then lets a receive that carries acks lease while those acks
-    /// are being synced, instead of after. `false` (the default) keeps them in sequence.
-    fn ack_applies_when_polled(&self) -> bool {
+    /// Whether a receive of `queue` that carries acks may lease while those acks are still
+    /// being made durable, instead of after. It may when [`Store::ack`] applies its change
+    /// before its future first waits (a lease started after the ack future was polled once
+    /// sees the acks), or when nothing a lease of this queue decides depends on them (no
+    /// `max_in_flight`). The broker polls the ack first either way. The default, `false`,
+    /// finishes the acks before leasing.
+    async fn lease_may_overlap_ack(&self, queue: &QueueName) -> bool {
+        let _ = queue;
         false
     }
 

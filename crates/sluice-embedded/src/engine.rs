@@ -1047,7 +1047,7 @@ impl Store for EmbeddedStore {
         Ok(out)
     }
 
-    fn ack_applies_when_polled(&self) -> bool {
+    async fn lease_may_overlap_ack(&self, _queue: &QueueName) -> bool {
         // `ack` decides and appends under the state lock before its one await (durability).
         true
     }

@@ -36,9 +36,11 @@ pub trait Consumer: Send + 'static {
     /// the next one (as a worker's ack batcher does); when it does not (RabbitMQ with
     /// prefetch = B), each batch's ack is finished before the next receive.
     const DELIVERS_WHILE_UNACKED: bool = true;
-    /// Whether a receive can carry the acks of what is held ([`Consumer::receive_acking`]),
-    /// so a worker settles its last batch and takes the next in one round trip.
-    const ACKS_IN_RECEIVE: bool = false;
+    /// Whether acks ride on the next receive ([`Consumer::receive_acking`]), so a worker
+    /// settles its last batch and takes the next in one round trip.
+    fn acks_in_receive(&self) -> bool {
+        false
+    }
     /// Receives like [`Consumer::receive`] and, in the same request, acknowledges everything
     /// received and not yet acknowledged. `Ok` means the server confirmed those acks too.
     fn receive_acking(
@@ -207,7 +209,7 @@ pub async fn phase<P: Producer, C: Consumer>(
                     || held + batch as u64 > MAX_HELD;
                 // Acks ride on the next receive where the system allows it; only the last
                 // ones, once every send is out, go on their own.
-                if C::ACKS_IN_RECEIVE && held > 0 && !must_flush {
+                if c.acks_in_receive() && held > 0 && !must_flush {
                     match c.receive_acking(batch).await {
                         Ok(got) => {
                             s.count_acked(std::mem::take(&mut held));

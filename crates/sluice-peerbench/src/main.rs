@@ -420,18 +420,22 @@ async fn run_one(ctx: &Ctx, name: &str, batch: usize) -> anyhow::Result<Row> {
                     &ctx.sluice_url,
                     ctx.sluice_pid,
                     "durable (fdatasync per group commit)",
-                    "embedded engine, HTTP API",
+                    "embedded engine, HTTP API; consumers ack within their next receive",
                 )
             } else {
                 (
                     &ctx.sluice_pg_url,
                     ctx.sluice_pg_pid,
                     "durable (WAL flushed at commit)",
-                    "PostgreSQL engine (one node, same server as the postgres row), HTTP API",
+                    "PostgreSQL engine (one node, same server as the postgres row), HTTP API; \
+                     consumers ack in a request of their own while receiving (an ack waits \
+                     for its commit, so riding on the receive would slow the receive)",
                 )
             };
             let url = url.clone().with_context(|| format!("no {name} broker"))?;
-            let sys = sluice::Sluice::connect(&url).await?;
+            let sys = sluice::Sluice::connect(&url)
+                .await?
+                .acks_in_receive(name == "sluice");
             let target = match pid {
                 Some(p) => cpu::Target::Pid(p),
                 None => cpu::Target::Name("sluice".to_owned()),

@@ -18,6 +18,7 @@ const QUEUE: &str = "peerbench";
 pub struct Sluice {
     client: reqwest::Client,
     base: String,
+    acks_in_receive: bool,
 }
 
 impl Sluice {
@@ -56,7 +57,20 @@ impl Sluice {
                 .and_then(|r| r.error_for_status())
                 .context("purging the Sluice queue")?;
         }
-        Ok(Sluice { client, base })
+        Ok(Sluice {
+            client,
+            base,
+            acks_in_receive: true,
+        })
+    }
+
+    /// How consumers acknowledge: within their next receive (the default, fewer requests), or
+    /// in a request of their own while they receive (better where an ack's commit is slow
+    /// compared with a lease, as on the PostgreSQL engine).
+    #[must_use]
+    pub fn acks_in_receive(mut self, yes: bool) -> Self {
+        self.acks_in_receive = yes;
+        self
     }
 
     fn url(&self, tail: &str) -> String {
@@ -71,6 +85,7 @@ pub struct SluiceConn {
     receive_url: String,
     ack_url: String,
     receipts: Vec<String>,
+    acks_in_receive: bool,
 }
 
 impl System for Sluice {
@@ -111,6 +126,7 @@ impl Sluice {
             receive_url: self.url("receive"),
             ack_url: self.url("ack"),
             receipts: Vec::new(),
+            acks_in_receive: self.acks_in_receive,
         }
     }
 }
@@ -208,7 +224,9 @@ impl SluiceConn {
 }
 
 impl Consumer for SluiceConn {
-    const ACKS_IN_RECEIVE: bool = true;
+    fn acks_in_receive(&self) -> bool {
+        self.acks_in_receive
+    }
 
     async fn receive(&mut self, max: usize) -> anyhow::Result<Vec<Vec<u8>>> {
         self.receive_with(max, None).await

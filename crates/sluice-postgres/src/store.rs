@@ -359,6 +359,15 @@ impl Store for PostgresStore {
         crate::lease::ack(&self.inner, queue, acks).await
     }
 
+    async fn lease_may_overlap_ack(&self, queue: &QueueName) -> bool {
+        // The ack commits on its own connection, so a lease may not see it yet; only a
+        // queue's `max_in_flight` makes a lease depend on it. An unknown queue fails in both.
+        self.inner
+            .config(queue.as_str())
+            .await
+            .is_ok_and(|cfg| cfg.max_in_flight.is_none())
+    }
+
     async fn nack(
         &self,
         queue: &QueueName,

@@ -2413,6 +2413,57 @@ pub async fn max_in_flight_bounds_leases(h: &dyn Harness) {
     assert_eq!((s.in_flight, s.visible), (2, 2));
 }
 
+/// A lease the engine lets overlap an ack (`lease_may_overlap_ack`) still sees that ack
+/// where it matters: with `max_in_flight` 1, the slot the ack frees is leased at once. Without
+/// `max_in_flight` the overlap is allowed or not, and either way both succeed.
+pub async fn lease_overlapping_an_ack_sees_it(h: &dyn Harness) {
+    let e = env(h).await;
+    for limit in [Some(1), None] {
+        let name = if limit.is_some() { "ovl1" } else { "ovl" };
+        let q = e
+            .queue(
+                name,
+                QueueConfigPatch {
+                    max_in_flight: Some(limit),
+                    ..Default::default()
+                },
+            )
+            .await;
+        e.send_batch(&q, vec![text("a"), text("b")]).await;
+        let first = e.recv(&q, 1).await;
+        assert_eq!(first.len(), 1);
+        let ack = vec![AckRequest {
+            receipt: first[0].receipt,
+            result: None,
+        }];
+        let next = if e.store.lease_may_overlap_ack(&q).await {
+            // As the broker does: the ack is polled once, then the lease runs beside it.
+            let mut acking = e.store.ack(&q, ack);
+            let early = futures::poll!(acking.as_mut());
+            let next = e.recv(&q, 5).await;
+            let outcome = match early {
+                std::task::Poll::Ready(r) => r,
+                std::task::Poll::Pending => acking.await,
+            };
+            assert!(
+                matches!(outcome.as_deref(), Ok([Ok(())])),
+                "overlapped ack on {q}: {outcome:?}"
+            );
+            next
+        } else {
+            let outcome = e.store.ack(&q, ack).await;
+            assert!(matches!(outcome.as_deref(), Ok([Ok(())])), "{outcome:?}");
+            e.recv(&q, 5).await
+        };
+        assert_eq!(
+            next.len(),
+            1,
+            "{q} (max_in_flight {limit:?}): the lease after the ack takes the other message"
+        );
+        assert_ne!(next[0].id, first[0].id);
+    }
+}
+
 /// `max_depth` 3 counts visible + delayed + in flight; sends beyond it are refused with
 /// `QueueFull` (with a retry hint), all or nothing; dead letters and acks free room.
 pub async fn max_depth_refuses_sends(h: &dyn Harness) {

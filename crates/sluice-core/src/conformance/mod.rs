@@ -117,6 +117,7 @@ macro_rules! __sluice_conformance_cases {
             pause_holds_deliveries,
             rate_limit_bounds_deliveries_per_window,
             max_in_flight_bounds_leases,
+            lease_overlapping_an_ack_sees_it,
             max_depth_refuses_sends,
             retention_dead_letters_expired_messages,
             retention_drops_expired_messages_without_dlq,

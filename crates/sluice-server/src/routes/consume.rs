@@ -40,6 +40,7 @@ pub async fn receive(
     let req = req.to_core()?;
     // The acks are applied before anything is leased, so a worker that hands back its last
     // batch here never holds more than one batch at a time; each outcome is durable.
+    let acks_given = acks.is_some();
     let ack = async {
         match acks {
             Some(items) => ack_batch(&st, &q, items).await.map(Some),
@@ -58,9 +59,10 @@ pub async fn receive(
             }
         }
     };
-    // `join` polls the ack first: an engine whose ack is applied once polled leases while the
-    // ack is being synced; any other finishes the ack before leasing.
-    let (acked, deliveries) = if st.store.ack_applies_when_polled() {
+    // `join` polls the ack first, and the engine says whether the lease may run while the ack
+    // is being made durable; otherwise the ack finishes before the lease starts.
+    let overlap = acks_given && st.store.lease_may_overlap_ack(&q).await;
+    let (acked, deliveries) = if overlap {
         futures::future::join(ack, lease).await
     } else {
         let acked = ack.await?;
