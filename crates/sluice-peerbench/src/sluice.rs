@@ -193,9 +193,13 @@ impl SluiceConn {
         max: usize,
         ack: Option<Vec<String>>,
     ) -> anyhow::Result<Vec<Vec<u8>>> {
+        // A receive that carries acks does not long-poll: the acks' outcomes come with its
+        // answer, and an empty queue must not hold them back. The next receive, with nothing
+        // to ack, waits.
+        let wait_ms = if ack.is_some() { 0 } else { 200 };
         let req = ReceiveRequest {
             max: Some(u32::try_from(max).unwrap_or(1000)),
-            wait_ms: Some(200),
+            wait_ms: Some(wait_ms),
             visibility_timeout_ms: None,
             consumer: None,
             ack,
