@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) core: Mutex<Core>,
     pub(crate) durable: watch::Receiver<Durable>,
+    /// The log's sync state, for callers that lead the group commit.
+    sync: Arc<log::SyncShared>,
     /// Held while a compaction runs: one at a time.
     pub(crate) compacting: tokio::sync::Mutex<()>,
     /// Held open to keep the directory lock.
@@ -145,11 +147,13 @@ impl EmbeddedStore {
             elapsed: started.elapsed(),
         };
         let durable = log.durable();
+        let sync = log.sync_handle();
         let inner = Arc::new(Inner {
             dir,
             clock: options.clock,
             core: Mutex::new(Core { state, log, audit }),
             durable,
+            sync,
             compacting: tokio::sync::Mutex::new(()),
             _lock: lock,
         });
@@ -195,7 +199,25 @@ impl Inner {
     }
 
     async fn durable(&self, pos: u64) -> Result<(), StoreError> {
-        log::wait_durable(self.durable.clone(), pos).await
+        let mut rx = self.durable.clone();
+        loop {
+            let d = *rx.borrow_and_update();
+            if d.synced >= pos {
+                return Ok(());
+            }
+            if d.failed {
+                return log::wait_durable(rx, pos).await;
+            }
+            match log::sync_now(&self.sync) {
+                Some(Err(e)) => return Err(e),
+                Some(Ok(())) => {}
+                None => {
+                    if rx.changed().await.is_err() {
+                        return log::wait_durable(rx, pos).await;
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -1,11 +1,16 @@
 //! The append-only log: numbered segment files, appends in memory order, and group commit.
 //!
 //! Appends go straight to the active segment with `write` (so the bytes are readable at
-//! once through the page cache) and a dedicated sync thread makes them durable: it calls
-//! `fdatasync` for everything written so far, then publishes the new durable position. A
-//! caller waits until the position passes its own records, so every caller that arrived while
-//! one sync was running shares the next one. That is group commit: at 16 concurrent senders
-//! the disk does one sync for many of them instead of one each.
+//! once through the page cache); a sync makes them durable. A caller that must wait for its
+//! records leads the group commit itself ([`sync_now`]): if no sync is running it calls
+//! `fdatasync` for everything written so far, on its own thread, and publishes the new
+//! durable position; if one is running it waits for it and tries again. Every caller that
+//! arrived during one sync shares the next, so the disk does one sync for many requests, and
+//! the leader's answer goes out without a hand-off to another thread and back (a hand-off
+//! costs two context switches per sync; measured: broker CPU per message at B = 1 from
+//! 108 – 122 µs to 90 µs). The cost is that a slow disk holds the leader's worker thread for
+//! the length of one `fdatasync`. A sync thread covers bytes nobody waits for (lease
+//! records) a few milliseconds later, and shutdown.
 //!
 //! A failed sync poisons the log: the page cache may have dropped the dirty pages, so a retry
 //! could report success for data that is gone. Every later write fails with `unavailable`
@@ -16,8 +21,10 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use sluice_core::StoreError;
 use tokio::sync::watch;
@@ -87,10 +94,12 @@ struct SyncState {
     idle: bool,
 }
 
-struct SyncShared {
+pub(crate) struct SyncShared {
     state: Mutex<SyncState>,
     wake: Condvar,
     durable: watch::Sender<Durable>,
+    /// Someone (a waiting caller or the sync thread) is running a sync.
+    leader: AtomicBool,
 }
 
 /// The writing end of the log. Owned by the store's state lock, so append order is apply order.
@@ -145,6 +154,7 @@ impl Log {
             }),
             wake: Condvar::new(),
             durable,
+            leader: AtomicBool::new(false),
         });
         let worker = sync.clone();
         let syncer = thread::Builder::new()
@@ -322,6 +332,11 @@ impl Log {
         }
     }
 
+    /// The shared sync state, for callers that sync themselves ([`lead_sync`]).
+    pub(crate) fn sync_handle(&self) -> Arc<SyncShared> {
+        self.sync.clone()
+    }
+
     /// A receiver of the durable position.
     pub(crate) fn durable(&self) -> watch::Receiver<Durable> {
         self.sync.durable.subscribe()
@@ -435,9 +450,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How long the sync thread leaves unsynced bytes to a waiting caller before it syncs them
+/// itself: bytes nobody waits for (lease records) and shutdown.
+const SYNC_THREAD_DELAY: Duration = Duration::from_millis(2);
+
 fn sync_loop(shared: &SyncShared) {
     loop {
-        let (target, file) = {
+        {
             let mut st = lock(&shared.state);
             while st.written <= st.synced && !st.stop && st.failure.is_none() {
                 st.idle = true;
@@ -447,21 +466,64 @@ fn sync_loop(shared: &SyncShared) {
             if st.failure.is_some() || (st.stop && st.written <= st.synced) {
                 return;
             }
-            (st.written, st.file.clone())
-        };
+            if !st.stop {
+                let (st, _) = shared
+                    .wake
+                    .wait_timeout(st, SYNC_THREAD_DELAY)
+                    .unwrap_or_else(|p| p.into_inner());
+                if st.written <= st.synced {
+                    continue;
+                }
+            }
+        }
+        if sync_now(shared).is_some_and(|r| r.is_err()) {
+            return;
+        }
+    }
+}
+
+/// Syncs everything written so far on the calling thread, unless a sync is already running
+/// (`None`: wait for that one's result). Callers that wait for durability lead the group
+/// commit themselves: the sync runs without handing off to another thread and back.
+pub(crate) fn sync_now(shared: &SyncShared) -> Option<Result<(), StoreError>> {
+    if shared
+        .leader
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return None;
+    }
+    let (target, file, synced, failed) = {
+        let st = lock(&shared.state);
+        (st.written, st.file.clone(), st.synced, st.failure.is_some())
+    };
+    let out = if failed {
+        Err(StoreError::unavailable(
+            "fsync failed; writes are refused until the broker restarts and recovers from disk",
+        ))
+    } else if target <= synced {
+        Ok(())
+    } else {
         match file.sync_data() {
             Ok(()) => {
-                lock(&shared.state).synced = target;
-                shared.durable.send_modify(|d| d.synced = target);
+                let mut st = lock(&shared.state);
+                st.synced = st.synced.max(target);
+                drop(st);
+                shared
+                    .durable
+                    .send_modify(|d| d.synced = d.synced.max(target));
+                Ok(())
             }
             Err(e) => {
                 tracing::error!(error = %e, "fsync failed: refusing writes until restart");
                 lock(&shared.state).failure = Some(format!("fsync failed: {e}"));
                 shared.durable.send_modify(|d| d.failed = true);
-                return;
+                Err(StoreError::unavailable(format!("fsync failed: {e}")))
             }
         }
-    }
+    };
+    shared.leader.store(false, Ordering::Release);
+    Some(out)
 }
 
 /// Waits until the log is durable up to `pos`.
