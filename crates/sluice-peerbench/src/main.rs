@@ -112,6 +112,12 @@ struct Args {
     /// Redis URL.
     #[arg(long, default_value = "redis://127.0.0.1:6379/")]
     redis_url: String,
+    /// How Sluice consumers acknowledge: `separate` (an ack request of their own while they
+    /// receive, as the worker SDK's ack batcher does) or `in-receive` (the last batch's
+    /// receipts ride on the next receive: one request per batch fewer, but each receive then
+    /// waits for its acks' sync).
+    #[arg(long, value_enum, default_value_t = SluiceAcks::Separate)]
+    sluice_acks: SluiceAcks,
     /// Print the results as JSON.
     #[arg(long)]
     json: bool,
@@ -410,6 +416,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How the Sluice rows' consumers acknowledge (`--sluice-acks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SluiceAcks {
+    /// An ack request of their own, in flight while the next receive runs.
+    Separate,
+    /// Within the next receive (its `ack` field).
+    InReceive,
+}
+
 /// Connects to one system, runs warm-up and measured phase, tears down.
 async fn run_one(ctx: &Ctx, name: &str, batch: usize) -> anyhow::Result<Row> {
     let a = &ctx.args;
@@ -420,27 +435,34 @@ async fn run_one(ctx: &Ctx, name: &str, batch: usize) -> anyhow::Result<Row> {
                     &ctx.sluice_url,
                     ctx.sluice_pid,
                     "durable (fdatasync per group commit)",
-                    "embedded engine, HTTP API; consumers ack within their next receive",
+                    "embedded engine, HTTP API",
                 )
             } else {
                 (
                     &ctx.sluice_pg_url,
                     ctx.sluice_pg_pid,
                     "durable (WAL flushed at commit)",
-                    "PostgreSQL engine (one node, same server as the postgres row), HTTP API; \
-                     consumers ack in a request of their own while receiving (an ack waits \
-                     for its commit, so riding on the receive would slow the receive)",
+                    "PostgreSQL engine (one node, same server as the postgres row), HTTP API",
                 )
             };
+            let in_receive = a.sluice_acks == SluiceAcks::InReceive;
+            let settings = format!(
+                "{settings}; consumers ack {}",
+                if in_receive {
+                    "within their next receive"
+                } else {
+                    "in a request of their own while receiving"
+                }
+            );
             let url = url.clone().with_context(|| format!("no {name} broker"))?;
             let sys = sluice::Sluice::connect(&url)
                 .await?
-                .acks_in_receive(name == "sluice");
+                .acks_in_receive(in_receive);
             let target = match pid {
                 Some(p) => cpu::Target::Pid(p),
                 None => cpu::Target::Name("sluice".to_owned()),
             };
-            measure(ctx, &sys, name, durability, settings, batch, target).await
+            measure(ctx, &sys, name, durability, &settings, batch, target).await
         }
         "rabbitmq" => {
             let sys = rabbit::Rabbit::connect(&a.rabbitmq_url, batch).await?;

@@ -60,13 +60,13 @@ impl Sluice {
         Ok(Sluice {
             client,
             base,
-            acks_in_receive: true,
+            acks_in_receive: false,
         })
     }
 
-    /// How consumers acknowledge: within their next receive (the default, fewer requests), or
-    /// in a request of their own while they receive (better where an ack's commit is slow
-    /// compared with a lease, as on the PostgreSQL engine).
+    /// How consumers acknowledge: in a request of their own while they receive (the
+    /// default: the receive does not wait for the acks' sync), or within their next receive
+    /// (one request per batch fewer).
     #[must_use]
     pub fn acks_in_receive(mut self, yes: bool) -> Self {
         self.acks_in_receive = yes;

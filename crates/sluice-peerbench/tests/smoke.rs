@@ -122,3 +122,55 @@ async fn every_available_system_runs_a_tiny_load() {
     }
     eprintln!("smoke run took {:?}", started.elapsed());
 }
+
+/// Consumers that ack within their next receive count every message once, at both batch
+/// sizes, including the last ones, which go in an ack of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_consumers_that_ack_within_the_receive_finish_the_count() {
+    let broker = sluice_testkit::InProcessBroker::start().await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice-peerbench"))
+        .args([
+            "--systems",
+            "sluice",
+            "--sluice-acks",
+            "in-receive",
+            "--messages",
+            "200",
+            "--warmup",
+            "20",
+            "--batch",
+            "1,10",
+            "--producers",
+            "2",
+            "--consumers",
+            "2",
+            "--timeout",
+            "15",
+            "--json",
+            "--sluice-url",
+            &broker.url,
+        ])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sluice-peerbench failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for batch in [1, 10] {
+        let row = v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["system"] == "sluice" && r["batch"] == batch)
+            .unwrap_or_else(|| panic!("no row for batch {batch}: {v}"));
+        assert_eq!(row["acked"], 200, "batch {batch}: {row}");
+        assert_eq!(row["errors"], 0, "batch {batch}: {row}");
+        assert_eq!(row["timed_out"], false, "batch {batch}: {row}");
+        assert!(
+            row["settings"]
+                .as_str()
+                .is_some_and(|s| s.contains("within their next receive")),
+            "{row}"
+        );
+    }
+}
