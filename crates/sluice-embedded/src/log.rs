@@ -332,7 +332,7 @@ impl Log {
         }
     }
 
-    /// The shared sync state, for callers that sync themselves ([`lead_sync`]).
+    /// The shared sync state, for callers that sync themselves ([`sync_now`]).
     pub(crate) fn sync_handle(&self) -> Arc<SyncShared> {
         self.sync.clone()
     }
@@ -498,9 +498,7 @@ pub(crate) fn sync_now(shared: &SyncShared) -> Option<Result<(), StoreError>> {
         (st.written, st.file.clone(), st.synced, st.failure.is_some())
     };
     let out = if failed {
-        Err(StoreError::unavailable(
-            "fsync failed; writes are refused until the broker restarts and recovers from disk",
-        ))
+        Err("an earlier fsync failed".to_owned())
     } else if target <= synced {
         Ok(())
     } else {
@@ -508,22 +506,33 @@ pub(crate) fn sync_now(shared: &SyncShared) -> Option<Result<(), StoreError>> {
             Ok(()) => {
                 let mut st = lock(&shared.state);
                 st.synced = st.synced.max(target);
-                drop(st);
-                shared
-                    .durable
-                    .send_modify(|d| d.synced = d.synced.max(target));
                 Ok(())
             }
             Err(e) => {
                 tracing::error!(error = %e, "fsync failed: refusing writes until restart");
                 lock(&shared.state).failure = Some(format!("fsync failed: {e}"));
-                shared.durable.send_modify(|d| d.failed = true);
-                Err(StoreError::unavailable(format!("fsync failed: {e}")))
+                Err(format!("fsync failed: {e}"))
             }
         }
     };
+    // The lead is given up before the news goes out, so a woken waiter whose records this
+    // sync did not cover can lead the next one at once. Waiters are woken even when there
+    // was nothing to sync: one may have found the lead taken and be waiting for this.
     shared.leader.store(false, Ordering::Release);
-    Some(out)
+    match out {
+        Ok(()) => {
+            shared
+                .durable
+                .send_modify(|d| d.synced = d.synced.max(target));
+            Some(Ok(()))
+        }
+        Err(why) => {
+            shared.durable.send_modify(|d| d.failed = true);
+            Some(Err(StoreError::unavailable(format!(
+                "{why}; writes are refused until the broker restarts and recovers from disk"
+            ))))
+        }
+    }
 }
 
 /// Waits until the log is durable up to `pos`.

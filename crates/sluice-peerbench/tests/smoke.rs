@@ -45,16 +45,9 @@ async fn broker_on_postgres() -> Option<(String, String, tokio::sync::oneshot::S
     Some((url, schema, stop))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_available_system_runs_a_tiny_load() {
-    let broker = sluice_testkit::InProcessBroker::start().await;
-    let url = broker.url.clone();
-    let on_pg = broker_on_postgres().await;
-    let pg_url = on_pg
-        .as_ref()
-        .map_or_else(|| "http://127.0.0.1:9".to_owned(), |(u, _, _)| u.clone());
-    let started = Instant::now();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice-peerbench"))
+/// Runs the tool with 200 messages at batch 1 and 10, 2 + 2, JSON output, and `extra`.
+async fn tiny_run(extra: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice-peerbench"))
         .args([
             "--messages",
             "200",
@@ -69,14 +62,23 @@ async fn every_available_system_runs_a_tiny_load() {
             "--timeout",
             "15",
             "--json",
-            "--sluice-url",
-            &url,
-            "--sluice-pg-url",
-            &pg_url,
         ])
+        .args(extra)
         .output()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_available_system_runs_a_tiny_load() {
+    let broker = sluice_testkit::InProcessBroker::start().await;
+    let url = broker.url.clone();
+    let on_pg = broker_on_postgres().await;
+    let pg_url = on_pg
+        .as_ref()
+        .map_or_else(|| "http://127.0.0.1:9".to_owned(), |(u, _, _)| u.clone());
+    let started = Instant::now();
+    let out = tiny_run(&["--sluice-url", &url, "--sluice-pg-url", &pg_url]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stderr}");
     assert!(out.status.success(), "sluice-peerbench failed: {stderr}");
@@ -128,31 +130,15 @@ async fn every_available_system_runs_a_tiny_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sluice_consumers_that_ack_within_the_receive_finish_the_count() {
     let broker = sluice_testkit::InProcessBroker::start().await;
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice-peerbench"))
-        .args([
-            "--systems",
-            "sluice",
-            "--sluice-acks",
-            "in-receive",
-            "--messages",
-            "200",
-            "--warmup",
-            "20",
-            "--batch",
-            "1,10",
-            "--producers",
-            "2",
-            "--consumers",
-            "2",
-            "--timeout",
-            "15",
-            "--json",
-            "--sluice-url",
-            &broker.url,
-        ])
-        .output()
-        .await
-        .unwrap();
+    let out = tiny_run(&[
+        "--systems",
+        "sluice",
+        "--sluice-acks",
+        "in-receive",
+        "--sluice-url",
+        &broker.url,
+    ])
+    .await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "sluice-peerbench failed: {stderr}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
