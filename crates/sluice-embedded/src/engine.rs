@@ -208,7 +208,13 @@ impl Inner {
             if d.failed {
                 return log::wait_durable(rx, pos).await;
             }
-            match log::sync_now(&self.sync) {
+            let led = if log::unsynced(&self.sync) > log::LEAD_AT_MOST {
+                log::sync_soon(&self.sync);
+                None
+            } else {
+                log::sync_now(&self.sync)
+            };
+            match led {
                 Some(Err(e)) => return Err(e),
                 Some(Ok(())) => {}
                 None => {
