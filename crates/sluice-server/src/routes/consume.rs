@@ -60,7 +60,9 @@ pub async fn receive(
         }
     };
     // `join` polls the ack first, and the engine says whether the lease may run while the ack
-    // is being made durable; otherwise the ack finishes before the lease starts.
+    // is being made durable; otherwise the ack finishes before the lease starts. Should the
+    // acks fail after the lease succeeded, the answer is the error and those messages come
+    // back when their leases expire, as after any lost answer.
     let overlap = acks_given && st.store.lease_may_overlap_ack(&q).await;
     let (acked, deliveries) = if overlap {
         futures::future::join(ack, lease).await
