@@ -15,7 +15,7 @@
 use sluice_core::StoreError;
 
 use crate::engine::Inner;
-use crate::log::{SEGMENT_TARGET, wait_durable};
+use crate::log::SEGMENT_TARGET;
 use crate::record::{Acked, Checkpoint, MessageRecord, Origin, Record, message_ids_in};
 use crate::state::Slot;
 
@@ -207,7 +207,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
             last_pos = core.commit(records)?;
         }
     }
-    wait_durable(inner.durable.clone(), last_pos).await?;
+    inner.durable(last_pos).await?;
     let mut core = inner.lock();
     if let Err(e) = core.log.remove_segment(seg) {
         tracing::warn!(segment = seg, error = %e, "could not delete a compacted log segment; will retry");

@@ -198,32 +198,8 @@ impl Inner {
         self.clock.now().as_millis()
     }
 
-    async fn durable(&self, pos: u64) -> Result<(), StoreError> {
-        let mut rx = self.durable.clone();
-        loop {
-            let d = *rx.borrow_and_update();
-            if d.synced >= pos {
-                return Ok(());
-            }
-            if d.failed {
-                return log::wait_durable(rx, pos).await;
-            }
-            let led = if log::unsynced(&self.sync) > log::LEAD_AT_MOST {
-                log::sync_soon(&self.sync);
-                None
-            } else {
-                log::sync_now(&self.sync)
-            };
-            match led {
-                Some(Err(e)) => return Err(e),
-                Some(Ok(())) => {}
-                None => {
-                    if rx.changed().await.is_err() {
-                        return log::wait_durable(rx, pos).await;
-                    }
-                }
-            }
-        }
+    pub(crate) async fn durable(&self, pos: u64) -> Result<(), StoreError> {
+        log::wait_durable(&self.sync, self.durable.clone(), pos).await
     }
 }
 

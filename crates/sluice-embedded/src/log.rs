@@ -2,7 +2,7 @@
 //!
 //! Appends go straight to the active segment with `write` (so the bytes are readable at
 //! once through the page cache); a sync makes them durable. A caller that must wait for its
-//! records leads the group commit itself ([`sync_now`]): if no sync is running it calls
+//! records leads the group commit itself ([`wait_durable`]): if no sync is running it calls
 //! `fdatasync` for everything written so far, on its own thread, and publishes the new
 //! durable position; if one is running it waits for it and tries again. Every caller that
 //! arrived during one sync shares the next, so the disk does one sync for many requests, and
@@ -336,7 +336,7 @@ impl Log {
         }
     }
 
-    /// The shared sync state, for callers that sync themselves ([`sync_now`]).
+    /// The shared sync state, for callers that lead the group commit ([`wait_durable`]).
     pub(crate) fn sync_handle(&self) -> Arc<SyncShared> {
         self.sync.clone()
     }
@@ -499,22 +499,10 @@ fn sync_loop(shared: &SyncShared) {
 /// messages, 2 producers + 6 consumers, 55,800 msg/s with every sync led by a caller).
 pub(crate) const LEAD_AT_MOST: u64 = 32 * 1024;
 
-/// Bytes written and not yet durable.
-pub(crate) fn unsynced(shared: &SyncShared) -> u64 {
-    let st = lock(&shared.state);
-    st.written.saturating_sub(st.synced)
-}
-
-/// Asks the sync thread to sync now, for a caller that waits without leading.
-pub(crate) fn sync_soon(shared: &SyncShared) {
-    lock(&shared.state).urgent = true;
-    shared.wake.notify_one();
-}
-
 /// Syncs everything written so far on the calling thread, unless a sync is already running
 /// (`None`: wait for that one's result). Callers that wait for durability lead the group
 /// commit themselves: the sync runs without handing off to another thread and back.
-pub(crate) fn sync_now(shared: &SyncShared) -> Option<Result<(), StoreError>> {
+fn sync_now(shared: &SyncShared) -> Option<Result<(), StoreError>> {
     if shared
         .leader
         .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -564,23 +552,45 @@ pub(crate) fn sync_now(shared: &SyncShared) -> Option<Result<(), StoreError>> {
     }
 }
 
-/// Waits until the log is durable up to `pos`.
+/// Waits until the log is durable up to `pos`, leading the group commit when no sync is
+/// running and the unsynced tail is small ([`LEAD_AT_MOST`]); a larger one goes to the sync
+/// thread at once.
 ///
 /// # Errors
-/// `Unavailable` if a sync failed before reaching it.
+/// `Unavailable` if a sync failed before reaching it, or the log was closed.
 pub(crate) async fn wait_durable(
+    shared: &SyncShared,
     mut rx: watch::Receiver<Durable>,
     pos: u64,
 ) -> Result<(), StoreError> {
-    let d = rx
-        .wait_for(|d| d.synced >= pos || d.failed)
-        .await
-        .map_err(|_| StoreError::unavailable("the store is shutting down"))?;
-    if d.synced >= pos {
-        Ok(())
-    } else {
-        Err(StoreError::unavailable(
-            "fsync failed; writes are refused until the broker restarts and recovers from disk",
-        ))
+    loop {
+        let d = *rx.borrow_and_update();
+        if d.synced >= pos {
+            return Ok(());
+        }
+        if d.failed {
+            return Err(StoreError::unavailable(
+                "fsync failed; writes are refused until the broker restarts and recovers from disk",
+            ));
+        }
+        let small = {
+            let st = lock(&shared.state);
+            st.written.saturating_sub(st.synced) <= LEAD_AT_MOST
+        };
+        let led = if small {
+            sync_now(shared)
+        } else {
+            lock(&shared.state).urgent = true;
+            shared.wake.notify_one();
+            None
+        };
+        match led {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(())) => {}
+            None => rx
+                .changed()
+                .await
+                .map_err(|_| StoreError::unavailable("the store is shutting down"))?,
+        }
     }
 }
