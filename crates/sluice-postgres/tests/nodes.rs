@@ -226,6 +226,59 @@ async fn a_long_poll_on_one_node_wakes_for_a_send_on_another() {
     assert_eq!(got[0].body.bytes.as_ref(), b"hello");
 }
 
+/// A node remembers that a queue was empty, to spare long polls a statement. That memory
+/// must never hide a committed message: from a receive that does not wait, even before
+/// the other node's wake-up arrives, nor from a long poll after this node's own send.
+#[tokio::test]
+async fn a_queue_seen_empty_hides_no_committed_message() {
+    let Some(n) = nodes().await else { return };
+    let work = q("seen-empty");
+    n.a.put_queue(&work, &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    let poll = |wait_ms: u64| ReceiveRequest {
+        max: 1,
+        wait: Duration::from_millis(wait_ms),
+        ..ReceiveRequest::default()
+    };
+    for round in 0..20 {
+        assert!(
+            n.a.receive(&work, poll(0))
+                .await
+                .expect("receive")
+                .is_empty(),
+            "round {round}: the queue starts empty"
+        );
+        n.b.send(&work, vec![msg("from b")])
+            .await
+            .expect("send on b");
+        let got = n.a.receive(&work, poll(0)).await.expect("receive on a");
+        assert_eq!(
+            got.len(),
+            1,
+            "round {round}: a receive that does not wait sees a send committed on another node"
+        );
+        let ack = AckRequest {
+            receipt: got[0].receipt,
+            result: None,
+        };
+        let acked = n.a.ack(&work, vec![ack]).await.expect("ack");
+        assert!(acked.iter().all(Result::is_ok), "round {round}: acked");
+    }
+    assert!(
+        n.a.receive(&work, poll(0))
+            .await
+            .expect("receive")
+            .is_empty()
+    );
+    n.a.send(&work, vec![msg("from a")])
+        .await
+        .expect("send on a");
+    // Shorter than the fallback poll: only the send's own wake-up lets it look again.
+    let got = n.a.receive(&work, poll(300)).await.expect("long poll on a");
+    assert_eq!(got.len(), 1, "a long poll sees this node's own send");
+}
+
 #[tokio::test]
 async fn send_in_commits_and_rolls_back_with_the_callers_transaction() {
     let Some(n) = nodes().await else { return };
