@@ -16,6 +16,7 @@
 
 mod backlog;
 mod cpu;
+mod http;
 mod load;
 mod nats;
 mod pg;

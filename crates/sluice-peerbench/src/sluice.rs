@@ -10,6 +10,7 @@ use sluice_core::wire::{
     SendRequest,
 };
 
+use crate::http::Http;
 use crate::load::{Consumer, Producer, System};
 
 const QUEUE: &str = "peerbench";
@@ -17,6 +18,7 @@ const QUEUE: &str = "peerbench";
 /// A running broker.
 pub struct Sluice {
     client: reqwest::Client,
+    http: Http,
     base: String,
     acks_in_receive: bool,
 }
@@ -59,6 +61,7 @@ impl Sluice {
         }
         Ok(Sluice {
             client,
+            http: Http::new(Duration::from_secs(10)),
             base,
             acks_in_receive: false,
         })
@@ -75,18 +78,18 @@ impl Sluice {
 
     /// Parsed once per connection, as a real client would: parsing a URL per request costs
     /// a client a tenth of its CPU at one message per request.
-    fn url(&self, tail: &str) -> anyhow::Result<reqwest::Url> {
+    fn url(&self, tail: &str) -> anyhow::Result<hyper::Uri> {
         let url = format!("{}/v1/queues/{QUEUE}/{tail}", self.base);
-        reqwest::Url::parse(&url).with_context(|| format!("{url} is not a URL"))
+        url.parse().with_context(|| format!("{url} is not a URL"))
     }
 }
 
 /// Producer and consumer share a pooled client.
 pub struct SluiceConn {
-    client: reqwest::Client,
-    send_url: reqwest::Url,
-    receive_url: reqwest::Url,
-    ack_url: reqwest::Url,
+    http: Http,
+    send_url: hyper::Uri,
+    receive_url: hyper::Uri,
+    ack_url: hyper::Uri,
     receipts: Vec<String>,
     acks_in_receive: bool,
 }
@@ -124,7 +127,7 @@ impl Sluice {
 
     fn conn(&self) -> anyhow::Result<SluiceConn> {
         Ok(SluiceConn {
-            client: self.client.clone(),
+            http: self.http.clone(),
             send_url: self.url("messages")?,
             receive_url: self.url("receive")?,
             ack_url: self.url("ack")?,
@@ -183,13 +186,7 @@ impl Producer for SluiceConn {
                 messages: Some(messages),
             }
         };
-        let resp = self
-            .client
-            .post(self.send_url.clone())
-            .json(&req)
-            .send()
-            .await?;
-        ok(resp, "send").await?;
+        self.http.post_json(&self.send_url, &req, "send").await?;
         Ok(())
     }
 }
@@ -212,13 +209,12 @@ impl SluiceConn {
             consumer: None,
             ack,
         };
-        let resp = self
-            .client
-            .post(self.receive_url.clone())
-            .json(&req)
-            .send()
+        let answer = self
+            .http
+            .post_json(&self.receive_url, &req, "receive")
             .await?;
-        let got: ReceiveResponse = ok(resp, "receive").await?.json().await?;
+        let got: ReceiveResponse =
+            serde_json::from_slice(&answer).context("receive: an answer that is not JSON")?;
         if let Some(e) = got.acked.iter().flatten().find_map(|o| o.error.as_ref()) {
             bail!("ack in a receive: {}", e.code);
         }
@@ -251,7 +247,7 @@ impl Consumer for SluiceConn {
 
     fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
         let receipts = std::mem::take(&mut self.receipts);
-        let client = self.client.clone();
+        let http = self.http.clone();
         let url = self.ack_url.clone();
         async move {
             if receipts.len() == 1 {
@@ -259,16 +255,16 @@ impl Consumer for SluiceConn {
                     receipt: receipts.into_iter().next(),
                     ..AckRequest::default()
                 };
-                let resp = client.post(url.clone()).json(&req).send().await?;
-                ok(resp, "ack").await?;
+                http.post_json(&url, &req, "ack").await?;
                 return Ok(());
             }
             let req = AckRequest {
                 receipts: Some(receipts),
                 ..AckRequest::default()
             };
-            let resp = client.post(url.clone()).json(&req).send().await?;
-            let r: AckBatchResponse = ok(resp, "ack").await?.json().await?;
+            let answer = http.post_json(&url, &req, "ack").await?;
+            let r: AckBatchResponse =
+                serde_json::from_slice(&answer).context("ack: an answer that is not JSON")?;
             if let Some(e) = r.results.into_iter().find_map(|o| o.error) {
                 bail!("ack: {}", e.code);
             }
