@@ -108,8 +108,7 @@ impl Inner {
     /// Wakes receives waiting on `queue`: this node's at once, other nodes' through a NOTIFY
     /// sent after the change committed.
     pub(crate) fn wake(&self, queue: &str) {
-        self.wakers.wake(queue);
-        let _ = self.announce.send(queue.to_string());
+        self.wake_some(queue, usize::MAX);
     }
 
     /// As [`Inner::wake`] after `n` messages became visible: at most `n` local waiters.

@@ -103,18 +103,14 @@ impl Wakers {
         map.entry(queue.to_string()).or_default().clone()
     }
 
-    /// Wakes this process's receives waiting on `queue`.
+    /// Wakes all of this process's receives waiting on `queue`.
     pub(crate) fn wake(&self, queue: &str) {
-        let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(w) = map.get(queue) {
-            w.bump();
-            w.notify.notify_waiters();
-        }
+        self.wake_some(queue, usize::MAX);
     }
 
     /// Wakes at most `n` of this process's receives waiting on `queue`: one per message that
     /// became visible, so a single send does not send every waiting receive to the
-    /// database only for all but one to come back empty.
+    /// database only for all but one to come back empty; all of them past a handful.
     pub(crate) fn wake_some(&self, queue: &str, n: usize) {
         let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(w) = map.get(queue) {
