@@ -149,8 +149,12 @@ fn pool_of(
 impl Drop for Inner {
     /// Writes the counts still pending, so a store closed on purpose (a broker shutting down,
     /// a restart) loses none. Needs a multi-threaded Tokio runtime; elsewhere they are lost.
+    /// The write runs on a thread of its own and is waited for at most
+    /// [`CLOSE_FLUSH_WAIT`]: a store dropped while its runtime shuts down (its last handle
+    /// held by a task being cancelled) cannot reach the database any more, and must not hang.
     fn drop(&mut self) {
-        if self.pending().is_empty() {
+        let pending = std::mem::take(&mut *self.pending());
+        if pending.is_empty() {
             return;
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -159,15 +163,32 @@ impl Drop for Inner {
         if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
             return;
         }
-        tokio::task::block_in_place(|| {
-            handle.block_on(async {
-                if let Err(e) = crate::counters::flush_pending(self).await {
-                    tracing::warn!(error = %e, "counters of the last moments before closing were not written");
-                }
+        let pool = self.pool.clone();
+        let (done, written) = std::sync::mpsc::channel();
+        let flush = std::thread::Builder::new()
+            .name("sluice-close-counts".into())
+            .spawn(move || {
+                let out = handle.block_on(async move {
+                    let conn = pool.get().await.map_err(|e| crate::error::pool(&e))?;
+                    pending.flush(&**conn).await
+                });
+                let _ = done.send(out);
             });
-        });
+        let out = match flush {
+            Ok(_) => written
+                .recv_timeout(CLOSE_FLUSH_WAIT)
+                .map_err(|_| StoreError::unavailable("the runtime is shutting down")),
+            Err(e) => Err(StoreError::unavailable(e.to_string())),
+        }
+        .and_then(|r| r);
+        if let Err(e) = out {
+            tracing::warn!(error = %e, "counters of the last moments before closing were not written");
+        }
     }
 }
+
+/// How long a store being dropped waits to write its last counts.
+const CLOSE_FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// Splits Sluice's own `schema` parameter off a connection string.
 fn split_schema(url: &str) -> (String, Option<String>) {
