@@ -41,13 +41,14 @@ pub(crate) async fn receive(
     let until = tokio::time::Instant::now() + req.wait;
     let waker = inner.wakers.of(queue.as_str());
     // Only a long poll may skip the database: it would wait anyway, and a receive that
-    // does not wait must see what is committed.
+    // does not wait must see what is committed. And only while other nodes' wake-ups
+    // arrive: the memory relies on them.
     let mut may_skip = !req.wait.is_zero();
     loop {
         let notified = waker.notified();
         tokio::pin!(notified);
         let generation = waker.generation(notified.as_mut());
-        let nap = match may_skip
+        let nap = match (may_skip && inner.wakers.listening())
             .then(|| waker.known_empty(generation, inner.now()))
             .flatten()
         {

@@ -5,10 +5,11 @@
 //! and wakes its local waiters for the named queue. Notifications can be lost while that
 //! connection is down, so a waiting receive also re-checks on a bounded timer
 //! ([`FALLBACK_POLL`]). A long poll that arrives while nothing was woken since its queue was
-//! last found empty starts out waiting, as if it had asked ([`QueueWaker`]).
+//! last found empty starts out waiting, as if it had asked ([`QueueWaker`]); only while the
+//! listening connection is up, since that memory relies on other nodes' wake-ups arriving.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -26,6 +27,9 @@ pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub(crate) struct Wakers {
     queues: Mutex<HashMap<String, Arc<QueueWaker>>>,
+    /// The LISTEN connection is up: other nodes' writes reach this node as wake-ups, so a
+    /// queue's known-empty memory can be trusted. While it is down, every long poll asks.
+    listening: AtomicBool,
 }
 
 /// The wake-ups of one queue, and what the last empty lease of it showed.
@@ -101,6 +105,29 @@ impl Wakers {
     pub(crate) fn of(&self, queue: &str) -> Arc<QueueWaker> {
         let mut map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(queue.to_string()).or_default().clone()
+    }
+
+    /// Whether other nodes' wake-ups arrive, so that [`QueueWaker::known_empty`] holds.
+    pub(crate) fn listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    /// The LISTEN connection is down: notifications sent meanwhile are lost.
+    fn lost(&self) {
+        self.listening.store(false, Ordering::Release);
+    }
+
+    /// The LISTEN connection is up again. Other nodes may have committed messages while it
+    /// was down, unannounced here: every queue's empty memory is made stale and every
+    /// waiting receive looks again, before the memory is trusted once more.
+    fn listening_again(&self) {
+        let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        for w in map.values() {
+            w.bump();
+            w.notify.notify_waiters();
+        }
+        drop(map);
+        self.listening.store(true, Ordering::Release);
     }
 
     /// Wakes all of this process's receives waiting on `queue`.
@@ -202,6 +229,9 @@ pub(crate) async fn listen(
                     tracing::warn!(error = %e, "cannot LISTEN for wake-ups; retrying");
                 } else {
                     backoff = Duration::from_millis(100);
+                    if let Some(w) = wakers.upgrade() {
+                        w.listening_again();
+                    }
                     loop {
                         // Check now and then that the store still exists.
                         let next = tokio::time::timeout(Duration::from_secs(5), rx.next()).await;
@@ -226,6 +256,9 @@ pub(crate) async fn listen(
                     }
                 }
                 driver.abort();
+                if let Some(w) = wakers.upgrade() {
+                    w.lost();
+                }
             }
             Err(e) => {
                 tracing::debug!(error = %e, "wake-up connection refused; retrying");

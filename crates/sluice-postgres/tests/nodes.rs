@@ -279,6 +279,63 @@ async fn a_queue_seen_empty_hides_no_committed_message() {
     assert_eq!(got.len(), 1, "a long poll sees this node's own send");
 }
 
+/// While a node's LISTEN connection is down, other nodes' wake-ups are lost: its memory that
+/// a queue was empty must not make a long poll wait for a message committed meanwhile.
+#[tokio::test]
+async fn a_lost_listen_connection_makes_no_long_poll_miss_a_message() {
+    let Some(n) = nodes().await else { return };
+    let work = q("listen-lost");
+    n.a.put_queue(&work, &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    let poll = |wait_ms: u64| ReceiveRequest {
+        max: 1,
+        wait: Duration::from_millis(wait_ms),
+        ..ReceiveRequest::default()
+    };
+    for round in 0..3 {
+        // Node a learns that the queue is empty...
+        assert!(
+            n.a.receive(&work, poll(10))
+                .await
+                .expect("receive")
+                .is_empty(),
+            "round {round}: the queue starts empty"
+        );
+        // ...then loses its wake-ups, and node b sends before a can listen again.
+        let cut = postgres::cut_listeners(&format!("sluice_wake_{}", n.schema)).await;
+        assert!(cut >= 1, "round {round}: a listening connection was cut");
+        n.b.send(&work, vec![msg("while a was deaf")])
+            .await
+            .expect("send on b");
+        // Trusting the stale memory, the long poll would sleep until that memory runs out
+        // (the fallback poll, a second) before it looked; a correct one asks at once.
+        let asked = std::time::Instant::now();
+        let got =
+            n.a.receive(&work, poll(5_000))
+                .await
+                .expect("long poll on a");
+        let took = asked.elapsed();
+        assert_eq!(
+            got.len(),
+            1,
+            "round {round}: a long poll on a sees the message b committed while a was not listening"
+        );
+        assert!(
+            took < Duration::from_millis(500),
+            "round {round}: the long poll waited {took:?} for a message committed before it began"
+        );
+        let ack = AckRequest {
+            receipt: got[0].receipt,
+            result: None,
+        };
+        let acked = n.a.ack(&work, vec![ack]).await.expect("ack");
+        assert!(acked.iter().all(Result::is_ok), "round {round}: acked");
+        // Let both nodes listen again before the next round.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+}
+
 #[tokio::test]
 async fn send_in_commits_and_rolls_back_with_the_callers_transaction() {
     let Some(n) = nodes().await else { return };

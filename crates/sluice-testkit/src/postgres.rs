@@ -88,3 +88,25 @@ pub fn drop_schemas(schemas: Vec<String>) {
     });
     let _ = done.join();
 }
+
+/// Cuts every connection of the test server whose last statement was a LISTEN on `channel`,
+/// as a network fault or a server restart would, and returns how many it cut.
+///
+/// # Panics
+/// If the server does not answer; call [`available`] first.
+pub async fn cut_listeners(channel: &str) -> u64 {
+    let (client, conn) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test server");
+    let driver = tokio::spawn(conn);
+    let row = client
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE pid <> pg_backend_pid() AND query ILIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'",
+            &[&channel],
+        )
+        .await
+        .expect("terminate the listening connections");
+    driver.abort();
+    u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)
+}
