@@ -1,6 +1,7 @@
 //! Sluice over its HTTP API (`sluice_core::wire` types), embedded engine.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -18,7 +19,8 @@ const QUEUE: &str = "peerbench";
 /// A running broker.
 pub struct Sluice {
     client: reqwest::Client,
-    http: Http,
+    /// `host:port` of the broker, for the producers' and consumers' own connections.
+    authority: String,
     base: String,
     acks_in_receive: bool,
 }
@@ -59,9 +61,16 @@ impl Sluice {
                 .and_then(|r| r.error_for_status())
                 .context("purging the Sluice queue")?;
         }
+        let parsed: hyper::Uri = base
+            .parse()
+            .with_context(|| format!("{base} is not a URL"))?;
+        let host = parsed
+            .host()
+            .with_context(|| format!("{base} names no host"))?;
+        let authority = format!("{host}:{}", parsed.port_u16().unwrap_or(80));
         Ok(Sluice {
             client,
-            http: Http::new(Duration::from_secs(10)),
+            authority,
             base,
             acks_in_receive: false,
         })
@@ -84,9 +93,11 @@ impl Sluice {
     }
 }
 
-/// Producer and consumer share a pooled client.
+/// A producer or a consumer, with a connection of its own, and a consumer's second one for
+/// the acks it sends while it receives (one ack in flight at a time).
 pub struct SluiceConn {
     http: Http,
+    ack_http: Arc<tokio::sync::Mutex<Http>>,
     send_url: hyper::Uri,
     receive_url: hyper::Uri,
     ack_url: hyper::Uri,
@@ -126,8 +137,10 @@ impl Sluice {
     }
 
     fn conn(&self) -> anyhow::Result<SluiceConn> {
+        let http = || Http::new(self.authority.clone(), Duration::from_secs(10));
         Ok(SluiceConn {
-            http: self.http.clone(),
+            http: http(),
+            ack_http: Arc::new(tokio::sync::Mutex::new(http())),
             send_url: self.url("messages")?,
             receive_url: self.url("receive")?,
             ack_url: self.url("ack")?,
@@ -247,9 +260,10 @@ impl Consumer for SluiceConn {
 
     fn ack(&mut self) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
         let receipts = std::mem::take(&mut self.receipts);
-        let http = self.http.clone();
+        let http = self.ack_http.clone();
         let url = self.ack_url.clone();
         async move {
+            let mut http = http.lock().await;
             if receipts.len() == 1 {
                 let req = AckRequest {
                     receipt: receipts.into_iter().next(),
