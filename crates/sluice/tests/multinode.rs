@@ -96,6 +96,8 @@ struct Seen {
     receive_count: u64,
     lease_deadline: i64,
     acked: bool,
+    /// Its ack was sent but no answer came (the node died meanwhile): it may have been made.
+    ack_unanswered: bool,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,6 +269,8 @@ async fn three_nodes_survive_losing_one_and_hand_over_its_redrive() {
                             receive_count: d["receive_count"].as_u64().expect("count"),
                             lease_deadline: millis(d["lease_deadline"].as_str().expect("deadline")),
                             acked,
+                            ack_unanswered: acks.is_none()
+                                && kept.iter().any(|k| k["id"] == d["id"]),
                         });
                 }
             }
@@ -296,10 +300,36 @@ async fn three_nodes_survive_losing_one_and_hand_over_its_redrive() {
             .filter(|s| s.acked)
             .map(|s| s.body.clone())
             .collect();
-        let missing: Vec<&String> = acked.difference(&received).take(5).collect();
+        // A message whose ack went unanswered because its node died may have been acked:
+        // then it is done, and the task says so.
+        let mut missing = Vec::new();
+        for body in acked.difference(&received) {
+            let unanswered: Vec<String> = seen
+                .lock()
+                .expect("seen")
+                .iter()
+                .filter(|(_, ds)| ds.iter().any(|d| &d.body == body && d.ack_unanswered))
+                .map(|(id, _)| id.clone())
+                .collect();
+            let mut done = false;
+            for id in unanswered {
+                let task = call(
+                    &c,
+                    reqwest::Method::GET,
+                    format!("{}/v1/tasks/{id}", cluster.url(1)),
+                    Value::Null,
+                )
+                .await;
+                done |= task.is_some_and(|t| t["status"] == "completed");
+            }
+            if !done {
+                missing.push(body.clone());
+            }
+        }
         if missing.is_empty() {
             break;
         }
+        missing.truncate(5);
         assert!(
             Instant::now() < deadline,
             "acknowledged sends never delivered and acknowledged, e.g. {missing:?}"
@@ -316,7 +346,14 @@ async fn three_nodes_survive_losing_one_and_hand_over_its_redrive() {
     // acknowledged delivery was its last.
     let seen = seen.lock().expect("seen").clone();
     let mut redelivered = 0;
+    // Abandoned on a first delivery this test saw (a first delivery whose answer was lost
+    // with its node shows up here as a second one, and is not abandoned).
+    let mut abandoned = 0;
     for (id, mut ds) in seen {
+        abandoned += usize::from(
+            ds.iter()
+                .any(|d| d.receive_count == 1 && d.body.ends_with("-m0")),
+        );
         ds.sort_by_key(|d| d.receive_count);
         let counts: BTreeSet<u64> = ds.iter().map(|d| d.receive_count).collect();
         assert_eq!(
@@ -394,8 +431,12 @@ async fn three_nodes_survive_losing_one_and_hand_over_its_redrive() {
         .expect("JSON");
     assert_eq!(dlq["dead_letter_depth"], 0, "{dlq}");
     assert!(
-        redelivered >= PRODUCERS * BATCHES,
-        "abandoned leases were delivered again ({redelivered})"
+        abandoned + 3 >= PRODUCERS * BATCHES,
+        "most batches' first message was abandoned once ({abandoned})"
+    );
+    assert!(
+        redelivered >= abandoned,
+        "abandoned leases were delivered again ({redelivered} of {abandoned})"
     );
     eprintln!(
         "{} acknowledged sends delivered across a SIGKILL of the redrive owner; \
