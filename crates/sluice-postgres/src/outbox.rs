@@ -53,7 +53,10 @@ impl PostgresStore {
         if let Ok((_, true)) = &out {
             tx.execute(
                 "SELECT pg_notify($1, $2)",
-                &[&self.inner.channel, &queue.as_str()],
+                &[
+                    &self.inner.channel,
+                    &crate::wake::caller_commit_payload(queue.as_str()),
+                ],
             )
             .await
             .map_err(|e| db(&e))?;

@@ -106,7 +106,7 @@ impl Inner {
     }
 
     /// Wakes receives waiting on `queue`: this node's at once, other nodes' through a NOTIFY
-    /// sent after the change committed.
+    /// sent after the change committed (when there may be other nodes).
     pub(crate) fn wake(&self, queue: &str) {
         self.wake_some(queue, usize::MAX);
     }
@@ -114,7 +114,9 @@ impl Inner {
     /// As [`Inner::wake`] after `n` messages became visible: at most `n` local waiters.
     pub(crate) fn wake_some(&self, queue: &str, n: usize) {
         self.wakers.wake_some(queue, n);
-        let _ = self.announce.send(queue.to_string());
+        if self.wakers.others_may_listen() {
+            let _ = self.announce.send(queue.to_string());
+        }
     }
 
     pub(crate) async fn conn(&self) -> Result<Object, StoreError> {
@@ -259,7 +261,7 @@ impl PostgresStore {
         });
         let (announce, to_announce) = tokio::sync::mpsc::unbounded_channel();
         // Tells this store's notifications from other nodes' (node ids may repeat).
-        let origin: u64 = rand::random();
+        let origin = crate::wake::new_origin();
         tokio::spawn(crate::wake::announce(
             pool.clone(),
             channel.clone(),

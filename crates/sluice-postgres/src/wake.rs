@@ -7,6 +7,11 @@
 //! ([`FALLBACK_POLL`]). A long poll that arrives while nothing was woken since its queue was
 //! last found empty starts out waiting, as if it had asked ([`QueueWaker`]); only while the
 //! listening connection is up, since that memory relies on other nodes' wake-ups arriving.
+//!
+//! A node alone sends no NOTIFY: every listening node says on the channel that it is there
+//! ([`PRESENCE_EVERY`]), and a node announces its writes only while it has heard another
+//! one recently, or cannot tell ([`Wakers::others_may_listen`]). A send made inside a
+//! caller's transaction always notifies, with the commit.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,6 +28,16 @@ use tokio_postgres::{AsyncMessage, NoTls};
 /// The longest a waiting receive sleeps without checking the queue again.
 pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
 
+/// How often a listening node tells the others it is there.
+const PRESENCE_EVERY: Duration = Duration::from_secs(1);
+
+/// A node not heard for this long is gone: writes are no longer announced for it.
+const PRESENCE_TIMEOUT: Duration = Duration::from_millis(3_500);
+
+/// How long after its LISTEN connection comes up a node waits before it trusts that other
+/// nodes announce their writes to it: they hear its presence within milliseconds.
+const TRUST_AFTER: Duration = Duration::from_millis(500);
+
 /// Per-queue wake-ups of this process.
 #[derive(Default)]
 pub(crate) struct Wakers {
@@ -30,6 +45,14 @@ pub(crate) struct Wakers {
     /// The LISTEN connection is up: other nodes' writes reach this node as wake-ups, so a
     /// queue's known-empty memory can be trusted. While it is down, every long poll asks.
     listening: AtomicBool,
+    /// When the LISTEN connection last came up, and when another node was last heard.
+    presence: Mutex<Presence>,
+}
+
+#[derive(Default)]
+struct Presence {
+    listening_since: Option<Instant>,
+    peer_heard: Option<Instant>,
 }
 
 /// The wake-ups of one queue, and what the last empty lease of it showed.
@@ -107,9 +130,34 @@ impl Wakers {
         map.entry(queue.to_string()).or_default().clone()
     }
 
-    /// Whether other nodes' wake-ups arrive, so that [`QueueWaker::known_empty`] holds.
+    /// Whether other nodes' wake-ups arrive, so that [`QueueWaker::known_empty`] holds: the
+    /// LISTEN connection is up, and has been for [`TRUST_AFTER`], by when every other node
+    /// has heard this one's presence and announces its writes.
     pub(crate) fn listening(&self) -> bool {
         self.listening.load(Ordering::Acquire)
+            && self
+                .presence()
+                .listening_since
+                .is_some_and(|t| t.elapsed() >= TRUST_AFTER)
+    }
+
+    /// Whether another node may be listening, so that this node's writes must be announced:
+    /// one was heard within [`PRESENCE_TIMEOUT`], or this node cannot tell (its own LISTEN
+    /// connection is down, or came up less than that ago).
+    pub(crate) fn others_may_listen(&self) -> bool {
+        let p = self.presence();
+        let recent = |t: Option<Instant>| t.is_none_or(|t| t.elapsed() < PRESENCE_TIMEOUT);
+        !self.listening.load(Ordering::Acquire)
+            || recent(p.listening_since)
+            || p.peer_heard.is_some_and(|t| t.elapsed() < PRESENCE_TIMEOUT)
+    }
+
+    fn presence(&self) -> std::sync::MutexGuard<'_, Presence> {
+        self.presence.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn peer_heard(&self) {
+        self.presence().peer_heard = Some(Instant::now());
     }
 
     /// The LISTEN connection is down: notifications sent meanwhile are lost.
@@ -127,6 +175,7 @@ impl Wakers {
             w.notify.notify_waiters();
         }
         drop(map);
+        self.presence().listening_since = Some(Instant::now());
         self.listening.store(true, Ordering::Release);
     }
 
@@ -153,6 +202,33 @@ impl Wakers {
 /// What a NOTIFY carries: the sending store's origin, so it ignores its own, and the queue.
 fn payload(origin: u64, queue: &str) -> String {
     format!("{origin:016x} {queue}")
+}
+
+/// The origin of the NOTIFYs that leave with a caller's own transaction
+/// ([`crate::PostgresStore::send_in`]); no store has it, so every node, the sending process
+/// included, wakes its receives when that transaction commits.
+const CALLER_COMMIT: u64 = 0;
+
+/// A store's origin: random, never [`CALLER_COMMIT`].
+pub(crate) fn new_origin() -> u64 {
+    rand::random::<u64>() | 1
+}
+
+/// The NOTIFY payload of a send made inside a caller's transaction.
+pub(crate) fn caller_commit_payload(queue: &str) -> String {
+    payload(CALLER_COMMIT, queue)
+}
+
+/// What a node says on the channel when it starts listening and every [`PRESENCE_EVERY`]
+/// after: its origin and no queue.
+fn presence(origin: u64) -> String {
+    format!("{origin:016x}")
+}
+
+/// Whether a payload came from another store (a wake-up or a presence).
+fn is_foreign(origin: u64, payload: &str) -> bool {
+    let from = payload.split_once(' ').map_or(payload, |(f, _)| f);
+    u64::from_str_radix(from, 16).is_ok_and(|f| f != origin)
 }
 
 /// The queue of a NOTIFY payload, unless this store (`origin`) sent it.
@@ -208,6 +284,9 @@ pub(crate) async fn listen(
     origin: u64,
     wakers: Weak<Wakers>,
 ) {
+    // Operators (and tests) tell the listening connection in `pg_stat_activity` by its name.
+    let mut config = config;
+    config.application_name(&chan);
     let mut backoff = Duration::from_millis(100);
     loop {
         if wakers.strong_count() == 0 {
@@ -232,26 +311,44 @@ pub(crate) async fn listen(
                     if let Some(w) = wakers.upgrade() {
                         w.listening_again();
                     }
+                    let mut tick = tokio::time::interval(PRESENCE_EVERY);
                     loop {
-                        // Check now and then that the store still exists.
-                        let next = tokio::time::timeout(Duration::from_secs(5), rx.next()).await;
+                        let next = tokio::select! {
+                            m = rx.next() => Some(m),
+                            _ = tick.tick() => None,
+                        };
+                        // The tick also checks now and then that the store still exists.
                         let Some(w) = wakers.upgrade() else {
                             driver.abort();
                             return;
                         };
                         match next {
-                            Err(_) => continue,
-                            Ok(Some(Ok(AsyncMessage::Notification(n)))) => {
+                            None => {
+                                let said = client
+                                    .execute_typed(
+                                        "SELECT pg_notify($1, $2)",
+                                        &[(&chan, Type::TEXT), (&presence(origin), Type::TEXT)],
+                                    )
+                                    .await;
+                                if let Err(e) = said {
+                                    tracing::warn!(error = %e, "wake-up connection failed; reconnecting");
+                                    break;
+                                }
+                            }
+                            Some(Some(Ok(AsyncMessage::Notification(n)))) => {
+                                if is_foreign(origin, n.payload()) {
+                                    w.peer_heard();
+                                }
                                 if let Some(q) = foreign_queue(origin, n.payload()) {
                                     w.wake(q);
                                 }
                             }
-                            Ok(Some(Ok(_))) => {}
-                            Ok(Some(Err(e))) => {
+                            Some(Some(Ok(_))) => {}
+                            Some(Some(Err(e))) => {
                                 tracing::warn!(error = %e, "wake-up connection failed; reconnecting");
                                 break;
                             }
-                            Ok(None) => break,
+                            Some(None) => break,
                         }
                     }
                 }
@@ -272,6 +369,22 @@ pub(crate) async fn listen(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn presence_and_caller_commits_are_told_apart() {
+        assert!(is_foreign(8, &presence(7)));
+        assert!(!is_foreign(7, &presence(7)));
+        assert!(is_foreign(7, &payload(8, "jobs")));
+        assert!(!is_foreign(7, "garbage"));
+        assert_eq!(
+            foreign_queue(7, &presence(8)),
+            None,
+            "a presence wakes no queue"
+        );
+        let committed = caller_commit_payload("jobs");
+        assert_eq!(foreign_queue(new_origin(), &committed), Some("jobs"));
+        assert_ne!(new_origin(), CALLER_COMMIT);
+    }
 
     #[test]
     fn a_store_ignores_its_own_notifications() {

@@ -17,6 +17,19 @@ struct Nodes {
     schema: String,
 }
 
+impl Nodes {
+    /// Drops `schema` when the returned guard goes, for tests that open their own stores.
+    fn cleanup(schema: String) -> impl Drop {
+        struct Guard(String);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                postgres::drop_schemas(vec![self.0.clone()]);
+            }
+        }
+        Guard(schema)
+    }
+}
+
 impl Drop for Nodes {
     fn drop(&mut self) {
         postgres::drop_schemas(vec![self.schema.clone()]);
@@ -334,6 +347,150 @@ async fn a_lost_listen_connection_makes_no_long_poll_miss_a_message() {
         // Let both nodes listen again before the next round.
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
+}
+
+/// The payloads heard on `channel` by a connection that listens and never speaks.
+async fn overhear(
+    channel: &str,
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    use futures::StreamExt as _;
+    let (client, mut conn) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_string());
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN \"{channel}\""))
+        .await
+        .expect("LISTEN");
+    (client, rx)
+}
+
+/// Wake-ups (`origin queue`) and presences (`origin`) heard so far.
+fn heard(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> (Vec<String>, usize) {
+    let (mut wakes, mut presences) = (Vec::new(), 0);
+    while let Ok(p) = rx.try_recv() {
+        match p.split_once(' ') {
+            Some((_, q)) => wakes.push(q.to_string()),
+            None => presences += 1,
+        }
+    }
+    (wakes, presences)
+}
+
+/// A node alone spends no statement on NOTIFYs nobody hears; once another node is there,
+/// its writes are announced again.
+#[tokio::test]
+async fn a_node_alone_announces_nothing_until_another_joins() {
+    if !postgres::available().await {
+        return;
+    }
+    let schema = postgres::unique_schema("alone");
+    let url = postgres::url();
+    let open = |node: &str| {
+        PostgresStore::open(
+            &url,
+            PostgresOptions {
+                schema: schema.clone(),
+                pool_size: 2,
+                node_id: Some(node.to_string()),
+                ..PostgresOptions::default()
+            },
+        )
+    };
+    let _cleanup = Nodes::cleanup(schema.clone());
+    let a = open("a").await.expect("open node a");
+    let work = q("alone");
+    a.put_queue(&work, &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    // Past the time a newly listening node announces everything, as it cannot yet tell.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    let (_ear, mut rx) = overhear(&format!("sluice_wake_{schema}")).await;
+    for i in 0..3 {
+        a.send(&work, vec![msg(&format!("alone {i}"))])
+            .await
+            .expect("send");
+    }
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let (wakes, presences) = heard(&mut rx);
+    assert!(wakes.is_empty(), "a node alone announced {wakes:?}");
+    assert!(presences >= 1, "a listening node says it is there");
+
+    let _b = open("b").await.expect("open node b");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    a.send(&work, vec![msg("now b listens")])
+        .await
+        .expect("send");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (wakes, _) = heard(&mut rx);
+    assert_eq!(
+        wakes,
+        vec!["alone".to_string()],
+        "a announces once b is there"
+    );
+}
+
+/// A send made in the caller's transaction wakes waiting receives on every node when that
+/// transaction commits, the node it was made through included.
+#[tokio::test]
+async fn a_send_in_the_callers_transaction_wakes_long_polls_when_it_commits() {
+    let Some(n) = nodes().await else { return };
+    let work = q("outbox-wake");
+    n.a.put_queue(&work, &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    let (mut client, conn) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let driver = tokio::spawn(conn);
+    let long_poll = |s: &PostgresStore| {
+        let (s, work) = (s.clone(), work.clone());
+        tokio::spawn(async move {
+            let got = s
+                .receive(
+                    &work,
+                    ReceiveRequest {
+                        max: 1,
+                        wait: Duration::from_secs(5),
+                        ..ReceiveRequest::default()
+                    },
+                )
+                .await
+                .expect("long poll");
+            (got.len(), std::time::Instant::now())
+        })
+    };
+    let (on_a, on_b) = (long_poll(&n.a), long_poll(&n.b));
+    // Both have asked once and now sleep until a wake-up or their fallback poll.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let tx = client.transaction().await.expect("begin");
+    n.a.send_in(&tx, &work, vec![msg("one"), msg("two")])
+        .await
+        .expect("send in tx");
+    tx.commit().await.expect("commit");
+    let committed = std::time::Instant::now();
+    for (node, poll) in [("a", on_a), ("b", on_b)] {
+        let (got, at) = poll.await.expect("task");
+        assert_eq!(got, 1, "the long poll on {node} got a message");
+        let after = at.saturating_duration_since(committed);
+        assert!(
+            after < Duration::from_millis(500),
+            "the long poll on {node} woke {after:?} after the commit, not at once"
+        );
+    }
+    drop(client);
+    driver.abort();
 }
 
 #[tokio::test]

@@ -89,8 +89,9 @@ pub fn drop_schemas(schemas: Vec<String>) {
     let _ = done.join();
 }
 
-/// Cuts every connection of the test server whose last statement was a LISTEN on `channel`,
-/// as a network fault or a server restart would, and returns how many it cut.
+/// Cuts every connection of the test server named `channel` (a PostgreSQL store names its
+/// listening connection after its channel), as a network fault or a server restart would,
+/// and returns how many it cut.
 ///
 /// # Panics
 /// If the server does not answer; call [`available`] first.
@@ -102,7 +103,7 @@ pub async fn cut_listeners(channel: &str) -> u64 {
     let row = client
         .query_one(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-             WHERE pid <> pg_backend_pid() AND query ILIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'",
+             WHERE pid <> pg_backend_pid() AND application_name = left($1, 63)",
             &[&channel],
         )
         .await
