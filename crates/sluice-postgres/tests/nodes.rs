@@ -64,6 +64,24 @@ fn msg(text: &str) -> NewMessage {
     NewMessage::new(Body::text(text))
 }
 
+/// A receive of one message that waits up to `wait_ms` for it.
+fn poll(wait_ms: u64) -> ReceiveRequest {
+    ReceiveRequest {
+        max: 1,
+        wait: Duration::from_millis(wait_ms),
+        ..ReceiveRequest::default()
+    }
+}
+
+/// Creates queue `name` (default configuration) through `node`.
+async fn created(node: &PostgresStore, name: &str) -> QueueName {
+    let queue = q(name);
+    node.put_queue(&queue, &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    queue
+}
+
 fn recv(max: u32) -> ReceiveRequest {
     ReceiveRequest {
         max,
@@ -74,10 +92,7 @@ fn recv(max: u32) -> ReceiveRequest {
 #[tokio::test]
 async fn receipts_dedup_and_idempotency_keys_hold_on_every_node() {
     let Some(n) = nodes().await else { return };
-    let work = q("work");
-    n.a.put_queue(&work, &QueueConfigPatch::default())
-        .await
-        .expect("create on a");
+    let work = created(&n.a, "work").await;
     // The queue created on one node is there on the other.
     n.b.get_queue(&work).await.expect("visible on b");
 
@@ -207,24 +222,11 @@ async fn rate_limit_and_max_in_flight_are_global() {
 #[tokio::test]
 async fn a_long_poll_on_one_node_wakes_for_a_send_on_another() {
     let Some(n) = nodes().await else { return };
-    let work = q("wake");
-    n.a.put_queue(&work, &QueueConfigPatch::default())
-        .await
-        .expect("create");
+    let work = created(&n.a, "wake").await;
     let waiter = {
         let a = n.a.clone();
         let work = work.clone();
-        tokio::spawn(async move {
-            a.receive(
-                &work,
-                ReceiveRequest {
-                    max: 1,
-                    wait: Duration::from_secs(20),
-                    ..ReceiveRequest::default()
-                },
-            )
-            .await
-        })
+        tokio::spawn(async move { a.receive(&work, poll(20_000)).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     n.b.send(&work, vec![msg("hello")])
@@ -245,15 +247,7 @@ async fn a_long_poll_on_one_node_wakes_for_a_send_on_another() {
 #[tokio::test]
 async fn a_queue_seen_empty_hides_no_committed_message() {
     let Some(n) = nodes().await else { return };
-    let work = q("seen-empty");
-    n.a.put_queue(&work, &QueueConfigPatch::default())
-        .await
-        .expect("create");
-    let poll = |wait_ms: u64| ReceiveRequest {
-        max: 1,
-        wait: Duration::from_millis(wait_ms),
-        ..ReceiveRequest::default()
-    };
+    let work = created(&n.a, "seen-empty").await;
     for round in 0..20 {
         assert!(
             n.a.receive(&work, poll(0))
@@ -297,15 +291,7 @@ async fn a_queue_seen_empty_hides_no_committed_message() {
 #[tokio::test]
 async fn a_lost_listen_connection_makes_no_long_poll_miss_a_message() {
     let Some(n) = nodes().await else { return };
-    let work = q("listen-lost");
-    n.a.put_queue(&work, &QueueConfigPatch::default())
-        .await
-        .expect("create");
-    let poll = |wait_ms: u64| ReceiveRequest {
-        max: 1,
-        wait: Duration::from_millis(wait_ms),
-        ..ReceiveRequest::default()
-    };
+    let work = created(&n.a, "listen-lost").await;
     for round in 0..3 {
         // Node a learns that the queue is empty...
         assert!(
@@ -410,10 +396,7 @@ async fn a_node_alone_announces_nothing_until_another_joins() {
     };
     let _cleanup = Nodes::cleanup(schema.clone());
     let a = open("a").await.expect("open node a");
-    let work = q("alone");
-    a.put_queue(&work, &QueueConfigPatch::default())
-        .await
-        .expect("create");
+    let work = created(&a, "alone").await;
     // Past the time a newly listening node announces everything, as it cannot yet tell.
     tokio::time::sleep(Duration::from_millis(4_000)).await;
     let (_ear, mut rx) = overhear(&format!("sluice_wake_{schema}")).await;
@@ -446,10 +429,7 @@ async fn a_node_alone_announces_nothing_until_another_joins() {
 #[tokio::test]
 async fn a_send_in_the_callers_transaction_wakes_long_polls_when_it_commits() {
     let Some(n) = nodes().await else { return };
-    let work = q("outbox-wake");
-    n.a.put_queue(&work, &QueueConfigPatch::default())
-        .await
-        .expect("create");
+    let work = created(&n.a, "outbox-wake").await;
     let (mut client, conn) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls)
         .await
         .expect("connect");
@@ -457,17 +437,7 @@ async fn a_send_in_the_callers_transaction_wakes_long_polls_when_it_commits() {
     let long_poll = |s: &PostgresStore| {
         let (s, work) = (s.clone(), work.clone());
         tokio::spawn(async move {
-            let got = s
-                .receive(
-                    &work,
-                    ReceiveRequest {
-                        max: 1,
-                        wait: Duration::from_secs(5),
-                        ..ReceiveRequest::default()
-                    },
-                )
-                .await
-                .expect("long poll");
+            let got = s.receive(&work, poll(5_000)).await.expect("long poll");
             (got.len(), std::time::Instant::now())
         })
     };
@@ -496,10 +466,7 @@ async fn a_send_in_the_callers_transaction_wakes_long_polls_when_it_commits() {
 #[tokio::test]
 async fn send_in_commits_and_rolls_back_with_the_callers_transaction() {
     let Some(n) = nodes().await else { return };
-    let work = q("outbox");
-    n.a.put_queue(&work, &QueueConfigPatch::default())
-        .await
-        .expect("create");
+    let work = created(&n.a, "outbox").await;
     let (mut client, conn) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls)
         .await
         .expect("connect");
@@ -579,10 +546,7 @@ async fn concurrent_sends_and_receives_on_one_node_each_get_their_own() {
     // Sends and receives of one queue arriving together share statements: every caller must
     // still get its own ids and its own messages, none twice and none lost.
     let Some(n) = nodes().await else { return };
-    let work = q("shared");
-    n.a.put_queue(&work, &QueueConfigPatch::default())
-        .await
-        .expect("create");
+    let work = created(&n.a, "shared").await;
     let mut senders = Vec::new();
     for s in 0..8 {
         let store = n.a.clone();
