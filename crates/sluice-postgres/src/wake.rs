@@ -324,13 +324,24 @@ pub(crate) async fn listen(
                         };
                         match next {
                             None => {
-                                let said = client
-                                    .execute_typed(
+                                // Bounded, so a connection that hangs is replaced rather
+                                // than holding up the wake-ups behind it.
+                                let said = tokio::time::timeout(
+                                    PRESENCE_TIMEOUT,
+                                    client.execute_typed(
                                         "SELECT pg_notify($1, $2)",
                                         &[(&chan, Type::TEXT), (&presence(origin), Type::TEXT)],
-                                    )
-                                    .await;
-                                if let Err(e) = said {
+                                    ),
+                                )
+                                .await;
+                                let failed = match said {
+                                    Ok(Ok(_)) => None,
+                                    Ok(Err(e)) => Some(e.to_string()),
+                                    Err(_) => {
+                                        Some(format!("no answer within {PRESENCE_TIMEOUT:?}"))
+                                    }
+                                };
+                                if let Some(e) = failed {
                                     tracing::warn!(error = %e, "wake-up connection failed; reconnecting");
                                     break;
                                 }
