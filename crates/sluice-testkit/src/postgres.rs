@@ -59,7 +59,9 @@ pub fn unique_schema(prefix: &str) -> String {
 }
 
 /// Drops `schemas` (with everything in them), from any context: it runs on a thread of its
-/// own, so it can be called from `Drop` inside a runtime.
+/// own, so it can be called from `Drop` inside a runtime. Sessions that still hold locks on
+/// a schema's tables are cut first, so a transaction left open by the finished test cannot
+/// make it wait forever.
 pub fn drop_schemas(schemas: Vec<String>) {
     if schemas.is_empty() {
         return;
@@ -78,10 +80,28 @@ pub fn drop_schemas(schemas: Vec<String>) {
                 return;
             };
             let driver = tokio::spawn(conn);
+            // A test's stores may still hold a transaction open on the schema (a maintenance
+            // pass, say) that can never finish: the runtime that drives it may be the very
+            // thread waiting here. The test is over, so its sessions are cut first.
+            let _ = client.batch_execute("SET lock_timeout = '2s'").await;
             for s in schemas {
-                let _ = client
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{s}\" CASCADE"))
-                    .await;
+                for _ in 0..10 {
+                    let _ = client
+                        .execute(
+                            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l
+                             JOIN pg_class c ON c.oid = l.relation
+                             JOIN pg_namespace n ON n.oid = c.relnamespace
+                             WHERE n.nspname = $1 AND l.pid <> pg_backend_pid()",
+                            &[&s],
+                        )
+                        .await;
+                    let dropped = client
+                        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{s}\" CASCADE"))
+                        .await;
+                    if dropped.is_ok() {
+                        break;
+                    }
+                }
             }
             driver.abort();
         });
