@@ -14,7 +14,7 @@
 //! caller's transaction always notifies, with the commit.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -42,16 +42,15 @@ const TRUST_AFTER: Duration = Duration::from_millis(500);
 #[derive(Default)]
 pub(crate) struct Wakers {
     queues: Mutex<HashMap<String, Arc<QueueWaker>>>,
-    /// The LISTEN connection is up: other nodes' writes reach this node as wake-ups, so a
-    /// queue's known-empty memory can be trusted. While it is down, every long poll asks.
-    listening: AtomicBool,
-    /// When the LISTEN connection last came up, and when another node was last heard.
     presence: Mutex<Presence>,
 }
 
 #[derive(Default)]
 struct Presence {
+    /// Since when the LISTEN connection has been up; `None` while it is down, when other
+    /// nodes' wake-ups are lost and every long poll asks the database.
     listening_since: Option<Instant>,
+    /// When another node was last heard on the channel.
     peer_heard: Option<Instant>,
 }
 
@@ -134,11 +133,9 @@ impl Wakers {
     /// LISTEN connection is up, and has been for [`TRUST_AFTER`], by when every other node
     /// has heard this one's presence and announces its writes.
     pub(crate) fn listening(&self) -> bool {
-        self.listening.load(Ordering::Acquire)
-            && self
-                .presence()
-                .listening_since
-                .is_some_and(|t| t.elapsed() >= TRUST_AFTER)
+        self.presence()
+            .listening_since
+            .is_some_and(|t| t.elapsed() >= TRUST_AFTER)
     }
 
     /// Whether another node may be listening, so that this node's writes must be announced:
@@ -146,9 +143,8 @@ impl Wakers {
     /// connection is down, or came up less than that ago).
     pub(crate) fn others_may_listen(&self) -> bool {
         let p = self.presence();
-        let recent = |t: Option<Instant>| t.is_none_or(|t| t.elapsed() < PRESENCE_TIMEOUT);
-        !self.listening.load(Ordering::Acquire)
-            || recent(p.listening_since)
+        p.listening_since
+            .is_none_or(|t| t.elapsed() < PRESENCE_TIMEOUT)
             || p.peer_heard.is_some_and(|t| t.elapsed() < PRESENCE_TIMEOUT)
     }
 
@@ -162,7 +158,7 @@ impl Wakers {
 
     /// The LISTEN connection is down: notifications sent meanwhile are lost.
     fn lost(&self) {
-        self.listening.store(false, Ordering::Release);
+        self.presence().listening_since = None;
     }
 
     /// The LISTEN connection is up again. Other nodes may have committed messages while it
@@ -176,7 +172,6 @@ impl Wakers {
         }
         drop(map);
         self.presence().listening_since = Some(Instant::now());
-        self.listening.store(true, Ordering::Release);
     }
 
     /// Wakes all of this process's receives waiting on `queue`.
@@ -225,16 +220,24 @@ fn presence(origin: u64) -> String {
     format!("{origin:016x}")
 }
 
-/// Whether a payload came from another store (a wake-up or a presence).
-fn is_foreign(origin: u64, payload: &str) -> bool {
-    let from = payload.split_once(' ').map_or(payload, |(f, _)| f);
-    u64::from_str_radix(from, 16).is_ok_and(|f| f != origin)
+/// The origin and the queue (none for a presence) of a NOTIFY payload.
+fn parse(payload: &str) -> Option<(u64, Option<&str>)> {
+    let (from, queue) = match payload.split_once(' ') {
+        Some((from, queue)) => (from, Some(queue)),
+        None => (payload, None),
+    };
+    Some((u64::from_str_radix(from, 16).ok()?, queue))
+}
+
+/// Whether a payload shows another node listening: a presence or a wake-up of another store
+/// (a caller's commit says nothing of who listens).
+fn is_peer(origin: u64, payload: &str) -> bool {
+    parse(payload).is_some_and(|(from, _)| from != origin && from != CALLER_COMMIT)
 }
 
 /// The queue of a NOTIFY payload, unless this store (`origin`) sent it.
 fn foreign_queue(origin: u64, payload: &str) -> Option<&str> {
-    let (from, queue) = payload.split_once(' ')?;
-    (u64::from_str_radix(from, 16).ok() != Some(origin)).then_some(queue)
+    parse(payload).and_then(|(from, queue)| if from == origin { None } else { queue })
 }
 
 /// The NOTIFY channel of a schema (channels are database-wide; schemas are not).
@@ -347,7 +350,7 @@ pub(crate) async fn listen(
                                 }
                             }
                             Some(Some(Ok(AsyncMessage::Notification(n)))) => {
-                                if is_foreign(origin, n.payload()) {
+                                if is_peer(origin, n.payload()) {
                                     w.peer_heard();
                                 }
                                 if let Some(q) = foreign_queue(origin, n.payload()) {
@@ -383,10 +386,11 @@ mod tests {
 
     #[test]
     fn presence_and_caller_commits_are_told_apart() {
-        assert!(is_foreign(8, &presence(7)));
-        assert!(!is_foreign(7, &presence(7)));
-        assert!(is_foreign(7, &payload(8, "jobs")));
-        assert!(!is_foreign(7, "garbage"));
+        assert!(is_peer(8, &presence(7)));
+        assert!(!is_peer(7, &presence(7)));
+        assert!(is_peer(7, &payload(8, "jobs")));
+        assert!(!is_peer(7, "garbage"));
+        assert!(!is_peer(7, &caller_commit_payload("jobs")));
         assert_eq!(
             foreign_queue(7, &presence(8)),
             None,
