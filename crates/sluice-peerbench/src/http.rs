@@ -85,12 +85,11 @@ impl Http {
         &mut self,
         req: Request<Full<Bytes>>,
     ) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
-        if self.open.as_ref().is_none_or(|(s, _)| s.is_closed()) {
-            self.open = Some(self.connect().await?);
-        }
-        let Some((sender, conn)) = self.open.as_mut() else {
-            bail!("no connection");
+        let open = match self.open.take().filter(|(s, _)| !s.is_closed()) {
+            Some(open) => open,
+            None => self.connect().await?,
         };
+        let (sender, conn) = self.open.insert(open);
         let exchange = async {
             sender.ready().await?;
             let resp = sender.send_request(req).await?;
