@@ -12,28 +12,12 @@ use sluice_postgres::{PostgresOptions, PostgresStore};
 use sluice_testkit::postgres;
 
 struct Nodes {
+    /// First, so the schema is dropped while the stores are still open (a store closing
+    /// waits for its runtime, which the drop blocks).
+    _drop: postgres::SchemaGuard,
     a: PostgresStore,
     b: PostgresStore,
     schema: String,
-}
-
-impl Nodes {
-    /// Drops `schema` when the returned guard goes, for tests that open their own stores.
-    fn cleanup(schema: String) -> impl Drop {
-        struct Guard(String);
-        impl Drop for Guard {
-            fn drop(&mut self) {
-                postgres::drop_schemas(vec![self.0.clone()]);
-            }
-        }
-        Guard(schema)
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        postgres::drop_schemas(vec![self.schema.clone()]);
-    }
 }
 
 async fn nodes() -> Option<Nodes> {
@@ -53,7 +37,12 @@ async fn nodes() -> Option<Nodes> {
     };
     let a = open("a").await.expect("open node a");
     let b = open("b").await.expect("open node b");
-    Some(Nodes { a, b, schema })
+    Some(Nodes {
+        _drop: postgres::SchemaGuard::new(schema.clone()),
+        a,
+        b,
+        schema,
+    })
 }
 
 fn q(name: &str) -> QueueName {
@@ -394,7 +383,7 @@ async fn a_node_alone_announces_nothing_until_another_joins() {
             },
         )
     };
-    let _cleanup = Nodes::cleanup(schema.clone());
+    let _drop = postgres::SchemaGuard::new(schema.clone());
     let a = open("a").await.expect("open node a");
     let work = created(&a, "alone").await;
     // Past the time a newly listening node announces everything, as it cannot yet tell.

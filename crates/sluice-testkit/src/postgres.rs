@@ -109,6 +109,23 @@ pub fn drop_schemas(schemas: Vec<String>) {
     let _ = done.join();
 }
 
+/// A test's schema, dropped (see [`drop_schemas`]) when this goes out of scope, also when
+/// the test fails.
+pub struct SchemaGuard(String);
+
+impl SchemaGuard {
+    /// Guards `schema`.
+    pub fn new(schema: impl Into<String>) -> Self {
+        SchemaGuard(schema.into())
+    }
+}
+
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        drop_schemas(vec![std::mem::take(&mut self.0)]);
+    }
+}
+
 /// Cuts every connection of the test server named `channel` (a PostgreSQL store names its
 /// listening connection after its channel), as a network fault or a server restart would,
 /// and returns how many it cut.

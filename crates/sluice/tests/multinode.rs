@@ -106,6 +106,8 @@ async fn three_nodes_survive_losing_one_and_hand_over_its_redrive() {
         return;
     }
     let schema = postgres::unique_schema("multinode");
+    // Dropped last, also when an assertion fails.
+    let _drop = postgres::SchemaGuard::new(schema.clone());
     let cluster = Arc::new(Cluster {
         store: format!("{}?schema={schema}", postgres::url()),
         nodes: Mutex::new(Vec::new()),
@@ -445,5 +447,4 @@ async fn three_nodes_survive_losing_one_and_hand_over_its_redrive() {
         job["moved"]
     );
     drop(cluster);
-    postgres::drop_schemas(vec![schema]);
 }
