@@ -102,7 +102,15 @@ impl IntoResponse for ApiError {
 
 /// Rewrites any error response that is not already JSON (from axum's routing, the timeout or
 /// panic layers, or hyper) into the error envelope, so clients parse one shape.
-pub async fn ensure_envelope(resp: Response) -> Response {
+///
+/// Generic over the body so the layers below need no body conversion of their own; a plain
+/// function (not an async one) so the layer that applies it allocates nothing per request.
+pub fn ensure_envelope<B>(resp: axum::http::Response<B>) -> Response
+where
+    B: axum::body::HttpBody<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    let resp = resp.map(axum::body::Body::new);
     let status = resp.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return resp;

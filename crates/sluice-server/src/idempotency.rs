@@ -15,17 +15,20 @@
 //! One window is left open, by design: if the broker dies after applying a request but before
 //! remembering its response, a retry applies it again. For sends, a `dedup_id` closes it.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::body::{Body, to_bytes};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::future::{BoxFuture, Either};
 use sha2::{Digest, Sha256};
 use sluice_core::store::{IdempotentResponse, MAX_IDEMPOTENT_RESPONSE_BYTES};
 use sluice_core::{Clock, ErrorCode, Store, SystemClock};
 use tokio::sync::Mutex;
+use tower::{Layer, Service, ServiceExt};
 
 use crate::error::ApiError;
 use crate::extract::read_body;
@@ -43,14 +46,13 @@ const STRIPES: usize = 64;
 
 /// What the middleware needs.
 #[derive(Clone)]
-pub struct Idempotency {
+struct Idempotency {
     store: Arc<dyn Store>,
     stripes: Arc<Vec<Mutex<()>>>,
 }
 
 impl Idempotency {
-    /// Remembers responses in `store`.
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    fn new(store: Arc<dyn Store>) -> Self {
         Idempotency {
             store,
             stripes: Arc::new((0..STRIPES).map(|_| Mutex::new(())).collect()),
@@ -58,25 +60,79 @@ impl Idempotency {
     }
 }
 
-/// The middleware: passes through anything but a POST with an `Idempotency-Key`.
-pub async fn layer(State(idem): State<Idempotency>, req: Request, next: Next) -> Response {
-    if req.method() != Method::POST {
-        return next.run(req).await;
-    }
-    let Some(raw) = req.headers().get(HEADER) else {
-        return next.run(req).await;
-    };
-    match handle(idem, raw.clone(), req, next).await {
-        Ok(resp) | Err(resp) => resp,
+/// The middleware as a layer: requests without a key (nearly all) go straight to the inner
+/// service, with no boxing or cloning, since this sits in front of every request.
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    idem: Idempotency,
+}
+
+impl IdempotencyLayer {
+    /// Remembers responses in `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        IdempotencyLayer {
+            idem: Idempotency::new(store),
+        }
     }
 }
 
-async fn handle(
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService {
+            idem: self.idem.clone(),
+            inner,
+        }
+    }
+}
+
+/// See [`IdempotencyLayer`]: passes through anything but a POST with an `Idempotency-Key`.
+#[derive(Clone)]
+pub struct IdempotencyService<S> {
+    idem: Idempotency,
+    inner: S,
+}
+
+impl<S> Service<Request> for IdempotencyService<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<S::Future, BoxFuture<'static, Result<Response, Infallible>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let raw = match req.headers().get(HEADER) {
+            Some(raw) if req.method() == Method::POST => raw.clone(),
+            _ => return Either::Left(self.inner.call(req)),
+        };
+        // The service that was polled ready serves this request; its clone takes its place.
+        let inner = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, inner);
+        let idem = self.idem.clone();
+        Either::Right(Box::pin(async move {
+            Ok(match handle(idem, raw, req, inner).await {
+                Ok(resp) | Err(resp) => resp,
+            })
+        }))
+    }
+}
+
+async fn handle<S>(
     idem: Idempotency,
     raw: HeaderValue,
     req: Request,
-    next: Next,
-) -> Result<Response, Response> {
+    inner: S,
+) -> Result<Response, Response>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
     let key = raw
         .to_str()
         .ok()
@@ -118,7 +174,13 @@ async fn handle(
     if let Some(kept) = idem.store.idempotency_get(&scope).await.map_err(api)? {
         return Ok(replay(kept, &fingerprint));
     }
-    let resp = next.run(Request::from_parts(parts, Body::from(body))).await;
+    let resp = match inner
+        .oneshot(Request::from_parts(parts, Body::from(body)))
+        .await
+    {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    };
     let status = resp.status();
     if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
         return Ok(resp);
