@@ -17,11 +17,17 @@ const PEERS: [&str; 6] = [
 
 /// A broker on the PostgreSQL engine, served in-process on an ephemeral port, in a schema of
 /// its own; `None` (the `sluice-postgres` row is then skipped) when the database is missing.
-async fn broker_on_postgres() -> Option<(String, String, tokio::sync::oneshot::Sender<()>)> {
+async fn broker_on_postgres() -> Option<(
+    String,
+    sluice_testkit::postgres::SchemaGuard,
+    tokio::sync::oneshot::Sender<()>,
+)> {
     if !sluice_testkit::postgres::available().await {
         return None;
     }
     let schema = sluice_testkit::postgres::unique_schema("smoke");
+    // Dropped with the run's result, also when an assertion fails.
+    let guard = sluice_testkit::postgres::SchemaGuard::new(schema.clone());
     let store = sluice_postgres::PostgresStore::open(
         &sluice_testkit::postgres::url(),
         sluice_postgres::PostgresOptions {
@@ -42,7 +48,7 @@ async fn broker_on_postgres() -> Option<(String, String, tokio::sync::oneshot::S
     tokio::spawn(broker.serve(listener, async {
         let _ = stopped.await;
     }));
-    Some((url, schema, stop))
+    Some((url, guard, stop))
 }
 
 /// Runs the tool with 200 messages at batch 1 and 10, 2 + 2, JSON output, and `extra`.
@@ -118,9 +124,9 @@ async fn every_available_system_runs_a_tiny_load() {
             assert!(row["p99_us"].as_u64().unwrap() > 0);
         }
     }
-    if let Some((_, schema, stop)) = on_pg {
+    if let Some((_, guard, stop)) = on_pg {
         let _ = stop.send(());
-        sluice_testkit::postgres::drop_schemas(vec![schema]);
+        drop(guard);
     }
     eprintln!("smoke run took {:?}", started.elapsed());
 }

@@ -974,3 +974,32 @@ async fn health_readiness_routing_errors_and_openapi() {
     }
     s.shutdown().await;
 }
+
+/// A request that outlives `request_timeout` is answered 503 in the error envelope, like every
+/// other error, so clients parse one shape and retry; the broker keeps serving.
+#[tokio::test]
+async fn a_request_past_the_timeout_is_a_503_in_the_envelope() {
+    let s = common::start_with(sluice_server::ServerOptions {
+        request_timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    s.put_queue("slow", json!({})).await;
+    let started = Instant::now();
+    let got = s
+        .call(
+            Method::POST,
+            "/v1/queues/slow/receive",
+            Some(json!({ "wait_ms": 5000 })),
+        )
+        .await;
+    assert_error(&got, 503, "unavailable");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "answered after {:?}, not at the timeout",
+        started.elapsed()
+    );
+    let id = s.send("slow", json!("after")).await;
+    assert!(!id.is_empty());
+    s.shutdown().await;
+}

@@ -81,6 +81,8 @@ async fn database_outage_answers_503_and_loses_no_acknowledged_send() {
     let port = real.get_ports().first().copied().unwrap_or(5432);
     let proxy = Proxy::start(format!("{host}:{port}")).await;
     let schema = postgres::unique_schema("outage");
+    // Dropped also when an assertion fails, so a failed run leaves no schema behind.
+    let _schema = postgres::SchemaGuard::new(schema.clone());
     let store = format!(
         "postgres://{}@{}/{}?schema={schema}",
         real.get_user().unwrap_or("postgres"),
@@ -186,5 +188,4 @@ async fn database_outage_answers_503_and_loses_no_acknowledged_send() {
     );
     let _ = child.kill();
     let _ = child.wait();
-    postgres::drop_schemas(vec![schema]);
 }
