@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ const MAX_SENDS_PER_TASK: u64 = 2_000;
 const TIME_LIMIT: Duration = Duration::from_secs(30);
 
 /// Starts `sluice serve` on an ephemeral port over `data` and returns it with its base URL.
-fn serve(data: &Path, log: &Path) -> (Child, String) {
+fn serve(data: &Path, log: &Path) -> (common::Served, String) {
     let log = std::fs::File::create(log).expect("create the server log");
     common::serve(data, Stdio::from(log))
 }

@@ -8,7 +8,7 @@
 //! on another node with every dead letter moved exactly once.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,7 +27,7 @@ const VISIBILITY_MS: i64 = 5_000;
 /// The nodes: their processes and current URLs (a restarted node listens on a new port).
 struct Cluster {
     store: String,
-    nodes: Mutex<Vec<(Child, String)>>,
+    nodes: Mutex<Vec<(common::Served, String)>>,
 }
 
 impl Cluster {

@@ -5,7 +5,7 @@
 //! exactly once.
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -15,7 +15,7 @@ mod common;
 const MESSAGES: usize = 10_000;
 const RATE: usize = 500;
 
-fn serve(data: &Path) -> (Child, String) {
+fn serve(data: &Path) -> (common::Served, String) {
     common::serve(data, Stdio::null())
 }
 

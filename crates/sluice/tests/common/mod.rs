@@ -4,6 +4,7 @@
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
+use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -13,17 +14,17 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 /// Starts `sluice serve --listen 127.0.0.1:0` over `data`, its log going to `stderr`, and
 /// returns the child with the base URL it printed. Environment settings of the developer's
 /// shell are cleared so they cannot change the test.
-pub fn serve(data: &Path, stderr: Stdio) -> (Child, String) {
+pub fn serve(data: &Path, stderr: Stdio) -> (Served, String) {
     spawn(&[OsStr::new("--data-dir"), data.as_os_str()], stderr)
 }
 
 /// Starts `sluice serve --listen 127.0.0.1:0 --store <store>` (a PostgreSQL connection string)
 /// and returns the child with the base URL it printed.
-pub fn serve_store(store: &str, stderr: Stdio) -> (Child, String) {
+pub fn serve_store(store: &str, stderr: Stdio) -> (Served, String) {
     spawn(&[OsStr::new("--store"), OsStr::new(store)], stderr)
 }
 
-fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Child, String) {
+fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Served, String) {
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(store_args)
@@ -46,23 +47,42 @@ fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Child, String) {
         .strip_prefix("sluice listening on ")
         .unwrap_or_else(|| panic!("sluice serve did not start; first line {line:?}"))
         .to_owned();
-    (child, url)
+    (Served(child), url)
 }
 
-/// A `sluice serve` child over its own temporary data directory, killed on drop.
+/// A `sluice serve` child that is killed when dropped, so a test that fails before it stops
+/// its server leaves no broker running behind it.
+pub struct Served(Child);
+
+impl Deref for Served {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl DerefMut for Served {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `sluice serve` child over its own temporary data directory, killed on drop (before the
+/// directory is removed: fields drop in order).
 pub struct Broker {
     /// The server process.
-    pub child: Child,
+    pub child: Served,
     /// Its base URL.
     pub url: String,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Starts a broker over a fresh temporary data directory.
