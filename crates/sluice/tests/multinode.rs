@@ -303,7 +303,7 @@ async fn three_nodes_survive_losing_one_and_hand_over_its_redrive() {
             .map(|s| s.body.clone())
             .collect();
         // A message whose ack went unanswered because its node died may have been acked:
-        // then it is done, and the task says so.
+        // then it is done, and its task says SUCCESS.
         let mut missing = Vec::new();
         for body in acked.difference(&received) {
             let unanswered: Vec<String> = seen
@@ -322,7 +322,8 @@ async fn three_nodes_survive_losing_one_and_hand_over_its_redrive() {
                     Value::Null,
                 )
                 .await;
-                done |= task.is_some_and(|t| t["status"] == "completed");
+                done |=
+                    task.is_some_and(|t| t["status"] == sluice_core::TaskStatus::Success.as_str());
             }
             if !done {
                 missing.push(body.clone());
