@@ -249,10 +249,8 @@ fn drill_runs_against_a_postgres_backed_broker() {
     let schema = sluice_testkit::postgres::unique_schema("drill");
     let _schema = sluice_testkit::postgres::SchemaGuard::new(schema.clone());
     let store = format!("{}?schema={schema}", sluice_testkit::postgres::url());
-    let (mut child, url) = common::serve_store(&store, std::process::Stdio::null());
+    let (_child, url) = common::serve_store(&store, std::process::Stdio::null());
     let run = small("150", &["--broker", &url]);
-    let _ = child.kill();
-    let _ = child.wait();
     assert_eq!(run.code, 0, "{}", run.out);
     assert_eq!(run.verdict(), ALL_PASS, "{}", run.out);
 }

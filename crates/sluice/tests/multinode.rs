@@ -24,7 +24,8 @@ const BATCH: usize = 10;
 const DEAD: usize = 300;
 const VISIBILITY_MS: i64 = 5_000;
 
-/// The nodes: their processes and current URLs (a restarted node listens on a new port).
+/// The nodes: their processes (killed when the cluster drops) and current URLs (a restarted
+/// node listens on a new port).
 struct Cluster {
     store: String,
     nodes: Mutex<Vec<(common::Served, String)>>,
@@ -50,17 +51,6 @@ impl Cluster {
         let mut nodes = self.nodes.lock().expect("nodes");
         let _ = nodes[i].0.kill(); // SIGKILL
         let _ = nodes[i].0.wait();
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Ok(mut nodes) = self.nodes.lock() {
-            for (child, _) in nodes.iter_mut() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
     }
 }
 

@@ -89,7 +89,7 @@ async fn database_outage_answers_503_and_loses_no_acknowledged_send() {
         proxy.addr,
         real.get_dbname().unwrap_or("postgres")
     );
-    let (mut child, url) = common::serve_store(&store, Stdio::null());
+    let (_child, url) = common::serve_store(&store, Stdio::null());
     let c = reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
         .build()
@@ -186,6 +186,4 @@ async fn database_outage_answers_503_and_loses_no_acknowledged_send() {
         acked.len(),
         restored.elapsed()
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
