@@ -44,34 +44,20 @@ pub const MAX_KEY_BYTES: usize = 255;
 /// remembered response instead of racing it. Keys are spread over a fixed set of locks.
 const STRIPES: usize = 64;
 
-/// What the middleware needs.
-#[derive(Clone)]
-struct Idempotency {
-    store: Arc<dyn Store>,
-    stripes: Arc<Vec<Mutex<()>>>,
-}
-
-impl Idempotency {
-    fn new(store: Arc<dyn Store>) -> Self {
-        Idempotency {
-            store,
-            stripes: Arc::new((0..STRIPES).map(|_| Mutex::new(())).collect()),
-        }
-    }
-}
-
 /// The middleware as a layer: requests without a key (nearly all) go straight to the inner
 /// service, with no boxing or cloning, since this sits in front of every request.
 #[derive(Clone)]
 pub struct IdempotencyLayer {
-    idem: Idempotency,
+    store: Arc<dyn Store>,
+    stripes: Arc<Vec<Mutex<()>>>,
 }
 
 impl IdempotencyLayer {
     /// Remembers responses in `store`.
     pub fn new(store: Arc<dyn Store>) -> Self {
         IdempotencyLayer {
-            idem: Idempotency::new(store),
+            store,
+            stripes: Arc::new((0..STRIPES).map(|_| Mutex::new(())).collect()),
         }
     }
 }
@@ -81,7 +67,7 @@ impl<S> Layer<S> for IdempotencyLayer {
 
     fn layer(&self, inner: S) -> Self::Service {
         IdempotencyService {
-            idem: self.idem.clone(),
+            idem: self.clone(),
             inner,
         }
     }
@@ -90,7 +76,7 @@ impl<S> Layer<S> for IdempotencyLayer {
 /// See [`IdempotencyLayer`]: passes through anything but a POST with an `Idempotency-Key`.
 #[derive(Clone)]
 pub struct IdempotencyService<S> {
-    idem: Idempotency,
+    idem: IdempotencyLayer,
     inner: S,
 }
 
@@ -125,7 +111,7 @@ where
 }
 
 async fn handle<S>(
-    idem: Idempotency,
+    idem: IdempotencyLayer,
     raw: HeaderValue,
     req: Request,
     inner: S,
