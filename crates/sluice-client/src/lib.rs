@@ -59,6 +59,7 @@ mod body;
 mod client;
 pub mod envelope;
 mod error;
+pub mod frames;
 mod idempotency;
 mod inspect;
 mod json;

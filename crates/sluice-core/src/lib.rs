@@ -9,6 +9,7 @@ pub mod audit;
 pub mod backoff;
 pub mod config;
 pub mod error;
+pub mod frame;
 pub mod lifecycle;
 pub mod message;
 pub mod name;

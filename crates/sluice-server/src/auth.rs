@@ -326,6 +326,23 @@ impl Caller {
     }
 }
 
+impl Caller {
+    /// Who a frame-protocol connection is, from the key its `Hello` gave: anyone when
+    /// authentication is off, otherwise the key's holder.
+    pub(crate) fn from_secret(keys: &KeyRing, secret: Option<&str>) -> Result<Caller, ApiError> {
+        if !keys.enabled() {
+            return Ok(Caller { key: None });
+        }
+        let secret = secret.ok_or_else(|| {
+            ApiError::unauthenticated("this broker requires an API key; send it in Hello")
+        })?;
+        match keys.find(secret) {
+            Some(key) => Ok(Caller { key: Some(key) }),
+            None => Err(ApiError::unauthenticated("unknown API key")),
+        }
+    }
+}
+
 /// Something that holds the key ring (the router state).
 pub trait HasKeys {
     /// The keys.

@@ -62,6 +62,17 @@ impl ApiError {
     pub fn code(&self) -> ErrorCode {
         self.code
     }
+
+    /// The same error as the frame protocol answers it.
+    pub(crate) fn into_frame_error(self) -> sluice_core::frame::FrameError {
+        sluice_core::frame::FrameError {
+            code: self.code.as_str().to_owned(),
+            message: self.message,
+            retry_after_ms: self
+                .retry_after
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
 }
 
 impl From<StoreError> for ApiError {

@@ -15,6 +15,7 @@
 pub mod auth;
 pub mod error;
 pub mod extract;
+mod frames;
 pub mod idempotency;
 pub mod metrics;
 pub mod redrive;
@@ -116,6 +117,7 @@ impl AppState {
 pub struct Broker {
     state: AppState,
     options: ServerOptions,
+    frames: Option<tokio::net::TcpListener>,
 }
 
 impl Broker {
@@ -128,7 +130,19 @@ impl Broker {
             shutdown: Arc::new(tx),
             metrics: Arc::new(metrics::Metrics::default()),
         };
-        Broker { state, options }
+        Broker {
+            state,
+            options,
+            frames: None,
+        }
+    }
+
+    /// Also serves the frame protocol ([`sluice_core::frame`]) on `listener`, beside HTTP and
+    /// until the same shutdown. Frames may be as large as `max_body_bytes`.
+    #[must_use]
+    pub fn with_frames(mut self, listener: tokio::net::TcpListener) -> Self {
+        self.frames = Some(listener);
+        self
     }
 
     /// The router with every route and layer, for serving or for `tower::ServiceExt::oneshot`.
@@ -159,6 +173,13 @@ impl Broker {
         let tx = self.state.shutdown.clone();
         let runner = tokio::spawn(redrive::run(self.state.store.clone(), tx.subscribe()));
         let sampler = tokio::spawn(sampler::run(self.state.store.clone(), tx.subscribe()));
+        let frames = self.frames.map(|l| {
+            tokio::spawn(frames::serve(
+                l,
+                self.state.clone(),
+                self.options.max_body_bytes,
+            ))
+        });
         // Answers go out at once: a request/response protocol gains nothing from Nagle's
         // algorithm, and a large answer's last segment would wait for the client's delayed ACK.
         let listener = listener.tap_io(|tcp| {
@@ -177,6 +198,9 @@ impl Broker {
         self.state.shutdown.send_replace(true);
         let _ = runner.await;
         let _ = sampler.await;
+        if let Some(f) = frames {
+            let _ = f.await;
+        }
         served
     }
 }

@@ -23,6 +23,8 @@ type Running = (oneshot::Sender<()>, JoinHandle<std::io::Result<()>>);
 pub struct InProcessBroker {
     /// Its base URL, e.g. `http://127.0.0.1:41234`.
     pub url: String,
+    /// Its frame protocol listener (`sluice_core::frame`).
+    pub frames: SocketAddr,
     addr: SocketAddr,
     dir: tempfile::TempDir,
     options: ServerOptions,
@@ -53,21 +55,26 @@ impl InProcessBroker {
             .await
             .expect("bind an ephemeral loopback port");
         let addr = listener.local_addr().expect("local address");
+        let frames = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind an ephemeral loopback port");
+        let frames_addr = frames.local_addr().expect("local address");
         let store = try_open(dir.path()).expect("open the embedded store");
         let mut broker = InProcessBroker {
             url: format!("http://{addr}"),
+            frames: frames_addr,
             addr,
             dir,
             options,
             store: Some(store),
             running: None,
         };
-        broker.serve(listener);
+        broker.serve(listener, frames);
         broker
     }
 
-    fn serve(&mut self, listener: tokio::net::TcpListener) {
-        let broker = Broker::new(self.store(), self.options.clone());
+    fn serve(&mut self, listener: tokio::net::TcpListener, frames: tokio::net::TcpListener) {
+        let broker = Broker::new(self.store(), self.options.clone()).with_frames(frames);
         let (tx, rx) = oneshot::channel::<()>();
         let handle = tokio::spawn(broker.serve(listener, async {
             let _ = rx.await;
@@ -98,19 +105,8 @@ impl InProcessBroker {
     /// Starts the broker again on the same address over the same data directory.
     pub async fn restart(&mut self) {
         self.stop().await;
-        let listener = {
-            let mut tries = 0;
-            loop {
-                match tokio::net::TcpListener::bind(self.addr).await {
-                    Ok(l) => break l,
-                    Err(e) if tries >= 100 => panic!("rebinding {}: {e}", self.addr),
-                    Err(_) => {
-                        tries += 1;
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        };
+        let listener = rebind(self.addr).await;
+        let frames = rebind(self.frames).await;
         // The old store releases its directory lock once its last handle is gone; a test
         // must not keep handles across a restart.
         self.store = None;
@@ -126,11 +122,26 @@ impl InProcessBroker {
             }
         };
         self.store = Some(store);
-        self.serve(listener);
+        self.serve(listener, frames);
     }
 
     /// Stops the broker for good.
     pub async fn shutdown(mut self) {
         self.stop().await;
+    }
+}
+
+/// Binds `addr` again, waiting (up to 5 s) for the stopped broker to release it.
+async fn rebind(addr: SocketAddr) -> tokio::net::TcpListener {
+    let mut tries = 0;
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => break l,
+            Err(e) if tries >= 100 => panic!("rebinding {addr}: {e}"),
+            Err(_) => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 }

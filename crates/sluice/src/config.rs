@@ -1,11 +1,12 @@
 //! The TOML configuration file of `sluice serve --config FILE`.
 //!
-//! Every flag has a key (`listen`, `data_dir`); a flag or its `SLUICE_*` environment variable
+//! Every flag has a key (`listen`, `frames_listen`, `data_dir`); a flag or its `SLUICE_*` environment variable
 //! wins over the file. Queues declared in `[[queues]]` are created or updated at start-up,
 //! so a deployment is reproducible; `[[keys]]` turns authentication on.
 //!
 //! ```toml
 //! listen = "0.0.0.0:7878"
+//! frames_listen = "0.0.0.0:7879"   # optional: the frame protocol
 //! data_dir = "/var/lib/sluice"
 //! # or, for several broker nodes sharing one database:
 //! # store = "postgres://sluice@db.internal:5432/sluice"
@@ -37,6 +38,8 @@ use sluice_server::ApiKeyConfig;
 pub struct FileConfig {
     /// Address to listen on.
     pub listen: Option<String>,
+    /// Address of the frame protocol's listener (off when absent).
+    pub frames_listen: Option<String>,
     /// Data directory of the embedded store.
     pub data_dir: Option<PathBuf>,
     /// The store: `embedded` (the default) or a `postgres://` connection string.

@@ -24,6 +24,11 @@ pub struct ServeArgs {
     /// address is allowed. Port 0 picks a free port (the address is printed on stdout).
     #[arg(long, env = "SLUICE_LISTEN", value_name = "ADDR")]
     listen: Option<String>,
+    /// Also serve the frame protocol (send, receive, ack and nack over plain TCP, for clients
+    /// that want the lowest cost per message) on this address [default: off]. The same API
+    /// keys apply; without keys only a loopback address is allowed.
+    #[arg(long, env = "SLUICE_FRAMES_LISTEN", value_name = "ADDR")]
+    frames_listen: Option<String>,
     /// Data directory of the embedded store [default: ./sluice-data].
     #[arg(long, env = "SLUICE_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -109,22 +114,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let keys = KeyRing::new(file.keys.clone()).context("invalid [[keys]] in the config file")?;
     let queues = file.queue_decls()?;
 
-    let addrs: Vec<_> = tokio::net::lookup_host(&listen)
-        .await
-        .with_context(|| format!("--listen {listen:?} is not a host:port address"))?
-        .collect();
-    if addrs.is_empty() {
-        bail!("--listen {listen:?} resolves to no address");
-    }
-    if keys.is_empty()
-        && let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback())
-    {
-        bail!(
-            "refusing to listen on {listen} ({public}) without API keys: anyone who can reach it \
-             could read and delete every message. Add [[keys]] to the config file (see \
-             `sluice key generate`) or listen on a loopback address such as 127.0.0.1:7878"
-        );
-    }
+    let frames_listen = args.frames_listen.or(file.frames_listen.clone());
+    let addrs = resolve("--listen", &listen, &keys).await?;
+    let frame_addrs = match &frames_listen {
+        Some(f) => Some(resolve("--frames-listen", f, &keys).await?),
+        None => None,
+    };
 
     let choice = parse_store(args.store.as_deref().or(file.store.as_deref()))?;
     let store: Arc<dyn Store> = match choice {
@@ -180,11 +175,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if options.keys.is_empty() {
         tracing::warn!("no API keys configured: authentication is off (loopback only)");
     }
-    let broker = Broker::new(store, options);
+    let mut broker = Broker::new(store, options);
     let listener = tokio::net::TcpListener::bind(addrs.as_slice())
         .await
         .with_context(|| format!("binding {listen}"))?;
     let local = listener.local_addr().context("reading the bound address")?;
+    if let (Some(addrs), Some(name)) = (frame_addrs, &frames_listen) {
+        let frames = tokio::net::TcpListener::bind(addrs.as_slice())
+            .await
+            .with_context(|| format!("binding --frames-listen {name}"))?;
+        let local = frames.local_addr().context("reading the bound address")?;
+        // Before the HTTP line: a script that waits for that one finds both.
+        println!("sluice frames listening on {local}");
+        tracing::info!(%local, "frame protocol listening");
+        broker = broker.with_frames(frames);
+    }
     // On stdout, for scripts and tests that ask for port 0.
     println!("sluice listening on http://{local}");
     tracing::info!(%local, "listening");
@@ -196,6 +201,32 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // dropping the broker drops the store (and releases the embedded data directory).
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The addresses `addr` (given as `flag`) names, refused when they are not loopback and no
+/// API key protects them.
+async fn resolve(
+    flag: &str,
+    addr: &str,
+    keys: &KeyRing,
+) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+    let addrs: Vec<_> = tokio::net::lookup_host(addr)
+        .await
+        .with_context(|| format!("{flag} {addr:?} is not a host:port address"))?
+        .collect();
+    if addrs.is_empty() {
+        bail!("{flag} {addr:?} resolves to no address");
+    }
+    if keys.is_empty()
+        && let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback())
+    {
+        bail!(
+            "refusing to listen on {addr} ({public}) without API keys: anyone who can reach it \
+             could read and delete every message. Add [[keys]] to the config file (see \
+             `sluice key generate`) or listen on a loopback address such as 127.0.0.1:7878"
+        );
+    }
+    Ok(addrs)
 }
 
 async fn shutdown_signal() {

@@ -1,9 +1,10 @@
-//! `kill -9` over HTTP (SPEC §10: "a 2xx on any write means the change is on stable storage"):
-//! the real `sluice serve` binary takes concurrent batched sends and acks, is SIGKILLed at a
-//! random moment, and is restarted on the same data directory. Every message whose send got
-//! a 2xx must be there with its body, and every message whose ack got a 2xx must be
-//! `completed` (not visible, not in flight). Five crashes on one data directory, checked
-//! cumulatively after every restart.
+//! `kill -9` over HTTP and the frame protocol (SPEC §10: "a 2xx on any write means the change
+//! is on stable storage"; a frame answer promises the same): the real `sluice serve` binary
+//! takes concurrent batched sends and acks on both, is SIGKILLed at a random moment, and is
+//! restarted on the same data directory. Every message whose send was confirmed must be there
+//! with its body, and every message whose ack was confirmed must be `completed` (not visible,
+//! not in flight). Five crashes on one data directory, checked cumulatively after every
+//! restart.
 //!
 //! The kill moments come from a seed printed at the start; set `SLUICE_KILL9_SEED` to replay
 //! a run.
@@ -18,6 +19,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
+use sluice_client::frames::{Body, FrameClientError, FrameConnection, FrameMessage};
+use sluice_core::MessageId;
 
 mod common;
 
@@ -29,10 +32,11 @@ const ACKERS: u32 = 2;
 const MAX_SENDS_PER_TASK: u64 = 2_000;
 const TIME_LIMIT: Duration = Duration::from_secs(30);
 
-/// Starts `sluice serve` on an ephemeral port over `data` and returns it with its base URL.
-fn serve(data: &Path, log: &Path) -> (common::Served, String) {
+/// Starts `sluice serve` on ephemeral ports over `data` and returns it with its base URL and
+/// its frame listener's address.
+fn serve(data: &Path, log: &Path) -> (common::Served, String, String) {
     let log = std::fs::File::create(log).expect("create the server log");
-    common::serve(data, Stdio::from(log))
+    common::serve_with_frames(data, Stdio::from(log))
 }
 
 fn client() -> reqwest::Client {
@@ -105,6 +109,86 @@ async fn sender(
         assert_eq!(ids.len(), bodies.len());
         for (id, body) in ids.into_iter().zip(bodies) {
             assert!(out.sent.insert(id, body).is_none(), "an id was given twice");
+        }
+    }
+    out
+}
+
+/// Sends batches like [`sender`], over one frame-protocol connection (JSON bodies, so the
+/// check reads them back over HTTP as sent), until `stop` or the connection dies with the
+/// broker.
+async fn frame_sender(addr: String, round: u32, task: u32, stop: Arc<AtomicBool>) -> Confirmed {
+    let mut out = Confirmed::default();
+    let Ok(mut conn) = FrameConnection::connect(addr.as_str(), None).await else {
+        out.failed += 1;
+        return out;
+    };
+    let mut seq = 0u64;
+    while !stop.load(Ordering::Relaxed) && seq < MAX_SENDS_PER_TASK {
+        let n = (seq % 5) + 1;
+        let bodies: Vec<Value> = (seq..seq + n)
+            .map(|s| json!({"round": round, "task": task, "seq": s, "pad": "f".repeat(200)}))
+            .collect();
+        seq += n;
+        let messages = bodies
+            .iter()
+            .map(|b| FrameMessage::new(Body::json(b.to_string())))
+            .collect();
+        match conn.send(QUEUE, messages).await {
+            Ok(ids) => {
+                assert_eq!(ids.len(), bodies.len());
+                for (s, body) in ids.into_iter().zip(bodies) {
+                    let id = MessageId(s.id).to_string();
+                    assert!(out.sent.insert(id, body).is_none(), "an id was given twice");
+                }
+            }
+            Err(FrameClientError::Refused(e)) => {
+                panic!("a frame send was refused before the kill: {e}")
+            }
+            Err(_) => {
+                out.failed += 1;
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Receives and acks like [`acker`], over frame-protocol connections.
+async fn frame_acker(addr: String, stop: Arc<AtomicBool>) -> Confirmed {
+    let mut out = Confirmed::default();
+    let Ok(mut conn) = FrameConnection::connect(addr.as_str(), None).await else {
+        out.failed += 1;
+        return out;
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let got = match conn.receive(QUEUE, 5, Duration::from_millis(50)).await {
+            Ok(got) => got,
+            Err(FrameClientError::Refused(e)) => panic!("a frame receive was refused: {e}"),
+            Err(_) => {
+                out.failed += 1;
+                break;
+            }
+        };
+        if got.is_empty() {
+            continue;
+        }
+        match conn
+            .ack(QUEUE, got.iter().map(|d| d.receipt).collect())
+            .await
+        {
+            Ok(outcomes) => {
+                assert_eq!(outcomes.len(), got.len());
+                for (d, o) in got.iter().zip(outcomes) {
+                    assert!(o.is_none(), "a fresh receipt was refused: {o:?}");
+                    out.acked.insert(MessageId(d.id).to_string());
+                }
+            }
+            Err(FrameClientError::Refused(e)) => panic!("a frame ack was refused: {e}"),
+            Err(_) => {
+                out.failed += 1;
+                break;
+            }
         }
     }
     out
@@ -265,7 +349,7 @@ async fn confirmed_sends_and_acks_survive_sigkill() {
 
     for round in 0..=CRASHES {
         let log = dir.path().join(format!("serve-{round}.log"));
-        let (mut child, url) = serve(&data, &log);
+        let (mut child, url, frames) = serve(&data, &log);
         let check = Instant::now();
         verify(&url, &sent, &acked).await;
         eprintln!(
@@ -300,10 +384,12 @@ async fn confirmed_sends_and_acks_survive_sigkill() {
                 stop.clone(),
             )));
         }
+        let frame_send = tokio::spawn(frame_sender(frames.clone(), round, SENDERS, stop.clone()));
         let mut ackers = Vec::new();
         for _ in 0..ACKERS {
             ackers.push(tokio::spawn(acker(c.clone(), url.clone(), stop.clone())));
         }
+        let frame_ack = tokio::spawn(frame_acker(frames.clone(), stop.clone()));
         let delay = Duration::from_millis(rng.gen_range(200..=800));
         tokio::time::sleep(delay).await;
         child.kill().expect("SIGKILL the server");
@@ -311,8 +397,16 @@ async fn confirmed_sends_and_acks_survive_sigkill() {
         let status = child.wait().expect("reap the server");
         assert!(!status.success(), "the server was killed: {status:?}");
         let (mut new_sends, mut new_acks, mut failed) = (0, 0, 0);
+        let over_frames = frame_send.await.expect("the frame sender panicked");
+        let frame_sends = over_frames.sent.len();
+        let mut results = vec![
+            over_frames,
+            frame_ack.await.expect("the frame acker panicked"),
+        ];
         for t in senders.into_iter().chain(ackers) {
-            let got = t.await.expect("a load task panicked");
+            results.push(t.await.expect("a load task panicked"));
+        }
+        for got in results {
             new_sends += got.sent.len();
             new_acks += got.acked.len();
             failed += got.failed;
@@ -322,11 +416,15 @@ async fn confirmed_sends_and_acks_survive_sigkill() {
             acked.extend(got.acked);
         }
         eprintln!(
-            "kill9: round {round}: killed after {} ms; {new_sends} sends and {new_acks} acks \
-             confirmed, {failed} requests cut off",
+            "kill9: round {round}: killed after {} ms; {new_sends} sends ({frame_sends} over \
+             frames) and {new_acks} acks confirmed, {failed} requests cut off",
             delay.as_millis()
         );
         assert!(new_sends > 0, "no send was confirmed in round {round}");
+        assert!(
+            frame_sends > 0,
+            "no send over frames was confirmed in round {round}"
+        );
     }
     assert!(!acked.is_empty(), "no ack was confirmed in any round");
     let elapsed = started.elapsed();

@@ -16,6 +16,7 @@ fn sluice() -> Command {
         "SLUICE_CONFIG",
         "SLUICE_STORE",
         "SLUICE_NODE_ID",
+        "SLUICE_FRAMES_LISTEN",
     ] {
         c.env_remove(var);
     }
@@ -168,6 +169,27 @@ fn a_public_address_without_keys_is_refused() {
         "{stderr}"
     );
     assert!(stderr.contains("[[keys]]"), "{stderr}");
+    assert!(!Path::new(&data).exists(), "the store must not be opened");
+
+    // The frame listener is held to the same rule.
+    let out = sluice()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--frames-listen",
+            "0.0.0.0:0",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .expect("run sluice");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0:0"),
+        "{stderr}"
+    );
     assert!(!Path::new(&data).exists(), "the store must not be opened");
 }
 

@@ -9,6 +9,8 @@ use sluice_testkit::InProcessBroker;
 
 pub struct TestServer {
     pub base: String,
+    /// The frame protocol's listener.
+    pub frames: std::net::SocketAddr,
     pub client: Client,
     broker: InProcessBroker,
 }
@@ -16,12 +18,14 @@ pub struct TestServer {
 pub async fn start() -> TestServer {
     let broker = InProcessBroker::start().await;
     let base = broker.url.clone();
+    let frames = broker.frames;
     let client = Client::builder(&base)
         .retry(fast_retries())
         .build()
         .expect("client");
     TestServer {
         base,
+        frames,
         client,
         broker,
     }
@@ -46,6 +50,8 @@ impl TestServer {
 /// as a real restart would.
 pub struct RestartableServer {
     pub base: String,
+    /// The frame protocol's listener (the same after a restart).
+    pub frames: std::net::SocketAddr,
     broker: InProcessBroker,
 }
 
@@ -54,6 +60,7 @@ impl RestartableServer {
         let broker = InProcessBroker::start().await;
         RestartableServer {
             base: broker.url.clone(),
+            frames: broker.frames,
             broker,
         }
     }

@@ -15,16 +15,33 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 /// returns the child with the base URL it printed. Environment settings of the developer's
 /// shell are cleared so they cannot change the test.
 pub fn serve(data: &Path, stderr: Stdio) -> (Served, String) {
-    spawn(&[OsStr::new("--data-dir"), data.as_os_str()], stderr)
+    let (child, url, _) = spawn(&[OsStr::new("--data-dir"), data.as_os_str()], stderr);
+    (child, url)
+}
+
+/// As [`serve`], with the frame protocol on another ephemeral port too (`--frames-listen`):
+/// returns the child, the base URL and the frame listener's address.
+pub fn serve_with_frames(data: &Path, stderr: Stdio) -> (Served, String, String) {
+    let (child, url, frames) = spawn(
+        &[
+            OsStr::new("--data-dir"),
+            data.as_os_str(),
+            OsStr::new("--frames-listen"),
+            OsStr::new("127.0.0.1:0"),
+        ],
+        stderr,
+    );
+    (child, url, frames.expect("the frame listener's line"))
 }
 
 /// Starts `sluice serve --listen 127.0.0.1:0 --store <store>` (a PostgreSQL connection string)
 /// and returns the child with the base URL it printed.
 pub fn serve_store(store: &str, stderr: Stdio) -> (Served, String) {
-    spawn(&[OsStr::new("--store"), OsStr::new(store)], stderr)
+    let (child, url, _) = spawn(&[OsStr::new("--store"), OsStr::new(store)], stderr);
+    (child, url)
 }
 
-fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Served, String) {
+fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Served, String, Option<String>) {
     let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(store_args)
@@ -33,21 +50,28 @@ fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Served, String) {
         .env_remove("SLUICE_DATA_DIR")
         .env_remove("SLUICE_STORE")
         .env_remove("SLUICE_NODE_ID")
+        .env_remove("SLUICE_FRAMES_LISTEN")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
         .expect("spawn sluice serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let url = line
-        .trim()
-        .strip_prefix("sluice listening on ")
-        .unwrap_or_else(|| panic!("sluice serve did not start; first line {line:?}"))
-        .to_owned();
-    (Served(child), url)
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut frames = None;
+    loop {
+        let mut line = String::new();
+        out.read_line(&mut line).expect("read the listening line");
+        if let Some(addr) = line.trim().strip_prefix("sluice frames listening on ") {
+            frames = Some(addr.to_owned());
+            continue;
+        }
+        let url = line
+            .trim()
+            .strip_prefix("sluice listening on ")
+            .unwrap_or_else(|| panic!("sluice serve did not start; line {line:?}"))
+            .to_owned();
+        return (Served(child), url, frames);
+    }
 }
 
 /// A `sluice serve` child that is killed when dropped, so a test that fails before it stops

@@ -1,0 +1,317 @@
+//! The frame protocol: the hot path of the API (send, receive, ack, nack) over one TCP
+//! connection, for producers and workers whose cost per message matters more than the
+//! convenience of HTTP and JSON.
+//!
+//! A connection carries frames in both directions: a 4-byte little-endian payload length,
+//! then the payload, the [postcard] encoding of a [`Request`] (client to broker) or a
+//! [`Response`] (broker to client). The broker answers the requests of one connection in
+//! the order they arrive, one [`Response`] per [`Request`] with the same `id`; a client may
+//! write several requests before reading their answers (pipelining). The operations keep every
+//! rule of the HTTP API: the same validation, limits, durability (an answer means durable),
+//! error codes and API keys (sent once per connection in [`Op::Hello`]).
+//!
+//! [postcard]: https://docs.rs/postcard
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ErrorCode, StoreError};
+use crate::message::{Attributes, Body};
+
+/// Bytes of a frame's length prefix.
+pub const LENGTH_BYTES: usize = 4;
+
+/// The protocol version a broker speaks; [`Reply::Hello`] carries it.
+pub const VERSION: u32 = 1;
+
+/// One request, named by a client-chosen `id` its answer repeats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Echoed in the answer.
+    pub id: u64,
+    /// What to do.
+    pub op: Op,
+}
+
+/// The operations. Queue names are checked as in the HTTP API.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// Authenticates the connection with an API key (required first when the broker has
+    /// keys; allowed and ignored without). Answered with [`Reply::Hello`].
+    Hello {
+        /// The API key's secret.
+        key: Option<String>,
+    },
+    /// Sends 1 – 1000 messages, all or nothing. Answered with [`Reply::Sent`].
+    Send {
+        /// The queue.
+        queue: String,
+        /// The messages.
+        messages: Vec<FrameMessage>,
+    },
+    /// Leases up to `max` messages, waiting up to `wait_ms` for the first. Answered with
+    /// [`Reply::Messages`].
+    Receive {
+        /// The queue.
+        queue: String,
+        /// 1 – 1000.
+        max: u32,
+        /// Long poll, 0 – 30,000 ms.
+        wait_ms: u64,
+        /// Lease length; `None` takes the queue's `visibility_timeout`.
+        visibility_ms: Option<u64>,
+        /// Who is receiving, for the attempt history.
+        consumer: Option<String>,
+    },
+    /// Acknowledges deliveries, 1 – 1000. Answered with [`Reply::Acked`], one outcome each.
+    Ack {
+        /// The queue.
+        queue: String,
+        /// The deliveries.
+        receipts: Vec<FrameReceipt>,
+    },
+    /// Returns one delivery for another attempt, or dead-letters it when its attempts are
+    /// used up. Answered with [`Reply::Nacked`].
+    Nack {
+        /// The queue.
+        queue: String,
+        /// The delivery.
+        receipt: FrameReceipt,
+        /// Delay before the next attempt; `None` takes the queue's backoff.
+        delay_ms: Option<u64>,
+        /// The error, kept as `last_error` and in the attempt history.
+        error: Option<String>,
+        /// Who is reporting it.
+        consumer: Option<String>,
+    },
+}
+
+/// One message to send.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FrameMessage {
+    /// The body and its kind. A `Json` body must be valid JSON (it is checked), since HTTP
+    /// consumers receive it as JSON.
+    pub body: Body,
+    /// String attributes.
+    pub attributes: Attributes,
+    /// Delivery delay; `None` takes the queue's default.
+    pub delay_ms: Option<u64>,
+    /// Deduplication id (see `dedup_window`).
+    pub dedup_id: Option<String>,
+}
+
+impl FrameMessage {
+    /// A message with this body and nothing else.
+    pub fn new(body: Body) -> Self {
+        FrameMessage {
+            body,
+            attributes: Attributes::new(),
+            delay_ms: None,
+            dedup_id: None,
+        }
+    }
+}
+
+/// A delivery's receipt: the message id and the lease token (the HTTP API's receipt string
+/// holds the same two numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameReceipt {
+    /// The message id.
+    pub id: u64,
+    /// The lease token.
+    pub token: u64,
+}
+
+impl From<crate::receipt::Receipt> for FrameReceipt {
+    fn from(r: crate::receipt::Receipt) -> Self {
+        FrameReceipt {
+            id: r.id.0,
+            token: r.token,
+        }
+    }
+}
+
+impl From<FrameReceipt> for crate::receipt::Receipt {
+    fn from(r: FrameReceipt) -> Self {
+        crate::receipt::Receipt {
+            id: crate::message::MessageId(r.id),
+            token: r.token,
+        }
+    }
+}
+
+/// The answer to one [`Request`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    /// The request's `id` (0 when the request could not be decoded).
+    pub id: u64,
+    /// Its outcome.
+    pub result: Result<Reply, FrameError>,
+}
+
+/// What a successful request returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    /// The connection is ready; the broker's protocol version.
+    Hello {
+        /// [`VERSION`] of the broker.
+        version: u32,
+    },
+    /// The sent messages, in request order.
+    Sent(Vec<SentMessage>),
+    /// The leased messages (possibly none).
+    Messages(Vec<FrameDelivery>),
+    /// One outcome per receipt, in request order: `None` when acknowledged.
+    Acked(Vec<Option<FrameError>>),
+    /// Where a nacked message went.
+    Nacked {
+        /// The queue it is in now (its DLQ when it was dead-lettered).
+        queue: String,
+        /// True when it was dead-lettered.
+        dead_lettered: bool,
+    },
+}
+
+/// One stored message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SentMessage {
+    /// Its id (for a duplicate: the first message's id).
+    pub id: u64,
+    /// True when a send with the same `dedup_id` inside the window already stored it.
+    pub duplicate: bool,
+}
+
+/// One leased message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FrameDelivery {
+    /// Its id.
+    pub id: u64,
+    /// Names this delivery for ack and nack.
+    pub receipt: FrameReceipt,
+    /// The body, as sent.
+    pub body: Body,
+    /// Attributes.
+    pub attributes: Attributes,
+    /// Deliveries including this one.
+    pub receive_count: u32,
+    /// The queue's attempt limit (0 = unlimited).
+    pub max_receive_count: u32,
+    /// When it was first sent, ms since the Unix epoch.
+    pub enqueued_at_ms: i64,
+    /// When this lease ends unless extended, ms since the Unix epoch.
+    pub lease_deadline_ms: i64,
+    /// The last error reported for it.
+    pub last_error: Option<String>,
+}
+
+impl From<crate::message::Delivery> for FrameDelivery {
+    fn from(d: crate::message::Delivery) -> Self {
+        FrameDelivery {
+            id: d.id.0,
+            receipt: d.receipt.into(),
+            body: d.body,
+            attributes: d.attributes,
+            receive_count: d.receive_count,
+            max_receive_count: d.max_receive_count,
+            enqueued_at_ms: d.enqueued_at.0,
+            lease_deadline_ms: d.lease_deadline.0,
+            last_error: d.last_error,
+        }
+    }
+}
+
+/// A refused request: the HTTP API's error code and message, and when to retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct FrameError {
+    /// One of the HTTP API's error codes (`invalid_argument`, `receipt_stale`, …).
+    pub code: String,
+    /// What happened and, where it helps, what to do about it.
+    pub message: String,
+    /// For `queue_full`, `rate_limited` and `unavailable`: when a retry may succeed.
+    pub retry_after_ms: Option<u64>,
+}
+
+impl FrameError {
+    /// An error with `code` and `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        FrameError {
+            code: code.as_str().to_owned(),
+            message: message.into(),
+            retry_after_ms: None,
+        }
+    }
+}
+
+impl From<&StoreError> for FrameError {
+    fn from(e: &StoreError) -> Self {
+        FrameError {
+            code: e.code().as_str().to_owned(),
+            message: e.to_string(),
+            retry_after_ms: e
+                .retry_after()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
+impl From<StoreError> for FrameError {
+    fn from(e: StoreError) -> Self {
+        FrameError::from(&e)
+    }
+}
+
+/// Appends one frame (length prefix and postcard payload) holding `value` to `out`.
+///
+/// # Panics
+/// Never for the protocol's types: postcard cannot fail to encode them into memory.
+pub fn encode_frame<T: Serialize>(value: &T, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; LENGTH_BYTES]);
+    let taken = std::mem::take(out);
+    let mut filled = postcard::to_extend(value, taken)
+        .unwrap_or_else(|e| panic!("postcard failed to encode a frame into memory: {e}"));
+    let len = u32::try_from(filled.len() - start - LENGTH_BYTES).unwrap_or(u32::MAX);
+    filled[start..start + LENGTH_BYTES].copy_from_slice(&len.to_le_bytes());
+    *out = filled;
+}
+
+/// Decodes a frame's payload (without its length prefix).
+///
+/// # Errors
+/// The payload is not an encoding of `T`.
+pub fn decode_payload<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T, FrameError> {
+    postcard::from_bytes(payload).map_err(|e| {
+        FrameError::new(
+            ErrorCode::InvalidArgument,
+            format!("a frame that does not decode as this protocol's message ({e}); is the client of the same version?"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_with_their_length_prefix() {
+        let req = Request {
+            id: 7,
+            op: Op::Send {
+                queue: "jobs".into(),
+                messages: vec![FrameMessage::new(Body::binary(vec![1u8, 2, 3]))],
+            },
+        };
+        let mut out = vec![9u8];
+        encode_frame(&req, &mut out);
+        let len = u32::from_le_bytes(out[1..5].try_into().unwrap()) as usize;
+        assert_eq!(out.len(), 1 + LENGTH_BYTES + len);
+        let back: Request = decode_payload(&out[5..]).unwrap();
+        assert_eq!(back, req);
+    }
+
+    #[test]
+    fn garbage_is_an_invalid_argument_not_a_panic() {
+        let e = decode_payload::<Request>(&[0xff, 0xff, 0xff]).unwrap_err();
+        assert_eq!(e.code, "invalid_argument");
+    }
+}

@@ -1,0 +1,285 @@
+//! The frame protocol's listener ([`sluice_core::frame`]): send, receive, ack and nack over one
+//! TCP connection, with the HTTP API's rules (validation, API keys, error codes, durability)
+//! and none of its per-request cost (HTTP parsing, routing, JSON).
+//!
+//! A connection's requests are handled in order, one at a time; answers to requests that
+//! arrived together go out in one write.
+
+use std::time::Duration;
+
+use sluice_core::config::limits::MAX_BATCH;
+use sluice_core::frame::{
+    self, FrameError, FrameMessage, Op, Reply, Request, Response, SentMessage,
+};
+use sluice_core::{
+    AckRequest, BodyKind, ErrorCode, Failure, NewMessage, QueueName, ReceiveRequest, StoreError,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+use crate::AppState;
+use crate::auth::{Action, Caller};
+use crate::error::ApiError;
+
+/// Bytes buffered per connection in each direction.
+const BUFFER: usize = 64 * 1024;
+
+/// Accepts connections until shutdown begins, then waits for each to finish the request it
+/// is handling (long polls return early, as over HTTP).
+pub(crate) async fn serve(listener: TcpListener, state: AppState, max_frame: usize) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    conns.spawn(connection(tcp, state.clone(), max_frame));
+                }
+                Err(e) => {
+                    // Out of descriptors or a connection reset before accept: keep serving.
+                    tracing::warn!(error = %e, "frame protocol: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            () = state.shutting_down() => break,
+        }
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+}
+
+async fn connection(tcp: TcpStream, state: AppState, max_frame: usize) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "could not set TCP_NODELAY");
+    }
+    let (rd, wr) = tcp.into_split();
+    let mut rd = BufReader::with_capacity(BUFFER, rd);
+    let mut wr = BufWriter::with_capacity(BUFFER, wr);
+    let mut caller = (!state.keys.enabled())
+        .then(|| Caller::from_secret(&state.keys, None).ok())
+        .flatten();
+    let mut payload = Vec::new();
+    let mut out = Vec::new();
+    loop {
+        // Between requests, shutdown closes the connection; a request already read is answered.
+        let len = tokio::select! {
+            r = rd.read_u32_le() => match r {
+                Ok(n) => n as usize,
+                Err(_) => return,
+            },
+            () = state.shutting_down() => return,
+        };
+        out.clear();
+        if len > max_frame {
+            // The rest of the frame is not read, so the stream cannot go on: answer and close.
+            let e = FrameError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("a frame of {len} bytes; this broker reads at most {max_frame}"),
+            );
+            frame::encode_frame(
+                &Response {
+                    id: 0,
+                    result: Err(e),
+                },
+                &mut out,
+            );
+            let _ = wr.write_all(&out).await;
+            let _ = wr.flush().await;
+            return;
+        }
+        payload.resize(len, 0);
+        if rd.read_exact(&mut payload).await.is_err() {
+            return;
+        }
+        let response = match frame::decode_payload::<Request>(&payload) {
+            Ok(req) => Response {
+                id: req.id,
+                result: handle(&state, &mut caller, req.op).await,
+            },
+            Err(e) => Response {
+                id: 0,
+                result: Err(e),
+            },
+        };
+        frame::encode_frame(&response, &mut out);
+        if wr.write_all(&out).await.is_err() {
+            return;
+        }
+        // Requests already received are answered first, so their answers share one write.
+        if rd.buffer().is_empty() && wr.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn handle(
+    state: &AppState,
+    caller: &mut Option<Caller>,
+    op: Op,
+) -> Result<Reply, FrameError> {
+    if let Op::Hello { key } = &op {
+        let c =
+            Caller::from_secret(&state.keys, key.as_deref()).map_err(ApiError::into_frame_error)?;
+        *caller = Some(c);
+        return Ok(Reply::Hello {
+            version: frame::VERSION,
+        });
+    }
+    let Some(caller) = caller.as_ref() else {
+        return Err(FrameError::new(
+            ErrorCode::Unauthenticated,
+            "this broker requires an API key: send Hello with one before other requests",
+        ));
+    };
+    match op {
+        Op::Hello { .. } => unreachable!("answered above"),
+        Op::Send { queue, messages } => {
+            let q = allowed(caller, Action::Send, queue)?;
+            if messages.is_empty() || messages.len() > MAX_BATCH {
+                return Err(StoreError::invalid(format!(
+                    "a send holds 1 to {MAX_BATCH} messages, got {}",
+                    messages.len()
+                ))
+                .into());
+            }
+            let batch = messages
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    new_message(m).map_err(|e| StoreError::invalid(format!("messages[{i}]: {e}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = state.store.send(&q, batch).await?;
+            Ok(Reply::Sent(
+                out.iter()
+                    .map(|o| SentMessage {
+                        id: o.id.0,
+                        duplicate: o.duplicate,
+                    })
+                    .collect(),
+            ))
+        }
+        Op::Receive {
+            queue,
+            max,
+            wait_ms,
+            visibility_ms,
+            consumer,
+        } => {
+            let q = allowed(caller, Action::Consume, queue)?;
+            let req = ReceiveRequest {
+                max,
+                wait: Duration::from_millis(wait_ms),
+                visibility: visibility_ms.map(Duration::from_millis),
+                consumer,
+            };
+            sluice_core::store::validate_receive(&req)?;
+            let deliveries = if req.wait.is_zero() {
+                state.store.receive(&q, req).await?
+            } else {
+                tokio::select! {
+                    r = state.store.receive(&q, req) => r?,
+                    () = state.shutting_down() => Vec::new(),
+                }
+            };
+            state.metrics.delivered(&q, &deliveries);
+            Ok(Reply::Messages(
+                deliveries.into_iter().map(Into::into).collect(),
+            ))
+        }
+        Op::Ack { queue, receipts } => {
+            let q = allowed(caller, Action::Consume, queue)?;
+            if receipts.is_empty() || receipts.len() > MAX_BATCH {
+                return Err(StoreError::invalid(format!(
+                    "an ack holds 1 to {MAX_BATCH} receipts, got {}",
+                    receipts.len()
+                ))
+                .into());
+            }
+            let acks = receipts
+                .iter()
+                .map(|r| AckRequest {
+                    receipt: (*r).into(),
+                    result: None,
+                })
+                .collect();
+            let out = state.store.ack(&q, acks).await?;
+            let outcomes = out
+                .into_iter()
+                .zip(&receipts)
+                .map(|(r, receipt)| match r {
+                    Ok(()) => {
+                        state.metrics.acked(sluice_core::MessageId(receipt.id));
+                        None
+                    }
+                    Err(e) => Some(FrameError::from(e)),
+                })
+                .collect();
+            Ok(Reply::Acked(outcomes))
+        }
+        Op::Nack {
+            queue,
+            receipt,
+            delay_ms,
+            error,
+            consumer,
+        } => {
+            let q = allowed(caller, Action::Consume, queue)?;
+            let failure = Failure { error, consumer };
+            let out = state
+                .store
+                .nack(
+                    &q,
+                    receipt.into(),
+                    delay_ms.map(Duration::from_millis),
+                    failure,
+                )
+                .await?;
+            state.metrics.settled(sluice_core::MessageId(receipt.id));
+            Ok(Reply::Nacked {
+                queue: out.queue.to_string(),
+                dead_lettered: out.state.is_none(),
+            })
+        }
+    }
+}
+
+/// The queue, once the caller may do `action` on it.
+fn allowed(caller: &Caller, action: Action, queue: String) -> Result<QueueName, FrameError> {
+    let q = QueueName::new(queue)?;
+    caller
+        .allow(action, &q)
+        .map_err(ApiError::into_frame_error)?;
+    Ok(q)
+}
+
+/// A message to store, checked as the HTTP API checks one: a JSON body must be JSON and a
+/// text body UTF-8, since HTTP consumers receive them as such.
+fn new_message(m: FrameMessage) -> Result<NewMessage, StoreError> {
+    match m.body.kind {
+        BodyKind::Json => {
+            serde_json::from_slice::<serde::de::IgnoredAny>(&m.body.bytes).map_err(|e| {
+                StoreError::invalid(format!(
+                    "the body is marked JSON but is not valid JSON ({e}); send it as binary"
+                ))
+            })?;
+        }
+        BodyKind::Text => {
+            std::str::from_utf8(&m.body.bytes).map_err(|e| {
+                StoreError::invalid(format!(
+                    "the body is marked text but is not UTF-8 ({e}); send it as binary"
+                ))
+            })?;
+        }
+        BodyKind::Binary => {}
+    }
+    let msg = NewMessage {
+        body: m.body,
+        attributes: m.attributes,
+        delay: m.delay_ms.map(Duration::from_millis),
+        dedup_id: m.dedup_id,
+    };
+    msg.validate()?;
+    Ok(msg)
+}
