@@ -142,7 +142,8 @@ async fn one_depth(o: &Options, n: u64) -> anyhow::Result<Depth> {
             need >> 20
         );
     }
-    let (mut child, url) = crate::spawn_sluice(&o.bin, dir.path(), Duration::from_secs(30)).await?;
+    let (mut child, url, _) =
+        crate::spawn_sluice(&o.bin, dir.path(), Duration::from_secs(30)).await?;
     let pid = child.id().context("the broker has no pid")?;
     let sys = Sluice::open(&url, true).await?;
     let rss_empty = rss(pid)?;
@@ -172,7 +173,7 @@ async fn one_depth(o: &Options, n: u64) -> anyhow::Result<Depth> {
     // A crash, then a start on the same directory: the whole log is replayed.
     child.kill().await.context("killing the broker")?;
     let started = Instant::now();
-    let (child, url) = crate::spawn_sluice(&o.bin, dir.path(), o.fill_timeout).await?;
+    let (child, url, _) = crate::spawn_sluice(&o.bin, dir.path(), o.fill_timeout).await?;
     let recovery_s = started.elapsed().as_secs_f64();
     let pid = child.id().context("the broker has no pid")?;
     let rss_recovered = rss(pid)?;

@@ -24,6 +24,7 @@ mod rabbit;
 mod redisq;
 mod report;
 mod sluice;
+mod sluice_frames;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -37,8 +38,9 @@ use crate::load::System;
 use crate::report::{Row, Skipped};
 
 /// Systems in their default order.
-const ALL: [&str; 7] = [
+const ALL: [&str; 8] = [
     "sluice",
+    "sluice-frames",
     "sluice-postgres",
     "rabbitmq",
     "nats",
@@ -70,7 +72,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "sluice,sluice-postgres,rabbitmq,nats,postgres,redis,redis-everysec"
+        default_value = "sluice,sluice-frames,sluice-postgres,rabbitmq,nats,postgres,redis,redis-everysec"
     )]
     systems: Vec<String>,
     /// Times each system runs per batch size (alternating); the median run is reported.
@@ -83,6 +85,10 @@ struct Args {
     /// data directory and an ephemeral port.
     #[arg(long, value_name = "URL")]
     sluice_url: Option<String>,
+    /// The frame listener (`host:port`) of the broker of --sluice-url, for the
+    /// `sluice-frames` row (started with `sluice serve --frames-listen`).
+    #[arg(long, value_name = "ADDR")]
+    sluice_frames: Option<String>,
     /// A running Sluice broker on the PostgreSQL engine for the `sluice-postgres` row; without
     /// it the `sluice` binary is started with `--store` on the database of `--pg-*`.
     #[arg(long, value_name = "URL")]
@@ -213,40 +219,45 @@ async fn run_backlog(args: &Args) -> anyhow::Result<()> {
 struct OwnSluice {
     child: tokio::process::Child,
     url: String,
+    frames: String,
     _dir: tempfile::TempDir,
 }
 
 async fn start_sluice(bin: &PathBuf) -> anyhow::Result<OwnSluice> {
     let dir = tempfile::tempdir().context("creating a data directory")?;
-    let (child, url) = spawn_sluice(bin, dir.path(), Duration::from_secs(30)).await?;
+    let (child, url, frames) = spawn_sluice(bin, dir.path(), Duration::from_secs(30)).await?;
     Ok(OwnSluice {
         child,
         url,
+        frames,
         _dir: dir,
     })
 }
 
-/// Starts `sluice serve` on `data_dir` and an ephemeral loopback port; returns once it
-/// listens (recovery is done by then), at most after `limit`.
+/// Starts `sluice serve` on `data_dir` and ephemeral loopback ports; returns once it
+/// listens (recovery is done by then), at most after `limit`: the child, its HTTP URL and its
+/// frame listener's address.
 pub(crate) async fn spawn_sluice(
     bin: &PathBuf,
     data_dir: &std::path::Path,
     limit: Duration,
-) -> anyhow::Result<(tokio::process::Child, String)> {
+) -> anyhow::Result<(tokio::process::Child, String, String)> {
     spawn_sluice_with(bin, &["--data-dir".as_ref(), data_dir.as_os_str()], limit).await
 }
 
-/// Starts `sluice serve` with `store_args` (`--data-dir DIR` or `--store URL`) on an
-/// ephemeral loopback port; returns once it listens, at most after `limit`.
+/// Starts `sluice serve` with `store_args` (`--data-dir DIR` or `--store URL`) on ephemeral
+/// loopback ports (HTTP and frames); returns once it listens, at most after `limit`.
 pub(crate) async fn spawn_sluice_with(
     bin: &PathBuf,
     store_args: &[&std::ffi::OsStr],
     limit: Duration,
-) -> anyhow::Result<(tokio::process::Child, String)> {
+) -> anyhow::Result<(tokio::process::Child, String, String)> {
     let mut child = tokio::process::Command::new(bin)
         .arg("serve")
         .args(store_args)
         .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--frames-listen")
         .arg("127.0.0.1:0")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -260,10 +271,14 @@ pub(crate) async fn spawn_sluice_with(
         })?;
     let stdout = child.stdout.take().context("no stdout")?;
     let mut lines = tokio::io::BufReader::new(stdout).lines();
-    let url = tokio::time::timeout(limit, async {
+    let (url, frames) = tokio::time::timeout(limit, async {
+        let mut frames = None;
         while let Some(line) = lines.next_line().await? {
-            if let Some(url) = line.strip_prefix("sluice listening on ") {
-                return anyhow::Ok(url.trim().to_owned());
+            if let Some(addr) = line.strip_prefix("sluice frames listening on ") {
+                frames = Some(addr.trim().to_owned());
+            } else if let Some(url) = line.strip_prefix("sluice listening on ") {
+                let frames = frames.context("sluice printed no frame listener")?;
+                return anyhow::Ok((url.trim().to_owned(), frames));
             }
         }
         bail!("sluice exited before listening")
@@ -272,7 +287,7 @@ pub(crate) async fn spawn_sluice_with(
     .with_context(|| format!("sluice did not start listening in {} s", limit.as_secs()))??;
     // Keep draining stdout so the broker never blocks on it.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok((child, url))
+    Ok((child, url, frames))
 }
 
 /// The schema of the Sluice broker on PostgreSQL this tool starts (dropped afterwards).
@@ -281,6 +296,7 @@ const PG_SCHEMA: &str = "peerbench_sluice";
 struct Ctx {
     args: Args,
     sluice_url: Option<String>,
+    sluice_frames: Option<String>,
     sluice_pid: Option<u32>,
     sluice_pg_url: Option<String>,
     sluice_pg_pid: Option<u32>,
@@ -290,23 +306,27 @@ struct Ctx {
 async fn run(args: Args) -> anyhow::Result<()> {
     let mut own = None;
     let mut skipped: Vec<Skipped> = Vec::new();
-    let (sluice_url, sluice_pid) = if !args.systems.iter().any(|s| s == "sluice") {
-        (None, None)
-    } else if let Some(u) = &args.sluice_url {
-        (Some(u.clone()), None)
-    } else {
-        match start_sluice(&args.sluice_bin).await {
-            Ok(o) => {
-                let r = (Some(o.url.clone()), o.child.id());
-                own = Some(o);
-                r
+    let embedded = ["sluice", "sluice-frames"];
+    let (sluice_url, sluice_frames, sluice_pid) =
+        if !args.systems.iter().any(|s| embedded.contains(&s.as_str())) {
+            (None, None, None)
+        } else if let Some(u) = &args.sluice_url {
+            (Some(u.clone()), args.sluice_frames.clone(), None)
+        } else {
+            match start_sluice(&args.sluice_bin).await {
+                Ok(o) => {
+                    let r = (Some(o.url.clone()), Some(o.frames.clone()), o.child.id());
+                    own = Some(o);
+                    r
+                }
+                Err(e) => {
+                    for name in embedded {
+                        skipped.push(Skipped::new(name, &e));
+                    }
+                    (None, None, None)
+                }
             }
-            Err(e) => {
-                skipped.push(Skipped::new("sluice", &e));
-                (None, None)
-            }
-        }
-    };
+        };
     let mut own_pg = None;
     let (sluice_pg_url, sluice_pg_pid) = if !args.systems.iter().any(|s| s == "sluice-postgres") {
         (None, None)
@@ -324,7 +344,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         )
         .await
         {
-            Ok((child, url)) => {
+            Ok((child, url, _)) => {
                 let r = (Some(url), child.id());
                 own_pg = Some(child);
                 r
@@ -337,6 +357,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let ctx = Ctx {
         sluice_url,
+        sluice_frames,
         sluice_pid,
         sluice_pg_url,
         sluice_pg_pid,
@@ -464,6 +485,27 @@ async fn run_one(ctx: &Ctx, name: &str, batch: usize) -> anyhow::Result<Row> {
                 None => cpu::Target::Name("sluice".to_owned()),
             };
             measure(ctx, &sys, name, durability, &settings, batch, target).await
+        }
+        "sluice-frames" => {
+            let url = ctx.sluice_url.clone().context("no sluice broker")?;
+            let addr = ctx.sluice_frames.clone().context(
+                "no frame listener: start the broker with --frames-listen and give --sluice-frames",
+            )?;
+            let sys = sluice_frames::SluiceFrames::connect(&url, &addr).await?;
+            let target = match ctx.sluice_pid {
+                Some(p) => cpu::Target::Pid(p),
+                None => cpu::Target::Name("sluice".to_owned()),
+            };
+            measure(
+                ctx,
+                &sys,
+                name,
+                "durable (fdatasync per group commit)",
+                "embedded engine, frame protocol (binary bodies); consumers ack on a connection of their own while receiving",
+                batch,
+                target,
+            )
+            .await
         }
         "rabbitmq" => {
             let sys = rabbit::Rabbit::connect(&a.rabbitmq_url, batch).await?;

@@ -104,10 +104,15 @@ fn thousands(n: u64) -> String {
 }
 
 impl Output {
+    /// The row the ratios compare with: Sluice's embedded engine over its fastest client
+    /// protocol (frames), or over HTTP when the frames row did not run.
     fn sluice(&self, batch: usize) -> Option<&Row> {
-        self.rows
-            .iter()
-            .find(|r| r.system == "sluice" && r.batch == batch)
+        let row = |name: &str| {
+            self.rows
+                .iter()
+                .find(|r| r.system == name && r.batch == batch)
+        };
+        row("sluice-frames").or_else(|| row("sluice"))
     }
 
     /// The table as Markdown.
@@ -128,9 +133,14 @@ impl Output {
             "| system | B | durability | msg/s (spread of rounds) | e2e p50 / p99 / p99.9 (ms) | server CPU s per 1M msgs | msg/s: Sluice ÷ this (>1: Sluice faster) | p99: Sluice ÷ this (>1: Sluice slower) |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let reference = self
+            .rows
+            .first()
+            .and_then(|r| self.sluice(r.batch))
+            .map(|r| r.system.clone());
         for r in &self.rows {
             let (tr, lr) = match self.sluice(r.batch) {
-                Some(sl) if r.system != "sluice" => (
+                Some(sl) if !std::ptr::eq(sl, r) => (
                     format!("{:.2}×", sl.msgs_per_s / r.msgs_per_s.max(1e-9)),
                     format!("{:.2}×", sl.p99_us as f64 / (r.p99_us.max(1)) as f64),
                 ),
@@ -158,6 +168,12 @@ impl Output {
                 ms(r.p50_us),
                 ms(r.p99_us),
                 ms(r.p999_us),
+            );
+        }
+        if let Some(name) = reference {
+            let _ = writeln!(
+                s,
+                "\nRatios compare each row with the `{name}` row of its batch size."
             );
         }
         let _ = writeln!(s, "\nSettings:");

@@ -14,7 +14,8 @@ use sluice_core::wire::{
 use crate::http::Http;
 use crate::load::{Consumer, Producer, System};
 
-const QUEUE: &str = "peerbench";
+/// The queue every Sluice row uses.
+pub const QUEUE: &str = "peerbench";
 
 /// A running broker.
 pub struct Sluice {

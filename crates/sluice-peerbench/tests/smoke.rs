@@ -79,12 +79,21 @@ async fn tiny_run(extra: &[&str]) -> std::process::Output {
 async fn every_available_system_runs_a_tiny_load() {
     let broker = sluice_testkit::InProcessBroker::start().await;
     let url = broker.url.clone();
+    let frames = broker.frames.to_string();
     let on_pg = broker_on_postgres().await;
     let pg_url = on_pg
         .as_ref()
         .map_or_else(|| "http://127.0.0.1:9".to_owned(), |(u, _, _)| u.clone());
     let started = Instant::now();
-    let out = tiny_run(&["--sluice-url", &url, "--sluice-pg-url", &pg_url]).await;
+    let out = tiny_run(&[
+        "--sluice-url",
+        &url,
+        "--sluice-frames",
+        &frames,
+        "--sluice-pg-url",
+        &pg_url,
+    ])
+    .await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stderr}");
     assert!(out.status.success(), "sluice-peerbench failed: {stderr}");
@@ -100,7 +109,9 @@ async fn every_available_system_runs_a_tiny_load() {
         missing.push(name.to_owned());
     }
     assert!(
-        !missing.iter().any(|m| m == "sluice"),
+        !missing
+            .iter()
+            .any(|m| m == "sluice" || m == "sluice-frames"),
         "Sluice itself was skipped"
     );
     if ci {
@@ -109,7 +120,7 @@ async fn every_available_system_runs_a_tiny_load() {
             "CI=true and peers are missing: {missing:?}"
         );
     }
-    for system in std::iter::once("sluice").chain(PEERS) {
+    for system in ["sluice", "sluice-frames"].into_iter().chain(PEERS) {
         if missing.iter().any(|m| m == system) {
             continue;
         }
