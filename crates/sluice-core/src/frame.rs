@@ -309,6 +309,64 @@ mod tests {
         assert_eq!(back, req);
     }
 
+    /// The byte examples of `docs/frames.md`: clients in other languages are written
+    /// against them, so they must not change.
+    #[test]
+    fn the_wire_format_matches_the_documented_bytes() {
+        let mut out = Vec::new();
+        encode_frame(
+            &Request {
+                id: 1,
+                op: Op::Hello { key: None },
+            },
+            &mut out,
+        );
+        assert_eq!(out, [0x03, 0, 0, 0, 0x01, 0x00, 0x00]);
+
+        out.clear();
+        let ok = Response {
+            id: 1,
+            result: Ok(Reply::Hello { version: 1 }),
+        };
+        encode_frame(&ok, &mut out);
+        assert_eq!(out, [0x04, 0, 0, 0, 0x01, 0x00, 0x00, 0x01]);
+
+        out.clear();
+        let send = Request {
+            id: 2,
+            op: Op::Send {
+                queue: "q".into(),
+                messages: vec![FrameMessage::new(Body::binary(vec![0xabu8]))],
+            },
+        };
+        encode_frame(&send, &mut out);
+        assert_eq!(
+            out,
+            [
+                0x0b, 0, 0, 0,    // length 11
+                0x02, // id 2
+                0x01, // Op::Send
+                0x01, b'q', // queue "q"
+                0x01, // one message
+                0x02, 0x01, 0xab, // body: Binary, 1 byte
+                0x00, // no attributes
+                0x00, // delay_ms: None
+                0x00, // dedup_id: None
+            ]
+        );
+
+        out.clear();
+        let refused = Response {
+            id: 2,
+            result: Err(FrameError::new(ErrorCode::QueueNotFound, "x")),
+        };
+        encode_frame(&refused, &mut out);
+        let mut want = vec![0x02, 0x01, 0x0f];
+        want.extend_from_slice(b"queue_not_found");
+        want.extend_from_slice(&[0x01, b'x', 0x00]);
+        assert_eq!(&out[LENGTH_BYTES..], want.as_slice());
+    }
+
     #[test]
     fn garbage_is_an_invalid_argument_not_a_panic() {
         let e = decode_payload::<Request>(&[0xff, 0xff, 0xff]).unwrap_err();
