@@ -43,6 +43,11 @@ pub struct EmbeddedOptions {
     pub clock: Arc<dyn Clock>,
     /// How often background maintenance runs: lease expiry, retention, compaction.
     pub maintenance_interval: Duration,
+    /// Relaxed durability: answer writes as soon as they are in the log file (the kernel's
+    /// page cache) and sync at most this long after. A crash of the broker process loses
+    /// nothing; a crash of the machine (power loss, kernel panic) can lose up to this long
+    /// of acknowledged changes. `None` (the default): every answer waits for its sync.
+    pub sync_interval: Option<Duration>,
 }
 
 impl Default for EmbeddedOptions {
@@ -50,6 +55,7 @@ impl Default for EmbeddedOptions {
         EmbeddedOptions {
             clock: Arc::new(SystemClock),
             maintenance_interval: Duration::from_millis(500),
+            sync_interval: None,
         }
     }
 }
@@ -70,6 +76,8 @@ pub(crate) struct Inner {
     pub(crate) durable: watch::Receiver<Durable>,
     /// The log's sync state, for callers that lead the group commit.
     sync: Arc<log::SyncShared>,
+    /// Answers do not wait for syncs ([`EmbeddedOptions::sync_interval`]).
+    relaxed: bool,
     /// Held while a compaction runs: one at a time.
     pub(crate) compacting: tokio::sync::Mutex<()>,
     /// Held open to keep the directory lock.
@@ -137,7 +145,8 @@ impl EmbeddedStore {
             )?;
         }
         state.finish_replay();
-        let log = Log::open(&log_dir, segments)?;
+        let sync_delay = options.sync_interval.unwrap_or(log::SYNC_THREAD_DELAY);
+        let log = Log::open(&log_dir, segments, sync_delay)?;
         let audit = crate::audit::AuditLog::open(&dir)?;
         let report = RecoveryReport {
             records: stats.records,
@@ -154,6 +163,7 @@ impl EmbeddedStore {
             core: Mutex::new(Core { state, log, audit }),
             durable,
             sync,
+            relaxed: options.sync_interval.is_some(),
             compacting: tokio::sync::Mutex::new(()),
             _lock: lock,
         });
@@ -198,8 +208,24 @@ impl Inner {
         self.clock.now().as_millis()
     }
 
+    /// Waits until the log is durable up to `pos`.
     pub(crate) async fn durable(&self, pos: u64) -> Result<(), StoreError> {
         log::wait_durable(&self.sync, self.durable.clone(), pos).await
+    }
+
+    /// Waits until a change written up to `pos` may be answered: once it is durable, or at
+    /// once under relaxed durability ([`EmbeddedOptions::sync_interval`]) while no sync has
+    /// failed. The store's own housekeeping (compaction) always waits for [`Inner::durable`].
+    pub(crate) async fn answerable(&self, pos: u64) -> Result<(), StoreError> {
+        if !self.relaxed {
+            return self.durable(pos).await;
+        }
+        if self.durable.borrow().failed {
+            return Err(StoreError::unavailable(
+                "fsync failed; writes are refused until the broker restarts and recovers from disk",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -735,7 +761,7 @@ impl EmbeddedStore {
             let pos = core.commit(records)?;
             (pos, out)
         };
-        self.inner.durable(pos.0).await?;
+        self.inner.answerable(pos.0).await?;
         Ok(pos.1)
     }
 }
@@ -943,7 +969,7 @@ impl Store for EmbeddedStore {
         };
         notify.notify_waiters();
         if let Some(pos) = pos {
-            self.inner.durable(pos).await?;
+            self.inner.answerable(pos).await?;
         }
         Ok(out)
     }
@@ -963,7 +989,7 @@ impl Store for EmbeddedStore {
             match self.try_receive(queue, &req)? {
                 Attempted::Got(out, pos) => {
                     if let Some(pos) = pos {
-                        self.inner.durable(pos).await?;
+                        self.inner.answerable(pos).await?;
                     }
                     return Ok(out);
                 }
@@ -1046,7 +1072,7 @@ impl Store for EmbeddedStore {
             (out, pos)
         };
         if let Some(pos) = pos {
-            self.inner.durable(pos).await?;
+            self.inner.answerable(pos).await?;
         }
         Ok(out)
     }
@@ -1290,7 +1316,7 @@ impl Store for EmbeddedStore {
             }
         };
         if let Some(pos) = pos {
-            self.inner.durable(pos).await?;
+            self.inner.answerable(pos).await?;
         }
         self.get_message(id).await
     }
@@ -1416,7 +1442,7 @@ impl Store for EmbeddedStore {
                 at: now,
             }])?
         };
-        self.inner.durable(pos).await
+        self.inner.answerable(pos).await
     }
 
     async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError> {
@@ -1426,7 +1452,7 @@ impl Store for EmbeddedStore {
             let n = core.state.queues[&qid].depth();
             (n, core.commit(vec![Record::Purge { qid }])?)
         };
-        self.inner.durable(pos).await?;
+        self.inner.answerable(pos).await?;
         Ok(n)
     }
 
@@ -1467,7 +1493,7 @@ impl Store for EmbeddedStore {
             let (job, rec) = crate::redrive::create(&mut core, spec, self.inner.now())?;
             (job, core.commit(vec![rec])?)
         };
-        self.inner.durable(pos).await?;
+        self.inner.answerable(pos).await?;
         Ok(job)
     }
 
@@ -1498,7 +1524,7 @@ impl Store for EmbeddedStore {
             (job, pos)
         };
         if let Some(pos) = pos {
-            self.inner.durable(pos).await?;
+            self.inner.answerable(pos).await?;
         }
         Ok(job)
     }
@@ -1514,7 +1540,7 @@ impl Store for EmbeddedStore {
         for n in wake {
             n.notify_waiters();
         }
-        self.inner.durable(pos).await?;
+        self.inner.answerable(pos).await?;
         Ok(RedriveStep {
             job,
             moved_now,
@@ -1552,7 +1578,7 @@ impl Store for EmbeddedStore {
             }
             core.commit(records)?
         };
-        self.inner.durable(pos).await
+        self.inner.answerable(pos).await
     }
 
     async fn audit_append(&self, events: Vec<sluice_core::AuditEvent>) -> Result<(), StoreError> {
@@ -1608,7 +1634,7 @@ impl Store for EmbeddedStore {
                 response,
             }])?
         };
-        self.inner.durable(pos).await?;
+        self.inner.answerable(pos).await?;
         Ok(None)
     }
 }

@@ -99,6 +99,8 @@ struct SyncState {
 
 pub(crate) struct SyncShared {
     state: Mutex<SyncState>,
+    /// How long the sync thread leaves unsynced bytes before it syncs them itself.
+    delay: Duration,
     wake: Condvar,
     durable: watch::Sender<Durable>,
     /// Someone (a waiting caller or the sync thread) is running a sync.
@@ -128,7 +130,13 @@ pub(crate) struct Log {
 impl Log {
     /// Opens the log for appending: `existing` are the recovered segments; a fresh segment is
     /// started after them so that a recovered (possibly truncated) tail is never appended to.
-    pub(crate) fn open(dir: &Path, existing: Vec<u32>) -> Result<Log, OpenError> {
+    /// The sync thread syncs bytes nobody waits for after `sync_delay` (see
+    /// [`SYNC_THREAD_DELAY`]; longer under relaxed durability).
+    pub(crate) fn open(
+        dir: &Path,
+        existing: Vec<u32>,
+        sync_delay: Duration,
+    ) -> Result<Log, OpenError> {
         remove_unused_preparations(dir).map_err(|e| OpenError::io(dir, e))?;
         let mut segments = BTreeMap::new();
         for n in &existing {
@@ -157,6 +165,7 @@ impl Log {
                 urgent: false,
             }),
             wake: Condvar::new(),
+            delay: sync_delay,
             durable,
             leader: AtomicBool::new(false),
         });
@@ -456,7 +465,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// How long the sync thread leaves unsynced bytes to a waiting caller before it syncs them
 /// itself: bytes nobody waits for (lease records) and shutdown.
-const SYNC_THREAD_DELAY: Duration = Duration::from_millis(2);
+pub(crate) const SYNC_THREAD_DELAY: Duration = Duration::from_millis(2);
 
 fn sync_loop(shared: &SyncShared) {
     loop {
@@ -470,7 +479,7 @@ fn sync_loop(shared: &SyncShared) {
             if st.failure.is_some() || (st.stop && st.written <= st.synced) {
                 return;
             }
-            let until = std::time::Instant::now() + SYNC_THREAD_DELAY;
+            let until = std::time::Instant::now() + shared.delay;
             while !st.stop && !st.urgent && st.written > st.synced {
                 let left = until.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() {

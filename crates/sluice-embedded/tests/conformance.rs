@@ -1,4 +1,6 @@
-//! The engine-agnostic conformance suite of `sluice-core`, run against the embedded engine.
+//! The engine-agnostic conformance suite of `sluice-core`, run against the embedded engine,
+//! once as it runs by default and once with relaxed durability (answers before syncs), which
+//! must keep every rule but the wait for the disk.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,13 +17,25 @@ use sluice_embedded::{EmbeddedOptions, EmbeddedStore, OpenError};
 struct Embedded {
     root: tempfile::TempDir,
     opened: Mutex<Vec<PathBuf>>,
+    sync_interval: Option<Duration>,
 }
 
-fn options(clock: ManualClock) -> EmbeddedOptions {
-    EmbeddedOptions {
-        clock: Arc::new(clock),
-        // Tests drive time themselves; background maintenance would only add noise.
-        maintenance_interval: Duration::from_secs(3600),
+impl Embedded {
+    fn options(&self, clock: ManualClock) -> EmbeddedOptions {
+        EmbeddedOptions {
+            clock: Arc::new(clock),
+            // Tests drive time themselves; background maintenance would only add noise.
+            maintenance_interval: Duration::from_secs(3600),
+            sync_interval: self.sync_interval,
+        }
+    }
+
+    fn new(sync_interval: Option<Duration>) -> Embedded {
+        Embedded {
+            root: tempfile::tempdir().expect("temp dir"),
+            opened: Mutex::new(Vec::new()),
+            sync_interval,
+        }
     }
 }
 
@@ -34,7 +48,8 @@ impl Harness for Embedded {
             opened.push(dir.clone());
             dir
         };
-        let (store, _) = EmbeddedStore::open(&dir, options(clock)).expect("open embedded store");
+        let (store, _) =
+            EmbeddedStore::open(&dir, self.options(clock)).expect("open embedded store");
         Arc::new(store)
     }
 
@@ -48,7 +63,7 @@ impl Harness for Embedded {
             .expect("opened before");
         // The previous store's background task may hold the directory for a moment longer.
         for _ in 0..100 {
-            match EmbeddedStore::open(&dir, options(clock.clone())) {
+            match EmbeddedStore::open(&dir, self.options(clock.clone())) {
                 Ok((store, _)) => return Arc::new(store),
                 Err(OpenError::Locked(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
                 Err(e) => panic!("reopen failed: {e}"),
@@ -58,11 +73,18 @@ impl Harness for Embedded {
     }
 }
 
-async fn harness() -> Embedded {
-    Embedded {
-        root: tempfile::tempdir().expect("temp dir"),
-        opened: Mutex::new(Vec::new()),
+mod every_answer_synced {
+    async fn harness() -> super::Embedded {
+        super::Embedded::new(None)
     }
+
+    sluice_core::conformance_suite!(harness);
 }
 
-sluice_core::conformance_suite!(harness);
+mod relaxed_durability {
+    async fn harness() -> super::Embedded {
+        super::Embedded::new(Some(std::time::Duration::from_millis(100)))
+    }
+
+    sluice_core::conformance_suite!(harness);
+}

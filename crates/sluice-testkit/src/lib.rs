@@ -28,14 +28,19 @@ pub struct InProcessBroker {
     addr: SocketAddr,
     dir: tempfile::TempDir,
     options: ServerOptions,
+    sync_interval: Option<Duration>,
     store: Option<Arc<dyn Store>>,
     running: Option<Running>,
 }
 
-fn try_open(dir: &std::path::Path) -> Result<Arc<dyn Store>, sluice_embedded::OpenError> {
+fn try_open(
+    dir: &std::path::Path,
+    sync_interval: Option<Duration>,
+) -> Result<Arc<dyn Store>, sluice_embedded::OpenError> {
     let options = EmbeddedOptions {
         // Lease expiry and retention are noticed quickly, so tests need not wait.
         maintenance_interval: Duration::from_millis(50),
+        sync_interval,
         ..EmbeddedOptions::default()
     };
     let (store, _) = EmbeddedStore::open(dir, options)?;
@@ -48,8 +53,17 @@ impl InProcessBroker {
         Self::start_with(ServerOptions::default()).await
     }
 
+    /// Starts a broker with relaxed durability (`sluice serve --sync-interval`).
+    pub async fn start_relaxed(sync_interval: Duration) -> Self {
+        Self::start_on(ServerOptions::default(), Some(sync_interval)).await
+    }
+
     /// Starts a broker with `options`.
     pub async fn start_with(options: ServerOptions) -> Self {
+        Self::start_on(options, None).await
+    }
+
+    async fn start_on(options: ServerOptions, sync_interval: Option<Duration>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -59,13 +73,14 @@ impl InProcessBroker {
             .await
             .expect("bind an ephemeral loopback port");
         let frames_addr = frames.local_addr().expect("local address");
-        let store = try_open(dir.path()).expect("open the embedded store");
+        let store = try_open(dir.path(), sync_interval).expect("open the embedded store");
         let mut broker = InProcessBroker {
             url: format!("http://{addr}"),
             frames: frames_addr,
             addr,
             dir,
             options,
+            sync_interval,
             store: Some(store),
             running: None,
         };
@@ -112,7 +127,7 @@ impl InProcessBroker {
         self.store = None;
         let mut tries = 0;
         let store = loop {
-            match try_open(self.dir.path()) {
+            match try_open(self.dir.path(), self.sync_interval) {
                 Ok(s) => break s,
                 Err(sluice_embedded::OpenError::Locked(_)) if tries < 100 => {
                     tries += 1;

@@ -8,6 +8,7 @@
 //! listen = "0.0.0.0:7878"
 //! frames_listen = "0.0.0.0:7879"   # optional: the frame protocol
 //! data_dir = "/var/lib/sluice"
+//! # sync_interval = "100ms"       # relaxed durability (see `sluice serve --help`)
 //! # or, for several broker nodes sharing one database:
 //! # store = "postgres://sluice@db.internal:5432/sluice"
 //!
@@ -42,6 +43,9 @@ pub struct FileConfig {
     pub frames_listen: Option<String>,
     /// Data directory of the embedded store.
     pub data_dir: Option<PathBuf>,
+    /// Relaxed durability of the embedded store: the longest a write may wait for its sync
+    /// after it was answered (e.g. "100ms"); absent, every answer waits for its sync.
+    pub sync_interval: Option<String>,
     /// The store: `embedded` (the default) or a `postgres://` connection string.
     pub store: Option<String>,
     /// This node's name among broker nodes sharing a PostgreSQL database.

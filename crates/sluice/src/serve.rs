@@ -15,6 +15,8 @@ use crate::config::FileConfig;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 const DEFAULT_DATA_DIR: &str = "./sluice-data";
+/// The longest relaxed-durability window accepted: past it, "durable" would mean little.
+const MAX_SYNC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Options of `sluice serve`. A flag wins over its environment variable, which wins over the
 /// config file, which wins over the default.
@@ -32,6 +34,13 @@ pub struct ServeArgs {
     /// Data directory of the embedded store [default: ./sluice-data].
     #[arg(long, env = "SLUICE_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Relaxed durability (embedded store): answer writes once they are in the log file and
+    /// sync at most this long after (e.g. 100ms), instead of waiting for each sync. A crash
+    /// of the broker loses nothing; a crash of the machine can lose up to this long of
+    /// acknowledged writes [default: off: every answer waits for its sync].
+    #[arg(long, env = "SLUICE_SYNC_INTERVAL", value_name = "DURATION",
+          value_parser = crate::client::args::parse_duration)]
+    sync_interval: Option<std::time::Duration>,
     /// TOML config file: `listen`, `data_dir`, `store`, `node_id`, `[[queues]]`, `[[keys]]`.
     #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
@@ -121,11 +130,43 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
 
+    let sync_interval = match (args.sync_interval, &file.sync_interval) {
+        (Some(d), _) => Some(d),
+        (None, Some(text)) => Some(
+            crate::client::args::parse_duration(text)
+                .map_err(|e| anyhow::anyhow!("sync_interval in the config file: {e}"))?,
+        ),
+        (None, None) => None,
+    };
+    if sync_interval.is_some_and(|d| d.is_zero() || d > MAX_SYNC_INTERVAL) {
+        bail!(
+            "--sync-interval must be between 1ms and {} s (or absent: every answer waits for \
+             its sync)",
+            MAX_SYNC_INTERVAL.as_secs()
+        );
+    }
     let choice = parse_store(args.store.as_deref().or(file.store.as_deref()))?;
+    if sync_interval.is_some() && matches!(choice, StoreChoice::Postgres(_)) {
+        bail!(
+            "--sync-interval is for the embedded store; on PostgreSQL the equivalent is the \
+             database's own setting (synchronous_commit = off)"
+        );
+    }
     let store: Arc<dyn Store> = match choice {
         StoreChoice::Embedded => {
-            let (store, report) = EmbeddedStore::open(&data_dir, EmbeddedOptions::default())
+            let options = EmbeddedOptions {
+                sync_interval,
+                ..EmbeddedOptions::default()
+            };
+            let (store, report) = EmbeddedStore::open(&data_dir, options)
                 .with_context(|| format!("opening data directory {}", data_dir.display()))?;
+            if let Some(d) = sync_interval {
+                tracing::warn!(
+                    sync_interval_ms = d.as_millis() as u64,
+                    "relaxed durability: writes are answered before they are synced; a machine \
+                     crash can lose up to this long of acknowledged writes"
+                );
+            }
             tracing::info!(
                 dir = %data_dir.display(),
                 records = report.records,

@@ -17,6 +17,7 @@ fn sluice() -> Command {
         "SLUICE_STORE",
         "SLUICE_NODE_ID",
         "SLUICE_FRAMES_LISTEN",
+        "SLUICE_SYNC_INTERVAL",
     ] {
         c.env_remove(var);
     }
@@ -286,4 +287,35 @@ fn a_bad_store_is_reported() {
     assert!(e.contains("opening PostgreSQL store"), "{e}");
     assert!(e.contains("check that the server runs"), "{e}");
     assert!(!e.contains("secret"), "the password is not printed: {e}");
+}
+
+#[test]
+fn a_bad_sync_interval_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let run = |extra: &[&str]| {
+        let out = sluice()
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&data)
+            .args(extra)
+            .output()
+            .expect("run sluice");
+        assert!(!out.status.success(), "{extra:?} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run(&["--sync-interval", "0ms"]);
+    assert!(
+        e.contains("--sync-interval must be between 1ms and 60 s"),
+        "{e}"
+    );
+    let e = run(&["--sync-interval", "soon"]);
+    assert!(e.contains("is not a duration"), "{e}");
+    let e = run(&[
+        "--sync-interval",
+        "1s",
+        "--store",
+        "postgres://postgres@127.0.0.1:1/test",
+    ]);
+    assert!(e.contains("synchronous_commit = off"), "{e}");
+    assert!(!Path::new(&data).exists(), "the store must not be opened");
 }

@@ -19,18 +19,17 @@ pub fn serve(data: &Path, stderr: Stdio) -> (Served, String) {
     (child, url)
 }
 
-/// As [`serve`], with the frame protocol on another ephemeral port too (`--frames-listen`):
-/// returns the child, the base URL and the frame listener's address.
-pub fn serve_with_frames(data: &Path, stderr: Stdio) -> (Served, String, String) {
-    let (child, url, frames) = spawn(
-        &[
-            OsStr::new("--data-dir"),
-            data.as_os_str(),
-            OsStr::new("--frames-listen"),
-            OsStr::new("127.0.0.1:0"),
-        ],
-        stderr,
-    );
+/// As [`serve`], with the frame protocol on another ephemeral port too (`--frames-listen`)
+/// and `extra` flags: returns the child, the base URL and the frame listener's address.
+pub fn serve_with_frames(data: &Path, stderr: Stdio, extra: &[&str]) -> (Served, String, String) {
+    let mut args = vec![
+        OsStr::new("--data-dir"),
+        data.as_os_str(),
+        OsStr::new("--frames-listen"),
+        OsStr::new("127.0.0.1:0"),
+    ];
+    args.extend(extra.iter().map(OsStr::new));
+    let (child, url, frames) = spawn(&args, stderr);
     (child, url, frames.expect("the frame listener's line"))
 }
 
@@ -51,6 +50,7 @@ fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Served, String, Option<String
         .env_remove("SLUICE_STORE")
         .env_remove("SLUICE_NODE_ID")
         .env_remove("SLUICE_FRAMES_LISTEN")
+        .env_remove("SLUICE_SYNC_INTERVAL")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(stderr)
