@@ -38,9 +38,10 @@ use crate::load::System;
 use crate::report::{Row, Skipped};
 
 /// Systems in their default order.
-const ALL: [&str; 8] = [
+const ALL: [&str; 9] = [
     "sluice",
     "sluice-frames",
+    "sluice-relaxed",
     "sluice-postgres",
     "rabbitmq",
     "nats",
@@ -72,7 +73,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "sluice,sluice-frames,sluice-postgres,rabbitmq,nats,postgres,redis,redis-everysec"
+        default_value = "sluice,sluice-frames,sluice-relaxed,sluice-postgres,rabbitmq,nats,postgres,redis,redis-everysec"
     )]
     systems: Vec<String>,
     /// Times each system runs per batch size (alternating); the median run is reported.
@@ -89,6 +90,14 @@ struct Args {
     /// `sluice-frames` row (started with `sluice serve --frames-listen`).
     #[arg(long, value_name = "ADDR")]
     sluice_frames: Option<String>,
+    /// A running broker with relaxed durability (`sluice serve --sync-interval 1s
+    /// --frames-listen …`) for the `sluice-relaxed` row, with its frame listener in
+    /// --sluice-relaxed-frames; without it the tool starts one.
+    #[arg(long, value_name = "URL", requires = "sluice_relaxed_frames")]
+    sluice_relaxed_url: Option<String>,
+    /// The frame listener of --sluice-relaxed-url.
+    #[arg(long, value_name = "ADDR", requires = "sluice_relaxed_url")]
+    sluice_relaxed_frames: Option<String>,
     /// A running Sluice broker on the PostgreSQL engine for the `sluice-postgres` row; without
     /// it the `sluice` binary is started with `--store` on the database of `--pg-*`.
     #[arg(long, value_name = "URL")]
@@ -290,6 +299,9 @@ pub(crate) async fn spawn_sluice_with(
     Ok((child, url, frames))
 }
 
+/// The relaxed-durability broker's sync interval: Redis `everysec`'s promise.
+const RELAXED_SYNC_INTERVAL: &str = "1s";
+
 /// The schema of the Sluice broker on PostgreSQL this tool starts (dropped afterwards).
 const PG_SCHEMA: &str = "peerbench_sluice";
 
@@ -300,6 +312,8 @@ struct Ctx {
     sluice_pid: Option<u32>,
     sluice_pg_url: Option<String>,
     sluice_pg_pid: Option<u32>,
+    /// The relaxed-durability broker: base URL, frame listener, pid.
+    sluice_relaxed: Option<(String, String, Option<u32>)>,
     tick: f64,
 }
 
@@ -355,7 +369,34 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     };
+    // A broker of its own, so the durable rows' broker keeps syncing before every answer.
+    let mut own_relaxed = None;
+    let sluice_relaxed = if !args.systems.iter().any(|s| s == "sluice-relaxed") {
+        None
+    } else if let (Some(u), Some(f)) = (&args.sluice_relaxed_url, &args.sluice_relaxed_frames) {
+        Some((u.clone(), f.clone(), None))
+    } else {
+        let dir = tempfile::tempdir().context("creating a data directory")?;
+        let store_args = [
+            "--data-dir".as_ref(),
+            dir.path().as_os_str(),
+            "--sync-interval".as_ref(),
+            RELAXED_SYNC_INTERVAL.as_ref(),
+        ];
+        match spawn_sluice_with(&args.sluice_bin, &store_args, Duration::from_secs(30)).await {
+            Ok((child, url, frames)) => {
+                let pid = child.id();
+                own_relaxed = Some((child, dir));
+                Some((url, frames, pid))
+            }
+            Err(e) => {
+                skipped.push(Skipped::new("sluice-relaxed", &e));
+                None
+            }
+        }
+    };
     let ctx = Ctx {
+        sluice_relaxed,
         sluice_url,
         sluice_frames,
         sluice_pid,
@@ -402,6 +443,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(mut o) = own {
         let _ = o.child.kill().await;
+    }
+    if let Some((mut child, _dir)) = own_relaxed {
+        let _ = child.kill().await;
     }
     if let Some(mut child) = own_pg {
         let _ = child.kill().await;
@@ -486,26 +530,43 @@ async fn run_one(ctx: &Ctx, name: &str, batch: usize) -> anyhow::Result<Row> {
             };
             measure(ctx, &sys, name, durability, &settings, batch, target).await
         }
-        "sluice-frames" => {
-            let url = ctx.sluice_url.clone().context("no sluice broker")?;
-            let addr = ctx.sluice_frames.clone().context(
-                "no frame listener: start the broker with --frames-listen and give --sluice-frames",
-            )?;
+        "sluice-frames" | "sluice-relaxed" => {
+            let (url, addr, pid, durability, settings) = if name == "sluice-frames" {
+                let url = ctx.sluice_url.clone().context("no sluice broker")?;
+                let addr = ctx.sluice_frames.clone().context(
+                    "no frame listener: start the broker with --frames-listen and give --sluice-frames",
+                )?;
+                (
+                    url,
+                    addr,
+                    ctx.sluice_pid,
+                    "durable (fdatasync per group commit)".to_owned(),
+                    "embedded engine, frame protocol (binary bodies); consumers ack on a connection of their own while receiving".to_owned(),
+                )
+            } else {
+                let (url, addr, pid) = ctx
+                    .sluice_relaxed
+                    .clone()
+                    .context("no relaxed-durability broker")?;
+                (
+                    url,
+                    addr,
+                    pid,
+                    format!(
+                        "WEAKER: answered before fdatasync (--sync-interval {RELAXED_SYNC_INTERVAL}): \
+                         up to {RELAXED_SYNC_INTERVAL} of acked writes lost on a machine crash, none on a broker crash"
+                    ),
+                    format!(
+                        "embedded engine with --sync-interval {RELAXED_SYNC_INTERVAL}, frame protocol, as sluice-frames"
+                    ),
+                )
+            };
             let sys = sluice_frames::SluiceFrames::connect(&url, &addr).await?;
-            let target = match ctx.sluice_pid {
+            let target = match pid {
                 Some(p) => cpu::Target::Pid(p),
                 None => cpu::Target::Name("sluice".to_owned()),
             };
-            measure(
-                ctx,
-                &sys,
-                name,
-                "durable (fdatasync per group commit)",
-                "embedded engine, frame protocol (binary bodies); consumers ack on a connection of their own while receiving",
-                batch,
-                target,
-            )
-            .await
+            measure(ctx, &sys, name, &durability, &settings, batch, target).await
         }
         "rabbitmq" => {
             let sys = rabbit::Rabbit::connect(&a.rabbitmq_url, batch).await?;

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // a test helper: a failure should panic the test
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const PEERS: [&str; 6] = [
     "sluice-postgres",
@@ -80,6 +80,8 @@ async fn every_available_system_runs_a_tiny_load() {
     let broker = sluice_testkit::InProcessBroker::start().await;
     let url = broker.url.clone();
     let frames = broker.frames.to_string();
+    let relaxed = sluice_testkit::InProcessBroker::start_relaxed(Duration::from_secs(1)).await;
+    let relaxed_frames = relaxed.frames.to_string();
     let on_pg = broker_on_postgres().await;
     let pg_url = on_pg
         .as_ref()
@@ -90,6 +92,10 @@ async fn every_available_system_runs_a_tiny_load() {
         &url,
         "--sluice-frames",
         &frames,
+        "--sluice-relaxed-url",
+        &relaxed.url,
+        "--sluice-relaxed-frames",
+        &relaxed_frames,
         "--sluice-pg-url",
         &pg_url,
     ])
@@ -120,7 +126,10 @@ async fn every_available_system_runs_a_tiny_load() {
             "CI=true and peers are missing: {missing:?}"
         );
     }
-    for system in ["sluice", "sluice-frames"].into_iter().chain(PEERS) {
+    for system in ["sluice", "sluice-frames", "sluice-relaxed"]
+        .into_iter()
+        .chain(PEERS)
+    {
         if missing.iter().any(|m| m == system) {
             continue;
         }
