@@ -632,8 +632,10 @@ const RETENTION_SCAN_EVERY: i64 = 60_000;
 const RETENTION_SWEEP_STEP: usize = 100_000;
 
 enum Attempted {
-    /// Deliveries, and the log position to wait for before handing them out, if any.
-    Got(Vec<Delivery>, Option<u64>),
+    /// Deliveries, and the log position to wait for before handing them out, if any; `true`
+    /// when that position holds a token reservation, which is waited for even under relaxed
+    /// durability (receipts must stay unambiguous after any crash).
+    Got(Vec<Delivery>, Option<(u64, bool)>),
     Empty {
         next_wake: Option<i64>,
     },
@@ -735,7 +737,7 @@ impl EmbeddedStore {
         // lease lost in a crash only makes the message visible again early. See "Which
         // writes wait" in docs/architecture.md.
         let wait = if reserved { pos } else { depends };
-        Ok(Attempted::Got(out, (wait > 0).then_some(wait)))
+        Ok(Attempted::Got(out, (wait > 0).then_some((wait, reserved))))
     }
 
     fn notifier(&self, queue: &QueueName) -> Result<Arc<Notify>, StoreError> {
@@ -987,9 +989,11 @@ impl Store for EmbeddedStore {
             tokio::pin!(notified);
             notified.as_mut().enable();
             match self.try_receive(queue, &req)? {
-                Attempted::Got(out, pos) => {
-                    if let Some(pos) = pos {
-                        self.inner.answerable(pos).await?;
+                Attempted::Got(out, wait) => {
+                    match wait {
+                        Some((pos, true)) => self.inner.durable(pos).await?,
+                        Some((pos, false)) => self.inner.answerable(pos).await?,
+                        None => {}
                     }
                     return Ok(out);
                 }
