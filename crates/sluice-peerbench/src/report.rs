@@ -211,7 +211,8 @@ impl Output {
             }
         }
         let colors = [
-            "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+            "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+            "#bcbd22", "#17becf",
         ];
         let top_value = self
             .rows
@@ -227,7 +228,12 @@ impl Output {
             .find(|s| *s >= raw_step)
             .unwrap_or(10.0 * pow);
         let max = step * 4.0;
-        let (w, h, left, top, bottom) = (820.0, 420.0, 80.0, 50.0, 70.0);
+        // The legend takes rows of five below the plot.
+        const PER_ROW: usize = 5;
+        let legend_rows = systems.len().div_ceil(PER_ROW).max(1);
+        let (w, left, top) = (900.0, 80.0, 50.0);
+        let bottom = 50.0 + 20.0 * legend_rows as f64;
+        let h = 350.0 + bottom;
         let plot_h = h - top - bottom;
         let group_w = (w - left - 20.0) / batches.len().max(1) as f64;
         let bar_w = (group_w - 30.0) / systems.len().max(1) as f64;
@@ -291,15 +297,16 @@ impl Output {
                 top + plot_h + 20.0
             );
         }
-        let legend_w = (w - left) / systems.len().max(1) as f64;
+        let legend_w = (w - left) / PER_ROW as f64;
         for (si, sys) in systems.iter().enumerate() {
-            let x = left - 40.0 + legend_w * si as f64;
+            let x = left - 40.0 + legend_w * (si % PER_ROW) as f64;
             let label = match *sys {
                 "nats" => "nats (not durable)",
                 "redis-everysec" => "redis everysec (weaker)",
+                "sluice-relaxed" => "sluice relaxed (weaker)",
                 other => other,
             };
-            let y = h - 20.0;
+            let y = h - 20.0 * (legend_rows - si / PER_ROW) as f64;
             let _ = writeln!(
                 s,
                 r#"<rect x="{x:.1}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{y:.1}" font-size="11">{label}</text>"#,
