@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sluice_core::config::limits::MAX_BATCH;
 use sluice_core::frame::{
-    self, FrameError, FrameMessage, Op, Reply, Request, Response, SentMessage,
+    self, FrameError, FrameMessage, FrameReceipt, Op, Reply, Request, Response, SentMessage,
 };
 use sluice_core::{
     AckRequest, BodyKind, ErrorCode, Failure, NewMessage, QueueName, ReceiveRequest, StoreError,
@@ -118,48 +118,16 @@ async fn handle(
     caller: &mut Option<Caller>,
     op: Op,
 ) -> Result<Reply, FrameError> {
-    if let Op::Hello { key } = &op {
-        let c =
-            Caller::from_secret(&state.keys, key.as_deref()).map_err(ApiError::into_frame_error)?;
-        *caller = Some(c);
-        return Ok(Reply::Hello {
-            version: frame::VERSION,
-        });
-    }
-    let Some(caller) = caller.as_ref() else {
-        return Err(FrameError::new(
-            ErrorCode::Unauthenticated,
-            "this broker requires an API key: send Hello with one before other requests",
-        ));
-    };
     match op {
-        Op::Hello { .. } => unreachable!("answered above"),
-        Op::Send { queue, messages } => {
-            let q = allowed(caller, Action::Send, queue)?;
-            if messages.is_empty() || messages.len() > MAX_BATCH {
-                return Err(StoreError::invalid(format!(
-                    "a send holds 1 to {MAX_BATCH} messages, got {}",
-                    messages.len()
-                ))
-                .into());
-            }
-            let batch = messages
-                .into_iter()
-                .enumerate()
-                .map(|(i, m)| {
-                    new_message(m).map_err(|e| StoreError::invalid(format!("messages[{i}]: {e}")))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let out = state.store.send(&q, batch).await?;
-            Ok(Reply::Sent(
-                out.iter()
-                    .map(|o| SentMessage {
-                        id: o.id.0,
-                        duplicate: o.duplicate,
-                    })
-                    .collect(),
-            ))
+        Op::Hello { key } => {
+            let c = Caller::from_secret(&state.keys, key.as_deref())
+                .map_err(ApiError::into_frame_error)?;
+            *caller = Some(c);
+            Ok(Reply::Hello {
+                version: frame::VERSION,
+            })
         }
+        Op::Send { queue, messages } => send(state, authenticated(caller)?, queue, messages).await,
         Op::Receive {
             queue,
             max,
@@ -167,57 +135,15 @@ async fn handle(
             visibility_ms,
             consumer,
         } => {
-            let q = allowed(caller, Action::Consume, queue)?;
             let req = ReceiveRequest {
                 max,
                 wait: Duration::from_millis(wait_ms),
                 visibility: visibility_ms.map(Duration::from_millis),
                 consumer,
             };
-            sluice_core::store::validate_receive(&req)?;
-            let deliveries = if req.wait.is_zero() {
-                state.store.receive(&q, req).await?
-            } else {
-                tokio::select! {
-                    r = state.store.receive(&q, req) => r?,
-                    () = state.shutting_down() => Vec::new(),
-                }
-            };
-            state.metrics.delivered(&q, &deliveries);
-            Ok(Reply::Messages(
-                deliveries.into_iter().map(Into::into).collect(),
-            ))
+            receive(state, authenticated(caller)?, queue, req).await
         }
-        Op::Ack { queue, receipts } => {
-            let q = allowed(caller, Action::Consume, queue)?;
-            if receipts.is_empty() || receipts.len() > MAX_BATCH {
-                return Err(StoreError::invalid(format!(
-                    "an ack holds 1 to {MAX_BATCH} receipts, got {}",
-                    receipts.len()
-                ))
-                .into());
-            }
-            let acks = receipts
-                .iter()
-                .map(|r| AckRequest {
-                    receipt: (*r).into(),
-                    result: None,
-                })
-                .collect();
-            let out = state.store.ack(&q, acks).await?;
-            let outcomes = out
-                .into_iter()
-                .zip(&receipts)
-                .map(|(r, receipt)| match r {
-                    Ok(()) => {
-                        state.metrics.acked(sluice_core::MessageId(receipt.id));
-                        None
-                    }
-                    Err(e) => Some(FrameError::from(e)),
-                })
-                .collect();
-            Ok(Reply::Acked(outcomes))
-        }
+        Op::Ack { queue, receipts } => ack(state, authenticated(caller)?, queue, receipts).await,
         Op::Nack {
             queue,
             receipt,
@@ -225,7 +151,7 @@ async fn handle(
             error,
             consumer,
         } => {
-            let q = allowed(caller, Action::Consume, queue)?;
+            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
             let failure = Failure { error, consumer };
             let out = state
                 .store
@@ -243,6 +169,105 @@ async fn handle(
             })
         }
     }
+}
+
+async fn send(
+    state: &AppState,
+    caller: &Caller,
+    queue: String,
+    messages: Vec<FrameMessage>,
+) -> Result<Reply, FrameError> {
+    let q = allowed(caller, Action::Send, queue)?;
+    batch_size("a send", "messages", messages.len())?;
+    let batch = messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            new_message(m).map_err(|e| StoreError::invalid(format!("messages[{i}]: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let out = state.store.send(&q, batch).await?;
+    Ok(Reply::Sent(
+        out.iter()
+            .map(|o| SentMessage {
+                id: o.id.0,
+                duplicate: o.duplicate,
+            })
+            .collect(),
+    ))
+}
+
+async fn receive(
+    state: &AppState,
+    caller: &Caller,
+    queue: String,
+    req: ReceiveRequest,
+) -> Result<Reply, FrameError> {
+    let q = allowed(caller, Action::Consume, queue)?;
+    sluice_core::store::validate_receive(&req)?;
+    let deliveries = if req.wait.is_zero() {
+        state.store.receive(&q, req).await?
+    } else {
+        tokio::select! {
+            r = state.store.receive(&q, req) => r?,
+            () = state.shutting_down() => Vec::new(),
+        }
+    };
+    state.metrics.delivered(&q, &deliveries);
+    Ok(Reply::Messages(
+        deliveries.into_iter().map(Into::into).collect(),
+    ))
+}
+
+async fn ack(
+    state: &AppState,
+    caller: &Caller,
+    queue: String,
+    receipts: Vec<FrameReceipt>,
+) -> Result<Reply, FrameError> {
+    let q = allowed(caller, Action::Consume, queue)?;
+    batch_size("an ack", "receipts", receipts.len())?;
+    let acks = receipts
+        .iter()
+        .map(|r| AckRequest {
+            receipt: (*r).into(),
+            result: None,
+        })
+        .collect();
+    let out = state.store.ack(&q, acks).await?;
+    let outcomes = out
+        .into_iter()
+        .zip(&receipts)
+        .map(|(r, receipt)| match r {
+            Ok(()) => {
+                state.metrics.acked(sluice_core::MessageId(receipt.id));
+                None
+            }
+            Err(e) => Some(FrameError::from(e)),
+        })
+        .collect();
+    Ok(Reply::Acked(outcomes))
+}
+
+/// The connection's caller, once it has said who it is (always, without API keys).
+fn authenticated(caller: &Option<Caller>) -> Result<&Caller, FrameError> {
+    caller.as_ref().ok_or_else(|| {
+        FrameError::new(
+            ErrorCode::Unauthenticated,
+            "this broker requires an API key: send Hello with one before other requests",
+        )
+    })
+}
+
+/// Checks that a request carries 1 – [`MAX_BATCH`] items.
+fn batch_size(request: &str, items: &str, n: usize) -> Result<(), FrameError> {
+    if n == 0 || n > MAX_BATCH {
+        return Err(StoreError::invalid(format!(
+            "{request} holds 1 to {MAX_BATCH} {items}, got {n}"
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// The queue, once the caller may do `action` on it.

@@ -59,6 +59,15 @@ struct Confirmed {
     failed: u64,
 }
 
+/// The next batch of a sending task: 1 – 5 bodies numbered from `seq`, and how many.
+fn next_bodies(round: u32, task: u32, seq: u64) -> (u64, Vec<Value>) {
+    let n = (seq % 5) + 1;
+    let bodies = (seq..seq + n)
+        .map(|s| json!({"round": round, "task": task, "seq": s, "pad": "p".repeat(200)}))
+        .collect();
+    (n, bodies)
+}
+
 /// Sends batches of 1 – 5 messages until `stop`; records each id that got a 2xx.
 async fn sender(
     client: reqwest::Client,
@@ -70,10 +79,7 @@ async fn sender(
     let mut out = Confirmed::default();
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) && seq < MAX_SENDS_PER_TASK {
-        let n = (seq % 5) + 1;
-        let bodies: Vec<Value> = (seq..seq + n)
-            .map(|s| json!({"round": round, "task": task, "seq": s, "pad": "p".repeat(200)}))
-            .collect();
+        let (n, bodies) = next_bodies(round, task, seq);
         seq += n;
         let req = if n == 1 {
             json!({"body": bodies[0]})
@@ -127,10 +133,7 @@ async fn frame_sender(addr: String, round: u32, task: u32, stop: Arc<AtomicBool>
     };
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) && seq < MAX_SENDS_PER_TASK {
-        let n = (seq % 5) + 1;
-        let bodies: Vec<Value> = (seq..seq + n)
-            .map(|s| json!({"round": round, "task": task, "seq": s, "pad": "f".repeat(200)}))
-            .collect();
+        let (n, bodies) = next_bodies(round, task, seq);
         seq += n;
         let messages = bodies
             .iter()

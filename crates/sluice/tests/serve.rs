@@ -158,40 +158,26 @@ sha256 = "{hash}"
 fn a_public_address_without_keys_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let out = sluice()
-        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
-        .arg(&data)
-        .output()
-        .expect("run sluice");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("refusing to listen on 0.0.0.0:0"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("[[keys]]"), "{stderr}");
-    assert!(!Path::new(&data).exists(), "the store must not be opened");
-
+    let refused = |listen: &[&str]| {
+        let out = sluice()
+            .arg("serve")
+            .args(listen)
+            .arg("--data-dir")
+            .arg(&data)
+            .output()
+            .expect("run sluice");
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            stderr.contains("refusing to listen on 0.0.0.0:0"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("[[keys]]"), "{stderr}");
+        assert!(!Path::new(&data).exists(), "the store must not be opened");
+    };
+    refused(&["--listen", "0.0.0.0:0"]);
     // The frame listener is held to the same rule.
-    let out = sluice()
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--frames-listen",
-            "0.0.0.0:0",
-        ])
-        .arg("--data-dir")
-        .arg(&data)
-        .output()
-        .expect("run sluice");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("refusing to listen on 0.0.0.0:0"),
-        "{stderr}"
-    );
-    assert!(!Path::new(&data).exists(), "the store must not be opened");
+    refused(&["--listen", "127.0.0.1:0", "--frames-listen", "0.0.0.0:0"]);
 }
 
 #[test]
