@@ -41,7 +41,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_SYNC_INTERVAL", value_name = "DURATION",
           value_parser = crate::client::args::parse_duration)]
     sync_interval: Option<std::time::Duration>,
-    /// TOML config file: `listen`, `data_dir`, `store`, `node_id`, `[[queues]]`, `[[keys]]`.
+    /// TOML config file: `listen`, `frames_listen`, `data_dir`, `sync_interval`, `store`,
+    /// `node_id`, `[[queues]]`, `[[keys]]`.
     #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
     /// The store: `embedded` (default; a data directory on this machine) or a PostgreSQL

@@ -305,3 +305,65 @@ fn a_bad_sync_interval_is_reported() {
     assert!(e.contains("synchronous_commit = off"), "{e}");
     assert!(!Path::new(&data).exists(), "the store must not be opened");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_config_file_turns_on_frames_and_relaxed_durability() {
+    use sluice_client::frames::{Body, FrameConnection, FrameMessage};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        "listen = \"127.0.0.1:0\"\nframes_listen = \"127.0.0.1:0\"\nsync_interval = \"50ms\"\n\
+         [[queues]]\nname = \"jobs\"\n",
+    )
+    .unwrap();
+    let mut child = sluice()
+        .args(["serve", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sluice");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let frames = line
+        .trim()
+        .strip_prefix("sluice frames listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    let mut conn = FrameConnection::connect(frames.as_str(), None)
+        .await
+        .unwrap();
+    conn.send(
+        "jobs",
+        vec![FrameMessage::new(Body::text("from the config"))],
+    )
+    .await
+    .unwrap();
+    let got = conn
+        .receive("jobs", 1, std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(got[0].body, Body::text("from the config"));
+    assert_eq!(terminate(child).code(), Some(0));
+
+    // A bad interval in the file is named as the file's.
+    std::fs::write(&config, "sync_interval = \"soon\"\n").unwrap();
+    let out = sluice()
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .expect("run sluice");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sync_interval in the config file"),
+        "{stderr}"
+    );
+}
