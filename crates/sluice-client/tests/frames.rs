@@ -373,3 +373,32 @@ async fn a_long_poll_over_frames_ends_when_the_broker_stops() {
         .unwrap();
     assert_eq!(conn.receive("q", 1, Duration::ZERO).await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn answers_go_out_even_when_the_client_stops_mid_frame() {
+    let srv = common::start().await;
+    queue(&srv, "q", QueueConfigRequest::default()).await;
+    let mut tcp = tokio::net::TcpStream::connect(srv.frames).await.unwrap();
+    // Two whole requests, then the first bytes of a third, then the client stops writing.
+    let mut out = Vec::new();
+    for id in 1..3 {
+        let op = Op::Send {
+            queue: "q".into(),
+            messages: vec![FrameMessage::new(Body::binary(vec![id as u8]))],
+        };
+        frame::encode_frame(&Request { id, op }, &mut out);
+    }
+    out.extend_from_slice(&[9, 0]);
+    tcp.write_all(&out).await.unwrap();
+    tcp.shutdown().await.unwrap();
+    for id in 1..3 {
+        let len = tcp.read_u32_le().await.unwrap() as usize;
+        let mut buf = vec![0; len];
+        tcp.read_exact(&mut buf).await.unwrap();
+        let r: Response = frame::decode_payload(&buf).unwrap();
+        assert_eq!(r.id, id);
+        assert!(r.result.is_ok(), "{r:?}");
+    }
+    assert_eq!(tcp.read(&mut [0u8; 1]).await.unwrap(), 0, "then closed");
+    srv.shutdown().await;
+}

@@ -15,6 +15,7 @@ use sluice_core::{
     AckRequest, BodyKind, ErrorCode, Failure, NewMessage, QueueName, ReceiveRequest, StoreError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
@@ -56,6 +57,20 @@ async fn connection(tcp: TcpStream, state: AppState, max_frame: usize) {
     let (rd, wr) = tcp.into_split();
     let mut rd = BufReader::with_capacity(BUFFER, rd);
     let mut wr = BufWriter::with_capacity(BUFFER, wr);
+    answer_requests(&mut rd, &mut wr, &state, max_frame).await;
+    // However the connection ends, answers already made go out: each may report a change
+    // that is durable.
+    let _ = wr.flush().await;
+}
+
+/// Reads and answers requests until the connection ends, a frame cannot be read, or the
+/// broker shuts down. Answers are flushed when no further request is waiting in the buffer.
+async fn answer_requests(
+    rd: &mut BufReader<OwnedReadHalf>,
+    wr: &mut BufWriter<OwnedWriteHalf>,
+    state: &AppState,
+    max_frame: usize,
+) {
     let mut caller = (!state.keys.enabled())
         .then(|| Caller::from_secret(&state.keys, None).ok())
         .flatten();
@@ -85,7 +100,6 @@ async fn connection(tcp: TcpStream, state: AppState, max_frame: usize) {
                 &mut out,
             );
             let _ = wr.write_all(&out).await;
-            let _ = wr.flush().await;
             return;
         }
         payload.resize(len, 0);
@@ -95,7 +109,7 @@ async fn connection(tcp: TcpStream, state: AppState, max_frame: usize) {
         let response = match frame::decode_payload::<Request>(&payload) {
             Ok(req) => Response {
                 id: req.id,
-                result: handle(&state, &mut caller, req.op).await,
+                result: handle(state, &mut caller, req.op).await,
             },
             Err(e) => Response {
                 id: 0,
