@@ -20,9 +20,9 @@
 
 use std::time::Duration;
 
-use sluice_core::frame::{self, Op, Request, Response};
+use sluice_core::frame::{self, Request, Response};
 pub use sluice_core::frame::{
-    FrameDelivery, FrameError, FrameMessage, FrameReceipt, Reply, SentMessage,
+    FrameDelivery, FrameError, FrameMessage, FrameReceipt, Op, Reply, SentMessage,
 };
 pub use sluice_core::message::Body;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
@@ -72,6 +72,8 @@ pub struct FrameConnection {
     next_id: u64,
     out: Vec<u8>,
     payload: Vec<u8>,
+    /// A call was dropped between its request and its answer: the stream is out of step.
+    broken: bool,
 }
 
 impl FrameConnection {
@@ -92,6 +94,7 @@ impl FrameConnection {
             next_id: 1,
             out: Vec::with_capacity(4096),
             payload: Vec::new(),
+            broken: false,
         };
         match conn
             .call(Op::Hello {
@@ -207,7 +210,27 @@ impl FrameConnection {
     /// # Errors
     /// `Io` when the connection fails, `Refused` when the broker answers with an error,
     /// `Protocol` for an answer that does not belong to the request.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a call dropped before its answer was read leaves that answer on the
+    /// connection, so every later call fails with `Io`; open a new connection.
     pub async fn call(&mut self, op: Op) -> Result<Reply, FrameClientError> {
+        if self.broken {
+            return Err(FrameClientError::Io(std::io::Error::other(
+                "an earlier call on this connection was dropped before its answer; open a new connection",
+            )));
+        }
+        self.broken = true;
+        let reply = self.exchange(op).await;
+        // A failed read or write leaves the stream out of step too; a refusal does not.
+        self.broken = matches!(
+            reply,
+            Err(FrameClientError::Io(_) | FrameClientError::Protocol(_))
+        );
+        reply
+    }
+
+    async fn exchange(&mut self, op: Op) -> Result<Reply, FrameClientError> {
         let id = self.next_id;
         self.next_id += 1;
         self.out.clear();

@@ -402,3 +402,32 @@ async fn answers_go_out_even_when_the_client_stops_mid_frame() {
     assert_eq!(tcp.read(&mut [0u8; 1]).await.unwrap(), 0, "then closed");
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_call_dropped_before_its_answer_leaves_the_connection_refusing_calls() {
+    let srv = common::start().await;
+    queue(&srv, "q", QueueConfigRequest::default()).await;
+    let mut conn = FrameConnection::connect(srv.frames, None).await.unwrap();
+    let poll = conn.receive("q", 1, Duration::from_secs(5));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), poll)
+            .await
+            .is_err(),
+        "the long poll was cut short by the timeout"
+    );
+    // The long poll's answer is still to come on this connection: no later call may take it.
+    match conn.receive("q", 1, Duration::ZERO).await {
+        Err(FrameClientError::Io(e)) => assert!(e.to_string().contains("open a new connection")),
+        other => panic!("expected the connection to refuse, got {other:?}"),
+    }
+    // A new connection works.
+    let mut fresh = FrameConnection::connect(srv.frames, None).await.unwrap();
+    assert!(
+        fresh
+            .receive("q", 1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    srv.shutdown().await;
+}
