@@ -428,6 +428,14 @@ fn prepared_path(dir: &Path, n: u32) -> PathBuf {
 /// for the inode. Writing into blocks that already exist changes no metadata, so the sync
 /// flushes data only and appends do not queue behind it. The cost is one sequential write of
 /// the segment's size, done off the request path.
+/// Bytes per write when zero-filling a segment. The page cache keeps what a write brings in
+/// as folios of about the write's size, and every later small append into a folio walks all
+/// of its blocks (`ext4_block_write_begin`): after 1 MiB writes, a 1 KiB append cost 2.8 –
+/// 3.0 µs of CPU against 1.0 µs after 64 KiB or 4 KiB writes (measured with a script on
+/// Linux 6.18, ext4), and log `pwrite`s were the largest single cost of a broker with
+/// relaxed durability.
+const ZERO_FILL_CHUNK: usize = 64 * 1024;
+
 fn prepare_segment(dir: &Path, n: u32) -> std::io::Result<File> {
     let path = prepared_path(dir, n);
     let mut f = OpenOptions::new()
@@ -436,7 +444,7 @@ fn prepare_segment(dir: &Path, n: u32) -> std::io::Result<File> {
         .create(true)
         .truncate(true)
         .open(&path)?;
-    let zeros = vec![0u8; 1 << 20];
+    let zeros = vec![0u8; ZERO_FILL_CHUNK];
     let mut left = SEGMENT_TARGET;
     while left > 0 {
         let n = left.min(zeros.len() as u64) as usize;
