@@ -327,15 +327,13 @@ impl Caller {
 }
 
 impl Caller {
-    /// Who a frame-protocol connection is, from the key its `Hello` gave: anyone when
-    /// authentication is off, otherwise the key's holder.
-    pub(crate) fn from_secret(keys: &KeyRing, secret: Option<&str>) -> Result<Caller, ApiError> {
-        if !keys.enabled() {
-            return Ok(Caller { key: None });
-        }
-        let secret = secret.ok_or_else(|| {
-            ApiError::unauthenticated("this broker requires an API key; send it in Hello")
-        })?;
+    /// Anybody: authentication is off.
+    pub(crate) fn anybody() -> Caller {
+        Caller { key: None }
+    }
+
+    /// The holder of `secret`, or `unauthenticated` when no key has it.
+    pub(crate) fn holder_of(keys: &KeyRing, secret: &str) -> Result<Caller, ApiError> {
         match keys.find(secret) {
             Some(key) => Ok(Caller { key: Some(key) }),
             None => Err(ApiError::unauthenticated("unknown API key")),
@@ -370,7 +368,7 @@ impl<S: HasKeys + Send + Sync> FromRequestParts<S> for Caller {
         };
         let keys = state.keys();
         if !keys.enabled() {
-            return Ok(Caller { key: None });
+            return Ok(Caller::anybody());
         }
         let Some(value) = value else {
             return Err(ApiError::unauthenticated(
@@ -384,10 +382,7 @@ impl<S: HasKeys + Send + Sync> FromRequestParts<S> for Caller {
             .ok_or_else(|| {
                 ApiError::unauthenticated("Authorization must use the Bearer scheme: Bearer <key>")
             })?;
-        match keys.find(secret) {
-            Some(key) => Ok(Caller { key: Some(key) }),
-            None => Err(ApiError::unauthenticated("unknown API key")),
-        }
+        Caller::holder_of(keys, secret)
     }
 }
 

@@ -71,9 +71,7 @@ async fn answer_requests(
     state: &AppState,
     max_frame: usize,
 ) {
-    let mut caller = (!state.keys.enabled())
-        .then(|| Caller::from_secret(&state.keys, None).ok())
-        .flatten();
+    let mut caller = (!state.keys.enabled()).then(Caller::anybody);
     let mut payload = Vec::new();
     let mut out = Vec::new();
     loop {
@@ -134,8 +132,18 @@ async fn handle(
 ) -> Result<Reply, FrameError> {
     match op {
         Op::Hello { key } => {
-            let c = Caller::from_secret(&state.keys, key.as_deref())
-                .map_err(ApiError::into_frame_error)?;
+            let c = match key.as_deref() {
+                _ if !state.keys.enabled() => Caller::anybody(),
+                Some(secret) => {
+                    Caller::holder_of(&state.keys, secret).map_err(ApiError::into_frame_error)?
+                }
+                None => {
+                    return Err(FrameError::new(
+                        ErrorCode::Unauthenticated,
+                        "this broker requires an API key; send it in Hello",
+                    ));
+                }
+            };
             *caller = Some(c);
             Ok(Reply::Hello {
                 version: frame::VERSION,
@@ -219,14 +227,7 @@ async fn receive(
 ) -> Result<Reply, FrameError> {
     let q = allowed(caller, Action::Consume, queue)?;
     sluice_core::store::validate_receive(&req)?;
-    let deliveries = if req.wait.is_zero() {
-        state.store.receive(&q, req).await?
-    } else {
-        tokio::select! {
-            r = state.store.receive(&q, req) => r?,
-            () = state.shutting_down() => Vec::new(),
-        }
-    };
+    let deliveries = state.lease(&q, req).await?;
     state.metrics.delivered(&q, &deliveries);
     Ok(Reply::Messages(
         deliveries.into_iter().map(Into::into).collect(),
@@ -248,19 +249,12 @@ async fn ack(
             result: None,
         })
         .collect();
-    let out = state.store.ack(&q, acks).await?;
-    let outcomes = out
-        .into_iter()
-        .zip(&receipts)
-        .map(|(r, receipt)| match r {
-            Ok(()) => {
-                state.metrics.acked(sluice_core::MessageId(receipt.id));
-                None
-            }
-            Err(e) => Some(FrameError::from(e)),
-        })
-        .collect();
-    Ok(Reply::Acked(outcomes))
+    let out = state.ack(&q, acks).await?;
+    Ok(Reply::Acked(
+        out.into_iter()
+            .map(|r| r.err().map(FrameError::from))
+            .collect(),
+    ))
 }
 
 /// The connection's caller, once it has said who it is (always, without API keys).

@@ -111,6 +111,41 @@ impl AppState {
             std::future::pending::<()>().await;
         }
     }
+
+    /// Leases as a consumer's receive does over either protocol: a long poll must not hold
+    /// up shutdown, so it answers empty once shutdown begins. Dropping the store's receive is
+    /// safe: a lease taken in the instant before the drop expires and the message is
+    /// delivered again.
+    pub(crate) async fn lease(
+        &self,
+        queue: &sluice_core::QueueName,
+        req: sluice_core::ReceiveRequest,
+    ) -> Result<Vec<sluice_core::Delivery>, sluice_core::StoreError> {
+        if req.wait.is_zero() {
+            return self.store.receive(queue, req).await;
+        }
+        tokio::select! {
+            r = self.store.receive(queue, req) => r,
+            () = self.shutting_down() => Ok(Vec::new()),
+        }
+    }
+
+    /// Acknowledges in the store and counts each ack that took, for the processing-time
+    /// metrics; one outcome per request, in order.
+    pub(crate) async fn ack(
+        &self,
+        queue: &sluice_core::QueueName,
+        acks: Vec<sluice_core::AckRequest>,
+    ) -> Result<Vec<Result<(), sluice_core::StoreError>>, sluice_core::StoreError> {
+        let ids: Vec<_> = acks.iter().map(|a| a.receipt.id).collect();
+        let out = self.store.ack(queue, acks).await?;
+        for (r, id) in out.iter().zip(ids) {
+            if r.is_ok() {
+                self.metrics.acked(id);
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// The broker: a store plus options, ready to serve.

@@ -47,18 +47,7 @@ pub async fn receive(
             None => Ok(None),
         }
     };
-    let lease = async {
-        if req.wait.is_zero() {
-            st.store.receive(&q, req).await
-        } else {
-            // A long poll must not hold up shutdown. Dropping the receive is safe: a lease taken
-            // in the instant before the drop expires and the message is delivered again.
-            tokio::select! {
-                r = st.store.receive(&q, req) => r,
-                () = st.shutting_down() => Ok(Vec::new()),
-            }
-        }
-    };
+    let lease = st.lease(&q, req);
     // `join` polls the ack first, and the engine says whether the lease may run while the ack
     // is being made durable; otherwise the ack finishes before the lease starts. Should the
     // acks fail after the lease succeeded, the answer is the error and those messages come
@@ -111,16 +100,13 @@ pub async fn ack(
         AckForm::Single(mut item) => {
             let a = ack_request(&mut item)?;
             let id = a.receipt.id;
-            let mut out = st.store.ack(&q, vec![a]).await?;
+            let mut out = st.ack(&q, vec![a]).await?;
             match out.pop() {
-                Some(Ok(())) => {
-                    st.metrics.acked(id);
-                    Ok(Json(AckResponse {
-                        id: id.to_string(),
-                        state: MessageStateView::Completed,
-                    })
-                    .into_response())
-                }
+                Some(Ok(())) => Ok(Json(AckResponse {
+                    id: id.to_string(),
+                    state: MessageStateView::Completed,
+                })
+                .into_response()),
                 Some(Err(e)) => Err(e.into()),
                 None => Err(StoreError::unavailable("store returned no ack outcome").into()),
             }
@@ -162,14 +148,10 @@ async fn ack_batch(
         }
     }
     if !valid.is_empty() {
-        let ids: Vec<_> = valid.iter().map(|a| a.receipt.id).collect();
-        let out = st.store.ack(q, valid).await?;
-        for ((slot, r), id) in slots.into_iter().zip(out).zip(ids) {
+        let out = st.ack(q, valid).await?;
+        for (slot, r) in slots.into_iter().zip(out) {
             match r {
-                Ok(()) => {
-                    st.metrics.acked(id);
-                    results[slot].ok = true;
-                }
+                Ok(()) => results[slot].ok = true,
                 Err(e) => results[slot].error = Some(ErrorBody::from(&e)),
             }
         }
