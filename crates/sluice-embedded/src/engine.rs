@@ -221,9 +221,7 @@ impl Inner {
             return self.durable(pos).await;
         }
         if self.durable.borrow().failed {
-            return Err(StoreError::unavailable(
-                "fsync failed; writes are refused until the broker restarts and recovers from disk",
-            ));
+            return Err(log::sync_failed());
         }
         Ok(())
     }

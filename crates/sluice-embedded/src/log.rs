@@ -569,6 +569,13 @@ fn sync_now(shared: &SyncShared) -> Option<Result<(), StoreError>> {
     }
 }
 
+/// The answer to every write once a sync has failed (the log is poisoned).
+pub(crate) fn sync_failed() -> StoreError {
+    StoreError::unavailable(
+        "fsync failed; writes are refused until the broker restarts and recovers from disk",
+    )
+}
+
 /// Waits until the log is durable up to `pos`, leading the group commit when no sync is
 /// running and the unsynced tail is small ([`LEAD_AT_MOST`]); a larger one goes to the sync
 /// thread at once.
@@ -586,9 +593,7 @@ pub(crate) async fn wait_durable(
             return Ok(());
         }
         if d.failed {
-            return Err(StoreError::unavailable(
-                "fsync failed; writes are refused until the broker restarts and recovers from disk",
-            ));
+            return Err(sync_failed());
         }
         let small = {
             let st = lock(&shared.state);
