@@ -25,6 +25,23 @@ fn sluice() -> Command {
     c
 }
 
+/// Runs `sluice serve --listen 127.0.0.1:0` with `args`, which must refuse to start, and
+/// returns what it printed on stderr.
+fn serve_fails(args: &[&str]) -> String {
+    let out = sluice()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .output()
+        .expect("run sluice");
+    assert!(!out.status.success(), "sluice serve started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A temporary path as text (they are UTF-8 here).
+fn utf8(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 temporary path")
+}
+
 /// Starts `sluice serve` and returns it with the base URL it printed.
 fn serve(cmd: &mut Command) -> (Child, String) {
     let mut child = cmd
@@ -189,15 +206,8 @@ fn a_bad_config_file_is_reported() {
         "[[queues]]\nname = \"q\"\nvisiblity_timeout_ms = 5\n",
     )
     .unwrap();
-    let out = sluice()
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .output()
-        .expect("run sluice");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let data = dir.path().join("data");
+    let stderr = serve_fails(&["--config", utf8(&config), "--data-dir", utf8(&data)]);
     assert!(stderr.contains("visiblity_timeout_ms"), "{stderr}");
 }
 
@@ -253,14 +263,7 @@ fn key_hash_and_generate() {
 /// name and an unreachable database each stop start-up with a message saying what to fix.
 #[test]
 fn a_bad_store_is_reported() {
-    let run = |store: &str| {
-        let out = sluice()
-            .args(["serve", "--listen", "127.0.0.1:0", "--store", store])
-            .output()
-            .expect("run sluice");
-        assert!(!out.status.success(), "{store} was accepted");
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    };
+    let run = |store: &str| serve_fails(&["--store", store]);
     let e = run("mysql://db/x");
     assert!(
         e.contains("neither `embedded` nor a postgres:// connection string"),
@@ -279,16 +282,7 @@ fn a_bad_store_is_reported() {
 fn a_bad_sync_interval_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let run = |extra: &[&str]| {
-        let out = sluice()
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(&data)
-            .args(extra)
-            .output()
-            .expect("run sluice");
-        assert!(!out.status.success(), "{extra:?} was accepted");
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    };
+    let run = |extra: &[&str]| serve_fails(&[&["--data-dir", utf8(&data)], extra].concat());
     let e = run(&["--sync-interval", "0ms"]);
     assert!(
         e.contains("--sync-interval must be between 1ms and 60 s"),
@@ -353,15 +347,8 @@ async fn the_config_file_turns_on_frames_and_relaxed_durability() {
 
     // A bad interval in the file is named as the file's.
     std::fs::write(&config, "sync_interval = \"soon\"\n").unwrap();
-    let out = sluice()
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .output()
-        .expect("run sluice");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let data = dir.path().join("data");
+    let stderr = serve_fails(&["--config", utf8(&config), "--data-dir", utf8(&data)]);
     assert!(
         stderr.contains("sync_interval in the config file"),
         "{stderr}"
