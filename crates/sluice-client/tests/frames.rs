@@ -431,3 +431,79 @@ async fn a_call_dropped_before_its_answer_leaves_the_connection_refusing_calls()
     );
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn queue_limits_hold_over_frames() {
+    use sluice_client::wire::RateLimitWire;
+
+    let srv = common::start().await;
+    queue(
+        &srv,
+        "small",
+        QueueConfigRequest {
+            max_message_bytes: Some(8),
+            max_depth: Some(Some(1)),
+            ..QueueConfigRequest::default()
+        },
+    )
+    .await;
+    queue(
+        &srv,
+        "slow",
+        QueueConfigRequest {
+            rate_limit: Some(Some(RateLimitWire {
+                limit: 1,
+                period_ms: 60_000,
+            })),
+            ..QueueConfigRequest::default()
+        },
+    )
+    .await;
+    let mut conn = FrameConnection::connect(srv.frames, None).await.unwrap();
+
+    // Over the queue's max_message_bytes: payload_too_large, nothing stored.
+    let e = conn
+        .send("small", vec![FrameMessage::new(Body::binary(vec![0u8; 9]))])
+        .await
+        .unwrap_err();
+    assert_eq!(refused(e), "payload_too_large");
+    // Over max_depth: queue_full, with when to retry.
+    conn.send("small", vec![FrameMessage::new(Body::binary(vec![1u8]))])
+        .await
+        .unwrap();
+    match conn
+        .send("small", vec![FrameMessage::new(Body::binary(vec![2u8]))])
+        .await
+    {
+        Err(FrameClientError::Refused(e)) => {
+            assert_eq!(e.code, "queue_full");
+            assert!(e.retry_after_ms.is_some_and(|ms| ms > 0), "{e:?}");
+        }
+        other => panic!("expected queue_full, got {other:?}"),
+    }
+    let e = conn
+        .send("small", vec![FrameMessage::new(Body::binary(vec![3u8]))])
+        .await
+        .unwrap_err();
+    assert!(e.is_transient(), "queue_full is worth retrying later");
+
+    // rate_limit caps deliveries per window, whatever the receive asks for.
+    let three = (0..3)
+        .map(|i| FrameMessage::new(Body::binary(vec![i as u8])))
+        .collect();
+    conn.send("slow", three).await.unwrap();
+    assert_eq!(
+        conn.receive("slow", 10, Duration::ZERO)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        conn.receive("slow", 10, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    srv.shutdown().await;
+}
