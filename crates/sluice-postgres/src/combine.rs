@@ -4,8 +4,8 @@
 //! A database pays mostly per statement and per commit, not per row: a hundred rows in one
 //! insert cost little more than one. A node serving many producers of one message each
 //! therefore turns them into a few multi-row statements. Nothing waits on purpose: a call
-//! that finds the queue idle is written at once, and only calls arriving while
-//! [`FLUSHES_IN_FLIGHT`] writes of their queue are under way are gathered into the next.
+//! that finds the queue idle is written at once, and only calls arriving while the
+//! combiner's limit of writes of their queue are under way are gathered into the next.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,12 +14,11 @@ use std::sync::Mutex;
 
 use futures::FutureExt as _;
 
-/// Writes of one queue a node runs at the same time; calls arriving beyond them gather.
-pub(crate) const FLUSHES_IN_FLIGHT: usize = 2;
-
 /// Calls waiting to be written, per queue.
 pub(crate) struct Combiner<J> {
     lanes: Mutex<HashMap<String, Lane<J>>>,
+    /// Writes of one queue run at the same time; calls arriving beyond them gather.
+    limit: usize,
 }
 
 struct Lane<J> {
@@ -27,10 +26,12 @@ struct Lane<J> {
     flushing: usize,
 }
 
-impl<J> Default for Combiner<J> {
-    fn default() -> Self {
+impl<J> Combiner<J> {
+    /// A combiner running at most `limit` writes of a queue at a time (at least one).
+    pub(crate) fn new(limit: usize) -> Self {
         Combiner {
             lanes: Mutex::new(HashMap::new()),
+            limit: limit.max(1),
         }
     }
 }
@@ -50,7 +51,7 @@ impl<J> Combiner<J> {
             flushing: 0,
         });
         lane.jobs.push(job);
-        if lane.flushing < FLUSHES_IN_FLIGHT {
+        if lane.flushing < self.limit {
             lane.flushing += 1;
             Some(std::mem::take(&mut lane.jobs))
         } else {
@@ -102,9 +103,10 @@ mod tests {
 
     #[test]
     fn idle_queues_write_at_once_and_busy_ones_gather() {
-        let c = Combiner::default();
-        // Up to FLUSHES_IN_FLIGHT callers write their own call at once.
-        for i in 0..FLUSHES_IN_FLIGHT {
+        const LIMIT: usize = 2;
+        let c = Combiner::new(LIMIT);
+        // Up to the limit, callers write their own call at once.
+        for i in 0..LIMIT {
             assert_eq!(c.push("q", i), Some(vec![i]));
         }
         // Beyond that, calls gather for the next write of that queue only.
@@ -113,7 +115,7 @@ mod tests {
         assert_eq!(c.push("other", 20), Some(vec![20]));
         assert_eq!(c.next("q"), Some(vec![10, 11]));
         // Writers end one by one once nothing gathers; then the queue is idle again.
-        for _ in 0..FLUSHES_IN_FLIGHT {
+        for _ in 0..LIMIT {
             assert_eq!(c.next("q"), None);
         }
         assert_eq!(c.push("q", 30), Some(vec![30]));

@@ -8,20 +8,19 @@ use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::message::clip_error;
 use sluice_core::rate::SlidingWindow;
 use sluice_core::store::{
-    LeaseState, long_poll_nap, validate_ack_batch, validate_nack_delay, validate_receive,
-    validate_visibility,
+    LeaseState, long_poll_nap, validate_nack_delay, validate_receive, validate_visibility,
 };
 use sluice_core::{
-    AckRequest, Attempt, AttemptOutcome, Attributes, Body, DeadLetterReason, Delivery, Failure,
-    Message, MessageId, MessageState, NackOutcome, Progress, QueueConfig, QueueName, Receipt,
+    Attempt, AttemptOutcome, Attributes, Body, DeadLetterReason, Delivery, Failure, Message,
+    MessageId, MessageState, NackOutcome, Progress, QueueConfig, QueueName, Receipt,
     ReceiveRequest, StoreError, Timestamp,
 };
 use tokio_postgres::GenericClient;
-use tokio_postgres::types::{Json, Type};
+use tokio_postgres::types::Json;
 
 use crate::counters::Counter;
 use crate::error::{corrupt, db, pool};
-use crate::row::{ROW_COLS, Row, WAITING, kind_code, kind_of, write_back};
+use crate::row::{ROW_COLS, Row, WAITING, kind_of, write_back};
 use crate::settle::{Effects, dead_letter, end_cancelled, settle};
 use crate::store::{Inner, transaction};
 use crate::wake::FALLBACK_POLL;
@@ -371,114 +370,6 @@ async fn next_due(tx: &impl GenericClient, q: &str, now: i64) -> Result<Option<i
         .map_err(|e| db(&e))?;
     r.try_get(0).map_err(corrupt)
 }
-
-/// Acknowledges a batch; each receipt on its own.
-pub(crate) async fn ack(
-    inner: &Inner,
-    queue: &QueueName,
-    acks: Vec<AckRequest>,
-) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-    validate_ack_batch(acks.len())?;
-    let q = queue.as_str();
-    let conn = inner.conn().await?;
-    let cfg = inner.configs.get(&**conn, q).await?;
-    let now = inner.now();
-    let mut out: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(acks.len());
-    let mut seen = std::collections::HashSet::new();
-    let (mut ids, mut tokens, mut results, mut kinds) = (vec![], vec![], vec![], vec![]);
-    let mut slot_of = std::collections::HashMap::new();
-    for (i, a) in acks.iter().enumerate() {
-        if let Some(r) = &a.result
-            && r.len() > cfg.max_message_bytes as usize
-        {
-            out.push(Some(Err(StoreError::PayloadTooLarge(format!(
-                "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
-                r.len(),
-                cfg.max_message_bytes
-            )))));
-            continue;
-        }
-        if !seen.insert(a.receipt.id) {
-            out.push(Some(Err(StoreError::ReceiptStale)));
-            continue;
-        }
-        out.push(None);
-        slot_of.insert(a.receipt.id.0 as i64, i);
-        ids.push(a.receipt.id.0 as i64);
-        tokens.push(a.receipt.token as i64);
-        results.push(a.result.as_ref().map(|b| b.bytes.as_ref()));
-        kinds.push(a.result.as_ref().map(|b| kind_code(b.kind)));
-    }
-    if ids.is_empty() {
-        return Ok(out
-            .into_iter()
-            .map(|o| o.unwrap_or(Err(StoreError::ReceiptStale)))
-            .collect());
-    }
-    let keep = Timestamp(now).plus(cfg.result_ttl).as_millis();
-    // One statement, committed on its own. Not a cached prepared statement: PostgreSQL
-    // would soon switch it to a generic plan, which joins the id array badly (measured:
-    // batch-100 throughput halved). Typed parameters send it in one round trip (parse,
-    // bind, execute) where an untyped one asks the server for the types first.
-    let sql = if cfg.result_ttl.is_zero() {
-        ACK_DELETE_SQL
-    } else {
-        ACK_COMPLETE_SQL
-    };
-    let done = conn
-        .query_typed(
-            sql,
-            &[
-                (&q, Type::TEXT),
-                (&ids, Type::INT8_ARRAY),
-                (&tokens, Type::INT8_ARRAY),
-                (&results, Type::BYTEA_ARRAY),
-                (&kinds, Type::INT2_ARRAY),
-                (&now, Type::INT8),
-                (&keep, Type::INT8),
-            ],
-        )
-        .await
-        .map_err(|e| db(&e))?;
-    let mut acked = 0;
-    for r in &done {
-        let id: i64 = r.get(0);
-        let cancelled: bool = r.get(1);
-        if !cancelled {
-            acked += 1;
-        }
-        if let Some(i) = slot_of.get(&id) {
-            out[*i] = Some(Ok(()));
-        }
-    }
-    inner.tally(q, Counter::Acked, acked);
-    Ok(out
-        .into_iter()
-        .map(|o| o.unwrap_or(Err(StoreError::ReceiptStale)))
-        .collect())
-}
-
-/// An ack of a queue without `result_ttl`: the rows go at once. `$1` queue, `$2` ids, `$3`
-/// tokens, `$4`/`$5` results and their kinds (unused here), `$6` now, `$7` keep-until.
-const ACK_DELETE_SQL: &str = "DELETE FROM messages m
-     USING unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
-     WHERE m.id = ANY($2) AND m.id = a.id AND m.queue = $1 AND m.state = 1
-           AND m.token = a.token
-           AND m.visible_at > $6 AND $7::bigint IS NOT NULL
-     RETURNING m.id, m.cancel_requested";
-
-/// An ack that keeps a completed record (and its result) until `$7`; parameters as
-/// [`ACK_DELETE_SQL`].
-const ACK_COMPLETE_SQL: &str = "UPDATE messages m SET state = 2, visible_at = $6, keep_until = $7,
-         token = NULL, body = NULL, attrs = NULL, attempts = NULL, progress = NULL,
-         last_error = NULL, source_queue = NULL, dl_reason = NULL, dl_at = NULL, dedup_id = NULL,
-         result = CASE WHEN m.cancel_requested THEN NULL ELSE a.result END,
-         result_kind = CASE WHEN m.cancel_requested THEN NULL ELSE a.kind END
-     FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
-     WHERE m.id = ANY($2) AND m.id = a.id AND m.queue = $1 AND m.state = 1
-           AND m.token = a.token
-           AND m.visible_at > $6
-     RETURNING m.id, m.cancel_requested";
 
 /// A receipt-checked change, in one transaction: reads the queue's config and the leased
 /// row, lets `f` change it, writes it back with the effects and wakes whom `f` named.

@@ -12,6 +12,12 @@ use crate::error::pool;
 use crate::lease::{Attempted, lease_fast};
 use crate::store::Inner;
 
+/// Lease statements of one queue a node runs at the same time. One: a lease commits without
+/// waiting for the WAL flush, so it is short, and receives arriving meanwhile share the
+/// next statement instead of each running its own (measured at one message per receive:
+/// 2.50 transactions per message instead of 2.94).
+pub(crate) const LEASES_IN_FLIGHT: usize = 1;
+
 /// A receive waiting for its queue's next combined lease.
 pub(crate) struct LeaseJob {
     max: u32,

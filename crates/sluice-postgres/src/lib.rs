@@ -16,6 +16,7 @@
 //! [`PostgresStore::send_in`] enqueues inside the caller's own transaction: the business
 //! write and its follow-up task commit or roll back together.
 
+mod ack;
 mod combine;
 mod counters;
 mod error;

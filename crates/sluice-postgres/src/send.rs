@@ -150,6 +150,12 @@ pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
         && (cfg.dedup_window.is_zero() || messages.iter().all(|m| m.dedup_id.is_none()))
 }
 
+/// Plain insert statements of one queue a node runs at the same time. Two: a send waits
+/// for its commit's WAL flush, and two in flight let one gather while the other flushes
+/// (measured at one message per send, 4 producers and 4 consumers: 1,884 – 1,972 msg/s
+/// against 1,641 – 1,677 with one).
+pub(crate) const SENDS_IN_FLIGHT: usize = 2;
+
 /// A plain send waiting for its queue's next combined write.
 pub(crate) struct SendJob {
     messages: Vec<NewMessage>,

@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     pub(crate) sends: crate::combine::Combiner<crate::send::SendJob>,
     /// Receives gathering for their queue's next lease.
     pub(crate) leases: crate::combine::Combiner<crate::lease_combine::LeaseJob>,
+    /// Acks gathering for their queue's next ack statement.
+    pub(crate) acks: crate::combine::Combiner<crate::ack::AckJob>,
 }
 
 impl Inner {
@@ -280,8 +282,9 @@ impl PostgresStore {
             pending: std::sync::Mutex::default(),
             configs: crate::queues::ConfigCache::default(),
             node,
-            sends: crate::combine::Combiner::default(),
-            leases: crate::combine::Combiner::default(),
+            sends: crate::combine::Combiner::new(crate::send::SENDS_IN_FLIGHT),
+            leases: crate::combine::Combiner::new(crate::lease_combine::LEASES_IN_FLIGHT),
+            acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });
         tokio::spawn(crate::wake::listen(
             config,
@@ -378,7 +381,7 @@ impl Store for PostgresStore {
         queue: &QueueName,
         acks: Vec<AckRequest>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        crate::lease::ack(&self.inner, queue, acks).await
+        crate::ack::ack(&self.inner, queue, acks).await
     }
 
     async fn lease_may_overlap_ack(&self, queue: &QueueName) -> bool {

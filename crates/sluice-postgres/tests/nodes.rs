@@ -615,3 +615,65 @@ async fn concurrent_sends_and_receives_on_one_node_each_get_their_own() {
         "the message is not held by the receive that went away"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_acks_on_one_node_are_each_answered_for_their_own_receipts() {
+    // Acks of one queue arriving together share statements: every call must still be answered
+    // receipt by receipt, and a receipt named by two calls at once must be acked only once.
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "acks").await;
+    let bodies = (0..120).map(|i| msg(&format!("m{i}"))).collect();
+    n.a.send(&work, bodies).await.expect("send");
+    let got = n.a.receive(&work, recv(120)).await.expect("receive");
+    assert_eq!(got.len(), 120);
+    let ack = |r: sluice_core::Receipt| AckRequest {
+        receipt: r,
+        result: None,
+    };
+    // Call k acks receipts 2k and 2k + 1 and one that never existed; calls 60 – 79 each
+    // name again a receipt of calls 0 – 19.
+    let mut calls = Vec::new();
+    for k in 0..80usize {
+        let receipts = if k < 60 {
+            let unknown = sluice_core::Receipt {
+                id: sluice_core::MessageId(1 << 60 | k as u64),
+                token: 7,
+            };
+            vec![got[2 * k].receipt, got[2 * k + 1].receipt, unknown]
+        } else {
+            vec![got[2 * (k - 60)].receipt]
+        };
+        let store = n.a.clone();
+        let work = work.clone();
+        calls.push(tokio::spawn(async move {
+            let out = store
+                .ack(&work, receipts.iter().copied().map(ack).collect())
+                .await
+                .expect("ack");
+            (receipts, out)
+        }));
+    }
+    let mut acked = std::collections::HashMap::new();
+    for c in calls {
+        let (receipts, out) = c.await.expect("ack call");
+        assert_eq!(out.len(), receipts.len(), "one answer per receipt");
+        for (r, o) in receipts.iter().zip(out) {
+            match o {
+                Ok(()) => *acked.entry(r.id).or_insert(0) += 1,
+                Err(StoreError::ReceiptStale) => {}
+                Err(e) => panic!("ack of {r:?}: {e}"),
+            }
+        }
+    }
+    assert_eq!(acked.len(), 120, "every leased message was acked");
+    assert!(
+        acked.values().all(|n| *n == 1),
+        "a receipt named by two calls was acked by both: {acked:?}"
+    );
+    assert!(
+        n.b.receive(&work, recv(10))
+            .await
+            .expect("receive")
+            .is_empty()
+    );
+}

@@ -1,0 +1,199 @@
+//! Acks, combined across requests: acks of one queue that arrive while an earlier ack of it
+//! is being committed share the next statement and its commit (see [`crate::combine`]).
+//!
+//! An ack waits for its WAL flush, and a database pays per statement and commit far more
+//! than per row; consumers acking one message each therefore share statements. A receipt
+//! named by two calls of one write would be acked once but answered twice, so such a call
+//! waits for the next statement, where it is answered `receipt_stale` as it would be alone.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_core::store::validate_ack_batch;
+use sluice_core::{AckRequest, QueueName, StoreError, Timestamp};
+use tokio::sync::oneshot;
+use tokio_postgres::types::Type;
+
+use crate::counters::Counter;
+use crate::error::db;
+use crate::row::kind_code;
+use crate::store::Inner;
+
+/// How many ack statements of one queue a node commits at a time; acks arriving beyond them
+/// gather for the next. One: an ack's wait is mostly its commit, during which the next
+/// acks gather.
+pub(crate) const ACKS_IN_FLIGHT: usize = 1;
+
+/// The receipts of one ack call waiting for their queue's next statement.
+pub(crate) struct AckJob {
+    ids: Vec<i64>,
+    tokens: Vec<i64>,
+    results: Vec<Option<Bytes>>,
+    kinds: Vec<Option<i16>>,
+    /// Per receipt: `Some(cancel_requested)` when acked, `None` when stale.
+    reply: oneshot::Sender<Result<Vec<Option<bool>>, StoreError>>,
+}
+
+/// Acknowledges a batch; each receipt on its own.
+pub(crate) async fn ack(
+    inner: &Arc<Inner>,
+    queue: &QueueName,
+    acks: Vec<AckRequest>,
+) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    validate_ack_batch(acks.len())?;
+    let q = queue.as_str();
+    let cfg = inner.config(q).await?;
+    let mut out: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(acks.len());
+    let mut seen = HashSet::new();
+    let mut slots = Vec::new();
+    let (mut ids, mut tokens, mut results, mut kinds) = (vec![], vec![], vec![], vec![]);
+    for (i, a) in acks.into_iter().enumerate() {
+        if let Some(r) = &a.result
+            && r.len() > cfg.max_message_bytes as usize
+        {
+            out.push(Some(Err(StoreError::PayloadTooLarge(format!(
+                "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
+                r.len(),
+                cfg.max_message_bytes
+            )))));
+            continue;
+        }
+        if !seen.insert(a.receipt.id) {
+            out.push(Some(Err(StoreError::ReceiptStale)));
+            continue;
+        }
+        out.push(None);
+        slots.push(i);
+        ids.push(a.receipt.id.0 as i64);
+        tokens.push(a.receipt.token as i64);
+        kinds.push(a.result.as_ref().map(|b| kind_code(b.kind)));
+        results.push(a.result.map(|b| b.bytes));
+    }
+    if !ids.is_empty() {
+        let (reply, answer) = oneshot::channel();
+        let job = AckJob {
+            ids,
+            tokens,
+            results,
+            kinds,
+            reply,
+        };
+        // Acks keeping records for different lengths of time do not share a statement.
+        let ttl = cfg.result_ttl;
+        let key = format!("{q}\u{0}{}", ttl.as_millis());
+        if let Some(jobs) = inner.acks.push(&key, job) {
+            // A task of its own, so a caller that goes away does not stop the others' ack.
+            let (inner, q) = (inner.clone(), q.to_string());
+            tokio::spawn(async move {
+                crate::combine::drain(&inner.acks, &key, jobs, |jobs| write(&inner, &q, ttl, jobs))
+                    .await;
+            });
+        }
+        let done = answer
+            .await
+            .map_err(|_| StoreError::unavailable("the ack was dropped before it was written"))??;
+        let mut acked = 0;
+        for (slot, cancelled) in slots.into_iter().zip(done) {
+            if let Some(cancelled) = cancelled {
+                acked += i64::from(!cancelled);
+                out[slot] = Some(Ok(()));
+            }
+        }
+        inner.tally(q, Counter::Acked, acked);
+    }
+    Ok(out
+        .into_iter()
+        .map(|o| o.unwrap_or(Err(StoreError::ReceiptStale)))
+        .collect())
+}
+
+/// Writes `jobs` in as few statements as receipts named twice allow.
+async fn write(inner: &Inner, q: &str, ttl: Duration, mut jobs: Vec<AckJob>) {
+    while !jobs.is_empty() {
+        let mut named = HashSet::new();
+        let (now, later): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|j| {
+            j.ids.iter().all(|id| !named.contains(id)) && {
+                named.extend(j.ids.iter().copied());
+                true
+            }
+        });
+        let done = statement(inner, q, ttl, &now).await;
+        for j in now {
+            let answer = done
+                .as_ref()
+                .map_err(Clone::clone)
+                .map(|acked| j.ids.iter().map(|id| acked.get(id).copied()).collect());
+            let _ = j.reply.send(answer);
+        }
+        jobs = later;
+    }
+}
+
+/// One ack statement, committed on its own, for every receipt of `jobs`: the acked ids and
+/// whether each had a cancel requested.
+async fn statement(
+    inner: &Inner,
+    q: &str,
+    ttl: Duration,
+    jobs: &[AckJob],
+) -> Result<HashMap<i64, bool>, StoreError> {
+    let conn = inner.conn().await?;
+    let (mut ids, mut tokens, mut results, mut kinds) = (vec![], vec![], vec![], vec![]);
+    for j in jobs {
+        ids.extend_from_slice(&j.ids);
+        tokens.extend_from_slice(&j.tokens);
+        results.extend(j.results.iter().map(|r| r.as_deref()));
+        kinds.extend_from_slice(&j.kinds);
+    }
+    let now = inner.now();
+    let keep = Timestamp(now).plus(ttl).as_millis();
+    // Not a cached prepared statement: PostgreSQL would soon switch it to a generic plan,
+    // which joins the id array badly (measured: batch-100 throughput halved). Typed
+    // parameters send it in one round trip (parse, bind, execute) where an untyped one asks
+    // the server for the types first.
+    let sql = if ttl.is_zero() {
+        ACK_DELETE_SQL
+    } else {
+        ACK_COMPLETE_SQL
+    };
+    let rows = conn
+        .query_typed(
+            sql,
+            &[
+                (&q, Type::TEXT),
+                (&ids, Type::INT8_ARRAY),
+                (&tokens, Type::INT8_ARRAY),
+                (&results, Type::BYTEA_ARRAY),
+                (&kinds, Type::INT2_ARRAY),
+                (&now, Type::INT8),
+                (&keep, Type::INT8),
+            ],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// An ack of a queue without `result_ttl`: the rows go at once. `$1` queue, `$2` ids, `$3`
+/// tokens, `$4`/`$5` results and their kinds (unused here), `$6` now, `$7` keep-until.
+const ACK_DELETE_SQL: &str = "DELETE FROM messages m
+     USING unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
+     WHERE m.id = ANY($2) AND m.id = a.id AND m.queue = $1 AND m.state = 1
+           AND m.token = a.token
+           AND m.visible_at > $6 AND $7::bigint IS NOT NULL
+     RETURNING m.id, m.cancel_requested";
+
+/// An ack that keeps a completed record (and its result) until `$7`; parameters as
+/// [`ACK_DELETE_SQL`].
+const ACK_COMPLETE_SQL: &str = "UPDATE messages m SET state = 2, visible_at = $6, keep_until = $7,
+         token = NULL, body = NULL, attrs = NULL, attempts = NULL, progress = NULL,
+         last_error = NULL, source_queue = NULL, dl_reason = NULL, dl_at = NULL, dedup_id = NULL,
+         result = CASE WHEN m.cancel_requested THEN NULL ELSE a.result END,
+         result_kind = CASE WHEN m.cancel_requested THEN NULL ELSE a.kind END
+     FROM unnest($2::bigint[], $3::bigint[], $4::bytea[], $5::int2[]) AS a(id, token, result, kind)
+     WHERE m.id = ANY($2) AND m.id = a.id AND m.queue = $1 AND m.state = 1
+           AND m.token = a.token
+           AND m.visible_at > $6
+     RETURNING m.id, m.cancel_requested";
