@@ -41,38 +41,39 @@ pub(crate) async fn receive(
     let waker = inner.wakers.of(queue.as_str());
     // Only a long poll may skip the database: it would wait anyway, and a receive that
     // does not wait must see what is committed. And only while other nodes' wake-ups
-    // arrive: the memory relies on them.
+    // arrive: the memory relies on them. A receive woken by its timer asks: that timer is
+    // the bound on a missed wake-up.
     let mut may_skip = !req.wait.is_zero();
     loop {
         let notified = waker.notified();
         tokio::pin!(notified);
-        let generation = waker.generation(notified.as_mut());
+        let stamp = waker.stamp(notified.as_mut());
         let nap = match (may_skip && inner.wakers.listening())
-            .then(|| waker.known_empty(generation, inner.now()))
+            .then(|| waker.known_empty(inner.now()))
             .flatten()
         {
             Some(nap) => nap,
             None => match try_receive(inner, queue, &req).await? {
                 Attempted::Got(out) => {
+                    waker.leased(stamp, out.len());
                     inner.tally(queue.as_str(), Counter::Received, out.len() as i64);
                     return Ok(out);
                 }
                 Attempted::Empty { next_wake } => {
                     let now = inner.now();
-                    waker.found_empty(generation, next_wake, now);
+                    waker.found_empty(stamp, next_wake, now);
                     long_poll_nap(FALLBACK_POLL, FALLBACK_POLL, now, next_wake)
                 }
             },
         };
-        may_skip = false;
         let left = until.saturating_duration_since(tokio::time::Instant::now());
         if left.is_zero() {
             return Ok(Vec::new());
         }
-        tokio::select! {
-            () = &mut notified => {}
-            () = tokio::time::sleep(nap.min(left)) => {}
-        }
+        may_skip = tokio::select! {
+            () = &mut notified => !req.wait.is_zero(),
+            () = tokio::time::sleep(nap.min(left)) => false,
+        };
     }
 }
 

@@ -14,7 +14,6 @@
 //! caller's transaction always notifies, with the commit.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -58,15 +57,36 @@ struct Presence {
 ///
 /// A consumer that has just been served asks again at once, and usually finds the queue
 /// empty: a statement per message for nothing (0.6 of the 1.6 lease statements per message
-/// at one message per receive). A long poll that arrives while nothing has changed since an
-/// empty lease of its queue waits for a wake-up before asking the database, as the receives
-/// that were already waiting do.
+/// at one message per receive). A long poll that arrives while its queue is known to be
+/// empty waits for a wake-up before asking the database, as the receives that were already
+/// waiting do.
+///
+/// Known empty means: a lease found nothing, and the messages made visible since (counted
+/// by the wake-ups that announced them) have all been leased by this node's leases that
+/// started after it. A wake-up that does not say how many messages it made visible (another
+/// node's, a nack, a redrive) ends that knowledge, as do a delay or lease running out.
 #[derive(Default)]
 pub(crate) struct QueueWaker {
     notify: Notify,
-    /// Bumped by every wake-up: a lease result stays current while this has not moved.
-    generation: AtomicU64,
-    empty: Mutex<Option<Empty>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Bumped by every wake-up.
+    generation: u64,
+    /// Messages the counted wake-ups made visible, in all.
+    woken: u64,
+    /// The generation of the last wake-up that did not count its messages.
+    uncounted_at: u64,
+    empty: Option<Empty>,
+}
+
+/// When a lease started: the wake-ups it may have missed are those after this.
+#[derive(Clone, Copy)]
+pub(crate) struct Stamp {
+    generation: u64,
+    woken: u64,
 }
 
 /// A lease statement found the queue empty.
@@ -74,6 +94,8 @@ pub(crate) struct QueueWaker {
 struct Empty {
     /// The wake-up generation read before the statement ran.
     generation: u64,
+    /// Messages made visible since that generation and not yet leased by a later lease.
+    unleased: i64,
     /// When (store clock, ms) a delayed message or an expired lease makes something visible.
     next_wake: Option<i64>,
     /// Past this the database is asked again anyway, as by a waiting receive.
@@ -81,44 +103,84 @@ struct Empty {
 }
 
 impl QueueWaker {
-    /// Registers `notified` as a waiter, then reads the generation: a wake-up after the read
-    /// reaches the waiter, so a lease that comes back empty can rely on it.
-    pub(crate) fn generation(&self, notified: std::pin::Pin<&mut Notified<'_>>) -> u64 {
+    /// Registers `notified` as a waiter, then reads where the wake-ups are: a wake-up after
+    /// the read reaches the waiter, so a lease that comes back empty can rely on it.
+    pub(crate) fn stamp(&self, notified: std::pin::Pin<&mut Notified<'_>>) -> Stamp {
         notified.enable();
-        self.generation.load(Ordering::Acquire)
+        let s = self.state();
+        Stamp {
+            generation: s.generation,
+            woken: s.woken,
+        }
     }
 
-    /// The waiter to register before reading [`QueueWaker::generation`].
+    /// The waiter to register before reading [`QueueWaker::stamp`].
     pub(crate) fn notified(&self) -> Notified<'_> {
         self.notify.notified()
     }
 
-    /// Records that a lease that started at `generation` found nothing visible.
-    pub(crate) fn found_empty(&self, generation: u64, next_wake: Option<i64>, now: i64) {
+    /// Records that a lease that started at `at` found nothing visible.
+    pub(crate) fn found_empty(&self, at: Stamp, next_wake: Option<i64>, now: i64) {
         let until = Instant::now()
             + sluice_core::store::long_poll_nap(FALLBACK_POLL, FALLBACK_POLL, now, next_wake);
-        let mut e = self.empty.lock().unwrap_or_else(|p| p.into_inner());
-        if e.is_none_or(|e| e.generation <= generation) {
-            *e = Some(Empty {
-                generation,
-                next_wake,
-                until,
-            });
+        let mut s = self.state();
+        if s.uncounted_at > at.generation || s.empty.is_some_and(|e| e.generation > at.generation) {
+            return;
+        }
+        let unleased = i64::try_from(s.woken - at.woken).unwrap_or(i64::MAX);
+        s.empty = Some(Empty {
+            generation: at.generation,
+            unleased,
+            next_wake,
+            until,
+        });
+    }
+
+    /// Records that a lease that started at `at` took `n` messages: those counted since an
+    /// earlier empty lease are taken. (A lease that ran alongside that empty one may have
+    /// taken messages that were never counted, so it does not count.)
+    pub(crate) fn leased(&self, at: Stamp, n: usize) {
+        let mut s = self.state();
+        if let Some(e) = s.empty.as_mut()
+            && at.generation > e.generation
+        {
+            e.unleased = e
+                .unleased
+                .saturating_sub(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 
-    /// How long a long poll that read `generation` may wait without asking the database:
-    /// `Some` while nothing was woken since an empty lease and nothing is due yet.
-    pub(crate) fn known_empty(&self, generation: u64, now: i64) -> Option<Duration> {
-        let e = (*self.empty.lock().unwrap_or_else(|p| p.into_inner()))?;
+    /// How long a long poll may wait without asking the database: `Some` while the queue is
+    /// known to be empty and nothing is due yet.
+    pub(crate) fn known_empty(&self, now: i64) -> Option<Duration> {
+        let e = self.state().empty?;
         let left = e.until.saturating_duration_since(Instant::now());
-        let current =
-            e.generation == generation && !left.is_zero() && e.next_wake.is_none_or(|at| now < at);
+        let current = e.unleased <= 0 && !left.is_zero() && e.next_wake.is_none_or(|at| now < at);
         current.then_some(left)
     }
 
-    fn bump(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+    /// A wake-up: `Some(n)` messages became visible, or `None` when it does not say.
+    fn woke(&self, visible: Option<usize>) {
+        let mut s = self.state();
+        s.generation += 1;
+        match visible {
+            Some(n) => {
+                s.woken += n as u64;
+                if let Some(e) = s.empty.as_mut() {
+                    e.unleased = e
+                        .unleased
+                        .saturating_add(i64::try_from(n).unwrap_or(i64::MAX));
+                }
+            }
+            None => {
+                s.uncounted_at = s.generation;
+                s.empty = None;
+            }
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -167,7 +229,7 @@ impl Wakers {
     fn listening_again(&self) {
         let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         for w in map.values() {
-            w.bump();
+            w.woke(None);
             w.notify.notify_waiters();
         }
         drop(map);
@@ -185,7 +247,7 @@ impl Wakers {
     pub(crate) fn wake_some(&self, queue: &str, n: usize) {
         let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(w) = map.get(queue) {
-            w.bump();
+            w.woke((n != usize::MAX).then_some(n));
             match sluice_core::store::receives_to_wake(n) {
                 Some(k) => (0..k).for_each(|_| w.notify.notify_one()),
                 None => w.notify.notify_waiters(),
@@ -399,6 +461,72 @@ mod tests {
         let committed = caller_commit_payload("jobs");
         assert_eq!(foreign_queue(new_origin(), &committed), Some("jobs"));
         assert_ne!(new_origin(), CALLER_COMMIT);
+    }
+
+    fn stamp(w: &QueueWaker) -> Stamp {
+        let notified = w.notified();
+        tokio::pin!(notified);
+        w.stamp(notified.as_mut())
+    }
+
+    #[test]
+    fn a_queue_stays_known_empty_while_what_was_woken_is_leased() {
+        let w = QueueWaker::default();
+        let now = 1_000;
+        assert!(w.known_empty(now).is_none(), "nothing known at first");
+        let first = stamp(&w);
+        w.found_empty(first, None, now);
+        assert!(w.known_empty(now).is_some());
+        // A send of two messages: the queue is not empty until two were leased after it.
+        w.woke(Some(2));
+        assert!(w.known_empty(now).is_none());
+        let after = stamp(&w);
+        // A lease that ran alongside the empty one does not count: it may have taken a
+        // message that no wake-up counted.
+        w.leased(first, 2);
+        assert!(w.known_empty(now).is_none());
+        w.leased(after, 1);
+        assert!(w.known_empty(now).is_none());
+        w.leased(after, 1);
+        assert!(w.known_empty(now).is_some());
+        // A wake-up that does not count its messages ends the knowledge.
+        w.woke(None);
+        assert!(w.known_empty(now).is_none());
+        w.leased(stamp(&w), 5);
+        assert!(w.known_empty(now).is_none());
+    }
+
+    #[test]
+    fn wake_ups_during_an_empty_lease_are_counted() {
+        let w = QueueWaker::default();
+        let at = stamp(&w);
+        // One message made visible while the statement ran: it may have missed it.
+        w.woke(Some(1));
+        w.found_empty(at, None, 0);
+        assert!(w.known_empty(0).is_none());
+        w.leased(stamp(&w), 1);
+        assert!(w.known_empty(0).is_some());
+        // An uncounted wake-up while a statement ran: its empty answer says nothing.
+        let at = stamp(&w);
+        w.woke(None);
+        w.found_empty(at, None, 0);
+        assert!(w.known_empty(0).is_none());
+        // An older empty answer does not replace a newer one.
+        let newer = stamp(&w);
+        w.found_empty(newer, None, 0);
+        w.found_empty(at, None, 0);
+        assert!(w.known_empty(0).is_some());
+    }
+
+    #[test]
+    fn something_due_ends_the_knowledge() {
+        let w = QueueWaker::default();
+        w.found_empty(stamp(&w), Some(2_000), 1_000);
+        assert!(w.known_empty(1_999).is_some());
+        assert!(
+            w.known_empty(2_000).is_none(),
+            "a delay ends or a lease runs out"
+        );
     }
 
     #[test]

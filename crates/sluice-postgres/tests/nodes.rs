@@ -677,3 +677,106 @@ async fn concurrent_acks_on_one_node_are_each_answered_for_their_own_receipts() 
             .is_empty()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_polls_served_one_message_at_a_time_miss_none() {
+    // Long polls skip the database while their node counts every message made visible since
+    // an empty lease as leased again. A miscount would leave a message unseen until the
+    // fallback poll; these polls end sooner, so a miscount loses the message here.
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "one-by-one").await;
+    // A node trusts that memory once it has listened for half a second.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let sent_all = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut receivers = Vec::new();
+    for _ in 0..4 {
+        let (store, work, sent_all) = (n.a.clone(), work.clone(), sent_all.clone());
+        receivers.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let batch = store.receive(&work, poll(600)).await.expect("receive");
+                if batch.is_empty() {
+                    if sent_all.load(std::sync::atomic::Ordering::Acquire) {
+                        return got;
+                    }
+                    continue;
+                }
+                let acks = batch
+                    .iter()
+                    .map(|d| AckRequest {
+                        receipt: d.receipt,
+                        result: None,
+                    })
+                    .collect();
+                store.ack(&work, acks).await.expect("ack");
+                got.extend(batch.into_iter().map(|d| d.id));
+            }
+        }));
+    }
+    let mut sent = std::collections::HashSet::new();
+    for i in 0..60 {
+        let out =
+            n.a.send(&work, vec![msg(&format!("m{i}"))])
+                .await
+                .expect("send");
+        sent.insert(out[0].id);
+        if i % 3 == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    sent_all.store(true, std::sync::atomic::Ordering::Release);
+    let mut received = std::collections::HashSet::new();
+    for r in receivers {
+        for id in r.await.expect("receiver") {
+            assert!(received.insert(id), "a message was delivered twice");
+        }
+    }
+    assert_eq!(received, sent, "every message was received by a long poll");
+}
+
+#[tokio::test]
+async fn a_queue_known_empty_still_delivers_what_is_sent_next() {
+    // The node remembers that the queue was found empty; each message sent after that must
+    // still reach a long poll at once, not at the fallback poll (the waits here are shorter).
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "known-empty").await;
+    // A node trusts that memory once it has listened for half a second.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    for round in 0..3 {
+        assert!(
+            n.a.receive(&work, poll(20))
+                .await
+                .expect("receive")
+                .is_empty(),
+            "round {round}: found empty"
+        );
+        // A long poll already waiting is woken by the send. (Were the send not counted, the
+        // poll would look again only when its wait ran out: it still gets the message then,
+        // so the time tells.)
+        let waiting = {
+            let (store, work) = (n.a.clone(), work.clone());
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let got = store.receive(&work, poll(900)).await;
+                (got, started.elapsed())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        n.a.send(&work, vec![msg("woken")]).await.expect("send");
+        let (got, took) = waiting.await.expect("task");
+        assert_eq!(got.expect("long poll").len(), 1, "round {round}");
+        assert!(
+            took < Duration::from_millis(600),
+            "round {round}: the waiting poll was not woken by the send ({took:?})"
+        );
+        // A long poll that arrives after a send asks the database at once.
+        n.a.send(&work, vec![msg("arrives")]).await.expect("send");
+        let started = std::time::Instant::now();
+        let got = n.a.receive(&work, poll(900)).await.expect("long poll");
+        assert_eq!(got.len(), 1, "round {round}");
+        assert!(
+            started.elapsed() < Duration::from_millis(550),
+            "round {round}: a new poll waited although a message was there"
+        );
+    }
+}
