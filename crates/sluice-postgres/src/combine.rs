@@ -14,6 +14,37 @@ use std::sync::Mutex;
 
 use futures::FutureExt as _;
 
+/// From this many messages a call is large: the database's time per row then outweighs its
+/// time per statement, so large calls of a queue have lanes of their own ([`Lanes`]).
+pub(crate) const LARGE_CALL: usize = 16;
+
+/// Small calls and large ones, combined apart: small calls of a queue share few statements,
+/// while large calls may run more statements at once, as their time is spent on rows.
+pub(crate) struct Lanes<J> {
+    small: Combiner<J>,
+    large: Combiner<J>,
+}
+
+impl<J> Lanes<J> {
+    /// Lanes running at most `small` statements of a queue at a time for small calls and
+    /// `large` for large ones.
+    pub(crate) fn new(small: usize, large: usize) -> Self {
+        Lanes {
+            small: Combiner::new(small),
+            large: Combiner::new(large),
+        }
+    }
+
+    /// The combiner of a call for `messages` messages.
+    pub(crate) fn of(&self, messages: usize) -> &Combiner<J> {
+        if messages >= LARGE_CALL {
+            &self.large
+        } else {
+            &self.small
+        }
+    }
+}
+
 /// Calls waiting to be written, per queue.
 pub(crate) struct Combiner<J> {
     lanes: Mutex<HashMap<String, Lane<J>>>,
@@ -122,5 +153,18 @@ mod tests {
         assert_eq!(c.next("q"), None);
         assert_eq!(c.next("other"), None);
         assert!(c.lanes().is_empty());
+    }
+
+    #[test]
+    fn large_calls_have_lanes_of_their_own() {
+        let lanes = Lanes::new(1, 2);
+        assert_eq!(lanes.of(1).push("q", 1), Some(vec![1]));
+        assert_eq!(lanes.of(1).push("q", 2), None, "one small write at a time");
+        // Large calls do not wait behind small ones, and run two at a time.
+        assert_eq!(lanes.of(LARGE_CALL).push("q", 100), Some(vec![100]));
+        assert_eq!(lanes.of(LARGE_CALL + 5).push("q", 101), Some(vec![101]));
+        assert_eq!(lanes.of(LARGE_CALL).push("q", 102), None);
+        assert_eq!(lanes.of(1).next("q"), Some(vec![2]));
+        assert_eq!(lanes.of(LARGE_CALL).next("q"), Some(vec![102]));
     }
 }

@@ -18,6 +18,13 @@ use crate::store::Inner;
 /// 2.50 transactions per message instead of 2.94).
 pub(crate) const LEASES_IN_FLIGHT: usize = 1;
 
+/// Lease statements of one queue a node runs at the same time for large receives
+/// ([`crate::combine::LARGE_CALL`] messages or more): a lease of a hundred rows spends its
+/// time on rows, and one at a time capped a queue at the rows one statement leases per
+/// statement time (measured, 100 messages per receive, 4 + 4: 20,554 – 23,821 msg/s with
+/// four, 9,616 – 11,733 with one, 13,213 – 15,472 with two).
+pub(crate) const LARGE_LEASES_IN_FLIGHT: usize = 4;
+
 /// A receive waiting for its queue's next combined lease.
 pub(crate) struct LeaseJob {
     max: u32,
@@ -39,12 +46,13 @@ pub(crate) async fn lease(
         max: req.max,
         reply,
     };
-    if let Some(jobs) = inner.leases.push(&key, job) {
+    let lane = inner.leases.of(req.max as usize);
+    if let Some(jobs) = lane.push(&key, job) {
         // A task of its own: a receive that goes away (a long poll ended by its client) must
         // not stop the lease the others wait for.
-        let (inner, queue) = (inner.clone(), queue.clone());
+        let (inner, queue, max) = (inner.clone(), queue.clone(), req.max as usize);
         tokio::spawn(async move {
-            crate::combine::drain(&inner.leases, &key, jobs, |jobs| {
+            crate::combine::drain(inner.leases.of(max), &key, jobs, |jobs| {
                 serve(&inner, &queue, vis, jobs)
             })
             .await;

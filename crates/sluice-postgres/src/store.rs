@@ -78,7 +78,7 @@ pub(crate) struct Inner {
     /// Plain sends gathering for their queue's next write.
     pub(crate) sends: crate::combine::Combiner<crate::send::SendJob>,
     /// Receives gathering for their queue's next lease.
-    pub(crate) leases: crate::combine::Combiner<crate::lease_combine::LeaseJob>,
+    pub(crate) leases: crate::combine::Lanes<crate::lease_combine::LeaseJob>,
     /// Acks gathering for their queue's next ack statement.
     pub(crate) acks: crate::combine::Combiner<crate::ack::AckJob>,
 }
@@ -283,7 +283,10 @@ impl PostgresStore {
             configs: crate::queues::ConfigCache::default(),
             node,
             sends: crate::combine::Combiner::new(crate::send::SENDS_IN_FLIGHT),
-            leases: crate::combine::Combiner::new(crate::lease_combine::LEASES_IN_FLIGHT),
+            leases: crate::combine::Lanes::new(
+                crate::lease_combine::LEASES_IN_FLIGHT,
+                crate::lease_combine::LARGE_LEASES_IN_FLIGHT,
+            ),
             acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });
         tokio::spawn(crate::wake::listen(
