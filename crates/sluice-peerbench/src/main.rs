@@ -38,11 +38,12 @@ use crate::load::System;
 use crate::report::{Row, Skipped};
 
 /// Systems in their default order.
-const ALL: [&str; 9] = [
+const ALL: [&str; 10] = [
     "sluice",
     "sluice-frames",
     "sluice-relaxed",
     "sluice-postgres",
+    "sluice-postgres-frames",
     "rabbitmq",
     "nats",
     "postgres",
@@ -73,7 +74,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "sluice,sluice-frames,sluice-relaxed,sluice-postgres,rabbitmq,nats,postgres,redis,redis-everysec"
+        default_value = "sluice,sluice-frames,sluice-relaxed,sluice-postgres,sluice-postgres-frames,rabbitmq,nats,postgres,redis,redis-everysec"
     )]
     systems: Vec<String>,
     /// Times each system runs per batch size (alternating); the median run is reported.
@@ -102,6 +103,9 @@ struct Args {
     /// it the `sluice` binary is started with `--store` on the database of `--pg-*`.
     #[arg(long, value_name = "URL")]
     sluice_pg_url: Option<String>,
+    /// The frame listener of --sluice-pg-url, for the `sluice-postgres-frames` row.
+    #[arg(long, value_name = "ADDR", requires = "sluice_pg_url")]
+    sluice_pg_frames: Option<String>,
     /// The `sluice` binary to start when --sluice-url is not given.
     #[arg(long, default_value = "target/release/sluice")]
     sluice_bin: PathBuf,
@@ -311,6 +315,7 @@ struct Ctx {
     sluice_frames: Option<String>,
     sluice_pid: Option<u32>,
     sluice_pg_url: Option<String>,
+    sluice_pg_frames: Option<String>,
     sluice_pg_pid: Option<u32>,
     /// The relaxed-durability broker: base URL, frame listener, pid.
     sluice_relaxed: Option<(String, String, Option<u32>)>,
@@ -342,33 +347,37 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
         };
     let mut own_pg = None;
-    let (sluice_pg_url, sluice_pg_pid) = if !args.systems.iter().any(|s| s == "sluice-postgres") {
-        (None, None)
-    } else if let Some(u) = &args.sluice_pg_url {
-        (Some(u.clone()), None)
-    } else {
-        let store = format!(
-            "postgres://{}@{}:{}/{}?schema={PG_SCHEMA}",
-            args.pg_user, args.pg_host, args.pg_port, args.pg_db
-        );
-        match spawn_sluice_with(
-            &args.sluice_bin,
-            &["--store".as_ref(), store.as_ref()],
-            Duration::from_secs(30),
-        )
-        .await
-        {
-            Ok((child, url, _)) => {
-                let r = (Some(url), child.id());
-                own_pg = Some(child);
-                r
+    let on_pg = ["sluice-postgres", "sluice-postgres-frames"];
+    let (sluice_pg_url, sluice_pg_frames, sluice_pg_pid) =
+        if !args.systems.iter().any(|s| on_pg.contains(&s.as_str())) {
+            (None, None, None)
+        } else if let Some(u) = &args.sluice_pg_url {
+            (Some(u.clone()), args.sluice_pg_frames.clone(), None)
+        } else {
+            let store = format!(
+                "postgres://{}@{}:{}/{}?schema={PG_SCHEMA}",
+                args.pg_user, args.pg_host, args.pg_port, args.pg_db
+            );
+            match spawn_sluice_with(
+                &args.sluice_bin,
+                &["--store".as_ref(), store.as_ref()],
+                Duration::from_secs(30),
+            )
+            .await
+            {
+                Ok((child, url, frames)) => {
+                    let r = (Some(url), Some(frames), child.id());
+                    own_pg = Some(child);
+                    r
+                }
+                Err(e) => {
+                    for name in on_pg {
+                        skipped.push(Skipped::new(name, &e));
+                    }
+                    (None, None, None)
+                }
             }
-            Err(e) => {
-                skipped.push(Skipped::new("sluice-postgres", &e));
-                (None, None)
-            }
-        }
-    };
+        };
     // A broker of its own, so the durable rows' broker keeps syncing before every answer.
     let mut own_relaxed = None;
     let sluice_relaxed = if !args.systems.iter().any(|s| s == "sluice-relaxed") {
@@ -401,6 +410,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         sluice_frames,
         sluice_pid,
         sluice_pg_url,
+        sluice_pg_frames,
         sluice_pg_pid,
         tick: cpu::ticks_per_second(),
         args,
@@ -530,8 +540,23 @@ async fn run_one(ctx: &Ctx, name: &str, batch: usize) -> anyhow::Result<Row> {
             };
             measure(ctx, &sys, name, durability, &settings, batch, target).await
         }
-        "sluice-frames" | "sluice-relaxed" => {
-            let (url, addr, pid, durability, settings) = if name == "sluice-frames" {
+        "sluice-frames" | "sluice-relaxed" | "sluice-postgres-frames" => {
+            let (url, addr, pid, durability, settings) = if name == "sluice-postgres-frames" {
+                let url = ctx
+                    .sluice_pg_url
+                    .clone()
+                    .context("no sluice-postgres broker")?;
+                let addr = ctx.sluice_pg_frames.clone().context(
+                    "no frame listener: start the broker with --frames-listen and give --sluice-pg-frames",
+                )?;
+                (
+                    url,
+                    addr,
+                    ctx.sluice_pg_pid,
+                    "durable (WAL flushed at commit)".to_owned(),
+                    "PostgreSQL engine (one node, same server as the postgres row), frame protocol, as sluice-frames".to_owned(),
+                )
+            } else if name == "sluice-frames" {
                 let url = ctx.sluice_url.clone().context("no sluice broker")?;
                 let addr = ctx.sluice_frames.clone().context(
                     "no frame listener: start the broker with --frames-listen and give --sluice-frames",

@@ -212,7 +212,7 @@ impl Output {
         }
         let colors = [
             "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-            "#bcbd22", "#17becf",
+            "#bcbd22", "#17becf", "#393b79",
         ];
         let top_value = self
             .rows

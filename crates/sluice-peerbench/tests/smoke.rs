@@ -6,8 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-const PEERS: [&str; 6] = [
+const PEERS: [&str; 7] = [
     "sluice-postgres",
+    "sluice-postgres-frames",
     "rabbitmq",
     "nats",
     "postgres",
@@ -15,9 +16,11 @@ const PEERS: [&str; 6] = [
     "redis-everysec",
 ];
 
-/// A broker on the PostgreSQL engine, served in-process on an ephemeral port, in a schema of
-/// its own; `None` (the `sluice-postgres` row is then skipped) when the database is missing.
+/// A broker on the PostgreSQL engine, served in-process on ephemeral ports (HTTP, frames),
+/// in a schema of its own; `None` (the `sluice-postgres` rows are then skipped) when the
+/// database is missing.
 async fn broker_on_postgres() -> Option<(
+    String,
     String,
     sluice_testkit::postgres::SchemaGuard,
     tokio::sync::oneshot::Sender<()>,
@@ -40,15 +43,18 @@ async fn broker_on_postgres() -> Option<(
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
+    let frames = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let frames_addr = frames.local_addr().unwrap().to_string();
     let broker = sluice_server::Broker::new(
         std::sync::Arc::new(store),
         sluice_server::ServerOptions::default(),
-    );
+    )
+    .with_frames(frames);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(broker.serve(listener, async {
         let _ = stopped.await;
     }));
-    Some((url, guard, stop))
+    Some((url, frames_addr, guard, stop))
 }
 
 /// Runs the tool with 200 messages at batch 1 and 10, 2 + 2, JSON output, and `extra`.
@@ -83,9 +89,10 @@ async fn every_available_system_runs_a_tiny_load() {
     let relaxed = sluice_testkit::InProcessBroker::start_relaxed(Duration::from_secs(1)).await;
     let relaxed_frames = relaxed.frames.to_string();
     let on_pg = broker_on_postgres().await;
-    let pg_url = on_pg
-        .as_ref()
-        .map_or_else(|| "http://127.0.0.1:9".to_owned(), |(u, _, _)| u.clone());
+    let (pg_url, pg_frames) = on_pg.as_ref().map_or_else(
+        || ("http://127.0.0.1:9".to_owned(), "127.0.0.1:9".to_owned()),
+        |(u, f, _, _)| (u.clone(), f.clone()),
+    );
     let started = Instant::now();
     let out = tiny_run(&[
         "--sluice-url",
@@ -98,6 +105,8 @@ async fn every_available_system_runs_a_tiny_load() {
         &relaxed_frames,
         "--sluice-pg-url",
         &pg_url,
+        "--sluice-pg-frames",
+        &pg_frames,
     ])
     .await;
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -144,7 +153,7 @@ async fn every_available_system_runs_a_tiny_load() {
             assert!(row["p99_us"].as_u64().unwrap() > 0);
         }
     }
-    if let Some((_, guard, stop)) = on_pg {
+    if let Some((_, _, guard, stop)) = on_pg {
         let _ = stop.send(());
         drop(guard);
     }
