@@ -113,14 +113,14 @@ pub(crate) async fn ack(
 async fn write(inner: &Inner, q: &str, ttl: Duration, mut jobs: Vec<AckJob>) {
     while !jobs.is_empty() {
         let mut named = HashSet::new();
-        let (now, later): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|j| {
+        let (first, later): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|j| {
             j.ids.iter().all(|id| !named.contains(id)) && {
                 named.extend(j.ids.iter().copied());
                 true
             }
         });
-        let done = statement(inner, q, ttl, &now).await;
-        for j in now {
+        let done = statement(inner, q, ttl, &first).await;
+        for j in first {
             let answer = done
                 .as_ref()
                 .map_err(Clone::clone)
