@@ -4,9 +4,10 @@
 //! has committed, sends a NOTIFY ([`announce`]). Every node keeps one listening connection
 //! and wakes its local waiters for the named queue. Notifications can be lost while that
 //! connection is down, so a waiting receive also re-checks on a bounded timer
-//! ([`FALLBACK_POLL`]). A long poll that arrives while nothing was woken since its queue was
-//! last found empty starts out waiting, as if it had asked ([`QueueWaker`]); only while the
-//! listening connection is up, since that memory relies on other nodes' wake-ups arriving.
+//! ([`FALLBACK_POLL`]). A long poll that arrives while its queue is known to be empty (found
+//! empty, and every message woken since leased again by this node) starts out waiting, as if
+//! it had asked ([`QueueWaker`]); only while the listening connection is up, since that
+//! memory relies on other nodes' wake-ups arriving.
 //!
 //! A node alone sends no NOTIFY: every listening node says on the channel that it is there
 //! ([`PRESENCE_EVERY`]), and a node announces its writes only while it has heard another
