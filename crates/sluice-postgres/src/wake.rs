@@ -93,10 +93,10 @@ pub(crate) struct Stamp {
 /// A lease statement found the queue empty.
 #[derive(Clone, Copy)]
 struct Empty {
-    /// The wake-up generation read before the statement ran.
-    generation: u64,
-    /// Messages made visible since that generation and not yet leased by a later lease.
-    unleased: i64,
+    /// Where the wake-ups were when the statement started.
+    at: Stamp,
+    /// Messages leased since by leases that started later.
+    leased: u64,
     /// When (store clock, ms) a delayed message or an expired lease makes something visible.
     next_wake: Option<i64>,
     /// Past this the database is asked again anyway, as by a waiting receive.
@@ -125,13 +125,14 @@ impl QueueWaker {
         let until = Instant::now()
             + sluice_core::store::long_poll_nap(FALLBACK_POLL, FALLBACK_POLL, now, next_wake);
         let mut s = self.state();
-        if s.uncounted_at > at.generation || s.empty.is_some_and(|e| e.generation > at.generation) {
+        if s.uncounted_at > at.generation
+            || s.empty.is_some_and(|e| e.at.generation > at.generation)
+        {
             return;
         }
-        let unleased = i64::try_from(s.woken - at.woken).unwrap_or(i64::MAX);
         s.empty = Some(Empty {
-            generation: at.generation,
-            unleased,
+            at,
+            leased: 0,
             next_wake,
             until,
         });
@@ -143,20 +144,21 @@ impl QueueWaker {
     pub(crate) fn leased(&self, at: Stamp, n: usize) {
         let mut s = self.state();
         if let Some(e) = s.empty.as_mut()
-            && at.generation > e.generation
+            && at.generation > e.at.generation
         {
-            e.unleased = e
-                .unleased
-                .saturating_sub(i64::try_from(n).unwrap_or(i64::MAX));
+            e.leased += n as u64;
         }
     }
 
     /// How long a long poll may wait without asking the database: `Some` while the queue is
     /// known to be empty and nothing is due yet.
     pub(crate) fn known_empty(&self, now: i64) -> Option<Duration> {
-        let e = self.state().empty?;
+        let s = self.state();
+        let e = s.empty?;
+        // Every message woken since the empty lease has been leased again.
+        let all_leased = s.woken - e.at.woken <= e.leased;
         let left = e.until.saturating_duration_since(Instant::now());
-        let current = e.unleased <= 0 && !left.is_zero() && e.next_wake.is_none_or(|at| now < at);
+        let current = all_leased && !left.is_zero() && e.next_wake.is_none_or(|at| now < at);
         current.then_some(left)
     }
 
@@ -165,14 +167,7 @@ impl QueueWaker {
         let mut s = self.state();
         s.generation += 1;
         match visible {
-            Some(n) => {
-                s.woken += n as u64;
-                if let Some(e) = s.empty.as_mut() {
-                    e.unleased = e
-                        .unleased
-                        .saturating_add(i64::try_from(n).unwrap_or(i64::MAX));
-                }
-            }
+            Some(n) => s.woken += n as u64,
             None => {
                 s.uncounted_at = s.generation;
                 s.empty = None;
