@@ -1196,6 +1196,75 @@ pub async fn ack_completes_and_keeps_result_for_result_ttl(h: &dyn Harness) {
     assert_eq!(e.stats(&q).await.completed, 0);
 }
 
+/// A result over `max_message_bytes` fails its own receipt with `PayloadTooLarge` and changes
+/// nothing: the lease still holds and can be acked afterwards. The other receipts of the batch
+/// are acked.
+pub async fn ack_result_over_max_message_bytes_fails_only_its_receipt(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "ackbig",
+            QueueConfigPatch {
+                max_message_bytes: Some(100),
+                result_ttl: Some(secs(60)),
+                ..Default::default()
+            },
+        )
+        .await;
+    let big_id = e.send_text(&q, "big result").await;
+    let small_id = e.send_text(&q, "small result").await;
+    let first = e.recv_one(&q).await;
+    let second = e.recv_one(&q).await;
+    let (big, small) = if first.id == big_id {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert_eq!(small.id, small_id);
+    let out = e
+        .store
+        .ack(
+            &q,
+            vec![
+                AckRequest {
+                    receipt: big.receipt,
+                    result: Some(Body::text("x".repeat(101))),
+                },
+                AckRequest {
+                    receipt: small.receipt,
+                    result: Some(Body::text("ok")),
+                },
+            ],
+        )
+        .await
+        .expect("ack call");
+    assert_eq!(out.len(), 2);
+    assert!(
+        matches!(out[0], Err(StoreError::PayloadTooLarge(_))),
+        "oversized result: {:?}",
+        out[0]
+    );
+    assert_eq!(out[1], Ok(()), "the other receipt is acked");
+    assert_eq!(e.get(small_id).await.state, MessageState::Completed);
+    assert_eq!(
+        e.get(big_id).await.state,
+        MessageState::InFlight,
+        "the refused ack changed nothing"
+    );
+    let again = e
+        .store
+        .ack(
+            &q,
+            vec![AckRequest {
+                receipt: big.receipt,
+                result: None,
+            }],
+        )
+        .await
+        .expect("ack call");
+    assert_eq!(again, vec![Ok(())], "the lease still held");
+}
+
 /// With `result_ttl` 0 no completed record is kept.
 pub async fn ack_with_zero_result_ttl_keeps_nothing(h: &dyn Harness) {
     let e = env(h).await;
