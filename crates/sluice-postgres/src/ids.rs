@@ -35,13 +35,40 @@ impl Ids {
             if out.len() == n {
                 return Ok(out);
             }
-            let row = client
-                .query_one("SELECT nextval('id_blocks')", &[])
-                .await
-                .map_err(|e| db(&e))?;
-            let block: i64 = row.get(0);
-            let mut r = self.range.lock().unwrap_or_else(|p| p.into_inner());
-            *r = (block * ID_BLOCK, (block + 1) * ID_BLOCK);
+            self.refill(client).await?;
         }
+    }
+
+    /// The first of `n` consecutive fresh ids (`n` at most [`ID_BLOCK`]), for a pack. The
+    /// rest of a block too short for them is left unused.
+    pub(crate) async fn draw_run(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+        n: usize,
+    ) -> Result<i64, StoreError> {
+        let n = i64::try_from(n).unwrap_or(i64::MAX).clamp(1, ID_BLOCK);
+        loop {
+            {
+                let mut r = self.range.lock().unwrap_or_else(|p| p.into_inner());
+                if r.1 - r.0 >= n {
+                    let first = r.0;
+                    r.0 += n;
+                    return Ok(first);
+                }
+            }
+            self.refill(client).await?;
+        }
+    }
+
+    /// Replaces the current block with a fresh one.
+    async fn refill(&self, client: &impl tokio_postgres::GenericClient) -> Result<(), StoreError> {
+        let row = client
+            .query_one("SELECT nextval('id_blocks')", &[])
+            .await
+            .map_err(|e| db(&e))?;
+        let block: i64 = row.get(0);
+        let mut r = self.range.lock().unwrap_or_else(|p| p.into_inner());
+        *r = (block * ID_BLOCK, (block + 1) * ID_BLOCK);
+        Ok(())
     }
 }

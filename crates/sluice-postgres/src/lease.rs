@@ -127,32 +127,71 @@ pub(crate) async fn lease_fast(
     let now = inner.now();
     let cutoff = crate::settle::retention_cutoff(cfg, now);
     let deadline = Timestamp(now).plus(vis).as_millis();
-    let stmt = conn
-        .prepare_cached(FAST_LEASE_SQL)
-        .await
-        .map_err(|e| db(&e))?;
-    let n = i64::from(max);
-    let rows = conn
-        .query(&stmt, &[&q, &now, &n, &deadline, &cutoff])
-        .await
-        .map_err(|e| db(&e))?;
-    let Some(first) = rows.first() else {
-        return Err(StoreError::unavailable(
-            "the lease statement returned no row",
-        ));
-    };
-    let due: bool = first.try_get(9).map_err(corrupt)?;
-    let leased: Option<i64> = first.try_get(0).map_err(corrupt)?;
-    let mut got = if leased.is_some() {
-        deliveries(&rows, cfg, deadline)?
-    } else {
-        Vec::new()
-    };
+    let mut got = Vec::new();
+    let mut due = false;
+    // The oldest waiting pack, when it is too large for this receive.
+    let mut unfit = None;
+    // Whether packs wait behind the rows this receive leases.
+    let mut later = false;
+    let packs_first = inner.pack_min > 0 && max as usize >= inner.pack_min;
+    if packs_first {
+        let packs = crate::pack::lease(conn, q, cfg, now, max, deadline, inner.pack_min).await?;
+        got = packs.deliveries;
+        due = packs.due;
+        unfit = packs.unfit;
+        later = packs.later;
+    }
+    let mut next_wake = None;
+    let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
+    if left > 0 {
+        let stmt = conn
+            .prepare_cached(FAST_LEASE_SQL)
+            .await
+            .map_err(|e| db(&e))?;
+        let n = i64::from(left);
+        let rows = conn
+            .query(&stmt, &[&q, &now, &n, &deadline, &cutoff])
+            .await
+            .map_err(|e| db(&e))?;
+        let Some(first) = rows.first() else {
+            return Err(StoreError::unavailable(
+                "the lease statement returned no row",
+            ));
+        };
+        due |= first.try_get::<_, bool>(9).map_err(corrupt)?;
+        if first
+            .try_get::<_, Option<i64>>(0)
+            .map_err(corrupt)?
+            .is_some()
+        {
+            got.extend(deliveries(&rows, cfg, deadline)?);
+            let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
+            if later && left > 0 {
+                // The rows older than the packs are taken: packs fill what is left.
+                let packs =
+                    crate::pack::lease(conn, q, cfg, now, left, deadline, inner.pack_min).await?;
+                got.extend(packs.deliveries);
+                due |= packs.due;
+            }
+        } else {
+            next_wake = first.try_get(10).map_err(corrupt)?;
+            if !packs_first {
+                // Not asked of the packs: the oldest waiting one, locked or not.
+                unfit = first.try_get(11).map_err(corrupt)?;
+            }
+        }
+    }
+    if got.is_empty()
+        && let Some(pack) = unfit
+    {
+        // Nothing else is waiting and the oldest pack is larger than this receive: its
+        // members become rows, of which this receive takes its share.
+        crate::pack::unpack_waiting(&***conn, pack).await?;
+        due = true;
+    }
     if !due {
         return Ok(if got.is_empty() {
-            Attempted::Empty {
-                next_wake: first.try_get(10).map_err(corrupt)?,
-            }
+            Attempted::Empty { next_wake }
         } else {
             Attempted::Got(got)
         });
@@ -210,14 +249,19 @@ macro_rules! lease_ctes {
 /// (columns 0 – 8, no rows when nothing was leased), whether anything is due to settle (a
 /// lease that ran out at `$2`, or a message that entered before the retention cutoff `$5`:
 /// column 9) and, when nothing was leased, when the queue next changes by itself (column
-/// 10). Always at least one row.
+/// 10) and the oldest waiting pack (column 11), which this receive may unpack. Always at least
+/// one row.
 const FAST_LEASE_SQL: &str = concat!(
     lease_ctes!(),
     ", due AS (
          SELECT EXISTS (SELECT 1 FROM messages
                         WHERE queue = $1 AND state = 1 AND visible_at <= $2)
              OR EXISTS (SELECT 1 FROM messages
-                        WHERE queue = $1 AND state = 0 AND entered_at <= $5) AS due
+                        WHERE queue = $1 AND state = 0 AND entered_at <= $5)
+             OR EXISTS (SELECT 1 FROM packs
+                        WHERE queue = $1 AND state = 1 AND visible_at <= $2)
+             OR EXISTS (SELECT 1 FROM packs
+                        WHERE queue = $1 AND state = 0 AND visible_at <= $5) AS due
      )
      SELECT leased.id, leased.token, leased.body, leased.body_kind, leased.attrs,
          leased.receive_count, leased.enqueued_at, leased.last_error, leased.was,
@@ -225,8 +269,13 @@ const FAST_LEASE_SQL: &str = concat!(
          CASE WHEN leased.id IS NULL THEN least(
              (SELECT min(visible_at) FROM messages
               WHERE queue = $1 AND state = 0 AND visible_at > $2),
-             (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1))
-         END AS next_due
+             (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1),
+             (SELECT min(visible_at) FROM packs WHERE queue = $1 AND state = 1))
+         END AS next_due,
+         CASE WHEN leased.id IS NULL THEN
+             (SELECT id FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $2
+              ORDER BY visible_at, id LIMIT 1)
+         END AS pack
      FROM due LEFT JOIN leased ON true"
 );
 
@@ -250,10 +299,7 @@ where
     let mut n = i64::from(req.max);
     if let Some(mif) = cfg.max_in_flight {
         let row = tx
-            .query_one(
-                "SELECT count(*) FROM messages WHERE queue = $1 AND state = 1",
-                &[&q],
-            )
+            .query_one(crate::pack::IN_FLIGHT_SQL, &[&q])
             .await
             .map_err(|e| db(&e))?;
         n = n.min((i64::from(mif) - row.get::<_, i64>(0)).max(0));
@@ -364,7 +410,8 @@ async fn next_due(tx: &impl GenericClient, q: &str, now: i64) -> Result<Option<i
         .query_one(
             "SELECT least(
                  (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 0 AND visible_at > $2),
-                 (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1))",
+                 (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1),
+                 (SELECT min(visible_at) FROM packs WHERE queue = $1 AND state = 1))",
             &[&q, &now],
         )
         .await
@@ -391,6 +438,9 @@ async fn with_lease<T>(
     let (out, fx) = crate::store::transaction(&mut conn, async |tx| {
         let cfg = crate::queues::config(tx, q, false).await?;
         let now = inner.now();
+        if crate::pack::is_pack_token(receipt.token as i64) {
+            crate::pack::unpack_member(tx, receipt.id.0 as i64).await?;
+        }
         let row = tx
             .query_opt(
                 &format!("SELECT {ROW_COLS} FROM messages WHERE id = $1 FOR UPDATE"),
@@ -611,6 +661,7 @@ pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, Stor
     let fx = crate::store::transaction(&mut conn, async |tx| {
         let now = inner.now();
         let mut fx = Effects::default();
+        crate::pack::unpack_member(tx, id.0 as i64).await?;
         let found = tx
             .query_opt(
                 "SELECT queue FROM messages WHERE id = $1",

@@ -25,6 +25,7 @@ mod lease;
 mod lease_combine;
 mod maintenance;
 mod outbox;
+mod pack;
 mod queues;
 mod records;
 mod redrive;

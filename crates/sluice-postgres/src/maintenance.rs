@@ -43,6 +43,11 @@ pub(crate) async fn once(inner: &Inner) -> Result<(), StoreError> {
             now,
         ),
         (
+            "DELETE FROM packs WHERE id IN (SELECT id FROM packs
+                 WHERE state = 2 AND keep_until <= $1 LIMIT $2)",
+            now,
+        ),
+        (
             "DELETE FROM dedup WHERE ctid IN (SELECT ctid FROM dedup WHERE until <= $1 LIMIT $2)",
             now,
         ),

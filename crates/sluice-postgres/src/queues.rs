@@ -206,6 +206,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
             .map_err(|e| db(&e))?;
         for sql in [
             "DELETE FROM messages WHERE queue = $1",
+            "DELETE FROM packs WHERE queue = $1",
             "DELETE FROM counters WHERE queue = $1",
             "DELETE FROM dedup WHERE queue = $1",
             "DELETE FROM rate_events WHERE queue = $1",

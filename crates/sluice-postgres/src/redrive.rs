@@ -239,6 +239,8 @@ async fn step_moves(
         .cursor
         .map_or((i64::MIN, i64::MIN), |(at, id)| (at, id as i64));
     let fetch = want * EXAMINE_PER_MOVE + 1000;
+    // A redrive moves rows: packs sent to the source queue itself become rows first.
+    crate::pack::unpack_queue(tx, job.spec.source.as_str()).await?;
     let rows = tx
         .query(
             &format!(
@@ -285,10 +287,7 @@ async fn step_moves(
                     let found = match crate::queues::config(tx, d, false).await {
                         Ok(cfg) => {
                             let leased = tx
-                                .query_one(
-                                    "SELECT count(*) FROM messages WHERE queue = $1 AND state = 1",
-                                    &[d],
-                                )
+                                .query_one(crate::pack::IN_FLIGHT_SQL, &[d])
                                 .await
                                 .map_err(|e| db(&e))?;
                             Some((cfg, leased.get::<_, i64>(0)))

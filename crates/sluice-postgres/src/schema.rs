@@ -10,7 +10,7 @@ use tokio_postgres::Client;
 use crate::error::OpenError;
 
 /// The migrations, in order. A released migration is never edited: a change is a new entry.
-const MIGRATIONS: &[(i32, &str)] = &[(1, V1)];
+const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2)];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
 /// jobs, stats history and the audit table.
@@ -124,6 +124,38 @@ CREATE INDEX audit_queue ON audit (queue, seq);
 
 -- Message and job ids: each node takes a block of ids at a time.
 CREATE SEQUENCE id_blocks;
+"#;
+
+/// Version 2: packs. A plain send of many messages is kept as one row until something needs
+/// its members one by one (see `crate::pack`).
+const V2: &str = r#"
+-- Members are the messages id .. id + n - 1, each visible at once when sent.
+-- state: 0 waiting (never received), 1 leased for its first delivery (token, visible_at the
+-- deadline), 2 completed (every member acked; a record kept until keep_until).
+-- done, per member: 0 not acked, -1 acked without a record, else the record's keep-until;
+-- acked_at: the latest ack, the completion time its records show.
+CREATE TABLE packs (
+    id           bigint PRIMARY KEY,
+    queue        text NOT NULL,
+    n            integer NOT NULL,
+    pending      integer NOT NULL,
+    state        smallint NOT NULL,
+    visible_at   bigint NOT NULL,
+    enqueued_at  bigint NOT NULL,
+    token        bigint,
+    done         bigint[] NOT NULL,
+    acked_now    bigint[],
+    acked_at     bigint,
+    keep_until   bigint,
+    bodies       bytea[],
+    kinds        smallint[] NOT NULL,
+    attrs        jsonb[]
+);
+-- The bodies are stored out of line uncompressed: a lease or an ack rewrites the small row only.
+ALTER TABLE packs ALTER COLUMN bodies SET STORAGE EXTERNAL;
+CREATE INDEX packs_waiting ON packs (queue, visible_at, id) WHERE state = 0;
+CREATE INDEX packs_leased ON packs (queue, visible_at) WHERE state = 1;
+CREATE INDEX packs_done ON packs (keep_until) WHERE state = 2;
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

@@ -118,10 +118,7 @@ pub(crate) async fn send(
         // Under the queue's row lock, so nodes sending at once cannot overshoot together.
         crate::queues::config(c, q, true).await?;
         let row = c
-            .query_one(
-                "SELECT count(*) FROM messages WHERE queue = $1 AND state < 2",
-                &[&q],
-            )
+            .query_one(crate::pack::DEPTH_SQL, &[&q])
             .await
             .map_err(|e| db(&e))?;
         let depth = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
@@ -163,6 +160,8 @@ pub(crate) struct SendJob {
     messages: Vec<NewMessage>,
     /// The queue's default delay as the caller saw it.
     delay: Duration,
+    /// Whether it is stored as a pack.
+    pack: bool,
     reply: oneshot::Sender<Result<(Vec<SendOutcome>, bool), StoreError>>,
 }
 
@@ -179,7 +178,10 @@ pub(crate) async fn send_plain(
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
     validate_bodies_fit(cfg, queue, &messages)?;
     let (reply, answer) = oneshot::channel();
+    // Queues with global limits count and lease rows only: their sends are not packed.
+    let limited = cfg.rate_limit.is_some() || cfg.max_in_flight.is_some();
     let job = SendJob {
+        pack: !limited && crate::pack::packable(inner.pack_min, cfg.delay, &messages),
         messages,
         delay: cfg.delay,
         reply,
@@ -199,24 +201,63 @@ pub(crate) async fn send_plain(
         .map_err(|_| StoreError::unavailable("the send was dropped before it was written"))?
 }
 
+/// Writes the plain sends of `jobs`: the large ones as packs in one statement, the others as
+/// rows in another.
 async fn write_batch(inner: &Inner, q: &str, jobs: Vec<SendJob>) {
-    let total: usize = jobs.iter().map(|j| j.messages.len()).sum();
-    let written = async {
-        let conn = inner.conn().await?;
-        let ids = inner.ids.draw(&**conn, total).await?;
-        let stmt = conn.prepare_cached(INSERT_SQL).await.map_err(|e| db(&e))?;
-        let mut items = Vec::with_capacity(total);
-        let mut next_id = ids.iter().copied();
-        for j in &jobs {
-            for m in &j.messages {
-                items.push((m, next_id.next().unwrap_or_default(), j.delay));
+    let (packed, rows): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|j| j.pack);
+    if !packed.is_empty() {
+        let written = async {
+            let conn = inner.conn().await?;
+            let mut firsts = Vec::with_capacity(packed.len());
+            for j in &packed {
+                firsts.push(inner.ids.draw_run(&**conn, j.messages.len()).await?);
             }
+            let packs: Vec<(i64, &[NewMessage])> = firsts
+                .iter()
+                .zip(&packed)
+                .map(|(first, j)| (*first, j.messages.as_slice()))
+                .collect();
+            let stored = crate::pack::insert(&conn, q, inner.now(), &packs).await?;
+            let ids = firsts
+                .iter()
+                .zip(&packed)
+                .flat_map(|(first, j)| (0..j.messages.len() as i64).map(move |i| first + i))
+                .collect();
+            Ok::<_, StoreError>((ids, stored, true))
         }
-        let (inserted, visible_now) =
-            insert(&**conn, &stmt, q, inner.now(), items.into_iter()).await?;
-        Ok::<_, StoreError>((ids, inserted, visible_now))
+        .await;
+        answer(inner, q, packed, written);
     }
-    .await;
+    if !rows.is_empty() {
+        let written = async {
+            let total: usize = rows.iter().map(|j| j.messages.len()).sum();
+            let conn = inner.conn().await?;
+            let ids = inner.ids.draw(&**conn, total).await?;
+            let stmt = conn.prepare_cached(INSERT_SQL).await.map_err(|e| db(&e))?;
+            let mut items = Vec::with_capacity(total);
+            let mut next_id = ids.iter().copied();
+            for j in &rows {
+                for m in &j.messages {
+                    items.push((m, next_id.next().unwrap_or_default(), j.delay));
+                }
+            }
+            let (inserted, visible_now) =
+                insert(&**conn, &stmt, q, inner.now(), items.into_iter()).await?;
+            Ok::<_, StoreError>((ids, inserted, visible_now))
+        }
+        .await;
+        answer(inner, q, rows, written);
+    }
+}
+
+/// Answers each of `jobs` from one write: `(ids in the jobs' order, rows or packs stored,
+/// whether a message is visible at once)`.
+fn answer(
+    inner: &Inner,
+    q: &str,
+    jobs: Vec<SendJob>,
+    written: Result<(Vec<i64>, i64, bool), StoreError>,
+) {
     match written {
         Ok((_, 0, _)) => {
             inner.configs.forget(q);

@@ -142,6 +142,7 @@ pub(crate) async fn settle(
     fx: &mut Effects,
 ) -> Result<(), StoreError> {
     let cutoff = retention_cutoff(cfg, now);
+    crate::pack::unpack_due(c, queue, cfg, now, cutoff).await?;
     let rows = c
         .query(
             &format!(

@@ -40,6 +40,11 @@ pub struct PostgresOptions {
     /// This node's name in redrive ownership. A node restarted under the same name takes its
     /// jobs back at once; a new name waits for the previous owner's heartbeat to run out.
     pub node_id: Option<String>,
+    /// Sends of at least this many messages (all visible at once, without dedup ids) are
+    /// stored as one row, a pack, until their members need rows of their own; 0 stores every
+    /// message as a row, 1 every plain send. Large batches cost the database a row and a few index entries per
+    /// batch instead of per message (see the `pack` module).
+    pub pack_min: usize,
 }
 
 impl Default for PostgresOptions {
@@ -51,6 +56,7 @@ impl Default for PostgresOptions {
             connect_timeout: Duration::from_secs(5),
             maintenance_interval: Duration::from_millis(500),
             node_id: None,
+            pack_min: 10,
         }
     }
 }
@@ -75,6 +81,8 @@ pub(crate) struct Inner {
     pub(crate) pending: std::sync::Mutex<crate::counters::Counts>,
     pub(crate) configs: crate::queues::ConfigCache,
     pub(crate) node: String,
+    /// [`PostgresOptions::pack_min`].
+    pub(crate) pack_min: usize,
     /// Plain sends gathering for their queue's next write.
     pub(crate) sends: crate::combine::Combiner<crate::send::SendJob>,
     /// Receives gathering for their queue's next lease.
@@ -282,6 +290,7 @@ impl PostgresStore {
             pending: std::sync::Mutex::default(),
             configs: crate::queues::ConfigCache::default(),
             node,
+            pack_min: options.pack_min,
             sends: crate::combine::Combiner::new(crate::send::SENDS_IN_FLIGHT),
             leases: crate::combine::Lanes::new(
                 crate::lease_combine::LEASES_IN_FLIGHT,

@@ -33,6 +33,8 @@ pub(crate) async fn browse(
         let now = inner.now();
         let mut fx = Effects::default();
         settle_with_sources(tx, q, &cfg, now, &mut fx).await?;
+        // Browsing pages through rows: the queue's packs become rows first.
+        crate::pack::unpack_queue(tx, q).await?;
         let tags: &[u8] = match req.state {
             BrowseState::InFlight => &[0],
             BrowseState::Visible => &[1],
@@ -104,6 +106,7 @@ pub(crate) async fn get(inner: &Inner, id: MessageId) -> Result<Message, StoreEr
     let (row, fx, now) = crate::store::transaction(&mut conn, async |tx| {
         let now = inner.now();
         let key = id.0 as i64;
+        crate::pack::unpack_member(tx, key).await?;
         let found = tx
             .query_opt("SELECT queue FROM messages WHERE id = $1", &[&key])
             .await
@@ -139,14 +142,17 @@ pub(crate) async fn get(inner: &Inner, id: MessageId) -> Result<Message, StoreEr
 
 /// Removes one message or completed record.
 pub(crate) async fn delete(inner: &Inner, id: MessageId) -> Result<(), StoreError> {
-    let conn = inner.conn().await?;
-    let n = conn
-        .execute(
+    let mut conn = inner.conn().await?;
+    let n = crate::store::transaction(&mut conn, async |tx| {
+        crate::pack::unpack_member(tx, id.0 as i64).await?;
+        tx.execute(
             "DELETE FROM messages WHERE id = $1 AND NOT (state = 2 AND keep_until <= $2)",
             &[&(id.0 as i64), &inner.now()],
         )
         .await
-        .map_err(|e| db(&e))?;
+        .map_err(|e| db(&e))
+    })
+    .await?;
     if n == 0 {
         return Err(StoreError::MessageNotFound(id));
     }
@@ -158,6 +164,7 @@ pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, Store
     let mut conn = inner.conn().await?;
     let n = crate::store::transaction(&mut conn, async |tx| {
         crate::queues::config(tx, queue.as_str(), false).await?;
+        crate::pack::unpack_queue(tx, queue.as_str()).await?;
         let n = tx
             .execute(
                 "DELETE FROM messages WHERE queue = $1 AND state < 2",
@@ -177,7 +184,7 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
     crate::counters::flush_pending(inner).await?;
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
-    let (r, dead_letter_depth, totals, fx, now) =
+    let (r, packs, dead_letter_depth, totals, fx, now) =
         crate::store::transaction(&mut conn, async |tx| {
             let cfg = crate::queues::config(tx, q, false).await?;
             let now = inner.now();
@@ -188,10 +195,7 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
                     Ok(dcfg) => {
                         settle_with_sources(tx, dlq.as_str(), &dcfg, now, &mut fx).await?;
                         let r = tx
-                            .query_one(
-                                "SELECT count(*) FROM messages WHERE queue = $1 AND state < 2",
-                                &[&dlq.as_str()],
-                            )
+                            .query_one(crate::pack::DEPTH_SQL, &[&dlq.as_str()])
                             .await
                             .map_err(|e| db(&e))?;
                         u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)
@@ -213,22 +217,29 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
                 )
                 .await
                 .map_err(|e| db(&e))?;
+            let packs = tx
+                .query_one(crate::pack::STATS_SQL, &[&q, &now])
+                .await
+                .map_err(|e| db(&e))?;
             // The settles above counted what they did; the totals include it.
             fx.write(tx).await?;
             let totals = crate::counters::totals(tx, q).await?;
-            Ok((r, dead_letter_depth, totals, fx, now))
+            Ok((r, packs, dead_letter_depth, totals, fx, now))
         })
         .await?;
     fx.wake(inner);
     let n = |i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0);
-    let oldest: Option<i64> = r.try_get(4).map_err(corrupt)?;
+    let p = |i: usize| u64::try_from(packs.get::<_, i64>(i)).unwrap_or(0);
+    let oldest_row: Option<i64> = r.try_get(4).map_err(corrupt)?;
+    let oldest_pack: Option<i64> = packs.try_get(3).map_err(corrupt)?;
+    let oldest = oldest_row.into_iter().chain(oldest_pack).min();
     Ok(QueueStats {
-        visible: n(0),
+        visible: n(0) + p(0),
         delayed: n(1),
-        in_flight: n(2),
+        in_flight: n(2) + p(1),
         dead_letter_depth,
         oldest_visible_age: oldest.map_or(Duration::ZERO, |at| Timestamp(now).since(Timestamp(at))),
-        completed: n(3),
+        completed: n(3) + p(2),
         totals,
     })
 }

@@ -13,10 +13,13 @@ use sluice_testkit::postgres;
 /// Each `open` gets a fresh schema; `reopen` opens the newest one again, as the same node.
 struct Postgres {
     schemas: Mutex<Vec<String>>,
+    /// Sends of at least this many messages become packs.
+    pack_min: usize,
 }
 
-fn options(clock: ManualClock, schema: &str) -> PostgresOptions {
+fn options(clock: ManualClock, schema: &str, pack_min: usize) -> PostgresOptions {
     PostgresOptions {
+        pack_min,
         clock: Arc::new(clock),
         schema: schema.to_string(),
         pool_size: 4,
@@ -35,7 +38,7 @@ impl Harness for Postgres {
             .lock()
             .expect("harness lock")
             .push(schema.clone());
-        let store = PostgresStore::open(&postgres::url(), options(clock, &schema))
+        let store = PostgresStore::open(&postgres::url(), options(clock, &schema, self.pack_min))
             .await
             .expect("open postgres store");
         Arc::new(store)
@@ -49,7 +52,7 @@ impl Harness for Postgres {
             .last()
             .cloned()
             .expect("opened before");
-        let store = PostgresStore::open(&postgres::url(), options(clock, &schema))
+        let store = PostgresStore::open(&postgres::url(), options(clock, &schema, self.pack_min))
             .await
             .expect("reopen postgres store");
         Arc::new(store)
@@ -63,10 +66,32 @@ impl Drop for Postgres {
     }
 }
 
-async fn harness() -> Postgres {
-    Postgres {
-        schemas: Mutex::new(Vec::new()),
+/// The engine as configured by default.
+mod default_packing {
+    use super::*;
+
+    async fn harness() -> Postgres {
+        Postgres {
+            schemas: Mutex::new(Vec::new()),
+            pack_min: PostgresOptions::default().pack_min,
+        }
     }
+
+    sluice_core::conformance_suite!(harness, if = postgres::available);
 }
 
-sluice_core::conformance_suite!(harness, if = postgres::available);
+/// Every plain send kept as a pack, even of one message, so that every rule is checked
+/// against members of packs as well as rows: nacks, extensions, expiries, retention, lookups,
+/// browse and the rest unpack them first.
+mod every_send_packed {
+    use super::*;
+
+    async fn harness() -> Postgres {
+        Postgres {
+            schemas: Mutex::new(Vec::new()),
+            pack_min: 1,
+        }
+    }
+
+    sluice_core::conformance_suite!(harness, if = postgres::available);
+}

@@ -1,0 +1,482 @@
+//! Packs: a large plain send kept as one row until its members need rows of their own.
+//!
+//! The database pays per row and per index entry far more than per byte, so a message per row
+//! caps a queue at the rows it can insert, lease and ack, however large the batches. A send of
+//! at least [`PostgresOptions::pack_min`](crate::PostgresOptions::pack_min) messages, all
+//! visible at once and without dedup ids, is therefore stored as one `packs` row holding every
+//! member's body; a receive with room for all its members leases it with one row lock, and acks
+//! mark members done in that row.
+//!
+//! Anything that needs a member on its own first *unpacks* the pack: a nack, a reject, a move,
+//! an extension, progress, a cancel, an ack with a result, a lease that ran out, retention, a
+//! receive too small for it, a lookup or deletion by id, browse, purge, a redrive or a queue
+//! with global limits. Unpacking turns the pack into ordinary message rows in the states its
+//! members are in (same ids, same lease token, completed records for members acked), in one
+//! statement under the pack's row lock, and the ordinary paths take over. Packs thus change how
+//! messages are stored, never what an operation answers.
+//!
+//! A pack's lease token is negative and a row lease's is not, so an ack knows which receipts
+//! may name pack members without asking the database.
+
+use bytes::Bytes;
+use deadpool_postgres::ClientWrapper;
+use sluice_core::{
+    Attributes, Body, Delivery, MessageId, NewMessage, QueueConfig, Receipt, StoreError, Timestamp,
+};
+use tokio_postgres::GenericClient;
+use tokio_postgres::types::{Json, Type};
+
+use crate::error::{corrupt, db};
+use crate::row::{attrs_json, kind_code, kind_of};
+
+/// Whether a send of `messages` to a queue whose default delay is `delay` is kept as a pack.
+pub(crate) fn packable(
+    pack_min: usize,
+    delay: std::time::Duration,
+    messages: &[NewMessage],
+) -> bool {
+    pack_min > 0
+        && messages.len() >= pack_min
+        && messages
+            .iter()
+            .all(|m| m.dedup_id.is_none() && m.delay.unwrap_or(delay).is_zero())
+}
+
+/// Whether `token` is a pack's lease token.
+pub(crate) fn is_pack_token(token: i64) -> bool {
+    token < 0
+}
+
+/// Inserts packs of queue `$1` sent at `$2`: first ids `$3`, sizes `$4`, where each starts in
+/// the flattened members `$5` (1-based), whether it has attributes `$6`; members' bodies `$7`,
+/// kinds `$8`, attributes `$9`. Nothing when the queue no longer exists.
+const INSERT_SQL: &str = "WITH ins AS (
+         INSERT INTO packs (id, queue, n, pending, state, visible_at, enqueued_at, done, bodies,
+                            kinds, attrs)
+         SELECT u.i, $1, u.n, u.n, 0, $2, $2, array_fill(0::bigint, ARRAY[u.n]),
+             $7[u.s : u.s + u.n - 1], $8[u.s : u.s + u.n - 1],
+             CASE WHEN u.a THEN $9[u.s : u.s + u.n - 1] END
+         FROM unnest($3::bigint[], $4::int4[], $5::int4[], $6::bool[]) AS u(i, n, s, a)
+         WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)
+         RETURNING 1
+     )
+     SELECT count(*) FROM ins";
+
+/// Stores each of `packs` (first id, members) as one pack of queue `q`. Returns how many it
+/// stored: none when the queue no longer exists.
+pub(crate) async fn insert(
+    c: &ClientWrapper,
+    q: &str,
+    now: i64,
+    packs: &[(i64, &[NewMessage])],
+) -> Result<i64, StoreError> {
+    let (mut ids, mut ns, mut starts, mut has_attrs) = (vec![], vec![], vec![], vec![]);
+    let (mut bodies, mut kinds, mut attrs) = (vec![], vec![], vec![]);
+    for (first, members) in packs {
+        ids.push(*first);
+        ns.push(i32::try_from(members.len()).unwrap_or(i32::MAX));
+        starts.push(i32::try_from(bodies.len() + 1).unwrap_or(i32::MAX));
+        has_attrs.push(members.iter().any(|m| !m.attributes.is_empty()));
+        for m in *members {
+            bodies.push(m.body.bytes.as_ref());
+            kinds.push(kind_code(m.body.kind));
+            attrs.push(attrs_json(&m.attributes));
+        }
+    }
+    let stmt = c
+        .prepare_typed_cached(
+            INSERT_SQL,
+            &[
+                Type::TEXT,
+                Type::INT8,
+                Type::INT8_ARRAY,
+                Type::INT4_ARRAY,
+                Type::INT4_ARRAY,
+                Type::BOOL_ARRAY,
+                Type::BYTEA_ARRAY,
+                Type::INT2_ARRAY,
+                Type::JSONB_ARRAY,
+            ],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    let rows = c
+        .query(
+            &stmt,
+            &[
+                &q, &now, &ids, &ns, &starts, &has_attrs, &bodies, &kinds, &attrs,
+            ],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    rows.first()
+        .map_or(Ok(0), |r| r.try_get(0))
+        .map_err(corrupt)
+}
+
+/// Leases waiting packs of queue `$1` (visible at `$2`) whose members fit in `$3` messages, until
+/// `$4`, oldest first, locking at most `$5` packs to choose from. Packs newer than the oldest
+/// waiting message row wait for it, so rows and packs leave in about the order they became
+/// visible. Columns 0 – 7 are the leased packs (none leased: nulls); `due` (8) says whether
+/// something is due to settle (a pack lease ran out, or a pack passed the retention cutoff
+/// `$6`); `unfit` (9) names the oldest pack seen when none fit; `later` (10) says whether visible
+/// packs wait behind the oldest message row. Always at least one row.
+const LEASE_SQL: &str = "WITH head AS (
+         SELECT visible_at FROM messages WHERE queue = $1 AND state = 0
+         ORDER BY visible_at, id LIMIT 1
+     ), seen AS (
+         SELECT id, n, visible_at FROM packs
+         WHERE queue = $1 AND state = 0 AND visible_at <= least($2, (SELECT visible_at FROM head))
+         ORDER BY visible_at, id LIMIT $5
+         FOR UPDATE SKIP LOCKED
+     ), fit AS (
+         SELECT id, was FROM (
+             SELECT id, visible_at AS was, sum(n) OVER (ORDER BY visible_at, id) AS run FROM seen
+         ) s WHERE run <= $3
+     ), leased AS (
+         UPDATE packs p SET state = 1, token = -1 - (random() * 9.2e18)::bigint, visible_at = $4
+         FROM fit WHERE p.id = fit.id
+         RETURNING p.id, p.token, p.n, p.bodies, p.kinds, p.attrs, p.enqueued_at, fit.was
+     )
+     SELECT leased.*,
+         EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state = 1 AND visible_at <= $2)
+             OR EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $6)
+             AS due,
+         CASE WHEN leased.id IS NULL THEN (SELECT id FROM seen ORDER BY visible_at, id LIMIT 1) END
+             AS unfit,
+         EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $2
+                 AND visible_at > (SELECT visible_at FROM head)) AS later
+     FROM (SELECT 1) one LEFT JOIN leased ON true";
+
+/// What one pack lease found.
+pub(crate) struct Leased {
+    /// The members leased, oldest pack first.
+    pub deliveries: Vec<Delivery>,
+    /// Whether a pack lease ran out or a pack passed retention: settle before trusting the
+    /// queue's state.
+    pub due: bool,
+    /// When nothing fit: the oldest waiting pack, too large for this receive.
+    pub unfit: Option<i64>,
+    /// Whether visible packs wait behind older message rows.
+    pub later: bool,
+}
+
+/// Leases whole packs of queue `q` for up to `max` messages until `deadline`.
+pub(crate) async fn lease(
+    c: &ClientWrapper,
+    q: &str,
+    cfg: &QueueConfig,
+    now: i64,
+    max: u32,
+    deadline: i64,
+    pack_min: usize,
+) -> Result<Leased, StoreError> {
+    let cutoff = crate::settle::retention_cutoff(cfg, now);
+    let max = i64::from(max);
+    // Enough packs to fill the receive with packs of the smallest size this node makes.
+    let choose = max / i64::try_from(pack_min.max(1)).unwrap_or(i64::MAX) + 1;
+    let stmt = c
+        .prepare_typed_cached(
+            LEASE_SQL,
+            &[
+                Type::TEXT,
+                Type::INT8,
+                Type::INT8,
+                Type::INT8,
+                Type::INT8,
+                Type::INT8,
+            ],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    let rows = c
+        .query(&stmt, &[&q, &now, &max, &deadline, &choose, &cutoff])
+        .await
+        .map_err(|e| db(&e))?;
+    let mut out = Leased {
+        deliveries: Vec::new(),
+        due: false,
+        unfit: None,
+        later: false,
+    };
+    let mut packs = Vec::with_capacity(rows.len());
+    for r in &rows {
+        out.due |= r.try_get::<_, bool>(8).map_err(corrupt)?;
+        out.unfit = out.unfit.or(r.try_get(9).map_err(corrupt)?);
+        out.later |= r.try_get::<_, bool>(10).map_err(corrupt)?;
+        let Some(id) = r.try_get::<_, Option<i64>>(0).map_err(corrupt)? else {
+            continue;
+        };
+        let was: i64 = r.try_get(7).map_err(corrupt)?;
+        packs.push((was, id, r));
+    }
+    packs.sort_by_key(|(was, id, _)| (*was, *id));
+    for (_, id, r) in packs {
+        let token: i64 = r.try_get(1).map_err(corrupt)?;
+        let bodies: Vec<Option<Vec<u8>>> = r.try_get(3).map_err(corrupt)?;
+        let kinds: Vec<i16> = r.try_get(4).map_err(corrupt)?;
+        let attrs: Option<Vec<Option<Json<Attributes>>>> = r.try_get(5).map_err(corrupt)?;
+        let enqueued_at: i64 = r.try_get(6).map_err(corrupt)?;
+        let mut attrs = attrs.map(Vec::into_iter);
+        for (i, (body, kind)) in bodies.into_iter().zip(kinds).enumerate() {
+            let member = MessageId((id + i as i64) as u64);
+            out.deliveries.push(Delivery {
+                id: member,
+                receipt: Receipt {
+                    id: member,
+                    token: token as u64,
+                },
+                body: Body {
+                    kind: kind_of(kind),
+                    bytes: Bytes::from(body.unwrap_or_default()),
+                },
+                attributes: attrs
+                    .as_mut()
+                    .and_then(Iterator::next)
+                    .flatten()
+                    .map(|a| a.0)
+                    .unwrap_or_default(),
+                receive_count: 1,
+                max_receive_count: cfg.max_receive_count,
+                enqueued_at: Timestamp(enqueued_at),
+                last_error: None,
+                lease_deadline: Timestamp(deadline),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// In [`ACK_SQL`]: the statement names every member of pack `p` and every one is pending.
+macro_rules! whole {
+    () => {
+        "(h.named = p.n AND p.pending = p.n)"
+    };
+}
+
+/// In [`ACK_SQL`]: the members named that are still pending.
+macro_rules! newly {
+    () => {
+        "ARRAY(SELECT m FROM unnest(h.mids) m WHERE p.done[m - p.id + 1] = 0)"
+    };
+}
+
+/// In [`ACK_SQL`]: this statement acks the pack's last pending members.
+macro_rules! finishing {
+    () => {
+        concat!(whole!(), " OR p.pending = cardinality(", newly!(), ")")
+    };
+}
+
+/// Acks members of leased packs of queue `$1`: ids `$2` with tokens `$3`, at `$4`, each keeping
+/// a record until `$5` (-1: no record). A member acked before, a wrong token or a lease that
+/// ran out acks nothing. In `SET` the columns are the row as it was, so `acked_now` lists the
+/// members this statement acked (those still pending), and a pack whose last pending members
+/// these are becomes a completed record at once (bodies dropped), pruned at its `keep_until`
+/// like completed rows. A statement naming every member of a pack with every member pending
+/// (the usual ack of a whole receive) marks them all at no cost per member; `SET` and `WHERE`
+/// see the row as it is when locked, so a concurrent ack of the same pack is never counted
+/// twice. Receipts are distinct within a statement.
+const ACK_SQL: &str = concat!(
+    "WITH hit AS (
+         SELECT p.id AS pid, a.token, array_agg(a.mid) AS mids, count(*) AS named
+         FROM unnest($2::bigint[], $3::bigint[]) AS a(mid, token)
+         CROSS JOIN LATERAL (
+             SELECT id, n FROM packs WHERE id <= a.mid ORDER BY id DESC LIMIT 1
+         ) p
+         WHERE a.mid < p.id + p.n
+         GROUP BY p.id, a.token
+     )
+     UPDATE packs p SET
+         acked_now = CASE WHEN ",
+    whole!(),
+    " THEN h.mids ELSE ",
+    newly!(),
+    " END,
+         done = CASE WHEN ",
+    whole!(),
+    " THEN array_fill($5::bigint, ARRAY[p.n])
+             ELSE ARRAY(SELECT CASE WHEN d = 0 AND m.mid IS NOT NULL THEN $5 ELSE d END
+                        FROM unnest(p.done) WITH ORDINALITY AS u(d, o)
+                        LEFT JOIN unnest(h.mids) AS m(mid) ON m.mid = p.id + u.o - 1
+                        ORDER BY u.o) END,
+         pending = CASE WHEN ",
+    whole!(),
+    " THEN 0
+             ELSE p.pending - cardinality(",
+    newly!(),
+    ") END,
+         state = CASE WHEN ",
+    finishing!(),
+    " THEN 2 ELSE 1 END,
+         token = CASE WHEN ",
+    finishing!(),
+    " THEN NULL ELSE p.token END,
+         bodies = CASE WHEN ",
+    finishing!(),
+    " THEN NULL ELSE p.bodies END,
+         attrs = CASE WHEN ",
+    finishing!(),
+    " THEN NULL ELSE p.attrs END,
+         acked_at = $4,
+         keep_until = CASE WHEN ",
+    finishing!(),
+    " THEN greatest(p.keep_until, nullif($5, -1), $4)
+             ELSE greatest(p.keep_until, nullif($5, -1)) END
+     FROM hit h
+     WHERE p.id = h.pid AND p.queue = $1 AND p.state = 1 AND p.token = h.token
+           AND p.visible_at > $4
+     RETURNING p.acked_now"
+);
+
+/// Acks the receipts `(member id, token)` that name members of leased packs of queue `q`.
+/// Returns the members acked; the others are for the message rows (a pack unpacked meanwhile)
+/// or stale.
+pub(crate) async fn ack(
+    c: &ClientWrapper,
+    q: &str,
+    ids: &[i64],
+    tokens: &[i64],
+    now: i64,
+    keep: Option<i64>,
+) -> Result<Vec<i64>, StoreError> {
+    let keep = keep.unwrap_or(-1);
+    let stmt = c
+        .prepare_typed_cached(
+            ACK_SQL,
+            &[
+                Type::TEXT,
+                Type::INT8_ARRAY,
+                Type::INT8_ARRAY,
+                Type::INT8,
+                Type::INT8,
+            ],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    let rows = c
+        .query(&stmt, &[&q, &ids, &tokens, &now, &keep])
+        .await
+        .map_err(|e| db(&e))?;
+    let mut acked = Vec::with_capacity(ids.len());
+    for r in &rows {
+        let members: Vec<i64> = r.try_get(0).map_err(corrupt)?;
+        acked.extend(members);
+    }
+    Ok(acked)
+}
+
+/// Turns the packs `WHERE` selects (a condition on `packs`, parameters from `$1`) into message
+/// rows: waiting members waiting, leased members leased under the pack's token, members acked
+/// with a record completed records, members acked without one nothing. Returns the packs
+/// unpacked and the rows made.
+macro_rules! unpack_sql {
+    ($where:literal) => {
+        concat!(
+            "WITH p AS (
+                 DELETE FROM packs WHERE ",
+            $where,
+            " RETURNING id, queue, state, visible_at, enqueued_at, token, done, bodies, kinds,
+                     attrs, acked_at
+             ), rows AS (
+                 INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at,
+                     receive_count, token, body, body_kind, attrs, keep_until)
+                 SELECT p.id + u.o - 1, p.queue,
+                     CASE WHEN u.d <> 0 THEN 2 WHEN p.state = 0 THEN 0 ELSE 1 END,
+                     CASE WHEN u.d <> 0 THEN p.acked_at ELSE p.visible_at END,
+                     p.enqueued_at, p.enqueued_at,
+                     CASE WHEN p.state = 0 THEN 0 ELSE 1 END,
+                     CASE WHEN u.d = 0 AND p.state = 1 THEN p.token END,
+                     CASE WHEN u.d = 0 THEN u.b END, coalesce(u.k, 0),
+                     CASE WHEN u.d = 0 THEN u.a END,
+                     CASE WHEN u.d <> 0 THEN u.d END
+                 FROM p CROSS JOIN LATERAL
+                     unnest(p.done, p.bodies, p.kinds, p.attrs) WITH ORDINALITY AS u(d, b, k, a, o)
+                 WHERE u.d <> -1
+                 RETURNING 1
+             )
+             SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM rows)"
+        )
+    };
+}
+
+/// Unpacks the pack holding message `id`, if one does.
+pub(crate) async fn unpack_member(c: &impl GenericClient, id: i64) -> Result<(), StoreError> {
+    c.execute(
+        unpack_sql!(
+            "id = (SELECT id FROM (SELECT id, n FROM packs WHERE id <= $1
+                                   ORDER BY id DESC LIMIT 1) last
+                   WHERE $1 < last.id + last.n)"
+        ),
+        &[&id],
+    )
+    .await
+    .map_err(|e| db(&e))?;
+    Ok(())
+}
+
+/// Unpacks every pack of queue `q` except completed ones.
+pub(crate) async fn unpack_queue(c: &impl GenericClient, q: &str) -> Result<(), StoreError> {
+    c.execute(unpack_sql!("queue = $1 AND state < 2"), &[&q])
+        .await
+        .map_err(|e| db(&e))?;
+    Ok(())
+}
+
+/// Unpacks the pack `id` if it still waits, for a receive too small for it; not when
+/// another call holds it (it is being leased).
+pub(crate) async fn unpack_waiting(c: &impl GenericClient, id: i64) -> Result<(), StoreError> {
+    c.execute(
+        unpack_sql!(
+            "id IN (SELECT id FROM packs WHERE id = $1 AND state = 0 FOR UPDATE SKIP LOCKED)"
+        ),
+        &[&id],
+    )
+    .await
+    .map_err(|e| db(&e))?;
+    Ok(())
+}
+
+/// Unpacks the packs of queue `q` that settling must see as rows: those whose lease ran out at
+/// `$2`, those past the retention cutoff `$3` — and all of them when the queue has global
+/// limits (`$4`), which count and lease rows only. Skips packs other calls hold.
+pub(crate) async fn unpack_due(
+    c: &impl GenericClient,
+    q: &str,
+    cfg: &QueueConfig,
+    now: i64,
+    cutoff: i64,
+) -> Result<(), StoreError> {
+    let limited = cfg.rate_limit.is_some() || cfg.max_in_flight.is_some();
+    c.execute(
+        unpack_sql!(
+            "id IN (SELECT id FROM packs
+                    WHERE queue = $1 AND ((state = 1 AND (visible_at <= $2 OR $4))
+                                          OR (state = 0 AND (visible_at <= $3 OR $4)))
+                    FOR UPDATE SKIP LOCKED)"
+        ),
+        &[&q, &now, &cutoff, &limited],
+    )
+    .await
+    .map_err(|e| db(&e))?;
+    Ok(())
+}
+
+/// Waiting, delayed-never, leased and kept members of queue `$1`'s packs at `$2`: visible,
+/// in flight, completed records kept, and the oldest visible pack's time.
+pub(crate) const STATS_SQL: &str = "SELECT
+         coalesce(sum(pending) FILTER (WHERE state = 0 AND visible_at <= $2), 0)::bigint,
+         coalesce(sum(pending) FILTER (WHERE state = 1), 0)::bigint,
+         coalesce(sum((SELECT count(*) FROM unnest(done) d WHERE d > $2)), 0)::bigint,
+         min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2)
+     FROM packs WHERE queue = $1";
+
+/// Messages of queue `$1` not yet acked, rows and pack members together.
+pub(crate) const DEPTH_SQL: &str =
+    "SELECT (SELECT count(*) FROM messages WHERE queue = $1 AND state < 2)
+         + (SELECT coalesce(sum(pending), 0) FROM packs WHERE queue = $1 AND state < 2)";
+
+/// Messages of queue `$1` leased now, rows and pack members together.
+pub(crate) const IN_FLIGHT_SQL: &str =
+    "SELECT (SELECT count(*) FROM messages WHERE queue = $1 AND state = 1)
+         + (SELECT coalesce(sum(pending), 0) FROM packs WHERE queue = $1 AND state = 1)";

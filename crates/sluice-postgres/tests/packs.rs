@@ -1,0 +1,356 @@
+//! Packs (large plain sends kept as one row) against the real server: that large sends are
+//! stored, leased and acked as packs, and that everything needing a member on its own unpacks
+//! it without changing an answer, on one node or two, with acks racing the unpacking.
+
+use std::time::Duration;
+
+use sluice_core::{
+    AckRequest, Body, Failure, MessageState, NewMessage, QueueConfigPatch, QueueName,
+    ReceiveRequest, Store, StoreError,
+};
+use sluice_postgres::{PostgresOptions, PostgresStore};
+use sluice_testkit::postgres;
+
+struct Nodes {
+    /// First, so the schema is dropped while the stores are still open.
+    _drop: postgres::SchemaGuard,
+    a: PostgresStore,
+    b: PostgresStore,
+    db: tokio_postgres::Client,
+}
+
+async fn nodes() -> Option<Nodes> {
+    if !postgres::available().await {
+        return None;
+    }
+    let schema = postgres::unique_schema("packs");
+    let url = postgres::url();
+    let open = |node: &str| {
+        let options = PostgresOptions {
+            schema: schema.clone(),
+            pool_size: 4,
+            node_id: Some(node.to_string()),
+            pack_min: 10,
+            ..PostgresOptions::default()
+        };
+        PostgresStore::open(&url, options)
+    };
+    let a = open("a").await.expect("open node a");
+    let b = open("b").await.expect("open node b");
+    let (db, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    db.batch_execute(&format!("SET search_path TO \"{schema}\""))
+        .await
+        .expect("search path");
+    Some(Nodes {
+        _drop: postgres::SchemaGuard::new(schema),
+        a,
+        b,
+        db,
+    })
+}
+
+impl Nodes {
+    /// How many packs (by state) and message rows the queue has.
+    async fn stored(&self, queue: &str) -> (i64, i64, i64, i64) {
+        let r = self
+            .db
+            .query_one(
+                "SELECT (SELECT count(*) FROM packs WHERE queue = $1 AND state = 0),
+                        (SELECT count(*) FROM packs WHERE queue = $1 AND state = 1),
+                        (SELECT count(*) FROM packs WHERE queue = $1 AND state = 2),
+                        (SELECT count(*) FROM messages WHERE queue = $1)",
+                &[&queue],
+            )
+            .await
+            .expect("count");
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    }
+}
+
+async fn created(node: &PostgresStore, name: &str) -> QueueName {
+    let queue = QueueName::new(name).expect("queue name");
+    node.put_queue(&queue, &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    queue
+}
+
+fn batch(n: usize) -> Vec<NewMessage> {
+    (0..n)
+        .map(|i| {
+            let mut m = NewMessage::new(Body::text(format!("m{i}")));
+            if i % 3 == 0 {
+                m.attributes.insert("k".into(), format!("v{i}"));
+            }
+            m
+        })
+        .collect()
+}
+
+fn recv(max: u32) -> ReceiveRequest {
+    ReceiveRequest {
+        max,
+        ..ReceiveRequest::default()
+    }
+}
+
+fn acks(receipts: impl IntoIterator<Item = sluice_core::Receipt>) -> Vec<AckRequest> {
+    receipts
+        .into_iter()
+        .map(|receipt| AckRequest {
+            receipt,
+            result: None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_large_send_is_one_pack_leased_and_acked_whole() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "work").await;
+    let sent = n.a.send(&work, batch(100)).await.expect("send");
+    assert_eq!(n.stored("work").await, (1, 0, 0, 0), "one pack, no rows");
+    let stats = n.b.stats(&work).await.expect("stats");
+    assert_eq!((stats.visible, stats.in_flight), (100, 0));
+
+    let got = n.b.receive(&work, recv(100)).await.expect("receive on b");
+    assert_eq!(got.len(), 100);
+    for (i, (d, s)) in got.iter().zip(&sent).enumerate() {
+        assert_eq!(d.id, s.id, "members in the order sent");
+        assert_eq!(d.body.bytes.as_ref(), format!("m{i}").as_bytes());
+        assert_eq!(
+            d.attributes.get("k").cloned(),
+            (i % 3 == 0).then(|| format!("v{i}"))
+        );
+        assert_eq!(d.receive_count, 1);
+    }
+    assert_eq!(n.stored("work").await, (0, 1, 0, 0), "leased as a whole");
+    assert!(
+        n.a.receive(&work, recv(100))
+            .await
+            .expect("again")
+            .is_empty(),
+        "a leased pack is not handed out twice"
+    );
+    let stats = n.a.stats(&work).await.expect("stats");
+    assert_eq!((stats.visible, stats.in_flight), (0, 100));
+
+    // Acked in two calls on the two nodes; a receipt named twice is acked once.
+    let (first, second) = got.split_at(40);
+    let out =
+        n.a.ack(&work, acks(first.iter().map(|d| d.receipt)))
+            .await
+            .expect("ack");
+    assert!(out.iter().all(Result::is_ok));
+    let out =
+        n.b.ack(&work, acks(first[..1].iter().map(|d| d.receipt)))
+            .await
+            .expect("ack");
+    assert_eq!(out, vec![Err(StoreError::ReceiptStale)]);
+    let out =
+        n.b.ack(&work, acks(second.iter().map(|d| d.receipt)))
+            .await
+            .expect("ack");
+    assert!(out.iter().all(Result::is_ok));
+    assert_eq!(n.stored("work").await, (0, 0, 1, 0), "a completed record");
+    let stats = n.a.stats(&work).await.expect("stats");
+    assert_eq!(
+        (stats.visible, stats.in_flight, stats.completed),
+        (0, 0, 100)
+    );
+
+    // Looking one up gives the completed record of that message.
+    let m = n.a.get_message(sent[7].id).await.expect("get");
+    assert_eq!(m.state, MessageState::Completed);
+
+    // The usual case: a whole receive acked in one call, with records, then without.
+    for (round, ttl) in [(0, 3_600_000u64), (1, 0)] {
+        let patch = QueueConfigPatch {
+            result_ttl: Some(Duration::from_millis(ttl)),
+            ..QueueConfigPatch::default()
+        };
+        n.a.put_queue(&work, &patch).await.expect("set result_ttl");
+        n.a.send(&work, batch(100)).await.expect("send");
+        let got = n.a.receive(&work, recv(100)).await.expect("receive");
+        assert_eq!(got.len(), 100, "round {round}");
+        // On the node that changed the queue: the other may use its cached configuration
+        // for a moment.
+        let out =
+            n.a.ack(&work, acks(got.iter().map(|d| d.receipt)))
+                .await
+                .expect("ack");
+        assert!(out.iter().all(Result::is_ok), "round {round}");
+        let out =
+            n.a.ack(&work, acks([got[99].receipt]))
+                .await
+                .expect("again");
+        assert_eq!(out, vec![Err(StoreError::ReceiptStale)], "round {round}");
+        let kept = n.a.get_message(got[50].id).await;
+        if ttl == 0 {
+            assert!(
+                matches!(kept, Err(StoreError::MessageNotFound(_))),
+                "{kept:?}"
+            );
+        } else {
+            let kept = kept.expect("kept");
+            assert_eq!(kept.state, MessageState::Completed);
+            assert!(kept.completed_at <= Some(sluice_core::Clock::now(&sluice_core::SystemClock)));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_receive_smaller_than_a_pack_unpacks_it_and_loses_nothing() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "work").await;
+    let sent = n.a.send(&work, batch(50)).await.expect("send");
+    let mut seen = Vec::new();
+    loop {
+        let got = n.b.receive(&work, recv(7)).await.expect("receive");
+        if got.is_empty() {
+            break;
+        }
+        assert!(got.len() <= 7);
+        seen.extend(got.iter().map(|d| d.id));
+        let out =
+            n.a.ack(&work, acks(got.iter().map(|d| d.receipt)))
+                .await
+                .expect("ack");
+        assert!(out.iter().all(Result::is_ok));
+    }
+    seen.sort_unstable();
+    let mut want: Vec<_> = sent.iter().map(|s| s.id).collect();
+    want.sort_unstable();
+    assert_eq!(seen, want, "every member delivered once");
+    assert_eq!(n.stored("work").await.0, 0, "no pack left waiting");
+}
+
+#[tokio::test]
+async fn a_nacked_member_leaves_its_pack_and_the_others_keep_their_receipts() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "work").await;
+    n.a.send(&work, batch(20)).await.expect("send");
+    let got = n.a.receive(&work, recv(20)).await.expect("receive");
+    assert_eq!(got.len(), 20);
+    let out =
+        n.b.nack(
+            &work,
+            got[5].receipt,
+            Some(Duration::from_secs(60)),
+            Failure {
+                error: Some("flaky upstream".into()),
+                consumer: None,
+            },
+        )
+        .await
+        .expect("nack a member");
+    assert_eq!(out.state, Some(MessageState::Delayed));
+    assert_eq!(n.stored("work").await, (0, 0, 0, 20), "unpacked into rows");
+    let rest = got
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 5)
+        .map(|(_, d)| d.receipt);
+    let out = n.a.ack(&work, acks(rest)).await.expect("ack the rest");
+    assert_eq!(out.len(), 19);
+    assert!(
+        out.iter().all(Result::is_ok),
+        "receipts survive unpacking: {out:?}"
+    );
+    let out =
+        n.a.ack(&work, acks([got[5].receipt]))
+            .await
+            .expect("ack nacked");
+    assert_eq!(out, vec![Err(StoreError::ReceiptStale)]);
+    let m = n.b.get_message(got[5].id).await.expect("get");
+    assert_eq!(m.state, MessageState::Delayed);
+    assert_eq!(m.last_error.as_deref(), Some("flaky upstream"));
+    let stats = n.a.stats(&work).await.expect("stats");
+    assert_eq!(
+        (stats.delayed, stats.in_flight, stats.completed),
+        (1, 0, 19)
+    );
+}
+
+/// Acks of a pack's members race a nack that unpacks it: every ack must land, whichever of
+/// the pack or its rows it meets.
+#[tokio::test]
+async fn acks_racing_an_unpack_all_land() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "work").await;
+    for round in 0..10 {
+        n.a.send(&work, batch(30)).await.expect("send");
+        let got = n.a.receive(&work, recv(30)).await.expect("receive");
+        assert_eq!(got.len(), 30, "round {round}");
+        let nack = {
+            let (b, work, receipt) = (n.b.clone(), work.clone(), got[0].receipt);
+            tokio::spawn(async move { b.nack(&work, receipt, None, Failure::default()).await })
+        };
+        let mut acking = Vec::new();
+        for d in &got[1..] {
+            let (node, work, receipt) = if d.id.0 % 2 == 0 {
+                (n.a.clone(), work.clone(), d.receipt)
+            } else {
+                (n.b.clone(), work.clone(), d.receipt)
+            };
+            acking.push(tokio::spawn(async move {
+                node.ack(&work, acks([receipt])).await
+            }));
+        }
+        nack.await.expect("join").expect("nack");
+        for a in acking {
+            let out = a.await.expect("join").expect("ack");
+            assert_eq!(out, vec![Ok(())], "round {round}");
+        }
+        // The nacked member comes back; clear it for the next round.
+        n.a.purge(&work).await.expect("purge");
+    }
+}
+
+#[tokio::test]
+async fn a_pack_whose_lease_ran_out_is_delivered_again_and_old_receipts_are_stale() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "work").await;
+    n.a.send(&work, batch(20)).await.expect("send");
+    let first =
+        n.a.receive(
+            &work,
+            ReceiveRequest {
+                max: 20,
+                visibility: Some(Duration::from_millis(300)),
+                ..ReceiveRequest::default()
+            },
+        )
+        .await
+        .expect("receive");
+    assert_eq!(first.len(), 20);
+    // One member acked while the lease holds; the rest run out.
+    let out = n.a.ack(&work, acks([first[3].receipt])).await.expect("ack");
+    assert_eq!(out, vec![Ok(())]);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let again = n.b.receive(&work, recv(100)).await.expect("receive again");
+    assert_eq!(again.len(), 19, "every member not acked, once");
+    assert!(again.iter().all(|d| d.receive_count == 2));
+    assert!(again.iter().all(|d| d.id != first[3].id));
+    let out =
+        n.a.ack(&work, acks(first.iter().map(|d| d.receipt)))
+            .await
+            .expect("stale");
+    assert!(
+        out.iter().all(|r| r == &Err(StoreError::ReceiptStale)),
+        "{out:?}"
+    );
+    let out =
+        n.b.ack(&work, acks(again.iter().map(|d| d.receipt)))
+            .await
+            .expect("ack");
+    assert!(out.iter().all(Result::is_ok));
+    let stats = n.a.stats(&work).await.expect("stats");
+    assert_eq!(
+        (stats.visible, stats.in_flight, stats.completed),
+        (0, 0, 20)
+    );
+}
