@@ -133,6 +133,9 @@ pub(crate) async fn lease_fast(
     let mut unfit = None;
     // Whether packs wait behind the rows this receive leases.
     let mut later = false;
+    // Whether message rows may be visible: a pack lease says.
+    let mut rows_visible = true;
+    let mut next_wake = None;
     let packs_first = inner.pack_min > 0 && max as usize >= inner.pack_min;
     if packs_first {
         let packs = crate::pack::lease(conn, q, cfg, now, max, deadline, inner.pack_min).await?;
@@ -140,10 +143,11 @@ pub(crate) async fn lease_fast(
         due = packs.due;
         unfit = packs.unfit;
         later = packs.later;
+        rows_visible = packs.rows_visible;
+        next_wake = packs.next_due;
     }
-    let mut next_wake = None;
     let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
-    if left > 0 {
+    if left > 0 && rows_visible {
         let stmt = conn
             .prepare_cached(FAST_LEASE_SQL)
             .await
@@ -186,7 +190,8 @@ pub(crate) async fn lease_fast(
     {
         // Nothing else is waiting and the oldest pack is larger than this receive: its
         // members become rows, of which this receive takes its share.
-        crate::pack::unpack_waiting(&***conn, pack).await?;
+        let made = crate::pack::unpack_waiting(&***conn, pack).await?;
+        inner.wake_some(q, made);
         due = true;
     }
     if !due {

@@ -119,8 +119,10 @@ pub(crate) async fn insert(
 /// waiting message row wait for it, so rows and packs leave in about the order they became
 /// visible. Columns 0 – 7 are the leased packs (none leased: nulls); `due` (8) says whether
 /// something is due to settle (a pack lease ran out, or a pack passed the retention cutoff
-/// `$6`); `unfit` (9) names the oldest pack seen when none fit; `later` (10) says whether visible
-/// packs wait behind the oldest message row. Always at least one row.
+/// `$6`, or the same of a message row); `unfit` (9) names the oldest pack seen when none fit;
+/// `later` (10) says whether visible packs wait behind the oldest message row;
+/// `rows_visible` (11) whether a message row is visible at all; and when nothing was leased,
+/// `next_due` (12) says when the queue next changes by itself. Always at least one row.
 const LEASE_SQL: &str = "WITH head AS (
          SELECT visible_at FROM messages WHERE queue = $1 AND state = 0
          ORDER BY visible_at, id LIMIT 1
@@ -141,11 +143,19 @@ const LEASE_SQL: &str = "WITH head AS (
      SELECT leased.*,
          EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state = 1 AND visible_at <= $2)
              OR EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $6)
+             OR EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 1 AND visible_at <= $2)
+             OR EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 0 AND entered_at <= $6)
              AS due,
          CASE WHEN leased.id IS NULL THEN (SELECT id FROM seen ORDER BY visible_at, id LIMIT 1) END
              AS unfit,
          EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $2
-                 AND visible_at > (SELECT visible_at FROM head)) AS later
+                 AND visible_at > (SELECT visible_at FROM head)) AS later,
+         coalesce((SELECT visible_at FROM head) <= $2, false) AS rows_visible,
+         CASE WHEN leased.id IS NULL THEN least(
+             (SELECT visible_at FROM head WHERE visible_at > $2),
+             (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1),
+             (SELECT min(visible_at) FROM packs WHERE queue = $1 AND state = 1))
+         END AS next_due
      FROM (SELECT 1) one LEFT JOIN leased ON true";
 
 /// What one pack lease found.
@@ -159,6 +169,10 @@ pub(crate) struct Leased {
     pub unfit: Option<i64>,
     /// Whether visible packs wait behind older message rows.
     pub later: bool,
+    /// Whether a message row is visible: when not, there is no need to lease rows.
+    pub rows_visible: bool,
+    /// When nothing was leased: when the queue next changes by itself.
+    pub next_due: Option<i64>,
 }
 
 /// Leases whole packs of queue `q` for up to `max` messages until `deadline`.
@@ -198,12 +212,16 @@ pub(crate) async fn lease(
         due: false,
         unfit: None,
         later: false,
+        rows_visible: false,
+        next_due: None,
     };
     let mut packs = Vec::with_capacity(rows.len());
     for r in &rows {
         out.due |= r.try_get::<_, bool>(8).map_err(corrupt)?;
         out.unfit = out.unfit.or(r.try_get(9).map_err(corrupt)?);
         out.later |= r.try_get::<_, bool>(10).map_err(corrupt)?;
+        out.rows_visible |= r.try_get::<_, bool>(11).map_err(corrupt)?;
+        out.next_due = out.next_due.or(r.try_get(12).map_err(corrupt)?);
         let Some(id) = r.try_get::<_, Option<i64>>(0).map_err(corrupt)? else {
             continue;
         };
@@ -269,7 +287,8 @@ macro_rules! finishing {
 }
 
 /// Acks members of leased packs of queue `$1`: ids `$2` with tokens `$3`, at `$4`, each keeping
-/// a record until `$5` (-1: no record). A member acked before, a wrong token or a lease that
+/// a record until `$5` (-1: no record). The receipts of one lease share its token, so the pack
+/// is looked up once per token, by the lowest id named with it. A member acked before, a wrong token or a lease that
 /// ran out acks nothing. In `SET` the columns are the row as it was, so `acked_now` lists the
 /// members this statement acked (those still pending), and a pack whose last pending members
 /// these are becomes a completed record at once (bodies dropped), pruned at its `keep_until`
@@ -278,14 +297,20 @@ macro_rules! finishing {
 /// see the row as it is when locked, so a concurrent ack of the same pack is never counted
 /// twice. Receipts are distinct within a statement.
 const ACK_SQL: &str = concat!(
-    "WITH hit AS (
-         SELECT p.id AS pid, a.token, array_agg(a.mid) AS mids, count(*) AS named
+    "WITH lease AS (
+         SELECT token, min(mid) AS first, array_agg(mid) AS mids
          FROM unnest($2::bigint[], $3::bigint[]) AS a(mid, token)
+         GROUP BY token
+     ), found AS (
+         SELECT p.id AS pid, p.n, l.token,
+             ARRAY(SELECT m FROM unnest(l.mids) m WHERE m < p.id + p.n) AS mids
+         FROM lease l
          CROSS JOIN LATERAL (
-             SELECT id, n FROM packs WHERE id <= a.mid ORDER BY id DESC LIMIT 1
+             SELECT id, n FROM packs WHERE id <= l.first ORDER BY id DESC LIMIT 1
          ) p
-         WHERE a.mid < p.id + p.n
-         GROUP BY p.id, a.token
+         WHERE l.first < p.id + p.n
+     ), hit AS (
+         SELECT pid, token, mids, cardinality(mids) AS named FROM found
      )
      UPDATE packs p SET
          acked_now = CASE WHEN ",
@@ -425,16 +450,18 @@ pub(crate) async fn unpack_queue(c: &impl GenericClient, q: &str) -> Result<(), 
 
 /// Unpacks the pack `id` if it still waits, for a receive too small for it; not when
 /// another call holds it (it is being leased).
-pub(crate) async fn unpack_waiting(c: &impl GenericClient, id: i64) -> Result<(), StoreError> {
-    c.execute(
-        unpack_sql!(
-            "id IN (SELECT id FROM packs WHERE id = $1 AND state = 0 FOR UPDATE SKIP LOCKED)"
-        ),
-        &[&id],
-    )
-    .await
-    .map_err(|e| db(&e))?;
-    Ok(())
+/// Returns how many members became rows.
+pub(crate) async fn unpack_waiting(c: &impl GenericClient, id: i64) -> Result<usize, StoreError> {
+    let r = c
+        .query_one(
+            unpack_sql!(
+                "id IN (SELECT id FROM packs WHERE id = $1 AND state = 0 FOR UPDATE SKIP LOCKED)"
+            ),
+            &[&id],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    Ok(usize::try_from(r.try_get::<_, i64>(1).map_err(corrupt)?).unwrap_or(0))
 }
 
 /// Unpacks the packs of queue `q` that settling must see as rows: those whose lease ran out at
