@@ -19,28 +19,33 @@ use futures::FutureExt as _;
 pub(crate) const LARGE_CALL: usize = 16;
 
 /// Small calls and large ones, combined apart: small calls of a queue share few statements,
-/// while large calls may run more statements at once, as their time is spent on rows.
+/// while large calls may run more statements at once, as their time is spent on rows. Large
+/// calls served by packs (one row each, see `crate::pack`) have a lane of their own: their
+/// statements are short again.
 pub(crate) struct Lanes<J> {
     small: Combiner<J>,
     large: Combiner<J>,
+    packed: Combiner<J>,
 }
 
 impl<J> Lanes<J> {
-    /// Lanes running at most `small` statements of a queue at a time for small calls and
-    /// `large` for large ones.
-    pub(crate) fn new(small: usize, large: usize) -> Self {
+    /// Lanes running at most `small` statements of a queue at a time for small calls, `large`
+    /// for large ones and `packed` for large ones served by packs.
+    pub(crate) fn new(small: usize, large: usize, packed: usize) -> Self {
         Lanes {
             small: Combiner::new(small),
             large: Combiner::new(large),
+            packed: Combiner::new(packed),
         }
     }
 
-    /// The combiner of a call for `messages` messages.
-    pub(crate) fn of(&self, messages: usize) -> &Combiner<J> {
-        if messages >= LARGE_CALL {
-            &self.large
-        } else {
-            &self.small
+    /// The combiner of a call for `messages` messages, on a queue whose large calls are
+    /// served by packs or not.
+    pub(crate) fn of(&self, messages: usize, packed: bool) -> &Combiner<J> {
+        match (messages >= LARGE_CALL, packed) {
+            (false, _) => &self.small,
+            (true, false) => &self.large,
+            (true, true) => &self.packed,
         }
     }
 }
@@ -157,14 +162,25 @@ mod tests {
 
     #[test]
     fn large_calls_have_lanes_of_their_own() {
-        let lanes = Lanes::new(1, 2);
-        assert_eq!(lanes.of(1).push("q", 1), Some(vec![1]));
-        assert_eq!(lanes.of(1).push("q", 2), None, "one small write at a time");
+        let lanes = Lanes::new(1, 2, 1);
+        assert_eq!(lanes.of(1, false).push("q", 1), Some(vec![1]));
+        assert_eq!(
+            lanes.of(1, true).push("q", 2),
+            None,
+            "one small write at a time"
+        );
         // Large calls do not wait behind small ones, and run two at a time.
-        assert_eq!(lanes.of(LARGE_CALL).push("q", 100), Some(vec![100]));
-        assert_eq!(lanes.of(LARGE_CALL + 5).push("q", 101), Some(vec![101]));
-        assert_eq!(lanes.of(LARGE_CALL).push("q", 102), None);
-        assert_eq!(lanes.of(1).next("q"), Some(vec![2]));
-        assert_eq!(lanes.of(LARGE_CALL).next("q"), Some(vec![102]));
+        assert_eq!(lanes.of(LARGE_CALL, false).push("q", 100), Some(vec![100]));
+        assert_eq!(
+            lanes.of(LARGE_CALL + 5, false).push("q", 101),
+            Some(vec![101])
+        );
+        assert_eq!(lanes.of(LARGE_CALL, false).push("q", 102), None);
+        // Large calls served by packs have their own lane and limit.
+        assert_eq!(lanes.of(LARGE_CALL, true).push("q", 200), Some(vec![200]));
+        assert_eq!(lanes.of(LARGE_CALL, true).push("q", 201), None);
+        assert_eq!(lanes.of(1, false).next("q"), Some(vec![2]));
+        assert_eq!(lanes.of(LARGE_CALL, false).next("q"), Some(vec![102]));
+        assert_eq!(lanes.of(LARGE_CALL, true).next("q"), Some(vec![201]));
     }
 }

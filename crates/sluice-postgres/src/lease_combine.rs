@@ -25,6 +25,14 @@ pub(crate) const LEASES_IN_FLIGHT: usize = 1;
 /// four, 9,616 – 11,733 with one, 13,213 – 15,472 with two).
 pub(crate) const LARGE_LEASES_IN_FLIGHT: usize = 4;
 
+/// Lease statements of one queue a node runs at the same time for large receives served by
+/// packs: a pack is one row, so such a lease is short again, and receives woken together
+/// (a send wakes every waiting receive once it is large) share a statement instead of each
+/// running its own that finds nothing (measured, 100 messages per send and receive, 4 + 4,
+/// frames, 300,000 messages: 67,940 – 71,203 msg/s with two, 69,012 – 70,116 with one,
+/// 58,127 – 66,120 with four, which ran twice the lease statements).
+pub(crate) const PACKED_LEASES_IN_FLIGHT: usize = 1;
+
 /// A receive waiting for its queue's next combined lease.
 pub(crate) struct LeaseJob {
     max: u32,
@@ -46,13 +54,14 @@ pub(crate) async fn lease(
         max: req.max,
         reply,
     };
-    let lane = inner.leases.of(req.max as usize);
+    let packed = served_by_packs(inner).contains(queue.as_str());
+    let lane = inner.leases.of(req.max as usize, packed);
     if let Some(jobs) = lane.push(&key, job) {
         // A task of its own: a receive that goes away (a long poll ended by its client) must
         // not stop the lease the others wait for.
         let (inner, queue, max) = (inner.clone(), queue.clone(), req.max as usize);
         tokio::spawn(async move {
-            crate::combine::drain(inner.leases.of(max), &key, jobs, |jobs| {
+            crate::combine::drain(inner.leases.of(max, packed), &key, jobs, |jobs| {
                 serve(&inner, &queue, vis, jobs)
             })
             .await;
@@ -73,7 +82,20 @@ async fn serve(inner: &Arc<Inner>, queue: &QueueName, vis: Duration, jobs: Vec<L
     }
     .await;
     let got = match leased {
-        Ok(Attempted::Got(got)) => got,
+        Ok(Attempted::Got(got)) => {
+            if total as usize >= crate::combine::LARGE_CALL {
+                let packs = got
+                    .iter()
+                    .any(|d| crate::pack::is_pack_token(d.receipt.token as i64));
+                let mut served = served_by_packs(inner);
+                if packs {
+                    served.insert(q.to_string());
+                } else {
+                    served.remove(q);
+                }
+            }
+            got
+        }
         Ok(Attempted::Empty { next_wake }) => {
             for j in jobs {
                 let _ = j.reply.send(Ok(Attempted::Empty { next_wake }));
@@ -107,4 +129,11 @@ async fn serve(inner: &Arc<Inner>, queue: &QueueName, vis: Duration, jobs: Vec<L
             }
         }
     }
+}
+
+fn served_by_packs(inner: &Inner) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    inner
+        .served_by_packs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
 }

@@ -87,6 +87,8 @@ pub(crate) struct Inner {
     pub(crate) sends: crate::combine::Combiner<crate::send::SendJob>,
     /// Receives gathering for their queue's next lease.
     pub(crate) leases: crate::combine::Lanes<crate::lease_combine::LeaseJob>,
+    /// Queues whose last large receive on this node was served by packs.
+    pub(crate) served_by_packs: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Acks gathering for their queue's next ack statement.
     pub(crate) acks: crate::combine::Combiner<crate::ack::AckJob>,
 }
@@ -295,7 +297,9 @@ impl PostgresStore {
             leases: crate::combine::Lanes::new(
                 crate::lease_combine::LEASES_IN_FLIGHT,
                 crate::lease_combine::LARGE_LEASES_IN_FLIGHT,
+                crate::lease_combine::PACKED_LEASES_IN_FLIGHT,
             ),
+            served_by_packs: std::sync::Mutex::default(),
             acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });
         tokio::spawn(crate::wake::listen(
