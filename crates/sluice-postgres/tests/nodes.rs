@@ -5,48 +5,18 @@ use std::time::Duration;
 
 use sluice_core::store::IdempotentResponse;
 use sluice_core::{
-    AckRequest, Body, Clock, NewMessage, QueueConfigPatch, QueueName, RateLimit, ReceiveRequest,
-    Store, StoreError, SystemClock,
+    AckRequest, Body, Clock, NewMessage, QueueConfigPatch, RateLimit, ReceiveRequest, Store,
+    StoreError, SystemClock,
 };
 use sluice_postgres::{PostgresOptions, PostgresStore};
 use sluice_testkit::postgres;
 
-struct Nodes {
-    /// First, so the schema is dropped while the stores are still open (a store closing
-    /// waits for its runtime, which the drop blocks).
-    _drop: postgres::SchemaGuard,
-    a: PostgresStore,
-    b: PostgresStore,
-    schema: String,
-}
+mod common;
+
+use common::{Nodes, created, q, recv};
 
 async fn nodes() -> Option<Nodes> {
-    if !postgres::available().await {
-        return None;
-    }
-    let schema = postgres::unique_schema("nodes");
-    let url = postgres::url();
-    let open = |node: &str| {
-        let options = PostgresOptions {
-            schema: schema.clone(),
-            pool_size: 4,
-            node_id: Some(node.to_string()),
-            ..PostgresOptions::default()
-        };
-        PostgresStore::open(&url, options)
-    };
-    let a = open("a").await.expect("open node a");
-    let b = open("b").await.expect("open node b");
-    Some(Nodes {
-        _drop: postgres::SchemaGuard::new(schema.clone()),
-        a,
-        b,
-        schema,
-    })
-}
-
-fn q(name: &str) -> QueueName {
-    QueueName::new(name).expect("queue name")
+    common::nodes("nodes", PostgresOptions::default()).await
 }
 
 fn msg(text: &str) -> NewMessage {
@@ -58,22 +28,6 @@ fn poll(wait_ms: u64) -> ReceiveRequest {
     ReceiveRequest {
         max: 1,
         wait: Duration::from_millis(wait_ms),
-        ..ReceiveRequest::default()
-    }
-}
-
-/// Creates queue `name` (default configuration) through `node`.
-async fn created(node: &PostgresStore, name: &str) -> QueueName {
-    let queue = q(name);
-    node.put_queue(&queue, &QueueConfigPatch::default())
-        .await
-        .expect("create");
-    queue
-}
-
-fn recv(max: u32) -> ReceiveRequest {
-    ReceiveRequest {
-        max,
         ..ReceiveRequest::default()
     }
 }

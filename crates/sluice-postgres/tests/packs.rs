@@ -5,77 +5,35 @@
 use std::time::Duration;
 
 use sluice_core::{
-    AckRequest, Body, Failure, MessageState, NewMessage, QueueConfigPatch, QueueName,
-    ReceiveRequest, Store, StoreError,
+    Body, Failure, MessageState, NewMessage, QueueConfigPatch, ReceiveRequest, Store, StoreError,
 };
-use sluice_postgres::{PostgresOptions, PostgresStore};
-use sluice_testkit::postgres;
+use sluice_postgres::PostgresOptions;
 
-struct Nodes {
-    /// First, so the schema is dropped while the stores are still open.
-    _drop: postgres::SchemaGuard,
-    a: PostgresStore,
-    b: PostgresStore,
-    db: tokio_postgres::Client,
-}
+mod common;
+
+use common::{Nodes, acks, created, recv};
 
 async fn nodes() -> Option<Nodes> {
-    if !postgres::available().await {
-        return None;
-    }
-    let schema = postgres::unique_schema("packs");
-    let url = postgres::url();
-    let open = |node: &str| {
-        let options = PostgresOptions {
-            schema: schema.clone(),
-            pool_size: 4,
-            node_id: Some(node.to_string()),
-            pack_min: 10,
-            ..PostgresOptions::default()
-        };
-        PostgresStore::open(&url, options)
+    let options = PostgresOptions {
+        pack_min: 10,
+        ..PostgresOptions::default()
     };
-    let a = open("a").await.expect("open node a");
-    let b = open("b").await.expect("open node b");
-    let (db, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(conn);
-    db.batch_execute(&format!("SET search_path TO \"{schema}\""))
-        .await
-        .expect("search path");
-    Some(Nodes {
-        _drop: postgres::SchemaGuard::new(schema),
-        a,
-        b,
-        db,
-    })
+    common::nodes("packs", options).await
 }
 
-impl Nodes {
-    /// How many packs (by state) and message rows the queue has.
-    async fn stored(&self, queue: &str) -> (i64, i64, i64, i64) {
-        let r = self
-            .db
-            .query_one(
-                "SELECT (SELECT count(*) FROM packs WHERE queue = $1 AND state = 0),
-                        (SELECT count(*) FROM packs WHERE queue = $1 AND state = 1),
-                        (SELECT count(*) FROM packs WHERE queue = $1 AND state = 2),
-                        (SELECT count(*) FROM messages WHERE queue = $1)",
-                &[&queue],
-            )
-            .await
-            .expect("count");
-        (r.get(0), r.get(1), r.get(2), r.get(3))
-    }
-}
-
-async fn created(node: &PostgresStore, name: &str) -> QueueName {
-    let queue = QueueName::new(name).expect("queue name");
-    node.put_queue(&queue, &QueueConfigPatch::default())
+/// How many packs (by state) and message rows queue `queue` has.
+async fn stored(db: &tokio_postgres::Client, queue: &str) -> (i64, i64, i64, i64) {
+    let r = db
+        .query_one(
+            "SELECT (SELECT count(*) FROM packs WHERE queue = $1 AND state = 0),
+                    (SELECT count(*) FROM packs WHERE queue = $1 AND state = 1),
+                    (SELECT count(*) FROM packs WHERE queue = $1 AND state = 2),
+                    (SELECT count(*) FROM messages WHERE queue = $1)",
+            &[&queue],
+        )
         .await
-        .expect("create");
-    queue
+        .expect("count");
+    (r.get(0), r.get(1), r.get(2), r.get(3))
 }
 
 fn batch(n: usize) -> Vec<NewMessage> {
@@ -90,29 +48,13 @@ fn batch(n: usize) -> Vec<NewMessage> {
         .collect()
 }
 
-fn recv(max: u32) -> ReceiveRequest {
-    ReceiveRequest {
-        max,
-        ..ReceiveRequest::default()
-    }
-}
-
-fn acks(receipts: impl IntoIterator<Item = sluice_core::Receipt>) -> Vec<AckRequest> {
-    receipts
-        .into_iter()
-        .map(|receipt| AckRequest {
-            receipt,
-            result: None,
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn a_large_send_is_one_pack_leased_and_acked_whole() {
     let Some(n) = nodes().await else { return };
+    let db = n.db().await;
     let work = created(&n.a, "work").await;
     let sent = n.a.send(&work, batch(100)).await.expect("send");
-    assert_eq!(n.stored("work").await, (1, 0, 0, 0), "one pack, no rows");
+    assert_eq!(stored(&db, "work").await, (1, 0, 0, 0), "one pack, no rows");
     let stats = n.b.stats(&work).await.expect("stats");
     assert_eq!((stats.visible, stats.in_flight), (100, 0));
 
@@ -127,7 +69,7 @@ async fn a_large_send_is_one_pack_leased_and_acked_whole() {
         );
         assert_eq!(d.receive_count, 1);
     }
-    assert_eq!(n.stored("work").await, (0, 1, 0, 0), "leased as a whole");
+    assert_eq!(stored(&db, "work").await, (0, 1, 0, 0), "leased as a whole");
     assert!(
         n.a.receive(&work, recv(100))
             .await
@@ -155,7 +97,11 @@ async fn a_large_send_is_one_pack_leased_and_acked_whole() {
             .await
             .expect("ack");
     assert!(out.iter().all(Result::is_ok));
-    assert_eq!(n.stored("work").await, (0, 0, 1, 0), "a completed record");
+    assert_eq!(
+        stored(&db, "work").await,
+        (0, 0, 1, 0),
+        "a completed record"
+    );
     let stats = n.a.stats(&work).await.expect("stats");
     assert_eq!(
         (stats.visible, stats.in_flight, stats.completed),
@@ -205,6 +151,7 @@ async fn a_large_send_is_one_pack_leased_and_acked_whole() {
 #[tokio::test]
 async fn a_receive_smaller_than_a_pack_unpacks_it_and_loses_nothing() {
     let Some(n) = nodes().await else { return };
+    let db = n.db().await;
     let work = created(&n.a, "work").await;
     let sent = n.a.send(&work, batch(50)).await.expect("send");
     let mut seen = Vec::new();
@@ -225,12 +172,13 @@ async fn a_receive_smaller_than_a_pack_unpacks_it_and_loses_nothing() {
     let mut want: Vec<_> = sent.iter().map(|s| s.id).collect();
     want.sort_unstable();
     assert_eq!(seen, want, "every member delivered once");
-    assert_eq!(n.stored("work").await.0, 0, "no pack left waiting");
+    assert_eq!(stored(&db, "work").await.0, 0, "no pack left waiting");
 }
 
 #[tokio::test]
 async fn a_nacked_member_leaves_its_pack_and_the_others_keep_their_receipts() {
     let Some(n) = nodes().await else { return };
+    let db = n.db().await;
     let work = created(&n.a, "work").await;
     n.a.send(&work, batch(20)).await.expect("send");
     let got = n.a.receive(&work, recv(20)).await.expect("receive");
@@ -248,7 +196,11 @@ async fn a_nacked_member_leaves_its_pack_and_the_others_keep_their_receipts() {
         .await
         .expect("nack a member");
     assert_eq!(out.state, Some(MessageState::Delayed));
-    assert_eq!(n.stored("work").await, (0, 0, 0, 20), "unpacked into rows");
+    assert_eq!(
+        stored(&db, "work").await,
+        (0, 0, 0, 20),
+        "unpacked into rows"
+    );
     let rest = got
         .iter()
         .enumerate()
