@@ -489,8 +489,9 @@ pub(crate) async fn unpack_due(
     Ok(())
 }
 
-/// Waiting, delayed-never, leased and kept members of queue `$1`'s packs at `$2`: visible,
-/// in flight, completed records kept, and the oldest visible pack's time.
+/// The members of queue `$1`'s packs at `$2`, for its stats: visible, in flight, completed
+/// records still kept, and when the oldest visible pack became visible. (Packs are never
+/// delayed.)
 pub(crate) const STATS_SQL: &str = "SELECT
          coalesce(sum(pending) FILTER (WHERE state = 0 AND visible_at <= $2), 0)::bigint,
          coalesce(sum(pending) FILTER (WHERE state = 1), 0)::bigint,

@@ -306,3 +306,38 @@ async fn a_pack_whose_lease_ran_out_is_delivered_again_and_old_receipts_are_stal
         (0, 0, 20)
     );
 }
+
+/// Packs sent before a queue gained `max_in_flight` count against it: the limit holds for
+/// their members as for rows, across nodes.
+#[tokio::test]
+async fn a_limit_set_after_packs_were_sent_holds_for_their_members() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "work").await;
+    n.a.send(&work, batch(30)).await.expect("send");
+    let first = n.a.receive(&work, recv(30)).await.expect("receive a pack");
+    assert_eq!(first.len(), 30);
+    n.a.send(&work, batch(30)).await.expect("send another");
+    let patch = QueueConfigPatch {
+        max_in_flight: Some(Some(35)),
+        ..QueueConfigPatch::default()
+    };
+    n.b.put_queue(&work, &patch).await.expect("limit");
+    let more =
+        n.b.receive(&work, recv(100))
+            .await
+            .expect("receive under the limit");
+    assert_eq!(more.len(), 5, "30 members in flight already, 35 allowed");
+    let stats = n.a.stats(&work).await.expect("stats");
+    assert_eq!((stats.in_flight, stats.visible), (35, 25));
+    // The first pack's receipts still ack, and free room under the limit.
+    let out =
+        n.a.ack(&work, acks(first.iter().map(|d| d.receipt)))
+            .await
+            .expect("ack");
+    assert!(out.iter().all(Result::is_ok), "{out:?}");
+    let rest =
+        n.b.receive(&work, recv(100))
+            .await
+            .expect("receive the rest");
+    assert_eq!(rest.len(), 25);
+}
