@@ -71,17 +71,17 @@ pub(crate) async fn ack(
         kinds.push(a.result.as_ref().map(|b| kind_code(b.kind)));
         results.push(a.result.map(|b| b.bytes));
     }
-    // A result is kept in the member's own row.
-    let with_result: Vec<i64> = ids
-        .iter()
-        .zip(&tokens)
-        .zip(&results)
-        .filter(|((_, t), r)| crate::pack::is_pack_token(**t) && r.is_some())
-        .map(|((id, _), _)| *id)
-        .collect();
+    // A result is kept in the member's own row: its pack becomes rows first, once per lease
+    // (the receipts of one pack lease share its token).
+    let mut with_result: HashMap<i64, i64> = HashMap::new();
+    for ((id, token), result) in ids.iter().zip(&tokens).zip(&results) {
+        if crate::pack::is_pack_token(*token) && result.is_some() {
+            with_result.entry(*token).or_insert(*id);
+        }
+    }
     if !with_result.is_empty() {
         let conn = inner.conn().await?;
-        for id in with_result {
+        for id in with_result.into_values() {
             crate::pack::unpack_member(&**conn, id).await?;
         }
     }

@@ -341,3 +341,29 @@ async fn a_limit_set_after_packs_were_sent_holds_for_their_members() {
             .expect("receive the rest");
     assert_eq!(rest.len(), 25);
 }
+
+/// Acks with results keep each member's result: the pack becomes rows first, once.
+#[tokio::test]
+async fn acks_with_results_keep_each_members_result() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "work").await;
+    n.a.send(&work, batch(20)).await.expect("send");
+    let got = n.a.receive(&work, recv(20)).await.expect("receive");
+    assert_eq!(got.len(), 20);
+    let with_results = got
+        .iter()
+        .enumerate()
+        .map(|(i, d)| sluice_core::AckRequest {
+            receipt: d.receipt,
+            result: Some(Body::text(format!("r{i}"))),
+        })
+        .collect();
+    let out = n.b.ack(&work, with_results).await.expect("ack");
+    assert!(out.iter().all(Result::is_ok), "{out:?}");
+    for (i, d) in got.iter().enumerate() {
+        let m = n.a.get_message(d.id).await.expect("get");
+        assert_eq!(m.state, MessageState::Completed);
+        let result = m.result.expect("result kept");
+        assert_eq!(result.bytes.as_ref(), format!("r{i}").as_bytes());
+    }
+}
