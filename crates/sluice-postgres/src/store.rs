@@ -72,6 +72,9 @@ pub(crate) struct Inner {
     pub(crate) pool: Pool,
     /// Connections whose commits do not wait for the WAL flush, for leases only.
     pub(crate) lease_pool: Pool,
+    /// Connections that plan each statement once and never scan a table sequentially, for
+    /// the ack statements written for that (see `ack.rs`).
+    pub(crate) ack_pool: Pool,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) schema: String,
     pub(crate) channel: String,
@@ -266,6 +269,12 @@ impl PostgresStore {
         let mut lease_config = config.clone();
         lease_config.options(format!("-c search_path={schema} -c synchronous_commit=off"));
         let lease_pool = pool_of(lease_config, options.pool_size, options.connect_timeout)?;
+        // Acks plan their statements once per connection (see `ack.rs`).
+        let mut ack_config = config.clone();
+        ack_config.options(format!(
+            "-c search_path={schema} -c plan_cache_mode=force_generic_plan -c enable_seqscan=off"
+        ));
+        let ack_pool = pool_of(ack_config, options.pool_size, options.connect_timeout)?;
         let channel = crate::wake::channel(&schema);
         let wakers = Arc::new(Wakers::default());
         let node = options.node_id.clone().unwrap_or_else(|| {
@@ -284,6 +293,7 @@ impl PostgresStore {
             announce,
             pool,
             lease_pool,
+            ack_pool,
             clock: options.clock.clone(),
             schema,
             channel: channel.clone(),
