@@ -81,13 +81,20 @@ impl<J> Combiner<J> {
     /// is to start a write (it must then call [`Combiner::next`] when that write is done);
     /// `None` when a running write will take the job.
     pub(crate) fn push(&self, queue: &str, job: J) -> Option<Vec<J>> {
+        self.push_within(queue, job, self.limit)
+    }
+
+    /// As [`Combiner::push`], starting a write only while fewer than `limit` (at least one,
+    /// at most the combiner's own limit) of `queue` are under way.
+    pub(crate) fn push_within(&self, queue: &str, job: J, limit: usize) -> Option<Vec<J>> {
+        let limit = limit.clamp(1, self.limit);
         let mut lanes = self.lanes();
         let lane = lanes.entry(queue.to_string()).or_insert_with(|| Lane {
             jobs: Vec::new(),
             flushing: 0,
         });
         lane.jobs.push(job);
-        if lane.flushing < self.limit {
+        if lane.flushing < limit {
             lane.flushing += 1;
             Some(std::mem::take(&mut lane.jobs))
         } else {
@@ -157,6 +164,27 @@ mod tests {
         assert_eq!(c.push("q", 30), Some(vec![30]));
         assert_eq!(c.next("q"), None);
         assert_eq!(c.next("other"), None);
+        assert!(c.lanes().is_empty());
+    }
+
+    #[test]
+    fn a_lower_limit_gathers_sooner() {
+        let c = Combiner::new(2);
+        assert_eq!(c.push_within("q", 1, 1), Some(vec![1]));
+        assert_eq!(c.push_within("q", 2, 1), None, "one write at a time");
+        assert_eq!(
+            c.push("q", 3),
+            Some(vec![2, 3]),
+            "the full limit allows a second"
+        );
+        assert_eq!(
+            c.push_within("q", 4, 5),
+            None,
+            "never beyond the combiner's own"
+        );
+        assert_eq!(c.next("q"), Some(vec![4]));
+        assert_eq!(c.next("q"), None);
+        assert_eq!(c.next("q"), None);
         assert!(c.lanes().is_empty());
     }
 

@@ -33,6 +33,11 @@ pub(crate) const LARGE_LEASES_IN_FLIGHT: usize = 4;
 /// 58,127 – 66,120 with four; one runs the fewest statements, a third of four's).
 pub(crate) const PACKED_LEASES_IN_FLIGHT: usize = 1;
 
+/// How long (ms) the newest message a lease took must have waited for the queue's consumers
+/// to count as behind: well above the wait of a queue that keeps up (a few milliseconds),
+/// well below that of a growing backlog (seconds).
+const BACKLOG_AGE_MS: i64 = 100;
+
 /// A receive waiting for its queue's next combined lease.
 pub(crate) struct LeaseJob {
     max: u32,
@@ -83,6 +88,10 @@ async fn serve(inner: &Arc<Inner>, queue: &QueueName, vis: Duration, jobs: Vec<L
     .await;
     let got = match leased {
         Ok(Attempted::Got(got)) => {
+            // Behind: every receive filled, and even the newest message leased had waited.
+            let newest = got.iter().map(|d| d.enqueued_at.as_millis()).max();
+            let waited = newest.is_some_and(|t| inner.now() - t >= BACKLOG_AGE_MS);
+            inner.set_backlogged(q, got.len() >= total as usize && waited);
             if total as usize >= crate::combine::LARGE_CALL {
                 let packs = got
                     .iter()
@@ -97,6 +106,7 @@ async fn serve(inner: &Arc<Inner>, queue: &QueueName, vis: Duration, jobs: Vec<L
             got
         }
         Ok(Attempted::Empty { next_wake }) => {
+            inner.set_backlogged(q, false);
             for j in jobs {
                 let _ = j.reply.send(Ok(Attempted::Empty { next_wake }));
             }

@@ -159,7 +159,10 @@ fn packed(inner: &Inner, cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
 /// (measured at one message per send, 4 producers and 4 consumers: 1,884 – 1,972 msg/s
 /// against 1,641 – 1,677 with one). Not more for large sends: with 100 messages per send
 /// and four inserts at a time, producers outran consumers and every lease then scanned a
-/// longer backlog (11,479 – 13,411 msg/s against 20,554 – 23,821).
+/// longer backlog (11,479 – 13,411 msg/s against 20,554 – 23,821). One while the queue's
+/// consumers on this node are behind (`Inner::backlogged`): at one message per send, 4 + 4,
+/// once acks had become cheap, two in flight let producers outrun consumers into a backlog
+/// of seconds; one throughout lost a fifth with 2 producers and 6 consumers.
 pub(crate) const SENDS_IN_FLIGHT: usize = 2;
 
 /// A plain send waiting for its queue's next combined write.
@@ -191,7 +194,15 @@ pub(crate) async fn send_plain(
         delay: cfg.delay,
         reply,
     };
-    if let Some(batch) = inner.sends.push(queue.as_str(), job) {
+    // While the queue's consumers are behind, a send's wait hides behind the backlog's: one
+    // insert at a time gathers more sends per commit and leaves the database's time to the
+    // leases.
+    let limit = if inner.backlogged(queue.as_str()) {
+        1
+    } else {
+        SENDS_IN_FLIGHT
+    };
+    if let Some(batch) = inner.sends.push_within(queue.as_str(), job, limit) {
         // A task of its own, so a caller that goes away does not stop the others' write.
         let (inner, q) = (inner.clone(), queue.to_string());
         tokio::spawn(async move {

@@ -92,6 +92,9 @@ pub(crate) struct Inner {
     pub(crate) leases: crate::combine::Lanes<crate::lease_combine::LeaseJob>,
     /// Queues whose last large receive on this node was served by packs.
     pub(crate) served_by_packs: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Queues whose last lease on this node filled every receive it served: their consumers
+    /// are behind, and sends gather harder (see `send.rs`).
+    pub(crate) backlogged: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Acks gathering for their queue's next ack statement.
     pub(crate) acks: crate::combine::Combiner<crate::ack::AckJob>,
 }
@@ -132,6 +135,27 @@ impl Inner {
         if self.wakers.others_may_listen() {
             let _ = self.announce.send(queue.to_string());
         }
+    }
+
+    /// Whether `queue`'s consumers on this node were behind at its last lease.
+    pub(crate) fn backlogged(&self, queue: &str) -> bool {
+        self.backlog().contains(queue)
+    }
+
+    /// Records whether `queue`'s last lease filled every receive it served.
+    pub(crate) fn set_backlogged(&self, queue: &str, behind: bool) {
+        let mut set = self.backlog();
+        if behind {
+            if !set.contains(queue) {
+                set.insert(queue.to_string());
+            }
+        } else {
+            set.remove(queue);
+        }
+    }
+
+    fn backlog(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.backlogged.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) async fn conn(&self) -> Result<Object, StoreError> {
@@ -310,6 +334,7 @@ impl PostgresStore {
                 crate::lease_combine::PACKED_LEASES_IN_FLIGHT,
             ),
             served_by_packs: std::sync::Mutex::default(),
+            backlogged: std::sync::Mutex::default(),
             acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });
         tokio::spawn(crate::wake::listen(
