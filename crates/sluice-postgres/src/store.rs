@@ -92,8 +92,9 @@ pub(crate) struct Inner {
     pub(crate) leases: crate::combine::Lanes<crate::lease_combine::LeaseJob>,
     /// Queues whose last large receive on this node was served by packs.
     pub(crate) served_by_packs: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// Queues whose last lease on this node filled every receive it served: their consumers
-    /// are behind, and sends gather harder (see `send.rs`).
+    /// Queues whose consumers on this node are behind (their last lease filled every
+    /// receive with messages that had waited; see `lease_combine.rs`): their sends gather
+    /// harder (see `send.rs`).
     pub(crate) backlogged: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Acks gathering for their queue's next ack statement.
     pub(crate) acks: crate::combine::Combiner<crate::ack::AckJob>,
@@ -142,7 +143,7 @@ impl Inner {
         self.backlog().contains(queue)
     }
 
-    /// Records whether `queue`'s last lease filled every receive it served.
+    /// Records whether `queue`'s consumers on this node are behind, as its last lease shows.
     pub(crate) fn set_backlogged(&self, queue: &str, behind: bool) {
         let mut set = self.backlog();
         if behind {

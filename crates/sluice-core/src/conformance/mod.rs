@@ -98,6 +98,7 @@ macro_rules! __sluice_conformance_cases {
             ack_with_zero_result_ttl_keeps_nothing,
             ack_result_over_max_message_bytes_fails_only_its_receipt,
             ack_batch_reports_each_receipt,
+            long_ack_batch_pairs_each_receipt,
             nack_with_explicit_delay,
             nack_with_zero_delay_is_visible_at_once,
             nack_backoff_stays_under_capped_ceiling,
