@@ -1295,7 +1295,6 @@ pub async fn ack_with_zero_result_ttl_keeps_nothing(h: &dyn Harness) {
     assert_eq!(e.stats(&q).await.totals.acked, 1);
 }
 
-/// A batch ack answers per receipt: good ones succeed, a stale one fails alone.
 /// A batch ack of many receipts (engines may take another path for long ones): each
 /// receipt succeeds or fails on its own and each result stays with its own message.
 pub async fn long_ack_batch_pairs_each_receipt(h: &dyn Harness) {
@@ -1329,6 +1328,7 @@ pub async fn long_ack_batch_pairs_each_receipt(h: &dyn Harness) {
     assert_eq!((s.in_flight, s.totals.acked), (0, 40));
 }
 
+/// A batch ack answers per receipt: good ones succeed, a stale one fails alone.
 pub async fn ack_batch_reports_each_receipt(h: &dyn Harness) {
     let e = env(h).await;
     let q = e.queue("ackb", QueueConfigPatch::default()).await;
