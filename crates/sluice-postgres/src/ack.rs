@@ -189,12 +189,12 @@ async fn statement(
     if ids.is_empty() {
         return Ok(acked);
     }
-    let (small, keyed) = (ids.len() <= SMALL_ACK, ttl.is_zero());
+    let keep_none = ttl.is_zero();
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
         [&q, &ids, &tokens, &results, &kinds, &now, &keep];
-    let rows = if small {
+    let rows = if ids.len() <= SMALL_ACK {
         // Planned once per connection: see [`SMALL_ACK_COMPLETE_SQL`].
-        let sql = if keyed {
+        let sql = if keep_none {
             SMALL_ACK_DELETE_SQL
         } else {
             SMALL_ACK_COMPLETE_SQL
@@ -208,8 +208,9 @@ async fn statement(
         // Planned for each call, knowing its receipts, on a connection of the main pool:
         // planning costs little per receipt here. Typed parameters send it in one round
         // trip (parse, bind, execute) where an untyped one asks the server for the types
-        // first.
-        let sql = if keyed {
+        // first. The ack connection is not needed for it and goes back first.
+        drop(conn);
+        let sql = if keep_none {
             ACK_DELETE_SQL
         } else {
             ACK_COMPLETE_SQL

@@ -59,7 +59,7 @@ pub(crate) async fn lease(
         max: req.max,
         reply,
     };
-    let packed = served_by_packs(inner).contains(queue.as_str());
+    let packed = inner.served_by_packs.has(queue.as_str());
     let lane = inner.leases.of(req.max as usize, packed);
     if let Some(jobs) = lane.push(&key, job) {
         // A task of its own: a receive that goes away (a long poll ended by its client) must
@@ -91,22 +91,19 @@ async fn serve(inner: &Arc<Inner>, queue: &QueueName, vis: Duration, jobs: Vec<L
             // Behind: every receive filled, and even the newest message leased had waited.
             let newest = got.iter().map(|d| d.enqueued_at.as_millis()).max();
             let waited = newest.is_some_and(|t| inner.now() - t >= BACKLOG_AGE_MS);
-            inner.set_backlogged(q, got.len() >= total as usize && waited);
+            inner
+                .backlogged
+                .mark(q, got.len() >= total as usize && waited);
             if total as usize >= crate::combine::LARGE_CALL {
                 let packs = got
                     .iter()
                     .any(|d| crate::pack::is_pack_token(d.receipt.token as i64));
-                let mut served = served_by_packs(inner);
-                if packs {
-                    served.insert(q.to_string());
-                } else {
-                    served.remove(q);
-                }
+                inner.served_by_packs.mark(q, packs);
             }
             got
         }
         Ok(Attempted::Empty { next_wake }) => {
-            inner.set_backlogged(q, false);
+            inner.backlogged.mark(q, false);
             for j in jobs {
                 let _ = j.reply.send(Ok(Attempted::Empty { next_wake }));
             }
@@ -139,11 +136,4 @@ async fn serve(inner: &Arc<Inner>, queue: &QueueName, vis: Duration, jobs: Vec<L
             }
         }
     }
-}
-
-fn served_by_packs(inner: &Inner) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-    inner
-        .served_by_packs
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
 }

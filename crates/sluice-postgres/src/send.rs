@@ -197,7 +197,7 @@ pub(crate) async fn send_plain(
     // While the queue's consumers are behind, a send's wait hides behind the backlog's: one
     // insert at a time gathers more sends per commit and leaves the database's time to the
     // leases.
-    let limit = if inner.backlogged(queue.as_str()) {
+    let limit = if inner.backlogged.has(queue.as_str()) {
         1
     } else {
         SENDS_IN_FLIGHT

@@ -91,11 +91,11 @@ pub(crate) struct Inner {
     /// Receives gathering for their queue's next lease.
     pub(crate) leases: crate::combine::Lanes<crate::lease_combine::LeaseJob>,
     /// Queues whose last large receive on this node was served by packs.
-    pub(crate) served_by_packs: std::sync::Mutex<std::collections::HashSet<String>>,
+    pub(crate) served_by_packs: QueueMarks,
     /// Queues whose consumers on this node are behind (their last lease filled every
     /// receive with messages that had waited; see `lease_combine.rs`): their sends gather
     /// harder (see `send.rs`).
-    pub(crate) backlogged: std::sync::Mutex<std::collections::HashSet<String>>,
+    pub(crate) backlogged: QueueMarks,
     /// Acks gathering for their queue's next ack statement.
     pub(crate) acks: crate::combine::Combiner<crate::ack::AckJob>,
 }
@@ -138,29 +138,34 @@ impl Inner {
         }
     }
 
-    /// Whether `queue`'s consumers on this node were behind at its last lease.
-    pub(crate) fn backlogged(&self, queue: &str) -> bool {
-        self.backlog().contains(queue)
+    pub(crate) async fn conn(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(|e| pool(&e))
+    }
+}
+
+/// Queues this node has marked for one of its hot-path choices, each as its last lease of
+/// the queue showed.
+#[derive(Default)]
+pub(crate) struct QueueMarks(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl QueueMarks {
+    /// Whether `queue` is marked.
+    pub(crate) fn has(&self, queue: &str) -> bool {
+        self.set().contains(queue)
     }
 
-    /// Records whether `queue`'s consumers on this node are behind, as its last lease shows.
-    pub(crate) fn set_backlogged(&self, queue: &str, behind: bool) {
-        let mut set = self.backlog();
-        if behind {
-            if !set.contains(queue) {
-                set.insert(queue.to_string());
-            }
-        } else {
+    /// Marks `queue` or clears its mark.
+    pub(crate) fn mark(&self, queue: &str, on: bool) {
+        let mut set = self.set();
+        if !on {
             set.remove(queue);
+        } else if !set.contains(queue) {
+            set.insert(queue.to_string());
         }
     }
 
-    fn backlog(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.backlogged.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) async fn conn(&self) -> Result<Object, StoreError> {
-        self.pool.get().await.map_err(|e| pool(&e))
+    fn set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -334,8 +339,8 @@ impl PostgresStore {
                 crate::lease_combine::LARGE_LEASES_IN_FLIGHT,
                 crate::lease_combine::PACKED_LEASES_IN_FLIGHT,
             ),
-            served_by_packs: std::sync::Mutex::default(),
-            backlogged: std::sync::Mutex::default(),
+            served_by_packs: QueueMarks::default(),
+            backlogged: QueueMarks::default(),
             acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });
         tokio::spawn(crate::wake::listen(
