@@ -1296,36 +1296,47 @@ pub async fn ack_with_zero_result_ttl_keeps_nothing(h: &dyn Harness) {
 }
 
 /// A batch ack of many receipts (engines may take another path for long ones): each
-/// receipt succeeds or fails on its own and each result stays with its own message.
+/// receipt succeeds or fails on its own and each result stays with its own message; with
+/// `result_ttl` 0 no record stays at all.
 pub async fn long_ack_batch_pairs_each_receipt(h: &dyn Harness) {
     let e = env(h).await;
-    let q = e.queue("ackl", QueueConfigPatch::default()).await;
-    e.send_batch(&q, (0..40).map(|i| text(&i.to_string())).collect())
-        .await;
-    let ds = e.recv(&q, 40).await;
-    assert_eq!(ds.len(), 40);
-    e.ack(&q, ds[7].receipt).await.expect("ack one first");
-    let reqs = ds
-        .iter()
-        .enumerate()
-        .map(|(i, d)| AckRequest {
-            receipt: d.receipt,
-            result: (i % 2 == 0).then(|| Body::text(format!("r{}", d.id.0))),
-        })
-        .collect();
-    let out = e.store.ack(&q, reqs).await.expect("batch ack call");
-    assert_eq!(out.len(), 40);
-    for (i, (o, d)) in out.iter().zip(&ds).enumerate() {
-        if i == 7 {
-            assert_code(o.clone(), ErrorCode::ReceiptStale, "receipt acked before");
-            continue;
+    for (name, ttl) in [("ackl", None), ("ackl0", Some(Duration::ZERO))] {
+        let patch = QueueConfigPatch {
+            result_ttl: ttl,
+            ..QueueConfigPatch::default()
+        };
+        let q = e.queue(name, patch).await;
+        e.send_batch(&q, (0..40).map(|i| text(&i.to_string())).collect())
+            .await;
+        let ds = e.recv(&q, 40).await;
+        assert_eq!(ds.len(), 40);
+        e.ack(&q, ds[7].receipt).await.expect("ack one first");
+        let reqs = ds
+            .iter()
+            .enumerate()
+            .map(|(i, d)| AckRequest {
+                receipt: d.receipt,
+                result: (i % 2 == 0).then(|| Body::text(format!("r{}", d.id.0))),
+            })
+            .collect();
+        let out = e.store.ack(&q, reqs).await.expect("batch ack call");
+        assert_eq!(out.len(), 40);
+        for (i, (o, d)) in out.iter().zip(&ds).enumerate() {
+            if i == 7 {
+                assert_code(o.clone(), ErrorCode::ReceiptStale, "receipt acked before");
+            } else {
+                assert_eq!(*o, Ok(()), "{name}: receipt {i}");
+            }
+            if ttl.is_some() {
+                e.gone(d.id, "result_ttl 0 keeps no record").await;
+            } else if i != 7 {
+                let want = (i % 2 == 0).then(|| Body::text(format!("r{}", d.id.0)));
+                assert_eq!(e.get(d.id).await.result, want, "result of receipt {i}");
+            }
         }
-        assert_eq!(*o, Ok(()), "receipt {i}");
-        let want = (i % 2 == 0).then(|| Body::text(format!("r{}", d.id.0)));
-        assert_eq!(e.get(d.id).await.result, want, "result of receipt {i}");
+        let s = e.stats(&q).await;
+        assert_eq!((s.in_flight, s.totals.acked), (0, 40), "{name}");
     }
-    let s = e.stats(&q).await;
-    assert_eq!((s.in_flight, s.totals.acked), (0, 40));
 }
 
 /// A batch ack answers per receipt: good ones succeed, a stale one fails alone.
