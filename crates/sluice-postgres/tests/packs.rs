@@ -48,6 +48,21 @@ fn batch(n: usize) -> Vec<NewMessage> {
         .collect()
 }
 
+/// Sends `count` messages on `node` (one pack) and leases them all there.
+async fn sent_and_leased(
+    node: &sluice_postgres::PostgresStore,
+    queue: &sluice_core::QueueName,
+    count: usize,
+) -> Vec<sluice_core::Delivery> {
+    node.send(queue, batch(count)).await.expect("send");
+    let got = node
+        .receive(queue, recv(count as u32))
+        .await
+        .expect("receive");
+    assert_eq!(got.len(), count, "every member leased at once");
+    got
+}
+
 #[tokio::test]
 async fn a_large_send_is_one_pack_leased_and_acked_whole() {
     let Some(n) = nodes().await else { return };
@@ -119,9 +134,7 @@ async fn a_large_send_is_one_pack_leased_and_acked_whole() {
             ..QueueConfigPatch::default()
         };
         n.a.put_queue(&work, &patch).await.expect("set result_ttl");
-        n.a.send(&work, batch(100)).await.expect("send");
-        let got = n.a.receive(&work, recv(100)).await.expect("receive");
-        assert_eq!(got.len(), 100, "round {round}");
+        let got = sent_and_leased(&n.a, &work, 100).await;
         // On the node that changed the queue: the other may use its cached configuration
         // for a moment.
         let out =
@@ -180,9 +193,7 @@ async fn a_nacked_member_leaves_its_pack_and_the_others_keep_their_receipts() {
     let Some(n) = nodes().await else { return };
     let db = n.db().await;
     let work = created(&n.a, "work").await;
-    n.a.send(&work, batch(20)).await.expect("send");
-    let got = n.a.receive(&work, recv(20)).await.expect("receive");
-    assert_eq!(got.len(), 20);
+    let got = sent_and_leased(&n.a, &work, 20).await;
     let out =
         n.b.nack(
             &work,
@@ -234,9 +245,7 @@ async fn acks_racing_an_unpack_all_land() {
     let Some(n) = nodes().await else { return };
     let work = created(&n.a, "work").await;
     for round in 0..10 {
-        n.a.send(&work, batch(30)).await.expect("send");
-        let got = n.a.receive(&work, recv(30)).await.expect("receive");
-        assert_eq!(got.len(), 30, "round {round}");
+        let got = sent_and_leased(&n.a, &work, 30).await;
         let nack = {
             let (b, work, receipt) = (n.b.clone(), work.clone(), got[0].receipt);
             tokio::spawn(async move { b.nack(&work, receipt, None, Failure::default()).await })
@@ -313,9 +322,7 @@ async fn a_pack_whose_lease_ran_out_is_delivered_again_and_old_receipts_are_stal
 async fn a_limit_set_after_packs_were_sent_holds_for_their_members() {
     let Some(n) = nodes().await else { return };
     let work = created(&n.a, "work").await;
-    n.a.send(&work, batch(30)).await.expect("send");
-    let first = n.a.receive(&work, recv(30)).await.expect("receive a pack");
-    assert_eq!(first.len(), 30);
+    let first = sent_and_leased(&n.a, &work, 30).await;
     n.a.send(&work, batch(30)).await.expect("send another");
     let patch = QueueConfigPatch {
         max_in_flight: Some(Some(35)),
@@ -347,9 +354,7 @@ async fn a_limit_set_after_packs_were_sent_holds_for_their_members() {
 async fn acks_with_results_keep_each_members_result() {
     let Some(n) = nodes().await else { return };
     let work = created(&n.a, "work").await;
-    n.a.send(&work, batch(20)).await.expect("send");
-    let got = n.a.receive(&work, recv(20)).await.expect("receive");
-    assert_eq!(got.len(), 20);
+    let got = sent_and_leased(&n.a, &work, 20).await;
     let with_results = got
         .iter()
         .enumerate()
