@@ -30,7 +30,9 @@ pub struct PostgresOptions {
     /// can share one database in different schemas. A `schema=` parameter of the connection
     /// string overrides it.
     pub schema: String,
-    /// Most connections this node opens.
+    /// Most connections in each of this node's three pools: general work, leases and acks
+    /// (the last two open about one per busy queue, as a queue's leases and acks are
+    /// combined). One more listens for other nodes' wake-ups.
     pub pool_size: usize,
     /// How long a call waits for a connection before answering `unavailable`.
     pub connect_timeout: Duration,
