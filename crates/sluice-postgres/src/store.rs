@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    Hook, HookError, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime,
+};
 use sluice_core::stats::StatsSample;
 use sluice_core::store::{IdempotentResponse, LeaseState};
 use sluice_core::{
@@ -175,6 +177,7 @@ impl QueueMarks {
 /// answers `unavailable` quickly, and replaces broken connections by itself.
 fn pool_of(
     config: tokio_postgres::Config,
+    setup: String,
     size: usize,
     timeout: Duration,
 ) -> Result<Pool, OpenError> {
@@ -185,14 +188,35 @@ fn pool_of(
             recycling_method: RecyclingMethod::Fast,
         },
     );
+    let setup = Arc::new(setup);
     Pool::builder(manager)
         .max_size(size.max(1))
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(timeout))
         .create_timeout(Some(timeout))
         .recycle_timeout(Some(timeout))
+        .post_create(Hook::async_fn(move |client, _| {
+            let setup = setup.clone();
+            Box::pin(async move {
+                client
+                    .batch_execute(&setup)
+                    .await
+                    .map_err(HookError::Backend)
+            })
+        }))
         .build()
         .map_err(|e| OpenError::Pool(e.to_string()))
+}
+
+/// The `SET` statements a new connection runs before its first use: the schema, then the
+/// `settings` of its pool. They are set after connecting rather than passed as the startup
+/// `options` parameter, which connection poolers such as PgBouncer refuse or drop.
+fn session_setup(schema: &str, settings: &[(&str, &str)]) -> String {
+    let mut sql = format!("SET search_path TO {}", crate::schema::quote_ident(schema));
+    for (name, value) in settings {
+        sql.push_str(&format!("; SET {name} TO {value}"));
+    }
+    sql
 }
 
 impl Drop for Inner {
@@ -288,25 +312,39 @@ impl PostgresStore {
             tokio_postgres::Config::from_str(&url).map_err(|e| OpenError::Url(e.to_string()))?;
         config.connect_timeout(options.connect_timeout);
         config.application_name("sluice");
-        config.options(format!("-c search_path={schema}"));
         let (mut client, conn) = config.connect(NoTls).await?;
         let driver = tokio::spawn(conn);
         crate::schema::migrate(&mut client, &schema).await?;
         drop(client);
         driver.abort();
 
-        let pool = pool_of(config.clone(), options.pool_size, options.connect_timeout)?;
+        let pool = pool_of(
+            config.clone(),
+            session_setup(&schema, &[]),
+            options.pool_size,
+            options.connect_timeout,
+        )?;
         // Leases commit without waiting for the WAL flush (see `lease.rs`): their own
         // connections have that as their session default, so a lease is one statement.
-        let mut lease_config = config.clone();
-        lease_config.options(format!("-c search_path={schema} -c synchronous_commit=off"));
-        let lease_pool = pool_of(lease_config, options.pool_size, options.connect_timeout)?;
+        let lease_pool = pool_of(
+            config.clone(),
+            session_setup(&schema, &[("synchronous_commit", "off")]),
+            options.pool_size,
+            options.connect_timeout,
+        )?;
         // Acks plan their statements once per connection (see `ack.rs`).
-        let mut ack_config = config.clone();
-        ack_config.options(format!(
-            "-c search_path={schema} -c plan_cache_mode=force_generic_plan -c enable_seqscan=off"
-        ));
-        let ack_pool = pool_of(ack_config, options.pool_size, options.connect_timeout)?;
+        let ack_pool = pool_of(
+            config.clone(),
+            session_setup(
+                &schema,
+                &[
+                    ("plan_cache_mode", "force_generic_plan"),
+                    ("enable_seqscan", "off"),
+                ],
+            ),
+            options.pool_size,
+            options.connect_timeout,
+        )?;
         let channel = crate::wake::channel(&schema);
         let wakers = Arc::new(Wakers::default());
         let node = options.node_id.clone().unwrap_or_else(|| {

@@ -734,3 +734,104 @@ async fn a_queue_known_empty_still_delivers_what_is_sent_next() {
         );
     }
 }
+
+/// Every connection works in the schema exactly as named: capitals are not folded away (a
+/// schema named `Billing` is not `billing`), whichever pool a statement runs on.
+#[tokio::test]
+async fn a_schema_named_with_capitals_is_the_one_used() {
+    let Some(n) = common::nodes("Mixed_Case", PostgresOptions::default()).await else {
+        return;
+    };
+    let work = created(&n.a, "work").await;
+    n.a.send(&work, vec![msg("one"), msg("two")])
+        .await
+        .expect("send");
+    let got = n.b.receive(&work, recv(10)).await.expect("receive");
+    assert_eq!(got.len(), 2);
+    let acked =
+        n.a.ack(&work, common::acks(got.iter().map(|m| m.receipt)))
+            .await
+            .expect("ack");
+    assert!(acked.iter().all(|a| a.is_ok()), "{acked:?}");
+
+    let db = n.db().await;
+    let schemas: Vec<String> = db
+        .query(
+            "SELECT nspname::text FROM pg_namespace WHERE lower(nspname) = lower($1)",
+            &[&n.schema],
+        )
+        .await
+        .expect("schemas")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        schemas,
+        vec![n.schema.clone()],
+        "one schema, named as given"
+    );
+}
+
+/// Nodes reach the database through PgBouncer in session mode, the pooler operators put in
+/// front of it: every connection's settings survive it (PgBouncer refuses startup
+/// `options`), and wake-ups still cross nodes.
+#[tokio::test]
+async fn nodes_work_through_pgbouncer_in_session_mode() {
+    if !postgres::available().await {
+        return;
+    }
+    let Some(bouncer) = sluice_testkit::pgbouncer::PgBouncer::start() else {
+        return;
+    };
+    let schema = postgres::unique_schema("Bounced");
+    let _drop = postgres::SchemaGuard::new(schema.clone());
+    let url = bouncer.url();
+    let open = |node: &str| {
+        PostgresStore::open(
+            &url,
+            PostgresOptions {
+                schema: schema.clone(),
+                pool_size: 4,
+                node_id: Some(node.to_string()),
+                ..PostgresOptions::default()
+            },
+        )
+    };
+    let a = open("a").await.expect("open node a through PgBouncer");
+    let b = open("b").await.expect("open node b through PgBouncer");
+    let work = created(&a, "work").await;
+    // A node trusts what it hears once it has listened for half a second.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    let waiting = {
+        let (b, work) = (b.clone(), work.clone());
+        tokio::spawn(async move { b.receive(&work, poll(5_000)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    a.send(&work, vec![msg("woken")]).await.expect("send");
+    let got = waiting.await.expect("task").expect("long poll on b");
+    assert_eq!(got.len(), 1);
+    assert!(
+        started.elapsed() < Duration::from_millis(2_500),
+        "the long poll on b was woken by the send on a, not by its fallback poll"
+    );
+
+    // A large send is a pack; its lease and ack run on the lease and ack pools.
+    let sent = a
+        .send(&work, (0..20).map(|i| msg(&format!("m{i}"))).collect())
+        .await
+        .expect("large send");
+    let mut receipts = vec![got[0].receipt];
+    let batch = b.receive(&work, recv(50)).await.expect("receive");
+    assert_eq!(batch.len(), sent.len());
+    receipts.extend(batch.iter().map(|d| d.receipt));
+    let acked = a.ack(&work, common::acks(receipts)).await.expect("ack");
+    assert!(acked.iter().all(|r| r.is_ok()), "{acked:?}");
+    assert!(
+        b.receive(&work, recv(50))
+            .await
+            .expect("receive")
+            .is_empty()
+    );
+}

@@ -5,6 +5,7 @@
 //! The server's, the client's and the benchmarks' tests all start brokers through this, so
 //! they exercise the same thing the binary serves.
 
+pub mod pgbouncer;
 pub mod postgres;
 
 use std::net::SocketAddr;
