@@ -37,7 +37,7 @@ impl PostgresStore {
             .get(0);
         tx.execute(
             "SELECT set_config('search_path', $1, true)",
-            &[&self.inner.schema],
+            &[&crate::schema::quote_ident(&self.inner.schema)],
         )
         .await
         .map_err(|e| db(&e))?;
@@ -61,9 +61,13 @@ impl PostgresStore {
             .await
             .map_err(|e| db(&e))?;
         }
-        tx.execute("SELECT set_config('search_path', $1, true)", &[&saved])
-            .await
-            .map_err(|e| db(&e))?;
-        out.map(|(outcomes, _)| outcomes)
+        let restored = tx
+            .execute("SELECT set_config('search_path', $1, true)", &[&saved])
+            .await;
+        // A failed send aborted the transaction, which then fails the restore too: report
+        // what went wrong first.
+        let (outcomes, _) = out?;
+        restored.map_err(|e| db(&e))?;
+        Ok(outcomes)
     }
 }

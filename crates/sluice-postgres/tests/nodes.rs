@@ -753,6 +753,21 @@ async fn a_schema_named_with_capitals_is_the_one_used() {
             .await
             .expect("ack");
     assert!(acked.iter().all(|a| a.is_ok()), "{acked:?}");
+    // So does a send inside the caller's own transaction.
+    let (mut client, conn) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let driver = tokio::spawn(conn);
+    let tx = client.transaction().await.expect("begin");
+    n.a.send_in(&tx, &work, vec![msg("in tx")])
+        .await
+        .expect("send in tx");
+    tx.commit().await.expect("commit");
+    driver.abort();
+    assert_eq!(
+        n.b.receive(&work, recv(10)).await.expect("receive").len(),
+        1
+    );
 
     let db = n.db().await;
     let schemas: Vec<String> = db
