@@ -139,11 +139,8 @@ impl AppState {
     ) -> Result<Vec<Result<(), sluice_core::StoreError>>, sluice_core::StoreError> {
         let ids: Vec<_> = acks.iter().map(|a| a.receipt.id).collect();
         let out = self.store.ack(queue, acks).await?;
-        for (r, id) in out.iter().zip(ids) {
-            if r.is_ok() {
-                self.metrics.acked(id);
-            }
-        }
+        let took = out.iter().zip(ids).filter(|(r, _)| r.is_ok());
+        self.metrics.acked(queue, took.map(|(_, id)| id));
         Ok(out)
     }
 }
