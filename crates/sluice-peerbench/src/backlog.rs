@@ -214,7 +214,9 @@ async fn fill(sys: &Sluice, n: u64, limit: Duration) -> anyhow::Result<()> {
                     return anyhow::Ok(());
                 }
                 let last = (first + FILL_BATCH).min(n);
-                let bodies = (first..last).map(|i| load::body(0, i)).collect();
+                let bodies = (first..last)
+                    .map(|i| load::body(0, i, load::Fill::Filler))
+                    .collect();
                 tokio::time::timeout_at(deadline, p.send(bodies))
                     .await
                     .context("filling took longer than --fill-timeout")??;
@@ -248,7 +250,8 @@ async fn load_on_top(
         cs.push(sys.consumer().await?);
     }
     if o.warmup > 0 {
-        let (_, p2, c2) = load::phase(ps, cs, o.warmup, batch, o.timeout).await?;
+        let (_, p2, c2) =
+            load::phase(ps, cs, o.warmup, batch, load::Fill::Filler, o.timeout).await?;
         ps = p2;
         cs = c2;
     }
@@ -259,7 +262,8 @@ async fn load_on_top(
     let mut timed_out = false;
     for _ in 0..o.rounds.max(1) {
         let before = crate::cpu::ticks(&target);
-        let (m, p2, c2) = load::phase(ps, cs, o.messages, batch, o.timeout).await?;
+        let (m, p2, c2) =
+            load::phase(ps, cs, o.messages, batch, load::Fill::Filler, o.timeout).await?;
         let after = crate::cpu::ticks(&target);
         (ps, cs) = (p2, c2);
         if m.acked == 0 {

@@ -114,12 +114,35 @@ impl Shared {
     }
 }
 
-/// A 1 KiB JSON body carrying the send time (µs after the phase epoch) and a unique number.
-pub fn body(t_us: u64, n: u64) -> Vec<u8> {
+/// What fills a body after its send time and number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fill {
+    /// One repeated letter: compresses about fiftyfold, as padding does.
+    #[default]
+    Filler,
+    /// Random letters and digits, fresh for every body: next to incompressible (about 6 of
+    /// 8 bits carry information, and byte-oriented compressors such as LZ4 find no repeats).
+    Random,
+}
+
+/// A 1 KiB JSON body carrying the send time (µs after the phase epoch) and a unique number,
+/// padded with `fill`.
+pub fn body(t_us: u64, n: u64, fill: Fill) -> Vec<u8> {
     let head = format!("{{\"t\":\"{t_us:020}\",\"n\":{n},\"p\":\"");
     let mut b = Vec::with_capacity(BODY_BYTES);
     b.extend_from_slice(head.as_bytes());
-    b.resize(BODY_BYTES - 2, b'x');
+    match fill {
+        Fill::Filler => b.resize(BODY_BYTES - 2, b'x'),
+        Fill::Random => {
+            use rand::Rng as _;
+            let pad = BODY_BYTES - 2 - b.len();
+            b.extend(
+                rand::thread_rng()
+                    .sample_iter(rand::distributions::Alphanumeric)
+                    .take(pad),
+            );
+        }
+    }
     b.extend_from_slice(b"\"}");
     b
 }
@@ -145,7 +168,8 @@ fn new_histogram() -> anyhow::Result<Histogram<u64>> {
     Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).context("creating a histogram")
 }
 
-/// Runs one phase: `count` messages sent by the producers in batches of `batch` and acked
+/// Runs one phase: `count` messages (bodies padded with `fill`) sent by the producers in
+/// batches of `batch` and acked
 /// by the consumers; stops at `limit` whatever happened. Producers and consumers are handed
 /// back for the next phase (those of a timed-out phase are dropped).
 pub async fn phase<P: Producer, C: Consumer>(
@@ -153,6 +177,7 @@ pub async fn phase<P: Producer, C: Consumer>(
     consumers: Vec<C>,
     count: u64,
     batch: usize,
+    fill: Fill,
     limit: Duration,
 ) -> anyhow::Result<(PhaseResult, Vec<P>, Vec<C>)> {
     let shared = Arc::new(Shared {
@@ -180,7 +205,7 @@ pub async fn phase<P: Producer, C: Consumer>(
                 let n = prev.min(want);
                 let t = s.now_us();
                 let bodies = (0..n)
-                    .map(|_| body(t, s.seq.fetch_add(1, Ordering::Relaxed)))
+                    .map(|_| body(t, s.seq.fetch_add(1, Ordering::Relaxed), fill))
                     .collect();
                 if let Err(e) = p.send(bodies).await {
                     // Not confirmed: give the messages back to the budget and retry.
@@ -331,7 +356,7 @@ mod tests {
 
     #[test]
     fn bodies_are_1kib_json_and_carry_their_stamp() {
-        let b = body(123_456, 7);
+        let b = body(123_456, 7, Fill::Filler);
         assert_eq!(b.len(), BODY_BYTES);
         let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(v["n"], 7);

@@ -61,6 +61,11 @@ struct Args {
     /// Batch sizes, comma-separated.
     #[arg(long, default_value = "1,100", value_delimiter = ',')]
     batch: Vec<usize>,
+    /// What pads each 1 KiB body after its send time and number: `filler` (one repeated
+    /// letter, very compressible) or `random` (fresh random letters and digits, next to
+    /// incompressible; costs the tool about a microsecond per body).
+    #[arg(long, value_enum, default_value_t = load::Fill::Filler)]
+    body: load::Fill,
     /// Concurrent producers.
     #[arg(long, default_value_t = 4)]
     producers: usize,
@@ -477,6 +482,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         consumers: ctx.args.consumers,
         rounds: ctx.args.rounds,
         body_bytes: load::BODY_BYTES,
+        body_fill: clap::ValueEnum::to_possible_value(&ctx.args.body)
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default(),
         rows,
         skipped,
     };
@@ -726,7 +734,7 @@ async fn measure<S: System>(
         cs.push(sys.consumer().await.context("opening a consumer")?);
     }
     if a.warmup > 0 {
-        let (w, p2, c2) = load::phase(ps, cs, a.warmup, batch, limit).await?;
+        let (w, p2, c2) = load::phase(ps, cs, a.warmup, batch, a.body, limit).await?;
         if w.timed_out || w.acked < a.warmup {
             bail!(
                 "warm-up did not finish in {} s ({} of {} acked; first error: {})",
@@ -740,7 +748,7 @@ async fn measure<S: System>(
         cs = c2;
     }
     let before = cpu::ticks(&target);
-    let (m, ps, cs) = load::phase(ps, cs, a.messages, batch, limit).await?;
+    let (m, ps, cs) = load::phase(ps, cs, a.messages, batch, a.body, limit).await?;
     let after = cpu::ticks(&target);
     drop((ps, cs));
     if m.acked == 0 {

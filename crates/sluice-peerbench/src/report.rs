@@ -74,6 +74,9 @@ pub struct Output {
     pub rounds: usize,
     /// Body size.
     pub body_bytes: usize,
+    /// What pads the bodies: `filler` (compressible) or `random`.
+    #[serde(default)]
+    pub body_fill: String,
     /// Results.
     pub rows: Vec<Row>,
     /// Systems not run.
@@ -120,9 +123,10 @@ impl Output {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} messages of {} bytes per system and batch after a {}-message warm-up; {} producers, {} consumers; median of {} round(s)\n",
+            "{} messages of {} bytes ({} padding) per system and batch after a {}-message warm-up; {} producers, {} consumers; median of {} round(s)\n",
             thousands(self.messages),
             self.body_bytes,
+            self.body_fill,
             thousands(self.warmup),
             self.producers,
             self.consumers,
