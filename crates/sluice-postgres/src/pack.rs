@@ -18,6 +18,8 @@
 //! A pack's lease token is negative and a row lease's is not, so an ack knows which receipts
 //! may name pack members without asking the database.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use deadpool_postgres::ClientWrapper;
 use sluice_core::{
@@ -268,14 +270,25 @@ pub(crate) async fn lease(
 /// In [`ACK_SQL`]: the statement names every member of pack `p` and every one is pending.
 macro_rules! whole {
     () => {
-        "(h.named = p.n AND p.pending = p.n)"
+        "(h.all_named AND p.pending = p.n)"
+    };
+}
+
+/// In [`ACK_SQL`]: the members named (a group naming them all lists none).
+macro_rules! named {
+    () => {
+        "coalesce(h.mids, ARRAY(SELECT generate_series(p.id, p.id + p.n - 1)))"
     };
 }
 
 /// In [`ACK_SQL`]: the members named that are still pending.
 macro_rules! newly {
     () => {
-        "ARRAY(SELECT m FROM unnest(h.mids) m WHERE p.done[m - p.id + 1] = 0)"
+        concat!(
+            "ARRAY(SELECT m FROM unnest(",
+            named!(),
+            ") m WHERE p.done[m - p.id + 1] = 0)"
+        )
     };
 }
 
@@ -286,36 +299,42 @@ macro_rules! finishing {
     };
 }
 
-/// Acks members of leased packs of queue `$1`: ids `$2` with tokens `$3`, at `$4`, each keeping
-/// a record until `$5` (-1: no record). The receipts of one lease share its token, so the pack
-/// is looked up once per token, by the lowest id named with it. A member acked before, a wrong token or a lease that
-/// ran out acks nothing. In `SET` the columns are the row as it was, so `acked_now` lists the
-/// members this statement acked (those still pending), and a pack whose last pending members
-/// these are becomes a completed record at once (bodies dropped), pruned at its `keep_until`
-/// like completed rows. A statement naming every member of a pack with every member pending
-/// (the usual ack of a whole receive) marks them all at no cost per member; `SET` and `WHERE`
-/// see the row as it is when locked, so a concurrent ack of the same pack is never counted
-/// twice. Receipts are distinct within a statement.
+/// Acks members of leased packs of queue `$1` at `$4`, each keeping a record until `$5` (-1:
+/// no record). A pack's lease has a token of its own, so the receipts come grouped by token
+/// (`$6` tokens, `$7` lowest and `$8` highest id named, `$9` how many ids), and the pack is
+/// looked up once per group, by its lowest id. A group naming every member of its pack, with
+/// every member pending (the usual ack of a whole receive), marks them all without listing
+/// them; any other group's members are picked out of the receipts (`$2` ids with `$3`
+/// tokens). A member acked before, a wrong token or a lease that ran out acks nothing. In
+/// `SET` the columns are the row as it was, so `acked_now` lists the members this statement
+/// acked (those still pending; NULL when it acked the whole pack), and a pack whose last
+/// pending members these are becomes a completed record at once (bodies dropped), pruned at
+/// its `keep_until` like completed rows. `SET` and `WHERE` see the row as it is when locked,
+/// so a concurrent ack of the same pack is never counted twice. Receipts are distinct.
 const ACK_SQL: &str = concat!(
-    "WITH lease AS (
-         SELECT token, min(mid) AS first, array_agg(mid) AS mids
-         FROM unnest($2::bigint[], $3::bigint[]) AS a(mid, token)
-         GROUP BY token
+    "WITH grp AS (
+         SELECT * FROM unnest($6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])
+             AS g(token, first, last, named)
      ), found AS (
-         SELECT p.id AS pid, p.n, l.token,
-             ARRAY(SELECT m FROM unnest(l.mids) m WHERE m < p.id + p.n) AS mids
-         FROM lease l
+         SELECT p.id AS pid, p.n, g.token,
+             g.first = p.id AND g.last = p.id + p.n - 1 AND g.named = p.n AS all_named
+         FROM grp g
          CROSS JOIN LATERAL (
-             SELECT id, n FROM packs WHERE id <= l.first ORDER BY id DESC LIMIT 1
+             SELECT id, n FROM packs WHERE id <= g.first ORDER BY id DESC LIMIT 1
          ) p
-         WHERE l.first < p.id + p.n
+         WHERE g.first < p.id + p.n
      ), hit AS (
-         SELECT pid, token, mids, cardinality(mids) AS named FROM found
+         SELECT pid, token, all_named,
+             CASE WHEN NOT all_named THEN ARRAY(
+                 SELECT a.mid FROM unnest($2::bigint[], $3::bigint[]) AS a(mid, token)
+                 WHERE a.token = f.token AND a.mid >= f.pid AND a.mid < f.pid + f.n
+             ) END AS mids
+         FROM found f
      )
      UPDATE packs p SET
          acked_now = CASE WHEN ",
     whole!(),
-    " THEN h.mids ELSE ",
+    " THEN NULL ELSE ",
     newly!(),
     " END,
          done = CASE WHEN ",
@@ -323,7 +342,9 @@ const ACK_SQL: &str = concat!(
     " THEN array_fill($5::bigint, ARRAY[p.n])
              ELSE ARRAY(SELECT CASE WHEN d = 0 AND m.mid IS NOT NULL THEN $5 ELSE d END
                         FROM unnest(p.done) WITH ORDINALITY AS u(d, o)
-                        LEFT JOIN unnest(h.mids) AS m(mid) ON m.mid = p.id + u.o - 1
+                        LEFT JOIN unnest(",
+    named!(),
+    ") AS m(mid) ON m.mid = p.id + u.o - 1
                         ORDER BY u.o) END,
          pending = CASE WHEN ",
     whole!(),
@@ -351,12 +372,12 @@ const ACK_SQL: &str = concat!(
      FROM hit h
      WHERE p.id = h.pid AND p.queue = $1 AND p.state = 1 AND p.token = h.token
            AND p.visible_at > $4
-     RETURNING p.acked_now"
+     RETURNING p.id, p.n, p.acked_now"
 );
 
 /// Acks the receipts `(member id, token)` that name members of leased packs of queue `q`.
 /// Returns the members acked; the others are for the message rows (a pack unpacked meanwhile)
-/// or stale.
+/// or stale. Receipts are distinct.
 pub(crate) async fn ack(
     c: &ClientWrapper,
     q: &str,
@@ -366,6 +387,21 @@ pub(crate) async fn ack(
     keep: Option<i64>,
 ) -> Result<Vec<i64>, StoreError> {
     let keep = keep.unwrap_or(-1);
+    // Per token: lowest and highest id named, and how many.
+    let mut groups: HashMap<i64, (i64, i64, i64)> = HashMap::new();
+    for (&id, &token) in ids.iter().zip(tokens) {
+        let g = groups.entry(token).or_insert((id, id, 0));
+        g.0 = g.0.min(id);
+        g.1 = g.1.max(id);
+        g.2 += 1;
+    }
+    let (mut g_tokens, mut g_first, mut g_last, mut g_named) = (vec![], vec![], vec![], vec![]);
+    for (token, (first, last, named)) in groups {
+        g_tokens.push(token);
+        g_first.push(first);
+        g_last.push(last);
+        g_named.push(named);
+    }
     let stmt = c
         .prepare_typed_cached(
             ACK_SQL,
@@ -375,18 +411,32 @@ pub(crate) async fn ack(
                 Type::INT8_ARRAY,
                 Type::INT8,
                 Type::INT8,
+                Type::INT8_ARRAY,
+                Type::INT8_ARRAY,
+                Type::INT8_ARRAY,
+                Type::INT8_ARRAY,
             ],
         )
         .await
         .map_err(|e| db(&e))?;
     let rows = c
-        .query(&stmt, &[&q, &ids, &tokens, &now, &keep])
+        .query(
+            &stmt,
+            &[
+                &q, &ids, &tokens, &now, &keep, &g_tokens, &g_first, &g_last, &g_named,
+            ],
+        )
         .await
         .map_err(|e| db(&e))?;
     let mut acked = Vec::with_capacity(ids.len());
     for r in &rows {
-        let members: Vec<i64> = r.try_get(0).map_err(corrupt)?;
-        acked.extend(members);
+        let first: i64 = r.try_get(0).map_err(corrupt)?;
+        let n: i32 = r.try_get(1).map_err(corrupt)?;
+        match r.try_get::<_, Option<Vec<i64>>>(2).map_err(corrupt)? {
+            Some(members) => acked.extend(members),
+            // The whole pack.
+            None => acked.extend(first..first + i64::from(n)),
+        }
     }
     Ok(acked)
 }

@@ -435,3 +435,26 @@ async fn pack_bodies_are_stored_compressed_where_the_server_has_lz4() {
         assert_eq!(d.body.bytes.as_ref(), b.as_bytes());
     }
 }
+
+/// An ack naming a pack's first and last members only acks those two: the others stay
+/// leased under their receipts.
+#[tokio::test]
+async fn an_ack_of_a_packs_first_and_last_members_acks_only_them() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "work").await;
+    let got = sent_and_leased(&n.a, &work, 20).await;
+    let ends = [got[0].receipt, got[19].receipt];
+    let out = n.b.ack(&work, acks(ends)).await.expect("ack");
+    assert_eq!(out, vec![Ok(()), Ok(())]);
+    let stats = n.a.stats(&work).await.expect("stats");
+    assert_eq!(stats.in_flight, 18, "the members between are still leased");
+
+    let out =
+        n.a.ack(&work, acks(got.iter().map(|d| d.receipt)))
+            .await
+            .expect("ack the rest");
+    let stale = out.iter().filter(|r| r.is_err()).count();
+    assert_eq!(stale, 2, "the two acked before are stale: {out:?}");
+    let stats = n.a.stats(&work).await.expect("stats");
+    assert_eq!((stats.visible, stats.in_flight), (0, 0));
+}
