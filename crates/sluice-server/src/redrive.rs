@@ -28,6 +28,9 @@ const BLOCKED_PAUSE: Duration = Duration::from_millis(500);
 /// How long a job seen for the first time waits (see the module docs).
 const FIRST_STEP_DELAY: Duration = Duration::from_secs(1);
 
+/// How long to wait after the jobs could not be listed, when the store does not say.
+const FAILED_LIST_PAUSE: Duration = Duration::from_secs(1);
+
 struct JobPace {
     window: SlidingWindow,
     not_before: Timestamp,
@@ -37,12 +40,19 @@ struct JobPace {
 pub async fn run(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
     let clock = SystemClock;
     let mut pace: HashMap<RedriveId, JobPace> = HashMap::new();
+    // While the store cannot list jobs (a database down), wait as long as it asks and say
+    // so once, not on every tick.
+    let mut failing = false;
     loop {
         if *shutdown.borrow() {
             return;
         }
+        let mut wait = TICK;
         match store.list_redrives().await {
             Ok(jobs) => {
+                if std::mem::take(&mut failing) {
+                    tracing::info!("redrive jobs can be listed again");
+                }
                 let running: Vec<_> = jobs
                     .into_iter()
                     .filter(|j| j.state == RedriveState::Running)
@@ -84,10 +94,15 @@ pub async fn run(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
                     }
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot list redrive jobs; retrying"),
+            Err(e) => {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(error = %e, "cannot list redrive jobs; retrying until it can");
+                }
+                wait = e.retry_after().unwrap_or(FAILED_LIST_PAUSE).max(TICK);
+            }
         }
         tokio::select! {
-            () = tokio::time::sleep(TICK) => {}
+            () = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => {}
         }
     }
