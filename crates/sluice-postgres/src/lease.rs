@@ -19,6 +19,7 @@ use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
 
 use crate::counters::Counter;
+use crate::cursor::ScanFrom;
 use crate::error::{corrupt, db, pool};
 use crate::row::{ROW_COLS, Row, WAITING, kind_of, write_back};
 use crate::settle::{Effects, dead_letter, end_cancelled, settle};
@@ -153,10 +154,35 @@ pub(crate) async fn lease_fast(
             .await
             .map_err(|e| db(&e))?;
         let n = i64::from(left);
-        let rows = conn
-            .query(&stmt, &[&q, &now, &n, &deadline, &cutoff])
+        let from = inner.lease_cursors.start(q, inner.backlogged.has(q));
+        let run = async |from: ScanFrom, n: i64| {
+            let (after_at, after_id) = from.unwrap_or(crate::cursor::HEAD);
+            conn.query(
+                &stmt,
+                &[&q, &now, &n, &deadline, &cutoff, &after_at, &after_id],
+            )
             .await
-            .map_err(|e| db(&e))?;
+            .map_err(|e| db(&e))
+        };
+        let mut rows = run(from, n).await?;
+        inner.lease_cursors.leased(q, from, last_key(&rows)?);
+        let after_cursor = leased_rows(&rows)?;
+        if from.is_some() && (after_cursor as i64) < n {
+            // Fewer after the cursor than wanted: the rest, and whether the queue is empty,
+            // from the head.
+            let more = run(None, n - after_cursor as i64).await?;
+            inner.lease_cursors.leased(q, None, last_key(&more)?);
+            if let Some(r) = more.first() {
+                due |= r.try_get::<_, bool>(9).map_err(corrupt)?;
+            }
+            rows = if after_cursor == 0 {
+                more
+            } else {
+                rows.into_iter()
+                    .chain(more.into_iter().filter(|r| leased_row(r).unwrap_or(false)))
+                    .collect()
+            };
+        }
         let Some(first) = rows.first() else {
             return Err(StoreError::unavailable(
                 "the lease statement returned no row",
@@ -231,13 +257,46 @@ pub(crate) async fn lease_fast(
     })
 }
 
+/// Whether a row of [`FAST_LEASE_SQL`] carries a leased message (column 0 set).
+fn leased_row(r: &tokio_postgres::Row) -> Result<bool, StoreError> {
+    Ok(r.try_get::<_, Option<i64>>(0).map_err(corrupt)?.is_some())
+}
+
+/// How many messages rows of [`FAST_LEASE_SQL`] leased.
+fn leased_rows(rows: &[tokio_postgres::Row]) -> Result<usize, StoreError> {
+    let mut n = 0;
+    for r in rows {
+        n += usize::from(leased_row(r)?);
+    }
+    Ok(n)
+}
+
+/// The greatest `(visible_at before the lease, id)` of the messages rows of
+/// [`FAST_LEASE_SQL`] leased: where the next lease after a cursor starts.
+fn last_key(rows: &[tokio_postgres::Row]) -> Result<Option<(i64, i64)>, StoreError> {
+    let mut last = None;
+    for r in rows {
+        if let Some(id) = r.try_get::<_, Option<i64>>(0).map_err(corrupt)? {
+            let was: i64 = r.try_get(8).map_err(corrupt)?;
+            last = last.max(Some((was, id)));
+        }
+    }
+    Ok(last)
+}
+
 /// The lease both receive statements share: up to `$3` waiting messages of queue `$1`
 /// (visible at `$2`), skipping rows other receivers hold, leased until `$4`.
 macro_rules! lease_ctes {
     () => {
-        "WITH picked AS (
+        lease_ctes!("")
+    };
+    ($after:literal) => {
+        concat!(
+            "WITH picked AS (
              SELECT id, visible_at AS was FROM messages
-             WHERE queue = $1 AND state = 0 AND visible_at <= $2
+             WHERE queue = $1 AND state = 0 AND visible_at <= $2",
+            $after,
+            "
              ORDER BY visible_at, id LIMIT $3
              FOR UPDATE SKIP LOCKED
          ), leased AS (
@@ -247,17 +306,19 @@ macro_rules! lease_ctes {
              RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
                  m.enqueued_at, m.last_error, picked.was
          )"
+        )
     };
 }
 
-/// The common receive in one statement, for a queue without global limits: the lease
-/// (columns 0 – 8, no rows when nothing was leased), whether anything is due to settle (a
+/// The common receive in one statement, for a queue without global limits: the lease of
+/// rows after `($6, $7)` in `(visible_at, id)` order (see `crate::cursor`; from the head
+/// with [`crate::cursor::HEAD`]) in columns 0 – 8, no rows when nothing was leased, whether anything is due to settle (a
 /// lease that ran out at `$2`, or a message that entered before the retention cutoff `$5`:
 /// column 9) and, when nothing was leased, when the queue next changes by itself (column
 /// 10) and the oldest waiting pack (column 11), which this receive may unpack. Always at least
 /// one row.
 const FAST_LEASE_SQL: &str = concat!(
-    lease_ctes!(),
+    lease_ctes!(" AND (visible_at, id) > ($6, $7)"),
     ", due AS (
          SELECT EXISTS (SELECT 1 FROM messages
                         WHERE queue = $1 AND state = 1 AND visible_at <= $2)

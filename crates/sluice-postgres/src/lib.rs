@@ -19,6 +19,7 @@
 mod ack;
 mod combine;
 mod counters;
+mod cursor;
 mod error;
 mod ids;
 mod lease;

@@ -100,6 +100,8 @@ pub(crate) struct Inner {
     /// receive with messages that had waited; see `lease_combine.rs`): their sends gather
     /// harder (see `send.rs`).
     pub(crate) backlogged: QueueMarks,
+    /// Where this node's next lease of each backlogged queue starts (`crate::cursor`).
+    pub(crate) lease_cursors: crate::cursor::LeaseCursors,
     /// Acks gathering for their queue's next ack statement.
     pub(crate) acks: crate::combine::Combiner<crate::ack::AckJob>,
 }
@@ -381,6 +383,7 @@ impl PostgresStore {
             ),
             served_by_packs: QueueMarks::default(),
             backlogged: QueueMarks::default(),
+            lease_cursors: crate::cursor::LeaseCursors::default(),
             acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });
         tokio::spawn(crate::wake::listen(

@@ -1,0 +1,129 @@
+//! Where a node's next lease of a backlogged queue starts looking.
+//!
+//! A lease takes the oldest waiting rows from the head of the `messages_waiting` index, and
+//! every row it takes leaves a dead entry there until vacuum removes it. While consumers
+//! keep up those are few; under a backlog of minutes they are tens of thousands, and every
+//! lease walked all of them first (measured: 400 index pages and 2.5 ms for four rows, which
+//! capped the consumers of a queue below its producers for the rest of the run). So while a
+//! queue is behind, a node remembers the last row it leased and starts the next lease after
+//! it. Rows can appear before that point (a lease of another node rolled back, clocks of
+//! nodes apart, an expired lease settled with its old deadline), so every
+//! [`FULL_SCAN_EVERY`]th lease, and any lease that finds fewer rows than it wants after the
+//! cursor, scans from the head again: such a row waits a few leases longer, and none is
+//! missed. The queue stays roughly FIFO by visible time, as SPEC §2 asks.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Leases after a cursor between two from the head.
+pub(crate) const FULL_SCAN_EVERY: u32 = 16;
+
+/// The start of a lease scan: `(visible_at, id)` after which rows are looked for, or from
+/// the head.
+pub(crate) type ScanFrom = Option<(i64, i64)>;
+
+/// The key a scan from the head passes to the lease statement (before every row).
+pub(crate) const HEAD: (i64, i64) = (i64::MIN, i64::MIN);
+
+/// Per queue, the last row this node leased while the queue was behind.
+#[derive(Default)]
+pub(crate) struct LeaseCursors(Mutex<HashMap<String, Cursor>>);
+
+struct Cursor {
+    after: (i64, i64),
+    /// Leases after the cursor since the last scan from the head.
+    since_head: u32,
+}
+
+impl LeaseCursors {
+    /// Where the next lease of `queue` starts: after the cursor while the queue is
+    /// `behind` and a scan from the head is not due, otherwise from the head.
+    pub(crate) fn start(&self, queue: &str, behind: bool) -> ScanFrom {
+        let mut map = self.map();
+        if !behind {
+            map.remove(queue);
+            return None;
+        }
+        let c = map.get_mut(queue)?;
+        if c.since_head + 1 >= FULL_SCAN_EVERY {
+            return None;
+        }
+        c.since_head += 1;
+        Some(c.after)
+    }
+
+    /// Records a lease of `queue` that started at `from` and whose last row (by key) was
+    /// `last`, if it leased any.
+    pub(crate) fn leased(&self, queue: &str, from: ScanFrom, last: Option<(i64, i64)>) {
+        let mut map = self.map();
+        match (from, last) {
+            (None, Some(last)) => {
+                map.insert(
+                    queue.to_string(),
+                    Cursor {
+                        after: last,
+                        since_head: 0,
+                    },
+                );
+            }
+            (None, None) => {
+                map.remove(queue);
+            }
+            (Some(_), Some(last)) => {
+                if let Some(c) = map.get_mut(queue) {
+                    c.after = c.after.max(last);
+                }
+            }
+            (Some(_), None) => {}
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cursor>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_not_behind_is_always_scanned_from_the_head() {
+        let c = LeaseCursors::default();
+        c.leased("q", None, Some((5, 50)));
+        assert_eq!(c.start("q", false), None);
+        // Not behind forgets the cursor: being behind again starts from the head.
+        assert_eq!(c.start("q", true), None);
+    }
+
+    #[test]
+    fn a_queue_behind_is_scanned_after_its_cursor_and_from_the_head_now_and_then() {
+        let c = LeaseCursors::default();
+        assert_eq!(c.start("q", true), None, "no cursor yet");
+        c.leased("q", None, Some((5, 50)));
+        let mut from_head = 0;
+        let mut after = (5, 50);
+        for i in 0..(3 * FULL_SCAN_EVERY) {
+            let from = c.start("q", true);
+            match from {
+                Some(k) => assert_eq!(k, after),
+                None => from_head += 1,
+            }
+            after = (after.0 + 1, i64::from(i));
+            c.leased("q", from, Some(after));
+        }
+        assert_eq!(
+            from_head, 3,
+            "one scan from the head in every {FULL_SCAN_EVERY}"
+        );
+    }
+
+    #[test]
+    fn the_cursor_never_moves_back() {
+        let c = LeaseCursors::default();
+        c.leased("q", None, Some((9, 90)));
+        let from = c.start("q", true);
+        c.leased("q", from, Some((3, 30)));
+        assert_eq!(c.start("q", true), Some((9, 90)));
+    }
+}
