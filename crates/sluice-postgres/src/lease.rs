@@ -18,8 +18,8 @@ use sluice_core::{
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
 
+use crate::backlog::ScanFrom;
 use crate::counters::Counter;
-use crate::cursor::ScanFrom;
 use crate::error::{corrupt, db, pool};
 use crate::row::{ROW_COLS, Row, WAITING, kind_of, write_back};
 use crate::settle::{Effects, dead_letter, end_cancelled, settle};
@@ -154,9 +154,9 @@ pub(crate) async fn lease_fast(
             .await
             .map_err(|e| db(&e))?;
         let n = i64::from(left);
-        let from = inner.lease_cursors.start(q, inner.backlogged.has(q));
+        let from = inner.backlogged.start(q);
         let run = async |from: ScanFrom, n: i64| {
-            let (after_at, after_id) = from.unwrap_or(crate::cursor::HEAD);
+            let (after_at, after_id) = from.unwrap_or(crate::backlog::HEAD);
             conn.query(
                 &stmt,
                 &[&q, &now, &n, &deadline, &cutoff, &after_at, &after_id],
@@ -165,13 +165,13 @@ pub(crate) async fn lease_fast(
             .map_err(|e| db(&e))
         };
         let mut rows = run(from, n).await?;
-        inner.lease_cursors.leased(q, from, last_key(&rows)?);
-        let after_cursor = leased_rows(&rows)?;
+        let (after_cursor, last) = leased_keys(&rows)?;
+        inner.backlogged.leased(q, from, last);
         if from.is_some() && (after_cursor as i64) < n {
             // Fewer after the cursor than wanted: the rest, and whether the queue is empty,
             // from the head.
             let more = run(None, n - after_cursor as i64).await?;
-            inner.lease_cursors.leased(q, None, last_key(&more)?);
+            inner.backlogged.leased(q, None, leased_keys(&more)?.1);
             if let Some(r) = more.first() {
                 due |= r.try_get::<_, bool>(9).map_err(corrupt)?;
             }
@@ -262,26 +262,18 @@ fn leased_row(r: &tokio_postgres::Row) -> Result<bool, StoreError> {
     Ok(r.try_get::<_, Option<i64>>(0).map_err(corrupt)?.is_some())
 }
 
-/// How many messages rows of [`FAST_LEASE_SQL`] leased.
-fn leased_rows(rows: &[tokio_postgres::Row]) -> Result<usize, StoreError> {
-    let mut n = 0;
-    for r in rows {
-        n += usize::from(leased_row(r)?);
-    }
-    Ok(n)
-}
-
-/// The greatest `(visible_at before the lease, id)` of the messages rows of
-/// [`FAST_LEASE_SQL`] leased: where the next lease after a cursor starts.
-fn last_key(rows: &[tokio_postgres::Row]) -> Result<Option<(i64, i64)>, StoreError> {
-    let mut last = None;
+/// How many messages rows of [`FAST_LEASE_SQL`] leased, and the greatest `(visible_at
+/// before the lease, id)` among them: where the next lease after a cursor starts.
+fn leased_keys(rows: &[tokio_postgres::Row]) -> Result<(usize, Option<(i64, i64)>), StoreError> {
+    let (mut n, mut last) = (0, None);
     for r in rows {
         if let Some(id) = r.try_get::<_, Option<i64>>(0).map_err(corrupt)? {
             let was: i64 = r.try_get(8).map_err(corrupt)?;
+            n += 1;
             last = last.max(Some((was, id)));
         }
     }
-    Ok(last)
+    Ok((n, last))
 }
 
 /// The lease both receive statements share: up to `$3` waiting messages of queue `$1`
@@ -311,8 +303,8 @@ macro_rules! lease_ctes {
 }
 
 /// The common receive in one statement, for a queue without global limits: the lease of
-/// rows after `($6, $7)` in `(visible_at, id)` order (see `crate::cursor`; from the head
-/// with [`crate::cursor::HEAD`]) in columns 0 – 8, no rows when nothing was leased;
+/// rows after `($6, $7)` in `(visible_at, id)` order (see `crate::backlog`; from the head
+/// with [`crate::backlog::HEAD`]) in columns 0 – 8, no rows when nothing was leased;
 /// whether anything is due to settle (a lease that ran out at `$2`, or a message that
 /// entered before the retention cutoff `$5`: column 9); and, when nothing was leased, when
 /// the queue next changes by itself (column 10) and the oldest waiting pack (column 11),

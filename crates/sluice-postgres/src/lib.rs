@@ -17,9 +17,9 @@
 //! write and its follow-up task commit or roll back together.
 
 mod ack;
+mod backlog;
 mod combine;
 mod counters;
-mod cursor;
 mod error;
 mod ids;
 mod lease;

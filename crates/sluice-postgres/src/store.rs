@@ -96,12 +96,9 @@ pub(crate) struct Inner {
     pub(crate) leases: crate::combine::Lanes<crate::lease_combine::LeaseJob>,
     /// Queues whose last large receive on this node was served by packs.
     pub(crate) served_by_packs: QueueMarks,
-    /// Queues whose consumers on this node are behind (their last lease filled every
-    /// receive with messages that had waited; see `lease_combine.rs`): their sends gather
-    /// harder (see `send.rs`).
-    pub(crate) backlogged: QueueMarks,
-    /// Where this node's next lease of each backlogged queue starts (`crate::cursor`).
-    pub(crate) lease_cursors: crate::cursor::LeaseCursors,
+    /// Queues whose consumers on this node are behind, and where the next lease of each
+    /// starts (`crate::backlog`).
+    pub(crate) backlogged: crate::backlog::Backlogs,
     /// Acks gathering for their queue's next ack statement.
     pub(crate) acks: crate::combine::Combiner<crate::ack::AckJob>,
 }
@@ -382,8 +379,7 @@ impl PostgresStore {
                 crate::lease_combine::PACKED_LEASES_IN_FLIGHT,
             ),
             served_by_packs: QueueMarks::default(),
-            backlogged: QueueMarks::default(),
-            lease_cursors: crate::cursor::LeaseCursors::default(),
+            backlogged: crate::backlog::Backlogs::default(),
             acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });
         tokio::spawn(crate::wake::listen(

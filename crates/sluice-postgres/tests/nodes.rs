@@ -852,7 +852,7 @@ async fn nodes_work_through_pgbouncer_in_session_mode() {
 }
 
 /// A node behind on a queue starts each lease after the last row it leased, not at the head
-/// of the index (see `cursor.rs`). A row that turns up before that point, as with nodes'
+/// of the index (see `backlog.rs`). A row that turns up before that point, as with nodes'
 /// clocks apart, is still delivered, within a few leases, and every message exactly once.
 #[tokio::test]
 async fn a_lease_after_the_cursor_still_finds_a_row_that_turns_up_before_it() {

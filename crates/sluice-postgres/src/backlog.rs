@@ -1,4 +1,7 @@
-//! Where a node's next lease of a backlogged queue starts looking.
+//! The queues a node finds behind, and where its next lease of each starts.
+//!
+//! A queue is behind when its last lease on this node filled every receive with messages
+//! that had waited (see `lease_combine.rs`); its sends then gather harder (see `send.rs`).
 //!
 //! A lease takes the oldest waiting rows from the head of the `messages_waiting` index, and
 //! every row it takes leaves a dead entry there until vacuum removes it. While consumers
@@ -25,56 +28,61 @@ pub(crate) type ScanFrom = Option<(i64, i64)>;
 /// The key a scan from the head passes to the lease statement (before every row).
 pub(crate) const HEAD: (i64, i64) = (i64::MIN, i64::MIN);
 
-/// Per queue, the last row this node leased while the queue was behind.
+/// Per queue behind on this node, the last row it leased there.
 #[derive(Default)]
-pub(crate) struct LeaseCursors(Mutex<HashMap<String, Cursor>>);
+pub(crate) struct Backlogs(Mutex<HashMap<String, Cursor>>);
 
+#[derive(Default)]
 struct Cursor {
-    after: (i64, i64),
+    /// The last row leased, once a lease from the head has found one.
+    after: Option<(i64, i64)>,
     /// Leases after the cursor since the last scan from the head.
     since_head: u32,
 }
 
-impl LeaseCursors {
-    /// Where the next lease of `queue` starts: after the cursor while the queue is
-    /// `behind` and a scan from the head is not due, otherwise from the head.
-    pub(crate) fn start(&self, queue: &str, behind: bool) -> ScanFrom {
+impl Backlogs {
+    /// Whether `queue` is behind.
+    pub(crate) fn has(&self, queue: &str) -> bool {
+        self.map().contains_key(queue)
+    }
+
+    /// Marks `queue` behind (keeping its cursor) or clears it (forgetting the cursor).
+    pub(crate) fn mark(&self, queue: &str, behind: bool) {
         let mut map = self.map();
         if !behind {
             map.remove(queue);
-            return None;
+        } else if !map.contains_key(queue) {
+            map.insert(queue.to_string(), Cursor::default());
         }
+    }
+
+    /// Where the next lease of `queue` starts: after the cursor while the queue is behind
+    /// and a scan from the head is not due, otherwise from the head.
+    pub(crate) fn start(&self, queue: &str) -> ScanFrom {
+        let mut map = self.map();
         let c = map.get_mut(queue)?;
+        let after = c.after?;
         if c.since_head + 1 >= FULL_SCAN_EVERY {
             return None;
         }
         c.since_head += 1;
-        Some(c.after)
+        Some(after)
     }
 
     /// Records a lease of `queue` that started at `from` and whose last row (by key) was
-    /// `last`, if it leased any.
+    /// `last`, if it leased any. Nothing is kept for a queue that is not behind.
     pub(crate) fn leased(&self, queue: &str, from: ScanFrom, last: Option<(i64, i64)>) {
         let mut map = self.map();
-        match (from, last) {
-            (None, Some(last)) => {
-                map.insert(
-                    queue.to_string(),
-                    Cursor {
-                        after: last,
-                        since_head: 0,
-                    },
-                );
-            }
-            (None, None) => {
-                map.remove(queue);
-            }
-            (Some(_), Some(last)) => {
-                if let Some(c) = map.get_mut(queue) {
-                    c.after = c.after.max(last);
-                }
-            }
-            (Some(_), None) => {}
+        let Some(c) = map.get_mut(queue) else {
+            return;
+        };
+        if from.is_none() {
+            *c = Cursor {
+                after: last,
+                since_head: 0,
+            };
+        } else {
+            c.after = c.after.max(last);
         }
     }
 
@@ -88,29 +96,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_queue_not_behind_is_always_scanned_from_the_head() {
-        let c = LeaseCursors::default();
-        c.leased("q", None, Some((5, 50)));
-        assert_eq!(c.start("q", false), None);
-        // Not behind forgets the cursor: being behind again starts from the head.
-        assert_eq!(c.start("q", true), None);
+    fn a_queue_not_behind_keeps_no_cursor_and_is_scanned_from_the_head() {
+        let b = Backlogs::default();
+        b.leased("q", None, Some((5, 50)));
+        assert!(!b.has("q"));
+        assert_eq!(b.start("q"), None);
+        b.mark("q", true);
+        assert_eq!(b.start("q"), None, "no cursor until a lease from the head");
+        b.leased("q", None, Some((5, 50)));
+        assert_eq!(b.start("q"), Some((5, 50)));
+        b.mark("q", false);
+        b.mark("q", true);
+        assert_eq!(b.start("q"), None, "cleared forgets the cursor");
     }
 
     #[test]
     fn a_queue_behind_is_scanned_after_its_cursor_and_from_the_head_now_and_then() {
-        let c = LeaseCursors::default();
-        assert_eq!(c.start("q", true), None, "no cursor yet");
-        c.leased("q", None, Some((5, 50)));
+        let b = Backlogs::default();
+        b.mark("q", true);
+        b.leased("q", None, Some((5, 50)));
         let mut from_head = 0;
         let mut after = (5, 50);
         for i in 0..(3 * FULL_SCAN_EVERY) {
-            let from = c.start("q", true);
+            let from = b.start("q");
             match from {
                 Some(k) => assert_eq!(k, after),
                 None => from_head += 1,
             }
             after = (after.0 + 1, i64::from(i));
-            c.leased("q", from, Some(after));
+            b.leased("q", from, Some(after));
         }
         assert_eq!(
             from_head, 3,
@@ -119,11 +133,12 @@ mod tests {
     }
 
     #[test]
-    fn the_cursor_never_moves_back() {
-        let c = LeaseCursors::default();
-        c.leased("q", None, Some((9, 90)));
-        let from = c.start("q", true);
-        c.leased("q", from, Some((3, 30)));
-        assert_eq!(c.start("q", true), Some((9, 90)));
+    fn the_cursor_never_moves_back_after_itself() {
+        let b = Backlogs::default();
+        b.mark("q", true);
+        b.leased("q", None, Some((9, 90)));
+        let from = b.start("q");
+        b.leased("q", from, Some((3, 30)));
+        assert_eq!(b.start("q"), Some((9, 90)));
     }
 }
