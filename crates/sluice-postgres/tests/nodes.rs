@@ -798,23 +798,10 @@ async fn nodes_work_through_pgbouncer_in_session_mode() {
     let Some(bouncer) = sluice_testkit::pgbouncer::PgBouncer::start() else {
         return;
     };
-    let schema = postgres::unique_schema("Bounced");
-    let _drop = postgres::SchemaGuard::new(schema.clone());
-    let url = bouncer.url();
-    let open = |node: &str| {
-        PostgresStore::open(
-            &url,
-            PostgresOptions {
-                schema: schema.clone(),
-                pool_size: 4,
-                node_id: Some(node.to_string()),
-                ..PostgresOptions::default()
-            },
-        )
-    };
-    let a = open("a").await.expect("open node a through PgBouncer");
-    let b = open("b").await.expect("open node b through PgBouncer");
-    let work = created(&a, "work").await;
+    // Opened through PgBouncer: a node whose settings it refused would not open at all.
+    let n = common::nodes_at(&bouncer.url(), "Bounced", PostgresOptions::default()).await;
+    let (a, b) = (&n.a, &n.b);
+    let work = created(a, "work").await;
     // A node trusts what it hears once it has listened for half a second.
     tokio::time::sleep(Duration::from_millis(700)).await;
 

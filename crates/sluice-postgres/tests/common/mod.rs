@@ -21,8 +21,12 @@ pub async fn nodes(prefix: &str, options: PostgresOptions) -> Option<Nodes> {
     if !postgres::available().await {
         return None;
     }
+    Some(nodes_at(&postgres::url(), prefix, options).await)
+}
+
+/// As [`nodes`], connecting to `url` (the test server, or something in front of it).
+pub async fn nodes_at(url: &str, prefix: &str, options: PostgresOptions) -> Nodes {
     let schema = postgres::unique_schema(prefix);
-    let url = postgres::url();
     let open = |node: &str| {
         let options = PostgresOptions {
             schema: schema.clone(),
@@ -30,16 +34,16 @@ pub async fn nodes(prefix: &str, options: PostgresOptions) -> Option<Nodes> {
             node_id: Some(node.to_string()),
             ..options.clone()
         };
-        PostgresStore::open(&url, options)
+        PostgresStore::open(url, options)
     };
     let a = open("a").await.expect("open node a");
     let b = open("b").await.expect("open node b");
-    Some(Nodes {
+    Nodes {
         _drop: postgres::SchemaGuard::new(schema.clone()),
         a,
         b,
         schema,
-    })
+    }
 }
 
 impl Nodes {
