@@ -54,6 +54,12 @@ pub(crate) async fn lease(
     let vis = req.visibility.unwrap_or(cfg.visibility_timeout);
     // Receives asking for different lease lengths do not share a statement.
     let key = format!("{queue}\u{0}{}", vis.as_millis());
+    if !cfg.paused {
+        let held = inner.read_ahead.take(&key, req.max as usize);
+        if !held.is_empty() {
+            return Ok(Attempted::Got(held));
+        }
+    }
     let (reply, answer) = oneshot::channel();
     let job = LeaseJob {
         max: req.max,
@@ -67,7 +73,7 @@ pub(crate) async fn lease(
         let (inner, queue, max) = (inner.clone(), queue.clone(), req.max as usize);
         tokio::spawn(async move {
             crate::combine::drain(inner.leases.of(max, packed), &key, jobs, |jobs| {
-                serve(&inner, &queue, vis, jobs)
+                serve(&inner, &queue, &key, vis, jobs)
             })
             .await;
         });
@@ -77,16 +83,39 @@ pub(crate) async fn lease(
         .map_err(|_| StoreError::unavailable("the receive was dropped before it was served"))?
 }
 
-async fn serve(inner: &Arc<Inner>, queue: &QueueName, vis: Duration, jobs: Vec<LeaseJob>) {
+async fn serve(
+    inner: &Arc<Inner>,
+    queue: &QueueName,
+    key: &str,
+    vis: Duration,
+    jobs: Vec<LeaseJob>,
+) {
     let q = queue.as_str();
     let total = jobs.iter().fold(0u32, |n, j| n.saturating_add(j.max));
     let leased = async {
+        let cfg = inner.config(q).await?;
+        let mut held = Vec::new();
+        if !cfg.paused {
+            held = inner.read_ahead.take(key, total as usize);
+        }
+        let want = total - held.len() as u32;
+        if want == 0 {
+            return Ok::<_, StoreError>(Attempted::Got(held));
+        }
         let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
-        let cfg = inner.configs.get(&**conn, q).await?;
-        lease_fast(inner, &mut conn, q, &cfg, total, vis).await
+        let behind = inner.backlogged.has(q);
+        let ahead = inner.read_ahead.extra(key, jobs.len(), total, vis, behind);
+        match lease_fast(inner, &mut conn, q, &cfg, want + ahead, vis).await? {
+            Attempted::Got(got) => {
+                held.extend(got);
+                Ok(Attempted::Got(held))
+            }
+            empty if held.is_empty() => Ok(empty),
+            Attempted::Empty { .. } => Ok(Attempted::Got(held)),
+        }
     }
     .await;
-    let got = match leased {
+    let mut got = match leased {
         Ok(Attempted::Got(got)) => {
             // Behind: every receive filled, and even the newest message leased had waited.
             let newest = got.iter().map(|d| d.enqueued_at.as_millis()).max();
@@ -116,6 +145,19 @@ async fn serve(inner: &Arc<Inner>, queue: &QueueName, vis: Duration, jobs: Vec<L
             return;
         }
     };
+    if got.len() > total as usize {
+        let ahead = got.split_off(total as usize);
+        inner.read_ahead.keep(key, ahead);
+        let (inner, queue, key) = (inner.clone(), queue.clone(), key.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(crate::read_ahead::HOLD).await;
+            for d in inner.read_ahead.expired(&key) {
+                if let Err(e) = crate::lease::release(&inner, &queue, d.receipt).await {
+                    tracing::debug!(error = %e, "could not hand back a message leased ahead");
+                }
+            }
+        });
+    }
     let mut got = got.into_iter();
     for j in jobs {
         let share: Vec<_> = got.by_ref().take(j.max as usize).collect();

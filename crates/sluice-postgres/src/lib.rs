@@ -28,6 +28,7 @@ mod maintenance;
 mod outbox;
 mod pack;
 mod queues;
+mod read_ahead;
 mod records;
 mod redrive;
 mod row;

@@ -99,6 +99,8 @@ pub(crate) struct Inner {
     /// Queues whose consumers on this node are behind, and where the next lease of each
     /// starts (`crate::backlog`).
     pub(crate) backlogged: crate::backlog::Backlogs,
+    /// Messages leased ahead of this node's receives (`crate::read_ahead`).
+    pub(crate) read_ahead: crate::read_ahead::ReadAhead,
     /// Acks gathering for their queue's next ack statement.
     pub(crate) acks: crate::combine::Combiner<crate::ack::AckJob>,
 }
@@ -380,6 +382,7 @@ impl PostgresStore {
             ),
             served_by_packs: QueueMarks::default(),
             backlogged: crate::backlog::Backlogs::default(),
+            read_ahead: crate::read_ahead::ReadAhead::default(),
             acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });
         tokio::spawn(crate::wake::listen(

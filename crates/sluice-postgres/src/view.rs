@@ -175,6 +175,8 @@ pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, Store
         Ok(n)
     })
     .await?;
+    // Their rows are gone with the rest.
+    inner.read_ahead.forget(queue.as_str());
     Ok(n)
 }
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use sluice_core::store::IdempotentResponse;
 use sluice_core::{
-    AckRequest, Body, Clock, NewMessage, QueueConfigPatch, RateLimit, ReceiveRequest, Store,
-    StoreError, SystemClock,
+    AckRequest, Body, Clock, Delivery, MessageId, NewMessage, QueueConfigPatch, QueueName,
+    RateLimit, ReceiveRequest, Store, StoreError, SystemClock,
 };
 use sluice_postgres::{PostgresOptions, PostgresStore};
 use sluice_testkit::postgres;
@@ -895,4 +895,103 @@ async fn a_lease_after_the_cursor_still_finds_a_row_that_turns_up_before_it() {
     let mut expected = sent.clone();
     expected.sort();
     assert_eq!(all, expected, "every message");
+}
+
+/// Sends `n` messages to `queue` through `node` and lets them wait long enough for a queue
+/// whose receives take them to count as behind.
+async fn backlog(node: &PostgresStore, queue: &QueueName, n: usize) -> Vec<MessageId> {
+    let mut sent = Vec::new();
+    for i in 0..n {
+        let out = node.send(queue, vec![msg(&format!("m{i}"))]).await;
+        sent.push(out.expect("send")[0].id);
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    sent
+}
+
+/// Receives of one message, four at a time on `node`, until a lease has read ahead (more
+/// in flight than delivered); what they got.
+async fn until_read_ahead(node: &PostgresStore, queue: &QueueName) -> Vec<Delivery> {
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        let four = futures::future::join_all((0..4).map(|_| node.receive(queue, recv(1)))).await;
+        for r in four {
+            got.extend(r.expect("receive"));
+        }
+        let in_flight = node.stats(queue).await.expect("stats").in_flight;
+        if in_flight > got.len() as u64 {
+            return got;
+        }
+    }
+    panic!("no lease read ahead in 20 rounds of four receives");
+}
+
+#[tokio::test]
+async fn a_node_behind_reads_ahead_and_releases_what_its_receives_did_not_take() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "ahead").await;
+    let sent = backlog(&n.a, &work, 40).await;
+    let got_a = until_read_ahead(&n.a, &work).await;
+    // Held by node a: node b cannot take them now, and gets them once a lets them go.
+    let stats = n.a.stats(&work).await.expect("stats");
+    let held = stats.in_flight - got_a.len() as u64;
+    assert!(held > 0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let stats = n.b.stats(&work).await.expect("stats");
+    assert_eq!(
+        stats.in_flight,
+        got_a.len() as u64,
+        "released after the hold"
+    );
+    let got_b = n.b.receive(&work, recv(100)).await.expect("receive");
+    assert!(
+        got_b.iter().all(|d| d.receive_count == 1),
+        "a release gives back the receive it counted"
+    );
+    let mut all: Vec<MessageId> = got_a.iter().chain(&got_b).map(|d| d.id).collect();
+    all.sort();
+    let before = all.len();
+    all.dedup();
+    assert_eq!(all.len(), before, "each message delivered once");
+    assert_eq!(all, sent, "every message delivered");
+    // Each node's stats write its own pending counts first.
+    n.b.stats(&work).await.expect("stats");
+    let totals = n.a.stats(&work).await.expect("stats").totals;
+    assert_eq!(
+        totals.received,
+        sent.len() as u64,
+        "held messages are not received"
+    );
+}
+
+#[tokio::test]
+async fn messages_read_ahead_are_not_handed_out_once_paused_or_purged() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "ahead_stop").await;
+    let sent = backlog(&n.a, &work, 40).await;
+    let got = until_read_ahead(&n.a, &work).await;
+    let pause = |paused| QueueConfigPatch {
+        paused: Some(paused),
+        ..QueueConfigPatch::default()
+    };
+    n.a.put_queue(&work, &pause(true)).await.expect("pause");
+    let none = n.a.receive(&work, recv(1)).await.expect("receive");
+    assert!(
+        none.is_empty(),
+        "a paused queue delivers nothing, held or not"
+    );
+    n.a.put_queue(&work, &pause(false)).await.expect("resume");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let rest = n.b.receive(&work, recv(100)).await.expect("receive");
+    assert_eq!(rest.len() + got.len(), sent.len(), "held ones released");
+    // Read ahead again, then purge: nothing held is handed out.
+    let more = backlog(&n.a, &work, 40).await;
+    until_read_ahead(&n.a, &work).await;
+    n.a.purge(&work).await.expect("purge");
+    let none = n.a.receive(&work, recv(1)).await.expect("receive");
+    assert!(
+        none.is_empty(),
+        "purged, held ones too ({} sent)",
+        more.len()
+    );
 }

@@ -1,0 +1,215 @@
+//! Messages a node leased ahead of its receives while a queue is behind.
+//!
+//! At one message per receive a lease statement costs the database far more than the row it
+//! leases: measured at B = 1, a statement took about 1.7 messages and was the largest part of
+//! PostgreSQL's time, and with one lease statement per queue at a time it also capped how
+//! fast a queue's consumers could go. So while a queue is behind on this node (its last lease
+//! filled every receive with messages that had waited, see `crate::backlog`), a small lease
+//! takes up to [`READ_AHEAD`] messages more, and the next receives of the queue on this node
+//! are answered from them without a statement.
+//!
+//! A held message is leased in the database: no other receive, on any node, can take it. It
+//! is held for at most [`HOLD`]; what nobody took by then is released (back to waiting, its
+//! receive count as before, like `release`), so a node's consumers that went away delay
+//! those messages by that much. A receive is handed a held message only while it is fresh,
+//! so its lease has at most [`HOLD`] less to run than a lease taken by that receive itself.
+//! While held, such messages count as in flight in the queue's stats. A node that dies
+//! holding some leaves them leased until their visibility timeout runs out, as a consumer
+//! that dies holding them would; a receive count spent that way counts toward
+//! `max_receives`. A paused, purged or deleted queue hands out nothing it held.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use sluice_core::Delivery;
+use tokio::time::Instant;
+
+/// How many messages more than its receives ask for a lease of a queue that is behind takes
+/// (measured at one message per receive, 4 + 4 over HTTP: see `docs/benchmarks.md`).
+pub(crate) const READ_AHEAD: u32 = 8;
+
+/// How long a node holds a message it leased ahead before releasing it.
+pub(crate) const HOLD: Duration = Duration::from_millis(100);
+
+/// The shortest lease read ahead: at most a tenth of a lease is spent held.
+const SHORTEST_LEASE: Duration = Duration::from_secs(1);
+
+/// The state of one queue and lease length (the key of `crate::lease_combine`).
+#[derive(Default)]
+struct Held {
+    /// The deliveries leased ahead, oldest first, with when they were leased.
+    items: VecDeque<(Instant, Delivery)>,
+    /// When receives last took the last of them.
+    emptied: Option<Instant>,
+}
+
+/// The deliveries a node leased ahead of its receives, per queue and lease length.
+#[derive(Default)]
+pub(crate) struct ReadAhead(Mutex<HashMap<String, Held>>);
+
+impl ReadAhead {
+    /// How many messages a lease for `receives` receives of `key` that together ask for
+    /// `wanted`, each lease `lease` long, takes beyond them: [`READ_AHEAD`] for small
+    /// receives of a queue that is `behind`, when several receives wait for this lease or
+    /// receives took everything read ahead for them within [`HOLD`]; else none. Receives one
+    /// at a time find no statement in their way, and reading ahead would only keep messages
+    /// from other nodes.
+    pub(crate) fn extra(
+        &self,
+        key: &str,
+        receives: usize,
+        wanted: u32,
+        lease: Duration,
+        behind: bool,
+    ) -> u32 {
+        let small = (wanted as usize) < crate::combine::LARGE_CALL && lease >= SHORTEST_LEASE;
+        if !(behind && small) {
+            return 0;
+        }
+        let in_demand = receives > 1
+            || self
+                .map()
+                .get(key)
+                .and_then(|h| h.emptied)
+                .is_some_and(|at| at.elapsed() < HOLD);
+        if in_demand { READ_AHEAD } else { 0 }
+    }
+
+    /// Up to `max` held deliveries of `key` still fresh enough to hand out, oldest first.
+    pub(crate) fn take(&self, key: &str, max: usize) -> Vec<Delivery> {
+        let mut map = self.map();
+        let Some(held) = map.get_mut(key) else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        let fresh_since = now.checked_sub(HOLD);
+        let mut out = Vec::new();
+        while out.len() < max {
+            match held.items.front() {
+                Some((at, _)) if fresh_since.is_none_or(|f| *at > f) => {
+                    out.extend(held.items.pop_front().map(|(_, d)| d));
+                }
+                _ => break,
+            }
+        }
+        if !out.is_empty() && held.items.is_empty() {
+            held.emptied = Some(now);
+        }
+        out
+    }
+
+    /// Holds `deliveries` of `key`, leased just now.
+    pub(crate) fn keep(&self, key: &str, deliveries: Vec<Delivery>) {
+        if deliveries.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        self.map()
+            .entry(key.to_string())
+            .or_default()
+            .items
+            .extend(deliveries.into_iter().map(|d| (now, d)));
+    }
+
+    /// Removes and returns the deliveries of `key` held for [`HOLD`] or longer.
+    pub(crate) fn expired(&self, key: &str) -> Vec<Delivery> {
+        let mut map = self.map();
+        let Some(held) = map.get_mut(key) else {
+            return Vec::new();
+        };
+        let Some(stale_at) = Instant::now().checked_sub(HOLD) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while held.items.front().is_some_and(|(at, _)| *at <= stale_at) {
+            out.extend(held.items.pop_front().map(|(_, d)| d));
+        }
+        if held.items.is_empty() && held.emptied.is_none_or(|at| at <= stale_at) {
+            map.remove(key);
+        }
+        out
+    }
+
+    /// Forgets every delivery held for `queue`, whatever its lease length: its messages
+    /// were purged or the queue deleted.
+    pub(crate) fn forget(&self, queue: &str) {
+        self.map()
+            .retain(|k, _| k.split('\0').next() != Some(queue));
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn only_small_receives_of_a_queue_behind_with_several_waiting_read_ahead() {
+        let r = ReadAhead::default();
+        assert_eq!(r.extra("q", 3, 3, LEASE, true), READ_AHEAD);
+        assert_eq!(r.extra("q", 3, 3, LEASE, false), 0, "not behind");
+        assert_eq!(r.extra("q", 1, 1, LEASE, true), 0, "one receive at a time");
+        assert_eq!(r.extra("q", 2, 200, LEASE, true), 0, "large receives");
+        let short = Duration::from_millis(500);
+        assert_eq!(r.extra("q", 3, 3, short, true), 0, "short leases");
+    }
+
+    fn delivery(id: u64) -> Delivery {
+        Delivery {
+            id: sluice_core::MessageId(id),
+            receipt: sluice_core::Receipt {
+                id: sluice_core::MessageId(id),
+                token: id,
+            },
+            body: sluice_core::Body::text("x"),
+            attributes: sluice_core::Attributes::default(),
+            receive_count: 1,
+            max_receive_count: 5,
+            enqueued_at: sluice_core::Timestamp(0),
+            last_error: None,
+            lease_deadline: sluice_core::Timestamp(30_000),
+        }
+    }
+
+    fn ids(ds: &[Delivery]) -> Vec<u64> {
+        ds.iter().map(|d| d.id.0).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_messages_go_out_oldest_first_while_fresh_and_expire_after_the_hold() {
+        let r = ReadAhead::default();
+        let key = "q\u{0}30000";
+        r.keep(key, vec![delivery(1), delivery(2), delivery(3)]);
+        assert_eq!(ids(&r.take(key, 2)), [1, 2]);
+        assert_eq!(
+            r.extra(key, 1, 1, LEASE, true),
+            0,
+            "not yet taken to the last"
+        );
+        assert_eq!(ids(&r.take(key, 5)), [3]);
+        assert_eq!(
+            r.extra(key, 1, 1, LEASE, true),
+            READ_AHEAD,
+            "receives took all it held: one receive reads ahead again"
+        );
+        r.keep(key, vec![delivery(4), delivery(5)]);
+        tokio::time::advance(HOLD / 2).await;
+        assert!(r.expired(key).is_empty(), "still fresh");
+        tokio::time::advance(HOLD).await;
+        assert!(r.take(key, 5).is_empty(), "held too long to hand out");
+        assert_eq!(r.extra(key, 1, 1, LEASE, true), 0, "demand long gone");
+        assert_eq!(ids(&r.expired(key)), [4, 5]);
+        assert!(r.map().is_empty(), "nothing left to remember");
+        r.keep(key, vec![delivery(6)]);
+        r.keep("q2\u{0}30000", vec![delivery(7)]);
+        r.forget("q");
+        assert!(r.take(key, 5).is_empty(), "forgotten with its queue");
+        assert_eq!(ids(&r.take("q2\u{0}30000", 5)), [7], "other queues kept");
+    }
+}
