@@ -197,6 +197,12 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// Hands back, before the process stops, what the store holds for this process alone
+    /// and others would otherwise wait for (the PostgreSQL engine's messages leased ahead of
+    /// its receives). Called once the broker has stopped serving; the store stays usable.
+    /// The default has nothing to hand back.
+    async fn close(&self) {}
+
     /// Returns a message for another attempt, or dead-letters it when its attempts are used up.
     ///
     /// # Errors

@@ -131,6 +131,17 @@ impl ReadAhead {
         out
     }
 
+    /// Removes and returns every delivery held, with its queue's name.
+    pub(crate) fn take_all(&self) -> Vec<(String, Delivery)> {
+        let mut map = self.map();
+        map.drain()
+            .flat_map(|(key, held)| {
+                let queue = key.split('\0').next().unwrap_or_default().to_string();
+                held.items.into_iter().map(move |(_, d)| (queue.clone(), d))
+            })
+            .collect()
+    }
+
     /// Forgets every delivery held for `queue`, whatever its lease length: its messages
     /// were purged or the queue deleted.
     pub(crate) fn forget(&self, queue: &str) {
@@ -140,6 +151,18 @@ impl ReadAhead {
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Releases every message this node holds, so a node that stops leaves none leased.
+pub(crate) async fn release_all(inner: &crate::store::Inner) {
+    for (queue, d) in inner.read_ahead.take_all() {
+        let Ok(queue) = sluice_core::QueueName::new(&queue) else {
+            continue;
+        };
+        if let Err(e) = crate::lease::release(inner, &queue, d.receipt).await {
+            tracing::warn!(error = %e, %queue, id = %d.id, "could not release a message leased ahead; it returns when its lease runs out");
+        }
     }
 }
 

@@ -606,6 +606,10 @@ impl Store for PostgresStore {
         crate::view::delete(&self.inner, id).await
     }
 
+    async fn close(&self) {
+        crate::read_ahead::release_all(&self.inner).await;
+    }
+
     async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError> {
         crate::view::purge(&self.inner, queue).await
     }

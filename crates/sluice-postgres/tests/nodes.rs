@@ -995,3 +995,20 @@ async fn messages_read_ahead_are_not_handed_out_once_paused_or_purged() {
         more.len()
     );
 }
+
+#[tokio::test]
+async fn a_node_that_closes_releases_what_it_read_ahead_at_once() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "ahead_close").await;
+    let sent = backlog(&n.a, &work, 40).await;
+    let got = until_read_ahead(&n.a, &work).await;
+    n.a.close().await;
+    let stats = n.b.stats(&work).await.expect("stats");
+    assert_eq!(
+        stats.in_flight,
+        got.len() as u64,
+        "nothing held after close"
+    );
+    let rest = n.b.receive(&work, recv(100)).await.expect("receive");
+    assert_eq!(rest.len() + got.len(), sent.len());
+}

@@ -233,6 +233,7 @@ impl Broker {
         if let Some(f) = frames {
             let _ = f.await;
         }
+        self.state.store.close().await;
         served
     }
 }
