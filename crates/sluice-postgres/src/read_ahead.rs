@@ -13,10 +13,12 @@
 //! receive count as before, like `release`), so a node's consumers that went away delay
 //! those messages by that much. A receive is handed a held message only while it is fresh,
 //! so its lease has at most [`HOLD`] less to run than a lease taken by that receive itself.
-//! While held, such messages count as in flight in the queue's stats. A node that dies
-//! holding some leaves them leased until their visibility timeout runs out, as a consumer
-//! that dies holding them would; a receive count spent that way counts toward
-//! `max_receives`. A paused, purged or deleted queue hands out nothing it held.
+//! While held, such messages count as in flight in the queue's stats. A node that stops
+//! releases what it holds ([`release_all`], from `Store::close`); one killed holding some
+//! leaves them leased until their visibility timeout runs out, as a consumer killed holding
+//! them would, and a receive count spent that way counts toward
+//! `max_receives`. A paused, purged or deleted queue, or a deleted message, hands out
+//! nothing held.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -149,6 +151,13 @@ impl ReadAhead {
             .retain(|k, _| k.split('\0').next() != Some(queue));
     }
 
+    /// Forgets message `id` if it is held: it was deleted.
+    pub(crate) fn forget_message(&self, id: sluice_core::MessageId) {
+        for held in self.map().values_mut() {
+            held.items.retain(|(_, d)| d.id != id);
+        }
+    }
+
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -229,8 +238,11 @@ mod tests {
         assert_eq!(r.extra(key, 1, 1, LEASE, true), 0, "demand long gone");
         assert_eq!(ids(&r.expired(key)), [4, 5]);
         assert!(r.map().is_empty(), "nothing left to remember");
-        r.keep(key, vec![delivery(6)]);
+        r.keep(key, vec![delivery(6), delivery(8)]);
+        r.forget_message(sluice_core::MessageId(8));
         r.keep("q2\u{0}30000", vec![delivery(7)]);
+        assert_eq!(ids(&r.take(key, 5)), [6], "a deleted message is forgotten");
+        r.keep(key, vec![delivery(6)]);
         r.forget("q");
         assert!(r.take(key, 5).is_empty(), "forgotten with its queue");
         assert_eq!(ids(&r.take("q2\u{0}30000", 5)), [7], "other queues kept");

@@ -156,6 +156,7 @@ pub(crate) async fn delete(inner: &Inner, id: MessageId) -> Result<(), StoreErro
     if n == 0 {
         return Err(StoreError::MessageNotFound(id));
     }
+    inner.read_ahead.forget_message(id);
     Ok(())
 }
 

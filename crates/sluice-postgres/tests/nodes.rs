@@ -909,6 +909,11 @@ async fn backlog(node: &PostgresStore, queue: &QueueName, n: usize) -> Vec<Messa
     sent
 }
 
+/// How many messages of `queue` are leased, as `node`'s stats count them.
+async fn in_flight(node: &PostgresStore, queue: &QueueName) -> u64 {
+    node.stats(queue).await.expect("stats").in_flight
+}
+
 /// Receives of one message, four at a time on `node`, until a lease has read ahead (more
 /// in flight than delivered); what they got.
 async fn until_read_ahead(node: &PostgresStore, queue: &QueueName) -> Vec<Delivery> {
@@ -918,8 +923,7 @@ async fn until_read_ahead(node: &PostgresStore, queue: &QueueName) -> Vec<Delive
         for r in four {
             got.extend(r.expect("receive"));
         }
-        let in_flight = node.stats(queue).await.expect("stats").in_flight;
-        if in_flight > got.len() as u64 {
+        if in_flight(node, queue).await > got.len() as u64 {
             return got;
         }
     }
@@ -933,16 +937,10 @@ async fn a_node_behind_reads_ahead_and_releases_what_its_receives_did_not_take()
     let sent = backlog(&n.a, &work, 40).await;
     let got_a = until_read_ahead(&n.a, &work).await;
     // Held by node a: node b cannot take them now, and gets them once a lets them go.
-    let stats = n.a.stats(&work).await.expect("stats");
-    let held = stats.in_flight - got_a.len() as u64;
-    assert!(held > 0);
+    assert!(in_flight(&n.a, &work).await > got_a.len() as u64);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let stats = n.b.stats(&work).await.expect("stats");
-    assert_eq!(
-        stats.in_flight,
-        got_a.len() as u64,
-        "released after the hold"
-    );
+    let after = in_flight(&n.b, &work).await;
+    assert_eq!(after, got_a.len() as u64, "released after the hold");
     let got_b = n.b.receive(&work, recv(100)).await.expect("receive");
     assert!(
         got_b.iter().all(|d| d.receive_count == 1),
@@ -1003,12 +1001,8 @@ async fn a_node_that_closes_releases_what_it_read_ahead_at_once() {
     let sent = backlog(&n.a, &work, 40).await;
     let got = until_read_ahead(&n.a, &work).await;
     n.a.close().await;
-    let stats = n.b.stats(&work).await.expect("stats");
-    assert_eq!(
-        stats.in_flight,
-        got.len() as u64,
-        "nothing held after close"
-    );
+    let after = in_flight(&n.b, &work).await;
+    assert_eq!(after, got.len() as u64, "nothing held after close");
     let rest = n.b.receive(&work, recv(100)).await.expect("receive");
     assert_eq!(rest.len() + got.len(), sent.len());
 }
