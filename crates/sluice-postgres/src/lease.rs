@@ -670,6 +670,20 @@ pub(crate) async fn release(
     .await
 }
 
+/// Releases `deliveries` of `queue` that no receive took, one by one; one that cannot be
+/// released returns when its lease runs out.
+pub(crate) async fn release_unused(
+    inner: &Inner,
+    queue: &QueueName,
+    deliveries: impl IntoIterator<Item = Delivery>,
+) {
+    for d in deliveries {
+        if let Err(e) = release(inner, queue, d.receipt).await {
+            tracing::debug!(error = %e, %queue, id = %d.id, "could not release a message no receive took; it returns when its lease runs out");
+        }
+    }
+}
+
 /// Sets the lease to end `visibility` from now.
 pub(crate) async fn extend(
     inner: &Inner,

@@ -149,16 +149,7 @@ async fn serve(
     };
     if got.len() > total as usize {
         let ahead = got.split_off(total as usize);
-        inner.read_ahead.keep(key, ahead);
-        let (inner, queue, key) = (inner.clone(), queue.clone(), key.to_string());
-        tokio::spawn(async move {
-            tokio::time::sleep(crate::read_ahead::HOLD).await;
-            for d in inner.read_ahead.expired(&key) {
-                if let Err(e) = crate::lease::release(&inner, &queue, d.receipt).await {
-                    tracing::debug!(error = %e, "could not hand back a message leased ahead");
-                }
-            }
-        });
+        crate::read_ahead::hold(inner, queue, key, ahead);
     }
     let mut got = got.into_iter();
     for j in jobs {
@@ -173,11 +164,7 @@ async fn serve(
         if let Err(Ok(Attempted::Got(unwanted))) = j.reply.send(Ok(answer)) {
             // The receive went away meanwhile: its messages go back at once rather than
             // when their leases run out.
-            for d in unwanted {
-                if let Err(e) = crate::lease::release(inner, queue, d.receipt).await {
-                    tracing::debug!(error = %e, "could not hand back a lease nobody took");
-                }
-            }
+            crate::lease::release_unused(inner, queue, unwanted).await;
         }
     }
 }

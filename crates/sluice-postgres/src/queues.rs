@@ -222,7 +222,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
     .await?;
     inner.configs.forget(name.as_str());
     // Their rows are gone with the queue.
-    inner.read_ahead.forget(name.as_str());
+    inner.read_ahead.forget(name);
     // Waiting receives on every node re-check: the change may resume the queue, lift a
     // limit, or end it.
     inner.wake(name.as_str());

@@ -24,8 +24,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sluice_core::Delivery;
+use std::sync::Arc;
+
+use sluice_core::{Delivery, QueueName};
 use tokio::time::Instant;
+
+use crate::store::Inner;
 
 /// How many messages more than its receives ask for a lease of a queue that is behind takes
 /// (measured at one message per receive, 4 + 4 over HTTP: see `docs/benchmarks.md`).
@@ -38,8 +42,9 @@ pub(crate) const HOLD: Duration = Duration::from_millis(100);
 const SHORTEST_LEASE: Duration = Duration::from_secs(1);
 
 /// The state of one queue and lease length (the key of `crate::lease_combine`).
-#[derive(Default)]
 struct Held {
+    /// The queue the key names.
+    queue: QueueName,
     /// The deliveries leased ahead, oldest first, with when they were leased.
     items: VecDeque<(Instant, Delivery)>,
     /// When receives last took the last of them.
@@ -101,21 +106,22 @@ impl ReadAhead {
         out
     }
 
-    /// Holds `deliveries` of `key`, leased just now.
-    pub(crate) fn keep(&self, key: &str, deliveries: Vec<Delivery>) {
-        if deliveries.is_empty() {
-            return;
-        }
+    /// Holds `deliveries` of `queue`, leased just now for receives of `key`.
+    fn keep(&self, key: &str, queue: &QueueName, deliveries: Vec<Delivery>) {
         let now = Instant::now();
         self.map()
             .entry(key.to_string())
-            .or_default()
+            .or_insert_with(|| Held {
+                queue: queue.clone(),
+                items: VecDeque::new(),
+                emptied: None,
+            })
             .items
             .extend(deliveries.into_iter().map(|d| (now, d)));
     }
 
     /// Removes and returns the deliveries of `key` held for [`HOLD`] or longer.
-    pub(crate) fn expired(&self, key: &str) -> Vec<Delivery> {
+    fn expired(&self, key: &str) -> Vec<Delivery> {
         let mut map = self.map();
         let Some(held) = map.get_mut(key) else {
             return Vec::new();
@@ -133,12 +139,12 @@ impl ReadAhead {
         out
     }
 
-    /// Removes and returns every delivery held, with its queue's name.
-    pub(crate) fn take_all(&self) -> Vec<(String, Delivery)> {
-        let mut map = self.map();
-        map.drain()
-            .flat_map(|(key, held)| {
-                let queue = key.split('\0').next().unwrap_or_default().to_string();
+    /// Removes and returns every delivery held, with its queue.
+    fn take_all(&self) -> Vec<(QueueName, Delivery)> {
+        self.map()
+            .drain()
+            .flat_map(|(_, held)| {
+                let queue = held.queue;
                 held.items.into_iter().map(move |(_, d)| (queue.clone(), d))
             })
             .collect()
@@ -146,9 +152,8 @@ impl ReadAhead {
 
     /// Forgets every delivery held for `queue`, whatever its lease length: its messages
     /// were purged or the queue deleted.
-    pub(crate) fn forget(&self, queue: &str) {
-        self.map()
-            .retain(|k, _| k.split('\0').next() != Some(queue));
+    pub(crate) fn forget(&self, queue: &QueueName) {
+        self.map().retain(|_, held| held.queue != *queue);
     }
 
     /// Forgets message `id` if it is held: it was deleted.
@@ -163,15 +168,25 @@ impl ReadAhead {
     }
 }
 
+/// Holds `deliveries` of `queue`, leased just now beyond what the receives of `key` asked
+/// for, and releases those still held after [`HOLD`].
+pub(crate) fn hold(inner: &Arc<Inner>, queue: &QueueName, key: &str, deliveries: Vec<Delivery>) {
+    if deliveries.is_empty() {
+        return;
+    }
+    inner.read_ahead.keep(key, queue, deliveries);
+    let (inner, queue, key) = (inner.clone(), queue.clone(), key.to_string());
+    tokio::spawn(async move {
+        tokio::time::sleep(HOLD).await;
+        let expired = inner.read_ahead.expired(&key);
+        crate::lease::release_unused(&inner, &queue, expired).await;
+    });
+}
+
 /// Releases every message this node holds, so a node that stops leaves none leased.
-pub(crate) async fn release_all(inner: &crate::store::Inner) {
+pub(crate) async fn release_all(inner: &Inner) {
     for (queue, d) in inner.read_ahead.take_all() {
-        let Ok(queue) = sluice_core::QueueName::new(&queue) else {
-            continue;
-        };
-        if let Err(e) = crate::lease::release(inner, &queue, d.receipt).await {
-            tracing::warn!(error = %e, %queue, id = %d.id, "could not release a message leased ahead; it returns when its lease runs out");
-        }
+        crate::lease::release_unused(inner, &queue, [d]).await;
     }
 }
 
@@ -217,7 +232,8 @@ mod tests {
     async fn held_messages_go_out_oldest_first_while_fresh_and_expire_after_the_hold() {
         let r = ReadAhead::default();
         let key = "q\u{0}30000";
-        r.keep(key, vec![delivery(1), delivery(2), delivery(3)]);
+        let q = QueueName::new("q").expect("name");
+        r.keep(key, &q, vec![delivery(1), delivery(2), delivery(3)]);
         assert_eq!(ids(&r.take(key, 2)), [1, 2]);
         assert_eq!(
             r.extra(key, 1, 1, LEASE, true),
@@ -230,7 +246,7 @@ mod tests {
             READ_AHEAD,
             "receives took all it held: one receive reads ahead again"
         );
-        r.keep(key, vec![delivery(4), delivery(5)]);
+        r.keep(key, &q, vec![delivery(4), delivery(5)]);
         tokio::time::advance(HOLD / 2).await;
         assert!(r.expired(key).is_empty(), "still fresh");
         tokio::time::advance(HOLD).await;
@@ -238,12 +254,13 @@ mod tests {
         assert_eq!(r.extra(key, 1, 1, LEASE, true), 0, "demand long gone");
         assert_eq!(ids(&r.expired(key)), [4, 5]);
         assert!(r.map().is_empty(), "nothing left to remember");
-        r.keep(key, vec![delivery(6), delivery(8)]);
+        r.keep(key, &q, vec![delivery(6), delivery(8)]);
         r.forget_message(sluice_core::MessageId(8));
-        r.keep("q2\u{0}30000", vec![delivery(7)]);
+        let q2 = QueueName::new("q2").expect("name");
+        r.keep("q2\u{0}30000", &q2, vec![delivery(7)]);
         assert_eq!(ids(&r.take(key, 5)), [6], "a deleted message is forgotten");
-        r.keep(key, vec![delivery(6)]);
-        r.forget("q");
+        r.keep(key, &q, vec![delivery(6)]);
+        r.forget(&q);
         assert!(r.take(key, 5).is_empty(), "forgotten with its queue");
         assert_eq!(ids(&r.take("q2\u{0}30000", 5)), [7], "other queues kept");
     }

@@ -177,7 +177,7 @@ pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, Store
     })
     .await?;
     // Their rows are gone with the rest.
-    inner.read_ahead.forget(queue.as_str());
+    inner.read_ahead.forget(queue);
     Ok(n)
 }
 

@@ -845,16 +845,7 @@ async fn nodes_work_through_pgbouncer_in_session_mode() {
 async fn a_lease_after_the_cursor_still_finds_a_row_that_turns_up_before_it() {
     let Some(n) = nodes().await else { return };
     let work = created(&n.a, "behind").await;
-    let mut sent = Vec::new();
-    for i in 0..60 {
-        let out =
-            n.a.send(&work, vec![msg(&format!("m{i}"))])
-                .await
-                .expect("send");
-        sent.push(out[0].id);
-    }
-    // Waited long enough for the queue to count as behind once leased.
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let sent = backlog(&n.a, &work, 60).await;
     let mut got = Vec::new();
     for _ in 0..10 {
         let d = n.a.receive(&work, recv(1)).await.expect("receive");
