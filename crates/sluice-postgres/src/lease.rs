@@ -139,7 +139,7 @@ pub(crate) async fn lease_fast(
     let mut next_wake = None;
     let packs_first = inner.pack_min > 0 && max as usize >= inner.pack_min;
     if packs_first {
-        let packs = crate::pack::lease(conn, q, cfg, now, max, deadline, inner.pack_min).await?;
+        let packs = crate::pack::lease(inner, conn, q, cfg, now, max, deadline).await?;
         got = packs.deliveries;
         due = packs.due;
         unfit = packs.unfit;
@@ -198,8 +198,7 @@ pub(crate) async fn lease_fast(
             let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
             if later && left > 0 {
                 // The rows older than the packs are taken: packs fill what is left.
-                let packs =
-                    crate::pack::lease(conn, q, cfg, now, left, deadline, inner.pack_min).await?;
+                let packs = crate::pack::lease(inner, conn, q, cfg, now, left, deadline).await?;
                 got.extend(packs.deliveries);
                 due |= packs.due;
             }

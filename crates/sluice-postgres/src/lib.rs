@@ -27,6 +27,7 @@ mod lease_combine;
 mod maintenance;
 mod outbox;
 mod pack;
+mod pack_sizes;
 mod queues;
 mod read_ahead;
 mod records;

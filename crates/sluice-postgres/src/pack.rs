@@ -30,6 +30,7 @@ use tokio_postgres::types::{Json, Type};
 
 use crate::error::{corrupt, db};
 use crate::row::{attrs_json, kind_code, kind_of};
+use crate::store::Inner;
 
 /// Whether a send of `messages` to a queue whose default delay is `delay` is kept as a pack.
 pub(crate) fn packable(
@@ -179,18 +180,17 @@ pub(crate) struct Leased {
 
 /// Leases whole packs of queue `q` for up to `max` messages until `deadline`.
 pub(crate) async fn lease(
+    inner: &Inner,
     c: &ClientWrapper,
     q: &str,
     cfg: &QueueConfig,
     now: i64,
     max: u32,
     deadline: i64,
-    pack_min: usize,
 ) -> Result<Leased, StoreError> {
     let cutoff = crate::settle::retention_cutoff(cfg, now);
+    let choose = inner.pack_sizes.choose(q, max, inner.pack_min);
     let max = i64::from(max);
-    // Enough packs to fill the receive with packs of the smallest size this node makes.
-    let choose = max / i64::try_from(pack_min.max(1)).unwrap_or(i64::MAX) + 1;
     let stmt = c
         .prepare_typed_cached(
             LEASE_SQL,
@@ -231,12 +231,14 @@ pub(crate) async fn lease(
         packs.push((was, id, r));
     }
     packs.sort_by_key(|(was, id, _)| (*was, *id));
+    let mut sizes = Vec::with_capacity(packs.len());
     for (_, id, r) in packs {
         let token: i64 = r.try_get(1).map_err(corrupt)?;
         let bodies: Vec<Option<Vec<u8>>> = r.try_get(3).map_err(corrupt)?;
         let kinds: Vec<i16> = r.try_get(4).map_err(corrupt)?;
         let attrs: Option<Vec<Option<Json<Attributes>>>> = r.try_get(5).map_err(corrupt)?;
         let enqueued_at: i64 = r.try_get(6).map_err(corrupt)?;
+        sizes.push(bodies.len());
         let mut attrs = attrs.map(Vec::into_iter);
         for (i, (body, kind)) in bodies.into_iter().zip(kinds).enumerate() {
             let member = MessageId((id + i as i64) as u64);
@@ -264,6 +266,7 @@ pub(crate) async fn lease(
             });
         }
     }
+    inner.pack_sizes.leased(q, sizes);
     Ok(out)
 }
 

@@ -99,6 +99,8 @@ pub(crate) struct Inner {
     /// Queues whose consumers on this node are behind, and where the next lease of each
     /// starts (`crate::backlog`).
     pub(crate) backlogged: crate::backlog::Backlogs,
+    /// Per queue, the size of the packs its last pack lease took (`crate::pack_sizes`).
+    pub(crate) pack_sizes: crate::pack_sizes::PackSizes,
     /// Messages leased ahead of this node's receives (`crate::read_ahead`).
     pub(crate) read_ahead: crate::read_ahead::ReadAhead,
     /// Acks gathering for their queue's next ack statement.
@@ -382,6 +384,7 @@ impl PostgresStore {
             ),
             served_by_packs: QueueMarks::default(),
             backlogged: crate::backlog::Backlogs::default(),
+            pack_sizes: crate::pack_sizes::PackSizes::default(),
             read_ahead: crate::read_ahead::ReadAhead::default(),
             acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });
