@@ -1,7 +1,9 @@
-//! `sluice bench`: a load generator that measures a running broker over HTTP.
+//! `sluice bench`: a load generator that measures a running broker over HTTP, or over the
+//! frame protocol with `--frames`.
 //!
 //! Producers send messages (alone or in batches) to one queue while consumers receive and
-//! acknowledge them. Each body carries the time its send started, so a consumer measures the
+//! acknowledge them; a consumer acknowledges each batch while it receives the next (one
+//! acknowledgement in flight), as the SDK's worker does. Each body carries the time its send started, so a consumer measures the
 //! end-to-end latency (send started → delivered to a consumer); each producer also measures
 //! its send calls (request written → 2xx read). Latencies go into HDR histograms (microsecond
 //! resolution, three significant digits).
@@ -17,7 +19,10 @@
 //! are measured from the request's actual start; requests that start over 2 ms behind their
 //! schedule (the load generator itself could not keep up) are counted and reported.
 //!
-//! Only the given `--url` is ever contacted.
+//! Only the given `--url` (and `--frames`) is ever contacted.
+
+mod frames;
+mod http;
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
@@ -32,11 +37,8 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
-use sluice_core::wire::{
-    AckBatchResponse, AckRequest, ErrorEnvelope, QueueConfigRequest, ReceiveRequest,
-    SendBatchResponse, SendMessage, SendRequest,
-};
+use sluice_client::frames::FrameReceipt;
+use sluice_core::wire::{ErrorEnvelope, QueueConfigRequest};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -71,6 +73,11 @@ pub struct BenchArgs {
         value_name = "URL"
     )]
     url: String,
+    /// Address (`host:port`) of the broker's frame protocol listener (`sluice serve
+    /// --frames-listen`): producers and consumers then send, receive and acknowledge over it
+    /// instead of HTTP. The queue is still created and purged over `--url`.
+    #[arg(long, value_name = "HOST:PORT")]
+    frames: Option<String>,
     /// API key, sent as `Authorization: Bearer`. It needs the send, consume and purge rights
     /// on the queue (an `admin` key, or `operator` + `producer` + `consumer` rights).
     #[arg(
@@ -143,6 +150,8 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 /// What every task shares.
 struct Shared {
     client: reqwest::Client,
+    /// With `--frames`: the frame connections producers and consumers use instead of HTTP.
+    frames: Option<frames::Pool>,
     base: String,
     queue: String,
     token: Option<String>,
@@ -177,16 +186,11 @@ impl Shared {
         t_us >= self.warm_us && t_us < self.end_us.load(Ordering::Relaxed)
     }
 
-    fn url(&self, tail: &str) -> String {
-        format!("{}/v1/queues/{}/{tail}", self.base, self.queue)
-    }
-
-    fn post(&self, url: String) -> reqwest::RequestBuilder {
-        let req = self.client.post(url);
-        match &self.token {
-            Some(t) => req.bearer_auth(t),
-            None => req,
-        }
+    /// The send time stamped in a body of this run sent inside the measured window; `None`
+    /// for anything else (leftovers of another run, warm-up messages, foreign bodies).
+    fn stamp(&self, body: &[u8]) -> Option<u64> {
+        let stamp = serde_json::from_slice::<Stamp<'_>>(body).ok()?;
+        (stamp.run == self.run && self.in_window(stamp.t)).then_some(stamp.t)
     }
 }
 
@@ -234,41 +238,17 @@ struct Failed {
 }
 
 impl Failed {
-    fn transport(e: &reqwest::Error) -> Self {
-        let code = if e.is_timeout() {
-            "timeout"
-        } else if e.is_connect() {
-            "connect"
-        } else {
-            "transport"
-        };
+    fn new(code: &str, retry_after: Option<Duration>) -> Self {
         Failed {
             code: code.to_owned(),
-            retry_after: None,
+            retry_after,
         }
     }
 
-    async fn from_response(resp: reqwest::Response) -> Self {
-        let status = resp.status();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let code = match resp.bytes().await {
-            Ok(b) => serde_json::from_slice::<ErrorEnvelope>(&b)
-                .map(|e| e.error.code)
-                .unwrap_or_else(|_| format!("http_{}", status.as_u16())),
-            Err(_) => format!("http_{}", status.as_u16()),
-        };
-        Failed { code, retry_after }
-    }
-
     /// Counts the error; returns how long to wait before the next request.
-    fn count(self, shared: &Shared, stats: &mut TaskStats) -> Duration {
+    fn count(self, shared: &Shared, errors: &mut BTreeMap<String, u64>) -> Duration {
         shared.errors_total.fetch_add(1, Ordering::Relaxed);
-        *stats.errors.entry(self.code).or_default() += 1;
+        *errors.entry(self.code).or_default() += 1;
         self.retry_after
             .unwrap_or(Duration::from_millis(10))
             .min(Duration::from_secs(1))
@@ -276,22 +256,16 @@ impl Failed {
 
     /// Counts the error and waits a little before the next request.
     async fn record(self, shared: &Shared, stats: &mut TaskStats) {
-        let pause = self.count(shared, stats);
+        let pause = self.count(shared, &mut stats.errors);
         tokio::time::sleep(pause).await;
     }
 }
 
-/// Sends a request and reads a 2xx answer as `T`.
-async fn call<T: for<'de> Deserialize<'de>>(req: reqwest::RequestBuilder) -> Result<T, Failed> {
-    let resp = req.send().await.map_err(|e| Failed::transport(&e))?;
-    if !resp.status().is_success() {
-        return Err(Failed::from_response(resp).await);
-    }
-    let bytes = resp.bytes().await.map_err(|e| Failed::transport(&e))?;
-    serde_json::from_slice(&bytes).map_err(|_| Failed {
-        code: "bad_response".to_owned(),
-        retry_after: None,
-    })
+/// What an acknowledgement call did: how many receipts it settled, and the error codes of
+/// those it refused (a batch ack answers per receipt).
+struct Acked {
+    count: u64,
+    refused: Vec<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,44 +286,6 @@ fn stamped_body(run: &str, t_us: u64, size: usize, pad: &str) -> String {
     s.push_str(&pad[..room]);
     s.push_str("\"}");
     s
-}
-
-fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendRequest, Failed> {
-    let body = |t| {
-        RawValue::from_string(stamped_body(&shared.run, t, shared.body_bytes, pad)).map_err(|_| {
-            Failed {
-                code: "bad_body".to_owned(),
-                retry_after: None,
-            }
-        })
-    };
-    let message = |t| -> Result<SendMessage, Failed> {
-        Ok(SendMessage {
-            body: Some(body(t)?),
-            body_base64: None,
-            attributes: None,
-            delay_ms: None,
-            dedup_id: None,
-        })
-    };
-    if shared.batch == 1 {
-        return Ok(SendRequest {
-            body: Some(body(t_us)?),
-            body_base64: None,
-            attributes: None,
-            delay_ms: None,
-            dedup_id: None,
-            messages: None,
-        });
-    }
-    Ok(SendRequest {
-        body: None,
-        body_base64: None,
-        attributes: None,
-        delay_ms: None,
-        dedup_id: None,
-        messages: Some((0..n).map(|_| message(t_us)).collect::<Result<_, _>>()?),
-    })
 }
 
 /// Takes up to `want` messages from the `--messages` budget of the measured window; `None`
@@ -379,18 +315,9 @@ struct SendOutcome {
 /// Sends `n` messages stamped with the request's start time.
 async fn send_once(shared: Arc<Shared>, n: u32, pad: Arc<str>) -> SendOutcome {
     let start_us = shared.now_us();
-    let result = match send_request(&shared, n, start_us, &pad) {
-        Ok(req) => {
-            let builder = shared.post(shared.url("messages")).json(&req);
-            if shared.batch == 1 {
-                call::<serde::de::IgnoredAny>(builder).await.map(|_| 1)
-            } else {
-                call::<SendBatchResponse>(builder)
-                    .await
-                    .map(|r| r.ids.len() as u64)
-            }
-        }
-        Err(f) => Err(f),
+    let result = match &shared.frames {
+        Some(pool) => frames::send(&shared, pool, n, start_us, &pad).await,
+        None => http::send(&shared, n, start_us, &pad).await,
     };
     SendOutcome {
         start_us,
@@ -412,7 +339,7 @@ fn note_send(shared: &Shared, stats: &mut TaskStats, out: SendOutcome) -> Option
             }
             None
         }
-        Err(f) => Some(f.count(shared, stats)),
+        Err(f) => Some(f.count(shared, &mut stats.errors)),
     }
 }
 
@@ -481,19 +408,6 @@ async fn producer(
 // Consumers
 // ---------------------------------------------------------------------------------------------
 
-/// The part of a receive answer the consumer needs.
-#[derive(Deserialize)]
-struct Received {
-    messages: Vec<Leased>,
-}
-
-#[derive(Deserialize)]
-struct Leased {
-    receipt: String,
-    #[serde(default)]
-    body: Option<Box<RawValue>>,
-}
-
 /// The stamp inside a bench body (the padding is skipped).
 #[derive(Deserialize)]
 struct Stamp<'a> {
@@ -501,79 +415,117 @@ struct Stamp<'a> {
     t: u64,
 }
 
+/// The receipts of one received batch, in the form of the transport that leased it.
+enum Receipts {
+    Http(Vec<String>),
+    Frames(Vec<FrameReceipt>),
+}
+
+impl Receipts {
+    fn is_empty(&self) -> bool {
+        match self {
+            Receipts::Http(r) => r.is_empty(),
+            Receipts::Frames(r) => r.is_empty(),
+        }
+    }
+}
+
+/// One long-polling receive: the batch's receipts and the stamps to measure.
+async fn receive(shared: &Shared) -> Result<(Receipts, Vec<u64>), Failed> {
+    match &shared.frames {
+        Some(pool) => frames::receive(shared, pool)
+            .await
+            .map(|(r, s)| (Receipts::Frames(r), s)),
+        None => http::receive(shared)
+            .await
+            .map(|(r, s)| (Receipts::Http(r), s)),
+    }
+}
+
+/// Acknowledges one batch and counts the outcome; returns how long to pause after a failed
+/// call.
+async fn ack(
+    shared: &Shared,
+    receipts: Receipts,
+    errors: &mut BTreeMap<String, u64>,
+) -> Option<Duration> {
+    let acked = match (receipts, &shared.frames) {
+        (Receipts::Frames(r), Some(pool)) => frames::ack(shared, pool, r).await,
+        (Receipts::Http(r), _) => http::ack(shared, r).await,
+        (Receipts::Frames(_), None) => Err(Failed::new("no_frames_listener", None)),
+    };
+    match acked {
+        Ok(a) => {
+            shared.acked_total.fetch_add(a.count, Ordering::Relaxed);
+            if shared.in_window(shared.now_us()) {
+                shared.acked_measured.fetch_add(a.count, Ordering::Relaxed);
+            }
+            for code in a.refused {
+                shared.errors_total.fetch_add(1, Ordering::Relaxed);
+                *errors.entry(code).or_default() += 1;
+            }
+            None
+        }
+        Err(f) => Some(f.count(shared, errors)),
+    }
+}
+
+/// An acknowledgement in flight: it yields the pause its failure asks for and the error codes
+/// it counted.
+type AckTask = JoinHandle<(Option<Duration>, BTreeMap<String, u64>)>;
+
+/// Receives batches and acknowledges each while receiving the next: at most one
+/// acknowledgement in flight, whose failure pauses the consumer before its next receive.
 async fn consumer(shared: Arc<Shared>) -> anyhow::Result<TaskStats> {
     let mut stats = TaskStats::new()?;
-    let receive_url = shared.url("receive");
-    let ack_url = shared.url("ack");
-    let receive = ReceiveRequest {
-        max: Some(shared.batch),
-        wait_ms: Some(RECEIVE_WAIT_MS),
-        visibility_timeout_ms: None,
-        consumer: None,
-        ack: None,
-    };
+    let mut acking: Option<AckTask> = None;
     while !shared.stop_consumers.load(Ordering::Relaxed) {
-        let got = match call::<Received>(shared.post(receive_url.clone()).json(&receive)).await {
-            Ok(r) => r,
+        let got = receive(&shared).await;
+        // The previous batch's ack ran during this receive; it finishes before the next one
+        // starts, so one ack is in flight at a time.
+        if let Some(pause) = settle(&mut acking, &mut stats).await? {
+            tokio::time::sleep(pause).await;
+        }
+        let (receipts, stamps) = match got {
+            Ok(got) => got,
             Err(f) => {
                 f.record(&shared, &mut stats).await;
                 continue;
             }
         };
-        if got.messages.is_empty() {
+        let now = shared.now_us();
+        for t in stamps {
+            stats.e2e_us.saturating_record(now.saturating_sub(t).max(1));
+        }
+        if receipts.is_empty() {
             continue;
         }
-        let now = shared.now_us();
-        let mut receipts = Vec::with_capacity(got.messages.len());
-        for m in got.messages {
-            if let Some(stamp) = m
-                .body
-                .as_deref()
-                .and_then(|b| serde_json::from_str::<Stamp<'_>>(b.get()).ok())
-                && stamp.run == shared.run
-                && shared.in_window(stamp.t)
-            {
-                stats
-                    .e2e_us
-                    .saturating_record(now.saturating_sub(stamp.t).max(1));
-            }
-            receipts.push(m.receipt);
-        }
-        let acked = if receipts.len() == 1 && shared.batch == 1 {
-            let req = AckRequest {
-                receipt: receipts.pop(),
-                ..AckRequest::default()
-            };
-            call::<serde::de::IgnoredAny>(shared.post(ack_url.clone()).json(&req))
-                .await
-                .map(|_| 1)
-        } else {
-            let req = AckRequest {
-                receipts: Some(receipts),
-                ..AckRequest::default()
-            };
-            match call::<AckBatchResponse>(shared.post(ack_url.clone()).json(&req)).await {
-                Ok(r) => {
-                    for e in r.results.into_iter().filter_map(|o| o.error) {
-                        shared.errors_total.fetch_add(1, Ordering::Relaxed);
-                        *stats.errors.entry(e.code).or_default() += 1;
-                    }
-                    Ok(r.acked as u64)
-                }
-                Err(f) => Err(f),
-            }
-        };
-        match acked {
-            Ok(k) => {
-                shared.acked_total.fetch_add(k, Ordering::Relaxed);
-                if shared.in_window(shared.now_us()) {
-                    shared.acked_measured.fetch_add(k, Ordering::Relaxed);
-                }
-            }
-            Err(f) => f.record(&shared, &mut stats).await,
-        }
+        let shared = shared.clone();
+        acking = Some(tokio::spawn(async move {
+            let mut errors = BTreeMap::new();
+            let pause = ack(&shared, receipts, &mut errors).await;
+            (pause, errors)
+        }));
+    }
+    if let Some(pause) = settle(&mut acking, &mut stats).await? {
+        tokio::time::sleep(pause).await;
     }
     Ok(stats)
+}
+
+/// Waits for the ack in flight, if any, and adds its refusals to `stats`.
+async fn settle(
+    acking: &mut Option<AckTask>,
+    stats: &mut TaskStats,
+) -> anyhow::Result<Option<Duration>> {
+    let Some(task) = acking.take() else {
+        return Ok(None);
+    };
+    let (pause, errors) = task.await.context("an acknowledgement task panicked")?;
+    for (k, v) in errors {
+        *stats.errors.entry(k).or_default() += v;
+    }
+    Ok(pause)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -612,6 +564,19 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let run_id = format!("{:016x}", rand::random::<u64>());
 
     prepare(&client, &base, &args).await?;
+    let frames = match &args.frames {
+        Some(addr) => {
+            let pool = frames::Pool::new(addr.clone());
+            pool.check(args.token.as_deref()).await.with_context(|| {
+                format!(
+                    "cannot use the frame protocol at {addr}; is `sluice serve` running with \
+                     --frames-listen {addr}?"
+                )
+            })?;
+            Some(pool)
+        }
+        None => None,
+    };
 
     let duration = match (args.duration, args.messages) {
         (Some(d), _) => d,
@@ -621,6 +586,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let epoch = Instant::now();
     let shared = Arc::new(Shared {
         client,
+        frames,
         base: base.clone(),
         queue: args.queue.clone(),
         token: args.token.clone(),
@@ -859,6 +825,10 @@ impl From<&Histogram<u64>> for Percentiles {
 #[derive(Debug, Serialize)]
 struct Report {
     url: String,
+    /// `http`, or `frames` with `--frames`.
+    transport: &'static str,
+    /// With `--frames`: the frame listener's address.
+    frames: Option<String>,
     queue: String,
     producers: u32,
     consumers: u32,
@@ -893,6 +863,12 @@ impl Report {
         let round = |x: f64| (x * 10.0).round() / 10.0;
         Report {
             url: shared.base.clone(),
+            transport: if shared.frames.is_some() {
+                "frames"
+            } else {
+                "http"
+            },
+            frames: shared.frames.as_ref().map(|p| p.addr().to_owned()),
             queue: shared.queue.clone(),
             producers: args.producers,
             consumers: args.consumers,
@@ -934,9 +910,15 @@ impl Report {
             .target_rate
             .map(|r| format!(", target {} msg/s", thousands(r as u64)))
             .unwrap_or_default();
+        let over = self
+            .frames
+            .as_ref()
+            .map(|a| format!(" (frames {a})"))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
-            "sluice bench: {} queue {}: {} producers, {} consumers, batch {}, {}-byte bodies{rate}",
+            "sluice bench: {}{over} queue {}: {} producers, {} consumers, batch {}, \
+             {}-byte bodies{rate}",
             self.url, self.queue, self.producers, self.consumers, self.batch, self.body_bytes
         );
         let _ = writeln!(
@@ -1046,7 +1028,7 @@ mod tests {
         for t in [0, 7, 123_456_789_012] {
             let b = stamped_body("0123456789abcdef", t, 1024, &pad);
             assert_eq!(b.len(), 1024);
-            let raw = RawValue::from_string(b).unwrap();
+            let raw = serde_json::value::RawValue::from_string(b).unwrap();
             let s: Stamp<'_> = serde_json::from_str(raw.get()).unwrap();
             assert_eq!((s.run, s.t), ("0123456789abcdef", t));
         }

@@ -1,0 +1,111 @@
+//! `sluice bench` end to end against a live `sluice serve`: a bounded run over HTTP and one
+//! over the frame protocol, each of which must send its budget, acknowledge all of it and
+//! measure latencies; and a frame address with nothing behind it fails before the run.
+
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+mod common;
+
+/// Runs `sluice bench --url URL ARGS`.
+fn bench(url: &str, args: &[&str]) -> Output {
+    Command::new(common::BIN)
+        .args(["bench", "--url", url])
+        .args(args)
+        .env_remove("SLUICE_URL")
+        .env_remove("SLUICE_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run sluice bench")
+}
+
+/// A run of 3,000 messages in batches of 10, all of it measured; returns its JSON report.
+fn bounded_run(url: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "--queue",
+        "loaded",
+        "--producers",
+        "2",
+        "--consumers",
+        "2",
+        "--batch",
+        "10",
+        "--body-bytes",
+        "256",
+        "--messages",
+        "3000",
+        "--warmup",
+        "0s",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = bench(url, &args);
+    assert!(
+        out.status.success(),
+        "sluice bench {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
+}
+
+fn assert_complete(report: &Value, transport: &str) {
+    assert_eq!(report["transport"], transport, "{report:#}");
+    assert_eq!(
+        report["sent"], 3000,
+        "every budgeted message sent: {report:#}"
+    );
+    assert_eq!(
+        report["unacked_at_end"], 0,
+        "every message acknowledged: {report:#}"
+    );
+    assert_eq!(report["errors"], serde_json::json!({}), "{report:#}");
+    // Every message was sent in the window, so each delivery measured its latency (a
+    // message redelivered after a slow ack would be measured twice, never less).
+    let e2e = report["end_to_end_latency_us"]["count"]
+        .as_u64()
+        .expect("a sample count");
+    assert!(e2e >= 3000, "end-to-end samples: {report:#}");
+    let sends = report["send_latency_us"]["count"].as_u64();
+    assert!(sends.is_some_and(|n| n >= 300), "send samples: {report:#}");
+}
+
+#[test]
+fn bench_measures_a_broker_over_http_and_over_frames() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_child, url, frames) =
+        common::serve_with_frames(&dir.path().join("data"), Stdio::null(), &[]);
+
+    let http = bounded_run(&url, &[]);
+    assert_complete(&http, "http");
+    assert_eq!(http["frames"], Value::Null);
+
+    let over_frames = bounded_run(&url, &["--frames", &frames]);
+    assert_complete(&over_frames, "frames");
+    assert_eq!(over_frames["frames"], frames.as_str());
+}
+
+#[test]
+fn a_frame_address_without_a_listener_fails_before_the_run() {
+    let broker = common::broker();
+    // A port that was just free: nothing listens there.
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .to_string();
+    let out = bench(
+        &broker.url,
+        &["--frames", &free, "--messages", "10", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("--frames-listen {free}")),
+        "the error says what to check: {stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "no report for a run that did not start"
+    );
+}
