@@ -15,6 +15,7 @@ pub mod message;
 pub mod name;
 pub mod rate;
 pub mod receipt;
+pub mod receive_answer;
 pub mod redrive;
 pub mod stats;
 pub mod store;

@@ -34,7 +34,7 @@ pub async fn receive(
     caller: Caller,
     QueuePath(q): QueuePath,
     OptionalJsonBody(mut req): OptionalJsonBody<ReceiveRequest>,
-) -> Result<Json<ReceiveResponse>, ApiError> {
+) -> Result<Response, ApiError> {
     caller.allow(Action::Consume, &q)?;
     let acks = req.acks()?;
     let req = req.to_core()?;
@@ -61,10 +61,16 @@ pub async fn receive(
     };
     let (acked, deliveries) = (acked?, deliveries?);
     st.metrics.delivered(&q, &deliveries);
-    Ok(Json(ReceiveResponse {
-        messages: deliveries.iter().map(Into::into).collect(),
-        acked,
-    }))
+    // The bytes of `ReceiveResponse`, written without a value per delivery.
+    let json = sluice_core::receive_answer::to_json(&deliveries, acked.as_deref());
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        json,
+    )
+        .into_response())
 }
 
 fn ack_request(item: &mut AckItem) -> Result<sluice_core::AckRequest, StoreError> {

@@ -1,0 +1,194 @@
+//! The JSON answer to a receive, written straight from the deliveries.
+//!
+//! A receive of 100 messages of 1 KiB answers about 130 KB of JSON, and building it through
+//! [`DeliveryView`](crate::wire::DeliveryView) copied every body into a value of its own,
+//! re-parsed it and then grew the answer's buffer a copy at a time: about a sixth of the
+//! broker's CPU over HTTP at that size. [`to_json`] writes the same bytes as serializing
+//! [`ReceiveResponse`](crate::wire::ReceiveResponse) (a test holds them equal) into one
+//! buffer sized up front. A JSON body is still checked before it is written as it is, so
+//! stored bytes that are not JSON (from a caller that vouched wrongly) come out in base64, as
+//! they do through `DeliveryView`, and never break the answer.
+
+use std::io::Write as _;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde::Serialize;
+
+use crate::message::{Body, BodyKind, Delivery};
+use crate::wire::{AckOutcome, rfc3339};
+
+/// Bytes of JSON around each body: ids, counts, times and field names.
+const PER_MESSAGE: usize = 320;
+
+/// The answer to a receive: `{"messages":[…]}`, with `"acked"` when the request carried acks.
+pub fn to_json(deliveries: &[Delivery], acked: Option<&[AckOutcome]>) -> Vec<u8> {
+    let bodies: usize = deliveries.iter().map(|d| d.body.len()).sum();
+    let mut out = Vec::with_capacity(bodies + deliveries.len() * PER_MESSAGE + 64);
+    out.extend_from_slice(b"{\"messages\":[");
+    for (i, d) in deliveries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        delivery(&mut out, d);
+    }
+    out.push(b']');
+    if let Some(acked) = acked {
+        out.extend_from_slice(b",\"acked\":");
+        json(&mut out, acked);
+    }
+    out.push(b'}');
+    out
+}
+
+/// Writes `v` with serde_json, which cannot fail for these types.
+fn json(out: &mut Vec<u8>, v: &(impl Serialize + ?Sized)) {
+    if serde_json::to_writer(&mut *out, v).is_err() {
+        out.extend_from_slice(b"null");
+    }
+}
+
+fn delivery(out: &mut Vec<u8>, d: &Delivery) {
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "{{\"id\":\"{}\",\"receipt\":\"{}\",", d.id, d.receipt);
+    body(out, &d.body);
+    out.extend_from_slice(b"\"attributes\":");
+    json(out, &d.attributes);
+    let _ = write!(
+        out,
+        ",\"receive_count\":{},\"max_receive_count\":{},\"enqueued_at\":",
+        d.receive_count, d.max_receive_count
+    );
+    json(out, &rfc3339(d.enqueued_at));
+    out.extend_from_slice(b",\"last_error\":");
+    json(out, &d.last_error);
+    out.extend_from_slice(b",\"lease_deadline\":");
+    json(out, &rfc3339(d.lease_deadline));
+    out.push(b'}');
+}
+
+/// The body's fields, each followed by a comma: `body` (with `body_encoding` for text) or
+/// `body_base64`.
+fn body(out: &mut Vec<u8>, b: &Body) {
+    match b.kind {
+        BodyKind::Json => {
+            // Checked and written without the whitespace around the value, as serde does.
+            if let Ok(raw) = serde_json::from_slice::<&serde_json::value::RawValue>(&b.bytes) {
+                out.extend_from_slice(b"\"body\":");
+                out.extend_from_slice(raw.get().as_bytes());
+                out.push(b',');
+                return;
+            }
+        }
+        BodyKind::Text => {
+            if let Ok(text) = std::str::from_utf8(&b.bytes) {
+                out.extend_from_slice(b"\"body\":");
+                json(out, text);
+                out.extend_from_slice(b",\"body_encoding\":\"text\",");
+                return;
+            }
+        }
+        BodyKind::Binary => {}
+    }
+    out.extend_from_slice(b"\"body_base64\":\"");
+    let start = out.len();
+    out.resize(
+        start + base64::encoded_len(b.bytes.len(), true).unwrap_or(0),
+        0,
+    );
+    let n = STANDARD
+        .encode_slice(&b.bytes, &mut out[start..])
+        .unwrap_or(0);
+    out.truncate(start + n);
+    out.extend_from_slice(b"\",");
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::message::{Attributes, MessageId};
+    use crate::receipt::Receipt;
+    use crate::time::Timestamp;
+    use crate::wire::{ErrorBody, ReceiveResponse};
+
+    fn body_strategy() -> impl Strategy<Value = Body> {
+        prop_oneof![
+            // JSON values, with and without padding around them.
+            (any::<i64>(), "[a-z\"\\\\é\n ]{0,12}", any::<bool>()).prop_map(|(n, s, pad)| {
+                let v = serde_json::json!({"n": n, "s": s, "list": [1, "two", null]});
+                let text = if pad {
+                    format!(" {v}\n")
+                } else {
+                    v.to_string()
+                };
+                Body::json(text)
+            }),
+            // Bytes stored as JSON that are not JSON.
+            "[{}a-z\"]{0,8}".prop_map(Body::json),
+            "[a-z\"\\\\é\n\u{1}]{0,16}".prop_map(Body::text),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(Body::binary),
+            // Text kind with bytes that are not UTF-8.
+            Just(Body {
+                kind: BodyKind::Text,
+                bytes: Bytes::from_static(&[0xff, 0xfe]),
+            }),
+        ]
+    }
+
+    fn delivery_strategy() -> impl Strategy<Value = Delivery> {
+        (
+            any::<u64>(),
+            any::<u64>(),
+            body_strategy(),
+            proptest::collection::btree_map("[a-z\"]{1,6}", "[a-z\\\\ ]{0,6}", 0..3),
+            any::<u32>(),
+            any::<u32>(),
+            -1_000_000_000_000_i64..4_000_000_000_000,
+            proptest::option::of("[a-z\"\n]{0,10}"),
+        )
+            .prop_map(|(id, token, body, attributes, rc, max, at, last_error)| {
+                let attributes: Attributes = attributes;
+                Delivery {
+                    id: MessageId(id),
+                    receipt: Receipt {
+                        id: MessageId(id),
+                        token,
+                    },
+                    body,
+                    attributes,
+                    receive_count: rc,
+                    max_receive_count: max,
+                    enqueued_at: Timestamp(at),
+                    last_error,
+                    lease_deadline: Timestamp(at / 2),
+                }
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn writes_the_bytes_serde_writes(
+            deliveries in proptest::collection::vec(delivery_strategy(), 0..5),
+            acked in proptest::option::of(proptest::collection::vec(
+                ("[a-zA-Z0-9_-]{1,8}", any::<bool>()), 0..3)),
+        ) {
+            let acked: Option<Vec<AckOutcome>> = acked.map(|v| v.into_iter().map(|(r, ok)| AckOutcome {
+                receipt: r,
+                ok,
+                error: (!ok).then(|| ErrorBody {
+                    code: "receipt_stale".to_owned(),
+                    message: "gone".to_owned(),
+                }),
+            }).collect());
+            let expected = serde_json::to_vec(&ReceiveResponse {
+                messages: deliveries.iter().map(Into::into).collect(),
+                acked: acked.clone(),
+            }).unwrap();
+            let written = to_json(&deliveries, acked.as_deref());
+            prop_assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&expected));
+        }
+    }
+}
