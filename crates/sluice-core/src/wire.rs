@@ -155,7 +155,8 @@ fn body_from(
         (Some(_), Some(_)) => Err(StoreError::invalid(format!(
             "give either {field} (a JSON value) or {field}_base64 (bytes in base64), not both"
         ))),
-        (Some(j), None) => Ok(Some(Body::json(j.get().to_owned()))),
+        // The parsed value already owns its text: it becomes the body without a copy.
+        (Some(j), None) => Ok(Some(Body::json(String::from(Box::<str>::from(j))))),
         (None, Some(b)) => Ok(Some(Body::binary(decode_base64(
             &format!("{field}_base64"),
             &b,
