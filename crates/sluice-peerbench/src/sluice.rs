@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use sluice_core::wire::{
-    AckBatchResponse, AckRequest, QueueConfigRequest, ReceiveRequest, ReceiveResponse, SendMessage,
+    AckBatchResponse, AckOutcome, AckRequest, QueueConfigRequest, ReceiveRequest, SendMessage,
     SendRequest,
 };
 
@@ -92,6 +93,23 @@ impl Sluice {
         let url = format!("{}/v1/queues/{QUEUE}/{tail}", self.base);
         url.parse().with_context(|| format!("{url} is not a URL"))
     }
+}
+
+/// The part of a receive answer a consumer uses (as `sluice bench` reads it): the other
+/// fields of each delivery are skipped, not built.
+#[derive(Deserialize)]
+struct Received<'a> {
+    #[serde(borrow)]
+    messages: Vec<Leased<'a>>,
+    #[serde(default)]
+    acked: Option<Vec<AckOutcome>>,
+}
+
+#[derive(Deserialize)]
+struct Leased<'a> {
+    receipt: String,
+    #[serde(default, borrow)]
+    body: Option<&'a RawValue>,
 }
 
 /// A producer or a consumer, with a connection of its own, and a consumer's second one for
@@ -227,7 +245,7 @@ impl SluiceConn {
             .http
             .post_json(&self.receive_url, &req, "receive")
             .await?;
-        let got: ReceiveResponse =
+        let got: Received<'_> =
             serde_json::from_slice(&answer).context("receive: an answer that is not JSON")?;
         if let Some(e) = got.acked.iter().flatten().find_map(|o| o.error.as_ref()) {
             bail!("ack in a receive: {}", e.code);
