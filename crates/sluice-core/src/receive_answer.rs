@@ -175,14 +175,16 @@ mod tests {
             acked in proptest::option::of(proptest::collection::vec(
                 ("[a-zA-Z0-9_-]{1,8}", any::<bool>()), 0..3)),
         ) {
-            let acked: Option<Vec<AckOutcome>> = acked.map(|v| v.into_iter().map(|(r, ok)| AckOutcome {
-                receipt: r,
+            let outcome = |(receipt, ok): (String, bool)| AckOutcome {
+                receipt,
                 ok,
                 error: (!ok).then(|| ErrorBody {
                     code: "receipt_stale".to_owned(),
                     message: "gone".to_owned(),
                 }),
-            }).collect());
+            };
+            let acked: Option<Vec<AckOutcome>> =
+                acked.map(|v| v.into_iter().map(outcome).collect());
             let expected = serde_json::to_vec(&ReceiveResponse {
                 messages: deliveries.iter().map(Into::into).collect(),
                 acked: acked.clone(),

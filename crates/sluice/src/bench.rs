@@ -3,10 +3,10 @@
 //!
 //! Producers send messages (alone or in batches) to one queue while consumers receive and
 //! acknowledge them; a consumer acknowledges each batch while it receives the next (one
-//! acknowledgement in flight), as the SDK's worker does. Each body carries the time its send started, so a consumer measures the
-//! end-to-end latency (send started → delivered to a consumer); each producer also measures
-//! its send calls (request written → 2xx read). Latencies go into HDR histograms (microsecond
-//! resolution, three significant digits).
+//! acknowledgement in flight), as the SDK's worker does. Each body carries the time its send
+//! started, so a consumer measures the end-to-end latency (send started → delivered to a
+//! consumer); each producer also measures its send calls (request written → 2xx read).
+//! Latencies go into HDR histograms (microsecond resolution, three significant digits).
 //!
 //! A run is a warm-up (not counted), a measured window that ends after `--duration` or after
 //! `--messages` sends, and a short drain (at most 5 s) in which consumers keep receiving so
