@@ -6,8 +6,11 @@
 //!    max_receive_count`), and every undecodable body in the unprocessable queue, byte-exact.
 //! 3. The main queue drained after the upstream recovered, within the bound
 //!    `max(last expiry − recovery, 0) + pending at recovery / (quota / 2) + 5 min`, and no
-//!    scenario minute outside the outage had a backlog but no release (fresh expirations kept
-//!    flowing while poison messages were isolated).
+//!    scenario minute outside the outage stalled: began with a backlog, yet no upstream call
+//!    released or absorbed a task and the queue did not shrink (fresh expirations kept
+//!    flowing while poison messages were isolated). A minute whose last visible task was a
+//!    repeat of one already released, or an undecodable body moved aside, drains without a
+//!    release and is not a stall.
 //! 4. Every valid task the outage dead-lettered was redriven (the broker's `redriven` total
 //!    is at least its `dead_lettered` total less the poison messages: a redrive that was
 //!    needed but moved nothing fails); during the redrive (first batch to the end) neither the
@@ -21,8 +24,8 @@ use std::collections::{HashMap, HashSet};
 use base64::Engine as _;
 use sluice_client::wire::MessageView;
 
-use super::Observed;
 use super::upstream::CallKind;
+use super::{Observed, Sample};
 
 /// A criterion's verdict.
 #[derive(Debug, Clone)]
@@ -173,10 +176,15 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
     let bound = (sc.last_expiry_min() - o_end).max(0.0)
         + o.pending_at_recovery as f64 / (f64::from(sc.quota_per_min) / 2.0)
         + 5.0;
-    let applied_at: Vec<f64> = o
+    let handled_at: Vec<f64> = o
         .calls
         .iter()
-        .filter(|(_, k)| matches!(k, CallKind::Applied | CallKind::LostReply))
+        .filter(|(_, k)| {
+            matches!(
+                k,
+                CallKind::Applied | CallKind::LostReply | CallKind::Repeat
+            )
+        })
         .map(|(m, _)| *m)
         .collect();
     let mut stalls = 0;
@@ -188,7 +196,7 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
             continue;
         }
         watched += 1;
-        if !applied_at.iter().any(|m| *m >= a.minute && *m < b.minute) {
+        if stalled(a, b, &handled_at) {
             stalls += 1;
         }
     }
@@ -208,7 +216,7 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
         pass: c3_pass,
         figure: format!(
             "{drained} (bound {bound:.1} min: {} pending at recovery); \
-             minutes with a backlog and no release {stalls}/{watched}",
+             minutes stalled with a backlog {stalls}/{watched}",
             o.pending_at_recovery
         ),
     };
@@ -263,9 +271,35 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
     vec![c1, c2, c3, c4]
 }
 
+/// Whether the minute from sample `a` to `b`, which began with a backlog, stalled: no call in
+/// `handled_at` (upstream calls that released or absorbed a task) fell inside it, and the
+/// queue (visible, delayed and in flight) did not shrink.
+fn stalled(a: Sample, b: Sample, handled_at: &[f64]) -> bool {
+    let size = |s: Sample| s.visible + s.delayed + s.in_flight;
+    let handled = handled_at.iter().any(|m| *m >= a.minute && *m < b.minute);
+    !handled && size(b) >= size(a)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_minute_stalls_only_when_nothing_was_handled_and_nothing_left() {
+        let at = |minute: f64, visible: u64, in_flight: u64| Sample {
+            minute,
+            visible,
+            in_flight,
+            ..Sample::default()
+        };
+        // A backlog that neither moved nor saw a release.
+        assert!(stalled(at(3.0, 5, 2), at(4.0, 5, 2), &[2.9, 4.0]));
+        // A release inside the minute.
+        assert!(!stalled(at(3.0, 5, 2), at(4.0, 6, 2), &[3.5]));
+        // The last visible task left without a release (a repeat absorbed, or an undecodable
+        // body moved aside).
+        assert!(!stalled(at(31.0, 1, 0), at(32.0, 0, 0), &[30.9]));
+    }
 
     #[test]
     fn sliding_window() {
