@@ -118,30 +118,42 @@ fn decode_base64(field: &str, s: &str) -> Result<bytes::Bytes, StoreError> {
     })
 }
 
+/// The form a body (or result) takes on the wire, decided from its kind and its bytes.
+pub(crate) enum BodyForm<'a> {
+    /// `body`: the JSON value as it is (without surrounding whitespace).
+    Json(&'a RawValue),
+    /// `body` as a JSON string, with `body_encoding: "text"`.
+    Text(&'a str),
+    /// `body_base64`: binary, or stored bytes that do not match their kind (base64 is
+    /// always faithful).
+    Base64,
+}
+
+impl<'a> BodyForm<'a> {
+    /// How `body` goes on the wire; a JSON body is checked, not copied.
+    pub(crate) fn of(body: &'a Body) -> Self {
+        match body.kind {
+            BodyKind::Json => {
+                serde_json::from_slice(&body.bytes).map_or(BodyForm::Base64, BodyForm::Json)
+            }
+            BodyKind::Text => {
+                std::str::from_utf8(&body.bytes).map_or(BodyForm::Base64, BodyForm::Text)
+            }
+            BodyKind::Binary => BodyForm::Base64,
+        }
+    }
+}
+
 /// How a body (or result) is put on the wire: `(json, base64, encoding)`.
 fn body_fields(body: &Body) -> (Option<JsonText>, Option<String>, Option<BodyEncoding>) {
-    match body.kind {
-        BodyKind::Json => {
-            if let Some(raw) = std::str::from_utf8(&body.bytes)
-                .ok()
-                .and_then(|s| RawValue::from_string(s.to_owned()).ok())
-            {
-                return (Some(raw), None, None);
-            }
-        }
-        BodyKind::Text => {
-            if let Some(raw) = std::str::from_utf8(&body.bytes)
-                .ok()
-                .and_then(|s| serde_json::to_string(s).ok())
-                .and_then(|s| RawValue::from_string(s).ok())
-            {
-                return (Some(raw), None, Some(BodyEncoding::Text));
-            }
-        }
-        BodyKind::Binary => {}
+    match BodyForm::of(body) {
+        BodyForm::Json(raw) => (Some(raw.to_owned()), None, None),
+        BodyForm::Text(text) => match serde_json::value::to_raw_value(text) {
+            Ok(raw) => (Some(raw), None, Some(BodyEncoding::Text)),
+            Err(_) => (None, Some(STANDARD.encode(&body.bytes)), None),
+        },
+        BodyForm::Base64 => (None, Some(STANDARD.encode(&body.bytes)), None),
     }
-    // Binary, or stored bytes that do not match their kind: base64 is always faithful.
-    (None, Some(STANDARD.encode(&body.bytes)), None)
 }
 
 /// Builds a body from the JSON and base64 alternatives of a request.
