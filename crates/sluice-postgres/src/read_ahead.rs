@@ -21,10 +21,8 @@
 //! nothing held.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use std::sync::Arc;
 
 use sluice_core::{Delivery, QueueName};
 use tokio::time::Instant;

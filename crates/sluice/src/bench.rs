@@ -247,8 +247,7 @@ impl Failed {
 
     /// Counts the error; returns how long to wait before the next request.
     fn count(self, shared: &Shared, errors: &mut BTreeMap<String, u64>) -> Duration {
-        shared.errors_total.fetch_add(1, Ordering::Relaxed);
-        *errors.entry(self.code).or_default() += 1;
+        count_error(shared, errors, self.code);
         self.retry_after
             .unwrap_or(Duration::from_millis(10))
             .min(Duration::from_secs(1))
@@ -259,6 +258,12 @@ impl Failed {
         let pause = self.count(shared, &mut stats.errors);
         tokio::time::sleep(pause).await;
     }
+}
+
+/// Counts one error with `code`, in the run's total and in `errors`.
+fn count_error(shared: &Shared, errors: &mut BTreeMap<String, u64>, code: String) {
+    shared.errors_total.fetch_add(1, Ordering::Relaxed);
+    *errors.entry(code).or_default() += 1;
 }
 
 /// What an acknowledgement call did: how many receipts it settled, and the error codes of
@@ -461,8 +466,7 @@ async fn ack(
                 shared.acked_measured.fetch_add(a.count, Ordering::Relaxed);
             }
             for code in a.refused {
-                shared.errors_total.fetch_add(1, Ordering::Relaxed);
-                *errors.entry(code).or_default() += 1;
+                count_error(shared, errors, code);
             }
             None
         }

@@ -64,10 +64,7 @@ pub async fn receive(
     // The bytes of `ReceiveResponse`, written without a value per delivery.
     let json = sluice_core::receive_answer::to_json(&deliveries, acked.as_deref());
     Ok((
-        [(
-            axum::http::header::CONTENT_TYPE,
-            axum::http::HeaderValue::from_static("application/json"),
-        )],
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
         json,
     )
         .into_response())
