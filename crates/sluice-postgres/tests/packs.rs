@@ -188,6 +188,56 @@ async fn a_receive_smaller_than_a_pack_unpacks_it_and_loses_nothing() {
     assert_eq!(stored(&db, "work").await.0, 0, "no pack left waiting");
 }
 
+/// A node sizes its pack leases by the packs its last lease took (`pack_sizes.rs`): after
+/// packs of 100, smaller packs still go out whole, each once, and the next leases fill up.
+#[tokio::test]
+async fn packs_smaller_than_the_last_ones_leased_are_all_delivered_once() {
+    let Some(n) = nodes().await else { return };
+    let db = n.db().await;
+    let work = created(&n.a, "work").await;
+    let first = sent_and_leased(&n.a, &work, 100).await;
+    n.a.ack(&work, acks(first.iter().map(|d| d.receipt)))
+        .await
+        .expect("ack");
+    let mut want = Vec::new();
+    for size in [10, 10, 10, 10, 10, 40, 10, 10] {
+        want.extend(
+            n.a.send(&work, batch(size))
+                .await
+                .expect("send")
+                .iter()
+                .map(|s| s.id),
+        );
+    }
+    assert_eq!(stored(&db, "work").await.0, 8, "eight packs waiting");
+    let mut seen = Vec::new();
+    let mut sizes = Vec::new();
+    for _ in 0..4 {
+        let got = n.a.receive(&work, recv(100)).await.expect("receive");
+        if got.is_empty() {
+            break;
+        }
+        sizes.push(got.len());
+        seen.extend(got.iter().map(|d| d.id));
+        let out =
+            n.a.ack(&work, acks(got.iter().map(|d| d.receipt)))
+                .await
+                .expect("ack");
+        assert!(out.iter().all(Result::is_ok));
+    }
+    // Sized for packs of 100, the first lease locks three and takes those; knowing packs of
+    // 10, the next takes the other five whole.
+    assert_eq!(sizes, [30, 80], "receives of 100 over packs of 10 and 40");
+    seen.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(seen, want, "every member delivered once");
+    assert_eq!(
+        stored(&db, "work").await.3,
+        0,
+        "no pack was unpacked into rows"
+    );
+}
+
 #[tokio::test]
 async fn a_nacked_member_leaves_its_pack_and_the_others_keep_their_receipts() {
     let Some(n) = nodes().await else { return };
