@@ -63,6 +63,27 @@ async fn sent_and_leased(
     got
 }
 
+/// One receive of up to `max` on `receiver`, acked on `acker` (every ack must land): the ids
+/// it delivered, none when the queue had nothing.
+async fn received_and_acked(
+    receiver: &sluice_postgres::PostgresStore,
+    acker: &sluice_postgres::PostgresStore,
+    queue: &sluice_core::QueueName,
+    max: u32,
+) -> Vec<sluice_core::MessageId> {
+    let got = receiver.receive(queue, recv(max)).await.expect("receive");
+    assert!(got.len() <= max as usize);
+    if got.is_empty() {
+        return Vec::new();
+    }
+    let out = acker
+        .ack(queue, acks(got.iter().map(|d| d.receipt)))
+        .await
+        .expect("ack");
+    assert!(out.iter().all(Result::is_ok));
+    got.iter().map(|d| d.id).collect()
+}
+
 #[tokio::test]
 async fn a_large_send_is_one_pack_leased_and_acked_whole() {
     let Some(n) = nodes().await else { return };
@@ -169,17 +190,11 @@ async fn a_receive_smaller_than_a_pack_unpacks_it_and_loses_nothing() {
     let sent = n.a.send(&work, batch(50)).await.expect("send");
     let mut seen = Vec::new();
     loop {
-        let got = n.b.receive(&work, recv(7)).await.expect("receive");
+        let got = received_and_acked(&n.b, &n.a, &work, 7).await;
         if got.is_empty() {
             break;
         }
-        assert!(got.len() <= 7);
-        seen.extend(got.iter().map(|d| d.id));
-        let out =
-            n.a.ack(&work, acks(got.iter().map(|d| d.receipt)))
-                .await
-                .expect("ack");
-        assert!(out.iter().all(Result::is_ok));
+        seen.extend(got);
     }
     seen.sort_unstable();
     let mut want: Vec<_> = sent.iter().map(|s| s.id).collect();
@@ -213,17 +228,12 @@ async fn packs_smaller_than_the_last_ones_leased_are_all_delivered_once() {
     let mut seen = Vec::new();
     let mut sizes = Vec::new();
     for _ in 0..4 {
-        let got = n.a.receive(&work, recv(100)).await.expect("receive");
+        let got = received_and_acked(&n.a, &n.a, &work, 100).await;
         if got.is_empty() {
             break;
         }
         sizes.push(got.len());
-        seen.extend(got.iter().map(|d| d.id));
-        let out =
-            n.a.ack(&work, acks(got.iter().map(|d| d.receipt)))
-                .await
-                .expect("ack");
-        assert!(out.iter().all(Result::is_ok));
+        seen.extend(got);
     }
     // Sized for packs of 100, the first lease locks three and takes those; knowing packs of
     // 10, the next takes the other five whole.
