@@ -154,17 +154,28 @@ pub(crate) async fn lease_fast(
             .await
             .map_err(|e| db(&e))?;
         let n = i64::from(left);
+        let lapsed_after = inner.lapse_checks.after(q, now);
         let from = inner.backlogged.start(q);
         let run = async |from: ScanFrom, n: i64| {
             let (after_at, after_id) = from.unwrap_or(crate::backlog::HEAD);
             conn.query(
                 &stmt,
-                &[&q, &now, &n, &deadline, &cutoff, &after_at, &after_id],
+                &[
+                    &q,
+                    &now,
+                    &n,
+                    &deadline,
+                    &cutoff,
+                    &after_at,
+                    &after_id,
+                    &lapsed_after,
+                ],
             )
             .await
             .map_err(|e| db(&e))
         };
         let mut rows = run(from, n).await?;
+        inner.lapse_checks.checked(q, now);
         let (after_cursor, last) = leased_keys(&rows)?;
         inner.backlogged.leased(q, from, last);
         if from.is_some() && (after_cursor as i64) < n {
@@ -304,15 +315,16 @@ macro_rules! lease_ctes {
 /// The common receive in one statement, for a queue without global limits: the lease of
 /// rows after `($6, $7)` in `(visible_at, id)` order (see `crate::backlog`; from the head
 /// with [`crate::backlog::HEAD`]) in columns 0 – 8, no rows when nothing was leased;
-/// whether anything is due to settle (a lease that ran out at `$2`, or a message that
-/// entered before the retention cutoff `$5`: column 9); and, when nothing was leased, when
-/// the queue next changes by itself (column 10) and the oldest waiting pack (column 11),
-/// which this receive may unpack. Always at least one row.
+/// whether anything is due to settle (a lease that ran out at `$2`, looked for after `$8`
+/// as `crate::lapsed` explains, or a message that entered before the retention cutoff `$5`:
+/// column 9); and, when nothing was leased, when the queue next changes by itself (column
+/// 10) and the oldest waiting pack (column 11), which this receive may unpack. Always at
+/// least one row.
 const FAST_LEASE_SQL: &str = concat!(
     lease_ctes!(" AND (visible_at, id) > ($6, $7)"),
     ", due AS (
          SELECT EXISTS (SELECT 1 FROM messages
-                        WHERE queue = $1 AND state = 1 AND visible_at <= $2)
+                        WHERE queue = $1 AND state = 1 AND visible_at <= $2 AND visible_at > $8)
              OR EXISTS (SELECT 1 FROM messages
                         WHERE queue = $1 AND state = 0 AND entered_at <= $5)
              OR EXISTS (SELECT 1 FROM packs
@@ -326,7 +338,8 @@ const FAST_LEASE_SQL: &str = concat!(
          CASE WHEN leased.id IS NULL THEN least(
              (SELECT min(visible_at) FROM messages
               WHERE queue = $1 AND state = 0 AND visible_at > $2),
-             (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1),
+             (SELECT min(visible_at) FROM messages
+              WHERE queue = $1 AND state = 1 AND visible_at > $8),
              (SELECT min(visible_at) FROM packs WHERE queue = $1 AND state = 1))
          END AS next_due,
          CASE WHEN leased.id IS NULL THEN

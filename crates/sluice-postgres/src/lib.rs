@@ -22,6 +22,7 @@ mod combine;
 mod counters;
 mod error;
 mod ids;
+mod lapsed;
 mod lease;
 mod lease_combine;
 mod maintenance;

@@ -122,7 +122,8 @@ pub(crate) async fn insert(
 /// waiting message row wait for it, so rows and packs leave in about the order they became
 /// visible. Columns 0 – 7 are the leased packs (none leased: nulls); `due` (8) says whether
 /// something is due to settle (a pack lease ran out, or a pack passed the retention cutoff
-/// `$6`, or the same of a message row); `unfit` (9) names the oldest pack seen when none fit;
+/// `$6`, or the same of a message row, whose lapsed leases are looked for after `$7` as
+/// `crate::lapsed` explains); `unfit` (9) names the oldest pack seen when none fit;
 /// `later` (10) says whether visible packs wait behind the oldest message row;
 /// `rows_visible` (11) whether a message row is visible at all; and when nothing was leased,
 /// `next_due` (12) says when the queue next changes by itself. Always at least one row.
@@ -146,7 +147,8 @@ const LEASE_SQL: &str = "WITH head AS (
      SELECT leased.*,
          EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state = 1 AND visible_at <= $2)
              OR EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $6)
-             OR EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 1 AND visible_at <= $2)
+             OR EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 1 AND visible_at <= $2
+                        AND visible_at > $7)
              OR EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 0 AND entered_at <= $6)
              AS due,
          CASE WHEN leased.id IS NULL THEN (SELECT id FROM seen ORDER BY visible_at, id LIMIT 1) END
@@ -156,7 +158,8 @@ const LEASE_SQL: &str = "WITH head AS (
          coalesce((SELECT visible_at FROM head) <= $2, false) AS rows_visible,
          CASE WHEN leased.id IS NULL THEN least(
              (SELECT visible_at FROM head WHERE visible_at > $2),
-             (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1),
+             (SELECT min(visible_at) FROM messages
+              WHERE queue = $1 AND state = 1 AND visible_at > $7),
              (SELECT min(visible_at) FROM packs WHERE queue = $1 AND state = 1))
          END AS next_due
      FROM (SELECT 1) one LEFT JOIN leased ON true";
@@ -201,14 +204,20 @@ pub(crate) async fn lease(
                 Type::INT8,
                 Type::INT8,
                 Type::INT8,
+                Type::INT8,
             ],
         )
         .await
         .map_err(|e| db(&e))?;
+    let lapsed_after = inner.lapse_checks.after(q, now);
     let rows = c
-        .query(&stmt, &[&q, &now, &max, &deadline, &choose, &cutoff])
+        .query(
+            &stmt,
+            &[&q, &now, &max, &deadline, &choose, &cutoff, &lapsed_after],
+        )
         .await
         .map_err(|e| db(&e))?;
+    inner.lapse_checks.checked(q, now);
     let mut out = Leased {
         deliveries: Vec::new(),
         due: false,

@@ -101,6 +101,8 @@ pub(crate) struct Inner {
     pub(crate) backlogged: crate::backlog::Backlogs,
     /// Per queue, the size of the packs its last pack lease took (`crate::pack_sizes`).
     pub(crate) pack_sizes: crate::pack_sizes::PackSizes,
+    /// Per queue, when this node last looked for leases that ran out (`crate::lapsed`).
+    pub(crate) lapse_checks: crate::lapsed::LapseChecks,
     /// Messages leased ahead of this node's receives (`crate::read_ahead`).
     pub(crate) read_ahead: crate::read_ahead::ReadAhead,
     /// Acks gathering for their queue's next ack statement.
@@ -385,6 +387,7 @@ impl PostgresStore {
             served_by_packs: QueueMarks::default(),
             backlogged: crate::backlog::Backlogs::default(),
             pack_sizes: crate::pack_sizes::PackSizes::default(),
+            lapse_checks: crate::lapsed::LapseChecks::default(),
             read_ahead: crate::read_ahead::ReadAhead::default(),
             acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });
