@@ -16,42 +16,33 @@
 //! interval and wakes the queue's receives: the message is delivered a little later, never
 //! lost.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use crate::per_queue::PerQueue;
 
 /// How far before the previous check a check starts, in ms.
 pub(crate) const MARGIN_MS: i64 = 1_000;
 
 /// Per queue, when (store clock, ms) this node last asked whether a lease ran out.
 #[derive(Default)]
-pub(crate) struct LapseChecks(Mutex<HashMap<String, i64>>);
+pub(crate) struct LapseChecks(PerQueue<i64>);
 
 impl LapseChecks {
     /// The deadline after which a check of `queue` at `now` looks for lapsed leases (those
     /// at or before it are left to maintenance); before any check, every deadline. A clock
     /// that went back moves the start back with it.
     pub(crate) fn after(&self, queue: &str, now: i64) -> i64 {
-        let last = self.0.lock().ok().and_then(|m| m.get(queue).copied());
-        last.map_or(i64::MIN, |last| last.min(now).saturating_sub(MARGIN_MS))
+        self.0
+            .get(queue)
+            .map_or(i64::MIN, |last| last.min(now).saturating_sub(MARGIN_MS))
     }
 
     /// Notes that a lease of `queue` checked for lapsed leases at `now`.
     pub(crate) fn checked(&self, queue: &str, now: i64) {
-        if let Ok(mut map) = self.0.lock() {
-            match map.get_mut(queue) {
-                Some(last) => *last = now,
-                None => {
-                    map.insert(queue.to_owned(), now);
-                }
-            }
-        }
+        self.0.set(queue, now);
     }
 
     /// Forgets `queue` (deleted).
     pub(crate) fn forget(&self, queue: &str) {
-        if let Ok(mut map) = self.0.lock() {
-            map.remove(queue);
-        }
+        self.0.forget(queue);
     }
 }
 

@@ -29,6 +29,7 @@ mod maintenance;
 mod outbox;
 mod pack;
 mod pack_sizes;
+mod per_queue;
 mod queues;
 mod read_ahead;
 mod records;

@@ -12,8 +12,7 @@
 //!
 //! [`pack_min`]: crate::PostgresOptions::pack_min
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use crate::per_queue::PerQueue;
 
 /// Packs locked beyond those the size last seen says would fill the receive, for packs of
 /// varying sizes.
@@ -21,7 +20,7 @@ const SLACK: i64 = 2;
 
 /// Per queue, the smallest pack the last pack lease on this node took.
 #[derive(Default)]
-pub(crate) struct PackSizes(Mutex<HashMap<String, usize>>);
+pub(crate) struct PackSizes(PerQueue<usize>);
 
 impl PackSizes {
     /// How many waiting packs of `queue` a lease of up to `max` messages locks: enough to
@@ -29,31 +28,20 @@ impl PackSizes {
     /// [`SLACK`] more. Should smaller packs come, the lease returns fewer messages than it
     /// could, and the next one, knowing their size, locks more.
     pub(crate) fn choose(&self, queue: &str, max: u32, pack_min: usize) -> i64 {
-        let seen = self.0.lock().ok().and_then(|m| m.get(queue).copied());
-        let size = seen.unwrap_or(pack_min).max(1);
+        let size = self.0.get(queue).unwrap_or(pack_min).max(1);
         i64::from(max) / i64::try_from(size).unwrap_or(i64::MAX) + SLACK
     }
 
     /// Notes the sizes of the packs a lease of `queue` took (nothing when it took none).
     pub(crate) fn leased(&self, queue: &str, sizes: impl IntoIterator<Item = usize>) {
-        let Some(smallest) = sizes.into_iter().min() else {
-            return;
-        };
-        if let Ok(mut map) = self.0.lock() {
-            match map.get_mut(queue) {
-                Some(size) => *size = smallest,
-                None => {
-                    map.insert(queue.to_owned(), smallest);
-                }
-            }
+        if let Some(smallest) = sizes.into_iter().min() {
+            self.0.set(queue, smallest);
         }
     }
 
     /// Forgets `queue` (deleted).
     pub(crate) fn forget(&self, queue: &str) {
-        if let Ok(mut map) = self.0.lock() {
-            map.remove(queue);
-        }
+        self.0.forget(queue);
     }
 }
 
