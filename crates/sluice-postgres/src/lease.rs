@@ -71,6 +71,12 @@ pub(crate) async fn receive(
         if left.is_zero() {
             return Ok(Vec::new());
         }
+        // Sends on this node may hand this receive their messages while it waits.
+        let lease = match req.visibility {
+            Some(lease) => lease,
+            None => inner.config(queue.as_str()).await?.visibility_timeout,
+        };
+        let _waiting = inner.handoff.enter(queue.as_str(), lease, req.max as usize);
         may_skip = tokio::select! {
             () = &mut notified => !req.wait.is_zero(),
             () = tokio::time::sleep(nap.min(left)) => false,

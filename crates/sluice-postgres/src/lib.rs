@@ -21,6 +21,7 @@ mod backlog;
 mod combine;
 mod counters;
 mod error;
+mod handoff;
 mod ids;
 mod lapsed;
 mod lease;

@@ -225,6 +225,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
     inner.read_ahead.forget(name);
     inner.pack_sizes.forget(name.as_str());
     inner.lapse_checks.forget(name.as_str());
+    inner.handoff.forget(name.as_str());
     // Waiting receives on every node re-check: the change may resume the queue, lift a
     // limit, or end it.
     inner.wake(name.as_str());

@@ -36,8 +36,8 @@ pub(crate) const READ_AHEAD: u32 = 8;
 /// How long a node holds a message it leased ahead before releasing it.
 pub(crate) const HOLD: Duration = Duration::from_millis(100);
 
-/// The shortest lease read ahead: at most a tenth of a lease is spent held.
-const SHORTEST_LEASE: Duration = Duration::from_secs(1);
+/// The shortest lease read ahead or handed off: at most a tenth of a lease is spent held.
+pub(crate) const SHORTEST_LEASE: Duration = Duration::from_secs(1);
 
 /// The state of one queue and lease length (the key of `crate::lease_combine`).
 struct Held {

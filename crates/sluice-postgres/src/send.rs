@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use sluice_core::store::validate_bodies_fit;
 use sluice_core::{
-    MessageId, NewMessage, QueueConfig, QueueName, SendOutcome, StoreError, Timestamp,
+    Delivery, MessageId, NewMessage, QueueConfig, QueueName, Receipt, SendOutcome, StoreError,
+    Timestamp,
 };
 use tokio::sync::oneshot;
 use tokio_postgres::GenericClient;
 
-use crate::error::db;
+use crate::error::{corrupt, db};
 use crate::row::{attrs_json, kind_code};
 use crate::store::Inner;
 
@@ -130,14 +131,16 @@ pub(crate) async fn send(
             });
         }
     }
-    let (_, visible_now) = insert(
+    let visible_now = insert(
         c,
         INSERT_SQL,
         q,
         now,
         fresh.iter().map(|&i| (&messages[i], ids[i], cfg.delay)),
+        None,
     )
-    .await?;
+    .await?
+    .visible_now;
     Ok((out, visible_now))
 }
 
@@ -204,10 +207,10 @@ pub(crate) async fn send_plain(
     };
     if let Some(batch) = inner.sends.push_within(queue.as_str(), job, limit) {
         // A task of its own, so a caller that goes away does not stop the others' write.
-        let (inner, q) = (inner.clone(), queue.to_string());
+        let (inner, queue) = (inner.clone(), queue.clone());
         tokio::spawn(async move {
-            crate::combine::drain(&inner.sends, &q, batch, |jobs| {
-                write_batch(&inner, &q, jobs)
+            crate::combine::drain(&inner.sends, queue.as_str(), batch, |jobs| {
+                write_batch(&inner, &queue, jobs)
             })
             .await;
         });
@@ -219,7 +222,8 @@ pub(crate) async fn send_plain(
 
 /// Writes the plain sends of `jobs`: the large ones as packs in one statement, the others as
 /// rows in another.
-async fn write_batch(inner: &Inner, q: &str, jobs: Vec<SendJob>) {
+async fn write_batch(inner: &Arc<Inner>, queue: &QueueName, jobs: Vec<SendJob>) {
+    let q = queue.as_str();
     let (packed, rows): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|j| j.pack);
     if !packed.is_empty() {
         let written = async {
@@ -257,13 +261,97 @@ async fn write_batch(inner: &Inner, q: &str, jobs: Vec<SendJob>) {
                     items.push((m, next_id.next().unwrap_or_default(), j.delay));
                 }
             }
-            let (inserted, visible_now) =
-                insert(&**conn, &stmt, q, inner.now(), items.into_iter()).await?;
-            Ok::<_, StoreError>((ids, inserted, visible_now))
+            let now = inner.now();
+            let handoff = handoff(inner, q, now, &mut items).await;
+            let inserted = insert(
+                &**conn,
+                &stmt,
+                q,
+                now,
+                items.iter().copied(),
+                handoff.as_ref(),
+            )
+            .await?;
+            if let Some(h) = &handoff
+                && inserted.rows > 0
+            {
+                hand_over(inner, queue, &items[..h.count], &inserted.leased, h);
+            }
+            Ok::<_, StoreError>((ids, inserted.rows, inserted.visible_now))
         }
         .await;
         answer(inner, q, rows, written);
     }
+}
+
+/// Claims messages of `items` for the receives waiting on this node for queue `q`
+/// (`crate::handoff`), when its config allows: moves those visible at once to the front,
+/// up to as many as are waited for, and says how many and for what lease length.
+async fn handoff(
+    inner: &Inner,
+    q: &str,
+    now: i64,
+    items: &mut [(&NewMessage, i64, Duration)],
+) -> Option<HandOff> {
+    let cfg = inner.config(q).await.ok()?;
+    if cfg.paused || cfg.rate_limit.is_some() || cfg.max_in_flight.is_some() {
+        return None;
+    }
+    let visible =
+        |(m, _, delay): &(&NewMessage, i64, Duration)| m.delay.unwrap_or(*delay).is_zero();
+    let ready = items.iter().filter(|i| visible(i)).count();
+    let (lease, count) = inner
+        .handoff
+        .claim(q, ready, crate::read_ahead::SHORTEST_LEASE)?;
+    // The claimed ones first, in their order (a stable partition).
+    items.sort_by_key(|i| !visible(i));
+    let deadline = Timestamp(now).plus(lease).as_millis();
+    Some(HandOff {
+        count,
+        deadline,
+        at: now,
+        lease,
+        max_receive_count: cfg.max_receive_count,
+    })
+}
+
+/// Holds the messages inserted leased for the receives waiting on this node and wakes as
+/// many of them: they take the messages without a lease statement, and what none takes is
+/// released after [`crate::read_ahead::HOLD`].
+fn hand_over(
+    inner: &Arc<Inner>,
+    queue: &QueueName,
+    items: &[(&NewMessage, i64, Duration)],
+    leased: &[(i64, i64)],
+    h: &HandOff,
+) {
+    let tokens: HashMap<i64, i64> = leased.iter().copied().collect();
+    let deliveries: Vec<Delivery> = items
+        .iter()
+        .filter_map(|(m, id, _)| {
+            let token = *tokens.get(id)?;
+            let id = MessageId(*id as u64);
+            Some(Delivery {
+                id,
+                receipt: Receipt {
+                    id,
+                    token: token as u64,
+                },
+                body: m.body.clone(),
+                attributes: m.attributes.clone(),
+                receive_count: 1,
+                max_receive_count: h.max_receive_count,
+                enqueued_at: Timestamp(h.at),
+                last_error: None,
+                lease_deadline: Timestamp(h.deadline),
+            })
+        })
+        .collect();
+    let n = deliveries.len();
+    let key = crate::lease_combine::key(queue.as_str(), h.lease);
+    crate::read_ahead::hold(inner, queue, &key, deliveries);
+    // Only this node's receives: on other nodes nothing became visible.
+    inner.wakers.wake_some(queue.as_str(), n);
 }
 
 /// Answers each of `jobs` from one write: `(ids in the jobs' order, rows or packs stored,
@@ -303,38 +391,75 @@ fn answer(
     }
 }
 
-/// The insert of [`insert`]: every message of a batch, guarded by the queue's existence.
+/// The insert of [`insert`]: every message of a batch, guarded by the queue's existence. The
+/// first `$9` rows are inserted leased, until their `v`, for receives waiting on this node
+/// (`crate::handoff`). Returns how many rows it inserted, and the ids and tokens of those
+/// leased.
 pub(crate) const INSERT_SQL: &str = "WITH ins AS (
                  INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at, body,
-                     body_kind, attrs, dedup_id)
-                 SELECT i, $1, 0, v, $2, $2, b, k, a, d
+                     body_kind, attrs, dedup_id, receive_count, token)
+                 SELECT i, $1, CASE WHEN n <= $9 THEN 1 ELSE 0 END, v, $2, $2, b, k, a, d,
+                     CASE WHEN n <= $9 THEN 1 ELSE 0 END,
+                     CASE WHEN n <= $9 THEN (random() * 9.2e18)::bigint END
                  FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[],
-                             $8::text[]) AS u(i, v, b, k, a, d)
+                             $8::text[]) WITH ORDINALITY AS u(i, v, b, k, a, d, n)
                  WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)
-                 RETURNING 1
+                 RETURNING id, token
              )
-             SELECT count(*) FROM ins";
+             SELECT count(*), array_agg(id) FILTER (WHERE token IS NOT NULL),
+                 array_agg(token) FILTER (WHERE token IS NOT NULL)
+             FROM ins";
 
-/// Inserts `items` (message, id, the queue's default delay) into queue `q` with `stmt` ([`INSERT_SQL`]), in one statement that
-/// inserts nothing when the queue no longer exists. Returns how many rows it inserted and
-/// whether one is visible at once.
+/// Messages of a batch inserted leased, for the receives waiting on this node.
+struct HandOff {
+    /// How many of the first messages given to [`insert`].
+    count: usize,
+    /// Until when (ms) they are leased.
+    deadline: i64,
+    /// When (ms) they were sent.
+    at: i64,
+    /// The lease length of the receives they are for.
+    lease: Duration,
+    /// The queue's `max_receives`, for their deliveries.
+    max_receive_count: u32,
+}
+
+/// What [`insert`] stored: how many rows, whether one is visible at once, and the `(id,
+/// token)` of each row inserted leased.
+struct Inserted {
+    rows: i64,
+    visible_now: bool,
+    leased: Vec<(i64, i64)>,
+}
+
+/// Inserts `items` (message, id, the queue's default delay) into queue `q` with `stmt`
+/// ([`INSERT_SQL`]), in one statement that inserts nothing when the queue no longer exists;
+/// the first of them leased as `handoff` says.
 async fn insert<'a, S>(
     c: &impl GenericClient,
     stmt: &S,
     q: &str,
     now: i64,
     items: impl Iterator<Item = (&'a NewMessage, i64, Duration)>,
-) -> Result<(i64, bool), StoreError>
+    handoff: Option<&HandOff>,
+) -> Result<Inserted, StoreError>
 where
     S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
 {
     let mut visible_now = false;
     let mut cols = Columns::default();
-    for (m, id, default_delay) in items {
-        let visible_at = Timestamp(now)
-            .plus(m.delay.unwrap_or(default_delay))
-            .as_millis();
-        visible_now |= visible_at <= now;
+    let leased = handoff.map_or(0, |h| h.count);
+    for (n, (m, id, default_delay)) in items.enumerate() {
+        let visible_at = match handoff {
+            Some(h) if n < leased => h.deadline,
+            _ => {
+                let at = Timestamp(now)
+                    .plus(m.delay.unwrap_or(default_delay))
+                    .as_millis();
+                visible_now |= at <= now;
+                at
+            }
+        };
         cols.ids.push(id);
         cols.visible.push(visible_at);
         cols.bodies.push(&m.body.bytes);
@@ -342,6 +467,7 @@ where
         cols.attrs.push(attrs_json(&m.attributes));
         cols.dedup.push(m.dedup_id.as_deref());
     }
+    let leased = i64::try_from(leased).unwrap_or(i64::MAX);
     let row = c
         .query_one(
             stmt,
@@ -354,11 +480,22 @@ where
                 &cols.kinds,
                 &cols.attrs,
                 &cols.dedup,
+                &leased,
             ],
         )
         .await
         .map_err(|e| db(&e))?;
-    Ok((row.get(0), visible_now))
+    let ids: Option<Vec<i64>> = row.try_get(1).map_err(corrupt)?;
+    let tokens: Option<Vec<i64>> = row.try_get(2).map_err(corrupt)?;
+    Ok(Inserted {
+        rows: row.try_get(0).map_err(corrupt)?,
+        visible_now,
+        leased: ids
+            .unwrap_or_default()
+            .into_iter()
+            .zip(tokens.unwrap_or_default())
+            .collect(),
+    })
 }
 
 /// The insert's columns, one array each.

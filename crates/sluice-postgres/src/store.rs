@@ -103,6 +103,8 @@ pub(crate) struct Inner {
     pub(crate) pack_sizes: crate::pack_sizes::PackSizes,
     /// Per queue, when this node last looked for leases that ran out (`crate::lapsed`).
     pub(crate) lapse_checks: crate::lapsed::LapseChecks,
+    /// Receives long-polling on this node, for sends to hand messages to (`crate::handoff`).
+    pub(crate) handoff: crate::handoff::Waiting,
     /// Messages leased ahead of this node's receives (`crate::read_ahead`).
     pub(crate) read_ahead: crate::read_ahead::ReadAhead,
     /// Acks gathering for their queue's next ack statement.
@@ -388,6 +390,7 @@ impl PostgresStore {
             backlogged: crate::backlog::Backlogs::default(),
             pack_sizes: crate::pack_sizes::PackSizes::default(),
             lapse_checks: crate::lapsed::LapseChecks::default(),
+            handoff: crate::handoff::Waiting::default(),
             read_ahead: crate::read_ahead::ReadAhead::default(),
             acks: crate::combine::Combiner::new(crate::ack::ACKS_IN_FLIGHT),
         });

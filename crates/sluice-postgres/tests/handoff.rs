@@ -1,0 +1,115 @@
+//! Sends handed straight to receives long-polling on the same node: delivered without a
+//! lease statement of their own, and delivered all the same when the receive they were
+//! handed to does not take them.
+
+use std::time::Duration;
+
+use sluice_core::{Body, Delivery, NewMessage, QueueName, ReceiveRequest, Store};
+use sluice_postgres::{PostgresOptions, PostgresStore};
+
+mod common;
+
+use common::{Nodes, acks, created, recv};
+
+async fn nodes() -> Option<Nodes> {
+    common::nodes("handoff", PostgresOptions::default()).await
+}
+
+fn msg(text: &str) -> NewMessage {
+    NewMessage::new(Body::text(text))
+}
+
+/// A receive of up to `max` messages leased for `lease`, long-polling on `node` for up to
+/// two seconds, started now.
+fn waiting(
+    node: &PostgresStore,
+    queue: &QueueName,
+    max: u32,
+    lease: Duration,
+) -> tokio::task::JoinHandle<Vec<Delivery>> {
+    let (node, queue) = (node.clone(), queue.clone());
+    tokio::spawn(async move {
+        let req = ReceiveRequest {
+            max,
+            wait: Duration::from_secs(2),
+            visibility: Some(lease),
+            ..ReceiveRequest::default()
+        };
+        node.receive(&queue, req).await.expect("long poll")
+    })
+}
+
+#[tokio::test]
+async fn a_send_hands_its_message_to_a_receive_waiting_on_the_same_node() {
+    let Some(n) = nodes().await else { return };
+    let db = n.db().await;
+    let work = created(&n.a, "work").await;
+    let receive = waiting(&n.a, &work, 1, Duration::from_secs(30));
+    // Long enough for the receive to have found the queue empty and to wait.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent =
+        n.a.send(&work, vec![msg("handed"), msg("left")])
+            .await
+            .expect("send");
+    let got = receive.await.expect("task");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id, sent[0].id, "the oldest message of the send");
+    assert_eq!(got[0].receive_count, 1);
+    assert_eq!(got[0].body, Body::text("handed"));
+
+    // Inserted leased by the send's own statement, and never touched by a lease statement:
+    // both rows still carry the insert's transaction id.
+    let rows = db
+        .query(
+            "SELECT state, receive_count, xmin::text FROM messages WHERE queue = 'work' ORDER BY id",
+            &[],
+        )
+        .await
+        .expect("rows");
+    let rows: Vec<(i16, i32, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (rows[0].0, rows[0].1),
+        (1, 1),
+        "handed over: leased, received once"
+    );
+    assert_eq!((rows[1].0, rows[1].1), (0, 0), "the other waits");
+    assert_eq!(rows[0].2, rows[1].2, "one insert, no lease statement since");
+
+    let stats = n.b.stats(&work).await.expect("stats");
+    assert_eq!((stats.visible, stats.in_flight), (1, 1));
+    let out = n.b.ack(&work, acks([got[0].receipt])).await.expect("ack");
+    assert_eq!(out, vec![Ok(())], "its receipt holds on any node");
+    let rest = n.b.receive(&work, recv(10)).await.expect("receive");
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].id, sent[1].id);
+}
+
+#[tokio::test]
+async fn a_message_handed_to_receives_that_do_not_take_it_is_delivered_once_all_the_same() {
+    let Some(n) = nodes().await else { return };
+    let work = created(&n.a, "work").await;
+    // Two receives wait with different lease lengths. The send hands its message to the
+    // lease length most waited for (the second), and wakes one receive, which may be the
+    // first: that one does not take it, and it goes back to waiting after a short hold.
+    let short = waiting(&n.a, &work, 1, Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let long = waiting(&n.a, &work, 2, Duration::from_secs(60));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = n.a.send(&work, vec![msg("one")]).await.expect("send");
+    let (short, long) = (short.await.expect("task"), long.await.expect("task"));
+    let got: Vec<_> = short.iter().chain(&long).collect();
+    assert_eq!(got.len(), 1, "delivered once: {short:?} {long:?}");
+    assert_eq!(got[0].id, sent[0].id);
+    assert_eq!(
+        got[0].receive_count, 1,
+        "a hold nobody took is not a receive"
+    );
+    let out = n.a.ack(&work, acks([got[0].receipt])).await.expect("ack");
+    assert_eq!(out, vec![Ok(())]);
+    let stats = n.b.stats(&work).await.expect("stats");
+    assert_eq!((stats.visible, stats.in_flight), (0, 0));
+}
