@@ -71,12 +71,13 @@ pub(crate) async fn receive(
         if left.is_zero() {
             return Ok(Vec::new());
         }
-        // Sends on this node may hand this receive their messages while it waits.
+        // Sends on this node may hand this receive their messages while it waits. Only a
+        // hint for them: a config that cannot be read now does not end the long poll.
         let lease = match req.visibility {
-            Some(lease) => lease,
-            None => inner.config(queue.as_str()).await?.visibility_timeout,
+            Some(lease) => Some(lease),
+            None => (inner.config(queue.as_str()).await.ok()).map(|c| c.visibility_timeout),
         };
-        let _waiting = inner.handoff.enter(queue.as_str(), lease, req.max as usize);
+        let _waiting = lease.map(|l| inner.handoff.enter(queue.as_str(), l, req.max as usize));
         may_skip = tokio::select! {
             () = &mut notified => !req.wait.is_zero(),
             () = tokio::time::sleep(nap.min(left)) => false,

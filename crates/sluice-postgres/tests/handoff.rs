@@ -15,23 +15,26 @@ async fn nodes() -> Option<Nodes> {
     common::nodes("handoff", PostgresOptions::default()).await
 }
 
+const LEASE: Duration = Duration::from_secs(30);
+
 fn msg(text: &str) -> NewMessage {
     NewMessage::new(Body::text(text))
 }
 
 /// A receive of up to `max` messages leased for `lease`, long-polling on `node` for up to
-/// two seconds, started now.
-fn waiting(
+/// `wait`, started now.
+fn polling(
     node: &PostgresStore,
     queue: &QueueName,
     max: u32,
     lease: Duration,
+    wait: Duration,
 ) -> tokio::task::JoinHandle<Vec<Delivery>> {
     let (node, queue) = (node.clone(), queue.clone());
     tokio::spawn(async move {
         let req = ReceiveRequest {
             max,
-            wait: Duration::from_secs(2),
+            wait,
             visibility: Some(lease),
             ..ReceiveRequest::default()
         };
@@ -39,12 +42,22 @@ fn waiting(
     })
 }
 
+/// As [`polling`], for up to two seconds.
+fn waiting(
+    node: &PostgresStore,
+    queue: &QueueName,
+    max: u32,
+    lease: Duration,
+) -> tokio::task::JoinHandle<Vec<Delivery>> {
+    polling(node, queue, max, lease, Duration::from_secs(2))
+}
+
 #[tokio::test]
 async fn a_send_hands_its_message_to_a_receive_waiting_on_the_same_node() {
     let Some(n) = nodes().await else { return };
     let db = n.db().await;
     let work = created(&n.a, "work").await;
-    let receive = waiting(&n.a, &work, 1, Duration::from_secs(30));
+    let receive = waiting(&n.a, &work, 1, LEASE);
     // Long enough for the receive to have found the queue empty and to wait.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sent =
@@ -95,7 +108,7 @@ async fn a_message_handed_to_receives_that_do_not_take_it_is_delivered_once_all_
     // Two receives wait with different lease lengths. The send hands its message to the
     // lease length most waited for (the second), and wakes one receive, which may be the
     // first: that one does not take it, and it goes back to waiting after a short hold.
-    let short = waiting(&n.a, &work, 1, Duration::from_secs(30));
+    let short = waiting(&n.a, &work, 1, LEASE);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let long = waiting(&n.a, &work, 2, Duration::from_secs(60));
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -112,4 +125,43 @@ async fn a_message_handed_to_receives_that_do_not_take_it_is_delivered_once_all_
     assert_eq!(out, vec![Ok(())]);
     let stats = n.b.stats(&work).await.expect("stats");
     assert_eq!((stats.visible, stats.in_flight), (0, 0));
+}
+
+#[tokio::test]
+async fn a_handed_message_whose_lease_runs_out_follows_the_queues_rules() {
+    let Some(n) = nodes().await else { return };
+    let dlq = created(&n.a, "work-dlq").await;
+    let work = created(&n.a, "work").await;
+    let patch = sluice_core::QueueConfigPatch {
+        max_receive_count: Some(1),
+        dead_letter_queue: Some(Some(dlq.clone())),
+        ..sluice_core::QueueConfigPatch::default()
+    };
+    n.a.put_queue(&work, &patch).await.expect("configure");
+    let receive = waiting(&n.a, &work, 1, Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = n.a.send(&work, vec![msg("slow")]).await.expect("send");
+    let got = receive.await.expect("task");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].id, sent[0].id);
+    assert_eq!(got[0].max_receive_count, 1);
+
+    // Its one allowed lease runs out: dead-lettered as `lease_expired` by whichever node
+    // settles the queue first, which wakes the DLQ's long poll.
+    let moved = polling(&n.b, &dlq, 10, LEASE, Duration::from_secs(10))
+        .await
+        .expect("task");
+    assert_eq!(moved.len(), 1, "in the DLQ");
+    assert_eq!(moved[0].id, sent[0].id);
+    let m = n.b.get_message(sent[0].id).await.expect("get");
+    assert_eq!(
+        m.dead_letter.map(|d| d.reason),
+        Some(sluice_core::DeadLetterReason::LeaseExpired)
+    );
+    let out = n.a.ack(&work, acks([got[0].receipt])).await.expect("ack");
+    assert_eq!(
+        out,
+        vec![Err(sluice_core::StoreError::ReceiptStale)],
+        "the handed receipt is stale once its lease ran out"
+    );
 }
