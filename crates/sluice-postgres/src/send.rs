@@ -293,16 +293,18 @@ async fn handoff(
     now: i64,
     items: &mut [(&NewMessage, i64, Duration)],
 ) -> Option<HandOff> {
-    let cfg = inner.config(q).await.ok()?;
-    if cfg.paused || cfg.rate_limit.is_some() || cfg.max_in_flight.is_some() {
-        return None;
-    }
     let visible =
         |(m, _, delay): &(&NewMessage, i64, Duration)| m.delay.unwrap_or(*delay).is_zero();
     let ready = items.iter().filter(|i| visible(i)).count();
     let (lease, count) = inner
         .handoff
         .claim(q, ready, crate::read_ahead::SHORTEST_LEASE)?;
+    // Only a send that found receives waiting reads the config. A claim dropped here is
+    // only a hint lost: such a queue's receives would not take what is held anyway.
+    let cfg = inner.config(q).await.ok()?;
+    if cfg.paused || cfg.rate_limit.is_some() || cfg.max_in_flight.is_some() {
+        return None;
+    }
     // The claimed ones first, in their order (a stable partition).
     items.sort_by_key(|i| !visible(i));
     let deadline = Timestamp(now).plus(lease).as_millis();
