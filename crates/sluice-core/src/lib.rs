@@ -21,6 +21,7 @@ pub mod stats;
 pub mod store;
 pub mod task;
 pub mod time;
+pub mod trend;
 pub mod wire;
 
 #[cfg(feature = "conformance")]

@@ -39,9 +39,12 @@ use crate::message::{
     MessageState, NewMessage,
 };
 use crate::name::QueueName;
-use crate::stats::{QueueStats, Totals};
+use crate::stats::Totals;
 use crate::store::{BrowsePage, BrowseState, NackOutcome};
 use crate::time::Timestamp;
+
+mod stats;
+pub use stats::{FlowView, RatesView, StatsView};
 
 /// Any JSON value, kept as its exact text.
 pub type JsonText = Box<RawValue>;
@@ -1561,87 +1564,6 @@ pub struct ScalingView {
     pub backlog: u64,
     /// Leased messages.
     pub in_flight: u64,
-}
-
-/// `GET /v1/queues/{q}/stats`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct StatsView {
-    /// The queue.
-    pub queue: String,
-    /// Ready to be received now (the backlog).
-    pub visible: u64,
-    /// Waiting for a delay or backoff.
-    pub delayed: u64,
-    /// Leased.
-    pub in_flight: u64,
-    /// Messages in this queue's DLQ.
-    pub dead_letter_depth: u64,
-    /// How long the longest-waiting visible message has been ready.
-    pub oldest_visible_age_ms: u64,
-    /// Completed records kept for `result_ttl`.
-    pub completed: u64,
-    /// Event totals.
-    pub totals: TotalsView,
-    /// Events per second over the last minute (zero until the broker has a minute of history).
-    #[serde(default)]
-    pub rates: RatesView,
-    /// Backlog change per second over the last five minutes: positive means consumers are
-    /// falling behind.
-    #[serde(default)]
-    pub backlog_slope_per_sec: f64,
-    /// At that slope, how long until the backlog is drained; `null` when it is not shrinking.
-    #[serde(default)]
-    pub drain_eta_ms: Option<u64>,
-}
-
-/// Events per second over the last minute.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct RatesView {
-    /// Sends per second.
-    pub sent: f64,
-    /// Deliveries per second.
-    pub received: f64,
-    /// Acknowledgements per second.
-    pub acked: f64,
-    /// Nacks per second.
-    pub nacked: f64,
-    /// Dead-letterings per second.
-    pub dead_lettered: f64,
-}
-
-impl StatsView {
-    /// The view of `stats` and its `trend` for `queue`.
-    pub fn with_trend(queue: &QueueName, stats: &QueueStats, trend: &crate::stats::Trend) -> Self {
-        let mut v = StatsView::new(queue, stats);
-        let r = trend.rates;
-        v.rates = RatesView {
-            sent: r.sent,
-            received: r.received,
-            acked: r.acked,
-            nacked: r.nacked,
-            dead_lettered: r.dead_lettered,
-        };
-        v.backlog_slope_per_sec = trend.backlog_slope_per_sec;
-        v.drain_eta_ms = trend.drain_eta.map(as_ms);
-        v
-    }
-
-    /// The view of `stats` for `queue`, without a trend.
-    pub fn new(queue: &QueueName, stats: &QueueStats) -> Self {
-        StatsView {
-            queue: queue.to_string(),
-            visible: stats.visible,
-            delayed: stats.delayed,
-            in_flight: stats.in_flight,
-            dead_letter_depth: stats.dead_letter_depth,
-            oldest_visible_age_ms: as_ms(stats.oldest_visible_age),
-            completed: stats.completed,
-            totals: TotalsView::from(&stats.totals),
-            rates: RatesView::default(),
-            backlog_slope_per_sec: 0.0,
-            drain_eta_ms: None,
-        }
-    }
 }
 
 /// One point of a queue's history.

@@ -1,56 +1,37 @@
-//! Backlog monitoring (SPEC §5): stats with rates, slope and drain ETA from the history, and
-//! the history route.
+//! Backlog monitoring: rates from counters, trends from net flow, drain ETAs, and the
+//! history route.
 
 mod common;
 
 use reqwest::Method;
-use serde_json::json;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
 use sluice_core::stats::{StatsSample, Totals};
 use sluice_core::{Clock, QueueName, SystemClock, Timestamp};
 
 #[tokio::test]
-async fn stats_show_rates_slope_and_drain_eta_from_history() {
+async fn the_history_route_serves_recorded_points_oldest_first() {
     let s = common::start().await;
     s.put_queue("jobs", json!({})).await;
-    for i in 0..100 {
-        s.send("jobs", json!(i)).await;
-    }
-    // Five minutes of history in which the backlog fell by 2 a second while 1 a second was
-    // sent and 3 a second acked.
     let q = QueueName::new("jobs").unwrap();
     let now = StatsSample::slot(SystemClock.now());
     let points: Vec<(QueueName, StatsSample)> = (1..=30)
         .rev()
         .map(|k| {
-            let at = Timestamp(now.as_millis() - k * 10_000);
-            let elapsed = 300 - k as u64 * 10;
             let sample = StatsSample {
-                at,
-                visible: 100 + 2 * k as u64 * 10,
+                at: Timestamp(now.as_millis() - k * 10_000),
+                visible: 100 + 20 * k as u64,
                 delayed: 0,
                 in_flight: 0,
                 dead_letter_depth: 0,
                 oldest_visible_age_ms: 0,
-                totals: Totals {
-                    sent: elapsed,
-                    acked: 3 * elapsed,
-                    ..Totals::default()
-                },
+                totals: Totals::default(),
             };
             (q.clone(), sample)
         })
         .collect();
     s.store.record_stats(points).await.expect("record history");
-
-    let st = s.stats("jobs").await;
-    assert_eq!(st["visible"], 100);
-    let slope = st["backlog_slope_per_sec"].as_f64().expect("slope");
-    assert!(slope < -0.5, "a falling backlog has a negative slope: {st}");
-    let eta = st["drain_eta_ms"]
-        .as_u64()
-        .expect("a draining queue has an ETA");
-    assert!(eta > 10_000 && eta < 600_000, "{st}");
-    assert!(st["rates"]["acked"].as_f64().expect("rate") >= 0.0, "{st}");
 
     let (code, h) = s
         .call(Method::GET, "/v1/queues/jobs/stats/history", None)
@@ -72,6 +53,171 @@ async fn stats_show_rates_slope_and_drain_eta_from_history() {
         .call(Method::GET, "/v1/queues/nope/stats/history", None)
         .await;
     common::assert_error(&got, 404, "queue_not_found");
+}
+
+fn rate(v: &Value, window: &str, counter: &str) -> f64 {
+    v[window][counter]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{window}.{counter} in {v}"))
+}
+
+#[tokio::test]
+async fn a_new_queues_first_sends_and_dead_letters_count_in_its_rates_at_once() {
+    let s = common::start().await;
+    s.put_queue("payments", json!({"max_receive_count": 1}))
+        .await;
+    for i in 0..50 {
+        s.send("payments", json!(i)).await;
+    }
+    // No history sample exists yet: the rates count from the queue's creation.
+    let st = s.stats("payments").await;
+    assert_eq!(st["totals"]["sent"], 50, "{st}");
+    let per_min = 50.0 / 60.0;
+    assert!((rate(&st, "rates", "sent") - per_min).abs() < 0.01, "{st}");
+    assert!(
+        (rate(&st, "rates_5m", "sent") - 50.0 / 300.0).abs() < 0.01,
+        "{st}"
+    );
+    assert!(
+        (rate(&st, "rates_15m", "sent") - 50.0 / 900.0).abs() < 0.01,
+        "{st}"
+    );
+    assert_eq!(st["backlog_trend"]["direction"], "rising", "{st}");
+    assert!(st["drain_eta_ms"].is_null(), "nothing is consumed: {st}");
+
+    // Sampled now, after the burst: the burst still counts.
+    sluice_server::sampler::sample_once(s.store.as_ref())
+        .await
+        .expect("sample");
+    let got = s
+        .receive(
+            "payments",
+            json!({"max": 50, "visibility_timeout_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(got.len(), 50);
+    for m in &got {
+        let (code, v) = s
+            .call(
+                Method::POST,
+                "/v1/queues/payments/nack",
+                Some(json!({"receipt": m["receipt"], "error": "upstream 503"})),
+            )
+            .await;
+        assert_eq!(code, 200, "{v}");
+    }
+    let st = s.stats("payments").await;
+    assert!((rate(&st, "rates", "sent") - per_min).abs() < 0.01, "{st}");
+    assert!(
+        (rate(&st, "rates", "dead_lettered") - per_min).abs() < 0.01,
+        "{st}"
+    );
+    assert!(
+        (rate(&st, "rates", "nacked") - per_min).abs() < 0.01,
+        "{st}"
+    );
+    assert_eq!(st["dead_letter_depth"], 50, "{st}");
+    assert_eq!(st["dlq_trend"]["direction"], "rising", "{st}");
+    let dlq = s.stats("payments.dlq").await;
+    assert_eq!(dlq["backlog_trend"]["direction"], "rising", "{dlq}");
+
+    // Nothing moves after the next sample: flat, with no ETA.
+    sample_in_next_slot(&s).await;
+    let st = s.stats("payments").await;
+    for trend in ["backlog_trend", "dlq_trend"] {
+        assert_eq!(st[trend]["direction"], "flat", "{trend}: {st}");
+        assert!(st[trend]["eta_ms"].is_null(), "{trend}: {st}");
+    }
+    let dlq = s.stats("payments.dlq").await;
+    assert_eq!(dlq["backlog_trend"]["direction"], "flat", "{dlq}");
+    assert!(dlq["backlog_trend"]["eta_ms"].is_null(), "{dlq}");
+}
+
+/// The broker's own sampler, running until the returned sender is dropped.
+fn sampler(s: &common::TestServer) -> tokio::sync::watch::Sender<bool> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(sluice_server::sampler::run(s.store.clone(), stopped));
+    stop
+}
+
+/// Waits for the next 10-s slot and takes a sample in it, as the broker's sampler does.
+async fn sample_in_next_slot(s: &common::TestServer) {
+    let now = SystemClock.now().as_millis();
+    let next = StatsSample::slot(SystemClock.now()).as_millis() + 10_000;
+    tokio::time::sleep(Duration::from_millis((next - now) as u64 + 5)).await;
+    sluice_server::sampler::sample_once(s.store.as_ref())
+        .await
+        .expect("sample");
+}
+
+#[tokio::test]
+async fn a_steady_drain_reads_an_eta_close_to_the_time_really_left() {
+    let s = common::start().await;
+    s.put_queue("drain", json!({})).await;
+    let total = 800;
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/drain/messages",
+            Some(json!({"messages": (0..total).map(|i| json!({"body": i})).collect::<Vec<_>>()})),
+        )
+        .await;
+    assert_eq!(code, 201, "{v}");
+    let sampler = sampler(&s);
+
+    // One consumer at 20 messages a second: 40 s in all.
+    let consumer = {
+        let client = s.client.clone();
+        let base = s.base.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut done = 0;
+            while done < total {
+                tick.tick().await;
+                let r: Value = client
+                    .post(format!("{base}/v1/queues/drain/receive"))
+                    .json(&json!({"max": 1}))
+                    .send()
+                    .await
+                    .expect("receive")
+                    .json()
+                    .await
+                    .expect("json");
+                for m in r["messages"].as_array().expect("messages") {
+                    client
+                        .post(format!("{base}/v1/queues/drain/ack"))
+                        .json(&json!({"receipt": m["receipt"]}))
+                        .send()
+                        .await
+                        .expect("ack");
+                    done += 1;
+                }
+            }
+            Instant::now()
+        })
+    };
+    let started = Instant::now();
+    let mut readings = Vec::new();
+    // From 21 s on, a sample at least 10 s old was taken while the queue drained.
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    while started.elapsed() < Duration::from_secs(31) {
+        let st = s.stats("drain").await;
+        readings.push((Instant::now(), st["drain_eta_ms"].as_u64(), st));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let emptied = consumer.await.expect("consumer");
+    drop(sampler);
+    for (at, eta, st) in &readings {
+        let left = emptied.duration_since(*at).as_secs_f64();
+        let eta =
+            eta.unwrap_or_else(|| panic!("a draining queue has an ETA: {st}")) as f64 / 1000.0;
+        assert!(
+            (eta - left).abs() <= 0.2 * left,
+            "ETA {eta:.1}s against {left:.1}s really left: {st}"
+        );
+        assert_eq!(st["backlog_trend"]["direction"], "falling", "{st}");
+    }
 }
 
 #[tokio::test]

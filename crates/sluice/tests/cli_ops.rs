@@ -420,7 +420,8 @@ fn stats_tables_json_chart_and_watch() {
         "SENT/S",
         "ACKED/S",
         "TREND",
-        "DRAIN ETA",
+        "DLQ TREND",
+        "ETA",
     ] {
         assert!(header.contains(col), "{table}");
     }
@@ -445,8 +446,11 @@ fn stats_tables_json_chart_and_watch() {
         "dead_letter_depth",
         "sent",
         "rates (1m)",
+        "rates (15m)",
         "backlog trend",
         "drain_eta",
+        "dlq trend",
+        "dlq_empty_eta",
     ] {
         assert!(one.contains(field), "{field}: {one}");
     }
@@ -454,6 +458,12 @@ fn stats_tables_json_chart_and_watch() {
     assert_eq!(v["visible"], 3);
     assert!(v["backlog_slope_per_sec"].is_number(), "{v}");
     assert!(v["rates"]["sent"].is_number(), "{v}");
+    // Three sends into a new queue count at once: 3 in the last minute.
+    assert!(
+        (v["rates"]["sent"].as_f64().expect("rate") - 0.05).abs() < 1e-6,
+        "{v}"
+    );
+    assert_eq!(v["backlog_trend"]["direction"], "rising", "{v}");
 
     // The chart: the broker samples every 10 s, so a fresh queue may have no history yet;
     // either way the command succeeds, and with history it shows the queue's numbers.
@@ -462,7 +472,10 @@ fn stats_tables_json_chart_and_watch() {
     let h = json(u, &["stats", "work", "--chart"]);
     assert_eq!(h["queue"], "work");
     if h["samples"].as_array().is_some_and(|s| !s.is_empty()) {
-        assert!(chart.contains("backlog (visible): now"), "{chart}");
+        assert!(
+            chart.contains("backlog (visible + delayed + in flight): now"),
+            "{chart}"
+        );
         assert!(chart.contains("DLQ depth: now 0"), "{chart}");
         assert!(chart.contains('┤') && chart.contains('└'), "{chart}");
     } else {
@@ -472,9 +485,21 @@ fn stats_tables_json_chart_and_watch() {
     fails(u, &["stats", "missing"], 3);
 
     // --watch redraws until stopped.
-    let mut child = command(u, &["stats", "--watch", "--interval", "200ms"])
-        .spawn()
-        .expect("spawn stats --watch");
+    let seen = watch_frames(u, &["stats", "--watch", "--interval", "200ms"]);
+    assert!(seen.matches("QUEUE ").count() >= 3, "{seen}");
+    assert!(seen.lines().any(|l| l.starts_with("work ")), "{seen}");
+
+    // --watch --chart redraws the chart.
+    let seen = watch_frames(
+        u,
+        &["stats", "work", "--chart", "--watch", "--interval", "200ms"],
+    );
+    assert!(seen.matches("work: last 1h").count() >= 3, "{seen}");
+}
+
+/// Runs a `--watch` command until it drew three frames (or 10 s passed) and returns its output.
+fn watch_frames(u: &str, args: &[&str]) -> String {
+    let mut child = command(u, args).spawn().expect("spawn --watch");
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -496,6 +521,5 @@ fn stats_tables_json_chart_and_watch() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(seen.matches("Ctrl-C to stop").count() >= 3, "{seen}");
-    assert!(seen.matches("QUEUE ").count() >= 3, "{seen}");
-    assert!(seen.lines().any(|l| l.starts_with("work ")), "{seen}");
+    seen
 }

@@ -3,7 +3,8 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use sluice_core::stats::{SAMPLE_INTERVAL, Trend};
+use sluice_core::stats::SAMPLE_INTERVAL;
+use sluice_core::trend::{LOOKBACK, Trend};
 use sluice_core::wire::{
     BrowseQuery, BrowseResponse, ErrorEnvelope, HistoryQuery, HistoryView, MessageView, SampleView,
     StatsView, parse_rfc3339,
@@ -126,7 +127,7 @@ pub async fn delete_message(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Gauges and totals of one queue.
+/// Gauges, totals, rates over 1, 5 and 15 minutes, and the trends of the backlog and the DLQ.
 #[utoipa::path(
     get, path = "/v1/queues/{q}/stats", tag = "inspect",
     params(("q" = String, Path, description = "Queue name")),
@@ -141,20 +142,20 @@ pub async fn stats(
     QueuePath(q): QueuePath,
 ) -> Result<Json<StatsView>, ApiError> {
     caller.allow(Action::Stats, &q)?;
+    let info = st.store.get_queue(&q).await?;
     let s = st.store.stats(&q).await?;
     let now = SystemClock.now();
-    let since = Timestamp(now.as_millis() - TREND_LOOKBACK_MS);
-    let history = st.store.stats_history(&q, since).await?;
-    let trend = Trend::compute(&s, now, &history);
+    let history = st
+        .store
+        .stats_history(&q, Timestamp(now.as_millis() - LOOKBACK.as_millis() as i64))
+        .await?;
+    let trend = Trend::compute(&s, info.created_at, now, &history);
     Ok(Json(StatsView::with_trend(&q, &s, &trend)))
 }
 
 /// Most messages one filtered browse examines; the answer's cursor continues from there, so a
 /// page may hold fewer matches than asked while more may follow.
 const FILTER_SCAN_LIMIT: usize = 10_000;
-
-/// How far back the trend looks: five minutes for the slope, plus a sample's slack.
-const TREND_LOOKBACK_MS: i64 = 310_000;
 
 /// A queue's history: a point every 10 s, kept for 24 h (SPEC §5).
 #[utoipa::path(

@@ -4,7 +4,7 @@
 //! Without a queue, one table row per queue; with one, every gauge and total of that queue.
 //! `--watch` redraws every `--interval` until Ctrl-C (and stops by itself after 24 h);
 //! `--chart` draws the queue's backlog and DLQ depth over `--window` from the broker's history
-//! (a sample every 10 s) as plain text.
+//! (a sample every 10 s) as plain text, and with `--watch` redraws it.
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -12,18 +12,16 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::json;
 use sluice_client::Client;
-use sluice_client::wire::{SampleView, StatsView};
+use sluice_client::wire::{FlowView, RatesView, SampleView, StatsView};
 
 use super::args::{fmt_ms, fmt_secs, parse_duration, short_time, time_ago, time_ms};
-use super::output::{Table, json};
+use super::output::Table;
 use super::{Conn, Failure};
 
 /// The longest a `--watch` runs.
 const WATCH_MAX: Duration = Duration::from_secs(24 * 3600);
 /// How long the broker keeps history.
 const HISTORY_MAX: Duration = Duration::from_secs(24 * 3600);
-/// A slope this small (messages per second) counts as flat.
-const FLAT: f64 = 0.01;
 
 /// `sluice stats`.
 #[derive(Debug, Args)]
@@ -32,8 +30,9 @@ pub struct StatsArgs {
     conn: Conn,
     /// The queue [default: every queue, one row each].
     queue: Option<String>,
-    /// Redraw every --interval until Ctrl-C (stops by itself after 24h).
-    #[arg(long, conflicts_with = "chart")]
+    /// Redraw every --interval until Ctrl-C (stops by itself after 24h); with --chart,
+    /// redraws the chart.
+    #[arg(long)]
     watch: bool,
     /// Time between redraws with --watch, e.g. 2s.
     #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]
@@ -49,28 +48,57 @@ pub struct StatsArgs {
 /// Runs `sluice stats`.
 pub async fn run(a: StatsArgs) -> Result<(), Failure> {
     let c = a.conn.client()?;
-    if a.chart {
-        let Some(q) = a.queue.as_deref() else {
+    let view = if a.chart {
+        let Some(q) = a.queue.clone() else {
             return Err(Failure::Usage(
                 "--chart needs a queue: sluice stats QUEUE --chart".into(),
             ));
         };
-        return chart(&c, q, a.window, a.conn.json).await;
-    }
+        View::Chart(q, chart_window(a.window)?)
+    } else {
+        View::Table(a.queue.clone())
+    };
     if a.watch {
         if a.interval < Duration::from_millis(100) {
             return Err(Failure::Usage(
                 "--interval must be at least 100ms, e.g. 2s".to_owned(),
             ));
         }
-        return watch(&c, a.queue.as_deref(), a.interval, a.conn.json).await;
+        return watch(&c, &view, a.interval, a.conn.json).await;
     }
-    let frame = fetch(&c, a.queue.as_deref()).await?;
-    if a.conn.json {
-        return print_json(&frame, a.queue.is_some());
-    }
-    print!("{}", render(&frame, a.queue.is_some()));
+    let text = view.draw(&c, a.conn.json).await?;
+    print!("{text}");
     Ok(())
+}
+
+/// What `stats` shows: the table (one queue or all), or one queue's chart.
+enum View {
+    Table(Option<String>),
+    Chart(String, Duration),
+}
+
+impl View {
+    /// One frame, as text or as one line of JSON.
+    async fn draw(&self, c: &Client, as_json: bool) -> Result<String, Failure> {
+        match self {
+            View::Table(queue) => {
+                let frame = fetch(c, queue.as_deref()).await?;
+                if as_json {
+                    let v = match (queue.is_some(), frame.first()) {
+                        (true, Some(s)) => serde_json::to_value(s),
+                        _ => serde_json::to_value(json!({
+                            "at": sluice_core::wire::rfc3339(time_ago(Duration::ZERO)),
+                            "queues": frame,
+                        })),
+                    }
+                    .map_err(|e| Failure::Other(format!("cannot print JSON: {e}")))?;
+                    return Ok(format!("{v}\n"));
+                }
+                Ok(render(&frame, queue.is_some()))
+            }
+            View::Chart(queue, window) => chart(c, queue, *window, as_json).await,
+        }
+    }
 }
 
 /// The stats of one queue, or of every queue.
@@ -101,21 +129,27 @@ async fn fetch(c: &Client, queue: Option<&str>) -> Result<Vec<StatsView>, Failur
     Ok(out.into_iter().map(|(_, s)| s).collect())
 }
 
-fn print_json(frame: &[StatsView], one: bool) -> Result<(), Failure> {
-    match (one, frame.first()) {
-        (true, Some(s)) => json(s),
-        _ => json(&json!({ "queues": frame })),
+/// A flow as an arrow and its recent slope: `↑ +2.5/s`, `↓ -0.4/s`, `→ flat`.
+fn trend(f: &FlowView) -> String {
+    match f.direction.as_str() {
+        "rising" => format!("↑ +{}/s", num(f.slope.max(0.0))),
+        "falling" => format!("↓ -{}/s", num((-f.slope).max(0.0))),
+        _ => "→ flat".to_owned(),
     }
 }
 
-/// The trend as an arrow and the slope: `↑ +2.50/s`, `↓ -0.40/s`, `→ 0/s`.
-fn trend(slope: f64) -> String {
-    if slope > FLAT {
-        format!("↑ +{}/s", num(slope))
-    } else if slope < -FLAT {
-        format!("↓ -{}/s", num(-slope))
+/// Net flows over 1 and 5 minutes: `+0.83/s 1m, +0.17/s 5m`.
+fn slopes(f: &FlowView) -> String {
+    format!("{} 1m, {} 5m", signed(f.slope_1m), signed(f.slope_5m))
+}
+
+fn signed(v: f64) -> String {
+    if v > 0.0 {
+        format!("+{}/s", num(v))
+    } else if v < 0.0 {
+        format!("-{}/s", num(-v))
     } else {
-        "→ 0/s".to_owned()
+        "0/s".to_owned()
     }
 }
 
@@ -133,12 +167,24 @@ fn num(v: f64) -> String {
     }
 }
 
-fn eta(s: &StatsView) -> String {
-    match s.drain_eta_ms {
-        Some(ms) => fmt_secs(ms.div_ceil(1000)),
-        None if s.visible == 0 => "-".to_owned(),
-        None => "never".to_owned(),
-    }
+/// An ETA, or `-` while nothing is being taken out.
+fn eta(f: &FlowView) -> String {
+    f.eta_ms
+        .map_or_else(|| "-".to_owned(), |ms| fmt_secs(ms.div_ceil(1000)))
+}
+
+/// Rates of one window on one line.
+fn rates_line(r: &RatesView) -> String {
+    format!(
+        "sent {}/s, received {}/s, acked {}/s, nacked {}/s, dead-lettered {}/s, redriven {}/s, expired {}/s",
+        num(r.sent),
+        num(r.received),
+        num(r.acked),
+        num(r.nacked),
+        num(r.dead_lettered),
+        num(r.redriven),
+        num(r.expired)
+    )
 }
 
 fn render(frame: &[StatsView], one: bool) -> String {
@@ -155,7 +201,8 @@ fn render(frame: &[StatsView], one: bool) -> String {
         "SENT/S",
         "ACKED/S",
         "TREND",
-        "DRAIN ETA",
+        "DLQ TREND",
+        "ETA",
     ]);
     for s in frame {
         t.row(vec![
@@ -171,8 +218,9 @@ fn render(frame: &[StatsView], one: bool) -> String {
             },
             num(s.rates.sent),
             num(s.rates.acked),
-            trend(s.backlog_slope_per_sec),
-            eta(s),
+            trend(&s.backlog_trend),
+            trend(&s.dlq_trend),
+            eta(&s.backlog_trend),
         ]);
     }
     t.render()
@@ -180,7 +228,6 @@ fn render(frame: &[StatsView], one: bool) -> String {
 
 fn render_one(s: &StatsView) -> String {
     let t = &s.totals;
-    let r = &s.rates;
     let pairs = [
         ("queue", s.queue.clone()),
         ("visible", s.visible.to_string()),
@@ -196,19 +243,19 @@ fn render_one(s: &StatsView) -> String {
         ("dead_lettered", t.dead_lettered.to_string()),
         ("redriven", t.redriven.to_string()),
         ("expired", t.expired.to_string()),
+        ("rates (1m)", rates_line(&s.rates)),
+        ("rates (5m)", rates_line(&s.rates_5m)),
+        ("rates (15m)", rates_line(&s.rates_15m)),
         (
-            "rates (1m)",
-            format!(
-                "sent {}/s, received {}/s, acked {}/s, nacked {}/s, dead-lettered {}/s",
-                num(r.sent),
-                num(r.received),
-                num(r.acked),
-                num(r.nacked),
-                num(r.dead_lettered)
-            ),
+            "backlog trend",
+            format!("{} ({})", trend(&s.backlog_trend), slopes(&s.backlog_trend)),
         ),
-        ("backlog trend (5m)", trend(s.backlog_slope_per_sec)),
-        ("drain_eta", eta(s)),
+        ("drain_eta", eta(&s.backlog_trend)),
+        (
+            "dlq trend",
+            format!("{} ({})", trend(&s.dlq_trend), slopes(&s.dlq_trend)),
+        ),
+        ("dlq_empty_eta", eta(&s.dlq_trend)),
     ];
     details_string(&pairs)
 }
@@ -221,12 +268,7 @@ fn details_string(pairs: &[(&str, String)]) -> String {
         .collect()
 }
 
-async fn watch(
-    c: &Client,
-    queue: Option<&str>,
-    interval: Duration,
-    as_json: bool,
-) -> Result<(), Failure> {
+async fn watch(c: &Client, view: &View, interval: Duration, as_json: bool) -> Result<(), Failure> {
     let tty = std::io::stdout().is_terminal();
     let started = Instant::now();
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
@@ -241,26 +283,17 @@ async fn watch(
             eprintln!("stats --watch stops after 24h; run it again to go on");
             break;
         }
-        let frame = match fetch(c, queue).await {
+        let frame = match view.draw(c, as_json).await {
             Ok(f) => Ok(f),
             Err(Failure::Api(e)) if e.is_connect() || e.is_transient() || e.is_timeout() => {
                 Err(format!("broker not answering: {e} (retrying)"))
             }
             Err(f) => return Err(f),
         };
-        let now = sluice_core::wire::rfc3339(time_ago(Duration::ZERO));
         let mut out = String::new();
         if as_json {
-            match &frame {
-                Ok(f) => {
-                    let v = match (queue.is_some(), f.first()) {
-                        (true, Some(s)) => serde_json::to_value(s),
-                        _ => serde_json::to_value(json!({ "at": now, "queues": f })),
-                    }
-                    .map_err(|e| Failure::Other(format!("cannot print JSON: {e}")))?;
-                    out.push_str(&v.to_string());
-                    out.push('\n');
-                }
+            match frame {
+                Ok(f) => out.push_str(&f),
                 Err(msg) => eprintln!("{msg}"),
             }
         } else {
@@ -270,15 +303,16 @@ async fn watch(
             } else {
                 out.push('\n');
             }
+            let now = sluice_core::wire::rfc3339(time_ago(Duration::ZERO));
             out.push_str(&format!(
                 "{}  every {}  (Ctrl-C to stop)\n\n",
                 short_time(&now),
                 fmt_ms(u64::try_from(interval.as_millis()).unwrap_or(u64::MAX))
             ));
-            match &frame {
-                Ok(f) => out.push_str(&render(f, queue.is_some())),
+            match frame {
+                Ok(f) => out.push_str(&f),
                 Err(msg) => {
-                    out.push_str(msg);
+                    out.push_str(&msg);
                     out.push('\n');
                 }
             }
@@ -306,24 +340,35 @@ const CHART_HEIGHT: usize = 8;
 /// Eighths of a cell, from empty to full.
 const LEVELS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
-async fn chart(c: &Client, queue: &str, window: Duration, as_json: bool) -> Result<(), Failure> {
+/// `--window` checked and capped to the history the broker keeps.
+fn chart_window(window: Duration) -> Result<Duration, Failure> {
     if window.is_zero() {
         return Err(Failure::Usage(
             "--window must be more than 0s, e.g. 1h".into(),
         ));
     }
-    let window = if window > HISTORY_MAX {
+    if window > HISTORY_MAX {
         eprintln!("the broker keeps 24h of history; showing the last 24h");
-        HISTORY_MAX
-    } else {
-        window
-    };
+        return Ok(HISTORY_MAX);
+    }
+    Ok(window)
+}
+
+/// The backlog and DLQ charts of `queue` over `window`, or its history as JSON.
+async fn chart(
+    c: &Client,
+    queue: &str,
+    window: Duration,
+    as_json: bool,
+) -> Result<String, Failure> {
     let start = time_ago(window);
     let h = c
         .stats_history(queue, Some(&sluice_core::wire::rfc3339(start)))
         .await?;
     if as_json {
-        return json(&h);
+        let v = serde_json::to_string(&h)
+            .map_err(|e| Failure::Other(format!("cannot print JSON: {e}")))?;
+        return Ok(format!("{v}\n"));
     }
     let end_ms = time_ago(Duration::ZERO).as_millis();
     let start_ms = start.as_millis();
@@ -332,48 +377,41 @@ async fn chart(c: &Client, queue: &str, window: Duration, as_json: bool) -> Resu
         .iter()
         .filter_map(|s| time_ms(&s.at).map(|t| (t, s)))
         .collect();
-    println!(
-        "{queue}: last {} (a sample every {})",
+    let mut out = format!(
+        "{queue}: last {} (a sample every {})\n",
         fmt_ms(u64::try_from(window.as_millis()).unwrap_or(u64::MAX)),
         fmt_ms(h.interval_ms)
     );
     if points.is_empty() {
-        println!(
-            "no history yet: the broker samples every {}; try again shortly",
+        out.push_str(&format!(
+            "no history yet: the broker samples every {}; try again shortly\n",
             fmt_ms(h.interval_ms)
-        );
-        return Ok(());
+        ));
+        return Ok(out);
     }
-    let visible: Vec<(i64, u64)> = points.iter().map(|(t, s)| (*t, s.visible)).collect();
+    let backlog: Vec<(i64, u64)> = points
+        .iter()
+        .map(|(t, s)| (*t, s.visible + s.delayed + s.in_flight))
+        .collect();
     let dlq: Vec<(i64, u64)> = points
         .iter()
         .map(|(t, s)| (*t, s.dead_letter_depth))
         .collect();
-    println!();
-    print!(
-        "{}",
-        draw(
-            "backlog (visible)",
-            &visible,
+    for (title, series) in [
+        ("backlog (visible + delayed + in flight)", &backlog),
+        ("DLQ depth", &dlq),
+    ] {
+        out.push('\n');
+        out.push_str(&draw(
+            title,
+            series,
             start_ms,
             end_ms,
             CHART_WIDTH,
-            CHART_HEIGHT
-        )
-    );
-    println!();
-    print!(
-        "{}",
-        draw(
-            "DLQ depth",
-            &dlq,
-            start_ms,
-            end_ms,
-            CHART_WIDTH,
-            CHART_HEIGHT
-        )
-    );
-    Ok(())
+            CHART_HEIGHT,
+        ));
+    }
+    Ok(out)
 }
 
 /// The largest value of the samples falling in each of `width` time buckets over
@@ -465,9 +503,17 @@ mod tests {
 
     #[test]
     fn arrows() {
-        assert_eq!(trend(2.5), "↑ +2.5/s");
-        assert_eq!(trend(-0.4), "↓ -0.4/s");
-        assert_eq!(trend(0.0), "→ 0/s");
+        let flow = |direction: &str, slope: f64| FlowView {
+            direction: direction.to_owned(),
+            slope,
+            slope_1m: slope,
+            slope_5m: 0.0,
+            eta_ms: None,
+        };
+        assert_eq!(trend(&flow("rising", 2.5)), "↑ +2.5/s");
+        assert_eq!(trend(&flow("falling", -0.4)), "↓ -0.4/s");
+        assert_eq!(trend(&flow("flat", 0.3)), "→ flat");
+        assert_eq!(slopes(&flow("falling", -0.4)), "-0.4/s 1m, 0/s 5m");
         assert_eq!(num(1200.4), "1200");
         assert_eq!(num(12.34), "12.3");
     }

@@ -1,0 +1,163 @@
+//! `GET /v1/queues/{q}/stats`: gauges, totals, rates and trends of one queue.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{TotalsView, as_ms};
+use crate::name::QueueName;
+use crate::stats::QueueStats;
+use crate::trend::{Flow, Rates, Trend};
+
+/// `GET /v1/queues/{q}/stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StatsView {
+    /// The queue.
+    pub queue: String,
+    /// Ready to be received now.
+    pub visible: u64,
+    /// Waiting for a delay or backoff.
+    pub delayed: u64,
+    /// Leased.
+    pub in_flight: u64,
+    /// Messages in this queue's DLQ.
+    pub dead_letter_depth: u64,
+    /// How long the longest-waiting visible message has been ready.
+    pub oldest_visible_age_ms: u64,
+    /// Completed records kept for `result_ttl`.
+    pub completed: u64,
+    /// Event totals.
+    pub totals: TotalsView,
+    /// Events per second over the last minute, counted from the queue's creation when it is
+    /// younger.
+    #[serde(default)]
+    pub rates: RatesView,
+    /// Events per second over the last five minutes.
+    #[serde(default)]
+    pub rates_5m: RatesView,
+    /// Events per second over the last fifteen minutes.
+    #[serde(default)]
+    pub rates_15m: RatesView,
+    /// Where the backlog (visible + delayed + in flight) is heading.
+    #[serde(default)]
+    pub backlog_trend: FlowView,
+    /// Where the DLQ depth is heading; its ETA is the time to empty it while a redrive (or
+    /// anything else) takes messages out.
+    #[serde(default)]
+    pub dlq_trend: FlowView,
+    /// The backlog's net flow over the last minute (same as `backlog_trend.slope_1m`).
+    #[serde(default)]
+    pub backlog_slope_per_sec: f64,
+    /// The backlog's drain ETA (same as `backlog_trend.eta_ms`).
+    #[serde(default)]
+    pub drain_eta_ms: Option<u64>,
+}
+
+/// Events per second over one window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RatesView {
+    /// Sends per second.
+    pub sent: f64,
+    /// Deliveries per second.
+    pub received: f64,
+    /// Acknowledgements per second.
+    pub acked: f64,
+    /// Nacks per second.
+    pub nacked: f64,
+    /// Dead-letterings per second.
+    pub dead_lettered: f64,
+    /// Messages redriven into the queue per second.
+    #[serde(default)]
+    pub redriven: f64,
+    /// Expiries per second.
+    #[serde(default)]
+    pub expired: f64,
+}
+
+impl From<&Rates> for RatesView {
+    fn from(r: &Rates) -> Self {
+        RatesView {
+            sent: r.sent,
+            received: r.received,
+            acked: r.acked,
+            nacked: r.nacked,
+            dead_lettered: r.dead_lettered,
+            redriven: r.redriven,
+            expired: r.expired,
+        }
+    }
+}
+
+/// Where one depth is heading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FlowView {
+    /// `rising`, `falling` or `flat` (flat when nothing moved since the latest 10-s sample,
+    /// or when the last minute's in and out balance).
+    pub direction: String,
+    /// Net flow (in − out) in messages per second over the last 10 to 20 s, which the
+    /// direction reads.
+    #[serde(default)]
+    pub slope: f64,
+    /// Net flow over the last minute.
+    pub slope_1m: f64,
+    /// Net flow over the last five minutes.
+    pub slope_5m: f64,
+    /// While messages are being taken out: how long until none is left at the current pace;
+    /// `null` otherwise.
+    pub eta_ms: Option<u64>,
+}
+
+impl Default for FlowView {
+    fn default() -> Self {
+        FlowView::from(&Flow::default())
+    }
+}
+
+impl From<&Flow> for FlowView {
+    fn from(f: &Flow) -> Self {
+        FlowView {
+            direction: f.direction.as_str().to_owned(),
+            slope: f.slope,
+            slope_1m: f.slope_1m,
+            slope_5m: f.slope_5m,
+            eta_ms: f.eta.map(as_ms),
+        }
+    }
+}
+
+impl StatsView {
+    /// The view of `stats` and its `trend` for `queue`.
+    pub fn with_trend(queue: &QueueName, stats: &QueueStats, trend: &Trend) -> Self {
+        let [m1, m5, m15] = &trend.rates;
+        StatsView {
+            rates: RatesView::from(m1),
+            rates_5m: RatesView::from(m5),
+            rates_15m: RatesView::from(m15),
+            backlog_trend: FlowView::from(&trend.backlog),
+            dlq_trend: FlowView::from(&trend.dead_letters),
+            backlog_slope_per_sec: trend.backlog.slope_1m,
+            drain_eta_ms: trend.backlog.eta.map(as_ms),
+            ..StatsView::new(queue, stats)
+        }
+    }
+
+    /// The view of `stats` for `queue`, without a trend.
+    pub fn new(queue: &QueueName, stats: &QueueStats) -> Self {
+        StatsView {
+            queue: queue.to_string(),
+            visible: stats.visible,
+            delayed: stats.delayed,
+            in_flight: stats.in_flight,
+            dead_letter_depth: stats.dead_letter_depth,
+            oldest_visible_age_ms: as_ms(stats.oldest_visible_age),
+            completed: stats.completed,
+            totals: TotalsView::from(&stats.totals),
+            rates: RatesView::default(),
+            rates_5m: RatesView::default(),
+            rates_15m: RatesView::default(),
+            backlog_trend: FlowView::default(),
+            dlq_trend: FlowView::default(),
+            backlog_slope_per_sec: 0.0,
+            drain_eta_ms: None,
+        }
+    }
+}
