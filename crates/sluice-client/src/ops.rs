@@ -24,6 +24,8 @@ pub struct AuditQuery {
     pub since: Option<String>,
     /// At most this many, the newest (the broker's default is 100, its maximum 10000).
     pub limit: Option<usize>,
+    /// The page before an earlier answer: its `next_cursor`.
+    pub cursor: Option<String>,
 }
 
 /// One entry of the audit log (`GET /v1/audit`).
@@ -51,6 +53,12 @@ pub struct AuditEntry {
 pub struct AuditList {
     /// The entries, oldest first.
     pub entries: Vec<AuditEntry>,
+    /// Older entries match too: ask again with `cursor` = `next_cursor`.
+    #[serde(default)]
+    pub more: bool,
+    /// The cursor of the page before this one, when `more`.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
 }
 
 /// Validates a redrive job id (16 hex digits) before it goes into a path.
@@ -125,10 +133,32 @@ impl Client {
     /// # Errors
     /// As [`Client::get_redrive`].
     pub async fn cancel_redrive(&self, id: &str) -> Result<RedriveView> {
+        self.control_redrive(id, "cancel").await
+    }
+
+    /// Pauses a running redrive job; it keeps its place and its source until resumed. Pausing
+    /// a paused job changes nothing.
+    ///
+    /// # Errors
+    /// As [`Client::get_redrive`]; `conflict` when the job has finished.
+    pub async fn pause_redrive(&self, id: &str) -> Result<RedriveView> {
+        self.control_redrive(id, "pause").await
+    }
+
+    /// Resumes a paused redrive job (paused by hand or by its guard). Resuming a running job
+    /// changes nothing.
+    ///
+    /// # Errors
+    /// As [`Client::get_redrive`]; `conflict` when the job has finished.
+    pub async fn resume_redrive(&self, id: &str) -> Result<RedriveView> {
+        self.control_redrive(id, "resume").await
+    }
+
+    async fn control_redrive(&self, id: &str, verb: &str) -> Result<RedriveView> {
         let id = job_id(id)?;
         self.call_json(Call::new(
             Method::POST,
-            format!("/v1/redrives/{id}/cancel"),
+            format!("/v1/redrives/{id}/{verb}"),
             Safety::Idempotent,
         ))
         .await
@@ -149,6 +179,9 @@ impl Client {
         }
         if let Some(l) = query.limit {
             call.query.push(("limit", l.to_string()));
+        }
+        if let Some(c) = &query.cursor {
+            call.query.push(("cursor", c.clone()));
         }
         self.call_json(call).await
     }

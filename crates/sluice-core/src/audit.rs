@@ -48,10 +48,12 @@ impl AuditEvent {
 /// Which entries to read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditQuery {
-    /// Only this queue's.
-    pub queue: Option<String>,
+    /// Only entries of these queues (a queue and its DLQ, say); empty for every entry.
+    pub queues: Vec<String>,
     /// Only those at or after this time.
     pub since: Option<Timestamp>,
+    /// Only those at or before this time (to page back from an earlier answer).
+    pub until: Option<Timestamp>,
     /// At most this many, the newest.
     pub limit: usize,
 }
@@ -59,9 +61,8 @@ pub struct AuditQuery {
 impl AuditQuery {
     /// True when `e` passes the queue and time conditions.
     pub fn matches(&self, e: &AuditEvent) -> bool {
-        self.queue
-            .as_ref()
-            .is_none_or(|q| e.queue.as_ref() == Some(q))
+        (self.queues.is_empty() || e.queue.as_ref().is_some_and(|q| self.queues.contains(q)))
             && self.since.is_none_or(|s| e.at >= s)
+            && self.until.is_none_or(|u| e.at <= u)
     }
 }

@@ -79,6 +79,21 @@ pub struct RateLimit {
     pub period: Duration,
 }
 
+impl RateLimit {
+    /// `limit` per second.
+    pub fn per_second(limit: u32) -> Self {
+        RateLimit {
+            limit,
+            period: Duration::from_secs(1),
+        }
+    }
+
+    /// The even spacing between two events at this rate.
+    pub fn spacing(&self) -> Duration {
+        self.period / self.limit.max(1)
+    }
+}
+
 /// The complete configuration of one queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueConfig {

@@ -36,7 +36,10 @@ pub use message::{
 };
 pub use name::QueueName;
 pub use receipt::Receipt;
-pub use redrive::{RedriveFilter, RedriveId, RedriveJob, RedriveSpec, RedriveState, RedriveStep};
+pub use redrive::{
+    RedriveControl, RedriveFilter, RedriveGuard, RedriveId, RedriveJob, RedriveSpec, RedriveState,
+    RedriveStep,
+};
 pub use stats::{QueueStats, Totals};
 pub use store::{
     AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, IDEMPOTENCY_TTL,

@@ -3,17 +3,24 @@
 //! Why a server-side job with a rate rather than a bulk move: the dependency that failed has
 //! just recovered, and a DLQ can hold hours of work. Putting it all back at once re-creates the
 //! overload that filled the DLQ. A job moves messages in small atomic steps, never more than
-//! `rate_per_second` in any one-second window, slows down while the destination is paused or at
-//! its `max_in_flight`, records its progress with every step (so a restarted broker resumes
-//! without moving a message twice), and can be cancelled at any point.
+//! its rate (`limit` per `period`, such as the upstream's quota of 50 a minute) in any sliding
+//! period and spread evenly within it, slows down while the destination is paused or at its
+//! `max_in_flight`, records its progress with every step (so a restarted broker resumes
+//! without moving a message twice), and can be paused, resumed and cancelled at any point.
+//!
+//! A guard (`pause_if_failing`) watches what becomes of the messages a job moved: when too
+//! many of them fail again (nacked, rejected, dead-lettered once more, or failing with an
+//! error that contains a given text such as `429`), the upstream has not recovered, and the
+//! job pauses itself with the reason rather than burn the rest of the DLQ's attempts.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::RateLimit;
 use crate::error::StoreError;
-use crate::message::{Attributes, Message};
+use crate::message::{Attributes, Message, MessageId};
 use crate::name::QueueName;
 use crate::time::Timestamp;
 
@@ -86,6 +93,7 @@ impl RedriveFilter {
 
 /// What an operator asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "SpecRepr")]
 pub struct RedriveSpec {
     /// The dead-letter queue to move from.
     pub source: QueueName,
@@ -93,33 +101,118 @@ pub struct RedriveSpec {
     pub destination: Option<QueueName>,
     /// Move at most this many.
     pub limit: Option<u64>,
-    /// Never more than this many in any one-second window; `None` is as fast as steps go.
-    pub rate_per_second: Option<u32>,
+    /// Never more than `limit` moves in any sliding `period`; `None` is as fast as steps go.
+    pub rate: Option<RateLimit>,
     /// Which messages.
     pub filter: RedriveFilter,
     /// Start the moved messages' attempt count afresh (default true).
     pub reset_receive_count: bool,
     /// Count what would move, move nothing.
     pub dry_run: bool,
+    /// Pause the job when too many of the messages it moved fail again.
+    pub guard: Option<RedriveGuard>,
 }
+
+/// The stored form of a spec, which jobs written before rates per period were stored in:
+/// their `rate_per_second` reads as a rate per second.
+#[derive(Deserialize)]
+struct SpecRepr {
+    source: QueueName,
+    destination: Option<QueueName>,
+    limit: Option<u64>,
+    #[serde(default)]
+    rate: Option<RateLimit>,
+    #[serde(default)]
+    rate_per_second: Option<u32>,
+    filter: RedriveFilter,
+    reset_receive_count: bool,
+    dry_run: bool,
+    #[serde(default)]
+    guard: Option<RedriveGuard>,
+}
+
+impl From<SpecRepr> for RedriveSpec {
+    fn from(r: SpecRepr) -> Self {
+        RedriveSpec {
+            source: r.source,
+            destination: r.destination,
+            limit: r.limit,
+            rate: r.rate.or(r.rate_per_second.map(RateLimit::per_second)),
+            filter: r.filter,
+            reset_receive_count: r.reset_receive_count,
+            dry_run: r.dry_run,
+            guard: r.guard,
+        }
+    }
+}
+
+/// When a job pauses itself: more than `percent` % of the last `window` outcomes of the
+/// messages it moved were failures (only failures whose error contains `error_contains`,
+/// when given).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedriveGuard {
+    /// The share of failures that pauses the job, in percent (1 to 100; pausing needs more
+    /// than this).
+    pub percent: u8,
+    /// How many of the latest outcomes are judged; the job never pauses before it has seen
+    /// this many (1 to 10,000; default 20).
+    pub window: u32,
+    /// Count only failures whose error contains this text (e.g. `429`).
+    pub error_contains: Option<String>,
+}
+
+impl RedriveGuard {
+    /// The window used when none is given.
+    pub const DEFAULT_WINDOW: u32 = 20;
+
+    /// Whether `failed` failures among `outcomes` (a full window) pause the job.
+    pub fn trips(&self, failed: usize, outcomes: usize) -> bool {
+        outcomes >= self.window as usize && failed * 100 > usize::from(self.percent) * outcomes
+    }
+}
+
+/// The fastest rate a job may ask for.
+pub const MAX_RATE_PER_SECOND: u32 = 100_000;
 
 impl RedriveSpec {
     /// Checks the numbers.
     ///
     /// # Errors
-    /// `InvalidArgument` for a zero limit or rate, or a rate over 100,000 per second.
+    /// `InvalidArgument` for a zero limit, a rate out of range, or a guard out of range.
     pub fn validate(&self) -> Result<(), StoreError> {
         if self.limit == Some(0) {
             return Err(StoreError::invalid(
                 "limit must be at least 1 (omit it for no limit)",
             ));
         }
-        if let Some(r) = self.rate_per_second
-            && (r == 0 || r > 100_000)
-        {
-            return Err(StoreError::invalid(format!(
-                "rate_per_second must be 1 to 100000 (omit it for no limit), got {r}"
-            )));
+        if let Some(r) = &self.rate {
+            let period_ms = r.period.as_millis();
+            if r.limit == 0 || !(1..=86_400_000).contains(&period_ms) {
+                return Err(StoreError::invalid(format!(
+                    "rate must allow at least 1 message per period of 1 ms to 24 h (e.g. 50 per 60000 ms), got {} per {period_ms} ms",
+                    r.limit
+                )));
+            }
+            if u128::from(r.limit) * 1000 > u128::from(MAX_RATE_PER_SECOND) * period_ms {
+                return Err(StoreError::invalid(format!(
+                    "rate must be at most {MAX_RATE_PER_SECOND} per second (omit it for no limit), got {} per {period_ms} ms",
+                    r.limit
+                )));
+            }
+        }
+        if let Some(g) = &self.guard {
+            if !(1..=100).contains(&g.percent) {
+                return Err(StoreError::invalid(format!(
+                    "pause_if_failing.percent must be 1 to 100, got {}",
+                    g.percent
+                )));
+            }
+            if !(1..=10_000).contains(&g.window) {
+                return Err(StoreError::invalid(format!(
+                    "pause_if_failing.window must be 1 to 10000 outcomes, got {}",
+                    g.window
+                )));
+            }
         }
         if self.destination.as_ref() == Some(&self.source) {
             return Err(StoreError::invalid("destination must differ from source"));
@@ -138,6 +231,9 @@ pub enum RedriveState {
     Completed,
     /// Stopped by an operator.
     Cancelled,
+    /// Waiting to be resumed: paused by an operator or by its guard. It still holds its
+    /// source, so no second job can start there meanwhile.
+    Paused,
 }
 
 impl RedriveState {
@@ -147,7 +243,13 @@ impl RedriveState {
             RedriveState::Running => "running",
             RedriveState::Completed => "completed",
             RedriveState::Cancelled => "cancelled",
+            RedriveState::Paused => "paused",
         }
+    }
+
+    /// Running or paused: the job holds its source.
+    pub fn is_active(self) -> bool {
+        matches!(self, RedriveState::Running | RedriveState::Paused)
     }
 }
 
@@ -177,6 +279,34 @@ pub struct RedriveJob {
     pub finished_at: Option<Timestamp>,
     /// Where the scan of the source stands (engine-specific position).
     pub cursor: Option<(i64, u64)>,
+    /// Why it is paused, while it is.
+    #[serde(default)]
+    pub paused_reason: Option<String>,
+}
+
+/// What an operator (or a job's guard) does to a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedriveControl {
+    /// Stop for good.
+    Cancel,
+    /// Stop moving until resumed, saying why.
+    Pause {
+        /// Shown in the job and the audit log.
+        reason: String,
+    },
+    /// Go on after a pause.
+    Resume,
+}
+
+impl RedriveControl {
+    /// The verb, for messages and the audit log.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RedriveControl::Cancel => "cancel",
+            RedriveControl::Pause { .. } => "pause",
+            RedriveControl::Resume => "resume",
+        }
+    }
 }
 
 impl RedriveJob {
@@ -194,19 +324,47 @@ impl RedriveJob {
             updated_at: now,
             finished_at: None,
             cursor: None,
+            paused_reason: None,
         }
     }
 
-    /// Stops a running job. Returns false (and changes nothing) when it had finished already.
-    pub fn cancel(&mut self, now: Timestamp) -> bool {
-        if self.state != RedriveState::Running {
-            return false;
-        }
-        self.state = RedriveState::Cancelled;
+    /// Applies `control`. Returns whether the job changed: cancelling a finished job, pausing a
+    /// paused one or resuming a running one changes nothing and is not an error.
+    ///
+    /// # Errors
+    /// `Conflict` for pausing or resuming a finished job.
+    pub fn control(
+        &mut self,
+        control: &RedriveControl,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let next = match (control, self.state) {
+            (RedriveControl::Cancel, s) if s.is_active() => RedriveState::Cancelled,
+            (RedriveControl::Cancel, _)
+            | (RedriveControl::Pause { .. }, RedriveState::Paused)
+            | (RedriveControl::Resume, RedriveState::Running) => return Ok(false),
+            (RedriveControl::Pause { .. }, RedriveState::Running) => RedriveState::Paused,
+            (RedriveControl::Resume, RedriveState::Paused) => RedriveState::Running,
+            (c, s) => {
+                return Err(StoreError::Conflict(format!(
+                    "redrive job {} is {}; only an active job can {}",
+                    self.id,
+                    s.as_str(),
+                    c.as_str()
+                )));
+            }
+        };
+        self.state = next;
         self.blocked = None;
         self.updated_at = now;
-        self.finished_at = Some(now);
-        true
+        self.paused_reason = match control {
+            RedriveControl::Pause { reason } => Some(reason.clone()),
+            _ => None,
+        };
+        if next == RedriveState::Cancelled {
+            self.finished_at = Some(now);
+        }
+        Ok(true)
     }
 
     /// Marks the job completed.
@@ -265,6 +423,8 @@ pub struct RedriveStep {
     pub moved_now: u64,
     /// When the moves took effect (for rate accounting).
     pub at: Timestamp,
+    /// The messages this step moved (none for a dry run), for the job's guard.
+    pub moved_ids: Vec<MessageId>,
 }
 
 #[cfg(test)]
@@ -328,22 +488,103 @@ mod tests {
 
     #[test]
     fn specs_are_checked() {
-        let spec = |limit, rate| RedriveSpec {
+        let spec = |limit, rate: Option<(u32, u64)>| RedriveSpec {
             source: QueueName::new("q.dlq").unwrap(),
             destination: None,
             limit,
-            rate_per_second: rate,
+            rate: rate.map(|(limit, ms)| RateLimit {
+                limit,
+                period: std::time::Duration::from_millis(ms),
+            }),
             filter: RedriveFilter::default(),
             reset_receive_count: true,
             dry_run: false,
+            guard: None,
         };
-        assert!(spec(Some(1), Some(10)).validate().is_ok());
+        assert!(spec(Some(1), Some((10, 1000))).validate().is_ok());
+        assert!(spec(None, Some((50, 60_000))).validate().is_ok(), "50/min");
+        assert!(spec(None, Some((1, 3_600_000))).validate().is_ok(), "1/h");
         assert!(spec(Some(0), None).validate().is_err());
-        assert!(spec(None, Some(0)).validate().is_err());
-        assert!(spec(None, Some(100_001)).validate().is_err());
+        assert!(spec(None, Some((0, 1000))).validate().is_err());
+        assert!(spec(None, Some((100_001, 1000))).validate().is_err());
+        assert!(spec(None, Some((1, 0))).validate().is_err());
+        let guarded = |percent, window| RedriveSpec {
+            guard: Some(RedriveGuard {
+                percent,
+                window,
+                error_contains: None,
+            }),
+            ..spec(None, None)
+        };
+        assert!(guarded(10, 20).validate().is_ok());
+        assert!(guarded(0, 20).validate().is_err());
+        assert!(guarded(101, 20).validate().is_err());
+        assert!(guarded(10, 0).validate().is_err());
         assert_eq!(
             RedriveId(255).to_string().parse::<RedriveId>().unwrap(),
             RedriveId(255)
         );
+    }
+
+    #[test]
+    fn a_spec_stored_with_a_rate_per_second_reads_as_a_rate_per_second() {
+        let old = r#"{"source":"q.dlq","destination":null,"limit":null,"rate_per_second":5,
+            "filter":{"error_contains":null,"attributes":{},"dead_lettered_before":null,
+            "dead_lettered_after":null},"reset_receive_count":true,"dry_run":false}"#;
+        let spec: RedriveSpec = serde_json::from_str(old).unwrap();
+        assert_eq!(spec.rate, Some(RateLimit::per_second(5)));
+        assert_eq!(spec.guard, None);
+        let again: RedriveSpec =
+            serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+        assert_eq!(again, spec);
+    }
+
+    #[test]
+    fn controls_move_between_states() {
+        let spec = RedriveSpec {
+            source: QueueName::new("q.dlq").unwrap(),
+            destination: None,
+            limit: None,
+            rate: None,
+            filter: RedriveFilter::default(),
+            reset_receive_count: true,
+            dry_run: false,
+            guard: None,
+        };
+        let mut job = RedriveJob::new(RedriveId(1), spec, Timestamp(0));
+        let pause = RedriveControl::Pause {
+            reason: "upstream 429".into(),
+        };
+        assert!(job.control(&pause, Timestamp(1)).unwrap());
+        assert_eq!(job.state, RedriveState::Paused);
+        assert_eq!(job.paused_reason.as_deref(), Some("upstream 429"));
+        assert!(
+            !job.control(&pause, Timestamp(2)).unwrap(),
+            "already paused"
+        );
+        assert!(job.control(&RedriveControl::Resume, Timestamp(3)).unwrap());
+        assert_eq!(
+            (job.state, job.paused_reason.as_deref()),
+            (RedriveState::Running, None)
+        );
+        assert!(!job.control(&RedriveControl::Resume, Timestamp(4)).unwrap());
+        job.control(&pause, Timestamp(5)).unwrap();
+        assert!(job.control(&RedriveControl::Cancel, Timestamp(6)).unwrap());
+        assert_eq!(job.finished_at, Some(Timestamp(6)));
+        assert!(!job.control(&RedriveControl::Cancel, Timestamp(7)).unwrap());
+        assert!(job.control(&RedriveControl::Resume, Timestamp(8)).is_err());
+        assert!(job.control(&pause, Timestamp(8)).is_err());
+    }
+
+    #[test]
+    fn a_guard_trips_only_on_a_full_window_over_its_share() {
+        let g = RedriveGuard {
+            percent: 10,
+            window: 20,
+            error_contains: None,
+        };
+        assert!(!g.trips(19, 19), "the window is not full");
+        assert!(!g.trips(2, 20), "10 % is not more than 10 %");
+        assert!(g.trips(3, 20));
     }
 }

@@ -300,11 +300,16 @@ pub trait Store: Send + Sync + 'static {
     /// `Unavailable` when storage cannot be read.
     async fn list_redrives(&self) -> Result<Vec<RedriveJob>, StoreError>;
 
-    /// Stops a running job; moves already made stay. A finished job is returned as it is.
+    /// Cancels, pauses or resumes a job (see [`RedriveJob::control`]); moves already made
+    /// stay. A control that changes nothing returns the job as it is.
     ///
     /// # Errors
-    /// `RedriveNotFound` for an unknown id.
-    async fn cancel_redrive(&self, id: RedriveId) -> Result<RedriveJob, StoreError>;
+    /// `RedriveNotFound` for an unknown id; `Conflict` for pausing or resuming a finished job.
+    async fn control_redrive(
+        &self,
+        id: RedriveId,
+        control: crate::redrive::RedriveControl,
+    ) -> Result<RedriveJob, StoreError>;
 
     /// Moves up to `max` (1–1000) matching dead letters of a running job, atomically with the
     /// job's progress: a crash between steps never moves a message twice or loses one. Stops

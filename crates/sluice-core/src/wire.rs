@@ -43,7 +43,9 @@ use crate::stats::Totals;
 use crate::store::{BrowsePage, BrowseState, NackOutcome};
 use crate::time::Timestamp;
 
+mod redrive;
 mod stats;
+pub use redrive::RedriveGuardView;
 pub use stats::{FlowView, RatesView, StatsView};
 
 /// Any JSON value, kept as its exact text.
@@ -1755,12 +1757,19 @@ pub struct RedriveRequest {
     /// Move at most this many.
     #[serde(default)]
     pub limit: Option<u64>,
-    /// Never more than this many in any one-second window (1 to 100000).
+    /// Never more than `limit` moves in any sliding `period_ms`, spread evenly: e.g.
+    /// `{"limit": 50, "period_ms": 60000}` for 50 a minute (at most 100,000 a second).
+    #[serde(default)]
+    pub rate: Option<RateLimitWire>,
+    /// The same as `rate` with a period of one second (1 to 100000); give one or the other.
     #[serde(default)]
     pub rate_per_second: Option<u32>,
     /// Which messages.
     #[serde(default)]
     pub filter: Option<RedriveFilterView>,
+    /// Pause the job when too many of the messages it moved fail again.
+    #[serde(default)]
+    pub pause_if_failing: Option<RedriveGuardView>,
     /// Start the moved messages' attempt count afresh (default true).
     #[serde(default)]
     pub reset_receive_count: Option<bool>,
@@ -1779,7 +1788,15 @@ impl RedriveRequest {
             source: QueueName::new(self.source.clone())?,
             destination: self.destination.clone().map(QueueName::new).transpose()?,
             limit: self.limit,
-            rate_per_second: self.rate_per_second,
+            rate: match (&self.rate, self.rate_per_second) {
+                (Some(_), Some(_)) => {
+                    return Err(StoreError::invalid(
+                        "give either rate or rate_per_second, not both",
+                    ));
+                }
+                (Some(r), None) => Some(redrive::rate_to_core(r)?),
+                (None, r) => r.map(RateLimit::per_second),
+            },
             filter: self
                 .filter
                 .as_ref()
@@ -1788,6 +1805,7 @@ impl RedriveRequest {
                 .unwrap_or_default(),
             reset_receive_count: self.reset_receive_count.unwrap_or(true),
             dry_run: self.dry_run.unwrap_or(false),
+            guard: self.pause_if_failing.as_ref().map(Into::into),
         };
         spec.validate()?;
         Ok(spec)
@@ -1799,8 +1817,11 @@ impl RedriveRequest {
 pub struct RedriveView {
     /// Job id.
     pub id: String,
-    /// `running`, `completed` or `cancelled`.
+    /// `running`, `paused`, `completed` or `cancelled`.
     pub state: String,
+    /// Why it is paused, while it is (by an operator, or by its guard with the failures seen).
+    #[serde(default)]
+    pub paused_reason: Option<String>,
     /// The dead-letter queue it moves from.
     pub source: String,
     /// Where to (absent: each message's `source_queue`).
@@ -1817,9 +1838,15 @@ pub struct RedriveView {
     /// The limit asked for.
     pub limit: Option<u64>,
     /// The rate asked for.
+    #[serde(default)]
+    pub rate: Option<RateLimitWire>,
+    /// The rate asked for, when it is a whole number per second.
     pub rate_per_second: Option<u32>,
     /// The filter asked for.
     pub filter: RedriveFilterView,
+    /// The guard asked for.
+    #[serde(default)]
+    pub pause_if_failing: Option<RedriveGuardView>,
     /// Whether attempt counts start afresh.
     pub reset_receive_count: bool,
     /// A dry run moves nothing.
@@ -1837,6 +1864,7 @@ impl From<&crate::redrive::RedriveJob> for RedriveView {
         RedriveView {
             id: j.id.to_string(),
             state: j.state.as_str().to_string(),
+            paused_reason: j.paused_reason.clone(),
             source: j.spec.source.to_string(),
             destination: j.spec.destination.as_ref().map(|d| d.to_string()),
             matched: j.matched,
@@ -1844,8 +1872,14 @@ impl From<&crate::redrive::RedriveJob> for RedriveView {
             skipped: j.skipped,
             blocked: j.blocked.clone(),
             limit: j.spec.limit,
-            rate_per_second: j.spec.rate_per_second,
+            rate: j.spec.rate.as_ref().map(redrive::rate_to_wire),
+            rate_per_second: j
+                .spec
+                .rate
+                .filter(|r| r.period == Duration::from_secs(1))
+                .map(|r| r.limit),
             filter: RedriveFilterView::from(&j.spec.filter),
+            pause_if_failing: j.spec.guard.as_ref().map(RedriveGuardView::from),
             reset_receive_count: j.spec.reset_receive_count,
             dry_run: j.spec.dry_run,
             created_at: rfc3339(j.created_at),

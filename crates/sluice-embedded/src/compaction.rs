@@ -194,10 +194,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                 }
             }
             for job in core.state.jobs.values() {
-                records.push(Record::Redrive {
-                    job: job.clone(),
-                    moves: vec![],
-                });
+                records.push(Record::redrive(job.clone(), vec![]));
             }
             records.push(Record::Checkpoint(checkpoint));
             // The token reservation may live in the segment about to go.

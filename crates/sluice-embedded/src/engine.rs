@@ -321,14 +321,16 @@ impl Core {
             match self.log.read(m.aux)? {
                 Record::Update(u) => u.rich,
                 Record::Message(r) => r.rich,
-                Record::Redrive { moves, .. } => match moves.into_iter().find(|u| u.id == id) {
-                    Some(u) => u.rich,
-                    None => {
-                        return Err(StoreError::unavailable(
-                            "redrive record does not hold the message (index out of step)",
-                        ));
+                Record::Redrive { moves, .. } | Record::RedriveV1 { moves, .. } => {
+                    match moves.into_iter().find(|u| u.id == id) {
+                        Some(u) => u.rich,
+                        None => {
+                            return Err(StoreError::unavailable(
+                                "redrive record does not hold the message (index out of step)",
+                            ));
+                        }
                     }
-                },
+                }
                 _ => {
                     return Err(StoreError::unavailable(
                         "log record is not an update (index out of step)",
@@ -1515,10 +1517,14 @@ impl Store for EmbeddedStore {
             .collect())
     }
 
-    async fn cancel_redrive(&self, id: RedriveId) -> Result<RedriveJob, StoreError> {
+    async fn control_redrive(
+        &self,
+        id: RedriveId,
+        control: sluice_core::RedriveControl,
+    ) -> Result<RedriveJob, StoreError> {
         let (job, pos) = {
             let mut core = self.inner.lock();
-            let (job, rec) = crate::redrive::cancel(&core, id, self.inner.now())?;
+            let (job, rec) = crate::redrive::control(&core, id, &control, self.inner.now())?;
             let pos = match rec {
                 Some(rec) => Some(core.commit(vec![rec])?),
                 None => None,
@@ -1533,11 +1539,11 @@ impl Store for EmbeddedStore {
 
     async fn redrive_step(&self, id: RedriveId, max: u32) -> Result<RedriveStep, StoreError> {
         let now = self.inner.now();
-        let (job, moved_now, wake, pos) = {
+        let (job, moved_ids, wake, pos) = {
             let mut core = self.inner.lock();
             let out = crate::redrive::step(&mut core, id, max, now)?;
             let pos = core.commit(vec![out.record])?;
-            (out.job, out.moved_now, out.wake, pos)
+            (out.job, out.moved_ids, out.wake, pos)
         };
         for n in wake {
             n.notify_waiters();
@@ -1545,8 +1551,9 @@ impl Store for EmbeddedStore {
         self.inner.answerable(pos).await?;
         Ok(RedriveStep {
             job,
-            moved_now,
+            moved_now: moved_ids.len() as u64,
             at: Timestamp(now),
+            moved_ids,
         })
     }
 

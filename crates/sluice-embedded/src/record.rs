@@ -9,6 +9,9 @@ use sluice_core::message::{Attempt, Attributes, Body, DeadLetter};
 use sluice_core::stats::Totals;
 use sluice_core::store::IdempotentResponse;
 
+mod legacy;
+pub(crate) use legacy::JobV1;
+
 /// Bytes of the frame header.
 pub(crate) const HEADER: usize = 8;
 /// Largest payload accepted when reading; anything larger is corruption.
@@ -166,10 +169,10 @@ pub(crate) enum Record {
         until: i64,
     },
     Checkpoint(Checkpoint),
-    /// A redrive job's state, with the moves of one step: one record, so a step and its
-    /// progress are durable together or not at all.
-    Redrive {
-        job: sluice_core::RedriveJob,
+    /// A redrive job's state with the moves of one step, as written before jobs travelled as
+    /// JSON (read, never written; see `legacy`).
+    RedriveV1 {
+        job: JobV1,
         moves: Vec<UpdateRecord>,
     },
     /// History points of queues' stats, all taken at `at`.
@@ -194,6 +197,43 @@ pub(crate) enum Record {
     Tokens {
         upto: u64,
     },
+    /// A redrive job's state, with the moves of one step: one record, so a step and its
+    /// progress are durable together or not at all.
+    Redrive {
+        job: JsonJob,
+        moves: Vec<UpdateRecord>,
+    },
+}
+
+impl Record {
+    /// A redrive record of `job` and the moves of its step.
+    pub(crate) fn redrive(job: sluice_core::RedriveJob, moves: Vec<UpdateRecord>) -> Record {
+        Record::Redrive {
+            job: JsonJob(job),
+            moves,
+        }
+    }
+}
+
+/// A redrive job inside a log record, as JSON text: a job's fields can grow (with serde
+/// defaults) without a new record variant, which postcard's fixed layout would need.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct JsonJob(pub sluice_core::RedriveJob);
+
+impl Serialize for JsonJob {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let text = serde_json::to_string(&self.0).map_err(serde::ser::Error::custom)?;
+        s.serialize_str(&text)
+    }
+}
+
+impl<'de> Deserialize<'de> for JsonJob {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        serde_json::from_str(&text)
+            .map(JsonJob)
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 /// Encodes `rec` as a frame appended to `out`. Returns the frame length.
@@ -258,8 +298,10 @@ pub(crate) fn message_ids_in(segment: &[u8]) -> Vec<u64> {
                     out.push(h.id);
                 }
             }
-            Ok((VARIANT_REDRIVE, _)) => {
-                if let Ok(Record::Redrive { moves, .. }) = postcard::from_bytes(payload) {
+            Ok((VARIANT_REDRIVE_V1 | VARIANT_REDRIVE, _)) => {
+                if let Ok(Record::Redrive { moves, .. } | Record::RedriveV1 { moves, .. }) =
+                    postcard::from_bytes(payload)
+                {
                     out.extend(moves.iter().map(|u| u.id));
                 }
             }
@@ -273,7 +315,8 @@ pub(crate) fn message_ids_in(segment: &[u8]) -> Vec<u64> {
 /// Variant indexes of [`Record`] that [`message_ids_in`] reads (checked by a test).
 const VARIANT_MESSAGE: u32 = 0;
 const VARIANT_UPDATE: u32 = 1;
-const VARIANT_REDRIVE: u32 = 11;
+const VARIANT_REDRIVE_V1: u32 = 11;
+const VARIANT_REDRIVE: u32 = 16;
 
 /// Why a frame could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,40 +408,75 @@ mod tests {
             receive_count: 3,
             rich: Rich::default(),
         };
-        let job = sluice_core::RedriveJob {
+        let old_job = JobV1 {
             id: sluice_core::RedriveId(1),
-            spec: sluice_core::RedriveSpec {
+            spec: legacy::SpecV1 {
                 source: sluice_core::QueueName::new("a.dlq").unwrap(),
                 destination: None,
                 limit: None,
-                rate_per_second: None,
-                filter: Default::default(),
+                rate_per_second: Some(5),
+                filter: legacy::FilterV1 {
+                    error_contains: Some("429".into()),
+                    attributes: Attributes::new(),
+                    dead_lettered_before: None,
+                    dead_lettered_after: None,
+                },
                 reset_receive_count: true,
                 dry_run: false,
             },
-            state: sluice_core::RedriveState::Running,
-            matched: 0,
-            moved: 0,
+            state: legacy::StateV1::Running,
+            matched: 3,
+            moved: 2,
             skipped: 0,
             blocked: None,
             created_at: sluice_core::Timestamp(0),
             updated_at: sluice_core::Timestamp(0),
             finished_at: None,
-            cursor: None,
+            cursor: Some((5, 6)),
         };
+        let job = sluice_core::RedriveJob::from(old_job.clone());
+        assert_eq!(
+            job.spec.rate,
+            Some(sluice_core::RateLimit::per_second(5)),
+            "an old job keeps its rate"
+        );
+        assert_eq!((job.moved, job.cursor), (2, Some((5, 6))));
         let mut buf = Vec::new();
         encode_into(&sample(), &mut buf);
         encode_into(&Record::Purge { qid: 3 }, &mut buf);
         encode_into(&Record::Update(update.clone()), &mut buf);
         encode_into(
-            &Record::Redrive {
-                job,
-                moves: vec![UpdateRecord { id: 12, ..update }],
+            &Record::redrive(
+                job.clone(),
+                vec![UpdateRecord {
+                    id: 12,
+                    ..update.clone()
+                }],
+            ),
+            &mut buf,
+        );
+        encode_into(
+            &Record::RedriveV1 {
+                job: old_job.clone(),
+                moves: vec![UpdateRecord { id: 13, ..update }],
             },
             &mut buf,
         );
         encode_into(&Record::Cancel { id: 99 }, &mut buf);
-        assert_eq!(message_ids_in(&buf), vec![7, 11, 12]);
+        assert_eq!(message_ids_in(&buf), vec![7, 11, 12, 13]);
+        // Both forms read back whole.
+        let mut off = 0;
+        let mut jobs = Vec::new();
+        while off < buf.len() {
+            let (rec, len) = decode_frame(&buf[off..]).unwrap();
+            match rec {
+                Record::Redrive { job, .. } => jobs.push(job.0),
+                Record::RedriveV1 { job, .. } => jobs.push(job.into()),
+                _ => {}
+            }
+            off += len;
+        }
+        assert_eq!(jobs, vec![job.clone(), job]);
     }
 
     #[test]

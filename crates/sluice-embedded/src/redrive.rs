@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
+use sluice_core::message::MessageId;
 use sluice_core::redrive::already_running;
 use sluice_core::{
-    QueueName, RedriveId, RedriveJob, RedriveSpec, RedriveState, StoreError, Timestamp,
+    QueueName, RedriveControl, RedriveId, RedriveJob, RedriveSpec, StoreError, Timestamp,
 };
 use tokio::sync::Notify;
 
@@ -39,14 +40,14 @@ pub(crate) fn create(
         .state
         .jobs
         .values()
-        .find(|j| j.state == RedriveState::Running && j.spec.source == spec.source)
+        .find(|j| j.state.is_active() && j.spec.source == spec.source)
     {
         return Err(already_running(&running.id.to_string(), &spec.source));
     }
     forget_old_jobs(core);
     let id = RedriveId(core.state.draw_id(Timestamp(now)));
     let job = RedriveJob::new(id, spec, Timestamp(now));
-    Ok((job.clone(), Record::Redrive { job, moves: vec![] }))
+    Ok((job.clone(), Record::redrive(job, vec![])))
 }
 
 fn forget_old_jobs(core: &mut Core) {
@@ -54,7 +55,7 @@ fn forget_old_jobs(core: &mut Core) {
         .state
         .jobs
         .iter()
-        .filter(|(_, j)| j.state != RedriveState::Running)
+        .filter(|(_, j)| !j.state.is_active())
         .map(|(id, _)| *id)
         .collect();
     if finished.len() > FINISHED_KEPT {
@@ -73,18 +74,18 @@ pub(crate) fn get(core: &Core, id: RedriveId) -> Result<RedriveJob, StoreError> 
         .ok_or_else(|| not_found(id))
 }
 
-/// The record cancelling a job, or `None` when it is already finished.
-pub(crate) fn cancel(
+/// The record of `control` applied to a job, or `None` when it changes nothing.
+pub(crate) fn control(
     core: &Core,
     id: RedriveId,
+    control: &RedriveControl,
     now: i64,
 ) -> Result<(RedriveJob, Option<Record>), StoreError> {
     let mut job = get(core, id)?;
-    if job.state != RedriveState::Running {
+    if !job.control(control, Timestamp(now))? {
         return Ok((job, None));
     }
-    job.cancel(Timestamp(now));
-    Ok((job.clone(), Some(Record::Redrive { job, moves: vec![] })))
+    Ok((job.clone(), Some(Record::redrive(job, vec![]))))
 }
 
 /// What one step decided.
@@ -93,8 +94,8 @@ pub(crate) struct StepOutcome {
     pub job: RedriveJob,
     /// The record holding the moves and the job's new progress.
     pub record: Record,
-    /// How many messages it moves.
-    pub moved_now: u64,
+    /// The messages it moves.
+    pub moved_ids: Vec<MessageId>,
     /// The destinations to wake.
     pub wake: Vec<Arc<Notify>>,
 }
@@ -128,8 +129,8 @@ pub(crate) fn step(
         ));
         return Ok(StepOutcome {
             job: job.clone(),
-            record: Record::Redrive { job, moves: vec![] },
-            moved_now: 0,
+            record: Record::redrive(job, vec![]),
+            moved_ids: vec![],
             wake: vec![],
         });
     };
@@ -235,11 +236,11 @@ pub(crate) fn step(
         job.cursor = Some((at, mid));
     }
     job.finish_if_done(scanned_to_end, stopped_early, Timestamp(now));
-    let moved_now = moves.len() as u64;
+    let moved_ids = moves.iter().map(|u| MessageId(u.id)).collect();
     Ok(StepOutcome {
         job: job.clone(),
-        record: Record::Redrive { job, moves },
-        moved_now,
+        record: Record::redrive(job, moves),
+        moved_ids,
         wake,
     })
 }

@@ -455,13 +455,8 @@ impl State {
                 }
             }
             Record::Update(u) => self.apply_update(u, loc),
-            Record::Redrive { job, moves } => {
-                for u in moves {
-                    self.apply_update(u, loc);
-                }
-                self.next_id = self.next_id.max(job.id.0 + 1);
-                self.jobs.insert(job.id.0, job.clone());
-            }
+            Record::Redrive { job, moves } => self.apply_redrive(job.0.clone(), moves, loc),
+            Record::RedriveV1 { job, moves } => self.apply_redrive(job.clone().into(), moves, loc),
             Record::Lease(leases) => {
                 for l in leases {
                     self.progress.remove(&l.id);
@@ -606,6 +601,19 @@ impl State {
                 }
             }
         }
+    }
+
+    fn apply_redrive(
+        &mut self,
+        job: sluice_core::RedriveJob,
+        moves: &[crate::record::UpdateRecord],
+        loc: Loc,
+    ) {
+        for u in moves {
+            self.apply_update(u, loc);
+        }
+        self.next_id = self.next_id.max(job.id.0 + 1);
+        self.jobs.insert(job.id.0, job);
     }
 
     fn apply_update(&mut self, u: &crate::record::UpdateRecord, loc: Loc) {

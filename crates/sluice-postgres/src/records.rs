@@ -40,13 +40,15 @@ pub(crate) async fn audit_query(
 ) -> Result<Vec<AuditEvent>, StoreError> {
     let limit = i64::try_from(q.limit.clamp(1, 10_000)).unwrap_or(10_000);
     let since = q.since.map(Timestamp::as_millis);
+    let until = q.until.map(Timestamp::as_millis);
     let conn = inner.conn().await?;
     let rows = conn
         .query(
             "SELECT event FROM audit
-             WHERE ($1::text IS NULL OR queue = $1) AND ($2::bigint IS NULL OR at >= $2)
+             WHERE (cardinality($1::text[]) = 0 OR queue = ANY($1))
+               AND ($2::bigint IS NULL OR at >= $2) AND ($4::bigint IS NULL OR at <= $4)
              ORDER BY seq DESC LIMIT $3",
-            &[&q.queue, &since, &limit],
+            &[&q.queues, &since, &limit, &until],
         )
         .await
         .map_err(|e| db(&e))?;

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use sluice_core::redrive::already_running;
 use sluice_core::{
-    MessageId, QueueConfig, RedriveId, RedriveJob, RedriveSpec, RedriveState, RedriveStep,
+    MessageId, QueueConfig, RedriveControl, RedriveId, RedriveJob, RedriveSpec, RedriveStep,
     StoreError, Timestamp,
 };
 use tokio_postgres::GenericClient;
@@ -113,8 +113,13 @@ pub(crate) async fn list(c: &impl GenericClient) -> Result<Vec<RedriveJob>, Stor
     .collect()
 }
 
-/// Stops a running job.
-pub(crate) async fn cancel(inner: &Inner, id: RedriveId) -> Result<RedriveJob, StoreError> {
+/// Cancels, pauses or resumes a job. The `running` column means active: a paused job still
+/// holds its source.
+pub(crate) async fn control(
+    inner: &Inner,
+    id: RedriveId,
+    control: &RedriveControl,
+) -> Result<RedriveJob, StoreError> {
     let mut conn = inner.conn().await?;
     let job = crate::store::transaction(&mut conn, async |tx| {
         let row = tx
@@ -126,12 +131,12 @@ pub(crate) async fn cancel(inner: &Inner, id: RedriveId) -> Result<RedriveJob, S
             .map_err(|e| db(&e))?
             .ok_or_else(|| not_found(id))?;
         let mut job = job_of(&row)?;
-        if !job.cancel(Timestamp(inner.now())) {
+        if !job.control(control, Timestamp(inner.now()))? {
             return Ok(job);
         }
         tx.execute(
-            "UPDATE redrives SET running = false, job = $2, owner = NULL WHERE id = $1",
-            &[&(id.0 as i64), &Json(&job)],
+            "UPDATE redrives SET running = $3, job = $2, owner = NULL WHERE id = $1",
+            &[&(id.0 as i64), &Json(&job), &job.state.is_active()],
         )
         .await
         .map_err(|e| db(&e))?;
@@ -171,6 +176,7 @@ pub(crate) async fn step(
                 job,
                 moved_now: 0,
                 at: Timestamp(now),
+                moved_ids: vec![],
             };
             return Ok((step, Effects::default()));
         }
@@ -200,7 +206,7 @@ pub(crate) async fn step(
             }
         }
         write_back(tx, &moves).await?;
-        let running = job.state == RedriveState::Running;
+        let running = job.state.is_active();
         tx.execute(
             "UPDATE redrives SET job = $2, running = $3, owner = $4, owner_until = $5 WHERE id = $1",
             &[
@@ -218,6 +224,7 @@ pub(crate) async fn step(
             job,
             moved_now: moves.len() as u64,
             at: Timestamp(now),
+            moved_ids: moves.iter().map(|m| MessageId(m.id as u64)).collect(),
         };
         Ok((step, fx))
     })

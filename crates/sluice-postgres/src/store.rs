@@ -570,8 +570,12 @@ impl Store for PostgresStore {
         crate::redrive::list(&**conn).await
     }
 
-    async fn cancel_redrive(&self, id: RedriveId) -> Result<RedriveJob, StoreError> {
-        crate::redrive::cancel(&self.inner, id).await
+    async fn control_redrive(
+        &self,
+        id: RedriveId,
+        control: sluice_core::RedriveControl,
+    ) -> Result<RedriveJob, StoreError> {
+        crate::redrive::control(&self.inner, id, &control).await
     }
 
     async fn redrive_step(&self, id: RedriveId, max: u32) -> Result<RedriveStep, StoreError> {

@@ -1,22 +1,43 @@
-//! The redrive job runner: steps every running job at its rate.
+//! The redrive job runner: steps every running job at its rate and watches its guard.
 //!
-//! The store moves messages in atomic steps (`Store::redrive_step`); this loop decides how many
-//! each step may move so that a job never exceeds `rate_per_second` in any one-second window:
-//! it keeps the time and size of each step of the last second and asks only for what the
-//! window still allows. Steps are small (a tenth of the rate) so the flow is smooth rather than
-//! one burst per second. A job that the store reports blocked (destination paused or at its
+//! The store moves messages in atomic steps (`Store::redrive_step`); this loop decides when
+//! each step happens and how many it may move.
+//!
+//! **Rate.** A job's rate is `limit` moves per `period` (50 a minute, 10 a second). Moves are
+//! spread evenly, one step every `spacing × size` where `spacing = period / limit` and a step
+//! moves as many as the rate allows in one tick of the loop (one message at 50 a minute, 50 at
+//! 1,000 a second), so an upstream with a per-minute quota never sees a burst at the start of
+//! each minute. On top of that pacing, the times of the last `limit` moves are kept, and a
+//! step never takes more than that window allows: never more than `limit` moves in any sliding
+//! `period`. A job that the store reports blocked (destination paused or at its
 //! `max_in_flight`) is left alone for a while instead of being polled hot.
 //!
-//! After a broker restart the runner has no memory of the last second's steps, so each job
-//! waits one second before its first step: no window can then hold moves from both sides of
-//! the restart.
+//! After a broker restart the runner has no memory of recent moves; a job's first step then
+//! waits one spacing after the job's last recorded change (every step records one), so the
+//! moves on both sides of the restart stay evenly spaced.
+//!
+//! **Guard.** A job with `pause_if_failing` remembers the messages it moved and looks at each
+//! again (`Store::get_message`) until its fate is known: acknowledged (completed, or gone) is
+//! a success; a failed attempt after the move (nacked, rejected, lease expired, moved away) or
+//! a new dead-lettering is a failure, counted only when its error contains the guard's text if
+//! one is given. When more than the guard's share of the last `window` outcomes are failures,
+//! the job pauses itself with the reason and an audit entry; an operator resumes it. What the
+//! guard has seen lives in the node that steps the job: a restart or a move of the job to
+//! another node starts a fresh window.
+//!
+//! **Audit.** The runner records a job's progress at milestones (10, 100, 1,000, … moved, and
+//! a quarter, half and three quarters of its limit), its finish, and a pause by its guard.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_core::message::{MessageId, MessageState};
 use sluice_core::rate::SlidingWindow;
-use sluice_core::{Clock, RateLimit, RedriveId, RedriveState, Store, SystemClock, Timestamp};
+use sluice_core::{
+    AuditEvent, Clock, ErrorCode, RateLimit, RedriveControl, RedriveGuard, RedriveId, RedriveJob,
+    RedriveState, Store, SystemClock, Timestamp,
+};
 use tokio::sync::watch;
 
 /// How often the runner looks at its jobs.
@@ -25,20 +46,50 @@ const TICK: Duration = Duration::from_millis(50);
 const MAX_STEP: u32 = 1000;
 /// How long a blocked job is left alone.
 const BLOCKED_PAUSE: Duration = Duration::from_millis(500);
-/// How long a job seen for the first time waits (see the module docs).
-const FIRST_STEP_DELAY: Duration = Duration::from_secs(1);
-
 /// How long to wait after the jobs could not be listed, when the store does not say.
 const FAILED_LIST_PAUSE: Duration = Duration::from_secs(1);
+/// Moved messages a guard looks at per tick.
+const GUARD_CHECKS_PER_TICK: usize = 64;
+/// Moved messages a guard remembers while their fate is open; older ones are forgotten.
+const GUARD_PENDING_MAX: usize = 10_000;
 
+/// A rate as people write it: `50/min`, `10/s`, `none`.
+pub fn rate_text(rate: Option<&RateLimit>) -> String {
+    let Some(r) = rate else {
+        return "none".to_owned();
+    };
+    let unit = match r.period.as_millis() {
+        1000 => "s".to_owned(),
+        60_000 => "min".to_owned(),
+        3_600_000 => "h".to_owned(),
+        ms => format!("{ms}ms"),
+    };
+    format!("{}/{unit}", r.limit)
+}
+
+/// What the runner keeps of one running job.
 struct JobPace {
     window: SlidingWindow,
-    not_before: Timestamp,
+    /// When the next step may happen.
+    next_at: Timestamp,
+    /// Moved at the last look, for milestones.
+    moved: u64,
+    guard: GuardWatch,
+}
+
+/// What a guard has seen.
+#[derive(Default)]
+struct GuardWatch {
+    /// Moved messages whose fate is open, with when they moved.
+    pending: VecDeque<(MessageId, Timestamp)>,
+    /// The latest outcomes (true: failed), at most the guard's window.
+    outcomes: VecDeque<bool>,
+    /// The error of the latest failure, for the reason.
+    last_error: Option<String>,
 }
 
 /// Runs until `shutdown` turns true.
 pub async fn run(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
-    let clock = SystemClock;
     let mut pace: HashMap<RedriveId, JobPace> = HashMap::new();
     // While the store cannot list jobs (a database down), wait as long as it asks and say
     // so once, not on every tick.
@@ -59,39 +110,13 @@ pub async fn run(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
                     .collect();
                 pace.retain(|id, _| running.iter().any(|j| j.id == *id));
                 for job in running {
-                    let now = clock.now();
-                    let p = pace.entry(job.id).or_insert_with(|| JobPace {
-                        window: SlidingWindow::default(),
-                        not_before: now.plus(FIRST_STEP_DELAY),
-                    });
-                    if now < p.not_before {
+                    let p = pace.entry(job.id).or_insert_with(|| JobPace::new(&job));
+                    if let Some(guard) = &job.spec.guard
+                        && watch_guard(store.as_ref(), &job, guard, &mut p.guard).await
+                    {
                         continue;
                     }
-                    let allowed = match job.spec.rate_per_second {
-                        Some(rate) => {
-                            let limit = RateLimit {
-                                limit: rate,
-                                period: Duration::from_secs(1),
-                            };
-                            p.window.available(&limit, now).min((rate / 10).max(1))
-                        }
-                        None => MAX_STEP,
-                    };
-                    if allowed == 0 {
-                        continue;
-                    }
-                    match store.redrive_step(job.id, allowed.min(MAX_STEP)).await {
-                        Ok(step) => {
-                            p.window.record(step.at, step.moved_now as usize);
-                            if step.job.blocked.is_some() {
-                                p.not_before = clock.now().plus(BLOCKED_PAUSE);
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(job = %job.id, error = %e, "redrive step failed; retrying");
-                            p.not_before = clock.now().plus(BLOCKED_PAUSE);
-                        }
-                    }
+                    step(store.as_ref(), &job, p).await;
                 }
             }
             Err(e) => {
@@ -105,5 +130,283 @@ pub async fn run(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
             () = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+impl JobPace {
+    fn new(job: &RedriveJob) -> Self {
+        // The previous process (or node) may have moved up to `step_size` at the job's last
+        // change: keep the spacing from there.
+        let next_at = match &job.spec.rate {
+            Some(rate) if job.moved > 0 => job
+                .updated_at
+                .plus(rate.spacing() * step_size(rate))
+                .max(SystemClock.now()),
+            _ => SystemClock.now(),
+        };
+        JobPace {
+            window: SlidingWindow::default(),
+            next_at,
+            moved: job.moved,
+            guard: GuardWatch::default(),
+        }
+    }
+}
+
+/// How many a step of a job at `rate` moves: what the rate allows per tick, at least one.
+fn step_size(rate: &RateLimit) -> u32 {
+    let per_tick = u128::from(rate.limit) * TICK.as_millis() / rate.period.as_millis().max(1);
+    u32::try_from(per_tick)
+        .unwrap_or(MAX_STEP)
+        .clamp(1, MAX_STEP)
+}
+
+/// One step of a running job, when its pace allows.
+async fn step(store: &dyn Store, job: &RedriveJob, p: &mut JobPace) {
+    let now = SystemClock.now();
+    if now < p.next_at {
+        return;
+    }
+    let allowed = match &job.spec.rate {
+        Some(rate) => step_size(rate).min(p.window.available(rate, now)),
+        None => MAX_STEP,
+    };
+    if allowed == 0 {
+        if let Some(rate) = &job.spec.rate {
+            p.next_at = p.window.next_free(rate, now).unwrap_or(now.plus(TICK));
+        }
+        return;
+    }
+    match store.redrive_step(job.id, allowed).await {
+        Ok(step) => {
+            p.window.record(step.at, step.moved_ids.len());
+            let now = SystemClock.now();
+            p.next_at = match (&job.spec.rate, step.moved_now) {
+                _ if step.job.blocked.is_some() => now.plus(BLOCKED_PAUSE),
+                (Some(rate), n) if n > 0 => {
+                    // On schedule, the next step follows the planned time, so the average
+                    // stays the rate despite the loop's tick; late, it starts from now.
+                    let base = if p.next_at.plus(TICK) >= now {
+                        p.next_at
+                    } else {
+                        now
+                    };
+                    base.plus(rate.spacing() * u32::try_from(n).unwrap_or(MAX_STEP))
+                }
+                _ => now,
+            };
+            if job.spec.guard.is_some() {
+                p.guard
+                    .pending
+                    .extend(step.moved_ids.iter().map(|id| (*id, step.at)));
+                while p.guard.pending.len() > GUARD_PENDING_MAX {
+                    p.guard.pending.pop_front();
+                }
+            }
+            audit_progress(store, job, p.moved, &step.job).await;
+            p.moved = step.job.moved;
+        }
+        Err(e) => {
+            tracing::warn!(job = %job.id, error = %e, "redrive step failed; retrying");
+            p.next_at = SystemClock.now().plus(BLOCKED_PAUSE);
+        }
+    }
+}
+
+/// Looks at the fate of some moved messages; pauses the job when its guard trips. Returns
+/// true when it paused the job.
+async fn watch_guard(
+    store: &dyn Store,
+    job: &RedriveJob,
+    guard: &RedriveGuard,
+    w: &mut GuardWatch,
+) -> bool {
+    for _ in 0..GUARD_CHECKS_PER_TICK.min(w.pending.len()) {
+        let Some((id, moved_at)) = w.pending.pop_front() else {
+            break;
+        };
+        match outcome(store, id, moved_at, guard).await {
+            Some((failed, error)) => {
+                if failed {
+                    w.last_error = error;
+                }
+                w.outcomes.push_back(failed);
+                while w.outcomes.len() > guard.window as usize {
+                    w.outcomes.pop_front();
+                }
+            }
+            None => w.pending.push_back((id, moved_at)),
+        }
+    }
+    let failed = w.outcomes.iter().filter(|f| **f).count();
+    if !guard.trips(failed, w.outcomes.len()) {
+        return false;
+    }
+    let reason = format!(
+        "paused by its guard: {failed} of the last {} moved messages failed again (more than {}%){}",
+        w.outcomes.len(),
+        guard.percent,
+        w.last_error
+            .as_deref()
+            .map_or(String::new(), |e| format!("; latest error: {e}"))
+    );
+    match store
+        .control_redrive(
+            job.id,
+            RedriveControl::Pause {
+                reason: reason.clone(),
+            },
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::warn!(job = %job.id, %reason, "redrive paused");
+            audit(
+                store,
+                "redrive.pause",
+                job,
+                vec![("reason", reason), ("moved", job.moved.to_string())],
+            )
+            .await;
+            *w = GuardWatch::default();
+            true
+        }
+        Err(e) => {
+            tracing::warn!(job = %job.id, error = %e, "could not pause a failing redrive; will try again");
+            false
+        }
+    }
+}
+
+/// The fate of a moved message: `Some((failed, error))` once known, `None` while open.
+async fn outcome(
+    store: &dyn Store,
+    id: MessageId,
+    moved_at: Timestamp,
+    guard: &RedriveGuard,
+) -> Option<(bool, Option<String>)> {
+    let m = match store.get_message(id).await {
+        Ok(m) => m,
+        // Acknowledged and not kept, or deleted: done with.
+        Err(e) if e.code() == ErrorCode::MessageNotFound => return Some((false, None)),
+        Err(_) => return None,
+    };
+    if m.state == MessageState::Completed {
+        return Some((false, None));
+    }
+    let failure = match m.attempts.iter().find(|a| a.at >= moved_at) {
+        Some(a) => a.error.clone().or(Some(String::new())),
+        None => m
+            .dead_letter
+            .as_ref()
+            .filter(|d| d.at >= moved_at)
+            .map(|_| m.last_error.clone().unwrap_or_default()),
+    }?;
+    let counts = guard
+        .error_contains
+        .as_deref()
+        .is_none_or(|needle| failure.contains(needle));
+    Some((counts, (!failure.is_empty()).then_some(failure)))
+}
+
+/// Audit entries for milestones passed between `before` and the job's progress, and for its
+/// finish.
+async fn audit_progress(store: &dyn Store, job: &RedriveJob, before: u64, after: &RedriveJob) {
+    if let Some(mark) = milestone(before, after.moved, after.spec.limit) {
+        audit(
+            store,
+            "redrive.progress",
+            after,
+            vec![
+                ("moved", after.moved.to_string()),
+                ("matched", after.matched.to_string()),
+                ("milestone", mark),
+            ],
+        )
+        .await;
+    }
+    if job.state == RedriveState::Running && after.state == RedriveState::Completed {
+        audit(
+            store,
+            "redrive.finish",
+            after,
+            vec![
+                ("moved", after.moved.to_string()),
+                ("matched", after.matched.to_string()),
+                ("skipped", after.skipped.to_string()),
+            ],
+        )
+        .await;
+    }
+}
+
+/// The furthest milestone passed going from `before` to `after` moved: a power of ten from 10,
+/// or a quarter, half or three quarters of `limit`.
+fn milestone(before: u64, after: u64, limit: Option<u64>) -> Option<String> {
+    let mut found = None;
+    let mut p = 10u64;
+    while p <= after {
+        if p > before {
+            found = Some(p.to_string());
+        }
+        p = p.saturating_mul(10);
+    }
+    if let Some(l) = limit {
+        for (num, name) in [(1, "25%"), (2, "50%"), (3, "75%")] {
+            let at = (l * num).div_ceil(4);
+            if at > before && at <= after && at < l {
+                found = Some(format!("{name} of limit {l}"));
+            }
+        }
+    }
+    found
+}
+
+async fn audit(store: &dyn Store, action: &str, job: &RedriveJob, details: Vec<(&str, String)>) {
+    let mut event = AuditEvent::by_broker(SystemClock.now(), action);
+    event.queue = Some(job.spec.source.to_string());
+    event.details.insert("job".into(), job.id.to_string());
+    event
+        .details
+        .extend(details.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    if let Err(e) = store.audit_append(vec![event]).await {
+        tracing::error!(error = %e, action, "could not write the audit log");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_move_what_the_rate_allows_per_tick() {
+        let per = |limit, secs| RateLimit {
+            limit,
+            period: Duration::from_secs(secs),
+        };
+        assert_eq!(step_size(&per(50, 60)), 1);
+        assert_eq!(step_size(&per(1000, 1)), 50);
+        assert_eq!(step_size(&per(100_000, 1)), 1000);
+        assert_eq!(per(50, 60).spacing(), Duration::from_millis(1200));
+        assert_eq!(rate_text(Some(&per(50, 60))), "50/min");
+        assert_eq!(rate_text(Some(&per(10, 1))), "10/s");
+        assert_eq!(rate_text(None), "none");
+    }
+
+    #[test]
+    fn milestones_are_powers_of_ten_and_quarters_of_the_limit() {
+        assert_eq!(milestone(0, 9, None), None);
+        assert_eq!(milestone(9, 10, None).as_deref(), Some("10"));
+        assert_eq!(milestone(5, 150, None).as_deref(), Some("100"));
+        assert_eq!(
+            milestone(24, 25, Some(100)).as_deref(),
+            Some("25% of limit 100")
+        );
+        assert_eq!(
+            milestone(49, 50, Some(100)).as_deref(),
+            Some("50% of limit 100")
+        );
+        assert_eq!(milestone(99, 100, Some(100)).as_deref(), Some("100"));
+        assert_eq!(milestone(11, 12, Some(100)), None);
     }
 }

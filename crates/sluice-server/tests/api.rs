@@ -925,6 +925,8 @@ async fn health_readiness_routing_errors_and_openapi() {
         ("/v1/redrives", vec!["post", "get"]),
         ("/v1/redrives/{id}", vec!["get"]),
         ("/v1/redrives/{id}/cancel", vec!["post"]),
+        ("/v1/redrives/{id}/pause", vec!["post"]),
+        ("/v1/redrives/{id}/resume", vec!["post"]),
         ("/v1/audit", vec!["get"]),
         ("/v1/queues/{q}/scaling", vec!["get"]),
         ("/healthz", vec!["get"]),

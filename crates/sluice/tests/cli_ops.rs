@@ -278,10 +278,18 @@ fn redrive_dry_run_rate_detach_cancel_and_audit() {
     assert_eq!(visible(u, "jobs.dlq"), 10);
     assert_eq!(visible(u, "jobs"), 0);
 
-    // Rates below 1/s are refused before anything starts.
-    let err = fails(u, &["redrive", "jobs", "--rate", "30/min"], 2);
-    assert!(err.contains("at least 1"), "{err}");
+    // Rates per minute or hour, below 1/s, are fine; nonsense is refused before anything
+    // starts.
+    let dry = json(u, &["redrive", "jobs", "--rate", "30/min", "--dry-run"]);
+    assert_eq!(
+        dry["rate"],
+        serde_json::json!({"limit": 30, "period_ms": 60_000}),
+        "{dry}"
+    );
+    assert_eq!(dry["matched"], 10);
     fails(u, &["redrive", "jobs", "--rate", "fast"], 2);
+    fails(u, &["redrive", "jobs", "--rate", "0/min"], 2);
+    fails(u, &["redrive", "jobs", "--pause-if-failing", "200%"], 2);
 
     // A rate-limited redrive of 4 finishes and they are back.
     let out = ok(u, &["redrive", "jobs", "--rate", "50/s", "--limit", "4"]);
@@ -317,11 +325,28 @@ fn redrive_dry_run_rate_detach_cancel_and_audit() {
             .any(|l| l.starts_with(&id) && l.contains("running")),
         "{list}"
     );
+    // Paused by hand and resumed.
+    let out = ok(u, &["redrive", "pause", &id]);
+    assert!(
+        out.contains("paused") && out.contains(&format!("sluice redrive resume {id}")),
+        "{out}"
+    );
+    let shown = json(u, &["redrive", "show", &id]);
+    assert_eq!(shown["state"], "paused", "{shown}");
+    assert!(
+        shown["paused_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("paused by")),
+        "{shown}"
+    );
+    let out = ok(u, &["redrive", "resume", &id]);
+    assert!(out.contains("running"), "{out}");
     assert_eq!(
         json(u, &["redrive", "list"])["redrives"]
             .as_array()
             .map(Vec::len),
-        Some(6)
+        Some(7),
+        "six jobs and the dry run at 30/min"
     );
 
     // A second job of the same source is refused, naming the running one.
@@ -388,7 +413,18 @@ fn redrive_dry_run_rate_detach_cancel_and_audit() {
         .iter()
         .filter(|e| e["action"] == "redrive.create")
         .count();
-    assert_eq!(creates, 7, "4 dry runs, 3 runs: {v}");
+    assert_eq!(creates, 8, "5 dry runs, 3 runs: {v}");
+    for action in [
+        "redrive.pause",
+        "redrive.resume",
+        "redrive.finish",
+        "redrive.progress",
+    ] {
+        assert!(
+            entries.iter().any(|e| e["action"] == action),
+            "{action}: {v}"
+        );
+    }
     assert!(
         entries
             .iter()

@@ -10,6 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Harness;
+
+mod redrive_control;
+pub use redrive_control::*;
+
 use super::model::{Model, Op, Place, ops_strategy};
 use crate::config::{QueueConfig, QueueConfigPatch, RateLimit, limits};
 use crate::error::{ErrorCode, StoreError};
@@ -4252,10 +4256,11 @@ fn redrive_spec(source: &QueueName) -> crate::redrive::RedriveSpec {
         source: source.clone(),
         destination: None,
         limit: None,
-        rate_per_second: None,
+        rate: None,
         filter: crate::redrive::RedriveFilter::default(),
         reset_receive_count: true,
         dry_run: false,
+        guard: None,
     }
 }
 
@@ -4412,7 +4417,11 @@ pub async fn redrive_one_job_per_source_and_cancel(h: &dyn Harness) {
         ErrorCode::Conflict,
         "second job on the same source",
     );
-    let c = e.store.cancel_redrive(job.id).await.expect("cancel");
+    let c = e
+        .store
+        .control_redrive(job.id, crate::redrive::RedriveControl::Cancel)
+        .await
+        .expect("cancel");
     assert_eq!(c.state, crate::redrive::RedriveState::Cancelled);
     assert_code(
         e.store.redrive_step(job.id, 10).await,
@@ -4434,7 +4443,10 @@ pub async fn redrive_one_job_per_source_and_cancel(h: &dyn Harness) {
         "unknown source",
     );
     let mut bad = redrive_spec(&dlq);
-    bad.rate_per_second = Some(0);
+    bad.rate = Some(RateLimit {
+        limit: 0,
+        period: Duration::from_secs(60),
+    });
     assert_code(
         e.store.create_redrive(bad).await,
         ErrorCode::InvalidArgument,
@@ -4620,8 +4632,9 @@ pub async fn audit_log_records_actions_and_dead_letters(h: &dyn Harness) {
         .await
         .expect("reject");
     let all = |queue: Option<&str>| crate::audit::AuditQuery {
-        queue: queue.map(str::to_string),
+        queues: queue.map(str::to_string).into_iter().collect(),
         since: None,
+        until: None,
         limit: 100,
     };
     let events = e.store.audit_query(all(Some("work"))).await.expect("query");
@@ -4645,6 +4658,36 @@ pub async fn audit_log_records_actions_and_dead_letters(h: &dyn Harness) {
             .await
             .expect("query")
             .is_empty()
+    );
+    let either = crate::audit::AuditQuery {
+        queues: vec!["other".into(), "work".into()],
+        ..all(None)
+    };
+    assert_eq!(
+        e.store.audit_query(either).await.expect("query"),
+        events,
+        "any of several queues"
+    );
+    let earlier = crate::audit::AuditQuery {
+        until: Some(Timestamp(e.now().as_millis() - 1)),
+        ..all(None)
+    };
+    assert!(
+        e.store
+            .audit_query(earlier)
+            .await
+            .expect("query")
+            .is_empty(),
+        "until filters by time"
+    );
+    let up_to_now = crate::audit::AuditQuery {
+        until: Some(e.now()),
+        ..all(Some("work"))
+    };
+    assert_eq!(
+        e.store.audit_query(up_to_now).await.expect("query"),
+        events,
+        "until includes its own time"
     );
     let later = crate::audit::AuditQuery {
         since: Some(e.now().plus(secs(1))),

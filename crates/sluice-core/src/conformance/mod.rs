@@ -143,6 +143,7 @@ macro_rules! __sluice_conformance_cases {
             redrive_one_job_per_source_and_cancel,
             redrive_waits_for_a_paused_destination,
             redrive_resumes_after_restart,
+            redrive_pause_resume_and_cancel,
             stats_history_is_stored_once_and_kept_a_day,
             audit_log_records_actions_and_dead_letters,
             release_hands_back_without_counting,

@@ -1,4 +1,9 @@
-//! `GET /v1/audit` (SPEC §7): read the audit log. Operator role.
+//! `GET /v1/audit`: read the audit log, newest first in pages. Operator role.
+//!
+//! A page is the newest `limit` entries that match, oldest first; when older ones exist the
+//! answer says so (`more`) and gives `next_cursor`, which asks for the page before. The cursor
+//! holds the oldest time shown and how many entries of that same millisecond were shown, so
+//! entries sharing a millisecond across two pages are neither lost nor repeated.
 
 use axum::Json;
 use axum::extract::State;
@@ -17,12 +22,14 @@ use crate::extract::ApiQuery;
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct AuditParams {
-    /// Only this queue's entries.
+    /// Only this queue's entries, and those of its dead-letter queue.
     pub queue: Option<String>,
     /// Only entries at or after this time (RFC 3339).
     pub since: Option<String>,
     /// At most this many, the newest (default 100, at most 10000).
     pub limit: Option<usize>,
+    /// The page before an earlier answer: its `next_cursor`.
+    pub cursor: Option<String>,
 }
 
 /// One audit entry.
@@ -49,6 +56,24 @@ pub struct AuditEntryView {
 pub struct AuditList {
     /// The entries, oldest first.
     pub entries: Vec<AuditEntryView>,
+    /// Older entries match too: ask again with `cursor` = `next_cursor`.
+    #[serde(default)]
+    pub more: bool,
+    /// The cursor of the page before this one, when `more`.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
+/// Where a page ends: entries at or before `until` ms, less the `shown` newest of those at
+/// exactly `until`.
+fn parse_cursor(s: &str) -> Result<(i64, usize), ApiError> {
+    s.split_once('.')
+        .and_then(|(t, n)| Some((t.parse().ok()?, n.parse().ok()?)))
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "cursor {s:?} is not one this broker gave; pass the next_cursor of an earlier answer"
+            ))
+        })
 }
 
 /// The newest audit entries, optionally of one queue and since a time.
@@ -66,19 +91,52 @@ pub async fn list(
     ApiQuery(p): ApiQuery<AuditParams>,
 ) -> Result<Json<AuditList>, ApiError> {
     caller.allow_role(Action::Inspect)?;
+    let mut queues = Vec::new();
     if let Some(q) = &p.queue {
-        caller.allow(Action::Inspect, &QueueName::new(q.clone())?)?;
+        let name = QueueName::new(q.clone())?;
+        caller.allow(Action::Inspect, &name)?;
+        // A queue's story includes its DLQ's: the redrives out of it, its expiries.
+        if let Ok(info) = st.store.get_queue(&name).await
+            && let Some(dlq) = info.config.dead_letter_queue
+        {
+            queues.push(dlq.to_string());
+        }
+        queues.push(name.to_string());
     }
+    let (until, shown) = p.cursor.as_deref().map(parse_cursor).transpose()?.unzip();
+    let shown = shown.unwrap_or(0);
+    let limit = p.limit.unwrap_or(100).clamp(1, 10_000);
     let query = AuditQuery {
-        queue: p.queue,
+        queues,
         since: p
             .since
             .as_deref()
             .map(|s| parse_rfc3339("since", s))
             .transpose()?,
-        limit: p.limit.unwrap_or(100).clamp(1, 10_000),
+        until: until.map(sluice_core::Timestamp),
+        limit: limit + shown + 1,
     };
-    let entries = st.store.audit_query(query).await?;
+    let mut entries = st.store.audit_query(query).await?;
+    // Drop what the page after this one showed already: the newest entries at `until`.
+    for _ in 0..shown {
+        if entries
+            .last()
+            .is_some_and(|e| Some(e.at.as_millis()) == until)
+        {
+            entries.pop();
+        }
+    }
+    let more = entries.len() > limit;
+    let entries = entries.split_off(entries.len().saturating_sub(limit));
+    let next_cursor = more.then(|| {
+        let oldest = entries[0].at.as_millis();
+        let same = entries
+            .iter()
+            .filter(|e| e.at.as_millis() == oldest)
+            .count();
+        let carried = if Some(oldest) == until { shown } else { 0 };
+        format!("{oldest}.{}", same + carried)
+    });
     Ok(Json(AuditList {
         entries: entries
             .into_iter()
@@ -93,5 +151,7 @@ pub async fn list(
                 outcome: e.outcome,
             })
             .collect(),
+        more,
+        next_cursor,
     }))
 }

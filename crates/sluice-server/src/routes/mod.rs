@@ -97,6 +97,8 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(redrives::create, redrives::list))
         .routes(routes!(redrives::get))
         .routes(routes!(redrives::cancel))
+        .routes(routes!(redrives::pause))
+        .routes(routes!(redrives::resume))
         .routes(routes!(audit::list))
         .routes(routes!(tasks::scaling))
         .routes(routes!(health::healthz))

@@ -1,12 +1,12 @@
-//! Redrive jobs (SPEC §5): `POST /v1/redrives`, `GET /v1/redrives`, `GET /v1/redrives/{id}`,
-//! `POST /v1/redrives/{id}/cancel`. Operator role required; the job runs in the broker
-//! (`crate::redrive`).
+//! Redrive jobs: `POST /v1/redrives`, `GET /v1/redrives`, `GET /v1/redrives/{id}`,
+//! `POST /v1/redrives/{id}/cancel | /pause | /resume`. Operator role required; the job runs in
+//! the broker (`crate::redrive`).
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use sluice_core::RedriveId;
 use sluice_core::wire::{ErrorEnvelope, RedriveList, RedriveRequest, RedriveView};
+use sluice_core::{RedriveControl, RedriveId};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
@@ -18,7 +18,8 @@ fn job_id(s: &str) -> Result<RedriveId, ApiError> {
 }
 
 /// Starts a redrive job: moves dead letters from `source` back to their source queue (or to
-/// `destination`) at `rate_per_second`, up to `limit`, those matching `filter`.
+/// `destination`) at `rate` (or `rate_per_second`), up to `limit`, those matching `filter`,
+/// pausing itself when `pause_if_failing` trips.
 #[utoipa::path(
     post, path = "/v1/redrives", tag = "redrives",
     request_body(content = RedriveRequest, content_type = "application/json"),
@@ -48,11 +49,19 @@ pub async fn create(
             "limit",
             job.spec.limit.map_or("none".into(), |l| l.to_string()),
         ),
+        ("rate", crate::redrive::rate_text(job.spec.rate.as_ref())),
         (
-            "rate_per_second",
-            job.spec
-                .rate_per_second
-                .map_or("none".into(), |r| r.to_string()),
+            "pause_if_failing",
+            job.spec.guard.as_ref().map_or("none".into(), |g| {
+                format!(
+                    "more than {}% of {} outcomes{}",
+                    g.percent,
+                    g.window,
+                    g.error_contains
+                        .as_deref()
+                        .map_or(String::new(), |e| format!(" with errors containing {e:?}"))
+                )
+            }),
         ),
         (
             "filter",
@@ -114,12 +123,14 @@ pub async fn get(
     Ok(Json(RedriveView::from(&job)))
 }
 
-/// Stops a running job; what it moved stays moved.
+/// Cancels a running or paused job; moves already made stay. A finished job is returned as
+/// it is.
 #[utoipa::path(
     post, path = "/v1/redrives/{id}/cancel", tag = "redrives",
     params(("id" = String, Path, description = "Job id")),
     responses(
         (status = 200, description = "The job after the cancel", body = RedriveView),
+        (status = 400, description = "invalid_argument (not a job id)", body = ErrorEnvelope),
         (status = 404, description = "message_not_found (no such job)", body = ErrorEnvelope),
     )
 )]
@@ -128,22 +139,77 @@ pub async fn cancel(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<RedriveView>, ApiError> {
-    caller.allow_role(Action::Redrive)?;
-    let id = job_id(&id)?;
-    let job = st.store.get_redrive(id).await?;
-    caller.allow(Action::Redrive, &job.spec.source)?;
-    let job = st.store.cancel_redrive(id).await?;
-    let details = [
-        ("job", job.id.to_string()),
-        ("moved", job.moved.to_string()),
-    ];
-    st.audit(
-        &caller,
-        "redrive.cancel",
-        Some(&job.spec.source),
-        None,
-        &details,
+    control(&st, &caller, &id, RedriveControl::Cancel).await
+}
+
+/// Pauses a running job until it is resumed; it keeps its source meanwhile. Pausing a paused
+/// job changes nothing.
+#[utoipa::path(
+    post, path = "/v1/redrives/{id}/pause", tag = "redrives",
+    params(("id" = String, Path, description = "Job id")),
+    responses(
+        (status = 200, description = "The job after the pause", body = RedriveView),
+        (status = 400, description = "invalid_argument (not a job id)", body = ErrorEnvelope),
+        (status = 404, description = "message_not_found (no such job)", body = ErrorEnvelope),
+        (status = 409, description = "conflict: the job has finished", body = ErrorEnvelope),
     )
-    .await;
+)]
+pub async fn pause(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<RedriveView>, ApiError> {
+    let reason = format!("paused by {}", caller.name().unwrap_or("anonymous"));
+    control(&st, &caller, &id, RedriveControl::Pause { reason }).await
+}
+
+/// Resumes a paused job (one its guard paused, or an operator). Resuming a running job changes
+/// nothing.
+#[utoipa::path(
+    post, path = "/v1/redrives/{id}/resume", tag = "redrives",
+    params(("id" = String, Path, description = "Job id")),
+    responses(
+        (status = 200, description = "The job after the resume", body = RedriveView),
+        (status = 400, description = "invalid_argument (not a job id)", body = ErrorEnvelope),
+        (status = 404, description = "message_not_found (no such job)", body = ErrorEnvelope),
+        (status = 409, description = "conflict: the job has finished", body = ErrorEnvelope),
+    )
+)]
+pub async fn resume(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<RedriveView>, ApiError> {
+    control(&st, &caller, &id, RedriveControl::Resume).await
+}
+
+async fn control(
+    st: &AppState,
+    caller: &Caller,
+    id: &str,
+    control: RedriveControl,
+) -> Result<Json<RedriveView>, ApiError> {
+    caller.allow_role(Action::Redrive)?;
+    let id = job_id(id)?;
+    let before = st.store.get_redrive(id).await?;
+    caller.allow(Action::Redrive, &before.spec.source)?;
+    let job = st.store.control_redrive(id, control.clone()).await?;
+    if job != before {
+        let mut details = vec![
+            ("job", job.id.to_string()),
+            ("moved", job.moved.to_string()),
+        ];
+        if let RedriveControl::Pause { reason } = &control {
+            details.push(("reason", reason.clone()));
+        }
+        st.audit(
+            caller,
+            &format!("redrive.{}", control.as_str()),
+            Some(&job.spec.source),
+            None,
+            &details,
+        )
+        .await;
+    }
     Ok(Json(RedriveView::from(&job)))
 }

@@ -110,31 +110,34 @@ pub fn fmt_rate(r: &RateLimitWire) -> String {
 /// The most messages per second a redrive job may move (the broker's limit).
 pub const MAX_REDRIVE_RATE: u32 = 100_000;
 
-/// Parses a redrive rate (`10/s`, `600/min`, `1000/60s`) into whole messages per second,
-/// rounded down so the job never goes faster than asked. Refuses rates below 1/s (a job moves
-/// whole messages per second) and above the broker's limit.
-pub fn parse_per_second(s: &str) -> Result<u32, String> {
+/// Parses a redrive rate (`50/min`, `10/s`, `1000/h`, `1000/60s`): at most that many in any
+/// sliding period, spread evenly. Refuses rates above the broker's limit.
+pub fn parse_redrive_rate(s: &str) -> Result<RateLimitWire, String> {
     let r = parse_rate(s)?;
-    if r.period_ms <= 0 {
+    if r.period_ms <= 0 || r.limit == 0 {
         return Err(format!(
-            "{s:?} has a zero period; write it like 10/s or 600/min"
+            "{s:?} moves nothing; write it like 50/min, 10/s or 1000/h"
         ));
     }
     let per_sec = f64::from(r.limit) * 1000.0 / r.period_ms as f64;
-    if per_sec < 1.0 {
-        return Err(format!(
-            "{s:?} is {per_sec:.3} per second; a redrive moves at least 1 message per second \
-             (write 1/s or 60/min, or more)"
-        ));
-    }
     if per_sec > f64::from(MAX_REDRIVE_RATE) {
         return Err(format!(
             "{s:?} is {per_sec:.0} per second; a redrive moves at most {MAX_REDRIVE_RATE} per \
              second"
         ));
     }
-    // Rounded down, with a hair of slack so 600/min is exactly 10/s.
-    Ok((per_sec + 1e-9).floor() as u32)
+    Ok(r)
+}
+
+/// Parses a share in percent: `10%` or `10`, 1 to 100.
+pub fn parse_percent(s: &str) -> Result<u8, String> {
+    let n = s.trim().trim_end_matches('%').trim();
+    match n.parse::<u8>() {
+        Ok(p) if (1..=100).contains(&p) => Ok(p),
+        _ => Err(format!(
+            "{s:?} is not a share; write a whole percent from 1% to 100%, like 10%"
+        )),
+    }
 }
 
 /// Parses a point in time: an RFC 3339 time (`2026-01-01T10:00:00Z`) as it is, or a
@@ -396,15 +399,19 @@ mod tests {
 
     #[test]
     fn redrive_rates() {
-        assert_eq!(parse_per_second("10/s"), Ok(10));
-        assert_eq!(parse_per_second("600/min"), Ok(10));
-        assert_eq!(parse_per_second("90/min"), Ok(1));
-        assert_eq!(parse_per_second("1000/60s"), Ok(16));
-        assert_eq!(parse_per_second("5/500ms"), Ok(10));
-        let low = parse_per_second("30/min").unwrap_err();
-        assert!(low.contains("at least 1"), "{low}");
-        assert!(parse_per_second("200000/s").is_err());
-        assert!(parse_per_second("fast").is_err());
+        let rate = |s| parse_redrive_rate(s).map(|r| (r.limit, r.period_ms));
+        assert_eq!(rate("10/s"), Ok((10, 1000)));
+        assert_eq!(rate("50/min"), Ok((50, 60_000)));
+        assert_eq!(rate("30/min"), Ok((30, 60_000)), "below 1/s is fine");
+        assert_eq!(rate("1000/h"), Ok((1000, 3_600_000)));
+        assert!(rate("0/min").is_err());
+        assert!(rate("200000/s").is_err());
+        assert!(rate("fast").is_err());
+        assert_eq!(parse_percent("10%"), Ok(10));
+        assert_eq!(parse_percent("100"), Ok(100));
+        assert!(parse_percent("0%").is_err());
+        assert!(parse_percent("150%").is_err());
+        assert!(parse_percent("a lot").is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! `sluice audit [--queue Q] [--since 1h] [--limit N]`: the broker's audit log (SPEC §7) —
+//! `sluice audit [--queue Q] [--since 1h] [--limit N] [--cursor C]`: the broker's audit log —
 //! operator actions (config changes, purge, delete, redrive) and dead-letter / expiry events,
-//! with who did them.
+//! with who did them. `--queue Q` shows Q's DLQ's entries too; when older entries exist than
+//! the page shows, a notice says how to see them.
 
 use clap::Args;
 use sluice_client::ops::AuditQuery;
@@ -14,7 +15,7 @@ use super::{Conn, Failure};
 pub struct AuditArgs {
     #[command(flatten)]
     conn: Conn,
-    /// Only this queue's entries.
+    /// Only this queue's entries and its DLQ's.
     #[arg(long, value_name = "QUEUE")]
     queue: Option<String>,
     /// Only entries since this time: how long ago (e.g. 1h, 30m) or an RFC 3339 time.
@@ -24,6 +25,9 @@ pub struct AuditArgs {
     #[arg(long, default_value_t = 100, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     limit: u64,
+    /// The page before an earlier one: the cursor its notice gave.
+    #[arg(long, value_name = "CURSOR")]
+    cursor: Option<String>,
 }
 
 /// Runs `sluice audit`.
@@ -31,9 +35,10 @@ pub async fn run(a: AuditArgs) -> Result<(), Failure> {
     let c = a.conn.client()?;
     let list = c
         .audit(&AuditQuery {
-            queue: a.queue,
-            since: a.since,
+            queue: a.queue.clone(),
+            since: a.since.clone(),
             limit: usize::try_from(a.limit).ok(),
+            cursor: a.cursor.clone(),
         })
         .await?;
     if a.conn.json {
@@ -66,6 +71,12 @@ pub async fn run(a: AuditArgs) -> Result<(), Failure> {
     t.print();
     if list.entries.is_empty() {
         eprintln!("no audit entries match");
+    }
+    if let Some(cursor) = list.next_cursor.as_deref().filter(|_| list.more) {
+        eprintln!(
+            "{} entries shown; older ones exist: add --cursor {cursor} to see the page before",
+            list.entries.len()
+        );
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! `sluice redrive QUEUE`: start a rate-limited redrive job and watch it (SPEC §5), and
-//! `sluice redrive list|show|cancel`.
+//! `sluice redrive QUEUE`: start a rate-limited, optionally guarded redrive job and watch it,
+//! and `sluice redrive list|show|pause|resume|cancel`.
 //!
 //! The job runs in the broker: this command only starts it (with an `Idempotency-Key`, so a
 //! retried start cannot start two) and polls its progress every 250 ms. Ctrl-C detaches —
@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
-use sluice_client::wire::{RedriveFilterView, RedriveRequest, RedriveView};
+use sluice_client::wire::{RedriveFilterView, RedriveGuardView, RedriveRequest, RedriveView};
 use sluice_client::{Client, ErrorCode};
 
-use super::args::{parse_attr, parse_per_second, parse_time, short_time};
+use super::args::{parse_attr, parse_percent, parse_redrive_rate, parse_time, short_time};
 use super::dlq::resolve_dlq;
 use super::output::{Table, details, json, or_dash};
 use super::{Conn, Failure};
@@ -46,8 +46,18 @@ enum RedriveCommand {
         /// The job id (16 hex digits).
         id: String,
     },
-    /// Stop a running job; what it moved stays moved.
+    /// Stop a running or paused job for good; what it moved stays moved.
     Cancel {
+        /// The job id (16 hex digits).
+        id: String,
+    },
+    /// Pause a running job; it keeps its place and its source until resumed.
+    Pause {
+        /// The job id (16 hex digits).
+        id: String,
+    },
+    /// Resume a paused job (paused by hand or by its guard).
+    Resume {
         /// The job id (16 hex digits).
         id: String,
     },
@@ -61,10 +71,21 @@ struct StartArgs {
     /// Move at most this many.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     limit: Option<u64>,
-    /// Never move more than this in any one-second window, e.g. 10/s or 600/min (at least
-    /// 1/s; rounded down to whole messages per second).
-    #[arg(long, value_name = "RATE", value_parser = parse_per_second)]
-    rate: Option<u32>,
+    /// Never move more than this in any sliding period, spread evenly: e.g. 50/min (an
+    /// upstream's quota), 10/s or 1000/h.
+    #[arg(long, value_name = "RATE", value_parser = parse_redrive_rate)]
+    rate: Option<sluice_client::wire::RateLimitWire>,
+    /// Pause the job when more than this share of the messages it moved fail again (nacked,
+    /// rejected or dead-lettered), e.g. 10%; resume it with `sluice redrive resume ID`.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    pause_if_failing: Option<u8>,
+    /// How many of the latest outcomes --pause-if-failing judges [default: 20].
+    #[arg(long, value_name = "N", requires = "pause_if_failing",
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    guard_window: Option<u32>,
+    /// Count only failures whose error contains this text for --pause-if-failing, e.g. 429.
+    #[arg(long, value_name = "TEXT", requires = "pause_if_failing")]
+    guard_error: Option<String>,
     /// Only messages whose last error contains this text.
     #[arg(long, value_name = "TEXT")]
     filter_error: Option<String>,
@@ -125,7 +146,7 @@ pub async fn run(a: RedriveArgs) -> Result<(), Failure> {
                     j.moved.to_string(),
                     j.matched.to_string(),
                     j.skipped.to_string(),
-                    or_dash(j.rate_per_second.map(|r| format!("{r}/s"))),
+                    rate_text(j),
                     short_time(&j.created_at),
                 ]);
             }
@@ -141,6 +162,28 @@ pub async fn run(a: RedriveArgs) -> Result<(), Failure> {
                 return json(&j);
             }
             show(&j);
+            Ok(())
+        }
+        Some(RedriveCommand::Pause { id }) => {
+            let j = c.pause_redrive(&id).await?;
+            if as_json {
+                return json(&j);
+            }
+            println!(
+                "redrive {} is {} after moving {} of {} matched; resume it with `sluice redrive resume {}`",
+                j.id, j.state, j.moved, j.matched, j.id
+            );
+            Ok(())
+        }
+        Some(RedriveCommand::Resume { id }) => {
+            let j = c.resume_redrive(&id).await?;
+            if as_json {
+                return json(&j);
+            }
+            println!(
+                "redrive {} is {} ({} moved so far); follow it with `sluice redrive show {}`",
+                j.id, j.state, j.moved, j.id
+            );
             Ok(())
         }
         Some(RedriveCommand::Cancel { id }) => {
@@ -169,6 +212,38 @@ fn state_label(j: &RedriveView) -> String {
     let mut s = j.state.clone();
     if j.dry_run {
         s.push_str(" (dry run)");
+    }
+    s
+}
+
+/// The rate as asked: `50/min`, `10/s`, `-`.
+fn rate_text(j: &RedriveView) -> String {
+    let Some(r) = &j.rate else {
+        return or_dash(j.rate_per_second.map(|r| format!("{r}/s")));
+    };
+    match r.period_ms {
+        1000 => format!("{}/s", r.limit),
+        60_000 => format!("{}/min", r.limit),
+        3_600_000 => format!("{}/h", r.limit),
+        ms => format!(
+            "{}/{}",
+            r.limit,
+            super::args::fmt_ms(u64::try_from(ms).unwrap_or(0))
+        ),
+    }
+}
+
+fn guard_text(g: Option<&RedriveGuardView>) -> String {
+    let Some(g) = g else {
+        return "-".to_owned();
+    };
+    let mut s = format!(
+        "pause if more than {}% of the last {} moved fail again",
+        g.percent,
+        g.window.unwrap_or(20)
+    );
+    if let Some(e) = &g.error_contains {
+        s.push_str(&format!(" with an error containing {e:?}"));
     }
     s
 }
@@ -211,7 +286,9 @@ fn show(j: &RedriveView) {
         ("skipped", j.skipped.to_string()),
         ("blocked", or_dash(j.blocked.as_ref())),
         ("limit", or_dash(j.limit)),
-        ("rate", or_dash(j.rate_per_second.map(|r| format!("{r}/s")))),
+        ("paused_reason", or_dash(j.paused_reason.as_ref())),
+        ("rate", rate_text(j)),
+        ("guard", guard_text(j.pause_if_failing.as_ref())),
         ("filter", filter_text(&j.filter)),
         ("reset_receive_count", j.reset_receive_count.to_string()),
         ("dry_run", j.dry_run.to_string()),
@@ -238,10 +315,16 @@ async fn start(c: &Client, s: StartArgs, as_json: bool) -> Result<(), Failure> {
         source: source.clone(),
         destination: s.to,
         limit: s.limit,
-        rate_per_second: s.rate,
+        rate: s.rate,
+        rate_per_second: None,
         filter: (filter != RedriveFilterView::default()).then_some(filter),
         reset_receive_count: Some(!s.keep_receive_count),
         dry_run: Some(s.dry_run),
+        pause_if_failing: s.pause_if_failing.map(|percent| RedriveGuardView {
+            percent,
+            window: s.guard_window,
+            error_contains: s.guard_error,
+        }),
     };
     // The size of the DLQ bounds what can move: the bar's length when no limit is given.
     let depth = c
@@ -300,12 +383,13 @@ async fn start(c: &Client, s: StartArgs, as_json: bool) -> Result<(), Failure> {
 async fn busy(c: &Client, source: &str, e: sluice_client::Error) -> Failure {
     let running = c.list_redrives().await.ok().and_then(|jobs| {
         jobs.into_iter()
-            .find(|j| j.source == source && j.state == "running")
+            .find(|j| j.source == source && (j.state == "running" || j.state == "paused"))
     });
     let hint = match running {
         Some(j) => format!(
-            "redrive {id} of {source} is still running ({} moved so far): wait for it (`sluice \
+            "redrive {id} of {source} is still {} ({} moved so far): wait for it (`sluice \
              redrive show {id}`) or stop it (`sluice redrive cancel {id}`)",
+            j.state,
             j.moved,
             id = j.id
         ),
@@ -367,6 +451,12 @@ impl Watch {
         if let Some(b) = &j.blocked {
             msg.push_str(&format!(" · blocked: {b}"));
         }
+        if let Some(p) = &j.paused_reason {
+            msg.push_str(&format!(
+                " · {p}; resume with `sluice redrive resume {}`",
+                j.id
+            ));
+        }
         self.bar.set_message(msg);
     }
 }
@@ -427,6 +517,19 @@ fn finish(w: &Watch, j: &RedriveView, as_json: bool) -> Result<(), Failure> {
                 j.skipped, j.source
             );
         }
+    }
+    if j.state == "paused" {
+        return Err(Failure::Code(
+            1,
+            format!(
+                "redrive {id} is paused after moving {} of {} matched: {}; resume it with \
+                 `sluice redrive resume {id}` once the cause is fixed",
+                j.moved,
+                j.matched,
+                j.paused_reason.as_deref().unwrap_or("paused"),
+                id = j.id
+            ),
+        ));
     }
     if j.state == "cancelled" {
         return Err(Failure::Code(

@@ -133,6 +133,7 @@ pub async fn run(
             source: dlq.clone(),
             destination: None,
             limit: Some(sc.redrive_batch),
+            rate: None,
             rate_per_second: Some(rate),
             filter: Some(RedriveFilterView {
                 error_contains: Some(REDRIVE_ERROR.to_owned()),
@@ -140,6 +141,7 @@ pub async fn run(
             }),
             reset_receive_count: Some(true),
             dry_run: Some(false),
+            pause_if_failing: None,
         };
         let start_min = clock.now_minutes();
         let job = match client.create_redrive(&req, None).await {

@@ -1,0 +1,314 @@
+//! Redrive at an upstream's per-minute quota, and a guarded redrive that pauses itself when
+//! what it moved fails again — on a real broker with its own redrive runner.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// `n` messages dead-lettered from `queue` (one attempt allowed) with `error`.
+async fn dead_letters(s: &common::TestServer, queue: &str, n: usize, error: &str) {
+    s.put_queue(queue, json!({"max_receive_count": 1})).await;
+    let msgs: Vec<Value> = (0..n).map(|i| json!({"body": i})).collect();
+    let (code, v) = s
+        .call(
+            Method::POST,
+            &format!("/v1/queues/{queue}/messages"),
+            Some(json!({"messages": msgs})),
+        )
+        .await;
+    assert_eq!(code, 201, "{v}");
+    let got = s
+        .receive(queue, json!({"max": n, "visibility_timeout_ms": 60_000}))
+        .await;
+    assert_eq!(got.len(), n);
+    for m in got {
+        let (code, v) = s
+            .call(
+                Method::POST,
+                &format!("/v1/queues/{queue}/reject"),
+                Some(json!({"receipt": m["receipt"], "error": error})),
+            )
+            .await;
+        assert_eq!(code, 200, "{v}");
+    }
+}
+
+async fn job(s: &common::TestServer, id: &str) -> Value {
+    let (code, v) = s
+        .call(Method::GET, &format!("/v1/redrives/{id}"), None)
+        .await;
+    assert_eq!(code, 200, "{v}");
+    v
+}
+
+/// Polls the job until `done` says so, or fails after `limit`.
+async fn wait_job(
+    s: &common::TestServer,
+    id: &str,
+    limit: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let j = job(s, id).await;
+        if done(&j) {
+            return j;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting: {j}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// When each message of `queue` arrived there, in ms, sorted.
+async fn arrivals(s: &common::TestServer, queue: &str) -> Vec<i64> {
+    let (code, page) = s
+        .call(
+            Method::GET,
+            &format!("/v1/queues/{queue}/messages?state=all&limit=1000"),
+            None,
+        )
+        .await;
+    assert_eq!(code, 200, "{page}");
+    let mut at: Vec<i64> = page["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| {
+            let t = time::OffsetDateTime::parse(
+                m["entered_at"].as_str().expect("entered_at"),
+                &time::format_description::well_known::Rfc3339,
+            )
+            .expect("RFC 3339");
+            (t.unix_timestamp_nanos() / 1_000_000) as i64
+        })
+        .collect();
+    at.sort_unstable();
+    at
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_at_50_a_minute_spreads_its_moves_and_never_passes_the_quota() {
+    let s = common::start().await;
+    dead_letters(&s, "payments", 100, "upstream 429").await;
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/redrives",
+            Some(json!({"source": "payments.dlq", "rate": {"limit": 50, "period_ms": 60_000}})),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    assert_eq!(v["rate"], json!({"limit": 50, "period_ms": 60_000}));
+    let id = v["id"].as_str().expect("id").to_owned();
+    let done = wait_job(&s, &id, Duration::from_secs(150), |j| {
+        j["state"] == "completed"
+    })
+    .await;
+    assert_eq!(done["moved"], 100, "{done}");
+
+    let at = arrivals(&s, "payments").await;
+    assert_eq!(at.len(), 100);
+    // More than 50 in some sliding minute would need 51 arrivals within 60 s of each other.
+    for w in at.windows(51) {
+        assert!(
+            w[50] - w[0] >= 60_000,
+            "51 moves within {} ms",
+            w[50] - w[0]
+        );
+    }
+    // Evenly spread: never more than 5 in any 5 s (1.2 s apart on average).
+    for w in at.windows(6) {
+        assert!(w[5] - w[0] >= 5_000, "6 moves within {} ms", w[5] - w[0]);
+    }
+    let span = at[99] - at[0];
+    assert!(
+        (118_800..=125_000).contains(&span),
+        "100 moves at 50 a minute took {span} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_redrive_pauses_when_what_it_moved_fails_again_and_resumes() {
+    let s = common::start().await;
+    dead_letters(&s, "orders", 40, "upstream 429 Too Many Requests").await;
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/redrives",
+            Some(json!({
+                "source": "orders.dlq",
+                "rate": {"limit": 20, "period_ms": 1000},
+                "pause_if_failing": {"percent": 50, "window": 10, "error_contains": "429"},
+            })),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    assert_eq!(
+        v["pause_if_failing"],
+        json!({"percent": 50, "window": 10, "error_contains": "429"})
+    );
+    let id = v["id"].as_str().expect("id").to_owned();
+
+    // The upstream still answers 429: every moved message fails again.
+    let failing = {
+        let client = s.client.clone();
+        let base = s.base.clone();
+        tokio::spawn(async move {
+            loop {
+                let r: Value = client
+                    .post(format!("{base}/v1/queues/orders/receive"))
+                    .json(&json!({"max": 10, "wait_ms": 200}))
+                    .send()
+                    .await
+                    .expect("receive")
+                    .json()
+                    .await
+                    .expect("json");
+                for m in r["messages"].as_array().expect("messages") {
+                    client
+                        .post(format!("{base}/v1/queues/orders/nack"))
+                        .json(&json!({"receipt": m["receipt"], "error": "upstream 429 again"}))
+                        .send()
+                        .await
+                        .expect("nack");
+                }
+            }
+        })
+    };
+    let paused = wait_job(&s, &id, Duration::from_secs(30), |j| j["state"] == "paused").await;
+    failing.abort();
+    let reason = paused["paused_reason"].as_str().expect("reason");
+    assert!(
+        reason.contains("guard") && reason.contains("429"),
+        "{paused}"
+    );
+    let moved = paused["moved"].as_u64().expect("moved");
+    assert!(
+        (10..40).contains(&moved),
+        "paused before moving it all: {paused}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        job(&s, &id).await["moved"],
+        moved,
+        "a paused job moves nothing"
+    );
+
+    // The audit log of the source queue shows the job's start and its pause, with the reason.
+    let (_, log) = s.call(Method::GET, "/v1/audit?queue=orders", None).await;
+    let actions: Vec<&str> = log["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert!(actions.contains(&"redrive.create"), "{log}");
+    let pause = log["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .find(|e| e["action"] == "redrive.pause")
+        .unwrap_or_else(|| panic!("no pause entry: {log}"));
+    assert_eq!(pause["queue"], "orders.dlq");
+    assert_eq!(pause["details"]["reason"], reason, "{pause}");
+
+    // The upstream recovered: resumed, the job moves the rest and they are acknowledged.
+    let (code, v) = s
+        .call(Method::POST, &format!("/v1/redrives/{id}/resume"), None)
+        .await;
+    assert_eq!(
+        (code.as_u16(), v["state"].as_str()),
+        (200, Some("running")),
+        "{v}"
+    );
+    let healthy = {
+        let client = s.client.clone();
+        let base = s.base.clone();
+        tokio::spawn(async move {
+            loop {
+                let r: Value = client
+                    .post(format!("{base}/v1/queues/orders/receive"))
+                    .json(&json!({"max": 10, "wait_ms": 200}))
+                    .send()
+                    .await
+                    .expect("receive")
+                    .json()
+                    .await
+                    .expect("json");
+                for m in r["messages"].as_array().expect("messages") {
+                    client
+                        .post(format!("{base}/v1/queues/orders/ack"))
+                        .json(&json!({"receipt": m["receipt"]}))
+                        .send()
+                        .await
+                        .expect("ack");
+                }
+            }
+        })
+    };
+    let done = wait_job(&s, &id, Duration::from_secs(30), |j| {
+        j["state"] == "completed"
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.stats("orders").await["totals"]["acked"] != 40 {
+        assert!(Instant::now() < deadline, "{}", s.stats("orders").await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    healthy.abort();
+    assert_eq!(s.stats("orders").await["dead_letter_depth"], 0, "{done}");
+    let (_, log) = s.call(Method::GET, "/v1/audit?queue=orders", None).await;
+    for action in ["redrive.resume", "redrive.progress", "redrive.finish"] {
+        assert!(
+            log["entries"]
+                .as_array()
+                .expect("entries")
+                .iter()
+                .any(|e| e["action"] == action),
+            "{action} missing: {log}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn audit_pages_say_when_more_exist_and_continue_without_gaps() {
+    let s = common::start().await;
+    s.put_queue("paged", json!({})).await;
+    // Seven config changes, some within the same millisecond.
+    for i in 0..7 {
+        s.put_queue("paged", json!({"delay_ms": i})).await;
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut path = "/v1/audit?queue=paged&limit=3".to_owned();
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let (code, page) = s.call(Method::GET, &path, None).await;
+        assert_eq!(code, 200, "{page}");
+        pages += 1;
+        let mut entries: Vec<String> = page["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| e["details"].to_string())
+            .collect();
+        entries.append(&mut seen);
+        seen = entries;
+        if page["more"] != true {
+            assert!(page["next_cursor"].is_null(), "{page}");
+            break;
+        }
+        cursor = Some(page["next_cursor"].as_str().expect("cursor").to_owned());
+        assert!(pages < 10, "paging does not end");
+    }
+    assert_eq!(seen.len(), 8, "every entry once: {seen:?}");
+    assert_eq!(pages, 3);
+    let (code, v) = s.call(Method::GET, "/v1/audit?cursor=nonsense", None).await;
+    common::assert_error(&(code, v), 400, "invalid_argument");
+}
