@@ -153,31 +153,12 @@ async fn a_guarded_redrive_pauses_when_what_it_moved_fails_again_and_resumes() {
     let id = v["id"].as_str().expect("id").to_owned();
 
     // The upstream still answers 429: every moved message fails again.
-    let failing = {
-        let client = s.client.clone();
-        let base = s.base.clone();
-        tokio::spawn(async move {
-            loop {
-                let r: Value = client
-                    .post(format!("{base}/v1/queues/orders/receive"))
-                    .json(&json!({"max": 10, "wait_ms": 200}))
-                    .send()
-                    .await
-                    .expect("receive")
-                    .json()
-                    .await
-                    .expect("json");
-                for m in r["messages"].as_array().expect("messages") {
-                    client
-                        .post(format!("{base}/v1/queues/orders/nack"))
-                        .json(&json!({"receipt": m["receipt"], "error": "upstream 429 again"}))
-                        .send()
-                        .await
-                        .expect("nack");
-                }
-            }
-        })
-    };
+    let failing = common::consumer(
+        &s,
+        "orders",
+        "nack",
+        |m| json!({"receipt": m["receipt"], "error": "upstream 429 again"}),
+    );
     let paused = wait_job(&s, &id, Duration::from_secs(30), |j| j["state"] == "paused").await;
     failing.abort();
     let reason = paused["paused_reason"].as_str().expect("reason");
@@ -224,31 +205,7 @@ async fn a_guarded_redrive_pauses_when_what_it_moved_fails_again_and_resumes() {
         (200, Some("running")),
         "{v}"
     );
-    let healthy = {
-        let client = s.client.clone();
-        let base = s.base.clone();
-        tokio::spawn(async move {
-            loop {
-                let r: Value = client
-                    .post(format!("{base}/v1/queues/orders/receive"))
-                    .json(&json!({"max": 10, "wait_ms": 200}))
-                    .send()
-                    .await
-                    .expect("receive")
-                    .json()
-                    .await
-                    .expect("json");
-                for m in r["messages"].as_array().expect("messages") {
-                    client
-                        .post(format!("{base}/v1/queues/orders/ack"))
-                        .json(&json!({"receipt": m["receipt"]}))
-                        .send()
-                        .await
-                        .expect("ack");
-                }
-            }
-        })
-    };
+    let healthy = common::consumer(&s, "orders", "ack", |m| json!({"receipt": m["receipt"]}));
     let done = wait_job(&s, &id, Duration::from_secs(30), |j| {
         j["state"] == "completed"
     })

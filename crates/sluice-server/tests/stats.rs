@@ -175,16 +175,13 @@ async fn a_steady_drain_reads_an_eta_close_to_the_time_really_left() {
             let mut done = 0;
             while done < total {
                 tick.tick().await;
-                let r: Value = client
-                    .post(format!("{base}/v1/queues/drain/receive"))
-                    .json(&json!({"max": 1}))
-                    .send()
-                    .await
-                    .expect("receive")
-                    .json()
-                    .await
-                    .expect("json");
-                for m in r["messages"].as_array().expect("messages") {
+                let got = common::receive_raw(
+                    &client,
+                    &format!("{base}/v1/queues/drain"),
+                    json!({"max": 1}),
+                )
+                .await;
+                for m in &got {
                     client
                         .post(format!("{base}/v1/queues/drain/ack"))
                         .json(&json!({"receipt": m["receipt"]}))

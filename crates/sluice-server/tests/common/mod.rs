@@ -113,6 +113,44 @@ impl TestServer {
     }
 }
 
+/// A consumer of `queue` running until aborted: it receives up to 10 at a time and settles
+/// each delivery with `settle` (`"ack"`, `"nack"`, …) and the body `body` gives for it.
+pub fn consumer(
+    s: &TestServer,
+    queue: &str,
+    settle: &'static str,
+    body: impl Fn(&Value) -> Value + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let client = s.client.clone();
+    let base = format!("{}/v1/queues/{queue}", s.base);
+    tokio::spawn(async move {
+        loop {
+            for m in receive_raw(&client, &base, json!({"max": 10, "wait_ms": 200})).await {
+                client
+                    .post(format!("{base}/{settle}"))
+                    .json(&body(&m))
+                    .send()
+                    .await
+                    .expect("settle");
+            }
+        }
+    })
+}
+
+/// One receive from the queue at `base` (`…/v1/queues/{q}`) with a client of its own.
+pub async fn receive_raw(client: &reqwest::Client, base: &str, req: Value) -> Vec<Value> {
+    let r: Value = client
+        .post(format!("{base}/receive"))
+        .json(&req)
+        .send()
+        .await
+        .expect("receive")
+        .json()
+        .await
+        .expect("json");
+    r["messages"].as_array().expect("messages").clone()
+}
+
 pub async fn parse(resp: reqwest::Response) -> (StatusCode, Value) {
     let status = resp.status();
     let is_json = resp
