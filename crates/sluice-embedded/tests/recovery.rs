@@ -147,6 +147,36 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
         .put_queue(&q(), &QueueConfigPatch::default())
         .await
         .expect("create");
+    // A paused, guarded redrive job, written to the oldest segment: compaction copies it.
+    let job = store
+        .create_redrive(sluice_core::RedriveSpec {
+            source: QueueName::new("jobs.dlq").expect("valid name"),
+            destination: None,
+            limit: Some(10),
+            rate: Some(sluice_core::RateLimit {
+                limit: 50,
+                period: Duration::from_secs(60),
+            }),
+            filter: sluice_core::RedriveFilter::default(),
+            reset_receive_count: true,
+            dry_run: false,
+            guard: Some(sluice_core::RedriveGuard {
+                percent: 10,
+                window: 20,
+                error_contains: Some("429".into()),
+            }),
+        })
+        .await
+        .expect("redrive");
+    let job = store
+        .control_redrive(
+            job.id,
+            sluice_core::RedriveControl::Pause {
+                reason: "by hand".into(),
+            },
+        )
+        .await
+        .expect("pause");
     let body = Body::binary(vec![7u8; 16 * 1024]);
     // ~200 MiB through the log; only the last 100 messages stay live.
     let mut kept = Vec::new();
@@ -222,6 +252,14 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
             .expect("kept message survives compaction");
         assert_eq!(m.body.expect("body").bytes.len(), 16 * 1024);
     }
+    assert_eq!(
+        store
+            .get_redrive(job.id)
+            .await
+            .expect("job survives compaction"),
+        job,
+        "with its rate, guard and pause"
+    );
 }
 
 /// Leases are not waited for, so a crash of the machine can lose the newest lease records.
