@@ -48,8 +48,11 @@ const MAX_STEP: u32 = 1000;
 const BLOCKED_PAUSE: Duration = Duration::from_millis(500);
 /// How long to wait after the jobs could not be listed, when the store does not say.
 const FAILED_LIST_PAUSE: Duration = Duration::from_secs(1);
-/// Moved messages a guard looks at per tick.
-const GUARD_CHECKS_PER_TICK: usize = 64;
+/// Moved messages a guard looks at per look.
+const GUARD_CHECKS_PER_LOOK: usize = 64;
+/// How often a guard looks: each look reads up to `GUARD_CHECKS_PER_LOOK` messages, so this
+/// bounds the reads a guarded job adds to the store while its moved messages wait.
+const GUARD_EVERY: Duration = Duration::from_millis(500);
 /// Moved messages a guard remembers while their fate is open; older ones are forgotten.
 const GUARD_PENDING_MAX: usize = 10_000;
 
@@ -75,6 +78,8 @@ struct JobPace {
     /// Moved at the last look, for milestones.
     moved: u64,
     guard: GuardWatch,
+    /// When the guard looks next.
+    guard_at: Timestamp,
 }
 
 /// What a guard has seen.
@@ -112,9 +117,12 @@ pub async fn run(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
                 for job in running {
                     let p = pace.entry(job.id).or_insert_with(|| JobPace::new(&job));
                     if let Some(guard) = &job.spec.guard
-                        && watch_guard(store.as_ref(), &job, guard, &mut p.guard).await
+                        && SystemClock.now() >= p.guard_at
                     {
-                        continue;
+                        p.guard_at = SystemClock.now().plus(GUARD_EVERY);
+                        if watch_guard(store.as_ref(), &job, guard, &mut p.guard).await {
+                            continue;
+                        }
                     }
                     step(store.as_ref(), &job, p).await;
                 }
@@ -149,6 +157,7 @@ impl JobPace {
             next_at,
             moved: job.moved,
             guard: GuardWatch::default(),
+            guard_at: SystemClock.now(),
         }
     }
 }
@@ -221,7 +230,7 @@ async fn watch_guard(
     guard: &RedriveGuard,
     w: &mut GuardWatch,
 ) -> bool {
-    for _ in 0..GUARD_CHECKS_PER_TICK.min(w.pending.len()) {
+    for _ in 0..GUARD_CHECKS_PER_LOOK.min(w.pending.len()) {
         let Some((id, moved_at)) = w.pending.pop_front() else {
             break;
         };
