@@ -41,6 +41,15 @@ def test_every_route_of_the_openapi_document_has_a_client_method(client: sluice.
     assert covered - served == set(), "client methods for routes the broker does not serve"
 
 
+def test_routing_errors_have_their_own_codes(client: sluice.Client) -> None:
+    with pytest.raises(ApiError) as e:
+        client._t.request("GET", "/v1/nothing", idempotent=True)
+    assert e.value.code is ErrorCode.NOT_FOUND and e.value.status == 404
+    with pytest.raises(ApiError) as e:
+        client._t.request("PATCH", "/v1/queues", idempotent=True)
+    assert e.value.code is ErrorCode.METHOD_NOT_ALLOWED and e.value.status == 405
+
+
 def test_queue_lifecycle(client: sluice.Client, queue: str) -> None:
     q = client.put_queue(queue, max_receive_count=3, visibility_timeout=12.5, backoff_base=0.2)
     assert q.created and q.name == queue

@@ -176,6 +176,8 @@ pub(crate) fn code_for_status(status: u16) -> ErrorCode {
     match status {
         401 => ErrorCode::Unauthenticated,
         403 => ErrorCode::PermissionDenied,
+        404 => ErrorCode::NotFound,
+        405 => ErrorCode::MethodNotAllowed,
         409 => ErrorCode::Conflict,
         413 => ErrorCode::PayloadTooLarge,
         422 => ErrorCode::IdempotencyMismatch,

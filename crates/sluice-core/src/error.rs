@@ -39,11 +39,15 @@ pub enum ErrorCode {
     QueueFull,
     /// Storage is unavailable (disk full, database lost); retry later.
     Unavailable,
+    /// No such route: the path names nothing the API serves.
+    NotFound,
+    /// The route exists but does not accept the request's method (see the `Allow` header).
+    MethodNotAllowed,
 }
 
 impl ErrorCode {
     /// Every code, in catalogue order.
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 14] = [
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
         ErrorCode::PermissionDenied,
@@ -56,6 +60,8 @@ impl ErrorCode {
         ErrorCode::RateLimited,
         ErrorCode::QueueFull,
         ErrorCode::Unavailable,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
     ];
 
     /// The wire form, e.g. `receipt_stale`.
@@ -73,6 +79,8 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::QueueFull => "queue_full",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
         }
     }
 
@@ -82,7 +90,8 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => 400,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::PermissionDenied => 403,
-            ErrorCode::QueueNotFound | ErrorCode::MessageNotFound => 404,
+            ErrorCode::QueueNotFound | ErrorCode::MessageNotFound | ErrorCode::NotFound => 404,
+            ErrorCode::MethodNotAllowed => 405,
             ErrorCode::ReceiptStale | ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::IdempotencyMismatch => 422,

@@ -718,15 +718,8 @@ fn cases(stale: &str) -> Vec<Case> {
             "conflict",
         ),
         // Routing.
-        case(
-            "unknown route",
-            M::GET,
-            "/v1/nothing",
-            "",
-            404,
-            "invalid_argument",
-        ),
-        case("wrong method", M::PATCH, q, "{}", 405, "invalid_argument"),
+        case("unknown route", M::GET, "/v1/nothing", "", 404, "not_found"),
+        case("wrong method", M::PATCH, q, "{}", 405, "method_not_allowed"),
     ];
     // Header abuse.
     let mut huge = case(
