@@ -1546,9 +1546,22 @@ pub struct TaskQuery {
 /// Query of `GET /v1/queues/{q}/scaling`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ScalingQuery {
-    /// How many waiting or running tasks one worker should carry (1 to 1000000).
+    /// How many waiting or running tasks one worker should carry (1 to 1000000; default 1).
+    #[serde(default = "one")]
+    #[param(default = 1, minimum = 1, maximum = 1_000_000)]
     pub per_worker: u64,
+}
+
+impl Default for ScalingQuery {
+    fn default() -> Self {
+        ScalingQuery { per_worker: one() }
+    }
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// `GET /v1/queues/{q}/scaling`: how many workers the queue wants, for KEDA-style and Ray

@@ -62,6 +62,11 @@ impl ApiError {
         self.code
     }
 
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// The same error as the frame protocol answers it.
     pub(crate) fn into_frame_error(self) -> sluice_core::frame::FrameError {
         sluice_core::frame::FrameError {

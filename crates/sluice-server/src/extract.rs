@@ -2,7 +2,7 @@
 //! 413 `payload_too_large`) instead of axum's plain-text rejections.
 
 use axum::body::Body;
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
@@ -178,20 +178,7 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
-/// Query parameters; unknown or mistyped ones are a 400.
-#[derive(Debug)]
-pub struct ApiQuery<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Query(q)| ApiQuery(q))
-            .map_err(|e| ApiError::invalid(format!("bad query string: {}", e.body_text())))
-    }
-}
+pub use crate::query::ApiQuery;
 
 /// The `{q}` path segment, validated as a queue name.
 #[derive(Debug)]

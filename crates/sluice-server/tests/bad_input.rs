@@ -720,6 +720,23 @@ fn cases(stale: &str) -> Vec<Case> {
         // Routing.
         case("unknown route", M::GET, "/v1/nothing", "", 404, "not_found"),
         case("wrong method", M::PATCH, q, "{}", 405, "method_not_allowed"),
+        // Query strings: a wrong value or an unknown parameter is named.
+        case(
+            "per_worker not a number",
+            M::GET,
+            "/v1/queues/jobs/scaling?per_worker=lots",
+            "",
+            400,
+            "invalid_argument",
+        ),
+        case(
+            "unknown query parameter",
+            M::GET,
+            "/v1/queues/jobs/scaling?per_worker=1&workers=2",
+            "",
+            400,
+            "invalid_argument",
+        ),
     ];
     // Header abuse.
     let mut huge = case(

@@ -1,10 +1,11 @@
-//! The API's edges: routing errors with their own codes.
+//! The API's edges: routing errors with their own codes, and query strings with defaults and
+//! errors that name the parameter.
 
 mod common;
 
 use common::{assert_error, start};
 use reqwest::{Method, StatusCode};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn message(got: &(StatusCode, Value)) -> String {
     got.1["error"]["message"].as_str().unwrap_or("").to_owned()
@@ -33,5 +34,52 @@ async fn routing_errors_have_their_own_codes_and_405_lists_the_methods() {
     for m in ["GET", "PUT", "DELETE"] {
         assert!(allow.contains(m), "Allow header {allow:?} lacks {m}");
     }
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_defaults_per_worker_to_one_and_names_a_bad_parameter() {
+    let s = start().await;
+    s.put_queue("jobs", json!({})).await;
+    for n in 0..3 {
+        s.send("jobs", json!(n)).await;
+    }
+    let (st, v) = s.call(Method::GET, "/v1/queues/jobs/scaling", None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["desired_workers"], 3, "per_worker defaults to 1: {v}");
+    let (st, v) = s
+        .call(Method::GET, "/v1/queues/jobs/scaling?per_worker=2", None)
+        .await;
+    assert_eq!((st, &v["desired_workers"]), (StatusCode::OK, &json!(2)));
+
+    let got = s
+        .call(Method::GET, "/v1/queues/jobs/scaling?per_worker=lots", None)
+        .await;
+    assert_error(&got, 400, "invalid_argument");
+    let m = message(&got);
+    assert!(m.contains("per_worker") && m.contains("\"lots\""), "{m}");
+    assert!(!m.contains("Failed to deserialize"), "raw parser text: {m}");
+
+    let got = s
+        .call(Method::GET, "/v1/queues/jobs/scaling?workers=2", None)
+        .await;
+    assert_error(&got, 400, "invalid_argument");
+    let m = message(&got);
+    assert!(
+        m.contains("unknown query parameter \"workers\"") && m.contains("per_worker"),
+        "{m}"
+    );
+
+    let doc = s.call(Method::GET, "/openapi.json", None).await.1;
+    let params = &doc["paths"]["/v1/queues/{q}/scaling"]["get"]["parameters"];
+    let per_worker = params
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .find(|p| p["name"] == "per_worker")
+        .expect("per_worker documented");
+    assert_eq!(per_worker["in"], "query");
+    assert_eq!(per_worker["required"], false);
+    assert_eq!(per_worker["schema"]["default"], 1, "{per_worker}");
     s.shutdown().await;
 }
