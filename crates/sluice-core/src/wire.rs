@@ -1159,10 +1159,12 @@ pub struct BrowseQuery {
     /// Only messages with this attribute value, written `key=value`.
     #[serde(default)]
     pub attribute: Option<String>,
-    /// Only messages dead-lettered before this time (RFC 3339).
+    /// Only messages dead-lettered before this time: RFC 3339, or how long ago (`10m`,
+    /// `1h`, `90s`, `2d`).
     #[serde(default)]
     pub dead_lettered_before: Option<String>,
-    /// Only messages dead-lettered at or after this time (RFC 3339).
+    /// Only messages dead-lettered at or after this time: RFC 3339, or how long ago (`10m`,
+    /// `1h`, `90s`, `2d`).
     #[serde(default)]
     pub dead_lettered_after: Option<String>,
 }
@@ -1180,11 +1182,18 @@ impl BrowseQuery {
             })?;
             attributes.insert(k.to_string(), v.to_string());
         }
+        // A person types these: RFC 3339, or how long ago (`10m`).
+        let now = crate::time::Clock::now(&crate::time::SystemClock);
+        let time = |field: &str, v: &Option<String>| {
+            v.as_deref()
+                .map(|s| crate::human::parse_time(field, s, now).map(rfc3339))
+                .transpose()
+        };
         let view = RedriveFilterView {
             error_contains: self.error_contains.clone(),
             attributes,
-            dead_lettered_before: self.dead_lettered_before.clone(),
-            dead_lettered_after: self.dead_lettered_after.clone(),
+            dead_lettered_before: time("dead_lettered_before", &self.dead_lettered_before)?,
+            dead_lettered_after: time("dead_lettered_after", &self.dead_lettered_after)?,
         };
         let filter = view.to_core()?;
         Ok((filter != crate::redrive::RedriveFilter::default()).then_some(filter))
@@ -1694,7 +1703,8 @@ impl From<&crate::stats::StatsSample> for SampleView {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryQuery {
-    /// Points at or after this time (RFC 3339); default: one hour ago.
+    /// Points at or after this time: RFC 3339 (`2026-01-01T10:00:00Z`), or how long ago
+    /// (`10m`, `1h`, `90s`, `2d`); default: one hour ago.
     pub since: Option<String>,
 }
 

@@ -737,6 +737,22 @@ fn cases(stale: &str) -> Vec<Case> {
             400,
             "invalid_argument",
         ),
+        case(
+            "since neither a time nor a duration",
+            M::GET,
+            "/v1/queues/jobs/stats/history?since=yesterday",
+            "",
+            400,
+            "invalid_argument",
+        ),
+        case(
+            "audit since neither a time nor a duration",
+            M::GET,
+            "/v1/audit?since=soon",
+            "",
+            400,
+            "invalid_argument",
+        ),
     ];
     // Header abuse.
     let mut huge = case(

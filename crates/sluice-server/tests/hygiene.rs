@@ -1,5 +1,5 @@
-//! The API's edges: routing errors with their own codes, and query strings with defaults and
-//! errors that name the parameter.
+//! The API's edges: routing errors with their own codes, query strings with defaults and
+//! errors that name the parameter, and times typed as "how long ago".
 
 mod common;
 
@@ -81,5 +81,66 @@ async fn scaling_defaults_per_worker_to_one_and_names_a_bad_parameter() {
     assert_eq!(per_worker["in"], "query");
     assert_eq!(per_worker["required"], false);
     assert_eq!(per_worker["schema"]["default"], 1, "{per_worker}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_in_queries_read_as_rfc3339_or_how_long_ago() {
+    let s = start().await;
+    s.put_queue("jobs", json!({"max_receive_count": 1})).await;
+    s.send("jobs", json!("x")).await;
+    let got = s.receive("jobs", json!({})).await;
+    let receipt = got[0]["receipt"].as_str().expect("receipt");
+    let (st, _) = s
+        .call(
+            Method::POST,
+            "/v1/queues/jobs/reject",
+            Some(json!({"receipt": receipt, "error": "bad"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+
+    for since in ["10m", "1h", "90s", "2d", "2026-01-01T00:00:00Z"] {
+        let (st, v) = s
+            .call(
+                Method::GET,
+                &format!("/v1/queues/jobs/stats/history?since={since}"),
+                None,
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "history since={since}: {v}");
+        let (st, v) = s
+            .call(Method::GET, &format!("/v1/audit?since={since}"), None)
+            .await;
+        assert_eq!(st, StatusCode::OK, "audit since={since}: {v}");
+    }
+    // The dead letter of a moment ago is after "1h" ago and not before it.
+    let page = |q: &str| {
+        let path = format!("/v1/queues/jobs.dlq/messages?{q}");
+        let s = &s;
+        async move { s.call(Method::GET, &path, None).await }
+    };
+    let (st, v) = page("dead_lettered_after=1h").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["messages"].as_array().map(Vec::len), Some(1), "{v}");
+    let (_, v) = page("dead_lettered_before=1h").await;
+    assert_eq!(v["messages"].as_array().map(Vec::len), Some(0), "{v}");
+
+    let got = s
+        .call(
+            Method::GET,
+            "/v1/queues/jobs/stats/history?since=yesterday",
+            None,
+        )
+        .await;
+    assert_error(&got, 400, "invalid_argument");
+    let m = message(&got);
+    assert!(
+        m.contains("since") && m.contains("RFC 3339") && m.contains("10m"),
+        "{m}"
+    );
+    let got = page("dead_lettered_after=soon").await;
+    assert_error(&got, 400, "invalid_argument");
+    assert!(message(&got).contains("dead_lettered_after"), "{}", got.1);
     s.shutdown().await;
 }

@@ -3,8 +3,8 @@
 use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
-use sluice_core::wire::{ErrorEnvelope, parse_rfc3339, rfc3339};
-use sluice_core::{AuditQuery, QueueName};
+use sluice_core::wire::{ErrorEnvelope, rfc3339};
+use sluice_core::{AuditQuery, Clock, QueueName, SystemClock};
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 
@@ -19,7 +19,8 @@ use crate::extract::ApiQuery;
 pub struct AuditParams {
     /// Only this queue's entries.
     pub queue: Option<String>,
-    /// Only entries at or after this time (RFC 3339).
+    /// Only entries at or after this time: RFC 3339 (`2026-01-01T10:00:00Z`), or how long ago
+    /// (`10m`, `1h`, `90s`, `2d`).
     pub since: Option<String>,
     /// At most this many, the newest (default 100, at most 10000).
     pub limit: Option<usize>,
@@ -74,7 +75,7 @@ pub async fn list(
         since: p
             .since
             .as_deref()
-            .map(|s| parse_rfc3339("since", s))
+            .map(|s| sluice_core::human::parse_time("since", s, SystemClock.now()))
             .transpose()?,
         limit: p.limit.unwrap_or(100).clamp(1, 10_000),
     };
