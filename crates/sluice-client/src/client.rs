@@ -106,12 +106,12 @@ impl ClientBuilder {
         let base = self.base.trim_end_matches('/').to_owned();
         let parsed = reqwest::Url::parse(&base).map_err(|e| {
             Error::InvalidInput(format!(
-                "broker URL {base:?} is not a URL ({e}); give one like http://127.0.0.1:7878"
+                "broker URL \"{base}\" is not a URL ({e}); give one like http://127.0.0.1:7878"
             ))
         })?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
             return Err(Error::InvalidInput(format!(
-                "broker URL {base:?} must start with http:// or https:// and name a host, \
+                "broker URL \"{base}\" must start with http:// or https:// and name a host, \
                  like http://127.0.0.1:7878"
             )));
         }
@@ -338,8 +338,8 @@ impl Client {
                     status: 503,
                     code: ErrorCode::Unavailable,
                     message: format!(
-                        "the broker did not answer GET {path} within {:?}",
-                        self.timeout
+                        "the broker did not answer GET {path} within {}",
+                        sluice_core::human::fmt_duration(self.timeout)
                     ),
                     retry_after: None,
                 });

@@ -120,7 +120,7 @@ pub enum StoreError {
     #[error("{0}")]
     InvalidArgument(String),
     /// The queue does not exist.
-    #[error("queue {0:?} does not exist; create it with PUT /v1/queues/{0}")]
+    #[error("queue \"{0}\" does not exist; create it with PUT /v1/queues/{0}")]
     QueueNotFound(String),
     /// No message with this id.
     #[error("message {0} does not exist (it was acknowledged, deleted, expired or never sent)")]
@@ -143,7 +143,8 @@ pub enum StoreError {
     PayloadTooLarge(String),
     /// The queue is at `max_depth`.
     #[error(
-        "queue {queue:?} is full (max_depth {max_depth}); retry after {retry_after:?} or raise max_depth"
+        "queue \"{queue}\" is full (max_depth {max_depth}); retry after {} or raise max_depth",
+        crate::human::fmt_duration(*.retry_after)
     )]
     QueueFull {
         /// The queue.
@@ -154,7 +155,10 @@ pub enum StoreError {
         retry_after: Duration,
     },
     /// Storage cannot take writes now; the broker recovers by itself when the cause goes away.
-    #[error("storage unavailable: {reason}; retry after {retry_after:?}")]
+    #[error(
+        "storage unavailable: {reason}; retry after {}",
+        crate::human::fmt_duration(*.retry_after)
+    )]
     Unavailable {
         /// What failed (e.g. "fsync failed: No space left on device").
         reason: String,
@@ -216,6 +220,90 @@ mod tests {
             let json = serde_json_like(c);
             assert_eq!(json, c.as_str());
         }
+    }
+
+    /// A message a person reads carries no Rust debug formatting: names are printed as they
+    /// are (in plain quotes), never as `QueueName("jobs")` or `Some(..)`.
+    pub(crate) fn assert_plain(msg: &str) {
+        for bad in ["(\"", "Some(", "None", "\\\""] {
+            assert!(!msg.contains(bad), "debug formatting ({bad}) in: {msg}");
+        }
+    }
+
+    /// Every variant, with the values the engines put in them.
+    fn every_variant() -> Vec<StoreError> {
+        let all = vec![
+            StoreError::InvalidArgument("bad".into()),
+            StoreError::QueueNotFound("tmpq.dlq".into()),
+            StoreError::MessageNotFound(MessageId(42)),
+            StoreError::RedriveNotFound("00000000000000a1".into()),
+            StoreError::ReceiptStale,
+            StoreError::Conflict("busy".into()),
+            StoreError::PayloadTooLarge("big".into()),
+            StoreError::QueueFull {
+                queue: "tmpq".into(),
+                max_depth: 3,
+                retry_after: Duration::from_millis(2500),
+            },
+            StoreError::unavailable("disk full"),
+        ];
+        // Fails to compile when a variant is added without a case here.
+        for e in &all {
+            match e {
+                StoreError::InvalidArgument(_)
+                | StoreError::QueueNotFound(_)
+                | StoreError::MessageNotFound(_)
+                | StoreError::RedriveNotFound(_)
+                | StoreError::ReceiptStale
+                | StoreError::Conflict(_)
+                | StoreError::PayloadTooLarge(_)
+                | StoreError::QueueFull { .. }
+                | StoreError::Unavailable { .. } => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn store_errors_read_without_debug_formatting() {
+        for e in every_variant() {
+            let msg = e.to_string();
+            assert_plain(&msg);
+        }
+        let e = StoreError::QueueNotFound("tmpq.dlq".into()).to_string();
+        assert!(e.starts_with("queue \"tmpq.dlq\" does not exist"), "{e}");
+        let full = every_variant()[7].to_string();
+        assert!(full.contains("retry after 2.5s"), "{full}");
+    }
+
+    #[test]
+    fn validation_errors_read_without_debug_formatting() {
+        use crate::config::{QueueConfig, QueueConfigPatch};
+        use crate::name::QueueName;
+        let q = QueueName::new("tmpq").expect("name");
+        let patches = [
+            QueueConfigPatch {
+                dead_letter_queue: Some(Some(q.clone())),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                dead_letter_queue: Some(None),
+                ..Default::default()
+            },
+        ];
+        for p in patches {
+            let e = QueueConfig::defaults_for(&q)
+                .apply(&q, &p)
+                .expect_err("refused");
+            assert_plain(&e.to_string());
+            assert!(e.to_string().contains("\"tmpq\""), "{e}");
+        }
+        let e = QueueName::new("a b").expect_err("refused").to_string();
+        assert_plain(&e);
+        let e = crate::redrive::already_running("00000000000000a1", &q).to_string();
+        assert_plain(&e);
+        let e = "zz".parse::<MessageId>().expect_err("refused").to_string();
+        assert_plain(&e);
     }
 
     fn serde_json_like(c: ErrorCode) -> String {

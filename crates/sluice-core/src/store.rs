@@ -539,7 +539,7 @@ pub fn validate_bodies_fit(
     for (i, m) in messages.iter().enumerate() {
         if m.body.len() > cfg.max_message_bytes as usize {
             return Err(StoreError::PayloadTooLarge(format!(
-                "message {i} is {} bytes; queue {queue:?} accepts at most {} (max_message_bytes)",
+                "message {i} is {} bytes; queue \"{queue}\" accepts at most {} (max_message_bytes)",
                 m.body.len(),
                 cfg.max_message_bytes
             )));
@@ -585,7 +585,7 @@ pub fn validate_nack_delay(delay: Option<Duration>) -> Result<(), StoreError> {
 pub fn validate_move(from: &QueueName, to: &QueueName) -> Result<(), StoreError> {
     if to == from {
         return Err(StoreError::invalid(format!(
-            "cannot move a message of {from:?} to the same queue; nack it instead"
+            "cannot move a message of \"{from}\" to the same queue; nack it instead"
         )));
     }
     Ok(())

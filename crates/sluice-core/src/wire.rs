@@ -70,13 +70,13 @@ pub fn parse_rfc3339(field: &str, s: &str) -> Result<Timestamp, StoreError> {
     let d = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
         .map_err(|e| {
             StoreError::invalid(format!(
-                "{field} must be an RFC 3339 time like 2026-01-01T00:00:00Z, got {s:?}: {e}"
+                "{field} must be an RFC 3339 time like 2026-01-01T00:00:00Z, got \"{s}\": {e}"
             ))
         })?;
     let ms = d.unix_timestamp_nanos() / 1_000_000;
     i64::try_from(ms)
         .map(Timestamp)
-        .map_err(|_| StoreError::invalid(format!("{field} is out of range: {s:?}")))
+        .map_err(|_| StoreError::invalid(format!("{field} is out of range: \"{s}\"")))
 }
 
 /// Converts a `*_ms` field to a duration, refusing negative values.
@@ -1178,7 +1178,7 @@ impl BrowseQuery {
         let mut attributes = Attributes::new();
         if let Some(a) = &self.attribute {
             let (k, v) = a.split_once('=').ok_or_else(|| {
-                StoreError::invalid(format!("attribute must be written key=value, got {a:?}"))
+                StoreError::invalid(format!("attribute must be written key=value, got \"{a}\""))
             })?;
             attributes.insert(k.to_string(), v.to_string());
         }

@@ -497,12 +497,12 @@ impl Core {
     ) -> Result<UpdateRecord, StoreError> {
         let dlq_name = cfg.dead_letter_queue.as_ref().ok_or_else(|| {
             StoreError::Conflict(format!(
-                "queue {name:?} has no dead_letter_queue; set one (PUT /v1/queues/{name}) or nack instead"
+                "queue \"{name}\" has no dead_letter_queue; set one (PUT /v1/queues/{name}) or nack instead"
             ))
         })?;
         let dlq = self.qid(dlq_name).map_err(|_| {
             StoreError::Conflict(format!(
-                "dead-letter queue {dlq_name:?} of {name:?} does not exist; create it or change dead_letter_queue"
+                "dead-letter queue \"{dlq_name}\" of \"{name}\" does not exist; create it or change dead_letter_queue"
             ))
         })?;
         rich.dead_letter = Some(DeadLetter {
@@ -803,7 +803,7 @@ impl Store for EmbeddedStore {
             && existing.is_none_or(|_| patch.max_receive_count == Some(0))
         {
             warnings.push(format!(
-                "max_receive_count is 0: messages of {name:?} are retried without limit and never dead-lettered by count"
+                "max_receive_count is 0: messages of \"{name}\" are retried without limit and never dead-lettered by count"
             ));
         }
         let mut new_queues = Vec::new();
@@ -878,7 +878,7 @@ impl Store for EmbeddedStore {
             .find(|q| q.name != *name && q.config.dead_letter_queue.as_ref() == Some(name))
         {
             return Err(StoreError::Conflict(format!(
-                "queue {name:?} is the dead-letter queue of {:?}; change that queue's dead_letter_queue first",
+                "queue \"{name}\" is the dead-letter queue of \"{}\"; change that queue's dead_letter_queue first",
                 user.name.as_str()
             )));
         }
@@ -1050,7 +1050,7 @@ impl Store for EmbeddedStore {
                     Some(result) if result.len() > cfg.max_message_bytes as usize => {
                         seen.remove(&a.receipt.id);
                         out.push(Err(StoreError::PayloadTooLarge(format!(
-                            "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
+                            "result is {} bytes; queue \"{queue}\" keeps results of at most {} bytes (max_message_bytes)",
                             result.len(),
                             cfg.max_message_bytes
                         ))));

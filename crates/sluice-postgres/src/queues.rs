@@ -146,7 +146,7 @@ pub(crate) async fn put(
         let mut warnings = Vec::new();
         if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0)) {
             warnings.push(format!(
-                "max_receive_count is 0: messages of {name:?} are retried without limit and never dead-lettered by count"
+                "max_receive_count is 0: messages of \"{name}\" are retried without limit and never dead-lettered by count"
             ));
         }
         if let Some(dlq) = &cfg.dead_letter_queue {
@@ -198,7 +198,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
         {
             let user: String = user.get(0);
             return Err(StoreError::Conflict(format!(
-                "queue {name:?} is the dead-letter queue of {user:?}; change that queue's dead_letter_queue first"
+                "queue \"{name}\" is the dead-letter queue of \"{user}\"; change that queue's dead_letter_queue first"
             )));
         }
         tx.batch_execute("SET LOCAL lock_timeout = '10s'")

@@ -312,7 +312,7 @@ impl PostgresStore {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_')
         {
             return Err(OpenError::Url(format!(
-                "schema {schema:?} must be 1 to 40 letters, digits or underscores"
+                "schema \"{schema}\" must be 1 to 40 letters, digits or underscores"
             )));
         }
         let mut config =

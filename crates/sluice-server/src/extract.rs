@@ -92,7 +92,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     match media_type(headers) {
         Some(m) if is_json(&m) => Ok(()),
         Some(m) => Err(ApiError::invalid(format!(
-            "Content-Type must be application/json, got {m:?}"
+            "Content-Type must be application/json, got \"{m}\""
         ))),
         None => Err(ApiError::invalid(
             "Content-Type must be application/json (the header is missing)",

@@ -857,6 +857,7 @@ async fn bad_inputs_are_refused_and_change_nothing() {
         let parsed: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         let code = parsed["error"]["code"].as_str().unwrap_or("<none>");
         let message = parsed["error"]["message"].as_str().unwrap_or("");
+        common::assert_plain_message(message);
         if status.as_u16() != c.status || code != c.code || message.is_empty() {
             failures.push(format!(
                 "{}: expected {} {}, got {} {}",

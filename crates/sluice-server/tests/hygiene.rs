@@ -1,5 +1,6 @@
 //! The API's edges: routing errors with their own codes, query strings with defaults and
-//! errors that name the parameter, and times typed as "how long ago".
+//! errors that name the parameter, times typed as "how long ago", and messages without
+//! debug formatting.
 
 mod common;
 
@@ -142,5 +143,36 @@ async fn times_in_queries_read_as_rfc3339_or_how_long_ago() {
     let got = page("dead_lettered_after=soon").await;
     assert_error(&got, 400, "invalid_argument");
     assert!(message(&got).contains("dead_lettered_after"), "{}", got.1);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_name_queues_without_debug_formatting() {
+    let s = start().await;
+    s.put_queue("tmpq", json!({})).await;
+    let got = s.call(Method::DELETE, "/v1/queues/tmpq.dlq", None).await;
+    assert_error(&got, 409, "conflict");
+    assert!(
+        message(&got).contains("queue \"tmpq.dlq\" is the dead-letter queue of \"tmpq\""),
+        "{}",
+        got.1
+    );
+    let got = s.call(Method::GET, "/v1/queues/nope/stats", None).await;
+    assert_error(&got, 404, "queue_not_found");
+    assert!(
+        message(&got).starts_with("queue \"nope\" does not exist"),
+        "{}",
+        got.1
+    );
+    let got = s
+        .call(
+            Method::PUT,
+            "/v1/queues/tmpq",
+            Some(json!({"dead_letter_queue": "tmpq"})),
+        )
+        .await;
+    assert_error(&got, 400, "invalid_argument");
+    let got = s.call(Method::GET, "/v1/messages/zz", None).await;
+    assert_error(&got, 400, "invalid_argument");
     s.shutdown().await;
 }

@@ -13,7 +13,7 @@ pub use sluice_core::human::{fmt_ms, parse_duration};
 /// Parses a rate: `<count>/<period>` where the period is a unit (`s`, `sec`, `min`, `m`,
 /// `h`, `hour`, `d`, `day`) or a duration (`60s`, `500ms`).
 pub fn parse_rate(s: &str) -> Result<RateLimitWire, String> {
-    let bad = || format!("{s:?} is not a rate; write it like 100/min, 10/s, 5/h or 1000/60s");
+    let bad = || format!("\"{s}\" is not a rate; write it like 100/min, 10/s, 5/h or 1000/60s");
     let (count, period) = s.trim().split_once('/').ok_or_else(bad)?;
     let limit: u32 = count.trim().parse().map_err(|_| bad())?;
     let period = match period.trim() {
@@ -51,19 +51,19 @@ pub fn parse_per_second(s: &str) -> Result<u32, String> {
     let r = parse_rate(s)?;
     if r.period_ms <= 0 {
         return Err(format!(
-            "{s:?} has a zero period; write it like 10/s or 600/min"
+            "\"{s}\" has a zero period; write it like 10/s or 600/min"
         ));
     }
     let per_sec = f64::from(r.limit) * 1000.0 / r.period_ms as f64;
     if per_sec < 1.0 {
         return Err(format!(
-            "{s:?} is {per_sec:.3} per second; a redrive moves at least 1 message per second \
+            "\"{s}\" is {per_sec:.3} per second; a redrive moves at least 1 message per second \
              (write 1/s or 60/min, or more)"
         ));
     }
     if per_sec > f64::from(MAX_REDRIVE_RATE) {
         return Err(format!(
-            "{s:?} is {per_sec:.0} per second; a redrive moves at most {MAX_REDRIVE_RATE} per \
+            "\"{s}\" is {per_sec:.0} per second; a redrive moves at most {MAX_REDRIVE_RATE} per \
              second"
         ));
     }
@@ -122,7 +122,7 @@ pub fn parse_attr(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
         _ => Err(format!(
-            "{s:?} is not an attribute filter; write it like key=value"
+            "\"{s}\" is not an attribute filter; write it like key=value"
         )),
     }
 }
@@ -130,7 +130,7 @@ pub fn parse_attr(s: &str) -> Result<(String, String), String> {
 /// Parses a size in bytes: a plain number, or a number with `B`, `KB`/`MB` (powers of
 /// 1000) or `KiB`/`MiB` (powers of 1024; `K`/`M` too).
 pub fn parse_size(s: &str) -> Result<u32, String> {
-    let bad = || format!("{s:?} is not a size; write it like 4096, 256KiB or 1MiB");
+    let bad = || format!("\"{s}\" is not a size; write it like 4096, 256KiB or 1MiB");
     let text = s.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -188,7 +188,7 @@ fn parse_u32_setting(s: &str) -> Result<Setting<u32>, String> {
     clearable(|v: &str| {
         v.trim()
             .parse::<u32>()
-            .map_err(|_| format!("{v:?} is not a whole number (or `none`)"))
+            .map_err(|_| format!("\"{v}\" is not a whole number (or `none`)"))
     })(s)
 }
 
@@ -196,7 +196,7 @@ fn parse_u64_setting(s: &str) -> Result<Setting<u64>, String> {
     clearable(|v: &str| {
         v.trim()
             .parse::<u64>()
-            .map_err(|_| format!("{v:?} is not a whole number (or `none`)"))
+            .map_err(|_| format!("\"{v}\" is not a whole number (or `none`)"))
     })(s)
 }
 

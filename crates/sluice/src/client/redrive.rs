@@ -182,7 +182,7 @@ fn destination(j: &RedriveView) -> String {
 fn filter_text(f: &RedriveFilterView) -> String {
     let mut parts = Vec::new();
     if let Some(e) = &f.error_contains {
-        parts.push(format!("error contains {e:?}"));
+        parts.push(format!("error contains \"{e}\""));
     }
     for (k, v) in &f.attributes {
         parts.push(format!("{k}={v}"));
