@@ -185,6 +185,7 @@ def test_settle_ack_nack_reject_release_move_extend(client: sluice.Client, queue
     assert r.dead_lettered and r.queue == f"{queue}.dlq"
     dead = client.get_message(ids[2])
     assert dead.dead_letter_reason == "rejected" and dead.source_queue == queue
+    assert dead.dead_lettered and not client.get_message(ids[1]).dead_lettered
     assert client.task_status(ids[2]).status is TaskStatus.FAILURE
 
     rel = client.release(queue, got[3].receipt)

@@ -1320,8 +1320,13 @@ pub struct MessageView {
     pub id: String,
     /// The queue it is in now.
     pub queue: String,
-    /// Its state.
+    /// Its state in the queue it is in now. A dead letter is `visible` in its DLQ (it can be
+    /// received from there); `dead_lettered` tells it apart.
     pub state: MessageStateView,
+    /// True while it sits in a dead-letter queue (`queue`), put there for
+    /// `dead_letter_reason`; false once redriven, moved or never dead-lettered.
+    #[serde(default)]
+    pub dead_lettered: bool,
     /// The body when sent as JSON or text (absent for a completed record).
     #[serde(
         default,
@@ -1398,6 +1403,7 @@ impl From<&Message> for MessageView {
             id: m.id.to_string(),
             queue: m.queue.to_string(),
             state: m.state.into(),
+            dead_lettered: m.dead_letter.is_some(),
             body,
             body_base64,
             body_encoding,

@@ -1,6 +1,6 @@
 //! The API's edges: routing errors with their own codes, query strings with defaults and
-//! errors that name the parameter, times typed as "how long ago", and messages without
-//! debug formatting.
+//! errors that name the parameter, times typed as "how long ago", dead letters shown as
+//! such, and messages without debug formatting.
 
 mod common;
 
@@ -143,6 +143,36 @@ async fn times_in_queries_read_as_rfc3339_or_how_long_ago() {
     let got = page("dead_lettered_after=soon").await;
     assert_error(&got, 400, "invalid_argument");
     assert!(message(&got).contains("dead_lettered_after"), "{}", got.1);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_reads_as_dead_lettered() {
+    let s = start().await;
+    s.put_queue("tmpq", json!({"max_receive_count": 1})).await;
+    let id = s.send("tmpq", json!("x")).await;
+    let (_, v) = s
+        .call(Method::GET, &format!("/v1/messages/{id}"), None)
+        .await;
+    assert_eq!(v["dead_lettered"], false, "{v}");
+    let got = s.receive("tmpq", json!({})).await;
+    let receipt = got[0]["receipt"].as_str().expect("receipt");
+    let (st, _) = s
+        .call(
+            Method::POST,
+            "/v1/queues/tmpq/nack",
+            Some(json!({"receipt": receipt, "error": "boom"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, v) = s
+        .call(Method::GET, &format!("/v1/messages/{id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["queue"], "tmpq.dlq", "{v}");
+    assert_eq!(v["dead_lettered"], true, "{v}");
+    assert_eq!(v["dead_letter_reason"], "exhausted", "{v}");
+    assert_eq!(v["state"], "visible", "state stays what it was: {v}");
     s.shutdown().await;
 }
 
