@@ -5,6 +5,7 @@ use serde_json::json;
 use sluice_client::wire::QueueView;
 
 use super::args::{QueueConfigArgs, fmt_ms, fmt_rate};
+use super::confirm::{confirm, messages};
 use super::output::{Table, details, json, or_dash};
 use super::{Conn, Failure};
 
@@ -41,10 +42,18 @@ enum QueueCommand {
         #[command(flatten)]
         config: QueueConfigArgs,
     },
-    /// Delete a queue and every message in it.
+    /// Delete a queue and every message in it. A queue holding messages needs confirming:
+    /// at a terminal it asks, otherwise pass --yes. Its dead-letter queue is kept unless
+    /// --with-dlq is given.
     Delete {
         /// Queue name.
         name: String,
+        /// Delete its dead-letter queue (and the messages there) too.
+        #[arg(long)]
+        with_dlq: bool,
+        /// Do not ask; delete even when messages would be lost.
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
     /// Stop deliveries (sends are still accepted).
     Pause {
@@ -56,10 +65,14 @@ enum QueueCommand {
         /// Queue name.
         name: String,
     },
-    /// Remove every message of the queue.
+    /// Remove every message of the queue. A queue holding messages needs confirming: at a
+    /// terminal it asks, otherwise pass --yes.
     Purge {
         /// Queue name.
         name: String,
+        /// Do not ask; purge even when messages would be lost.
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
 }
 
@@ -134,13 +147,11 @@ pub async fn run(a: QueueArgs) -> Result<(), Failure> {
             warnings(&put.queue);
             show(&put.queue);
         }
-        QueueCommand::Delete { name } => {
-            c.delete_queue(&name).await?;
-            if as_json {
-                return json(&json!({ "deleted": name }));
-            }
-            println!("deleted queue {name}");
-        }
+        QueueCommand::Delete {
+            name,
+            with_dlq,
+            yes,
+        } => return delete(&c, &name, with_dlq, yes, as_json).await,
         QueueCommand::Pause { name } => {
             let q = c.pause_queue(&name).await?;
             if as_json {
@@ -155,13 +166,101 @@ pub async fn run(a: QueueArgs) -> Result<(), Failure> {
             }
             println!("resumed queue {name}");
         }
-        QueueCommand::Purge { name } => {
+        QueueCommand::Purge { name, yes } => {
+            let n = depth(&c, &name).await?;
+            if n > 0 {
+                confirm(
+                    yes,
+                    &format!("Purge queue {name} of {}?", messages(n)),
+                    &format!("queue {name} holds {}", messages(n)),
+                )?;
+            }
             let p = c.purge_queue(&name).await?;
             if as_json {
                 return json(&p);
             }
             println!("purged {} messages from {name}", p.purged);
         }
+    }
+    Ok(())
+}
+
+/// Messages a delete or purge would lose: visible + delayed + in flight.
+async fn depth(c: &sluice_client::Client, name: &str) -> Result<u64, Failure> {
+    let s = c.stats(name).await?;
+    Ok(s.visible + s.delayed + s.in_flight)
+}
+
+/// `queue delete`: confirms when messages would be lost, deletes the queue, then its DLQ
+/// (with `--with-dlq`) or says that the DLQ was kept.
+async fn delete(
+    c: &sluice_client::Client,
+    name: &str,
+    with_dlq: bool,
+    yes: bool,
+    as_json: bool,
+) -> Result<(), Failure> {
+    let q = c.get_queue(name).await?;
+    let n = depth(c, name).await?;
+    // The DLQ, if it exists (it may have been deleted on its own).
+    let dlq = match &q.config.dead_letter_queue {
+        Some(d) => match depth(c, d).await {
+            Ok(m) => Some((d.clone(), m)),
+            Err(Failure::Api(e)) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let doomed = match (&dlq, with_dlq) {
+        (Some((_, m)), true) => n + m,
+        _ => n,
+    };
+    if doomed > 0 {
+        let (question, what) = match (&dlq, with_dlq) {
+            (Some((d, m)), true) => (
+                format!(
+                    "Delete queue {name} with {} and its dead-letter queue {d} with {}?",
+                    messages(n),
+                    messages(*m)
+                ),
+                format!(
+                    "queue {name} holds {} and its dead-letter queue {d} {}",
+                    messages(n),
+                    messages(*m)
+                ),
+            ),
+            _ => (
+                format!("Delete queue {name} with {}?", messages(n)),
+                format!("queue {name} holds {}", messages(n)),
+            ),
+        };
+        confirm(yes, &question, &what)?;
+    }
+    c.delete_queue(name).await?;
+    let mut deleted_dlq = None;
+    match (&dlq, with_dlq) {
+        (Some((d, _)), true) => {
+            c.delete_queue(d).await.map_err(|e| {
+                Failure::Code(
+                    super::exit::exit_code(&e),
+                    format!("deleted queue {name}, but not its dead-letter queue {d}: {e}"),
+                )
+            })?;
+            deleted_dlq = Some(d.clone());
+        }
+        (Some((d, m)), false) => eprintln!(
+            "kept its dead-letter queue {d} ({}); delete it with `sluice queue delete {d}`, \
+             or next time pass --with-dlq",
+            messages(*m)
+        ),
+        _ => {}
+    }
+    if as_json {
+        return json(&json!({ "deleted": name, "deleted_dlq": deleted_dlq }));
+    }
+    println!("deleted queue {name}");
+    if let Some(d) = deleted_dlq {
+        println!("deleted its dead-letter queue {d}");
     }
     Ok(())
 }
