@@ -41,6 +41,15 @@ def test_every_route_of_the_openapi_document_has_a_client_method(client: sluice.
     assert covered - served == set(), "client methods for routes the broker does not serve"
 
 
+def test_create_queue_refuses_an_existing_queue(client: sluice.Client, queue: str) -> None:
+    q = client.create_queue(queue, max_receive_count=3)
+    assert q.created and q.config.max_receive_count == 3
+    with pytest.raises(ApiError) as e:
+        client.create_queue(queue, max_receive_count=7)
+    assert e.value.code is ErrorCode.CONFLICT and e.value.status == 409
+    assert client.get_queue(queue).config.max_receive_count == 3, "left unchanged"
+
+
 def test_routing_errors_have_their_own_codes(client: sluice.Client) -> None:
     with pytest.raises(ApiError) as e:
         client._t.request("GET", "/v1/nothing", idempotent=True)

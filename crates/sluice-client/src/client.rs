@@ -156,6 +156,8 @@ pub(crate) struct Call {
     pub idempotency_key: Option<String>,
     /// A retried delete that finds the thing gone succeeded the first time.
     pub gone_is_success: bool,
+    /// Sends `If-None-Match: *`: create only.
+    pub create_only: bool,
 }
 
 impl Call {
@@ -169,6 +171,7 @@ impl Call {
             extra_timeout: Duration::ZERO,
             idempotency_key: None,
             gone_is_success: false,
+            create_only: false,
         }
     }
 
@@ -276,6 +279,9 @@ impl Client {
         }
         if let Some(k) = &call.idempotency_key {
             req = req.header(IDEMPOTENCY_KEY, k);
+        }
+        if call.create_only {
+            req = req.header(reqwest::header::IF_NONE_MATCH, "*");
         }
         req = match &call.body {
             Some(ReqBody::Json(b)) => req

@@ -173,6 +173,14 @@ impl StoreError {
         StoreError::InvalidArgument(msg.into())
     }
 
+    /// The `Conflict` of a create-only put of a queue that exists.
+    pub fn queue_exists(name: &str) -> Self {
+        StoreError::Conflict(format!(
+            "queue \"{name}\" already exists and was left unchanged; to change its settings, \
+             PUT /v1/queues/{name} without If-None-Match (sluice queue update {name})"
+        ))
+    }
+
     /// Shorthand for [`StoreError::Unavailable`] with a one-second retry hint.
     pub fn unavailable(reason: impl Into<String>) -> Self {
         StoreError::Unavailable {

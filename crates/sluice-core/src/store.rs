@@ -135,6 +135,19 @@ pub trait Store: Send + Sync + 'static {
         patch: &QueueConfigPatch,
     ) -> Result<PutQueueOutcome, StoreError>;
 
+    /// Creates the queue as [`Store::put_queue`] does, but only when it does not exist yet:
+    /// an existing queue is left as it is. The check and the creation are one step, so of
+    /// two creates of one name at once exactly one succeeds.
+    ///
+    /// # Errors
+    /// `Conflict` ([`StoreError::queue_exists`]) when the queue exists; `InvalidArgument` for
+    /// a field out of range.
+    async fn create_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError>;
+
     /// One queue.
     ///
     /// # Errors

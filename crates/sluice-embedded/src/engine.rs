@@ -563,7 +563,7 @@ impl Core {
         }
     }
 
-    fn info(&self, qid: Qid) -> QueueInfo {
+    pub(crate) fn info(&self, qid: Qid) -> QueueInfo {
         let q = &self.state.queues[&qid];
         QueueInfo {
             name: q.name.clone(),
@@ -572,7 +572,7 @@ impl Core {
         }
     }
 
-    fn catalog(&self) -> Catalog {
+    pub(crate) fn catalog(&self) -> Catalog {
         let mut queues: Vec<CatalogQueue> = self
             .state
             .queues
@@ -790,67 +790,15 @@ impl Store for EmbeddedStore {
         name: &QueueName,
         patch: &QueueConfigPatch,
     ) -> Result<PutQueueOutcome, StoreError> {
-        let mut core = self.inner.lock();
-        let now = self.inner.clock.now();
-        let existing = core.state.names.get(name).copied();
-        let current = match existing {
-            Some(qid) => core.state.queues[&qid].config.clone(),
-            None => QueueConfig::defaults_for(name),
-        };
-        let config = current.apply(name, patch)?;
-        let mut warnings = Vec::new();
-        if config.max_receive_count == 0
-            && existing.is_none_or(|_| patch.max_receive_count == Some(0))
-        {
-            warnings.push(format!(
-                "max_receive_count is 0: messages of \"{name}\" are retried without limit and never dead-lettered by count"
-            ));
-        }
-        let mut new_queues = Vec::new();
-        let mut next_qid = core.state.next_qid;
-        if let Some(dlq) = &config.dead_letter_queue
-            && !core.state.names.contains_key(dlq)
-        {
-            new_queues.push(CatalogQueue {
-                qid: next_qid,
-                name: dlq.clone(),
-                config: QueueConfig::dead_letter_defaults(dlq),
-                created_at: now,
-            });
-            next_qid += 1;
-        }
-        let qid = match existing {
-            Some(qid) => qid,
-            None => {
-                new_queues.push(CatalogQueue {
-                    qid: next_qid,
-                    name: name.clone(),
-                    config: config.clone(),
-                    created_at: now,
-                });
-                next_qid += 1;
-                next_qid - 1
-            }
-        };
-        let mut cat = core.catalog();
-        cat.next_qid = next_qid;
-        cat.queues.extend(new_queues.iter().cloned());
-        if let Some(q) = cat.queues.iter_mut().find(|q| q.qid == qid) {
-            q.config = config.clone();
-        }
-        catalog::store(&self.inner.dir, &cat)?;
-        core.state.next_qid = next_qid;
-        for q in &new_queues {
-            core.state.add_queue(q);
-        }
-        let q = core.state.queues.get_mut(&qid).expect("just ensured");
-        q.config = config;
-        q.notify.notify_waiters();
-        Ok(PutQueueOutcome {
-            queue: core.info(qid),
-            created: existing.is_none(),
-            warnings,
-        })
+        crate::queues::put(&self.inner, name, patch, false)
+    }
+
+    async fn create_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError> {
+        crate::queues::put(&self.inner, name, patch, true)
     }
 
     async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, StoreError> {

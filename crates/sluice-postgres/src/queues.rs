@@ -118,11 +118,13 @@ pub(crate) async fn list(c: &impl GenericClient) -> Result<Vec<QueueInfo>, Store
     .collect()
 }
 
-/// Creates or updates a queue; creates its dead-letter queue when that is missing.
+/// Creates or updates a queue; creates its dead-letter queue when that is missing. With
+/// `create_only`, an existing queue is refused (under the same lock as the write).
 pub(crate) async fn put(
     inner: &Inner,
     name: &QueueName,
     patch: &QueueConfigPatch,
+    create_only: bool,
 ) -> Result<PutQueueOutcome, StoreError> {
     let now = inner.now();
     let mut conn = inner.conn().await?;
@@ -139,6 +141,9 @@ pub(crate) async fn put(
             Err(StoreError::QueueNotFound(_)) => None,
             Err(e) => return Err(e),
         };
+        if create_only && existing.is_some() {
+            return Err(StoreError::queue_exists(name.as_str()));
+        }
         let current = existing
             .clone()
             .unwrap_or_else(|| QueueConfig::defaults_for(name));

@@ -434,7 +434,15 @@ impl Store for PostgresStore {
         name: &QueueName,
         patch: &QueueConfigPatch,
     ) -> Result<PutQueueOutcome, StoreError> {
-        crate::queues::put(&self.inner, name, patch).await
+        crate::queues::put(&self.inner, name, patch, false).await
+    }
+
+    async fn create_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError> {
+        crate::queues::put(&self.inner, name, patch, true).await
     }
 
     async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, StoreError> {

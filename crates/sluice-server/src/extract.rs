@@ -180,6 +180,28 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
 
 pub use crate::query::ApiQuery;
 
+/// `If-None-Match: *` on a PUT: create only, never overwrite. Any other value is a 400 (the
+/// API has no entity tags to match).
+#[derive(Debug, Clone, Copy)]
+pub struct CreateOnly(pub bool);
+
+impl<S: Send + Sync> FromRequestParts<S> for CreateOnly {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let Some(v) = parts.headers.get(header::IF_NONE_MATCH) else {
+            return Ok(CreateOnly(false));
+        };
+        match v.to_str().map(str::trim) {
+            Ok("*") => Ok(CreateOnly(true)),
+            _ => Err(ApiError::invalid(
+                "If-None-Match must be * (create only: refuse if the queue exists); \
+                 leave the header out to create or update",
+            )),
+        }
+    }
+}
+
 /// The `{q}` path segment, validated as a queue name.
 #[derive(Debug)]
 pub struct QueuePath(pub QueueName);

@@ -753,6 +753,14 @@ fn cases(stale: &str) -> Vec<Case> {
             400,
             "invalid_argument",
         ),
+        case(
+            "If-None-Match other than *",
+            M::PUT,
+            q,
+            "{}",
+            400,
+            "invalid_argument",
+        ),
     ];
     // Header abuse.
     let mut huge = case(
@@ -791,6 +799,12 @@ fn cases(stale: &str) -> Vec<Case> {
     );
     bad_ct.content_type = Some("???");
     v.push(bad_ct);
+    for c in &mut v {
+        if c.what == "If-None-Match other than *" {
+            c.headers
+                .push(("if-none-match", HeaderValue::from_static("\"v1\"")));
+        }
+    }
     v
 }
 

@@ -1,6 +1,6 @@
 //! The API's edges: routing errors with their own codes, query strings with defaults and
 //! errors that name the parameter, times typed as "how long ago", dead letters shown as
-//! such, and messages without debug formatting.
+//! such, messages without debug formatting, and create-only PUT with `If-None-Match: *`.
 
 mod common;
 
@@ -205,4 +205,82 @@ async fn messages_name_queues_without_debug_formatting() {
     let got = s.call(Method::GET, "/v1/messages/zz", None).await;
     assert_error(&got, 400, "invalid_argument");
     s.shutdown().await;
+}
+
+async fn put_create_only(s: &common::TestServer, name: &str, body: Value) -> (StatusCode, Value) {
+    let resp = s
+        .client
+        .put(s.url(&format!("/v1/queues/{name}")))
+        .header(reqwest::header::IF_NONE_MATCH, "*")
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+    common::parse(resp).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_with_if_none_match_only_creates() {
+    let s = start().await;
+    let (st, v) = put_create_only(&s, "orders", json!({"max_receive_count": 3})).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    assert_eq!(v["config"]["max_receive_count"], 3);
+
+    let got = put_create_only(&s, "orders", json!({"max_receive_count": 7})).await;
+    assert_error(&got, 409, "conflict");
+    let m = message(&got);
+    assert!(
+        m.contains("queue \"orders\" already exists") && m.contains("without If-None-Match"),
+        "{m}"
+    );
+    let (_, v) = s.call(Method::GET, "/v1/queues/orders", None).await;
+    assert_eq!(
+        v["config"]["max_receive_count"], 3,
+        "a refused create changes nothing"
+    );
+
+    // Without the header, PUT still creates or updates.
+    let v = s.put_queue("orders", json!({"max_receive_count": 7})).await;
+    assert_eq!(v["config"]["max_receive_count"], 7);
+
+    // Of many creates of one name at once, exactly one wins.
+    let all = futures_join(&s, "race").await;
+    let created = all.iter().filter(|st| **st == StatusCode::CREATED).count();
+    let conflicts = all.iter().filter(|st| **st == StatusCode::CONFLICT).count();
+    assert_eq!((created, conflicts), (1, all.len() - 1), "{all:?}");
+
+    let doc = s.call(Method::GET, "/openapi.json", None).await.1;
+    let put = &doc["paths"]["/v1/queues/{q}"]["put"];
+    assert!(
+        put["parameters"]
+            .as_array()
+            .expect("parameters")
+            .iter()
+            .any(|p| p["name"] == "If-None-Match" && p["in"] == "header"),
+        "{put}"
+    );
+    assert!(put["responses"]["409"].is_object(), "{put}");
+    s.shutdown().await;
+}
+
+async fn futures_join(s: &common::TestServer, name: &str) -> Vec<StatusCode> {
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let client = s.client.clone();
+        let url = s.url(&format!("/v1/queues/{name}"));
+        tasks.push(tokio::spawn(async move {
+            client
+                .put(url)
+                .header(reqwest::header::IF_NONE_MATCH, "*")
+                .send()
+                .await
+                .expect("request")
+                .status()
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("task"));
+    }
+    out
 }

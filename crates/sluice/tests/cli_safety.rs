@@ -1,6 +1,6 @@
 //! The built `sluice` binary against a live `sluice serve`: destructive queue commands ask
-//! first (or need `--yes`), `queue delete` says what becomes of the DLQ, and `message show`
-//! tells a dead letter for what it is.
+//! first (or need `--yes`), `queue delete` says what becomes of the DLQ, `queue create` does
+//! not overwrite an existing queue, and `message show` tells a dead letter for what it is.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -216,6 +216,45 @@ fn at_a_terminal_delete_asks_naming_the_count() {
     assert_eq!(code, Some(0), "{screen}");
     assert!(screen.contains("deleted queue payments"), "{screen}");
     assert!(!exists(u, "payments"));
+}
+
+#[test]
+fn create_refuses_an_existing_queue_unless_update() {
+    let b = broker();
+    let u = b.url.as_str();
+    ok(
+        u,
+        &["queue", "create", "orders", "--max-receive-count", "3"],
+    );
+    let (_, err) = exits(
+        u,
+        &["queue", "create", "orders", "--max-receive-count", "9"],
+        4,
+    );
+    assert!(
+        err.contains("queue \"orders\" already exists") && err.contains("queue update"),
+        "{err}"
+    );
+    let c = json(u, &["queue", "show", "orders"]);
+    assert_eq!(c["config"]["max_receive_count"], 3, "left unchanged");
+
+    let (_, err) = ok(
+        u,
+        &[
+            "queue",
+            "create",
+            "orders",
+            "--max-receive-count",
+            "9",
+            "--update",
+        ],
+    );
+    assert!(err.contains("already existed"), "{err}");
+    let c = json(u, &["queue", "show", "orders"]);
+    assert_eq!(c["config"]["max_receive_count"], 9);
+    // --update also creates.
+    let (_, err) = ok(u, &["queue", "create", "fresh", "--update"]);
+    assert!(err.contains("created queue fresh"), "{err}");
 }
 
 #[test]

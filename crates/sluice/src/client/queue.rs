@@ -20,11 +20,14 @@ pub struct QueueArgs {
 
 #[derive(Debug, Subcommand)]
 enum QueueCommand {
-    /// Create a queue (and its dead-letter queue NAME.dlq). On an existing queue, the given
-    /// settings are applied.
+    /// Create a queue (and its dead-letter queue NAME.dlq). An existing queue is refused
+    /// (exit 4, conflict) and left unchanged, unless --update is given.
     Create {
         /// Queue name: 1-80 of [A-Za-z0-9_.-].
         name: String,
+        /// On an existing queue, apply the given settings instead of failing.
+        #[arg(long)]
+        update: bool,
         #[command(flatten)]
         config: QueueConfigArgs,
     },
@@ -81,18 +84,29 @@ pub async fn run(a: QueueArgs) -> Result<(), Failure> {
     let c = a.conn.client()?;
     let as_json = a.conn.json;
     match a.cmd {
-        QueueCommand::Create { name, config } => {
-            let put = c.put_queue(&name, &config.to_request()).await?;
+        QueueCommand::Create {
+            name,
+            update,
+            config,
+        } => {
+            let req = config.to_request();
+            // Create-only is decided by the broker in one step: no check-then-act race.
+            let (created, queue) = if update {
+                let put = c.put_queue(&name, &req).await?;
+                (put.created, put.queue)
+            } else {
+                (true, c.create_queue(&name, &req).await?)
+            };
             if as_json {
-                return json(&put.queue);
+                return json(&queue);
             }
-            if put.created {
+            if created {
                 eprintln!("created queue {name}");
             } else {
                 eprintln!("queue {name} already existed; the given settings were applied");
             }
-            warnings(&put.queue);
-            show(&put.queue);
+            warnings(&queue);
+            show(&queue);
         }
         QueueCommand::List => {
             let queues = c.list_queues().await?;
