@@ -1553,8 +1553,10 @@ impl TaskView {
 /// Query of `GET /v1/tasks/{id}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct TaskQuery {
     /// Long poll: wait up to this many ms (at most 30000) for the task to become final.
+    #[param(default = 0, maximum = 30_000)]
     pub wait_ms: Option<u64>,
 }
 
@@ -1708,6 +1710,7 @@ impl From<&crate::stats::StatsSample> for SampleView {
 /// Query of `GET /v1/queues/{q}/stats/history`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
     /// Points at or after this time: RFC 3339 (`2026-01-01T10:00:00Z`), or how long ago
     /// (`10m`, `1h`, `90s`, `2d`); default: one hour ago.

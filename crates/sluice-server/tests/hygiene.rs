@@ -82,6 +82,27 @@ async fn scaling_defaults_per_worker_to_one_and_names_a_bad_parameter() {
     assert_eq!(per_worker["in"], "query");
     assert_eq!(per_worker["required"], false);
     assert_eq!(per_worker["schema"]["default"], 1, "{per_worker}");
+
+    // Every query parameter is documented in the query, and the optional ones as optional.
+    for (path, names) in [
+        ("/v1/queues/{q}/stats/history", vec!["since"]),
+        ("/v1/audit", vec!["queue", "since", "limit"]),
+        ("/v1/tasks/{id}", vec!["wait_ms"]),
+        ("/v1/queues/{q}/messages", vec!["state", "limit", "cursor"]),
+    ] {
+        let params = doc["paths"][path]["get"]["parameters"]
+            .as_array()
+            .expect("parameters")
+            .clone();
+        for name in names {
+            let p = params
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap_or_else(|| panic!("{path} {name} undocumented"));
+            assert_eq!(p["in"], "query", "{path}: {p}");
+            assert_eq!(p["required"], false, "{path}: {p}");
+        }
+    }
     s.shutdown().await;
 }
 

@@ -16,6 +16,7 @@ use crate::extract::ApiQuery;
 /// Query of `GET /v1/audit`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct AuditParams {
     /// Only this queue's entries.
     pub queue: Option<String>,
@@ -23,6 +24,7 @@ pub struct AuditParams {
     /// (`10m`, `1h`, `90s`, `2d`).
     pub since: Option<String>,
     /// At most this many, the newest (default 100, at most 10000).
+    #[param(default = 100, minimum = 1, maximum = 10_000)]
     pub limit: Option<usize>,
 }
 
