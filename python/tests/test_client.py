@@ -41,6 +41,24 @@ def test_every_route_of_the_openapi_document_has_a_client_method(client: sluice.
     assert covered - served == set(), "client methods for routes the broker does not serve"
 
 
+def test_create_queue_refuses_an_existing_queue(client: sluice.Client, queue: str) -> None:
+    q = client.create_queue(queue, max_receive_count=3)
+    assert q.created and q.config.max_receive_count == 3
+    with pytest.raises(ApiError) as e:
+        client.create_queue(queue, max_receive_count=7)
+    assert e.value.code is ErrorCode.CONFLICT and e.value.status == 409
+    assert client.get_queue(queue).config.max_receive_count == 3, "left unchanged"
+
+
+def test_routing_errors_have_their_own_codes(client: sluice.Client) -> None:
+    with pytest.raises(ApiError) as e:
+        client._t.request("GET", "/v1/nothing", idempotent=True)
+    assert e.value.code is ErrorCode.NOT_FOUND and e.value.status == 404
+    with pytest.raises(ApiError) as e:
+        client._t.request("PATCH", "/v1/queues", idempotent=True)
+    assert e.value.code is ErrorCode.METHOD_NOT_ALLOWED and e.value.status == 405
+
+
 def test_queue_lifecycle(client: sluice.Client, queue: str) -> None:
     q = client.put_queue(queue, max_receive_count=3, visibility_timeout=12.5, backoff_base=0.2)
     assert q.created and q.name == queue
@@ -176,6 +194,7 @@ def test_settle_ack_nack_reject_release_move_extend(client: sluice.Client, queue
     assert r.dead_lettered and r.queue == f"{queue}.dlq"
     dead = client.get_message(ids[2])
     assert dead.dead_letter_reason == "rejected" and dead.source_queue == queue
+    assert dead.dead_lettered and not client.get_message(ids[1]).dead_lettered
     assert client.task_status(ids[2]).status is TaskStatus.FAILURE
 
     rel = client.release(queue, got[3].receipt)

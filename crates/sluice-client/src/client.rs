@@ -106,12 +106,12 @@ impl ClientBuilder {
         let base = self.base.trim_end_matches('/').to_owned();
         let parsed = reqwest::Url::parse(&base).map_err(|e| {
             Error::InvalidInput(format!(
-                "broker URL {base:?} is not a URL ({e}); give one like http://127.0.0.1:7878"
+                "broker URL \"{base}\" is not a URL ({e}); give one like http://127.0.0.1:7878"
             ))
         })?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
             return Err(Error::InvalidInput(format!(
-                "broker URL {base:?} must start with http:// or https:// and name a host, \
+                "broker URL \"{base}\" must start with http:// or https:// and name a host, \
                  like http://127.0.0.1:7878"
             )));
         }
@@ -156,6 +156,8 @@ pub(crate) struct Call {
     pub idempotency_key: Option<String>,
     /// A retried delete that finds the thing gone succeeded the first time.
     pub gone_is_success: bool,
+    /// Sends `If-None-Match: *`: create only.
+    pub create_only: bool,
 }
 
 impl Call {
@@ -169,6 +171,7 @@ impl Call {
             extra_timeout: Duration::ZERO,
             idempotency_key: None,
             gone_is_success: false,
+            create_only: false,
         }
     }
 
@@ -277,6 +280,9 @@ impl Client {
         if let Some(k) = &call.idempotency_key {
             req = req.header(IDEMPOTENCY_KEY, k);
         }
+        if call.create_only {
+            req = req.header(reqwest::header::IF_NONE_MATCH, "*");
+        }
         req = match &call.body {
             Some(ReqBody::Json(b)) => req
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
@@ -338,8 +344,8 @@ impl Client {
                     status: 503,
                     code: ErrorCode::Unavailable,
                     message: format!(
-                        "the broker did not answer GET {path} within {:?}",
-                        self.timeout
+                        "the broker did not answer GET {path} within {}",
+                        sluice_core::human::fmt_duration(self.timeout)
                     ),
                     retry_after: None,
                 });

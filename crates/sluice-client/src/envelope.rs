@@ -63,9 +63,9 @@ impl TaskEnvelope {
                 "a task needs a name: pass the name its handler was registered under".to_owned(),
             ));
         }
-        let raw = to_raw(&format!("the arguments of task {task:?}"), args)?;
+        let raw = to_raw(&format!("the arguments of task \"{task}\""), args)?;
         let value: Value = serde_json::from_str(raw.get())
-            .map_err(|e| Error::InvalidInput(format!("arguments of task {task:?}: {e}")))?;
+            .map_err(|e| Error::InvalidInput(format!("arguments of task \"{task}\": {e}")))?;
         let (args, kwargs) = match value {
             Value::Object(m) => (Vec::new(), m),
             Value::Array(a) => (a, Map::new()),
@@ -94,7 +94,7 @@ impl TaskEnvelope {
         value: &T,
     ) -> Result<Self> {
         let name = name.into();
-        let v = to_value(&format!("keyword argument {name:?}"), value)?;
+        let v = to_value(&format!("keyword argument \"{name}\""), value)?;
         self.kwargs.insert(name, v);
         Ok(self)
     }
@@ -177,7 +177,7 @@ impl TaskEnvelope {
             }
         }
         Err(Error::Decode(format!(
-            "the arguments of task {:?} do not fit the handler's input type: {}",
+            "the arguments of task \"{}\" do not fit the handler's input type: {}",
             self.task,
             first.map(|e| e.to_string()).unwrap_or_default()
         )))

@@ -40,9 +40,10 @@ pub enum Error {
     /// when the timeout passed. The task itself goes on; look it up later by its id or cancel
     /// it with [`crate::Client::cancel`].
     #[error(
-        "task {id} did not finish within {timeout:?} (it is {st}); it is still queued or \
+        "task {id} did not finish within {wait} (it is {st}); it is still queued or \
          running: wait longer, look it up later with task_status, or cancel it",
-        st = .status.as_str()
+        st = .status.as_str(),
+        wait = sluice_core::human::fmt_duration(*.timeout)
     )]
     TaskTimeout {
         /// The task id.
@@ -176,6 +177,8 @@ pub(crate) fn code_for_status(status: u16) -> ErrorCode {
     match status {
         401 => ErrorCode::Unauthenticated,
         403 => ErrorCode::PermissionDenied,
+        404 => ErrorCode::NotFound,
+        405 => ErrorCode::MethodNotAllowed,
         409 => ErrorCode::Conflict,
         413 => ErrorCode::PayloadTooLarge,
         422 => ErrorCode::IdempotencyMismatch,

@@ -65,6 +65,22 @@ impl Client {
         })
     }
 
+    /// Creates a queue only if it does not exist (`PUT` with `If-None-Match: *`); an existing
+    /// queue is left as it is. Retried only when the broker was never reached, so a
+    /// `conflict` always means someone else's queue, not an unanswered first attempt.
+    ///
+    /// # Errors
+    /// `conflict` when the queue exists; `invalid_argument` for a value out of range; and as
+    /// [`Client::list_queues`].
+    pub async fn create_queue(&self, name: &str, config: &QueueConfigRequest) -> Result<QueueView> {
+        let q = queue(name)?;
+        let mut call =
+            Call::new(Method::PUT, format!("/v1/queues/{q}"), Safety::Unsafe).json(config)?;
+        call.create_only = true;
+        let (_, bytes) = self.execute(&call).await?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::decode("PUT queue answer", e))
+    }
+
     /// Deletes a queue and every message in it. A retry that finds the queue gone after an
     /// unanswered first attempt succeeds.
     ///

@@ -75,7 +75,8 @@ impl RateLimiter {
     fn build(limit: u32, period: Duration, burst: u32) -> Result<Self> {
         let bad = || {
             Error::InvalidInput(format!(
-                "a rate limit needs a positive limit and period, got {limit} per {period:?}"
+                "a rate limit needs a positive limit and period, got {limit} per {}",
+                sluice_core::human::fmt_duration(period)
             ))
         };
         let n = NonZeroU32::new(limit).ok_or_else(bad)?;

@@ -114,3 +114,25 @@ async fn errors_keep_the_brokers_code_and_message() {
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn create_queue_refuses_an_existing_queue() {
+    let srv = common::start().await;
+    let c = &srv.client;
+    let three = QueueConfigRequest {
+        max_receive_count: Some(3),
+        ..Default::default()
+    };
+    let q = c.create_queue("orders", &three).await.expect("create");
+    assert_eq!(q.config.max_receive_count, 3);
+    let nine = QueueConfigRequest {
+        max_receive_count: Some(9),
+        ..Default::default()
+    };
+    let err = c.create_queue("orders", &nine).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::Conflict), "{err:?}");
+    assert_eq!(err.status(), Some(409));
+    let q = c.get_queue("orders").await.expect("get");
+    assert_eq!(q.config.max_receive_count, 3, "left unchanged");
+    srv.shutdown().await;
+}

@@ -208,13 +208,13 @@ impl QueueConfig {
         match &self.dead_letter_queue {
             Some(dlq) if dlq == name => {
                 return Err(StoreError::invalid(format!(
-                    "dead_letter_queue of {name:?} cannot be the queue itself"
+                    "dead_letter_queue of \"{name}\" cannot be the queue itself"
                 )));
             }
             None if self.max_receive_count != 0 => {
                 return Err(StoreError::invalid(format!(
                     "dead_letter_queue can be none only when max_receive_count is 0 (unlimited); \
-                     {name:?} has max_receive_count {}",
+                     \"{name}\" has max_receive_count {}",
                     self.max_receive_count
                 )));
             }

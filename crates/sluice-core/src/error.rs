@@ -39,11 +39,15 @@ pub enum ErrorCode {
     QueueFull,
     /// Storage is unavailable (disk full, database lost); retry later.
     Unavailable,
+    /// No such route: the path names nothing the API serves.
+    NotFound,
+    /// The route exists but does not accept the request's method (see the `Allow` header).
+    MethodNotAllowed,
 }
 
 impl ErrorCode {
     /// Every code, in catalogue order.
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 14] = [
         ErrorCode::InvalidArgument,
         ErrorCode::Unauthenticated,
         ErrorCode::PermissionDenied,
@@ -56,6 +60,8 @@ impl ErrorCode {
         ErrorCode::RateLimited,
         ErrorCode::QueueFull,
         ErrorCode::Unavailable,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
     ];
 
     /// The wire form, e.g. `receipt_stale`.
@@ -73,6 +79,8 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::QueueFull => "queue_full",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
         }
     }
 
@@ -82,7 +90,8 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => 400,
             ErrorCode::Unauthenticated => 401,
             ErrorCode::PermissionDenied => 403,
-            ErrorCode::QueueNotFound | ErrorCode::MessageNotFound => 404,
+            ErrorCode::QueueNotFound | ErrorCode::MessageNotFound | ErrorCode::NotFound => 404,
+            ErrorCode::MethodNotAllowed => 405,
             ErrorCode::ReceiptStale | ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::IdempotencyMismatch => 422,
@@ -111,7 +120,7 @@ pub enum StoreError {
     #[error("{0}")]
     InvalidArgument(String),
     /// The queue does not exist.
-    #[error("queue {0:?} does not exist; create it with PUT /v1/queues/{0}")]
+    #[error("queue \"{0}\" does not exist; create it with PUT /v1/queues/{0}")]
     QueueNotFound(String),
     /// No message with this id.
     #[error("message {0} does not exist (it was acknowledged, deleted, expired or never sent)")]
@@ -134,7 +143,8 @@ pub enum StoreError {
     PayloadTooLarge(String),
     /// The queue is at `max_depth`.
     #[error(
-        "queue {queue:?} is full (max_depth {max_depth}); retry after {retry_after:?} or raise max_depth"
+        "queue \"{queue}\" is full (max_depth {max_depth}); retry after {} or raise max_depth",
+        crate::human::fmt_duration(*.retry_after)
     )]
     QueueFull {
         /// The queue.
@@ -145,7 +155,10 @@ pub enum StoreError {
         retry_after: Duration,
     },
     /// Storage cannot take writes now; the broker recovers by itself when the cause goes away.
-    #[error("storage unavailable: {reason}; retry after {retry_after:?}")]
+    #[error(
+        "storage unavailable: {reason}; retry after {}",
+        crate::human::fmt_duration(*.retry_after)
+    )]
     Unavailable {
         /// What failed (e.g. "fsync failed: No space left on device").
         reason: String,
@@ -158,6 +171,14 @@ impl StoreError {
     /// Shorthand for [`StoreError::InvalidArgument`].
     pub fn invalid(msg: impl Into<String>) -> Self {
         StoreError::InvalidArgument(msg.into())
+    }
+
+    /// The `Conflict` of a create-only put of a queue that exists.
+    pub fn queue_exists(name: &str) -> Self {
+        StoreError::Conflict(format!(
+            "queue \"{name}\" already exists and was left unchanged; to change its settings, \
+             PUT /v1/queues/{name} without If-None-Match (sluice queue update {name})"
+        ))
     }
 
     /// Shorthand for [`StoreError::Unavailable`] with a one-second retry hint.
@@ -207,6 +228,90 @@ mod tests {
             let json = serde_json_like(c);
             assert_eq!(json, c.as_str());
         }
+    }
+
+    /// A message a person reads carries no Rust debug formatting: names are printed as they
+    /// are (in plain quotes), never as `QueueName("jobs")` or `Some(..)`.
+    pub(crate) fn assert_plain(msg: &str) {
+        for bad in ["(\"", "Some(", "None", "\\\""] {
+            assert!(!msg.contains(bad), "debug formatting ({bad}) in: {msg}");
+        }
+    }
+
+    /// Every variant, with the values the engines put in them.
+    fn every_variant() -> Vec<StoreError> {
+        let all = vec![
+            StoreError::InvalidArgument("bad".into()),
+            StoreError::QueueNotFound("tmpq.dlq".into()),
+            StoreError::MessageNotFound(MessageId(42)),
+            StoreError::RedriveNotFound("00000000000000a1".into()),
+            StoreError::ReceiptStale,
+            StoreError::Conflict("busy".into()),
+            StoreError::PayloadTooLarge("big".into()),
+            StoreError::QueueFull {
+                queue: "tmpq".into(),
+                max_depth: 3,
+                retry_after: Duration::from_millis(2500),
+            },
+            StoreError::unavailable("disk full"),
+        ];
+        // Fails to compile when a variant is added without a case here.
+        for e in &all {
+            match e {
+                StoreError::InvalidArgument(_)
+                | StoreError::QueueNotFound(_)
+                | StoreError::MessageNotFound(_)
+                | StoreError::RedriveNotFound(_)
+                | StoreError::ReceiptStale
+                | StoreError::Conflict(_)
+                | StoreError::PayloadTooLarge(_)
+                | StoreError::QueueFull { .. }
+                | StoreError::Unavailable { .. } => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn store_errors_read_without_debug_formatting() {
+        for e in every_variant() {
+            let msg = e.to_string();
+            assert_plain(&msg);
+        }
+        let e = StoreError::QueueNotFound("tmpq.dlq".into()).to_string();
+        assert!(e.starts_with("queue \"tmpq.dlq\" does not exist"), "{e}");
+        let full = every_variant()[7].to_string();
+        assert!(full.contains("retry after 2.5s"), "{full}");
+    }
+
+    #[test]
+    fn validation_errors_read_without_debug_formatting() {
+        use crate::config::{QueueConfig, QueueConfigPatch};
+        use crate::name::QueueName;
+        let q = QueueName::new("tmpq").expect("name");
+        let patches = [
+            QueueConfigPatch {
+                dead_letter_queue: Some(Some(q.clone())),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                dead_letter_queue: Some(None),
+                ..Default::default()
+            },
+        ];
+        for p in patches {
+            let e = QueueConfig::defaults_for(&q)
+                .apply(&q, &p)
+                .expect_err("refused");
+            assert_plain(&e.to_string());
+            assert!(e.to_string().contains("\"tmpq\""), "{e}");
+        }
+        let e = QueueName::new("a b").expect_err("refused").to_string();
+        assert_plain(&e);
+        let e = crate::redrive::already_running("00000000000000a1", &q).to_string();
+        assert_plain(&e);
+        let e = "zz".parse::<MessageId>().expect_err("refused").to_string();
+        assert_plain(&e);
     }
 
     fn serde_json_like(c: ErrorCode) -> String {

@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod config;
 pub mod error;
 pub mod frame;
+pub mod human;
 pub mod lifecycle;
 pub mod message;
 pub mod name;

@@ -28,12 +28,12 @@ impl FromStr for MessageId {
     fn from_str(s: &str) -> Result<Self, StoreError> {
         if s.len() != 16 {
             return Err(StoreError::invalid(format!(
-                "message id {s:?} is not 16 hex digits"
+                "message id \"{s}\" is not 16 hex digits"
             )));
         }
         u64::from_str_radix(s, 16)
             .map(MessageId)
-            .map_err(|_| StoreError::invalid(format!("message id {s:?} is not 16 hex digits")))
+            .map_err(|_| StoreError::invalid(format!("message id \"{s}\" is not 16 hex digits")))
     }
 }
 
@@ -143,7 +143,7 @@ impl NewMessage {
             }
             if v.len() > limits::MAX_ATTRIBUTE_VALUE_BYTES {
                 return Err(StoreError::invalid(format!(
-                    "attribute {k:?} is {} bytes; values may be at most {} bytes",
+                    "attribute \"{k}\" is {} bytes; values may be at most {} bytes",
                     v.len(),
                     limits::MAX_ATTRIBUTE_VALUE_BYTES
                 )));

@@ -33,7 +33,7 @@ impl QueueName {
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
         {
             return Err(StoreError::invalid(format!(
-                "queue name {name:?} contains {bad:?}; use only letters, digits, '_', '.' and '-'"
+                "queue name \"{name}\" contains '{bad}'; use only letters, digits, '_', '.' and '-'"
             )));
         }
         Ok(QueueName(name))

@@ -39,12 +39,12 @@ impl FromStr for RedriveId {
     fn from_str(s: &str) -> Result<Self, StoreError> {
         if s.len() != 16 {
             return Err(StoreError::invalid(format!(
-                "redrive id {s:?} is not 16 hex digits"
+                "redrive id \"{s}\" is not 16 hex digits"
             )));
         }
         u64::from_str_radix(s, 16)
             .map(RedriveId)
-            .map_err(|_| StoreError::invalid(format!("redrive id {s:?} is not 16 hex digits")))
+            .map_err(|_| StoreError::invalid(format!("redrive id \"{s}\" is not 16 hex digits")))
     }
 }
 
@@ -409,7 +409,7 @@ impl RedriveJob {
 /// still runs.
 pub fn already_running(running: &str, source: &QueueName) -> StoreError {
     StoreError::Conflict(format!(
-        "redrive job {running} of {:?} is still running; wait for it or cancel it (POST /v1/redrives/{running}/cancel)",
+        "redrive job {running} of \"{}\" is still running; wait for it or cancel it (POST /v1/redrives/{running}/cancel)",
         source.as_str()
     ))
 }

@@ -135,6 +135,19 @@ pub trait Store: Send + Sync + 'static {
         patch: &QueueConfigPatch,
     ) -> Result<PutQueueOutcome, StoreError>;
 
+    /// Creates the queue as [`Store::put_queue`] does, but only when it does not exist yet:
+    /// an existing queue is left as it is. The check and the creation are one step, so of
+    /// two creates of one name at once exactly one succeeds.
+    ///
+    /// # Errors
+    /// `Conflict` ([`StoreError::queue_exists`]) when the queue exists; `InvalidArgument` for
+    /// a field out of range.
+    async fn create_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError>;
+
     /// One queue.
     ///
     /// # Errors
@@ -544,7 +557,7 @@ pub fn validate_bodies_fit(
     for (i, m) in messages.iter().enumerate() {
         if m.body.len() > cfg.max_message_bytes as usize {
             return Err(StoreError::PayloadTooLarge(format!(
-                "message {i} is {} bytes; queue {queue:?} accepts at most {} (max_message_bytes)",
+                "message {i} is {} bytes; queue \"{queue}\" accepts at most {} (max_message_bytes)",
                 m.body.len(),
                 cfg.max_message_bytes
             )));
@@ -590,7 +603,7 @@ pub fn validate_nack_delay(delay: Option<Duration>) -> Result<(), StoreError> {
 pub fn validate_move(from: &QueueName, to: &QueueName) -> Result<(), StoreError> {
     if to == from {
         return Err(StoreError::invalid(format!(
-            "cannot move a message of {from:?} to the same queue; nack it instead"
+            "cannot move a message of \"{from}\" to the same queue; nack it instead"
         )));
     }
     Ok(())

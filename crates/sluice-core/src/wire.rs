@@ -75,13 +75,13 @@ pub fn parse_rfc3339(field: &str, s: &str) -> Result<Timestamp, StoreError> {
     let d = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
         .map_err(|e| {
             StoreError::invalid(format!(
-                "{field} must be an RFC 3339 time like 2026-01-01T00:00:00Z, got {s:?}: {e}"
+                "{field} must be an RFC 3339 time like 2026-01-01T00:00:00Z, got \"{s}\": {e}"
             ))
         })?;
     let ms = d.unix_timestamp_nanos() / 1_000_000;
     i64::try_from(ms)
         .map(Timestamp)
-        .map_err(|_| StoreError::invalid(format!("{field} is out of range: {s:?}")))
+        .map_err(|_| StoreError::invalid(format!("{field} is out of range: \"{s}\"")))
 }
 
 /// Converts a `*_ms` field to a duration, refusing negative values.
@@ -1164,10 +1164,12 @@ pub struct BrowseQuery {
     /// Only messages with this attribute value, written `key=value`.
     #[serde(default)]
     pub attribute: Option<String>,
-    /// Only messages dead-lettered before this time (RFC 3339).
+    /// Only messages dead-lettered before this time: RFC 3339, or how long ago (`10m`,
+    /// `1h`, `90s`, `2d`).
     #[serde(default)]
     pub dead_lettered_before: Option<String>,
-    /// Only messages dead-lettered at or after this time (RFC 3339).
+    /// Only messages dead-lettered at or after this time: RFC 3339, or how long ago (`10m`,
+    /// `1h`, `90s`, `2d`).
     #[serde(default)]
     pub dead_lettered_after: Option<String>,
 }
@@ -1181,15 +1183,22 @@ impl BrowseQuery {
         let mut attributes = Attributes::new();
         if let Some(a) = &self.attribute {
             let (k, v) = a.split_once('=').ok_or_else(|| {
-                StoreError::invalid(format!("attribute must be written key=value, got {a:?}"))
+                StoreError::invalid(format!("attribute must be written key=value, got \"{a}\""))
             })?;
             attributes.insert(k.to_string(), v.to_string());
         }
+        // A person types these: RFC 3339, or how long ago (`10m`).
+        let now = crate::time::Clock::now(&crate::time::SystemClock);
+        let time = |field: &str, v: &Option<String>| {
+            v.as_deref()
+                .map(|s| crate::human::parse_time(field, s, now).map(rfc3339))
+                .transpose()
+        };
         let view = RedriveFilterView {
             error_contains: self.error_contains.clone(),
             attributes,
-            dead_lettered_before: self.dead_lettered_before.clone(),
-            dead_lettered_after: self.dead_lettered_after.clone(),
+            dead_lettered_before: time("dead_lettered_before", &self.dead_lettered_before)?,
+            dead_lettered_after: time("dead_lettered_after", &self.dead_lettered_after)?,
         };
         let filter = view.to_core()?;
         Ok((filter != crate::redrive::RedriveFilter::default()).then_some(filter))
@@ -1316,8 +1325,13 @@ pub struct MessageView {
     pub id: String,
     /// The queue it is in now.
     pub queue: String,
-    /// Its state.
+    /// Its state in the queue it is in now. A dead letter is `visible` in its DLQ (it can be
+    /// received from there); `dead_lettered` tells it apart.
     pub state: MessageStateView,
+    /// True while it sits in a dead-letter queue (`queue`), put there for
+    /// `dead_letter_reason`; false once redriven, moved or never dead-lettered.
+    #[serde(default)]
+    pub dead_lettered: bool,
     /// The body when sent as JSON or text (absent for a completed record).
     #[serde(
         default,
@@ -1394,6 +1408,7 @@ impl From<&Message> for MessageView {
             id: m.id.to_string(),
             queue: m.queue.to_string(),
             state: m.state.into(),
+            dead_lettered: m.dead_letter.is_some(),
             body,
             body_base64,
             body_encoding,
@@ -1543,17 +1558,32 @@ impl TaskView {
 /// Query of `GET /v1/tasks/{id}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct TaskQuery {
     /// Long poll: wait up to this many ms (at most 30000) for the task to become final.
+    #[param(default = 0, maximum = 30_000)]
     pub wait_ms: Option<u64>,
 }
 
 /// Query of `GET /v1/queues/{q}/scaling`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ScalingQuery {
-    /// How many waiting or running tasks one worker should carry (1 to 1000000).
+    /// How many waiting or running tasks one worker should carry (1 to 1000000; default 1).
+    #[serde(default = "one")]
+    #[param(default = 1, minimum = 1, maximum = 1_000_000)]
     pub per_worker: u64,
+}
+
+impl Default for ScalingQuery {
+    fn default() -> Self {
+        ScalingQuery { per_worker: one() }
+    }
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// `GET /v1/queues/{q}/scaling`: how many workers the queue wants, for KEDA-style and Ray
@@ -1604,8 +1634,10 @@ impl From<&crate::stats::StatsSample> for SampleView {
 /// Query of `GET /v1/queues/{q}/stats/history`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
-    /// Points at or after this time (RFC 3339); default: one hour ago.
+    /// Points at or after this time: RFC 3339 (`2026-01-01T10:00:00Z`), or how long ago
+    /// (`10m`, `1h`, `90s`, `2d`); default: one hour ago.
     pub since: Option<String>,
 }
 

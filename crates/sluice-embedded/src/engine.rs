@@ -499,12 +499,12 @@ impl Core {
     ) -> Result<UpdateRecord, StoreError> {
         let dlq_name = cfg.dead_letter_queue.as_ref().ok_or_else(|| {
             StoreError::Conflict(format!(
-                "queue {name:?} has no dead_letter_queue; set one (PUT /v1/queues/{name}) or nack instead"
+                "queue \"{name}\" has no dead_letter_queue; set one (PUT /v1/queues/{name}) or nack instead"
             ))
         })?;
         let dlq = self.qid(dlq_name).map_err(|_| {
             StoreError::Conflict(format!(
-                "dead-letter queue {dlq_name:?} of {name:?} does not exist; create it or change dead_letter_queue"
+                "dead-letter queue \"{dlq_name}\" of \"{name}\" does not exist; create it or change dead_letter_queue"
             ))
         })?;
         rich.dead_letter = Some(DeadLetter {
@@ -565,7 +565,7 @@ impl Core {
         }
     }
 
-    fn info(&self, qid: Qid) -> QueueInfo {
+    pub(crate) fn info(&self, qid: Qid) -> QueueInfo {
         let q = &self.state.queues[&qid];
         QueueInfo {
             name: q.name.clone(),
@@ -574,7 +574,7 @@ impl Core {
         }
     }
 
-    fn catalog(&self) -> Catalog {
+    pub(crate) fn catalog(&self) -> Catalog {
         let mut queues: Vec<CatalogQueue> = self
             .state
             .queues
@@ -792,67 +792,15 @@ impl Store for EmbeddedStore {
         name: &QueueName,
         patch: &QueueConfigPatch,
     ) -> Result<PutQueueOutcome, StoreError> {
-        let mut core = self.inner.lock();
-        let now = self.inner.clock.now();
-        let existing = core.state.names.get(name).copied();
-        let current = match existing {
-            Some(qid) => core.state.queues[&qid].config.clone(),
-            None => QueueConfig::defaults_for(name),
-        };
-        let config = current.apply(name, patch)?;
-        let mut warnings = Vec::new();
-        if config.max_receive_count == 0
-            && existing.is_none_or(|_| patch.max_receive_count == Some(0))
-        {
-            warnings.push(format!(
-                "max_receive_count is 0: messages of {name:?} are retried without limit and never dead-lettered by count"
-            ));
-        }
-        let mut new_queues = Vec::new();
-        let mut next_qid = core.state.next_qid;
-        if let Some(dlq) = &config.dead_letter_queue
-            && !core.state.names.contains_key(dlq)
-        {
-            new_queues.push(CatalogQueue {
-                qid: next_qid,
-                name: dlq.clone(),
-                config: QueueConfig::dead_letter_defaults(dlq),
-                created_at: now,
-            });
-            next_qid += 1;
-        }
-        let qid = match existing {
-            Some(qid) => qid,
-            None => {
-                new_queues.push(CatalogQueue {
-                    qid: next_qid,
-                    name: name.clone(),
-                    config: config.clone(),
-                    created_at: now,
-                });
-                next_qid += 1;
-                next_qid - 1
-            }
-        };
-        let mut cat = core.catalog();
-        cat.next_qid = next_qid;
-        cat.queues.extend(new_queues.iter().cloned());
-        if let Some(q) = cat.queues.iter_mut().find(|q| q.qid == qid) {
-            q.config = config.clone();
-        }
-        catalog::store(&self.inner.dir, &cat)?;
-        core.state.next_qid = next_qid;
-        for q in &new_queues {
-            core.state.add_queue(q);
-        }
-        let q = core.state.queues.get_mut(&qid).expect("just ensured");
-        q.config = config;
-        q.notify.notify_waiters();
-        Ok(PutQueueOutcome {
-            queue: core.info(qid),
-            created: existing.is_none(),
-            warnings,
-        })
+        crate::queues::put(&self.inner, name, patch, false)
+    }
+
+    async fn create_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError> {
+        crate::queues::put(&self.inner, name, patch, true)
     }
 
     async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, StoreError> {
@@ -880,7 +828,7 @@ impl Store for EmbeddedStore {
             .find(|q| q.name != *name && q.config.dead_letter_queue.as_ref() == Some(name))
         {
             return Err(StoreError::Conflict(format!(
-                "queue {name:?} is the dead-letter queue of {:?}; change that queue's dead_letter_queue first",
+                "queue \"{name}\" is the dead-letter queue of \"{}\"; change that queue's dead_letter_queue first",
                 user.name.as_str()
             )));
         }
@@ -1052,7 +1000,7 @@ impl Store for EmbeddedStore {
                     Some(result) if result.len() > cfg.max_message_bytes as usize => {
                         seen.remove(&a.receipt.id);
                         out.push(Err(StoreError::PayloadTooLarge(format!(
-                            "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
+                            "result is {} bytes; queue \"{queue}\" keeps results of at most {} bytes (max_message_bytes)",
                             result.len(),
                             cfg.max_message_bytes
                         ))));

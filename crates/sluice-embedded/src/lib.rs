@@ -15,6 +15,7 @@ mod compaction;
 mod engine;
 mod error;
 mod log;
+mod queues;
 mod record;
 mod recovery;
 mod redrive;

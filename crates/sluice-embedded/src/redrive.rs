@@ -124,7 +124,7 @@ pub(crate) fn step(
     let Ok(src) = core.qid(&job.spec.source) else {
         job.finish(Timestamp(now));
         job.blocked = Some(format!(
-            "source queue {:?} was deleted",
+            "source queue \"{}\" was deleted",
             job.spec.source.as_str()
         ));
         return Ok(StepOutcome {
@@ -195,7 +195,7 @@ pub(crate) fn step(
         };
         let dq = &core.state.queues[&dest];
         if dq.config.paused {
-            job.blocked = Some(format!("destination {:?} is paused", dq.name.as_str()));
+            job.blocked = Some(format!("destination \"{}\" is paused", dq.name.as_str()));
             stopped_early = true;
             break;
         }
@@ -208,7 +208,7 @@ pub(crate) fn step(
                 >= u64::from(mif)
         {
             job.blocked = Some(format!(
-                "destination {:?} is at its max_in_flight ({mif})",
+                "destination \"{}\" is at its max_in_flight ({mif})",
                 dq.name.as_str()
             ));
             stopped_early = true;

@@ -54,7 +54,7 @@ pub(crate) async fn ack(
             && r.len() > cfg.max_message_bytes as usize
         {
             out.push(Some(Err(StoreError::PayloadTooLarge(format!(
-                "result is {} bytes; queue {queue:?} keeps results of at most {} bytes (max_message_bytes)",
+                "result is {} bytes; queue \"{queue}\" keeps results of at most {} bytes (max_message_bytes)",
                 r.len(),
                 cfg.max_message_bytes
             )))));

@@ -19,7 +19,7 @@ pub enum OpenError {
     Pool(String),
     /// The schema was migrated by a newer Sluice.
     #[error(
-        "schema {schema:?} is at version {found}, newer than this build knows ({known}); \
+        "schema \"{schema}\" is at version {found}, newer than this build knows ({known}); \
          upgrade this node to the version the other nodes run"
     )]
     TooNew {

@@ -118,11 +118,13 @@ pub(crate) async fn list(c: &impl GenericClient) -> Result<Vec<QueueInfo>, Store
     .collect()
 }
 
-/// Creates or updates a queue; creates its dead-letter queue when that is missing.
+/// Creates or updates a queue; creates its dead-letter queue when that is missing. With
+/// `create_only`, an existing queue is refused (under the same lock as the write).
 pub(crate) async fn put(
     inner: &Inner,
     name: &QueueName,
     patch: &QueueConfigPatch,
+    create_only: bool,
 ) -> Result<PutQueueOutcome, StoreError> {
     let now = inner.now();
     let mut conn = inner.conn().await?;
@@ -139,6 +141,9 @@ pub(crate) async fn put(
             Err(StoreError::QueueNotFound(_)) => None,
             Err(e) => return Err(e),
         };
+        if create_only && existing.is_some() {
+            return Err(StoreError::queue_exists(name.as_str()));
+        }
         let current = existing
             .clone()
             .unwrap_or_else(|| QueueConfig::defaults_for(name));
@@ -146,7 +151,7 @@ pub(crate) async fn put(
         let mut warnings = Vec::new();
         if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0)) {
             warnings.push(format!(
-                "max_receive_count is 0: messages of {name:?} are retried without limit and never dead-lettered by count"
+                "max_receive_count is 0: messages of \"{name}\" are retried without limit and never dead-lettered by count"
             ));
         }
         if let Some(dlq) = &cfg.dead_letter_queue {
@@ -198,7 +203,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
         {
             let user: String = user.get(0);
             return Err(StoreError::Conflict(format!(
-                "queue {name:?} is the dead-letter queue of {user:?}; change that queue's dead_letter_queue first"
+                "queue \"{name}\" is the dead-letter queue of \"{user}\"; change that queue's dead_letter_queue first"
             )));
         }
         tx.batch_execute("SET LOCAL lock_timeout = '10s'")

@@ -197,7 +197,7 @@ pub(crate) async fn step(
         match crate::queues::config(tx, src.as_str(), false).await {
             Err(StoreError::QueueNotFound(_)) => {
                 job.finish(Timestamp(now));
-                job.blocked = Some(format!("source queue {:?} was deleted", src.as_str()));
+                job.blocked = Some(format!("source queue \"{}\" was deleted", src.as_str()));
             }
             Err(e) => return Err(e),
             Ok(scfg) => {
@@ -317,7 +317,7 @@ async fn step_moves(
             continue;
         };
         if dcfg.paused {
-            job.blocked = Some(format!("destination {dest:?} is paused"));
+            job.blocked = Some(format!("destination \"{dest}\" is paused"));
             stopped_early = true;
             break;
         }
@@ -325,7 +325,7 @@ async fn step_moves(
             && *leased >= i64::from(mif)
         {
             job.blocked = Some(format!(
-                "destination {dest:?} is at its max_in_flight ({mif})"
+                "destination \"{dest}\" is at its max_in_flight ({mif})"
             ));
             stopped_early = true;
             break;

@@ -100,7 +100,7 @@ fn parse_reason(s: &str) -> Result<DeadLetterReason, StoreError> {
         "lease_expired" => DeadLetterReason::LeaseExpired,
         "rejected" => DeadLetterReason::Rejected,
         "expired" => DeadLetterReason::Expired,
-        other => return Err(corrupt(format!("dead-letter reason {other:?}"))),
+        other => return Err(corrupt(format!("dead-letter reason \"{other}\""))),
     })
 }
 

@@ -60,7 +60,7 @@ pub(crate) async fn dead_letter(
     let name = row.queue.clone();
     let dlq = cfg.dead_letter_queue.as_ref().ok_or_else(|| {
         StoreError::Conflict(format!(
-            "queue {name:?} has no dead_letter_queue; set one (PUT /v1/queues/{name}) or nack instead"
+            "queue \"{name}\" has no dead_letter_queue; set one (PUT /v1/queues/{name}) or nack instead"
         ))
     })?;
     let exists = c
@@ -70,7 +70,7 @@ pub(crate) async fn dead_letter(
         .is_some();
     if !exists {
         return Err(StoreError::Conflict(format!(
-            "dead-letter queue {dlq:?} of {name:?} does not exist; create it or change dead_letter_queue"
+            "dead-letter queue \"{dlq}\" of \"{name}\" does not exist; create it or change dead_letter_queue"
         )));
     }
     row.dead_letter = Some(DeadLetter {

@@ -312,7 +312,7 @@ impl PostgresStore {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_')
         {
             return Err(OpenError::Url(format!(
-                "schema {schema:?} must be 1 to 40 letters, digits or underscores"
+                "schema \"{schema}\" must be 1 to 40 letters, digits or underscores"
             )));
         }
         let mut config =
@@ -434,7 +434,15 @@ impl Store for PostgresStore {
         name: &QueueName,
         patch: &QueueConfigPatch,
     ) -> Result<PutQueueOutcome, StoreError> {
-        crate::queues::put(&self.inner, name, patch).await
+        crate::queues::put(&self.inner, name, patch, false).await
+    }
+
+    async fn create_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError> {
+        crate::queues::put(&self.inner, name, patch, true).await
     }
 
     async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, StoreError> {

@@ -398,9 +398,10 @@ pub(crate) async fn listen(
                                 let failed = match said {
                                     Ok(Ok(_)) => None,
                                     Ok(Err(e)) => Some(e.to_string()),
-                                    Err(_) => {
-                                        Some(format!("no answer within {PRESENCE_TIMEOUT:?}"))
-                                    }
+                                    Err(_) => Some(format!(
+                                        "no answer within {}",
+                                        sluice_core::human::fmt_duration(PRESENCE_TIMEOUT)
+                                    )),
                                 };
                                 if let Some(e) = failed {
                                     tracing::warn!(error = %e, "wake-up connection failed; reconnecting");

@@ -186,19 +186,19 @@ impl KeyRing {
                 .and_then(|v| <[u8; 32]>::try_from(v).ok());
             let Some(hash) = raw else {
                 return Err(KeyConfigError(format!(
-                    "key {:?}: sha256 must be 64 hex digits (the output of `sluice key hash`)",
+                    "key \"{}\": sha256 must be 64 hex digits (the output of `sluice key hash`)",
                     k.name
                 )));
             };
             if !names.insert(k.name.clone()) {
                 return Err(KeyConfigError(format!(
-                    "key name {:?} is used twice",
+                    "key name \"{}\" is used twice",
                     k.name
                 )));
             }
             if k.queues.is_empty() {
                 return Err(KeyConfigError(format!(
-                    "key {:?}: queues is empty; give at least one pattern, e.g. \"*\"",
+                    "key \"{}\": queues is empty; give at least one pattern, e.g. \"*\"",
                     k.name
                 )));
             }
@@ -209,7 +209,7 @@ impl KeyRing {
                     });
                 if !ok {
                     return Err(KeyConfigError(format!(
-                        "key {:?}: pattern {p:?} may hold only queue-name characters and the \
+                        "key \"{}\": pattern \"{p}\" may hold only queue-name characters and the \
                          wildcards * and ?",
                         k.name
                     )));
@@ -222,7 +222,7 @@ impl KeyRing {
             });
             if by_hash.insert(hash, key).is_some() {
                 return Err(KeyConfigError(format!(
-                    "key {:?} has the same secret as another key",
+                    "key \"{}\" has the same secret as another key",
                     k.name
                 )));
             }
@@ -295,7 +295,7 @@ impl Caller {
         self.allow_role(action)?;
         match &self.key {
             Some(k) if !k.covers(queue.as_str()) => Err(ApiError::forbidden(format!(
-                "key {:?} does not cover queue {:?} (its patterns: {})",
+                "key \"{}\" does not cover queue \"{}\" (its patterns: {})",
                 k.name,
                 queue.as_str(),
                 k.patterns.join(", ")
@@ -311,7 +311,7 @@ impl Caller {
     pub fn allow_role(&self, action: Action) -> Result<(), ApiError> {
         match &self.key {
             Some(k) if !action.allowed(k.role) => Err(ApiError::forbidden(format!(
-                "key {:?} has role {}, which may not {}",
+                "key \"{}\" has role {}, which may not {}",
                 k.name,
                 k.role.as_str(),
                 action.describe()

@@ -51,8 +51,7 @@ impl ApiError {
         ApiError::new(ErrorCode::PayloadTooLarge, message)
     }
 
-    /// Overrides the status (e.g. 404 or 405 for routing errors, whose code is
-    /// `invalid_argument`).
+    /// Overrides the status (e.g. 503 for a timeout, whatever status the layer chose).
     pub fn with_status(mut self, status: StatusCode) -> Self {
         self.status = status;
         self
@@ -61,6 +60,11 @@ impl ApiError {
     /// The code.
     pub fn code(&self) -> ErrorCode {
         self.code
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 
     /// The same error as the frame protocol answers it.
@@ -138,12 +142,12 @@ where
         StatusCode::UNAUTHORIZED => (ErrorCode::Unauthenticated, status, "unauthenticated"),
         StatusCode::FORBIDDEN => (ErrorCode::PermissionDenied, status, "permission denied"),
         StatusCode::NOT_FOUND => (
-            ErrorCode::InvalidArgument,
+            ErrorCode::NotFound,
             status,
             "no such route; see /openapi.json for the API",
         ),
         StatusCode::METHOD_NOT_ALLOWED => (
-            ErrorCode::InvalidArgument,
+            ErrorCode::MethodNotAllowed,
             status,
             "this route does not accept that method; see /openapi.json for the API",
         ),

@@ -2,7 +2,7 @@
 //! 413 `payload_too_large`) instead of axum's plain-text rejections.
 
 use axum::body::Body;
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
@@ -92,7 +92,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     match media_type(headers) {
         Some(m) if is_json(&m) => Ok(()),
         Some(m) => Err(ApiError::invalid(format!(
-            "Content-Type must be application/json, got {m:?}"
+            "Content-Type must be application/json, got \"{m}\""
         ))),
         None => Err(ApiError::invalid(
             "Content-Type must be application/json (the header is missing)",
@@ -178,18 +178,27 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
-/// Query parameters; unknown or mistyped ones are a 400.
-#[derive(Debug)]
-pub struct ApiQuery<T>(pub T);
+pub use crate::query::ApiQuery;
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+/// `If-None-Match: *` on a PUT: create only, never overwrite. Any other value is a 400 (the
+/// API has no entity tags to match).
+#[derive(Debug, Clone, Copy)]
+pub struct CreateOnly(pub bool);
+
+impl<S: Send + Sync> FromRequestParts<S> for CreateOnly {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|Query(q)| ApiQuery(q))
-            .map_err(|e| ApiError::invalid(format!("bad query string: {}", e.body_text())))
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let Some(v) = parts.headers.get(header::IF_NONE_MATCH) else {
+            return Ok(CreateOnly(false));
+        };
+        match v.to_str().map(str::trim) {
+            Ok("*") => Ok(CreateOnly(true)),
+            _ => Err(ApiError::invalid(
+                "If-None-Match must be * (create only: refuse if the queue exists); \
+                 leave the header out to create or update",
+            )),
+        }
     }
 }
 

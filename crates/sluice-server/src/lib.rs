@@ -18,6 +18,7 @@ pub mod extract;
 mod frames;
 pub mod idempotency;
 pub mod metrics;
+pub mod query;
 pub mod redrive;
 pub mod routes;
 pub mod sampler;

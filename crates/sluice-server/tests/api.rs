@@ -889,12 +889,12 @@ async fn health_readiness_routing_errors_and_openapi() {
     assert_error(
         &s.call(Method::GET, "/v2/nothing", None).await,
         404,
-        "invalid_argument",
+        "not_found",
     );
     assert_error(
         &s.call(Method::DELETE, "/v1/queues/x/receive", None).await,
         405,
-        "invalid_argument",
+        "method_not_allowed",
     );
 
     let (st, doc) = s.call(Method::GET, "/openapi.json", None).await;

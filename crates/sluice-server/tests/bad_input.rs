@@ -718,15 +718,49 @@ fn cases(stale: &str) -> Vec<Case> {
             "conflict",
         ),
         // Routing.
+        case("unknown route", M::GET, "/v1/nothing", "", 404, "not_found"),
+        case("wrong method", M::PATCH, q, "{}", 405, "method_not_allowed"),
+        // Query strings: a wrong value or an unknown parameter is named.
         case(
-            "unknown route",
+            "per_worker not a number",
             M::GET,
-            "/v1/nothing",
+            "/v1/queues/jobs/scaling?per_worker=lots",
             "",
-            404,
+            400,
             "invalid_argument",
         ),
-        case("wrong method", M::PATCH, q, "{}", 405, "invalid_argument"),
+        case(
+            "unknown query parameter",
+            M::GET,
+            "/v1/queues/jobs/scaling?per_worker=1&workers=2",
+            "",
+            400,
+            "invalid_argument",
+        ),
+        case(
+            "since neither a time nor a duration",
+            M::GET,
+            "/v1/queues/jobs/stats/history?since=yesterday",
+            "",
+            400,
+            "invalid_argument",
+        ),
+        case(
+            "audit since neither a time nor a duration",
+            M::GET,
+            "/v1/audit?since=soon",
+            "",
+            400,
+            "invalid_argument",
+        ),
+        case(
+            "If-None-Match other than *",
+            M::PUT,
+            q,
+            "{}",
+            400,
+            "invalid_argument",
+        ),
     ];
     // Header abuse.
     let mut huge = case(
@@ -765,6 +799,12 @@ fn cases(stale: &str) -> Vec<Case> {
     );
     bad_ct.content_type = Some("???");
     v.push(bad_ct);
+    for c in &mut v {
+        if c.what == "If-None-Match other than *" {
+            c.headers
+                .push(("if-none-match", HeaderValue::from_static("\"v1\"")));
+        }
+    }
     v
 }
 
@@ -831,6 +871,7 @@ async fn bad_inputs_are_refused_and_change_nothing() {
         let parsed: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         let code = parsed["error"]["code"].as_str().unwrap_or("<none>");
         let message = parsed["error"]["message"].as_str().unwrap_or("");
+        common::assert_plain_message(message);
         if status.as_u16() != c.status || code != c.code || message.is_empty() {
             failures.push(format!(
                 "{}: expected {} {}, got {} {}",

@@ -114,7 +114,10 @@ async fn scaling_hint_counts_backlog_and_running_work() {
         v,
         json!({ "desired_workers": 3, "backlog": 5, "in_flight": 2 })
     );
-    for bad in ["per_worker=0", "per_worker=x", ""] {
+    // Without per_worker, each worker carries one.
+    let (code, v) = s.call(Method::GET, "/v1/queues/work/scaling", None).await;
+    assert_eq!((code, &v["desired_workers"]), (StatusCode::OK, &json!(7)));
+    for bad in ["per_worker=0", "per_worker=x", "per_worker="] {
         let got = s
             .call(Method::GET, &format!("/v1/queues/work/scaling?{bad}"), None)
             .await;

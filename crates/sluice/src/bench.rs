@@ -138,7 +138,7 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     match num.parse::<f64>() {
         Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
         _ => Err(format!(
-            "{s:?} is not a rate; give messages per second, e.g. 5000"
+            "\"{s}\" is not a rate; give messages per second, e.g. 5000"
         )),
     }
 }
@@ -549,12 +549,12 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let base = args.url.trim_end_matches('/').to_owned();
     let parsed = reqwest::Url::parse(&base).with_context(|| {
         format!(
-            "--url {:?} is not a URL like http://127.0.0.1:7878",
+            "--url \"{}\" is not a URL like http://127.0.0.1:7878",
             args.url
         )
     })?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        bail!("--url {:?} must start with http:// or https://", args.url);
+        bail!("--url \"{}\" must start with http:// or https://", args.url);
     }
     let concurrency = usize::try_from(args.producers + args.consumers).unwrap_or(64);
     let client = reqwest::Client::builder()

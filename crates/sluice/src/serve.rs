@@ -69,7 +69,7 @@ fn parse_store(s: Option<&str>) -> anyhow::Result<StoreChoice> {
             Ok(StoreChoice::Postgres(url.to_string()))
         }
         Some(other) => bail!(
-            "--store {other:?} is neither `embedded` nor a postgres:// connection string \
+            "--store \"{other}\" is neither `embedded` nor a postgres:// connection string \
              (e.g. postgres://sluice@127.0.0.1:5432/sluice)"
         ),
     }
@@ -254,10 +254,10 @@ async fn resolve(
 ) -> anyhow::Result<Vec<std::net::SocketAddr>> {
     let addrs: Vec<_> = tokio::net::lookup_host(addr)
         .await
-        .with_context(|| format!("{flag} {addr:?} is not a host:port address"))?
+        .with_context(|| format!("{flag} \"{addr}\" is not a host:port address"))?
         .collect();
     if addrs.is_empty() {
-        bail!("{flag} {addr:?} resolves to no address");
+        bail!("{flag} \"{addr}\" resolves to no address");
     }
     if keys.is_empty()
         && let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback())

@@ -157,7 +157,7 @@ fn queue_lifecycle() {
 
     ok(u, &["send", "jobs", "a"]);
     ok(u, &["send", "jobs", "b"]);
-    assert!(ok(u, &["queue", "purge", "jobs"]).contains("purged 2 messages"));
+    assert!(ok(u, &["queue", "purge", "jobs", "--yes"]).contains("purged 2 messages"));
 
     // Updating a missing queue does not create it.
     fails(u, &["queue", "update", "nope", "--visibility", "5s"], 3);

@@ -237,6 +237,24 @@ class Client:
         )
         return Queue.from_wire(resp.json(), created=resp.status_code == 201)
 
+    def create_queue(
+        self, name: str, settings: Optional[QueueSettings] = None, **fields: Any
+    ) -> Queue:
+        """Creates queue ``name`` only if it does not exist (``If-None-Match: *``); an
+        existing queue is left as it is and raises ``conflict``. Settings as in
+        :meth:`put_queue`."""
+        s = settings or QueueSettings()
+        if fields:
+            s = QueueSettings(**{**s.__dict__, **fields})
+        resp = self._t.request(
+            "PUT",
+            f"/v1/queues/{_queue(name)}",
+            idempotent=False,
+            json_body=s.to_wire(),
+            headers={"if-none-match": "*"},
+        )
+        return Queue.from_wire(resp.json(), created=True)
+
     def get_queue(self, name: str) -> Queue:
         """A queue and its configuration; ``queue_not_found`` when it does not exist."""
         return Queue.from_wire(self._json("GET", f"/v1/queues/{_queue(name)}"))

@@ -26,6 +26,10 @@ class ErrorCode(str, enum.Enum):
     RATE_LIMITED = "rate_limited"
     QUEUE_FULL = "queue_full"
     UNAVAILABLE = "unavailable"
+    NOT_FOUND = "not_found"
+    """No such route: the broker serves nothing at that path."""
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    """The route does not take that method; the ``Allow`` header lists those it takes."""
 
     @property
     def http_status(self) -> int:
@@ -54,6 +58,8 @@ _STATUS = {
     ErrorCode.RATE_LIMITED: 429,
     ErrorCode.QUEUE_FULL: 429,
     ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.METHOD_NOT_ALLOWED: 405,
 }
 
 
@@ -63,6 +69,10 @@ def code_for_status(status: int) -> ErrorCode:
         return ErrorCode.UNAUTHENTICATED
     if status == 403:
         return ErrorCode.PERMISSION_DENIED
+    if status == 404:
+        return ErrorCode.NOT_FOUND
+    if status == 405:
+        return ErrorCode.METHOD_NOT_ALLOWED
     if status == 409:
         return ErrorCode.CONFLICT
     if status == 413:

@@ -268,6 +268,9 @@ class Message:
     progress: Optional[Progress]
     visible_at: Optional[str] = None
     entered_at: Optional[str] = None
+    dead_lettered: bool = False
+    """True while it sits in a dead-letter queue (``queue``); ``state`` is then its state
+    there (usually ``visible``) and ``dead_letter_reason`` says why."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Message":
@@ -298,6 +301,7 @@ class Message:
             progress=Progress.from_wire(d.get("progress")),
             visible_at=d.get("visible_at"),
             entered_at=d.get("entered_at"),
+            dead_lettered=bool(d.get("dead_lettered", False)),
         )
 
 

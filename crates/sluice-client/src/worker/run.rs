@@ -281,7 +281,7 @@ where
             status,
             code: ErrorCode::QueueNotFound,
             message: format!(
-                "the worker's queue {:?} does not exist; create it first (PUT /v1/queues/{} or \
+                "the worker's queue \"{}\" does not exist; create it first (PUT /v1/queues/{} or \
                  `sluice queue create {}`)",
                 cfg.queue, cfg.queue, cfg.queue
             ),

@@ -62,7 +62,7 @@ async fn run_delivery(shared: &Shared, d: &DeliveryView) -> Outcome {
         let mut known: Vec<&str> = shared.handlers.keys().map(String::as_str).collect();
         known.sort_unstable();
         let msg = format!(
-            "unknown task {:?}: no handler is registered under that name (this worker runs {})",
+            "unknown task \"{}\": no handler is registered under that name (this worker runs {})",
             env.task,
             known.join(", ")
         );

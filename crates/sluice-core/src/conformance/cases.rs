@@ -30,6 +30,9 @@ use crate::store::{
 };
 use crate::time::{Clock, ManualClock, Timestamp};
 
+mod create_only;
+pub use create_only::queue_create_only_refuses_an_existing_queue;
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------

@@ -78,6 +78,7 @@ macro_rules! __sluice_conformance_cases {
         $crate::__sluice_conformance_expand! {
             $($mode)*;
             queue_put_creates_with_defaults_and_dlq,
+            queue_create_only_refuses_an_existing_queue,
             queue_update_changes_only_named_fields,
             queue_get_list_delete,
             queue_delete_refused_while_used_as_dlq,
@@ -206,9 +207,13 @@ mod tests {
 
     #[test]
     fn every_case_is_listed_once() {
-        let src = include_str!("cases.rs");
+        let src = [
+            include_str!("cases.rs"),
+            include_str!("cases/create_only.rs"),
+        ];
         let defined: Vec<&str> = src
-            .lines()
+            .iter()
+            .flat_map(|s| s.lines())
             .filter_map(|l| l.strip_prefix("pub async fn "))
             .filter_map(|l| l.split('(').next())
             .collect();

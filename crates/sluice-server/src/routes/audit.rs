@@ -8,8 +8,8 @@
 use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
-use sluice_core::wire::{ErrorEnvelope, parse_rfc3339, rfc3339};
-use sluice_core::{AuditQuery, QueueName};
+use sluice_core::wire::{ErrorEnvelope, rfc3339};
+use sluice_core::{AuditQuery, Clock, QueueName, SystemClock};
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 
@@ -21,12 +21,15 @@ use crate::extract::ApiQuery;
 /// Query of `GET /v1/audit`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct AuditParams {
     /// Only this queue's entries, and those of its dead-letter queue.
     pub queue: Option<String>,
-    /// Only entries at or after this time (RFC 3339).
+    /// Only entries at or after this time: RFC 3339 (`2026-01-01T10:00:00Z`), or how long ago
+    /// (`10m`, `1h`, `90s`, `2d`).
     pub since: Option<String>,
     /// At most this many, the newest (default 100, at most 10000).
+    #[param(default = 100, minimum = 1, maximum = 10_000)]
     pub limit: Option<usize>,
     /// The page before an earlier answer: its `next_cursor`.
     pub cursor: Option<String>,
@@ -71,7 +74,7 @@ fn parse_cursor(s: &str) -> Result<(i64, usize), ApiError> {
         .and_then(|(t, n)| Some((t.parse().ok()?, n.parse().ok()?)))
         .ok_or_else(|| {
             ApiError::invalid(format!(
-                "cursor {s:?} is not one this broker gave; pass the next_cursor of an earlier answer"
+                "cursor \"{s}\" is not one this broker gave; pass the next_cursor of an earlier answer"
             ))
         })
 }
@@ -111,7 +114,7 @@ pub async fn list(
         since: p
             .since
             .as_deref()
-            .map(|s| parse_rfc3339("since", s))
+            .map(|s| sluice_core::human::parse_time("since", s, SystemClock.now()))
             .transpose()?,
         until: until.map(sluice_core::Timestamp),
         limit: limit + shown + 1,

@@ -7,7 +7,7 @@ use sluice_core::stats::SAMPLE_INTERVAL;
 use sluice_core::trend::{LOOKBACK, Trend};
 use sluice_core::wire::{
     BrowseQuery, BrowseResponse, ErrorEnvelope, HistoryQuery, HistoryView, MessageView, SampleView,
-    StatsView, parse_rfc3339,
+    StatsView,
 };
 use sluice_core::{Clock, SystemClock, Timestamp};
 
@@ -175,7 +175,7 @@ pub async fn history(
 ) -> Result<Json<HistoryView>, ApiError> {
     caller.allow(Action::Stats, &q)?;
     let since = match &query.since {
-        Some(s) => parse_rfc3339("since", s)?,
+        Some(s) => sluice_core::human::parse_time("since", s, SystemClock.now())?,
         None => Timestamp(SystemClock.now().as_millis() - 3_600_000),
     };
     let samples = st.store.stats_history(&q, since).await?;

@@ -26,6 +26,8 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use sluice_core::ErrorCode;
+
 use crate::error::{ApiError, ensure_envelope};
 use crate::extract::BodyLimit;
 use crate::{AppState, ServerOptions};
@@ -114,8 +116,10 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 async fn no_route() -> ApiError {
-    ApiError::invalid("no such route; see /openapi.json for the API")
-        .with_status(StatusCode::NOT_FOUND)
+    ApiError::new(
+        ErrorCode::NotFound,
+        "no such route; see /openapi.json for the API",
+    )
 }
 
 /// Assembles every route with its layers.

@@ -10,12 +10,18 @@ use sluice_core::wire::{ErrorEnvelope, PurgeResponse, QueueConfigRequest, QueueL
 use crate::AppState;
 use crate::auth::{Action, Caller};
 use crate::error::ApiError;
-use crate::extract::{OptionalJsonBody, QueuePath};
+use crate::extract::{CreateOnly, OptionalJsonBody, QueuePath};
 
 /// Creates or updates a queue (idempotent). Unset fields keep their value (or the default).
+/// With `If-None-Match: *` it only creates: an existing queue is answered 409 `conflict` and
+/// left unchanged, decided atomically in the store.
 #[utoipa::path(
     put, path = "/v1/queues/{q}", tag = "queues",
-    params(("q" = String, Path, description = "Queue name: 1-80 of [A-Za-z0-9_.-]")),
+    params(
+        ("q" = String, Path, description = "Queue name: 1-80 of [A-Za-z0-9_.-]"),
+        ("If-None-Match" = Option<String>, Header,
+            description = "`*`: create only; 409 `conflict` when the queue exists"),
+    ),
     request_body(content = QueueConfigRequest, content_type = "application/json",
         description = "Fields to set; an empty body creates the queue with the defaults"),
     responses(
@@ -24,12 +30,14 @@ use crate::extract::{OptionalJsonBody, QueuePath};
         (status = 400, description = "A field is out of range", body = ErrorEnvelope),
         (status = 401, description = "No or unknown key", body = ErrorEnvelope),
         (status = 403, description = "The key may not manage this queue", body = ErrorEnvelope),
+        (status = 409, description = "conflict: If-None-Match: * and the queue exists", body = ErrorEnvelope),
     )
 )]
 pub async fn put_queue(
     State(st): State<AppState>,
     caller: Caller,
     QueuePath(q): QueuePath,
+    CreateOnly(create_only): CreateOnly,
     OptionalJsonBody(req): OptionalJsonBody<QueueConfigRequest>,
 ) -> Result<(StatusCode, Json<QueueView>), ApiError> {
     caller.allow(Action::ManageQueue, &q)?;
@@ -37,7 +45,11 @@ pub async fn put_queue(
     if let Some(Some(dlq)) = &patch.dead_letter_queue {
         caller.allow(Action::ManageQueue, dlq)?;
     }
-    let out = st.store.put_queue(&q, &patch).await?;
+    let out = if create_only {
+        st.store.create_queue(&q, &patch).await?
+    } else {
+        st.store.put_queue(&q, &patch).await?
+    };
     let action = if out.created {
         "queue.create"
     } else {

@@ -59,7 +59,9 @@ pub async fn create(
                     g.window,
                     g.error_contains
                         .as_deref()
-                        .map_or(String::new(), |e| format!(" with errors containing {e:?}"))
+                        .map_or(String::new(), |e| format!(
+                            " with errors containing \"{e}\""
+                        ))
                 )
             }),
         ),

@@ -85,7 +85,7 @@ pub async fn send(
         }
         Some(other) => {
             return Err(ApiError::invalid(format!(
-                "Content-Type {other:?} is not accepted; use application/json, \
+                "Content-Type \"{other}\" is not accepted; use application/json, \
                  application/octet-stream or text/plain"
             )));
         }

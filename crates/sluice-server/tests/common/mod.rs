@@ -170,8 +170,23 @@ pub async fn parse(resp: reqwest::Response) -> (StatusCode, Value) {
     (status, serde_json::from_slice(&bytes).expect("JSON answer"))
 }
 
-/// Asserts an error answer: status, envelope and code.
+/// Asserts that an error message a person reads has no Rust debug formatting in it: names
+/// print as they are (in plain quotes), never as `QueueName("jobs")` or `Some(..)`.
+pub fn assert_plain_message(message: &str) {
+    for bad in ["(\"", "Some(", "\\\""] {
+        assert!(
+            !message.contains(bad),
+            "debug formatting ({bad}) in an error message: {message}"
+        );
+    }
+}
+
+/// Asserts an error answer: status, envelope and code, and a message without debug
+/// formatting.
 pub fn assert_error(got: &(StatusCode, Value), status: u16, code: &str) {
+    if let Some(m) = got.1["error"]["message"].as_str() {
+        assert_plain_message(m);
+    }
     assert_eq!(
         got.0.as_u16(),
         status,

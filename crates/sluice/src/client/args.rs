@@ -8,78 +8,12 @@ use clap::Args;
 use sluice_core::wire::{QueueConfigRequest, RateLimitWire};
 use sluice_core::{Clock, SystemClock, Timestamp};
 
-/// Parses a duration: one or more `<number><unit>` parts (`ms`, `s`, `m`, `h`, `d`), e.g.
-/// `500ms`, `30s`, `1.5s`, `1h30m`; a bare number is seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let text = s.trim();
-    let bad = || format!("{s:?} is not a duration; write it like 500ms, 30s, 5m, 2h, 4d or 1h30m");
-    if text.is_empty() {
-        return Err(bad());
-    }
-    if let Ok(secs) = text.parse::<f64>() {
-        return secs_to_duration(secs).ok_or_else(bad);
-    }
-    let mut total = 0f64;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        if num_len == 0 {
-            return Err(bad());
-        }
-        let value: f64 = rest[..num_len].parse().map_err(|_| bad())?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match rest[..unit_len].trim() {
-            "ms" => 0.001,
-            "s" | "sec" | "secs" => 1.0,
-            "m" | "min" | "mins" => 60.0,
-            "h" | "hr" | "hrs" => 3600.0,
-            "d" | "day" | "days" => 86_400.0,
-            _ => return Err(bad()),
-        };
-        total += value * scale;
-        rest = &rest[unit_len..];
-    }
-    secs_to_duration(total).ok_or_else(bad)
-}
-
-fn secs_to_duration(secs: f64) -> Option<Duration> {
-    (secs.is_finite() && secs >= 0.0)
-        .then(|| Duration::try_from_secs_f64(secs).ok())
-        .flatten()
-}
-
-/// Formats milliseconds compactly: `500ms`, `30s`, `15m`, `4d`, `1h30m`.
-pub fn fmt_ms(ms: u64) -> String {
-    if ms == 0 {
-        return "0s".to_owned();
-    }
-    if !ms.is_multiple_of(1000) {
-        return if ms < 60_000 {
-            format!("{}s", ms as f64 / 1000.0)
-        } else {
-            format!("{ms}ms")
-        };
-    }
-    let mut secs = ms / 1000;
-    let mut out = String::new();
-    for (unit, size) in [("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)] {
-        if secs >= size {
-            out.push_str(&format!("{}{unit}", secs / size));
-            secs %= size;
-        }
-    }
-    out
-}
+pub use sluice_core::human::{fmt_ms, parse_duration};
 
 /// Parses a rate: `<count>/<period>` where the period is a unit (`s`, `sec`, `min`, `m`,
 /// `h`, `hour`, `d`, `day`) or a duration (`60s`, `500ms`).
 pub fn parse_rate(s: &str) -> Result<RateLimitWire, String> {
-    let bad = || format!("{s:?} is not a rate; write it like 100/min, 10/s, 5/h or 1000/60s");
+    let bad = || format!("\"{s}\" is not a rate; write it like 100/min, 10/s, 5/h or 1000/60s");
     let (count, period) = s.trim().split_once('/').ok_or_else(bad)?;
     let limit: u32 = count.trim().parse().map_err(|_| bad())?;
     let period = match period.trim() {
@@ -116,13 +50,13 @@ pub fn parse_redrive_rate(s: &str) -> Result<RateLimitWire, String> {
     let r = parse_rate(s)?;
     if r.period_ms <= 0 || r.limit == 0 {
         return Err(format!(
-            "{s:?} moves nothing; write it like 50/min, 10/s or 1000/h"
+            "\"{s}\" moves nothing; write it like 50/min, 10/s or 1000/h"
         ));
     }
     let per_sec = f64::from(r.limit) * 1000.0 / r.period_ms as f64;
     if per_sec > f64::from(MAX_REDRIVE_RATE) {
         return Err(format!(
-            "{s:?} is {per_sec:.0} per second; a redrive moves at most {MAX_REDRIVE_RATE} per \
+            "\"{s}\" is {per_sec:.0} per second; a redrive moves at most {MAX_REDRIVE_RATE} per \
              second"
         ));
     }
@@ -135,7 +69,7 @@ pub fn parse_percent(s: &str) -> Result<u8, String> {
     match n.parse::<u8>() {
         Ok(p) if (1..=100).contains(&p) => Ok(p),
         _ => Err(format!(
-            "{s:?} is not a share; write a whole percent from 1% to 100%, like 10%"
+            "\"{s}\" is not a share; write a whole percent from 1% to 100%, like 10%"
         )),
     }
 }
@@ -143,17 +77,9 @@ pub fn parse_percent(s: &str) -> Result<u8, String> {
 /// Parses a point in time: an RFC 3339 time (`2026-01-01T10:00:00Z`) as it is, or a
 /// duration meaning that long ago (`1h` = one hour ago). Answers it as RFC 3339 (UTC).
 pub fn parse_time(s: &str) -> Result<String, String> {
-    let text = s.trim();
-    if let Ok(t) = sluice_core::wire::parse_rfc3339("time", text) {
-        return Ok(sluice_core::wire::rfc3339(t));
-    }
-    let ago = parse_duration(text).map_err(|_| {
-        format!(
-            "{s:?} is not a time; write an RFC 3339 time like 2026-01-01T10:00:00Z, or how long \
-             ago, like 30m or 2h"
-        )
-    })?;
-    Ok(sluice_core::wire::rfc3339(time_ago(ago)))
+    sluice_core::human::parse_time("the time", s, SystemClock.now())
+        .map(sluice_core::wire::rfc3339)
+        .map_err(|e| e.to_string())
 }
 
 /// The time `ago` before now.
@@ -199,7 +125,7 @@ pub fn parse_attr(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
         _ => Err(format!(
-            "{s:?} is not an attribute filter; write it like key=value"
+            "\"{s}\" is not an attribute filter; write it like key=value"
         )),
     }
 }
@@ -207,7 +133,7 @@ pub fn parse_attr(s: &str) -> Result<(String, String), String> {
 /// Parses a size in bytes: a plain number, or a number with `B`, `KB`/`MB` (powers of
 /// 1000) or `KiB`/`MiB` (powers of 1024; `K`/`M` too).
 pub fn parse_size(s: &str) -> Result<u32, String> {
-    let bad = || format!("{s:?} is not a size; write it like 4096, 256KiB or 1MiB");
+    let bad = || format!("\"{s}\" is not a size; write it like 4096, 256KiB or 1MiB");
     let text = s.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -265,7 +191,7 @@ fn parse_u32_setting(s: &str) -> Result<Setting<u32>, String> {
     clearable(|v: &str| {
         v.trim()
             .parse::<u32>()
-            .map_err(|_| format!("{v:?} is not a whole number (or `none`)"))
+            .map_err(|_| format!("\"{v}\" is not a whole number (or `none`)"))
     })(s)
 }
 
@@ -273,7 +199,7 @@ fn parse_u64_setting(s: &str) -> Result<Setting<u64>, String> {
     clearable(|v: &str| {
         v.trim()
             .parse::<u64>()
-            .map_err(|_| format!("{v:?} is not a whole number (or `none`)"))
+            .map_err(|_| format!("\"{v}\" is not a whole number (or `none`)"))
     })(s)
 }
 

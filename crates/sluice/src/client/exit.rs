@@ -12,11 +12,12 @@ task, dlq, redrive, audit):
   0  success (also `receive` that found nothing: it prints an empty table)
   1  other error
   2  usage error (bad flag or value, missing argument)
-  3  not found (queue_not_found, message_not_found)
+  3  not found (queue_not_found, message_not_found, not_found: no such route)
   4  conflict (receipt_stale, conflict)
   5  broker unreachable or unavailable (connection refused, timeout, 503)
   6  not allowed (unauthenticated 401, permission_denied 403)
-  7  input refused (invalid_argument, payload_too_large, idempotency_mismatch)
+  7  input refused (invalid_argument, payload_too_large, idempotency_mismatch,
+     method_not_allowed)
   8  backpressure (queue_full, rate_limited): retry later
 
 Client commands read --url from SLUICE_URL (default http://127.0.0.1:7878) and --token from
@@ -25,13 +26,14 @@ SLUICE_TOKEN; --json prints the broker's JSON instead of tables.";
 /// The exit code of a broker error code.
 pub fn code_of(code: ErrorCode) -> u8 {
     match code {
-        ErrorCode::QueueNotFound | ErrorCode::MessageNotFound => 3,
+        ErrorCode::QueueNotFound | ErrorCode::MessageNotFound | ErrorCode::NotFound => 3,
         ErrorCode::ReceiptStale | ErrorCode::Conflict => 4,
         ErrorCode::Unavailable => 5,
         ErrorCode::Unauthenticated | ErrorCode::PermissionDenied => 6,
         ErrorCode::InvalidArgument
         | ErrorCode::PayloadTooLarge
-        | ErrorCode::IdempotencyMismatch => 7,
+        | ErrorCode::IdempotencyMismatch
+        | ErrorCode::MethodNotAllowed => 7,
         ErrorCode::QueueFull | ErrorCode::RateLimited => 8,
         _ => 1,
     }
@@ -59,7 +61,7 @@ fn hint(e: &Error) -> Option<String> {
             "the broker did not answer in time; check that it is healthy (GET /readyz)".to_owned(),
         );
     }
-    let Error::Api { code, status, .. } = e else {
+    let Error::Api { code, .. } = e else {
         return None;
     };
     let text = match code {
@@ -88,7 +90,7 @@ fn hint(e: &Error) -> Option<String> {
             "the broker's storage is unavailable; it recovers by itself when the cause \
              (e.g. a full disk) goes away — retry later"
         }
-        ErrorCode::InvalidArgument if *status == 404 => {
+        ErrorCode::NotFound | ErrorCode::MethodNotAllowed => {
             "this broker does not serve that route; is it an older version?"
         }
         _ => return None,

@@ -39,15 +39,8 @@ pub async fn run(a: MessageArgs) -> Result<(), Failure> {
             if a.conn.json {
                 return json(&m);
             }
-            let state = serde_json::to_value(m.state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
-            let reason = m.dead_letter_reason.and_then(|r| {
-                serde_json::to_value(r)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-            });
+            let state = state_line(&m);
+            let reason = m.dead_letter_reason.map(reason_text);
             let attrs = m
                 .attributes
                 .iter()
@@ -102,4 +95,33 @@ pub async fn run(a: MessageArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// The wire form of a serde enum (`visible`, `exhausted`, ...).
+fn wire_name<T: serde::Serialize>(v: T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn reason_text(r: sluice_client::wire::DeadLetterReasonView) -> String {
+    wire_name(r)
+}
+
+/// `visible`, or for a dead letter `dead_lettered (exhausted, in payments.dlq)`, with its
+/// state in the DLQ when that is not `visible` (someone received it from there).
+fn state_line(m: &sluice_client::wire::MessageView) -> String {
+    let state = wire_name(m.state);
+    if !m.dead_lettered {
+        return state;
+    }
+    let reason = m
+        .dead_letter_reason
+        .map_or_else(|| "unknown reason".to_owned(), reason_text);
+    if state == "visible" {
+        format!("dead_lettered ({reason}, in {})", m.queue)
+    } else {
+        format!("dead_lettered ({reason}, in {}; {state} there)", m.queue)
+    }
 }

@@ -28,6 +28,7 @@
 
 pub(crate) mod args;
 mod audit;
+mod confirm;
 mod consume;
 mod dlq;
 mod exit;

@@ -5,6 +5,7 @@ use serde_json::json;
 use sluice_client::wire::QueueView;
 
 use super::args::{QueueConfigArgs, fmt_ms, fmt_rate};
+use super::confirm::{confirm, messages};
 use super::output::{Table, details, json, or_dash};
 use super::{Conn, Failure};
 
@@ -19,11 +20,14 @@ pub struct QueueArgs {
 
 #[derive(Debug, Subcommand)]
 enum QueueCommand {
-    /// Create a queue (and its dead-letter queue NAME.dlq). On an existing queue, the given
-    /// settings are applied.
+    /// Create a queue (and its dead-letter queue NAME.dlq). An existing queue is refused
+    /// (exit 4, conflict) and left unchanged, unless --update is given.
     Create {
         /// Queue name: 1-80 of [A-Za-z0-9_.-].
         name: String,
+        /// On an existing queue, apply the given settings instead of failing.
+        #[arg(long)]
+        update: bool,
         #[command(flatten)]
         config: QueueConfigArgs,
     },
@@ -41,10 +45,18 @@ enum QueueCommand {
         #[command(flatten)]
         config: QueueConfigArgs,
     },
-    /// Delete a queue and every message in it.
+    /// Delete a queue and every message in it. A queue holding messages needs confirming:
+    /// at a terminal it asks, otherwise pass --yes. Its dead-letter queue is kept unless
+    /// --with-dlq is given.
     Delete {
         /// Queue name.
         name: String,
+        /// Delete its dead-letter queue (and the messages there) too.
+        #[arg(long)]
+        with_dlq: bool,
+        /// Do not ask; delete even when messages would be lost.
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
     /// Stop deliveries (sends are still accepted).
     Pause {
@@ -56,10 +68,14 @@ enum QueueCommand {
         /// Queue name.
         name: String,
     },
-    /// Remove every message of the queue.
+    /// Remove every message of the queue. A queue holding messages needs confirming: at a
+    /// terminal it asks, otherwise pass --yes.
     Purge {
         /// Queue name.
         name: String,
+        /// Do not ask; purge even when messages would be lost.
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
 }
 
@@ -68,18 +84,29 @@ pub async fn run(a: QueueArgs) -> Result<(), Failure> {
     let c = a.conn.client()?;
     let as_json = a.conn.json;
     match a.cmd {
-        QueueCommand::Create { name, config } => {
-            let put = c.put_queue(&name, &config.to_request()).await?;
+        QueueCommand::Create {
+            name,
+            update,
+            config,
+        } => {
+            let req = config.to_request();
+            // Create-only is decided by the broker in one step: no check-then-act race.
+            let (created, queue) = if update {
+                let put = c.put_queue(&name, &req).await?;
+                (put.created, put.queue)
+            } else {
+                (true, c.create_queue(&name, &req).await?)
+            };
             if as_json {
-                return json(&put.queue);
+                return json(&queue);
             }
-            if put.created {
+            if created {
                 eprintln!("created queue {name}");
             } else {
                 eprintln!("queue {name} already existed; the given settings were applied");
             }
-            warnings(&put.queue);
-            show(&put.queue);
+            warnings(&queue);
+            show(&queue);
         }
         QueueCommand::List => {
             let queues = c.list_queues().await?;
@@ -134,13 +161,11 @@ pub async fn run(a: QueueArgs) -> Result<(), Failure> {
             warnings(&put.queue);
             show(&put.queue);
         }
-        QueueCommand::Delete { name } => {
-            c.delete_queue(&name).await?;
-            if as_json {
-                return json(&json!({ "deleted": name }));
-            }
-            println!("deleted queue {name}");
-        }
+        QueueCommand::Delete {
+            name,
+            with_dlq,
+            yes,
+        } => return delete(&c, &name, with_dlq, yes, as_json).await,
         QueueCommand::Pause { name } => {
             let q = c.pause_queue(&name).await?;
             if as_json {
@@ -155,13 +180,101 @@ pub async fn run(a: QueueArgs) -> Result<(), Failure> {
             }
             println!("resumed queue {name}");
         }
-        QueueCommand::Purge { name } => {
+        QueueCommand::Purge { name, yes } => {
+            let n = depth(&c, &name).await?;
+            if n > 0 {
+                confirm(
+                    yes,
+                    &format!("Purge queue {name} of {}?", messages(n)),
+                    &format!("queue {name} holds {}", messages(n)),
+                )?;
+            }
             let p = c.purge_queue(&name).await?;
             if as_json {
                 return json(&p);
             }
             println!("purged {} messages from {name}", p.purged);
         }
+    }
+    Ok(())
+}
+
+/// Messages a delete or purge would lose: visible + delayed + in flight.
+async fn depth(c: &sluice_client::Client, name: &str) -> Result<u64, Failure> {
+    let s = c.stats(name).await?;
+    Ok(s.visible + s.delayed + s.in_flight)
+}
+
+/// `queue delete`: confirms when messages would be lost, deletes the queue, then its DLQ
+/// (with `--with-dlq`) or says that the DLQ was kept.
+async fn delete(
+    c: &sluice_client::Client,
+    name: &str,
+    with_dlq: bool,
+    yes: bool,
+    as_json: bool,
+) -> Result<(), Failure> {
+    let q = c.get_queue(name).await?;
+    let n = depth(c, name).await?;
+    // The DLQ, if it exists (it may have been deleted on its own).
+    let dlq = match &q.config.dead_letter_queue {
+        Some(d) => match depth(c, d).await {
+            Ok(m) => Some((d.clone(), m)),
+            Err(Failure::Api(e)) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        },
+        None => None,
+    };
+    let doomed = match (&dlq, with_dlq) {
+        (Some((_, m)), true) => n + m,
+        _ => n,
+    };
+    if doomed > 0 {
+        let (question, what) = match (&dlq, with_dlq) {
+            (Some((d, m)), true) => (
+                format!(
+                    "Delete queue {name} with {} and its dead-letter queue {d} with {}?",
+                    messages(n),
+                    messages(*m)
+                ),
+                format!(
+                    "queue {name} holds {} and its dead-letter queue {d} {}",
+                    messages(n),
+                    messages(*m)
+                ),
+            ),
+            _ => (
+                format!("Delete queue {name} with {}?", messages(n)),
+                format!("queue {name} holds {}", messages(n)),
+            ),
+        };
+        confirm(yes, &question, &what)?;
+    }
+    c.delete_queue(name).await?;
+    let mut deleted_dlq = None;
+    match (&dlq, with_dlq) {
+        (Some((d, _)), true) => {
+            c.delete_queue(d).await.map_err(|e| {
+                Failure::Code(
+                    super::exit::exit_code(&e),
+                    format!("deleted queue {name}, but not its dead-letter queue {d}: {e}"),
+                )
+            })?;
+            deleted_dlq = Some(d.clone());
+        }
+        (Some((d, m)), false) => eprintln!(
+            "kept its dead-letter queue {d} ({}); delete it with `sluice queue delete {d}`, \
+             or next time pass --with-dlq",
+            messages(*m)
+        ),
+        _ => {}
+    }
+    if as_json {
+        return json(&json!({ "deleted": name, "deleted_dlq": deleted_dlq }));
+    }
+    println!("deleted queue {name}");
+    if let Some(d) = deleted_dlq {
+        println!("deleted its dead-letter queue {d}");
     }
     Ok(())
 }

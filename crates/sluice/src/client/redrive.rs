@@ -243,7 +243,7 @@ fn guard_text(g: Option<&RedriveGuardView>) -> String {
         g.window.unwrap_or(20)
     );
     if let Some(e) = &g.error_contains {
-        s.push_str(&format!(" with an error containing {e:?}"));
+        s.push_str(&format!(" with an error containing \"{e}\""));
     }
     s
 }
@@ -257,7 +257,7 @@ fn destination(j: &RedriveView) -> String {
 fn filter_text(f: &RedriveFilterView) -> String {
     let mut parts = Vec::new();
     if let Some(e) = &f.error_contains {
-        parts.push(format!("error contains {e:?}"));
+        parts.push(format!("error contains \"{e}\""));
     }
     for (k, v) in &f.attributes {
         parts.push(format!("{k}={v}"));

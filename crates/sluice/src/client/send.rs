@@ -56,7 +56,7 @@ pub struct SendArgs {
 fn parse_attr(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .ok_or_else(|| format!("{s:?} is not an attribute; write it as key=value"))
+        .ok_or_else(|| format!("\"{s}\" is not an attribute; write it as key=value"))
 }
 
 impl SendArgs {

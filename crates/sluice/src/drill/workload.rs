@@ -208,7 +208,7 @@ pub fn worker(client: Client, queue: &str, wp: &WorkerPlan) -> anyhow::Result<Wo
             async move {
                 if !well_formed(&e.reservation_id) {
                     return Err(permanent(format!(
-                        "malformed reservation id {:?}",
+                        "malformed reservation id \"{}\"",
                         e.reservation_id
                     )));
                 }

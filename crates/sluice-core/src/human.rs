@@ -1,0 +1,150 @@
+//! Values as people type them: durations (`500ms`, `30s`, `5m`, `2h`, `4d`, `1h30m`) and
+//! points in time, written either as RFC 3339 or as how long ago (`10m` = ten minutes ago).
+//! The command line and the API's query parameters read them alike.
+
+use std::time::Duration;
+
+use crate::error::StoreError;
+use crate::time::Timestamp;
+
+/// Parses a duration: one or more `<number><unit>` parts (`ms`, `s`, `m`, `h`, `d`), e.g.
+/// `500ms`, `30s`, `1.5s`, `1h30m`; a bare number is seconds.
+///
+/// # Errors
+/// A message saying how to write a duration.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let text = s.trim();
+    let bad =
+        || format!("\"{s}\" is not a duration; write it like 500ms, 30s, 5m, 2h, 4d or 1h30m");
+    if text.is_empty() {
+        return Err(bad());
+    }
+    if let Ok(secs) = text.parse::<f64>() {
+        return secs_to_duration(secs).ok_or_else(bad);
+    }
+    let mut total = 0f64;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        if num_len == 0 {
+            return Err(bad());
+        }
+        let value: f64 = rest[..num_len].parse().map_err(|_| bad())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match rest[..unit_len].trim() {
+            "ms" => 0.001,
+            "s" | "sec" | "secs" => 1.0,
+            "m" | "min" | "mins" => 60.0,
+            "h" | "hr" | "hrs" => 3600.0,
+            "d" | "day" | "days" => 86_400.0,
+            _ => return Err(bad()),
+        };
+        total += value * scale;
+        rest = &rest[unit_len..];
+    }
+    secs_to_duration(total).ok_or_else(bad)
+}
+
+/// Formats milliseconds compactly: `500ms`, `30s`, `1.5s`, `15m`, `4d`, `1h30m`.
+pub fn fmt_ms(ms: u64) -> String {
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    if !ms.is_multiple_of(1000) {
+        return if ms < 60_000 {
+            format!("{}s", ms as f64 / 1000.0)
+        } else {
+            format!("{ms}ms")
+        };
+    }
+    let mut secs = ms / 1000;
+    let mut out = String::new();
+    for (unit, size) in [("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)] {
+        if secs >= size {
+            out.push_str(&format!("{}{unit}", secs / size));
+            secs %= size;
+        }
+    }
+    out
+}
+
+/// Formats a duration compactly, as [`fmt_ms`] does (whole milliseconds).
+pub fn fmt_duration(d: Duration) -> String {
+    fmt_ms(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn secs_to_duration(secs: f64) -> Option<Duration> {
+    (secs.is_finite() && secs >= 0.0)
+        .then(|| Duration::try_from_secs_f64(secs).ok())
+        .flatten()
+}
+
+/// Parses a point in time: an RFC 3339 time (`2026-01-01T10:00:00Z`), or a duration meaning
+/// that long before `now` (`10m`, `1h`, `90s`, `2d`).
+///
+/// # Errors
+/// `InvalidArgument` naming `field` and both forms when `s` is neither.
+pub fn parse_time(field: &str, s: &str, now: Timestamp) -> Result<Timestamp, StoreError> {
+    let text = s.trim();
+    if let Ok(t) = crate::wire::parse_rfc3339(field, text) {
+        return Ok(t);
+    }
+    let ago = parse_duration(text).map_err(|_| {
+        StoreError::invalid(format!(
+            "{field} must be an RFC 3339 time like 2026-01-01T10:00:00Z, or how long ago, like \
+             10m, 1h, 90s or 2d; got \"{s}\""
+        ))
+    })?;
+    let ms = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
+    Ok(Timestamp(now.as_millis().saturating_sub(ms)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let d = |s| parse_duration(s).unwrap();
+        assert_eq!(d("500ms"), Duration::from_millis(500));
+        assert_eq!(d("30s"), Duration::from_secs(30));
+        assert_eq!(d("5m"), Duration::from_secs(300));
+        assert_eq!(d("2h"), Duration::from_secs(7200));
+        assert_eq!(d("4d"), Duration::from_secs(4 * 86_400));
+        assert_eq!(d("1h30m"), Duration::from_secs(5400));
+        assert_eq!(d("1.5s"), Duration::from_millis(1500));
+        assert_eq!(d("20"), Duration::from_secs(20));
+        for bad in ["", "s", "5x", "-1s", "1.2.3s", "ten seconds"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn times_are_rfc3339_or_a_duration_ago() {
+        let now = Timestamp(1_767_225_600_000);
+        assert_eq!(
+            parse_time("since", "2026-01-01T00:00:00Z", now).unwrap(),
+            now
+        );
+        assert_eq!(
+            parse_time("since", "10m", now).unwrap(),
+            Timestamp(now.0 - 600_000)
+        );
+        assert_eq!(
+            parse_time("since", "2d", now).unwrap(),
+            Timestamp(now.0 - 2 * 86_400_000)
+        );
+        let e = parse_time("since", "yesterday", now)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("since") && e.contains("\"yesterday\"") && e.contains("10m"),
+            "{e}"
+        );
+    }
+}
