@@ -229,6 +229,26 @@ def test_stats_history_scaling_health_metrics(client: sluice.Client, queue: str)
     assert "sluice" in client.metrics_text()
 
 
+def test_stats_rates_over_three_windows_and_trends(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue)
+    for i in range(50):
+        client.send(queue, i)
+    st = client.stats(queue)
+    assert st.totals.sent == 50
+    # A new queue counts from zero at its creation over the whole window.
+    assert st.rates.sent == pytest.approx(50 / 60, abs=0.01)
+    assert st.rates_5m.sent == pytest.approx(50 / 300, abs=0.01)
+    assert st.rates_15m.sent == pytest.approx(50 / 900, abs=0.01)
+    assert (st.rates.redriven, st.rates.expired) == (0.0, 0.0)
+    assert st.backlog_trend.direction is sluice.TrendDirection.RISING
+    assert st.backlog_trend.direction == "rising"
+    assert st.backlog_trend.slope > 0 and st.backlog_trend.slope_1m > 0
+    assert st.backlog_trend.eta is None, "nothing is being consumed"
+    assert st.backlog_slope_per_sec == st.backlog_trend.slope_1m
+    assert st.drain_eta == st.backlog_trend.eta
+    assert st.dlq_trend == sluice.Trend(), "an empty, untouched DLQ is flat"
+
+
 def test_task_status_wait_cancel_and_events(client: sluice.Client, queue: str) -> None:
     client.put_queue(queue)
     waiting = client.enqueue(queue, "never-run", [1])

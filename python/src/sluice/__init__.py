@@ -51,6 +51,8 @@ from .models import (
     TaskInfo,
     TaskStatus,
     Totals,
+    Trend,
+    TrendDirection,
 )
 from .worker import (
     Cancelled,
@@ -114,6 +116,8 @@ __all__ = [
     "TaskTimeout",
     "Totals",
     "TransportError",
+    "Trend",
+    "TrendDirection",
     "Worker",
     "WorkerMetrics",
     "__version__",

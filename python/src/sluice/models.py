@@ -43,6 +43,8 @@ __all__ = [
     "TaskInfo",
     "TaskStatus",
     "Totals",
+    "Trend",
+    "TrendDirection",
 ]
 
 
@@ -382,18 +384,86 @@ class Totals:
 
 @dataclass(frozen=True)
 class Rates:
-    """Events per second over the last minute."""
+    """Events per second over one window (the last 1, 5 or 15 minutes). A queue younger
+    than the window counts from zero at its creation, divided by the whole window: 50 sends
+    into a new queue read ``sent == 50 / 60`` over the last minute at once."""
 
     sent: float = 0.0
     received: float = 0.0
     acked: float = 0.0
     nacked: float = 0.0
     dead_lettered: float = 0.0
+    """Messages this queue sent to its DLQ."""
+    redriven: float = 0.0
+    """Messages a redrive moved into this queue."""
+    expired: float = 0.0
+    """Messages that outlived the queue's retention."""
+
+    @classmethod
+    def from_wire(cls, d: Optional[Mapping[str, Any]]) -> "Rates":
+        d = d or {}
+        return cls(**{k: float(d.get(k) or 0.0) for k in cls.__dataclass_fields__})
+
+
+class TrendDirection(str, enum.Enum):
+    """Which way a depth is going. A ``str``: ``TrendDirection.RISING == "rising"``."""
+
+    RISING = "rising"
+    """More goes in than out."""
+    FALLING = "falling"
+    """More goes out than in."""
+    FLAT = "flat"
+    """Nothing moved since the latest 10-s sample, or in and out balance."""
+
+    @classmethod
+    def from_wire(cls, s: Optional[str]) -> "TrendDirection":
+        try:
+            return cls(s or "flat")
+        except ValueError:
+            raise DecodeError(f"unknown trend direction {s!r}") from None
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Where one depth is heading: a queue's backlog (visible + delayed + in flight), or
+    its DLQ depth. Slopes are net flow (in − out) in messages per second, positive while it
+    grows."""
+
+    direction: TrendDirection = TrendDirection.FLAT
+    """Read from ``slope``: flat when nothing moved since the latest sample."""
+    slope: float = 0.0
+    """Net flow over the last 10 to 20 seconds."""
+    slope_1m: float = 0.0
+    """Net flow over the last minute."""
+    slope_5m: float = 0.0
+    """Net flow over the last five minutes."""
+    eta: Optional[float] = None
+    """While messages are being taken out: seconds until none is left at the current pace;
+    ``None`` otherwise."""
+
+    @classmethod
+    def from_wire(cls, d: Optional[Mapping[str, Any]]) -> "Trend":
+        if not d:
+            return cls()
+        return cls(
+            direction=TrendDirection.from_wire(d.get("direction")),
+            slope=float(d.get("slope") or 0.0),
+            slope_1m=float(d.get("slope_1m") or 0.0),
+            slope_5m=float(d.get("slope_5m") or 0.0),
+            eta=_s(d.get("eta_ms")),
+        )
 
 
 @dataclass(frozen=True)
 class Stats:
-    """A queue's numbers: backlog, in flight, DLQ depth, totals, rates and trend."""
+    """A queue's numbers: backlog, in flight, DLQ depth, totals, rates and trends.
+
+    ``rates`` is the last minute, ``rates_5m`` and ``rates_15m`` the last 5 and 15.
+    ``backlog_trend`` says where the backlog is heading and ``dlq_trend`` where the DLQ depth
+    is (its ``eta`` is the time to empty the DLQ while a redrive takes messages out).
+    ``backlog_slope_per_sec`` and ``drain_eta`` are ``backlog_trend.slope_1m`` and
+    ``backlog_trend.eta``, kept for older callers.
+    """
 
     queue: str
     visible: int
@@ -406,10 +476,13 @@ class Stats:
     rates: Rates
     backlog_slope_per_sec: float
     drain_eta: Optional[float]
+    rates_5m: Rates = field(default_factory=Rates)
+    rates_15m: Rates = field(default_factory=Rates)
+    backlog_trend: Trend = field(default_factory=Trend)
+    dlq_trend: Trend = field(default_factory=Trend)
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Stats":
-        r = d.get("rates") or {}
         return cls(
             queue=d["queue"],
             visible=d["visible"],
@@ -419,9 +492,13 @@ class Stats:
             oldest_visible_age=d.get("oldest_visible_age_ms", 0) / 1000.0,
             completed=d.get("completed", 0),
             totals=Totals.from_wire(d.get("totals") or {}),
-            rates=Rates(**{k: float(r.get(k, 0.0)) for k in Rates.__dataclass_fields__}),
+            rates=Rates.from_wire(d.get("rates")),
             backlog_slope_per_sec=float(d.get("backlog_slope_per_sec", 0.0)),
             drain_eta=_s(d.get("drain_eta_ms")),
+            rates_5m=Rates.from_wire(d.get("rates_5m")),
+            rates_15m=Rates.from_wire(d.get("rates_15m")),
+            backlog_trend=Trend.from_wire(d.get("backlog_trend")),
+            dlq_trend=Trend.from_wire(d.get("dlq_trend")),
         )
 
 
