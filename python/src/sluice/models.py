@@ -13,10 +13,12 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .errors import DecodeError
+from .errors import DecodeError, InvalidInput
 
 __all__ = [
     "AckOutcome",
@@ -37,6 +39,7 @@ __all__ = [
     "Rates",
     "Redrive",
     "RedriveFilter",
+    "RedriveGuard",
     "Scaling",
     "SendResult",
     "Stats",
@@ -75,15 +78,80 @@ def _s(ms: Optional[int]) -> Optional[float]:
     return None if ms is None else ms / 1000.0
 
 
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S.*?)\s*$")
+_RATE_UNITS = {
+    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
 @dataclass(frozen=True)
 class RateLimit:
-    """At most ``limit`` deliveries in any window of ``period`` seconds, all consumers."""
+    """At most ``limit`` events in any window of ``period`` seconds: a queue's deliveries
+    (all consumers together), or the moves of a redrive job."""
 
     limit: int
     period: float
 
     def to_wire(self) -> Dict[str, int]:
         return {"limit": self.limit, "period_ms": int(round(self.period * 1000))}
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "RateLimit":
+        return cls(int(d["limit"]), d["period_ms"] / 1000.0)
+
+    @classmethod
+    def parse(cls, text: str) -> "RateLimit":
+        """Reads a rate written the way the ``sluice`` command line takes it:
+        ``<count>/<period>``, where the period is a unit (``s``, ``sec``, ``min``, ``m``,
+        ``h``, ``hour``, ``d``, ``day``, plurals too) or a duration (``60s``, ``500ms``,
+        ``1.5h``). ``"50/min"`` is ``RateLimit(50, 60.0)``; ``"1000/60s"`` is
+        ``RateLimit(1000, 60.0)``.
+
+        Raises :class:`~sluice.InvalidInput` (a ``ValueError``) for anything else, for a
+        count of 0 and for a period shorter than a millisecond.
+        """
+        hint = "write it like 50/min, 10/s, 1000/h or 1000/60s"
+        if not isinstance(text, str):
+            raise InvalidInput(f"a rate is a string like 50/min, got {text!r}")
+        m = _RATE.match(text)
+        if not m:
+            raise InvalidInput(f"{text!r} is not a rate; {hint}")
+        unit = m.group(2).lower()
+        if unit in _RATE_UNITS:
+            period = _RATE_UNITS[unit]
+        else:
+            d = _DURATION.match(unit)
+            if not d:
+                raise InvalidInput(f"{text!r} is not a rate: {m.group(2)!r} is not a period; {hint}")
+            period = float(d.group(1)) * _DURATION_UNITS[d.group(2)]
+        return cls.of(int(m.group(1)), period, what=repr(text))
+
+    @classmethod
+    def of(cls, limit: int, period: float, *, what: str = "the rate") -> "RateLimit":
+        """A checked ``RateLimit``: ``limit`` a whole number of at least 1, ``period`` at
+        least a millisecond (seconds). :class:`~sluice.InvalidInput` otherwise."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInput(f"{what}: the count must be a whole number of at least 1, got {limit!r}")
+        if (
+            isinstance(period, bool)
+            or not isinstance(period, (int, float))
+            or not math.isfinite(period)
+            or round(period * 1000) < 1
+        ):
+            raise InvalidInput(f"{what}: the period must be at least 1 ms (in seconds), got {period!r}")
+        return cls(limit, float(period))
+
+    def __str__(self) -> str:
+        ms = int(round(self.period * 1000))
+        unit = {1000: "s", 60_000: "min", 3_600_000: "h", 86_400_000: "d"}.get(ms)
+        if unit is None:
+            unit = f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+        return f"{self.limit}/{unit}"
 
 
 @dataclass(frozen=True)
@@ -120,7 +188,7 @@ class QueueConfig:
             dedup_window=d["dedup_window_ms"] / 1000.0,
             max_in_flight=d.get("max_in_flight"),
             max_depth=d.get("max_depth"),
-            rate_limit=RateLimit(rl["limit"], rl["period_ms"] / 1000.0) if rl else None,
+            rate_limit=RateLimit.from_wire(rl) if rl else None,
             result_ttl=d["result_ttl_ms"] / 1000.0,
             paused=bool(d.get("paused", False)),
         )
@@ -566,9 +634,41 @@ class RedriveFilter:
 
 
 @dataclass(frozen=True)
+class RedriveGuard:
+    """``pause_if_failing`` of a redrive job: it pauses itself when more than ``percent`` %
+    (1 – 100) of the last ``window`` messages it moved failed again (nacked, rejected,
+    dead-lettered or moved away), counting only errors that contain ``error_contains`` when
+    given. It never pauses before ``window`` outcomes (1 – 10,000; the broker's default 20
+    when ``None``) are in."""
+
+    percent: int
+    window: Optional[int] = None
+    error_contains: Optional[str] = None
+
+    def to_wire(self) -> Dict[str, Any]:
+        if isinstance(self.percent, bool) or not isinstance(self.percent, int):
+            raise InvalidInput(f"pause_if_failing.percent must be a whole number, got {self.percent!r}")
+        out: Dict[str, Any] = {"percent": self.percent}
+        if self.window is not None:
+            out["window"] = self.window
+        if self.error_contains is not None:
+            out["error_contains"] = self.error_contains
+        return out
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "RedriveGuard":
+        return cls(int(d["percent"]), d.get("window"), d.get("error_contains"))
+
+
+@dataclass(frozen=True)
 class Redrive:
-    """A redrive job and its progress; ``state`` is ``running``, ``completed`` or
-    ``cancelled``."""
+    """A redrive job and its progress.
+
+    ``state`` is ``running``, ``paused`` (by an operator, or by its guard: ``paused_reason``
+    says which and why), ``completed`` or ``cancelled``; see :attr:`finished`. ``rate`` is the
+    pace asked for (at most ``rate.limit`` moves in any sliding ``rate.period`` seconds);
+    ``rate_per_second`` repeats it when its period is one second.
+    """
 
     id: str
     state: str
@@ -586,10 +686,30 @@ class Redrive:
     created_at: str
     updated_at: str
     finished_at: Optional[str]
+    rate: Optional[RateLimit] = None
+    pause_if_failing: Optional[RedriveGuard] = None
+    paused_reason: Optional[str] = None
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        """``completed`` or ``cancelled``: the job moves nothing more. A ``paused`` job is not
+        finished; it goes on once resumed."""
+        return self.state in (self.COMPLETED, self.CANCELLED)
+
+    @property
+    def paused(self) -> bool:
+        return self.state == self.PAUSED
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Redrive":
         f = d.get("filter") or {}
+        rate = d.get("rate")
+        guard = d.get("pause_if_failing")
         return cls(
             id=d["id"],
             state=d["state"],
@@ -612,6 +732,9 @@ class Redrive:
             created_at=d.get("created_at", ""),
             updated_at=d.get("updated_at", ""),
             finished_at=d.get("finished_at"),
+            rate=RateLimit.from_wire(rate) if rate else None,
+            pause_if_failing=RedriveGuard.from_wire(guard) if guard else None,
+            paused_reason=d.get("paused_reason"),
         )
 
 
