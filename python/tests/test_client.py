@@ -404,6 +404,37 @@ def test_redrive_pause_and_resume(client: sluice.Client, queue: str) -> None:
         client.pause_redrive("../queues")
 
 
+def test_audit_pages_by_cursor(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue)
+    for i in range(5):
+        client.put_queue(queue, max_receive_count=i + 2)
+    everything = client.audit_page(queue=queue, limit=1000)
+    assert not everything.more and everything.next_cursor is None
+    updates = [e for e in everything.entries if e.action == "queue.update"]
+    assert len(updates) == 5, [e.action for e in everything.entries]
+    assert len(everything.entries) >= 6
+
+    pages = []
+    cursor = None
+    while True:
+        page = client.audit_page(queue=queue, limit=2, cursor=cursor)
+        assert len(page.entries) <= 2
+        pages.append(page)
+        if not page.more:
+            assert page.next_cursor is None
+            break
+        assert page.next_cursor and len(page.entries) == 2
+        cursor = page.next_cursor
+    # Each page is older than the one before it; within a page, oldest first.
+    seen = [e for p in reversed(pages) for e in p.entries]
+    assert seen == everything.entries, "every entry exactly once, in order"
+    assert len(pages) == -(-len(everything.entries) // 2)
+    assert client.audit(queue=queue, limit=2, cursor=pages[0].next_cursor) == pages[1].entries
+    with pytest.raises(ApiError) as e:
+        client.audit(cursor="not-a-cursor")
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT
+
+
 def test_transport_errors_are_typed(sluice_bin: str) -> None:
     c = sluice.Client("http://127.0.0.1:9", retry=sluice.RetryPolicy.none(), connect_timeout=1)
     with pytest.raises(sluice.TransportError) as e:

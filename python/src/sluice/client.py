@@ -22,6 +22,7 @@ from .errors import ApiError, DecodeError, ErrorCode, InvalidInput, TaskFailed, 
 from .models import (
     AckOutcome,
     AuditEntry,
+    AuditPage,
     BrowsePage,
     ExtendResult,
     FailureResult,
@@ -761,15 +762,26 @@ class Client:
 
     def audit(
         self, *, queue: Optional[str] = None, since: Optional[str] = None,
-        limit: Optional[int] = None,
+        limit: Optional[int] = None, cursor: Optional[str] = None,
     ) -> List[AuditEntry]:
-        """The newest audit entries (oldest first), optionally of one queue, since a time."""
-        d = self._json("GET", "/v1/audit", params={"queue": queue, "since": since, "limit": limit})
-        return [
-            AuditEntry(e["at"], e["actor"], e["action"], e.get("queue"), e.get("message_id"),
-                       dict(e.get("details") or {}), e.get("outcome", "ok"))
-            for e in d["entries"]
-        ]
+        """The entries of one page of the audit log, as :meth:`audit_page` answers them,
+        without the paging information."""
+        return self.audit_page(queue=queue, since=since, limit=limit, cursor=cursor).entries
+
+    def audit_page(
+        self, *, queue: Optional[str] = None, since: Optional[str] = None,
+        limit: Optional[int] = None, cursor: Optional[str] = None,
+    ) -> AuditPage:
+        """One page of the audit log: the newest ``limit`` entries (default 100, at most
+        10,000), oldest first; of one ``queue`` and its DLQ, and at or after ``since`` (RFC
+        3339), when given. When older entries exist the page has ``more`` and
+        ``next_cursor``; pass that as ``cursor`` for the page before. Each entry comes once
+        across the pages, even when entries share a millisecond."""
+        params = {
+            "queue": None if queue is None else _queue(queue), "since": since, "limit": limit,
+            "cursor": cursor,
+        }
+        return AuditPage.from_wire(self._json("GET", "/v1/audit", params=params))
 
     # -- health ----------------------------------------------------------------------------
 

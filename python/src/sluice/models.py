@@ -24,6 +24,7 @@ __all__ = [
     "AckOutcome",
     "Attempt",
     "AuditEntry",
+    "AuditPage",
     "BodyKind",
     "BrowsePage",
     "Delivery",
@@ -749,3 +750,26 @@ class AuditEntry:
     message_id: Optional[str]
     details: Dict[str, str]
     outcome: str
+
+    @classmethod
+    def from_wire(cls, e: Mapping[str, Any]) -> "AuditEntry":
+        return cls(
+            e["at"], e["actor"], e["action"], e.get("queue"), e.get("message_id"),
+            dict(e.get("details") or {}), e.get("outcome", "ok"),
+        )
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    """One page of the audit log: the newest ``limit`` entries that match (before the
+    cursor asked with), oldest first. When older entries match too, ``more`` is true and
+    ``next_cursor`` asks for the page before this one; ``None`` at the oldest page."""
+
+    entries: List[AuditEntry]
+    more: bool
+    next_cursor: Optional[str]
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "AuditPage":
+        entries = [AuditEntry.from_wire(e) for e in d.get("entries") or []]
+        return cls(entries, bool(d.get("more", False)), d.get("next_cursor"))
