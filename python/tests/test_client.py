@@ -32,7 +32,8 @@ def test_every_route_of_the_openapi_document_has_a_client_method(client: sluice.
         ("get", "/v1/tasks/{id}"), ("post", "/v1/tasks/{id}/cancel"),
         ("get", "/v1/tasks/{id}/events"), ("get", "/v1/queues/{q}/scaling"),
         ("post", "/v1/redrives"), ("get", "/v1/redrives"), ("get", "/v1/redrives/{id}"),
-        ("post", "/v1/redrives/{id}/cancel"), ("get", "/v1/audit"), ("get", "/healthz"),
+        ("post", "/v1/redrives/{id}/cancel"), ("post", "/v1/redrives/{id}/pause"),
+        ("post", "/v1/redrives/{id}/resume"), ("get", "/v1/audit"), ("get", "/healthz"),
         ("get", "/readyz"), ("get", "/openapi.json"), ("get", "/metrics"),
     }
     doc = client.openapi()
@@ -248,6 +249,26 @@ def test_stats_history_scaling_health_metrics(client: sluice.Client, queue: str)
     assert "sluice" in client.metrics_text()
 
 
+def test_stats_rates_over_three_windows_and_trends(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue)
+    for i in range(50):
+        client.send(queue, i)
+    st = client.stats(queue)
+    assert st.totals.sent == 50
+    # A new queue counts from zero at its creation over the whole window.
+    assert st.rates.sent == pytest.approx(50 / 60, abs=0.01)
+    assert st.rates_5m.sent == pytest.approx(50 / 300, abs=0.01)
+    assert st.rates_15m.sent == pytest.approx(50 / 900, abs=0.01)
+    assert (st.rates.redriven, st.rates.expired) == (0.0, 0.0)
+    assert st.backlog_trend.direction is sluice.TrendDirection.RISING
+    assert st.backlog_trend.direction == "rising"
+    assert st.backlog_trend.slope > 0 and st.backlog_trend.slope_1m > 0
+    assert st.backlog_trend.eta is None, "nothing is being consumed"
+    assert st.backlog_slope_per_sec == st.backlog_trend.slope_1m
+    assert st.drain_eta == st.backlog_trend.eta
+    assert st.dlq_trend == sluice.Trend(), "an empty, untouched DLQ is flat"
+
+
 def test_task_status_wait_cancel_and_events(client: sluice.Client, queue: str) -> None:
     client.put_queue(queue)
     waiting = client.enqueue(queue, "never-run", [1])
@@ -319,6 +340,118 @@ def test_redrive_and_audit(client: sluice.Client, queue: str) -> None:
     actions = {e.action for e in client.audit(queue=dlq)}
     assert any(a.startswith("redrive") for a in actions), actions
     assert re.match(r"\d{4}-\d\d-\d\dT", client.audit(limit=1)[0].at)
+
+
+def _dead_letters(client: sluice.Client, queue: str, n: int) -> str:
+    client.put_queue(queue, max_receive_count=1)
+    client.send_batch(queue, list(range(n)))
+    for d in client.receive(queue, max=n, wait=1):
+        assert client.nack(queue, d.receipt, error="upstream: 429 Too Many Requests").dead_lettered
+    return f"{queue}.dlq"
+
+
+def test_redrive_rate_per_period_and_guard(client: sluice.Client, queue: str) -> None:
+    dlq = _dead_letters(client, queue, 3)
+    dry = client.create_redrive(
+        dlq, rate="30/min", dry_run=True,
+        pause_if_failing=sluice.RedriveGuard(10, error_contains="429"),
+    )
+    assert dry.rate == sluice.RateLimit(30, 60.0)
+    assert dry.rate.to_wire() == {"limit": 30, "period_ms": 60000}
+    assert dry.rate_per_second is None, "30 a minute is not a whole number per second"
+    assert dry.pause_if_failing == sluice.RedriveGuard(10, 20, "429"), "the broker's window"
+    wait_until(lambda: client.get_redrive(dry.id).finished, what="the dry run")
+    done = client.get_redrive(dry.id)
+    assert (done.state, done.matched, done.moved) == ("completed", 3, 0)
+    assert done.rate == sluice.RateLimit(30, 60.0)
+
+    # One job per DLQ at a time: each dry run finishes before the next starts.
+    pair = client.create_redrive(dlq, rate=(10, 1), dry_run=True, pause_if_failing=25)
+    assert pair.rate == sluice.RateLimit(10, 1.0) and pair.rate_per_second == 10
+    assert pair.pause_if_failing is not None and pair.pause_if_failing.percent == 25
+    wait_until(lambda: client.get_redrive(pair.id).finished, what="the second dry run")
+    old = client.create_redrive(dlq, rate_per_second=5, dry_run=True)
+    assert old.rate == sluice.RateLimit(5, 1.0) and old.rate_per_second == 5
+
+
+@pytest.mark.parametrize("rate", ["fast", "0/min", "10/fortnight", "-5/s", "1.5/s", "10/0s", (0, 60), (5, 0), 7])
+def test_redrive_rate_nonsense_is_refused_before_sending(client: sluice.Client, rate: object) -> None:
+    with pytest.raises(ValueError) as e:
+        client.create_redrive("nowhere.dlq", rate=rate)  # type: ignore[arg-type]
+    assert isinstance(e.value, InvalidInput)
+    assert "rate" in str(e.value) or "period" in str(e.value) or "count" in str(e.value)
+    with pytest.raises(InvalidInput, match="not both"):
+        client.create_redrive("nowhere.dlq", rate="10/s", rate_per_second=10)
+
+
+def test_rate_text_reads_like_the_command_line() -> None:
+    parse = sluice.RateLimit.parse
+    assert parse("50/min") == sluice.RateLimit(50, 60.0)
+    assert parse("10/s") == sluice.RateLimit(10, 1.0)
+    assert parse("1000/h") == sluice.RateLimit(1000, 3600.0)
+    assert parse("1000/60s") == sluice.RateLimit(1000, 60.0)
+    assert parse(" 7 / 1500ms ").to_wire() == {"limit": 7, "period_ms": 1500}
+    assert parse("2/day") == sluice.RateLimit(2, 86400.0)
+    assert [str(parse(t)) for t in ("50/min", "10/sec", "1000/hour", "7/1500ms")] == [
+        "50/min", "10/s", "1000/h", "7/1500ms"
+    ]
+
+
+def test_redrive_pause_and_resume(client: sluice.Client, queue: str) -> None:
+    dlq = _dead_letters(client, queue, 3)
+    # One move a minute: the first goes at once, the rest keep the job running.
+    job = client.create_redrive(dlq, rate="1/min")
+    assert job.rate == sluice.RateLimit(1, 60.0)
+    assert client.get_redrive(job.id).state == "running"
+    paused = client.pause_redrive(job.id)
+    assert paused.state == "paused" and paused.paused and not paused.finished
+    assert paused.paused_reason, "who paused it"
+    assert client.get_redrive(job.id).state == "paused"
+    assert client.pause_redrive(job.id).state == "paused", "pausing a paused job changes nothing"
+    assert job.id in {r.id for r in client.list_redrives() if r.state == "paused"}
+    resumed = client.resume_redrive(job.id)
+    assert resumed.state == "running" and resumed.paused_reason is None
+    cancelled = client.cancel_redrive(job.id)
+    assert cancelled.state == "cancelled" and cancelled.finished
+    with pytest.raises(ApiError) as e:
+        client.resume_redrive(job.id)
+    assert e.value.code is ErrorCode.CONFLICT, "a finished job stays finished"
+    # The job's story is on its DLQ; a queue's audit includes its DLQ's entries.
+    actions = {e.action for e in client.audit(queue=queue)}
+    assert {"redrive.create", "redrive.pause", "redrive.resume", "redrive.cancel"} <= actions, actions
+    with pytest.raises(InvalidInput):
+        client.pause_redrive("../queues")
+
+
+def test_audit_pages_by_cursor(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue)
+    for i in range(5):
+        client.put_queue(queue, max_receive_count=i + 2)
+    everything = client.audit_page(queue=queue, limit=1000)
+    assert not everything.more and everything.next_cursor is None
+    updates = [e for e in everything.entries if e.action == "queue.update"]
+    assert len(updates) == 5, [e.action for e in everything.entries]
+    assert len(everything.entries) >= 6
+
+    pages = []
+    cursor = None
+    while True:
+        page = client.audit_page(queue=queue, limit=2, cursor=cursor)
+        assert len(page.entries) <= 2
+        pages.append(page)
+        if not page.more:
+            assert page.next_cursor is None
+            break
+        assert page.next_cursor and len(page.entries) == 2
+        cursor = page.next_cursor
+    # Each page is older than the one before it; within a page, oldest first.
+    seen = [e for p in reversed(pages) for e in p.entries]
+    assert seen == everything.entries, "every entry exactly once, in order"
+    assert len(pages) == -(-len(everything.entries) // 2)
+    assert client.audit(queue=queue, limit=2, cursor=pages[0].next_cursor) == pages[1].entries
+    with pytest.raises(ApiError) as e:
+        client.audit(cursor="not-a-cursor")
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT
 
 
 def test_transport_errors_are_typed(sluice_bin: str) -> None:

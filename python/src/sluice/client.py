@@ -22,6 +22,7 @@ from .errors import ApiError, DecodeError, ErrorCode, InvalidInput, TaskFailed, 
 from .models import (
     AckOutcome,
     AuditEntry,
+    AuditPage,
     BrowsePage,
     ExtendResult,
     FailureResult,
@@ -32,6 +33,7 @@ from .models import (
     RateLimit,
     Redrive,
     RedriveFilter,
+    RedriveGuard,
     Scaling,
     SendResult,
     Stats,
@@ -43,6 +45,7 @@ __all__ = ["CLEAR", "Client", "OutMessage", "QueueSettings", "NO_RESULT"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 _ID = re.compile(r"^[0-9a-f]{16}$")
+_JOB = re.compile(r"^[0-9A-Fa-f]{16}$")
 
 #: Longest long poll the broker holds (seconds).
 MAX_WAIT = 30.0
@@ -90,6 +93,24 @@ def _id(task_id: str) -> str:
     if not isinstance(task_id, str) or not _ID.match(task_id):
         raise InvalidInput(f"{task_id!r} is not a message id (16 lowercase hex digits)")
     return task_id
+
+
+def _job(redrive_id: str) -> str:
+    if not isinstance(redrive_id, str) or not _JOB.match(redrive_id):
+        raise InvalidInput(f"{redrive_id!r} is not a redrive job id (16 hex digits)")
+    return redrive_id
+
+
+def _redrive_rate(rate: Union[str, Tuple[int, float], RateLimit]) -> RateLimit:
+    if isinstance(rate, str):
+        return RateLimit.parse(rate)
+    if isinstance(rate, RateLimit):
+        return RateLimit.of(rate.limit, rate.period)
+    if isinstance(rate, tuple) and len(rate) == 2:
+        return RateLimit.of(rate[0], rate[1])
+    raise InvalidInput(
+        f"rate must be text like '50/min', a (limit, period_seconds) pair or a RateLimit, got {rate!r}"
+    )
 
 
 @dataclass
@@ -687,15 +708,40 @@ class Client:
         *,
         destination: Optional[str] = None,
         limit: Optional[int] = None,
+        rate: Union[str, Tuple[int, float], RateLimit, None] = None,
         rate_per_second: Optional[int] = None,
+        pause_if_failing: Union[RedriveGuard, int, None] = None,
         filter: Optional[RedriveFilter] = None,
         reset_receive_count: Optional[bool] = None,
         dry_run: Optional[bool] = None,
         idempotency_key: Optional[str] = None,
     ) -> Redrive:
         """Starts a server-side job moving dead letters of DLQ ``source`` back to their
-        source queue (or ``destination``), at most ``rate_per_second``."""
+        source queue (or ``destination``): at most ``limit`` of them, those matching
+        ``filter``.
+
+        ``rate`` paces it: never more than that many moves in any sliding period, spread
+        evenly. Give it as text the way upstream quotas read — ``"50/min"``, ``"10/s"``,
+        ``"1000/h"``, ``"1000/60s"`` (see :meth:`RateLimit.parse`) — or as a
+        ``(limit, period_seconds)`` pair or a :class:`RateLimit`. ``rate_per_second`` is the
+        older way to say ``(n, 1)``; give one or the other. Nonsense (``"fast"``,
+        ``"0/min"``) raises :class:`InvalidInput`, a ``ValueError``, before anything is sent.
+
+        ``pause_if_failing`` guards it: a :class:`RedriveGuard`, or just a percentage. When
+        more than that share of the messages it moved fail again, the job pauses itself
+        (``state == "paused"``, with ``paused_reason``); :meth:`resume_redrive` goes on.
+        """
         req: Dict[str, Any] = {"source": _queue(source)}
+        if rate is not None and rate_per_second is not None:
+            raise InvalidInput("give either rate or rate_per_second, not both")
+        if rate is not None:
+            req["rate"] = _redrive_rate(rate).to_wire()
+        if pause_if_failing is not None:
+            guard = (
+                pause_if_failing if isinstance(pause_if_failing, RedriveGuard)
+                else RedriveGuard(pause_if_failing)
+            )
+            req["pause_if_failing"] = guard.to_wire()
         for k, v in (("destination", destination), ("limit", limit),
                      ("rate_per_second", rate_per_second),
                      ("reset_receive_count", reset_receive_count), ("dry_run", dry_run)):
@@ -709,28 +755,51 @@ class Client:
         )
 
     def list_redrives(self) -> List[Redrive]:
-        """Running redrives and the most recent finished ones, newest first."""
+        """Running and paused redrives and the most recent finished ones, newest first."""
         return [Redrive.from_wire(r) for r in self._json("GET", "/v1/redrives")["redrives"]]
 
     def get_redrive(self, redrive_id: str) -> Redrive:
         """One redrive job and its progress."""
-        return Redrive.from_wire(self._json("GET", f"/v1/redrives/{redrive_id}"))
+        return Redrive.from_wire(self._json("GET", f"/v1/redrives/{_job(redrive_id)}"))
 
     def cancel_redrive(self, redrive_id: str) -> Redrive:
-        """Stops a redrive job where it is."""
-        return Redrive.from_wire(self._json("POST", f"/v1/redrives/{redrive_id}/cancel"))
+        """Stops a running or paused redrive job for good; what it moved stays moved. A
+        finished job is answered as it is."""
+        return Redrive.from_wire(self._json("POST", f"/v1/redrives/{_job(redrive_id)}/cancel"))
+
+    def pause_redrive(self, redrive_id: str) -> Redrive:
+        """Pauses a running redrive job until :meth:`resume_redrive`; it keeps its source
+        meanwhile and ``paused_reason`` says who paused it. Pausing a paused job changes
+        nothing; a finished one is a ``conflict``."""
+        return Redrive.from_wire(self._json("POST", f"/v1/redrives/{_job(redrive_id)}/pause"))
+
+    def resume_redrive(self, redrive_id: str) -> Redrive:
+        """Resumes a paused redrive job, whether an operator or its guard paused it.
+        Resuming a running job changes nothing; a finished one is a ``conflict``."""
+        return Redrive.from_wire(self._json("POST", f"/v1/redrives/{_job(redrive_id)}/resume"))
 
     def audit(
         self, *, queue: Optional[str] = None, since: Optional[str] = None,
-        limit: Optional[int] = None,
+        limit: Optional[int] = None, cursor: Optional[str] = None,
     ) -> List[AuditEntry]:
-        """The newest audit entries (oldest first), optionally of one queue, since a time."""
-        d = self._json("GET", "/v1/audit", params={"queue": queue, "since": since, "limit": limit})
-        return [
-            AuditEntry(e["at"], e["actor"], e["action"], e.get("queue"), e.get("message_id"),
-                       dict(e.get("details") or {}), e.get("outcome", "ok"))
-            for e in d["entries"]
-        ]
+        """The entries of one page of the audit log, as :meth:`audit_page` answers them,
+        without the paging information."""
+        return self.audit_page(queue=queue, since=since, limit=limit, cursor=cursor).entries
+
+    def audit_page(
+        self, *, queue: Optional[str] = None, since: Optional[str] = None,
+        limit: Optional[int] = None, cursor: Optional[str] = None,
+    ) -> AuditPage:
+        """One page of the audit log: the newest ``limit`` entries (default 100, at most
+        10,000), oldest first; of one ``queue`` and its DLQ, and at or after ``since`` (RFC
+        3339), when given. When older entries exist the page has ``more`` and
+        ``next_cursor``; pass that as ``cursor`` for the page before. Each entry comes once
+        across the pages, even when entries share a millisecond."""
+        params = {
+            "queue": None if queue is None else _queue(queue), "since": since, "limit": limit,
+            "cursor": cursor,
+        }
+        return AuditPage.from_wire(self._json("GET", "/v1/audit", params=params))
 
     # -- health ----------------------------------------------------------------------------
 

@@ -13,15 +13,18 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .errors import DecodeError
+from .errors import DecodeError, InvalidInput
 
 __all__ = [
     "AckOutcome",
     "Attempt",
     "AuditEntry",
+    "AuditPage",
     "BodyKind",
     "BrowsePage",
     "Delivery",
@@ -37,12 +40,15 @@ __all__ = [
     "Rates",
     "Redrive",
     "RedriveFilter",
+    "RedriveGuard",
     "Scaling",
     "SendResult",
     "Stats",
     "TaskInfo",
     "TaskStatus",
     "Totals",
+    "Trend",
+    "TrendDirection",
 ]
 
 
@@ -73,15 +79,80 @@ def _s(ms: Optional[int]) -> Optional[float]:
     return None if ms is None else ms / 1000.0
 
 
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S.*?)\s*$")
+_RATE_UNITS = {
+    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
 @dataclass(frozen=True)
 class RateLimit:
-    """At most ``limit`` deliveries in any window of ``period`` seconds, all consumers."""
+    """At most ``limit`` events in any window of ``period`` seconds: a queue's deliveries
+    (all consumers together), or the moves of a redrive job."""
 
     limit: int
     period: float
 
     def to_wire(self) -> Dict[str, int]:
         return {"limit": self.limit, "period_ms": int(round(self.period * 1000))}
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "RateLimit":
+        return cls(int(d["limit"]), d["period_ms"] / 1000.0)
+
+    @classmethod
+    def parse(cls, text: str) -> "RateLimit":
+        """Reads a rate written the way the ``sluice`` command line takes it:
+        ``<count>/<period>``, where the period is a unit (``s``, ``sec``, ``min``, ``m``,
+        ``h``, ``hour``, ``d``, ``day``, plurals too) or a duration (``60s``, ``500ms``,
+        ``1.5h``). ``"50/min"`` is ``RateLimit(50, 60.0)``; ``"1000/60s"`` is
+        ``RateLimit(1000, 60.0)``.
+
+        Raises :class:`~sluice.InvalidInput` (a ``ValueError``) for anything else, for a
+        count of 0 and for a period shorter than a millisecond.
+        """
+        hint = "write it like 50/min, 10/s, 1000/h or 1000/60s"
+        if not isinstance(text, str):
+            raise InvalidInput(f"a rate is a string like 50/min, got {text!r}")
+        m = _RATE.match(text)
+        if not m:
+            raise InvalidInput(f"{text!r} is not a rate; {hint}")
+        unit = m.group(2).lower()
+        if unit in _RATE_UNITS:
+            period = _RATE_UNITS[unit]
+        else:
+            d = _DURATION.match(unit)
+            if not d:
+                raise InvalidInput(f"{text!r} is not a rate: {m.group(2)!r} is not a period; {hint}")
+            period = float(d.group(1)) * _DURATION_UNITS[d.group(2)]
+        return cls.of(int(m.group(1)), period, what=repr(text))
+
+    @classmethod
+    def of(cls, limit: int, period: float, *, what: str = "the rate") -> "RateLimit":
+        """A checked ``RateLimit``: ``limit`` a whole number of at least 1, ``period`` at
+        least a millisecond (seconds). :class:`~sluice.InvalidInput` otherwise."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInput(f"{what}: the count must be a whole number of at least 1, got {limit!r}")
+        if (
+            isinstance(period, bool)
+            or not isinstance(period, (int, float))
+            or not math.isfinite(period)
+            or round(period * 1000) < 1
+        ):
+            raise InvalidInput(f"{what}: the period must be at least 1 ms (in seconds), got {period!r}")
+        return cls(limit, float(period))
+
+    def __str__(self) -> str:
+        ms = int(round(self.period * 1000))
+        unit = {1000: "s", 60_000: "min", 3_600_000: "h", 86_400_000: "d"}.get(ms)
+        if unit is None:
+            unit = f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+        return f"{self.limit}/{unit}"
 
 
 @dataclass(frozen=True)
@@ -118,7 +189,7 @@ class QueueConfig:
             dedup_window=d["dedup_window_ms"] / 1000.0,
             max_in_flight=d.get("max_in_flight"),
             max_depth=d.get("max_depth"),
-            rate_limit=RateLimit(rl["limit"], rl["period_ms"] / 1000.0) if rl else None,
+            rate_limit=RateLimit.from_wire(rl) if rl else None,
             result_ttl=d["result_ttl_ms"] / 1000.0,
             paused=bool(d.get("paused", False)),
         )
@@ -386,18 +457,86 @@ class Totals:
 
 @dataclass(frozen=True)
 class Rates:
-    """Events per second over the last minute."""
+    """Events per second over one window (the last 1, 5 or 15 minutes). A queue younger
+    than the window counts from zero at its creation, divided by the whole window: 50 sends
+    into a new queue read ``sent == 50 / 60`` over the last minute at once."""
 
     sent: float = 0.0
     received: float = 0.0
     acked: float = 0.0
     nacked: float = 0.0
     dead_lettered: float = 0.0
+    """Messages this queue sent to its DLQ."""
+    redriven: float = 0.0
+    """Messages a redrive moved into this queue."""
+    expired: float = 0.0
+    """Messages that outlived the queue's retention."""
+
+    @classmethod
+    def from_wire(cls, d: Optional[Mapping[str, Any]]) -> "Rates":
+        d = d or {}
+        return cls(**{k: float(d.get(k) or 0.0) for k in cls.__dataclass_fields__})
+
+
+class TrendDirection(str, enum.Enum):
+    """Which way a depth is going. A ``str``: ``TrendDirection.RISING == "rising"``."""
+
+    RISING = "rising"
+    """More goes in than out."""
+    FALLING = "falling"
+    """More goes out than in."""
+    FLAT = "flat"
+    """Nothing moved since the latest 10-s sample, or in and out balance."""
+
+    @classmethod
+    def from_wire(cls, s: Optional[str]) -> "TrendDirection":
+        try:
+            return cls(s or "flat")
+        except ValueError:
+            raise DecodeError(f"unknown trend direction {s!r}") from None
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Where one depth is heading: a queue's backlog (visible + delayed + in flight), or
+    its DLQ depth. Slopes are net flow (in − out) in messages per second, positive while it
+    grows."""
+
+    direction: TrendDirection = TrendDirection.FLAT
+    """Read from ``slope``: flat when nothing moved since the latest sample."""
+    slope: float = 0.0
+    """Net flow over the last 10 to 20 seconds."""
+    slope_1m: float = 0.0
+    """Net flow over the last minute."""
+    slope_5m: float = 0.0
+    """Net flow over the last five minutes."""
+    eta: Optional[float] = None
+    """While messages are being taken out: seconds until none is left at the current pace;
+    ``None`` otherwise."""
+
+    @classmethod
+    def from_wire(cls, d: Optional[Mapping[str, Any]]) -> "Trend":
+        if not d:
+            return cls()
+        return cls(
+            direction=TrendDirection.from_wire(d.get("direction")),
+            slope=float(d.get("slope") or 0.0),
+            slope_1m=float(d.get("slope_1m") or 0.0),
+            slope_5m=float(d.get("slope_5m") or 0.0),
+            eta=_s(d.get("eta_ms")),
+        )
 
 
 @dataclass(frozen=True)
 class Stats:
-    """A queue's numbers: backlog, in flight, DLQ depth, totals, rates and trend."""
+    """A queue's numbers: backlog, in flight, DLQ depth, totals, rates and trends.
+
+    ``rates`` is the last minute, ``rates_5m`` and ``rates_15m`` the last 5 and 15.
+    ``backlog_trend`` says where the backlog is heading and ``dlq_trend`` where the DLQ depth
+    is (its ``eta`` is the time to empty the DLQ while a redrive takes messages out).
+    ``backlog_slope_per_sec`` and ``drain_eta`` are ``backlog_trend.slope_1m`` and
+    ``backlog_trend.eta``, kept for older callers.
+    """
 
     queue: str
     visible: int
@@ -410,10 +549,13 @@ class Stats:
     rates: Rates
     backlog_slope_per_sec: float
     drain_eta: Optional[float]
+    rates_5m: Rates = field(default_factory=Rates)
+    rates_15m: Rates = field(default_factory=Rates)
+    backlog_trend: Trend = field(default_factory=Trend)
+    dlq_trend: Trend = field(default_factory=Trend)
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Stats":
-        r = d.get("rates") or {}
         return cls(
             queue=d["queue"],
             visible=d["visible"],
@@ -423,9 +565,13 @@ class Stats:
             oldest_visible_age=d.get("oldest_visible_age_ms", 0) / 1000.0,
             completed=d.get("completed", 0),
             totals=Totals.from_wire(d.get("totals") or {}),
-            rates=Rates(**{k: float(r.get(k, 0.0)) for k in Rates.__dataclass_fields__}),
+            rates=Rates.from_wire(d.get("rates")),
             backlog_slope_per_sec=float(d.get("backlog_slope_per_sec", 0.0)),
             drain_eta=_s(d.get("drain_eta_ms")),
+            rates_5m=Rates.from_wire(d.get("rates_5m")),
+            rates_15m=Rates.from_wire(d.get("rates_15m")),
+            backlog_trend=Trend.from_wire(d.get("backlog_trend")),
+            dlq_trend=Trend.from_wire(d.get("dlq_trend")),
         )
 
 
@@ -493,9 +639,41 @@ class RedriveFilter:
 
 
 @dataclass(frozen=True)
+class RedriveGuard:
+    """``pause_if_failing`` of a redrive job: it pauses itself when more than ``percent`` %
+    (1 – 100) of the last ``window`` messages it moved failed again (nacked, rejected,
+    dead-lettered or moved away), counting only errors that contain ``error_contains`` when
+    given. It never pauses before ``window`` outcomes (1 – 10,000; the broker's default 20
+    when ``None``) are in."""
+
+    percent: int
+    window: Optional[int] = None
+    error_contains: Optional[str] = None
+
+    def to_wire(self) -> Dict[str, Any]:
+        if isinstance(self.percent, bool) or not isinstance(self.percent, int):
+            raise InvalidInput(f"pause_if_failing.percent must be a whole number, got {self.percent!r}")
+        out: Dict[str, Any] = {"percent": self.percent}
+        if self.window is not None:
+            out["window"] = self.window
+        if self.error_contains is not None:
+            out["error_contains"] = self.error_contains
+        return out
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "RedriveGuard":
+        return cls(int(d["percent"]), d.get("window"), d.get("error_contains"))
+
+
+@dataclass(frozen=True)
 class Redrive:
-    """A redrive job and its progress; ``state`` is ``running``, ``completed`` or
-    ``cancelled``."""
+    """A redrive job and its progress.
+
+    ``state`` is ``running``, ``paused`` (by an operator, or by its guard: ``paused_reason``
+    says which and why), ``completed`` or ``cancelled``; see :attr:`finished`. ``rate`` is the
+    pace asked for (at most ``rate.limit`` moves in any sliding ``rate.period`` seconds);
+    ``rate_per_second`` repeats it when its period is one second.
+    """
 
     id: str
     state: str
@@ -513,10 +691,30 @@ class Redrive:
     created_at: str
     updated_at: str
     finished_at: Optional[str]
+    rate: Optional[RateLimit] = None
+    pause_if_failing: Optional[RedriveGuard] = None
+    paused_reason: Optional[str] = None
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        """``completed`` or ``cancelled``: the job moves nothing more. A ``paused`` job is not
+        finished; it goes on once resumed."""
+        return self.state in (self.COMPLETED, self.CANCELLED)
+
+    @property
+    def paused(self) -> bool:
+        return self.state == self.PAUSED
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Redrive":
         f = d.get("filter") or {}
+        rate = d.get("rate")
+        guard = d.get("pause_if_failing")
         return cls(
             id=d["id"],
             state=d["state"],
@@ -539,6 +737,9 @@ class Redrive:
             created_at=d.get("created_at", ""),
             updated_at=d.get("updated_at", ""),
             finished_at=d.get("finished_at"),
+            rate=RateLimit.from_wire(rate) if rate else None,
+            pause_if_failing=RedriveGuard.from_wire(guard) if guard else None,
+            paused_reason=d.get("paused_reason"),
         )
 
 
@@ -553,3 +754,26 @@ class AuditEntry:
     message_id: Optional[str]
     details: Dict[str, str]
     outcome: str
+
+    @classmethod
+    def from_wire(cls, e: Mapping[str, Any]) -> "AuditEntry":
+        return cls(
+            e["at"], e["actor"], e["action"], e.get("queue"), e.get("message_id"),
+            dict(e.get("details") or {}), e.get("outcome", "ok"),
+        )
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    """One page of the audit log: the newest ``limit`` entries that match (before the
+    cursor asked with), oldest first. When older entries match too, ``more`` is true and
+    ``next_cursor`` asks for the page before this one; ``None`` at the oldest page."""
+
+    entries: List[AuditEntry]
+    more: bool
+    next_cursor: Optional[str]
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "AuditPage":
+        entries = [AuditEntry.from_wire(e) for e in d.get("entries") or []]
+        return cls(entries, bool(d.get("more", False)), d.get("next_cursor"))
