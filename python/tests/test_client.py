@@ -250,6 +250,9 @@ def test_stats_history_scaling_health_metrics(client: sluice.Client, queue: str)
 
 
 def test_stats_rates_over_three_windows_and_trends(client: sluice.Client, queue: str) -> None:
+    # The broker samples every queue at each 10-s boundary, and a queue reads flat once
+    # sampled after its last change: start just after a boundary so none falls in between.
+    time.sleep((10 - time.time() % 10) + 0.05)
     client.put_queue(queue)
     for i in range(50):
         client.send(queue, i)

@@ -64,6 +64,13 @@ fn rate(v: &Value, window: &str, counter: &str) -> f64 {
 #[tokio::test]
 async fn a_new_queues_first_sends_and_dead_letters_count_in_its_rates_at_once() {
     let s = common::start().await;
+    // The broker's sampler runs at each 10-s boundary, and a queue reads flat once sampled
+    // after its last change: start just after a boundary so that none falls in between.
+    let now = SystemClock.now().as_millis();
+    tokio::time::sleep(Duration::from_millis(
+        (10_000 - now.rem_euclid(10_000)) as u64 + 50,
+    ))
+    .await;
     s.put_queue("payments", json!({"max_receive_count": 1}))
         .await;
     for i in 0..50 {
