@@ -43,6 +43,8 @@ use crate::stats::{QueueStats, Totals};
 use crate::store::{BrowsePage, BrowseState, NackOutcome};
 use crate::time::Timestamp;
 
+pub use crate::wire_summary::{SummaryGroupView, SummaryQuery, SummaryView};
+
 /// Any JSON value, kept as its exact text.
 pub type JsonText = Box<RawValue>;
 

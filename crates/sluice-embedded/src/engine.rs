@@ -1458,6 +1458,19 @@ impl Store for EmbeddedStore {
         Ok(n)
     }
 
+    async fn summarize(
+        &self,
+        queue: &QueueName,
+        req: sluice_core::summary::SummaryRequest,
+    ) -> Result<sluice_core::summary::Summary, StoreError> {
+        req.validate()?;
+        let mut core = self.inner.lock();
+        let now = self.inner.now();
+        let qid = core.qid(queue)?;
+        core.maintain_with_sources(qid, now)?;
+        crate::summary::summarize(&mut core, qid, &req)
+    }
+
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
         let mut core = self.inner.lock();
         let now = self.inner.now();

@@ -30,6 +30,9 @@ use crate::time::{Clock, ManualClock, Timestamp};
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
+mod summary;
+pub use summary::{summary_counts_every_dead_letter, summary_groups_filters_and_limits};
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

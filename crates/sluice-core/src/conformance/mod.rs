@@ -151,6 +151,8 @@ macro_rules! __sluice_conformance_cases {
             unknown_queue_is_queue_not_found,
             bad_input_is_invalid_argument,
             invalid_names_and_receipts_fail_to_parse,
+            summary_counts_every_dead_letter,
+            summary_groups_filters_and_limits,
             model_equivalence,
         }
     };
