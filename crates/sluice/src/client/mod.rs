@@ -31,6 +31,7 @@ mod audit;
 mod consume;
 mod dlq;
 mod exit;
+mod filter;
 mod message;
 mod output;
 mod queue;
