@@ -1464,11 +1464,7 @@ impl Store for EmbeddedStore {
         req: sluice_core::summary::SummaryRequest,
     ) -> Result<sluice_core::summary::Summary, StoreError> {
         req.validate()?;
-        let mut core = self.inner.lock();
-        let now = self.inner.now();
-        let qid = core.qid(queue)?;
-        core.maintain_with_sources(qid, now)?;
-        crate::summary::summarize(&mut core, qid, &req)
+        crate::summary::answer(&self.inner, queue, &req).await
     }
 
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {

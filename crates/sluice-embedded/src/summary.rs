@@ -14,7 +14,8 @@
 //! the grouping is recomputed from the queue's indexed entries, in memory, on the next
 //! summary that asks for it. Filtered summaries walk the same entries. Only a filter on, or a
 //! grouping by, an attribute reads the messages' records from the log, since attributes are
-//! not kept in memory.
+//! not kept in memory; it does so 4,096 messages per hold of the lock, so other calls go on
+//! in between.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -22,9 +23,9 @@ use std::sync::Arc;
 
 use sluice_core::message::{DeadLetterReason, MessageId};
 use sluice_core::summary::{GroupBy, Summary, SummaryGroup, SummaryRequest};
-use sluice_core::{StoreError, Timestamp};
+use sluice_core::{QueueName, StoreError, Timestamp};
 
-use crate::engine::Core;
+use crate::engine::{Core, Inner};
 use crate::record::{Qid, Rich};
 
 /// One indexed message: its keys and its time.
@@ -275,26 +276,92 @@ fn reason_key(r: Option<DeadLetterReason>) -> Key {
     r.map(|r| Arc::from(r.as_str()))
 }
 
-/// Answers a summary of queue `qid` (brought up to date by the caller).
-pub(crate) fn summarize(
-    core: &mut Core,
-    qid: Qid,
+/// Messages whose attributes are read under one hold of the lock: reading them from the log
+/// takes a few microseconds each, so a summary by attribute of a large queue lets other
+/// calls in between chunks instead of stalling the broker for its whole length.
+const ATTRIBUTE_CHUNK: usize = 4096;
+
+fn needs_attributes(req: &SummaryRequest) -> bool {
+    matches!(req.group_by, GroupBy::Attribute(_)) || !req.filter.attributes.is_empty()
+}
+
+/// Answers a summary of `queue`.
+pub(crate) async fn answer(
+    inner: &Inner,
+    queue: &QueueName,
     req: &SummaryRequest,
 ) -> Result<Summary, StoreError> {
-    let plain = plain_count(core, qid);
-    let unfiltered = req.filter == sluice_core::RedriveFilter::default();
-    if unfiltered && !matches!(req.group_by, GroupBy::Attribute(_)) {
-        return Ok(from_aggregates(core, qid, req, plain));
-    }
-    let needs_attributes =
-        matches!(req.group_by, GroupBy::Attribute(_)) || !req.filter.attributes.is_empty();
+    let candidates = {
+        let mut core = inner.lock();
+        let now = inner.clock.now().as_millis();
+        let qid = core.qid(queue)?;
+        core.maintain_with_sources(qid, now)?;
+        if !needs_attributes(req) {
+            return Ok(summarize(&mut core, qid, req));
+        }
+        candidates(&core, qid, req)
+    };
+    // Attributes live in the log: read them a chunk at a time. A message that left the
+    // queue meanwhile is not counted.
     let mut groups: HashMap<Key, Agg> = HashMap::new();
-    let mut add = |key: Key, at: i64, id: u64| match groups.get_mut(&key) {
+    for chunk in candidates.chunks(ATTRIBUTE_CHUNK) {
+        {
+            let core = inner.lock();
+            for (id, at, key) in chunk {
+                let Some(attrs) = attributes(&core, *id)? else {
+                    continue;
+                };
+                if !req
+                    .filter
+                    .attributes
+                    .iter()
+                    .all(|(k, v)| attrs.get(k) == Some(v))
+                {
+                    continue;
+                }
+                let key = match &req.group_by {
+                    GroupBy::Attribute(name) => attrs.get(name).map(|v| Arc::from(v.as_str())),
+                    _ => key.clone(),
+                };
+                add(&mut groups, key, *at, *id);
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    Ok(finish(
+        groups.iter().map(|(k, a)| (k.as_deref(), *a)).collect(),
+        req.limit,
+    ))
+}
+
+fn add(groups: &mut HashMap<Key, Agg>, key: Key, at: i64, id: u64) {
+    match groups.get_mut(&key) {
         Some(a) => a.add(at, id),
         None => {
             groups.insert(key, Agg::new(at, id));
         }
-    };
+    }
+}
+
+/// A summary that needs no attributes, answered under the lock (queue brought up to date).
+fn summarize(core: &mut Core, qid: Qid, req: &SummaryRequest) -> Summary {
+    if req.filter == sluice_core::RedriveFilter::default() {
+        let plain = plain_count(core, qid);
+        return from_aggregates(core, qid, req, plain);
+    }
+    let mut groups: HashMap<Key, Agg> = HashMap::new();
+    for (id, at, key) in candidates(core, qid, req) {
+        add(&mut groups, key, at, id);
+    }
+    finish(
+        groups.iter().map(|(k, a)| (k.as_deref(), *a)).collect(),
+        req.limit,
+    )
+}
+
+/// The messages passing the filter's error and time conditions, each with its time and its
+/// key under the request's grouping (`None` for an attribute grouping, decided later).
+fn candidates(core: &Core, qid: Qid, req: &SummaryRequest) -> Vec<(u64, i64, Key)> {
     let f = &req.filter;
     let time_ok = |dead_lettered: Option<i64>| {
         f.dead_lettered_before
@@ -302,67 +369,32 @@ pub(crate) fn summarize(
             && f.dead_lettered_after
                 .is_none_or(|a| dead_lettered.is_some_and(|t| t >= a.as_millis()))
     };
-    let core: &Core = core;
-    // Indexed messages.
-    let empty = HashMap::new();
-    let entries = core
-        .state
-        .summary
-        .queues
-        .get(&qid)
-        .map_or(&empty, |q| &q.entries);
-    for (&id, e) in entries {
-        if let Some(needle) = &f.error_contains
-            && !e
-                .error
-                .as_deref()
-                .is_some_and(|t| t.contains(needle.as_str()))
-        {
-            continue;
-        }
-        if !time_ok(e.reason.map(|_| e.at)) {
-            continue;
-        }
-        let key = if needs_attributes {
-            let Some(attrs) = attributes(core, id)? else {
-                continue;
-            };
-            if !f.attributes.iter().all(|(k, v)| attrs.get(k) == Some(v)) {
+    let mut out = Vec::new();
+    if let Some(q) = core.state.summary.queues.get(&qid) {
+        for (&id, e) in &q.entries {
+            if let Some(needle) = &f.error_contains
+                && !e
+                    .error
+                    .as_deref()
+                    .is_some_and(|t| t.contains(needle.as_str()))
+            {
                 continue;
             }
-            match &req.group_by {
-                GroupBy::Attribute(name) => attrs.get(name).map(|v| Arc::from(v.as_str())),
-                other => entry_key(other, e),
+            if !time_ok(e.reason.map(|_| e.at)) {
+                continue;
             }
-        } else {
-            entry_key(&req.group_by, e)
-        };
-        add(key, e.at, id);
+            out.push((id, e.at, entry_key(&req.group_by, e)));
+        }
     }
     // Plain messages: no error, no dead-letter time, no source.
-    if plain > 0 && f.error_contains.is_none() && time_ok(None) {
-        for (id, entered_at) in plain_messages(core, qid) {
-            let key = if needs_attributes {
-                let Some(attrs) = attributes(core, id)? else {
-                    continue;
-                };
-                if !f.attributes.iter().all(|(k, v)| attrs.get(k) == Some(v)) {
-                    continue;
-                }
-                match &req.group_by {
-                    GroupBy::Attribute(name) => attrs.get(name).map(|v| Arc::from(v.as_str())),
-                    _ => None,
-                }
-            } else {
-                None
-            };
-            add(key, entered_at, id);
-        }
+    if plain_count(core, qid) > 0 && f.error_contains.is_none() && time_ok(None) {
+        out.extend(
+            plain_messages(core, qid)
+                .into_iter()
+                .map(|(id, at)| (id, at, None)),
+        );
     }
-    Ok(finish(
-        groups.iter().map(|(k, a)| (k.as_deref(), *a)).collect(),
-        req.limit,
-    ))
+    out
 }
 
 fn entry_key(by: &GroupBy, e: &Entry) -> Key {
