@@ -207,9 +207,10 @@ mod tests {
 
     #[test]
     fn every_case_is_listed_once() {
-        let src = include_str!("cases.rs");
+        let src = [include_str!("cases.rs"), include_str!("cases/summary.rs")];
         let defined: Vec<&str> = src
-            .lines()
+            .iter()
+            .flat_map(|s| s.lines())
             .filter_map(|l| l.strip_prefix("pub async fn "))
             .filter_map(|l| l.split('(').next())
             .collect();
@@ -226,7 +227,8 @@ mod tests {
         defined_sorted.sort_unstable();
         assert_eq!(
             defined_sorted, listed,
-            "every `pub async fn` in cases.rs must be listed in __sluice_conformance_cases!"
+            "every `pub async fn` in cases.rs and cases/*.rs must be listed in \
+             __sluice_conformance_cases!"
         );
     }
 }
