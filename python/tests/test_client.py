@@ -29,6 +29,7 @@ def test_every_route_of_the_openapi_document_has_a_client_method(client: sluice.
         ("post", "/v1/queues/{q}/extend"), ("post", "/v1/queues/{q}/progress"),
         ("get", "/v1/messages/{id}"), ("delete", "/v1/messages/{id}"),
         ("get", "/v1/queues/{q}/stats"), ("get", "/v1/queues/{q}/stats/history"),
+        ("get", "/v1/queues/{q}/summary"),
         ("get", "/v1/tasks/{id}"), ("post", "/v1/tasks/{id}/cancel"),
         ("get", "/v1/tasks/{id}/events"), ("get", "/v1/queues/{q}/scaling"),
         ("post", "/v1/redrives"), ("get", "/v1/redrives"), ("get", "/v1/redrives/{id}"),
@@ -319,6 +320,26 @@ def test_queue_full_is_429_with_retry_after(broker: Broker, queue: str) -> None:
         c.send(queue, 2)
     assert e.value.code is ErrorCode.QUEUE_FULL and e.value.status == 429
     assert e.value.retry_after is not None and e.value.transient
+
+
+def test_summary_counts_the_whole_dlq(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue, max_receive_count=1)
+    client.send_batch(queue, [{"n": i} for i in range(6)])
+    got = client.receive(queue, max=6, wait=1)
+    for i, d in enumerate(got):
+        client.nack(queue, d.receipt, error="timeout" if i < 4 else "HTTP 429")
+    dlq = f"{queue}.dlq"
+    s = client.summary(dlq)
+    assert (s.total, s.group_count, s.more_groups) == (len(got), 2, False)
+    assert [(g.key, g.count) for g in s.groups] == [("timeout", 4), ("HTTP 429", len(got) - 4)]
+    assert client.get_message(s.groups[0].sample_id).last_error == "timeout"
+    r = client.summary(dlq, group_by="reason", error_contains="429")
+    assert [(g.key, g.count) for g in r.groups] == [("exhausted", len(got) - 4)]
+    none = client.summary(dlq, attributes={"a": "1", "b": "2"})
+    assert none.total == 0 and none.groups == []
+    with pytest.raises(ApiError) as e:
+        client.summary(dlq, group_by="colour")
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT and "attribute:NAME" in str(e.value)
 
 
 def test_redrive_and_audit(client: sluice.Client, queue: str) -> None:

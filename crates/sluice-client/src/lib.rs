@@ -69,6 +69,7 @@ mod queues;
 pub mod ratelimit;
 pub mod retry;
 mod sse;
+mod summary;
 mod tasks;
 pub mod worker;
 

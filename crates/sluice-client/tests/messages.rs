@@ -394,3 +394,58 @@ async fn task_status_and_scaling() {
     }
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn summary_counts_the_whole_dlq() {
+    let srv = common::start().await;
+    let c = &srv.client;
+    queue(c, "q").await;
+    for i in 0..5 {
+        c.send_json("q", &i).await.unwrap();
+    }
+    let got = c
+        .receive("q", &ReceiveOptions::new(5, Duration::ZERO))
+        .await
+        .unwrap();
+    for (i, d) in got.iter().enumerate() {
+        let error = if i < 3 { "timeout" } else { "bad input" };
+        c.reject("q", &d.receipt, Some(error)).await.unwrap();
+    }
+    let s = c
+        .summary("q.dlq", &sluice_client::wire::SummaryQuery::default())
+        .await
+        .unwrap();
+    assert_eq!((s.total, s.group_count, s.more_groups), (5, 2, false));
+    let groups: Vec<_> = s
+        .groups
+        .iter()
+        .map(|g| (g.key.as_deref(), g.count))
+        .collect();
+    assert_eq!(groups, [(Some("timeout"), 3), (Some("bad input"), 2)]);
+    let s = c
+        .summary(
+            "q.dlq",
+            &sluice_client::wire::SummaryQuery {
+                group_by: Some("reason".into()),
+                error_contains: Some("bad".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(s.groups[0].key.as_deref(), Some("rejected"));
+    assert_eq!(s.total, 2);
+    let err = c
+        .summary(
+            "q.dlq",
+            &sluice_client::wire::SummaryQuery {
+                group_by: Some("colour".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument));
+    let err = c.summary("nope", &Default::default()).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::QueueNotFound));
+}

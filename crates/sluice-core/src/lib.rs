@@ -20,10 +20,12 @@ pub mod receive_answer;
 pub mod redrive;
 pub mod stats;
 pub mod store;
+pub mod summary;
 pub mod task;
 pub mod time;
 pub mod trend;
 pub mod wire;
+mod wire_summary;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

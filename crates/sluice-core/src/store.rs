@@ -402,6 +402,18 @@ pub trait Store: Send + Sync + 'static {
     /// `QueueNotFound`.
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError>;
 
+    /// Every message of a queue (any queue, typically a DLQ) that passes the request's filter,
+    /// counted by the request's key (see [`crate::summary`] for the rules). Answered from an
+    /// index: the cost grows with the number of messages, never with their bodies.
+    ///
+    /// # Errors
+    /// `QueueNotFound`; `InvalidArgument` for a limit out of range.
+    async fn summarize(
+        &self,
+        queue: &QueueName,
+        req: crate::summary::SummaryRequest,
+    ) -> Result<crate::summary::Summary, StoreError>;
+
     /// The response remembered under an idempotency key, while it is kept
     /// ([`IDEMPOTENCY_TTL`] after it was stored).
     ///

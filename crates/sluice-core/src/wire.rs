@@ -47,6 +47,7 @@ mod redrive;
 mod stats;
 pub use redrive::RedriveGuardView;
 pub use stats::{FlowView, RatesView, StatsView};
+pub use crate::wire_summary::{SummaryGroupView, SummaryQuery, SummaryView};
 
 /// Any JSON value, kept as its exact text.
 pub type JsonText = Box<RawValue>;

@@ -1408,6 +1408,15 @@ impl Store for EmbeddedStore {
         Ok(n)
     }
 
+    async fn summarize(
+        &self,
+        queue: &QueueName,
+        req: sluice_core::summary::SummaryRequest,
+    ) -> Result<sluice_core::summary::Summary, StoreError> {
+        req.validate()?;
+        crate::summary::answer(&self.inner, queue, &req).await
+    }
+
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
         let mut core = self.inner.lock();
         let now = self.inner.now();

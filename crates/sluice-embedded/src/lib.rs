@@ -20,6 +20,7 @@ mod record;
 mod recovery;
 mod redrive;
 mod state;
+mod summary;
 
 pub use engine::{EmbeddedOptions, EmbeddedStore, RecoveryReport};
 pub use error::OpenError;

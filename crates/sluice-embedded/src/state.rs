@@ -278,6 +278,8 @@ pub(crate) struct State {
     pub jobs: BTreeMap<u64, sluice_core::RedriveJob>,
     /// The last progress of running tasks; advisory, so kept in memory only.
     pub progress: HashMap<u64, sluice_core::Progress>,
+    /// The keys of messages with errors, sources or dead-letter information, for summaries.
+    pub summary: crate::summary::SummaryIndex,
     /// Responses remembered under idempotency keys (the responses stay on disk).
     pub idem: HashMap<String, Remembered>,
     pub idem_order: VecDeque<(i64, String)>,
@@ -300,6 +302,7 @@ impl State {
             idem: HashMap::new(),
             idem_order: VecDeque::new(),
             progress: HashMap::new(),
+            summary: Default::default(),
             jobs: BTreeMap::new(),
             history_segs: BTreeMap::new(),
         };
@@ -317,6 +320,7 @@ impl State {
 
     /// Drops a queue and everything in it.
     pub fn drop_queue(&mut self, qid: Qid) {
+        self.summary.drop_queue(qid);
         if let Some(q) = self.queues.remove(&qid) {
             self.names.remove(&q.name);
             for id in q.ids() {
@@ -400,6 +404,7 @@ impl State {
         let m = self.detach(id)?;
         self.msgs.remove(&id);
         self.unaccount(&m);
+        self.summary.remove(m.qid, id);
         Some(m)
     }
 
@@ -421,7 +426,9 @@ impl State {
                 if let Some(old) = self.detach(m.id) {
                     self.msgs.remove(&m.id);
                     self.unaccount(&old);
+                    self.summary.remove(old.qid, m.id);
                 }
+                self.summary.on_message(m.qid, m.id, &m.rich, m.enqueued_at);
                 let (slot, at, token) = match m.lease {
                     Some((token, deadline)) => (Slot::Leased, deadline, token),
                     None => (Slot::Delayed, m.visible_at, 0),
@@ -628,6 +635,8 @@ impl State {
         msg.entered_at = u.entered_at;
         msg.aux = loc;
         self.msgs.insert(u.id, msg);
+        self.summary
+            .on_update(old.qid, u.qid, u.id, &u.rich, old.entered_at);
         if self.queues.contains_key(&u.qid) {
             self.attach(u.id, msg);
         } else {

@@ -40,6 +40,7 @@ mod schema;
 mod send;
 mod settle;
 mod store;
+mod summary;
 mod view;
 mod wake;
 

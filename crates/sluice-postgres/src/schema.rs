@@ -10,7 +10,7 @@ use tokio_postgres::Client;
 use crate::error::OpenError;
 
 /// The migrations, in order. A released migration is never edited: a change is a new entry.
-const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3)];
+const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
 /// jobs, stats history and the audit table.
@@ -173,6 +173,15 @@ EXCEPTION WHEN feature_not_supported OR syntax_error THEN
     NULL;
 END
 $$;
+"#;
+
+/// Version 4: an index of the dead letters still queued, for queue summaries (grouping by
+/// reason or source and filtering by dead-letter time read only the index). It is partial on
+/// `dl_at IS NOT NULL`, so a send, a lease or an ack of an ordinary message never touches it.
+/// Creating it on a large existing table holds writes to `messages` while it builds.
+const V4: &str = r#"
+CREATE INDEX messages_dead_letters ON messages (queue, dl_reason, source_queue, dl_at, id)
+    WHERE dl_at IS NOT NULL AND state < 2;
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

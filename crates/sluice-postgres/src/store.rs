@@ -639,6 +639,14 @@ impl Store for PostgresStore {
         crate::view::stats(&self.inner, queue).await
     }
 
+    async fn summarize(
+        &self,
+        queue: &QueueName,
+        req: sluice_core::summary::SummaryRequest,
+    ) -> Result<sluice_core::summary::Summary, StoreError> {
+        crate::summary::summarize(&self.inner, queue, req).await
+    }
+
     async fn idempotency_get(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError> {
         crate::records::idempotency_get(&self.inner, key).await
     }

@@ -334,6 +334,25 @@ async fn roles_and_patterns() {
         200,
     )
     .await;
+    // A summary shows errors, as a browse does: the same roles may read it.
+    expect(
+        &s,
+        OPERATOR,
+        Method::GET,
+        "/v1/queues/orders.dlq/summary?group_by=error",
+        None,
+        200,
+    )
+    .await;
+    expect(
+        &s,
+        PRODUCER,
+        Method::GET,
+        "/v1/queues/orders.dlq/summary",
+        None,
+        403,
+    )
+    .await;
     expect(
         &s,
         OPERATOR,

@@ -125,7 +125,11 @@ class Transport:
             hdrs["content-type"] = "application/json"
         elif content_type is not None:
             hdrs["content-type"] = content_type
-        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        query = {
+            k: [_param(x) for x in v] if isinstance(v, list) else _param(v)
+            for k, v in (params or {}).items()
+            if v is not None
+        }
         timeout = httpx.Timeout(self.timeout + extra_timeout, connect=self._connect_timeout)
         attempt = 0
         while True:

@@ -37,6 +37,7 @@ from .models import (
     Scaling,
     SendResult,
     Stats,
+    Summary,
     TaskInfo,
     TaskStatus,
 )
@@ -584,6 +585,28 @@ class Client:
     def stats(self, queue: str) -> Stats:
         """Backlog, in flight, DLQ depth, totals, rates and trend of a queue."""
         return Stats.from_wire(self._json("GET", f"/v1/queues/{_queue(queue)}/stats"))
+
+    def summary(
+        self,
+        queue: str,
+        *,
+        group_by: str = "error",
+        limit: int = 100,
+        error_contains: Optional[str] = None,
+        attributes: Optional[Mapping[str, str]] = None,
+        dead_lettered_before: Optional[str] = None,
+        dead_lettered_after: Optional[str] = None,
+    ) -> Summary:
+        """Every message of a queue (typically a DLQ) counted by ``group_by``: ``error``,
+        ``reason``, ``source`` or ``attribute:NAME``, with the browse's filters (every
+        attribute given must match); the largest ``limit`` groups (at most 1000) come back."""
+        params = {
+            "group_by": group_by, "limit": limit, "error_contains": error_contains,
+            "attribute": [f"{k}={v}" for k, v in (attributes or {}).items()] or None,
+            "dead_lettered_before": dead_lettered_before,
+            "dead_lettered_after": dead_lettered_after,
+        }
+        return Summary.from_wire(self._json("GET", f"/v1/queues/{_queue(queue)}/summary", params=params))
 
     def stats_history(self, queue: str, since: Optional[str] = None) -> History:
         """A queue's numbers every 10 s (the last hour, or since an RFC 3339 time)."""

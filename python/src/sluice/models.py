@@ -384,6 +384,54 @@ class BrowsePage:
     next_cursor: Optional[str]
 
 
+@dataclass(frozen=True)
+class SummaryGroup:
+    """One group of a summary: its key (``None`` for messages without a value), how many
+    messages, the earliest and latest dead-lettering time (RFC 3339; for a message never
+    dead-lettered, when it was sent) and one message id of the group (its smallest)."""
+
+    key: Optional[str]
+    count: int
+    first_at: str
+    last_at: str
+    sample_id: str
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "SummaryGroup":
+        return cls(
+            key=d.get("key"),
+            count=d["count"],
+            first_at=d["first_at"],
+            last_at=d["last_at"],
+            sample_id=d["sample_id"],
+        )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Every message of a queue counted by one key, largest groups first; ``total`` counts
+    every message matched, ``group_count`` every group, and ``more_groups`` says some groups
+    were left out of ``groups`` (raise ``limit``, up to 1000)."""
+
+    queue: str
+    group_by: str
+    total: int
+    group_count: int
+    more_groups: bool
+    groups: List[SummaryGroup]
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "Summary":
+        return cls(
+            queue=d["queue"],
+            group_by=d["group_by"],
+            total=d["total"],
+            group_count=d["group_count"],
+            more_groups=bool(d.get("more_groups", False)),
+            groups=[SummaryGroup.from_wire(g) for g in d.get("groups") or []],
+        )
+
+
 class TaskStatus(str, enum.Enum):
     """The status of a task (SPEC §6)."""
 

@@ -37,6 +37,9 @@ pub use create_only::queue_create_only_refuses_an_existing_queue;
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
+mod summary;
+pub use summary::{summary_counts_every_dead_letter, summary_groups_filters_and_limits};
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

@@ -153,6 +153,8 @@ macro_rules! __sluice_conformance_cases {
             unknown_queue_is_queue_not_found,
             bad_input_is_invalid_argument,
             invalid_names_and_receipts_fail_to_parse,
+            summary_counts_every_dead_letter,
+            summary_groups_filters_and_limits,
             model_equivalence,
         }
     };
@@ -210,6 +212,7 @@ mod tests {
         let src = [
             include_str!("cases.rs"),
             include_str!("cases/create_only.rs"),
+            include_str!("cases/summary.rs"),
         ];
         let defined: Vec<&str> = src
             .iter()
@@ -230,7 +233,8 @@ mod tests {
         defined_sorted.sort_unstable();
         assert_eq!(
             defined_sorted, listed,
-            "every `pub async fn` in cases.rs must be listed in __sluice_conformance_cases!"
+            "every `pub async fn` in cases.rs and cases/*.rs must be listed in \
+             __sluice_conformance_cases!"
         );
     }
 }

@@ -10,6 +10,7 @@ pub mod inspect;
 pub mod queues;
 pub mod redrives;
 pub mod send;
+pub mod summary;
 pub mod tasks;
 
 use std::sync::OnceLock;
@@ -91,6 +92,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(consume::extend))
         .routes(routes!(inspect::get_message, inspect::delete_message))
         .routes(routes!(inspect::stats))
+        .routes(routes!(summary::summary))
         .routes(routes!(inspect::history))
         .routes(routes!(tasks::get_task))
         .routes(routes!(tasks::cancel))

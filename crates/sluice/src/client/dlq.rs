@@ -1,19 +1,19 @@
 //! `sluice dlq list QUEUE`: the dead letters of a DLQ and why they failed (SPEC §5), one row
-//! each or grouped by error with counts.
+//! each; `sluice dlq summary QUEUE` (and `dlq list --group-by`): all of them counted by error,
+//! reason, source queue or attribute.
 //!
-//! The broker's browse route pages through a queue; the filters (error text, attributes,
-//! time) are applied here while paging, up to `--limit` matches.
+//! A listing pages through the broker's browse route, applying the filters here, up to
+//! `--limit` matches. A summary is counted by the broker over the whole queue, however large.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use clap::{Args, Subcommand, ValueEnum};
-use serde::Serialize;
+use clap::{Args, Subcommand};
 use serde_json::json;
 use sluice_client::Client;
-use sluice_client::wire::{BrowseQuery, BrowseStateWire, DeadLetterReasonView, MessageView};
+use sluice_client::wire::{
+    BrowseQuery, BrowseStateWire, DeadLetterReasonView, MessageView, SummaryView,
+};
 
-use super::args::{parse_attr, parse_duration, short_time, time_ago, time_ms};
+use super::args::short_time;
+use super::filter::DlqFilterArgs;
 use super::output::{Table, json, or_dash, truncate};
 use super::{Conn, Failure};
 
@@ -30,34 +30,48 @@ pub struct DlqArgs {
 enum DlqCommand {
     /// List dead letters with their reason, last error, attempts and source queue.
     List(ListArgs),
+    /// Count every dead letter of a DLQ by error, reason, source queue or attribute.
+    Summary(SummaryArgs),
 }
 
 #[derive(Debug, Args)]
 struct ListArgs {
     /// The dead-letter queue, or a source queue (then its DLQ is listed).
     queue: String,
-    /// Group the dead letters by their last error, with counts and reasons, largest first.
-    #[arg(long, value_name = "FIELD")]
-    group_by: Option<GroupBy>,
-    /// Only dead letters whose last error contains this text.
-    #[arg(long, value_name = "TEXT")]
-    error: Option<String>,
-    /// Only dead letters with this attribute value (repeat for several: all must match).
-    #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attr)]
-    attrs: Vec<(String, String)>,
-    /// Only dead letters dead-lettered within this long, e.g. 30m or 1h.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    since: Option<Duration>,
-    /// Most dead letters to list (or to group); the DLQ is paged until this many match.
+    /// Count every dead letter by this key instead of listing them (as `dlq summary`):
+    /// error, reason, source or attribute:NAME.
+    #[arg(long, value_name = "KEY", value_parser = parse_group_by)]
+    group_by: Option<String>,
+    #[command(flatten)]
+    filter: DlqFilterArgs,
+    /// Most dead letters to list; the DLQ is paged until this many match. With --group-by,
+    /// the most groups to show (at most 1000).
     #[arg(long, default_value_t = 1000, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     limit: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum GroupBy {
-    /// The last error reported.
-    Error,
+#[derive(Debug, Args)]
+struct SummaryArgs {
+    /// The dead-letter queue, or a source queue (then its DLQ is counted).
+    queue: String,
+    /// What to count by: error (the last error), reason (exhausted, rejected, lease_expired,
+    /// expired), source (the queue it failed in) or attribute:NAME.
+    #[arg(long, default_value = "error", value_name = "KEY", value_parser = parse_group_by)]
+    group_by: String,
+    #[command(flatten)]
+    filter: DlqFilterArgs,
+    /// Most groups to show, largest first (1 to 1000); the counts cover every dead letter.
+    #[arg(long, default_value_t = 100, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    limit: u32,
+}
+
+/// Checks a grouping the way the broker does, so a typo is a usage error.
+fn parse_group_by(s: &str) -> Result<String, String> {
+    s.parse::<sluice_core::summary::GroupBy>()
+        .map(|g| g.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// Runs a dlq subcommand.
@@ -65,6 +79,12 @@ pub async fn run(a: DlqArgs) -> Result<(), Failure> {
     let c = a.conn.client()?;
     match a.cmd {
         DlqCommand::List(l) => list(&c, l, a.conn.json).await,
+        DlqCommand::Summary(sa) => {
+            let dlq = resolve_dlq(&c, &sa.queue, a.conn.json).await?;
+            let query = sa.filter.summary_query(&sa.group_by, sa.limit);
+            let s = c.summary(&dlq, &query).await?;
+            print_summary(&s, a.conn.json)
+        }
     }
 }
 
@@ -110,44 +130,12 @@ fn dead_lettered_at(m: &MessageView) -> &str {
     m.dead_lettered_at.as_deref().unwrap_or(&m.entered_at)
 }
 
-struct Filter {
-    error: Option<String>,
-    attrs: Vec<(String, String)>,
-    since_ms: Option<i64>,
-}
-
-impl Filter {
-    fn matches(&self, m: &MessageView) -> bool {
-        if let Some(e) = &self.error
-            && !m
-                .last_error
-                .as_deref()
-                .is_some_and(|le| le.contains(e.as_str()))
-        {
-            return false;
-        }
-        if !self
-            .attrs
-            .iter()
-            .all(|(k, v)| m.attributes.get(k) == Some(v))
-        {
-            return false;
-        }
-        if let Some(since) = self.since_ms
-            && time_ms(dead_lettered_at(m)).is_none_or(|t| t < since)
-        {
-            return false;
-        }
-        true
-    }
-}
-
 /// Pages through `dlq` collecting up to `limit` matching messages; also answers whether
 /// more may exist past the limit.
 async fn collect(
     c: &Client,
     dlq: &str,
-    filter: &Filter,
+    filter: &DlqFilterArgs,
     limit: u64,
 ) -> Result<(Vec<MessageView>, bool), Failure> {
     let mut out = Vec::new();
@@ -179,65 +167,62 @@ async fn collect(
     }
 }
 
-/// One group of `--group-by error`.
-#[derive(Debug, Serialize)]
-struct Group {
-    error: Option<String>,
-    count: u64,
-    reasons: BTreeMap<&'static str, u64>,
-    source_queues: BTreeMap<String, u64>,
-    first_dead_lettered_at: String,
-    last_dead_lettered_at: String,
-}
-
-fn group(messages: &[MessageView]) -> Vec<Group> {
-    let mut groups: BTreeMap<Option<String>, Group> = BTreeMap::new();
-    for m in messages {
-        let at = dead_lettered_at(m).to_owned();
-        let g = groups.entry(m.last_error.clone()).or_insert_with(|| Group {
-            error: m.last_error.clone(),
-            count: 0,
-            reasons: BTreeMap::new(),
-            source_queues: BTreeMap::new(),
-            first_dead_lettered_at: at.clone(),
-            last_dead_lettered_at: at.clone(),
-        });
-        g.count += 1;
-        *g.reasons
-            .entry(reason_str(m.dead_letter_reason))
-            .or_default() += 1;
-        *g.source_queues
-            .entry(m.source_queue.clone().unwrap_or_else(|| "-".to_owned()))
-            .or_default() += 1;
-        if time_ms(&at) < time_ms(&g.first_dead_lettered_at) {
-            g.first_dead_lettered_at = at.clone();
-        }
-        if time_ms(&at) > time_ms(&g.last_dead_lettered_at) {
-            g.last_dead_lettered_at = at;
-        }
+/// What a summary key stands for when a message has none.
+fn none_key(group_by: &str) -> String {
+    match group_by {
+        "error" => "(no error)".to_owned(),
+        "reason" => "(not dead-lettered)".to_owned(),
+        "source" => "(no source queue)".to_owned(),
+        other => format!("(no {})", other.trim_start_matches("attribute:")),
     }
-    let mut v: Vec<Group> = groups.into_values().collect();
-    v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.error.cmp(&b.error)));
-    v
 }
 
-fn counts<K: std::fmt::Display>(m: &BTreeMap<K, u64>) -> String {
-    let mut v: Vec<(&K, &u64)> = m.iter().collect();
-    v.sort_by(|a, b| b.1.cmp(a.1));
-    v.iter()
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Prints a summary as a table (KEY, COUNT, FIRST, LAST, SAMPLE) with a footer on stderr,
+/// or as the broker's JSON.
+fn print_summary(s: &SummaryView, as_json: bool) -> Result<(), Failure> {
+    if as_json {
+        return json(s);
+    }
+    let mut t = Table::new(&["KEY", "COUNT", "FIRST", "LAST", "SAMPLE"]);
+    for g in &s.groups {
+        let key = match g.key.as_deref() {
+            None => none_key(&s.group_by),
+            Some("") => "\"\"".to_owned(),
+            Some(k) => truncate(&k.replace('\n', " "), 60),
+        };
+        t.row(vec![
+            key,
+            g.count.to_string(),
+            short_time(&g.first_at),
+            short_time(&g.last_at),
+            g.sample_id.clone(),
+        ]);
+    }
+    t.print();
+    eprintln!(
+        "{} messages in {} groups by {} in {}",
+        s.total, s.group_count, s.group_by, s.queue
+    );
+    if s.more_groups {
+        eprintln!(
+            "showing the largest {} of {} groups (raise --limit, up to 1000)",
+            s.groups.len(),
+            s.group_count
+        );
+    }
+    Ok(())
 }
 
 async fn list(c: &Client, l: ListArgs, as_json: bool) -> Result<(), Failure> {
     let dlq = resolve_dlq(c, &l.queue, as_json).await?;
-    let filter = Filter {
-        error: l.error,
-        attrs: l.attrs,
-        since_ms: l.since.map(|d| time_ago(d).as_millis()),
-    };
-    let (messages, more) = collect(c, &dlq, &filter, l.limit).await?;
+    if let Some(group_by) = &l.group_by {
+        let limit = u32::try_from(l.limit.min(1000)).unwrap_or(1000);
+        let s = c
+            .summary(&dlq, &l.filter.summary_query(group_by, limit))
+            .await?;
+        return print_summary(&s, as_json);
+    }
+    let (messages, more) = collect(c, &dlq, &l.filter, l.limit).await?;
     let more_note = || {
         if more {
             eprintln!(
@@ -247,43 +232,6 @@ async fn list(c: &Client, l: ListArgs, as_json: bool) -> Result<(), Failure> {
             );
         }
     };
-    if l.group_by == Some(GroupBy::Error) {
-        let groups = group(&messages);
-        if as_json {
-            return json(&json!({
-                "queue": dlq,
-                "total": messages.len(),
-                "truncated": more,
-                "groups": groups,
-            }));
-        }
-        let mut t = Table::new(&[
-            "COUNT",
-            "LAST ERROR",
-            "REASONS",
-            "SOURCE QUEUES",
-            "FIRST",
-            "LAST",
-        ]);
-        for g in &groups {
-            t.row(vec![
-                g.count.to_string(),
-                truncate(g.error.as_deref().unwrap_or("(no error)"), 60),
-                counts(&g.reasons),
-                counts(&g.source_queues),
-                short_time(&g.first_dead_lettered_at),
-                short_time(&g.last_dead_lettered_at),
-            ]);
-        }
-        t.print();
-        eprintln!(
-            "{} dead letters in {} groups in {dlq}",
-            messages.len(),
-            groups.len()
-        );
-        more_note();
-        return Ok(());
-    }
     if as_json {
         return json(&json!({
             "queue": dlq,

@@ -32,6 +32,7 @@ mod confirm;
 mod consume;
 mod dlq;
 mod exit;
+mod filter;
 mod message;
 mod output;
 mod queue;

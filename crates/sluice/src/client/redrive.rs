@@ -5,7 +5,6 @@
 //! retried start cannot start two) and polls its progress every 250 ms. Ctrl-C detaches —
 //! the job keeps running — and says how to cancel it.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -15,8 +14,9 @@ use serde_json::json;
 use sluice_client::wire::{RedriveFilterView, RedriveGuardView, RedriveRequest, RedriveView};
 use sluice_client::{Client, ErrorCode};
 
-use super::args::{parse_attr, parse_percent, parse_redrive_rate, parse_time, short_time};
+use super::args::{parse_percent, parse_redrive_rate, short_time};
 use super::dlq::resolve_dlq;
+use super::filter::DlqFilterArgs;
 use super::output::{Table, details, json, or_dash};
 use super::{Conn, Failure};
 
@@ -86,18 +86,8 @@ struct StartArgs {
     /// Count only failures whose error contains this text for --pause-if-failing, e.g. 429.
     #[arg(long, value_name = "TEXT", requires = "pause_if_failing")]
     guard_error: Option<String>,
-    /// Only messages whose last error contains this text.
-    #[arg(long, value_name = "TEXT")]
-    filter_error: Option<String>,
-    /// Only messages with this attribute value (repeat for several: all must match).
-    #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attr)]
-    attrs: Vec<(String, String)>,
-    /// Only messages dead-lettered before this time: RFC 3339, or how long ago (e.g. 10m).
-    #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    before: Option<String>,
-    /// Only messages dead-lettered at or after this time: RFC 3339, or how long ago (e.g. 2h).
-    #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    after: Option<String>,
+    #[command(flatten)]
+    filter: DlqFilterArgs,
     /// Move everything to this queue instead of each message's source queue.
     #[arg(long, value_name = "QUEUE")]
     to: Option<String>,
@@ -305,19 +295,13 @@ async fn start(c: &Client, s: StartArgs, as_json: bool) -> Result<(), Failure> {
         ));
     };
     let source = resolve_dlq(c, &queue, as_json).await?;
-    let filter = RedriveFilterView {
-        error_contains: s.filter_error,
-        attributes: s.attrs.into_iter().collect::<BTreeMap<_, _>>(),
-        dead_lettered_before: s.before,
-        dead_lettered_after: s.after,
-    };
     let req = RedriveRequest {
         source: source.clone(),
         destination: s.to,
         limit: s.limit,
         rate: s.rate,
         rate_per_second: None,
-        filter: (filter != RedriveFilterView::default()).then_some(filter),
+        filter: s.filter.redrive_filter(),
         reset_receive_count: Some(!s.keep_receive_count),
         dry_run: Some(s.dry_run),
         pause_if_failing: s.pause_if_failing.map(|percent| RedriveGuardView {

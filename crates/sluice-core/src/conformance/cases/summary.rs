@@ -1,0 +1,272 @@
+//! Summaries (`Store::summarize`): every message of a queue counted by one key.
+
+use super::*;
+use crate::summary::{GroupBy, Summary, SummaryRequest};
+
+fn by(group_by: GroupBy) -> SummaryRequest {
+    SummaryRequest {
+        group_by,
+        filter: crate::redrive::RedriveFilter::default(),
+        limit: 100,
+    }
+}
+
+async fn summary(e: &Env, q: &QueueName, req: SummaryRequest) -> Summary {
+    e.store
+        .summarize(q, req.clone())
+        .await
+        .unwrap_or_else(|err| panic!("summarize({q}, {req:?}) failed: {err:?}"))
+}
+
+/// `(key, count)` of each group, in order.
+fn counts(s: &Summary) -> Vec<(Option<&str>, u64)> {
+    s.groups
+        .iter()
+        .map(|g| (g.key.as_deref(), g.count))
+        .collect()
+}
+
+/// Sends `n` messages to `q` and rejects each with the error `err` into its DLQ. Returns
+/// their ids.
+async fn reject_many(e: &Env, q: &QueueName, n: usize, err: &str) -> Vec<MessageId> {
+    let mut ids = Vec::new();
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(100);
+        e.send_batch(q, (0..batch).map(|i| text(&format!("m{i}"))).collect())
+            .await;
+        for d in e.recv(q, batch as u32).await {
+            e.store
+                .reject(q, d.receipt, fail(err))
+                .await
+                .expect("reject");
+            ids.push(d.id);
+        }
+        left -= batch;
+    }
+    assert_eq!(ids.len(), n, "every message sent was received once");
+    ids
+}
+
+/// A summary counts every message, not a first page: 1,500 dead letters in two error groups
+/// are counted exactly, with each group's first and last dead-lettering time and its
+/// smallest id; the counts follow deletes and survive a restart.
+pub async fn summary_counts_every_dead_letter(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e.queue("work", QueueConfigPatch::default()).await;
+    let dlq = qn("work.dlq");
+    let t0 = e.now();
+    let timeouts = reject_many(&e, &q, 1000, "timeout").await;
+    e.advance(secs(10));
+    let t1 = e.now();
+    let limited = reject_many(&e, &q, 500, "HTTP 429").await;
+    let s = summary(&e, &dlq, by(GroupBy::Error)).await;
+    assert_eq!(
+        counts(&s),
+        [(Some("timeout"), 1000), (Some("HTTP 429"), 500)]
+    );
+    assert_eq!((s.total, s.group_count), (1500, 2));
+    let g = &s.groups[0];
+    assert_eq!((g.first_at, g.last_at), (t0, t0));
+    assert_eq!(g.sample_id, *timeouts.iter().min().expect("ids"));
+    let g = &s.groups[1];
+    assert_eq!((g.first_at, g.last_at), (t1, t1));
+    assert_eq!(g.sample_id, *limited.iter().min().expect("ids"));
+
+    let s = summary(&e, &dlq, by(GroupBy::Reason)).await;
+    assert_eq!(counts(&s), [(Some("rejected"), 1500)]);
+    let s = summary(&e, &dlq, by(GroupBy::Source)).await;
+    assert_eq!(counts(&s), [(Some("work"), 1500)]);
+
+    // A removal, including of a group's smallest id, is counted at once.
+    let first = *limited.iter().min().expect("ids");
+    e.store.delete_message(first).await.expect("delete");
+    let s = summary(&e, &dlq, by(GroupBy::Error)).await;
+    assert_eq!(
+        counts(&s),
+        [(Some("timeout"), 1000), (Some("HTTP 429"), 499)]
+    );
+    assert_ne!(
+        s.groups[1].sample_id, first,
+        "a deleted message is no sample"
+    );
+    assert_eq!(s.groups[1].first_at, t1);
+
+    let clock = e.clock.clone();
+    let Env { store, .. } = e;
+    drop(store);
+    let store = h.reopen(clock.clone()).await;
+    let e = Env { clock, store };
+    let again = summary(&e, &dlq, by(GroupBy::Error)).await;
+    assert_eq!(again, s, "a restart rebuilds the same summary");
+
+    // Purged: nothing left to count.
+    e.store.purge(&dlq).await.expect("purge");
+    let s = summary(&e, &dlq, by(GroupBy::Error)).await;
+    assert_eq!((s.total, s.group_count, s.groups.len()), (0, 0, 0));
+}
+
+/// Grouping by reason, source and attribute; messages without a value are the `null` group,
+/// timed at their send; filters on error text, attributes and dead-lettering time; the group
+/// limit; an empty queue; a missing queue.
+pub async fn summary_groups_filters_and_limits(h: &dyn Harness) {
+    let e = env(h).await;
+    let a = e.queue("a", QueueConfigPatch::default()).await;
+    let dlq = qn("a.dlq");
+    let b = e
+        .queue(
+            "b",
+            QueueConfigPatch {
+                max_receive_count: Some(1),
+                dead_letter_queue: Some(Some(dlq.clone())),
+                ..QueueConfigPatch::default()
+            },
+        )
+        .await;
+    // A message sent straight to the DLQ: no error, reason or source; timed at its send.
+    let t_plain = e.now();
+    let plain = e
+        .send(
+            &dlq,
+            NewMessage {
+                attributes: attrs(&[("tenant", "x")]),
+                ..text("by hand")
+            },
+        )
+        .await
+        .id;
+    e.advance(secs(5));
+    let t_a = e.now();
+    for i in 0..3 {
+        e.send(
+            &a,
+            NewMessage {
+                attributes: attrs(&[("tenant", "x"), ("n", &i.to_string())]),
+                ..text("a")
+            },
+        )
+        .await;
+    }
+    dead_letter_all(&e, &a, &["bad input", "bad input", "bad input"]).await;
+    e.advance(secs(5));
+    let t_b = e.now();
+    for _ in 0..2 {
+        e.send(
+            &b,
+            NewMessage {
+                attributes: attrs(&[("tenant", "y")]),
+                ..text("b")
+            },
+        )
+        .await;
+    }
+    for _ in 0..2 {
+        let d = e.recv_one(&b).await;
+        e.store
+            .nack(&b, d.receipt, None, fail("upstream 503"))
+            .await
+            .expect("nack on the last attempt");
+    }
+
+    let s = summary(&e, &dlq, by(GroupBy::Reason)).await;
+    assert_eq!(
+        counts(&s),
+        [(Some("rejected"), 3), (Some("exhausted"), 2), (None, 1)]
+    );
+    assert_eq!((s.total, s.group_count), (6, 3));
+    let null = &s.groups[2];
+    assert_eq!(
+        (null.first_at, null.last_at, null.sample_id),
+        (t_plain, t_plain, plain)
+    );
+    assert_eq!((s.groups[0].first_at, s.groups[1].first_at), (t_a, t_b));
+    let s = summary(&e, &dlq, by(GroupBy::Source)).await;
+    assert_eq!(counts(&s), [(Some("a"), 3), (Some("b"), 2), (None, 1)]);
+    let s = summary(&e, &dlq, by(GroupBy::Error)).await;
+    assert_eq!(
+        counts(&s),
+        [(Some("bad input"), 3), (Some("upstream 503"), 2), (None, 1)]
+    );
+    let s = summary(&e, &dlq, by(GroupBy::Attribute("tenant".into()))).await;
+    assert_eq!(counts(&s), [(Some("x"), 4), (Some("y"), 2)]);
+    let s = summary(&e, &dlq, by(GroupBy::Attribute("n".into()))).await;
+    assert_eq!(
+        counts(&s),
+        [(None, 3), (Some("0"), 1), (Some("1"), 1), (Some("2"), 1)],
+        "ties by key, null last only among equal counts"
+    );
+
+    // Filters.
+    let mut req = by(GroupBy::Reason);
+    req.filter.error_contains = Some("50".into());
+    assert_eq!(
+        counts(&summary(&e, &dlq, req).await),
+        [(Some("exhausted"), 2)]
+    );
+    let mut req = by(GroupBy::Reason);
+    req.filter.attributes = attrs(&[("tenant", "x")]);
+    assert_eq!(
+        counts(&summary(&e, &dlq, req).await),
+        [(Some("rejected"), 3), (None, 1)]
+    );
+    let mut req = by(GroupBy::Source);
+    req.filter.dead_lettered_after = Some(t_b);
+    assert_eq!(counts(&summary(&e, &dlq, req).await), [(Some("b"), 2)]);
+    let mut req = by(GroupBy::Source);
+    req.filter.dead_lettered_before = Some(t_b);
+    assert_eq!(counts(&summary(&e, &dlq, req).await), [(Some("a"), 3)]);
+    let mut req = by(GroupBy::Error);
+    req.filter.error_contains = Some("nothing like it".into());
+    let s = summary(&e, &dlq, req).await;
+    assert_eq!((s.total, s.group_count, s.groups.len()), (0, 0, 0));
+
+    // The limit cuts the groups answered, not the counts.
+    let mut req = by(GroupBy::Source);
+    req.limit = 1;
+    let s = summary(&e, &dlq, req).await;
+    assert_eq!(counts(&s), [(Some("a"), 3)]);
+    assert_eq!((s.total, s.group_count), (6, 3));
+    let mut req = by(GroupBy::Source);
+    req.limit = 0;
+    assert_code(
+        e.store.summarize(&dlq, req).await,
+        ErrorCode::InvalidArgument,
+        "limit 0",
+    );
+
+    // Any queue: a working queue's messages, with and without errors.
+    let id = e.send_text(&b, "fresh").await;
+    let s = summary(&e, &b, by(GroupBy::Error)).await;
+    assert_eq!(counts(&s), [(None, 1)]);
+    assert_eq!(s.groups[0].sample_id, id);
+
+    // Empty and missing queues.
+    let empty = e.queue("empty", QueueConfigPatch::default()).await;
+    let s = summary(&e, &empty, by(GroupBy::Error)).await;
+    assert_eq!((s.total, s.group_count, s.groups.len()), (0, 0, 0));
+    assert_code(
+        e.store.summarize(&qn("nope"), by(GroupBy::Error)).await,
+        ErrorCode::QueueNotFound,
+        "a missing queue",
+    );
+
+    // Redriven out of the DLQ: no longer counted there.
+    let job = e
+        .store
+        .create_redrive(redrive_spec(&dlq))
+        .await
+        .expect("redrive");
+    e.store.redrive_step(job.id, 1000).await.expect("step");
+    let s = summary(&e, &dlq, by(GroupBy::Reason)).await;
+    assert_eq!(
+        counts(&s),
+        [(None, 1)],
+        "only the message without a source stays"
+    );
+    let s = summary(&e, &a, by(GroupBy::Error)).await;
+    assert_eq!(
+        counts(&s),
+        [(Some("bad input"), 3)],
+        "redriven messages keep their error"
+    );
+}
