@@ -45,9 +45,9 @@ use crate::time::Timestamp;
 
 mod redrive;
 mod stats;
+pub use crate::wire_summary::{SummaryGroupView, SummaryQuery, SummaryView};
 pub use redrive::RedriveGuardView;
 pub use stats::{FlowView, RatesView, StatsView};
-pub use crate::wire_summary::{SummaryGroupView, SummaryQuery, SummaryView};
 
 /// Any JSON value, kept as its exact text.
 pub type JsonText = Box<RawValue>;

@@ -212,6 +212,7 @@ mod tests {
         let src = [
             include_str!("cases.rs"),
             include_str!("cases/create_only.rs"),
+            include_str!("cases/redrive_control.rs"),
             include_str!("cases/summary.rs"),
         ];
         let defined: Vec<&str> = src
