@@ -1,5 +1,9 @@
 //! `EmbeddedStore`: the `Store` contract on the local log.
 //!
+//! Over 1,000 lines: `Core` and the whole `Store` impl still live here; splitting them by
+//! concern (queues, consume, redrive, inspect) mirrors the PostgreSQL engine and is planned
+//! as one restructuring, so the two engines change alike.
+//!
 //! Every call takes the state lock, decides with the lifecycle rules of `sluice-core`, appends
 //! the resulting records to the log, applies them in memory, releases the lock and only then
 //! waits for the group commit to make its records durable. The lock is never held across a

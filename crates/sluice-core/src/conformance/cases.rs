@@ -1,5 +1,8 @@
 //! Conformance cases: one `pub async fn <case>(h: &dyn Harness)` per rule or operation.
 //!
+//! Over 1,000 lines: the original cases are here; newer ones live in `cases/` by concern, and
+//! these move there in one restructuring.
+//!
 //! Every case opens its own store on a fresh [`ManualClock`] and moves virtual time with
 //! `clock.advance`; only the long-poll cases measure real time. Where SPEC leaves a choice,
 //! the case says which one it pins and why.

@@ -291,18 +291,8 @@ mod tests {
 
     #[test]
     fn durations() {
-        let d = |s| parse_duration(s).unwrap();
-        assert_eq!(d("500ms"), Duration::from_millis(500));
-        assert_eq!(d("30s"), Duration::from_secs(30));
-        assert_eq!(d("5m"), Duration::from_secs(300));
-        assert_eq!(d("2h"), Duration::from_secs(7200));
-        assert_eq!(d("4d"), Duration::from_secs(4 * 86_400));
-        assert_eq!(d("1h30m"), Duration::from_secs(5400));
-        assert_eq!(d("1.5s"), Duration::from_millis(1500));
-        assert_eq!(d("20"), Duration::from_secs(20));
-        for bad in ["", "s", "5x", "-1s", "1.2.3s", "ten seconds"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
+        // The parser itself is sluice-core's `human::parse_duration`, tested there.
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(fmt_ms(30_000), "30s");
         assert_eq!(fmt_ms(5_400_000), "1h30m");
         assert_eq!(fmt_ms(1500), "1.5s");
