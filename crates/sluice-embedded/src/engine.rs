@@ -244,8 +244,14 @@ impl Core {
     pub(crate) fn commit(&mut self, records: Vec<Record>) -> Result<u64, StoreError> {
         let (locs, pos) = self.log.append(&records)?;
         let events = self.audit_events_of(&records);
+        let mark = self.state.summary.fresh_mark();
         for (r, l) in records.iter().zip(locs) {
             self.state.apply(r, l.0, l.1);
+        }
+        // Messages this commit put in the summary index (first failures, dead letters) take
+        // their attributes from their records, which the page cache still holds.
+        if self.state.summary.fresh_mark() > mark {
+            crate::summary::learn_since(self, Some(mark), usize::MAX);
         }
         if !events.is_empty()
             && let Err(e) = self.audit.append(&events, false)
@@ -1633,6 +1639,18 @@ async fn maintain_all(inner: &Inner, wait: bool) -> Result<(), StoreError> {
             core.maintain(qid, now)?;
         }
         core.audit.append(&[], true)?;
+    }
+    // After a restart, the dead letters replayed from update records learn their attributes
+    // a chunk per hold of the lock.
+    loop {
+        {
+            let mut core = inner.lock();
+            if core.state.summary.fresh_mark() == 0 {
+                break;
+            }
+            crate::summary::learn_since(&mut core, None, crate::summary::ATTRIBUTE_CHUNK);
+        }
+        tokio::task::yield_now().await;
     }
     crate::compaction::compact(inner, wait).await
 }

@@ -428,7 +428,8 @@ impl State {
                     self.unaccount(&old);
                     self.summary.remove(old.qid, m.id);
                 }
-                self.summary.on_message(m.qid, m.id, &m.rich, m.enqueued_at);
+                self.summary
+                    .on_message(m.qid, m.id, &m.rich, m.enqueued_at, &m.attributes);
                 let (slot, at, token) = match m.lease {
                     Some((token, deadline)) => (Slot::Leased, deadline, token),
                     None => (Slot::Delayed, m.visible_at, 0),

@@ -12,21 +12,43 @@
 //! Counts are exact at all times. A group's earliest or latest time or smallest id can be left
 //! behind by a removal (a redrive takes the oldest first); the group is then marked stale and
 //! the grouping is recomputed from the queue's indexed entries, in memory, on the next
-//! summary that asks for it. Filtered summaries walk the same entries. Only a filter on, or a
-//! grouping by, an attribute reads the messages' records from the log, since attributes are
-//! not kept in memory; it does so 4,096 messages per hold of the lock, so other calls go on
-//! in between.
+//! summary that asks for it. Filtered summaries walk the same entries.
+//!
+//! Indexed messages keep their attributes too (keys and values shared within a queue), so a
+//! filter on, or a grouping by, an attribute is answered from memory. A message that becomes
+//! indexed through an update (its first failure, its dead-lettering) learns them from its
+//! record: right after the commit on the live path, and in the background after a restart
+//! (the update records replayed do not carry attributes). Until then, and for messages whose
+//! attributes are too large to keep ([`KEEP_ATTRIBUTE_BYTES`]) or plain messages, a summary
+//! reads them from the log, 4,096 messages per hold of the lock, so other calls go on in
+//! between.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::Arc;
 
 use sluice_core::message::{DeadLetterReason, MessageId};
 use sluice_core::summary::{GroupBy, Summary, SummaryGroup, SummaryRequest};
-use sluice_core::{QueueName, StoreError, Timestamp};
+use sluice_core::{Attributes, QueueName, RedriveFilter, StoreError, Timestamp};
 
 use crate::engine::{Core, Inner};
-use crate::record::{Qid, Rich};
+use crate::record::{Qid, Record, Rich};
+
+/// Attribute bytes (keys and values) of one message up to which the index keeps them in
+/// memory: enough for the tenant, upstream and trace ids attributes usually carry, while a
+/// message with kilobytes of attributes does not multiply the index's memory.
+pub(crate) const KEEP_ATTRIBUTE_BYTES: usize = 1024;
+
+/// An indexed message's attributes, as far as the index knows them.
+#[derive(Debug, Clone)]
+enum Attrs {
+    /// Not read yet: the message became indexed by an update, which does not carry them.
+    Missing,
+    /// Larger than [`KEEP_ATTRIBUTE_BYTES`]: read from the log when a summary needs them.
+    InLog,
+    /// Kept, as `(key, value)` pairs sharing the queue's copies of each text.
+    Kept(Box<[(Arc<str>, Arc<str>)]>),
+}
 
 /// One indexed message: its keys and its time.
 #[derive(Debug, Clone)]
@@ -38,6 +60,7 @@ pub(crate) struct Entry {
     at: i64,
     /// When it was first sent (ms), carried over as it moves between queues.
     enqueued_at: i64,
+    attrs: Attrs,
 }
 
 /// A group's aggregate.
@@ -139,6 +162,8 @@ struct QueueIndex {
     errors: Groups<Arc<str>>,
     reasons: Groups<DeadLetterReason>,
     sources: Groups<Arc<str>>,
+    /// One copy of each attribute key and value kept by the entries.
+    strings: HashSet<Arc<str>>,
 }
 
 impl QueueIndex {
@@ -150,7 +175,55 @@ impl QueueIndex {
             .map_or_else(|| Arc::from(s), |(k, _)| k.clone())
     }
 
-    fn insert(&mut self, id: u64, rich: &Rich, enqueued_at: i64) {
+    /// The attributes as this queue keeps them.
+    fn keep(&mut self, attributes: &Attributes) -> Attrs {
+        let bytes: usize = attributes.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if bytes > KEEP_ATTRIBUTE_BYTES {
+            return Attrs::InLog;
+        }
+        let mut share = |s: &str| match self.strings.get(s) {
+            Some(a) => a.clone(),
+            None => {
+                let a: Arc<str> = Arc::from(s);
+                self.strings.insert(a.clone());
+                a
+            }
+        };
+        Attrs::Kept(
+            attributes
+                .iter()
+                .map(|(k, v)| (share(k), share(v)))
+                .collect(),
+        )
+    }
+
+    /// Attributes kept by another queue's index (a message moving), shared with this one's.
+    fn adopt(&mut self, attrs: Attrs) -> Attrs {
+        let Attrs::Kept(pairs) = attrs else {
+            return attrs;
+        };
+        let mut share = |a: &Arc<str>| match self.strings.get(a) {
+            Some(mine) => mine.clone(),
+            None => {
+                self.strings.insert(a.clone());
+                a.clone()
+            }
+        };
+        Attrs::Kept(pairs.iter().map(|(k, v)| (share(k), share(v))).collect())
+    }
+
+    /// Drops this queue's copy of each text that only `pairs` (about to go) still holds.
+    fn release(&mut self, pairs: &[(Arc<str>, Arc<str>)]) {
+        let all = || pairs.iter().flat_map(|(k, v)| [k, v]);
+        for s in all() {
+            let held = all().filter(|x| Arc::ptr_eq(x, s)).count();
+            if Arc::strong_count(s) == held + 1 {
+                self.strings.remove(s);
+            }
+        }
+    }
+
+    fn insert(&mut self, id: u64, rich: &Rich, enqueued_at: i64, attrs: Attrs) {
         let error = rich
             .last_error
             .as_deref()
@@ -168,6 +241,7 @@ impl QueueIndex {
                 .as_ref()
                 .map_or(enqueued_at, |d| d.at.as_millis()),
             enqueued_at,
+            attrs,
         };
         self.errors.add(e.error.as_ref(), e.at, id);
         self.reasons.add(e.reason.as_ref(), e.at, id);
@@ -180,6 +254,9 @@ impl QueueIndex {
         self.errors.remove(e.error.as_ref(), e.at, id);
         self.reasons.remove(e.reason.as_ref(), e.at, id);
         self.sources.remove(e.source.as_ref(), e.at, id);
+        if let Attrs::Kept(pairs) = &e.attrs {
+            self.release(pairs);
+        }
         Some(e)
     }
 
@@ -213,6 +290,9 @@ impl QueueIndex {
 #[derive(Debug, Default)]
 pub(crate) struct SummaryIndex {
     queues: HashMap<Qid, QueueIndex>,
+    /// Messages indexed with their attributes [`Attrs::Missing`], newest last (some may have
+    /// left or learned them since).
+    fresh: Vec<(Qid, u64)>,
 }
 
 fn indexed(rich: &Rich) -> bool {
@@ -221,12 +301,18 @@ fn indexed(rich: &Rich) -> bool {
 
 impl SummaryIndex {
     /// A full message record (a send, or compaction's copy) was applied to queue `qid`.
-    pub fn on_message(&mut self, qid: Qid, id: u64, rich: &Rich, enqueued_at: i64) {
+    pub fn on_message(
+        &mut self,
+        qid: Qid,
+        id: u64,
+        rich: &Rich,
+        enqueued_at: i64,
+        attributes: &Attributes,
+    ) {
         if indexed(rich) {
-            self.queues
-                .entry(qid)
-                .or_default()
-                .insert(id, rich, enqueued_at);
+            let q = self.queues.entry(qid).or_default();
+            let attrs = q.keep(attributes);
+            q.insert(id, rich, enqueued_at, attrs);
         }
     }
 
@@ -235,8 +321,41 @@ impl SummaryIndex {
     pub fn on_update(&mut self, from: Qid, to: Qid, id: u64, rich: &Rich, entered_at: i64) {
         // A message never indexed has never left the queue it was sent to (a move or
         // dead-lettering sets its source queue), so it entered that queue when it was sent.
-        let enqueued_at = self.remove(from, id).map_or(entered_at, |e| e.enqueued_at);
-        self.on_message(to, id, rich, enqueued_at);
+        let (enqueued_at, attrs) = match self.remove(from, id) {
+            Some(e) => (e.enqueued_at, e.attrs),
+            None => (entered_at, Attrs::Missing),
+        };
+        if !indexed(rich) {
+            return;
+        }
+        if matches!(attrs, Attrs::Missing) {
+            self.fresh.push((to, id));
+        }
+        let q = self.queues.entry(to).or_default();
+        let attrs = q.adopt(attrs);
+        q.insert(id, rich, enqueued_at, attrs);
+    }
+
+    /// Message `id` of queue `qid` has these attributes (read from its record).
+    fn learn(&mut self, qid: Qid, id: u64, attributes: &Attributes) {
+        let Some(q) = self.queues.get_mut(&qid) else {
+            return;
+        };
+        if q.entries
+            .get(&id)
+            .is_some_and(|e| matches!(e.attrs, Attrs::Missing))
+        {
+            let attrs = q.keep(attributes);
+            if let Some(e) = q.entries.get_mut(&id) {
+                e.attrs = attrs;
+            }
+        }
+    }
+
+    /// How many messages were indexed without their attributes so far (a mark for
+    /// [`learn_since`]).
+    pub fn fresh_mark(&self) -> usize {
+        self.fresh.len()
     }
 
     /// Message `id` left queue `qid` (acknowledged, deleted, purged, expired).
@@ -255,6 +374,7 @@ impl SummaryIndex {
     /// Queue `qid` is gone.
     pub fn drop_queue(&mut self, qid: Qid) {
         self.queues.remove(&qid);
+        self.fresh.retain(|(q, _)| *q != qid);
     }
 
     /// Messages of queue `qid` in the index.
@@ -272,14 +392,17 @@ impl SummaryIndex {
 /// A key while grouping: shared text, or the text of a reason.
 type Key = Option<Arc<str>>;
 
+/// A message still to be looked at: id, time, key under a grouping that is not by attribute.
+type Candidate = (u64, i64, Key);
+
 fn reason_key(r: Option<DeadLetterReason>) -> Key {
     r.map(|r| Arc::from(r.as_str()))
 }
 
-/// Messages whose attributes are read under one hold of the lock: reading them from the log
-/// takes a few microseconds each, so a summary by attribute of a large queue lets other
-/// calls in between chunks instead of stalling the broker for its whole length.
-const ATTRIBUTE_CHUNK: usize = 4096;
+/// Messages whose attributes are read from the log under one hold of the lock: a read takes
+/// a few microseconds, so reading many lets other calls in between chunks instead of
+/// stalling the broker for their whole length.
+pub(crate) const ATTRIBUTE_CHUNK: usize = 4096;
 
 fn needs_attributes(req: &SummaryRequest) -> bool {
     matches!(req.group_by, GroupBy::Attribute(_)) || !req.filter.attributes.is_empty()
@@ -291,7 +414,7 @@ pub(crate) async fn answer(
     queue: &QueueName,
     req: &SummaryRequest,
 ) -> Result<Summary, StoreError> {
-    let candidates = {
+    let (qid, mut groups, unread) = {
         let mut core = inner.lock();
         let now = inner.clock.now().as_millis();
         let qid = core.qid(queue)?;
@@ -299,31 +422,24 @@ pub(crate) async fn answer(
         if !needs_attributes(req) {
             return Ok(summarize(&mut core, qid, req));
         }
-        candidates(&core, qid, req)
+        let (groups, unread) = from_kept_attributes(&core, qid, req);
+        (qid, groups, unread)
     };
-    // Attributes live in the log: read them a chunk at a time. A message that left the
-    // queue meanwhile is not counted.
-    let mut groups: HashMap<Key, Agg> = HashMap::new();
-    for chunk in candidates.chunks(ATTRIBUTE_CHUNK) {
+    // The rest have their attributes in the log only: read them a chunk at a time, and let
+    // the index keep what it was missing. A message that left the queue meanwhile is not
+    // counted.
+    for chunk in unread.chunks(ATTRIBUTE_CHUNK) {
         {
-            let core = inner.lock();
+            let mut core = inner.lock();
             for (id, at, key) in chunk {
-                let Some(attrs) = attributes(&core, *id)? else {
+                let Some(attrs) = read_attributes(&core, qid, *id)? else {
                     continue;
                 };
-                if !req
-                    .filter
-                    .attributes
-                    .iter()
-                    .all(|(k, v)| attrs.get(k) == Some(v))
-                {
-                    continue;
+                core.state.summary.learn(qid, *id, &attrs);
+                let get = |k: &str| attrs.get(k).map(String::as_str);
+                if let Some(key) = attribute_match(req, get, key) {
+                    add(&mut groups, key, *at, *id);
                 }
-                let key = match &req.group_by {
-                    GroupBy::Attribute(name) => attrs.get(name).map(|v| Arc::from(v.as_str())),
-                    _ => key.clone(),
-                };
-                add(&mut groups, key, *at, *id);
             }
         }
         tokio::task::yield_now().await;
@@ -332,6 +448,117 @@ pub(crate) async fn answer(
         groups.iter().map(|(k, a)| (k.as_deref(), *a)).collect(),
         req.limit,
     ))
+}
+
+/// With `get` looking up one message's attributes: `None` if the message fails the
+/// request's attribute filter, else its key under the request's grouping (`key` when the
+/// grouping is not by attribute).
+fn attribute_match<'a>(
+    req: &SummaryRequest,
+    get: impl Fn(&str) -> Option<&'a str>,
+    key: &Key,
+) -> Option<Key> {
+    if !req
+        .filter
+        .attributes
+        .iter()
+        .all(|(k, v)| get(k) == Some(v.as_str()))
+    {
+        return None;
+    }
+    Some(match &req.group_by {
+        GroupBy::Attribute(name) => get(name).map(Arc::from),
+        _ => key.clone(),
+    })
+}
+
+/// Groups the messages passing the filter whose attributes the index keeps; returns the
+/// groups and the other candidates (id, time, key) whose attributes must be read.
+fn from_kept_attributes(
+    core: &Core,
+    qid: Qid,
+    req: &SummaryRequest,
+) -> (HashMap<Key, Agg>, Vec<Candidate>) {
+    let mut groups: HashMap<Key, Agg> = HashMap::new();
+    let mut unread = Vec::new();
+    if let Some(q) = core.state.summary.queues.get(&qid) {
+        for (&id, e) in q.entries.iter().filter(|(_, e)| passes(&req.filter, e)) {
+            let key = entry_key(&req.group_by, e);
+            let Attrs::Kept(pairs) = &e.attrs else {
+                unread.push((id, e.at, key));
+                continue;
+            };
+            let find = |k: &str| pairs.iter().find(|(pk, _)| &**pk == k).map(|(_, v)| v);
+            // Grouping by attribute takes the shared copy rather than a new one per message.
+            let matched =
+                attribute_match(req, |k| find(k).map(|v| &**v), &None).map(|_| {
+                    match &req.group_by {
+                        GroupBy::Attribute(name) => find(name).cloned(),
+                        _ => key,
+                    }
+                });
+            if let Some(key) = matched {
+                add(&mut groups, key, e.at, id);
+            }
+        }
+    }
+    if plain_count(core, qid) > 0 && plain_pass(&req.filter) {
+        unread.extend(
+            plain_messages(core, qid)
+                .into_iter()
+                .map(|(id, at)| (id, at, None)),
+        );
+    }
+    (groups, unread)
+}
+
+/// The attributes of message `id` if it is still in queue `qid`, read from its record.
+fn read_attributes(core: &Core, qid: Qid, id: u64) -> Result<Option<Attributes>, StoreError> {
+    let Some(m) = core.state.msgs.get(&id).filter(|m| m.qid == qid) else {
+        return Ok(None);
+    };
+    match core.log.read_sized(m.body, Some(m.body_len))? {
+        Record::Message(rec) => Ok(Some(rec.attributes)),
+        _ => Err(StoreError::unavailable(
+            "log record is not a message (index out of step)",
+        )),
+    }
+}
+
+/// Reads the attributes of the messages indexed without them since `mark` (this commit's),
+/// or of up to `limit` of the oldest still missing when `mark` is `None` (the background
+/// pass after a restart). Returns how many it read.
+pub(crate) fn learn_since(core: &mut Core, mark: Option<usize>, limit: usize) -> usize {
+    let fresh = &mut core.state.summary.fresh;
+    let batch: Vec<(Qid, u64)> = match mark {
+        Some(m) if m < fresh.len() => fresh.split_off(m),
+        Some(_) => return 0,
+        None => {
+            let n = fresh.len().min(limit);
+            fresh.drain(..n).collect()
+        }
+    };
+    let mut read = 0;
+    for (qid, id) in batch {
+        let missing = core.state.summary.queues.get(&qid).is_some_and(|q| {
+            q.entries
+                .get(&id)
+                .is_some_and(|e| matches!(e.attrs, Attrs::Missing))
+        });
+        if !missing {
+            continue;
+        }
+        match read_attributes(core, qid, id) {
+            Ok(Some(attrs)) => {
+                core.state.summary.learn(qid, id, &attrs);
+                read += 1;
+            }
+            Ok(None) => {}
+            // The next summary that needs them reads them again.
+            Err(e) => tracing::debug!(error = %e, "could not read a dead letter's attributes"),
+        }
+    }
+    read
 }
 
 fn add(groups: &mut HashMap<Key, Agg>, key: Key, at: i64, id: u64) {
@@ -345,7 +572,7 @@ fn add(groups: &mut HashMap<Key, Agg>, key: Key, at: i64, id: u64) {
 
 /// A summary that needs no attributes, answered under the lock (queue brought up to date).
 fn summarize(core: &mut Core, qid: Qid, req: &SummaryRequest) -> Summary {
-    if req.filter == sluice_core::RedriveFilter::default() {
+    if req.filter == RedriveFilter::default() {
         let plain = plain_count(core, qid);
         return from_aggregates(core, qid, req, plain);
     }
@@ -359,35 +586,42 @@ fn summarize(core: &mut Core, qid: Qid, req: &SummaryRequest) -> Summary {
     )
 }
 
+/// Whether a dead-letter time passes the filter's time conditions (`None`: never
+/// dead-lettered, which passes only when there are none).
+fn time_ok(f: &RedriveFilter, dead_lettered: Option<i64>) -> bool {
+    f.dead_lettered_before
+        .is_none_or(|b| dead_lettered.is_some_and(|t| t < b.as_millis()))
+        && f.dead_lettered_after
+            .is_none_or(|a| dead_lettered.is_some_and(|t| t >= a.as_millis()))
+}
+
+/// Whether an indexed message passes the filter's error and time conditions.
+fn passes(f: &RedriveFilter, e: &Entry) -> bool {
+    f.error_contains.as_ref().is_none_or(|needle| {
+        e.error
+            .as_deref()
+            .is_some_and(|t| t.contains(needle.as_str()))
+    }) && time_ok(f, e.reason.map(|_| e.at))
+}
+
+/// Whether plain messages (no error, no dead-letter time, no source) pass them.
+fn plain_pass(f: &RedriveFilter) -> bool {
+    f.error_contains.is_none() && time_ok(f, None)
+}
+
 /// The messages passing the filter's error and time conditions, each with its time and its
-/// key under the request's grouping (`None` for an attribute grouping, decided later).
-fn candidates(core: &Core, qid: Qid, req: &SummaryRequest) -> Vec<(u64, i64, Key)> {
-    let f = &req.filter;
-    let time_ok = |dead_lettered: Option<i64>| {
-        f.dead_lettered_before
-            .is_none_or(|b| dead_lettered.is_some_and(|t| t < b.as_millis()))
-            && f.dead_lettered_after
-                .is_none_or(|a| dead_lettered.is_some_and(|t| t >= a.as_millis()))
-    };
+/// key under the request's grouping.
+fn candidates(core: &Core, qid: Qid, req: &SummaryRequest) -> Vec<Candidate> {
     let mut out = Vec::new();
     if let Some(q) = core.state.summary.queues.get(&qid) {
-        for (&id, e) in &q.entries {
-            if let Some(needle) = &f.error_contains
-                && !e
-                    .error
-                    .as_deref()
-                    .is_some_and(|t| t.contains(needle.as_str()))
-            {
-                continue;
-            }
-            if !time_ok(e.reason.map(|_| e.at)) {
-                continue;
-            }
-            out.push((id, e.at, entry_key(&req.group_by, e)));
-        }
+        out.extend(
+            q.entries
+                .iter()
+                .filter(|(_, e)| passes(&req.filter, e))
+                .map(|(&id, e)| (id, e.at, entry_key(&req.group_by, e))),
+        );
     }
-    // Plain messages: no error, no dead-letter time, no source.
-    if plain_count(core, qid) > 0 && f.error_contains.is_none() && time_ok(None) {
+    if plain_count(core, qid) > 0 && plain_pass(&req.filter) {
         out.extend(
             plain_messages(core, qid)
                 .into_iter()
@@ -404,14 +638,6 @@ fn entry_key(by: &GroupBy, e: &Entry) -> Key {
         GroupBy::Source => e.source.clone(),
         GroupBy::Attribute(_) => None,
     }
-}
-
-/// The attributes of live message `id`, read from its record (`None` if it is gone).
-fn attributes(core: &Core, id: u64) -> Result<Option<sluice_core::Attributes>, StoreError> {
-    let Some(m) = core.state.msgs.get(&id).copied() else {
-        return Ok(None);
-    };
-    Ok(Some(core.load(id, &m)?.0.attributes))
 }
 
 /// Messages of the queue that are not indexed.
@@ -525,5 +751,73 @@ fn finish(mut list: Vec<(Option<&str>, Agg)>, limit: u32) -> Summary {
                 sample_id: MessageId(a.min_id),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed() -> Rich {
+        Rich {
+            last_error: Some("boom".into()),
+            ..Rich::default()
+        }
+    }
+
+    fn attributes(pairs: &[(&str, &str)]) -> Attributes {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn strings(idx: &SummaryIndex, qid: Qid) -> Vec<String> {
+        let mut v: Vec<String> = idx.queues[&qid]
+            .strings
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_queue_keeps_one_copy_of_each_text_while_a_message_holds_it() {
+        let mut idx = SummaryIndex::default();
+        idx.on_message(1, 10, &failed(), 0, &attributes(&[("x", "x"), ("t", "v")]));
+        idx.on_message(1, 11, &failed(), 0, &attributes(&[("t", "w")]));
+        assert_eq!(strings(&idx, 1), ["t", "v", "w", "x"]);
+        idx.remove(1, 10);
+        assert_eq!(
+            strings(&idx, 1),
+            ["t", "w"],
+            "a key equal to its value goes too"
+        );
+        idx.on_update(1, 2, 11, &failed(), 0);
+        assert!(
+            !idx.queues.contains_key(&1),
+            "the last message left queue 1"
+        );
+        assert_eq!(strings(&idx, 2), ["t", "w"], "moved with its attributes");
+        assert_eq!(idx.fresh_mark(), 0, "nothing to read: they were known");
+    }
+
+    #[test]
+    fn a_message_indexed_by_an_update_learns_its_attributes_later() {
+        let mut idx = SummaryIndex::default();
+        idx.on_update(1, 2, 7, &failed(), 5);
+        assert_eq!(idx.fresh_mark(), 1);
+        assert!(matches!(idx.queues[&2].entries[&7].attrs, Attrs::Missing));
+        idx.learn(2, 7, &attributes(&[("tenant", "a")]));
+        assert!(matches!(idx.queues[&2].entries[&7].attrs, Attrs::Kept(_)));
+        let big = "z".repeat(KEEP_ATTRIBUTE_BYTES + 1);
+        idx.on_message(2, 8, &failed(), 0, &attributes(&[("blob", &big)]));
+        assert!(matches!(idx.queues[&2].entries[&8].attrs, Attrs::InLog));
+        assert_eq!(
+            strings(&idx, 2),
+            ["a", "tenant"],
+            "large attributes stay in the log"
+        );
     }
 }

@@ -155,6 +155,7 @@ macro_rules! __sluice_conformance_cases {
             invalid_names_and_receipts_fail_to_parse,
             summary_counts_every_dead_letter,
             summary_groups_filters_and_limits,
+            summary_by_attribute_through_restart_and_redrive,
             model_equivalence,
         }
     };

@@ -270,3 +270,97 @@ pub async fn summary_groups_filters_and_limits(h: &dyn Harness) {
         "redriven messages keep their error"
     );
 }
+
+/// The three attribute summaries of `summary_by_attribute_through_restart_and_redrive`.
+async fn check_attribute_summaries(e: &Env, dlq: &QueueName, big: &str, what: &str) {
+    let owned = |s: Summary| -> Vec<(Option<String>, u64)> {
+        counts(&s)
+            .into_iter()
+            .map(|(k, n)| (k.map(str::to_owned), n))
+            .collect()
+    };
+    let key = |k: &str| Some(k.to_owned());
+    let s = summary(e, dlq, by(GroupBy::Attribute("tenant".into()))).await;
+    assert_eq!(
+        owned(s),
+        [(key("x"), 2), (key("y"), 1), (None, 1)],
+        "{what}: by tenant"
+    );
+    let mut req = by(GroupBy::Error);
+    req.filter.attributes = attrs(&[("x", "x")]);
+    assert_eq!(
+        owned(summary(e, dlq, req).await),
+        [(key("boom"), 1)],
+        "{what}: a key equal to its value"
+    );
+    let mut req = by(GroupBy::Attribute("tenant".into()));
+    req.filter.attributes = attrs(&[("blob", big)]);
+    assert_eq!(
+        owned(summary(e, dlq, req).await),
+        [(key("y"), 1)],
+        "{what}: a large attribute"
+    );
+}
+
+/// Summaries by attribute count the same however each dead letter got there and whatever the
+/// engine keeps in memory: through a restart, a redrive and a second dead-lettering, with
+/// attributes too large to keep in memory, and a key equal to its value.
+pub async fn summary_by_attribute_through_restart_and_redrive(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e.queue("work", QueueConfigPatch::default()).await;
+    let dlq = qn("work.dlq");
+    let big = "z".repeat(3000);
+    let sent = [
+        attrs(&[("tenant", "x"), ("x", "x")]),
+        attrs(&[("tenant", "x")]),
+        attrs(&[("tenant", "y"), ("blob", &big)]),
+        attrs(&[]),
+    ];
+    for a in &sent {
+        e.send(
+            &q,
+            NewMessage {
+                attributes: a.clone(),
+                ..text("job")
+            },
+        )
+        .await;
+    }
+    dead_letter_all(&e, &q, &["boom"; 4]).await;
+    check_attribute_summaries(&e, &dlq, &big, "dead-lettered").await;
+
+    let clock = e.clock.clone();
+    let Env { store, .. } = e;
+    drop(store);
+    let store = h.reopen(clock.clone()).await;
+    let e = Env { clock, store };
+    check_attribute_summaries(&e, &dlq, &big, "right after a restart").await;
+    check_attribute_summaries(&e, &dlq, &big, "asked again after a restart").await;
+
+    // Back to the source, failed again: the attributes travel with each message.
+    let job = e
+        .store
+        .create_redrive(redrive_spec(&dlq))
+        .await
+        .expect("redrive");
+    e.store.redrive_step(job.id, 1000).await.expect("step");
+    let s = summary(&e, &q, by(GroupBy::Attribute("tenant".into()))).await;
+    assert_eq!(s.total, 4, "redriven to the source: {s:?}");
+    dead_letter_all(&e, &q, &["boom"; 4]).await;
+    check_attribute_summaries(&e, &dlq, &big, "dead-lettered again").await;
+
+    // Deleting a message takes it out of its group.
+    let mut req = by(GroupBy::Error);
+    req.filter.attributes = attrs(&[("blob", &big)]);
+    let s = summary(&e, &dlq, req).await;
+    e.store
+        .delete_message(s.groups[0].sample_id)
+        .await
+        .expect("delete");
+    let s = summary(&e, &dlq, by(GroupBy::Attribute("tenant".into()))).await;
+    assert_eq!(
+        counts(&s),
+        [(Some("x"), 2), (None, 1)],
+        "after deleting the message with large attributes"
+    );
+}
