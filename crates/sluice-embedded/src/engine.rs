@@ -33,11 +33,11 @@ use tokio::sync::{Notify, watch};
 
 use crate::catalog::{self, Catalog, CatalogQueue};
 use crate::error::OpenError;
-use crate::log::{self, Durable, Log};
-use crate::record::{
+use crate::journal::log::{self, Durable, Log};
+use crate::journal::record::{
     Acked, Lease, MessageRecord, Origin, Qid, Record, RemoveReason, Rich, UpdateEvent, UpdateRecord,
 };
-use crate::recovery::{self, ReplayStats};
+use crate::journal::recovery::{self, ReplayStats};
 use crate::state::{Msg, Slot, State};
 
 /// Options of an embedded store.
@@ -1652,7 +1652,7 @@ async fn maintain_all(inner: &Inner, wait: bool) -> Result<(), StoreError> {
         }
         tokio::task::yield_now().await;
     }
-    crate::compaction::compact(inner, wait).await
+    crate::journal::compaction::compact(inner, wait).await
 }
 
 async fn maintenance_loop(inner: Weak<Inner>, every: Duration) {

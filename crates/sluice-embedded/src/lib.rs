@@ -11,13 +11,10 @@
 
 mod audit;
 mod catalog;
-mod compaction;
 mod engine;
 mod error;
-mod log;
+mod journal;
 mod queues;
-mod record;
-mod recovery;
 mod redrive;
 mod state;
 mod summary;

@@ -11,7 +11,7 @@ use sluice_core::{
 use tokio::sync::Notify;
 
 use crate::engine::Core;
-use crate::record::{Record, UpdateEvent, UpdateRecord};
+use crate::journal::record::{Record, UpdateEvent, UpdateRecord};
 use crate::state::Slot;
 
 /// Finished jobs kept for listing; older ones are forgotten.

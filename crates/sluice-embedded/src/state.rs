@@ -15,8 +15,8 @@ use sluice_core::{QueueConfig, QueueName, Timestamp};
 use tokio::sync::Notify;
 
 use crate::catalog::CatalogQueue;
-use crate::log::Loc;
-use crate::record::{Qid, Record, RemoveReason, UpdateEvent};
+use crate::journal::log::Loc;
+use crate::journal::record::{Qid, Record, RemoveReason, UpdateEvent};
 
 /// Where a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -448,7 +448,7 @@ impl State {
                 self.account(&msg);
                 self.attach(m.id, msg);
                 let q = self.queues.get_mut(&m.qid).expect("checked above");
-                if m.origin == crate::record::Origin::Send {
+                if m.origin == crate::journal::record::Origin::Send {
                     q.totals.sent += 1;
                 }
                 if let Some((key, until)) = &m.dedup {
@@ -614,7 +614,7 @@ impl State {
     fn apply_redrive(
         &mut self,
         job: sluice_core::RedriveJob,
-        moves: &[crate::record::UpdateRecord],
+        moves: &[crate::journal::record::UpdateRecord],
         loc: Loc,
     ) {
         for u in moves {
@@ -624,7 +624,7 @@ impl State {
         self.jobs.insert(job.id.0, job);
     }
 
-    fn apply_update(&mut self, u: &crate::record::UpdateRecord, loc: Loc) {
+    fn apply_update(&mut self, u: &crate::journal::record::UpdateRecord, loc: Loc) {
         self.progress.remove(&u.id);
         self.count_update(u.event, u.qid);
         let Some(old) = self.detach(u.id) else { return };
@@ -647,7 +647,7 @@ impl State {
 
     fn complete(
         &mut self,
-        a: &crate::record::Acked,
+        a: &crate::journal::record::Acked,
         loc: Loc,
         len: u32,
         has_result: bool,

@@ -32,7 +32,7 @@ use sluice_core::summary::{GroupBy, Summary, SummaryGroup, SummaryRequest};
 use sluice_core::{Attributes, QueueName, RedriveFilter, StoreError, Timestamp};
 
 use crate::engine::{Core, Inner};
-use crate::record::{Qid, Record, Rich};
+use crate::journal::record::{Qid, Record, Rich};
 
 /// Attribute bytes (keys and values) of one message up to which the index keeps them in
 /// memory: enough for the tenant, upstream and trace ids attributes usually carry, while a
