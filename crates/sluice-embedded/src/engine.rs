@@ -251,7 +251,7 @@ impl Core {
         // Messages this commit put in the summary index (first failures, dead letters) take
         // their attributes from their records, which the page cache still holds.
         if self.state.summary.fresh_mark() > mark {
-            crate::summary::learn_since(self, Some(mark), usize::MAX);
+            crate::ops::summary::learn_since(self, Some(mark), usize::MAX);
         }
         if !events.is_empty()
             && let Err(e) = self.audit.append(&events, false)
@@ -1424,7 +1424,7 @@ impl Store for EmbeddedStore {
         req: sluice_core::summary::SummaryRequest,
     ) -> Result<sluice_core::summary::Summary, StoreError> {
         req.validate()?;
-        crate::summary::answer(&self.inner, queue, &req).await
+        crate::ops::summary::answer(&self.inner, queue, &req).await
     }
 
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
@@ -1648,7 +1648,7 @@ async fn maintain_all(inner: &Inner, wait: bool) -> Result<(), StoreError> {
             if core.state.summary.fresh_mark() == 0 {
                 break;
             }
-            crate::summary::learn_since(&mut core, None, crate::summary::ATTRIBUTE_CHUNK);
+            crate::ops::summary::learn_since(&mut core, None, crate::ops::summary::ATTRIBUTE_CHUNK);
         }
         tokio::task::yield_now().await;
     }

@@ -14,10 +14,10 @@ mod catalog;
 mod engine;
 mod error;
 mod journal;
+mod ops;
 mod queues;
 mod redrive;
 mod state;
-mod summary;
 
 pub use engine::{EmbeddedOptions, EmbeddedStore, RecoveryReport};
 pub use error::OpenError;
