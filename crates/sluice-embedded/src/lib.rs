@@ -11,13 +11,16 @@
 
 mod audit;
 mod catalog;
-mod engine;
+mod core;
 mod error;
+mod expiry;
 mod journal;
+mod maintenance;
+mod open;
 mod ops;
-mod queues;
-mod redrive;
 mod state;
+mod store;
 
-pub use engine::{EmbeddedOptions, EmbeddedStore, RecoveryReport};
 pub use error::OpenError;
+pub use open::{EmbeddedOptions, RecoveryReport};
+pub use store::EmbeddedStore;

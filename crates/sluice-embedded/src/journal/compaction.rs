@@ -14,7 +14,7 @@
 
 use sluice_core::StoreError;
 
-use crate::engine::Inner;
+use crate::core::{Inner, stored_result};
 use crate::journal::log::SEGMENT_TARGET;
 use crate::journal::record::{Acked, Checkpoint, MessageRecord, Origin, Record, message_ids_in};
 use crate::state::Slot;
@@ -114,7 +114,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     cancelled: d.cancelled,
                 };
                 let result = if d.has_result {
-                    crate::engine::stored_result(core.log.read(d.loc)?, *id)
+                    stored_result(core.log.read(d.loc)?, *id)
                 } else {
                     None
                 };

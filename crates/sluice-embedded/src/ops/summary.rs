@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use sluice_core::message::{DeadLetterReason, MessageId};
 use sluice_core::summary::{GroupBy, Summary, SummaryGroup, SummaryRequest};
-use sluice_core::{Attributes, QueueName, RedriveFilter, StoreError, Timestamp};
+use sluice_core::{QueueName, RedriveFilter, StoreError, Timestamp};
 
-use crate::engine::{Core, Inner};
-use crate::journal::record::{Qid, Record};
+use crate::core::{ATTRIBUTE_CHUNK, Core, Inner};
+use crate::journal::record::Qid;
 use crate::state::summary::{Agg, Attrs, Entry};
 
 /// A key while grouping: shared text, or the text of a reason.
@@ -23,28 +23,24 @@ fn reason_key(r: Option<DeadLetterReason>) -> Key {
     r.map(|r| Arc::from(r.as_str()))
 }
 
-/// Messages whose attributes are read from the log under one hold of the lock: a read takes
-/// a few microseconds, so reading many lets other calls in between chunks instead of
-/// stalling the broker for their whole length.
-pub(crate) const ATTRIBUTE_CHUNK: usize = 4096;
-
 fn needs_attributes(req: &SummaryRequest) -> bool {
     matches!(req.group_by, GroupBy::Attribute(_)) || !req.filter.attributes.is_empty()
 }
 
 /// Answers a summary of `queue`.
-pub(crate) async fn answer(
+pub(crate) async fn summarize(
     inner: &Inner,
     queue: &QueueName,
     req: &SummaryRequest,
 ) -> Result<Summary, StoreError> {
+    req.validate()?;
     let (qid, mut groups, unread) = {
         let mut core = inner.lock();
         let now = inner.clock.now().as_millis();
         let qid = core.qid(queue)?;
-        core.maintain_with_sources(qid, now)?;
+        core.expire_with_sources(qid, now)?;
         if !needs_attributes(req) {
-            return Ok(summarize(&mut core, qid, req));
+            return Ok(without_attributes(&mut core, qid, req));
         }
         let (groups, unread) = from_kept_attributes(&core, qid, req);
         (qid, groups, unread)
@@ -56,7 +52,7 @@ pub(crate) async fn answer(
         {
             let mut core = inner.lock();
             for (id, at, key) in chunk {
-                let Some(attrs) = read_attributes(&core, qid, *id)? else {
+                let Some(attrs) = core.read_attributes(qid, *id)? else {
                     continue;
                 };
                 core.state.summary.learn(qid, *id, &attrs);
@@ -136,42 +132,6 @@ fn from_kept_attributes(
     (groups, unread)
 }
 
-/// The attributes of message `id` if it is still in queue `qid`, read from its record.
-fn read_attributes(core: &Core, qid: Qid, id: u64) -> Result<Option<Attributes>, StoreError> {
-    let Some(m) = core.state.msgs.get(&id).filter(|m| m.qid == qid) else {
-        return Ok(None);
-    };
-    match core.log.read_sized(m.body, Some(m.body_len))? {
-        Record::Message(rec) => Ok(Some(rec.attributes)),
-        _ => Err(StoreError::unavailable(
-            "log record is not a message (index out of step)",
-        )),
-    }
-}
-
-/// Reads the attributes of the messages indexed without them since `mark` (this commit's),
-/// or of up to `limit` of the oldest still missing when `mark` is `None` (the background
-/// pass after a restart). Returns how many it read.
-pub(crate) fn learn_since(core: &mut Core, mark: Option<usize>, limit: usize) -> usize {
-    let batch = core.state.summary.take_fresh(mark, limit);
-    let mut read = 0;
-    for (qid, id) in batch {
-        if !core.state.summary.missing_attributes(qid, id) {
-            continue;
-        }
-        match read_attributes(core, qid, id) {
-            Ok(Some(attrs)) => {
-                core.state.summary.learn(qid, id, &attrs);
-                read += 1;
-            }
-            Ok(None) => {}
-            // The next summary that needs them reads them again.
-            Err(e) => tracing::debug!(error = %e, "could not read a dead letter's attributes"),
-        }
-    }
-    read
-}
-
 fn add(groups: &mut HashMap<Key, Agg>, key: Key, at: i64, id: u64) {
     match groups.get_mut(&key) {
         Some(a) => a.add(at, id),
@@ -182,7 +142,7 @@ fn add(groups: &mut HashMap<Key, Agg>, key: Key, at: i64, id: u64) {
 }
 
 /// A summary that needs no attributes, answered under the lock (queue brought up to date).
-fn summarize(core: &mut Core, qid: Qid, req: &SummaryRequest) -> Summary {
+fn without_attributes(core: &mut Core, qid: Qid, req: &SummaryRequest) -> Summary {
     if req.filter == RedriveFilter::default() {
         let plain = plain_count(core, qid);
         return from_aggregates(core, qid, req, plain);

@@ -493,60 +493,6 @@ impl State {
         }
     }
 
-    /// Looks at up to `step` more messages of queue `qid` for ones past retention that the
-    /// cheap check misses: messages whose visible-at is recent (they waited out a retry) but
-    /// which entered the queue before the cutoff. A sweep of the whole queue starts every
-    /// `every` ms and goes on from where it stopped, `step` messages per call, so the lock
-    /// is never held for a scan of a deep queue (10 million messages took about a second).
-    /// What it finds goes to `QueueState::overdue`.
-    pub fn retention_sweep(&mut self, qid: Qid, now: i64, every: i64, step: usize) {
-        let Some(q) = self.queues.get_mut(&qid) else {
-            return;
-        };
-        let retention = q.config.retention.as_millis() as i64;
-        let cutoff = now - retention;
-        let (mut slot, mut after) = match q.sweep {
-            Some(at) => at,
-            None if now.saturating_sub(q.retention_scan) >= every.min(retention / 4) => {
-                q.retention_scan = now;
-                (Slot::Ready, None)
-            }
-            None => return,
-        };
-        let mut left = step;
-        loop {
-            let index = match slot {
-                Slot::Ready => &q.ready,
-                _ => &q.delayed,
-            };
-            let range = match after {
-                Some(k) => index.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded)),
-                None => index.range(..),
-            };
-            let mut seen = 0;
-            for &(at, id) in range.take(left) {
-                seen += 1;
-                after = Some((at, id));
-                if at > cutoff && self.msgs.get(&id).is_some_and(|m| m.entered_at <= cutoff) {
-                    q.overdue.push(id);
-                }
-            }
-            left -= seen;
-            if left > 0 {
-                // This index is done: on to the next, or the sweep is over.
-                if slot == Slot::Ready {
-                    slot = Slot::Delayed;
-                    after = None;
-                    continue;
-                }
-                q.sweep = None;
-                return;
-            }
-            q.sweep = Some((slot, after));
-            return;
-        }
-    }
-
     /// Makes delayed messages whose time has come visible. Returns how many.
     pub fn promote(&mut self, qid: Qid, now: i64) -> usize {
         let Some(q) = self.queues.get_mut(&qid) else {
