@@ -13,7 +13,7 @@ use crate::core::Core;
 use crate::journal::record::{Qid, Record, RemoveReason, UpdateEvent, UpdateRecord};
 use crate::state::{Slot, State};
 
-/// Most messages expired per maintenance pass, to bound the time the lock is held.
+/// Most messages expired for retention per call, to bound the time the lock is held.
 const RETENTION_BATCH: usize = 10_000;
 /// How often retention sweeps a whole queue (in ms), at most.
 const RETENTION_SCAN_EVERY: i64 = 60_000;

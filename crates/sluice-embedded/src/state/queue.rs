@@ -36,7 +36,7 @@ pub(crate) struct QueueState {
     pub retention_scan: i64,
     /// The retention sweep under way: the index it is in and the last entry it looked at.
     pub sweep: Option<(Slot, Option<(i64, u64)>)>,
-    /// Messages the sweep found past retention, for the next maintenance to expire.
+    /// Messages the sweep found past retention, for the next expiry to take.
     pub overdue: Vec<u64>,
     pub dedup: HashMap<String, DedupEntry>,
     pub dedup_order: VecDeque<(i64, String)>,
