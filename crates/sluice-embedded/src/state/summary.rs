@@ -212,7 +212,7 @@ impl QueueIndex {
     }
 
     /// Drops this queue's copy of each text that only `pairs` (about to go) still holds.
-    fn release(&mut self, pairs: &[(Arc<str>, Arc<str>)]) {
+    fn unshare(&mut self, pairs: &[(Arc<str>, Arc<str>)]) {
         let all = || pairs.iter().flat_map(|(k, v)| [k, v]);
         for s in all() {
             let held = all().filter(|x| Arc::ptr_eq(x, s)).count();
@@ -254,7 +254,7 @@ impl QueueIndex {
         self.reasons.remove(e.reason.as_ref(), e.at, id);
         self.sources.remove(e.source.as_ref(), e.at, id);
         if let Attrs::Kept(pairs) = &e.attrs {
-            self.release(pairs);
+            self.unshare(pairs);
         }
         Some(e)
     }
