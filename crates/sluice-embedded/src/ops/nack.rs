@@ -193,6 +193,7 @@ pub(crate) async fn release(
     Ok(())
 }
 
+/// The attempt a failure report adds to a message's history (its error clipped).
 fn failure_attempt(now: i64, outcome: AttemptOutcome, failure: &Failure) -> Attempt {
     Attempt {
         at: Timestamp(now),
@@ -202,6 +203,7 @@ fn failure_attempt(now: i64, outcome: AttemptOutcome, failure: &Failure) -> Atte
     }
 }
 
+/// Adds a failure to a message's history; its error, if any, becomes the last error.
 fn apply_failure(rich: &mut Rich, now: i64, outcome: AttemptOutcome, failure: &Failure) {
     let attempt = failure_attempt(now, outcome, failure);
     if attempt.error.is_some() {
