@@ -105,7 +105,7 @@ impl AuditLog {
             .append(true)
             .open(file_path(&self.dir, self.current))?;
         self.size = 0;
-        crate::log::sync_dir(&self.dir)?;
+        crate::journal::log::sync_dir(&self.dir)?;
         let files = list(&self.dir)?;
         if files.len() > FILES_KEPT {
             for n in &files[..files.len() - FILES_KEPT] {

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use sluice_core::{QueueConfig, QueueName, StoreError, Timestamp};
 
 use crate::error::OpenError;
-use crate::log::sync_dir;
-use crate::record::Qid;
+use crate::journal::log::sync_dir;
+use crate::journal::record::Qid;
 
 /// One queue as the catalog keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

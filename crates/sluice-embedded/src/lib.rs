@@ -11,16 +11,16 @@
 
 mod audit;
 mod catalog;
-mod compaction;
-mod engine;
+mod core;
 mod error;
-mod log;
-mod queues;
-mod record;
-mod recovery;
-mod redrive;
+mod expiry;
+mod journal;
+mod maintenance;
+mod open;
+mod ops;
 mod state;
-mod summary;
+mod store;
 
-pub use engine::{EmbeddedOptions, EmbeddedStore, RecoveryReport};
 pub use error::OpenError;
+pub use open::{EmbeddedOptions, RecoveryReport};
+pub use store::EmbeddedStore;

@@ -1,10 +1,13 @@
-//! Creating and updating queues: the catalogue write behind `put_queue` and
-//! `create_queue`.
+//! Queues: creating, updating, reading, listing, deleting and purging them. The catalog
+//! write and the in-memory change happen under one lock.
 
-use sluice_core::{PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueName, StoreError};
+use sluice_core::{
+    PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, StoreError,
+};
 
 use crate::catalog::{self, CatalogQueue};
-use crate::engine::Inner;
+use crate::core::Inner;
+use crate::journal::record::Record;
 
 /// `put_queue`, or with `create_only` `create_queue`: the existence check and the write
 /// happen under one lock, so of two creates of one name exactly one succeeds.
@@ -77,4 +80,58 @@ pub(crate) fn put(
         created: existing.is_none(),
         warnings,
     })
+}
+
+/// One queue.
+pub(crate) fn get(inner: &Inner, name: &QueueName) -> Result<QueueInfo, StoreError> {
+    let core = inner.lock();
+    Ok(core.info(core.qid(name)?))
+}
+
+/// Every queue, by name.
+pub(crate) fn list(inner: &Inner) -> Result<Vec<QueueInfo>, StoreError> {
+    let core = inner.lock();
+    Ok(core
+        .state
+        .names
+        .values()
+        .map(|qid| core.info(*qid))
+        .collect())
+}
+
+/// Deletes a queue and its messages (refused while it is another queue's dead-letter
+/// queue).
+pub(crate) fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> {
+    let mut core = inner.lock();
+    let qid = core.qid(name)?;
+    if let Some(user) = core
+        .state
+        .queues
+        .values()
+        .find(|q| q.name != *name && q.config.dead_letter_queue.as_ref() == Some(name))
+    {
+        return Err(StoreError::Conflict(format!(
+            "queue \"{name}\" is the dead-letter queue of \"{}\"; change that queue's dead_letter_queue first",
+            user.name.as_str()
+        )));
+    }
+    let mut cat = core.catalog();
+    cat.queues.retain(|q| q.qid != qid);
+    catalog::store(&inner.dir, &cat)?;
+    let notify = core.state.queues[&qid].notify.clone();
+    core.state.drop_queue(qid);
+    notify.notify_waiters();
+    Ok(())
+}
+
+/// Removes every message of a queue; returns how many there were.
+pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, StoreError> {
+    let (n, pos) = {
+        let mut core = inner.lock();
+        let qid = core.qid(queue)?;
+        let n = core.state.queues[&qid].depth();
+        (n, core.commit(vec![Record::Purge { qid }])?)
+    };
+    inner.answerable(pos).await?;
+    Ok(n)
 }

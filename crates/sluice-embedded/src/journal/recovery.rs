@@ -9,8 +9,8 @@
 use std::path::Path;
 
 use crate::error::OpenError;
-use crate::log::{Loc, segment_path};
-use crate::record::{FrameError, decode_frame};
+use crate::journal::log::{Loc, segment_path};
+use crate::journal::record::{FrameError, decode_frame};
 use crate::state::State;
 
 /// What replay found, for the start-up log line.

@@ -31,7 +31,7 @@ use sluice_core::StoreError;
 use tokio::sync::watch;
 
 use crate::error::OpenError;
-use crate::record::{self, FrameError, Record};
+use crate::journal::record::{self, FrameError, Record};
 
 /// A segment is closed and a new one started past this size.
 pub(crate) const SEGMENT_TARGET: u64 = 64 * 1024 * 1024;

@@ -27,12 +27,11 @@ use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::Arc;
 
-use sluice_core::message::{DeadLetterReason, MessageId};
-use sluice_core::summary::{GroupBy, Summary, SummaryGroup, SummaryRequest};
-use sluice_core::{Attributes, QueueName, RedriveFilter, StoreError, Timestamp};
+use sluice_core::Attributes;
+use sluice_core::message::DeadLetterReason;
+use sluice_core::summary::GroupBy;
 
-use crate::engine::{Core, Inner};
-use crate::record::{Qid, Record, Rich};
+use crate::journal::record::{Qid, Rich};
 
 /// Attribute bytes (keys and values) of one message up to which the index keeps them in
 /// memory: enough for the tenant, upstream and trace ids attributes usually carry, while a
@@ -41,7 +40,7 @@ pub(crate) const KEEP_ATTRIBUTE_BYTES: usize = 1024;
 
 /// An indexed message's attributes, as far as the index knows them.
 #[derive(Debug, Clone)]
-enum Attrs {
+pub(crate) enum Attrs {
     /// Not read yet: the message became indexed by an update, which does not carry them.
     Missing,
     /// Larger than [`KEEP_ATTRIBUTE_BYTES`]: read from the log when a summary needs them.
@@ -53,29 +52,29 @@ enum Attrs {
 /// One indexed message: its keys and its time.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    error: Option<Arc<str>>,
-    source: Option<Arc<str>>,
-    reason: Option<DeadLetterReason>,
+    pub error: Option<Arc<str>>,
+    pub source: Option<Arc<str>>,
+    pub reason: Option<DeadLetterReason>,
     /// When it was dead-lettered, else when it was first sent (ms).
-    at: i64,
+    pub at: i64,
     /// When it was first sent (ms), carried over as it moves between queues.
     enqueued_at: i64,
-    attrs: Attrs,
+    pub attrs: Attrs,
 }
 
 /// A group's aggregate.
 #[derive(Debug, Clone, Copy)]
-struct Agg {
-    count: u64,
-    first: i64,
-    last: i64,
-    min_id: u64,
+pub(crate) struct Agg {
+    pub count: u64,
+    pub first: i64,
+    pub last: i64,
+    pub min_id: u64,
     /// A removal took its first, last or smallest id: those need a recount.
     stale: bool,
 }
 
 impl Agg {
-    fn new(at: i64, id: u64) -> Self {
+    pub fn new(at: i64, id: u64) -> Self {
         Agg {
             count: 1,
             first: at,
@@ -85,7 +84,7 @@ impl Agg {
         }
     }
 
-    fn add(&mut self, at: i64, id: u64) {
+    pub fn add(&mut self, at: i64, id: u64) {
         self.count += 1;
         self.first = self.first.min(at);
         self.last = self.last.max(at);
@@ -95,9 +94,9 @@ impl Agg {
 
 /// The groups of one grouping: by value, and the `null` group.
 #[derive(Debug)]
-struct Groups<K> {
-    by_key: HashMap<K, Agg>,
-    none: Option<Agg>,
+pub(crate) struct Groups<K> {
+    pub by_key: HashMap<K, Agg>,
+    pub none: Option<Agg>,
 }
 
 impl<K> Default for Groups<K> {
@@ -145,7 +144,7 @@ impl<K: Hash + Eq + Clone> Groups<K> {
         }
     }
 
-    fn stale(&self) -> bool {
+    pub fn stale(&self) -> bool {
         self.none.is_some_and(|a| a.stale) || self.by_key.values().any(|a| a.stale)
     }
 
@@ -157,11 +156,11 @@ impl<K: Hash + Eq + Clone> Groups<K> {
 
 /// One queue's indexed messages and their groups.
 #[derive(Debug, Default)]
-struct QueueIndex {
-    entries: HashMap<u64, Entry>,
-    errors: Groups<Arc<str>>,
-    reasons: Groups<DeadLetterReason>,
-    sources: Groups<Arc<str>>,
+pub(crate) struct QueueIndex {
+    pub entries: HashMap<u64, Entry>,
+    pub errors: Groups<Arc<str>>,
+    pub reasons: Groups<DeadLetterReason>,
+    pub sources: Groups<Arc<str>>,
     /// One copy of each attribute key and value kept by the entries.
     strings: HashSet<Arc<str>>,
 }
@@ -213,7 +212,7 @@ impl QueueIndex {
     }
 
     /// Drops this queue's copy of each text that only `pairs` (about to go) still holds.
-    fn release(&mut self, pairs: &[(Arc<str>, Arc<str>)]) {
+    fn unshare(&mut self, pairs: &[(Arc<str>, Arc<str>)]) {
         let all = || pairs.iter().flat_map(|(k, v)| [k, v]);
         for s in all() {
             let held = all().filter(|x| Arc::ptr_eq(x, s)).count();
@@ -255,13 +254,13 @@ impl QueueIndex {
         self.reasons.remove(e.reason.as_ref(), e.at, id);
         self.sources.remove(e.source.as_ref(), e.at, id);
         if let Attrs::Kept(pairs) = &e.attrs {
-            self.release(pairs);
+            self.unshare(pairs);
         }
         Some(e)
     }
 
     /// Recounts a grouping's aggregates from the entries.
-    fn recount(&mut self, by: &GroupBy) {
+    pub fn recount(&mut self, by: &GroupBy) {
         match by {
             GroupBy::Error => {
                 self.errors.clear();
@@ -289,7 +288,7 @@ impl QueueIndex {
 /// The summary index of every queue.
 #[derive(Debug, Default)]
 pub(crate) struct SummaryIndex {
-    queues: HashMap<Qid, QueueIndex>,
+    pub queues: HashMap<Qid, QueueIndex>,
     /// Messages indexed with their attributes [`Attrs::Missing`], newest last (some may have
     /// left or learned them since).
     fresh: Vec<(Qid, u64)>,
@@ -337,7 +336,7 @@ impl SummaryIndex {
     }
 
     /// Message `id` of queue `qid` has these attributes (read from its record).
-    fn learn(&mut self, qid: Qid, id: u64, attributes: &Attributes) {
+    pub fn learn(&mut self, qid: Qid, id: u64, attributes: &Attributes) {
         let Some(q) = self.queues.get_mut(&qid) else {
             return;
         };
@@ -353,9 +352,32 @@ impl SummaryIndex {
     }
 
     /// How many messages were indexed without their attributes so far (a mark for
-    /// [`learn_since`]).
+    /// [`SummaryIndex::take_fresh`]).
     pub fn fresh_mark(&self) -> usize {
         self.fresh.len()
+    }
+
+    /// Takes the messages indexed without their attributes since `mark`, or up to `limit` of
+    /// the oldest when `mark` is `None`; some may have left or learned them since.
+    pub fn take_fresh(&mut self, mark: Option<usize>, limit: usize) -> Vec<(Qid, u64)> {
+        let fresh = &mut self.fresh;
+        match mark {
+            Some(m) if m < fresh.len() => fresh.split_off(m),
+            Some(_) => Vec::new(),
+            None => {
+                let n = fresh.len().min(limit);
+                fresh.drain(..n).collect()
+            }
+        }
+    }
+
+    /// Whether message `id` of queue `qid` is indexed and its attributes are not known yet.
+    pub fn missing_attributes(&self, qid: Qid, id: u64) -> bool {
+        self.queues.get(&qid).is_some_and(|q| {
+            q.entries
+                .get(&id)
+                .is_some_and(|e| matches!(e.attrs, Attrs::Missing))
+        })
     }
 
     /// Message `id` left queue `qid` (acknowledged, deleted, purged, expired).
@@ -382,375 +404,10 @@ impl SummaryIndex {
         self.queues.get(&qid).map_or(0, |q| q.entries.len())
     }
 
-    fn is_indexed(&self, qid: Qid, id: u64) -> bool {
+    pub fn is_indexed(&self, qid: Qid, id: u64) -> bool {
         self.queues
             .get(&qid)
             .is_some_and(|q| q.entries.contains_key(&id))
-    }
-}
-
-/// A key while grouping: shared text, or the text of a reason.
-type Key = Option<Arc<str>>;
-
-/// A message still to be looked at: id, time, key under a grouping that is not by attribute.
-type Candidate = (u64, i64, Key);
-
-fn reason_key(r: Option<DeadLetterReason>) -> Key {
-    r.map(|r| Arc::from(r.as_str()))
-}
-
-/// Messages whose attributes are read from the log under one hold of the lock: a read takes
-/// a few microseconds, so reading many lets other calls in between chunks instead of
-/// stalling the broker for their whole length.
-pub(crate) const ATTRIBUTE_CHUNK: usize = 4096;
-
-fn needs_attributes(req: &SummaryRequest) -> bool {
-    matches!(req.group_by, GroupBy::Attribute(_)) || !req.filter.attributes.is_empty()
-}
-
-/// Answers a summary of `queue`.
-pub(crate) async fn answer(
-    inner: &Inner,
-    queue: &QueueName,
-    req: &SummaryRequest,
-) -> Result<Summary, StoreError> {
-    let (qid, mut groups, unread) = {
-        let mut core = inner.lock();
-        let now = inner.clock.now().as_millis();
-        let qid = core.qid(queue)?;
-        core.maintain_with_sources(qid, now)?;
-        if !needs_attributes(req) {
-            return Ok(summarize(&mut core, qid, req));
-        }
-        let (groups, unread) = from_kept_attributes(&core, qid, req);
-        (qid, groups, unread)
-    };
-    // The rest have their attributes in the log only: read them a chunk at a time, and let
-    // the index keep what it was missing. A message that left the queue meanwhile is not
-    // counted.
-    for chunk in unread.chunks(ATTRIBUTE_CHUNK) {
-        {
-            let mut core = inner.lock();
-            for (id, at, key) in chunk {
-                let Some(attrs) = read_attributes(&core, qid, *id)? else {
-                    continue;
-                };
-                core.state.summary.learn(qid, *id, &attrs);
-                let get = |k: &str| attrs.get(k).map(String::as_str);
-                if let Some(key) = attribute_match(req, get, key) {
-                    add(&mut groups, key, *at, *id);
-                }
-            }
-        }
-        tokio::task::yield_now().await;
-    }
-    Ok(finish(
-        groups.iter().map(|(k, a)| (k.as_deref(), *a)).collect(),
-        req.limit,
-    ))
-}
-
-/// With `get` looking up one message's attributes: `None` if the message fails the
-/// request's attribute filter, else its key under the request's grouping (`key` when the
-/// grouping is not by attribute).
-fn attribute_match<'a>(
-    req: &SummaryRequest,
-    get: impl Fn(&str) -> Option<&'a str>,
-    key: &Key,
-) -> Option<Key> {
-    if !req
-        .filter
-        .attributes
-        .iter()
-        .all(|(k, v)| get(k) == Some(v.as_str()))
-    {
-        return None;
-    }
-    Some(match &req.group_by {
-        GroupBy::Attribute(name) => get(name).map(Arc::from),
-        _ => key.clone(),
-    })
-}
-
-/// Groups the messages passing the filter whose attributes the index keeps; returns the
-/// groups and the other candidates (id, time, key) whose attributes must be read.
-fn from_kept_attributes(
-    core: &Core,
-    qid: Qid,
-    req: &SummaryRequest,
-) -> (HashMap<Key, Agg>, Vec<Candidate>) {
-    let mut groups: HashMap<Key, Agg> = HashMap::new();
-    let mut unread = Vec::new();
-    if let Some(q) = core.state.summary.queues.get(&qid) {
-        for (&id, e) in q.entries.iter().filter(|(_, e)| passes(&req.filter, e)) {
-            let key = entry_key(&req.group_by, e);
-            let Attrs::Kept(pairs) = &e.attrs else {
-                unread.push((id, e.at, key));
-                continue;
-            };
-            let find = |k: &str| pairs.iter().find(|(pk, _)| &**pk == k).map(|(_, v)| v);
-            // Grouping by attribute takes the shared copy rather than a new one per message.
-            let matched =
-                attribute_match(req, |k| find(k).map(|v| &**v), &None).map(|_| {
-                    match &req.group_by {
-                        GroupBy::Attribute(name) => find(name).cloned(),
-                        _ => key,
-                    }
-                });
-            if let Some(key) = matched {
-                add(&mut groups, key, e.at, id);
-            }
-        }
-    }
-    if plain_count(core, qid) > 0 && plain_pass(&req.filter) {
-        unread.extend(
-            plain_messages(core, qid)
-                .into_iter()
-                .map(|(id, at)| (id, at, None)),
-        );
-    }
-    (groups, unread)
-}
-
-/// The attributes of message `id` if it is still in queue `qid`, read from its record.
-fn read_attributes(core: &Core, qid: Qid, id: u64) -> Result<Option<Attributes>, StoreError> {
-    let Some(m) = core.state.msgs.get(&id).filter(|m| m.qid == qid) else {
-        return Ok(None);
-    };
-    match core.log.read_sized(m.body, Some(m.body_len))? {
-        Record::Message(rec) => Ok(Some(rec.attributes)),
-        _ => Err(StoreError::unavailable(
-            "log record is not a message (index out of step)",
-        )),
-    }
-}
-
-/// Reads the attributes of the messages indexed without them since `mark` (this commit's),
-/// or of up to `limit` of the oldest still missing when `mark` is `None` (the background
-/// pass after a restart). Returns how many it read.
-pub(crate) fn learn_since(core: &mut Core, mark: Option<usize>, limit: usize) -> usize {
-    let fresh = &mut core.state.summary.fresh;
-    let batch: Vec<(Qid, u64)> = match mark {
-        Some(m) if m < fresh.len() => fresh.split_off(m),
-        Some(_) => return 0,
-        None => {
-            let n = fresh.len().min(limit);
-            fresh.drain(..n).collect()
-        }
-    };
-    let mut read = 0;
-    for (qid, id) in batch {
-        let missing = core.state.summary.queues.get(&qid).is_some_and(|q| {
-            q.entries
-                .get(&id)
-                .is_some_and(|e| matches!(e.attrs, Attrs::Missing))
-        });
-        if !missing {
-            continue;
-        }
-        match read_attributes(core, qid, id) {
-            Ok(Some(attrs)) => {
-                core.state.summary.learn(qid, id, &attrs);
-                read += 1;
-            }
-            Ok(None) => {}
-            // The next summary that needs them reads them again.
-            Err(e) => tracing::debug!(error = %e, "could not read a dead letter's attributes"),
-        }
-    }
-    read
-}
-
-fn add(groups: &mut HashMap<Key, Agg>, key: Key, at: i64, id: u64) {
-    match groups.get_mut(&key) {
-        Some(a) => a.add(at, id),
-        None => {
-            groups.insert(key, Agg::new(at, id));
-        }
-    }
-}
-
-/// A summary that needs no attributes, answered under the lock (queue brought up to date).
-fn summarize(core: &mut Core, qid: Qid, req: &SummaryRequest) -> Summary {
-    if req.filter == RedriveFilter::default() {
-        let plain = plain_count(core, qid);
-        return from_aggregates(core, qid, req, plain);
-    }
-    let mut groups: HashMap<Key, Agg> = HashMap::new();
-    for (id, at, key) in candidates(core, qid, req) {
-        add(&mut groups, key, at, id);
-    }
-    finish(
-        groups.iter().map(|(k, a)| (k.as_deref(), *a)).collect(),
-        req.limit,
-    )
-}
-
-/// Whether a dead-letter time passes the filter's time conditions (`None`: never
-/// dead-lettered, which passes only when there are none).
-fn time_ok(f: &RedriveFilter, dead_lettered: Option<i64>) -> bool {
-    f.dead_lettered_before
-        .is_none_or(|b| dead_lettered.is_some_and(|t| t < b.as_millis()))
-        && f.dead_lettered_after
-            .is_none_or(|a| dead_lettered.is_some_and(|t| t >= a.as_millis()))
-}
-
-/// Whether an indexed message passes the filter's error and time conditions.
-fn passes(f: &RedriveFilter, e: &Entry) -> bool {
-    f.error_contains.as_ref().is_none_or(|needle| {
-        e.error
-            .as_deref()
-            .is_some_and(|t| t.contains(needle.as_str()))
-    }) && time_ok(f, e.reason.map(|_| e.at))
-}
-
-/// Whether plain messages (no error, no dead-letter time, no source) pass them.
-fn plain_pass(f: &RedriveFilter) -> bool {
-    f.error_contains.is_none() && time_ok(f, None)
-}
-
-/// The messages passing the filter's error and time conditions, each with its time and its
-/// key under the request's grouping.
-fn candidates(core: &Core, qid: Qid, req: &SummaryRequest) -> Vec<Candidate> {
-    let mut out = Vec::new();
-    if let Some(q) = core.state.summary.queues.get(&qid) {
-        out.extend(
-            q.entries
-                .iter()
-                .filter(|(_, e)| passes(&req.filter, e))
-                .map(|(&id, e)| (id, e.at, entry_key(&req.group_by, e))),
-        );
-    }
-    if plain_count(core, qid) > 0 && plain_pass(&req.filter) {
-        out.extend(
-            plain_messages(core, qid)
-                .into_iter()
-                .map(|(id, at)| (id, at, None)),
-        );
-    }
-    out
-}
-
-fn entry_key(by: &GroupBy, e: &Entry) -> Key {
-    match by {
-        GroupBy::Error => e.error.clone(),
-        GroupBy::Reason => reason_key(e.reason),
-        GroupBy::Source => e.source.clone(),
-        GroupBy::Attribute(_) => None,
-    }
-}
-
-/// Messages of the queue that are not indexed.
-fn plain_count(core: &Core, qid: Qid) -> u64 {
-    let depth = core.state.queues.get(&qid).map_or(0, |q| q.depth());
-    depth.saturating_sub(core.state.summary.len(qid) as u64)
-}
-
-/// The plain messages of the queue with the time each entered it (for them, when sent).
-fn plain_messages(core: &Core, qid: Qid) -> Vec<(u64, i64)> {
-    let Some(q) = core.state.queues.get(&qid) else {
-        return Vec::new();
-    };
-    q.ids()
-        .filter(|id| !core.state.summary.is_indexed(qid, *id))
-        .filter_map(|id| core.state.msgs.get(&id).map(|m| (id, m.entered_at)))
-        .collect()
-}
-
-/// An unfiltered summary by error, reason or source, from the maintained aggregates.
-fn from_aggregates(core: &mut Core, qid: Qid, req: &SummaryRequest, plain: u64) -> Summary {
-    let plain_agg = if plain > 0 {
-        let mut a: Option<Agg> = None;
-        for (id, at) in plain_messages(core, qid) {
-            match a.as_mut() {
-                Some(a) => a.add(at, id),
-                None => a = Some(Agg::new(at, id)),
-            }
-        }
-        a
-    } else {
-        None
-    };
-    let mut list: Vec<(Option<&str>, Agg)> = Vec::new();
-    if let Some(q) = core.state.summary.queues.get_mut(&qid) {
-        let stale = match &req.group_by {
-            GroupBy::Error => q.errors.stale(),
-            GroupBy::Reason => q.reasons.stale(),
-            GroupBy::Source => q.sources.stale(),
-            GroupBy::Attribute(_) => false,
-        };
-        if stale {
-            q.recount(&req.group_by);
-        }
-    }
-    let mut none = plain_agg;
-    let mut merge_none = |a: Option<Agg>| {
-        if let Some(a) = a {
-            match none.as_mut() {
-                Some(n) => {
-                    n.count += a.count;
-                    n.first = n.first.min(a.first);
-                    n.last = n.last.max(a.last);
-                    n.min_id = n.min_id.min(a.min_id);
-                }
-                None => none = Some(a),
-            }
-        }
-    };
-    if let Some(q) = core.state.summary.queues.get(&qid) {
-        match &req.group_by {
-            GroupBy::Error => {
-                merge_none(q.errors.none);
-                list.extend(q.errors.by_key.iter().map(|(k, a)| (Some(&**k), *a)));
-            }
-            GroupBy::Reason => {
-                merge_none(q.reasons.none);
-                list.extend(q.reasons.by_key.iter().map(|(k, a)| (Some(k.as_str()), *a)));
-            }
-            GroupBy::Source => {
-                merge_none(q.sources.none);
-                list.extend(q.sources.by_key.iter().map(|(k, a)| (Some(&**k), *a)));
-            }
-            GroupBy::Attribute(_) => {}
-        }
-    }
-    if let Some(n) = none {
-        list.push((None, n));
-    }
-    finish(list, req.limit)
-}
-
-/// Orders the groups, keeps the first `limit` and makes them owned.
-fn finish(mut list: Vec<(Option<&str>, Agg)>, limit: u32) -> Summary {
-    let total = list.iter().map(|(_, a)| a.count).sum();
-    let group_count = list.len() as u64;
-    let order = |a: &(Option<&str>, Agg), b: &(Option<&str>, Agg)| {
-        b.1.count.cmp(&a.1.count).then_with(|| match (a.0, b.0) {
-            (Some(x), Some(y)) => x.cmp(y),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => std::cmp::Ordering::Equal,
-        })
-    };
-    let limit = limit as usize;
-    if list.len() > limit {
-        list.select_nth_unstable_by(limit, order);
-        list.truncate(limit);
-    }
-    list.sort_by(order);
-    Summary {
-        total,
-        group_count,
-        groups: list
-            .into_iter()
-            .map(|(k, a)| SummaryGroup {
-                key: k.map(str::to_owned),
-                count: a.count,
-                first_at: Timestamp(a.first),
-                last_at: Timestamp(a.last),
-                sample_id: MessageId(a.min_id),
-            })
-            .collect(),
     }
 }
 

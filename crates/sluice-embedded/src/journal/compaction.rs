@@ -14,9 +14,9 @@
 
 use sluice_core::StoreError;
 
-use crate::engine::Inner;
-use crate::log::SEGMENT_TARGET;
-use crate::record::{Acked, Checkpoint, MessageRecord, Origin, Record, message_ids_in};
+use crate::core::{Inner, stored_result};
+use crate::journal::log::SEGMENT_TARGET;
+use crate::journal::record::{Acked, Checkpoint, MessageRecord, Origin, Record, message_ids_in};
 use crate::state::Slot;
 
 /// Records copied per lock hold, so senders and receivers keep flowing during a compaction.
@@ -114,7 +114,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     cancelled: d.cancelled,
                 };
                 let result = if d.has_result {
-                    crate::engine::stored_result(core.log.read(d.loc)?, *id)
+                    stored_result(core.log.read(d.loc)?, *id)
                 } else {
                     None
                 };
@@ -160,7 +160,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     }
                 }
             }
-            let remembered: Vec<crate::log::Loc> = core
+            let remembered: Vec<crate::journal::log::Loc> = core
                 .state
                 .idem
                 .values()
@@ -236,7 +236,7 @@ async fn based_in(inner: &Inner, seg: u32) -> Result<Vec<u64>, StoreError> {
                 .collect());
         }
     }
-    let path = crate::log::segment_path(&inner.dir.join("log"), seg);
+    let path = crate::journal::log::segment_path(&inner.dir.join("log"), seg);
     tokio::task::spawn_blocking(move || std::fs::read(&path).map(|b| message_ids_in(&b)))
         .await
         .map_err(|e| StoreError::unavailable(format!("compaction reader failed: {e}")))?

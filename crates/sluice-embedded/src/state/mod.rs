@@ -5,141 +5,24 @@
 //! stay on disk; a message costs one compact [`Msg`] plus two ordered-index entries in RAM.
 //! The one change made without a record is time passing: a delayed message whose time has come
 //! becomes visible (`promote`), because that follows from the stored `visible_at`.
+//!
+//! Each queue's part is a [`QueueState`]; the [`summary`] index of messages with errors,
+//! sources or dead-letter information is kept beside it and changed in the same `apply`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
+mod msg;
+mod queue;
+pub(crate) mod summary;
 
-use sluice_core::rate::SlidingWindow;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
 use sluice_core::stats::Totals;
-use sluice_core::{QueueConfig, QueueName, Timestamp};
-use tokio::sync::Notify;
+use sluice_core::{QueueName, Timestamp};
 
 use crate::catalog::CatalogQueue;
-use crate::log::Loc;
-use crate::record::{Qid, Record, RemoveReason, UpdateEvent};
-
-/// Where a message is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Slot {
-    /// Waiting for `at`.
-    Delayed,
-    /// Ready since `at`.
-    Ready,
-    /// Leased until `at`.
-    Leased,
-}
-
-/// One live message, as kept in memory: 48 bytes, plus its map slot and one index entry.
-///
-/// Fields are packed because this struct is the RAM cost of a queued message: the slot rides
-/// in the top bits of the receive count, and only the low 32 bits of the lease token are kept
-/// (a stale receipt could pass only after 2^32 further leases of the same message).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Msg {
-    pub qid: Qid,
-    count_slot: u32,
-    token_lo: u32,
-    /// Frame length of the body record, for live-byte accounting.
-    pub body_len: u32,
-    /// Visible-at (delayed, ready) or lease deadline (leased), in ms.
-    pub at: i64,
-    /// When it entered its current queue, in ms (retention).
-    pub entered_at: i64,
-    /// The record holding the body (and the rest of the immutable fields).
-    pub body: Loc,
-    /// The newest record holding the rich fields (attempts, last error, dead-letter info).
-    pub aux: Loc,
-}
-
-const SLOT_SHIFT: u32 = 30;
-const CANCEL_BIT: u32 = 1 << 29;
-const COUNT_MASK: u32 = CANCEL_BIT - 1;
-
-impl Msg {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        qid: Qid,
-        slot: Slot,
-        receive_count: u32,
-        token: u64,
-        at: i64,
-        entered_at: i64,
-        body: Loc,
-        body_len: u32,
-        aux: Loc,
-    ) -> Self {
-        let mut m = Msg {
-            qid,
-            count_slot: 0,
-            token_lo: token as u32,
-            body_len,
-            at,
-            entered_at,
-            body,
-            aux,
-        };
-        m.set_receive_count(receive_count);
-        m.set_slot(slot);
-        m
-    }
-
-    pub fn slot(&self) -> Slot {
-        match self.count_slot >> SLOT_SHIFT {
-            0 => Slot::Delayed,
-            1 => Slot::Ready,
-            _ => Slot::Leased,
-        }
-    }
-
-    pub fn set_slot(&mut self, slot: Slot) {
-        let bits = match slot {
-            Slot::Delayed => 0,
-            Slot::Ready => 1,
-            Slot::Leased => 2,
-        };
-        self.count_slot = (self.count_slot & COUNT_MASK) | (bits << SLOT_SHIFT);
-    }
-
-    pub fn receive_count(&self) -> u32 {
-        self.count_slot & COUNT_MASK
-    }
-
-    pub fn set_receive_count(&mut self, n: u32) {
-        self.count_slot = (self.count_slot & !COUNT_MASK) | n.min(COUNT_MASK);
-    }
-
-    /// Cancellation was requested while it ran.
-    pub fn cancel_requested(&self) -> bool {
-        self.count_slot & CANCEL_BIT != 0
-    }
-
-    pub fn request_cancel(&mut self) {
-        self.count_slot |= CANCEL_BIT;
-    }
-
-    /// True when `token` names this message's current lease.
-    pub fn holds(&self, token: u64) -> bool {
-        self.slot() == Slot::Leased && self.token_lo == token as u32
-    }
-
-    pub fn set_token(&mut self, token: u64) {
-        self.token_lo = token as u32;
-    }
-
-    /// The (low bits of the) current lease token, for compaction's copy of the message.
-    pub fn token(&self) -> u64 {
-        u64::from(self.token_lo)
-    }
-}
-
-/// A remembered dedup id.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DedupEntry {
-    pub id: u64,
-    pub until: i64,
-    /// Segment of the record that registered it, for compaction.
-    pub seg: u32,
-}
+use crate::journal::log::Loc;
+use crate::journal::record::{Qid, Record, RemoveReason, UpdateEvent};
+pub(crate) use msg::{Msg, Slot};
+pub(crate) use queue::{DedupEntry, QueueState};
 
 /// A completed (acknowledged) message, kept for the queue's `result_ttl`.
 #[derive(Debug, Clone, Copy)]
@@ -163,101 +46,6 @@ pub(crate) struct Remembered {
     pub len: u32,
 }
 
-/// One queue's index.
-pub(crate) struct QueueState {
-    pub name: QueueName,
-    pub config: QueueConfig,
-    pub created_at: Timestamp,
-    pub totals: Totals,
-    /// Completed records of this queue kept in `State::done`.
-    pub completed: u64,
-    pub delayed: BTreeSet<(i64, u64)>,
-    pub ready: BTreeSet<(i64, u64)>,
-    pub leased: BTreeSet<(i64, u64)>,
-    /// When the last retention sweep of the whole queue started.
-    pub retention_scan: i64,
-    /// The retention sweep under way: the index it is in and the last entry it looked at.
-    pub sweep: Option<(Slot, Option<(i64, u64)>)>,
-    /// Messages the sweep found past retention, for the next maintenance to expire.
-    pub overdue: Vec<u64>,
-    pub dedup: HashMap<String, DedupEntry>,
-    pub dedup_order: VecDeque<(i64, String)>,
-    pub window: SlidingWindow,
-    /// Stats history points, oldest first (24 h).
-    pub history: VecDeque<sluice_core::stats::StatsSample>,
-    /// Wakes long-polling receivers when messages may have become visible.
-    pub notify: Arc<Notify>,
-}
-
-impl QueueState {
-    fn new(q: &CatalogQueue) -> Self {
-        QueueState {
-            name: q.name.clone(),
-            config: q.config.clone(),
-            created_at: q.created_at,
-            totals: Totals::default(),
-            completed: 0,
-            delayed: BTreeSet::new(),
-            ready: BTreeSet::new(),
-            leased: BTreeSet::new(),
-            retention_scan: i64::MIN,
-            sweep: None,
-            overdue: Vec::new(),
-            dedup: HashMap::new(),
-            dedup_order: VecDeque::new(),
-            window: SlidingWindow::default(),
-            history: VecDeque::new(),
-            notify: Arc::new(Notify::new()),
-        }
-    }
-
-    fn index(&mut self, slot: Slot) -> &mut BTreeSet<(i64, u64)> {
-        match slot {
-            Slot::Delayed => &mut self.delayed,
-            Slot::Ready => &mut self.ready,
-            Slot::Leased => &mut self.leased,
-        }
-    }
-
-    /// Every message id of the queue: in flight, then visible, then delayed.
-    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.leased
-            .iter()
-            .chain(&self.ready)
-            .chain(&self.delayed)
-            .map(|(_, id)| *id)
-    }
-
-    /// Messages counted against `max_depth`.
-    pub fn depth(&self) -> u64 {
-        (self.delayed.len() + self.ready.len() + self.leased.len()) as u64
-    }
-
-    /// Looks a dedup id up, forgetting it when its window is over.
-    pub fn dedup_hit(&self, key: &str, now: i64) -> Option<u64> {
-        self.dedup.get(key).filter(|e| e.until > now).map(|e| e.id)
-    }
-
-    fn register_dedup(&mut self, key: String, entry: DedupEntry) {
-        self.dedup_order.push_back((entry.until, key.clone()));
-        self.dedup.insert(key, entry);
-    }
-
-    /// Forgets dedup ids whose window is over.
-    pub fn prune_dedup(&mut self, now: i64) {
-        while let Some((until, _)) = self.dedup_order.front() {
-            if *until > now {
-                break;
-            }
-            if let Some((until, key)) = self.dedup_order.pop_front()
-                && self.dedup.get(&key).is_some_and(|e| e.until == until)
-            {
-                self.dedup.remove(&key);
-            }
-        }
-    }
-}
-
 /// The whole in-memory state.
 pub(crate) struct State {
     pub queues: HashMap<Qid, QueueState>,
@@ -279,7 +67,7 @@ pub(crate) struct State {
     /// The last progress of running tasks; advisory, so kept in memory only.
     pub progress: HashMap<u64, sluice_core::Progress>,
     /// The keys of messages with errors, sources or dead-letter information, for summaries.
-    pub summary: crate::summary::SummaryIndex,
+    pub summary: summary::SummaryIndex,
     /// Responses remembered under idempotency keys (the responses stay on disk).
     pub idem: HashMap<String, Remembered>,
     pub idem_order: VecDeque<(i64, String)>,
@@ -448,7 +236,7 @@ impl State {
                 self.account(&msg);
                 self.attach(m.id, msg);
                 let q = self.queues.get_mut(&m.qid).expect("checked above");
-                if m.origin == crate::record::Origin::Send {
+                if m.origin == crate::journal::record::Origin::Send {
                     q.totals.sent += 1;
                 }
                 if let Some((key, until)) = &m.dedup {
@@ -614,7 +402,7 @@ impl State {
     fn apply_redrive(
         &mut self,
         job: sluice_core::RedriveJob,
-        moves: &[crate::record::UpdateRecord],
+        moves: &[crate::journal::record::UpdateRecord],
         loc: Loc,
     ) {
         for u in moves {
@@ -624,7 +412,7 @@ impl State {
         self.jobs.insert(job.id.0, job);
     }
 
-    fn apply_update(&mut self, u: &crate::record::UpdateRecord, loc: Loc) {
+    fn apply_update(&mut self, u: &crate::journal::record::UpdateRecord, loc: Loc) {
         self.progress.remove(&u.id);
         self.count_update(u.event, u.qid);
         let Some(old) = self.detach(u.id) else { return };
@@ -647,7 +435,7 @@ impl State {
 
     fn complete(
         &mut self,
-        a: &crate::record::Acked,
+        a: &crate::journal::record::Acked,
         loc: Loc,
         len: u32,
         has_result: bool,
@@ -702,60 +490,6 @@ impl State {
         };
         if let Some(t) = self.totals(who) {
             f(t);
-        }
-    }
-
-    /// Looks at up to `step` more messages of queue `qid` for ones past retention that the
-    /// cheap check misses: messages whose visible-at is recent (they waited out a retry) but
-    /// which entered the queue before the cutoff. A sweep of the whole queue starts every
-    /// `every` ms and goes on from where it stopped, `step` messages per call, so the lock
-    /// is never held for a scan of a deep queue (10 million messages took about a second).
-    /// What it finds goes to `QueueState::overdue`.
-    pub fn retention_sweep(&mut self, qid: Qid, now: i64, every: i64, step: usize) {
-        let Some(q) = self.queues.get_mut(&qid) else {
-            return;
-        };
-        let retention = q.config.retention.as_millis() as i64;
-        let cutoff = now - retention;
-        let (mut slot, mut after) = match q.sweep {
-            Some(at) => at,
-            None if now.saturating_sub(q.retention_scan) >= every.min(retention / 4) => {
-                q.retention_scan = now;
-                (Slot::Ready, None)
-            }
-            None => return,
-        };
-        let mut left = step;
-        loop {
-            let index = match slot {
-                Slot::Ready => &q.ready,
-                _ => &q.delayed,
-            };
-            let range = match after {
-                Some(k) => index.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded)),
-                None => index.range(..),
-            };
-            let mut seen = 0;
-            for &(at, id) in range.take(left) {
-                seen += 1;
-                after = Some((at, id));
-                if at > cutoff && self.msgs.get(&id).is_some_and(|m| m.entered_at <= cutoff) {
-                    q.overdue.push(id);
-                }
-            }
-            left -= seen;
-            if left > 0 {
-                // This index is done: on to the next, or the sweep is over.
-                if slot == Slot::Ready {
-                    slot = Slot::Delayed;
-                    after = None;
-                    continue;
-                }
-                q.sweep = None;
-                return;
-            }
-            q.sweep = Some((slot, after));
-            return;
         }
     }
 
@@ -830,27 +564,5 @@ pub(crate) const MAX_COMPLETED: usize = 1_000_000;
 fn sub_live(live: &mut HashMap<u32, u64>, loc: Loc, len: u32) {
     if let Some(v) = live.get_mut(&loc.seg) {
         *v = v.saturating_sub(u64::from(len));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_queued_message_costs_48_bytes_of_struct() {
-        assert_eq!(std::mem::size_of::<Msg>(), 48);
-    }
-
-    #[test]
-    fn packed_fields_round_trip() {
-        let loc = Loc { seg: 1, off: 2 };
-        let mut m = Msg::new(3, Slot::Leased, 1000, u64::MAX, 5, 6, loc, 7, loc);
-        assert_eq!((m.slot(), m.receive_count()), (Slot::Leased, 1000));
-        assert!(m.holds(u64::MAX));
-        m.set_slot(Slot::Ready);
-        assert!(!m.holds(u64::MAX));
-        m.set_receive_count(7);
-        assert_eq!((m.slot(), m.receive_count()), (Slot::Ready, 7));
     }
 }

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use sluice_core::message::MessageId;
 use sluice_core::redrive::already_running;
 use sluice_core::{
-    QueueName, RedriveControl, RedriveId, RedriveJob, RedriveSpec, StoreError, Timestamp,
+    QueueName, RedriveControl, RedriveId, RedriveJob, RedriveSpec, RedriveStep, StoreError,
+    Timestamp,
 };
 use tokio::sync::Notify;
 
-use crate::engine::Core;
-use crate::record::{Record, UpdateEvent, UpdateRecord};
+use crate::core::{Core, Inner};
+use crate::journal::record::{Record, UpdateEvent, UpdateRecord};
 use crate::state::Slot;
 
 /// Finished jobs kept for listing; older ones are forgotten.
@@ -25,8 +26,75 @@ fn not_found(id: RedriveId) -> StoreError {
     StoreError::RedriveNotFound(id.to_string())
 }
 
+/// Creates a redrive job.
+pub(crate) async fn create(inner: &Inner, spec: RedriveSpec) -> Result<RedriveJob, StoreError> {
+    let (job, pos) = {
+        let mut core = inner.lock();
+        let (job, rec) = new_job(&mut core, spec, inner.now())?;
+        (job, core.commit(vec![rec])?)
+    };
+    inner.answerable(pos).await?;
+    Ok(job)
+}
+
+/// A redrive job.
+pub(crate) fn get(inner: &Inner, id: RedriveId) -> Result<RedriveJob, StoreError> {
+    job(&inner.lock(), id)
+}
+
+/// Redrive jobs, newest first.
+pub(crate) fn list(inner: &Inner) -> Result<Vec<RedriveJob>, StoreError> {
+    Ok(inner.lock().state.jobs.values().rev().cloned().collect())
+}
+
+/// Pauses, resumes or cancels a job.
+pub(crate) async fn control(
+    inner: &Inner,
+    id: RedriveId,
+    control: sluice_core::RedriveControl,
+) -> Result<RedriveJob, StoreError> {
+    let (job, pos) = {
+        let mut core = inner.lock();
+        let (job, rec) = control_record(&core, id, &control, inner.now())?;
+        let pos = match rec {
+            Some(rec) => Some(core.commit(vec![rec])?),
+            None => None,
+        };
+        (job, pos)
+    };
+    if let Some(pos) = pos {
+        inner.answerable(pos).await?;
+    }
+    Ok(job)
+}
+
+/// Runs one step of a job: its moves and its progress in one record.
+pub(crate) async fn step(
+    inner: &Inner,
+    id: RedriveId,
+    max: u32,
+) -> Result<RedriveStep, StoreError> {
+    let now = inner.now();
+    let (job, moved_ids, wake, pos) = {
+        let mut core = inner.lock();
+        let out = plan_step(&mut core, id, max, now)?;
+        let pos = core.commit(vec![out.record])?;
+        (out.job, out.moved_ids, out.wake, pos)
+    };
+    for n in wake {
+        n.notify_waiters();
+    }
+    inner.answerable(pos).await?;
+    Ok(RedriveStep {
+        job,
+        moved_now: moved_ids.len() as u64,
+        at: Timestamp(now),
+        moved_ids,
+    })
+}
+
 /// The record creating a job, after checks.
-pub(crate) fn create(
+fn new_job(
     core: &mut Core,
     spec: RedriveSpec,
     now: i64,
@@ -66,7 +134,7 @@ fn forget_old_jobs(core: &mut Core) {
 }
 
 /// A job by id.
-pub(crate) fn get(core: &Core, id: RedriveId) -> Result<RedriveJob, StoreError> {
+fn job(core: &Core, id: RedriveId) -> Result<RedriveJob, StoreError> {
     core.state
         .jobs
         .get(&id.0)
@@ -75,13 +143,13 @@ pub(crate) fn get(core: &Core, id: RedriveId) -> Result<RedriveJob, StoreError> 
 }
 
 /// The record of `control` applied to a job, or `None` when it changes nothing.
-pub(crate) fn control(
+fn control_record(
     core: &Core,
     id: RedriveId,
     control: &RedriveControl,
     now: i64,
 ) -> Result<(RedriveJob, Option<Record>), StoreError> {
-    let mut job = get(core, id)?;
+    let mut job = job(core, id)?;
     if !job.control(control, Timestamp(now))? {
         return Ok((job, None));
     }
@@ -89,7 +157,7 @@ pub(crate) fn control(
 }
 
 /// What one step decided.
-pub(crate) struct StepOutcome {
+struct StepOutcome {
     /// The job after the step.
     pub job: RedriveJob,
     /// The record holding the moves and the job's new progress.
@@ -101,13 +169,13 @@ pub(crate) struct StepOutcome {
 }
 
 /// One step of a running job.
-pub(crate) fn step(
+fn plan_step(
     core: &mut Core,
     id: RedriveId,
     max: u32,
     now: i64,
 ) -> Result<StepOutcome, StoreError> {
-    let mut job = get(core, id)?;
+    let mut job = job(core, id)?;
     job.check_running()?;
     let max = max.clamp(1, 1000) as u64;
     let done_so_far = if job.spec.dry_run {
@@ -134,7 +202,7 @@ pub(crate) fn step(
             wake: vec![],
         });
     };
-    core.maintain(src, now)?;
+    core.expire(src, now)?;
     let candidates: Vec<(i64, u64)> = {
         let ready = &core.state.queues[&src].ready;
         let range = match job.cursor {

@@ -1,0 +1,409 @@
+//! The store's shared core: the in-memory state, the log and the audit log under one mutex
+//! ([`Core`]), the handle every operation works through ([`Inner`]), and the steps the
+//! operations share (commit, load, dead-lettering).
+//!
+//! Every call takes the state lock, decides with the lifecycle rules of `sluice-core`, appends
+//! the resulting records to the log, applies them in memory, releases the lock and only then
+//! waits for the group commit to make its records durable. The lock is never held across a
+//! sync, so concurrent callers pile up behind one fsync instead of one each.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sluice_core::{
+    Attributes, Clock, DeadLetter, DeadLetterReason, Message, MessageId, MessageState, QueueConfig,
+    QueueInfo, QueueName, Receipt, StoreError, Timestamp,
+};
+use tokio::sync::watch;
+
+use crate::catalog::{Catalog, CatalogQueue};
+use crate::journal::log::{self, Durable, Log};
+use crate::journal::record::{
+    Acked, MessageRecord, Qid, Record, RemoveReason, Rich, UpdateEvent, UpdateRecord,
+};
+use crate::state::{Msg, Slot, State};
+
+/// Messages whose attributes are read from the log under one hold of the lock: a read takes
+/// a few microseconds, so reading many lets other calls in between chunks instead of
+/// stalling the broker for their whole length.
+pub(crate) const ATTRIBUTE_CHUNK: usize = 4096;
+
+/// The state of an open store, shared by its clones and its maintenance task.
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) core: Mutex<Core>,
+    pub(crate) durable: watch::Receiver<Durable>,
+    /// The log's sync state, for callers that lead the group commit.
+    pub(crate) sync: Arc<log::SyncShared>,
+    /// Answers do not wait for syncs ([`crate::EmbeddedOptions::sync_interval`]).
+    pub(crate) relaxed: bool,
+    /// Held while a compaction runs: one at a time.
+    pub(crate) compacting: tokio::sync::Mutex<()>,
+    /// Held open to keep the directory lock.
+    pub(crate) _lock: std::fs::File,
+}
+
+/// Everything the one mutex guards: a change to the state is appended to the log (and its
+/// audit lines written) under the same hold of the lock, so the two never disagree.
+pub(crate) struct Core {
+    pub(crate) state: State,
+    pub(crate) log: Log,
+    pub(crate) audit: crate::audit::AuditLog,
+}
+
+impl Inner {
+    /// Takes the state lock.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic under the lock would be a bug; the state it leaves is still the last
+        // consistent one because records are applied only after they are written.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Now, in ms since the epoch, from the store's clock.
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.now().as_millis()
+    }
+
+    /// Waits until the log is durable up to `pos`.
+    pub(crate) async fn durable(&self, pos: u64) -> Result<(), StoreError> {
+        log::wait_durable(&self.sync, self.durable.clone(), pos).await
+    }
+
+    /// Waits until a change written up to `pos` may be answered: once it is durable, or at
+    /// once under relaxed durability ([`crate::EmbeddedOptions::sync_interval`]) while no sync has
+    /// failed. The store's own housekeeping (compaction) always waits for [`Inner::durable`].
+    pub(crate) async fn answerable(&self, pos: u64) -> Result<(), StoreError> {
+        if !self.relaxed {
+            return self.durable(pos).await;
+        }
+        if self.durable.borrow().failed {
+            return Err(log::sync_failed());
+        }
+        Ok(())
+    }
+
+    /// Runs a receipt-checked change: bring the queue up to now, check the lease, build records.
+    pub(crate) async fn with_lease<T>(
+        &self,
+        queue: &QueueName,
+        receipt: &Receipt,
+        f: impl FnOnce(&mut Core, Qid, Msg, i64) -> Result<(Vec<Record>, T), StoreError>,
+    ) -> Result<T, StoreError> {
+        let pos = {
+            let mut core = self.lock();
+            let now = self.now();
+            let qid = core.qid(queue)?;
+            core.expire(qid, now)?;
+            let m = core.leased(qid, receipt)?;
+            let (records, out) = f(&mut core, qid, m, now)?;
+            let pos = core.commit(records)?;
+            (pos, out)
+        };
+        self.answerable(pos.0).await?;
+        Ok(pos.1)
+    }
+}
+
+impl Core {
+    /// The id of queue `name`.
+    pub(crate) fn qid(&self, name: &QueueName) -> Result<Qid, StoreError> {
+        self.state
+            .names
+            .get(name)
+            .copied()
+            .ok_or_else(|| StoreError::QueueNotFound(name.to_string()))
+    }
+
+    /// Appends records and applies them. Returns the log position to wait for.
+    pub(crate) fn commit(&mut self, records: Vec<Record>) -> Result<u64, StoreError> {
+        let (locs, pos) = self.log.append(&records)?;
+        let events = self.audit_events_of(&records);
+        let mark = self.state.summary.fresh_mark();
+        for (r, l) in records.iter().zip(locs) {
+            self.state.apply(r, l.0, l.1);
+        }
+        // Messages this commit put in the summary index (first failures, dead letters) take
+        // their attributes from their records, which the page cache still holds.
+        if self.state.summary.fresh_mark() > mark {
+            self.learn_attributes(Some(mark), usize::MAX);
+        }
+        if !events.is_empty()
+            && let Err(e) = self.audit.append(&events, false)
+        {
+            tracing::warn!(error = %e, "could not write dead-letter events to the audit log");
+        }
+        Ok(pos)
+    }
+
+    /// The audit entries of the broker's own decisions in `records`: dead letters and expiry.
+    fn audit_events_of(&self, records: &[Record]) -> Vec<sluice_core::AuditEvent> {
+        let name = |qid: Qid| self.state.queues.get(&qid).map(|q| q.name.to_string());
+        let mut out = Vec::new();
+        for r in records {
+            match r {
+                Record::Update(u) => {
+                    let from = match u.event {
+                        UpdateEvent::NackExhausted { from }
+                        | UpdateEvent::LeaseExhausted { from }
+                        | UpdateEvent::Rejected { from }
+                        | UpdateEvent::Expired { from } => from,
+                        _ => continue,
+                    };
+                    let at = u
+                        .rich
+                        .dead_letter
+                        .as_ref()
+                        .map_or(Timestamp(u.visible_at), |d| d.at);
+                    let mut e = sluice_core::AuditEvent::by_broker(at, "message.dead_lettered");
+                    e.queue = name(from);
+                    e.message_id = Some(MessageId(u.id).to_string());
+                    if let Some(d) = &u.rich.dead_letter {
+                        e.details.insert("reason".into(), d.reason.as_str().into());
+                    }
+                    if let Some(dlq) = name(u.qid) {
+                        e.details.insert("dead_letter_queue".into(), dlq);
+                    }
+                    if let Some(err) = &u.rich.last_error {
+                        e.details
+                            .insert("last_error".into(), err.chars().take(500).collect());
+                    }
+                    out.push(e);
+                }
+                Record::Remove {
+                    ids,
+                    reason: RemoveReason::Expired,
+                    at,
+                } => {
+                    for id in ids {
+                        let mut e =
+                            sluice_core::AuditEvent::by_broker(Timestamp(*at), "message.expired");
+                        e.queue = self.state.msgs.get(id).and_then(|m| name(m.qid));
+                        e.message_id = Some(MessageId(*id).to_string());
+                        e.details.insert(
+                            "outcome".into(),
+                            "dropped: the queue has no dead-letter queue".into(),
+                        );
+                        out.push(e);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Reads the body record and the rich fields of a live message.
+    pub(crate) fn load(&self, id: u64, m: &Msg) -> Result<(MessageRecord, Rich), StoreError> {
+        let Record::Message(rec) = self.log.read_sized(m.body, Some(m.body_len))? else {
+            return Err(StoreError::unavailable(
+                "log record is not a message (index out of step)",
+            ));
+        };
+        let rich = if m.aux == m.body {
+            rec.rich.clone()
+        } else {
+            match self.log.read(m.aux)? {
+                Record::Update(u) => u.rich,
+                Record::Message(r) => r.rich,
+                Record::Redrive { moves, .. } | Record::RedriveV1 { moves, .. } => {
+                    match moves.into_iter().find(|u| u.id == id) {
+                        Some(u) => u.rich,
+                        None => {
+                            return Err(StoreError::unavailable(
+                                "redrive record does not hold the message (index out of step)",
+                            ));
+                        }
+                    }
+                }
+                _ => {
+                    return Err(StoreError::unavailable(
+                        "log record is not an update (index out of step)",
+                    ));
+                }
+            }
+        };
+        Ok((rec, rich))
+    }
+
+    /// The update that moves message `id` of queue `name` to its dead-letter queue.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn dead_letter(
+        &mut self,
+        cfg: &QueueConfig,
+        name: &QueueName,
+        id: u64,
+        m: &Msg,
+        mut rich: Rich,
+        reason: DeadLetterReason,
+        event: UpdateEvent,
+        now: i64,
+    ) -> Result<UpdateRecord, StoreError> {
+        let dlq_name = cfg.dead_letter_queue.as_ref().ok_or_else(|| {
+            StoreError::Conflict(format!(
+                "queue \"{name}\" has no dead_letter_queue; set one (PUT /v1/queues/{name}) or nack instead"
+            ))
+        })?;
+        let dlq = self.qid(dlq_name).map_err(|_| {
+            StoreError::Conflict(format!(
+                "dead-letter queue \"{dlq_name}\" of \"{name}\" does not exist; create it or change dead_letter_queue"
+            ))
+        })?;
+        rich.dead_letter = Some(DeadLetter {
+            reason,
+            at: Timestamp(now),
+        });
+        rich.source_queue = Some(name.to_string());
+        if let Some(q) = self.state.queues.get(&dlq) {
+            q.notify.notify_waiters();
+        }
+        Ok(UpdateRecord {
+            event,
+            id,
+            qid: dlq,
+            visible_at: now,
+            entered_at: now,
+            receive_count: m.receive_count(),
+            rich,
+        })
+    }
+
+    /// The record that ends a cancelled task whatever its handler reported: a completed
+    /// record marked cancelled (sticky), kept for the queue's `result_ttl`.
+    pub(crate) fn end_cancelled(&self, qid: Qid, id: u64, m: &Msg, now: i64) -> Record {
+        let ttl = self
+            .state
+            .queues
+            .get(&qid)
+            .map_or(0, |q| q.config.result_ttl.as_millis() as i64);
+        Record::Ack(vec![Acked {
+            id,
+            qid,
+            receive_count: m.receive_count(),
+            at: now,
+            keep_until: now + ttl,
+            cancelled: true,
+        }])
+    }
+
+    /// Finds the live lease named by `receipt` in queue `qid`.
+    pub(crate) fn leased(&self, qid: Qid, receipt: &Receipt) -> Result<Msg, StoreError> {
+        match self.state.msgs.get(&receipt.id.0) {
+            Some(m) if m.qid == qid && m.holds(receipt.token) => Ok(*m),
+            _ => Err(StoreError::ReceiptStale),
+        }
+    }
+
+    /// Queue `qid` as the API shows it.
+    pub(crate) fn info(&self, qid: Qid) -> QueueInfo {
+        let q = &self.state.queues[&qid];
+        QueueInfo {
+            name: q.name.clone(),
+            config: q.config.clone(),
+            created_at: q.created_at,
+        }
+    }
+
+    /// The catalog of the current queues, to be written after a change.
+    pub(crate) fn catalog(&self) -> Catalog {
+        let mut queues: Vec<CatalogQueue> = self
+            .state
+            .queues
+            .iter()
+            .map(|(qid, q)| CatalogQueue {
+                qid: *qid,
+                name: q.name.clone(),
+                config: q.config.clone(),
+                created_at: q.created_at,
+            })
+            .collect();
+        queues.sort_by_key(|q| q.qid);
+        Catalog {
+            next_qid: self.state.next_qid,
+            queues,
+        }
+    }
+
+    /// A live message as the API shows it, body and history read from the log.
+    pub(crate) fn message_view(&self, id: u64, m: &Msg) -> Result<Message, StoreError> {
+        let (rec, rich) = self.load(id, m)?;
+        let q = &self.state.queues[&m.qid];
+        Ok(Message {
+            id: MessageId(id),
+            queue: q.name.clone(),
+            state: match m.slot() {
+                Slot::Delayed => MessageState::Delayed,
+                Slot::Ready => MessageState::Visible,
+                Slot::Leased => MessageState::InFlight,
+            },
+            body: Some(rec.body),
+            attributes: rec.attributes,
+            enqueued_at: Timestamp(rec.enqueued_at),
+            entered_at: Timestamp(m.entered_at),
+            visible_at: Some(Timestamp(m.at)),
+            receive_count: m.receive_count(),
+            last_error: rich.last_error,
+            attempts: rich.attempts,
+            dedup_id: rec.dedup.map(|(k, _)| k),
+            source_queue: rich.source_queue.and_then(|s| QueueName::new(s).ok()),
+            dead_letter: rich.dead_letter,
+            result: None,
+            completed_at: None,
+            cancelled: m.cancel_requested(),
+            progress: self.state.progress.get(&id).cloned(),
+        })
+    }
+
+    /// The attributes of message `id` if it is still in queue `qid`, read from its record.
+    pub(crate) fn read_attributes(
+        &self,
+        qid: Qid,
+        id: u64,
+    ) -> Result<Option<Attributes>, StoreError> {
+        let Some(m) = self.state.msgs.get(&id).filter(|m| m.qid == qid) else {
+            return Ok(None);
+        };
+        match self.log.read_sized(m.body, Some(m.body_len))? {
+            Record::Message(rec) => Ok(Some(rec.attributes)),
+            _ => Err(StoreError::unavailable(
+                "log record is not a message (index out of step)",
+            )),
+        }
+    }
+
+    /// Reads the attributes of the messages indexed without them since `mark` (this commit's),
+    /// or of up to `limit` of the oldest still missing when `mark` is `None` (the background
+    /// pass after a restart). Returns how many it read.
+    pub(crate) fn learn_attributes(&mut self, mark: Option<usize>, limit: usize) -> usize {
+        let batch = self.state.summary.take_fresh(mark, limit);
+        let mut read = 0;
+        for (qid, id) in batch {
+            if !self.state.summary.missing_attributes(qid, id) {
+                continue;
+            }
+            match self.read_attributes(qid, id) {
+                Ok(Some(attrs)) => {
+                    self.state.summary.learn(qid, id, &attrs);
+                    read += 1;
+                }
+                Ok(None) => {}
+                // The next summary that needs them reads them again.
+                Err(e) => tracing::debug!(error = %e, "could not read a dead letter's attributes"),
+            }
+        }
+        read
+    }
+}
+
+/// The result held by a completion record (an ack with result, or its compaction copy).
+pub(crate) fn stored_result(rec: Record, id: u64) -> Option<sluice_core::Body> {
+    match rec {
+        Record::Complete { result, .. } => Some(result),
+        Record::Kept { acked, results } => acked
+            .iter()
+            .zip(results)
+            .find(|(a, _)| a.id == id)
+            .and_then(|(_, r)| r),
+        _ => None,
+    }
+}

@@ -1,0 +1,79 @@
+//! `ack`: completes leased messages, keeping results for the queue's `result_ttl`.
+
+use sluice_core::store::validate_ack_batch;
+use sluice_core::{AckRequest, QueueName, StoreError};
+
+use crate::core::Inner;
+use crate::journal::record::{Acked, Record};
+
+/// Whether a lease may be granted while an ack of the same queue is under way: `ack`
+/// decides and appends under the state lock before its one await (durability).
+pub(crate) const LEASE_MAY_OVERLAP_ACK: bool = true;
+
+/// Acknowledges leases; each receipt gets its own answer (stale, duplicate, or result too
+/// large).
+pub(crate) async fn ack(
+    inner: &Inner,
+    queue: &QueueName,
+    acks: Vec<AckRequest>,
+) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    validate_ack_batch(acks.len())?;
+    let (out, pos) = {
+        let mut core = inner.lock();
+        let now = inner.now();
+        let qid = core.qid(queue)?;
+        core.expire(qid, now)?;
+        let cfg = core.state.queues[&qid].config.clone();
+        let keep_until = now + cfg.result_ttl.as_millis() as i64;
+        let mut seen = std::collections::HashSet::new();
+        let mut plain = Vec::new();
+        let mut records = Vec::new();
+        let mut out = Vec::with_capacity(acks.len());
+        for a in acks {
+            let m = match core.leased(qid, &a.receipt) {
+                Ok(m) if seen.insert(a.receipt.id) => m,
+                Ok(_) | Err(_) => {
+                    out.push(Err(StoreError::ReceiptStale));
+                    continue;
+                }
+            };
+            let acked = Acked {
+                id: a.receipt.id.0,
+                qid,
+                receive_count: m.receive_count(),
+                at: now,
+                keep_until,
+                cancelled: m.cancel_requested(),
+            };
+            match a.result {
+                Some(result) if result.len() > cfg.max_message_bytes as usize => {
+                    seen.remove(&a.receipt.id);
+                    out.push(Err(StoreError::PayloadTooLarge(format!(
+                        "result is {} bytes; queue \"{queue}\" keeps results of at most {} bytes (max_message_bytes)",
+                        result.len(),
+                        cfg.max_message_bytes
+                    ))));
+                    continue;
+                }
+                Some(result) if keep_until > now && !acked.cancelled => {
+                    records.push(Record::Complete { acked, result })
+                }
+                _ => plain.push(acked),
+            }
+            out.push(Ok(()));
+        }
+        if !plain.is_empty() {
+            records.push(Record::Ack(plain));
+        }
+        let pos = if records.is_empty() {
+            None
+        } else {
+            Some(core.commit(records)?)
+        };
+        (out, pos)
+    };
+    if let Some(pos) = pos {
+        inner.answerable(pos).await?;
+    }
+    Ok(out)
+}

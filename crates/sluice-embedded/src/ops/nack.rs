@@ -1,0 +1,213 @@
+//! Handing a lease back unfinished: `nack` (retry or dead-letter), `reject` (dead-letter
+//! now), `move_message` (to another queue) and `release` (visible again, attempt not
+//! counted). A task whose cancellation was requested ends cancelled instead.
+
+use std::time::Duration;
+
+use sluice_core::lifecycle::{self, AfterFailure};
+use sluice_core::message::clip_error;
+use sluice_core::store::validate_nack_delay;
+use sluice_core::{
+    Attempt, AttemptOutcome, DeadLetterReason, Failure, MessageState, NackOutcome, QueueName,
+    Receipt, StoreError, Timestamp,
+};
+
+use crate::core::Inner;
+use crate::journal::record::{Record, Rich, UpdateEvent, UpdateRecord};
+
+/// Hands a lease back as failed: retried after the delay, or dead-lettered after its last
+/// attempt.
+pub(crate) async fn nack(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    delay: Option<Duration>,
+    failure: Failure,
+) -> Result<NackOutcome, StoreError> {
+    validate_nack_delay(delay)?;
+    let (outcome, notify) = inner
+        .with_lease(queue, &receipt, |core, qid, m, now| {
+            if m.cancel_requested() {
+                let notify = core.state.queues[&qid].notify.clone();
+                let outcome = NackOutcome {
+                    state: Some(MessageState::Completed),
+                    queue: queue.clone(),
+                };
+                return Ok((
+                    vec![core.end_cancelled(qid, receipt.id.0, &m, now)],
+                    (outcome, notify),
+                ));
+            }
+            let cfg = core.state.queues[&qid].config.clone();
+            let (_, mut rich) = core.load(receipt.id.0, &m)?;
+            apply_failure(&mut rich, now, AttemptOutcome::Nacked, &failure);
+            let id = receipt.id.0;
+            let (update, state) = match lifecycle::after_nack(&cfg, m.receive_count(), delay) {
+                AfterFailure::Retry(d) => (
+                    UpdateRecord {
+                        event: UpdateEvent::Nack,
+                        id,
+                        qid,
+                        visible_at: Timestamp(now).plus(d).as_millis(),
+                        entered_at: m.entered_at,
+                        receive_count: m.receive_count(),
+                        rich,
+                    },
+                    Some(if d.is_zero() {
+                        MessageState::Visible
+                    } else {
+                        MessageState::Delayed
+                    }),
+                ),
+                AfterFailure::DeadLetter(reason) => {
+                    let name = queue.clone();
+                    (
+                        core.dead_letter(
+                            &cfg,
+                            &name,
+                            id,
+                            &m,
+                            rich,
+                            reason,
+                            UpdateEvent::NackExhausted { from: qid },
+                            now,
+                        )?,
+                        None,
+                    )
+                }
+            };
+            let to = update.qid;
+            let notify = core.state.queues[&to].notify.clone();
+            let q = core.state.queues[&to].name.clone();
+            Ok((
+                vec![Record::Update(update)],
+                (NackOutcome { state, queue: q }, notify),
+            ))
+        })
+        .await?;
+    // A waiting consumer wakes and its receive makes the message visible (every call
+    // brings its queue up to now first).
+    notify.notify_waiters();
+    Ok(outcome)
+}
+
+/// Dead-letters a leased message now.
+pub(crate) async fn reject(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    failure: Failure,
+) -> Result<QueueName, StoreError> {
+    inner
+        .with_lease(queue, &receipt, |core, qid, m, now| {
+            if m.cancel_requested() {
+                return Ok((
+                    vec![core.end_cancelled(qid, receipt.id.0, &m, now)],
+                    queue.clone(),
+                ));
+            }
+            let cfg = core.state.queues[&qid].config.clone();
+            let (_, mut rich) = core.load(receipt.id.0, &m)?;
+            apply_failure(&mut rich, now, AttemptOutcome::Rejected, &failure);
+            let u = core.dead_letter(
+                &cfg,
+                queue,
+                receipt.id.0,
+                &m,
+                rich,
+                DeadLetterReason::Rejected,
+                UpdateEvent::Rejected { from: qid },
+                now,
+            )?;
+            let dlq = core.state.queues[&u.qid].name.clone();
+            Ok((vec![Record::Update(u)], dlq))
+        })
+        .await
+}
+
+/// Moves a leased message to another queue, as a fresh message there.
+pub(crate) async fn move_message(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    to: &QueueName,
+    failure: Failure,
+) -> Result<(), StoreError> {
+    sluice_core::store::validate_move(queue, to)?;
+    let notify = inner
+        .with_lease(queue, &receipt, |core, qid, m, now| {
+            let to_qid = core.qid(to)?;
+            if m.cancel_requested() {
+                let notify = core.state.queues[&qid].notify.clone();
+                return Ok((vec![core.end_cancelled(qid, receipt.id.0, &m, now)], notify));
+            }
+            let (_, mut rich) = core.load(receipt.id.0, &m)?;
+            apply_failure(&mut rich, now, AttemptOutcome::Moved, &failure);
+            rich.source_queue = Some(queue.to_string());
+            rich.dead_letter = None;
+            let u = UpdateRecord {
+                event: UpdateEvent::Moved { from: qid },
+                id: receipt.id.0,
+                qid: to_qid,
+                visible_at: now,
+                entered_at: now,
+                receive_count: 0,
+                rich,
+            };
+            Ok((
+                vec![Record::Update(u)],
+                core.state.queues[&to_qid].notify.clone(),
+            ))
+        })
+        .await?;
+    notify.notify_waiters();
+    Ok(())
+}
+
+/// Hands a lease back unused: visible again, the receive not counted.
+pub(crate) async fn release(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+) -> Result<(), StoreError> {
+    let notify = inner
+        .with_lease(queue, &receipt, |core, qid, m, now| {
+            let notify = core.state.queues[&qid].notify.clone();
+            if m.cancel_requested() {
+                return Ok((vec![core.end_cancelled(qid, receipt.id.0, &m, now)], notify));
+            }
+            let (_, rich) = core.load(receipt.id.0, &m)?;
+            let u = UpdateRecord {
+                event: UpdateEvent::Released,
+                id: receipt.id.0,
+                qid,
+                visible_at: now,
+                entered_at: m.entered_at,
+                receive_count: m.receive_count().saturating_sub(1),
+                rich,
+            };
+            Ok((vec![Record::Update(u)], notify))
+        })
+        .await?;
+    notify.notify_waiters();
+    Ok(())
+}
+
+/// The attempt a failure report adds to a message's history (its error clipped).
+fn failure_attempt(now: i64, outcome: AttemptOutcome, failure: &Failure) -> Attempt {
+    Attempt {
+        at: Timestamp(now),
+        outcome,
+        error: failure.error.clone().map(clip_error),
+        consumer: failure.consumer.clone(),
+    }
+}
+
+/// Adds a failure to a message's history; its error, if any, becomes the last error.
+fn apply_failure(rich: &mut Rich, now: i64, outcome: AttemptOutcome, failure: &Failure) {
+    let attempt = failure_attempt(now, outcome, failure);
+    if attempt.error.is_some() {
+        rich.last_error.clone_from(&attempt.error);
+    }
+    lifecycle::record_attempt(&mut rich.attempts, attempt);
+}
