@@ -320,6 +320,18 @@ impl Caller {
         }
     }
 
+    /// The key's role (`None` when authentication is off: anybody may do anything).
+    pub fn role(&self) -> Option<Role> {
+        self.key.as_deref().map(|k| k.role)
+    }
+
+    /// The queue patterns the key covers (`*` when authentication is off).
+    pub fn patterns(&self) -> Vec<String> {
+        self.key
+            .as_deref()
+            .map_or_else(|| vec!["*".to_owned()], |k| k.patterns.clone())
+    }
+
     /// True when the caller may see `queue` at all (for listing).
     pub fn sees(&self, queue: &str) -> bool {
         self.key.as_ref().is_none_or(|k| k.covers(queue))

@@ -13,11 +13,13 @@
 //! ```
 
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod extract;
 mod frames;
 pub mod idempotency;
 pub mod metrics;
+pub mod origin;
 pub mod query;
 pub mod redrive;
 pub mod routes;

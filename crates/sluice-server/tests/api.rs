@@ -930,6 +930,8 @@ async fn health_readiness_routing_errors_and_openapi() {
         ("/v1/redrives/{id}/resume", vec!["post"]),
         ("/v1/audit", vec!["get"]),
         ("/v1/queues/{q}/scaling", vec!["get"]),
+        ("/v1/stats", vec!["get"]),
+        ("/v1/whoami", vec!["get"]),
         ("/healthz", vec!["get"]),
         ("/readyz", vec!["get"]),
         ("/openapi.json", vec!["get"]),

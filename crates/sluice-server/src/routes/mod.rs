@@ -1,12 +1,14 @@
 //! The routes of SPEC §8, one module per area, and the router that assembles them.
 //!
-//! Not yet served (its module will sit beside these): `/` (dashboard). The `Idempotency-Key`
-//! replay of §7 is a layer over every POST route (`crate::idempotency`).
+//! The web console (`/`, `crate::console`) is merged in beside them, outside the OpenAPI
+//! document. The `Idempotency-Key` replay is a layer over every POST route
+//! (`crate::idempotency`); cross-origin writes are refused by another (`crate::origin`).
 
 pub mod audit;
 pub mod consume;
 pub mod health;
 pub mod inspect;
+pub mod overview;
 pub mod queues;
 pub mod redrives;
 pub mod send;
@@ -92,6 +94,8 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(consume::extend))
         .routes(routes!(inspect::get_message, inspect::delete_message))
         .routes(routes!(inspect::stats))
+        .routes(routes!(overview::overview))
+        .routes(routes!(overview::whoami))
         .routes(routes!(summary::summary))
         .routes(routes!(inspect::history))
         .routes(routes!(tasks::get_task))
@@ -134,7 +138,10 @@ async fn no_route() -> ApiError {
 pub fn router(state: AppState, options: &ServerOptions) -> Router {
     let (router, _) = api().split_for_parts();
     let idempotency = crate::idempotency::IdempotencyLayer::new(state.store.clone());
-    let routes = router.fallback(no_route).with_state(state);
+    let routes = router
+        .merge(crate::console::routes())
+        .fallback(no_route)
+        .with_state(state);
     let stack = tower::ServiceBuilder::new()
         .layer(TraceLayer::new_for_http())
         .layer(MapResponseLayer::new(ensure_envelope))
@@ -147,6 +154,7 @@ pub fn router(state: AppState, options: &ServerOptions) -> Router {
         // Bodies are read by our extractors, which enforce `max_body_bytes` with a 413 in
         // the envelope; axum's own 2 MB default would answer in plain text.
         .layer(DefaultBodyLimit::disable())
+        .layer(crate::origin::OriginGuardLayer)
         .layer(idempotency)
         .service(routes);
     Router::new().fallback_service(stack)

@@ -1,0 +1,59 @@
+// Line charts drawn as SVG with DOM calls: no library, no HTML strings.
+
+const NS = "http://www.w3.org/2000/svg";
+
+function el(name, attrs) {
+  const e = document.createElementNS(NS, name);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  return e;
+}
+
+function fmtTime(ms) {
+  const d = new Date(ms);
+  return d.toTimeString().slice(0, 5);
+}
+
+function fmtNum(n) {
+  if (n >= 1e6) return (n / 1e6).toFixed(1) + "M";
+  if (n >= 1e4) return (n / 1e3).toFixed(0) + "k";
+  if (n >= 1e3) return (n / 1e3).toFixed(1) + "k";
+  return String(Math.round(n));
+}
+
+// A chart of `points` ([{t: ms, v: number}]) from `from` to `to` (ms), titled `title`.
+export function lineChart(title, points, from, to) {
+  const W = 380, H = 140, L = 40, R = 8, T = 8, B = 18;
+  const box = document.createElement("div");
+  box.className = "chart";
+  const head = document.createElement("div");
+  head.className = "title";
+  const last = points.length ? points[points.length - 1].v : 0;
+  head.textContent = `${title} — now ${fmtNum(last)}`;
+  box.append(head);
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img" });
+  svg.setAttribute("aria-label", title);
+  const max = Math.max(1, ...points.map((p) => p.v));
+  const x = (t) => L + ((t - from) / Math.max(1, to - from)) * (W - L - R);
+  const y = (v) => T + (1 - v / max) * (H - T - B);
+  svg.append(el("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }));
+  for (const f of [0, 0.5, 1]) {
+    const v = max * f;
+    svg.append(el("line", { class: "axis", x1: L, y1: y(v), x2: W - R, y2: y(v) }));
+    const label = el("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end" });
+    label.textContent = fmtNum(v);
+    svg.append(label);
+  }
+  for (const f of [0, 0.5, 1]) {
+    const t = from + (to - from) * f;
+    const label = el("text", { x: x(t), y: H - 4, "text-anchor": f === 0 ? "start" : f === 1 ? "end" : "middle" });
+    label.textContent = fmtTime(t);
+    svg.append(label);
+  }
+  if (points.length > 1) {
+    const d = points.map((p, i) => `${i ? "L" : "M"}${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join("");
+    svg.append(el("path", { class: "area", d: `${d}L${x(points[points.length - 1].t).toFixed(1)},${H - B}L${x(points[0].t).toFixed(1)},${H - B}Z` }));
+    svg.append(el("path", { class: "line", d }));
+  }
+  box.append(svg);
+  return box;
+}

@@ -1,0 +1,567 @@
+//! The web console in a real browser: Debian's headless Chromium driven through ChromeDriver
+//! (WebDriver), against a real broker on an ephemeral loopback port.
+//!
+//! Without Chromium and ChromeDriver these tests say so loudly and pass, unless `CI=true`,
+//! where they fail (`.ci/run` installs both). To refresh the screenshots in `docs/console/`:
+//!
+//! ```sh
+//! SLUICE_CONSOLE_SCREENSHOTS=$PWD/docs/console cargo test -p sluice-server --test console
+//! ```
+
+mod common;
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use reqwest::Method;
+use serde_json::{Value, json};
+use sluice_server::{ApiKeyConfig, KeyRing, Role, ServerOptions};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A headless Chromium session; ChromeDriver is killed when it is dropped.
+struct Browser {
+    client: Client,
+    driver: Child,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// A browser, or `None` (after saying why) where none is installed outside CI.
+async fn browser() -> Option<Browser> {
+    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
+        .into_iter()
+        .filter(|p| !std::path::Path::new(p).exists())
+        .collect();
+    if !missing.is_empty() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "the console tests need {missing:?}: apt-get install chromium chromium-driver"
+        );
+        eprintln!(
+            "\n!!! SKIPPED: the console's browser tests need {missing:?} \
+             (apt-get install chromium chromium-driver) !!!\n"
+        );
+        return None;
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let driver = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let caps = json!({
+        "goog:chromeOptions": {
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1300,1000"],
+        }
+    });
+    let caps = caps.as_object().expect("object").clone();
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let client = loop {
+        let attempt = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps.clone())
+            .connect(&url)
+            .await;
+        match attempt {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("could not start a browser session: {e}"),
+        }
+    };
+    Some(Browser { client, driver })
+}
+
+impl Browser {
+    /// The text of the first element matching `css` once `ready` accepts it (10 s at most).
+    async fn text_when(&self, css: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = String::new();
+        loop {
+            if let Ok(e) = self.client.find(Locator::Css(css)).await
+                && let Ok(t) = e.text().await
+            {
+                if ready(&t) {
+                    return t;
+                }
+                last = t;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gave up waiting for {css}; last text: {last:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn click(&self, css: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.client.find(Locator::Css(css)).await {
+                Ok(e) => {
+                    e.click().await.expect("click");
+                    return;
+                }
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("no {css} to click: {e}"),
+            }
+        }
+    }
+
+    async fn count(&self, css: &str) -> usize {
+        self.client
+            .find_all(Locator::Css(css))
+            .await
+            .map_or(0, |v| v.len())
+    }
+
+    /// Saves a screenshot as `name` when `SLUICE_CONSOLE_SCREENSHOTS` names a folder.
+    async fn screenshot(&self, name: &str) {
+        let Ok(dir) = std::env::var("SLUICE_CONSOLE_SCREENSHOTS") else {
+            return;
+        };
+        let png = self.client.screenshot().await.expect("screenshot");
+        std::fs::write(std::path::Path::new(&dir).join(name), png).expect("write screenshot");
+    }
+
+    async fn close(mut self) {
+        let client = self.client.clone();
+        let _ = client.close().await;
+        let _ = self.driver.kill();
+    }
+}
+
+/// `n` messages sent to `queue` (one attempt allowed), received and rejected with `error`.
+async fn dead_letters(s: &common::TestServer, queue: &str, n: usize, error: &str) {
+    let msgs: Vec<Value> = (0..n)
+        .map(|i| json!({"body": {"n": i}, "attributes": {"tenant": format!("t{}", i % 2)}}))
+        .collect();
+    let (code, v) = s
+        .call(
+            Method::POST,
+            &format!("/v1/queues/{queue}/messages"),
+            Some(json!({"messages": msgs})),
+        )
+        .await;
+    assert_eq!(code, 201, "{v}");
+    for m in s
+        .receive(queue, json!({"max": n, "visibility_timeout_ms": 60_000}))
+        .await
+    {
+        let (code, v) = s
+            .call(
+                Method::POST,
+                &format!("/v1/queues/{queue}/reject"),
+                Some(json!({"receipt": m["receipt"], "error": error})),
+            )
+            .await;
+        assert_eq!(code, 200, "{v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overview_and_queue_page_show_the_numbers_and_act_with_confirmation() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    s.put_queue("payments", json!({"max_receive_count": 1}))
+        .await;
+    s.put_queue("emails", json!({})).await;
+    for i in 0..10 {
+        s.send("payments", json!({"order": i})).await;
+    }
+    for i in 0..3 {
+        s.send("emails", json!(i)).await;
+    }
+    let leased = s.receive("payments", json!({"max": 4})).await;
+    for m in &leased[..2] {
+        let (code, _) = s
+            .call(
+                Method::POST,
+                "/v1/queues/payments/nack",
+                Some(json!({"receipt": m["receipt"], "error": "HTTP 429"})),
+            )
+            .await;
+        assert_eq!(code, 200);
+    }
+
+    b.client.goto(&s.url("/")).await.expect("open the console");
+    let row = b
+        .text_when("tr[data-queue='payments']", |t| t.contains("payments"))
+        .await;
+    // visible 6, in flight 2, delayed 0, DLQ 2.
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[..5], ["payments", "6", "2", "0", "2"], "{row}");
+    let emails = b.text_when("tr[data-queue='emails']", |_| true).await;
+    assert!(emails.starts_with("emails 3 0 0 0"), "{emails}");
+    assert_eq!(b.count("tbody tr").await, 4, "two queues and their DLQs");
+    b.screenshot("overview.png").await;
+
+    let filter = b
+        .client
+        .find(Locator::Css("#filter"))
+        .await
+        .expect("filter");
+    filter.send_keys("pay").await.expect("type");
+    b.text_when("#queues tbody", |t| !t.contains("emails"))
+        .await;
+    assert_eq!(b.count("tbody tr").await, 2, "payments and payments.dlq");
+
+    // Sorting by DLQ depth, largest first.
+    b.click("th[data-sort='dlq']").await;
+    let first = b.text_when("#queues tbody tr", |_| true).await;
+    assert!(first.starts_with("payments "), "{first}");
+
+    // The queue page: stats, charts, and purge with a confirmation naming the count.
+    b.click("tr[data-queue='payments'] a").await;
+    b.text_when("[data-stat='visible']", |t| t.contains('6'))
+        .await;
+    assert_eq!(
+        b.count(".chart svg").await,
+        3,
+        "backlog, in flight, dead letters"
+    );
+    b.screenshot("queue.png").await;
+    b.click("#purge").await;
+    let question = b.text_when(".confirm p", |_| true).await;
+    assert_eq!(
+        question,
+        "Purge 8 messages from payments? They are deleted for good."
+    );
+    b.click("#confirm").await;
+    b.text_when(".ok", |t| t.contains("Purged 8 messages"))
+        .await;
+    assert_eq!(s.stats("payments").await["visible"], 0);
+
+    // A configuration the broker refuses shows its reason inline; a good one is saved.
+    let field = b
+        .client
+        .find(Locator::Css("input[name='max_receive_count']"))
+        .await
+        .expect("field");
+    field.clear().await.expect("clear");
+    field.send_keys("5000").await.expect("type");
+    b.click("button[form='config']").await;
+    let err = b.text_when("#config-out .error", |t| !t.is_empty()).await;
+    assert!(err.contains("max_receive_count"), "{err}");
+    field.clear().await.expect("clear");
+    field.send_keys("3").await.expect("type");
+    b.click("button[form='config']").await;
+    b.text_when("#config-out .ok", |t| t == "Saved.").await;
+    let (_, q) = s.call(Method::GET, "/v1/queues/payments", None).await;
+    assert_eq!(q["config"]["max_receive_count"], 3);
+    b.close().await;
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dlq_group_is_drilled_into_and_redriven_at_the_chosen_rate() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    s.put_queue("payments", json!({"max_receive_count": 1}))
+        .await;
+    dead_letters(&s, "payments", 6, "upstream timeout after 30s").await;
+    dead_letters(&s, "payments", 4, "HTTP 429 Too Many Requests").await;
+
+    b.client
+        .goto(&s.url("/#/dlq/payments.dlq"))
+        .await
+        .expect("open");
+    b.text_when("#groups", |t| t.contains("HTTP 429")).await;
+    b.screenshot("dlq.png").await;
+    b.click("tr[data-group='HTTP 429 Too Many Requests'] button.show")
+        .await;
+    b.text_when("#messages tbody", |t| t.contains("HTTP 429"))
+        .await;
+    assert_eq!(b.count("#messages tbody tr").await, 4);
+
+    // Redrive the 429s at 120 a minute: a dry run counts them first.
+    b.click("tr[data-group='HTTP 429 Too Many Requests'] button.redrive")
+        .await;
+    let rate = b.client.find(Locator::Css("#rate")).await.expect("rate");
+    rate.clear().await.expect("clear");
+    rate.send_keys("120").await.expect("type");
+    b.client
+        .find(Locator::Css("#rate-unit option[value='60000']"))
+        .await
+        .expect("per minute")
+        .click()
+        .await
+        .expect("choose");
+    b.client
+        .find(Locator::Css("#guard"))
+        .await
+        .expect("guard")
+        .send_keys("50")
+        .await
+        .expect("type");
+    b.click("#dry-run").await;
+    let count = b.text_when("#dry-run-count", |t| t.contains("match")).await;
+    assert_eq!(count, "Dry run: 4 messages match.");
+    b.screenshot("redrive-confirm.png").await;
+    let started = Instant::now();
+    b.click("#confirm").await;
+    b.text_when("#redrive-state", |t| t.contains("completed"))
+        .await;
+    let took = started.elapsed();
+    b.screenshot("redrive.png").await;
+
+    let (_, jobs) = s.call(Method::GET, "/v1/redrives", None).await;
+    let job = jobs["redrives"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["dry_run"] == false)
+        .expect("the redrive")
+        .clone();
+    assert_eq!(job["moved"], 4, "{job}");
+    assert_eq!(job["rate"], json!({"limit": 120, "period_ms": 60000}));
+    assert_eq!(job["pause_if_failing"]["percent"], 50);
+    assert_eq!(
+        job["filter"]["error_contains"],
+        "HTTP 429 Too Many Requests"
+    );
+    // Four moves spaced 0.5 s apart take at least 1.5 s.
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    assert_eq!(s.stats("payments").await["visible"], 4);
+    assert_eq!(
+        s.stats("payments.dlq").await["visible"],
+        6,
+        "the timeouts stay"
+    );
+    b.close().await;
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_are_shown_as_text_and_never_run() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    s.put_queue("web", json!({})).await;
+    let json_id = s
+        .send(
+            "web",
+            json!({"html": "<script>window.pwned = 1</script><img src=x onerror=\"window.pwned = 2\">"}),
+        )
+        .await;
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/web/messages",
+            Some(json!({"messages": [{"body_base64": "PHNjcmlwdD53aW5kb3cucHduZWQ9Mzwvc2NyaXB0Pg=="}]})),
+        )
+        .await;
+    assert_eq!(code, 201, "{v}");
+    let bytes_id = v["ids"][0].as_str().expect("id").to_owned();
+
+    b.client
+        .goto(&s.url(&format!("/#/messages/{json_id}")))
+        .await
+        .expect("open");
+    let body = b.text_when("#body", |t| t.contains("script")).await;
+    assert!(
+        body.contains("<script>window.pwned = 1</script>"),
+        "shown as text: {body}"
+    );
+    assert_eq!(b.count("#body img, #body script").await, 0);
+    b.screenshot("message.png").await;
+    b.client
+        .goto(&s.url(&format!("/#/messages/{bytes_id}")))
+        .await
+        .expect("open");
+    let hex = b.text_when("#body", |t| t.contains("3c 73 63")).await;
+    assert!(hex.contains("<script>window"), "bytes as a hex dump: {hex}");
+    let pwned = b
+        .client
+        .execute("return window.pwned === undefined;", vec![])
+        .await
+        .expect("execute");
+    assert_eq!(pwned, json!(true), "no payload ran");
+    b.close().await;
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_key_sees_no_redrive_and_other_origins_cannot_write() {
+    let Some(b) = browser().await else { return };
+    let key = |name: &str, role, secret: &str| ApiKeyConfig {
+        name: name.into(),
+        role,
+        queues: vec!["*".into()],
+        sha256: sluice_server::auth::hash_secret(secret),
+    };
+    let keys = KeyRing::new(vec![
+        key("ops", Role::Admin, "admin-secret"),
+        key("worker", Role::Consumer, "consumer-secret"),
+    ])
+    .expect("keys");
+    let s = common::start_with(ServerOptions {
+        keys,
+        ..ServerOptions::default()
+    })
+    .await;
+    let admin = Some("admin-secret");
+    let (code, _) = s
+        .call_as(
+            admin,
+            Method::PUT,
+            "/v1/queues/payments",
+            Some(json!({"max_receive_count": 1})),
+        )
+        .await;
+    assert!(code.is_success(), "{code}");
+
+    b.client.goto(&s.url("/")).await.expect("open");
+    let key_input = b
+        .client
+        .wait()
+        .for_element(Locator::Css("#key"))
+        .await
+        .expect("the console asks for a key");
+    key_input.send_keys("consumer-secret").await.expect("type");
+    b.click("form button[type='submit']").await;
+    b.text_when("#who", |t| t.contains("worker")).await;
+    b.client
+        .goto(&s.url("/#/dlq/payments.dlq"))
+        .await
+        .expect("open");
+    let err = b.text_when(".error", |t| !t.is_empty()).await;
+    assert!(err.contains("consumer"), "{err}");
+    assert_eq!(b.count("button.redrive, #redrive-all").await, 0);
+
+    // A call forged from the page with the consumer's key is refused by the broker.
+    let status = b
+        .client
+        .execute_async(
+            "const done = arguments[0];
+             fetch('/v1/redrives', {method: 'POST',
+               headers: {'Authorization': 'Bearer consumer-secret', 'Content-Type': 'application/json'},
+               body: JSON.stringify({source: 'payments.dlq'})}).then(r => done(r.status));",
+            vec![],
+        )
+        .await
+        .expect("forged call");
+    assert_eq!(status, json!(403));
+
+    b.close().await;
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_broker_refuses_writes_from_other_origins() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    s.put_queue("payments", json!({})).await;
+    // A page of another origin (another port of the same host) posts to the broker, as a
+    // malicious site open in the operator's browser would.
+    let page = axum::Router::new().route(
+        "/",
+        axum::routing::get(|| async {
+            axum::response::Html(
+                "<script>
+                   const target = new URLSearchParams(location.search).get('target');
+                   fetch(target, {method: 'POST', mode: 'no-cors'})
+                     .then(() => { document.title = 'sent'; }, e => { document.title = 'error ' + e; });
+                 </script>",
+            )
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let other = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, page).await;
+    });
+    let target = s.url("/v1/queues/payments/pause");
+    b.client
+        .goto(&format!("{other}/?target={target}"))
+        .await
+        .expect("open the other origin's page");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let title = b.client.title().await.expect("title");
+        if title == "sent" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline && !title.starts_with("error"),
+            "the other page's request: {title:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!paused(&s).await, "the cross-origin write was refused");
+
+    // The same call from the console's own origin is carried out.
+    b.client.goto(&s.url("/")).await.expect("open");
+    b.text_when("#who", |t| t.contains("no API keys")).await;
+    let sent = b
+        .client
+        .execute_async(
+            "const done = arguments[0];
+             fetch('/v1/queues/payments/pause', {method: 'POST'}).then(r => done(r.status));",
+            vec![],
+        )
+        .await
+        .expect("script");
+    assert_eq!(sent, json!(200));
+    assert!(paused(&s).await, "a same-origin write goes through");
+    server.abort();
+    b.close().await;
+    s.shutdown().await;
+}
+
+async fn paused(s: &common::TestServer) -> bool {
+    let (_, q) = s.call(Method::GET, "/v1/queues/payments", None).await;
+    q["config"]["paused"].as_bool().expect("paused")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_is_served_with_a_strict_policy() {
+    let s = common::start().await;
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/console/app.js", "text/javascript"),
+        ("/console/charts.js", "text/javascript"),
+        ("/console/style.css", "text/css"),
+    ] {
+        let resp = s.client.get(s.url(path)).send().await.expect("get");
+        assert_eq!(resp.status(), 200, "{path}");
+        let h = resp.headers();
+        let header = |name: &str| {
+            h.get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(header("content-type").starts_with(kind), "{path}");
+        let csp = header("content-security-policy");
+        for rule in [
+            "default-src 'none'",
+            "script-src 'self'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(rule), "{path}: {csp}");
+        }
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+    }
+    s.shutdown().await;
+}
