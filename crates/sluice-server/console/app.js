@@ -899,7 +899,7 @@ async function taskPage(id) {
           h("tr", {}, h("th", {}, "result"), h("td", {}, t.result === undefined || t.result === null ? "—" : h("pre", { class: "body" }, t.result_encoding === "text" ? String(t.result) : JSON.stringify(t.result, null, 2)))),
         ),
       ),
-      can("cancel_tasks") && ["pending", "started", "retry"].includes(t.status)
+      can("cancel_tasks") && ["PENDING", "STARTED", "RETRY"].includes(String(t.status).toUpperCase())
         ? h("div", { class: "row" }, h("button", { class: "danger", id: "cancel-task", onclick: async () => draw(await api("POST", `/v1/tasks/${enc(id)}/cancel`)) }, "Cancel task"))
         : null,
     );

@@ -565,3 +565,42 @@ async fn the_console_is_served_with_a_strict_policy() {
     }
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_looked_up_and_followed_live() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    s.put_queue("inference", json!({})).await;
+    let id = s.send("inference", json!({"prompt": "hello"})).await;
+    b.client.goto(&s.url("/#/tasks")).await.expect("open");
+    b.client
+        .wait()
+        .for_element(Locator::Css("#task-id"))
+        .await
+        .expect("lookup field")
+        .send_keys(&id)
+        .await
+        .expect("type");
+    b.click("form button[type='submit']").await;
+    b.text_when("#task-status", |t| t == "PENDING").await;
+    assert_eq!(
+        b.count("#cancel-task").await,
+        1,
+        "a waiting task can be cancelled"
+    );
+    // A worker takes it and finishes it; the page follows the task's status events.
+    let got = s.receive("inference", json!({"max": 1})).await;
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/inference/ack",
+            Some(json!({"receipt": got[0]["receipt"], "result": {"answer": 42}})),
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+    b.text_when("#task-status", |t| t == "SUCCESS").await;
+    let result = b.text_when("#task pre", |t| t.contains("answer")).await;
+    assert!(result.contains("42"), "{result}");
+    b.close().await;
+    s.shutdown().await;
+}
