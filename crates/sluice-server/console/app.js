@@ -236,7 +236,11 @@ function confirmBox(question, label, action) {
 
 // ---- Overview ----------------------------------------------------------------------------
 
-const overviewState = { filter: "", sort: "name", asc: true, ages: new Map() };
+// `seen` holds, per queue, the DLQ depth and oldest age last read and when the DLQ last grew,
+// so a queue stays highlighted for a minute after its DLQ grew.
+const overviewState = { filter: "", sort: "name", asc: true, seen: new Map() };
+
+const HIGHLIGHT_MS = 60000;
 
 const COLUMNS = [
   ["name", "Queue", (r) => r.queue, false],
@@ -332,14 +336,20 @@ async function overview() {
   };
   await every(3000, async () => {
     const data = await api("GET", "/v1/stats");
-    const ages = overviewState.ages;
+    const now = Date.now();
     rows = data.queues.map((r) => {
-      const before = ages.get(r.queue);
-      const oldestRising = r.visible > 0 && r.oldest_visible_age_ms >= 30000 && before !== undefined && r.oldest_visible_age_ms > before;
-      ages.set(r.queue, r.oldest_visible_age_ms);
+      const before = overviewState.seen.get(r.queue);
+      const seen = {
+        dlq: r.dead_letter_depth,
+        age: r.oldest_visible_age_ms,
+        dlqRose: before && r.dead_letter_depth > before.dlq ? now : before ? before.dlqRose : 0,
+        ageRose: before && r.visible > 0 && r.oldest_visible_age_ms >= 30000 && r.oldest_visible_age_ms > before.age,
+      };
+      overviewState.seen.set(r.queue, seen);
       let alert = null;
-      if (r.dead_letter_queue && r.dlq_trend.direction === "rising") alert = "its dead-letter queue is growing";
-      else if (oldestRising) alert = "its oldest message keeps waiting";
+      if (r.dead_letter_queue && (r.dlq_trend.direction === "rising" || now - seen.dlqRose < HIGHLIGHT_MS)) {
+        alert = "its dead-letter queue is growing";
+      } else if (seen.ageRose) alert = "its oldest message keeps waiting";
       return { ...r, alert };
     });
     draw();

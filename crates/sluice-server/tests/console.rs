@@ -210,9 +210,21 @@ async fn overview_and_queue_page_show_the_numbers_and_act_with_confirmation() {
     // visible 6, in flight 2, delayed 0, DLQ 2.
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(&cells[..5], ["payments", "6", "2", "0", "2"], "{row}");
+    let dlq = b.text_when("tr[data-queue='payments.dlq']", |_| true).await;
+    assert!(
+        dlq.starts_with("payments.dlqDLQ 2 0 0"),
+        "a DLQ badge: {dlq}"
+    );
     let emails = b.text_when("tr[data-queue='emails']", |_| true).await;
     assert!(emails.starts_with("emails 3 0 0 0"), "{emails}");
     assert_eq!(b.count("tbody tr").await, 4, "two queues and their DLQs");
+    // Its DLQ just grew: payments is highlighted, emails is not.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.count("tr.alert[data-queue='payments']").await == 0 {
+        assert!(Instant::now() < deadline, "payments was not highlighted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(b.count("tr.alert").await, 1, "only payments");
     b.screenshot("overview.png").await;
 
     let filter = b
