@@ -1,5 +1,5 @@
 //! Receives of one queue combined: those that arrive while earlier leases of the queue are
-//! being taken share the next lease statement (see [`crate::combine`]), which leases for all
+//! being taken share the next lease statement (see [`crate::hot::combine`]), which leases for all
 //! of them at once and hands each its share, oldest messages first.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use sluice_core::{QueueConfig, QueueName, ReceiveRequest, StoreError};
 use tokio::sync::oneshot;
 
 use crate::error::pool;
-use crate::lease::{Attempted, lease_fast};
+use crate::ops::receive::{Attempted, lease_fast};
 use crate::store::Inner;
 
 /// Lease statements of one queue a node runs at the same time. One: a lease commits without
@@ -19,7 +19,7 @@ use crate::store::Inner;
 pub(crate) const LEASES_IN_FLIGHT: usize = 1;
 
 /// Lease statements of one queue a node runs at the same time for large receives
-/// ([`crate::combine::LARGE_CALL`] messages or more): a lease of a hundred rows spends its
+/// ([`crate::hot::combine::LARGE_CALL`] messages or more): a lease of a hundred rows spends its
 /// time on rows, and one at a time capped a queue at the rows one statement leases per
 /// statement time (measured, 100 messages per receive, 4 + 4: 20,554 – 23,821 msg/s with
 /// four, 9,616 – 11,733 with one, 13,213 – 15,472 with two).
@@ -79,7 +79,7 @@ pub(crate) async fn lease(
         // not stop the lease the others wait for.
         let (inner, queue, max) = (inner.clone(), queue.clone(), req.max as usize);
         tokio::spawn(async move {
-            crate::combine::drain(inner.leases.of(max, packed), &key, jobs, |jobs| {
+            crate::hot::combine::drain(inner.leases.of(max, packed), &key, jobs, |jobs| {
                 serve(&inner, &queue, &key, vis, jobs)
             })
             .await;
@@ -130,10 +130,10 @@ async fn serve(
             inner
                 .backlogged
                 .mark(q, got.len() >= total as usize && waited);
-            if total as usize >= crate::combine::LARGE_CALL {
+            if total as usize >= crate::hot::combine::LARGE_CALL {
                 let packs = got
                     .iter()
-                    .any(|d| crate::pack::is_pack_token(d.receipt.token as i64));
+                    .any(|d| crate::hot::packs::is_pack_token(d.receipt.token as i64));
                 inner.served_by_packs.mark(q, packs);
             }
             got
@@ -154,7 +154,7 @@ async fn serve(
     };
     if got.len() > total as usize {
         let ahead = got.split_off(total as usize);
-        crate::read_ahead::hold(inner, queue, key, ahead);
+        crate::hot::read_ahead::hold(inner, queue, key, ahead);
     }
     let mut got = got.into_iter();
     for j in jobs {
@@ -169,7 +169,7 @@ async fn serve(
         if let Err(Ok(Attempted::Got(unwanted))) = j.reply.send(Ok(answer)) {
             // The receive went away meanwhile: its messages go back at once rather than
             // when their leases run out.
-            crate::lease::release_unused(inner, queue, unwanted).await;
+            crate::ops::receive::release_unused(inner, queue, unwanted).await;
         }
     }
 }

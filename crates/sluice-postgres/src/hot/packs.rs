@@ -28,8 +28,8 @@ use sluice_core::{
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::{Json, Type};
 
+use crate::db::row::{attrs_json, kind_code, kind_of};
 use crate::error::{corrupt, db};
-use crate::row::{attrs_json, kind_code, kind_of};
 use crate::store::Inner;
 
 /// Whether a send of `messages` to a queue whose default delay is `delay` is kept as a pack.
@@ -121,9 +121,9 @@ pub(crate) async fn insert(
 /// `$4`, oldest first, locking at most `$5` packs to choose from. Packs newer than the oldest
 /// waiting message row wait for it, so rows and packs leave in about the order they became
 /// visible. Columns 0 – 7 are the leased packs (none leased: nulls); `due` (8) says whether
-/// something is due to settle (a pack lease ran out, or a pack passed the retention cutoff
+/// something is due to expire (a pack lease ran out, or a pack passed the retention cutoff
 /// `$6`, or the same of a message row, whose lapsed leases are looked for after `$7` as
-/// `crate::lapsed` explains); `unfit` (9) names the oldest pack seen when none fit;
+/// `crate::hot::lapse_checks` explains); `unfit` (9) names the oldest pack seen when none fit;
 /// `later` (10) says whether visible packs wait behind the oldest message row;
 /// `rows_visible` (11) whether a message row is visible at all; and when nothing was leased,
 /// `next_due` (12) says when the queue next changes by itself. Always at least one row.
@@ -168,7 +168,7 @@ const LEASE_SQL: &str = "WITH head AS (
 pub(crate) struct Leased {
     /// The members leased, oldest pack first.
     pub deliveries: Vec<Delivery>,
-    /// Whether a pack lease ran out or a pack passed retention: settle before trusting the
+    /// Whether a pack lease ran out or a pack passed retention: expire before trusting the
     /// queue's state.
     pub due: bool,
     /// When nothing fit: the oldest waiting pack, too large for this receive.
@@ -191,7 +191,7 @@ pub(crate) async fn lease(
     max: u32,
     deadline: i64,
 ) -> Result<Leased, StoreError> {
-    let cutoff = crate::settle::retention_cutoff(cfg, now);
+    let cutoff = crate::expiry::retention_cutoff(cfg, now);
     let choose = inner.pack_sizes.choose(q, max, inner.pack_min);
     let max = i64::from(max);
     let stmt = c
@@ -526,7 +526,7 @@ pub(crate) async fn unpack_waiting(c: &impl GenericClient, id: i64) -> Result<us
     Ok(usize::try_from(r.try_get::<_, i64>(1).map_err(corrupt)?).unwrap_or(0))
 }
 
-/// Unpacks the packs of queue `q` that settling must see as rows: those whose lease ran out at
+/// Unpacks the packs of queue `q` that expiry must see as rows: those whose lease ran out at
 /// `$2`, those past the retention cutoff `$3` — and all of them when the queue has global
 /// limits (`$4`), which count and lease rows only. Skips packs other calls hold.
 pub(crate) async fn unpack_due(

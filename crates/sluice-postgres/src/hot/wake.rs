@@ -364,7 +364,7 @@ pub(crate) async fn listen(
                         }
                     }
                 });
-                let listen = format!("LISTEN {}", crate::schema::quote_ident(&chan));
+                let listen = format!("LISTEN {}", crate::db::schema::quote_ident(&chan));
                 if let Err(e) = client.batch_execute(&listen).await {
                     tracing::warn!(error = %e, "cannot LISTEN for wake-ups; retrying");
                 } else {

@@ -127,7 +127,7 @@ CREATE SEQUENCE id_blocks;
 "#;
 
 /// Version 2: packs. A plain send of many messages is kept as one row until something needs
-/// its members one by one (see `crate::pack`).
+/// its members one by one (see `crate::hot::packs`).
 const V2: &str = r#"
 -- Members are the messages id .. id + n - 1, each visible at once when sent.
 -- state: 0 waiting (never received), 1 leased for its first delivery (token, visible_at the

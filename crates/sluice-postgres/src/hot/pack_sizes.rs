@@ -12,7 +12,7 @@
 //!
 //! [`pack_min`]: crate::PostgresOptions::pack_min
 
-use crate::per_queue::PerQueue;
+use crate::hot::per_queue::PerQueue;
 
 /// Packs locked beyond those the size last seen says would fill the receive, for packs of
 /// varying sizes.

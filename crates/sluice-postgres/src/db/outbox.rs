@@ -37,16 +37,20 @@ impl PostgresStore {
             .get(0);
         tx.execute(
             "SELECT set_config('search_path', $1, true)",
-            &[&crate::schema::quote_ident(&self.inner.schema)],
+            &[&crate::db::schema::quote_ident(&self.inner.schema)],
         )
         .await
         .map_err(|e| db(&e))?;
-        let out = crate::send::send(&self.inner, tx, queue, messages).await;
+        let out = crate::ops::send::send(&self.inner, tx, queue, messages).await;
         // Counted in the caller's transaction: a rollback takes the count back too.
         if let Ok((sent, _)) = &out {
-            let mut counts = crate::counters::Counts::default();
+            let mut counts = crate::db::counters::Counts::default();
             let fresh = sent.iter().filter(|o| !o.duplicate).count();
-            counts.add(queue.as_str(), crate::counters::Counter::Sent, fresh as i64);
+            counts.add(
+                queue.as_str(),
+                crate::db::counters::Counter::Sent,
+                fresh as i64,
+            );
             counts.flush(tx).await?;
         }
         // Waiting receives wake when the caller commits: the NOTIFY leaves with the commit.
@@ -55,7 +59,7 @@ impl PostgresStore {
                 "SELECT pg_notify($1, $2)",
                 &[
                     &self.inner.channel,
-                    &crate::wake::caller_commit_payload(queue.as_str()),
+                    &crate::hot::wake::caller_commit_payload(queue.as_str()),
                 ],
             )
             .await

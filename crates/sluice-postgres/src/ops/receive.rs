@@ -18,13 +18,16 @@ use sluice_core::{
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
 
-use crate::backlog::ScanFrom;
-use crate::counters::Counter;
+use crate::db::counters::Counter;
+use crate::db::effects::Effects;
+use crate::db::row::{ROW_COLS, Row, WAITING, kind_of, write_back};
+use crate::db::tx::transaction;
 use crate::error::{corrupt, db, pool};
-use crate::row::{ROW_COLS, Row, WAITING, kind_of, write_back};
-use crate::settle::{Effects, dead_letter, end_cancelled, settle};
-use crate::store::{Inner, transaction};
-use crate::wake::FALLBACK_POLL;
+use crate::expiry::expire_queue;
+use crate::hot::backlog::ScanFrom;
+use crate::hot::wake::FALLBACK_POLL;
+use crate::ops::lifecycle::{dead_letter, end_cancelled};
+use crate::store::Inner;
 
 pub(crate) enum Attempted {
     Got(Vec<Delivery>),
@@ -99,15 +102,15 @@ async fn try_receive(
     let cfg = inner.config(q).await?;
     if cfg.rate_limit.is_none() && cfg.max_in_flight.is_none() {
         // Receives of one queue arriving together share one statement.
-        return crate::lease_combine::lease(inner, queue, &cfg, req).await;
+        return crate::hot::lease_combine::lease(inner, queue, &cfg, req).await;
     }
     let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
     let (outcome, fx) = transaction(&mut conn, async |tx| {
         // Global limits: receives of this queue take turns on its row, on every node.
-        let cfg = crate::queues::config(tx, q, true).await?;
+        let cfg = crate::ops::queues::config(tx, q, true).await?;
         let now = inner.now();
         let mut fx = Effects::default();
-        settle(tx, q, &cfg, now, &mut fx).await?;
+        expire_queue(tx, q, &cfg, now, &mut fx).await?;
         let outcome = lease(tx, LEASE_SQL, q, &cfg, req, now).await?;
         fx.write(tx).await?;
         Ok((outcome, fx))
@@ -119,7 +122,7 @@ async fn try_receive(
 
 /// The lease of a queue without global limits, for up to `max` messages leased for `vis`:
 /// [`FAST_LEASE_SQL`], one statement committed on its own; only when something is due to
-/// settle does it settle that in a transaction and lease again for what is left, so a lease
+/// expire does it expire that in a transaction and lease again for what is left, so a lease
 /// that just ran out is delivered by this very receive.
 pub(crate) async fn lease_fast(
     inner: &Inner,
@@ -133,7 +136,7 @@ pub(crate) async fn lease_fast(
         return Ok(Attempted::Empty { next_wake: None });
     }
     let now = inner.now();
-    let cutoff = crate::settle::retention_cutoff(cfg, now);
+    let cutoff = crate::expiry::retention_cutoff(cfg, now);
     let deadline = Timestamp(now).plus(vis).as_millis();
     let mut got = Vec::new();
     let mut due = false;
@@ -146,7 +149,7 @@ pub(crate) async fn lease_fast(
     let mut next_wake = None;
     let packs_first = inner.pack_min > 0 && max as usize >= inner.pack_min;
     if packs_first {
-        let packs = crate::pack::lease(inner, conn, q, cfg, now, max, deadline).await?;
+        let packs = crate::hot::packs::lease(inner, conn, q, cfg, now, max, deadline).await?;
         got = packs.deliveries;
         due = packs.due;
         unfit = packs.unfit;
@@ -164,7 +167,7 @@ pub(crate) async fn lease_fast(
         let lapsed_after = inner.lapse_checks.after(q, now);
         let from = inner.backlogged.start(q);
         let run = async |from: ScanFrom, n: i64| {
-            let (after_at, after_id) = from.unwrap_or(crate::backlog::HEAD);
+            let (after_at, after_id) = from.unwrap_or(crate::hot::backlog::HEAD);
             conn.query(
                 &stmt,
                 &[
@@ -216,7 +219,8 @@ pub(crate) async fn lease_fast(
             let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
             if later && left > 0 {
                 // The rows older than the packs are taken: packs fill what is left.
-                let packs = crate::pack::lease(inner, conn, q, cfg, now, left, deadline).await?;
+                let packs =
+                    crate::hot::packs::lease(inner, conn, q, cfg, now, left, deadline).await?;
                 got.extend(packs.deliveries);
                 due |= packs.due;
             }
@@ -233,7 +237,7 @@ pub(crate) async fn lease_fast(
     {
         // Nothing else is waiting and the oldest pack is larger than this receive: its
         // members become rows, of which this receive takes its share.
-        let made = crate::pack::unpack_waiting(&***conn, pack).await?;
+        let made = crate::hot::packs::unpack_waiting(&***conn, pack).await?;
         inner.wake_some(q, made);
         due = true;
     }
@@ -244,11 +248,11 @@ pub(crate) async fn lease_fast(
             Attempted::Got(got)
         });
     }
-    // A lease ran out or a message expired: settle, then lease again for what is left,
+    // A lease ran out or a message expired: expire, then lease again for what is left,
     // so a lease that just ran out is delivered by this very receive.
     let fx = transaction(conn, async |tx| {
         let mut fx = Effects::default();
-        settle(tx, q, cfg, now, &mut fx).await?;
+        expire_queue(tx, q, cfg, now, &mut fx).await?;
         fx.write(tx).await?;
         Ok(fx)
     })
@@ -320,10 +324,10 @@ macro_rules! lease_ctes {
 }
 
 /// The common receive in one statement, for a queue without global limits: the lease of
-/// rows after `($6, $7)` in `(visible_at, id)` order (see `crate::backlog`; from the head
-/// with [`crate::backlog::HEAD`]) in columns 0 – 8, no rows when nothing was leased;
-/// whether anything is due to settle (a lease that ran out at `$2`, looked for after `$8`
-/// as `crate::lapsed` explains, or a message that entered before the retention cutoff `$5`:
+/// rows after `($6, $7)` in `(visible_at, id)` order (see `crate::hot::backlog`; from the head
+/// with [`crate::hot::backlog::HEAD`]) in columns 0 – 8, no rows when nothing was leased;
+/// whether anything is due to expire (a lease that ran out at `$2`, looked for after `$8`
+/// as `crate::hot::lapse_checks` explains, or a message that entered before the retention cutoff `$5`:
 /// column 9); and, when nothing was leased, when the queue next changes by itself (column
 /// 10) and the oldest waiting pack (column 11), which this receive may unpack. Always at
 /// least one row.
@@ -376,7 +380,7 @@ where
     let mut n = i64::from(req.max);
     if let Some(mif) = cfg.max_in_flight {
         let row = tx
-            .query_one(crate::pack::IN_FLIGHT_SQL, &[&q])
+            .query_one(crate::hot::packs::IN_FLIGHT_SQL, &[&q])
             .await
             .map_err(|e| db(&e))?;
         n = n.min((i64::from(mif) - row.get::<_, i64>(0)).max(0));
@@ -512,11 +516,11 @@ async fn with_lease<T>(
 ) -> Result<T, StoreError> {
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
-    let (out, fx) = crate::store::transaction(&mut conn, async |tx| {
-        let cfg = crate::queues::config(tx, q, false).await?;
+    let (out, fx) = crate::db::tx::transaction(&mut conn, async |tx| {
+        let cfg = crate::ops::queues::config(tx, q, false).await?;
         let now = inner.now();
-        if crate::pack::is_pack_token(receipt.token as i64) {
-            crate::pack::unpack_member(tx, receipt.id.0 as i64).await?;
+        if crate::hot::packs::is_pack_token(receipt.token as i64) {
+            crate::hot::packs::unpack_member(tx, receipt.id.0 as i64).await?;
         }
         let row = tx
             .query_opt(
@@ -648,7 +652,7 @@ pub(crate) async fn move_to(
 ) -> Result<(), StoreError> {
     sluice_core::store::validate_move(queue, to)?;
     with_lease(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
-        crate::queues::config(tx, to.as_str(), false).await?;
+        crate::ops::queues::config(tx, to.as_str(), false).await?;
         if row.cancel_requested {
             end_cancelled(tx, row.id, cfg, now).await?;
             return Ok(Change::Done(()));
@@ -749,10 +753,10 @@ pub(crate) async fn progress(
 /// Cancels a task: a waiting one ends now, a running one is flagged.
 pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, StoreError> {
     let mut conn = inner.conn().await?;
-    let fx = crate::store::transaction(&mut conn, async |tx| {
+    let fx = crate::db::tx::transaction(&mut conn, async |tx| {
         let now = inner.now();
         let mut fx = Effects::default();
-        crate::pack::unpack_member(tx, id.0 as i64).await?;
+        crate::hot::packs::unpack_member(tx, id.0 as i64).await?;
         let found = tx
             .query_opt(
                 "SELECT queue FROM messages WHERE id = $1",
@@ -764,8 +768,8 @@ pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, Stor
             return Ok(fx);
         };
         let queue: String = found.get(0);
-        let cfg = crate::queues::config(tx, &queue, false).await?;
-        settle(tx, &queue, &cfg, now, &mut fx).await?;
+        let cfg = crate::ops::queues::config(tx, &queue, false).await?;
+        expire_queue(tx, &queue, &cfg, now, &mut fx).await?;
         let row = tx
             .query_opt(
                 &format!("SELECT {ROW_COLS} FROM messages WHERE id = $1 FOR UPDATE"),
@@ -775,10 +779,10 @@ pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, Stor
             .map_err(|e| db(&e))?;
         if let Some(r) = row {
             let row = Row::from_pg(&r)?;
-            let finished = row.dead_letter.is_some() || row.state == crate::row::DONE;
-            if finished || (row.state == crate::row::LEASED && row.cancel_requested) {
+            let finished = row.dead_letter.is_some() || row.state == crate::db::row::DONE;
+            if finished || (row.state == crate::db::row::LEASED && row.cancel_requested) {
                 // A dead letter is a failed task and a completed one is done: left as is.
-            } else if row.state == crate::row::LEASED {
+            } else if row.state == crate::db::row::LEASED {
                 tx.execute(
                     "UPDATE messages SET cancel_requested = true WHERE id = $1",
                     &[&row.id],
@@ -789,7 +793,7 @@ pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, Stor
                 let qcfg = if row.queue == queue {
                     cfg.clone()
                 } else {
-                    crate::queues::config(tx, &row.queue, false).await?
+                    crate::ops::queues::config(tx, &row.queue, false).await?
                 };
                 end_cancelled(tx, row.id, &qcfg, now).await?;
             }
@@ -800,5 +804,5 @@ pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, Stor
     .await?;
     fx.wake(inner);
     drop(conn);
-    crate::view::get(inner, id).await
+    crate::ops::browse::get(inner, id).await
 }

@@ -79,7 +79,7 @@ pub(crate) async fn record_stats(
         .map(|(_, s)| serde_json::to_value(s).map_err(corrupt))
         .collect::<Result<_, _>>()?;
     let mut conn = inner.conn().await?;
-    let () = crate::store::transaction(&mut conn, async |tx| {
+    let () = crate::db::tx::transaction(&mut conn, async |tx| {
         // A point older than the newest kept for its queue is late (a slow node): skip it, so
         // each queue's history stays in time order.
         tx.execute(
@@ -109,7 +109,7 @@ pub(crate) async fn stats_history(
     since: Timestamp,
 ) -> Result<Vec<StatsSample>, StoreError> {
     let conn = inner.conn().await?;
-    crate::queues::config(&**conn, queue.as_str(), false).await?;
+    crate::ops::queues::config(&**conn, queue.as_str(), false).await?;
     let rows = conn
         .query(
             "SELECT sample FROM stats_history WHERE queue = $1 AND at >= $2 ORDER BY at",

@@ -18,10 +18,11 @@ use sluice_core::{
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
 
-use crate::counters::Counter;
+use crate::db::counters::Counter;
+use crate::db::effects::Effects;
+use crate::db::row::{FULL_COLS, Row, WAITING, message_of, write_back};
 use crate::error::{corrupt, db, is_unique_violation};
-use crate::row::{FULL_COLS, Row, WAITING, message_of, write_back};
-use crate::settle::{Effects, settle};
+use crate::expiry::expire_queue;
 use crate::store::Inner;
 
 /// How long a job stays with a node that stopped stepping it (in ms).
@@ -45,10 +46,10 @@ fn job_of(r: &tokio_postgres::Row) -> Result<RedriveJob, StoreError> {
 pub(crate) async fn create(inner: &Inner, spec: RedriveSpec) -> Result<RedriveJob, StoreError> {
     spec.validate()?;
     let mut conn = inner.conn().await?;
-    let job = crate::store::transaction(&mut conn, async |tx| {
-        crate::queues::config(tx, spec.source.as_str(), false).await?;
+    let job = crate::db::tx::transaction(&mut conn, async |tx| {
+        crate::ops::queues::config(tx, spec.source.as_str(), false).await?;
         if let Some(d) = &spec.destination {
-            crate::queues::config(tx, d.as_str(), false).await?;
+            crate::ops::queues::config(tx, d.as_str(), false).await?;
         }
         let now = inner.now();
         let id = inner.ids.draw(tx, 1).await?[0];
@@ -121,7 +122,7 @@ pub(crate) async fn control(
     control: &RedriveControl,
 ) -> Result<RedriveJob, StoreError> {
     let mut conn = inner.conn().await?;
-    let job = crate::store::transaction(&mut conn, async |tx| {
+    let job = crate::db::tx::transaction(&mut conn, async |tx| {
         let row = tx
             .query_opt(
                 "SELECT job FROM redrives WHERE id = $1 FOR UPDATE",
@@ -153,7 +154,7 @@ pub(crate) async fn step(
     max: u32,
 ) -> Result<RedriveStep, StoreError> {
     let mut conn = inner.conn().await?;
-    let (step, fx) = crate::store::transaction(&mut conn, async |tx| {
+    let (step, fx) = crate::db::tx::transaction(&mut conn, async |tx| {
         let now = inner.now();
         let row = tx
             .query_opt(
@@ -194,14 +195,14 @@ pub(crate) async fn step(
         let mut fx = Effects::default();
         let mut moves: Vec<Row> = Vec::new();
         let src = job.spec.source.clone();
-        match crate::queues::config(tx, src.as_str(), false).await {
+        match crate::ops::queues::config(tx, src.as_str(), false).await {
             Err(StoreError::QueueNotFound(_)) => {
                 job.finish(Timestamp(now));
                 job.blocked = Some(format!("source queue \"{}\" was deleted", src.as_str()));
             }
             Err(e) => return Err(e),
             Ok(scfg) => {
-                settle(tx, src.as_str(), &scfg, now, &mut fx).await?;
+                expire_queue(tx, src.as_str(), &scfg, now, &mut fx).await?;
                 step_moves(tx, &mut job, want, now, &mut moves, &mut fx).await?;
             }
         }
@@ -247,7 +248,7 @@ async fn step_moves(
         .map_or((i64::MIN, i64::MIN), |(at, id)| (at, id as i64));
     let fetch = want * EXAMINE_PER_MOVE + 1000;
     // A redrive moves rows: packs sent to the source queue itself become rows first.
-    crate::pack::unpack_queue(tx, job.spec.source.as_str()).await?;
+    crate::hot::packs::unpack_queue(tx, job.spec.source.as_str()).await?;
     let rows = tx
         .query(
             &format!(
@@ -291,10 +292,10 @@ async fn step_moves(
             None => None,
             Some(d) => {
                 if !dests.contains_key(d) {
-                    let found = match crate::queues::config(tx, d, false).await {
+                    let found = match crate::ops::queues::config(tx, d, false).await {
                         Ok(cfg) => {
                             let leased = tx
-                                .query_one(crate::pack::IN_FLIGHT_SQL, &[d])
+                                .query_one(crate::hot::packs::IN_FLIGHT_SQL, &[d])
                                 .await
                                 .map_err(|e| db(&e))?;
                             Some((cfg, leased.get::<_, i64>(0)))

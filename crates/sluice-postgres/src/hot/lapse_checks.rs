@@ -1,7 +1,7 @@
 //! How far back a lease looks for leases that ran out.
 //!
 //! Every lease statement also asks whether a lease of its queue ran out, so that the receive
-//! settles it and delivers the message at once rather than at the next maintenance round.
+//! expires it and delivers the message at once rather than at the next maintenance round.
 //! That question walks the `messages_leased` index from its oldest deadline, and every row
 //! acked since the last vacuum leaves a dead entry there, with a deadline that soon passes.
 //! Under load those are tens of thousands: measured at B = 1 with 4 producers and 8
@@ -9,14 +9,14 @@
 //! third of the lease statement's time.
 //!
 //! A lease that ran out before this node's previous check of the queue was already seen by
-//! that check (and settled), so each check looks only at deadlines after the previous one,
+//! that check (and expired), so each check looks only at deadlines after the previous one,
 //! less [`MARGIN_MS`] for leases committed late or stamped by another node's clock. Should a
-//! lease still slip past (a node whose clock is further behind, a settle that skipped a row
-//! another call held), each node's maintenance settles every lapsed lease within its
+//! lease still slip past (a node whose clock is further behind, an expiry pass that skipped a row
+//! another call held), each node's background expiry ends every lapsed lease within its
 //! interval and wakes the queue's receives: the message is delivered a little later, never
 //! lost.
 
-use crate::per_queue::PerQueue;
+use crate::hot::per_queue::PerQueue;
 
 /// How far before the previous check a check starts, in ms.
 pub(crate) const MARGIN_MS: i64 = 1_000;

@@ -20,7 +20,7 @@ pub(crate) const LARGE_CALL: usize = 16;
 
 /// Small calls and large ones, combined apart: small calls of a queue share few statements,
 /// while large calls may run more statements at once, as their time is spent on rows. Large
-/// calls served by packs (one row each, see `crate::pack`) have a lane of their own: their
+/// calls served by packs (one row each, see `crate::hot::packs`) have a lane of their own: their
 /// statements are short again.
 pub(crate) struct Lanes<J> {
     small: Combiner<J>,

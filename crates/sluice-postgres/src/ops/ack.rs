@@ -1,5 +1,5 @@
 //! Acks, combined across requests: acks of one queue that arrive while an earlier ack of it
-//! is being committed share the next statement and its commit (see [`crate::combine`]).
+//! is being committed share the next statement and its commit (see [`crate::hot::combine`]).
 //!
 //! An ack waits for its WAL flush, and a database pays per statement and commit far more
 //! than per row; consumers acking one message each therefore share statements. A receipt
@@ -16,9 +16,9 @@ use sluice_core::{AckRequest, QueueName, StoreError, Timestamp};
 use tokio::sync::oneshot;
 use tokio_postgres::types::Type;
 
-use crate::counters::Counter;
+use crate::db::counters::Counter;
+use crate::db::row::kind_code;
 use crate::error::{db, pool};
-use crate::row::kind_code;
 use crate::store::Inner;
 
 /// How many ack statements of one queue a node commits at a time; acks arriving beyond them
@@ -75,14 +75,14 @@ pub(crate) async fn ack(
     // (the receipts of one pack lease share its token).
     let mut with_result: HashMap<i64, i64> = HashMap::new();
     for ((id, token), result) in ids.iter().zip(&tokens).zip(&results) {
-        if crate::pack::is_pack_token(*token) && result.is_some() {
+        if crate::hot::packs::is_pack_token(*token) && result.is_some() {
             with_result.entry(*token).or_insert(*id);
         }
     }
     if !with_result.is_empty() {
         let conn = inner.conn().await?;
         for id in with_result.into_values() {
-            crate::pack::unpack_member(&**conn, id).await?;
+            crate::hot::packs::unpack_member(&**conn, id).await?;
         }
     }
     if !ids.is_empty() {
@@ -101,8 +101,10 @@ pub(crate) async fn ack(
             // A task of its own, so a caller that goes away does not stop the others' ack.
             let (inner, q) = (inner.clone(), q.to_string());
             tokio::spawn(async move {
-                crate::combine::drain(&inner.acks, &key, jobs, |jobs| write(&inner, &q, ttl, jobs))
-                    .await;
+                crate::hot::combine::drain(&inner.acks, &key, jobs, |jobs| {
+                    write(&inner, &q, ttl, jobs)
+                })
+                .await;
             });
         }
         let done = answer
@@ -161,7 +163,7 @@ async fn statement(
     let (mut pack_ids, mut pack_tokens) = (vec![], vec![]);
     for j in jobs {
         for (id, token) in j.ids.iter().zip(&j.tokens) {
-            if crate::pack::is_pack_token(*token) {
+            if crate::hot::packs::is_pack_token(*token) {
                 pack_ids.push(*id);
                 pack_tokens.push(*token);
             }
@@ -170,7 +172,7 @@ async fn statement(
     let mut acked = HashMap::new();
     if !pack_ids.is_empty() {
         let kept = (!ttl.is_zero()).then_some(keep);
-        for id in crate::pack::ack(&conn, q, &pack_ids, &pack_tokens, now, kept).await? {
+        for id in crate::hot::packs::ack(&conn, q, &pack_ids, &pack_tokens, now, kept).await? {
             acked.insert(id, false);
         }
     }

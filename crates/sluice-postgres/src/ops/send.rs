@@ -13,8 +13,8 @@ use sluice_core::{
 use tokio::sync::oneshot;
 use tokio_postgres::GenericClient;
 
+use crate::db::row::{attrs_json, kind_code};
 use crate::error::{corrupt, db};
-use crate::row::{attrs_json, kind_code};
 use crate::store::Inner;
 
 /// Stores a batch in `c`'s transaction. Returns the outcomes and whether a message is
@@ -28,7 +28,7 @@ pub(crate) async fn send(
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
     let now = inner.now();
     let q = queue.as_str();
-    let cfg = crate::queues::config(c, q, false).await?;
+    let cfg = crate::ops::queues::config(c, q, false).await?;
     validate_bodies_fit(&cfg, queue, &messages)?;
     let ids = inner.ids.draw(c, messages.len()).await?;
     // Dedup: claim each key in the table; a key another send holds inside its window keeps
@@ -117,9 +117,9 @@ pub(crate) async fn send(
     }
     if let Some(max) = cfg.max_depth {
         // Under the queue's row lock, so nodes sending at once cannot overshoot together.
-        crate::queues::config(c, q, true).await?;
+        crate::ops::queues::config(c, q, true).await?;
         let row = c
-            .query_one(crate::pack::DEPTH_SQL, &[&q])
+            .query_one(crate::hot::packs::DEPTH_SQL, &[&q])
             .await
             .map_err(|e| db(&e))?;
         let depth = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
@@ -154,7 +154,7 @@ pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
 /// which count and lease rows only.
 fn packed(inner: &Inner, cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
     let limited = cfg.rate_limit.is_some() || cfg.max_in_flight.is_some();
-    !limited && crate::pack::packable(inner.pack_min, cfg.delay, messages)
+    !limited && crate::hot::packs::packable(inner.pack_min, cfg.delay, messages)
 }
 
 /// Plain insert statements of one queue a node runs at the same time. Two: a send waits
@@ -179,7 +179,7 @@ pub(crate) struct SendJob {
 }
 
 /// Sends a batch with no dedup ids and no `max_depth`. Plain sends of one queue that arrive
-/// together are written as one statement committed on its own (see [`crate::combine`]): the
+/// together are written as one statement committed on its own (see [`crate::hot::combine`]): the
 /// rows of many producers in one round trip and one WAL flush. `cfg` may be a recently
 /// cached copy; the insert itself checks that the queue still exists. The caller has checked
 /// the batch (`validate_send_batch`).
@@ -209,7 +209,7 @@ pub(crate) async fn send_plain(
         // A task of its own, so a caller that goes away does not stop the others' write.
         let (inner, queue) = (inner.clone(), queue.clone());
         tokio::spawn(async move {
-            crate::combine::drain(&inner.sends, queue.as_str(), batch, |jobs| {
+            crate::hot::combine::drain(&inner.sends, queue.as_str(), batch, |jobs| {
                 write_batch(&inner, &queue, jobs)
             })
             .await;
@@ -237,7 +237,7 @@ async fn write_batch(inner: &Arc<Inner>, queue: &QueueName, jobs: Vec<SendJob>) 
                 .zip(&packed)
                 .map(|(first, j)| (*first, j.messages.as_slice()))
                 .collect();
-            let stored = crate::pack::insert(&conn, q, inner.now(), &packs).await?;
+            let stored = crate::hot::packs::insert(&conn, q, inner.now(), &packs).await?;
             let ids = firsts
                 .iter()
                 .zip(&packed)
@@ -285,7 +285,7 @@ async fn write_batch(inner: &Arc<Inner>, queue: &QueueName, jobs: Vec<SendJob>) 
 }
 
 /// Claims messages of `items` for the receives waiting on this node for queue `q`
-/// (`crate::handoff`), when its config allows: moves those visible at once to the front,
+/// (`crate::hot::handoff`), when its config allows: moves those visible at once to the front,
 /// up to as many as are waited for, and says how many and for what lease length.
 async fn handoff(
     inner: &Inner,
@@ -298,7 +298,7 @@ async fn handoff(
     let ready = items.iter().filter(|i| visible(i)).count();
     let (lease, count) = inner
         .handoff
-        .claim(q, ready, crate::read_ahead::SHORTEST_LEASE)?;
+        .claim(q, ready, crate::hot::read_ahead::SHORTEST_LEASE)?;
     // Only a send that found receives waiting reads the config. A claim dropped here is
     // only a hint lost: such a queue's receives would not take what is held anyway.
     let cfg = inner.config(q).await.ok()?;
@@ -319,7 +319,7 @@ async fn handoff(
 
 /// Holds the messages inserted leased for the receives waiting on this node and wakes as
 /// many of them: they take the messages without a lease statement, and what none takes is
-/// released after [`crate::read_ahead::HOLD`].
+/// released after [`crate::hot::read_ahead::HOLD`].
 fn hand_over(
     inner: &Arc<Inner>,
     queue: &QueueName,
@@ -350,8 +350,8 @@ fn hand_over(
         })
         .collect();
     let n = deliveries.len();
-    let key = crate::lease_combine::key(queue.as_str(), h.lease);
-    crate::read_ahead::hold(inner, queue, &key, deliveries);
+    let key = crate::hot::lease_combine::key(queue.as_str(), h.lease);
+    crate::hot::read_ahead::hold(inner, queue, &key, deliveries);
     // Only this node's receives: on other nodes nothing became visible.
     inner.wakers.wake_some(queue.as_str(), n);
 }
@@ -395,7 +395,7 @@ fn answer(
 
 /// The insert of [`insert`]: every message of a batch, guarded by the queue's existence. The
 /// first `$9` rows are inserted leased, until their `v`, for receives waiting on this node
-/// (`crate::handoff`). Returns how many rows it inserted, and the ids and tokens of those
+/// (`crate::hot::handoff`). Returns how many rows it inserted, and the ids and tokens of those
 /// leased.
 pub(crate) const INSERT_SQL: &str = "WITH ins AS (
                  INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at, body,

@@ -4,7 +4,7 @@
 //! leases: measured at B = 1, a statement took about 1.7 messages and was the largest part of
 //! PostgreSQL's time, and with one lease statement per queue at a time it also capped how
 //! fast a queue's consumers could go. So while a queue is behind on this node (its last lease
-//! filled every receive with messages that had waited, see `crate::backlog`), a small lease
+//! filled every receive with messages that had waited, see `crate::hot::backlog`), a small lease
 //! takes up to [`READ_AHEAD`] messages more, and the next receives of the queue on this node
 //! are answered from them without a statement.
 //!
@@ -39,7 +39,7 @@ pub(crate) const HOLD: Duration = Duration::from_millis(100);
 /// The shortest lease read ahead or handed off: at most a tenth of a lease is spent held.
 pub(crate) const SHORTEST_LEASE: Duration = Duration::from_secs(1);
 
-/// The state of one queue and lease length (the key of `crate::lease_combine`).
+/// The state of one queue and lease length (the key of `crate::hot::lease_combine`).
 struct Held {
     /// The queue the key names.
     queue: QueueName,
@@ -68,7 +68,7 @@ impl ReadAhead {
         lease: Duration,
         behind: bool,
     ) -> u32 {
-        let small = (wanted as usize) < crate::combine::LARGE_CALL && lease >= SHORTEST_LEASE;
+        let small = (wanted as usize) < crate::hot::combine::LARGE_CALL && lease >= SHORTEST_LEASE;
         if !(behind && small) {
             return 0;
         }
@@ -177,14 +177,14 @@ pub(crate) fn hold(inner: &Arc<Inner>, queue: &QueueName, key: &str, deliveries:
     tokio::spawn(async move {
         tokio::time::sleep(HOLD).await;
         let expired = inner.read_ahead.expired(&key);
-        crate::lease::release_unused(&inner, &queue, expired).await;
+        crate::ops::receive::release_unused(&inner, &queue, expired).await;
     });
 }
 
 /// Releases every message this node holds, so a node that stops leaves none leased.
 pub(crate) async fn release_all(inner: &Inner) {
     for (queue, d) in inner.read_ahead.take_all() {
-        crate::lease::release_unused(inner, &queue, [d]).await;
+        crate::ops::receive::release_unused(inner, &queue, [d]).await;
     }
 }
 

@@ -7,12 +7,12 @@
 //! plain send finds receives of its queue long-polling on this node, it inserts up to as
 //! many messages as they wait for already leased (`state = 1`, a token, the deadline of the
 //! receives' lease length, a receive counted), and after the commit holds them for those
-//! receives as messages read ahead are held ([`crate::read_ahead::hold`]) and wakes them.
+//! receives as messages read ahead are held ([`crate::hot::read_ahead::hold`]) and wakes them.
 //! A woken receive takes them without a statement.
 //!
 //! The count of waiting receives is a hint, never a promise: a receive that went away, or
 //! woke for another message, leaves what was inserted for it held until
-//! [`crate::read_ahead::HOLD`] runs out, after which it is released (back to waiting, its
+//! [`crate::hot::read_ahead::HOLD`] runs out, after which it is released (back to waiting, its
 //! receive count as before) and delivered as usual. A paused queue hands nothing out that
 //! is held; queues with `rate_limit` or `max_in_flight` never hand off, as those limits
 //! count leases under the queue's row lock.

@@ -1,14 +1,14 @@
 //! Message and job ids, unique across every node of a database.
 //!
-//! A node reserves a block of [`ID_BLOCK`](crate::schema::ID_BLOCK) ids with one `nextval` and
+//! A node reserves a block of [`ID_BLOCK`](crate::db::schema::ID_BLOCK) ids with one `nextval` and
 //! hands them out from memory, so a batch of a thousand sends costs one round trip at most.
 
 use std::sync::Mutex;
 
 use sluice_core::StoreError;
 
+use crate::db::schema::ID_BLOCK;
 use crate::error::db;
-use crate::schema::ID_BLOCK;
 
 /// The unused rest of this node's current block.
 #[derive(Default)]

@@ -128,7 +128,7 @@ pub(crate) async fn put(
 ) -> Result<PutQueueOutcome, StoreError> {
     let now = inner.now();
     let mut conn = inner.conn().await?;
-    let (existing, row, warnings) = crate::store::transaction(&mut conn, async |tx| {
+    let (existing, row, warnings) = crate::db::tx::transaction(&mut conn, async |tx| {
         // Two nodes creating the same queue at once: the second waits and then updates.
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtext('sluice-queue:' || $1))",
@@ -191,7 +191,7 @@ pub(crate) async fn put(
 /// Deletes a queue with its messages, counters and history.
 pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> {
     let mut conn = inner.conn().await?;
-    let () = crate::store::transaction(&mut conn, async |tx| {
+    let () = crate::db::tx::transaction(&mut conn, async |tx| {
         config(tx, name.as_str(), true).await?;
         if let Some(user) = tx
             .query_opt(

@@ -10,7 +10,7 @@
 //! capped the consumers of a queue below its producers for the rest of the run). So while a
 //! queue is behind, a node remembers the last row it leased and starts the next lease after
 //! it. Rows can appear before that point (a lease of another node rolled back, clocks of
-//! nodes apart, an expired lease settled with its old deadline), so every
+//! nodes apart, an expired lease ended with its old deadline), so every
 //! [`FULL_SCAN_EVERY`]th lease, and any lease that finds fewer rows than it wants after the
 //! cursor, scans from the head again: such a row waits a few leases longer, and none is
 //! missed. The queue stays roughly FIFO by visible time, as SPEC §2 asks.

@@ -13,8 +13,9 @@ use tokio_postgres::types::ToSql;
 use sluice_core::summary::{GroupBy, Summary, SummaryGroup, SummaryRequest};
 use sluice_core::{MessageId, QueueName, StoreError, Timestamp};
 
+use crate::db::effects::Effects;
 use crate::error::{corrupt, db};
-use crate::settle::{Effects, settle_with_sources};
+use crate::expiry::expire_with_sources;
 use crate::store::Inner;
 
 /// Counts the queue's messages by the request's key.
@@ -25,7 +26,7 @@ pub(crate) async fn summarize(
 ) -> Result<Summary, StoreError> {
     req.validate()?;
     let q = queue.as_str();
-    let attributes = crate::row::attrs_json(&req.filter.attributes);
+    let attributes = crate::db::row::attrs_json(&req.filter.attributes);
     let attr_name = match &req.group_by {
         GroupBy::Attribute(name) => Some(name.clone()),
         _ => None,
@@ -53,11 +54,11 @@ pub(crate) async fn summarize(
     let before = req.filter.dead_lettered_before.map(|t| t.as_millis());
     let after = req.filter.dead_lettered_after.map(|t| t.as_millis());
     let mut conn = inner.conn().await?;
-    let (rows, fx) = crate::store::transaction(&mut conn, async |tx| {
-        let cfg = crate::queues::config(tx, q, false).await?;
+    let (rows, fx) = crate::db::tx::transaction(&mut conn, async |tx| {
+        let cfg = crate::ops::queues::config(tx, q, false).await?;
         let mut fx = Effects::default();
-        settle_with_sources(tx, q, &cfg, inner.now(), &mut fx).await?;
-        crate::pack::unpack_queue(tx, q).await?;
+        expire_with_sources(tx, q, &cfg, inner.now(), &mut fx).await?;
+        crate::hot::packs::unpack_queue(tx, q).await?;
         // Rows without dead-letter information have no index of their own (one would cost
         // every send): they are read only when the queue has some, which a count of each
         // kind of row, both from indexes, tells.

@@ -8,9 +8,10 @@ use sluice_core::{
     Timestamp,
 };
 
+use crate::db::effects::Effects;
+use crate::db::row::{FULL_COLS, message_of};
 use crate::error::{corrupt, db};
-use crate::row::{FULL_COLS, message_of};
-use crate::settle::{Effects, settle, settle_with_sources};
+use crate::expiry::{expire_queue, expire_with_sources};
 use crate::store::Inner;
 
 /// One page of a queue's messages in the requested states.
@@ -28,13 +29,13 @@ pub(crate) async fn browse(
         .map(|c| (c.part, c.at, c.id as i64));
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
-    let (mut found, fx) = crate::store::transaction(&mut conn, async |tx| {
-        let cfg = crate::queues::config(tx, q, false).await?;
+    let (mut found, fx) = crate::db::tx::transaction(&mut conn, async |tx| {
+        let cfg = crate::ops::queues::config(tx, q, false).await?;
         let now = inner.now();
         let mut fx = Effects::default();
-        settle_with_sources(tx, q, &cfg, now, &mut fx).await?;
+        expire_with_sources(tx, q, &cfg, now, &mut fx).await?;
         // Browsing pages through rows: the queue's packs become rows first.
-        crate::pack::unpack_queue(tx, q).await?;
+        crate::hot::packs::unpack_queue(tx, q).await?;
         let tags: &[u8] = match req.state {
             BrowseState::InFlight => &[0],
             BrowseState::Visible => &[1],
@@ -103,10 +104,10 @@ pub(crate) async fn browse(
 /// One message wherever it is, including completed records still kept.
 pub(crate) async fn get(inner: &Inner, id: MessageId) -> Result<Message, StoreError> {
     let mut conn = inner.conn().await?;
-    let (row, fx, now) = crate::store::transaction(&mut conn, async |tx| {
+    let (row, fx, now) = crate::db::tx::transaction(&mut conn, async |tx| {
         let now = inner.now();
         let key = id.0 as i64;
-        crate::pack::unpack_member(tx, key).await?;
+        crate::hot::packs::unpack_member(tx, key).await?;
         let found = tx
             .query_opt("SELECT queue FROM messages WHERE id = $1", &[&key])
             .await
@@ -116,8 +117,8 @@ pub(crate) async fn get(inner: &Inner, id: MessageId) -> Result<Message, StoreEr
         };
         let queue: String = found.get(0);
         let mut fx = Effects::default();
-        if let Ok(cfg) = crate::queues::config(tx, &queue, false).await {
-            settle(tx, &queue, &cfg, now, &mut fx).await?;
+        if let Ok(cfg) = crate::ops::queues::config(tx, &queue, false).await {
+            expire_queue(tx, &queue, &cfg, now, &mut fx).await?;
         }
         let row = tx
             .query_opt(
@@ -143,8 +144,8 @@ pub(crate) async fn get(inner: &Inner, id: MessageId) -> Result<Message, StoreEr
 /// Removes one message or completed record.
 pub(crate) async fn delete(inner: &Inner, id: MessageId) -> Result<(), StoreError> {
     let mut conn = inner.conn().await?;
-    let n = crate::store::transaction(&mut conn, async |tx| {
-        crate::pack::unpack_member(tx, id.0 as i64).await?;
+    let n = crate::db::tx::transaction(&mut conn, async |tx| {
+        crate::hot::packs::unpack_member(tx, id.0 as i64).await?;
         tx.execute(
             "DELETE FROM messages WHERE id = $1 AND NOT (state = 2 AND keep_until <= $2)",
             &[&(id.0 as i64), &inner.now()],
@@ -163,9 +164,9 @@ pub(crate) async fn delete(inner: &Inner, id: MessageId) -> Result<(), StoreErro
 /// Removes every message of a queue (not its completed records).
 pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, StoreError> {
     let mut conn = inner.conn().await?;
-    let n = crate::store::transaction(&mut conn, async |tx| {
-        crate::queues::config(tx, queue.as_str(), false).await?;
-        crate::pack::unpack_queue(tx, queue.as_str()).await?;
+    let n = crate::db::tx::transaction(&mut conn, async |tx| {
+        crate::ops::queues::config(tx, queue.as_str(), false).await?;
+        crate::hot::packs::unpack_queue(tx, queue.as_str()).await?;
         let n = tx
             .execute(
                 "DELETE FROM messages WHERE queue = $1 AND state < 2",
@@ -184,21 +185,21 @@ pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, Store
 /// Gauges and counters of one queue.
 pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats, StoreError> {
     // This node's own recent sends, receives and acks are in the totals it answers.
-    crate::counters::flush_pending(inner).await?;
+    crate::db::counters::flush_pending(inner).await?;
     let q = queue.as_str();
     let mut conn = inner.conn().await?;
     let (r, packs, dead_letter_depth, totals, fx, now) =
-        crate::store::transaction(&mut conn, async |tx| {
-            let cfg = crate::queues::config(tx, q, false).await?;
+        crate::db::tx::transaction(&mut conn, async |tx| {
+            let cfg = crate::ops::queues::config(tx, q, false).await?;
             let now = inner.now();
             let mut fx = Effects::default();
-            settle(tx, q, &cfg, now, &mut fx).await?;
+            expire_queue(tx, q, &cfg, now, &mut fx).await?;
             let dead_letter_depth = match &cfg.dead_letter_queue {
-                Some(dlq) => match crate::queues::config(tx, dlq.as_str(), false).await {
+                Some(dlq) => match crate::ops::queues::config(tx, dlq.as_str(), false).await {
                     Ok(dcfg) => {
-                        settle_with_sources(tx, dlq.as_str(), &dcfg, now, &mut fx).await?;
+                        expire_with_sources(tx, dlq.as_str(), &dcfg, now, &mut fx).await?;
                         let r = tx
-                            .query_one(crate::pack::DEPTH_SQL, &[&dlq.as_str()])
+                            .query_one(crate::hot::packs::DEPTH_SQL, &[&dlq.as_str()])
                             .await
                             .map_err(|e| db(&e))?;
                         u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)
@@ -221,12 +222,12 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
                 .await
                 .map_err(|e| db(&e))?;
             let packs = tx
-                .query_one(crate::pack::STATS_SQL, &[&q, &now])
+                .query_one(crate::hot::packs::STATS_SQL, &[&q, &now])
                 .await
                 .map_err(|e| db(&e))?;
-            // The settles above counted what they did; the totals include it.
+            // The expiry passes above counted what they did; the totals include it.
             fx.write(tx).await?;
-            let totals = crate::counters::totals(tx, q).await?;
+            let totals = crate::db::counters::totals(tx, q).await?;
             Ok((r, packs, dead_letter_depth, totals, fx, now))
         })
         .await?;

@@ -1,0 +1,11 @@
+//! The `Store` verbs, one module per group of calls.
+
+pub(crate) mod ack;
+pub(crate) mod browse;
+pub(crate) mod lifecycle;
+pub(crate) mod queues;
+pub(crate) mod receive;
+pub(crate) mod records;
+pub(crate) mod redrive;
+pub(crate) mod send;
+pub(crate) mod summary;
