@@ -215,7 +215,7 @@ impl PostgresStore {
             configs: crate::ops::queues::ConfigCache::default(),
             node,
             pack_min: options.pack_min,
-            sends: crate::hot::combine::Combiner::new(crate::ops::send::SENDS_IN_FLIGHT),
+            sends: crate::hot::combine::Combiner::new(crate::hot::send_combine::SENDS_IN_FLIGHT),
             leases: crate::hot::combine::Lanes::new(
                 crate::hot::lease_combine::LEASES_IN_FLIGHT,
                 crate::hot::lease_combine::LARGE_LEASES_IN_FLIGHT,
@@ -227,7 +227,7 @@ impl PostgresStore {
             lapse_checks: crate::hot::lapse_checks::LapseChecks::default(),
             handoff: crate::hot::handoff::Waiting::default(),
             read_ahead: crate::hot::read_ahead::ReadAhead::default(),
-            acks: crate::hot::combine::Combiner::new(crate::ops::ack::ACKS_IN_FLIGHT),
+            acks: crate::hot::combine::Combiner::new(crate::hot::ack_combine::ACKS_IN_FLIGHT),
         });
         tokio::spawn(crate::hot::wake::listen(
             config,

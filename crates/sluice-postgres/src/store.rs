@@ -16,7 +16,6 @@ use sluice_core::{
 };
 
 use crate::db::ids::Ids;
-use crate::db::tx::transaction;
 use crate::error::pool;
 use crate::hot::wake::Wakers;
 
@@ -46,7 +45,7 @@ pub(crate) struct Inner {
     /// [`crate::PostgresOptions::pack_min`].
     pub(crate) pack_min: usize,
     /// Plain sends gathering for their queue's next write.
-    pub(crate) sends: crate::hot::combine::Combiner<crate::ops::send::SendJob>,
+    pub(crate) sends: crate::hot::combine::Combiner<crate::hot::send_combine::SendJob>,
     /// Receives gathering for their queue's next lease.
     pub(crate) leases: crate::hot::combine::Lanes<crate::hot::lease_combine::LeaseJob>,
     /// Queues whose last large receive on this node was served by packs.
@@ -63,7 +62,7 @@ pub(crate) struct Inner {
     /// Messages leased ahead of this node's receives (`crate::hot::read_ahead`).
     pub(crate) read_ahead: crate::hot::read_ahead::ReadAhead,
     /// Acks gathering for their queue's next ack statement.
-    pub(crate) acks: crate::hot::combine::Combiner<crate::ops::ack::AckJob>,
+    pub(crate) acks: crate::hot::combine::Combiner<crate::hot::ack_combine::AckJob>,
 }
 
 impl Inner {
@@ -198,13 +197,11 @@ impl Store for PostgresStore {
     }
 
     async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, StoreError> {
-        let conn = self.inner.conn().await?;
-        crate::ops::queues::info(&**conn, name).await
+        crate::ops::queues::info(&self.inner, name).await
     }
 
     async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
-        let conn = self.inner.conn().await?;
-        crate::ops::queues::list(&**conn).await
+        crate::ops::queues::list(&self.inner).await
     }
 
     async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {
@@ -216,27 +213,7 @@ impl Store for PostgresStore {
         queue: &QueueName,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<SendOutcome>, StoreError> {
-        sluice_core::store::validate_send_batch(&messages)?;
-        let cfg = self.inner.config(queue.as_str()).await?;
-        let (out, wake) = if crate::ops::send::is_plain(&cfg, &messages) {
-            crate::ops::send::send_plain(&self.inner, queue, &cfg, messages).await?
-        } else {
-            let mut conn = self.inner.conn().await?;
-            transaction(&mut conn, async |tx| {
-                crate::ops::send::send(&self.inner, tx, queue, messages).await
-            })
-            .await?
-        };
-        let fresh = out.iter().filter(|o| !o.duplicate).count();
-        self.inner.tally(
-            queue.as_str(),
-            crate::db::counters::Counter::Sent,
-            fresh as i64,
-        );
-        if wake {
-            self.inner.wake_some(queue.as_str(), fresh);
-        }
-        Ok(out)
+        crate::ops::send::send(&self.inner, queue, messages).await
     }
 
     async fn receive(
@@ -256,12 +233,7 @@ impl Store for PostgresStore {
     }
 
     async fn lease_may_overlap_ack(&self, queue: &QueueName) -> bool {
-        // The ack commits on its own connection, so a lease may not see it yet; only a
-        // queue's `max_in_flight` makes a lease depend on it. An unknown queue fails in both.
-        self.inner
-            .config(queue.as_str())
-            .await
-            .is_ok_and(|cfg| cfg.max_in_flight.is_none())
+        crate::ops::ack::may_overlap_lease(&self.inner, queue).await
     }
 
     async fn nack(
@@ -271,7 +243,7 @@ impl Store for PostgresStore {
         delay: Option<Duration>,
         failure: Failure,
     ) -> Result<NackOutcome, StoreError> {
-        crate::ops::receive::nack(&self.inner, queue, receipt, delay, failure).await
+        crate::ops::nack::nack(&self.inner, queue, receipt, delay, failure).await
     }
 
     async fn reject(
@@ -280,7 +252,7 @@ impl Store for PostgresStore {
         receipt: Receipt,
         failure: Failure,
     ) -> Result<QueueName, StoreError> {
-        crate::ops::receive::reject(&self.inner, queue, receipt, failure).await
+        crate::ops::nack::reject(&self.inner, queue, receipt, failure).await
     }
 
     async fn move_message(
@@ -290,11 +262,11 @@ impl Store for PostgresStore {
         to: &QueueName,
         failure: Failure,
     ) -> Result<(), StoreError> {
-        crate::ops::receive::move_to(&self.inner, queue, receipt, to, failure).await
+        crate::ops::nack::move_to(&self.inner, queue, receipt, to, failure).await
     }
 
     async fn release(&self, queue: &QueueName, receipt: Receipt) -> Result<(), StoreError> {
-        crate::ops::receive::release(&self.inner, queue, receipt).await
+        crate::ops::nack::release(&self.inner, queue, receipt).await
     }
 
     async fn extend(
@@ -303,7 +275,7 @@ impl Store for PostgresStore {
         receipt: Receipt,
         visibility: Duration,
     ) -> Result<LeaseState, StoreError> {
-        crate::ops::receive::extend(&self.inner, queue, receipt, visibility).await
+        crate::ops::tasks::extend(&self.inner, queue, receipt, visibility).await
     }
 
     async fn progress(
@@ -312,11 +284,11 @@ impl Store for PostgresStore {
         receipt: Receipt,
         progress: Progress,
     ) -> Result<LeaseState, StoreError> {
-        crate::ops::receive::progress(&self.inner, queue, receipt, progress).await
+        crate::ops::tasks::progress(&self.inner, queue, receipt, progress).await
     }
 
     async fn cancel(&self, id: MessageId) -> Result<Message, StoreError> {
-        crate::ops::receive::cancel(&self.inner, id).await
+        crate::ops::tasks::cancel(&self.inner, id).await
     }
 
     async fn create_redrive(&self, spec: RedriveSpec) -> Result<RedriveJob, StoreError> {
@@ -324,13 +296,11 @@ impl Store for PostgresStore {
     }
 
     async fn get_redrive(&self, id: RedriveId) -> Result<RedriveJob, StoreError> {
-        let conn = self.inner.conn().await?;
-        crate::ops::redrive::get(&**conn, id).await
+        crate::ops::redrive::get(&self.inner, id).await
     }
 
     async fn list_redrives(&self) -> Result<Vec<RedriveJob>, StoreError> {
-        let conn = self.inner.conn().await?;
-        crate::ops::redrive::list(&**conn).await
+        crate::ops::redrive::list(&self.inner).await
     }
 
     async fn control_redrive(
@@ -350,8 +320,7 @@ impl Store for PostgresStore {
     }
 
     async fn audit_append(&self, events: Vec<AuditEvent>) -> Result<(), StoreError> {
-        let conn = self.inner.conn().await?;
-        crate::ops::records::audit_insert(&**conn, &events).await
+        crate::ops::records::audit_append(&self.inner, &events).await
     }
 
     async fn audit_query(&self, query: AuditQuery) -> Result<Vec<AuditEvent>, StoreError> {
@@ -375,11 +344,11 @@ impl Store for PostgresStore {
     }
 
     async fn get_message(&self, id: MessageId) -> Result<Message, StoreError> {
-        crate::ops::browse::get(&self.inner, id).await
+        crate::ops::browse::get_message(&self.inner, id).await
     }
 
     async fn delete_message(&self, id: MessageId) -> Result<(), StoreError> {
-        crate::ops::browse::delete(&self.inner, id).await
+        crate::ops::browse::delete_message(&self.inner, id).await
     }
 
     async fn close(&self) {
@@ -387,11 +356,11 @@ impl Store for PostgresStore {
     }
 
     async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError> {
-        crate::ops::browse::purge(&self.inner, queue).await
+        crate::ops::queues::purge(&self.inner, queue).await
     }
 
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
-        crate::ops::browse::stats(&self.inner, queue).await
+        crate::ops::stats::stats(&self.inner, queue).await
     }
 
     async fn summarize(

@@ -41,7 +41,7 @@ impl PostgresStore {
         )
         .await
         .map_err(|e| db(&e))?;
-        let out = crate::ops::send::send(&self.inner, tx, queue, messages).await;
+        let out = crate::ops::send::send_in_tx(&self.inner, tx, queue, messages).await;
         // Counted in the caller's transaction: a rollback takes the count back too.
         if let Ok((sent, _)) = &out {
             let mut counts = crate::db::counters::Counts::default();

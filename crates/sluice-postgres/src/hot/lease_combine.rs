@@ -9,7 +9,7 @@ use sluice_core::{QueueConfig, QueueName, ReceiveRequest, StoreError};
 use tokio::sync::oneshot;
 
 use crate::error::pool;
-use crate::ops::receive::{Attempted, lease_fast};
+use crate::hot::leases::{Attempted, take_leases};
 use crate::store::Inner;
 
 /// Lease statements of one queue a node runs at the same time. One: a lease commits without
@@ -52,8 +52,9 @@ pub(crate) struct LeaseJob {
     reply: oneshot::Sender<Result<Attempted, StoreError>>,
 }
 
-/// One attempt to lease up to `req.max` messages of a queue without global limits.
-pub(crate) async fn lease(
+/// One attempt to receive up to `req.max` messages of a queue without global limits: from
+/// what this node holds for the queue, else from the queue's next combined lease.
+pub(crate) async fn receive_combined(
     inner: &Arc<Inner>,
     queue: &QueueName,
     cfg: &QueueConfig,
@@ -80,7 +81,7 @@ pub(crate) async fn lease(
         let (inner, queue, max) = (inner.clone(), queue.clone(), req.max as usize);
         tokio::spawn(async move {
             crate::hot::combine::drain(inner.leases.of(max, packed), &key, jobs, |jobs| {
-                serve(&inner, &queue, &key, vis, jobs)
+                serve_combined(&inner, &queue, &key, vis, jobs)
             })
             .await;
         });
@@ -90,7 +91,9 @@ pub(crate) async fn lease(
         .map_err(|_| StoreError::unavailable("the receive was dropped before it was served"))?
 }
 
-async fn serve(
+/// Takes the leases of the receives `jobs` gathered for `key` in one statement and hands
+/// each its share, holding what was read ahead for the next ones.
+async fn serve_combined(
     inner: &Arc<Inner>,
     queue: &QueueName,
     key: &str,
@@ -112,7 +115,7 @@ async fn serve(
         let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
         let behind = inner.backlogged.has(q);
         let ahead = inner.read_ahead.extra(key, jobs.len(), total, vis, behind);
-        match lease_fast(inner, &mut conn, q, &cfg, want + ahead, vis).await? {
+        match take_leases(inner, &mut conn, q, &cfg, want + ahead, vis).await? {
             Attempted::Got(got) => {
                 held.extend(got);
                 Ok(Attempted::Got(held))
@@ -169,7 +172,7 @@ async fn serve(
         if let Err(Ok(Attempted::Got(unwanted))) = j.reply.send(Ok(answer)) {
             // The receive went away meanwhile: its messages go back at once rather than
             // when their leases run out.
-            crate::ops::receive::release_unused(inner, queue, unwanted).await;
+            crate::ops::nack::release_unused(inner, queue, unwanted).await;
         }
     }
 }

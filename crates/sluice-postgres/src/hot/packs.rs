@@ -182,7 +182,7 @@ pub(crate) struct Leased {
 }
 
 /// Leases whole packs of queue `q` for up to `max` messages until `deadline`.
-pub(crate) async fn lease(
+pub(crate) async fn lease_from_packs(
     inner: &Inner,
     c: &ClientWrapper,
     q: &str,
@@ -390,7 +390,7 @@ const ACK_SQL: &str = concat!(
 /// Acks the receipts `(member id, token)` that name members of leased packs of queue `q`.
 /// Returns the members acked; the others are for the message rows (a pack unpacked meanwhile)
 /// or stale. Receipts are distinct.
-pub(crate) async fn ack(
+pub(crate) async fn ack_in_packs(
     c: &ClientWrapper,
     q: &str,
     ids: &[i64],

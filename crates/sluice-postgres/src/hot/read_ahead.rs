@@ -177,14 +177,14 @@ pub(crate) fn hold(inner: &Arc<Inner>, queue: &QueueName, key: &str, deliveries:
     tokio::spawn(async move {
         tokio::time::sleep(HOLD).await;
         let expired = inner.read_ahead.expired(&key);
-        crate::ops::receive::release_unused(&inner, &queue, expired).await;
+        crate::ops::nack::release_unused(&inner, &queue, expired).await;
     });
 }
 
 /// Releases every message this node holds, so a node that stops leaves none leased.
 pub(crate) async fn release_all(inner: &Inner) {
     for (queue, d) in inner.read_ahead.take_all() {
-        crate::ops::receive::release_unused(inner, &queue, [d]).await;
+        crate::ops::nack::release_unused(inner, &queue, [d]).await;
     }
 }
 

@@ -1,4 +1,4 @@
-//! The queue catalog: one row per queue with its full configuration.
+//! Queues: create or update, read, list, delete, purge.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,29 +10,9 @@ use sluice_core::{
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
 
+use crate::db::catalog::config;
 use crate::error::{corrupt, db};
 use crate::store::Inner;
-
-/// A queue's configuration, read in the caller's transaction (`lock`: `FOR UPDATE`, which
-/// serialises receives that check a global limit).
-pub(crate) async fn config(
-    c: &impl GenericClient,
-    name: &str,
-    lock: bool,
-) -> Result<QueueConfig, StoreError> {
-    let sql = if lock {
-        "SELECT config FROM queues WHERE name = $1 FOR UPDATE"
-    } else {
-        "SELECT config FROM queues WHERE name = $1"
-    };
-    let row = c
-        .query_opt(sql, &[&name])
-        .await
-        .map_err(|e| db(&e))?
-        .ok_or_else(|| StoreError::QueueNotFound(name.to_string()))?;
-    let cfg: Json<QueueConfig> = row.try_get(0).map_err(corrupt)?;
-    Ok(cfg.0)
-}
 
 /// How long a node reuses a queue's configuration on the hot paths (send, ack, receive of a
 /// queue without global limits) before reading it again. A change made on this node is seen
@@ -90,11 +70,10 @@ fn info_of(r: &tokio_postgres::Row) -> Result<QueueInfo, StoreError> {
 }
 
 /// One queue.
-pub(crate) async fn info(
-    c: &impl GenericClient,
-    name: &QueueName,
-) -> Result<QueueInfo, StoreError> {
-    let row = c
+pub(crate) async fn info(inner: &Inner, name: &QueueName) -> Result<QueueInfo, StoreError> {
+    let row = inner
+        .conn()
+        .await?
         .query_opt(
             "SELECT name, config, created_at FROM queues WHERE name = $1",
             &[&name.as_str()],
@@ -106,16 +85,19 @@ pub(crate) async fn info(
 }
 
 /// Every queue, by name.
-pub(crate) async fn list(c: &impl GenericClient) -> Result<Vec<QueueInfo>, StoreError> {
-    c.query(
-        "SELECT name, config, created_at FROM queues ORDER BY name",
-        &[],
-    )
-    .await
-    .map_err(|e| db(&e))?
-    .iter()
-    .map(info_of)
-    .collect()
+pub(crate) async fn list(inner: &Inner) -> Result<Vec<QueueInfo>, StoreError> {
+    inner
+        .conn()
+        .await?
+        .query(
+            "SELECT name, config, created_at FROM queues ORDER BY name",
+            &[],
+        )
+        .await
+        .map_err(|e| db(&e))?
+        .iter()
+        .map(info_of)
+        .collect()
 }
 
 /// Creates or updates a queue; creates its dead-letter queue when that is missing. With
@@ -235,4 +217,25 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
     // limit, or end it.
     inner.wake(name.as_str());
     Ok(())
+}
+
+/// Removes every message of a queue (not its completed records).
+pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, StoreError> {
+    let mut conn = inner.conn().await?;
+    let n = crate::db::tx::transaction(&mut conn, async |tx| {
+        crate::db::catalog::config(tx, queue.as_str(), false).await?;
+        crate::hot::packs::unpack_queue(tx, queue.as_str()).await?;
+        let n = tx
+            .execute(
+                "DELETE FROM messages WHERE queue = $1 AND state < 2",
+                &[&queue.as_str()],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        Ok(n)
+    })
+    .await?;
+    // Their rows are gone with the rest.
+    inner.read_ahead.forget(queue);
+    Ok(n)
 }

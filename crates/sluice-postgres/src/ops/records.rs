@@ -9,6 +9,11 @@ use tokio_postgres::types::Json;
 use crate::error::{corrupt, db};
 use crate::store::Inner;
 
+/// Appends audit events, on a connection of their own.
+pub(crate) async fn audit_append(inner: &Inner, events: &[AuditEvent]) -> Result<(), StoreError> {
+    audit_insert(&**inner.conn().await?, events).await
+}
+
 /// Appends audit entries (in the caller's transaction when it has one).
 pub(crate) async fn audit_insert(
     c: &impl GenericClient,
@@ -109,7 +114,7 @@ pub(crate) async fn stats_history(
     since: Timestamp,
 ) -> Result<Vec<StatsSample>, StoreError> {
     let conn = inner.conn().await?;
-    crate::ops::queues::config(&**conn, queue.as_str(), false).await?;
+    crate::db::catalog::config(&**conn, queue.as_str(), false).await?;
     let rows = conn
         .query(
             "SELECT sample FROM stats_history WHERE queue = $1 AND at >= $2 ORDER BY at",

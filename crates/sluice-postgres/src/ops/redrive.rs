@@ -47,9 +47,9 @@ pub(crate) async fn create(inner: &Inner, spec: RedriveSpec) -> Result<RedriveJo
     spec.validate()?;
     let mut conn = inner.conn().await?;
     let job = crate::db::tx::transaction(&mut conn, async |tx| {
-        crate::ops::queues::config(tx, spec.source.as_str(), false).await?;
+        crate::db::catalog::config(tx, spec.source.as_str(), false).await?;
         if let Some(d) = &spec.destination {
-            crate::ops::queues::config(tx, d.as_str(), false).await?;
+            crate::db::catalog::config(tx, d.as_str(), false).await?;
         }
         let now = inner.now();
         let id = inner.ids.draw(tx, 1).await?[0];
@@ -92,8 +92,10 @@ pub(crate) async fn create(inner: &Inner, spec: RedriveSpec) -> Result<RedriveJo
 }
 
 /// One job.
-pub(crate) async fn get(c: &impl GenericClient, id: RedriveId) -> Result<RedriveJob, StoreError> {
-    let row = c
+pub(crate) async fn get(inner: &Inner, id: RedriveId) -> Result<RedriveJob, StoreError> {
+    let row = inner
+        .conn()
+        .await?
         .query_opt("SELECT job FROM redrives WHERE id = $1", &[&(id.0 as i64)])
         .await
         .map_err(|e| db(&e))?
@@ -102,16 +104,19 @@ pub(crate) async fn get(c: &impl GenericClient, id: RedriveId) -> Result<Redrive
 }
 
 /// All jobs kept, newest first.
-pub(crate) async fn list(c: &impl GenericClient) -> Result<Vec<RedriveJob>, StoreError> {
-    c.query(
-        "SELECT job FROM redrives ORDER BY created_at DESC, id DESC",
-        &[],
-    )
-    .await
-    .map_err(|e| db(&e))?
-    .iter()
-    .map(job_of)
-    .collect()
+pub(crate) async fn list(inner: &Inner) -> Result<Vec<RedriveJob>, StoreError> {
+    inner
+        .conn()
+        .await?
+        .query(
+            "SELECT job FROM redrives ORDER BY created_at DESC, id DESC",
+            &[],
+        )
+        .await
+        .map_err(|e| db(&e))?
+        .iter()
+        .map(job_of)
+        .collect()
 }
 
 /// Cancels, pauses or resumes a job. The `running` column means active: a paused job still
@@ -195,7 +200,7 @@ pub(crate) async fn step(
         let mut fx = Effects::default();
         let mut moves: Vec<Row> = Vec::new();
         let src = job.spec.source.clone();
-        match crate::ops::queues::config(tx, src.as_str(), false).await {
+        match crate::db::catalog::config(tx, src.as_str(), false).await {
             Err(StoreError::QueueNotFound(_)) => {
                 job.finish(Timestamp(now));
                 job.blocked = Some(format!("source queue \"{}\" was deleted", src.as_str()));
@@ -292,7 +297,7 @@ async fn step_moves(
             None => None,
             Some(d) => {
                 if !dests.contains_key(d) {
-                    let found = match crate::ops::queues::config(tx, d, false).await {
+                    let found = match crate::db::catalog::config(tx, d, false).await {
                         Ok(cfg) => {
                             let leased = tx
                                 .query_one(crate::hot::packs::IN_FLIGHT_SQL, &[d])

@@ -55,7 +55,7 @@ pub(crate) async fn summarize(
     let after = req.filter.dead_lettered_after.map(|t| t.as_millis());
     let mut conn = inner.conn().await?;
     let (rows, fx) = crate::db::tx::transaction(&mut conn, async |tx| {
-        let cfg = crate::ops::queues::config(tx, q, false).await?;
+        let cfg = crate::db::catalog::config(tx, q, false).await?;
         let mut fx = Effects::default();
         expire_with_sources(tx, q, &cfg, inner.now(), &mut fx).await?;
         crate::hot::packs::unpack_queue(tx, q).await?;
