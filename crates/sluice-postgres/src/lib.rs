@@ -20,6 +20,7 @@ mod db;
 mod error;
 mod expiry;
 mod hot;
+mod local;
 mod open;
 mod ops;
 mod store;

@@ -11,7 +11,8 @@ use tokio_postgres::NoTls;
 use crate::db::ids::Ids;
 use crate::error::OpenError;
 use crate::hot::wake::Wakers;
-use crate::store::{Inner, PostgresStore, QueueMarks};
+use crate::local::Locals;
+use crate::store::{Inner, PostgresStore};
 
 /// Options of a PostgreSQL store.
 #[derive(Clone)]
@@ -188,7 +189,8 @@ impl PostgresStore {
             options.connect_timeout,
         )?;
         let channel = crate::hot::wake::channel(&schema);
-        let wakers = Arc::new(Wakers::default());
+        let locals = Arc::new(Locals::default());
+        let wakers = Arc::new(Wakers::new(locals.clone()));
         let node = options.node_id.clone().unwrap_or_else(|| {
             format!("node-{}-{:08x}", std::process::id(), rand::random::<u32>())
         });
@@ -212,22 +214,9 @@ impl PostgresStore {
             wakers: wakers.clone(),
             ids: Ids::default(),
             pending: std::sync::Mutex::default(),
-            configs: crate::ops::queues::ConfigCache::default(),
+            locals,
             node,
             pack_min: options.pack_min,
-            sends: crate::hot::combine::Combiner::new(crate::hot::send_combine::SENDS_IN_FLIGHT),
-            leases: crate::hot::combine::Lanes::new(
-                crate::hot::lease_combine::LEASES_IN_FLIGHT,
-                crate::hot::lease_combine::LARGE_LEASES_IN_FLIGHT,
-                crate::hot::lease_combine::PACKED_LEASES_IN_FLIGHT,
-            ),
-            served_by_packs: QueueMarks::default(),
-            backlogged: crate::hot::backlog::Backlogs::default(),
-            pack_sizes: crate::hot::pack_sizes::PackSizes::default(),
-            lapse_checks: crate::hot::lapse_checks::LapseChecks::default(),
-            handoff: crate::hot::handoff::Waiting::default(),
-            read_ahead: crate::hot::read_ahead::ReadAhead::default(),
-            acks: crate::hot::combine::Combiner::new(crate::hot::ack_combine::ACKS_IN_FLIGHT),
         });
         tokio::spawn(crate::hot::wake::listen(
             config,

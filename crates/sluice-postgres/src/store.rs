@@ -18,6 +18,7 @@ use sluice_core::{
 use crate::db::ids::Ids;
 use crate::error::pool;
 use crate::hot::wake::Wakers;
+use crate::local::{Locals, QueueLocal};
 
 /// The PostgreSQL engine. Cloning is cheap and shares the pool; background work stops when
 /// the last clone is dropped.
@@ -26,43 +27,32 @@ pub struct PostgresStore {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// What every call of this node shares: the pools, the clock, the schema, the node's name
+/// and ids, each queue's node-local memories and the wake-ups across nodes.
 pub(crate) struct Inner {
     pub(crate) pool: Pool,
     /// Connections whose commits do not wait for the WAL flush, for leases only.
     pub(crate) lease_pool: Pool,
     /// Connections that plan each statement once and never scan a table sequentially, for
-    /// the ack statements written for that (see `ack.rs`).
+    /// the ack statements written for that (see `hot/ack_combine.rs`).
     pub(crate) ack_pool: Pool,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) schema: String,
+    /// The NOTIFY channel of the schema.
     pub(crate) channel: String,
+    /// Whether other nodes' wake-ups arrive, and waking this node's receives by queue name.
     pub(crate) wakers: Arc<Wakers>,
+    /// Queues whose changes are to be announced to other nodes.
     pub(crate) announce: tokio::sync::mpsc::UnboundedSender<String>,
     pub(crate) ids: Ids,
+    /// The node's hot-path counts not yet written, for all queues: flushed together.
     pub(crate) pending: std::sync::Mutex<crate::db::counters::Counts>,
-    pub(crate) configs: crate::ops::queues::ConfigCache,
+    /// Each queue's node-local memories.
+    pub(crate) locals: Arc<Locals>,
+    /// This node's name in redrive ownership.
     pub(crate) node: String,
     /// [`crate::PostgresOptions::pack_min`].
     pub(crate) pack_min: usize,
-    /// Plain sends gathering for their queue's next write.
-    pub(crate) sends: crate::hot::combine::Combiner<crate::hot::send_combine::SendJob>,
-    /// Receives gathering for their queue's next lease.
-    pub(crate) leases: crate::hot::combine::Lanes<crate::hot::lease_combine::LeaseJob>,
-    /// Queues whose last large receive on this node was served by packs.
-    pub(crate) served_by_packs: QueueMarks,
-    /// Queues whose consumers on this node are behind, and where the next lease of each
-    /// starts (`crate::hot::backlog`).
-    pub(crate) backlogged: crate::hot::backlog::Backlogs,
-    /// Per queue, the size of the packs its last pack lease took (`crate::hot::pack_sizes`).
-    pub(crate) pack_sizes: crate::hot::pack_sizes::PackSizes,
-    /// Per queue, when this node last looked for leases that ran out (`crate::hot::lapse_checks`).
-    pub(crate) lapse_checks: crate::hot::lapse_checks::LapseChecks,
-    /// Receives long-polling on this node, for sends to hand messages to (`crate::hot::handoff`).
-    pub(crate) handoff: crate::hot::handoff::Waiting,
-    /// Messages leased ahead of this node's receives (`crate::hot::read_ahead`).
-    pub(crate) read_ahead: crate::hot::read_ahead::ReadAhead,
-    /// Acks gathering for their queue's next ack statement.
-    pub(crate) acks: crate::hot::combine::Combiner<crate::hot::ack_combine::AckJob>,
 }
 
 impl Inner {
@@ -76,13 +66,20 @@ impl Inner {
         self.pending().add(queue, counter, n);
     }
 
-    /// A queue's configuration for the hot paths: from the cache, taking a connection only
-    /// when it must read the database.
-    pub(crate) async fn config(&self, queue: &str) -> Result<QueueConfig, StoreError> {
-        match self.configs.cached(queue) {
-            Some(cfg) => Ok(cfg),
-            None => self.configs.get(&**self.conn().await?, queue).await,
+    /// A queue's configuration for the hot paths: from the queue's memory, taking a
+    /// connection only when it must read the database.
+    pub(crate) async fn config(&self, queue: &QueueLocal) -> Result<QueueConfig, StoreError> {
+        if let Some(cfg) = queue.cached_config() {
+            return Ok(cfg);
         }
+        let conn = self.conn().await?;
+        // Another call may have read it meanwhile.
+        if let Some(cfg) = queue.cached_config() {
+            return Ok(cfg);
+        }
+        let cfg = crate::db::catalog::config(&**conn, queue.name.as_str(), false).await?;
+        queue.keep_config(&cfg);
+        Ok(cfg)
     }
 
     pub(crate) fn now(&self) -> i64 {
@@ -98,6 +95,17 @@ impl Inner {
     /// As [`Inner::wake`] after `n` messages became visible: at most `n` local waiters.
     pub(crate) fn wake_some(&self, queue: &str, n: usize) {
         self.wakers.wake_some(queue, n);
+        self.announce(queue);
+    }
+
+    /// As [`Inner::wake_some`], for a queue whose memories the caller holds.
+    pub(crate) fn wake_local(&self, queue: &QueueLocal, n: usize) {
+        queue.waker.wake_some(n);
+        self.announce(queue.name.as_str());
+    }
+
+    /// Names `queue` to other nodes' wake-ups, when there may be other nodes.
+    fn announce(&self, queue: &str) {
         if self.wakers.others_may_listen() {
             let _ = self.announce.send(queue.to_string());
         }
@@ -105,32 +113,6 @@ impl Inner {
 
     pub(crate) async fn conn(&self) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(|e| pool(&e))
-    }
-}
-
-/// Queues this node has marked for one of its hot-path choices, each as its last lease of
-/// the queue showed.
-#[derive(Default)]
-pub(crate) struct QueueMarks(std::sync::Mutex<std::collections::HashSet<String>>);
-
-impl QueueMarks {
-    /// Whether `queue` is marked.
-    pub(crate) fn has(&self, queue: &str) -> bool {
-        self.set().contains(queue)
-    }
-
-    /// Marks `queue` or clears its mark.
-    pub(crate) fn mark(&self, queue: &str, on: bool) {
-        let mut set = self.set();
-        if !on {
-            set.remove(queue);
-        } else if !set.contains(queue) {
-            set.insert(queue.to_string());
-        }
-    }
-
-    fn set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

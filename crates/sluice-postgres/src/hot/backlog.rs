@@ -15,7 +15,6 @@
 //! cursor, scans from the head again: such a row waits a few leases longer, and none is
 //! missed. The queue stays roughly FIFO by visible time, as SPEC §2 asks.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Leases after a cursor between two from the head.
@@ -28,9 +27,9 @@ pub(crate) type ScanFrom = Option<(i64, i64)>;
 /// The key a scan from the head passes to the lease statement (before every row).
 pub(crate) const HEAD: (i64, i64) = (i64::MIN, i64::MIN);
 
-/// Per queue behind on this node, the last row it leased there.
+/// Whether one queue is behind on this node, and then the last row it leased there.
 #[derive(Default)]
-pub(crate) struct Backlogs(Mutex<HashMap<String, Cursor>>);
+pub(crate) struct Backlog(Mutex<Option<Cursor>>);
 
 #[derive(Default)]
 struct Cursor {
@@ -40,27 +39,27 @@ struct Cursor {
     since_head: u32,
 }
 
-impl Backlogs {
-    /// Whether `queue` is behind.
-    pub(crate) fn has(&self, queue: &str) -> bool {
-        self.map().contains_key(queue)
+impl Backlog {
+    /// Whether the queue is behind.
+    pub(crate) fn has(&self) -> bool {
+        self.cursor().is_some()
     }
 
-    /// Marks `queue` behind (keeping its cursor) or clears it (forgetting the cursor).
-    pub(crate) fn mark(&self, queue: &str, behind: bool) {
-        let mut map = self.map();
+    /// Marks the queue behind (keeping its cursor) or clears it (forgetting the cursor).
+    pub(crate) fn mark(&self, behind: bool) {
+        let mut cursor = self.cursor();
         if !behind {
-            map.remove(queue);
-        } else if !map.contains_key(queue) {
-            map.insert(queue.to_string(), Cursor::default());
+            *cursor = None;
+        } else if cursor.is_none() {
+            *cursor = Some(Cursor::default());
         }
     }
 
-    /// Where the next lease of `queue` starts: after the cursor while the queue is behind
-    /// and a scan from the head is not due, otherwise from the head.
-    pub(crate) fn start(&self, queue: &str) -> ScanFrom {
-        let mut map = self.map();
-        let c = map.get_mut(queue)?;
+    /// Where the next lease starts: after the cursor while the queue is behind and a scan
+    /// from the head is not due, otherwise from the head.
+    pub(crate) fn start(&self) -> ScanFrom {
+        let mut cursor = self.cursor();
+        let c = cursor.as_mut()?;
         let after = c.after?;
         if c.since_head + 1 >= FULL_SCAN_EVERY {
             return None;
@@ -69,11 +68,11 @@ impl Backlogs {
         Some(after)
     }
 
-    /// Records a lease of `queue` that started at `from` and whose last row (by key) was
-    /// `last`, if it leased any. Nothing is kept for a queue that is not behind.
-    pub(crate) fn leased(&self, queue: &str, from: ScanFrom, last: Option<(i64, i64)>) {
-        let mut map = self.map();
-        let Some(c) = map.get_mut(queue) else {
+    /// Records a lease that started at `from` and whose last row (by key) was `last`, if it
+    /// leased any. Nothing is kept for a queue that is not behind.
+    pub(crate) fn leased(&self, from: ScanFrom, last: Option<(i64, i64)>) {
+        let mut cursor = self.cursor();
+        let Some(c) = cursor.as_mut() else {
             return;
         };
         if from.is_none() {
@@ -86,7 +85,7 @@ impl Backlogs {
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cursor>> {
+    fn cursor(&self) -> std::sync::MutexGuard<'_, Option<Cursor>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -97,34 +96,34 @@ mod tests {
 
     #[test]
     fn a_queue_not_behind_keeps_no_cursor_and_is_scanned_from_the_head() {
-        let b = Backlogs::default();
-        b.leased("q", None, Some((5, 50)));
-        assert!(!b.has("q"));
-        assert_eq!(b.start("q"), None);
-        b.mark("q", true);
-        assert_eq!(b.start("q"), None, "no cursor until a lease from the head");
-        b.leased("q", None, Some((5, 50)));
-        assert_eq!(b.start("q"), Some((5, 50)));
-        b.mark("q", false);
-        b.mark("q", true);
-        assert_eq!(b.start("q"), None, "cleared forgets the cursor");
+        let b = Backlog::default();
+        b.leased(None, Some((5, 50)));
+        assert!(!b.has());
+        assert_eq!(b.start(), None);
+        b.mark(true);
+        assert_eq!(b.start(), None, "no cursor until a lease from the head");
+        b.leased(None, Some((5, 50)));
+        assert_eq!(b.start(), Some((5, 50)));
+        b.mark(false);
+        b.mark(true);
+        assert_eq!(b.start(), None, "cleared forgets the cursor");
     }
 
     #[test]
     fn a_queue_behind_is_scanned_after_its_cursor_and_from_the_head_now_and_then() {
-        let b = Backlogs::default();
-        b.mark("q", true);
-        b.leased("q", None, Some((5, 50)));
+        let b = Backlog::default();
+        b.mark(true);
+        b.leased(None, Some((5, 50)));
         let mut from_head = 0;
         let mut after = (5, 50);
         for i in 0..(3 * FULL_SCAN_EVERY) {
-            let from = b.start("q");
+            let from = b.start();
             match from {
                 Some(k) => assert_eq!(k, after),
                 None => from_head += 1,
             }
             after = (after.0 + 1, i64::from(i));
-            b.leased("q", from, Some(after));
+            b.leased(from, Some(after));
         }
         assert_eq!(
             from_head, 3,
@@ -134,11 +133,11 @@ mod tests {
 
     #[test]
     fn the_cursor_never_moves_back_after_itself() {
-        let b = Backlogs::default();
-        b.mark("q", true);
-        b.leased("q", None, Some((9, 90)));
-        let from = b.start("q");
-        b.leased("q", from, Some((3, 30)));
-        assert_eq!(b.start("q"), Some((9, 90)));
+        let b = Backlog::default();
+        b.mark(true);
+        b.leased(None, Some((9, 90)));
+        let from = b.start();
+        b.leased(from, Some((3, 30)));
+        assert_eq!(b.start(), Some((9, 90)));
     }
 }

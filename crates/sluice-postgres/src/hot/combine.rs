@@ -9,10 +9,12 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
 
 use futures::FutureExt as _;
+use sluice_core::QueueName;
 
 /// From this many messages a call is large: the database's time per row then outweighs its
 /// time per statement, so large calls of a queue have lanes of their own ([`Lanes`]).
@@ -22,13 +24,13 @@ pub(crate) const LARGE_CALL: usize = 16;
 /// while large calls may run more statements at once, as their time is spent on rows. Large
 /// calls served by packs (one row each, see `crate::hot::packs`) have a lane of their own: their
 /// statements are short again.
-pub(crate) struct Lanes<J> {
-    small: Combiner<J>,
-    large: Combiner<J>,
-    packed: Combiner<J>,
+pub(crate) struct Lanes<K, J> {
+    small: Combiner<K, J>,
+    large: Combiner<K, J>,
+    packed: Combiner<K, J>,
 }
 
-impl<J> Lanes<J> {
+impl<K, J> Lanes<K, J> {
     /// Lanes running at most `small` statements of a queue at a time for small calls, `large`
     /// for large ones and `packed` for large ones served by packs.
     pub(crate) fn new(small: usize, large: usize, packed: usize) -> Self {
@@ -41,7 +43,7 @@ impl<J> Lanes<J> {
 
     /// The combiner of a call for `messages` messages, on a queue whose large calls are
     /// served by packs or not.
-    pub(crate) fn of(&self, messages: usize, packed: bool) -> &Combiner<J> {
+    pub(crate) fn of(&self, messages: usize, packed: bool) -> &Combiner<K, J> {
         match (messages >= LARGE_CALL, packed) {
             (false, _) => &self.small,
             (true, false) => &self.large,
@@ -50,9 +52,10 @@ impl<J> Lanes<J> {
     }
 }
 
-/// Calls waiting to be written, per queue.
-pub(crate) struct Combiner<J> {
-    lanes: Mutex<HashMap<String, Lane<J>>>,
+/// Calls of one queue waiting to be written, per key: calls of different keys (lease
+/// lengths, kept-record times) never share a statement.
+pub(crate) struct Combiner<K, J> {
+    lanes: Mutex<HashMap<K, Lane<J>>>,
     /// Writes of one queue run at the same time; calls arriving beyond them gather.
     limit: usize,
 }
@@ -62,7 +65,7 @@ struct Lane<J> {
     flushing: usize,
 }
 
-impl<J> Combiner<J> {
+impl<K, J> Combiner<K, J> {
     /// A combiner running at most `limit` writes of a queue at a time (at least one).
     pub(crate) fn new(limit: usize) -> Self {
         Combiner {
@@ -72,24 +75,24 @@ impl<J> Combiner<J> {
     }
 }
 
-impl<J> Combiner<J> {
-    fn lanes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lane<J>>> {
+impl<K: Hash + Eq + Copy, J> Combiner<K, J> {
+    fn lanes(&self) -> std::sync::MutexGuard<'_, HashMap<K, Lane<J>>> {
         self.lanes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds `job` to `queue`'s waiting calls. Returns the calls to write now when the caller
-    /// is to start a write (it must then call [`Combiner::next`] when that write is done);
-    /// `None` when a running write will take the job.
-    pub(crate) fn push(&self, queue: &str, job: J) -> Option<Vec<J>> {
-        self.push_within(queue, job, self.limit)
+    /// Adds `job` to the waiting calls of `key`. Returns the calls to write now when the
+    /// caller is to start a write (it must then call [`Combiner::next`] when that write is
+    /// done); `None` when a running write will take the job.
+    pub(crate) fn push(&self, key: K, job: J) -> Option<Vec<J>> {
+        self.push_within(key, job, self.limit)
     }
 
     /// As [`Combiner::push`], starting a write only while fewer than `limit` (at least one,
-    /// at most the combiner's own limit) of `queue` are under way.
-    pub(crate) fn push_within(&self, queue: &str, job: J, limit: usize) -> Option<Vec<J>> {
+    /// at most the combiner's own limit) of `key` are under way.
+    pub(crate) fn push_within(&self, key: K, job: J, limit: usize) -> Option<Vec<J>> {
         let limit = limit.clamp(1, self.limit);
         let mut lanes = self.lanes();
-        let lane = lanes.entry(queue.to_string()).or_insert_with(|| Lane {
+        let lane = lanes.entry(key).or_insert_with(|| Lane {
             jobs: Vec::new(),
             flushing: 0,
         });
@@ -102,17 +105,17 @@ impl<J> Combiner<J> {
         }
     }
 
-    /// After a write of `queue`: the calls that gathered meanwhile, to write next, or `None`
+    /// After a write of `key`: the calls that gathered meanwhile, to write next, or `None`
     /// when there are none (the write ends).
-    pub(crate) fn next(&self, queue: &str) -> Option<Vec<J>> {
+    pub(crate) fn next(&self, key: K) -> Option<Vec<J>> {
         let mut lanes = self.lanes();
-        let lane = lanes.get_mut(queue)?;
+        let lane = lanes.get_mut(&key)?;
         if !lane.jobs.is_empty() {
             return Some(std::mem::take(&mut lane.jobs));
         }
         lane.flushing = lane.flushing.saturating_sub(1);
         if lane.flushing == 0 {
-            lanes.remove(queue);
+            lanes.remove(&key);
         }
         None
     }
@@ -121,9 +124,10 @@ impl<J> Combiner<J> {
 /// Writes `jobs` with `write`, then the calls of `key` that gathered meanwhile, until none
 /// is left. A panic in one write fails only its calls (their answers are dropped); the
 /// queue's next calls are still written.
-pub(crate) async fn drain<J, Fut>(
-    combiner: &Combiner<J>,
-    key: &str,
+pub(crate) async fn drain<K: Hash + Eq + Copy, J, Fut>(
+    combiner: &Combiner<K, J>,
+    queue: &QueueName,
+    key: K,
     mut jobs: Vec<J>,
     mut write: impl FnMut(Vec<J>) -> Fut,
 ) where
@@ -131,7 +135,7 @@ pub(crate) async fn drain<J, Fut>(
 {
     loop {
         if AssertUnwindSafe(write(jobs)).catch_unwind().await.is_err() {
-            tracing::error!(key, "a combined write failed unexpectedly");
+            tracing::error!(%queue, "a combined write failed unexpectedly");
         }
         match combiner.next(key) {
             Some(more) => jobs = more,

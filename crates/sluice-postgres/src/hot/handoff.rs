@@ -17,55 +17,42 @@
 //! is held; queues with `rate_limit` or `max_in_flight` never hand off, as those limits
 //! count leases under the queue's row lock.
 
-use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Per queue, per lease length, how many messages the receives long-polling on this node
+/// Of one queue, per lease length, how many messages the receives long-polling on this node
 /// wait for (the sum of their `max`), less what sends handed them since.
 #[derive(Default)]
-pub(crate) struct Waiting(Mutex<HashMap<String, Vec<(Duration, usize)>>>);
+pub(crate) struct Waiting(Mutex<Vec<(Duration, usize)>>);
 
 /// A receive waiting for messages of a queue: counted in [`Waiting`] until dropped.
 pub(crate) struct Wait<'a> {
     waiting: &'a Waiting,
-    queue: &'a str,
     lease: Duration,
     max: usize,
 }
 
 impl Waiting {
-    /// Counts a receive of `queue` waiting for up to `max` messages leased for `lease`.
-    pub(crate) fn enter<'a>(&'a self, queue: &'a str, lease: Duration, max: usize) -> Wait<'a> {
-        let mut map = self.map();
-        let list = match map.get_mut(queue) {
-            Some(list) => list,
-            None => map.entry(queue.to_owned()).or_default(),
-        };
+    /// Counts a receive waiting for up to `max` messages leased for `lease`.
+    pub(crate) fn enter(&self, lease: Duration, max: usize) -> Wait<'_> {
+        let mut list = self.list();
         match list.iter_mut().find(|(l, _)| *l == lease) {
             Some((_, wanted)) => *wanted += max,
             None => list.push((lease, max)),
         }
         Wait {
             waiting: self,
-            queue,
             lease,
             max,
         }
     }
 
-    /// Claims up to `n` messages for receives waiting on `queue` with leases of at least
-    /// `shortest`, all of one lease length (the one most waited for): that length and how
-    /// many, or `None` when none wait.
-    pub(crate) fn claim(
-        &self,
-        queue: &str,
-        n: usize,
-        shortest: Duration,
-    ) -> Option<(Duration, usize)> {
-        let mut map = self.map();
-        let (lease, wanted) = map
-            .get_mut(queue)?
+    /// Claims up to `n` messages for receives waiting with leases of at least `shortest`,
+    /// all of one lease length (the one most waited for): that length and how many, or
+    /// `None` when none wait.
+    pub(crate) fn claim(&self, n: usize, shortest: Duration) -> Option<(Duration, usize)> {
+        let mut list = self.list();
+        let (lease, wanted) = list
             .iter_mut()
             .filter(|(lease, wanted)| *wanted > 0 && *lease >= shortest)
             .max_by_key(|(_, wanted)| *wanted)?;
@@ -74,29 +61,26 @@ impl Waiting {
         (k > 0).then_some((*lease, k))
     }
 
-    /// Forgets `queue` (deleted).
-    pub(crate) fn forget(&self, queue: &str) {
-        self.map().remove(queue);
+    /// Forgets every waiting receive (the queue was deleted).
+    pub(crate) fn clear(&self) {
+        self.list().clear();
     }
 
-    fn leave(&self, queue: &str, lease: Duration, max: usize) {
-        let mut map = self.map();
-        if let Some(list) = map.get_mut(queue)
-            && let Some((_, wanted)) = list.iter_mut().find(|(l, _)| *l == lease)
-        {
+    fn leave(&self, lease: Duration, max: usize) {
+        if let Some((_, wanted)) = self.list().iter_mut().find(|(l, _)| *l == lease) {
             // What sends claimed for this receive is already gone from the count.
             *wanted = wanted.saturating_sub(max);
         }
     }
 
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Vec<(Duration, usize)>>> {
+    fn list(&self) -> MutexGuard<'_, Vec<(Duration, usize)>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl Drop for Wait<'_> {
     fn drop(&mut self) {
-        self.waiting.leave(self.queue, self.lease, self.max);
+        self.waiting.leave(self.lease, self.max);
     }
 }
 
@@ -109,41 +93,41 @@ mod tests {
 
     #[test]
     fn sends_claim_what_waiting_receives_want_and_no_more() {
-        let w = Waiting::default();
-        assert_eq!(w.claim("q", 5, ANY), None, "nobody waits");
-        let a = w.enter("q", LEASE, 1);
-        let b = w.enter("q", LEASE, 3);
-        let short = w.enter("q", Duration::from_secs(5), 1);
+        let (w, other) = (Waiting::default(), Waiting::default());
+        assert_eq!(w.claim(5, ANY), None, "nobody waits");
+        let a = w.enter(LEASE, 1);
+        let b = w.enter(LEASE, 3);
+        let short = w.enter(Duration::from_secs(5), 1);
         assert_eq!(
-            w.claim("q", 2, Duration::from_secs(60)),
+            w.claim(2, Duration::from_secs(60)),
             None,
             "no lease that long waits"
         );
-        assert_eq!(w.claim("q", 2, ANY), Some((LEASE, 2)));
-        assert_eq!(w.claim("q", 5, ANY), Some((LEASE, 2)), "only what is left");
+        assert_eq!(w.claim(2, ANY), Some((LEASE, 2)));
+        assert_eq!(w.claim(5, ANY), Some((LEASE, 2)), "only what is left");
         assert_eq!(
-            w.claim("q", 5, ANY),
+            w.claim(5, ANY),
             Some((Duration::from_secs(5), 1)),
             "then the other lease length"
         );
-        assert_eq!(w.claim("q", 5, ANY), None, "all claimed");
-        assert_eq!(w.claim("other", 1, ANY), None);
+        assert_eq!(w.claim(5, ANY), None, "all claimed");
+        assert_eq!(other.claim(1, ANY), None);
         drop((a, b, short));
         assert_eq!(
-            w.claim("q", 1, ANY),
+            w.claim(1, ANY),
             None,
             "receives that left are not waited for"
         );
-        let c = w.enter("q", LEASE, 3);
-        assert_eq!(w.claim("q", 1, ANY), Some((LEASE, 1)));
+        let c = w.enter(LEASE, 3);
+        assert_eq!(w.claim(1, ANY), Some((LEASE, 1)));
         drop(c);
         assert_eq!(
-            w.claim("q", 1, ANY),
+            w.claim(1, ANY),
             None,
             "a claimed receive leaving takes the rest"
         );
-        let _d = w.enter("q", LEASE, 1);
-        w.forget("q");
-        assert_eq!(w.claim("q", 1, ANY), None, "forgotten with its queue");
+        let _d = w.enter(LEASE, 1);
+        w.clear();
+        assert_eq!(w.claim(1, ANY), None, "forgotten with its queue");
     }
 }

@@ -16,33 +16,33 @@
 //! interval and wakes the queue's receives: the message is delivered a little later, never
 //! lost.
 
-use crate::hot::per_queue::PerQueue;
+use crate::hot::memo::Memo;
 
 /// How far before the previous check a check starts, in ms.
 pub(crate) const MARGIN_MS: i64 = 1_000;
 
-/// Per queue, when (store clock, ms) this node last asked whether a lease ran out.
+/// Of one queue, when (store clock, ms) this node last asked whether a lease ran out.
 #[derive(Default)]
-pub(crate) struct LapseChecks(PerQueue<i64>);
+pub(crate) struct LapseChecks(Memo<i64>);
 
 impl LapseChecks {
-    /// The deadline after which a check of `queue` at `now` looks for lapsed leases (those
+    /// The deadline after which a check at `now` looks for lapsed leases (those
     /// at or before it are left to maintenance); before any check, every deadline. A clock
     /// that went back moves the start back with it.
-    pub(crate) fn after(&self, queue: &str, now: i64) -> i64 {
+    pub(crate) fn after(&self, now: i64) -> i64 {
         self.0
-            .get(queue)
+            .get()
             .map_or(i64::MIN, |last| last.min(now).saturating_sub(MARGIN_MS))
     }
 
-    /// Notes that a lease of `queue` checked for lapsed leases at `now`.
-    pub(crate) fn checked(&self, queue: &str, now: i64) {
-        self.0.set(queue, now);
+    /// Notes that a lease checked for lapsed leases at `now`.
+    pub(crate) fn checked(&self, now: i64) {
+        self.0.set(now);
     }
 
-    /// Forgets `queue` (deleted).
-    pub(crate) fn forget(&self, queue: &str) {
-        self.0.forget(queue);
+    /// Forgets the checks (the queue was deleted).
+    pub(crate) fn clear(&self) {
+        self.0.clear();
     }
 }
 
@@ -52,18 +52,14 @@ mod tests {
 
     #[test]
     fn a_check_looks_back_to_the_previous_one_less_the_margin() {
-        let checks = LapseChecks::default();
-        assert_eq!(
-            checks.after("q", 10_000),
-            i64::MIN,
-            "first check: everything"
-        );
-        checks.checked("q", 10_000);
-        assert_eq!(checks.after("q", 12_000), 10_000 - MARGIN_MS);
-        assert_eq!(checks.after("other", 12_000), i64::MIN);
+        let (checks, other) = (LapseChecks::default(), LapseChecks::default());
+        assert_eq!(checks.after(10_000), i64::MIN, "first check: everything");
+        checks.checked(10_000);
+        assert_eq!(checks.after(12_000), 10_000 - MARGIN_MS);
+        assert_eq!(other.after(12_000), i64::MIN);
         // A clock set back: the check starts before the time it now reads.
-        assert_eq!(checks.after("q", 5_000), 5_000 - MARGIN_MS);
-        checks.forget("q");
-        assert_eq!(checks.after("q", 12_000), i64::MIN);
+        assert_eq!(checks.after(5_000), 5_000 - MARGIN_MS);
+        checks.clear();
+        assert_eq!(checks.after(12_000), i64::MIN);
     }
 }

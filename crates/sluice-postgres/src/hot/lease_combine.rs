@@ -5,11 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::{QueueConfig, QueueName, ReceiveRequest, StoreError};
+use sluice_core::{QueueConfig, ReceiveRequest, StoreError};
 use tokio::sync::oneshot;
 
 use crate::error::pool;
 use crate::hot::leases::{Attempted, take_leases};
+use crate::local::QueueLocal;
 use crate::store::Inner;
 
 /// Lease statements of one queue a node runs at the same time. One: a lease commits without
@@ -40,12 +41,6 @@ pub(crate) const PACKED_LEASES_IN_FLIGHT: usize = 1;
 /// receive, 4 + 4: p50 8 – 24 ms with 25, about 100 ms with 100, at the same throughput).
 const BACKLOG_AGE_MS: i64 = 25;
 
-/// What receives of `queue` leasing for `lease` share: their lease statements and the
-/// messages held for them. Receives asking for different lease lengths share neither.
-pub(crate) fn key(queue: &str, lease: Duration) -> String {
-    format!("{queue}\u{0}{}", lease.as_millis())
-}
-
 /// A receive waiting for its queue's next combined lease.
 pub(crate) struct LeaseJob {
     max: u32,
@@ -56,14 +51,15 @@ pub(crate) struct LeaseJob {
 /// what this node holds for the queue, else from the queue's next combined lease.
 pub(crate) async fn receive_combined(
     inner: &Arc<Inner>,
-    queue: &QueueName,
+    queue: &Arc<QueueLocal>,
     cfg: &QueueConfig,
     req: &ReceiveRequest,
 ) -> Result<Attempted, StoreError> {
+    // Receives asking for different lease lengths share neither statements nor the messages
+    // held for them.
     let vis = req.visibility.unwrap_or(cfg.visibility_timeout);
-    let key = key(queue.as_str(), vis);
     if !cfg.paused {
-        let held = inner.read_ahead.take(&key, req.max as usize);
+        let held = queue.read_ahead.take(vis, req.max as usize);
         if !held.is_empty() {
             return Ok(Attempted::Got(held));
         }
@@ -73,15 +69,16 @@ pub(crate) async fn receive_combined(
         max: req.max,
         reply,
     };
-    let packed = inner.served_by_packs.has(queue.as_str());
-    let lane = inner.leases.of(req.max as usize, packed);
-    if let Some(jobs) = lane.push(&key, job) {
+    let packed = queue.served_by_packs();
+    let lane = queue.leases.of(req.max as usize, packed);
+    if let Some(jobs) = lane.push(vis, job) {
         // A task of its own: a receive that goes away (a long poll ended by its client) must
         // not stop the lease the others wait for.
         let (inner, queue, max) = (inner.clone(), queue.clone(), req.max as usize);
         tokio::spawn(async move {
-            crate::hot::combine::drain(inner.leases.of(max, packed), &key, jobs, |jobs| {
-                serve_combined(&inner, &queue, &key, vis, jobs)
+            let lane = queue.leases.of(max, packed);
+            crate::hot::combine::drain(lane, &queue.name, vis, jobs, |jobs| {
+                serve_combined(&inner, &queue, vis, jobs)
             })
             .await;
         });
@@ -91,31 +88,29 @@ pub(crate) async fn receive_combined(
         .map_err(|_| StoreError::unavailable("the receive was dropped before it was served"))?
 }
 
-/// Takes the leases of the receives `jobs` gathered for `key` in one statement and hands
+/// Takes the leases of the receives `jobs` gathered for `vis` in one statement and hands
 /// each its share, holding what was read ahead for the next ones.
 async fn serve_combined(
     inner: &Arc<Inner>,
-    queue: &QueueName,
-    key: &str,
+    queue: &Arc<QueueLocal>,
     vis: Duration,
     jobs: Vec<LeaseJob>,
 ) {
-    let q = queue.as_str();
     let total = jobs.iter().fold(0u32, |n, j| n.saturating_add(j.max));
     let leased = async {
-        let cfg = inner.config(q).await?;
+        let cfg = inner.config(queue).await?;
         let mut held = Vec::new();
         if !cfg.paused {
-            held = inner.read_ahead.take(key, total as usize);
+            held = queue.read_ahead.take(vis, total as usize);
         }
         let want = total - held.len() as u32;
         if want == 0 {
             return Ok::<_, StoreError>(Attempted::Got(held));
         }
         let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
-        let behind = inner.backlogged.has(q);
-        let ahead = inner.read_ahead.extra(key, jobs.len(), total, vis, behind);
-        match take_leases(inner, &mut conn, q, &cfg, want + ahead, vis).await? {
+        let behind = queue.backlog.has();
+        let ahead = queue.read_ahead.extra(jobs.len(), total, vis, behind);
+        match take_leases(inner, queue, &mut conn, &cfg, want + ahead, vis).await? {
             Attempted::Got(got) => {
                 held.extend(got);
                 Ok(Attempted::Got(held))
@@ -130,19 +125,17 @@ async fn serve_combined(
             // Behind: every receive filled, and even the newest message leased had waited.
             let newest = got.iter().map(|d| d.enqueued_at.as_millis()).max();
             let waited = newest.is_some_and(|t| inner.now() - t >= BACKLOG_AGE_MS);
-            inner
-                .backlogged
-                .mark(q, got.len() >= total as usize && waited);
+            queue.backlog.mark(got.len() >= total as usize && waited);
             if total as usize >= crate::hot::combine::LARGE_CALL {
                 let packs = got
                     .iter()
                     .any(|d| crate::hot::packs::is_pack_token(d.receipt.token as i64));
-                inner.served_by_packs.mark(q, packs);
+                queue.mark_served_by_packs(packs);
             }
             got
         }
         Ok(Attempted::Empty { next_wake }) => {
-            inner.backlogged.mark(q, false);
+            queue.backlog.mark(false);
             for j in jobs {
                 let _ = j.reply.send(Ok(Attempted::Empty { next_wake }));
             }
@@ -157,7 +150,7 @@ async fn serve_combined(
     };
     if got.len() > total as usize {
         let ahead = got.split_off(total as usize);
-        crate::hot::read_ahead::hold(inner, queue, key, ahead);
+        crate::hot::read_ahead::hold(inner, queue, vis, ahead);
     }
     let mut got = got.into_iter();
     for j in jobs {
@@ -172,7 +165,7 @@ async fn serve_combined(
         if let Err(Ok(Attempted::Got(unwanted))) = j.reply.send(Ok(answer)) {
             // The receive went away meanwhile: its messages go back at once rather than
             // when their leases run out.
-            crate::ops::nack::release_unused(inner, queue, unwanted).await;
+            crate::ops::nack::release_unused(inner, &queue.name, unwanted).await;
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::db::tx::transaction;
 use crate::error::{corrupt, db};
 use crate::expiry::expire_queue;
 use crate::hot::backlog::ScanFrom;
+use crate::local::QueueLocal;
 use crate::store::Inner;
 
 /// What one attempt to take leases found.
@@ -36,8 +37,8 @@ pub(crate) enum Attempted {
 /// that just ran out is delivered by this very receive.
 pub(crate) async fn take_leases(
     inner: &Inner,
+    queue: &QueueLocal,
     conn: &mut deadpool_postgres::Object,
-    q: &str,
     cfg: &QueueConfig,
     max: u32,
     vis: Duration,
@@ -45,6 +46,7 @@ pub(crate) async fn take_leases(
     if cfg.paused {
         return Ok(Attempted::Empty { next_wake: None });
     }
+    let q = queue.name.as_str();
     let now = inner.now();
     let cutoff = crate::expiry::retention_cutoff(cfg, now);
     let deadline = Timestamp(now).plus(vis).as_millis();
@@ -60,7 +62,8 @@ pub(crate) async fn take_leases(
     let packs_first = inner.pack_min > 0 && max as usize >= inner.pack_min;
     if packs_first {
         let packs =
-            crate::hot::packs::lease_from_packs(inner, conn, q, cfg, now, max, deadline).await?;
+            crate::hot::packs::lease_from_packs(inner, queue, conn, cfg, now, max, deadline)
+                .await?;
         got = packs.deliveries;
         due = packs.due;
         unfit = packs.unfit;
@@ -75,8 +78,8 @@ pub(crate) async fn take_leases(
             .await
             .map_err(|e| db(&e))?;
         let n = i64::from(left);
-        let lapsed_after = inner.lapse_checks.after(q, now);
-        let from = inner.backlogged.start(q);
+        let lapsed_after = queue.lapse_checks.after(now);
+        let from = queue.backlog.start();
         let run = async |from: ScanFrom, n: i64| {
             let (after_at, after_id) = from.unwrap_or(crate::hot::backlog::HEAD);
             conn.query(
@@ -96,14 +99,14 @@ pub(crate) async fn take_leases(
             .map_err(|e| db(&e))
         };
         let mut rows = run(from, n).await?;
-        inner.lapse_checks.checked(q, now);
+        queue.lapse_checks.checked(now);
         let (after_cursor, last) = leased_keys(&rows)?;
-        inner.backlogged.leased(q, from, last);
+        queue.backlog.leased(from, last);
         if from.is_some() && (after_cursor as i64) < n {
             // Fewer after the cursor than wanted: the rest, and whether the queue is empty,
             // from the head.
             let more = run(None, n - after_cursor as i64).await?;
-            inner.backlogged.leased(q, None, leased_keys(&more)?.1);
+            queue.backlog.leased(None, leased_keys(&more)?.1);
             if let Some(r) = more.first() {
                 due |= r.try_get::<_, bool>(9).map_err(corrupt)?;
             }
@@ -130,9 +133,10 @@ pub(crate) async fn take_leases(
             let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
             if later && left > 0 {
                 // The rows older than the packs are taken: packs fill what is left.
-                let packs =
-                    crate::hot::packs::lease_from_packs(inner, conn, q, cfg, now, left, deadline)
-                        .await?;
+                let packs = crate::hot::packs::lease_from_packs(
+                    inner, queue, conn, cfg, now, left, deadline,
+                )
+                .await?;
                 got.extend(packs.deliveries);
                 due |= packs.due;
             }
@@ -150,7 +154,7 @@ pub(crate) async fn take_leases(
         // Nothing else is waiting and the oldest pack is larger than this receive: its
         // members become rows, of which this receive takes its share.
         let made = crate::hot::packs::unpack_waiting(&***conn, pack).await?;
-        inner.wake_some(q, made);
+        inner.wake_local(queue, made);
         due = true;
     }
     if !due {

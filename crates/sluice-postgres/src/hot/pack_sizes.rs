@@ -12,36 +12,36 @@
 //!
 //! [`pack_min`]: crate::PostgresOptions::pack_min
 
-use crate::hot::per_queue::PerQueue;
+use crate::hot::memo::Memo;
 
 /// Packs locked beyond those the size last seen says would fill the receive, for packs of
 /// varying sizes.
 const SLACK: i64 = 2;
 
-/// Per queue, the smallest pack the last pack lease on this node took.
+/// Of one queue, the smallest pack the last pack lease on this node took.
 #[derive(Default)]
-pub(crate) struct PackSizes(PerQueue<usize>);
+pub(crate) struct PackSizes(Memo<usize>);
 
 impl PackSizes {
-    /// How many waiting packs of `queue` a lease of up to `max` messages locks: enough to
+    /// How many waiting packs a lease of up to `max` messages locks: enough to
     /// fill it with packs of the size last seen there (before any, of `pack_min`), and
     /// [`SLACK`] more. Should smaller packs come, the lease returns fewer messages than it
     /// could, and the next one, knowing their size, locks more.
-    pub(crate) fn choose(&self, queue: &str, max: u32, pack_min: usize) -> i64 {
-        let size = self.0.get(queue).unwrap_or(pack_min).max(1);
+    pub(crate) fn choose(&self, max: u32, pack_min: usize) -> i64 {
+        let size = self.0.get().unwrap_or(pack_min).max(1);
         i64::from(max) / i64::try_from(size).unwrap_or(i64::MAX) + SLACK
     }
 
-    /// Notes the sizes of the packs a lease of `queue` took (nothing when it took none).
-    pub(crate) fn leased(&self, queue: &str, sizes: impl IntoIterator<Item = usize>) {
+    /// Notes the sizes of the packs a lease took (nothing when it took none).
+    pub(crate) fn leased(&self, sizes: impl IntoIterator<Item = usize>) {
         if let Some(smallest) = sizes.into_iter().min() {
-            self.0.set(queue, smallest);
+            self.0.set(smallest);
         }
     }
 
-    /// Forgets `queue` (deleted).
-    pub(crate) fn forget(&self, queue: &str) {
-        self.0.forget(queue);
+    /// Forgets the sizes seen (the queue was deleted).
+    pub(crate) fn clear(&self) {
+        self.0.clear();
     }
 }
 
@@ -51,19 +51,19 @@ mod tests {
 
     #[test]
     fn a_lease_locks_what_packs_of_the_last_seen_size_need() {
-        let sizes = PackSizes::default();
+        let (sizes, other) = (PackSizes::default(), PackSizes::default());
         // Nothing seen: sized for the smallest pack a node makes.
-        assert_eq!(sizes.choose("q", 100, 10), 12);
-        sizes.leased("q", [100, 100]);
-        assert_eq!(sizes.choose("q", 100, 10), 3);
-        assert_eq!(sizes.choose("q", 400, 10), 6);
+        assert_eq!(sizes.choose(100, 10), 12);
+        sizes.leased([100, 100]);
+        assert_eq!(sizes.choose(100, 10), 3);
+        assert_eq!(sizes.choose(400, 10), 6);
         // Smaller packs came: the next lease locks more; other queues keep their own.
-        sizes.leased("q", [25, 100]);
-        assert_eq!(sizes.choose("q", 100, 10), 6);
-        sizes.leased("q", []);
-        assert_eq!(sizes.choose("q", 100, 10), 6);
-        assert_eq!(sizes.choose("other", 100, 10), 12);
-        sizes.forget("q");
-        assert_eq!(sizes.choose("q", 100, 10), 12);
+        sizes.leased([25, 100]);
+        assert_eq!(sizes.choose(100, 10), 6);
+        sizes.leased([]);
+        assert_eq!(sizes.choose(100, 10), 6);
+        assert_eq!(other.choose(100, 10), 12);
+        sizes.clear();
+        assert_eq!(sizes.choose(100, 10), 12);
     }
 }

@@ -30,6 +30,7 @@ use tokio_postgres::types::{Json, Type};
 
 use crate::db::row::{attrs_json, kind_code, kind_of};
 use crate::error::{corrupt, db};
+use crate::local::QueueLocal;
 use crate::store::Inner;
 
 /// Whether a send of `messages` to a queue whose default delay is `delay` is kept as a pack.
@@ -181,18 +182,19 @@ pub(crate) struct Leased {
     pub next_due: Option<i64>,
 }
 
-/// Leases whole packs of queue `q` for up to `max` messages until `deadline`.
+/// Leases whole packs of `queue` for up to `max` messages until `deadline`.
 pub(crate) async fn lease_from_packs(
     inner: &Inner,
+    queue: &QueueLocal,
     c: &ClientWrapper,
-    q: &str,
     cfg: &QueueConfig,
     now: i64,
     max: u32,
     deadline: i64,
 ) -> Result<Leased, StoreError> {
+    let q = queue.name.as_str();
     let cutoff = crate::expiry::retention_cutoff(cfg, now);
-    let choose = inner.pack_sizes.choose(q, max, inner.pack_min);
+    let choose = queue.pack_sizes.choose(max, inner.pack_min);
     let max = i64::from(max);
     let stmt = c
         .prepare_typed_cached(
@@ -209,7 +211,7 @@ pub(crate) async fn lease_from_packs(
         )
         .await
         .map_err(|e| db(&e))?;
-    let lapsed_after = inner.lapse_checks.after(q, now);
+    let lapsed_after = queue.lapse_checks.after(now);
     let rows = c
         .query(
             &stmt,
@@ -217,7 +219,7 @@ pub(crate) async fn lease_from_packs(
         )
         .await
         .map_err(|e| db(&e))?;
-    inner.lapse_checks.checked(q, now);
+    queue.lapse_checks.checked(now);
     let mut out = Leased {
         deliveries: Vec::new(),
         due: false,
@@ -275,7 +277,7 @@ pub(crate) async fn lease_from_packs(
             });
         }
     }
-    inner.pack_sizes.leased(q, sizes);
+    queue.pack_sizes.leased(sizes);
     Ok(out)
 }
 

@@ -27,6 +27,7 @@ use std::time::Duration;
 use sluice_core::{Delivery, QueueName};
 use tokio::time::Instant;
 
+use crate::local::QueueLocal;
 use crate::store::Inner;
 
 /// How many messages more than its receives ask for a lease of a queue that is behind takes
@@ -39,35 +40,28 @@ pub(crate) const HOLD: Duration = Duration::from_millis(100);
 /// The shortest lease read ahead or handed off: at most a tenth of a lease is spent held.
 pub(crate) const SHORTEST_LEASE: Duration = Duration::from_secs(1);
 
-/// The state of one queue and lease length (the key of `crate::hot::lease_combine`).
+/// What is held for the receives of one lease length.
+#[derive(Default)]
 struct Held {
-    /// The queue the key names.
-    queue: QueueName,
     /// The deliveries leased ahead, oldest first, with when they were leased.
     items: VecDeque<(Instant, Delivery)>,
     /// When receives last took the last of them.
     emptied: Option<Instant>,
 }
 
-/// The deliveries a node leased ahead of its receives, per queue and lease length.
+/// The deliveries a node leased ahead of the receives of one queue, per lease length
+/// (receives asking for different lease lengths share neither statements nor messages).
 #[derive(Default)]
-pub(crate) struct ReadAhead(Mutex<HashMap<String, Held>>);
+pub(crate) struct ReadAhead(Mutex<HashMap<Duration, Held>>);
 
 impl ReadAhead {
-    /// How many messages a lease for `receives` receives of `key` that together ask for
-    /// `wanted`, each lease `lease` long, takes beyond them: [`READ_AHEAD`] for small
-    /// receives of a queue that is `behind`, when several receives wait for this lease or
-    /// receives took everything read ahead for them within [`HOLD`]; else none. Receives one
-    /// at a time find no statement in their way, and reading ahead would only keep messages
-    /// from other nodes.
-    pub(crate) fn extra(
-        &self,
-        key: &str,
-        receives: usize,
-        wanted: u32,
-        lease: Duration,
-        behind: bool,
-    ) -> u32 {
+    /// How many messages a lease for `receives` receives that together ask for `wanted`,
+    /// each `lease` long, takes beyond them: [`READ_AHEAD`] for small receives of a queue
+    /// that is `behind`, when several receives wait for this lease or receives took
+    /// everything read ahead for them within [`HOLD`]; else none. Receives one at a time
+    /// find no statement in their way, and reading ahead would only keep messages from other
+    /// nodes.
+    pub(crate) fn extra(&self, receives: usize, wanted: u32, lease: Duration, behind: bool) -> u32 {
         let small = (wanted as usize) < crate::hot::combine::LARGE_CALL && lease >= SHORTEST_LEASE;
         if !(behind && small) {
             return 0;
@@ -75,16 +69,17 @@ impl ReadAhead {
         let in_demand = receives > 1
             || self
                 .map()
-                .get(key)
+                .get(&lease)
                 .and_then(|h| h.emptied)
                 .is_some_and(|at| at.elapsed() < HOLD);
         if in_demand { READ_AHEAD } else { 0 }
     }
 
-    /// Up to `max` held deliveries of `key` still fresh enough to hand out, oldest first.
-    pub(crate) fn take(&self, key: &str, max: usize) -> Vec<Delivery> {
+    /// Up to `max` held deliveries leased for `lease` still fresh enough to hand out, oldest
+    /// first.
+    pub(crate) fn take(&self, lease: Duration, max: usize) -> Vec<Delivery> {
         let mut map = self.map();
-        let Some(held) = map.get_mut(key) else {
+        let Some(held) = map.get_mut(&lease) else {
             return Vec::new();
         };
         let now = Instant::now();
@@ -104,24 +99,20 @@ impl ReadAhead {
         out
     }
 
-    /// Holds `deliveries` of `queue`, leased just now for receives of `key`.
-    fn keep(&self, key: &str, queue: &QueueName, deliveries: Vec<Delivery>) {
+    /// Holds `deliveries`, leased just now for `lease`.
+    fn keep(&self, lease: Duration, deliveries: Vec<Delivery>) {
         let now = Instant::now();
         self.map()
-            .entry(key.to_string())
-            .or_insert_with(|| Held {
-                queue: queue.clone(),
-                items: VecDeque::new(),
-                emptied: None,
-            })
+            .entry(lease)
+            .or_default()
             .items
             .extend(deliveries.into_iter().map(|d| (now, d)));
     }
 
-    /// Removes and returns the deliveries of `key` held for [`HOLD`] or longer.
-    fn expired(&self, key: &str) -> Vec<Delivery> {
+    /// Removes and returns the deliveries leased for `lease` held for [`HOLD`] or longer.
+    fn expired(&self, lease: Duration) -> Vec<Delivery> {
         let mut map = self.map();
-        let Some(held) = map.get_mut(key) else {
+        let Some(held) = map.get_mut(&lease) else {
             return Vec::new();
         };
         let Some(stale_at) = Instant::now().checked_sub(HOLD) else {
@@ -132,26 +123,23 @@ impl ReadAhead {
             out.extend(held.items.pop_front().map(|(_, d)| d));
         }
         if held.items.is_empty() && held.emptied.is_none_or(|at| at <= stale_at) {
-            map.remove(key);
+            map.remove(&lease);
         }
         out
     }
 
-    /// Removes and returns every delivery held, with its queue.
-    fn take_all(&self) -> Vec<(QueueName, Delivery)> {
+    /// Removes and returns every delivery held.
+    fn take_all(&self) -> Vec<Delivery> {
         self.map()
             .drain()
-            .flat_map(|(_, held)| {
-                let queue = held.queue;
-                held.items.into_iter().map(move |(_, d)| (queue.clone(), d))
-            })
+            .flat_map(|(_, held)| held.items.into_iter().map(|(_, d)| d))
             .collect()
     }
 
-    /// Forgets every delivery held for `queue`, whatever its lease length: its messages
-    /// were purged or the queue deleted.
-    pub(crate) fn forget(&self, queue: &QueueName) {
-        self.map().retain(|_, held| held.queue != *queue);
+    /// Forgets every delivery held, whatever its lease length: the queue's messages were
+    /// purged or the queue deleted.
+    pub(crate) fn clear(&self) {
+        self.map().clear();
     }
 
     /// Forgets message `id` if it is held: it was deleted.
@@ -161,29 +149,47 @@ impl ReadAhead {
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Duration, Held>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-/// Holds `deliveries` of `queue`, leased just now beyond what the receives of `key` asked
+/// Holds `deliveries` of `queue`, leased for `lease` just now beyond what its receives asked
 /// for, and releases those still held after [`HOLD`].
-pub(crate) fn hold(inner: &Arc<Inner>, queue: &QueueName, key: &str, deliveries: Vec<Delivery>) {
+pub(crate) fn hold(
+    inner: &Arc<Inner>,
+    queue: &Arc<QueueLocal>,
+    lease: Duration,
+    deliveries: Vec<Delivery>,
+) {
     if deliveries.is_empty() {
         return;
     }
-    inner.read_ahead.keep(key, queue, deliveries);
-    let (inner, queue, key) = (inner.clone(), queue.clone(), key.to_string());
+    queue.read_ahead.keep(lease, deliveries);
+    let (inner, queue) = (inner.clone(), queue.clone());
     tokio::spawn(async move {
         tokio::time::sleep(HOLD).await;
-        let expired = inner.read_ahead.expired(&key);
-        crate::ops::nack::release_unused(&inner, &queue, expired).await;
+        let expired = queue.read_ahead.expired(lease);
+        crate::ops::nack::release_unused(&inner, &queue.name, expired).await;
     });
 }
 
 /// Releases every message this node holds, so a node that stops leaves none leased.
 pub(crate) async fn release_all(inner: &Inner) {
-    for (queue, d) in inner.read_ahead.take_all() {
+    let held: Vec<(QueueName, Delivery)> = inner
+        .locals
+        .all()
+        .into_iter()
+        .flat_map(|local| {
+            let queue = local.name.clone();
+            local
+                .read_ahead
+                .take_all()
+                .into_iter()
+                .map(move |d| (queue.clone(), d))
+        })
+        .collect();
+    for (queue, d) in held {
         crate::ops::nack::release_unused(inner, &queue, [d]).await;
     }
 }
@@ -197,12 +203,12 @@ mod tests {
     #[test]
     fn only_small_receives_of_a_queue_behind_with_several_waiting_read_ahead() {
         let r = ReadAhead::default();
-        assert_eq!(r.extra("q", 3, 3, LEASE, true), READ_AHEAD);
-        assert_eq!(r.extra("q", 3, 3, LEASE, false), 0, "not behind");
-        assert_eq!(r.extra("q", 1, 1, LEASE, true), 0, "one receive at a time");
-        assert_eq!(r.extra("q", 2, 200, LEASE, true), 0, "large receives");
+        assert_eq!(r.extra(3, 3, LEASE, true), READ_AHEAD);
+        assert_eq!(r.extra(3, 3, LEASE, false), 0, "not behind");
+        assert_eq!(r.extra(1, 1, LEASE, true), 0, "one receive at a time");
+        assert_eq!(r.extra(2, 200, LEASE, true), 0, "large receives");
         let short = Duration::from_millis(500);
-        assert_eq!(r.extra("q", 3, 3, short, true), 0, "short leases");
+        assert_eq!(r.extra(3, 3, short, true), 0, "short leases");
     }
 
     fn delivery(id: u64) -> Delivery {
@@ -228,38 +234,32 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn held_messages_go_out_oldest_first_while_fresh_and_expire_after_the_hold() {
-        let r = ReadAhead::default();
-        let key = "q\u{0}30000";
-        let q = QueueName::new("q").expect("name");
-        r.keep(key, &q, vec![delivery(1), delivery(2), delivery(3)]);
+        let (r, r2) = (ReadAhead::default(), ReadAhead::default());
+        let key = LEASE;
+        r.keep(key, vec![delivery(1), delivery(2), delivery(3)]);
         assert_eq!(ids(&r.take(key, 2)), [1, 2]);
-        assert_eq!(
-            r.extra(key, 1, 1, LEASE, true),
-            0,
-            "not yet taken to the last"
-        );
+        assert_eq!(r.extra(1, 1, LEASE, true), 0, "not yet taken to the last");
         assert_eq!(ids(&r.take(key, 5)), [3]);
         assert_eq!(
-            r.extra(key, 1, 1, LEASE, true),
+            r.extra(1, 1, LEASE, true),
             READ_AHEAD,
             "receives took all it held: one receive reads ahead again"
         );
-        r.keep(key, &q, vec![delivery(4), delivery(5)]);
+        r.keep(key, vec![delivery(4), delivery(5)]);
         tokio::time::advance(HOLD / 2).await;
         assert!(r.expired(key).is_empty(), "still fresh");
         tokio::time::advance(HOLD).await;
         assert!(r.take(key, 5).is_empty(), "held too long to hand out");
-        assert_eq!(r.extra(key, 1, 1, LEASE, true), 0, "demand long gone");
+        assert_eq!(r.extra(1, 1, LEASE, true), 0, "demand long gone");
         assert_eq!(ids(&r.expired(key)), [4, 5]);
         assert!(r.map().is_empty(), "nothing left to remember");
-        r.keep(key, &q, vec![delivery(6), delivery(8)]);
+        r.keep(key, vec![delivery(6), delivery(8)]);
         r.forget_message(sluice_core::MessageId(8));
-        let q2 = QueueName::new("q2").expect("name");
-        r.keep("q2\u{0}30000", &q2, vec![delivery(7)]);
+        r2.keep(key, vec![delivery(7)]);
         assert_eq!(ids(&r.take(key, 5)), [6], "a deleted message is forgotten");
-        r.keep(key, &q, vec![delivery(6)]);
-        r.forget(&q);
+        r.keep(key, vec![delivery(6)]);
+        r.clear();
         assert!(r.take(key, 5).is_empty(), "forgotten with its queue");
-        assert_eq!(ids(&r.take("q2\u{0}30000", 5)), [7], "other queues kept");
+        assert_eq!(ids(&r2.take(key, 5)), [7], "other queues kept");
     }
 }

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use sluice_core::store::validate_bodies_fit;
 use sluice_core::{
-    Delivery, MessageId, NewMessage, QueueConfig, QueueName, Receipt, SendOutcome, StoreError,
-    Timestamp,
+    Delivery, MessageId, NewMessage, QueueConfig, Receipt, SendOutcome, StoreError, Timestamp,
 };
 use tokio::sync::oneshot;
 
 use crate::error::db;
+use crate::local::QueueLocal;
 use crate::store::Inner;
 
 use crate::ops::send::{HandOff, INSERT_SQL, insert};
@@ -54,11 +54,11 @@ pub(crate) struct SendJob {
 /// the batch (`validate_send_batch`).
 pub(crate) async fn send_combined(
     inner: &Arc<Inner>,
-    queue: &QueueName,
+    queue: &Arc<QueueLocal>,
     cfg: &QueueConfig,
     messages: Vec<NewMessage>,
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
-    validate_bodies_fit(cfg, queue, &messages)?;
+    validate_bodies_fit(cfg, &queue.name, &messages)?;
     let (reply, answer) = oneshot::channel();
     let job = SendJob {
         pack: packed(inner, cfg, &messages),
@@ -69,16 +69,16 @@ pub(crate) async fn send_combined(
     // While the queue's consumers are behind, a send's wait hides behind the backlog's: one
     // insert at a time gathers more sends per commit and leaves the database's time to the
     // leases.
-    let limit = if inner.backlogged.has(queue.as_str()) {
+    let limit = if queue.backlog.has() {
         1
     } else {
         SENDS_IN_FLIGHT
     };
-    if let Some(batch) = inner.sends.push_within(queue.as_str(), job, limit) {
+    if let Some(batch) = queue.sends.push_within((), job, limit) {
         // A task of its own, so a caller that goes away does not stop the others' write.
         let (inner, queue) = (inner.clone(), queue.clone());
         tokio::spawn(async move {
-            crate::hot::combine::drain(&inner.sends, queue.as_str(), batch, |jobs| {
+            crate::hot::combine::drain(&queue.sends, &queue.name, (), batch, |jobs| {
                 write_batch(&inner, &queue, jobs)
             })
             .await;
@@ -91,8 +91,8 @@ pub(crate) async fn send_combined(
 
 /// Writes the plain sends of `jobs`: the large ones as packs in one statement, the others as
 /// rows in another.
-async fn write_batch(inner: &Arc<Inner>, queue: &QueueName, jobs: Vec<SendJob>) {
-    let q = queue.as_str();
+async fn write_batch(inner: &Arc<Inner>, queue: &Arc<QueueLocal>, jobs: Vec<SendJob>) {
+    let q = queue.name.as_str();
     let (packed, rows): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|j| j.pack);
     if !packed.is_empty() {
         let written = async {
@@ -115,7 +115,7 @@ async fn write_batch(inner: &Arc<Inner>, queue: &QueueName, jobs: Vec<SendJob>) 
             Ok::<_, StoreError>((ids, stored, true))
         }
         .await;
-        answer(inner, q, packed, written);
+        answer(queue, packed, written);
     }
     if !rows.is_empty() {
         let written = async {
@@ -131,7 +131,7 @@ async fn write_batch(inner: &Arc<Inner>, queue: &QueueName, jobs: Vec<SendJob>) 
                 }
             }
             let now = inner.now();
-            let handoff = handoff(inner, q, now, &mut items).await;
+            let handoff = claim_handoff(inner, queue, now, &mut items).await;
             let inserted = insert(
                 &**conn,
                 &stmt,
@@ -149,28 +149,28 @@ async fn write_batch(inner: &Arc<Inner>, queue: &QueueName, jobs: Vec<SendJob>) 
             Ok::<_, StoreError>((ids, inserted.rows, inserted.visible_now))
         }
         .await;
-        answer(inner, q, rows, written);
+        answer(queue, rows, written);
     }
 }
 
-/// Claims messages of `items` for the receives waiting on this node for queue `q`
+/// Claims messages of `items` for the receives waiting on this node for `queue`
 /// (`crate::hot::handoff`), when its config allows: moves those visible at once to the front,
 /// up to as many as are waited for, and says how many and for what lease length.
-async fn handoff(
+async fn claim_handoff(
     inner: &Inner,
-    q: &str,
+    queue: &QueueLocal,
     now: i64,
     items: &mut [(&NewMessage, i64, Duration)],
 ) -> Option<HandOff> {
     let visible =
         |(m, _, delay): &(&NewMessage, i64, Duration)| m.delay.unwrap_or(*delay).is_zero();
     let ready = items.iter().filter(|i| visible(i)).count();
-    let (lease, count) = inner
+    let (lease, count) = queue
         .handoff
-        .claim(q, ready, crate::hot::read_ahead::SHORTEST_LEASE)?;
+        .claim(ready, crate::hot::read_ahead::SHORTEST_LEASE)?;
     // Only a send that found receives waiting reads the config. A claim dropped here is
     // only a hint lost: such a queue's receives would not take what is held anyway.
-    let cfg = inner.config(q).await.ok()?;
+    let cfg = inner.config(queue).await.ok()?;
     if cfg.paused || cfg.rate_limit.is_some() || cfg.max_in_flight.is_some() {
         return None;
     }
@@ -191,7 +191,7 @@ async fn handoff(
 /// released after [`crate::hot::read_ahead::HOLD`].
 fn hand_over(
     inner: &Arc<Inner>,
-    queue: &QueueName,
+    queue: &Arc<QueueLocal>,
     items: &[(&NewMessage, i64, Duration)],
     leased: &[(i64, i64)],
     h: &HandOff,
@@ -219,25 +219,25 @@ fn hand_over(
         })
         .collect();
     let n = deliveries.len();
-    let key = crate::hot::lease_combine::key(queue.as_str(), h.lease);
-    crate::hot::read_ahead::hold(inner, queue, &key, deliveries);
+    crate::hot::read_ahead::hold(inner, queue, h.lease, deliveries);
     // Only this node's receives: on other nodes nothing became visible.
-    inner.wakers.wake_some(queue.as_str(), n);
+    queue.waker.wake_some(n);
 }
 
 /// Answers each of `jobs` from one write: `(ids in the jobs' order, rows or packs stored,
 /// whether a message is visible at once)`.
 fn answer(
-    inner: &Inner,
-    q: &str,
+    queue: &QueueLocal,
     jobs: Vec<SendJob>,
     written: Result<(Vec<i64>, i64, bool), StoreError>,
 ) {
     match written {
         Ok((_, 0, _)) => {
-            inner.configs.forget(q);
+            queue.forget_config();
             for j in jobs {
-                let _ = j.reply.send(Err(StoreError::QueueNotFound(q.to_string())));
+                let _ = j
+                    .reply
+                    .send(Err(StoreError::QueueNotFound(queue.name.to_string())));
             }
         }
         Ok((ids, _, visible_now)) => {

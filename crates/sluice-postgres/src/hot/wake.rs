@@ -14,7 +14,6 @@
 //! one recently, or cannot tell ([`Wakers::others_may_listen`]). A send made inside a
 //! caller's transaction always notifies, with the commit.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -24,6 +23,8 @@ use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, NoTls};
+
+use crate::local::Locals;
 
 /// The longest a waiting receive sleeps without checking the queue again.
 pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
@@ -38,10 +39,10 @@ const PRESENCE_TIMEOUT: Duration = Duration::from_millis(3_500);
 /// nodes announce their writes to it: they hear its presence within milliseconds.
 const TRUST_AFTER: Duration = Duration::from_millis(500);
 
-/// Per-queue wake-ups of this process.
-#[derive(Default)]
+/// Wake-ups of this process: each queue's are in its [`QueueLocal`](crate::local::QueueLocal);
+/// here is what they share, whether other nodes' wake-ups arrive.
 pub(crate) struct Wakers {
-    queues: Mutex<HashMap<String, Arc<QueueWaker>>>,
+    queues: Arc<Locals>,
     presence: Mutex<Presence>,
 }
 
@@ -175,16 +176,29 @@ impl QueueWaker {
         }
     }
 
+    /// Wakes at most `n` of this process's receives waiting on the queue: one per message
+    /// that became visible, so a single send does not send every waiting receive to the
+    /// database only for all but one to come back empty; all of them past a handful.
+    pub(crate) fn wake_some(&self, n: usize) {
+        self.woke((n != usize::MAX).then_some(n));
+        match sluice_core::store::receives_to_wake(n) {
+            Some(k) => (0..k).for_each(|_| self.notify.notify_one()),
+            None => self.notify.notify_waiters(),
+        }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl Wakers {
-    /// The wake-ups of `queue`.
-    pub(crate) fn of(&self, queue: &str) -> Arc<QueueWaker> {
-        let mut map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(queue.to_string()).or_default().clone()
+    /// The wake-ups of the queues of `queues`.
+    pub(crate) fn new(queues: Arc<Locals>) -> Self {
+        Wakers {
+            queues,
+            presence: Mutex::default(),
+        }
     }
 
     /// Whether other nodes' wake-ups arrive, so that [`QueueWaker::known_empty`] holds: the
@@ -223,12 +237,10 @@ impl Wakers {
     /// was down, unannounced here: every queue's empty memory is made stale and every
     /// waiting receive looks again, before the memory is trusted once more.
     fn listening_again(&self) {
-        let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        for w in map.values() {
-            w.woke(None);
-            w.notify.notify_waiters();
+        for local in self.queues.all() {
+            local.waker.woke(None);
+            local.waker.notify.notify_waiters();
         }
-        drop(map);
         self.presence().listening_since = Some(Instant::now());
     }
 
@@ -237,17 +249,11 @@ impl Wakers {
         self.wake_some(queue, usize::MAX);
     }
 
-    /// Wakes at most `n` of this process's receives waiting on `queue`: one per message that
-    /// became visible, so a single send does not send every waiting receive to the
-    /// database only for all but one to come back empty; all of them past a handful.
+    /// Wakes at most `n` of this process's receives waiting on `queue` (see
+    /// [`QueueWaker::wake_some`]); a queue this node has no memory of has none waiting.
     pub(crate) fn wake_some(&self, queue: &str, n: usize) {
-        let map = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(w) = map.get(queue) {
-            w.woke((n != usize::MAX).then_some(n));
-            match sluice_core::store::receives_to_wake(n) {
-                Some(k) => (0..k).for_each(|_| w.notify.notify_one()),
-                None => w.notify.notify_waiters(),
-            }
+        if let Some(local) = self.queues.get(queue) {
+            local.waker.wake_some(n);
         }
     }
 }

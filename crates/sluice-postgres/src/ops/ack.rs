@@ -26,7 +26,8 @@ pub(crate) async fn ack(
 ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
     validate_ack_batch(acks.len())?;
     let q = queue.as_str();
-    let cfg = inner.config(q).await?;
+    let local = inner.locals.of(queue);
+    let cfg = inner.config(&local).await?;
     let mut out: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(acks.len());
     let mut seen = HashSet::new();
     let mut slots = Vec::new();
@@ -78,13 +79,12 @@ pub(crate) async fn ack(
         };
         // Acks keeping records for different lengths of time do not share a statement.
         let ttl = cfg.result_ttl;
-        let key = format!("{q}\u{0}{}", ttl.as_millis());
-        if let Some(jobs) = inner.acks.push(&key, job) {
+        if let Some(jobs) = local.acks.push(ttl, job) {
             // A task of its own, so a caller that goes away does not stop the others' ack.
-            let (inner, q) = (inner.clone(), q.to_string());
+            let (inner, local) = (inner.clone(), local.clone());
             tokio::spawn(async move {
-                crate::hot::combine::drain(&inner.acks, &key, jobs, |jobs| {
-                    write_acks(&inner, &q, ttl, jobs)
+                crate::hot::combine::drain(&local.acks, &local.name, ttl, jobs, |jobs| {
+                    write_acks(&inner, local.name.as_str(), ttl, jobs)
                 })
                 .await;
             });
@@ -112,7 +112,7 @@ pub(crate) async fn ack(
 /// `max_in_flight` makes a lease depend on it. An unknown queue fails in both.
 pub(crate) async fn may_overlap_lease(inner: &Inner, queue: &QueueName) -> bool {
     inner
-        .config(queue.as_str())
+        .config(&inner.locals.of(queue))
         .await
         .is_ok_and(|cfg| cfg.max_in_flight.is_none())
 }

@@ -154,6 +154,8 @@ pub(crate) async fn delete_message(inner: &Inner, id: MessageId) -> Result<(), S
     if n == 0 {
         return Err(StoreError::MessageNotFound(id));
     }
-    inner.read_ahead.forget_message(id);
+    for local in inner.locals.all() {
+        local.read_ahead.forget_message(id);
+    }
     Ok(())
 }

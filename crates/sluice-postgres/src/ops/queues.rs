@@ -1,63 +1,13 @@
 //! Queues: create or update, read, list, delete, purge.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
 use sluice_core::{
     PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, StoreError, Timestamp,
 };
-use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
 
 use crate::db::catalog::config;
 use crate::error::{corrupt, db};
 use crate::store::Inner;
-
-/// How long a node reuses a queue's configuration on the hot paths (send, ack, receive of a
-/// queue without global limits) before reading it again. A change made on this node is seen
-/// at once; one made on another node within this time.
-pub(crate) const CONFIG_TTL: Duration = Duration::from_secs(1);
-
-/// Recently read queue configurations of this node.
-#[derive(Default)]
-pub(crate) struct ConfigCache {
-    entries: Mutex<HashMap<String, (QueueConfig, Instant)>>,
-}
-
-impl ConfigCache {
-    /// `name`'s configuration, from memory when read less than [`CONFIG_TTL`] ago.
-    pub(crate) async fn get(
-        &self,
-        c: &impl GenericClient,
-        name: &str,
-    ) -> Result<QueueConfig, StoreError> {
-        if let Some(cfg) = self.cached(name) {
-            return Ok(cfg);
-        }
-        let cfg = config(c, name, false).await?;
-        self.lock()
-            .insert(name.to_string(), (cfg.clone(), Instant::now()));
-        Ok(cfg)
-    }
-
-    /// `name`'s configuration when read less than [`CONFIG_TTL`] ago.
-    pub(crate) fn cached(&self, name: &str) -> Option<QueueConfig> {
-        self.lock()
-            .get(name)
-            .filter(|(_, at)| at.elapsed() < CONFIG_TTL)
-            .map(|(cfg, _)| cfg.clone())
-    }
-
-    /// Forgets `name` (changed or deleted).
-    pub(crate) fn forget(&self, name: &str) {
-        self.lock().remove(name);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (QueueConfig, Instant)>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
 
 fn info_of(r: &tokio_postgres::Row) -> Result<QueueInfo, StoreError> {
     let name: String = r.try_get(0).map_err(corrupt)?;
@@ -159,7 +109,9 @@ pub(crate) async fn put(
         Ok((existing, row, warnings))
     })
     .await?;
-    inner.configs.forget(name.as_str());
+    if let Some(local) = inner.locals.get(name.as_str()) {
+        local.forget_config();
+    }
     // Waiting receives on every node re-check: the change may resume the queue, lift a
     // limit, or end it.
     inner.wake(name.as_str());
@@ -207,15 +159,12 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
         Ok(())
     })
     .await?;
-    inner.configs.forget(name.as_str());
-    // Their rows are gone with the queue.
-    inner.read_ahead.forget(name);
-    inner.pack_sizes.forget(name.as_str());
-    inner.lapse_checks.forget(name.as_str());
-    inner.handoff.forget(name.as_str());
-    // Waiting receives on every node re-check: the change may resume the queue, lift a
-    // limit, or end it.
-    inner.wake(name.as_str());
+    // Everything this node remembers of the queue goes with it. Waiting receives on every
+    // node re-check, and find the queue gone; this node's wait on what it forgot.
+    match inner.locals.forget(name.as_str()) {
+        Some(local) => inner.wake_local(&local, usize::MAX),
+        None => inner.wake(name.as_str()),
+    }
     Ok(())
 }
 
@@ -236,6 +185,8 @@ pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, Store
     })
     .await?;
     // Their rows are gone with the rest.
-    inner.read_ahead.forget(queue);
+    if let Some(local) = inner.locals.get(queue.as_str()) {
+        local.read_ahead.clear();
+    }
     Ok(n)
 }

@@ -14,6 +14,7 @@ use crate::error::pool;
 use crate::expiry::expire_queue;
 use crate::hot::leases::{Attempted, LEASE_SQL, take_leases_limited};
 use crate::hot::wake::FALLBACK_POLL;
+use crate::local::QueueLocal;
 use crate::store::Inner;
 
 /// Leases up to `req.max` messages, waiting up to `req.wait` for the first.
@@ -24,13 +25,15 @@ pub(crate) async fn receive(
 ) -> Result<Vec<Delivery>, StoreError> {
     validate_receive(&req)?;
     let until = tokio::time::Instant::now() + req.wait;
-    let waker = inner.wakers.of(queue.as_str());
     // Only a long poll may skip the database: it would wait anyway, and a receive that
     // does not wait must see what is committed. And only while other nodes' wake-ups
     // arrive: the memory relies on them. A receive woken by its timer asks: that timer is
     // the bound on a missed wake-up.
     let mut may_skip = !req.wait.is_zero();
     loop {
+        // Looked up again after each wait: a queue deleted meanwhile has new memories.
+        let local = inner.locals.of(queue);
+        let waker = &local.waker;
         let notified = waker.notified();
         tokio::pin!(notified);
         let stamp = waker.stamp(notified.as_mut());
@@ -39,7 +42,7 @@ pub(crate) async fn receive(
             .flatten()
         {
             Some(nap) => nap,
-            None => match receive_once(inner, queue, &req).await? {
+            None => match receive_once(inner, &local, &req).await? {
                 Attempted::Got(out) => {
                     waker.leased(stamp, out.len());
                     inner.tally(queue.as_str(), Counter::Received, out.len() as i64);
@@ -60,9 +63,9 @@ pub(crate) async fn receive(
         // hint for them: a config that cannot be read now does not end the long poll.
         let lease = match req.visibility {
             Some(lease) => Some(lease),
-            None => (inner.config(queue.as_str()).await.ok()).map(|c| c.visibility_timeout),
+            None => (inner.config(&local).await.ok()).map(|c| c.visibility_timeout),
         };
-        let _waiting = lease.map(|l| inner.handoff.enter(queue.as_str(), l, req.max as usize));
+        let _waiting = lease.map(|l| local.handoff.enter(l, req.max as usize));
         may_skip = tokio::select! {
             () = &mut notified => !req.wait.is_zero(),
             () = tokio::time::sleep(nap.min(left)) => false,
@@ -78,11 +81,11 @@ pub(crate) async fn receive(
 /// that arrive together.
 async fn receive_once(
     inner: &Arc<Inner>,
-    queue: &QueueName,
+    queue: &Arc<QueueLocal>,
     req: &ReceiveRequest,
 ) -> Result<Attempted, StoreError> {
-    let q = queue.as_str();
-    let cfg = inner.config(q).await?;
+    let q = queue.name.as_str();
+    let cfg = inner.config(queue).await?;
     if cfg.rate_limit.is_none() && cfg.max_in_flight.is_none() {
         // Receives of one queue arriving together share one statement.
         return crate::hot::lease_combine::receive_combined(inner, queue, &cfg, req).await;

@@ -24,9 +24,10 @@ pub(crate) async fn send(
     messages: Vec<NewMessage>,
 ) -> Result<Vec<SendOutcome>, StoreError> {
     sluice_core::store::validate_send_batch(&messages)?;
-    let cfg = inner.config(queue.as_str()).await?;
+    let local = inner.locals.of(queue);
+    let cfg = inner.config(&local).await?;
     let (out, wake) = if is_plain(&cfg, &messages) {
-        crate::hot::send_combine::send_combined(inner, queue, &cfg, messages).await?
+        crate::hot::send_combine::send_combined(inner, &local, &cfg, messages).await?
     } else {
         let mut conn = inner.conn().await?;
         transaction(&mut conn, async |tx| {
@@ -41,7 +42,7 @@ pub(crate) async fn send(
         fresh as i64,
     );
     if wake {
-        inner.wake_some(queue.as_str(), fresh);
+        inner.wake_local(&local, fresh);
     }
     Ok(out)
 }
