@@ -39,7 +39,7 @@ pub struct PostgresOptions {
     /// Sends of at least this many messages (all visible at once, without dedup ids) are
     /// stored as one row, a pack, until their members need rows of their own; 0 stores every
     /// message as a row, 1 every plain send. Large batches cost the database a row and a few index entries per
-    /// batch instead of per message (see the `pack` module).
+    /// batch instead of per message (see the `hot::packs` module).
     pub pack_min: usize,
 }
 
@@ -167,7 +167,7 @@ impl PostgresStore {
             options.pool_size,
             options.connect_timeout,
         )?;
-        // Leases commit without waiting for the WAL flush (see `lease.rs`): their own
+        // Leases commit without waiting for the WAL flush (see `hot/leases.rs`): their own
         // connections have that as their session default, so a lease is one statement.
         let lease_pool = pool_of(
             config.clone(),
@@ -175,7 +175,7 @@ impl PostgresStore {
             options.pool_size,
             options.connect_timeout,
         )?;
-        // Acks plan their statements once per connection (see `ack.rs`).
+        // Acks plan their statements once per connection (see `hot/ack_combine.rs`).
         let ack_pool = pool_of(
             config.clone(),
             session_setup(

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
-use sluice_core::{StoreError, Timestamp};
+use sluice_core::{QueueName, StoreError, Timestamp};
 use tokio::sync::oneshot;
 use tokio_postgres::types::Type;
 
@@ -28,7 +28,12 @@ pub(crate) struct AckJob {
 }
 
 /// Writes `jobs` in as few statements as receipts named twice allow.
-pub(crate) async fn write_acks(inner: &Inner, q: &str, ttl: Duration, mut jobs: Vec<AckJob>) {
+pub(crate) async fn write_acks(
+    inner: &Inner,
+    queue: &QueueName,
+    ttl: Duration,
+    mut jobs: Vec<AckJob>,
+) {
     while !jobs.is_empty() {
         let mut named = HashSet::new();
         let (first, later): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|j| {
@@ -37,7 +42,7 @@ pub(crate) async fn write_acks(inner: &Inner, q: &str, ttl: Duration, mut jobs: 
                 true
             }
         });
-        let done = ack_statement(inner, q, ttl, &first).await;
+        let done = ack_statement(inner, queue, ttl, &first).await;
         for j in first {
             let answer = done
                 .as_ref()
@@ -53,10 +58,11 @@ pub(crate) async fn write_acks(inner: &Inner, q: &str, ttl: Duration, mut jobs: 
 /// whether each had a cancel requested.
 async fn ack_statement(
     inner: &Inner,
-    q: &str,
+    queue: &QueueName,
     ttl: Duration,
     jobs: &[AckJob],
 ) -> Result<HashMap<i64, bool>, StoreError> {
+    let q = queue.as_str();
     let conn = inner.ack_pool.get().await.map_err(|e| pool(&e))?;
     let now = inner.now();
     let keep = Timestamp(now).plus(ttl).as_millis();
@@ -74,8 +80,8 @@ async fn ack_statement(
     let mut acked = HashMap::new();
     if !pack_ids.is_empty() {
         let kept = (!ttl.is_zero()).then_some(keep);
-        for id in
-            crate::hot::packs::ack_in_packs(&conn, q, &pack_ids, &pack_tokens, now, kept).await?
+        for id in crate::hot::packs::ack_in_packs(&conn, queue, &pack_ids, &pack_tokens, now, kept)
+            .await?
         {
             acked.insert(id, false);
         }

@@ -1,7 +1,7 @@
 //! The queues a node finds behind, and where its next lease of each starts.
 //!
 //! A queue is behind when its last lease on this node filled every receive with messages
-//! that had waited (see `lease_combine.rs`); its sends then gather harder (see `send.rs`).
+//! that had waited (see `hot/lease_combine.rs`); its sends then gather harder (see `hot/send_combine.rs`).
 //!
 //! A lease takes the oldest waiting rows from the head of the `messages_waiting` index, and
 //! every row it takes leaves a dead entry there until vacuum removes it. While consumers

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use sluice_core::rate::SlidingWindow;
 use sluice_core::{
-    Attributes, Body, Delivery, MessageId, QueueConfig, Receipt, ReceiveRequest, StoreError,
-    Timestamp,
+    Attributes, Body, Delivery, MessageId, QueueConfig, QueueName, Receipt, ReceiveRequest,
+    StoreError, Timestamp,
 };
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
@@ -185,7 +185,7 @@ pub(crate) async fn take_leases(
     };
     let stmt = conn.prepare_cached(LEASE_SQL).await.map_err(|e| db(&e))?;
     Ok(
-        match take_leases_limited(&***conn, &stmt, q, cfg, &rest, now).await? {
+        match take_leases_limited(&***conn, &stmt, &queue.name, cfg, &rest, now).await? {
             Attempted::Got(more) => {
                 got.extend(more);
                 Attempted::Got(got)
@@ -287,7 +287,7 @@ pub(crate) const LEASE_SQL: &str = concat!(lease_ctes!(), " SELECT * FROM leased
 pub(crate) async fn take_leases_limited<S>(
     tx: &impl GenericClient,
     stmt: &S,
-    q: &str,
+    queue: &QueueName,
     cfg: &QueueConfig,
     req: &ReceiveRequest,
     now: i64,
@@ -295,6 +295,7 @@ pub(crate) async fn take_leases_limited<S>(
 where
     S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
 {
+    let q = queue.as_str();
     if cfg.paused {
         return Ok(Attempted::Empty { next_wake: None });
     }

@@ -23,7 +23,8 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use deadpool_postgres::ClientWrapper;
 use sluice_core::{
-    Attributes, Body, Delivery, MessageId, NewMessage, QueueConfig, Receipt, StoreError, Timestamp,
+    Attributes, Body, Delivery, MessageId, NewMessage, QueueConfig, QueueName, Receipt, StoreError,
+    Timestamp,
 };
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::{Json, Type};
@@ -70,10 +71,11 @@ const INSERT_SQL: &str = "WITH ins AS (
 /// stored: none when the queue no longer exists.
 pub(crate) async fn insert(
     c: &ClientWrapper,
-    q: &str,
+    queue: &QueueName,
     now: i64,
     packs: &[(i64, &[NewMessage])],
 ) -> Result<i64, StoreError> {
+    let q = queue.as_str();
     let (mut ids, mut ns, mut starts, mut has_attrs) = (vec![], vec![], vec![], vec![]);
     let (mut bodies, mut kinds, mut attrs) = (vec![], vec![], vec![]);
     for (first, members) in packs {
@@ -394,12 +396,13 @@ const ACK_SQL: &str = concat!(
 /// or stale. Receipts are distinct.
 pub(crate) async fn ack_in_packs(
     c: &ClientWrapper,
-    q: &str,
+    queue: &QueueName,
     ids: &[i64],
     tokens: &[i64],
     now: i64,
     keep: Option<i64>,
 ) -> Result<Vec<i64>, StoreError> {
+    let q = queue.as_str();
     let keep = keep.unwrap_or(-1);
     // Per token: lowest and highest id named, and how many.
     let mut groups: HashMap<i64, (i64, i64, i64)> = HashMap::new();
@@ -505,7 +508,11 @@ pub(crate) async fn unpack_member(c: &impl GenericClient, id: i64) -> Result<(),
 }
 
 /// Unpacks every pack of queue `q` except completed ones.
-pub(crate) async fn unpack_queue(c: &impl GenericClient, q: &str) -> Result<(), StoreError> {
+pub(crate) async fn unpack_queue(
+    c: &impl GenericClient,
+    queue: &QueueName,
+) -> Result<(), StoreError> {
+    let q = queue.as_str();
     c.execute(unpack_sql!("queue = $1 AND state < 2"), &[&q])
         .await
         .map_err(|e| db(&e))?;

@@ -32,7 +32,7 @@ fn packed(inner: &Inner, cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
 /// against 1,641 – 1,677 with one). Not more for large sends: with 100 messages per send
 /// and four inserts at a time, producers outran consumers and every lease then scanned a
 /// longer backlog (11,479 – 13,411 msg/s against 20,554 – 23,821). One while the queue's
-/// consumers on this node are behind (`Inner::backlogged`): at one message per send, 4 + 4,
+/// consumers on this node are behind (`QueueLocal::backlog`): at one message per send, 4 + 4,
 /// once acks had become cheap, two in flight let producers outrun consumers into a backlog
 /// of seconds; one throughout lost a fifth with 2 producers and 6 consumers.
 pub(crate) const SENDS_IN_FLIGHT: usize = 2;
@@ -92,7 +92,6 @@ pub(crate) async fn send_combined(
 /// Writes the plain sends of `jobs`: the large ones as packs in one statement, the others as
 /// rows in another.
 async fn write_batch(inner: &Arc<Inner>, queue: &Arc<QueueLocal>, jobs: Vec<SendJob>) {
-    let q = queue.name.as_str();
     let (packed, rows): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|j| j.pack);
     if !packed.is_empty() {
         let written = async {
@@ -106,7 +105,7 @@ async fn write_batch(inner: &Arc<Inner>, queue: &Arc<QueueLocal>, jobs: Vec<Send
                 .zip(&packed)
                 .map(|(first, j)| (*first, j.messages.as_slice()))
                 .collect();
-            let stored = crate::hot::packs::insert(&conn, q, inner.now(), &packs).await?;
+            let stored = crate::hot::packs::insert(&conn, &queue.name, inner.now(), &packs).await?;
             let ids = firsts
                 .iter()
                 .zip(&packed)
@@ -135,7 +134,7 @@ async fn write_batch(inner: &Arc<Inner>, queue: &Arc<QueueLocal>, jobs: Vec<Send
             let inserted = insert(
                 &**conn,
                 &stmt,
-                q,
+                &queue.name,
                 now,
                 items.iter().copied(),
                 handoff.as_ref(),

@@ -33,6 +33,7 @@ pub(crate) async fn ack(
     let mut slots = Vec::new();
     let (mut ids, mut tokens, mut results, mut kinds) = (vec![], vec![], vec![], vec![]);
     for (i, a) in acks.into_iter().enumerate() {
+        // The same refusal as the embedded engine's ack: the text is part of the answer.
         if let Some(r) = &a.result
             && r.len() > cfg.max_message_bytes as usize
         {
@@ -84,7 +85,7 @@ pub(crate) async fn ack(
             let (inner, local) = (inner.clone(), local.clone());
             tokio::spawn(async move {
                 crate::hot::combine::drain(&local.acks, &local.name, ttl, jobs, |jobs| {
-                    write_acks(&inner, local.name.as_str(), ttl, jobs)
+                    write_acks(&inner, &local.name, ttl, jobs)
                 })
                 .await;
             });

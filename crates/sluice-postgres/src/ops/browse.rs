@@ -32,7 +32,7 @@ pub(crate) async fn browse(
         let mut fx = Effects::default();
         expire_with_sources(tx, q, &cfg, now, &mut fx).await?;
         // Browsing pages through rows: the queue's packs become rows first.
-        crate::hot::packs::unpack_queue(tx, q).await?;
+        crate::hot::packs::unpack_queue(tx, queue).await?;
         let tags: &[u8] = match req.state {
             BrowseState::InFlight => &[0],
             BrowseState::Visible => &[1],

@@ -14,6 +14,7 @@ use crate::error::db;
 ///
 /// # Errors
 /// `Conflict` when the queue has no dead-letter queue or it does not exist.
+// Near-copy of the embedded engine's `dead_letter`: same checks and error texts, its own storage.
 pub(crate) async fn dead_letter(
     c: &impl GenericClient,
     row: &mut Row,

@@ -17,6 +17,8 @@ use crate::ops::leased::{Change, change_leased};
 use crate::ops::lifecycle::{dead_letter, end_cancelled};
 use crate::store::Inner;
 
+/// Records a failed attempt on `row`, keeping its error as the last one.
+// Near-copy of the embedded engine's `apply_failure`: the same rule on each engine's own row type.
 fn apply_failure(row: &mut Row, now: i64, outcome: AttemptOutcome, failure: &Failure) {
     let attempt = Attempt {
         at: Timestamp(now),

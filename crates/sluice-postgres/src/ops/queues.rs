@@ -81,6 +81,7 @@ pub(crate) async fn put(
             .unwrap_or_else(|| QueueConfig::defaults_for(name));
         let cfg = current.apply(name, patch)?;
         let mut warnings = Vec::new();
+        // The same warning as the embedded engine's `put`: the text is part of the answer.
         if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0)) {
             warnings.push(format!(
                 "max_receive_count is 0: messages of \"{name}\" are retried without limit and never dead-lettered by count"
@@ -173,7 +174,7 @@ pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, Store
     let mut conn = inner.conn().await?;
     let n = crate::db::tx::transaction(&mut conn, async |tx| {
         crate::db::catalog::config(tx, queue.as_str(), false).await?;
-        crate::hot::packs::unpack_queue(tx, queue.as_str()).await?;
+        crate::hot::packs::unpack_queue(tx, queue).await?;
         let n = tx
             .execute(
                 "DELETE FROM messages WHERE queue = $1 AND state < 2",

@@ -253,7 +253,7 @@ async fn step_moves(
         .map_or((i64::MIN, i64::MIN), |(at, id)| (at, id as i64));
     let fetch = want * EXAMINE_PER_MOVE + 1000;
     // A redrive moves rows: packs sent to the source queue itself become rows first.
-    crate::hot::packs::unpack_queue(tx, job.spec.source.as_str()).await?;
+    crate::hot::packs::unpack_queue(tx, &job.spec.source).await?;
     let rows = tx
         .query(
             &format!(

@@ -164,7 +164,7 @@ pub(crate) async fn send_in_tx(
     let visible_now = insert(
         c,
         INSERT_SQL,
-        q,
+        queue,
         now,
         fresh.iter().map(|&i| (&messages[i], ids[i], cfg.delay)),
         None,
@@ -227,7 +227,7 @@ pub(crate) struct Inserted {
 pub(crate) async fn insert<'a, S>(
     c: &impl GenericClient,
     stmt: &S,
-    q: &str,
+    queue: &QueueName,
     now: i64,
     items: impl Iterator<Item = (&'a NewMessage, i64, Duration)>,
     handoff: Option<&HandOff>,
@@ -235,6 +235,7 @@ pub(crate) async fn insert<'a, S>(
 where
     S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
 {
+    let q = queue.as_str();
     let mut visible_now = false;
     let mut cols = Columns::default();
     let leased = handoff.map_or(0, |h| h.count);

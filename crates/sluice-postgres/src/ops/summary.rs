@@ -58,7 +58,7 @@ pub(crate) async fn summarize(
         let cfg = crate::db::catalog::config(tx, q, false).await?;
         let mut fx = Effects::default();
         expire_with_sources(tx, q, &cfg, inner.now(), &mut fx).await?;
-        crate::hot::packs::unpack_queue(tx, q).await?;
+        crate::hot::packs::unpack_queue(tx, queue).await?;
         // Rows without dead-letter information have no index of their own (one would cost
         // every send): they are read only when the queue has some, which a count of each
         // kind of row, both from indexes, tells.
