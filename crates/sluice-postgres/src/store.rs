@@ -24,19 +24,23 @@ use crate::local::{Locals, QueueLocal};
 /// the last clone is dropped.
 #[derive(Clone)]
 pub struct PostgresStore {
+    /// What the clones share.
     pub(crate) inner: Arc<Inner>,
 }
 
 /// What every call of this node shares: the pools, the clock, the schema, the node's name
 /// and ids, each queue's node-local memories and the wake-ups across nodes.
 pub(crate) struct Inner {
+    /// Connections for everything but leases and small acks.
     pub(crate) pool: Pool,
     /// Connections whose commits do not wait for the WAL flush, for leases only.
     pub(crate) lease_pool: Pool,
     /// Connections that plan each statement once and never scan a table sequentially, for
     /// the ack statements written for that (see `hot/ack_combine.rs`).
     pub(crate) ack_pool: Pool,
+    /// Where time comes from ([`crate::PostgresOptions::clock`]).
     pub(crate) clock: Arc<dyn Clock>,
+    /// The schema holding Sluice's tables.
     pub(crate) schema: String,
     /// The NOTIFY channel of the schema.
     pub(crate) channel: String,
@@ -44,6 +48,7 @@ pub(crate) struct Inner {
     pub(crate) wakers: Arc<Wakers>,
     /// Queues whose changes are to be announced to other nodes.
     pub(crate) announce: tokio::sync::mpsc::UnboundedSender<String>,
+    /// The block of message and job ids this node draws from.
     pub(crate) ids: Ids,
     /// The node's hot-path counts not yet written, for all queues: flushed together.
     pub(crate) pending: std::sync::Mutex<crate::db::counters::Counts>,
@@ -82,6 +87,7 @@ impl Inner {
         Ok(cfg)
     }
 
+    /// The store clock's now, in ms.
     pub(crate) fn now(&self) -> i64 {
         self.clock.now().as_millis()
     }
@@ -111,6 +117,7 @@ impl Inner {
         }
     }
 
+    /// A connection of the general pool; `unavailable` when none comes in time.
     pub(crate) async fn conn(&self) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(|e| pool(&e))
     }

@@ -11,8 +11,11 @@ use crate::store::Inner;
 /// What a transaction did besides its rows: counters, audit entries, queues to wake.
 #[derive(Default)]
 pub(crate) struct Effects {
+    /// Counter increments, written in the transaction.
     pub counts: Counts,
+    /// Audit entries, written in the transaction.
     pub audit: Vec<AuditEvent>,
+    /// Queues whose receives to wake once the transaction has committed.
     pub wake: BTreeSet<String>,
 }
 

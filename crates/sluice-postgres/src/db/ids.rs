@@ -1,6 +1,6 @@
 //! Message and job ids, unique across every node of a database.
 //!
-//! A node reserves a block of [`ID_BLOCK`](crate::db::schema::ID_BLOCK) ids with one `nextval` and
+//! A node reserves a block of [`ID_BLOCK`] ids with one `nextval` and
 //! hands them out from memory, so a batch of a thousand sends costs one round trip at most.
 
 use std::sync::Mutex;

@@ -19,9 +19,13 @@ pub(crate) const ACKS_IN_FLIGHT: usize = 1;
 
 /// The receipts of one ack call waiting for their queue's next statement.
 pub(crate) struct AckJob {
+    /// The receipts' message ids.
     pub(crate) ids: Vec<i64>,
+    /// The receipts' lease tokens.
     pub(crate) tokens: Vec<i64>,
+    /// Per receipt, the result to keep, if any.
     pub(crate) results: Vec<Option<Bytes>>,
+    /// Per receipt, the kind of its result.
     pub(crate) kinds: Vec<Option<i16>>,
     /// Per receipt: `Some(cancel_requested)` when acked, `None` when stale.
     pub(crate) reply: oneshot::Sender<Result<Vec<Option<bool>>, StoreError>>,

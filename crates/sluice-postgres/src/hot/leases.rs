@@ -61,9 +61,16 @@ pub(crate) async fn take_leases(
     let mut next_wake = None;
     let packs_first = inner.pack_min > 0 && max as usize >= inner.pack_min;
     if packs_first {
-        let packs =
-            crate::hot::packs::lease_from_packs(inner, queue, conn, cfg, now, max, deadline)
-                .await?;
+        let packs = crate::hot::packs::lease_from_packs(
+            inner.pack_min,
+            queue,
+            conn,
+            cfg,
+            now,
+            max,
+            deadline,
+        )
+        .await?;
         got = packs.deliveries;
         due = packs.due;
         unfit = packs.unfit;
@@ -134,7 +141,13 @@ pub(crate) async fn take_leases(
             if later && left > 0 {
                 // The rows older than the packs are taken: packs fill what is left.
                 let packs = crate::hot::packs::lease_from_packs(
-                    inner, queue, conn, cfg, now, left, deadline,
+                    inner.pack_min,
+                    queue,
+                    conn,
+                    cfg,
+                    now,
+                    left,
+                    deadline,
                 )
                 .await?;
                 got.extend(packs.deliveries);

@@ -32,7 +32,6 @@ use tokio_postgres::types::{Json, Type};
 use crate::db::row::{attrs_json, kind_code, kind_of};
 use crate::error::{corrupt, db};
 use crate::local::QueueLocal;
-use crate::store::Inner;
 
 /// Whether a send of `messages` to a queue whose default delay is `delay` is kept as a pack.
 pub(crate) fn packable(
@@ -184,9 +183,10 @@ pub(crate) struct Leased {
     pub next_due: Option<i64>,
 }
 
-/// Leases whole packs of `queue` for up to `max` messages until `deadline`.
+/// Leases whole packs of `queue` for up to `max` messages until `deadline`, choosing among
+/// as many as packs of the size last seen (before any, of `pack_min`) need.
 pub(crate) async fn lease_from_packs(
-    inner: &Inner,
+    pack_min: usize,
     queue: &QueueLocal,
     c: &ClientWrapper,
     cfg: &QueueConfig,
@@ -196,7 +196,7 @@ pub(crate) async fn lease_from_packs(
 ) -> Result<Leased, StoreError> {
     let q = queue.name.as_str();
     let cutoff = crate::expiry::retention_cutoff(cfg, now);
-    let choose = queue.pack_sizes.choose(max, inner.pack_min);
+    let choose = queue.pack_sizes.choose(max, pack_min);
     let max = i64::from(max);
     let stmt = c
         .prepare_typed_cached(

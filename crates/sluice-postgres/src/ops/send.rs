@@ -216,8 +216,11 @@ pub(crate) struct HandOff {
 /// What [`insert`] stored: how many rows, whether one is visible at once, and the `(id,
 /// token)` of each row inserted leased.
 pub(crate) struct Inserted {
+    /// Rows inserted: none when the queue no longer exists.
     pub(crate) rows: i64,
+    /// Whether a message inserted is visible at once.
     pub(crate) visible_now: bool,
+    /// The `(id, token)` of each row inserted leased.
     pub(crate) leased: Vec<(i64, i64)>,
 }
 
