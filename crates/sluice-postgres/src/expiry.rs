@@ -36,6 +36,7 @@ pub(crate) fn retention_cutoff(cfg: &QueueConfig, now: i64) -> i64 {
 
 /// Expires what is due in `queue`: ends its leases that ran out (retry or dead letter) and
 /// its messages past retention (dead letter, or drop with an audit entry when it has no DLQ).
+/// `queue` is a name as stored: callers read it back from rows as often as from a request.
 pub(crate) async fn expire_queue(
     c: &impl GenericClient,
     queue: &str,

@@ -4,8 +4,11 @@
 //! gathering for its next statements, what is read ahead or handed off, the sizes and times
 //! its last leases saw) lives in the queue's [`QueueLocal`], made on first use. A call looks
 //! its queue up once and hands the entry down, and deleting a queue forgets all of it in
-//! [`Locals::forget`]. Each memory keeps a small lock of its own, so calls on one queue
-//! contend no more than before and calls on different queues not at all.
+//! [`Locals::forget`]. Each memory keeps a small lock of its own (or an atomic), so calls on
+//! different queues never contend, and calls on one queue only over the memory they share.
+//!
+//! Not here: the hot paths' pending counts, a node-wide write buffer flushed as one, and
+//! whether other nodes' wake-ups arrive, which is one LISTEN connection's state.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +34,8 @@ use crate::hot::wake::QueueWaker;
 pub(crate) const CONFIG_TTL: Duration = Duration::from_secs(1);
 
 /// The node's memories of every queue it has served since start (or since the queue was
-/// deleted), by name.
+/// deleted), by name: by its text, so that names read back from rows and notifications find
+/// their queue without building a `QueueName`.
 #[derive(Default)]
 pub(crate) struct Locals(Mutex<HashMap<String, Arc<QueueLocal>>>);
 

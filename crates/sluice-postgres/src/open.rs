@@ -38,8 +38,8 @@ pub struct PostgresOptions {
     pub node_id: Option<String>,
     /// Sends of at least this many messages (all visible at once, without dedup ids) are
     /// stored as one row, a pack, until their members need rows of their own; 0 stores every
-    /// message as a row, 1 every plain send. Large batches cost the database a row and a few index entries per
-    /// batch instead of per message (see the `hot::packs` module).
+    /// message as a row, 1 every plain send. Large batches cost the database a row and a few
+    /// index entries per batch instead of per message (see the `hot::packs` module).
     pub pack_min: usize,
 }
 

@@ -1,4 +1,5 @@
-//! Event counters per queue (SPEC §5 totals), one row per queue and database connection.
+//! Event counters per queue (the totals of its stats), one row per queue and database
+//! connection.
 //!
 //! A counter row is locked by the statement that bumps it until its transaction commits, WAL
 //! flush included. Were rows shared, writers would queue behind each other's flushes and lose

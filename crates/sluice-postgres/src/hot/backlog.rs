@@ -1,7 +1,8 @@
 //! The queues a node finds behind, and where its next lease of each starts.
 //!
 //! A queue is behind when its last lease on this node filled every receive with messages
-//! that had waited (see `hot/lease_combine.rs`); its sends then gather harder (see `hot/send_combine.rs`).
+//! that had waited (see `hot/lease_combine.rs`); its sends then gather harder (see
+//! `hot/send_combine.rs`).
 //!
 //! A lease takes the oldest waiting rows from the head of the `messages_waiting` index, and
 //! every row it takes leaves a dead entry there until vacuum removes it. While consumers
@@ -13,7 +14,7 @@
 //! nodes apart, an expired lease ended with its old deadline), so every
 //! [`FULL_SCAN_EVERY`]th lease, and any lease that finds fewer rows than it wants after the
 //! cursor, scans from the head again: such a row waits a few leases longer, and none is
-//! missed. The queue stays roughly FIFO by visible time, as SPEC §2 asks.
+//! missed. The queue stays roughly FIFO by visible time, as the contract asks.
 
 use std::sync::Mutex;
 

@@ -255,13 +255,13 @@ macro_rules! lease_ctes {
 }
 
 /// The common receive in one statement, for a queue without global limits: the lease of
-/// rows after `($6, $7)` in `(visible_at, id)` order (see `crate::hot::backlog`; from the head
-/// with [`crate::hot::backlog::HEAD`]) in columns 0 – 8, no rows when nothing was leased;
-/// whether anything is due to expire (a lease that ran out at `$2`, looked for after `$8`
-/// as `crate::hot::lapse_checks` explains, or a message that entered before the retention cutoff `$5`:
-/// column 9); and, when nothing was leased, when the queue next changes by itself (column
-/// 10) and the oldest waiting pack (column 11), which this receive may unpack. Always at
-/// least one row.
+/// rows after `($6, $7)` in `(visible_at, id)` order (see `crate::hot::backlog`; from the
+/// head with [`crate::hot::backlog::HEAD`]) in columns 0 – 8, no rows when nothing was
+/// leased; whether anything is due to expire (a lease that ran out at `$2`, looked for
+/// after `$8` as `crate::hot::lapse_checks` explains, or a message that entered before the
+/// retention cutoff `$5`: column 9); and, when nothing was leased, when the queue next
+/// changes by itself (column 10) and the oldest waiting pack (column 11), which this
+/// receive may unpack. Always at least one row.
 const FAST_LEASE_SQL: &str = concat!(
     lease_ctes!(" AND (visible_at, id) > ($6, $7)"),
     ", due AS (

@@ -174,7 +174,9 @@ pub(crate) async fn send_in_tx(
     Ok((out, visible_now))
 }
 
-/// Whether a batch can take [`send_combined`](crate::hot::send_combine::send_combined): nothing to check against other rows.
+/// Whether a batch can take
+/// [`send_combined`](crate::hot::send_combine::send_combined): nothing to check against
+/// other rows.
 pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
     cfg.max_depth.is_none()
         && (cfg.dedup_window.is_zero() || messages.iter().all(|m| m.dedup_id.is_none()))
