@@ -16,33 +16,15 @@
 //! [`PostgresStore::send_in`] enqueues inside the caller's own transaction: the business
 //! write and its follow-up task commit or roll back together.
 
-mod ack;
-mod backlog;
-mod combine;
-mod counters;
+mod db;
 mod error;
-mod handoff;
-mod ids;
-mod lapsed;
-mod lease;
-mod lease_combine;
-mod maintenance;
-mod outbox;
-mod pack;
-mod pack_sizes;
-mod per_queue;
-mod queues;
-mod read_ahead;
-mod records;
-mod redrive;
-mod row;
-mod schema;
-mod send;
-mod settle;
+mod expiry;
+mod hot;
+mod local;
+mod open;
+mod ops;
 mod store;
-mod summary;
-mod view;
-mod wake;
 
 pub use error::OpenError;
-pub use store::{PostgresOptions, PostgresStore};
+pub use open::PostgresOptions;
+pub use store::PostgresStore;

@@ -147,7 +147,7 @@ async fn a_handed_message_whose_lease_runs_out_follows_the_queues_rules() {
     assert_eq!(got[0].max_receive_count, 1);
 
     // Its one allowed lease runs out: dead-lettered as `lease_expired` by whichever node
-    // settles the queue first, which wakes the DLQ's long poll.
+    // expires what is due in the queue first, which wakes the DLQ's long poll.
     let moved = polling(&n.b, &dlq, 10, LEASE, Duration::from_secs(10))
         .await
         .expect("task");

@@ -1,0 +1,243 @@
+//! The database schema and its versioned migrations.
+//!
+//! Every node runs [`migrate`] at start-up. The migrations run in one transaction under a
+//! transaction-scoped advisory lock, so several nodes starting at once apply each version
+//! exactly once: the first takes the lock and migrates, the others wait and then find
+//! nothing left to do.
+
+use tokio_postgres::Client;
+
+use crate::error::OpenError;
+
+/// The migrations, in order. A released migration is never edited: a change is a new entry.
+const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
+
+/// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
+/// jobs, stats history and the audit table.
+const V1: &str = r#"
+CREATE TABLE queues (
+    name        text PRIMARY KEY,
+    config      jsonb NOT NULL,
+    dlq         text,
+    created_at  bigint NOT NULL
+);
+CREATE INDEX queues_dlq ON queues (dlq);
+
+-- One row per message. state: 0 waiting (visible when visible_at <= now, else delayed),
+-- 1 leased (visible_at is the lease deadline), 2 completed (a record kept for result_ttl).
+CREATE TABLE messages (
+    id                bigint PRIMARY KEY,
+    queue             text NOT NULL,
+    state             smallint NOT NULL,
+    visible_at        bigint NOT NULL,
+    entered_at        bigint NOT NULL,
+    enqueued_at       bigint NOT NULL,
+    receive_count     integer NOT NULL DEFAULT 0,
+    token             bigint,
+    body              bytea,
+    body_kind         smallint NOT NULL DEFAULT 0,
+    attrs             jsonb,
+    dedup_id          text,
+    last_error        text,
+    attempts          jsonb,
+    source_queue      text,
+    dl_reason         text,
+    dl_at             bigint,
+    cancel_requested  boolean NOT NULL DEFAULT false,
+    progress          jsonb,
+    result            bytea,
+    result_kind       smallint,
+    keep_until        bigint
+);
+CREATE INDEX messages_waiting ON messages (queue, visible_at, id) WHERE state = 0;
+CREATE INDEX messages_leased ON messages (queue, visible_at, id) WHERE state = 1;
+CREATE INDEX messages_entered ON messages (queue, entered_at) WHERE state = 0;
+CREATE INDEX messages_done ON messages (keep_until) WHERE state = 2;
+
+-- Event counters, one row per queue and connection (backend pid mod 256), so concurrent
+-- writers never wait on one another's commits; a queue's totals are the sum of its rows.
+CREATE TABLE counters (
+    queue          text NOT NULL,
+    shard          smallint NOT NULL,
+    sent           bigint NOT NULL DEFAULT 0,
+    received       bigint NOT NULL DEFAULT 0,
+    acked          bigint NOT NULL DEFAULT 0,
+    nacked         bigint NOT NULL DEFAULT 0,
+    dead_lettered  bigint NOT NULL DEFAULT 0,
+    redriven       bigint NOT NULL DEFAULT 0,
+    expired        bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, shard)
+);
+
+CREATE TABLE dedup (
+    queue       text NOT NULL,
+    dedup_id    text NOT NULL,
+    message_id  bigint NOT NULL,
+    until       bigint NOT NULL,
+    PRIMARY KEY (queue, dedup_id)
+);
+CREATE INDEX dedup_until ON dedup (until);
+
+CREATE TABLE idempotency (
+    key          text PRIMARY KEY,
+    fingerprint  bytea NOT NULL,
+    status       integer NOT NULL,
+    body         bytea NOT NULL,
+    created_at   bigint NOT NULL,
+    until        bigint NOT NULL
+);
+CREATE INDEX idempotency_until ON idempotency (until);
+
+-- Deliveries of rate-limited queues, for a sliding window shared by every node.
+CREATE TABLE rate_events (
+    queue  text NOT NULL,
+    at     bigint NOT NULL,
+    n      integer NOT NULL
+);
+CREATE INDEX rate_events_queue ON rate_events (queue, at);
+
+CREATE TABLE redrives (
+    id           bigint PRIMARY KEY,
+    source       text NOT NULL,
+    running      boolean NOT NULL,
+    job          jsonb NOT NULL,
+    owner        text,
+    owner_until  bigint,
+    created_at   bigint NOT NULL
+);
+CREATE UNIQUE INDEX redrives_one_running ON redrives (source) WHERE running;
+
+CREATE TABLE stats_history (
+    queue   text NOT NULL,
+    at      bigint NOT NULL,
+    sample  jsonb NOT NULL,
+    PRIMARY KEY (queue, at)
+);
+
+CREATE TABLE audit (
+    seq    bigserial PRIMARY KEY,
+    at     bigint NOT NULL,
+    queue  text,
+    event  jsonb NOT NULL
+);
+CREATE INDEX audit_queue ON audit (queue, seq);
+
+-- Message and job ids: each node takes a block of ids at a time.
+CREATE SEQUENCE id_blocks;
+"#;
+
+/// Version 2: packs. A plain send of many messages is kept as one row until something needs
+/// its members one by one (see `crate::hot::packs`).
+const V2: &str = r#"
+-- Members are the messages id .. id + n - 1, each visible at once when sent.
+-- state: 0 waiting (never received), 1 leased for its first delivery (token, visible_at the
+-- deadline), 2 completed (every member acked; a record kept until keep_until).
+-- done, per member: 0 not acked, -1 acked without a record, else the record's keep-until;
+-- acked_at: the latest ack, the completion time its records show.
+CREATE TABLE packs (
+    id           bigint PRIMARY KEY,
+    queue        text NOT NULL,
+    n            integer NOT NULL,
+    pending      integer NOT NULL,
+    state        smallint NOT NULL,
+    visible_at   bigint NOT NULL,
+    enqueued_at  bigint NOT NULL,
+    token        bigint,
+    done         bigint[] NOT NULL,
+    acked_now    bigint[],
+    acked_at     bigint,
+    keep_until   bigint,
+    bodies       bytea[],
+    kinds        smallint[] NOT NULL,
+    attrs        jsonb[]
+);
+-- The bodies are stored out of line uncompressed: a lease or an ack rewrites the small row only.
+ALTER TABLE packs ALTER COLUMN bodies SET STORAGE EXTERNAL;
+CREATE INDEX packs_waiting ON packs (queue, visible_at, id) WHERE state = 0;
+CREATE INDEX packs_leased ON packs (queue, visible_at) WHERE state = 1;
+CREATE INDEX packs_done ON packs (keep_until) WHERE state = 2;
+"#;
+
+/// Version 3: pack bodies compressed with LZ4 where the server can (PostgreSQL 14 or newer,
+/// built with lz4; elsewhere they stay uncompressed out of line, as in version 2). A pack's
+/// bodies are compressed as one value, so messages of one batch that share their structure
+/// compress together; LZ4 gives up fast on bytes that do not compress (pglz would not, so
+/// it is not used). A pack that compresses to about 2 KB is stored inline and its bodies
+/// never reach the TOAST table. Packs already stored keep their form.
+const V3: &str = r#"
+DO $$
+BEGIN
+    EXECUTE 'ALTER TABLE packs ALTER COLUMN bodies SET COMPRESSION lz4';
+    EXECUTE 'ALTER TABLE packs ALTER COLUMN bodies SET STORAGE EXTENDED';
+EXCEPTION WHEN feature_not_supported OR syntax_error THEN
+    NULL;
+END
+$$;
+"#;
+
+/// Version 4: an index of the dead letters still queued, for queue summaries (grouping by
+/// reason or source and filtering by dead-letter time read only the index). It is partial on
+/// `dl_at IS NOT NULL`, so a send, a lease or an ack of an ordinary message never touches it.
+/// Creating it on a large existing table holds writes to `messages` while it builds.
+const V4: &str = r#"
+CREATE INDEX messages_dead_letters ON messages (queue, dl_reason, source_queue, dl_at, id)
+    WHERE dl_at IS NOT NULL AND state < 2;
+"#;
+
+/// How many ids one `nextval` of `id_blocks` reserves.
+pub(crate) const ID_BLOCK: i64 = 1024;
+
+/// Creates `schema` if needed and applies the migrations it lacks.
+///
+/// # Errors
+/// [`OpenError::Database`] when a statement fails; the schema is left as it was.
+pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<i32, OpenError> {
+    let tx = client.transaction().await?;
+    // One lock per schema name; two nodes migrating the same schema queue up here.
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('sluice-migrate:' || $1))",
+        &[&schema],
+    )
+    .await?;
+    let ident = quote_ident(schema);
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {ident};
+         CREATE TABLE IF NOT EXISTS {ident}.migrations (
+             version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );"
+    ))
+    .await?;
+    let row = tx
+        .query_one(
+            &format!("SELECT coalesce(max(version), 0) FROM {ident}.migrations"),
+            &[],
+        )
+        .await?;
+    let current: i32 = row.get(0);
+    let newest = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > newest {
+        return Err(OpenError::TooNew {
+            schema: schema.to_string(),
+            found: current,
+            known: newest,
+        });
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        tx.batch_execute(&format!("SET LOCAL search_path TO {ident}; {sql}"))
+            .await?;
+        tx.execute(
+            &format!("INSERT INTO {ident}.migrations (version) VALUES ($1)"),
+            &[version],
+        )
+        .await?;
+        tracing::info!(schema, version, "applied migration");
+    }
+    tx.commit().await?;
+    Ok(newest)
+}
+
+/// `name` as a quoted SQL identifier.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

@@ -1,0 +1,436 @@
+//! Taking leases: the statements that lease waiting messages to receives, rows and packs.
+//!
+//! Leases run on connections whose commits do not wait for the WAL flush: a lease lost in a
+//! database crash only makes the message visible again (at least once still holds) and its
+//! receipt stale.
+
+use std::time::Duration;
+
+use sluice_core::rate::SlidingWindow;
+use sluice_core::{
+    Attributes, Body, Delivery, MessageId, QueueConfig, QueueName, Receipt, ReceiveRequest,
+    StoreError, Timestamp,
+};
+use tokio_postgres::GenericClient;
+use tokio_postgres::types::Json;
+
+use crate::db::effects::Effects;
+use crate::db::row::kind_of;
+use crate::db::tx::transaction;
+use crate::error::{corrupt, db};
+use crate::expiry::expire_queue;
+use crate::hot::backlog::ScanFrom;
+use crate::local::QueueLocal;
+use crate::store::Inner;
+
+/// What one attempt to take leases found.
+pub(crate) enum Attempted {
+    /// Messages leased.
+    Got(Vec<Delivery>),
+    /// None; when the queue next changes by itself, if known.
+    Empty { next_wake: Option<i64> },
+}
+
+/// The lease of a queue without global limits, for up to `max` messages leased for `vis`:
+/// [`FAST_LEASE_SQL`], one statement committed on its own; only when something is due to
+/// expire does it expire that in a transaction and lease again for what is left, so a lease
+/// that just ran out is delivered by this very receive.
+pub(crate) async fn take_leases(
+    inner: &Inner,
+    queue: &QueueLocal,
+    conn: &mut deadpool_postgres::Object,
+    cfg: &QueueConfig,
+    max: u32,
+    vis: Duration,
+) -> Result<Attempted, StoreError> {
+    if cfg.paused {
+        return Ok(Attempted::Empty { next_wake: None });
+    }
+    let q = queue.name.as_str();
+    let now = inner.now();
+    let cutoff = crate::expiry::retention_cutoff(cfg, now);
+    let deadline = Timestamp(now).plus(vis).as_millis();
+    let mut got = Vec::new();
+    let mut due = false;
+    // The oldest waiting pack, when it is too large for this receive.
+    let mut unfit = None;
+    // Whether packs wait behind the rows this receive leases.
+    let mut later = false;
+    // Whether message rows may be visible: a pack lease says.
+    let mut rows_visible = true;
+    let mut next_wake = None;
+    let packs_first = inner.pack_min > 0 && max as usize >= inner.pack_min;
+    if packs_first {
+        let packs = crate::hot::packs::lease_from_packs(
+            inner.pack_min,
+            queue,
+            conn,
+            cfg,
+            now,
+            max,
+            deadline,
+        )
+        .await?;
+        got = packs.deliveries;
+        due = packs.due;
+        unfit = packs.unfit;
+        later = packs.later;
+        rows_visible = packs.rows_visible;
+        next_wake = packs.next_due;
+    }
+    let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
+    if left > 0 && rows_visible {
+        let stmt = conn
+            .prepare_cached(FAST_LEASE_SQL)
+            .await
+            .map_err(|e| db(&e))?;
+        let n = i64::from(left);
+        let lapsed_after = queue.lapse_checks.after(now);
+        let from = queue.backlog.start();
+        let run = async |from: ScanFrom, n: i64| {
+            let (after_at, after_id) = from.unwrap_or(crate::hot::backlog::HEAD);
+            conn.query(
+                &stmt,
+                &[
+                    &q,
+                    &now,
+                    &n,
+                    &deadline,
+                    &cutoff,
+                    &after_at,
+                    &after_id,
+                    &lapsed_after,
+                ],
+            )
+            .await
+            .map_err(|e| db(&e))
+        };
+        let mut rows = run(from, n).await?;
+        queue.lapse_checks.checked(now);
+        let (after_cursor, last) = leased_keys(&rows)?;
+        queue.backlog.leased(from, last);
+        if from.is_some() && (after_cursor as i64) < n {
+            // Fewer after the cursor than wanted: the rest, and whether the queue is empty,
+            // from the head.
+            let more = run(None, n - after_cursor as i64).await?;
+            queue.backlog.leased(None, leased_keys(&more)?.1);
+            if let Some(r) = more.first() {
+                due |= r.try_get::<_, bool>(9).map_err(corrupt)?;
+            }
+            rows = if after_cursor == 0 {
+                more
+            } else {
+                rows.into_iter()
+                    .chain(more.into_iter().filter(|r| leased_row(r).unwrap_or(false)))
+                    .collect()
+            };
+        }
+        let Some(first) = rows.first() else {
+            return Err(StoreError::unavailable(
+                "the lease statement returned no row",
+            ));
+        };
+        due |= first.try_get::<_, bool>(9).map_err(corrupt)?;
+        if first
+            .try_get::<_, Option<i64>>(0)
+            .map_err(corrupt)?
+            .is_some()
+        {
+            got.extend(deliveries(&rows, cfg, deadline)?);
+            let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
+            if later && left > 0 {
+                // The rows older than the packs are taken: packs fill what is left.
+                let packs = crate::hot::packs::lease_from_packs(
+                    inner.pack_min,
+                    queue,
+                    conn,
+                    cfg,
+                    now,
+                    left,
+                    deadline,
+                )
+                .await?;
+                got.extend(packs.deliveries);
+                due |= packs.due;
+            }
+        } else {
+            next_wake = first.try_get(10).map_err(corrupt)?;
+            if !packs_first {
+                // Not asked of the packs: the oldest waiting one, locked or not.
+                unfit = first.try_get(11).map_err(corrupt)?;
+            }
+        }
+    }
+    if got.is_empty()
+        && let Some(pack) = unfit
+    {
+        // Nothing else is waiting and the oldest pack is larger than this receive: its
+        // members become rows, of which this receive takes its share.
+        let made = crate::hot::packs::unpack_waiting(&***conn, pack).await?;
+        inner.wake_local(queue, made);
+        due = true;
+    }
+    if !due {
+        return Ok(if got.is_empty() {
+            Attempted::Empty { next_wake }
+        } else {
+            Attempted::Got(got)
+        });
+    }
+    // A lease ran out or a message expired: expire, then lease again for what is left,
+    // so a lease that just ran out is delivered by this very receive.
+    let fx = transaction(conn, async |tx| {
+        let mut fx = Effects::default();
+        expire_queue(tx, q, cfg, now, &mut fx).await?;
+        fx.write(tx).await?;
+        Ok(fx)
+    })
+    .await?;
+    fx.wake(inner);
+    let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
+    if left == 0 {
+        return Ok(Attempted::Got(got));
+    }
+    let rest = ReceiveRequest {
+        max: left,
+        visibility: Some(vis),
+        ..ReceiveRequest::default()
+    };
+    let stmt = conn.prepare_cached(LEASE_SQL).await.map_err(|e| db(&e))?;
+    Ok(
+        match take_leases_limited(&***conn, &stmt, &queue.name, cfg, &rest, now).await? {
+            Attempted::Got(more) => {
+                got.extend(more);
+                Attempted::Got(got)
+            }
+            empty if got.is_empty() => empty,
+            Attempted::Empty { .. } => Attempted::Got(got),
+        },
+    )
+}
+
+/// Whether a row of [`FAST_LEASE_SQL`] carries a leased message (column 0 set).
+fn leased_row(r: &tokio_postgres::Row) -> Result<bool, StoreError> {
+    Ok(r.try_get::<_, Option<i64>>(0).map_err(corrupt)?.is_some())
+}
+
+/// How many messages rows of [`FAST_LEASE_SQL`] leased, and the greatest `(visible_at
+/// before the lease, id)` among them: where the next lease after a cursor starts.
+fn leased_keys(rows: &[tokio_postgres::Row]) -> Result<(usize, Option<(i64, i64)>), StoreError> {
+    let (mut n, mut last) = (0, None);
+    for r in rows {
+        if let Some(id) = r.try_get::<_, Option<i64>>(0).map_err(corrupt)? {
+            let was: i64 = r.try_get(8).map_err(corrupt)?;
+            n += 1;
+            last = last.max(Some((was, id)));
+        }
+    }
+    Ok((n, last))
+}
+
+/// The lease both receive statements share: up to `$3` waiting messages of queue `$1`
+/// (visible at `$2`), skipping rows other receivers hold, leased until `$4`.
+macro_rules! lease_ctes {
+    () => {
+        lease_ctes!("")
+    };
+    ($after:literal) => {
+        concat!(
+            "WITH picked AS (
+             SELECT id, visible_at AS was FROM messages
+             WHERE queue = $1 AND state = 0 AND visible_at <= $2",
+            $after,
+            "
+             ORDER BY visible_at, id LIMIT $3
+             FOR UPDATE SKIP LOCKED
+         ), leased AS (
+             UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
+                 token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
+             FROM picked WHERE m.id = picked.id
+             RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
+                 m.enqueued_at, m.last_error, picked.was
+         )"
+        )
+    };
+}
+
+/// The common receive in one statement, for a queue without global limits: the lease of
+/// rows after `($6, $7)` in `(visible_at, id)` order (see `crate::hot::backlog`; from the
+/// head with [`crate::hot::backlog::HEAD`]) in columns 0 – 8, no rows when nothing was
+/// leased; whether anything is due to expire (a lease that ran out at `$2`, looked for
+/// after `$8` as `crate::hot::lapse_checks` explains, or a message that entered before the
+/// retention cutoff `$5`: column 9); and, when nothing was leased, when the queue next
+/// changes by itself (column 10) and the oldest waiting pack (column 11), which this
+/// receive may unpack. Always at least one row.
+const FAST_LEASE_SQL: &str = concat!(
+    lease_ctes!(" AND (visible_at, id) > ($6, $7)"),
+    ", due AS (
+         SELECT EXISTS (SELECT 1 FROM messages
+                        WHERE queue = $1 AND state = 1 AND visible_at <= $2 AND visible_at > $8)
+             OR EXISTS (SELECT 1 FROM messages
+                        WHERE queue = $1 AND state = 0 AND entered_at <= $5)
+             OR EXISTS (SELECT 1 FROM packs
+                        WHERE queue = $1 AND state = 1 AND visible_at <= $2)
+             OR EXISTS (SELECT 1 FROM packs
+                        WHERE queue = $1 AND state = 0 AND visible_at <= $5) AS due
+     )
+     SELECT leased.id, leased.token, leased.body, leased.body_kind, leased.attrs,
+         leased.receive_count, leased.enqueued_at, leased.last_error, leased.was,
+         due.due,
+         CASE WHEN leased.id IS NULL THEN least(
+             (SELECT min(visible_at) FROM messages
+              WHERE queue = $1 AND state = 0 AND visible_at > $2),
+             (SELECT min(visible_at) FROM messages
+              WHERE queue = $1 AND state = 1 AND visible_at > $8),
+             (SELECT min(visible_at) FROM packs WHERE queue = $1 AND state = 1))
+         END AS next_due,
+         CASE WHEN leased.id IS NULL THEN
+             (SELECT id FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $2
+              ORDER BY visible_at, id LIMIT 1)
+         END AS pack
+     FROM due LEFT JOIN leased ON true"
+);
+
+/// The lease of [`take_leases_limited`], on its own.
+pub(crate) const LEASE_SQL: &str = concat!(lease_ctes!(), " SELECT * FROM leased");
+
+/// Leases up to `req.max` messages of queue `q` with `stmt` ([`LEASE_SQL`]) in `tx`, within
+/// the queue's global limits (`max_in_flight`, `rate_limit`), which the caller holds the
+/// queue's row lock for.
+pub(crate) async fn take_leases_limited<S>(
+    tx: &impl GenericClient,
+    stmt: &S,
+    queue: &QueueName,
+    cfg: &QueueConfig,
+    req: &ReceiveRequest,
+    now: i64,
+) -> Result<Attempted, StoreError>
+where
+    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
+{
+    let q = queue.as_str();
+    if cfg.paused {
+        return Ok(Attempted::Empty { next_wake: None });
+    }
+    let mut n = i64::from(req.max);
+    if let Some(mif) = cfg.max_in_flight {
+        let row = tx
+            .query_one(crate::hot::packs::IN_FLIGHT_SQL, &[&q])
+            .await
+            .map_err(|e| db(&e))?;
+        n = n.min((i64::from(mif) - row.get::<_, i64>(0)).max(0));
+    }
+    if let Some(rl) = cfg.rate_limit {
+        let period = i64::try_from(rl.period.as_millis()).unwrap_or(i64::MAX);
+        tx.execute(
+            "DELETE FROM rate_events WHERE queue = $1 AND at <= $2",
+            &[&q, &(now - period)],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+        let mut window = SlidingWindow::default();
+        for r in tx
+            .query(
+                "SELECT at, n FROM rate_events WHERE queue = $1 ORDER BY at",
+                &[&q],
+            )
+            .await
+            .map_err(|e| db(&e))?
+        {
+            let n: i32 = r.get(1);
+            window.record(Timestamp(r.get(0)), usize::try_from(n).unwrap_or(0));
+        }
+        let avail = window.available(&rl, Timestamp(now));
+        if avail == 0 {
+            let free = window.next_free(&rl, Timestamp(now)).map(|t| t.as_millis());
+            let due = next_due(tx, q, now).await?;
+            return Ok(Attempted::Empty {
+                next_wake: [due, free].into_iter().flatten().min(),
+            });
+        }
+        n = n.min(i64::from(avail));
+    }
+    if n == 0 {
+        return Ok(Attempted::Empty {
+            next_wake: next_due(tx, q, now).await?,
+        });
+    }
+    let vis = req.visibility.unwrap_or(cfg.visibility_timeout);
+    let deadline = Timestamp(now).plus(vis).as_millis();
+    let rows = tx
+        .query(stmt, &[&q, &now, &n, &deadline])
+        .await
+        .map_err(|e| db(&e))?;
+    if rows.is_empty() {
+        return Ok(Attempted::Empty {
+            next_wake: next_due(tx, q, now).await?,
+        });
+    }
+    let out = deliveries(&rows, cfg, deadline)?;
+    let got = i32::try_from(out.len()).unwrap_or(i32::MAX);
+    // Counted by the caller once the lease has committed.
+    if cfg.rate_limit.is_some() {
+        tx.execute(
+            "INSERT INTO rate_events (queue, at, n) VALUES ($1, $2, $3)",
+            &[&q, &now, &got],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    }
+    Ok(Attempted::Got(out))
+}
+
+/// The deliveries of leased rows (columns as [`LEASE_SQL`] returns them), oldest first.
+fn deliveries(
+    rows: &[tokio_postgres::Row],
+    cfg: &QueueConfig,
+    deadline: i64,
+) -> Result<Vec<Delivery>, StoreError> {
+    let mut out: Vec<(i64, Delivery)> = Vec::with_capacity(rows.len());
+    for r in rows {
+        let id: i64 = r.try_get(0).map_err(corrupt)?;
+        let token: i64 = r.try_get(1).map_err(corrupt)?;
+        let body: Option<Vec<u8>> = r.try_get(2).map_err(corrupt)?;
+        let kind: i16 = r.try_get(3).map_err(corrupt)?;
+        let attrs: Option<Json<Attributes>> = r.try_get(4).map_err(corrupt)?;
+        let count: i32 = r.try_get(5).map_err(corrupt)?;
+        let was: i64 = r.try_get(8).map_err(corrupt)?;
+        out.push((
+            was,
+            Delivery {
+                id: MessageId(id as u64),
+                receipt: Receipt {
+                    id: MessageId(id as u64),
+                    token: token as u64,
+                },
+                body: Body {
+                    kind: kind_of(kind),
+                    bytes: body.unwrap_or_default().into(),
+                },
+                attributes: attrs.map(|a| a.0).unwrap_or_default(),
+                receive_count: u32::try_from(count).unwrap_or(0),
+                max_receive_count: cfg.max_receive_count,
+                enqueued_at: Timestamp(r.try_get(6).map_err(corrupt)?),
+                last_error: r.try_get(7).map_err(corrupt)?,
+                lease_deadline: Timestamp(deadline),
+            },
+        ));
+    }
+    out.sort_by_key(|(was, d)| (*was, d.id));
+    Ok(out.into_iter().map(|(_, d)| d).collect())
+}
+
+/// When the queue next changes by itself: a delay ends or a lease runs out.
+async fn next_due(tx: &impl GenericClient, q: &str, now: i64) -> Result<Option<i64>, StoreError> {
+    let r = tx
+        .query_one(
+            "SELECT least(
+                 (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 0 AND visible_at > $2),
+                 (SELECT min(visible_at) FROM messages WHERE queue = $1 AND state = 1),
+                 (SELECT min(visible_at) FROM packs WHERE queue = $1 AND state = 1))",
+            &[&q, &now],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    r.try_get(0).map_err(corrupt)
+}

@@ -1,0 +1,265 @@
+//! Messages a node leased ahead of its receives while a queue is behind.
+//!
+//! At one message per receive a lease statement costs the database far more than the row it
+//! leases: measured at B = 1, a statement took about 1.7 messages and was the largest part of
+//! PostgreSQL's time, and with one lease statement per queue at a time it also capped how
+//! fast a queue's consumers could go. So while a queue is behind on this node (its last lease
+//! filled every receive with messages that had waited, see `crate::hot::backlog`), a small lease
+//! takes up to [`READ_AHEAD`] messages more, and the next receives of the queue on this node
+//! are answered from them without a statement.
+//!
+//! A held message is leased in the database: no other receive, on any node, can take it. It
+//! is held for at most [`HOLD`]; what nobody took by then is released (back to waiting, its
+//! receive count as before, like `release`), so a node's consumers that went away delay
+//! those messages by that much. A receive is handed a held message only while it is fresh,
+//! so its lease has at most [`HOLD`] less to run than a lease taken by that receive itself.
+//! While held, such messages count as in flight in the queue's stats. A node that stops
+//! releases what it holds ([`release_all`], from `Store::close`); one killed holding some
+//! leaves them leased until their visibility timeout runs out, as a consumer killed holding
+//! them would, and a receive count spent that way counts toward
+//! `max_receives`. A paused, purged or deleted queue, or a deleted message, hands out
+//! nothing held.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_core::{Delivery, QueueName};
+use tokio::time::Instant;
+
+use crate::local::QueueLocal;
+use crate::store::Inner;
+
+/// How many messages more than its receives ask for a lease of a queue that is behind takes
+/// (measured at one message per receive, 4 + 4 over HTTP: see `docs/benchmarks.md`).
+pub(crate) const READ_AHEAD: u32 = 8;
+
+/// How long a node holds a message it leased ahead before releasing it.
+pub(crate) const HOLD: Duration = Duration::from_millis(100);
+
+/// The shortest lease read ahead or handed off: at most a tenth of a lease is spent held.
+pub(crate) const SHORTEST_LEASE: Duration = Duration::from_secs(1);
+
+/// What is held for the receives of one lease length.
+#[derive(Default)]
+struct Held {
+    /// The deliveries leased ahead, oldest first, with when they were leased.
+    items: VecDeque<(Instant, Delivery)>,
+    /// When receives last took the last of them.
+    emptied: Option<Instant>,
+}
+
+/// The deliveries a node leased ahead of the receives of one queue, per lease length
+/// (receives asking for different lease lengths share neither statements nor messages).
+#[derive(Default)]
+pub(crate) struct ReadAhead(Mutex<HashMap<Duration, Held>>);
+
+impl ReadAhead {
+    /// How many messages a lease for `receives` receives that together ask for `wanted`,
+    /// each `lease` long, takes beyond them: [`READ_AHEAD`] for small receives of a queue
+    /// that is `behind`, when several receives wait for this lease or receives took
+    /// everything read ahead for them within [`HOLD`]; else none. Receives one at a time
+    /// find no statement in their way, and reading ahead would only keep messages from other
+    /// nodes.
+    pub(crate) fn extra(&self, receives: usize, wanted: u32, lease: Duration, behind: bool) -> u32 {
+        let small = (wanted as usize) < crate::hot::combine::LARGE_CALL && lease >= SHORTEST_LEASE;
+        if !(behind && small) {
+            return 0;
+        }
+        let in_demand = receives > 1
+            || self
+                .map()
+                .get(&lease)
+                .and_then(|h| h.emptied)
+                .is_some_and(|at| at.elapsed() < HOLD);
+        if in_demand { READ_AHEAD } else { 0 }
+    }
+
+    /// Up to `max` held deliveries leased for `lease` still fresh enough to hand out, oldest
+    /// first.
+    pub(crate) fn take(&self, lease: Duration, max: usize) -> Vec<Delivery> {
+        let mut map = self.map();
+        let Some(held) = map.get_mut(&lease) else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        let fresh_since = now.checked_sub(HOLD);
+        let mut out = Vec::new();
+        while out.len() < max {
+            match held.items.front() {
+                Some((at, _)) if fresh_since.is_none_or(|f| *at > f) => {
+                    out.extend(held.items.pop_front().map(|(_, d)| d));
+                }
+                _ => break,
+            }
+        }
+        if !out.is_empty() && held.items.is_empty() {
+            held.emptied = Some(now);
+        }
+        out
+    }
+
+    /// Holds `deliveries`, leased just now for `lease`.
+    fn keep(&self, lease: Duration, deliveries: Vec<Delivery>) {
+        let now = Instant::now();
+        self.map()
+            .entry(lease)
+            .or_default()
+            .items
+            .extend(deliveries.into_iter().map(|d| (now, d)));
+    }
+
+    /// Removes and returns the deliveries leased for `lease` held for [`HOLD`] or longer.
+    fn expired(&self, lease: Duration) -> Vec<Delivery> {
+        let mut map = self.map();
+        let Some(held) = map.get_mut(&lease) else {
+            return Vec::new();
+        };
+        let Some(stale_at) = Instant::now().checked_sub(HOLD) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while held.items.front().is_some_and(|(at, _)| *at <= stale_at) {
+            out.extend(held.items.pop_front().map(|(_, d)| d));
+        }
+        if held.items.is_empty() && held.emptied.is_none_or(|at| at <= stale_at) {
+            map.remove(&lease);
+        }
+        out
+    }
+
+    /// Removes and returns every delivery held.
+    fn take_all(&self) -> Vec<Delivery> {
+        self.map()
+            .drain()
+            .flat_map(|(_, held)| held.items.into_iter().map(|(_, d)| d))
+            .collect()
+    }
+
+    /// Forgets every delivery held, whatever its lease length: the queue's messages were
+    /// purged or the queue deleted.
+    pub(crate) fn clear(&self) {
+        self.map().clear();
+    }
+
+    /// Forgets message `id` if it is held: it was deleted.
+    pub(crate) fn forget_message(&self, id: sluice_core::MessageId) {
+        for held in self.map().values_mut() {
+            held.items.retain(|(_, d)| d.id != id);
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Duration, Held>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Holds `deliveries` of `queue`, leased for `lease` just now beyond what its receives asked
+/// for, and releases those still held after [`HOLD`].
+pub(crate) fn hold(
+    inner: &Arc<Inner>,
+    queue: &Arc<QueueLocal>,
+    lease: Duration,
+    deliveries: Vec<Delivery>,
+) {
+    if deliveries.is_empty() {
+        return;
+    }
+    queue.read_ahead.keep(lease, deliveries);
+    let (inner, queue) = (inner.clone(), queue.clone());
+    tokio::spawn(async move {
+        tokio::time::sleep(HOLD).await;
+        let expired = queue.read_ahead.expired(lease);
+        crate::ops::nack::release_unused(&inner, &queue.name, expired).await;
+    });
+}
+
+/// Releases every message this node holds, so a node that stops leaves none leased.
+pub(crate) async fn release_all(inner: &Inner) {
+    let held: Vec<(QueueName, Delivery)> = inner
+        .locals
+        .all()
+        .into_iter()
+        .flat_map(|local| {
+            let queue = local.name.clone();
+            local
+                .read_ahead
+                .take_all()
+                .into_iter()
+                .map(move |d| (queue.clone(), d))
+        })
+        .collect();
+    for (queue, d) in held {
+        crate::ops::nack::release_unused(inner, &queue, [d]).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn only_small_receives_of_a_queue_behind_with_several_waiting_read_ahead() {
+        let r = ReadAhead::default();
+        assert_eq!(r.extra(3, 3, LEASE, true), READ_AHEAD);
+        assert_eq!(r.extra(3, 3, LEASE, false), 0, "not behind");
+        assert_eq!(r.extra(1, 1, LEASE, true), 0, "one receive at a time");
+        assert_eq!(r.extra(2, 200, LEASE, true), 0, "large receives");
+        let short = Duration::from_millis(500);
+        assert_eq!(r.extra(3, 3, short, true), 0, "short leases");
+    }
+
+    fn delivery(id: u64) -> Delivery {
+        Delivery {
+            id: sluice_core::MessageId(id),
+            receipt: sluice_core::Receipt {
+                id: sluice_core::MessageId(id),
+                token: id,
+            },
+            body: sluice_core::Body::text("x"),
+            attributes: sluice_core::Attributes::default(),
+            receive_count: 1,
+            max_receive_count: 5,
+            enqueued_at: sluice_core::Timestamp(0),
+            last_error: None,
+            lease_deadline: sluice_core::Timestamp(30_000),
+        }
+    }
+
+    fn ids(ds: &[Delivery]) -> Vec<u64> {
+        ds.iter().map(|d| d.id.0).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_messages_go_out_oldest_first_while_fresh_and_expire_after_the_hold() {
+        let (r, r2) = (ReadAhead::default(), ReadAhead::default());
+        let key = LEASE;
+        r.keep(key, vec![delivery(1), delivery(2), delivery(3)]);
+        assert_eq!(ids(&r.take(key, 2)), [1, 2]);
+        assert_eq!(r.extra(1, 1, LEASE, true), 0, "not yet taken to the last");
+        assert_eq!(ids(&r.take(key, 5)), [3]);
+        assert_eq!(
+            r.extra(1, 1, LEASE, true),
+            READ_AHEAD,
+            "receives took all it held: one receive reads ahead again"
+        );
+        r.keep(key, vec![delivery(4), delivery(5)]);
+        tokio::time::advance(HOLD / 2).await;
+        assert!(r.expired(key).is_empty(), "still fresh");
+        tokio::time::advance(HOLD).await;
+        assert!(r.take(key, 5).is_empty(), "held too long to hand out");
+        assert_eq!(r.extra(1, 1, LEASE, true), 0, "demand long gone");
+        assert_eq!(ids(&r.expired(key)), [4, 5]);
+        assert!(r.map().is_empty(), "nothing left to remember");
+        r.keep(key, vec![delivery(6), delivery(8)]);
+        r.forget_message(sluice_core::MessageId(8));
+        r2.keep(key, vec![delivery(7)]);
+        assert_eq!(ids(&r.take(key, 5)), [6], "a deleted message is forgotten");
+        r.keep(key, vec![delivery(6)]);
+        r.clear();
+        assert!(r.take(key, 5).is_empty(), "forgotten with its queue");
+        assert_eq!(ids(&r2.take(key, 5)), [7], "other queues kept");
+    }
+}

@@ -1,0 +1,167 @@
+//! Handing a leased message back: nack, reject, move, release.
+
+use std::time::Duration;
+
+use sluice_core::lifecycle::{self, AfterFailure};
+use sluice_core::message::clip_error;
+use sluice_core::store::validate_nack_delay;
+use sluice_core::{
+    Attempt, AttemptOutcome, DeadLetterReason, Delivery, Failure, MessageState, NackOutcome,
+    QueueName, Receipt, StoreError, Timestamp,
+};
+
+use crate::db::counters::Counter;
+use crate::db::row::{Row, WAITING};
+use crate::error::corrupt;
+use crate::ops::leased::{Change, change_leased};
+use crate::ops::lifecycle::{dead_letter, end_cancelled};
+use crate::store::Inner;
+
+/// Records a failed attempt on `row`, keeping its error as the last one.
+// Near-copy of the embedded engine's `apply_failure`: the same rule on each engine's own row type.
+fn apply_failure(row: &mut Row, now: i64, outcome: AttemptOutcome, failure: &Failure) {
+    let attempt = Attempt {
+        at: Timestamp(now),
+        outcome,
+        error: failure.error.clone().map(clip_error),
+        consumer: failure.consumer.clone(),
+    };
+    if attempt.error.is_some() {
+        row.last_error.clone_from(&attempt.error);
+    }
+    lifecycle::record_attempt(&mut row.attempts, attempt);
+}
+
+/// Returns a message for another attempt, or dead-letters it when its attempts are used up.
+pub(crate) async fn nack(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    delay: Option<Duration>,
+    failure: Failure,
+) -> Result<NackOutcome, StoreError> {
+    validate_nack_delay(delay)?;
+    change_leased(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
+        if row.cancel_requested {
+            end_cancelled(tx, row.id, cfg, now).await?;
+            return Ok(Change::Done(NackOutcome {
+                state: Some(MessageState::Completed),
+                queue: queue.clone(),
+            }));
+        }
+        apply_failure(row, now, AttemptOutcome::Nacked, &failure);
+        fx.counts.add(queue.as_str(), Counter::Nacked, 1);
+        match lifecycle::after_nack(cfg, row.receive_count, delay) {
+            AfterFailure::Retry(d) => {
+                row.state = WAITING;
+                row.visible_at = Timestamp(now).plus(d).as_millis();
+                row.token = None;
+                if d.is_zero() {
+                    fx.wake.insert(queue.to_string());
+                }
+                Ok(Change::Row(NackOutcome {
+                    state: Some(if d.is_zero() {
+                        MessageState::Visible
+                    } else {
+                        MessageState::Delayed
+                    }),
+                    queue: queue.clone(),
+                }))
+            }
+            AfterFailure::DeadLetter(reason) => {
+                dead_letter(tx, row, cfg, reason, now, fx).await?;
+                Ok(Change::Row(NackOutcome {
+                    state: None,
+                    queue: QueueName::new(row.queue.clone()).map_err(corrupt)?,
+                }))
+            }
+        }
+    })
+    .await
+}
+
+/// Dead-letters a message now.
+pub(crate) async fn reject(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    failure: Failure,
+) -> Result<QueueName, StoreError> {
+    change_leased(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
+        if row.cancel_requested {
+            end_cancelled(tx, row.id, cfg, now).await?;
+            return Ok(Change::Done(queue.clone()));
+        }
+        apply_failure(row, now, AttemptOutcome::Rejected, &failure);
+        dead_letter(tx, row, cfg, DeadLetterReason::Rejected, now, fx).await?;
+        Ok(Change::Row(
+            QueueName::new(row.queue.clone()).map_err(corrupt)?,
+        ))
+    })
+    .await
+}
+
+/// Moves a leased message to queue `to` as a fresh visible message there.
+pub(crate) async fn move_to(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+    to: &QueueName,
+    failure: Failure,
+) -> Result<(), StoreError> {
+    sluice_core::store::validate_move(queue, to)?;
+    change_leased(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
+        crate::db::catalog::config(tx, to.as_str(), false).await?;
+        if row.cancel_requested {
+            end_cancelled(tx, row.id, cfg, now).await?;
+            return Ok(Change::Done(()));
+        }
+        apply_failure(row, now, AttemptOutcome::Moved, &failure);
+        row.source_queue = Some(queue.to_string());
+        row.dead_letter = None;
+        row.queue = to.to_string();
+        row.state = WAITING;
+        row.visible_at = now;
+        row.entered_at = now;
+        row.receive_count = 0;
+        row.token = None;
+        fx.wake.insert(to.to_string());
+        Ok(Change::Row(()))
+    })
+    .await
+}
+
+/// Hands a delivery back without counting it as an attempt.
+pub(crate) async fn release(
+    inner: &Inner,
+    queue: &QueueName,
+    receipt: Receipt,
+) -> Result<(), StoreError> {
+    change_leased(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
+        if row.cancel_requested {
+            end_cancelled(tx, row.id, cfg, now).await?;
+            return Ok(Change::Done(()));
+        }
+        row.state = WAITING;
+        row.visible_at = now;
+        row.receive_count = row.receive_count.saturating_sub(1);
+        row.token = None;
+        fx.wake.insert(queue.to_string());
+        Ok(Change::Row(()))
+    })
+    .await
+}
+
+/// Releases `deliveries` of `queue` that no receive took, one by one; one that cannot be
+/// released returns when its lease runs out.
+pub(crate) async fn release_unused(
+    inner: &Inner,
+    queue: &QueueName,
+    deliveries: impl IntoIterator<Item = Delivery>,
+) {
+    for d in deliveries {
+        if let Err(e) = release(inner, queue, d.receipt).await {
+            tracing::debug!(error = %e, %queue, id = %d.id, "could not release a message no receive took; it returns when its lease runs out");
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Queues: create or update, read, list, delete, purge.
+
+use sluice_core::{
+    PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, StoreError, Timestamp,
+};
+use tokio_postgres::types::Json;
+
+use crate::db::catalog::config;
+use crate::error::{corrupt, db};
+use crate::store::Inner;
+
+fn info_of(r: &tokio_postgres::Row) -> Result<QueueInfo, StoreError> {
+    let name: String = r.try_get(0).map_err(corrupt)?;
+    let cfg: Json<QueueConfig> = r.try_get(1).map_err(corrupt)?;
+    Ok(QueueInfo {
+        name: QueueName::new(name).map_err(corrupt)?,
+        config: cfg.0,
+        created_at: Timestamp(r.try_get(2).map_err(corrupt)?),
+    })
+}
+
+/// One queue.
+pub(crate) async fn info(inner: &Inner, name: &QueueName) -> Result<QueueInfo, StoreError> {
+    let row = inner
+        .conn()
+        .await?
+        .query_opt(
+            "SELECT name, config, created_at FROM queues WHERE name = $1",
+            &[&name.as_str()],
+        )
+        .await
+        .map_err(|e| db(&e))?
+        .ok_or_else(|| StoreError::QueueNotFound(name.to_string()))?;
+    info_of(&row)
+}
+
+/// Every queue, by name.
+pub(crate) async fn list(inner: &Inner) -> Result<Vec<QueueInfo>, StoreError> {
+    inner
+        .conn()
+        .await?
+        .query(
+            "SELECT name, config, created_at FROM queues ORDER BY name",
+            &[],
+        )
+        .await
+        .map_err(|e| db(&e))?
+        .iter()
+        .map(info_of)
+        .collect()
+}
+
+/// Creates or updates a queue; creates its dead-letter queue when that is missing. With
+/// `create_only`, an existing queue is refused (under the same lock as the write).
+pub(crate) async fn put(
+    inner: &Inner,
+    name: &QueueName,
+    patch: &QueueConfigPatch,
+    create_only: bool,
+) -> Result<PutQueueOutcome, StoreError> {
+    let now = inner.now();
+    let mut conn = inner.conn().await?;
+    let (existing, row, warnings) = crate::db::tx::transaction(&mut conn, async |tx| {
+        // Two nodes creating the same queue at once: the second waits and then updates.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('sluice-queue:' || $1))",
+            &[&name.as_str()],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+        let existing = match config(tx, name.as_str(), true).await {
+            Ok(c) => Some(c),
+            Err(StoreError::QueueNotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        if create_only && existing.is_some() {
+            return Err(StoreError::queue_exists(name.as_str()));
+        }
+        let current = existing
+            .clone()
+            .unwrap_or_else(|| QueueConfig::defaults_for(name));
+        let cfg = current.apply(name, patch)?;
+        let mut warnings = Vec::new();
+        // The same warning as the embedded engine's `put`: the text is part of the answer.
+        if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0)) {
+            warnings.push(format!(
+                "max_receive_count is 0: messages of \"{name}\" are retried without limit and never dead-lettered by count"
+            ));
+        }
+        if let Some(dlq) = &cfg.dead_letter_queue {
+            let dl = QueueConfig::dead_letter_defaults(dlq);
+            tx.execute(
+                "INSERT INTO queues (name, config, dlq, created_at) VALUES ($1, $2, NULL, $3)
+                 ON CONFLICT (name) DO NOTHING",
+                &[&dlq.as_str(), &Json(&dl), &now],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        }
+        let dlq = cfg.dead_letter_queue.as_ref().map(QueueName::as_str);
+        let row = tx
+            .query_one(
+                "INSERT INTO queues (name, config, dlq, created_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (name) DO UPDATE SET config = EXCLUDED.config, dlq = EXCLUDED.dlq
+                 RETURNING name, config, created_at",
+                &[&name.as_str(), &Json(&cfg), &dlq, &now],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        Ok((existing, row, warnings))
+    })
+    .await?;
+    if let Some(local) = inner.locals.get(name.as_str()) {
+        local.forget_config();
+    }
+    // Waiting receives on every node re-check: the change may resume the queue, lift a
+    // limit, or end it.
+    inner.wake(name.as_str());
+    Ok(PutQueueOutcome {
+        queue: info_of(&row)?,
+        created: existing.is_none(),
+        warnings,
+    })
+}
+
+/// Deletes a queue with its messages, counters and history.
+pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> {
+    let mut conn = inner.conn().await?;
+    let () = crate::db::tx::transaction(&mut conn, async |tx| {
+        config(tx, name.as_str(), true).await?;
+        if let Some(user) = tx
+            .query_opt(
+                "SELECT name FROM queues WHERE dlq = $1 AND name <> $1 ORDER BY name LIMIT 1",
+                &[&name.as_str()],
+            )
+            .await
+            .map_err(|e| db(&e))?
+        {
+            let user: String = user.get(0);
+            return Err(StoreError::Conflict(format!(
+                "queue \"{name}\" is the dead-letter queue of \"{user}\"; change that queue's dead_letter_queue first"
+            )));
+        }
+        tx.batch_execute("SET LOCAL lock_timeout = '10s'")
+            .await
+            .map_err(|e| db(&e))?;
+        for sql in [
+            "DELETE FROM messages WHERE queue = $1",
+            "DELETE FROM packs WHERE queue = $1",
+            "DELETE FROM counters WHERE queue = $1",
+            "DELETE FROM dedup WHERE queue = $1",
+            "DELETE FROM rate_events WHERE queue = $1",
+            "DELETE FROM stats_history WHERE queue = $1",
+            "DELETE FROM queues WHERE name = $1",
+        ] {
+            tx.execute(sql, &[&name.as_str()])
+                .await
+                .map_err(|e| db(&e))?;
+        }
+        Ok(())
+    })
+    .await?;
+    // Everything this node remembers of the queue goes with it. Waiting receives on every
+    // node re-check, and find the queue gone; this node's wait on what it forgot.
+    match inner.locals.forget(name.as_str()) {
+        Some(local) => inner.wake_local(&local, usize::MAX),
+        None => inner.wake(name.as_str()),
+    }
+    Ok(())
+}
+
+/// Removes every message of a queue (not its completed records).
+pub(crate) async fn purge(inner: &Inner, queue: &QueueName) -> Result<u64, StoreError> {
+    let mut conn = inner.conn().await?;
+    let n = crate::db::tx::transaction(&mut conn, async |tx| {
+        crate::db::catalog::config(tx, queue.as_str(), false).await?;
+        crate::hot::packs::unpack_queue(tx, queue).await?;
+        let n = tx
+            .execute(
+                "DELETE FROM messages WHERE queue = $1 AND state < 2",
+                &[&queue.as_str()],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        Ok(n)
+    })
+    .await?;
+    // Their rows are gone with the rest.
+    if let Some(local) = inner.locals.get(queue.as_str()) {
+        local.read_ahead.clear();
+    }
+    Ok(n)
+}

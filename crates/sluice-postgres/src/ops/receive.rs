@@ -1,0 +1,107 @@
+//! Receive: leases up to `max` messages for a client, long-polling for the first, on the
+//! short combined path for queues without global limits and in a transaction under the
+//! queue's row lock for the others.
+
+use std::sync::Arc;
+
+use sluice_core::store::{long_poll_nap, validate_receive};
+use sluice_core::{Delivery, QueueName, ReceiveRequest, StoreError};
+
+use crate::db::counters::Counter;
+use crate::db::effects::Effects;
+use crate::db::tx::transaction;
+use crate::error::pool;
+use crate::expiry::expire_queue;
+use crate::hot::leases::{Attempted, LEASE_SQL, take_leases_limited};
+use crate::hot::wake::FALLBACK_POLL;
+use crate::local::QueueLocal;
+use crate::store::Inner;
+
+/// Leases up to `req.max` messages, waiting up to `req.wait` for the first.
+pub(crate) async fn receive(
+    inner: &Arc<Inner>,
+    queue: &QueueName,
+    req: ReceiveRequest,
+) -> Result<Vec<Delivery>, StoreError> {
+    validate_receive(&req)?;
+    let until = tokio::time::Instant::now() + req.wait;
+    // Only a long poll may skip the database: it would wait anyway, and a receive that
+    // does not wait must see what is committed. And only while other nodes' wake-ups
+    // arrive: the memory relies on them. A receive woken by its timer asks: that timer is
+    // the bound on a missed wake-up.
+    let mut may_skip = !req.wait.is_zero();
+    loop {
+        // Looked up again after each wait: a queue deleted meanwhile has new memories.
+        let local = inner.locals.of(queue);
+        let waker = &local.waker;
+        let notified = waker.notified();
+        tokio::pin!(notified);
+        let stamp = waker.stamp(notified.as_mut());
+        let nap = match (may_skip && inner.wakers.listening())
+            .then(|| waker.known_empty(inner.now()))
+            .flatten()
+        {
+            Some(nap) => nap,
+            None => match receive_once(inner, &local, &req).await? {
+                Attempted::Got(out) => {
+                    waker.leased(stamp, out.len());
+                    inner.tally(queue.as_str(), Counter::Received, out.len() as i64);
+                    return Ok(out);
+                }
+                Attempted::Empty { next_wake } => {
+                    let now = inner.now();
+                    waker.found_empty(stamp, next_wake, now);
+                    long_poll_nap(FALLBACK_POLL, FALLBACK_POLL, now, next_wake)
+                }
+            },
+        };
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Ok(Vec::new());
+        }
+        // Sends on this node may hand this receive their messages while it waits. Only a
+        // hint for them: a config that cannot be read now does not end the long poll.
+        let lease = match req.visibility {
+            Some(lease) => Some(lease),
+            None => (inner.config(&local).await.ok()).map(|c| c.visibility_timeout),
+        };
+        let _waiting = lease.map(|l| local.handoff.enter(l, req.max as usize));
+        may_skip = tokio::select! {
+            () = &mut notified => !req.wait.is_zero(),
+            () = tokio::time::sleep(nap.min(left)) => false,
+        };
+    }
+}
+
+/// One attempt to receive. Leases run on connections whose commits do not wait for the WAL
+/// flush: a lease lost in a database crash only makes the message visible again (at least
+/// once still holds) and its receipt stale; sends, acks and every other change still commit
+/// synchronously. A queue without global limits takes the short way: one statement
+/// ([`take_leases`](crate::hot::leases::take_leases)), shared by the receives of the queue
+/// that arrive together.
+async fn receive_once(
+    inner: &Arc<Inner>,
+    queue: &Arc<QueueLocal>,
+    req: &ReceiveRequest,
+) -> Result<Attempted, StoreError> {
+    let q = queue.name.as_str();
+    let cfg = inner.config(queue).await?;
+    if cfg.rate_limit.is_none() && cfg.max_in_flight.is_none() {
+        // Receives of one queue arriving together share one statement.
+        return crate::hot::lease_combine::receive_combined(inner, queue, &cfg, req).await;
+    }
+    let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
+    let (outcome, fx) = transaction(&mut conn, async |tx| {
+        // Global limits: receives of this queue take turns on its row, on every node.
+        let cfg = crate::db::catalog::config(tx, q, true).await?;
+        let now = inner.now();
+        let mut fx = Effects::default();
+        expire_queue(tx, q, &cfg, now, &mut fx).await?;
+        let outcome = take_leases_limited(tx, LEASE_SQL, &queue.name, &cfg, req, now).await?;
+        fx.write(tx).await?;
+        Ok((outcome, fx))
+    })
+    .await?;
+    fx.wake(inner);
+    Ok(outcome)
+}

@@ -1,0 +1,210 @@
+//! Rows kept beside the messages: stats history, the audit table, idempotency responses.
+
+use sluice_core::stats::{HISTORY_KEPT, StatsSample};
+use sluice_core::store::{IDEMPOTENCY_TTL, IdempotentResponse, validate_idempotent};
+use sluice_core::{AuditEvent, AuditQuery, QueueName, StoreError, Timestamp};
+use tokio_postgres::GenericClient;
+use tokio_postgres::types::Json;
+
+use crate::error::{corrupt, db};
+use crate::store::Inner;
+
+/// Appends audit events, on a connection of their own.
+pub(crate) async fn audit_append(inner: &Inner, events: &[AuditEvent]) -> Result<(), StoreError> {
+    audit_insert(&**inner.conn().await?, events).await
+}
+
+/// Appends audit entries (in the caller's transaction when it has one).
+pub(crate) async fn audit_insert(
+    c: &impl GenericClient,
+    events: &[AuditEvent],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let at: Vec<i64> = events.iter().map(|e| e.at.as_millis()).collect();
+    let queues: Vec<Option<&str>> = events.iter().map(|e| e.queue.as_deref()).collect();
+    let json: Vec<serde_json::Value> = events
+        .iter()
+        .map(|e| serde_json::to_value(e).map_err(corrupt))
+        .collect::<Result<_, _>>()?;
+    c.execute(
+        "INSERT INTO audit (at, queue, event)
+         SELECT * FROM unnest($1::bigint[], $2::text[], $3::jsonb[])",
+        &[&at, &queues, &json],
+    )
+    .await
+    .map_err(|e| db(&e))?;
+    Ok(())
+}
+
+/// The newest matching audit entries, oldest first.
+pub(crate) async fn audit_query(
+    inner: &Inner,
+    q: AuditQuery,
+) -> Result<Vec<AuditEvent>, StoreError> {
+    let limit = i64::try_from(q.limit.clamp(1, 10_000)).unwrap_or(10_000);
+    let since = q.since.map(Timestamp::as_millis);
+    let until = q.until.map(Timestamp::as_millis);
+    let conn = inner.conn().await?;
+    let rows = conn
+        .query(
+            "SELECT event FROM audit
+             WHERE (cardinality($1::text[]) = 0 OR queue = ANY($1))
+               AND ($2::bigint IS NULL OR at >= $2) AND ($4::bigint IS NULL OR at <= $4)
+             ORDER BY seq DESC LIMIT $3",
+            &[&q.queues, &since, &limit, &until],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    let mut out = rows
+        .iter()
+        .map(|r| {
+            r.try_get::<_, Json<AuditEvent>>(0)
+                .map(|j| j.0)
+                .map_err(corrupt)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    out.reverse();
+    Ok(out)
+}
+
+/// Stores one history point per queue and moment; the first node to store a moment wins.
+pub(crate) async fn record_stats(
+    inner: &Inner,
+    samples: Vec<(QueueName, StatsSample)>,
+) -> Result<(), StoreError> {
+    let Some(newest) = samples.iter().map(|(_, s)| s.at).max() else {
+        return Ok(());
+    };
+    let queues: Vec<&str> = samples.iter().map(|(q, _)| q.as_str()).collect();
+    let at: Vec<i64> = samples.iter().map(|(_, s)| s.at.as_millis()).collect();
+    let json: Vec<serde_json::Value> = samples
+        .iter()
+        .map(|(_, s)| serde_json::to_value(s).map_err(corrupt))
+        .collect::<Result<_, _>>()?;
+    let mut conn = inner.conn().await?;
+    let () = crate::db::tx::transaction(&mut conn, async |tx| {
+        // A point older than the newest kept for its queue is late (a slow node): skip it, so
+        // each queue's history stays in time order.
+        tx.execute(
+            "INSERT INTO stats_history (queue, at, sample)
+             SELECT u.q, u.at, u.s FROM unnest($1::text[], $2::bigint[], $3::jsonb[]) AS u(q, at, s)
+             WHERE EXISTS (SELECT 1 FROM queues WHERE name = u.q)
+               AND NOT EXISTS (SELECT 1 FROM stats_history h WHERE h.queue = u.q AND h.at > u.at)
+             ON CONFLICT (queue, at) DO NOTHING",
+            &[&queues, &at, &json],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+        let keep_from = newest.as_millis() - i64::try_from(HISTORY_KEPT.as_millis()).unwrap_or(0);
+        tx.execute("DELETE FROM stats_history WHERE at < $1", &[&keep_from])
+            .await
+            .map_err(|e| db(&e))?;
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// A queue's history points at or after `since`, oldest first.
+pub(crate) async fn stats_history(
+    inner: &Inner,
+    queue: &QueueName,
+    since: Timestamp,
+) -> Result<Vec<StatsSample>, StoreError> {
+    let conn = inner.conn().await?;
+    crate::db::catalog::config(&**conn, queue.as_str(), false).await?;
+    let rows = conn
+        .query(
+            "SELECT sample FROM stats_history WHERE queue = $1 AND at >= $2 ORDER BY at",
+            &[&queue.as_str(), &since.as_millis()],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    rows.iter()
+        .map(|r| {
+            r.try_get::<_, Json<StatsSample>>(0)
+                .map(|j| j.0)
+                .map_err(corrupt)
+        })
+        .collect()
+}
+
+fn response_of(r: &tokio_postgres::Row) -> Result<IdempotentResponse, StoreError> {
+    let fingerprint: Vec<u8> = r.try_get(0).map_err(corrupt)?;
+    let status: i32 = r.try_get(1).map_err(corrupt)?;
+    let body: Vec<u8> = r.try_get(2).map_err(corrupt)?;
+    Ok(IdempotentResponse {
+        fingerprint: fingerprint
+            .try_into()
+            .map_err(|_| corrupt("idempotency fingerprint is not 32 bytes"))?,
+        status: u16::try_from(status).map_err(corrupt)?,
+        body: body.into(),
+        created_at: Timestamp(r.try_get(3).map_err(corrupt)?),
+    })
+}
+
+/// The response kept under `key`, while it is kept.
+pub(crate) async fn idempotency_get(
+    inner: &Inner,
+    key: &str,
+) -> Result<Option<IdempotentResponse>, StoreError> {
+    let conn = inner.conn().await?;
+    conn.query_opt(
+        "SELECT fingerprint, status, body, created_at FROM idempotency
+         WHERE key = $1 AND until > $2",
+        &[&key, &inner.now()],
+    )
+    .await
+    .map_err(|e| db(&e))?
+    .as_ref()
+    .map(response_of)
+    .transpose()
+}
+
+/// Remembers `response` under `key` unless one is kept already (then returns that one).
+pub(crate) async fn idempotency_put(
+    inner: &Inner,
+    key: &str,
+    response: IdempotentResponse,
+) -> Result<Option<IdempotentResponse>, StoreError> {
+    validate_idempotent(key, &response)?;
+    let now = inner.now();
+    let until = Timestamp(now).plus(IDEMPOTENCY_TTL).as_millis();
+    let conn = inner.conn().await?;
+    // Insert, or replace an entry that ran out; a live entry is left as it is.
+    let stored = conn
+        .query_opt(
+            "INSERT INTO idempotency AS i (key, fingerprint, status, body, created_at, until)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+                 status = EXCLUDED.status, body = EXCLUDED.body,
+                 created_at = EXCLUDED.created_at, until = EXCLUDED.until
+                 WHERE i.until <= $7
+             RETURNING key",
+            &[
+                &key,
+                &response.fingerprint.as_slice(),
+                &i32::from(response.status),
+                &response.body.as_ref(),
+                &response.created_at.as_millis(),
+                &until,
+                &now,
+            ],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    if stored.is_some() {
+        return Ok(None);
+    }
+    conn.query_opt(
+        "SELECT fingerprint, status, body, created_at FROM idempotency WHERE key = $1",
+        &[&key],
+    )
+    .await
+    .map_err(|e| db(&e))?
+    .as_ref()
+    .map(response_of)
+    .transpose()
+}

@@ -1,0 +1,305 @@
+//! Send: a whole batch in one multi-row insert, with dedup ids and `max_depth` checked in the
+//! same transaction.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::store::validate_bodies_fit;
+use sluice_core::{
+    MessageId, NewMessage, QueueConfig, QueueName, SendOutcome, StoreError, Timestamp,
+};
+use tokio_postgres::GenericClient;
+
+use crate::db::row::{attrs_json, kind_code};
+use crate::db::tx::transaction;
+use crate::error::{corrupt, db};
+use crate::store::Inner;
+
+/// Sends a batch: a plain one (nothing to check against other rows) combined with other
+/// sends of the queue, any other in a transaction of its own; then counts and wakes.
+pub(crate) async fn send(
+    inner: &Arc<Inner>,
+    queue: &QueueName,
+    messages: Vec<NewMessage>,
+) -> Result<Vec<SendOutcome>, StoreError> {
+    sluice_core::store::validate_send_batch(&messages)?;
+    let local = inner.locals.of(queue);
+    let cfg = inner.config(&local).await?;
+    let (out, wake) = if is_plain(&cfg, &messages) {
+        crate::hot::send_combine::send_combined(inner, &local, &cfg, messages).await?
+    } else {
+        let mut conn = inner.conn().await?;
+        transaction(&mut conn, async |tx| {
+            send_in_tx(inner, tx, queue, messages).await
+        })
+        .await?
+    };
+    let fresh = out.iter().filter(|o| !o.duplicate).count();
+    inner.tally(
+        queue.as_str(),
+        crate::db::counters::Counter::Sent,
+        fresh as i64,
+    );
+    if wake {
+        inner.wake_local(&local, fresh);
+    }
+    Ok(out)
+}
+
+/// Stores a batch in `c`'s transaction. Returns the outcomes and whether a message is
+/// visible at once, so that the caller wakes waiting receives (on every node) once the
+/// transaction has committed. The caller has checked the batch (`validate_send_batch`).
+pub(crate) async fn send_in_tx(
+    inner: &Inner,
+    c: &impl GenericClient,
+    queue: &QueueName,
+    messages: Vec<NewMessage>,
+) -> Result<(Vec<SendOutcome>, bool), StoreError> {
+    let now = inner.now();
+    let q = queue.as_str();
+    let cfg = crate::db::catalog::config(c, q, false).await?;
+    validate_bodies_fit(&cfg, queue, &messages)?;
+    let ids = inner.ids.draw(c, messages.len()).await?;
+    // Dedup: claim each key in the table; a key another send holds inside its window keeps
+    // that send's id. Keys repeated inside this batch count as already sent.
+    let dedup_on = !cfg.dedup_window.is_zero();
+    let mut first_in_batch: HashMap<&str, usize> = HashMap::new();
+    let mut dup_of: Vec<Option<usize>> = vec![None; messages.len()];
+    let mut claim_keys: Vec<&str> = Vec::new();
+    let mut claim_ids: Vec<i64> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let Some(key) = m.dedup_id.as_deref().filter(|_| dedup_on) else {
+            continue;
+        };
+        match first_in_batch.get(key) {
+            Some(first) => dup_of[i] = Some(*first),
+            None => {
+                first_in_batch.insert(key, i);
+                claim_keys.push(key);
+                claim_ids.push(ids[i]);
+            }
+        }
+    }
+    let mut existing: HashMap<String, i64> = HashMap::new();
+    if !claim_keys.is_empty() {
+        let until = Timestamp(now).plus(cfg.dedup_window).as_millis();
+        let claimed = c
+            .query(
+                "INSERT INTO dedup AS d (queue, dedup_id, message_id, until)
+                 SELECT $1, k, i, $4 FROM unnest($2::text[], $3::bigint[]) AS u(k, i)
+                 ON CONFLICT (queue, dedup_id) DO UPDATE
+                     SET message_id = EXCLUDED.message_id, until = EXCLUDED.until
+                     WHERE d.until <= $5
+                 RETURNING dedup_id",
+                &[&q, &claim_keys, &claim_ids, &until, &now],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        if claimed.len() < claim_keys.len() {
+            let claimed: std::collections::HashSet<String> =
+                claimed.iter().map(|r| r.get::<_, String>(0)).collect();
+            let held: Vec<&str> = claim_keys
+                .iter()
+                .copied()
+                .filter(|k| !claimed.contains(*k))
+                .collect();
+            for r in c
+                .query(
+                    "SELECT dedup_id, message_id FROM dedup WHERE queue = $1 AND dedup_id = ANY($2)",
+                    &[&q, &held],
+                )
+                .await
+                .map_err(|e| db(&e))?
+            {
+                existing.insert(r.get(0), r.get(1));
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(messages.len());
+    let mut fresh: Vec<usize> = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let key = m.dedup_id.as_deref().filter(|_| dedup_on);
+        let prior = match (dup_of[i], key) {
+            (Some(first), _) => existing
+                .get(key.unwrap_or_default())
+                .copied()
+                .or(Some(ids[first])),
+            (None, Some(k)) => existing.get(k).copied(),
+            (None, None) => None,
+        };
+        match prior {
+            Some(id) => out.push(SendOutcome {
+                id: MessageId(id as u64),
+                duplicate: true,
+            }),
+            None => {
+                fresh.push(i);
+                out.push(SendOutcome {
+                    id: MessageId(ids[i] as u64),
+                    duplicate: false,
+                });
+            }
+        }
+    }
+    if fresh.is_empty() {
+        return Ok((out, false));
+    }
+    if let Some(max) = cfg.max_depth {
+        // Under the queue's row lock, so nodes sending at once cannot overshoot together.
+        crate::db::catalog::config(c, q, true).await?;
+        let row = c
+            .query_one(crate::hot::packs::DEPTH_SQL, &[&q])
+            .await
+            .map_err(|e| db(&e))?;
+        let depth = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+        if depth + fresh.len() as u64 > max {
+            return Err(StoreError::QueueFull {
+                queue: q.to_string(),
+                max_depth: max,
+                retry_after: Duration::from_secs(1),
+            });
+        }
+    }
+    let visible_now = insert(
+        c,
+        INSERT_SQL,
+        queue,
+        now,
+        fresh.iter().map(|&i| (&messages[i], ids[i], cfg.delay)),
+        None,
+    )
+    .await?
+    .visible_now;
+    Ok((out, visible_now))
+}
+
+/// Whether a batch can take
+/// [`send_combined`](crate::hot::send_combine::send_combined): nothing to check against
+/// other rows.
+pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
+    cfg.max_depth.is_none()
+        && (cfg.dedup_window.is_zero() || messages.iter().all(|m| m.dedup_id.is_none()))
+}
+
+/// The insert of [`insert`]: every message of a batch, guarded by the queue's existence. The
+/// first `$9` rows are inserted leased, until their `v`, for receives waiting on this node
+/// (`crate::hot::handoff`). Returns how many rows it inserted, and the ids and tokens of those
+/// leased.
+pub(crate) const INSERT_SQL: &str = "WITH ins AS (
+                 INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at, body,
+                     body_kind, attrs, dedup_id, receive_count, token)
+                 SELECT i, $1, CASE WHEN n <= $9 THEN 1 ELSE 0 END, v, $2, $2, b, k, a, d,
+                     CASE WHEN n <= $9 THEN 1 ELSE 0 END,
+                     CASE WHEN n <= $9 THEN (random() * 9.2e18)::bigint END
+                 FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[],
+                             $8::text[]) WITH ORDINALITY AS u(i, v, b, k, a, d, n)
+                 WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)
+                 RETURNING id, token
+             )
+             SELECT count(*), array_agg(id) FILTER (WHERE token IS NOT NULL),
+                 array_agg(token) FILTER (WHERE token IS NOT NULL)
+             FROM ins";
+
+/// Messages of a batch inserted leased, for the receives waiting on this node.
+pub(crate) struct HandOff {
+    /// How many of the first messages given to [`insert`].
+    pub(crate) count: usize,
+    /// Until when (ms) they are leased.
+    pub(crate) deadline: i64,
+    /// When (ms) they were sent.
+    pub(crate) at: i64,
+    /// The lease length of the receives they are for.
+    pub(crate) lease: Duration,
+    /// The queue's `max_receives`, for their deliveries.
+    pub(crate) max_receive_count: u32,
+}
+
+/// What [`insert`] stored: how many rows, whether one is visible at once, and the `(id,
+/// token)` of each row inserted leased.
+pub(crate) struct Inserted {
+    /// Rows inserted: none when the queue no longer exists.
+    pub(crate) rows: i64,
+    /// Whether a message inserted is visible at once.
+    pub(crate) visible_now: bool,
+    /// The `(id, token)` of each row inserted leased.
+    pub(crate) leased: Vec<(i64, i64)>,
+}
+
+/// Inserts `items` (message, id, the queue's default delay) into queue `q` with `stmt`
+/// ([`INSERT_SQL`]), in one statement that inserts nothing when the queue no longer exists;
+/// the first of them leased as `handoff` says.
+pub(crate) async fn insert<'a, S>(
+    c: &impl GenericClient,
+    stmt: &S,
+    queue: &QueueName,
+    now: i64,
+    items: impl Iterator<Item = (&'a NewMessage, i64, Duration)>,
+    handoff: Option<&HandOff>,
+) -> Result<Inserted, StoreError>
+where
+    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
+{
+    let q = queue.as_str();
+    let mut visible_now = false;
+    let mut cols = Columns::default();
+    let leased = handoff.map_or(0, |h| h.count);
+    for (n, (m, id, default_delay)) in items.enumerate() {
+        let visible_at = match handoff {
+            Some(h) if n < leased => h.deadline,
+            _ => {
+                let at = Timestamp(now)
+                    .plus(m.delay.unwrap_or(default_delay))
+                    .as_millis();
+                visible_now |= at <= now;
+                at
+            }
+        };
+        cols.ids.push(id);
+        cols.visible.push(visible_at);
+        cols.bodies.push(&m.body.bytes);
+        cols.kinds.push(kind_code(m.body.kind));
+        cols.attrs.push(attrs_json(&m.attributes));
+        cols.dedup.push(m.dedup_id.as_deref());
+    }
+    let leased = i64::try_from(leased).unwrap_or(i64::MAX);
+    let row = c
+        .query_one(
+            stmt,
+            &[
+                &q,
+                &now,
+                &cols.ids,
+                &cols.visible,
+                &cols.bodies,
+                &cols.kinds,
+                &cols.attrs,
+                &cols.dedup,
+                &leased,
+            ],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    let ids: Option<Vec<i64>> = row.try_get(1).map_err(corrupt)?;
+    let tokens: Option<Vec<i64>> = row.try_get(2).map_err(corrupt)?;
+    Ok(Inserted {
+        rows: row.try_get(0).map_err(corrupt)?,
+        visible_now,
+        leased: ids
+            .unwrap_or_default()
+            .into_iter()
+            .zip(tokens.unwrap_or_default())
+            .collect(),
+    })
+}
+
+/// The insert's columns, one array each.
+#[derive(Default)]
+struct Columns<'a> {
+    ids: Vec<i64>,
+    visible: Vec<i64>,
+    bodies: Vec<&'a [u8]>,
+    kinds: Vec<i16>,
+    attrs: Vec<Option<serde_json::Value>>,
+    dedup: Vec<Option<&'a str>>,
+}
