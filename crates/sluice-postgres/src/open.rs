@@ -214,6 +214,7 @@ impl PostgresStore {
             wakers: wakers.clone(),
             ids: Ids::default(),
             pending: std::sync::Mutex::default(),
+            flushing: tokio::sync::Mutex::new(()),
             locals,
             node,
             pack_min: options.pack_min,

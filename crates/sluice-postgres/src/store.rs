@@ -52,6 +52,10 @@ pub(crate) struct Inner {
     pub(crate) ids: Ids,
     /// The node's hot-path counts not yet written, for all queues: flushed together.
     pub(crate) pending: std::sync::Mutex<crate::db::counters::Counts>,
+    /// Held while pending counts are on their way to the database, so a reader that flushes
+    /// before reading totals waits for a flush already under way instead of reading without
+    /// the counts it took.
+    pub(crate) flushing: tokio::sync::Mutex<()>,
     /// Each queue's node-local memories.
     pub(crate) locals: Arc<Locals>,
     /// This node's name in redrive ownership.

@@ -118,6 +118,7 @@ pub(crate) async fn totals(c: &impl GenericClient, queue: &str) -> Result<Totals
 
 /// Writes the node's pending hot-path counts; on failure they stay pending.
 pub(crate) async fn flush_pending(inner: &crate::store::Inner) -> Result<(), StoreError> {
+    let _flushing = inner.flushing.lock().await;
     let pending = std::mem::take(&mut *inner.pending());
     if pending.is_empty() {
         return Ok(());
