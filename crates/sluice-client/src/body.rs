@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
-use sluice_core::wire::{BodyEncoding, DeliveryView, JsonText, MessageView, SendMessage, TaskView};
+use sluice_wire::{BodyEncoding, DeliveryView, JsonText, MessageView, SendMessage, TaskView};
 
 use crate::error::{Error, Result};
 use crate::json::to_raw;

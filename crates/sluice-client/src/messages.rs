@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::Method;
 use serde::Serialize;
-use sluice_core::wire::{
+use sluice_wire::{
     AckBatchResponse, AckOutcome, AckRequest, AckResponse, DeliveryView, ExtendRequest,
     ExtendResponse, FailureResponse, MoveRequest, NackRequest, ReceiveRequest, ReceiveResponse,
     RejectRequest, SendBatchResponse, SendRequest, SendResponse,
@@ -386,7 +386,7 @@ impl Client {
     /// # Errors
     /// `receipt_stale`; transport failures.
     pub async fn release(&self, queue_name: &str, receipt: &str) -> Result<FailureResponse> {
-        let req = sluice_core::wire::ReleaseRequest {
+        let req = sluice_wire::ReleaseRequest {
             receipt: receipt.to_owned(),
         };
         self.settle(queue_name, "release", &req).await

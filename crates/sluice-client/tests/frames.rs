@@ -9,9 +9,9 @@ use sluice_client::frames::{Body, FrameClientError, FrameConnection, FrameMessag
 use sluice_client::wire::QueueConfigRequest;
 use sluice_client::{NewMessage, ReceiveOptions};
 use sluice_core::BodyKind;
-use sluice_core::frame::{self, Op, Reply, Request, Response};
 use sluice_server::{ApiKeyConfig, KeyRing, Role, ServerOptions};
 use sluice_testkit::InProcessBroker;
+use sluice_wire::frame::{self, Op, Reply, Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn queue(srv: &common::TestServer, name: &str, config: QueueConfigRequest) {

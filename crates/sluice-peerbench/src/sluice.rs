@@ -1,4 +1,4 @@
-//! Sluice over its HTTP API (`sluice_core::wire` types), embedded engine.
+//! Sluice over its HTTP API (`sluice_wire` types), embedded engine.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use sluice_core::wire::{
+use sluice_wire::{
     AckBatchResponse, AckOutcome, AckRequest, QueueConfigRequest, ReceiveRequest, SendMessage,
     SendRequest,
 };

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use sluice_core::wire::ErrorEnvelope;
 use sluice_core::{ErrorCode, StoreError};
+use sluice_wire::ErrorEnvelope;
 
 /// An error answer.
 #[derive(Debug)]
@@ -68,8 +68,8 @@ impl ApiError {
     }
 
     /// The same error as the frame protocol answers it.
-    pub(crate) fn into_frame_error(self) -> sluice_core::frame::FrameError {
-        sluice_core::frame::FrameError {
+    pub(crate) fn into_frame_error(self) -> sluice_wire::frame::FrameError {
+        sluice_wire::frame::FrameError {
             code: self.code.as_str().to_owned(),
             message: self.message,
             retry_after_ms: self

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use serde_json::value::RawValue;
-use sluice_core::wire::{AckBatchResponse, AckItem, AckRequest};
+use sluice_wire::{AckBatchResponse, AckItem, AckRequest};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::client::Client;

@@ -3,13 +3,13 @@
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use sluice_core::wire::{
+use sluice_core::{Failure, QueueName, StoreError};
+use sluice_wire::{
     AckBatchResponse, AckForm, AckItem, AckOutcome, AckRequest, AckResponse, ErrorBody,
     ErrorEnvelope, ExtendRequest, ExtendResponse, FailureResponse, FailureState, MessageStateView,
     MoveRequest, NackRequest, ProgressRequest, ReceiveRequest, ReceiveResponse, RejectRequest,
     ReleaseRequest, parse_receipt, rfc3339,
 };
-use sluice_core::{Failure, QueueName, StoreError};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
@@ -62,7 +62,7 @@ pub async fn receive(
     let (acked, deliveries) = (acked?, deliveries?);
     st.metrics.delivered(&q, &deliveries);
     // The bytes of `ReceiveResponse`, written without a value per delivery.
-    let json = sluice_core::receive_answer::to_json(&deliveries, acked.as_deref());
+    let json = sluice_wire::receive_answer::to_json(&deliveries, acked.as_deref());
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         json,

@@ -10,8 +10,8 @@ use futures::Stream;
 use axum::Json;
 use axum::extract::State;
 use sluice_core::config::limits::MAX_WAIT;
-use sluice_core::wire::{ErrorEnvelope, ScalingQuery, ScalingView, TaskQuery, TaskView};
 use sluice_core::{StoreError, TaskStatus};
+use sluice_wire::{ErrorEnvelope, ScalingQuery, ScalingView, TaskQuery, TaskView};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};

@@ -5,7 +5,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use sluice_core::wire::{
+use sluice_wire::{
     AckBatchResponse, AckRequest, ErrorEnvelope, ReceiveRequest, SendBatchResponse, SendMessage,
     SendRequest,
 };
