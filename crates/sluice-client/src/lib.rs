@@ -73,7 +73,7 @@ mod summary;
 mod tasks;
 pub mod worker;
 
-pub use body::{Body, BodyExt, NewMessage, ResultExt};
+pub use body::{BodyExt, DecodedBody, OutgoingMessage, ResultExt};
 pub use client::{Client, ClientBuilder, IDEMPOTENCY_KEY};
 pub use envelope::TaskEnvelope;
 pub use error::{Error, Result};

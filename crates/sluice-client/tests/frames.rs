@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sluice_client::frames::{Body, FrameClientError, FrameConnection, FrameMessage, FrameReceipt};
 use sluice_client::wire::QueueConfigRequest;
-use sluice_client::{NewMessage, ReceiveOptions};
+use sluice_client::{OutgoingMessage, ReceiveOptions};
 use sluice_core::BodyKind;
 use sluice_server::{ApiKeyConfig, KeyRing, Role, ServerOptions};
 use sluice_testkit::InProcessBroker;
@@ -108,7 +108,7 @@ async fn http_and_frames_see_the_same_messages() {
     srv.client
         .send(
             "q",
-            NewMessage::json(&serde_json::json!({"job": "crop"})).unwrap(),
+            OutgoingMessage::json(&serde_json::json!({"job": "crop"})).unwrap(),
         )
         .await
         .unwrap();

@@ -16,9 +16,12 @@ use crate::settle::AckItem;
 use crate::settle::AckOutcome;
 
 /// `POST /v1/queues/{q}/receive`; every field optional (an empty body is allowed).
+// The JSON twin of the engine's `sluice_core::ReceiveRequest`, which `to_core` builds; the
+// OpenAPI document keeps the name `ReceiveRequest` (a doc line here would change its text).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReceiveRequest {
+#[schema(as = ReceiveRequest)]
+pub struct ReceiveRequestWire {
     /// Most messages to lease, 1 – 1000. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<u32>,
@@ -38,7 +41,7 @@ pub struct ReceiveRequest {
     pub ack: Option<Vec<String>>,
 }
 
-impl ReceiveRequest {
+impl ReceiveRequestWire {
     /// The acknowledgements this receive carries; `None` when there are none.
     ///
     /// # Errors

@@ -61,9 +61,13 @@ impl AckItem {
 
 /// `POST /v1/queues/{q}/ack`: one of `{"receipt", "result"?}`, `{"receipts": [...]}` or
 /// `{"acks": [{"receipt", "result"?}]}`.
+// The JSON twin of the engine's `sluice_core::AckRequest` (one per receipt, built from
+// `AckItem`s); the OpenAPI document keeps the name `AckRequest` (a doc line here would
+// change its text).
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AckRequest {
+#[schema(as = AckRequest)]
+pub struct AckRequestWire {
     /// Single form: the delivery. A stale receipt answers 409 `receipt_stale`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<String>,
@@ -95,7 +99,7 @@ pub enum AckForm {
     Batch(Vec<AckItem>),
 }
 
-impl AckRequest {
+impl AckRequestWire {
     /// Which form this is.
     ///
     /// # Errors

@@ -5,9 +5,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use sluice_core::{Failure, QueueName, StoreError};
 use sluice_wire::{
-    AckBatchResponse, AckForm, AckItem, AckOutcome, AckRequest, AckResponse, ErrorBody,
+    AckBatchResponse, AckForm, AckItem, AckOutcome, AckRequestWire, AckResponse, ErrorBody,
     ErrorEnvelope, ExtendRequest, ExtendResponse, FailureResponse, FailureState, MessageStateView,
-    MoveRequest, NackRequest, ProgressRequest, ReceiveRequest, ReceiveResponse, RejectRequest,
+    MoveRequest, NackRequest, ProgressRequest, ReceiveRequestWire, ReceiveResponse, RejectRequest,
     ReleaseRequest, parse_receipt, rfc3339,
 };
 
@@ -21,7 +21,7 @@ use crate::extract::{JsonBody, OptionalJsonBody, QueuePath};
 #[utoipa::path(
     post, path = "/v1/queues/{q}/receive", tag = "messages",
     params(("q" = String, Path, description = "Queue name")),
-    request_body(content = ReceiveRequest, content_type = "application/json",
+    request_body(content = ReceiveRequestWire, content_type = "application/json",
         description = "All fields optional; an empty body leases one message without waiting"),
     responses(
         (status = 200, description = "The deliveries (possibly none)", body = ReceiveResponse),
@@ -33,7 +33,7 @@ pub async fn receive(
     State(st): State<AppState>,
     caller: Caller,
     QueuePath(q): QueuePath,
-    OptionalJsonBody(mut req): OptionalJsonBody<ReceiveRequest>,
+    OptionalJsonBody(mut req): OptionalJsonBody<ReceiveRequestWire>,
 ) -> Result<Response, ApiError> {
     caller.allow(Action::Consume, &q)?;
     let acks = req.acks()?;
@@ -84,7 +84,7 @@ fn ack_request(item: &mut AckItem) -> Result<sluice_core::AckRequest, StoreError
 #[utoipa::path(
     post, path = "/v1/queues/{q}/ack", tag = "messages",
     params(("q" = String, Path, description = "Queue name")),
-    request_body(content = AckRequest, content_type = "application/json"),
+    request_body(content = AckRequestWire, content_type = "application/json"),
     responses(
         (status = 200, description = "Single form: acknowledged", body = AckResponse),
         (status = "2XX", description = "Batch forms: per-receipt outcomes (status 200)", body = AckBatchResponse),
@@ -96,7 +96,7 @@ pub async fn ack(
     State(st): State<AppState>,
     caller: Caller,
     QueuePath(q): QueuePath,
-    JsonBody(req): JsonBody<AckRequest>,
+    JsonBody(req): JsonBody<AckRequestWire>,
 ) -> Result<Response, ApiError> {
     caller.allow(Action::Consume, &q)?;
     match req.into_form()? {
