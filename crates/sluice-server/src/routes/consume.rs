@@ -13,7 +13,7 @@ use sluice_wire::{
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
-use crate::error::ApiError;
+use crate::error::{ApiError, http_message};
 use crate::extract::{JsonBody, OptionalJsonBody, QueuePath};
 
 /// Leases up to `max` messages, waiting up to `wait_ms` (long poll) for the first; first
@@ -145,7 +145,7 @@ async fn ack_batch(
                 results.push(outcome);
             }
             Err(e) => results.push(AckOutcome {
-                error: Some(ErrorBody::from(&e)),
+                error: Some(ErrorBody::new(e.code(), http_message(&e))),
                 ..outcome
             }),
         }
@@ -155,7 +155,7 @@ async fn ack_batch(
         for (slot, r) in slots.into_iter().zip(out) {
             match r {
                 Ok(()) => results[slot].ok = true,
-                Err(e) => results[slot].error = Some(ErrorBody::from(&e)),
+                Err(e) => results[slot].error = Some(ErrorBody::new(e.code(), http_message(&e))),
             }
         }
     }

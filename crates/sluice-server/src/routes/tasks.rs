@@ -142,7 +142,7 @@ pub async fn events(
                     Ok(m) => TaskView::of(&m),
                     Err(StoreError::MessageNotFound(_)) => TaskView::unknown(id),
                     Err(e) => {
-                        let msg = e.to_string();
+                        let msg = crate::error::http_message(&e);
                         w.done = true;
                         return Some((Ok(Event::default().event("error").data(msg)), w));
                     }
