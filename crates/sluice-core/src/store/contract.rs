@@ -312,18 +312,18 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<crate::summary::Summary, StoreError>;
 
     /// The response remembered under an idempotency key, while it is kept
-    /// ([`IDEMPOTENCY_TTL`] after it was stored).
+    /// ([`IDEMPOTENCY_TTL`](super::IDEMPOTENCY_TTL) after it was stored).
     ///
     /// # Errors
     /// `Unavailable` when storage cannot be read.
     async fn idempotency_get(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError>;
 
-    /// Remembers `response` under `key` for [`IDEMPOTENCY_TTL`], durably, unless a response is
+    /// Remembers `response` under `key` for [`IDEMPOTENCY_TTL`](super::IDEMPOTENCY_TTL), durably, unless a response is
     /// already kept under it: then nothing changes and the kept one is returned (first writer
     /// wins, so concurrent duplicates on several broker nodes agree).
     ///
     /// # Errors
-    /// `InvalidArgument` for a key over [`MAX_IDEMPOTENCY_KEY_BYTES`] bytes or a response
+    /// `InvalidArgument` for a key over [`MAX_IDEMPOTENCY_KEY_BYTES`](super::MAX_IDEMPOTENCY_KEY_BYTES) bytes or a response
     /// over 1 MiB; `Unavailable` when storage cannot be written.
     async fn idempotency_put(
         &self,
