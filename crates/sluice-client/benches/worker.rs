@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_client::wire::QueueConfigRequest;
-use sluice_client::{Client, NewMessage, Outcome, TaskContext, TaskEnvelope, Worker};
+use sluice_client::{Client, Outcome, OutgoingMessage, TaskContext, TaskEnvelope, Worker};
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
 use sluice_server::{Broker, ServerOptions};
 
@@ -36,7 +36,7 @@ async fn enqueue(client: &Client, queue: &str, from: usize, n: usize, batch: usi
         let k = batch.min(from + n - i);
         let msgs = (i..i + k)
             .map(|x| TaskEnvelope::new("inc", &x).and_then(|e| e.to_message()))
-            .collect::<Result<Vec<NewMessage>, _>>()
+            .collect::<Result<Vec<OutgoingMessage>, _>>()
             .expect("envelopes");
         client.send_batch(queue, msgs).await.expect("send batch");
         i += k;

@@ -24,7 +24,7 @@ mod common;
 use std::time::Duration;
 
 use sluice_client::wire::{BrowseQuery, BrowseStateWire};
-use sluice_client::{Body, BodyExt, Outcome, ResultExt, TaskContext, TaskStatus, Worker};
+use sluice_client::{BodyExt, DecodedBody, Outcome, ResultExt, TaskContext, TaskStatus, Worker};
 
 /// The raw bytes sent.
 pub const RAW: &[u8] = &[0xff, 0x00, b'n', b'o', b't', b' ', b'j', b's', b'o', b'n'];
@@ -41,7 +41,7 @@ pub struct Report {
     /// Result of the valid task.
     pub valid_result: Option<String>,
     /// The unprocessable queue's messages: id, body, last error.
-    pub unprocessable: Vec<(String, Body, Option<String>)>,
+    pub unprocessable: Vec<(String, DecodedBody, Option<String>)>,
     /// Retries the worker made (none: bad messages are not retried).
     pub retries: u64,
     /// Messages the worker moved aside.
@@ -99,9 +99,9 @@ pub async fn run(url: &str) -> anyhow::Result<Report> {
     for msg in &page.messages {
         let body = msg.decoded_body()?;
         let shown = match &body {
-            Body::Bytes(b) if b == RAW => format!("{:02x?} (byte-exact)", b),
-            Body::Bytes(b) => format!("{:02x?} (CHANGED)", b),
-            Body::Json(t) | Body::Text(t) => t.clone(),
+            DecodedBody::Bytes(b) if b == RAW => format!("{:02x?} (byte-exact)", b),
+            DecodedBody::Bytes(b) => format!("{:02x?} (CHANGED)", b),
+            DecodedBody::Json(t) | DecodedBody::Text(t) => t.clone(),
         };
         println!(
             "  {}: {shown} — {}",

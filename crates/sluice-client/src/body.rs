@@ -1,4 +1,4 @@
-//! Bodies going out ([`NewMessage`]) and coming back ([`Body`]).
+//! Bodies going out ([`OutgoingMessage`]) and coming back ([`DecodedBody`]).
 //!
 //! A body is sent in one of three forms and comes back in the same form (SPEC §8):
 //! JSON (kept as the exact JSON text), text (UTF-8, sent as `text/plain`) and bytes (sent as
@@ -13,14 +13,14 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
-use sluice_core::wire::{BodyEncoding, DeliveryView, JsonText, MessageView, SendMessage, TaskView};
+use sluice_wire::{BodyEncoding, DeliveryView, JsonText, MessageView, SendMessage, TaskView};
 
 use crate::error::{Error, Result};
 use crate::json::to_raw;
 
 /// A body as the broker returns it, in the form it was sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Body {
+pub enum DecodedBody {
     /// A JSON value, as its exact text.
     Json(String),
     /// UTF-8 text (sent as `text/plain`).
@@ -29,7 +29,7 @@ pub enum Body {
     Bytes(Vec<u8>),
 }
 
-impl Body {
+impl DecodedBody {
     /// Builds a body from the wire fields `body`, `body_base64` and `body_encoding` (or the
     /// `result*` fields). `None` when neither form is present.
     ///
@@ -39,27 +39,27 @@ impl Body {
         json: Option<&RawValue>,
         base64: Option<&str>,
         encoding: Option<BodyEncoding>,
-    ) -> Result<Option<Body>> {
+    ) -> Result<Option<DecodedBody>> {
         if let Some(b) = base64 {
             return STANDARD
                 .decode(b)
-                .map(|v| Some(Body::Bytes(v)))
+                .map(|v| Some(DecodedBody::Bytes(v)))
                 .map_err(|e| Error::decode("body_base64", e));
         }
         match (json, encoding) {
             (None, _) => Ok(None),
             (Some(j), Some(BodyEncoding::Text)) => serde_json::from_str::<String>(j.get())
-                .map(|s| Some(Body::Text(s)))
+                .map(|s| Some(DecodedBody::Text(s)))
                 .map_err(|e| Error::decode("text body", e)),
-            (Some(j), None) => Ok(Some(Body::Json(j.get().to_owned()))),
+            (Some(j), None) => Ok(Some(DecodedBody::Json(j.get().to_owned()))),
         }
     }
 
     /// The body's bytes: the JSON text, the text, or the bytes.
     pub fn as_bytes(&self) -> &[u8] {
         match self {
-            Body::Json(s) | Body::Text(s) => s.as_bytes(),
-            Body::Bytes(b) => b,
+            DecodedBody::Json(s) | DecodedBody::Text(s) => s.as_bytes(),
+            DecodedBody::Bytes(b) => b,
         }
     }
 
@@ -69,13 +69,13 @@ impl Body {
     /// [`Error::Decode`] when the body is not JSON or does not fit `T`.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
         match self {
-            Body::Json(s) => {
+            DecodedBody::Json(s) => {
                 serde_json::from_str(s).map_err(|e| Error::decode("JSON body does not fit", e))
             }
-            Body::Text(_) => Err(Error::Decode(
+            DecodedBody::Text(_) => Err(Error::Decode(
                 "the body was sent as text, not JSON".to_owned(),
             )),
-            Body::Bytes(_) => Err(Error::Decode(
+            DecodedBody::Bytes(_) => Err(Error::Decode(
                 "the body was sent as bytes, not JSON".to_owned(),
             )),
         }
@@ -88,7 +88,7 @@ pub trait BodyExt {
     ///
     /// # Errors
     /// [`Error::Decode`] when the answer carries no body or a malformed one.
-    fn decoded_body(&self) -> Result<Body>;
+    fn decoded_body(&self) -> Result<DecodedBody>;
 
     /// The body parsed as JSON into `T`.
     ///
@@ -100,8 +100,8 @@ pub trait BodyExt {
 }
 
 impl BodyExt for DeliveryView {
-    fn decoded_body(&self) -> Result<Body> {
-        Body::from_wire(
+    fn decoded_body(&self) -> Result<DecodedBody> {
+        DecodedBody::from_wire(
             self.body.as_deref(),
             self.body_base64.as_deref(),
             self.body_encoding,
@@ -111,8 +111,8 @@ impl BodyExt for DeliveryView {
 }
 
 impl BodyExt for MessageView {
-    fn decoded_body(&self) -> Result<Body> {
-        Body::from_wire(
+    fn decoded_body(&self) -> Result<DecodedBody> {
+        DecodedBody::from_wire(
             self.body.as_deref(),
             self.body_base64.as_deref(),
             self.body_encoding,
@@ -132,12 +132,12 @@ pub trait ResultExt {
     ///
     /// # Errors
     /// [`Error::Decode`] for a malformed result.
-    fn decoded_result(&self) -> Result<Option<Body>>;
+    fn decoded_result(&self) -> Result<Option<DecodedBody>>;
 }
 
 impl ResultExt for MessageView {
-    fn decoded_result(&self) -> Result<Option<Body>> {
-        Body::from_wire(
+    fn decoded_result(&self) -> Result<Option<DecodedBody>> {
+        DecodedBody::from_wire(
             self.result.as_deref(),
             self.result_base64.as_deref(),
             self.result_encoding,
@@ -146,8 +146,8 @@ impl ResultExt for MessageView {
 }
 
 impl ResultExt for TaskView {
-    fn decoded_result(&self) -> Result<Option<Body>> {
-        Body::from_wire(
+    fn decoded_result(&self) -> Result<Option<DecodedBody>> {
+        DecodedBody::from_wire(
             self.result.as_deref(),
             self.result_base64.as_deref(),
             self.result_encoding,
@@ -167,23 +167,23 @@ pub(crate) enum OutBody {
 /// ```
 /// # fn f() -> Result<(), sluice_client::Error> {
 /// use std::time::Duration;
-/// let m = sluice_client::NewMessage::json(&serde_json::json!({"order": 42}))?
+/// let m = sluice_client::OutgoingMessage::json(&serde_json::json!({"order": 42}))?
 ///     .attribute("tenant", "acme")
 ///     .delay(Duration::from_secs(10))
 ///     .dedup_id("order-42");
 /// # let _ = m; Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
-pub struct NewMessage {
+pub struct OutgoingMessage {
     pub(crate) body: OutBody,
     pub(crate) attributes: BTreeMap<String, String>,
     pub(crate) delay: Option<Duration>,
     pub(crate) dedup_id: Option<String>,
 }
 
-impl NewMessage {
+impl OutgoingMessage {
     fn with_body(body: OutBody) -> Self {
-        NewMessage {
+        OutgoingMessage {
             body,
             attributes: BTreeMap::new(),
             delay: None,
@@ -197,7 +197,9 @@ impl NewMessage {
     /// [`Error::InvalidInput`] when `value` cannot be JSON: a NaN or infinite float, a map
     /// with non-string keys, or a failing `Serialize` implementation.
     pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<Self> {
-        Ok(NewMessage::with_body(OutBody::Json(to_raw("body", value)?)))
+        Ok(OutgoingMessage::with_body(OutBody::Json(to_raw(
+            "body", value,
+        )?)))
     }
 
     /// A JSON body given as text, kept exactly as written.
@@ -210,18 +212,18 @@ impl NewMessage {
                 "body is not valid JSON ({e}); send it as text or bytes instead"
             ))
         })?;
-        Ok(NewMessage::with_body(OutBody::Json(raw)))
+        Ok(OutgoingMessage::with_body(OutBody::Json(raw)))
     }
 
     /// A text body. Sent alone it goes as `text/plain` and comes back as text; with
     /// attributes, or in a batch, the JSON API cannot mark text, so it goes as a JSON string.
     pub fn text(text: impl Into<String>) -> Self {
-        NewMessage::with_body(OutBody::Text(text.into()))
+        OutgoingMessage::with_body(OutBody::Text(text.into()))
     }
 
     /// A binary body, kept byte-exact and returned as `body_base64`.
     pub fn bytes(bytes: impl Into<Bytes>) -> Self {
-        NewMessage::with_body(OutBody::Bytes(bytes.into()))
+        OutgoingMessage::with_body(OutBody::Bytes(bytes.into()))
     }
 
     /// Adds a string attribute.

@@ -9,8 +9,8 @@ use reqwest::Method;
 use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sluice_core::wire::ErrorEnvelope;
 use sluice_core::{ErrorCode, MessageId, QueueName};
+use sluice_wire::ErrorEnvelope;
 
 use crate::error::{Error, Result, code_for_status};
 use crate::retry::{RetryPolicy, Safety, parse_retry_after};

@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::body::{Body, NewMessage};
+use crate::body::{DecodedBody, OutgoingMessage};
 use crate::error::{Error, Result};
 use crate::json::to_raw;
 
@@ -105,8 +105,8 @@ impl TaskEnvelope {
     /// # Errors
     /// [`Error::InvalidInput`] when the envelope cannot be JSON (it always can when built by
     /// [`TaskEnvelope::new`]).
-    pub fn to_message(&self) -> Result<NewMessage> {
-        NewMessage::json(self)
+    pub fn to_message(&self) -> Result<OutgoingMessage> {
+        OutgoingMessage::json(self)
     }
 
     /// Reads an envelope from a message body.
@@ -114,15 +114,15 @@ impl TaskEnvelope {
     /// # Errors
     /// [`Error::Decode`] when the body is not JSON, not an object, or has no string `task`
     /// (or `args` that is not an array, `kwargs` that is not an object).
-    pub fn from_body(body: &Body) -> Result<Self> {
+    pub fn from_body(body: &DecodedBody) -> Result<Self> {
         let text = match body {
-            Body::Json(t) => t,
-            Body::Text(_) => {
+            DecodedBody::Json(t) => t,
+            DecodedBody::Text(_) => {
                 return Err(Error::Decode(
                     "the body is plain text, not a JSON task envelope".to_owned(),
                 ));
             }
-            Body::Bytes(b) => {
+            DecodedBody::Bytes(b) => {
                 return Err(Error::Decode(format!(
                     "the body is {} bytes of binary data, not a JSON task envelope",
                     b.len()
@@ -203,7 +203,7 @@ mod tests {
     fn round<T: Serialize + DeserializeOwned>(v: &T) -> T {
         let env = TaskEnvelope::new("t", v).unwrap();
         let text = serde_json::to_string(&env).unwrap();
-        TaskEnvelope::from_body(&Body::Json(text))
+        TaskEnvelope::from_body(&DecodedBody::Json(text))
             .unwrap()
             .input()
             .unwrap()
@@ -227,9 +227,10 @@ mod tests {
     #[test]
     fn interoperates_with_other_sdks() {
         let py = r#"{"task": "add", "args": [1, 2], "kwargs": {}, "id": "extra fields are fine"}"#;
-        let env = TaskEnvelope::from_body(&Body::Json(py.into())).unwrap();
+        let env = TaskEnvelope::from_body(&DecodedBody::Json(py.into())).unwrap();
         assert_eq!(env.input::<(i64, i64)>().unwrap(), (1, 2));
-        let only_task = TaskEnvelope::from_body(&Body::Json(r#"{"task": "ping"}"#.into())).unwrap();
+        let only_task =
+            TaskEnvelope::from_body(&DecodedBody::Json(r#"{"task": "ping"}"#.into())).unwrap();
         only_task.input::<()>().unwrap();
         let out = serde_json::to_value(TaskEnvelope::new("add", &(1, 2)).unwrap()).unwrap();
         assert_eq!(out, json!({"task": "add", "args": [1, 2], "kwargs": {}}));
@@ -238,11 +239,11 @@ mod tests {
     #[test]
     fn bad_bodies_and_args_are_explained() {
         for body in [
-            Body::Bytes(vec![0xff, 0]),
-            Body::Text("hi".into()),
-            Body::Json("[1]".into()),
-            Body::Json(r#"{"args": []}"#.into()),
-            Body::Json(r#"{"task": ""}"#.into()),
+            DecodedBody::Bytes(vec![0xff, 0]),
+            DecodedBody::Text("hi".into()),
+            DecodedBody::Json("[1]".into()),
+            DecodedBody::Json(r#"{"args": []}"#.into()),
+            DecodedBody::Json(r#"{"task": ""}"#.into()),
         ] {
             assert!(matches!(
                 TaskEnvelope::from_body(&body),

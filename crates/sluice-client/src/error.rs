@@ -157,7 +157,7 @@ impl Error {
 
     /// The error of one item of a batch answer (`{"code", "message"}`), with the HTTP status
     /// its code stands for.
-    pub(crate) fn from_item(body: &sluice_core::wire::ErrorBody) -> Self {
+    pub(crate) fn from_item(body: &sluice_wire::ErrorBody) -> Self {
         let code = ErrorCode::parse(&body.code).unwrap_or(ErrorCode::Unavailable);
         Error::Api {
             status: code.http_status(),

@@ -20,11 +20,11 @@
 
 use std::time::Duration;
 
-use sluice_core::frame::{self, Request, Response};
-pub use sluice_core::frame::{
+pub use sluice_core::message::Body;
+use sluice_wire::frame::{self, Request, Response};
+pub use sluice_wire::frame::{
     FrameDelivery, FrameError, FrameMessage, FrameReceipt, Op, Reply, SentMessage,
 };
-pub use sluice_core::message::Body;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpStream, ToSocketAddrs};

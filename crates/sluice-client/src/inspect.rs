@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use reqwest::Method;
-use sluice_core::wire::{
+use sluice_wire::{
     BrowseQuery, BrowseResponse, BrowseStateWire, HealthResponse, MessageView, ScalingView,
     StatsView, TaskView,
 };

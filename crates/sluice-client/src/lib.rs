@@ -1,7 +1,7 @@
 //! A typed async client of Sluice's HTTP API v1 (SPEC §8).
 //!
 //! One [`Client`] holds one connection pool; clone it freely. Requests and answers are the
-//! wire types of [`sluice_core::wire`], shared with the server, so the client cannot drift
+//! wire types of [`sluice_wire`], shared with the server, so the client cannot drift
 //! from what the broker speaks. Errors keep the broker's stable [`ErrorCode`] and message
 //! ([`Error::Api`]), so a caller matches on `err.code()`.
 //!
@@ -73,7 +73,7 @@ mod summary;
 mod tasks;
 pub mod worker;
 
-pub use body::{Body, BodyExt, NewMessage, ResultExt};
+pub use body::{BodyExt, DecodedBody, OutgoingMessage, ResultExt};
 pub use client::{Client, ClientBuilder, IDEMPOTENCY_KEY};
 pub use envelope::TaskEnvelope;
 pub use error::{Error, Result};
@@ -82,9 +82,9 @@ pub use messages::{NackOptions, ReceiveOptions, SendOptions};
 pub use queues::QueuePut;
 pub use ratelimit::RateLimiter;
 pub use retry::RetryPolicy;
-/// The JSON wire types of the API, shared with the server.
-pub use sluice_core::wire;
 pub use sluice_core::{ErrorCode, TaskStatus};
+/// The JSON wire types of the API, shared with the server.
+pub use sluice_wire as wire;
 pub use tasks::TaskEvents;
 pub use worker::{
     HookError, MetricsSnapshot, Outcome, TaskContext, TaskError, TaskErrorKind, Worker,

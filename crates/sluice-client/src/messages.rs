@@ -6,13 +6,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::Method;
 use serde::Serialize;
-use sluice_core::wire::{
-    AckBatchResponse, AckOutcome, AckRequest, AckResponse, DeliveryView, ExtendRequest,
-    ExtendResponse, FailureResponse, MoveRequest, NackRequest, ReceiveRequest, ReceiveResponse,
+use sluice_wire::{
+    AckBatchResponse, AckOutcome, AckRequestWire, AckResponse, DeliveryView, ExtendRequest,
+    ExtendResponse, FailureResponse, MoveRequest, NackRequest, ReceiveRequestWire, ReceiveResponse,
     RejectRequest, SendBatchResponse, SendRequest, SendResponse,
 };
 
-use crate::body::{NewMessage, OutBody};
+use crate::body::{OutBody, OutgoingMessage};
 use crate::client::{Call, Client, ReqBody, ms, new_idempotency_key, queue};
 use crate::error::{Error, Result};
 use crate::json::to_raw;
@@ -101,7 +101,7 @@ impl Client {
     /// # Errors
     /// `queue_not_found`, `invalid_argument`, `payload_too_large`, `queue_full` (429, with
     /// `retry_after`), and transport failures.
-    pub async fn send(&self, queue_name: &str, message: NewMessage) -> Result<SendResponse> {
+    pub async fn send(&self, queue_name: &str, message: OutgoingMessage) -> Result<SendResponse> {
         self.send_with(queue_name, message, &SendOptions::default())
             .await
     }
@@ -116,7 +116,7 @@ impl Client {
         queue_name: &str,
         value: &T,
     ) -> Result<SendResponse> {
-        self.send(queue_name, NewMessage::json(value)?).await
+        self.send(queue_name, OutgoingMessage::json(value)?).await
     }
 
     /// Sends raw bytes as one binary message (`application/octet-stream`), byte-exact.
@@ -128,7 +128,7 @@ impl Client {
         queue_name: &str,
         bytes: impl Into<Bytes>,
     ) -> Result<SendResponse> {
-        self.send(queue_name, NewMessage::bytes(bytes)).await
+        self.send(queue_name, OutgoingMessage::bytes(bytes)).await
     }
 
     /// Sends one message with per-call options.
@@ -138,7 +138,7 @@ impl Client {
     pub async fn send_with(
         &self,
         queue_name: &str,
-        message: NewMessage,
+        message: OutgoingMessage,
         options: &SendOptions,
     ) -> Result<SendResponse> {
         let q = queue(queue_name)?;
@@ -187,7 +187,7 @@ impl Client {
     pub async fn send_batch(
         &self,
         queue_name: &str,
-        messages: Vec<NewMessage>,
+        messages: Vec<OutgoingMessage>,
     ) -> Result<SendBatchResponse> {
         self.send_batch_with(queue_name, messages, &SendOptions::default())
             .await
@@ -200,7 +200,7 @@ impl Client {
     pub async fn send_batch_with(
         &self,
         queue_name: &str,
-        messages: Vec<NewMessage>,
+        messages: Vec<OutgoingMessage>,
         options: &SendOptions,
     ) -> Result<SendBatchResponse> {
         let q = queue(queue_name)?;
@@ -212,7 +212,7 @@ impl Client {
         let dedup = messages.iter().all(|m| m.dedup_id.is_some());
         let wire = messages
             .iter()
-            .map(NewMessage::to_wire)
+            .map(OutgoingMessage::to_wire)
             .collect::<Result<Vec<_>>>()?;
         let req = SendRequest {
             body: None,
@@ -288,7 +288,7 @@ impl Client {
         ack: Option<Vec<String>>,
     ) -> Result<ReceiveResponse> {
         let q = queue(queue_name)?;
-        let req = ReceiveRequest {
+        let req = ReceiveRequestWire {
             max: Some(options.max),
             wait_ms: (!options.wait.is_zero()).then(|| ms(options.wait)),
             visibility_timeout_ms: options.visibility.map(ms),
@@ -311,9 +311,9 @@ impl Client {
     /// `receipt_stale` (409) when the receipt no longer names the current delivery; transport
     /// failures.
     pub async fn ack(&self, queue_name: &str, receipt: &str) -> Result<AckResponse> {
-        let req = AckRequest {
+        let req = AckRequestWire {
             receipt: Some(receipt.to_owned()),
-            ..AckRequest::default()
+            ..AckRequestWire::default()
         };
         self.settle(queue_name, "ack", &req).await
     }
@@ -329,10 +329,10 @@ impl Client {
         receipt: &str,
         result: &T,
     ) -> Result<AckResponse> {
-        let req = AckRequest {
+        let req = AckRequestWire {
             receipt: Some(receipt.to_owned()),
             result: Some(to_raw("result", result)?),
-            ..AckRequest::default()
+            ..AckRequestWire::default()
         };
         self.settle(queue_name, "ack", &req).await
     }
@@ -353,9 +353,9 @@ impl Client {
                 "ack_batch needs at least one receipt".to_owned(),
             ));
         }
-        let req = AckRequest {
+        let req = AckRequestWire {
             receipts: Some(receipts.iter().map(|r| r.as_ref().to_owned()).collect()),
-            ..AckRequest::default()
+            ..AckRequestWire::default()
         };
         self.settle(queue_name, "ack", &req).await
     }
@@ -386,7 +386,7 @@ impl Client {
     /// # Errors
     /// `receipt_stale`; transport failures.
     pub async fn release(&self, queue_name: &str, receipt: &str) -> Result<FailureResponse> {
-        let req = sluice_core::wire::ReleaseRequest {
+        let req = sluice_wire::ReleaseRequest {
             receipt: receipt.to_owned(),
         };
         self.settle(queue_name, "release", &req).await

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use sluice_core::RedriveId;
-use sluice_core::wire::{HistoryView, RedriveList, RedriveRequest, RedriveView};
+use sluice_wire::{HistoryView, RedriveList, RedriveRequest, RedriveView};
 
 use crate::client::{Call, Client, new_idempotency_key, queue};
 use crate::error::{Error, Result};

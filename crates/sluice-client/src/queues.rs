@@ -2,7 +2,7 @@
 //! `POST /v1/queues/{q}/pause|resume|purge`.
 
 use reqwest::Method;
-use sluice_core::wire::{PurgeResponse, QueueConfigRequest, QueueList, QueueView};
+use sluice_wire::{PurgeResponse, QueueConfigRequest, QueueList, QueueView};
 
 use crate::client::{Call, Client, queue};
 use crate::error::{Error, Result};

@@ -1,7 +1,7 @@
 //! Queue summaries: every message of a queue (typically a DLQ) counted by one key.
 
 use reqwest::Method;
-use sluice_core::wire::{SummaryQuery, SummaryView};
+use sluice_wire::{SummaryQuery, SummaryView};
 
 use crate::client::{Call, Client, queue};
 use crate::error::Result;

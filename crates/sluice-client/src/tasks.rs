@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_core::TaskStatus;
 use sluice_core::config::limits::MAX_WAIT;
-use sluice_core::wire::{ExtendResponse, ProgressRequest, SendResponse, TaskView};
+use sluice_wire::{ExtendResponse, ProgressRequest, SendResponse, TaskView};
 
 use crate::body::ResultExt;
 use crate::client::{Call, Client, message_id, queue};

@@ -53,7 +53,7 @@ mod request_reply;
 
 use std::time::Duration;
 
-use sluice_client::{Body, TaskStatus};
+use sluice_client::{DecodedBody, TaskStatus};
 
 #[tokio::test]
 async fn flaky_handler_succeeds_on_retry() {
@@ -102,7 +102,7 @@ async fn malformed_messages_land_byte_exact_in_unprocessable() {
     assert_eq!(r.valid_result.as_deref(), Some("hello, Ada"));
     assert_eq!(r.unprocessable.len(), 2);
     let raw = r.unprocessable.iter().find(|m| m.0 == r.raw_id).unwrap();
-    assert_eq!(raw.1, Body::Bytes(malformed_message::RAW.to_vec()));
+    assert_eq!(raw.1, DecodedBody::Bytes(malformed_message::RAW.to_vec()));
     assert!(
         raw.2
             .as_deref()

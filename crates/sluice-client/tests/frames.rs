@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use sluice_client::frames::{Body, FrameClientError, FrameConnection, FrameMessage, FrameReceipt};
 use sluice_client::wire::QueueConfigRequest;
-use sluice_client::{NewMessage, ReceiveOptions};
+use sluice_client::{OutgoingMessage, ReceiveOptions};
 use sluice_core::BodyKind;
-use sluice_core::frame::{self, Op, Reply, Request, Response};
 use sluice_server::{ApiKeyConfig, KeyRing, Role, ServerOptions};
 use sluice_testkit::InProcessBroker;
+use sluice_wire::frame::{self, Op, Reply, Request, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn queue(srv: &common::TestServer, name: &str, config: QueueConfigRequest) {
@@ -108,7 +108,7 @@ async fn http_and_frames_see_the_same_messages() {
     srv.client
         .send(
             "q",
-            NewMessage::json(&serde_json::json!({"job": "crop"})).unwrap(),
+            OutgoingMessage::json(&serde_json::json!({"job": "crop"})).unwrap(),
         )
         .await
         .unwrap();

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sluice_client::wire::{BrowseQuery, BrowseStateWire, FailureState, QueueConfigRequest};
 use sluice_client::{
-    Body, BodyExt, Error, ErrorCode, NackOptions, NewMessage, ReceiveOptions, ResultExt,
-    SendOptions,
+    BodyExt, DecodedBody, Error, ErrorCode, NackOptions, OutgoingMessage, ReceiveOptions,
+    ResultExt, SendOptions,
 };
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -38,13 +38,16 @@ async fn bodies_round_trip_in_their_form() {
         weight: 1.5,
     };
     let a = c.send_json("q", &job).await.unwrap();
-    let b = c.send("q", NewMessage::text("plain words")).await.unwrap();
+    let b = c
+        .send("q", OutgoingMessage::text("plain words"))
+        .await
+        .unwrap();
     let bin = vec![0u8, 159, 146, 150, 255, 10];
     let d = c.send_raw("q", bin.clone()).await.unwrap();
     let e = c
         .send(
             "q",
-            NewMessage::json_text(r#"{"b": 1,  "a": [1.50]}"#)
+            OutgoingMessage::json_text(r#"{"b": 1,  "a": [1.50]}"#)
                 .unwrap()
                 .attribute("tenant", "acme"),
         )
@@ -61,12 +64,15 @@ async fn bodies_round_trip_in_their_form() {
     assert_eq!(by_id[&a.id].body_json::<Job>().unwrap(), job);
     assert_eq!(
         by_id[&b.id].decoded_body().unwrap(),
-        Body::Text("plain words".into())
+        DecodedBody::Text("plain words".into())
     );
-    assert_eq!(by_id[&d.id].decoded_body().unwrap(), Body::Bytes(bin));
+    assert_eq!(
+        by_id[&d.id].decoded_body().unwrap(),
+        DecodedBody::Bytes(bin)
+    );
     assert_eq!(
         by_id[&e.id].decoded_body().unwrap(),
-        Body::Json(r#"{"b": 1,  "a": [1.50]}"#.into()),
+        DecodedBody::Json(r#"{"b": 1,  "a": [1.50]}"#.into()),
         "JSON text is kept exactly"
     );
     assert_eq!(by_id[&e.id].attributes["tenant"], "acme");
@@ -79,10 +85,12 @@ async fn batch_send_dedup_and_options() {
     let c = &srv.client;
     queue(c, "q").await;
     let batch = vec![
-        NewMessage::json(&1).unwrap().dedup_id("one"),
-        NewMessage::text("two").attribute("k", "v"),
-        NewMessage::bytes(vec![1u8, 2, 3]),
-        NewMessage::json(&4).unwrap().delay(Duration::from_secs(60)),
+        OutgoingMessage::json(&1).unwrap().dedup_id("one"),
+        OutgoingMessage::text("two").attribute("k", "v"),
+        OutgoingMessage::bytes(vec![1u8, 2, 3]),
+        OutgoingMessage::json(&4)
+            .unwrap()
+            .delay(Duration::from_secs(60)),
     ];
     let out = c.send_batch("q", batch).await.unwrap();
     assert_eq!(out.ids.len(), 4);
@@ -90,7 +98,7 @@ async fn batch_send_dedup_and_options() {
     let dup = c
         .send_with(
             "q",
-            NewMessage::json(&1).unwrap().dedup_id("one"),
+            OutgoingMessage::json(&1).unwrap().dedup_id("one"),
             &SendOptions::idempotent(),
         )
         .await
@@ -127,7 +135,7 @@ async fn values_json_cannot_hold_fail_before_reaching_the_broker() {
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     assert!(err.to_string().contains("String keys"), "{err}");
 
-    let err = NewMessage::json_text("{not json").unwrap_err();
+    let err = OutgoingMessage::json_text("{not json").unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)));
 
     // Nothing reached the broker.
@@ -174,7 +182,7 @@ async fn ack_single_and_batch_with_per_receipt_outcomes() {
     let m = c.get_message(&got[0].id).await.unwrap();
     assert_eq!(
         m.decoded_result().unwrap(),
-        Some(Body::Json(r#"{"ok":true}"#.into()))
+        Some(DecodedBody::Json(r#"{"ok":true}"#.into()))
     );
     srv.shutdown().await;
 }
@@ -378,7 +386,10 @@ async fn task_status_and_scaling() {
                 .await
                 .unwrap();
             assert_eq!(t.status.as_str(), "SUCCESS");
-            assert_eq!(t.decoded_result().unwrap(), Some(Body::Json("3".into())));
+            assert_eq!(
+                t.decoded_result().unwrap(),
+                Some(DecodedBody::Json("3".into()))
+            );
         }
         Err(e) if e.status() == Some(404) && e.code() == Some(ErrorCode::InvalidArgument) => {
             eprintln!("note: GET /v1/tasks/{{id}} is not served yet; skipping ({e})");

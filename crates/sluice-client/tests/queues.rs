@@ -3,7 +3,7 @@
 mod common;
 
 use sluice_client::wire::{QueueConfigRequest, RateLimitWire};
-use sluice_client::{Error, ErrorCode, NewMessage};
+use sluice_client::{Error, ErrorCode, OutgoingMessage};
 
 #[tokio::test]
 async fn create_show_update_list_pause_resume_purge_delete() {
@@ -62,7 +62,9 @@ async fn create_show_update_list_pause_resume_purge_delete() {
     assert!(!c.resume_queue("jobs").await.unwrap().config.paused);
 
     for i in 0..3 {
-        c.send("jobs", NewMessage::json(&i).unwrap()).await.unwrap();
+        c.send("jobs", OutgoingMessage::json(&i).unwrap())
+            .await
+            .unwrap();
     }
     assert_eq!(c.purge_queue("jobs").await.unwrap().purged, 3);
     assert_eq!(c.stats("jobs").await.unwrap().visible, 0);

@@ -8,7 +8,7 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{any, get};
-use sluice_client::{Client, Error, ErrorCode, NewMessage, RetryPolicy, SendOptions};
+use sluice_client::{Client, Error, ErrorCode, OutgoingMessage, RetryPolicy, SendOptions};
 
 #[derive(Clone, Default)]
 struct Stub {
@@ -107,7 +107,7 @@ async fn a_send_with_an_idempotency_key_is_retried_through_503s() {
     let out = c
         .send_with(
             "q",
-            NewMessage::json(&1).unwrap(),
+            OutgoingMessage::json(&1).unwrap(),
             &SendOptions::idempotent(),
         )
         .await
@@ -135,7 +135,7 @@ async fn a_send_without_a_key_or_dedup_id_is_not_retried() {
 
     // With a dedup id the same send is safe, and retried.
     let out = c
-        .send("q", NewMessage::json(&1).unwrap().dedup_id("d1"))
+        .send("q", OutgoingMessage::json(&1).unwrap().dedup_id("d1"))
         .await
         .unwrap();
     assert_eq!(out.id, "0000000000000001");

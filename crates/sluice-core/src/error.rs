@@ -120,14 +120,14 @@ pub enum StoreError {
     #[error("{0}")]
     InvalidArgument(String),
     /// The queue does not exist.
-    #[error("queue \"{0}\" does not exist; create it with PUT /v1/queues/{0}")]
+    #[error("queue \"{0}\" does not exist; create it first")]
     QueueNotFound(String),
     /// No message with this id.
     #[error("message {0} does not exist (it was acknowledged, deleted, expired or never sent)")]
     MessageNotFound(MessageId),
     /// No redrive job with this id. It shares the 404 code `message_not_found`: the catalogue
     /// of SPEC §8 has no separate code for jobs.
-    #[error("no redrive job with id {0}; list them with GET /v1/redrives")]
+    #[error("no redrive job with id {0}; list the redrive jobs to find the one you mean")]
     RedriveNotFound(String),
     /// The receipt names a delivery that is over.
     #[error(
@@ -138,6 +138,22 @@ pub enum StoreError {
     /// The request conflicts with the current state.
     #[error("{0}")]
     Conflict(String),
+    /// A create-only put of a queue that exists; the queue was left unchanged. Its code is
+    /// `conflict`; a variant of its own lets a front end add how to update the queue there.
+    #[error(
+        "queue \"{0}\" already exists and was left unchanged; to change its settings, update it \
+         instead of creating it"
+    )]
+    QueueExists(String),
+    /// A second redrive job on a source whose job still runs. Its code is `conflict`; a variant
+    /// of its own lets a front end add how to cancel the running job there.
+    #[error("redrive job {running} of \"{queue}\" is still running; wait for it or cancel it")]
+    RedriveRunning {
+        /// The running job's id (or a description of it).
+        running: String,
+        /// The source queue.
+        queue: String,
+    },
     /// A body or batch is too large.
     #[error("{0}")]
     PayloadTooLarge(String),
@@ -173,12 +189,9 @@ impl StoreError {
         StoreError::InvalidArgument(msg.into())
     }
 
-    /// The `Conflict` of a create-only put of a queue that exists.
+    /// The error of a create-only put of a queue that exists (code `conflict`).
     pub fn queue_exists(name: &str) -> Self {
-        StoreError::Conflict(format!(
-            "queue \"{name}\" already exists and was left unchanged; to change its settings, \
-             PUT /v1/queues/{name} without If-None-Match (sluice queue update {name})"
-        ))
+        StoreError::QueueExists(name.to_owned())
     }
 
     /// Shorthand for [`StoreError::Unavailable`] with a one-second retry hint.
@@ -198,7 +211,9 @@ impl StoreError {
                 ErrorCode::MessageNotFound
             }
             StoreError::ReceiptStale => ErrorCode::ReceiptStale,
-            StoreError::Conflict(_) => ErrorCode::Conflict,
+            StoreError::Conflict(_)
+            | StoreError::QueueExists(_)
+            | StoreError::RedriveRunning { .. } => ErrorCode::Conflict,
             StoreError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
             StoreError::QueueFull { .. } => ErrorCode::QueueFull,
             StoreError::Unavailable { .. } => ErrorCode::Unavailable,
@@ -247,6 +262,11 @@ mod tests {
             StoreError::RedriveNotFound("00000000000000a1".into()),
             StoreError::ReceiptStale,
             StoreError::Conflict("busy".into()),
+            StoreError::queue_exists("tmpq"),
+            StoreError::RedriveRunning {
+                running: "00000000000000a1".into(),
+                queue: "tmpq".into(),
+            },
             StoreError::PayloadTooLarge("big".into()),
             StoreError::QueueFull {
                 queue: "tmpq".into(),
@@ -264,6 +284,8 @@ mod tests {
                 | StoreError::RedriveNotFound(_)
                 | StoreError::ReceiptStale
                 | StoreError::Conflict(_)
+                | StoreError::QueueExists(_)
+                | StoreError::RedriveRunning { .. }
                 | StoreError::PayloadTooLarge(_)
                 | StoreError::QueueFull { .. }
                 | StoreError::Unavailable { .. } => {}
@@ -280,7 +302,11 @@ mod tests {
         }
         let e = StoreError::QueueNotFound("tmpq.dlq".into()).to_string();
         assert!(e.starts_with("queue \"tmpq.dlq\" does not exist"), "{e}");
-        let full = every_variant()[7].to_string();
+        let full = every_variant()
+            .into_iter()
+            .find(|e| matches!(e, StoreError::QueueFull { .. }))
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(full.contains("retry after 2.5s"), "{full}");
     }
 

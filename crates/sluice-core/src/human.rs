@@ -91,7 +91,7 @@ fn secs_to_duration(secs: f64) -> Option<Duration> {
 /// `InvalidArgument` naming `field` and both forms when `s` is neither.
 pub fn parse_time(field: &str, s: &str, now: Timestamp) -> Result<Timestamp, StoreError> {
     let text = s.trim();
-    if let Ok(t) = crate::wire::parse_rfc3339(field, text) {
+    if let Ok(t) = crate::time::parse_rfc3339(field, text) {
         return Ok(t);
     }
     let ago = parse_duration(text).map_err(|_| {

@@ -1,22 +1,25 @@
 //! Sluice's core: the queue model, the lifecycle rules and the engine-agnostic [`Store`]
 //! contract that every storage engine implements.
 //!
-//! Nothing here touches a disk or a network. Engines (`sluice-embedded`, `sluice-postgres`)
-//! implement [`Store`]; the HTTP server and the SDKs speak in these types; the conformance
-//! suite (feature `conformance`) checks an engine against SPEC's rules.
+//! Nothing here touches a disk or a network, and nothing here knows HTTP. Engines
+//! (`sluice-embedded`, `sluice-postgres`) implement [`Store`]; `sluice-wire` puts these
+//! types on the wire for the server and the SDKs; `sluice-conformance` checks an engine
+//! against the contract's rules.
+//!
+//! Features: `store` (default) compiles the [`Store`] trait and its `async-trait`
+//! dependency. A caller of the API (the Rust SDK) turns it off: it needs the model, not the
+//! engine contract.
 
 pub mod audit;
 pub mod backoff;
 pub mod config;
 pub mod error;
-pub mod frame;
 pub mod human;
 pub mod lifecycle;
 pub mod message;
 pub mod name;
 pub mod rate;
 pub mod receipt;
-pub mod receive_answer;
 pub mod redrive;
 pub mod stats;
 pub mod store;
@@ -24,11 +27,6 @@ pub mod summary;
 pub mod task;
 pub mod time;
 pub mod trend;
-pub mod wire;
-mod wire_summary;
-
-#[cfg(feature = "conformance")]
-pub mod conformance;
 
 pub use audit::{AuditEvent, AuditQuery};
 pub use config::{PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, RateLimit};
@@ -44,9 +42,11 @@ pub use redrive::{
     RedriveStep,
 };
 pub use stats::{QueueStats, Totals};
+#[cfg(feature = "store")]
+pub use store::Store;
 pub use store::{
     AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, IDEMPOTENCY_TTL,
-    IdempotentResponse, LeaseState, NackOutcome, ReceiveRequest, SendOutcome, Store,
+    IdempotentResponse, LeaseState, NackOutcome, ReceiveRequest, SendOutcome,
 };
 pub use task::TaskStatus;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -408,10 +408,10 @@ impl RedriveJob {
 /// The error for a second job on a source while `running` (a job id, or a description)
 /// still runs.
 pub fn already_running(running: &str, source: &QueueName) -> StoreError {
-    StoreError::Conflict(format!(
-        "redrive job {running} of \"{}\" is still running; wait for it or cancel it (POST /v1/redrives/{running}/cancel)",
-        source.as_str()
-    ))
+    StoreError::RedriveRunning {
+        running: running.to_owned(),
+        queue: source.as_str().to_owned(),
+    }
 }
 
 /// What one step did.

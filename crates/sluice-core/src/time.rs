@@ -90,3 +90,49 @@ impl Clock for ManualClock {
         Timestamp(self.now.load(Ordering::SeqCst))
     }
 }
+
+/// Formats a time as RFC 3339 (UTC), the form times take in the API and the CLI.
+pub fn rfc3339(t: Timestamp) -> String {
+    let nanos = i128::from(t.as_millis()) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|d| {
+            d.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| t.as_millis().to_string())
+}
+
+/// Parses an RFC 3339 time.
+///
+/// # Errors
+/// `InvalidArgument` naming `field` when `s` is not an RFC 3339 time.
+pub fn parse_rfc3339(field: &str, s: &str) -> Result<Timestamp, crate::error::StoreError> {
+    let d = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| {
+            crate::error::StoreError::invalid(format!(
+                "{field} must be an RFC 3339 time like 2026-01-01T00:00:00Z, got \"{s}\": {e}"
+            ))
+        })?;
+    let ms = d.unix_timestamp_nanos() / 1_000_000;
+    i64::try_from(ms)
+        .map(Timestamp)
+        .map_err(|_| crate::error::StoreError::invalid(format!("{field} is out of range: \"{s}\"")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339() {
+        assert_eq!(
+            rfc3339(Timestamp(1_767_225_600_250)),
+            "2026-01-01T00:00:00.25Z"
+        );
+        assert_eq!(
+            parse_rfc3339("t", "2026-01-01T00:00:00.25Z").unwrap(),
+            Timestamp(1_767_225_600_250)
+        );
+    }
+}

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_core::conformance::Harness;
+use sluice_conformance::Harness;
 use sluice_core::{ManualClock, Store};
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore, OpenError};
 
@@ -78,7 +78,7 @@ mod every_answer_synced {
         super::Embedded::new(None)
     }
 
-    sluice_core::conformance_suite!(harness);
+    sluice_conformance::conformance_suite!(harness);
 }
 
 mod relaxed_durability {
@@ -86,5 +86,5 @@ mod relaxed_durability {
         super::Embedded::new(Some(std::time::Duration::from_millis(100)))
     }
 
-    sluice_core::conformance_suite!(harness);
+    sluice_conformance::conformance_suite!(harness);
 }

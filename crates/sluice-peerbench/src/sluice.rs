@@ -1,4 +1,4 @@
-//! Sluice over its HTTP API (`sluice_core::wire` types), embedded engine.
+//! Sluice over its HTTP API (`sluice_wire` types), embedded engine.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use sluice_core::wire::{
-    AckBatchResponse, AckOutcome, AckRequest, QueueConfigRequest, ReceiveRequest, SendMessage,
-    SendRequest,
+use sluice_wire::{
+    AckBatchResponse, AckOutcome, AckRequestWire, QueueConfigRequest, ReceiveRequestWire,
+    SendMessage, SendRequest,
 };
 
 use crate::http::Http;
@@ -234,7 +234,7 @@ impl SluiceConn {
         // answer, and an empty queue must not hold them back. The next receive, with nothing
         // to ack, waits.
         let wait_ms = if ack.is_some() { 0 } else { 200 };
-        let req = ReceiveRequest {
+        let req = ReceiveRequestWire {
             max: Some(u32::try_from(max).unwrap_or(1000)),
             wait_ms: Some(wait_ms),
             visibility_timeout_ms: None,
@@ -284,16 +284,16 @@ impl Consumer for SluiceConn {
         async move {
             let mut http = http.lock().await;
             if receipts.len() == 1 {
-                let req = AckRequest {
+                let req = AckRequestWire {
                     receipt: receipts.into_iter().next(),
-                    ..AckRequest::default()
+                    ..AckRequestWire::default()
                 };
                 http.post_json(&url, &req, "ack").await?;
                 return Ok(());
             }
-            let req = AckRequest {
+            let req = AckRequestWire {
                 receipts: Some(receipts),
-                ..AckRequest::default()
+                ..AckRequestWire::default()
             };
             let answer = http.post_json(&url, &req, "ack").await?;
             let r: AckBatchResponse =

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_core::conformance::Harness;
+use sluice_conformance::Harness;
 use sluice_core::{ManualClock, Store};
 use sluice_postgres::{PostgresOptions, PostgresStore};
 use sluice_testkit::postgres;
@@ -77,7 +77,7 @@ mod default_packing {
         }
     }
 
-    sluice_core::conformance_suite!(harness, if = postgres::available);
+    sluice_conformance::conformance_suite!(harness, if = postgres::available);
 }
 
 /// Every plain send kept as a pack, even of one message, so that every rule is checked
@@ -93,5 +93,5 @@ mod every_send_packed {
         }
     }
 
-    sluice_core::conformance_suite!(harness, if = postgres::available);
+    sluice_conformance::conformance_suite!(harness, if = postgres::available);
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use sluice_core::wire::ErrorEnvelope;
 use sluice_core::{ErrorCode, StoreError};
+use sluice_wire::ErrorEnvelope;
 
 /// An error answer.
 #[derive(Debug)]
@@ -68,8 +68,8 @@ impl ApiError {
     }
 
     /// The same error as the frame protocol answers it.
-    pub(crate) fn into_frame_error(self) -> sluice_core::frame::FrameError {
-        sluice_core::frame::FrameError {
+    pub(crate) fn into_frame_error(self) -> sluice_wire::frame::FrameError {
+        sluice_wire::frame::FrameError {
             code: self.code.as_str().to_owned(),
             message: self.message,
             retry_after_ms: self
@@ -79,9 +79,32 @@ impl ApiError {
     }
 }
 
+/// A store error's message as the API words it: the store's wording, which holds for any
+/// caller, plus the route that helps where there is one (creating a queue, listing or
+/// cancelling redrive jobs).
+pub fn http_message(e: &StoreError) -> String {
+    match e {
+        StoreError::QueueNotFound(q) => {
+            format!("queue \"{q}\" does not exist; create it with PUT /v1/queues/{q}")
+        }
+        StoreError::RedriveNotFound(id) => {
+            format!("no redrive job with id {id}; list them with GET /v1/redrives")
+        }
+        StoreError::QueueExists(name) => format!(
+            "queue \"{name}\" already exists and was left unchanged; to change its settings, \
+             PUT /v1/queues/{name} without If-None-Match (sluice queue update {name})"
+        ),
+        StoreError::RedriveRunning { running, queue } => format!(
+            "redrive job {running} of \"{queue}\" is still running; wait for it or cancel it \
+             (POST /v1/redrives/{running}/cancel)"
+        ),
+        _ => e.to_string(),
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        let mut err = ApiError::new(e.code(), e.to_string());
+        let mut err = ApiError::new(e.code(), http_message(&e));
         err.retry_after = e.retry_after();
         if err.status.is_server_error() {
             tracing::warn!(code = %e.code(), error = %e, "store error");

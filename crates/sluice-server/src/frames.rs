@@ -1,4 +1,4 @@
-//! The frame protocol's listener ([`sluice_core::frame`]): send, receive, ack and nack over one
+//! The frame protocol's listener ([`sluice_wire::frame`]): send, receive, ack and nack over one
 //! TCP connection, with the HTTP API's rules (validation, API keys, error codes, durability)
 //! and none of its per-request cost (HTTP parsing, routing, JSON).
 //!
@@ -8,11 +8,11 @@
 use std::time::Duration;
 
 use sluice_core::config::limits::MAX_BATCH;
-use sluice_core::frame::{
-    self, FrameError, FrameMessage, FrameReceipt, Op, Reply, Request, Response, SentMessage,
-};
 use sluice_core::{
     AckRequest, BodyKind, ErrorCode, Failure, NewMessage, QueueName, ReceiveRequest, StoreError,
+};
+use sluice_wire::frame::{
+    self, FrameError, FrameMessage, FrameReceipt, Op, Reply, Request, Response, SentMessage,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};

@@ -1,7 +1,7 @@
 //! Sluice's HTTP broker: the v1 JSON API of SPEC §8 over any [`Store`] engine.
 //!
 //! A request goes route → handler (`routes/*`) → one `Store` call → engine; the handler only
-//! translates between the wire types of [`sluice_core::wire`] and the core types, checks the
+//! translates between the wire types of [`sluice_wire`] and the core types, checks the
 //! caller's key ([`auth`]) and maps errors to the envelope ([`error`]).
 //!
 //! ```no_run
@@ -172,7 +172,7 @@ impl Broker {
         }
     }
 
-    /// Also serves the frame protocol ([`sluice_core::frame`]) on `listener`, beside HTTP and
+    /// Also serves the frame protocol ([`sluice_wire::frame`]) on `listener`, beside HTTP and
     /// until the same shutdown. Frames may be as large as `max_body_bytes`.
     #[must_use]
     pub fn with_frames(mut self, listener: tokio::net::TcpListener) -> Self {

@@ -24,7 +24,7 @@ type Running = (oneshot::Sender<()>, JoinHandle<std::io::Result<()>>);
 pub struct InProcessBroker {
     /// Its base URL, e.g. `http://127.0.0.1:41234`.
     pub url: String,
-    /// Its frame protocol listener (`sluice_core::frame`).
+    /// Its frame protocol listener (`sluice_wire::frame`).
     pub frames: SocketAddr,
     addr: SocketAddr,
     dir: tempfile::TempDir,

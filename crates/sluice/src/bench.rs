@@ -41,7 +41,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use sluice_client::frames::FrameReceipt;
-use sluice_core::wire::{ErrorEnvelope, QueueConfigRequest};
+use sluice_wire::{ErrorEnvelope, QueueConfigRequest};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use sluice_core::QueueName;
-use sluice_core::wire::QueueConfigRequest;
 use sluice_server::ApiKeyConfig;
+use sluice_wire::QueueConfigRequest;
 
 /// The file's contents.
 #[derive(Debug, Default, Deserialize)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sluice_client::wire::QueueConfigRequest;
-use sluice_client::{Client, NewMessage, ReceiveOptions};
+use sluice_client::{Client, OutgoingMessage, ReceiveOptions};
 
 mod common;
 
@@ -49,7 +49,7 @@ async fn reject_many(c: &Client, queue: &str, n: usize, error: &str) {
     while left > 0 {
         let batch = left.min(500);
         let msgs = (0..batch)
-            .map(|i| NewMessage::json(&i).expect("json"))
+            .map(|i| OutgoingMessage::json(&i).expect("json"))
             .collect();
         c.send_batch(queue, msgs).await.expect("send");
         let got = c

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::ErrorCode;
-use sluice_core::wire::{QueueConfigRequest, QueueView};
+use sluice_wire::{QueueConfigRequest, QueueView};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::client::Client;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use serde_json::value::RawValue;
-use sluice_core::wire::{AckBatchResponse, AckItem, AckRequest};
+use sluice_wire::{AckBatchResponse, AckItem, AckRequestWire};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::client::Client;
@@ -102,7 +102,7 @@ pub(crate) async fn ack_batcher(
                 Err(_) => break,
             }
         }
-        let req = AckRequest {
+        let req = AckRequestWire {
             acks: Some(
                 jobs.iter()
                     .map(|j| AckItem {
@@ -112,7 +112,7 @@ pub(crate) async fn ack_batcher(
                     })
                     .collect(),
             ),
-            ..AckRequest::default()
+            ..AckRequestWire::default()
         };
         let (out, retried) = retry(
             "acknowledging finished tasks",
@@ -170,7 +170,11 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for an empty list; transport failures.
-    pub async fn ack_items(&self, queue_name: &str, req: &AckRequest) -> Result<AckBatchResponse> {
+    pub async fn ack_items(
+        &self,
+        queue_name: &str,
+        req: &AckRequestWire,
+    ) -> Result<AckBatchResponse> {
         if req.acks.as_ref().is_none_or(Vec::is_empty) {
             return Err(Error::InvalidInput(
                 "ack_items needs at least one ack".to_owned(),

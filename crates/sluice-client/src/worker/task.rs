@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 use sluice_core::ErrorCode;
-use sluice_core::wire::{DeliveryView, FailureState};
+use sluice_wire::{DeliveryView, FailureState};
 use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 use tracing::Instrument;
 

@@ -8,8 +8,8 @@
 use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
-use sluice_core::wire::{ErrorEnvelope, rfc3339};
 use sluice_core::{AuditQuery, Clock, QueueName, SystemClock};
+use sluice_wire::{ErrorEnvelope, rfc3339};
 use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 

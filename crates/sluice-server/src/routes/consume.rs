@@ -3,17 +3,17 @@
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use sluice_core::wire::{
-    AckBatchResponse, AckForm, AckItem, AckOutcome, AckRequest, AckResponse, ErrorBody,
+use sluice_core::{Failure, QueueName, StoreError};
+use sluice_wire::{
+    AckBatchResponse, AckForm, AckItem, AckOutcome, AckRequestWire, AckResponse, ErrorBody,
     ErrorEnvelope, ExtendRequest, ExtendResponse, FailureResponse, FailureState, MessageStateView,
-    MoveRequest, NackRequest, ProgressRequest, ReceiveRequest, ReceiveResponse, RejectRequest,
+    MoveRequest, NackRequest, ProgressRequest, ReceiveRequestWire, ReceiveResponse, RejectRequest,
     ReleaseRequest, parse_receipt, rfc3339,
 };
-use sluice_core::{Failure, QueueName, StoreError};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
-use crate::error::ApiError;
+use crate::error::{ApiError, http_message};
 use crate::extract::{JsonBody, OptionalJsonBody, QueuePath};
 
 /// Leases up to `max` messages, waiting up to `wait_ms` (long poll) for the first; first
@@ -21,7 +21,7 @@ use crate::extract::{JsonBody, OptionalJsonBody, QueuePath};
 #[utoipa::path(
     post, path = "/v1/queues/{q}/receive", tag = "messages",
     params(("q" = String, Path, description = "Queue name")),
-    request_body(content = ReceiveRequest, content_type = "application/json",
+    request_body(content = ReceiveRequestWire, content_type = "application/json",
         description = "All fields optional; an empty body leases one message without waiting"),
     responses(
         (status = 200, description = "The deliveries (possibly none)", body = ReceiveResponse),
@@ -33,7 +33,7 @@ pub async fn receive(
     State(st): State<AppState>,
     caller: Caller,
     QueuePath(q): QueuePath,
-    OptionalJsonBody(mut req): OptionalJsonBody<ReceiveRequest>,
+    OptionalJsonBody(mut req): OptionalJsonBody<ReceiveRequestWire>,
 ) -> Result<Response, ApiError> {
     caller.allow(Action::Consume, &q)?;
     let acks = req.acks()?;
@@ -62,7 +62,7 @@ pub async fn receive(
     let (acked, deliveries) = (acked?, deliveries?);
     st.metrics.delivered(&q, &deliveries);
     // The bytes of `ReceiveResponse`, written without a value per delivery.
-    let json = sluice_core::receive_answer::to_json(&deliveries, acked.as_deref());
+    let json = sluice_wire::receive_answer::to_json(&deliveries, acked.as_deref());
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         json,
@@ -84,7 +84,7 @@ fn ack_request(item: &mut AckItem) -> Result<sluice_core::AckRequest, StoreError
 #[utoipa::path(
     post, path = "/v1/queues/{q}/ack", tag = "messages",
     params(("q" = String, Path, description = "Queue name")),
-    request_body(content = AckRequest, content_type = "application/json"),
+    request_body(content = AckRequestWire, content_type = "application/json"),
     responses(
         (status = 200, description = "Single form: acknowledged", body = AckResponse),
         (status = "2XX", description = "Batch forms: per-receipt outcomes (status 200)", body = AckBatchResponse),
@@ -96,7 +96,7 @@ pub async fn ack(
     State(st): State<AppState>,
     caller: Caller,
     QueuePath(q): QueuePath,
-    JsonBody(req): JsonBody<AckRequest>,
+    JsonBody(req): JsonBody<AckRequestWire>,
 ) -> Result<Response, ApiError> {
     caller.allow(Action::Consume, &q)?;
     match req.into_form()? {
@@ -145,7 +145,7 @@ async fn ack_batch(
                 results.push(outcome);
             }
             Err(e) => results.push(AckOutcome {
-                error: Some(ErrorBody::from(&e)),
+                error: Some(ErrorBody::new(e.code(), http_message(&e))),
                 ..outcome
             }),
         }
@@ -155,7 +155,7 @@ async fn ack_batch(
         for (slot, r) in slots.into_iter().zip(out) {
             match r {
                 Ok(()) => results[slot].ok = true,
-                Err(e) => results[slot].error = Some(ErrorBody::from(&e)),
+                Err(e) => results[slot].error = Some(ErrorBody::new(e.code(), http_message(&e))),
             }
         }
     }

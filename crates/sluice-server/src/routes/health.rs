@@ -5,7 +5,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::response::IntoResponse;
-use sluice_core::wire::{ErrorEnvelope, HealthResponse};
+use sluice_wire::{ErrorEnvelope, HealthResponse};
 
 use crate::AppState;
 use crate::error::ApiError;

@@ -5,11 +5,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use sluice_core::stats::SAMPLE_INTERVAL;
 use sluice_core::trend::{LOOKBACK, Trend};
-use sluice_core::wire::{
+use sluice_core::{Clock, SystemClock, Timestamp};
+use sluice_wire::{
     BrowseQuery, BrowseResponse, ErrorEnvelope, HistoryQuery, HistoryView, MessageView, SampleView,
     StatsView,
 };
-use sluice_core::{Clock, SystemClock, Timestamp};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};

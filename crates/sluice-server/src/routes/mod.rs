@@ -44,7 +44,7 @@ use crate::{AppState, ServerOptions};
                        milliseconds in fields ending `_ms`; times are RFC 3339; unknown fields \
                        are refused with 400; every error is `{\"error\": {\"code\", \"message\"}}`."
     ),
-    components(schemas(sluice_core::wire::ErrorEnvelope, sluice_core::wire::ErrorBody)),
+    components(schemas(sluice_wire::ErrorEnvelope, sluice_wire::ErrorBody)),
     modifiers(&BearerAuth),
     tags(
         (name = "queues", description = "Queue configuration and administration"),

@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use sluice_core::QueueConfigPatch;
-use sluice_core::wire::{ErrorEnvelope, PurgeResponse, QueueConfigRequest, QueueList, QueueView};
+use sluice_wire::{ErrorEnvelope, PurgeResponse, QueueConfigRequest, QueueList, QueueView};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};

@@ -5,8 +5,8 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use sluice_core::wire::{ErrorEnvelope, RedriveList, RedriveRequest, RedriveView};
 use sluice_core::{RedriveControl, RedriveId};
+use sluice_wire::{ErrorEnvelope, RedriveList, RedriveRequest, RedriveView};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
@@ -67,10 +67,8 @@ pub async fn create(
         ),
         (
             "filter",
-            serde_json::to_string(&sluice_core::wire::RedriveFilterView::from(
-                &job.spec.filter,
-            ))
-            .unwrap_or_default(),
+            serde_json::to_string(&sluice_wire::RedriveFilterView::from(&job.spec.filter))
+                .unwrap_or_default(),
         ),
         ("dry_run", job.spec.dry_run.to_string()),
     ];

@@ -5,9 +5,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use sluice_core::Body;
-use sluice_core::wire::{
-    ErrorEnvelope, RawSendParams, SendBatchResponse, SendRequest, SendResponse,
-};
+use sluice_wire::{ErrorEnvelope, RawSendParams, SendBatchResponse, SendRequest, SendResponse};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};

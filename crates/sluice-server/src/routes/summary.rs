@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use sluice_core::wire::{ErrorEnvelope, SummaryQuery, SummaryView};
+use sluice_wire::{ErrorEnvelope, SummaryQuery, SummaryView};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};

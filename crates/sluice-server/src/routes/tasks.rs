@@ -10,8 +10,8 @@ use futures::Stream;
 use axum::Json;
 use axum::extract::State;
 use sluice_core::config::limits::MAX_WAIT;
-use sluice_core::wire::{ErrorEnvelope, ScalingQuery, ScalingView, TaskQuery, TaskView};
 use sluice_core::{StoreError, TaskStatus};
+use sluice_wire::{ErrorEnvelope, ScalingQuery, ScalingView, TaskQuery, TaskView};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
@@ -142,7 +142,7 @@ pub async fn events(
                     Ok(m) => TaskView::of(&m),
                     Err(StoreError::MessageNotFound(_)) => TaskView::unknown(id),
                     Err(e) => {
-                        let msg = e.to_string();
+                        let msg = crate::error::http_message(&e);
                         w.done = true;
                         return Some((Ok(Event::default().event("error").data(msg)), w));
                     }

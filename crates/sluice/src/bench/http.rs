@@ -5,9 +5,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use sluice_core::wire::{
-    AckBatchResponse, AckRequest, ErrorEnvelope, ReceiveRequest, SendBatchResponse, SendMessage,
-    SendRequest,
+use sluice_wire::{
+    AckBatchResponse, AckRequestWire, ErrorEnvelope, ReceiveRequestWire, SendBatchResponse,
+    SendMessage, SendRequest,
 };
 
 use super::{Acked, Failed, RECEIVE_WAIT_MS, Shared, stamped_body};
@@ -128,7 +128,7 @@ struct Leased {
 /// One long-polling receive: the receipts, and the send times stamped in this run's bodies
 /// that were sent inside the measured window.
 pub(super) async fn receive(shared: &Shared) -> Result<(Vec<String>, Vec<u64>), Failed> {
-    let req = ReceiveRequest {
+    let req = ReceiveRequestWire {
         max: Some(shared.batch),
         wait_ms: Some(RECEIVE_WAIT_MS),
         visibility_timeout_ms: None,
@@ -148,9 +148,9 @@ pub(super) async fn receive(shared: &Shared) -> Result<(Vec<String>, Vec<u64>), 
 /// Acknowledges `receipts`: a single ack for one message at B = 1, else a batch ack.
 pub(super) async fn ack(shared: &Shared, mut receipts: Vec<String>) -> Result<Acked, Failed> {
     if receipts.len() == 1 && shared.batch == 1 {
-        let req = AckRequest {
+        let req = AckRequestWire {
             receipt: receipts.pop(),
-            ..AckRequest::default()
+            ..AckRequestWire::default()
         };
         call::<serde::de::IgnoredAny>(post(shared, "ack").json(&req)).await?;
         return Ok(Acked {
@@ -158,9 +158,9 @@ pub(super) async fn ack(shared: &Shared, mut receipts: Vec<String>) -> Result<Ac
             refused: Vec::new(),
         });
     }
-    let req = AckRequest {
+    let req = AckRequestWire {
         receipts: Some(receipts),
-        ..AckRequest::default()
+        ..AckRequestWire::default()
     };
     let r = call::<AckBatchResponse>(post(shared, "ack").json(&req)).await?;
     Ok(Acked {

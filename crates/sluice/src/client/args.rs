@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use clap::Args;
-use sluice_core::wire::{QueueConfigRequest, RateLimitWire};
 use sluice_core::{Clock, SystemClock, Timestamp};
+use sluice_wire::{QueueConfigRequest, RateLimitWire};
 
 pub use sluice_core::human::{fmt_ms, parse_duration};
 
@@ -78,7 +78,7 @@ pub fn parse_percent(s: &str) -> Result<u8, String> {
 /// duration meaning that long ago (`1h` = one hour ago). Answers it as RFC 3339 (UTC).
 pub fn parse_time(s: &str) -> Result<String, String> {
     sluice_core::human::parse_time("the time", s, SystemClock.now())
-        .map(sluice_core::wire::rfc3339)
+        .map(sluice_wire::rfc3339)
         .map_err(|e| e.to_string())
 }
 
@@ -90,7 +90,7 @@ pub fn time_ago(ago: Duration) -> Timestamp {
 
 /// An RFC 3339 time as milliseconds since the epoch (`None` if it is not one).
 pub fn time_ms(s: &str) -> Option<i64> {
-    sluice_core::wire::parse_rfc3339("time", s)
+    sluice_wire::parse_rfc3339("time", s)
         .ok()
         .map(|t| t.as_millis())
 }
@@ -99,7 +99,7 @@ pub fn time_ms(s: &str) -> Option<i64> {
 pub fn short_time(s: &str) -> String {
     match time_ms(s) {
         Some(ms) => {
-            let full = sluice_core::wire::rfc3339(Timestamp(ms - ms.rem_euclid(1000)));
+            let full = sluice_wire::rfc3339(Timestamp(ms - ms.rem_euclid(1000)));
             full.replacen('T', " ", 1)
         }
         None => s.to_owned(),

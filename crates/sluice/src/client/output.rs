@@ -1,7 +1,7 @@
 //! Printing: aligned tables for people, the server's JSON for scripts (`--json`).
 
 use serde::Serialize;
-use sluice_client::Body;
+use sluice_client::DecodedBody;
 
 use super::Failure;
 
@@ -75,10 +75,10 @@ pub fn details(pairs: &[(&str, String)]) {
 }
 
 /// A body as one line of text: JSON and text as they are, bytes as base64.
-pub fn body_text(body: &Body) -> String {
+pub fn body_text(body: &DecodedBody) -> String {
     match body {
-        Body::Json(s) | Body::Text(s) => s.replace('\n', "\\n"),
-        Body::Bytes(b) => {
+        DecodedBody::Json(s) | DecodedBody::Text(s) => s.replace('\n', "\\n"),
+        DecodedBody::Bytes(b) => {
             use base64::Engine as _;
             format!(
                 "base64:{}",

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use sluice_client::NewMessage;
+use sluice_client::OutgoingMessage;
 use sluice_client::wire::SendBatchResponse;
 
 use super::args::parse_duration;
@@ -61,22 +61,22 @@ fn parse_attr(s: &str) -> Result<(String, String), String> {
 
 impl SendArgs {
     /// The message for one body.
-    fn message(&self, bytes: Vec<u8>) -> Result<NewMessage, Failure> {
+    fn message(&self, bytes: Vec<u8>) -> Result<OutgoingMessage, Failure> {
         let mut m = if self.raw {
-            NewMessage::bytes(bytes)
+            OutgoingMessage::bytes(bytes)
         } else {
             match String::from_utf8(bytes) {
-                Ok(text) if self.text => NewMessage::text(text),
+                Ok(text) if self.text => OutgoingMessage::text(text),
                 Ok(text) => match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
-                    Ok(_) => NewMessage::json_text(text.trim().to_owned())?,
-                    Err(_) => NewMessage::text(text),
+                    Ok(_) => OutgoingMessage::json_text(text.trim().to_owned())?,
+                    Err(_) => OutgoingMessage::text(text),
                 },
                 Err(_) if self.text => {
                     return Err(Failure::Usage(
                         "--text needs UTF-8 input; use --raw to send bytes".to_owned(),
                     ));
                 }
-                Err(e) => NewMessage::bytes(e.into_bytes()),
+                Err(e) => OutgoingMessage::bytes(e.into_bytes()),
             }
         };
         for (k, v) in &self.attrs {

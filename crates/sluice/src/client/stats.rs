@@ -87,7 +87,7 @@ impl View {
                     let v = match (queue.is_some(), frame.first()) {
                         (true, Some(s)) => serde_json::to_value(s),
                         _ => serde_json::to_value(json!({
-                            "at": sluice_core::wire::rfc3339(time_ago(Duration::ZERO)),
+                            "at": sluice_wire::rfc3339(time_ago(Duration::ZERO)),
                             "queues": frame,
                         })),
                     }
@@ -303,7 +303,7 @@ async fn watch(c: &Client, view: &View, interval: Duration, as_json: bool) -> Re
             } else {
                 out.push('\n');
             }
-            let now = sluice_core::wire::rfc3339(time_ago(Duration::ZERO));
+            let now = sluice_wire::rfc3339(time_ago(Duration::ZERO));
             out.push_str(&format!(
                 "{}  every {}  (Ctrl-C to stop)\n\n",
                 short_time(&now),
@@ -363,7 +363,7 @@ async fn chart(
 ) -> Result<String, Failure> {
     let start = time_ago(window);
     let h = c
-        .stats_history(queue, Some(&sluice_core::wire::rfc3339(start)))
+        .stats_history(queue, Some(&sluice_wire::rfc3339(start)))
         .await?;
     if as_json {
         let v = serde_json::to_string(&h)
@@ -486,8 +486,8 @@ fn draw(
         out.push('\n');
     }
     out.push_str(&format!("{:>label_w$} └{}\n", "", "─".repeat(width)));
-    let left = short_time(&sluice_core::wire::rfc3339(sluice_core::Timestamp(start)));
-    let right = short_time(&sluice_core::wire::rfc3339(sluice_core::Timestamp(end)));
+    let left = short_time(&sluice_wire::rfc3339(sluice_core::Timestamp(start)));
+    let right = short_time(&sluice_wire::rfc3339(sluice_core::Timestamp(end)));
     let gap = (width + 2).saturating_sub(left.len() + right.len()).max(1);
     out.push_str(&format!(
         "{:>label_w$}{left}{}{right}\n",

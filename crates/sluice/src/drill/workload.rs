@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use sluice_client::{
-    Client, NewMessage, RateLimiter, TaskContext, TaskEnvelope, TaskError, Worker,
+    Client, OutgoingMessage, RateLimiter, TaskContext, TaskEnvelope, TaskError, Worker,
 };
 
 use super::scenario::{Clock, Scenario};
@@ -136,7 +136,7 @@ pub async fn enqueue(
             let delay = clock.instant_of(*due).saturating_duration_since(now);
             let msg = match item {
                 Item::Task(e) => TaskEnvelope::new(TASK, e)?.to_message()?,
-                Item::Raw(b) => NewMessage::bytes(b.clone()),
+                Item::Raw(b) => OutgoingMessage::bytes(b.clone()),
             };
             batch.push(msg.delay(delay));
         }

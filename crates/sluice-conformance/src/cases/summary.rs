@@ -1,12 +1,12 @@
 //! Summaries (`Store::summarize`): every message of a queue counted by one key.
 
 use super::*;
-use crate::summary::{GroupBy, Summary, SummaryRequest};
+use sluice_core::summary::{GroupBy, Summary, SummaryRequest};
 
 fn by(group_by: GroupBy) -> SummaryRequest {
     SummaryRequest {
         group_by,
-        filter: crate::redrive::RedriveFilter::default(),
+        filter: sluice_core::redrive::RedriveFilter::default(),
         limit: 100,
     }
 }

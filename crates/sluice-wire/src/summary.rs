@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::error::StoreError;
-use crate::name::QueueName;
-use crate::summary::{DEFAULT_GROUP_LIMIT, GroupBy, Summary, SummaryGroup, SummaryRequest};
-use crate::wire::{RedriveFilterView, rfc3339};
+use crate::redrive::RedriveFilterView;
+use sluice_core::error::StoreError;
+use sluice_core::name::QueueName;
+use sluice_core::summary::{DEFAULT_GROUP_LIMIT, GroupBy, Summary, SummaryGroup, SummaryRequest};
+use sluice_core::time::rfc3339;
 
 /// `GET /v1/queues/{q}/summary?group_by=&limit=&error_contains=&attribute=&dead_lettered_before=&dead_lettered_after=`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, IntoParams)]

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use crate::lifecycle::is_exhausted;
-use crate::message::MessageId;
-use crate::receipt::Receipt;
-use crate::time::Timestamp;
+use sluice_core::lifecycle::is_exhausted;
+use sluice_core::message::MessageId;
+use sluice_core::receipt::Receipt;
+use sluice_core::time::Timestamp;
 
 /// Which receipt an operation uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

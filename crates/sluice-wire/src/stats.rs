@@ -1,12 +1,135 @@
-//! `GET /v1/queues/{q}/stats`: gauges, totals, rates and trends of one queue.
+//! Queue statistics: gauges, totals, rates, trends, history and scaling hints.
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
-use super::{TotalsView, as_ms};
-use crate::name::QueueName;
-use crate::stats::QueueStats;
-use crate::trend::{Flow, Rates, Trend};
+use sluice_core::name::QueueName;
+use sluice_core::stats::Totals;
+use sluice_core::time::rfc3339;
+
+use crate::convert::as_ms;
+use sluice_core::stats::QueueStats;
+use sluice_core::trend::{Flow, Rates, Trend};
+
+/// Event totals since the queue was created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TotalsView {
+    /// Messages stored by send.
+    pub sent: u64,
+    /// Deliveries.
+    pub received: u64,
+    /// Acknowledgements.
+    pub acked: u64,
+    /// Nacks.
+    pub nacked: u64,
+    /// Messages sent to the DLQ.
+    pub dead_lettered: u64,
+    /// Messages redriven into this queue.
+    pub redriven: u64,
+    /// Messages that outlived retention.
+    pub expired: u64,
+}
+
+impl From<&Totals> for TotalsView {
+    fn from(t: &Totals) -> Self {
+        TotalsView {
+            sent: t.sent,
+            received: t.received,
+            acked: t.acked,
+            nacked: t.nacked,
+            dead_lettered: t.dead_lettered,
+            redriven: t.redriven,
+            expired: t.expired,
+        }
+    }
+}
+
+/// Query of `GET /v1/queues/{q}/scaling`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ScalingQuery {
+    /// How many waiting or running tasks one worker should carry (1 to 1000000; default 1).
+    #[serde(default = "one")]
+    #[param(default = 1, minimum = 1, maximum = 1_000_000)]
+    pub per_worker: u64,
+}
+
+impl Default for ScalingQuery {
+    fn default() -> Self {
+        ScalingQuery { per_worker: one() }
+    }
+}
+
+pub(crate) fn one() -> u64 {
+    1
+}
+
+/// `GET /v1/queues/{q}/scaling`: how many workers the queue wants, for KEDA-style and Ray
+/// Serve autoscalers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ScalingView {
+    /// `ceil((backlog + in_flight) / per_worker)`; 0 when the queue is idle.
+    pub desired_workers: u64,
+    /// Visible messages.
+    pub backlog: u64,
+    /// Leased messages.
+    pub in_flight: u64,
+}
+
+/// One point of a queue's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SampleView {
+    /// When it was taken (RFC 3339).
+    pub at: String,
+    /// Visible messages.
+    pub visible: u64,
+    /// Delayed messages.
+    pub delayed: u64,
+    /// Leased messages.
+    pub in_flight: u64,
+    /// Messages in its DLQ.
+    pub dead_letter_depth: u64,
+    /// Age of the longest-waiting visible message.
+    pub oldest_visible_age_ms: u64,
+    /// Event totals at that time.
+    pub totals: TotalsView,
+}
+
+impl From<&sluice_core::stats::StatsSample> for SampleView {
+    fn from(s: &sluice_core::stats::StatsSample) -> Self {
+        SampleView {
+            at: rfc3339(s.at),
+            visible: s.visible,
+            delayed: s.delayed,
+            in_flight: s.in_flight,
+            dead_letter_depth: s.dead_letter_depth,
+            oldest_visible_age_ms: s.oldest_visible_age_ms,
+            totals: TotalsView::from(&s.totals),
+        }
+    }
+}
+
+/// Query of `GET /v1/queues/{q}/stats/history`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryQuery {
+    /// Points at or after this time: RFC 3339 (`2026-01-01T10:00:00Z`), or how long ago
+    /// (`10m`, `1h`, `90s`, `2d`); default: one hour ago.
+    pub since: Option<String>,
+}
+
+/// `GET /v1/queues/{q}/stats/history`: a point every 10 s, kept for 24 h.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HistoryView {
+    /// The queue.
+    pub queue: String,
+    /// Time between points.
+    pub interval_ms: u64,
+    /// The points, oldest first.
+    pub samples: Vec<SampleView>,
+}
 
 /// `GET /v1/queues/{q}/stats`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

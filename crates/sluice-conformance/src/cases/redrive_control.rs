@@ -1,7 +1,7 @@
 //! Pausing, resuming and cancelling redrive jobs, and the messages a step reports moved.
 
 use super::*;
-use crate::redrive::{RedriveControl, RedriveState};
+use sluice_core::redrive::{RedriveControl, RedriveState};
 
 /// A paused job takes no steps and keeps its source until it is resumed or cancelled; the
 /// pause and its reason survive a restart; each step names the messages it moved.
@@ -109,7 +109,10 @@ pub async fn redrive_pause_resume_and_cancel(h: &dyn Harness) {
     assert_eq!(done.state, RedriveState::Completed);
     assert_code(
         e.store
-            .control_redrive(crate::redrive::RedriveId(0xdead), RedriveControl::Resume)
+            .control_redrive(
+                sluice_core::redrive::RedriveId(0xdead),
+                RedriveControl::Resume,
+            )
             .await,
         ErrorCode::MessageNotFound,
         "unknown job",

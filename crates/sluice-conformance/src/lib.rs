@@ -1,16 +1,16 @@
-//! The engine-agnostic conformance suite: every rule of SPEC §2 and the operations of §4 as
-//! tests, written once against [`Store`](crate::Store) and run against every engine.
+//! The engine-agnostic conformance suite: every lifecycle rule and every operation of the
+//! [`Store`] contract as a test, written once and run against every engine.
 //!
 //! An engine's test crate implements [`Harness`] and expands [`conformance_suite!`](crate::conformance_suite):
 //!
 //! ```ignore
-//! sluice_core::conformance_suite!(my_engine_tests::harness);
+//! sluice_conformance::conformance_suite!(my_engine_tests::harness);
 //! ```
 //!
 //! Stores evaluate time lazily: a test advances the [`ManualClock`] and the next call on the
 //! store sees delays, leases and retention as of the new time.
 //!
-//! Conventions the cases pin down (where SPEC leaves a choice, see `cases.rs` for each):
+//! Conventions the cases pin down (where the contract leaves a choice, see the case for each):
 //! - a time `t` is reached when `now >= t`: a message delayed until `t` is visible at `t`, a
 //!   lease ending at `t` is over at `t`;
 //! - every call sees the state as of `now`, whichever queue it names (a lease that ran out on
@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::store::Store;
-use crate::time::ManualClock;
+use sluice_core::Store;
+use sluice_core::time::ManualClock;
 
 pub mod cases;
 pub mod model;
@@ -43,22 +43,22 @@ pub trait Harness: Send + Sync + 'static {
 /// harness made by `$harness().await` (an `async fn() -> H` with `H: Harness`).
 ///
 /// The test crate needs `tokio` (with the `macros` and `rt-multi-thread` features) among its
-/// dev-dependencies. Tests are named like the cases in [`cases`](crate::conformance::cases),
+/// dev-dependencies. Tests are named like the cases in [`cases`](crate::cases),
 /// so `cargo test -p <engine> --test conformance nack_` runs the nack cases.
 ///
 /// ```ignore
 /// struct Embedded { dir: tempfile::TempDir }
 /// #[async_trait::async_trait]
-/// impl sluice_core::conformance::Harness for Embedded { /* open, reopen */ }
+/// impl sluice_conformance::Harness for Embedded { /* open, reopen */ }
 /// async fn harness() -> Embedded { Embedded { dir: tempfile::tempdir().unwrap() } }
-/// sluice_core::conformance_suite!(harness);
+/// sluice_conformance::conformance_suite!(harness);
 /// ```
 ///
 /// An engine that needs an outside service (a database) passes a guard, an
 /// `async fn() -> bool` run before each case: `false` skips the case (the guard says why).
 ///
 /// ```ignore
-/// sluice_core::conformance_suite!(harness, if = database_reachable);
+/// sluice_conformance::conformance_suite!(harness, if = database_reachable);
 /// ```
 #[macro_export]
 macro_rules! conformance_suite {
@@ -171,7 +171,7 @@ macro_rules! __sluice_conformance_expand {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
                 let harness = $harness().await;
-                $crate::conformance::cases::$case(&harness).await;
+                $crate::cases::$case(&harness).await;
             }
         )*
     };
@@ -183,7 +183,7 @@ macro_rules! __sluice_conformance_expand {
                     return;
                 }
                 let harness = $harness().await;
-                $crate::conformance::cases::$case(&harness).await;
+                $crate::cases::$case(&harness).await;
             }
         )*
     };
@@ -191,7 +191,7 @@ macro_rules! __sluice_conformance_expand {
         &[$(stringify!($case)),*]
     };
     (refs; $($case:ident),* $(,)?) => {
-        $( let _ = $crate::conformance::cases::$case; )*
+        $( let _ = $crate::cases::$case; )*
     };
 }
 
@@ -204,17 +204,39 @@ mod tests {
 
     #[test]
     fn every_listed_case_exists() {
-        // Fails to compile when the macro lists a case that `cases.rs` does not define.
+        // Fails to compile when the macro lists a case that `cases/` does not define.
         crate::__sluice_conformance_cases!(refs);
     }
 
     #[test]
     fn every_case_is_listed_once() {
         let src = [
-            include_str!("cases.rs"),
+            include_str!("cases/ack.rs"),
+            include_str!("cases/audit.rs"),
+            include_str!("cases/browse.rs"),
             include_str!("cases/create_only.rs"),
+            include_str!("cases/dedup.rs"),
+            include_str!("cases/errors.rs"),
+            include_str!("cases/flow_control.rs"),
+            include_str!("cases/idempotency.rs"),
+            include_str!("cases/lease_expiry.rs"),
+            include_str!("cases/long_polling.rs"),
+            include_str!("cases/mod.rs"),
+            include_str!("cases/model_based.rs"),
+            include_str!("cases/nack.rs"),
+            include_str!("cases/queues.rs"),
+            include_str!("cases/receipts.rs"),
+            include_str!("cases/receive.rs"),
+            include_str!("cases/redrive.rs"),
             include_str!("cases/redrive_control.rs"),
+            include_str!("cases/reject_move_extend.rs"),
+            include_str!("cases/release.rs"),
+            include_str!("cases/restart.rs"),
+            include_str!("cases/retention.rs"),
+            include_str!("cases/send.rs"),
+            include_str!("cases/stats.rs"),
             include_str!("cases/summary.rs"),
+            include_str!("cases/tasks.rs"),
         ];
         let defined: Vec<&str> = src
             .iter()
@@ -235,7 +257,7 @@ mod tests {
         defined_sorted.sort_unstable();
         assert_eq!(
             defined_sorted, listed,
-            "every `pub async fn` in cases.rs and cases/*.rs must be listed in \
+            "every `pub async fn` in cases/*.rs must be listed in \
              __sluice_conformance_cases!"
         );
     }

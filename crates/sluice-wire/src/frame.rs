@@ -14,8 +14,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ErrorCode, StoreError};
-use crate::message::{Attributes, Body};
+use sluice_core::error::{ErrorCode, StoreError};
+use sluice_core::message::{Attributes, Body};
 
 /// Bytes of a frame's length prefix.
 pub const LENGTH_BYTES: usize = 4;
@@ -121,8 +121,8 @@ pub struct FrameReceipt {
     pub token: u64,
 }
 
-impl From<crate::receipt::Receipt> for FrameReceipt {
-    fn from(r: crate::receipt::Receipt) -> Self {
+impl From<sluice_core::receipt::Receipt> for FrameReceipt {
+    fn from(r: sluice_core::receipt::Receipt) -> Self {
         FrameReceipt {
             id: r.id.0,
             token: r.token,
@@ -130,10 +130,10 @@ impl From<crate::receipt::Receipt> for FrameReceipt {
     }
 }
 
-impl From<FrameReceipt> for crate::receipt::Receipt {
+impl From<FrameReceipt> for sluice_core::receipt::Receipt {
     fn from(r: FrameReceipt) -> Self {
-        crate::receipt::Receipt {
-            id: crate::message::MessageId(r.id),
+        sluice_core::receipt::Receipt {
+            id: sluice_core::message::MessageId(r.id),
             token: r.token,
         }
     }
@@ -203,8 +203,8 @@ pub struct FrameDelivery {
     pub last_error: Option<String>,
 }
 
-impl From<crate::message::Delivery> for FrameDelivery {
-    fn from(d: crate::message::Delivery) -> Self {
+impl From<sluice_core::message::Delivery> for FrameDelivery {
+    fn from(d: sluice_core::message::Delivery) -> Self {
         FrameDelivery {
             id: d.id.0,
             receipt: d.receipt.into(),

@@ -1,10 +1,10 @@
 //! The JSON answer to a receive, written straight from the deliveries.
 //!
 //! A receive of 100 messages of 1 KiB answers about 130 KB of JSON, and building it through
-//! [`DeliveryView`](crate::wire::DeliveryView) copied every body into a value of its own,
+//! [`DeliveryView`](crate::DeliveryView) copied every body into a value of its own,
 //! re-parsed it and then grew the answer's buffer a copy at a time: about a sixth of the
 //! broker's CPU over HTTP at that size. [`to_json`] writes the same bytes as serializing
-//! [`ReceiveResponse`](crate::wire::ReceiveResponse) (a test holds them equal) into one
+//! [`ReceiveResponse`](crate::ReceiveResponse) (a test holds them equal) into one
 //! buffer sized up front. Each body takes the form [`BodyForm`] decides for `DeliveryView`
 //! too: a JSON body is checked before it is written as it is, so stored bytes that are not
 //! JSON (from a caller that vouched wrongly) come out in base64 and never break the answer.
@@ -15,8 +15,10 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde::Serialize;
 
-use crate::message::{Body, Delivery};
-use crate::wire::{AckOutcome, BodyForm, rfc3339};
+use crate::body::BodyForm;
+use crate::settle::AckOutcome;
+use sluice_core::message::{Body, Delivery};
+use sluice_core::time::rfc3339;
 
 /// Bytes of JSON around each body: ids, counts, times and field names.
 const PER_MESSAGE: usize = 320;
@@ -95,10 +97,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::message::{Attributes, BodyKind, MessageId};
-    use crate::receipt::Receipt;
-    use crate::time::Timestamp;
-    use crate::wire::{ErrorBody, ReceiveResponse};
+    use crate::{ErrorBody, ReceiveResponse};
+    use sluice_core::message::{Attributes, BodyKind, MessageId};
+    use sluice_core::receipt::Receipt;
+    use sluice_core::time::Timestamp;
 
     fn body_strategy() -> impl Strategy<Value = Body> {
         prop_oneof![

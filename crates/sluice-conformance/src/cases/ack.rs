@@ -1,0 +1,253 @@
+//! Ack: single and batch acknowledgements, results and stale receipts.
+
+use super::*;
+
+/// Ack removes the message; `get_message` shows a Completed record with the result (and no
+/// body) until `result_ttl` after the ack, then `MessageNotFound`.
+pub async fn ack_completes_and_keeps_result_for_result_ttl(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "ack",
+            QueueConfigPatch {
+                result_ttl: Some(secs(60)),
+                ..Default::default()
+            },
+        )
+        .await;
+    let id = e.send_text(&q, "work").await;
+    let d = e.recv_one(&q).await;
+    e.advance(secs(1));
+    let acked_at = e.now();
+    let out = e
+        .store
+        .ack(
+            &q,
+            vec![AckRequest {
+                receipt: d.receipt,
+                result: Some(Body::json(r#"{"ok":true}"#)),
+            }],
+        )
+        .await
+        .expect("ack call");
+    assert_eq!(out, vec![Ok(())]);
+    let m = e.get(id).await;
+    assert_eq!(m.state, MessageState::Completed);
+    assert_eq!(
+        m.result,
+        Some(Body::json(r#"{"ok":true}"#)),
+        "result kept with the record"
+    );
+    assert_eq!(m.completed_at, Some(acked_at));
+    assert_eq!(m.body, None, "a completed record has no body");
+    assert_eq!(m.queue, q);
+    let s = e.stats(&q).await;
+    assert_eq!(
+        (s.visible, s.in_flight, s.completed, s.totals.acked),
+        (0, 0, 1, 1)
+    );
+    e.advance(secs(30));
+    e.recv_none(&q, "acked message is gone from the queue")
+        .await;
+    assert!(e.browse_ids(&q, BrowseState::Visible).await.is_empty());
+    e.advance(ms(29_999));
+    assert_eq!(
+        e.get(id).await.state,
+        MessageState::Completed,
+        "kept for result_ttl after the ack"
+    );
+    e.advance(ms(2));
+    e.gone(id, "completed record after result_ttl").await;
+    assert_eq!(e.stats(&q).await.completed, 0);
+}
+
+/// A result over `max_message_bytes` fails its own receipt with `PayloadTooLarge` and changes
+/// nothing: the lease still holds and can be acked afterwards. The other receipts of the batch
+/// are acked.
+pub async fn ack_result_over_max_message_bytes_fails_only_its_receipt(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "ackbig",
+            QueueConfigPatch {
+                max_message_bytes: Some(100),
+                result_ttl: Some(secs(60)),
+                ..Default::default()
+            },
+        )
+        .await;
+    let big_id = e.send_text(&q, "big result").await;
+    let small_id = e.send_text(&q, "small result").await;
+    let first = e.recv_one(&q).await;
+    let second = e.recv_one(&q).await;
+    let (big, small) = if first.id == big_id {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert_eq!(small.id, small_id);
+    let out = e
+        .store
+        .ack(
+            &q,
+            vec![
+                AckRequest {
+                    receipt: big.receipt,
+                    result: Some(Body::text("x".repeat(101))),
+                },
+                AckRequest {
+                    receipt: small.receipt,
+                    result: Some(Body::text("ok")),
+                },
+            ],
+        )
+        .await
+        .expect("ack call");
+    assert_eq!(out.len(), 2);
+    assert!(
+        matches!(out[0], Err(StoreError::PayloadTooLarge(_))),
+        "oversized result: {:?}",
+        out[0]
+    );
+    assert_eq!(out[1], Ok(()), "the other receipt is acked");
+    assert_eq!(e.get(small_id).await.state, MessageState::Completed);
+    assert_eq!(
+        e.get(big_id).await.state,
+        MessageState::InFlight,
+        "the refused ack changed nothing"
+    );
+    let again = e
+        .store
+        .ack(
+            &q,
+            vec![AckRequest {
+                receipt: big.receipt,
+                result: None,
+            }],
+        )
+        .await
+        .expect("ack call");
+    assert_eq!(again, vec![Ok(())], "the lease still held");
+}
+
+/// With `result_ttl` 0 no completed record is kept.
+pub async fn ack_with_zero_result_ttl_keeps_nothing(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "ack0",
+            QueueConfigPatch {
+                result_ttl: Some(Duration::ZERO),
+                ..Default::default()
+            },
+        )
+        .await;
+    let id = e.send_text(&q, "work").await;
+    let d = e.recv_one(&q).await;
+    e.store
+        .ack(
+            &q,
+            vec![AckRequest {
+                receipt: d.receipt,
+                result: Some(Body::text("r")),
+            }],
+        )
+        .await
+        .expect("ack call")[0]
+        .clone()
+        .expect("ack");
+    e.gone(id, "result_ttl 0 keeps no record").await;
+    assert_eq!(e.stats(&q).await.totals.acked, 1);
+}
+
+/// A batch ack of many receipts (engines may take another path for long ones): each
+/// receipt succeeds or fails on its own and each result stays with its own message; with
+/// `result_ttl` 0 no record stays at all.
+pub async fn long_ack_batch_pairs_each_receipt(h: &dyn Harness) {
+    let e = env(h).await;
+    for (name, ttl) in [("ackl", None), ("ackl0", Some(Duration::ZERO))] {
+        let patch = QueueConfigPatch {
+            result_ttl: ttl,
+            ..QueueConfigPatch::default()
+        };
+        let q = e.queue(name, patch).await;
+        e.send_batch(&q, (0..40).map(|i| text(&i.to_string())).collect())
+            .await;
+        let ds = e.recv(&q, 40).await;
+        assert_eq!(ds.len(), 40);
+        e.ack(&q, ds[7].receipt).await.expect("ack one first");
+        let reqs = ds
+            .iter()
+            .enumerate()
+            .map(|(i, d)| AckRequest {
+                receipt: d.receipt,
+                result: (i % 2 == 0).then(|| Body::text(format!("r{}", d.id.0))),
+            })
+            .collect();
+        let out = e.store.ack(&q, reqs).await.expect("batch ack call");
+        assert_eq!(out.len(), 40);
+        for (i, (o, d)) in out.iter().zip(&ds).enumerate() {
+            if i == 7 {
+                assert_code(o.clone(), ErrorCode::ReceiptStale, "receipt acked before");
+            } else {
+                assert_eq!(*o, Ok(()), "{name}: receipt {i}");
+            }
+            if ttl.is_some() {
+                e.gone(d.id, "result_ttl 0 keeps no record").await;
+            } else if i != 7 {
+                let want = (i % 2 == 0).then(|| Body::text(format!("r{}", d.id.0)));
+                assert_eq!(e.get(d.id).await.result, want, "result of receipt {i}");
+            }
+        }
+        let s = e.stats(&q).await;
+        assert_eq!((s.in_flight, s.totals.acked), (0, 40), "{name}");
+    }
+}
+
+/// A batch ack answers per receipt: good ones succeed, a stale one fails alone.
+pub async fn ack_batch_reports_each_receipt(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e.queue("ackb", QueueConfigPatch::default()).await;
+    e.send_batch(&q, vec![text("1"), text("2"), text("3")])
+        .await;
+    let ds = e.recv(&q, 3).await;
+    assert_eq!(ds.len(), 3);
+    e.ack(&q, ds[0].receipt).await.expect("ack first");
+    let out = e
+        .store
+        .ack(
+            &q,
+            vec![
+                AckRequest {
+                    receipt: ds[1].receipt,
+                    result: Some(Body::text("r1")),
+                },
+                AckRequest {
+                    receipt: ds[0].receipt,
+                    result: None,
+                },
+                AckRequest {
+                    receipt: ds[2].receipt,
+                    result: Some(Body::text("r2")),
+                },
+            ],
+        )
+        .await
+        .expect("batch ack call");
+    assert_eq!(out.len(), 3);
+    assert_eq!(out[0], Ok(()));
+    assert_code(
+        out[1].clone(),
+        ErrorCode::ReceiptStale,
+        "already-acked receipt in a batch",
+    );
+    assert_eq!(out[2], Ok(()));
+    assert_eq!(
+        e.get(ds[1].id).await.result,
+        Some(Body::text("r1")),
+        "each ack keeps its own result"
+    );
+    assert_eq!(e.get(ds[2].id).await.result, Some(Body::text("r2")));
+    let s = e.stats(&q).await;
+    assert_eq!((s.in_flight, s.totals.acked), (0, 3));
+}

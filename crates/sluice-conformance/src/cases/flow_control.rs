@@ -1,0 +1,255 @@
+//! Flow control: pause, rate limits, in-flight caps and depth limits.
+
+use super::*;
+
+/// A paused queue accepts sends and delivers nothing; leases already out can still be acked;
+/// resume delivers.
+pub async fn pause_holds_deliveries(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e.queue("pz", QueueConfigPatch::default()).await;
+    e.send_text(&q, "before").await;
+    let d = e.recv_one(&q).await;
+    let out = e
+        .store
+        .put_queue(
+            &q,
+            &QueueConfigPatch {
+                paused: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("pause");
+    assert!(out.queue.config.paused);
+    let id = e.send_text(&q, "during").await;
+    e.recv_none(&q, "paused").await;
+    let s = e.stats(&q).await;
+    assert_eq!(
+        (s.visible, s.in_flight),
+        (1, 1),
+        "a paused queue still holds its messages"
+    );
+    assert_eq!(
+        e.browse_ids(&q, BrowseState::Visible).await,
+        BTreeSet::from([id])
+    );
+    e.ack(&q, d.receipt).await.expect("ack on a paused queue");
+    e.advance(secs(60));
+    e.recv_none(&q, "still paused later").await;
+    e.queue(
+        "pz",
+        QueueConfigPatch {
+            paused: Some(false),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(e.recv_one(&q).await.id, id, "resume delivers");
+}
+
+/// `rate_limit` 3 per 10 s: never more than 3 deliveries in any 10 s window (a sliding
+/// window), and deliveries resume as the window slides.
+pub async fn rate_limit_bounds_deliveries_per_window(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "rl",
+            QueueConfigPatch {
+                rate_limit: Some(Some(RateLimit {
+                    limit: 3,
+                    period: secs(10),
+                })),
+                visibility_timeout: Some(secs(3600)),
+                ..Default::default()
+            },
+        )
+        .await;
+    e.send_batch(&q, (0..12).map(|i| text(&i.to_string())).collect())
+        .await;
+    assert_eq!(e.recv(&q, 2).await.len(), 2, "t=0: 2 of 3 allowed");
+    e.advance(secs(5));
+    assert_eq!(
+        e.recv(&q, 10).await.len(),
+        1,
+        "t=5s: only 1 left in the window"
+    );
+    e.recv_none(&q, "t=5s: limit of 3 per 10 s reached").await;
+    e.advance(ms(4_999));
+    e.recv_none(&q, "t=9.999s: still 3 in the last 10 s").await;
+    e.advance(ms(2)); // t = 10.001 s: the 2 from t=0 left the window, the 1 from t=5 s did not
+    let n = e.recv(&q, 10).await.len();
+    assert!(
+        n <= 2,
+        "t=10.001s: {n} deliveries, but one from t=5s is still in the window (limit 3)"
+    );
+    assert_eq!(n, 2, "t=10.001s: two slots freed by the t=0 deliveries");
+    e.recv_none(&q, "t=10.001s: window full again").await;
+    e.advance(secs(5)); // t = 15.001 s
+    assert_eq!(
+        e.recv(&q, 10).await.len(),
+        1,
+        "t=15.001s: the t=5s slot is free"
+    );
+    e.advance(secs(30));
+    assert_eq!(
+        e.recv(&q, 10).await.len(),
+        3,
+        "after a quiet window the full limit is available"
+    );
+    let s = e.stats(&q).await;
+    assert_eq!(
+        (s.in_flight, s.visible),
+        (9, 3),
+        "rate-limited receives lease only what they return"
+    );
+}
+
+/// `max_in_flight` 2: never more than 2 leased; ack, nack and lease expiry free slots.
+pub async fn max_in_flight_bounds_leases(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "mif",
+            QueueConfigPatch {
+                max_in_flight: Some(Some(2)),
+                visibility_timeout: Some(secs(10)),
+                ..Default::default()
+            },
+        )
+        .await;
+    e.send_batch(&q, (0..5).map(|i| text(&i.to_string())).collect())
+        .await;
+    let ds = e.recv(&q, 5).await;
+    assert_eq!(ds.len(), 2, "max_in_flight 2 with 5 visible");
+    e.recv_none(&q, "2 in flight already").await;
+    assert_eq!(e.stats(&q).await.in_flight, 2);
+    e.ack(&q, ds[0].receipt).await.expect("ack");
+    let more = e.recv(&q, 5).await;
+    assert_eq!(more.len(), 1, "ack frees one slot");
+    assert_eq!(e.stats(&q).await.in_flight, 2);
+    e.nack(&q, ds[1].receipt, Some(Duration::ZERO), None)
+        .await
+        .expect("nack");
+    assert_eq!(e.recv(&q, 5).await.len(), 1, "nack frees one slot");
+    e.recv_none(&q, "full again").await;
+    e.advance(secs(10));
+    assert_eq!(
+        e.recv(&q, 5).await.len(),
+        2,
+        "expired leases free their slots"
+    );
+    let s = e.stats(&q).await;
+    assert_eq!((s.in_flight, s.visible), (2, 2));
+}
+
+/// A lease the engine lets overlap an ack (`lease_may_overlap_ack`) still sees that ack
+/// where it matters: with `max_in_flight` 1, the slot the ack frees is leased at once. Without
+/// `max_in_flight` the overlap is allowed or not, and either way both succeed.
+pub async fn lease_overlapping_an_ack_sees_it(h: &dyn Harness) {
+    let e = env(h).await;
+    for limit in [Some(1), None] {
+        let name = if limit.is_some() { "ovl1" } else { "ovl" };
+        let q = e
+            .queue(
+                name,
+                QueueConfigPatch {
+                    max_in_flight: Some(limit),
+                    ..Default::default()
+                },
+            )
+            .await;
+        e.send_batch(&q, vec![text("a"), text("b")]).await;
+        let first = e.recv(&q, 1).await;
+        assert_eq!(first.len(), 1);
+        let ack = vec![AckRequest {
+            receipt: first[0].receipt,
+            result: None,
+        }];
+        let next = if e.store.lease_may_overlap_ack(&q).await {
+            // As the broker does: the ack is polled once, then the lease runs beside it.
+            let mut acking = e.store.ack(&q, ack);
+            let early = futures::poll!(acking.as_mut());
+            let next = e.recv(&q, 5).await;
+            let outcome = match early {
+                std::task::Poll::Ready(r) => r,
+                std::task::Poll::Pending => acking.await,
+            };
+            assert!(
+                matches!(outcome.as_deref(), Ok([Ok(())])),
+                "overlapped ack on {q}: {outcome:?}"
+            );
+            next
+        } else {
+            let outcome = e.store.ack(&q, ack).await;
+            assert!(matches!(outcome.as_deref(), Ok([Ok(())])), "{outcome:?}");
+            e.recv(&q, 5).await
+        };
+        assert_eq!(
+            next.len(),
+            1,
+            "{q} (max_in_flight {limit:?}): the lease after the ack takes the other message"
+        );
+        assert_ne!(next[0].id, first[0].id);
+    }
+}
+
+/// `max_depth` 3 counts visible + delayed + in flight; sends beyond it are refused with
+/// `QueueFull` (with a retry hint), all or nothing; dead letters and acks free room.
+pub async fn max_depth_refuses_sends(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "md",
+            QueueConfigPatch {
+                max_depth: Some(Some(3)),
+                ..Default::default()
+            },
+        )
+        .await;
+    e.send_batch(&q, vec![text("1"), text("2")]).await;
+    let err = e
+        .store
+        .send(&q, vec![text("3"), text("4")])
+        .await
+        .expect_err("2 + 2 > 3 must be refused");
+    assert_eq!(err.code(), ErrorCode::QueueFull, "got {err:?}");
+    assert!(
+        err.retry_after().is_some(),
+        "QueueFull carries a retry hint"
+    );
+    assert_eq!(
+        e.stats(&q).await.visible,
+        2,
+        "a refused batch stores nothing"
+    );
+    e.send(&q, delayed("3", secs(60))).await;
+    assert_code(
+        e.store.send(&q, vec![text("4")]).await,
+        ErrorCode::QueueFull,
+        "delayed messages count toward depth",
+    );
+    let d = e.recv_one(&q).await;
+    assert_code(
+        e.store.send(&q, vec![text("4")]).await,
+        ErrorCode::QueueFull,
+        "in-flight messages count toward depth",
+    );
+    let s = e.stats(&q).await;
+    assert_eq!(
+        (s.visible, s.delayed, s.in_flight, s.totals.sent),
+        (1, 1, 1, 3)
+    );
+    e.store
+        .reject(&q, d.receipt, fail("x"))
+        .await
+        .expect("reject");
+    e.send_text(&q, "4").await;
+    let d = e.recv_one(&q).await;
+    e.ack(&q, d.receipt).await.expect("ack");
+    e.send_text(&q, "5").await;
+    assert_code(
+        e.store.send(&q, vec![text("6")]).await,
+        ErrorCode::QueueFull,
+        "full again",
+    );
+}

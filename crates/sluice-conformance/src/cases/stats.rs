@@ -1,0 +1,195 @@
+//! Stats: gauges and totals, and the stored stats history.
+
+use super::*;
+
+/// Gauges: visible, delayed, in_flight, dead_letter_depth and oldest_visible_age (measured
+/// from when the message became visible, not from its send).
+pub async fn stats_gauges(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e.queue("sg", QueueConfigPatch::default()).await;
+    let s = e.stats(&q).await;
+    assert_eq!(
+        (
+            s.visible,
+            s.delayed,
+            s.in_flight,
+            s.dead_letter_depth,
+            s.completed
+        ),
+        (0, 0, 0, 0, 0)
+    );
+    assert_eq!(s.oldest_visible_age, Duration::ZERO);
+    assert_eq!(s.totals, sluice_core::stats::Totals::default());
+
+    e.send(&q, delayed("b", secs(5))).await;
+    e.send(&q, delayed("c", secs(60))).await;
+    let s = e.stats(&q).await;
+    assert_eq!(
+        (s.visible, s.delayed, s.oldest_visible_age),
+        (0, 2, Duration::ZERO)
+    );
+    e.advance(secs(8));
+    let s = e.stats(&q).await;
+    assert_eq!((s.visible, s.delayed), (1, 1));
+    assert_eq!(
+        s.oldest_visible_age,
+        secs(3),
+        "b has been visible since t0+5s"
+    );
+    e.send_text(&q, "a").await;
+    e.advance(secs(1));
+    assert_eq!(
+        e.stats(&q).await.oldest_visible_age,
+        secs(4),
+        "the oldest visible counts"
+    );
+    let ds = e.recv(&q, 10).await;
+    assert_eq!(ds.len(), 2);
+    let s = e.stats(&q).await;
+    assert_eq!(
+        (s.visible, s.delayed, s.in_flight, s.oldest_visible_age),
+        (0, 1, 2, Duration::ZERO)
+    );
+    e.nack(&q, ds[0].receipt, Some(Duration::ZERO), None)
+        .await
+        .expect("nack");
+    e.advance(secs(2));
+    let s = e.stats(&q).await;
+    assert_eq!(
+        (s.visible, s.in_flight, s.oldest_visible_age),
+        (1, 1, secs(2))
+    );
+    e.store
+        .reject(&q, ds[1].receipt, fail("x"))
+        .await
+        .expect("reject");
+    let s = e.stats(&q).await;
+    assert_eq!(
+        (s.visible, s.delayed, s.in_flight, s.dead_letter_depth),
+        (1, 1, 0, 1)
+    );
+}
+
+/// Totals: sent (not duplicates), received, acked, nacked (including the dead-lettering one),
+/// dead_lettered (reject, exhausted nack, expired last lease).
+pub async fn stats_totals(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "stt",
+            QueueConfigPatch {
+                max_receive_count: Some(2),
+                visibility_timeout: Some(secs(10)),
+                ..Default::default()
+            },
+        )
+        .await;
+    e.send_batch(&q, vec![text("1"), text("2"), text("3"), text("4")])
+        .await;
+    e.send(&q, dedup("5", "d")).await;
+    assert!(e.send(&q, dedup("5 again", "d")).await.duplicate);
+    let ds = e.recv(&q, 5).await;
+    assert_eq!(ds.len(), 5);
+    e.ack(&q, ds[0].receipt).await.expect("ack");
+    e.nack(&q, ds[1].receipt, Some(Duration::ZERO), None)
+        .await
+        .expect("nack");
+    e.store
+        .reject(&q, ds[2].receipt, fail("x"))
+        .await
+        .expect("reject");
+    e.advance(secs(10)); // ds[3], ds[4] leases run out (attempt 1 of 2)
+    let again = e.recv(&q, 5).await;
+    assert_eq!(
+        ids_of(&again),
+        BTreeSet::from([ds[1].id, ds[3].id, ds[4].id])
+    );
+    let two = again
+        .iter()
+        .find(|d| d.id == ds[1].id)
+        .expect("nacked one redelivered");
+    let out = e
+        .nack(&q, two.receipt, Some(Duration::ZERO), None)
+        .await
+        .expect("nack");
+    assert_eq!(out.state, None, "second nack of 2 dead-letters");
+    e.advance(secs(10)); // ds[3], ds[4] run out on their last attempt
+    let s = e.stats(&q).await;
+    let t = s.totals;
+    assert_eq!(t.sent, 5, "duplicates are not counted as sent");
+    assert_eq!(t.received, 8, "5 first deliveries + 3 redeliveries");
+    assert_eq!(t.acked, 1);
+    assert_eq!(t.nacked, 2, "nacks including the one that dead-lettered");
+    assert_eq!(
+        t.dead_lettered, 4,
+        "reject + exhausted nack + 2 expired last leases"
+    );
+    assert_eq!((t.expired, t.redriven), (0, 0));
+    assert_eq!(
+        (s.visible, s.delayed, s.in_flight, s.dead_letter_depth),
+        (0, 0, 0, 4)
+    );
+}
+
+/// SPEC §5: stats history points are stored once per queue and time, kept 24 h, and survive
+/// a restart.
+pub async fn stats_history_is_stored_once_and_kept_a_day(h: &dyn Harness) {
+    use sluice_core::stats::{HISTORY_KEPT, SAMPLE_INTERVAL, StatsSample};
+    let clock = ManualClock::default();
+    let store = h.open(clock.clone()).await;
+    let e = Env {
+        clock: clock.clone(),
+        store,
+    };
+    let q = e.queue("work", QueueConfigPatch::default()).await;
+    e.send_text(&q, "a").await;
+    let t0 = StatsSample::slot(e.now());
+    let s0 = StatsSample::of(&e.stats(&q).await, t0);
+    e.store
+        .record_stats(vec![(q.clone(), s0)])
+        .await
+        .expect("record");
+    let mut other = s0;
+    other.visible = 999;
+    e.store
+        .record_stats(vec![(q.clone(), other)])
+        .await
+        .expect("a second node's sample of the same moment");
+    e.send_text(&q, "b").await;
+    let t1 = t0.plus(SAMPLE_INTERVAL);
+    let s1 = StatsSample::of(&e.stats(&q).await, t1);
+    e.store
+        .record_stats(vec![(q.clone(), s1), (qn("ghost"), s1)])
+        .await
+        .expect("unknown queues are skipped");
+    let h0 = e.store.stats_history(&q, t0).await.expect("history");
+    assert_eq!(h0, vec![s0, s1], "one point per time, the first one kept");
+    assert_eq!(e.store.stats_history(&q, t1).await.expect("since").len(), 1);
+    assert_eq!((h0[0].visible, h0[1].visible, h0[1].totals.sent), (1, 2, 2));
+
+    drop(e);
+    let store = h.reopen(clock.clone()).await;
+    let e = Env { clock, store };
+    assert_eq!(
+        e.store.stats_history(&q, t0).await.expect("history"),
+        vec![s0, s1],
+        "history survives a restart"
+    );
+    let late = t0.plus(HISTORY_KEPT).plus(SAMPLE_INTERVAL);
+    let s2 = StatsSample { at: late, ..s1 };
+    e.store
+        .record_stats(vec![(q.clone(), s2)])
+        .await
+        .expect("record");
+    let h = e.store.stats_history(&q, t0).await.expect("history");
+    assert_eq!(
+        h.first().map(|s| s.at),
+        Some(t1),
+        "points older than a day are forgotten"
+    );
+    assert_code(
+        e.store.stats_history(&qn("ghost"), t0).await,
+        ErrorCode::QueueNotFound,
+        "unknown queue",
+    );
+}

@@ -1,0 +1,249 @@
+//! Queue configuration and the queue list.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use sluice_core::config::{QueueConfig, QueueConfigPatch, QueueInfo, RateLimit};
+use sluice_core::error::StoreError;
+use sluice_core::time::rfc3339;
+
+use crate::convert::{as_ms, millis, opt_millis, present, queue_name};
+
+/// A delivery rate limit: at most `limit` deliveries in any window of `period_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitWire {
+    /// Deliveries allowed per period (1 – 1,000,000).
+    pub limit: u32,
+    /// The window, in milliseconds (100 ms – 24 h).
+    pub period_ms: i64,
+}
+
+/// `PUT /v1/queues/{q}`: every field optional; an absent field keeps its current value (or
+/// the default on creation). For `dead_letter_queue`, `rate_limit`, `max_in_flight` and
+/// `max_depth`, an explicit `null` clears the setting.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfigRequest {
+    /// Lease length, 0 – 12 h. Default 30 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility_timeout_ms: Option<i64>,
+    /// Deliveries before dead-lettering, 0 (unlimited) – 1000. Default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_receive_count: Option<u32>,
+    /// The DLQ's name, or `null` for none (only with `max_receive_count` 0).
+    /// Default `<name>.dlq`, created with the queue.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>)]
+    pub dead_letter_queue: Option<Option<String>>,
+    /// First retry delay after a nack, 0 – 12 h. Default 1 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_base_ms: Option<i64>,
+    /// Cap on the retry delay, 0 – 12 h. Default 15 min.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_max_ms: Option<i64>,
+    /// Default delivery delay of a sent message, 0 – 7 days. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<i64>,
+    /// How long a message may stay before it expires, 1 min – 30 days. Default 4 days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_ms: Option<i64>,
+    /// Largest body accepted, 1 B – 16 MiB. Default 256 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_message_bytes: Option<u32>,
+    /// How long a `dedup_id` is remembered, 0 – 24 h. Default 5 min.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_window_ms: Option<i64>,
+    /// Most messages in flight across all consumers (1 – 1,000,000), or `null` for no limit.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<u32>)]
+    pub max_in_flight: Option<Option<u32>>,
+    /// Backpressure: most messages visible + delayed + in flight (1 – 1,000,000,000), or
+    /// `null` for no limit.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<u64>)]
+    pub max_depth: Option<Option<u64>>,
+    /// Delivery rate limit across all consumers, or `null` for none.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<RateLimitWire>)]
+    pub rate_limit: Option<Option<RateLimitWire>>,
+    /// How long completed records and results are kept, 0 – 7 days. Default 1 h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_ttl_ms: Option<i64>,
+    /// A paused queue accepts sends and delivers nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}
+
+impl QueueConfigRequest {
+    /// The core patch this request asks for. Ranges are checked by the store (which knows the
+    /// current config); this refuses what cannot even be expressed (negative durations, bad
+    /// queue names).
+    ///
+    /// # Errors
+    /// `InvalidArgument` naming the field.
+    pub fn to_patch(&self) -> Result<QueueConfigPatch, StoreError> {
+        let rate_limit = match self.rate_limit {
+            None => None,
+            Some(None) => Some(None),
+            Some(Some(r)) => Some(Some(RateLimit {
+                limit: r.limit,
+                period: millis("rate_limit.period_ms", r.period_ms)?,
+            })),
+        };
+        let dead_letter_queue = match &self.dead_letter_queue {
+            None => None,
+            Some(None) => Some(None),
+            Some(Some(n)) => Some(Some(queue_name("dead_letter_queue", n.clone())?)),
+        };
+        Ok(QueueConfigPatch {
+            visibility_timeout: opt_millis("visibility_timeout_ms", self.visibility_timeout_ms)?,
+            max_receive_count: self.max_receive_count,
+            dead_letter_queue,
+            backoff_base: opt_millis("backoff_base_ms", self.backoff_base_ms)?,
+            backoff_max: opt_millis("backoff_max_ms", self.backoff_max_ms)?,
+            delay: opt_millis("delay_ms", self.delay_ms)?,
+            retention: opt_millis("retention_ms", self.retention_ms)?,
+            max_message_bytes: self.max_message_bytes,
+            dedup_window: opt_millis("dedup_window_ms", self.dedup_window_ms)?,
+            rate_limit,
+            max_in_flight: self.max_in_flight,
+            max_depth: self.max_depth,
+            result_ttl: opt_millis("result_ttl_ms", self.result_ttl_ms)?,
+            paused: self.paused,
+        })
+    }
+}
+
+/// The full configuration of a queue. Its object is accepted as is by `PUT /v1/queues/{q}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QueueConfigView {
+    /// Lease length.
+    pub visibility_timeout_ms: u64,
+    /// Deliveries before dead-lettering; 0 is unlimited.
+    pub max_receive_count: u32,
+    /// The DLQ, or `null`.
+    pub dead_letter_queue: Option<String>,
+    /// First retry delay.
+    pub backoff_base_ms: u64,
+    /// Retry delay cap.
+    pub backoff_max_ms: u64,
+    /// Default delivery delay.
+    pub delay_ms: u64,
+    /// Retention.
+    pub retention_ms: u64,
+    /// Largest body.
+    pub max_message_bytes: u32,
+    /// Dedup window.
+    pub dedup_window_ms: u64,
+    /// In-flight limit, or `null`.
+    pub max_in_flight: Option<u32>,
+    /// Depth limit, or `null`.
+    pub max_depth: Option<u64>,
+    /// Delivery rate limit, or `null`.
+    pub rate_limit: Option<RateLimitWire>,
+    /// How long completed records are kept.
+    pub result_ttl_ms: u64,
+    /// Paused.
+    pub paused: bool,
+}
+
+impl From<&QueueConfig> for QueueConfigView {
+    fn from(c: &QueueConfig) -> Self {
+        QueueConfigView {
+            visibility_timeout_ms: as_ms(c.visibility_timeout),
+            max_receive_count: c.max_receive_count,
+            dead_letter_queue: c.dead_letter_queue.as_ref().map(|q| q.to_string()),
+            backoff_base_ms: as_ms(c.backoff_base),
+            backoff_max_ms: as_ms(c.backoff_max),
+            delay_ms: as_ms(c.delay),
+            retention_ms: as_ms(c.retention),
+            max_message_bytes: c.max_message_bytes,
+            dedup_window_ms: as_ms(c.dedup_window),
+            max_in_flight: c.max_in_flight,
+            max_depth: c.max_depth,
+            rate_limit: c.rate_limit.map(|r| RateLimitWire {
+                limit: r.limit,
+                period_ms: i64::try_from(r.period.as_millis()).unwrap_or(i64::MAX),
+            }),
+            result_ttl_ms: as_ms(c.result_ttl),
+            paused: c.paused,
+        }
+    }
+}
+
+/// A queue: its name, creation time and full configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct QueueView {
+    /// The queue's name.
+    pub name: String,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// Its configuration.
+    pub config: QueueConfigView,
+    /// Advice about the configuration just written (only on `PUT`), e.g. unlimited attempts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl From<&QueueInfo> for QueueView {
+    fn from(q: &QueueInfo) -> Self {
+        QueueView {
+            name: q.name.to_string(),
+            created_at: rfc3339(q.created_at),
+            config: QueueConfigView::from(&q.config),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// `GET /v1/queues`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QueueList {
+    /// Every queue the caller may see, by name.
+    pub queues: Vec<QueueView>,
+}
+
+/// `POST /v1/queues/{q}/purge`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PurgeResponse {
+    /// How many messages were removed.
+    pub purged: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_and_negative_durations_are_refused() {
+        assert!(
+            serde_json::from_str::<QueueConfigRequest>(r#"{"visiblity_timeout_ms": 1}"#).is_err()
+        );
+        let req: QueueConfigRequest =
+            serde_json::from_str(r#"{"visibility_timeout_ms": -1}"#).unwrap();
+        assert!(req.to_patch().is_err());
+        let req: QueueConfigRequest =
+            serde_json::from_str(r#"{"dead_letter_queue": null, "max_depth": null}"#).unwrap();
+        let p = req.to_patch().unwrap();
+        assert_eq!(p.dead_letter_queue, Some(None));
+        assert_eq!(p.max_depth, Some(None));
+        assert_eq!(p.max_in_flight, None);
+    }
+}

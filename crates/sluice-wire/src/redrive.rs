@@ -1,0 +1,272 @@
+//! Redrive jobs: moving dead letters back, with a guard and a pace.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use sluice_core::config::RateLimit;
+use sluice_core::error::StoreError;
+use sluice_core::name::QueueName;
+use sluice_core::time::{parse_rfc3339, rfc3339};
+
+use crate::convert::millis;
+use crate::queues::RateLimitWire;
+use sluice_core::redrive::RedriveGuard;
+
+/// The message filter of a redrive job; every given condition must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveFilterView {
+    /// `last_error` contains this text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_contains: Option<String>,
+    /// Every one of these attributes has exactly this value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, String>,
+    /// Dead-lettered before this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_lettered_before: Option<String>,
+    /// Dead-lettered at or after this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_lettered_after: Option<String>,
+}
+
+impl RedriveFilterView {
+    /// The core filter.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a time that is not RFC 3339.
+    pub fn to_core(&self) -> Result<sluice_core::redrive::RedriveFilter, StoreError> {
+        Ok(sluice_core::redrive::RedriveFilter {
+            error_contains: self.error_contains.clone(),
+            attributes: self.attributes.clone(),
+            dead_lettered_before: self
+                .dead_lettered_before
+                .as_deref()
+                .map(|s| parse_rfc3339("filter.dead_lettered_before", s))
+                .transpose()?,
+            dead_lettered_after: self
+                .dead_lettered_after
+                .as_deref()
+                .map(|s| parse_rfc3339("filter.dead_lettered_after", s))
+                .transpose()?,
+        })
+    }
+}
+
+impl From<&sluice_core::redrive::RedriveFilter> for RedriveFilterView {
+    fn from(f: &sluice_core::redrive::RedriveFilter) -> Self {
+        RedriveFilterView {
+            error_contains: f.error_contains.clone(),
+            attributes: f.attributes.clone(),
+            dead_lettered_before: f.dead_lettered_before.map(rfc3339),
+            dead_lettered_after: f.dead_lettered_after.map(rfc3339),
+        }
+    }
+}
+
+/// `POST /v1/redrives`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveRequest {
+    /// The dead-letter queue to move from.
+    pub source: String,
+    /// Where to; absent sends each message back to its own `source_queue`.
+    #[serde(default)]
+    pub destination: Option<String>,
+    /// Move at most this many.
+    #[serde(default)]
+    pub limit: Option<u64>,
+    /// Never more than `limit` moves in any sliding `period_ms`, spread evenly: e.g.
+    /// `{"limit": 50, "period_ms": 60000}` for 50 a minute (at most 100,000 a second).
+    #[serde(default)]
+    pub rate: Option<RateLimitWire>,
+    /// The same as `rate` with a period of one second (1 to 100000); give one or the other.
+    #[serde(default)]
+    pub rate_per_second: Option<u32>,
+    /// Which messages.
+    #[serde(default)]
+    pub filter: Option<RedriveFilterView>,
+    /// Pause the job when too many of the messages it moved fail again.
+    #[serde(default)]
+    pub pause_if_failing: Option<RedriveGuardView>,
+    /// Start the moved messages' attempt count afresh (default true).
+    #[serde(default)]
+    pub reset_receive_count: Option<bool>,
+    /// Count what would move, move nothing (default false).
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+impl RedriveRequest {
+    /// The core spec.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a bad queue name, time or number.
+    pub fn to_core(&self) -> Result<sluice_core::redrive::RedriveSpec, StoreError> {
+        let spec = sluice_core::redrive::RedriveSpec {
+            source: QueueName::new(self.source.clone())?,
+            destination: self.destination.clone().map(QueueName::new).transpose()?,
+            limit: self.limit,
+            rate: match (&self.rate, self.rate_per_second) {
+                (Some(_), Some(_)) => {
+                    return Err(StoreError::invalid(
+                        "give either rate or rate_per_second, not both",
+                    ));
+                }
+                (Some(r), None) => Some(rate_to_core(r)?),
+                (None, r) => r.map(RateLimit::per_second),
+            },
+            filter: self
+                .filter
+                .as_ref()
+                .map(RedriveFilterView::to_core)
+                .transpose()?
+                .unwrap_or_default(),
+            reset_receive_count: self.reset_receive_count.unwrap_or(true),
+            dry_run: self.dry_run.unwrap_or(false),
+            guard: self.pause_if_failing.as_ref().map(Into::into),
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
+/// A redrive job and its progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RedriveView {
+    /// Job id.
+    pub id: String,
+    /// `running`, `paused`, `completed` or `cancelled`.
+    pub state: String,
+    /// Why it is paused, while it is (by an operator, or by its guard with the failures seen).
+    #[serde(default)]
+    pub paused_reason: Option<String>,
+    /// The dead-letter queue it moves from.
+    pub source: String,
+    /// Where to (absent: each message's `source_queue`).
+    pub destination: Option<String>,
+    /// Messages that matched so far (for a dry run: what would move).
+    pub matched: u64,
+    /// Messages moved so far.
+    pub moved: u64,
+    /// Matching messages left in place: no `source_queue` and no destination, or their
+    /// destination no longer exists.
+    pub skipped: u64,
+    /// Why it is waiting, while it is.
+    pub blocked: Option<String>,
+    /// The limit asked for.
+    pub limit: Option<u64>,
+    /// The rate asked for.
+    #[serde(default)]
+    pub rate: Option<RateLimitWire>,
+    /// The rate asked for, when it is a whole number per second.
+    pub rate_per_second: Option<u32>,
+    /// The filter asked for.
+    pub filter: RedriveFilterView,
+    /// The guard asked for.
+    #[serde(default)]
+    pub pause_if_failing: Option<RedriveGuardView>,
+    /// Whether attempt counts start afresh.
+    pub reset_receive_count: bool,
+    /// A dry run moves nothing.
+    pub dry_run: bool,
+    /// When it was created.
+    pub created_at: String,
+    /// When it last changed.
+    pub updated_at: String,
+    /// When it finished.
+    pub finished_at: Option<String>,
+}
+
+impl From<&sluice_core::redrive::RedriveJob> for RedriveView {
+    fn from(j: &sluice_core::redrive::RedriveJob) -> Self {
+        RedriveView {
+            id: j.id.to_string(),
+            state: j.state.as_str().to_string(),
+            paused_reason: j.paused_reason.clone(),
+            source: j.spec.source.to_string(),
+            destination: j.spec.destination.as_ref().map(|d| d.to_string()),
+            matched: j.matched,
+            moved: j.moved,
+            skipped: j.skipped,
+            blocked: j.blocked.clone(),
+            limit: j.spec.limit,
+            rate: j.spec.rate.as_ref().map(rate_to_wire),
+            rate_per_second: j
+                .spec
+                .rate
+                .filter(|r| r.period == Duration::from_secs(1))
+                .map(|r| r.limit),
+            filter: RedriveFilterView::from(&j.spec.filter),
+            pause_if_failing: j.spec.guard.as_ref().map(RedriveGuardView::from),
+            reset_receive_count: j.spec.reset_receive_count,
+            dry_run: j.spec.dry_run,
+            created_at: rfc3339(j.created_at),
+            updated_at: rfc3339(j.updated_at),
+            finished_at: j.finished_at.map(rfc3339),
+        }
+    }
+}
+
+/// `GET /v1/redrives`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RedriveList {
+    /// Running jobs and the most recent finished ones, newest first.
+    pub redrives: Vec<RedriveView>,
+}
+
+/// The rate of a job: `{"limit": 50, "period_ms": 60000}` is 50 a minute.
+pub(super) fn rate_to_core(r: &RateLimitWire) -> Result<RateLimit, StoreError> {
+    Ok(RateLimit {
+        limit: r.limit,
+        period: millis("rate.period_ms", r.period_ms)?,
+    })
+}
+
+/// The wire form of a job's rate.
+pub(super) fn rate_to_wire(r: &RateLimit) -> RateLimitWire {
+    RateLimitWire {
+        limit: r.limit,
+        period_ms: i64::try_from(r.period.as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+/// `pause_if_failing` of a redrive job: it pauses itself when more than `percent` % of the
+/// last `window` messages it moved failed again (nacked, rejected, dead-lettered, or moved
+/// away), counting only errors that contain `error_contains` when given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveGuardView {
+    /// The share of failures that pauses the job, in percent (1 – 100).
+    pub percent: u8,
+    /// How many of the latest outcomes are judged (1 – 10,000; default 20). The job never
+    /// pauses before it has seen this many.
+    #[serde(default)]
+    pub window: Option<u32>,
+    /// Count only failures whose error contains this text, e.g. `429`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_contains: Option<String>,
+}
+
+impl From<&RedriveGuardView> for RedriveGuard {
+    fn from(g: &RedriveGuardView) -> Self {
+        RedriveGuard {
+            percent: g.percent,
+            window: g.window.unwrap_or(RedriveGuard::DEFAULT_WINDOW),
+            error_contains: g.error_contains.clone(),
+        }
+    }
+}
+
+impl From<&RedriveGuard> for RedriveGuardView {
+    fn from(g: &RedriveGuard) -> Self {
+        RedriveGuardView {
+            percent: g.percent,
+            window: Some(g.window),
+            error_contains: g.error_contains.clone(),
+        }
+    }
+}

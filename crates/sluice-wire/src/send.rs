@@ -1,0 +1,196 @@
+//! Sending messages: one or a batch, JSON or raw.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use sluice_core::error::StoreError;
+use sluice_core::message::{Attributes, Body, NewMessage};
+
+use crate::body::{JsonText, body_from};
+use crate::convert::{opt_millis, present};
+
+/// One message of a send.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendMessage {
+    /// The body as any JSON value (kept as the exact JSON text).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<Value>)]
+    pub body: Option<JsonText>,
+    /// The body as bytes, in base64 (standard alphabet, padded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+    /// String attributes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<BTreeMap<String, String>>,
+    /// Delivery delay (0 – 7 days); default the queue's `delay_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<i64>,
+    /// A second send with this id inside the queue's dedup window stores nothing and returns
+    /// the first message's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_id: Option<String>,
+}
+
+impl SendMessage {
+    /// The core message.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a missing or doubled body, bad base64, a negative delay or bad
+    /// attributes.
+    pub fn into_new_message(self) -> Result<NewMessage, StoreError> {
+        let body = body_from("body", self.body, self.body_base64, true)?
+            .ok_or_else(|| StoreError::invalid("missing body"))?;
+        let m = NewMessage {
+            body,
+            attributes: self.attributes.unwrap_or_default(),
+            delay: opt_millis("delay_ms", self.delay_ms)?,
+            dedup_id: self.dedup_id,
+        };
+        m.validate()?;
+        Ok(m)
+    }
+}
+
+/// `POST /v1/queues/{q}/messages` with a JSON body: one message (`body` or `body_base64`
+/// plus options at the top level) or a batch (`messages`, 1 – 1000, nothing else).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendRequest {
+    /// One message: the body as any JSON value.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<Value>)]
+    pub body: Option<JsonText>,
+    /// One message: the body as bytes in base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+    /// One message: string attributes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<BTreeMap<String, String>>,
+    /// One message: delivery delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<i64>,
+    /// One message: dedup id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_id: Option<String>,
+    /// A batch of 1 – 1000 messages (16 MiB of bodies in all), stored all or nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<SendMessage>>,
+}
+
+impl SendRequest {
+    /// The messages to send and whether the request was a batch (which answers with `ids`).
+    ///
+    /// # Errors
+    /// `InvalidArgument` naming the message and field at fault.
+    pub fn into_messages(self) -> Result<(Vec<NewMessage>, bool), StoreError> {
+        use sluice_core::config::limits::MAX_BATCH;
+        match self.messages {
+            Some(batch) => {
+                if self.body.is_some()
+                    || self.body_base64.is_some()
+                    || self.attributes.is_some()
+                    || self.delay_ms.is_some()
+                    || self.dedup_id.is_some()
+                {
+                    return Err(StoreError::invalid(
+                        "a batch send holds everything inside \"messages\"; body, body_base64, \
+                         attributes, delay_ms and dedup_id are not allowed beside it",
+                    ));
+                }
+                if batch.is_empty() || batch.len() > MAX_BATCH {
+                    return Err(StoreError::invalid(format!(
+                        "messages must hold 1 to {MAX_BATCH} messages, got {}",
+                        batch.len()
+                    )));
+                }
+                let msgs = batch
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        m.into_new_message().map_err(|e| match e {
+                            StoreError::InvalidArgument(s) => {
+                                StoreError::invalid(format!("messages[{i}]: {s}"))
+                            }
+                            other => other,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok((msgs, true))
+            }
+            None => {
+                let m = SendMessage {
+                    body: self.body,
+                    body_base64: self.body_base64,
+                    attributes: self.attributes,
+                    delay_ms: self.delay_ms,
+                    dedup_id: self.dedup_id,
+                }
+                .into_new_message()?;
+                Ok((vec![m], false))
+            }
+        }
+    }
+}
+
+/// Options of a raw send (`application/octet-stream` or `text/plain` body), as query
+/// parameters: `?delay_ms=&dedup_id=`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct RawSendParams {
+    /// Delivery delay of a raw send.
+    pub delay_ms: Option<i64>,
+    /// Dedup id of a raw send.
+    pub dedup_id: Option<String>,
+}
+
+impl RawSendParams {
+    /// True when no option is given.
+    pub fn is_empty(&self) -> bool {
+        self.delay_ms.is_none() && self.dedup_id.is_none()
+    }
+
+    /// The core message for a raw body.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a negative delay or a bad dedup id.
+    pub fn into_new_message(self, body: Body) -> Result<NewMessage, StoreError> {
+        let m = NewMessage {
+            body,
+            attributes: Attributes::new(),
+            delay: opt_millis("delay_ms", self.delay_ms)?,
+            dedup_id: self.dedup_id,
+        };
+        m.validate()?;
+        Ok(m)
+    }
+}
+
+/// Answer to a single send.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SendResponse {
+    /// The message id (for a duplicate: the first message's id).
+    pub id: String,
+    /// True when a send with the same `dedup_id` inside the window already stored it.
+    pub duplicate: bool,
+}
+
+/// Answer to a batch send.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SendBatchResponse {
+    /// The ids, in request order.
+    pub ids: Vec<String>,
+    /// Per message, whether it was a duplicate.
+    pub duplicates: Vec<bool>,
+}

@@ -1,0 +1,86 @@
+//! The status of a task.
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use sluice_core::message::Message;
+
+use crate::body::{BodyEncoding, JsonText, body_fields};
+use crate::settle::ProgressView;
+
+/// `GET /v1/tasks/{id}`: the status of a task (SPEC §6).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TaskView {
+    /// Task id (its message id).
+    pub id: String,
+    /// `PENDING`, `STARTED`, `RETRY`, `SUCCESS`, `FAILURE`, `UNKNOWN` or `CANCELLED`.
+    #[schema(value_type = String, example = "SUCCESS")]
+    pub status: sluice_core::task::TaskStatus,
+    /// The queue it is in now (absent when unknown).
+    pub queue: Option<String>,
+    /// Deliveries so far.
+    pub receive_count: u32,
+    /// The result of a successful task, when JSON or text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Value>)]
+    pub result: Option<JsonText>,
+    /// The result when binary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_base64: Option<String>,
+    /// `"text"` when `result` holds text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_encoding: Option<BodyEncoding>,
+    /// The last error of a failed or retrying task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The last progress its running handler reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressView>,
+}
+
+impl TaskView {
+    /// The view of a task whose message is `m`.
+    pub fn of(m: &Message) -> Self {
+        let (result, result_base64, result_encoding) = m
+            .result
+            .as_ref()
+            .map(body_fields)
+            .unwrap_or((None, None, None));
+        TaskView {
+            id: m.id.to_string(),
+            status: sluice_core::task::TaskStatus::of(m),
+            queue: Some(m.queue.to_string()),
+            receive_count: m.receive_count,
+            result,
+            result_base64,
+            result_encoding,
+            error: m.last_error.clone(),
+            progress: m.progress.as_ref().map(ProgressView::from),
+        }
+    }
+
+    /// The view of an id nothing is known about.
+    pub fn unknown(id: sluice_core::message::MessageId) -> Self {
+        TaskView {
+            id: id.to_string(),
+            status: sluice_core::task::TaskStatus::Unknown,
+            queue: None,
+            receive_count: 0,
+            result: None,
+            result_base64: None,
+            result_encoding: None,
+            error: None,
+            progress: None,
+        }
+    }
+}
+
+/// Query of `GET /v1/tasks/{id}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct TaskQuery {
+    /// Long poll: wait up to this many ms (at most 30000) for the task to become final.
+    #[param(default = 0, maximum = 30_000)]
+    pub wait_ms: Option<u64>,
+}
