@@ -1,4 +1,4 @@
-"""The client against a real broker: every route of SPEC §8."""
+"""The client against a real broker: every route of the HTTP API v1."""
 
 from __future__ import annotations
 

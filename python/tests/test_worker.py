@@ -1,4 +1,4 @@
-"""The worker against a real broker: the semantics of SPEC §6, case by case."""
+"""The worker against a real broker: the task semantics, case by case."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 //! Bodies going out ([`OutgoingMessage`]) and coming back ([`DecodedBody`]).
 //!
-//! A body is sent in one of three forms and comes back in the same form (SPEC §8):
+//! A body is sent in one of three forms and comes back in the same form:
 //! JSON (kept as the exact JSON text), text (UTF-8, sent as `text/plain`) and bytes (sent as
 //! `application/octet-stream` or base64).
 

@@ -15,7 +15,7 @@ use sluice_wire::ErrorEnvelope;
 use crate::error::{Error, Result, code_for_status};
 use crate::retry::{RetryPolicy, Safety, parse_retry_after};
 
-/// The header that makes a POST replay its first answer instead of acting twice (SPEC §7).
+/// The header that makes a POST replay its first answer instead of acting twice.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// A client of one Sluice broker.

@@ -1,5 +1,5 @@
 //! The client's one error type. An answer from the broker keeps the broker's stable
-//! [`ErrorCode`] (SPEC §8) and message, so `receipt_stale` means the same thing here as in the
+//! [`ErrorCode`] and message, so `receipt_stale` means the same thing here as in the
 //! server, the CLI and the other SDKs.
 
 use std::error::Error as StdError;

@@ -87,7 +87,7 @@ impl Client {
         .await
     }
 
-    /// The status of a task (SPEC §6). With `wait`, the broker holds the answer until the task
+    /// The status of a task. With `wait`, the broker holds the answer until the task
     /// is final or `wait` (at most 30 s) passes; the client's timeout is extended by `wait`.
     ///
     /// # Errors

@@ -1,4 +1,4 @@
-//! A typed async client of Sluice's HTTP API v1 (SPEC §8).
+//! A typed async client of Sluice's HTTP API v1.
 //!
 //! One [`Client`] holds one connection pool; clone it freely. Requests and answers are the
 //! wire types of [`sluice_wire`], shared with the server, so the client cannot drift

@@ -1,4 +1,4 @@
-//! Operator calls (SPEC §5, §7): redrive jobs, the audit log and a queue's stats history.
+//! Operator calls: redrive jobs, the audit log and a queue's stats history.
 //!
 //! Redrive jobs and the audit log need the operator role. Starting a redrive is a POST that
 //! acts (it moves messages), so [`Client::create_redrive`] always sends an `Idempotency-Key`:

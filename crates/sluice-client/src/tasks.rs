@@ -1,4 +1,4 @@
-//! Tasks (SPEC §6) from the caller's side: enqueue a task envelope, cancel, report progress,
+//! Tasks from the caller's side: enqueue a task envelope, cancel, report progress,
 //! watch a task's events, and request/reply with [`Client::call`].
 //!
 //! # Why `call` long-polls

@@ -1,4 +1,4 @@
-//! The audit log (SPEC §7): an append-only record of operator actions (config changes, purge,
+//! The audit log: an append-only record of operator actions (config changes, purge,
 //! delete, redrive, cancel) and of dead-letter and expiry events, with actor, queue, message
 //! id and details. It answers "who changed this queue" and "why did these messages leave".
 

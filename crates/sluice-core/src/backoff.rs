@@ -1,5 +1,4 @@
-//! Retry backoff: `min(backoff_max, backoff_base * 2^(receive_count-1))` with full jitter
-//! (SPEC §2 rule 2).
+//! Retry backoff: `min(backoff_max, backoff_base * 2^(receive_count-1))` with full jitter.
 //!
 //! Why exponential: a dependency that is failing needs room to recover, and each failed
 //! attempt is evidence that it has not yet. Why full jitter (a uniform draw between zero and

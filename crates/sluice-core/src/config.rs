@@ -1,4 +1,4 @@
-//! Queue configuration: every field of SPEC §3 with its default and its limits.
+//! Queue configuration: every field with its default and its limits.
 //!
 //! A [`QueueConfig`] is always complete and valid; changes arrive as a [`QueueConfigPatch`]
 //! whose unset fields keep their current (or default) value, so `PUT /v1/queues/{q}` is both
@@ -16,7 +16,7 @@ const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(86_400);
 
-/// Limits of SPEC §3, in one place so validation and docs agree.
+/// Limits, in one place so validation and docs agree.
 pub mod limits {
     use super::*;
 
@@ -128,7 +128,7 @@ pub struct QueueConfig {
 }
 
 impl QueueConfig {
-    /// The defaults of SPEC §3 for a queue named `name`.
+    /// The defaults for a queue named `name`.
     pub fn defaults_for(name: &QueueName) -> Self {
         QueueConfig {
             visibility_timeout: 30 * SECOND,

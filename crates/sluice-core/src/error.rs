@@ -1,4 +1,4 @@
-//! The one catalogue of error codes (SPEC §8) and the typed error every `Store` returns.
+//! The one catalogue of error codes and the typed error every `Store` returns.
 //!
 //! The codes are data: the server maps each to an HTTP status, the CLI to an exit code and
 //! both SDKs back to a typed error, so `receipt_stale` means one thing everywhere.
@@ -126,7 +126,7 @@ pub enum StoreError {
     #[error("message {0} does not exist (it was acknowledged, deleted, expired or never sent)")]
     MessageNotFound(MessageId),
     /// No redrive job with this id. It shares the 404 code `message_not_found`: the catalogue
-    /// of SPEC §8 has no separate code for jobs.
+    /// has no separate code for jobs.
     #[error("no redrive job with id {0}; list the redrive jobs to find the one you mean")]
     RedriveNotFound(String),
     /// The receipt names a delivery that is over.

@@ -1,4 +1,4 @@
-//! The lifecycle rules of SPEC §2 as pure functions, so every engine decides the same way.
+//! The lifecycle rules as pure functions, so every engine decides the same way.
 
 use std::time::Duration;
 

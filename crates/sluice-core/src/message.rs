@@ -1,4 +1,4 @@
-//! Messages, their bodies, states and attempt history (SPEC §1, §2, §7).
+//! Messages, their bodies, states and attempt history.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -37,7 +37,7 @@ impl FromStr for MessageId {
     }
 }
 
-/// How a body was sent, so it comes back in the same form (SPEC §8).
+/// How a body was sent, so it comes back in the same form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum BodyKind {
     /// A JSON value (the bytes are its UTF-8 text).
@@ -171,7 +171,7 @@ impl NewMessage {
     }
 }
 
-/// Where a message is in its lifecycle (SPEC §2).
+/// Where a message is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageState {
@@ -259,7 +259,7 @@ pub struct DeadLetter {
     pub at: Timestamp,
 }
 
-/// What a running handler last reported about its progress (SPEC §6).
+/// What a running handler last reported about its progress.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Progress {
     /// Percent done, 0 to 100.
@@ -327,7 +327,7 @@ pub struct Message {
     pub result: Option<Body>,
     /// When it was acknowledged.
     pub completed_at: Option<Timestamp>,
-    /// Cancelled (SPEC §6): for a running task, cancellation was requested; for a completed
+    /// Cancelled: for a running task, cancellation was requested; for a completed
     /// record, the task ended cancelled. Sticky: a late success does not undo it.
     pub cancelled: bool,
     /// The last progress its running handler reported.

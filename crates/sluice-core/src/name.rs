@@ -1,4 +1,4 @@
-//! Queue names: 1–80 characters of `[A-Za-z0-9_.-]` (SPEC §3).
+//! Queue names: 1–80 characters of `[A-Za-z0-9_.-]`.
 
 use std::fmt;
 

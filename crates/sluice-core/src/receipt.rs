@@ -1,4 +1,4 @@
-//! Receipts: opaque tokens naming one delivery of one message (SPEC §2 rule 6).
+//! Receipts: opaque tokens naming one delivery of one message.
 //!
 //! A receipt carries the message id and the lease token the store drew for that delivery.
 //! The store keeps the current token with the message, durably, so a receipt stays valid

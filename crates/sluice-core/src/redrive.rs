@@ -1,4 +1,4 @@
-//! Redrive jobs (SPEC §5): move dead letters back to work once their cause is fixed.
+//! Redrive jobs: move dead letters back to work once their cause is fixed.
 //!
 //! Why a server-side job with a rate rather than a bulk move: the dependency that failed has
 //! just recovered, and a DLQ can hold hours of work. Putting it all back at once re-creates the

@@ -1,4 +1,4 @@
-//! Task status (SPEC §6): what a task id's message says about the task's progress.
+//! Task status: what a task id's message says about the task's progress.
 //!
 //! A task is a message whose body is a task envelope; its id is the message id. The status
 //! is derived from where the message is, so it needs no bookkeeping of its own and is the same

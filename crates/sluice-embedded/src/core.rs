@@ -241,7 +241,7 @@ impl Core {
     ) -> Result<UpdateRecord, StoreError> {
         let dlq_name = cfg.dead_letter_queue.as_ref().ok_or_else(|| {
             StoreError::Conflict(format!(
-                "queue \"{name}\" has no dead_letter_queue; set one (PUT /v1/queues/{name}) or nack instead"
+                "queue \"{name}\" has no dead_letter_queue; give it one in its configuration (dead_letter_queue) or nack instead"
             ))
         })?;
         let dlq = self.qid(dlq_name).map_err(|_| {

@@ -1,4 +1,4 @@
-//! API keys (SPEC §10): a role plus queue-name patterns per key, sent as
+//! API keys: a role plus queue-name patterns per key, sent as
 //! `Authorization: Bearer <secret>`.
 //!
 //! Keys are stored as the SHA-256 of the secret, in hex. A slow password hash (argon2,

@@ -217,7 +217,7 @@ where
 mod tests {
     use super::*;
 
-    /// SPEC §8/§10: storage trouble is a 503 with `Retry-After`, in the envelope, and a full
+    /// Storage trouble is a 503 with `Retry-After`, in the envelope, and a full
     /// queue a 429 likewise; clients back off instead of failing.
     #[test]
     fn retryable_store_errors_carry_retry_after() {

@@ -1,4 +1,4 @@
-//! `Idempotency-Key` on POST routes (SPEC §7): the same key on the same route within 24 h
+//! `Idempotency-Key` on POST routes: the same key on the same route within 24 h
 //! replays the first response and has no second effect; the same key with a different request
 //! is refused with 422 `idempotency_mismatch`.
 //!

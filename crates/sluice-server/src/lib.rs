@@ -1,4 +1,4 @@
-//! Sluice's HTTP broker: the v1 JSON API of SPEC §8 over any [`Store`] engine.
+//! Sluice's HTTP broker: the v1 JSON API over any [`Store`] engine.
 //!
 //! A request goes route → handler (`routes/*`) → one `Store` call → engine; the handler only
 //! translates between the wire types of [`sluice_wire`] and the core types, checks the

@@ -1,4 +1,4 @@
-//! `/metrics` in the Prometheus text format (SPEC §5).
+//! `/metrics` in the Prometheus text format.
 //!
 //! Gauges and event counters are read from the store at scrape time, so every broker node
 //! reports the same queue-level truth. The two histograms are observed by this node as it

@@ -1,4 +1,4 @@
-//! Stats history: every 10 s, a point per queue into the store (SPEC §5).
+//! Stats history: every 10 s, a point per queue into the store.
 //!
 //! Points are taken at multiples of the interval, so broker nodes sharing a database sample
 //! the same moments and the store keeps one point per queue and moment.

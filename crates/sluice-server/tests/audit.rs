@@ -1,4 +1,4 @@
-//! The audit log over HTTP (SPEC §7): every operator action of this test is recorded with the
+//! The audit log over HTTP: every operator action of this test is recorded with the
 //! key that did it, next to the broker's own dead-letter events.
 
 mod common;

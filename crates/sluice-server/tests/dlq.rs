@@ -1,4 +1,4 @@
-//! Dead-letter browsing (SPEC §5): each dead letter shows its reason, error, attempts and
+//! Dead-letter browsing: each dead letter shows its reason, error, attempts and
 //! source queue, and the browse filters by error text, attribute and time, page by page.
 
 mod common;

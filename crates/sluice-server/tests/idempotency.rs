@@ -1,4 +1,4 @@
-//! `Idempotency-Key` (SPEC §7): replay of the first response, no second effect, 422 for a
+//! `Idempotency-Key`: replay of the first response, no second effect, 422 for a
 //! different request under the same key, scoping per route and caller.
 
 mod common;

@@ -1,4 +1,4 @@
-//! `/metrics` (SPEC §5): parses as Prometheus text; gauges, counters and histograms agree with
+//! `/metrics`: parses as Prometheus text; gauges, counters and histograms agree with
 //! what the test did.
 
 mod common;

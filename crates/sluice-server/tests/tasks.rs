@@ -1,4 +1,4 @@
-//! Task status (SPEC §6) and the autoscaling hint.
+//! Task status and the autoscaling hint.
 
 mod common;
 

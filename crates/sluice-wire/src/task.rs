@@ -8,7 +8,7 @@ use sluice_core::message::Message;
 use crate::body::{BodyEncoding, JsonText, body_fields};
 use crate::settle::ProgressView;
 
-/// `GET /v1/tasks/{id}`: the status of a task (SPEC §6).
+/// `GET /v1/tasks/{id}`: the status of a task.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct TaskView {
     /// Task id (its message id).

@@ -46,7 +46,7 @@ enum Command {
     /// `message`, `stats`, `task`, `dlq`, `redrive`, `audit`), implemented in `client/`.
     #[command(flatten)]
     Client(client::Command),
-    // The client subcommands of SPEC §9 (`queue create|list|show|update|delete|pause|resume|
+    // The client subcommands (`queue create|list|show|update|delete|pause|resume|
     // purge`, `send`, `receive`, `stats`, `dlq list`, `redrive`, `task status`, `drill`,
     // `bench`) go here, each implemented in `client/` as an HTTP client sharing
     // `--url`/`SLUICE_URL`, `--token`/`SLUICE_TOKEN` and `--json`.

@@ -1,4 +1,4 @@
-//! The operator commands of the built `sluice` binary (SPEC §5, §7, §9) against a live
+//! The operator commands of the built `sluice` binary against a live
 //! `sluice serve` on an ephemeral port: `dlq list` (and `--group-by`), `dlq summary`, `redrive` (dry
 //! run, rate, detach, show, list, cancel), `stats` (all queues, one queue, `--json`,
 //! `--chart`, `--watch`) and `audit`.

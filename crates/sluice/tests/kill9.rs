@@ -1,4 +1,4 @@
-//! `kill -9` over HTTP and the frame protocol (SPEC §10: "a 2xx on any write means the change
+//! `kill -9` over HTTP and the frame protocol (the promise that "a 2xx on any write means the change
 //! is on stable storage"; a frame answer promises the same): the real `sluice serve` binary
 //! takes concurrent batched sends and acks on both, is SIGKILLed at a random moment, and is
 //! restarted on the same data directory. Every message whose send was confirmed must be there

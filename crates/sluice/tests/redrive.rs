@@ -1,4 +1,4 @@
-//! A redrive over HTTP on the real `sluice serve` binary (SPEC §5): 10,000 dead letters moved
+//! A redrive over HTTP on the real `sluice serve` binary: 10,000 dead letters moved
 //! back at 500 per second. The broker is SIGKILLed halfway and restarted; the job resumes.
 //! Checked from the destination's side (each message's `entered_at`, the moment it arrived
 //! back): never more than 500 arrivals in any one-second window, and every dead letter back

@@ -1,4 +1,4 @@
-"""The :class:`Client`: every route of the HTTP API v1 (SPEC §8), typed.
+"""The :class:`Client`: every route of the HTTP API v1, typed.
 
 Thread-safe and cheap to share: one connection pool serves every thread. Every call has a
 timeout (a long poll's wait is added to it) and is retried by the rules of

@@ -1,4 +1,4 @@
-"""The task envelope (SPEC §6): the JSON body ``{"task": "<name>", "args": [...],
+"""The task envelope: the JSON body ``{"task": "<name>", "args": [...],
 "kwargs": {...}}`` that every Sluice SDK reads and writes, so a task enqueued from Python runs
 on a Rust worker and the other way round.
 

@@ -1,6 +1,6 @@
 """The errors of the Sluice client.
 
-An answer from the broker keeps the broker's stable error code (SPEC §8), so
+An answer from the broker keeps the broker's stable error code, so
 ``receipt_stale`` means the same thing here as in the server, the command line and the
 Rust SDK. Match on :attr:`ApiError.code`, never on the message text.
 """

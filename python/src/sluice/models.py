@@ -3,7 +3,7 @@
 Durations are seconds (``float``) on the Python side and whole milliseconds on the wire
 (fields ending ``_ms``); times are RFC 3339 strings as the broker sends them.
 
-A body (and a task result) comes back in the form it was sent (SPEC §8): a JSON value is
+A body (and a task result) comes back in the form it was sent: a JSON value is
 parsed (``kind`` ``json``), a ``text/plain`` body is a ``str`` (``kind`` ``text``), and a
 binary body is ``bytes`` (``kind`` ``bytes``), byte-exact.
 """
@@ -157,7 +157,7 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """The full configuration of a queue (SPEC §3)."""
+    """The full configuration of a queue."""
 
     visibility_timeout: float
     max_receive_count: int
@@ -433,7 +433,7 @@ class Summary:
 
 
 class TaskStatus(str, enum.Enum):
-    """The status of a task (SPEC §6)."""
+    """The status of a task."""
 
     PENDING = "PENDING"
     STARTED = "STARTED"

@@ -1,5 +1,5 @@
 //! The worker: runs registered task handlers on the tasks of one queue and turns each
-//! handler's outcome into the task lifecycle of SPEC §6.
+//! handler's outcome into the task lifecycle.
 //!
 //! | handler outcome | the worker | the task |
 //! |---|---|---|

@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// SPEC §7: operator actions are appended durably, the engine adds its own dead-letter and
+/// Operator actions are appended durably, the engine adds its own dead-letter and
 /// expiry events, and queries filter by queue and time.
 pub async fn audit_log_records_actions_and_dead_letters(h: &dyn Harness) {
     let clock = ManualClock::default();

@@ -15,7 +15,7 @@ pub(super) fn remembered(
     }
 }
 
-/// SPEC §7: a response is remembered under its key, the first writer wins, and it is kept
+/// A response is remembered under its key, the first writer wins, and it is kept
 /// for 24 hours, across a restart.
 pub async fn idempotency_first_writer_wins_for_a_day_across_restart(h: &dyn Harness) {
     let clock = ManualClock::default();

@@ -5,7 +5,7 @@
 //! names a case `cases::<case>` wherever it is defined.
 //!
 //! Every case opens its own store on a fresh [`ManualClock`] and moves virtual time with
-//! `clock.advance`; only the long-poll cases measure real time. Where SPEC leaves a choice,
+//! `clock.advance`; only the long-poll cases measure real time. Where the contract leaves a choice,
 //! the case says which one it pins and why.
 
 use std::collections::{BTreeSet, HashSet};

@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// `put_queue` creates a queue with the defaults of SPEC §3 overlaid by the patch, creates its
+/// `put_queue` creates a queue with the defaults overlaid by the patch, creates its
 /// dead-letter queue (`<name>.dlq` or the named one) with the DLQ defaults, and is idempotent.
 pub async fn queue_put_creates_with_defaults_and_dlq(h: &dyn Harness) {
     let e = env(h).await;
@@ -14,11 +14,7 @@ pub async fn queue_put_creates_with_defaults_and_dlq(h: &dyn Harness) {
         .expect("put_queue(jobs)");
     assert!(out.created, "first put_queue must report created");
     assert_eq!(out.queue.name, q);
-    assert_eq!(
-        out.queue.config,
-        QueueConfig::defaults_for(&q),
-        "defaults of SPEC §3"
-    );
+    assert_eq!(out.queue.config, QueueConfig::defaults_for(&q), "defaults");
     assert_eq!(
         out.queue.created_at,
         e.now(),

@@ -29,7 +29,7 @@ pub(super) async fn dead_letter_all(e: &Env, q: &QueueName, errors: &[&str]) -> 
     ids
 }
 
-/// SPEC §5: a redrive moves dead letters back to their source queue, keeping id, body,
+/// A redrive moves dead letters back to their source queue, keeping id, body,
 /// attributes, attempts and source_queue, and resetting the attempt count.
 pub async fn redrive_moves_dead_letters_back(h: &dyn Harness) {
     let e = env(h).await;

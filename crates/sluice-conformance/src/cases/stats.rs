@@ -131,7 +131,7 @@ pub async fn stats_totals(h: &dyn Harness) {
     );
 }
 
-/// SPEC §5: stats history points are stored once per queue and time, kept 24 h, and survive
+/// Stats history points are stored once per queue and time, kept 24 h, and survive
 /// a restart.
 pub async fn stats_history_is_stored_once_and_kept_a_day(h: &dyn Harness) {
     use sluice_core::stats::{HISTORY_KEPT, SAMPLE_INTERVAL, StatsSample};

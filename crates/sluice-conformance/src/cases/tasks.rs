@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// SPEC §6: cancelling a waiting task removes it at once and it ends CANCELLED.
+/// Cancelling a waiting task removes it at once and it ends CANCELLED.
 pub async fn cancel_waiting_task_removes_it(h: &dyn Harness) {
     let e = env(h).await;
     let q = e.queue("tasks", QueueConfigPatch::default()).await;
@@ -34,7 +34,7 @@ pub async fn cancel_waiting_task_removes_it(h: &dyn Harness) {
     );
 }
 
-/// SPEC §6: a running task is flagged; its handler learns it at its next extension or
+/// A running task is flagged; its handler learns it at its next extension or
 /// progress report; a late success does not undo it.
 pub async fn cancel_running_task_is_cooperative_and_sticky(h: &dyn Harness) {
     let e = env(h).await;

@@ -181,7 +181,7 @@ pub trait Store: Send + Sync + 'static {
         progress: crate::message::Progress,
     ) -> Result<LeaseState, StoreError>;
 
-    /// Cancels a task (SPEC §6): a waiting one is removed at once and recorded as cancelled;
+    /// Cancels a task: a waiting one is removed at once and recorded as cancelled;
     /// a running one is flagged, its handler learns it at its next extension or progress
     /// report, and whatever it reports afterwards ends the task cancelled. A finished task is
     /// left as it is. Returns the message as it is afterwards.
@@ -190,7 +190,7 @@ pub trait Store: Send + Sync + 'static {
     /// `MessageNotFound`.
     async fn cancel(&self, id: MessageId) -> Result<Message, StoreError>;
 
-    /// Creates a redrive job (SPEC §5), running. The broker's job runner then calls
+    /// Creates a redrive job, running. The broker's job runner then calls
     /// [`Store::redrive_step`] at the job's rate.
     ///
     /// # Errors

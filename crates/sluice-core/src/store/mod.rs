@@ -85,7 +85,7 @@ pub struct NackOutcome {
 pub struct LeaseState {
     /// When the lease ends unless extended again.
     pub deadline: crate::time::Timestamp,
-    /// The task was cancelled: the handler should stop and settle it (SPEC §6, cooperative).
+    /// The task was cancelled: the handler should stop and settle it (cooperative).
     pub cancel_requested: bool,
 }
 
@@ -122,7 +122,7 @@ pub struct BrowsePage {
     pub next_cursor: Option<String>,
 }
 
-/// How long a response stays remembered under its idempotency key (SPEC §7).
+/// How long a response stays remembered under its idempotency key.
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Longest idempotency key a store accepts (the server's full key: caller, route and the

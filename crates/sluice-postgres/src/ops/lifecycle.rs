@@ -26,7 +26,7 @@ pub(crate) async fn dead_letter(
     let name = row.queue.clone();
     let dlq = cfg.dead_letter_queue.as_ref().ok_or_else(|| {
         StoreError::Conflict(format!(
-            "queue \"{name}\" has no dead_letter_queue; set one (PUT /v1/queues/{name}) or nack instead"
+            "queue \"{name}\" has no dead_letter_queue; give it one in its configuration (dead_letter_queue) or nack instead"
         ))
     })?;
     let exists = c

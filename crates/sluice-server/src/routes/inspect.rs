@@ -157,7 +157,7 @@ pub async fn stats(
 /// page may hold fewer matches than asked while more may follow.
 const FILTER_SCAN_LIMIT: usize = 10_000;
 
-/// A queue's history: a point every 10 s, kept for 24 h (SPEC §5).
+/// A queue's history: a point every 10 s, kept for 24 h.
 #[utoipa::path(
     get, path = "/v1/queues/{q}/stats/history", tag = "inspect",
     params(("q" = String, Path, description = "Queue name"), HistoryQuery),

@@ -1,4 +1,4 @@
-//! The routes of SPEC §8, one module per area, and the router that assembles them.
+//! The routes, one module per area, and the router that assembles them.
 //!
 //! The web console (`/`, `crate::console`) is merged in beside them, outside the OpenAPI
 //! document. The `Idempotency-Key` replay is a layer over every POST route

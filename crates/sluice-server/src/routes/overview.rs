@@ -7,8 +7,8 @@ use axum::extract::State;
 use futures::StreamExt as _;
 use serde::Serialize;
 use sluice_core::trend::{LOOKBACK, Trend};
-use sluice_core::wire::{ErrorEnvelope, StatsView};
 use sluice_core::{Clock, QueueInfo, SystemClock, Timestamp};
+use sluice_wire::{ErrorEnvelope, StatsView};
 use utoipa::ToSchema;
 
 use crate::AppState;

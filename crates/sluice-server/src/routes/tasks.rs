@@ -1,4 +1,4 @@
-//! Tasks (SPEC §6): status of a task id, with an optional long poll until it is final, and
+//! Tasks: status of a task id, with an optional long poll until it is final, and
 //! the autoscaling hint of a queue.
 
 use std::convert::Infallible;

@@ -203,7 +203,7 @@ fn parse_u64_setting(s: &str) -> Result<Setting<u64>, String> {
     })(s)
 }
 
-/// Every field of a queue's configuration (SPEC §3); an absent flag keeps the current value
+/// Every field of a queue's configuration; an absent flag keeps the current value
 /// (or the default, on creation).
 #[derive(Debug, Clone, Default, Args)]
 pub struct QueueConfigArgs {

@@ -1,4 +1,4 @@
-//! `sluice dlq list QUEUE`: the dead letters of a DLQ and why they failed (SPEC §5), one row
+//! `sluice dlq list QUEUE`: the dead letters of a DLQ and why they failed, one row
 //! each; `sluice dlq summary QUEUE` (and `dlq list --group-by`): all of them counted by error,
 //! reason, source queue or attribute.
 //!

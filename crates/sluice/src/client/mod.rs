@@ -1,7 +1,7 @@
-//! Client subcommands (SPEC §9): every subcommand other than `serve`, `key` and `bench` is a
+//! Client subcommands: every subcommand other than `serve`, `key` and `bench` is a
 //! client of the HTTP API, built on the `sluice-client` crate. One module per command group:
 //! `queue`, `send`, `consume` (receive, ack, nack, reject), `message`, `stats`, `task`, and
-//! the operator's `dlq`, `redrive` and `audit` (SPEC §5, §7); with
+//! the operator's `dlq`, `redrive` and `audit`; with
 //! `args` (durations, rates, sizes, queue flags), `output` (tables and JSON) and `exit`
 //! (error → exit code and hint).
 //!

@@ -1,5 +1,5 @@
 //! `sluice stats [QUEUE] [--watch] [--chart]`: backlog, in flight, DLQ depth, rates and the
-//! backlog trend (SPEC §5).
+//! backlog trend.
 //!
 //! Without a queue, one table row per queue; with one, every gauge and total of that queue.
 //! `--watch` redraws every `--interval` until Ctrl-C (and stops by itself after 24 h);

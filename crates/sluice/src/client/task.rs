@@ -1,4 +1,4 @@
-//! `sluice task status ID [--wait 10s]`: where a task is (SPEC §6).
+//! `sluice task status ID [--wait 10s]`: where a task is.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-"""The Python worker: the semantics of SPEC §6, as in the Rust SDK's worker."""
+"""The Python worker: the task semantics, as in the Rust SDK's worker."""
 
 from .context import TaskContext, current_task, idempotency_key
 from .errors import Cancelled, Permanent, RetryAfter, TaskError

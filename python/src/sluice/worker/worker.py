@@ -1,5 +1,5 @@
 """The worker: runs registered task handlers on the tasks of one queue and turns each
-handler's outcome into the task lifecycle of SPEC §6, the same way the Rust worker does.
+handler's outcome into the task lifecycle, the same way the Rust worker does.
 
 ========================================  ==============================================  ==============
 handler outcome                           the worker                                      the task
