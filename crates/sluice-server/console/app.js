@@ -671,7 +671,12 @@ async function dlqPage(name) {
     const spec = (dry) => {
       const body = {
         source: name,
-        filter: { error_contains: filter.error_contains || null, attributes: filter.attributes || {} },
+        filter: {
+          error_contains: filter.error_contains || null,
+          attributes: filter.attributes || {},
+          dead_lettered_after: filter.dead_lettered_after || null,
+          dead_lettered_before: filter.dead_lettered_before || null,
+        },
         rate: { limit: Number(rateN.value), period_ms: Number(unit.value) },
         dry_run: dry,
       };
@@ -722,7 +727,61 @@ async function dlqPage(name) {
       out,
     );
   };
-  show(h("h1", {}, `Messages of ${name} by cause`), h("div", { class: "row" }, h("label", {}, "Group by ", select), attr), summary, detail);
+  // Any filter, not only a group's: error text, one attribute, a dead-lettering window.
+  const fErr = h("input", { id: "f-error", placeholder: "error contains", size: 18 });
+  const fAttr = h("input", { id: "f-attribute", placeholder: "key=value", size: 14 });
+  const fAfter = h("input", { id: "f-after", placeholder: "after (1h, RFC 3339)", size: 16 });
+  const fBefore = h("input", { id: "f-before", placeholder: "before", size: 12 });
+  const custom = () => {
+    const f = { attributes: {} };
+    if (fErr.value.trim()) f.error_contains = fErr.value.trim();
+    const kv = fAttr.value.trim();
+    if (kv.includes("=")) f.attributes[kv.slice(0, kv.indexOf("="))] = kv.slice(kv.indexOf("=") + 1);
+    if (fAfter.value.trim()) f.dead_lettered_after = fAfter.value.trim();
+    if (fBefore.value.trim()) f.dead_lettered_before = fBefore.value.trim();
+    return f;
+  };
+  const countOf = async (f) => {
+    const p = filterQuery(f);
+    p.set("limit", "1");
+    return (await api("GET", `${queuePath(name)}/summary?${p}`)).total;
+  };
+  const filterRow = h(
+    "form",
+    {
+      class: "row",
+      id: "filter-form",
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        try {
+          await browse(custom());
+        } catch (e) {
+          fill(detail, errorBox(e));
+        }
+      },
+    },
+    "Filter ",
+    fErr,
+    fAttr,
+    fAfter,
+    fBefore,
+    h("button", { type: "submit", id: "filter-show" }, "Messages"),
+    can("redrive")
+      ? h("button", {
+          type: "button",
+          id: "filter-redrive",
+          onclick: async () => {
+            try {
+              const f = custom();
+              redriveForm(f, await countOf(f));
+            } catch (e) {
+              fill(detail, errorBox(e));
+            }
+          },
+        }, "Redrive…")
+      : null,
+  );
+  show(h("h1", {}, `Messages of ${name} by cause`), h("div", { class: "row" }, h("label", {}, "Group by ", select), attr), summary, filterRow, detail);
   await load();
 }
 

@@ -359,6 +359,33 @@ async fn a_dlq_group_is_drilled_into_and_redriven_at_the_chosen_rate() {
         6,
         "the timeouts stay"
     );
+
+    // Any filter, not only a group: the timeouts dead-lettered in the last hour.
+    b.client
+        .goto(&s.url("/#/dlq/payments.dlq"))
+        .await
+        .expect("open");
+    b.text_when("#groups", |t| t.contains("timeout")).await;
+    for (field, value) in [("#f-error", "timeout"), ("#f-after", "1h")] {
+        b.client
+            .find(Locator::Css(field))
+            .await
+            .expect("filter field")
+            .send_keys(value)
+            .await
+            .expect("type");
+    }
+    b.click("#filter-show").await;
+    b.text_when("#messages tbody", |t| t.contains("timeout"))
+        .await;
+    assert_eq!(b.count("#messages tbody tr").await, 6);
+    b.click("#filter-redrive").await;
+    b.click("#dry-run").await;
+    let count = b.text_when("#dry-run-count", |t| t.contains("match")).await;
+    assert_eq!(
+        count, "Dry run: 6 messages match.",
+        "a relative time works in a redrive too"
+    );
     b.close().await;
     s.shutdown().await;
 }

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use sluice_core::config::RateLimit;
 use sluice_core::error::StoreError;
 use sluice_core::name::QueueName;
-use sluice_core::time::{parse_rfc3339, rfc3339};
+use sluice_core::time::rfc3339;
 
 use crate::convert::millis;
 use crate::queues::RateLimitWire;
@@ -25,32 +25,35 @@ pub struct RedriveFilterView {
     /// Every one of these attributes has exactly this value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: BTreeMap<String, String>,
-    /// Dead-lettered before this time (RFC 3339).
+    /// Dead-lettered before this time: RFC 3339, or how long ago (`10m`, `1h`, `2d`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_lettered_before: Option<String>,
-    /// Dead-lettered at or after this time (RFC 3339).
+    /// Dead-lettered at or after this time: RFC 3339, or how long ago (`10m`, `1h`, `2d`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_lettered_after: Option<String>,
 }
 
 impl RedriveFilterView {
-    /// The core filter.
+    /// The core filter, with times made absolute now (a job keeps the moments it was given).
     ///
     /// # Errors
-    /// `InvalidArgument` for a time that is not RFC 3339.
+    /// `InvalidArgument` for a time that is neither RFC 3339 nor a duration.
     pub fn to_core(&self) -> Result<sluice_core::redrive::RedriveFilter, StoreError> {
+        use sluice_core::Clock as _;
+        let now = sluice_core::SystemClock.now();
+        let parse_time = |field: &str, s: &str| sluice_core::human::parse_time(field, s, now);
         Ok(sluice_core::redrive::RedriveFilter {
             error_contains: self.error_contains.clone(),
             attributes: self.attributes.clone(),
             dead_lettered_before: self
                 .dead_lettered_before
                 .as_deref()
-                .map(|s| parse_rfc3339("filter.dead_lettered_before", s))
+                .map(|s| parse_time("filter.dead_lettered_before", s))
                 .transpose()?,
             dead_lettered_after: self
                 .dead_lettered_after
                 .as_deref()
-                .map(|s| parse_rfc3339("filter.dead_lettered_after", s))
+                .map(|s| parse_time("filter.dead_lettered_after", s))
                 .transpose()?,
         })
     }
