@@ -29,6 +29,7 @@ def test_every_route_of_the_openapi_document_has_a_client_method(client: sluice.
         ("post", "/v1/queues/{q}/extend"), ("post", "/v1/queues/{q}/progress"),
         ("get", "/v1/messages/{id}"), ("delete", "/v1/messages/{id}"),
         ("get", "/v1/queues/{q}/stats"), ("get", "/v1/queues/{q}/stats/history"),
+        ("get", "/v1/stats"), ("get", "/v1/whoami"),
         ("get", "/v1/queues/{q}/summary"),
         ("get", "/v1/tasks/{id}"), ("post", "/v1/tasks/{id}/cancel"),
         ("get", "/v1/tasks/{id}/events"), ("get", "/v1/queues/{q}/scaling"),
@@ -248,6 +249,23 @@ def test_stats_history_scaling_health_metrics(client: sluice.Client, queue: str)
     assert hist.queue == queue and hist.interval > 0
     assert client.healthz() and client.readyz()
     assert "sluice" in client.metrics_text()
+
+
+def test_overview_lists_every_queue_with_its_dlq_and_whoami_says_who(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue, max_receive_count=1)
+    client.send_batch(queue, list(range(3)))
+    d = client.receive(queue, max=1)[0]
+    client.reject(queue, d.receipt, error="bad input")
+    rows = {o.stats.queue: o for o in client.overview()}
+    mine, dlq = rows[queue], rows[f"{queue}.dlq"]
+    assert (mine.stats.visible, mine.stats.dead_letter_depth) == (2, 1)
+    assert (mine.dead_letter_queue, mine.paused, mine.is_dead_letter_queue) == (f"{queue}.dlq", False, False)
+    assert dlq.is_dead_letter_queue and dlq.stats.visible == 1
+    names = [o.stats.queue for o in client.overview()]
+    assert names == sorted(names)
+    me = client.whoami()
+    assert (me.auth, me.name, me.role) == (False, None, "admin")
+    assert "redrive" in me.may and me.queues == ["*"]
 
 
 def test_stats_rates_over_three_windows_and_trends(client: sluice.Client, queue: str) -> None:

@@ -22,16 +22,22 @@ use sluice_server::{ApiKeyConfig, KeyRing, Role, ServerOptions};
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
-/// A headless Chromium session; ChromeDriver is killed when it is dropped.
+/// A headless Chromium session. When it is dropped — also when a test fails — ChromeDriver
+/// and every Chromium process of its profile are killed, so no browser outlives its test.
 struct Browser {
     client: Client,
     driver: Child,
+    profile: tempfile::TempDir,
 }
 
 impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+        let _ = Command::new("pkill")
+            .arg("-f")
+            .arg(self.profile.path())
+            .status();
     }
 }
 
@@ -62,11 +68,13 @@ async fn browser() -> Option<Browser> {
         .stderr(Stdio::null())
         .spawn()
         .expect("start chromedriver");
+    let profile = tempfile::tempdir().expect("a browser profile");
     let caps = json!({
         "goog:chromeOptions": {
             "binary": CHROMIUM,
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                     "--disable-dev-shm-usage", "--window-size=1300,1000"],
+                     "--disable-dev-shm-usage", "--window-size=1300,1000",
+                     format!("--user-data-dir={}", profile.path().display())],
         }
     });
     let caps = caps.as_object().expect("object").clone();
@@ -86,7 +94,11 @@ async fn browser() -> Option<Browser> {
             Err(e) => panic!("could not start a browser session: {e}"),
         }
     };
-    Some(Browser { client, driver })
+    Some(Browser {
+        client,
+        driver,
+        profile,
+    })
 }
 
 impl Browser {
@@ -143,10 +155,8 @@ impl Browser {
         std::fs::write(std::path::Path::new(&dir).join(name), png).expect("write screenshot");
     }
 
-    async fn close(mut self) {
-        let client = self.client.clone();
-        let _ = client.close().await;
-        let _ = self.driver.kill();
+    async fn close(self) {
+        let _ = self.client.clone().close().await;
     }
 }
 

@@ -42,6 +42,7 @@ from .models import (
     Progress,
     Queue,
     QueueConfig,
+    QueueOverview,
     RateLimit,
     Rates,
     Redrive,
@@ -57,6 +58,7 @@ from .models import (
     Totals,
     Trend,
     TrendDirection,
+    WhoAmI,
 )
 from .worker import (
     Cancelled,
@@ -101,6 +103,7 @@ __all__ = [
     "Progress",
     "Queue",
     "QueueConfig",
+    "QueueOverview",
     "QueueSettings",
     "RateLimit",
     "Rates",
@@ -126,6 +129,7 @@ __all__ = [
     "TransportError",
     "Trend",
     "TrendDirection",
+    "WhoAmI",
     "Worker",
     "WorkerMetrics",
     "__version__",

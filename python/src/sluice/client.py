@@ -30,6 +30,7 @@ from .models import (
     Message,
     Delivery,
     Queue,
+    QueueOverview,
     RateLimit,
     Redrive,
     RedriveFilter,
@@ -40,6 +41,7 @@ from .models import (
     Summary,
     TaskInfo,
     TaskStatus,
+    WhoAmI,
 )
 
 __all__ = ["CLEAR", "Client", "OutMessage", "QueueSettings", "NO_RESULT"]
@@ -585,6 +587,15 @@ class Client:
     def stats(self, queue: str) -> Stats:
         """Backlog, in flight, DLQ depth, totals, rates and trend of a queue."""
         return Stats.from_wire(self._json("GET", f"/v1/queues/{_queue(queue)}/stats"))
+
+    def overview(self) -> List[QueueOverview]:
+        """Every queue the key may see, by name, with its stats, rates and trends: one call
+        for a dashboard instead of one per queue."""
+        return [QueueOverview.from_wire(q) for q in self._json("GET", "/v1/stats")["queues"]]
+
+    def whoami(self) -> WhoAmI:
+        """The key this client uses: its name, role, queue patterns and what it may do."""
+        return WhoAmI.from_wire(self._json("GET", "/v1/whoami"))
 
     def summary(
         self,

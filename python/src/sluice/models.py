@@ -624,6 +624,46 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class QueueOverview:
+    """One queue of :meth:`Client.overview`: its stats, where its dead letters go, whether
+    it is paused, and whether it is itself some queue's DLQ."""
+
+    stats: Stats
+    dead_letter_queue: Optional[str]
+    paused: bool
+    is_dead_letter_queue: bool
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "QueueOverview":
+        return cls(
+            stats=Stats.from_wire(d),
+            dead_letter_queue=d.get("dead_letter_queue"),
+            paused=bool(d.get("paused", False)),
+            is_dead_letter_queue=bool(d.get("is_dead_letter_queue", False)),
+        )
+
+
+@dataclass(frozen=True)
+class WhoAmI:
+    """The caller's key as the broker sees it (:meth:`Client.whoami`). ``may`` lists what the
+    role allows (``inspect``, ``redrive``, ``send`` …); without keys ``auth`` is false and
+    everything is allowed."""
+
+    auth: bool
+    name: Optional[str]
+    role: str
+    queues: List[str]
+    may: List[str]
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "WhoAmI":
+        return cls(
+            auth=bool(d["auth"]), name=d.get("name"), role=d["role"],
+            queues=list(d.get("queues") or []), may=list(d.get("may") or []),
+        )
+
+
+@dataclass(frozen=True)
 class HistorySample:
     """One point of a queue's history."""
 
