@@ -238,7 +238,10 @@ function confirmBox(question, label, action) {
 
 // `seen` holds, per queue, the DLQ depth and oldest age last read and when the DLQ last grew,
 // so a queue stays highlighted for a minute after its DLQ grew.
-const overviewState = { filter: "", sort: "name", asc: true, seen: new Map() };
+const overviewState = { filter: "", sort: "name", asc: true, seen: new Map(), all: false };
+
+// Rows the overview draws before asking (highlighted queues come first).
+const DRAWN_ROWS = 300;
 
 const HIGHLIGHT_MS = 60000;
 
@@ -302,7 +305,13 @@ async function overview() {
         ),
       ),
     );
-    const body = shown.map((r) =>
+    // Past DRAWN_ROWS, highlighted queues come first and the rest wait for a click, so a
+    // broker with thousands of queues stays quick to draw and to filter.
+    const drawn =
+      overviewState.all || shown.length <= DRAWN_ROWS
+        ? shown
+        : [...shown.filter((r) => r.alert), ...shown.filter((r) => !r.alert)].slice(0, DRAWN_ROWS);
+    const body = drawn.map((r) =>
       h(
         "tr",
         { "data-queue": r.queue, class: r.alert ? "alert" : null, title: r.alert || null },
@@ -331,7 +340,13 @@ async function overview() {
         h("td", {}, r.dead_letter_queue ? trend(r.dlq_trend) : "—"),
       ),
     );
-    fill(table, h("table", { id: "queues" }, h("thead", {}, head), h("tbody", {}, body)));
+    fill(
+      table,
+      h("table", { id: "queues" }, h("thead", {}, head), h("tbody", {}, body)),
+      drawn.length < shown.length
+        ? h("p", {}, `${shown.length - drawn.length} more match; narrow the filter or `, h("button", { id: "show-all", onclick: () => { overviewState.all = true; draw(); } }, `show all ${num(shown.length)}`))
+        : null,
+    );
     status.textContent = `${shown.length} of ${rows.length} queues · updated ${new Date().toLocaleTimeString()}`;
   };
   await every(3000, async () => {

@@ -653,3 +653,31 @@ async fn a_task_is_looked_up_and_followed_live() {
     b.close().await;
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_with_hundreds_of_queues_draws_the_first_and_the_rest_on_request() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    for i in 0..160 {
+        let name = sluice_core::QueueName::new(format!("tenant-{i:03}")).expect("name");
+        s.store
+            .put_queue(&name, &sluice_core::QueueConfigPatch::default())
+            .await
+            .expect("queue");
+    }
+    b.client.goto(&s.url("/")).await.expect("open");
+    b.text_when("#queues", |t| t.contains("tenant-000")).await;
+    assert_eq!(
+        b.count("#queues tbody tr").await,
+        300,
+        "320 queues, 300 drawn"
+    );
+    b.click("#show-all").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.count("#queues tbody tr").await != 320 {
+        assert!(Instant::now() < deadline, "show all drew every queue");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.close().await;
+    s.shutdown().await;
+}
