@@ -702,22 +702,31 @@ async function dlqPage(name) {
     };
     const dry = async () => {
       fill(out, h("p", { class: "muted" }, "Counting (dry run)…"));
+      const mine = generation;
+      // What is confirmed is what was counted: the request is fixed now, and later edits of
+      // the fields need another dry run.
+      const body = spec(false);
+      const said = `${name} to ${body.destination || "their source queues"} at ${rateN.value} ${unit.selectedOptions[0].textContent}${guard.value ? `, pausing if ${guard.value}% fail again` : ""}`;
       try {
         let job = await api("POST", "/v1/redrives", spec(true));
-        while (job.state === "running") {
+        while (job.state === "running" && mine === generation) {
           await new Promise((r) => setTimeout(r, 300));
           job = await api("GET", `/v1/redrives/${enc(job.id)}`);
         }
+        if (mine !== generation) return;
+        if (job.state !== "completed") {
+          fill(out, errorBox(`The dry run ended ${job.state}${job.paused_reason ? `: ${job.paused_reason}` : ""}${job.blocked ? `: ${job.blocked}` : ""}; nothing was counted for sure.`));
+          return;
+        }
         const n = job.matched;
+        if (!body.limit || body.limit > n) body.limit = n;
         fill(out, 
           h("p", { id: "dry-run-count" }, `Dry run: ${num(n)} messages match.`),
           n > 0
             ? confirmBox(
-                `Move ${num(n)} messages from ${name} to ${dest.value.trim() || "their source queues"} at ${rateN.value} ${unit.selectedOptions[0].textContent}${guard.value ? `, pausing if ${guard.value}% fail again` : ""}?`,
-                `Redrive ${num(n)} messages`,
+                `Move ${num(body.limit)} messages from ${said}?`,
+                `Redrive ${num(body.limit)} messages`,
                 async () => {
-                  const body = spec(false);
-                  if (!body.limit) body.limit = n;
                   const started = await api("POST", "/v1/redrives", body);
                   location.hash = `#/redrives/${enc(started.id)}`;
                 },

@@ -1,14 +1,23 @@
-//! Refuses state-changing requests that a browser sent on behalf of a page from another
-//! origin.
+//! Refuses requests that a browser sent on behalf of a page from another site.
 //!
 //! With API keys, a foreign page cannot act: browsers do not attach an `Authorization` header
 //! by themselves, and the console keeps its key in session storage, out of other origins'
-//! reach. A keyless broker (the loopback default) has no such barrier, and some requests need
-//! no CORS preflight (a form's POST), so this layer checks what browsers say about where a
-//! request comes from: a POST, PUT, PATCH or DELETE whose `Origin` is not this broker's own
-//! (scheme aside, its host and port must equal the `Host` header), or that the browser marks
-//! `Sec-Fetch-Site: cross-site`, is answered 403 before any handler runs. Clients that are
-//! not browsers (the CLI, the SDKs, curl) send neither header and are not affected.
+//! reach. A keyless broker (the loopback default) has no such barrier, so two checks apply:
+//!
+//! - **Cross-origin writes.** Some requests need no CORS preflight (a form's POST), so a POST,
+//!   PUT, PATCH or DELETE whose `Origin` is not this broker's own (scheme aside, its host and
+//!   port must equal the `Host` header), or that the browser marks `Sec-Fetch-Site:
+//!   cross-site`, is answered 403 before any handler runs.
+//! - **DNS rebinding.** A page of `evil.example` can point its own name at 127.0.0.1; its
+//!   requests are then same-origin to the browser, with `Host: evil.example:7878`. Without
+//!   keys the broker listens on loopback only, so it answers only requests whose `Host` names
+//!   a loopback address (`localhost`, `127.0.0.1`, `[::1]`, any port) and refuses the rest,
+//!   reads included.
+//!
+//! Clients that are not browsers (the CLI, the SDKs, curl) send no `Origin` and name the
+//! address they connect to, so they are not affected. Behind a reverse proxy, the proxy must
+//! pass the browser's `Host` on (nginx: `proxy_set_header Host $http_host;`), and a broker
+//! reached through one needs API keys.
 
 use std::task::{Context, Poll};
 
@@ -21,23 +30,57 @@ use crate::error::ApiError;
 
 /// The layer: wraps a service with [`OriginGuard`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct OriginGuardLayer;
+pub struct OriginGuardLayer {
+    /// Answer only requests whose `Host` is a loopback name (a broker without API keys).
+    pub loopback_hosts_only: bool,
+}
 
 impl<S> Layer<S> for OriginGuardLayer {
     type Service = OriginGuard<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        OriginGuard { inner }
+        OriginGuard {
+            inner,
+            loopback_hosts_only: self.loopback_hosts_only,
+        }
     }
 }
 
-/// The service that refuses cross-origin writes (see the module docs).
+/// The service that refuses cross-origin writes and, without keys, requests for other hosts
+/// (see the module docs).
 #[derive(Debug, Clone)]
 pub struct OriginGuard<S> {
     inner: S,
+    loopback_hosts_only: bool,
 }
 
-/// Why a request is refused, if it is.
+/// Whether `host` (a `Host` header: name, optional port) names a loopback address.
+fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(n, _)| n)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Why a request for another host is refused, if it is (keyless brokers only).
+fn wrong_host<B>(req: &Request<B>) -> Option<String> {
+    let host = req.headers().get(header::HOST)?.to_str().unwrap_or("");
+    if is_loopback_host(host) {
+        return None;
+    }
+    Some(format!(
+        "request for host \"{host}\" refused: a broker without API keys answers only to \
+         localhost, 127.0.0.1 or [::1] (a page of another site may point its name here); \
+         reach it by one of those, or configure API keys"
+    ))
+}
+
+/// Why a write is refused as cross-origin, if it is.
 fn refusal<B>(req: &Request<B>) -> Option<String> {
     if matches!(
         *req.method(),
@@ -77,13 +120,22 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        match refusal(&req) {
+        let why = if self.loopback_hosts_only {
+            wrong_host(&req)
+        } else {
+            None
+        }
+        .or_else(|| {
+            refusal(&req).map(|why| {
+                format!(
+                    "cross-origin write refused: {why}; use the console served by this \
+                     broker, or a client that is not a browser page"
+                )
+            })
+        });
+        match why {
             None => Either::Left(self.inner.call(req)),
-            Some(why) => Either::Right(ready(Ok(ApiError::forbidden(format!(
-                "cross-origin write refused: {why}; use the console served by this broker, \
-                 or a client that is not a browser page"
-            ))
-            .into_response()))),
+            Some(why) => Either::Right(ready(Ok(ApiError::forbidden(why).into_response()))),
         }
     }
 }

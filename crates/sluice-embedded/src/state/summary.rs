@@ -23,7 +23,7 @@
 //! reads them from the log, 4,096 messages per hold of the lock, so other calls go on in
 //! between.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -161,8 +161,10 @@ pub(crate) struct QueueIndex {
     pub errors: Groups<Arc<str>>,
     pub reasons: Groups<DeadLetterReason>,
     pub sources: Groups<Arc<str>>,
-    /// One copy of each attribute key and value kept by the entries.
-    strings: HashSet<Arc<str>>,
+    /// One copy of each attribute key and value kept by the entries, with how many times
+    /// the entries use it: the copy goes when the count does. (Counted, not read off the
+    /// `Arc`'s own count, which a summary's temporary clones would raise.)
+    strings: HashMap<Arc<str>, u32>,
 }
 
 impl QueueIndex {
@@ -174,50 +176,56 @@ impl QueueIndex {
             .map_or_else(|| Arc::from(s), |(k, _)| k.clone())
     }
 
+    /// This queue's copy of `s`, counted once more.
+    fn share(strings: &mut HashMap<Arc<str>, u32>, s: &str) -> Arc<str> {
+        if let Some((a, n)) = strings.get_key_value(s) {
+            let a = a.clone();
+            let n = *n + 1;
+            strings.insert(a.clone(), n);
+            return a;
+        }
+        let a: Arc<str> = Arc::from(s);
+        strings.insert(a.clone(), 1);
+        a
+    }
+
     /// The attributes as this queue keeps them.
     fn keep(&mut self, attributes: &Attributes) -> Attrs {
         let bytes: usize = attributes.iter().map(|(k, v)| k.len() + v.len()).sum();
         if bytes > KEEP_ATTRIBUTE_BYTES {
             return Attrs::InLog;
         }
-        let mut share = |s: &str| match self.strings.get(s) {
-            Some(a) => a.clone(),
-            None => {
-                let a: Arc<str> = Arc::from(s);
-                self.strings.insert(a.clone());
-                a
-            }
-        };
+        let strings = &mut self.strings;
         Attrs::Kept(
             attributes
                 .iter()
-                .map(|(k, v)| (share(k), share(v)))
+                .map(|(k, v)| (Self::share(strings, k), Self::share(strings, v)))
                 .collect(),
         )
     }
 
-    /// Attributes kept by another queue's index (a message moving), shared with this one's.
+    /// Attributes kept by another queue's index (a message moving), as this queue keeps them.
     fn adopt(&mut self, attrs: Attrs) -> Attrs {
         let Attrs::Kept(pairs) = attrs else {
             return attrs;
         };
-        let mut share = |a: &Arc<str>| match self.strings.get(a) {
-            Some(mine) => mine.clone(),
-            None => {
-                self.strings.insert(a.clone());
-                a.clone()
-            }
-        };
-        Attrs::Kept(pairs.iter().map(|(k, v)| (share(k), share(v))).collect())
+        let strings = &mut self.strings;
+        Attrs::Kept(
+            pairs
+                .iter()
+                .map(|(k, v)| (Self::share(strings, k), Self::share(strings, v)))
+                .collect(),
+        )
     }
 
-    /// Drops this queue's copy of each text that only `pairs` (about to go) still holds.
+    /// Counts each text of `pairs` (about to go) once less, dropping copies no entry uses.
     fn unshare(&mut self, pairs: &[(Arc<str>, Arc<str>)]) {
-        let all = || pairs.iter().flat_map(|(k, v)| [k, v]);
-        for s in all() {
-            let held = all().filter(|x| Arc::ptr_eq(x, s)).count();
-            if Arc::strong_count(s) == held + 1 {
-                self.strings.remove(s);
+        for s in pairs.iter().flat_map(|(k, v)| [k, v]) {
+            if let Some(n) = self.strings.get_mut(s) {
+                *n -= 1;
+                if *n == 0 {
+                    self.strings.remove(s);
+                }
             }
         }
     }
@@ -432,7 +440,7 @@ mod tests {
     fn strings(idx: &SummaryIndex, qid: Qid) -> Vec<String> {
         let mut v: Vec<String> = idx.queues[&qid]
             .strings
-            .iter()
+            .keys()
             .map(|s| s.to_string())
             .collect();
         v.sort();
@@ -458,6 +466,28 @@ mod tests {
         );
         assert_eq!(strings(&idx, 2), ["t", "w"], "moved with its attributes");
         assert_eq!(idx.fresh_mark(), 0, "nothing to read: they were known");
+    }
+
+    #[test]
+    fn texts_used_by_two_queues_and_held_by_a_summary_still_go_with_their_last_message() {
+        let mut idx = SummaryIndex::default();
+        idx.on_message(1, 10, &failed(), 0, &attributes(&[("t", "acme")]));
+        idx.on_message(2, 20, &failed(), 0, &attributes(&[("t", "acme")]));
+        idx.on_message(2, 21, &failed(), 0, &attributes(&[("t", "other")]));
+        idx.on_update(1, 2, 10, &failed(), 0);
+        // A summary grouping by `t` holds its own handle on "acme" meanwhile.
+        let held = match &idx.queues[&2].entries[&10].attrs {
+            Attrs::Kept(pairs) => pairs[0].1.clone(),
+            other => panic!("kept: {other:?}"),
+        };
+        idx.remove(2, 10);
+        idx.remove(2, 20);
+        assert_eq!(
+            strings(&idx, 2),
+            ["other", "t"],
+            "acme went with its last message"
+        );
+        assert_eq!(&*held, "acme");
     }
 
     #[test]

@@ -154,7 +154,9 @@ pub fn router(state: AppState, options: &ServerOptions) -> Router {
         // Bodies are read by our extractors, which enforce `max_body_bytes` with a 413 in
         // the envelope; axum's own 2 MB default would answer in plain text.
         .layer(DefaultBodyLimit::disable())
-        .layer(crate::origin::OriginGuardLayer)
+        .layer(crate::origin::OriginGuardLayer {
+            loopback_hosts_only: !options.keys.enabled(),
+        })
         .layer(idempotency)
         .service(routes);
     Router::new().fallback_service(stack)
