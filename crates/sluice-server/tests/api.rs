@@ -1,4 +1,8 @@
 //! Every route of the v1 API against a real broker over the embedded engine.
+//!
+//! Over 1,000 lines: it ends with the check that the OpenAPI document lists every route and
+//! nothing else, which belongs with the tests of those routes; other areas have their own
+//! files (`dlq.rs`, `summary.rs`, `console.rs` …).
 
 mod common;
 
