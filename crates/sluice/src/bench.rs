@@ -1,8 +1,8 @@
+//! Why this file is over 1,000 lines: the HTTP and frame loads already live in `bench/`; what
+//! is left is the one run loop and the counters it shares, which read best together.
+//!
 //! `sluice bench`: a load generator that measures a running broker over HTTP, or over the
 //! frame protocol with `--frames`.
-//!
-//! Over 1,000 lines: the HTTP and frame loads are already in `bench/`; what
-//! is left is the shared run loop and its counters, which read best together.
 //!
 //! Producers send messages (alone or in batches) to one queue while consumers receive and
 //! acknowledge them; a consumer acknowledges each batch while it receives the next (one
