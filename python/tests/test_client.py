@@ -355,6 +355,13 @@ def test_summary_counts_the_whole_dlq(client: sluice.Client, queue: str) -> None
     assert [(g.key, g.count) for g in r.groups] == [("exhausted", len(got) - 4)]
     none = client.summary(dlq, attributes={"a": "1", "b": "2"})
     assert none.total == 0 and none.groups == []
+    # One group exactly: its error text, not every error containing it; by reason and source.
+    assert client.summary(dlq, error_is="HTTP 429").total == len(got) - 4
+    assert client.summary(dlq, error_is="429").total == 0
+    assert client.summary(dlq, reason="exhausted", source_queue=queue).total == len(got)
+    assert client.summary(dlq, reason="rejected").total == 0
+    page = client.browse(dlq, error_is="timeout")
+    assert len(page.messages) == 4
     with pytest.raises(ApiError) as e:
         client.summary(dlq, group_by="colour")
     assert e.value.code is ErrorCode.INVALID_ARGUMENT and "attribute:NAME" in str(e.value)

@@ -156,6 +156,7 @@ macro_rules! __sluice_conformance_cases {
             summary_counts_every_dead_letter,
             summary_groups_filters_and_limits,
             summary_by_attribute_through_restart_and_redrive,
+            summary_group_filters_select_exactly_one_group,
             model_equivalence,
         }
     };

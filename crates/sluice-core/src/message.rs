@@ -223,6 +223,25 @@ impl DeadLetterReason {
     }
 }
 
+impl std::str::FromStr for DeadLetterReason {
+    type Err = crate::error::StoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            DeadLetterReason::Exhausted,
+            DeadLetterReason::LeaseExpired,
+            DeadLetterReason::Rejected,
+            DeadLetterReason::Expired,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+        .ok_or_else(|| {
+            crate::error::StoreError::invalid(format!(
+                "reason must be exhausted, lease_expired, rejected or expired, got {s:?}"
+            ))
+        })
+    }
+}
+
 /// How one delivery ended, as kept in a message's `attempts`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

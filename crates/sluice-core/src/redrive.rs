@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::RateLimit;
 use crate::error::StoreError;
-use crate::message::{Attributes, Message, MessageId};
+use crate::message::{Attributes, DeadLetterReason, Message, MessageId};
 use crate::name::QueueName;
 use crate::time::Timestamp;
 
@@ -53,6 +53,15 @@ impl FromStr for RedriveId {
 pub struct RedriveFilter {
     /// `last_error` contains this text.
     pub error_contains: Option<String>,
+    /// `last_error` is exactly this text: one group of a summary by error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_is: Option<String>,
+    /// Dead-lettered for this reason: one group of a summary by reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<DeadLetterReason>,
+    /// Dead-lettered or moved from this queue: one group of a summary by source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_queue: Option<QueueName>,
     /// Every one of these attributes has exactly this value.
     pub attributes: Attributes,
     /// Dead-lettered before this time.
@@ -70,6 +79,26 @@ impl RedriveFilter {
                 .last_error
                 .as_deref()
                 .is_some_and(|e| e.contains(needle.as_str()))
+        {
+            return false;
+        }
+        if self
+            .error_is
+            .as_deref()
+            .is_some_and(|e| m.last_error.as_deref() != Some(e))
+        {
+            return false;
+        }
+        if self
+            .reason
+            .is_some_and(|r| m.dead_letter.as_ref().map(|d| d.reason) != Some(r))
+        {
+            return false;
+        }
+        if self
+            .source_queue
+            .as_ref()
+            .is_some_and(|q| m.source_queue.as_ref() != Some(q))
         {
             return false;
         }
@@ -476,6 +505,7 @@ mod tests {
                 .collect(),
             dead_lettered_before: before.map(Timestamp),
             dead_lettered_after: after.map(Timestamp),
+            ..RedriveFilter::default()
         };
         assert!(f(Some("503"), None, None, None).matches(&m));
         assert!(!f(Some("429"), None, None, None).matches(&m));
@@ -484,6 +514,36 @@ mod tests {
         assert!(!f(None, None, Some(1001), None).matches(&m));
         assert!(f(Some("503"), None, None, Some(("tenant", "a"))).matches(&m));
         assert!(!f(Some("503"), None, None, Some(("tenant", "b"))).matches(&m));
+    }
+
+    #[test]
+    fn one_summary_group_is_selected_exactly() {
+        let mut m = dead("upstream 503", 1000, &[]);
+        m.source_queue = Some(QueueName::new("orders").unwrap());
+        let is = |f: RedriveFilter| f.matches(&m);
+        let error_is = |e: &str| RedriveFilter {
+            error_is: Some(e.into()),
+            ..RedriveFilter::default()
+        };
+        assert!(is(error_is("upstream 503")));
+        assert!(!is(error_is("503")), "a part of the error is another group");
+        let reason = |r| RedriveFilter {
+            reason: Some(r),
+            ..RedriveFilter::default()
+        };
+        assert!(is(reason(DeadLetterReason::Exhausted)));
+        assert!(!is(reason(DeadLetterReason::Rejected)));
+        let source = |q: &str| RedriveFilter {
+            source_queue: Some(QueueName::new(q).unwrap()),
+            ..RedriveFilter::default()
+        };
+        assert!(is(source("orders")));
+        assert!(!is(source("billing")));
+        m.dead_letter = None;
+        assert!(
+            !reason(DeadLetterReason::Exhausted).matches(&m),
+            "no reason is no group"
+        );
     }
 
     #[test]

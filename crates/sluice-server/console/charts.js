@@ -32,7 +32,8 @@ export function lineChart(title, points, from, to) {
   box.append(head);
   const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img" });
   svg.setAttribute("aria-label", title);
-  const max = Math.max(1, ...points.map((p) => p.v));
+  // An even top keeps the middle gridline on a whole number.
+  const max = Math.ceil(Math.max(2, ...points.map((p) => p.v)) / 2) * 2;
   const x = (t) => L + ((t - from) / Math.max(1, to - from)) * (W - L - R);
   const y = (v) => T + (1 - v / max) * (H - T - B);
   svg.append(el("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }));
@@ -53,6 +54,10 @@ export function lineChart(title, points, from, to) {
     const d = points.map((p, i) => `${i ? "L" : "M"}${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join("");
     svg.append(el("path", { class: "area", d: `${d}L${x(points[points.length - 1].t).toFixed(1)},${H - B}L${x(points[0].t).toFixed(1)},${H - B}Z` }));
     svg.append(el("path", { class: "line", d }));
+  }
+  if (points.length > 0) {
+    const p = points[points.length - 1];
+    svg.append(el("circle", { class: "dot", cx: x(p.t).toFixed(1), cy: y(p.v).toFixed(1), r: 3 }));
   }
   box.append(svg);
   return box;

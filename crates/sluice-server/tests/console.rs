@@ -358,8 +358,8 @@ async fn a_dlq_group_is_drilled_into_and_redriven_at_the_chosen_rate() {
     assert_eq!(job["rate"], json!({"limit": 120, "period_ms": 60000}));
     assert_eq!(job["pause_if_failing"]["percent"], 50);
     assert_eq!(
-        job["filter"]["error_contains"],
-        "HTTP 429 Too Many Requests"
+        job["filter"]["error_is"], "HTTP 429 Too Many Requests",
+        "a group is its exact error, not every error containing it"
     );
     // Four moves spaced 0.5 s apart take at least 1.5 s.
     assert!(took >= Duration::from_millis(1500), "{took:?}");
@@ -376,6 +376,13 @@ async fn a_dlq_group_is_drilled_into_and_redriven_at_the_chosen_rate() {
         .await
         .expect("open");
     b.text_when("#groups", |t| t.contains("timeout")).await;
+    // Grouped by reason: the group's messages are listed, not only a sample.
+    b.click("#group-by option[value='reason']").await;
+    b.text_when("#groups", |t| t.contains("rejected")).await;
+    b.click("tr[data-group='rejected'] button.show").await;
+    b.text_when("#messages tbody", |t| t.contains("timeout"))
+        .await;
+    assert_eq!(b.count("#messages tbody tr").await, 6);
     for (field, value) in [("#f-error", "timeout"), ("#f-after", "1h")] {
         b.client
             .find(Locator::Css(field))
@@ -590,6 +597,7 @@ async fn the_console_is_served_with_a_strict_policy() {
         ("/", "text/html"),
         ("/console/app.js", "text/javascript"),
         ("/console/charts.js", "text/javascript"),
+        ("/console/pages/dlq.js", "text/javascript"),
         ("/console/style.css", "text/css"),
     ] {
         let resp = s.client.get(s.url(path)).send().await.expect("get");
@@ -612,6 +620,8 @@ async fn the_console_is_served_with_a_strict_policy() {
         }
         assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
     }
+    let (code, v) = s.call(Method::GET, "/console/nothing.js", None).await;
+    assert_eq!(code, 404, "{v}");
     s.shutdown().await;
 }
 
@@ -678,6 +688,138 @@ async fn a_broker_with_hundreds_of_queues_draws_the_first_and_the_rest_on_reques
         assert!(Instant::now() < deadline, "show all drew every queue");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    b.close().await;
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_left_while_loading_never_draws_over_the_next() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    s.put_queue("payments", json!({})).await;
+    b.client.goto(&s.url("/")).await.expect("open");
+    b.text_when("#queues", |t| t.contains("payments")).await;
+    // The queue page's first answers come late; the operator moves on before they do.
+    b.client
+        .execute(
+            "const orig = window.fetch;
+             window.fetch = (url, opts) => String(url).startsWith('/v1/queues/payments')
+               ? new Promise((r) => setTimeout(r, 1500)).then(() => orig(url, opts))
+               : orig(url, opts);
+             location.hash = '#/queues/payments';
+             setTimeout(() => { location.hash = '#/redrives'; }, 200);",
+            vec![],
+        )
+        .await
+        .expect("script");
+    b.text_when("h1", |t| t == "Redrives").await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        b.text_when("h1", |_| true).await,
+        "Redrives",
+        "the queue page, answered late, stayed away"
+    );
+    b.close().await;
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_key_asks_once_and_the_live_page_stops() {
+    let Some(b) = browser().await else { return };
+    let keys = KeyRing::new(vec![ApiKeyConfig {
+        name: "ops".into(),
+        role: Role::Admin,
+        queues: vec!["*".into()],
+        sha256: sluice_server::auth::hash_secret("admin-secret"),
+    }])
+    .expect("keys");
+    let s = common::start_with(ServerOptions {
+        keys,
+        ..ServerOptions::default()
+    })
+    .await;
+    let (code, _) = s
+        .call_as(
+            Some("admin-secret"),
+            Method::PUT,
+            "/v1/queues/payments",
+            Some(json!({})),
+        )
+        .await;
+    assert!(code.is_success(), "{code}");
+    b.client
+        .goto(&s.url("/#/queues/payments"))
+        .await
+        .expect("open");
+    b.client
+        .wait()
+        .for_element(Locator::Css("#key"))
+        .await
+        .expect("asks for a key")
+        .send_keys("admin-secret")
+        .await
+        .expect("type");
+    b.click("form button[type='submit']").await;
+    b.text_when("h1", |t| t == "Queue payments").await;
+    // The key is withdrawn while the page polls (two timers: numbers and history).
+    b.client
+        .execute("sessionStorage.setItem('sluice.key', 'revoked');", vec![])
+        .await
+        .expect("script");
+    b.text_when("h1", |t| t == "Sign in").await;
+    let key = b
+        .client
+        .find(Locator::Css("#key"))
+        .await
+        .expect("key field");
+    key.send_keys("half-typed").await.expect("type");
+    // Both timers have fired again by now; neither redraws the form nor the page.
+    tokio::time::sleep(Duration::from_millis(11_000)).await;
+    let key = b
+        .client
+        .find(Locator::Css("#key"))
+        .await
+        .expect("key field");
+    assert_eq!(
+        key.prop("value").await.expect("value").as_deref(),
+        Some("half-typed"),
+        "what the operator typed is kept"
+    );
+    assert_eq!(b.count("#key").await, 1);
+    b.close().await;
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absent_values_sort_last_and_status_events_are_read_whole() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    b.client.goto(&s.url("/")).await.expect("open");
+    b.text_when("#who", |t| !t.is_empty()).await;
+    let got = b
+        .client
+        .execute_async(
+            "const done = arguments[0];
+             Promise.all([import('/console/pages/overview.js'), import('/console/pages/tasks.js')])
+               .then(([o, t]) => {
+                 const rows = [{v: 3}, {v: null}, {v: 10}, {v: undefined}, {v: 1}];
+                 const up = [...rows].sort(o.byColumn((r) => r.v, true)).map((r) => r.v ?? null);
+                 const down = [...rows].sort(o.byColumn((r) => r.v, false)).map((r) => r.v ?? null);
+                 const [events, rest] = t.sseEvents(
+                   'event: status\\ndata: {\"a\":1}\\n\\n: keep-alive\\n\\nevent: error\\ndata: gone\\n\\nevent: sta');
+                 done({up, down, events, rest});
+               }, (e) => done(String(e)));",
+            vec![],
+        )
+        .await
+        .expect("script");
+    assert_eq!(got["up"], json!([1, 3, 10, null, null]));
+    assert_eq!(got["down"], json!([10, 3, 1, null, null]));
+    assert_eq!(
+        got["events"],
+        json!([{"type": "status", "data": "{\"a\":1}"}, {"type": "error", "data": "gone"}])
+    );
+    assert_eq!(got["rest"], "event: sta");
     b.close().await;
     s.shutdown().await;
 }

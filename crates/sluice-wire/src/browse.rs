@@ -57,6 +57,15 @@ pub struct BrowseQuery {
     /// Only messages whose `last_error` contains this text.
     #[serde(default)]
     pub error_contains: Option<String>,
+    /// Only messages whose `last_error` is exactly this text.
+    #[serde(default)]
+    pub error_is: Option<String>,
+    /// Only messages dead-lettered for this reason.
+    #[serde(default)]
+    pub reason: Option<DeadLetterReasonView>,
+    /// Only messages dead-lettered or moved from this queue.
+    #[serde(default)]
+    pub source_queue: Option<String>,
     /// Only messages with this attribute value, written `key=value`.
     #[serde(default)]
     pub attribute: Option<String>,
@@ -92,6 +101,9 @@ impl BrowseQuery {
         };
         let view = RedriveFilterView {
             error_contains: self.error_contains.clone(),
+            error_is: self.error_is.clone(),
+            reason: self.reason,
+            source_queue: self.source_queue.clone(),
             attributes,
             dead_lettered_before: time("dead_lettered_before", &self.dead_lettered_before)?,
             dead_lettered_after: time("dead_lettered_after", &self.dead_lettered_after)?,
@@ -152,6 +164,17 @@ pub enum DeadLetterReasonView {
     Rejected,
     /// Outlived its queue's retention.
     Expired,
+}
+
+impl From<DeadLetterReasonView> for DeadLetterReason {
+    fn from(r: DeadLetterReasonView) -> Self {
+        match r {
+            DeadLetterReasonView::Exhausted => DeadLetterReason::Exhausted,
+            DeadLetterReasonView::LeaseExpired => DeadLetterReason::LeaseExpired,
+            DeadLetterReasonView::Rejected => DeadLetterReason::Rejected,
+            DeadLetterReasonView::Expired => DeadLetterReason::Expired,
+        }
+    }
 }
 
 impl From<DeadLetterReason> for DeadLetterReasonView {

@@ -11,6 +11,7 @@ use sluice_core::error::StoreError;
 use sluice_core::name::QueueName;
 use sluice_core::time::rfc3339;
 
+use crate::browse::DeadLetterReasonView;
 use crate::convert::millis;
 use crate::queues::RateLimitWire;
 use sluice_core::redrive::RedriveGuard;
@@ -22,6 +23,15 @@ pub struct RedriveFilterView {
     /// `last_error` contains this text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_contains: Option<String>,
+    /// `last_error` is exactly this text (one group of a summary by error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_is: Option<String>,
+    /// Dead-lettered for this reason (one group of a summary by reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<DeadLetterReasonView>,
+    /// Dead-lettered or moved from this queue (one group of a summary by source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_queue: Option<String>,
     /// Every one of these attributes has exactly this value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: BTreeMap<String, String>,
@@ -44,6 +54,16 @@ impl RedriveFilterView {
         let parse_time = |field: &str, s: &str| sluice_core::human::parse_time(field, s, now);
         Ok(sluice_core::redrive::RedriveFilter {
             error_contains: self.error_contains.clone(),
+            error_is: self.error_is.clone(),
+            reason: self.reason.map(Into::into),
+            source_queue: self
+                .source_queue
+                .as_deref()
+                .map(|q| {
+                    QueueName::new(q)
+                        .map_err(|e| StoreError::invalid(format!("filter.source_queue: {e}")))
+                })
+                .transpose()?,
             attributes: self.attributes.clone(),
             dead_lettered_before: self
                 .dead_lettered_before
@@ -63,6 +83,9 @@ impl From<&sluice_core::redrive::RedriveFilter> for RedriveFilterView {
     fn from(f: &sluice_core::redrive::RedriveFilter) -> Self {
         RedriveFilterView {
             error_contains: f.error_contains.clone(),
+            error_is: f.error_is.clone(),
+            reason: f.reason.map(Into::into),
+            source_queue: f.source_queue.as_ref().map(|q| q.as_str().to_owned()),
             attributes: f.attributes.clone(),
             dead_lettered_before: f.dead_lettered_before.map(rfc3339),
             dead_lettered_after: f.dead_lettered_after.map(rfc3339),

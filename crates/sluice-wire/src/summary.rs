@@ -11,7 +11,7 @@ use sluice_core::name::QueueName;
 use sluice_core::summary::{DEFAULT_GROUP_LIMIT, GroupBy, Summary, SummaryGroup, SummaryRequest};
 use sluice_core::time::rfc3339;
 
-/// `GET /v1/queues/{q}/summary?group_by=&limit=&error_contains=&attribute=&dead_lettered_before=&dead_lettered_after=`.
+/// `GET /v1/queues/{q}/summary?group_by=&limit=&error_contains=&error_is=&reason=&source_queue=&attribute=&dead_lettered_before=&dead_lettered_after=`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct SummaryQuery {
@@ -21,6 +21,13 @@ pub struct SummaryQuery {
     pub limit: Option<u32>,
     /// Only messages whose `last_error` contains this text.
     pub error_contains: Option<String>,
+    /// Only messages whose `last_error` is exactly this text.
+    pub error_is: Option<String>,
+    /// Only messages dead-lettered for this reason: `exhausted`, `lease_expired`, `rejected`
+    /// or `expired`.
+    pub reason: Option<String>,
+    /// Only messages dead-lettered or moved from this queue.
+    pub source_queue: Option<String>,
     /// Only messages with this attribute value, written `key=value`; repeat the parameter for
     /// several (all must match).
     #[serde(default)]
@@ -51,6 +58,9 @@ impl SummaryQuery {
             match k.as_str() {
                 "group_by" => once(&mut q.group_by)?,
                 "error_contains" => once(&mut q.error_contains)?,
+                "error_is" => once(&mut q.error_is)?,
+                "reason" => once(&mut q.reason)?,
+                "source_queue" => once(&mut q.source_queue)?,
                 "dead_lettered_before" => once(&mut q.dead_lettered_before)?,
                 "dead_lettered_after" => once(&mut q.dead_lettered_after)?,
                 "attribute" => q.attribute.push(v.clone()),
@@ -69,7 +79,8 @@ impl SummaryQuery {
                 _ => {
                     return Err(StoreError::invalid(format!(
                         "unknown query parameter {k:?}; expected group_by, limit, \
-                         error_contains, attribute, dead_lettered_before or dead_lettered_after"
+                         error_contains, error_is, reason, source_queue, attribute, \
+                         dead_lettered_before or dead_lettered_after"
                     )));
                 }
             }
@@ -88,6 +99,9 @@ impl SummaryQuery {
         put("group_by", &self.group_by);
         put("limit", &self.limit.map(|n| n.to_string()));
         put("error_contains", &self.error_contains);
+        put("error_is", &self.error_is);
+        put("reason", &self.reason);
+        put("source_queue", &self.source_queue);
         put("dead_lettered_before", &self.dead_lettered_before);
         put("dead_lettered_after", &self.dead_lettered_after);
         for a in &self.attribute {
@@ -110,8 +124,16 @@ impl SummaryQuery {
             })?;
             attributes.insert(k.to_string(), v.to_string());
         }
+        let reason = self
+            .reason
+            .as_deref()
+            .map(|r| r.parse::<sluice_core::message::DeadLetterReason>())
+            .transpose()?;
         let filter = RedriveFilterView {
             error_contains: self.error_contains.clone(),
+            error_is: self.error_is.clone(),
+            reason: reason.map(Into::into),
+            source_queue: self.source_queue.clone(),
             attributes,
             dead_lettered_before: self.dead_lettered_before.clone(),
             dead_lettered_after: self.dead_lettered_after.clone(),

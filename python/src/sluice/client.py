@@ -560,6 +560,9 @@ class Client:
         attribute: Optional[Tuple[str, str]] = None,
         dead_lettered_before: Optional[str] = None,
         dead_lettered_after: Optional[str] = None,
+        error_is: Optional[str] = None,
+        reason: Optional[str] = None,
+        source_queue: Optional[str] = None,
     ) -> BrowsePage:
         """One page of a queue's messages without leasing them; ``state`` is ``visible``,
         ``delayed``, ``in_flight`` or ``all``."""
@@ -568,6 +571,7 @@ class Client:
             "attribute": f"{attribute[0]}={attribute[1]}" if attribute else None,
             "dead_lettered_before": dead_lettered_before,
             "dead_lettered_after": dead_lettered_after,
+            "error_is": error_is, "reason": reason, "source_queue": source_queue,
         }
         d = self._json("GET", f"/v1/queues/{_queue(queue)}/messages", params=params)
         return BrowsePage([Message.from_wire(m) for m in d["messages"]], d.get("next_cursor"))
@@ -607,15 +611,20 @@ class Client:
         attributes: Optional[Mapping[str, str]] = None,
         dead_lettered_before: Optional[str] = None,
         dead_lettered_after: Optional[str] = None,
+        error_is: Optional[str] = None,
+        reason: Optional[str] = None,
+        source_queue: Optional[str] = None,
     ) -> Summary:
         """Every message of a queue (typically a DLQ) counted by ``group_by``: ``error``,
         ``reason``, ``source`` or ``attribute:NAME``, with the browse's filters (every
-        attribute given must match); the largest ``limit`` groups (at most 1000) come back."""
+        attribute given must match; ``error_is``, ``reason`` and ``source_queue`` select one
+        group exactly); the largest ``limit`` groups (at most 1000) come back."""
         params = {
             "group_by": group_by, "limit": limit, "error_contains": error_contains,
             "attribute": [f"{k}={v}" for k, v in (attributes or {}).items()] or None,
             "dead_lettered_before": dead_lettered_before,
             "dead_lettered_after": dead_lettered_after,
+            "error_is": error_is, "reason": reason, "source_queue": source_queue,
         }
         return Summary.from_wire(self._json("GET", f"/v1/queues/{_queue(queue)}/summary", params=params))
 

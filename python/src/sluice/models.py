@@ -712,11 +712,18 @@ class RedriveFilter:
     attributes: Dict[str, str] = field(default_factory=dict)
     dead_lettered_before: Optional[str] = None
     dead_lettered_after: Optional[str] = None
+    #: The last error is exactly this text (one group of a summary by error).
+    error_is: Optional[str] = None
+    #: Dead-lettered for this reason: ``exhausted``, ``lease_expired``, ``rejected``, ``expired``.
+    reason: Optional[str] = None
+    #: Dead-lettered or moved from this queue.
+    source_queue: Optional[str] = None
 
     def to_wire(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
-        if self.error_contains is not None:
-            out["error_contains"] = self.error_contains
+        for name in ("error_contains", "error_is", "reason", "source_queue"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         if self.attributes:
             out["attributes"] = dict(self.attributes)
         if self.dead_lettered_before is not None:

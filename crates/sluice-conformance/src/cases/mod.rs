@@ -44,7 +44,7 @@ pub use create_only::queue_create_only_refuses_an_existing_queue;
 mod summary;
 pub use summary::{
     summary_by_attribute_through_restart_and_redrive, summary_counts_every_dead_letter,
-    summary_groups_filters_and_limits,
+    summary_group_filters_select_exactly_one_group, summary_groups_filters_and_limits,
 };
 
 fn ms(n: u64) -> Duration {

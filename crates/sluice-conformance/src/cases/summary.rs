@@ -364,3 +364,102 @@ pub async fn summary_by_attribute_through_restart_and_redrive(h: &dyn Harness) {
         "after deleting the message with large attributes"
     );
 }
+
+/// One summary group selected exactly, as a console's drill-down does: the exact error text
+/// (not every error containing it), the dead-letter reason and the source queue; combined
+/// with each other; messages without the value never match; a redrive takes the same filter.
+pub async fn summary_group_filters_select_exactly_one_group(h: &dyn Harness) {
+    let e = env(h).await;
+    let a = e.queue("a", QueueConfigPatch::default()).await;
+    let dlq = qn("a.dlq");
+    let b = e
+        .queue(
+            "b",
+            QueueConfigPatch {
+                max_receive_count: Some(1),
+                dead_letter_queue: Some(Some(dlq.clone())),
+                ..QueueConfigPatch::default()
+            },
+        )
+        .await;
+    e.send_text(&dlq, "by hand").await;
+    for _ in 0..3 {
+        e.send_text(&a, "a").await;
+    }
+    dead_letter_all(&e, &a, &["bad input", "bad input", "bad input, again"]).await;
+    for _ in 0..2 {
+        e.send_text(&b, "b").await;
+    }
+    for _ in 0..2 {
+        let d = e.recv_one(&b).await;
+        e.store
+            .nack(&b, d.receipt, None, fail("bad input"))
+            .await
+            .expect("nack on the last attempt");
+    }
+    let filtered = |f: sluice_core::redrive::RedriveFilter| SummaryRequest {
+        group_by: GroupBy::Error,
+        filter: f,
+        limit: 100,
+    };
+    let none = sluice_core::redrive::RedriveFilter::default;
+    let error_is = |t: &str| sluice_core::redrive::RedriveFilter {
+        error_is: Some(t.into()),
+        ..none()
+    };
+    let reason = |r| sluice_core::redrive::RedriveFilter {
+        reason: Some(r),
+        ..none()
+    };
+    use sluice_core::message::DeadLetterReason::{Exhausted, Rejected};
+
+    let s = summary(&e, &dlq, filtered(error_is("bad input"))).await;
+    assert_eq!(
+        counts(&s),
+        [(Some("bad input"), 4)],
+        "not \"bad input, again\""
+    );
+    let s = summary(&e, &dlq, filtered(error_is("bad"))).await;
+    assert_eq!(s.total, 0, "a part of an error is no group");
+    let s = summary(&e, &dlq, filtered(reason(Rejected))).await;
+    assert_eq!(
+        counts(&s),
+        [(Some("bad input"), 2), (Some("bad input, again"), 1)]
+    );
+    let s = summary(&e, &dlq, filtered(reason(Exhausted))).await;
+    assert_eq!(counts(&s), [(Some("bad input"), 2)]);
+    let from_b = sluice_core::redrive::RedriveFilter {
+        source_queue: Some(b.clone()),
+        ..none()
+    };
+    let s = summary(&e, &dlq, filtered(from_b.clone())).await;
+    assert_eq!(counts(&s), [(Some("bad input"), 2)]);
+    let both = sluice_core::redrive::RedriveFilter {
+        reason: Some(Rejected),
+        ..error_is("bad input")
+    };
+    let s = summary(&e, &dlq, filtered(both)).await;
+    assert_eq!(counts(&s), [(Some("bad input"), 2)], "conditions combine");
+    let mut req = filtered(from_b.clone());
+    req.group_by = GroupBy::Attribute("tenant".into());
+    assert_eq!(
+        summary(&e, &dlq, req).await.total,
+        2,
+        "also with attributes read"
+    );
+
+    // A redrive of the exhausted group moves exactly its two messages back to b.
+    let mut spec = redrive_spec(&dlq);
+    spec.filter = reason(Exhausted);
+    spec.dry_run = true;
+    let job = e.store.create_redrive(spec.clone()).await.expect("dry run");
+    let job = e.store.redrive_step(job.id, 1000).await.expect("step").job;
+    assert_eq!(job.matched, 2, "the dry run counts the group");
+    spec.dry_run = false;
+    let job = e.store.create_redrive(spec).await.expect("redrive");
+    let step = e.store.redrive_step(job.id, 1000).await.expect("step");
+    assert_eq!(step.job.moved, 2);
+    let s = summary(&e, &dlq, by(GroupBy::Reason)).await;
+    assert_eq!(counts(&s), [(Some("rejected"), 3), (None, 1)]);
+    assert_eq!(e.store.stats(&b).await.expect("stats").visible, 2);
+}

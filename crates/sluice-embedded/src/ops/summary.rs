@@ -166,18 +166,30 @@ fn time_ok(f: &RedriveFilter, dead_lettered: Option<i64>) -> bool {
             .is_none_or(|a| dead_lettered.is_some_and(|t| t >= a.as_millis()))
 }
 
-/// Whether an indexed message passes the filter's error and time conditions.
+/// Whether an indexed message passes the filter's conditions other than attributes.
 fn passes(f: &RedriveFilter, e: &Entry) -> bool {
     f.error_contains.as_ref().is_none_or(|needle| {
         e.error
             .as_deref()
             .is_some_and(|t| t.contains(needle.as_str()))
-    }) && time_ok(f, e.reason.map(|_| e.at))
+    }) && f
+        .error_is
+        .as_deref()
+        .is_none_or(|want| e.error.as_deref() == Some(want))
+        && f.reason.is_none_or(|want| e.reason == Some(want))
+        && f.source_queue
+            .as_ref()
+            .is_none_or(|want| e.source.as_deref() == Some(want.as_str()))
+        && time_ok(f, e.reason.map(|_| e.at))
 }
 
-/// Whether plain messages (no error, no dead-letter time, no source) pass them.
+/// Whether plain messages (no error, no dead-letter information, no source) pass them.
 fn plain_pass(f: &RedriveFilter) -> bool {
-    f.error_contains.is_none() && time_ok(f, None)
+    f.error_contains.is_none()
+        && f.error_is.is_none()
+        && f.reason.is_none()
+        && f.source_queue.is_none()
+        && time_ok(f, None)
 }
 
 /// The messages passing the filter's error and time conditions, each with its time and its

@@ -328,14 +328,16 @@ impl SummaryIndex {
     pub fn on_update(&mut self, from: Qid, to: Qid, id: u64, rich: &Rich, entered_at: i64) {
         // A message never indexed has never left the queue it was sent to (a move or
         // dead-lettering sets its source queue), so it entered that queue when it was sent.
-        let (enqueued_at, attrs) = match self.remove(from, id) {
-            Some(e) => (e.enqueued_at, e.attrs),
-            None => (entered_at, Attrs::Missing),
+        let (enqueued_at, attrs, listed) = match self.remove(from, id) {
+            Some(e) => (e.enqueued_at, e.attrs, true),
+            None => (entered_at, Attrs::Missing, false),
         };
         if !indexed(rich) {
             return;
         }
-        if matches!(attrs, Attrs::Missing) {
+        // Listed once per queue it is missing them in: a replay of many nacks of one
+        // message must not list it once per nack.
+        if matches!(attrs, Attrs::Missing) && !(listed && from == to) {
             self.fresh.push((to, id));
         }
         let q = self.queues.entry(to).or_default();
@@ -488,6 +490,21 @@ mod tests {
             "acme went with its last message"
         );
         assert_eq!(&*held, "acme");
+    }
+
+    #[test]
+    fn a_replay_of_many_updates_lists_a_message_once_per_queue() {
+        let mut idx = SummaryIndex::default();
+        for _ in 0..3 {
+            idx.on_update(1, 1, 7, &failed(), 5);
+        }
+        assert_eq!(idx.fresh_mark(), 1, "three nacks, one listing");
+        idx.on_update(1, 2, 7, &failed(), 5);
+        assert_eq!(
+            idx.take_fresh(None, 10),
+            [(1, 7), (2, 7)],
+            "dead-lettered into queue 2: listed there too"
+        );
     }
 
     #[test]

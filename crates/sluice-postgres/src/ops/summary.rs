@@ -35,12 +35,15 @@ pub(crate) async fn summarize(
         GroupBy::Error => "last_error",
         GroupBy::Reason => "dl_reason",
         GroupBy::Source => "source_queue",
-        GroupBy::Attribute(_) => "attrs ->> $6",
+        GroupBy::Attribute(_) => "attrs ->> $9",
     };
     let filters = "($2::text IS NULL OR strpos(last_error, $2) > 0)
                AND ($3::jsonb IS NULL OR attrs @> $3)
                AND ($4::bigint IS NULL OR dl_at < $4)
-               AND ($5::bigint IS NULL OR dl_at >= $5)";
+               AND ($5::bigint IS NULL OR dl_at >= $5)
+               AND ($6::text IS NULL OR last_error = $6)
+               AND ($7::text IS NULL OR dl_reason = $7)
+               AND ($8::text IS NULL OR source_queue = $8)";
     let dead = format!(
         "SELECT {key} AS k, dl_at AS at, id FROM messages
          WHERE queue = $1 AND dl_at IS NOT NULL AND state < 2 AND {filters}"
@@ -51,6 +54,8 @@ pub(crate) async fn summarize(
         "SELECT {key} AS k, enqueued_at AS at, id FROM messages
          WHERE queue = $1 AND dl_at IS NULL AND state < 2 AND {filters}"
     );
+    let reason = req.filter.reason.map(|r| r.as_str());
+    let source = req.filter.source_queue.as_ref().map(|q| q.as_str());
     let before = req.filter.dead_lettered_before.map(|t| t.as_millis());
     let after = req.filter.dead_lettered_after.map(|t| t.as_millis());
     let mut conn = inner.conn().await?;
@@ -88,8 +93,16 @@ pub(crate) async fn summarize(
              FROM g ORDER BY n DESC, k COLLATE \"C\" ASC NULLS LAST LIMIT {}",
             req.limit
         );
-        let mut params: Vec<&(dyn ToSql + Sync)> =
-            vec![&q, &req.filter.error_contains, &attributes, &before, &after];
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &q,
+            &req.filter.error_contains,
+            &attributes,
+            &before,
+            &after,
+            &req.filter.error_is,
+            &reason,
+            &source,
+        ];
         if let Some(name) = &attr_name {
             params.push(name);
         }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use clap::Args;
-use sluice_client::wire::{MessageView, RedriveFilterView, SummaryQuery};
+use sluice_client::wire::{DeadLetterReasonView, MessageView, RedriveFilterView, SummaryQuery};
 
 use super::args::{parse_attr, parse_time, time_ms};
 
@@ -17,6 +17,16 @@ pub struct DlqFilterArgs {
     /// Only dead letters whose last error contains this text.
     #[arg(long, value_name = "TEXT", alias = "filter-error")]
     pub error: Option<String>,
+    /// Only dead letters whose last error is exactly this text (one group of `dlq summary`).
+    #[arg(long, value_name = "TEXT")]
+    pub error_is: Option<String>,
+    /// Only dead letters dead-lettered for this reason: exhausted, lease_expired, rejected or
+    /// expired.
+    #[arg(long, value_name = "REASON", value_parser = parse_reason)]
+    pub reason: Option<DeadLetterReasonView>,
+    /// Only dead letters that came from this queue.
+    #[arg(long, value_name = "QUEUE")]
+    pub source_queue: Option<String>,
     /// Only dead letters with this attribute value (repeat for several: all must match).
     #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attr)]
     pub attrs: Vec<(String, String)>,
@@ -35,6 +45,9 @@ impl DlqFilterArgs {
     pub fn redrive_filter(&self) -> Option<RedriveFilterView> {
         let f = RedriveFilterView {
             error_contains: self.error.clone(),
+            error_is: self.error_is.clone(),
+            reason: self.reason,
+            source_queue: self.source_queue.clone(),
             attributes: self.attrs.iter().cloned().collect::<BTreeMap<_, _>>(),
             dead_lettered_before: self.before.clone(),
             dead_lettered_after: self.since.clone(),
@@ -48,6 +61,9 @@ impl DlqFilterArgs {
             group_by: Some(group_by.to_owned()),
             limit: Some(limit),
             error_contains: self.error.clone(),
+            error_is: self.error_is.clone(),
+            reason: self.reason.map(|r| reason_text(r).to_owned()),
+            source_queue: self.source_queue.clone(),
             attribute: self.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             dead_lettered_before: self.before.clone(),
             dead_lettered_after: self.since.clone(),
@@ -62,6 +78,18 @@ impl DlqFilterArgs {
                 .last_error
                 .as_deref()
                 .is_some_and(|le| le.contains(e.as_str()))
+        {
+            return false;
+        }
+        if self
+            .error_is
+            .as_deref()
+            .is_some_and(|e| m.last_error.as_deref() != Some(e))
+            || self.reason.is_some_and(|r| m.dead_letter_reason != Some(r))
+            || self
+                .source_queue
+                .as_deref()
+                .is_some_and(|q| m.source_queue.as_deref() != Some(q))
         {
             return false;
         }
@@ -85,6 +113,17 @@ impl DlqFilterArgs {
             .is_none_or(|b| at.is_some_and(|t| t < b));
         since_ok && before_ok
     }
+}
+
+/// The wire text of a reason.
+pub fn reason_text(r: DeadLetterReasonView) -> &'static str {
+    sluice_core::message::DeadLetterReason::from(r).as_str()
+}
+
+fn parse_reason(s: &str) -> Result<DeadLetterReasonView, String> {
+    s.parse::<sluice_core::message::DeadLetterReason>()
+        .map(Into::into)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

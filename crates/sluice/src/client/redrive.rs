@@ -249,6 +249,15 @@ fn filter_text(f: &RedriveFilterView) -> String {
     if let Some(e) = &f.error_contains {
         parts.push(format!("error contains \"{e}\""));
     }
+    if let Some(e) = &f.error_is {
+        parts.push(format!("error is \"{e}\""));
+    }
+    if let Some(r) = f.reason {
+        parts.push(format!("reason {}", super::filter::reason_text(r)));
+    }
+    if let Some(q) = &f.source_queue {
+        parts.push(format!("from {q}"));
+    }
     for (k, v) in &f.attributes {
         parts.push(format!("{k}={v}"));
     }

@@ -70,6 +70,7 @@ impl From<JobV1> for RedriveJob {
                     attributes: f.attributes,
                     dead_lettered_before: f.dead_lettered_before,
                     dead_lettered_after: f.dead_lettered_after,
+                    ..RedriveFilter::default()
                 },
                 reset_receive_count: j.spec.reset_receive_count,
                 dry_run: j.spec.dry_run,

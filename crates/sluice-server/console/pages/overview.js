@@ -1,0 +1,155 @@
+// The overview: every queue with its depths, rates and trends; sortable, filterable, live.
+
+import { enc } from "../api.js";
+import { field, fill, h } from "../dom.js";
+import { age, num, rate, trend } from "../format.js";
+
+// Kept across visits: the filter, the sort, and per queue the DLQ depth and oldest age last
+// read and when the DLQ last grew, so a queue stays highlighted for a minute after that.
+const state = { filter: "", sort: "name", asc: true, seen: new Map(), all: false };
+
+// Rows drawn before asking (highlighted queues come first).
+const DRAWN_ROWS = 300;
+
+const HIGHLIGHT_MS = 60000;
+
+// [id, heading, sort value (null: nothing to show), numeric]
+const COLUMNS = [
+  ["name", "Queue", (r) => r.queue, false],
+  ["visible", "Visible", (r) => r.visible, true],
+  ["in_flight", "In flight", (r) => r.in_flight, true],
+  ["delayed", "Delayed", (r) => r.delayed, true],
+  ["dlq", "DLQ", (r) => (r.dead_letter_queue ? r.dead_letter_depth : null), true],
+  ["oldest", "Oldest", (r) => (r.visible ? r.oldest_visible_age_ms : null), true],
+  ["sent", "Sent/s", (r) => r.rates.sent, true],
+  ["acked", "Acked/s", (r) => r.rates.acked, true],
+  ["dead", "Dead-lettered/s", (r) => r.rates.dead_lettered, true],
+  ["trend", "Backlog trend", (r) => r.backlog_trend.slope_1m, true],
+  ["dlq_trend", "DLQ trend", (r) => (r.dead_letter_queue ? r.dlq_trend.slope_1m : null), true],
+];
+
+const absent = (v) => v === null || v === undefined || Number.isNaN(v);
+
+// Orders rows by a column; rows without a value go last whichever way the column sorts.
+export function byColumn(value, asc) {
+  return (a, b) => {
+    const x = value(a);
+    const y = value(b);
+    if (absent(x) || absent(y)) return absent(x) === absent(y) ? 0 : absent(x) ? 1 : -1;
+    const c = typeof x === "string" ? x.localeCompare(y) : x - y;
+    return asc ? c : -c;
+  };
+}
+
+function row(r) {
+  return h(
+    "tr",
+    { "data-queue": r.queue, class: r.alert ? "alert" : null, title: r.alert || null },
+    h(
+      "td",
+      {},
+      h("a", { href: `#/queues/${enc(r.queue)}` }, r.queue),
+      r.is_dead_letter_queue ? h("span", { class: "badge" }, "DLQ") : null,
+      r.paused ? h("span", { class: "badge" }, "paused") : null,
+    ),
+    h("td", { class: "num" }, num(r.visible)),
+    h("td", { class: "num" }, num(r.in_flight)),
+    h("td", { class: "num" }, num(r.delayed)),
+    h(
+      "td",
+      { class: "num", "data-col": "dlq" },
+      r.dead_letter_queue
+        ? h("a", { href: `#/dlq/${enc(r.dead_letter_queue)}`, class: r.dead_letter_depth ? "up" : null }, num(r.dead_letter_depth))
+        : "—",
+    ),
+    h("td", { class: "num" }, r.visible ? age(r.oldest_visible_age_ms) : "—"),
+    h("td", { class: "num" }, rate(r.rates.sent)),
+    h("td", { class: "num" }, rate(r.rates.acked)),
+    h("td", { class: "num" }, rate(r.rates.dead_lettered)),
+    h("td", {}, trend(r.backlog_trend)),
+    h("td", {}, r.dead_letter_queue ? trend(r.dlq_trend) : "—"),
+  );
+}
+
+// Marks the queues to look at: a DLQ that grows, or an oldest message that keeps waiting.
+function withAlerts(queues) {
+  const now = Date.now();
+  return queues.map((r) => {
+    const before = state.seen.get(r.queue);
+    const seen = {
+      dlq: r.dead_letter_depth,
+      age: r.oldest_visible_age_ms,
+      dlqRose: before && r.dead_letter_depth > before.dlq ? now : before ? before.dlqRose : 0,
+      ageRose: before && r.visible > 0 && r.oldest_visible_age_ms >= 30000 && r.oldest_visible_age_ms > before.age,
+    };
+    state.seen.set(r.queue, seen);
+    let alert = null;
+    if (r.dead_letter_queue && (r.dlq_trend.direction === "rising" || now - seen.dlqRose < HIGHLIGHT_MS)) {
+      alert = "its dead-letter queue is growing";
+    } else if (seen.ageRose) alert = "its oldest message keeps waiting";
+    return { ...r, alert };
+  });
+}
+
+export async function overview(page) {
+  const filter = h("input", {
+    id: "filter",
+    placeholder: "part of a name",
+    value: state.filter,
+    oninput: (ev) => {
+      state.filter = ev.target.value;
+      draw();
+    },
+  });
+  const status = h("span", { class: "muted" });
+  const table = h("div");
+  page.show(h("h1", {}, "Queues"), h("div", { class: "row" }, field("Filter", filter), status), table);
+  let rows = [];
+  const draw = () => {
+    const f = state.filter.toLowerCase();
+    const col = COLUMNS.find((c) => c[0] === state.sort) || COLUMNS[0];
+    const shown = rows.filter((r) => r.queue.toLowerCase().includes(f)).sort(byColumn(col[2], state.asc));
+    const head = h(
+      "tr",
+      {},
+      COLUMNS.map(([id, label, , numeric]) =>
+        h(
+          "th",
+          {
+            class: `sortable${numeric ? " num" : ""}${state.sort === id ? " sorted" : ""}${state.sort === id && state.asc ? " asc" : ""}`,
+            "data-sort": id,
+            onclick: () => {
+              if (state.sort === id) state.asc = !state.asc;
+              else {
+                state.sort = id;
+                state.asc = !numeric;
+              }
+              draw();
+            },
+          },
+          label,
+        ),
+      ),
+    );
+    // Past DRAWN_ROWS, highlighted queues come first and the rest wait for a click, so a
+    // broker with thousands of queues stays quick to draw and to filter.
+    const drawn =
+      state.all || shown.length <= DRAWN_ROWS
+        ? shown
+        : [...shown.filter((r) => r.alert), ...shown.filter((r) => !r.alert)].slice(0, DRAWN_ROWS);
+    fill(
+      table,
+      h("table", { id: "queues" }, h("thead", {}, head), h("tbody", {}, drawn.map(row))),
+      drawn.length < shown.length
+        ? h("p", {}, `${shown.length - drawn.length} more match; narrow the filter or `, h("button", { id: "show-all", onclick: () => { state.all = true; draw(); } }, `show all ${num(shown.length)}`))
+        : null,
+    );
+    status.textContent = `${shown.length} of ${rows.length} queues · updated ${new Date().toLocaleTimeString()}`;
+  };
+  await page.every(3000, async () => {
+    const data = await page.api("GET", "/v1/stats");
+    if (!page.alive) return;
+    rows = withAlerts(data.queues);
+    draw();
+  });
+}
