@@ -5,7 +5,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use sluice_core::message::Message;
 
-use crate::body::{BodyEncoding, JsonText, body_fields};
+use crate::body::{BodyEncoding, BodyFields, JsonText};
 use crate::settle::ProgressView;
 
 /// `GET /v1/tasks/{id}`: the status of a task.
@@ -41,19 +41,15 @@ pub struct TaskView {
 impl TaskView {
     /// The view of a task whose message is `m`.
     pub fn of(m: &Message) -> Self {
-        let (result, result_base64, result_encoding) = m
-            .result
-            .as_ref()
-            .map(body_fields)
-            .unwrap_or((None, None, None));
+        let result = BodyFields::of(m.result.as_ref());
         TaskView {
             id: m.id.to_string(),
             status: sluice_core::task::TaskStatus::of(m),
             queue: Some(m.queue.to_string()),
             receive_count: m.receive_count,
-            result,
-            result_base64,
-            result_encoding,
+            result: result.json,
+            result_base64: result.base64,
+            result_encoding: result.encoding,
             error: m.last_error.clone(),
             progress: m.progress.as_ref().map(ProgressView::from),
         }
