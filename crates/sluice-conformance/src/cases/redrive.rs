@@ -260,12 +260,7 @@ pub async fn redrive_waits_for_a_paused_destination(h: &dyn Harness) {
 
 /// A job's progress survives a restart, and the resumed job moves each message once.
 pub async fn redrive_resumes_after_restart(h: &dyn Harness) {
-    let clock = ManualClock::default();
-    let store = h.open(clock.clone()).await;
-    let e = Env {
-        clock: clock.clone(),
-        store,
-    };
+    let e = env(h).await;
     let q = e.queue("work", QueueConfigPatch::default()).await;
     let dlq = qn("work.dlq");
     for i in 0..5 {
@@ -278,9 +273,7 @@ pub async fn redrive_resumes_after_restart(h: &dyn Harness) {
         .await
         .expect("create");
     e.store.redrive_step(job.id, 2).await.expect("step");
-    drop(e);
-    let store = h.reopen(clock.clone()).await;
-    let e = Env { clock, store };
+    let e = e.restart(h).await;
     let j = e.store.get_redrive(job.id).await.expect("job survives");
     assert_eq!(
         (j.moved, j.state),

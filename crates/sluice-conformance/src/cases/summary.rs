@@ -92,11 +92,7 @@ pub async fn summary_counts_every_dead_letter(h: &dyn Harness) {
     );
     assert_eq!(s.groups[1].first_at, t1);
 
-    let clock = e.clock.clone();
-    let Env { store, .. } = e;
-    drop(store);
-    let store = h.reopen(clock.clone()).await;
-    let e = Env { clock, store };
+    let e = e.restart(h).await;
     let again = summary(&e, &dlq, by(GroupBy::Error)).await;
     assert_eq!(again, s, "a restart rebuilds the same summary");
 
@@ -329,11 +325,7 @@ pub async fn summary_by_attribute_through_restart_and_redrive(h: &dyn Harness) {
     dead_letter_all(&e, &q, &["boom"; 4]).await;
     check_attribute_summaries(&e, &dlq, &big, "dead-lettered").await;
 
-    let clock = e.clock.clone();
-    let Env { store, .. } = e;
-    drop(store);
-    let store = h.reopen(clock.clone()).await;
-    let e = Env { clock, store };
+    let e = e.restart(h).await;
     check_attribute_summaries(&e, &dlq, &big, "right after a restart").await;
     check_attribute_summaries(&e, &dlq, &big, "asked again after a restart").await;
 
