@@ -144,6 +144,12 @@ impl Env {
         q
     }
 
+    /// A queue with the default configuration, and the name of the DLQ created with it.
+    async fn queue_and_dlq(&self, name: &str) -> (QueueName, QueueName) {
+        let q = self.queue(name, QueueConfigPatch::default()).await;
+        (q, qn(&format!("{name}.dlq")))
+    }
+
     async fn send_batch(&self, q: &QueueName, msgs: Vec<NewMessage>) -> Vec<SendOutcome> {
         let n = msgs.len();
         let out = self

@@ -7,8 +7,7 @@ use sluice_core::redrive::{RedriveControl, RedriveState};
 /// pause and its reason survive a restart; each step names the messages it moved.
 pub async fn redrive_pause_resume_and_cancel(h: &dyn Harness) {
     let e = env(h).await;
-    let q = e.queue("work", QueueConfigPatch::default()).await;
-    let dlq = qn("work.dlq");
+    let (q, dlq) = e.queue_and_dlq("work").await;
     for i in 0..4 {
         e.send_text(&q, &format!("m{i}")).await;
     }
