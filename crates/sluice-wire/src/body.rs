@@ -1,4 +1,18 @@
 //! How a message body (or a task result) is put on the wire and read back from it.
+//!
+//! A body travels as a group of fields: `body`, `body_base64` and, in views, `body_encoding`
+//! (a result as `result`, `result_base64`, `result_encoding`). Every view and request declares
+//! its groups with `wire_struct!`, which writes the fields with their serde and OpenAPI
+//! attributes in one place; `BodyFields` is a view's group as a value, made from a body, and
+//! `body_from` turns a request's group into a body.
+//!
+//! The structs keep the group as plain fields rather than holding a `BodyFields` under
+//! `#[serde(flatten)]`: flatten buffers the fields through serde's `Content`, which loses the
+//! `RawValue` token (a JSON body would no longer be kept as its exact text), does not combine
+//! with `deny_unknown_fields`, and makes utoipa describe the struct as an `allOf`. Hand-written
+//! `Serialize` and `Deserialize` impls would avoid that, but for seven structs of up to 24
+//! fields; the macro keeps the derives, so the JSON, the parse errors and the OpenAPI document
+//! stay byte for byte what they were.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -54,15 +68,43 @@ impl<'a> BodyForm<'a> {
     }
 }
 
-/// How a body (or result) is put on the wire: `(json, base64, encoding)`.
-pub(crate) fn body_fields(body: &Body) -> (Option<JsonText>, Option<String>, Option<BodyEncoding>) {
-    match BodyForm::of(body) {
-        BodyForm::Json(raw) => (Some(raw.to_owned()), None, None),
-        BodyForm::Text(text) => match serde_json::value::to_raw_value(text) {
-            Ok(raw) => (Some(raw), None, Some(BodyEncoding::Text)),
-            Err(_) => (None, Some(STANDARD.encode(&body.bytes)), None),
-        },
-        BodyForm::Base64 => (None, Some(STANDARD.encode(&body.bytes)), None),
+/// A view's body (or result) group as a value: the fields [`BodyForm`] decides for a body,
+/// all absent for none.
+#[derive(Debug, Default)]
+pub(crate) struct BodyFields {
+    /// `body` (or `result`): the JSON value, or the text as a JSON string.
+    pub(crate) json: Option<JsonText>,
+    /// `body_base64`: the bytes in base64.
+    pub(crate) base64: Option<String>,
+    /// `body_encoding`: `text` when `json` holds a text.
+    pub(crate) encoding: Option<BodyEncoding>,
+}
+
+impl BodyFields {
+    /// How `body` is put on the wire; every field absent when there is no body.
+    pub(crate) fn of(body: Option<&Body>) -> Self {
+        let Some(body) = body else {
+            return BodyFields::default();
+        };
+        let base64 = || BodyFields {
+            base64: Some(STANDARD.encode(&body.bytes)),
+            ..BodyFields::default()
+        };
+        match BodyForm::of(body) {
+            BodyForm::Json(raw) => BodyFields {
+                json: Some(raw.to_owned()),
+                ..BodyFields::default()
+            },
+            BodyForm::Text(text) => match serde_json::value::to_raw_value(text) {
+                Ok(raw) => BodyFields {
+                    json: Some(raw),
+                    base64: None,
+                    encoding: Some(BodyEncoding::Text),
+                },
+                Err(_) => base64(),
+            },
+            BodyForm::Base64 => base64(),
+        }
     }
 }
 
@@ -90,6 +132,83 @@ pub(crate) fn body_from(
     }
 }
 
+/// Declares a view or request struct whose body (or result) groups are written as
+/// `@view { body, body_base64, body_encoding }` or `@request { body, body_base64 }`, each
+/// field name after its own doc lines (the OpenAPI description); every other field is written
+/// as usual. A group's fields get their types and attributes here, once:
+/// - the JSON field is `Option<JsonText>`, described as any JSON value, and a field that is
+///   present reads as `Some` even when it is `null` (a JSON `null` body is a body);
+/// - every field is left out of the JSON when absent.
+///
+/// Fields keep the order they are written in, which is the order of the JSON.
+macro_rules! wire_struct {
+    // The struct: its fields are turned over one at a time into the brackets.
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident { $($fields:tt)* }
+    ) => {
+        $crate::body::wire_struct!(@fields [$(#[$attr])* $vis struct $name] [] $($fields)*);
+    };
+    // A view's group: a request's pair, then the text marker.
+    (
+        @fields $head:tt [$($done:tt)*]
+        @view {
+            $(#[$json_doc:meta])* $json:ident,
+            $(#[$base64_doc:meta])* $base64:ident,
+            $(#[$encoding_doc:meta])* $encoding:ident $(,)?
+        }
+        $($rest:tt)*
+    ) => {
+        $crate::body::wire_struct!(@fields $head [$($done)*]
+            @request { $(#[$json_doc])* $json, $(#[$base64_doc])* $base64 }
+            $(#[$encoding_doc])*
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub $encoding: Option<$crate::body::BodyEncoding>,
+            $($rest)*
+        );
+    };
+    // A request's group: the body as JSON or as base64 (text comes in a raw request only).
+    (
+        @fields $head:tt [$($done:tt)*]
+        @request {
+            $(#[$json_doc:meta])* $json:ident,
+            $(#[$base64_doc:meta])* $base64:ident $(,)?
+        }
+        $($rest:tt)*
+    ) => {
+        $crate::body::wire_struct!(@fields $head [
+            $($done)*
+            $(#[$json_doc])*
+            #[serde(
+                default,
+                deserialize_with = "crate::convert::present",
+                skip_serializing_if = "Option::is_none"
+            )]
+            #[schema(value_type = Option<Value>)]
+            pub $json: Option<$crate::body::JsonText>,
+            $(#[$base64_doc])*
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub $base64: Option<String>,
+        ] $($rest)*);
+    };
+    // Any other field, as written.
+    (
+        @fields $head:tt [$($done:tt)*]
+        $(#[$field_attr:meta])* $field_vis:vis $field:ident : $ty:ty,
+        $($rest:tt)*
+    ) => {
+        $crate::body::wire_struct!(@fields $head [
+            $($done)*
+            $(#[$field_attr])* $field_vis $field: $ty,
+        ] $($rest)*);
+    };
+    // Every field turned over: the struct as Rust sees it.
+    (@fields [$($head:tt)*] [$($done:tt)*]) => {
+        $($head)* { $($done)* }
+    };
+}
+pub(crate) use wire_struct;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,13 +233,15 @@ mod tests {
     #[test]
     fn bodies_come_back_in_their_form() {
         let text = Body::text("héllo \"x\"");
-        let (j, b, e) = body_fields(&text);
-        assert_eq!(j.unwrap().get(), r#""héllo \"x\"""#);
-        assert!(b.is_none());
-        assert_eq!(e, Some(BodyEncoding::Text));
+        let f = BodyFields::of(Some(&text));
+        assert_eq!(f.json.unwrap().get(), r#""héllo \"x\"""#);
+        assert!(f.base64.is_none());
+        assert_eq!(f.encoding, Some(BodyEncoding::Text));
         let bin = Body::binary(vec![0xff, 0x00, 0xfe]);
-        let (j, b, _) = body_fields(&bin);
-        assert!(j.is_none());
-        assert_eq!(b.unwrap(), "/wD+");
+        let f = BodyFields::of(Some(&bin));
+        assert!(f.json.is_none() && f.encoding.is_none());
+        assert_eq!(f.base64.unwrap(), "/wD+");
+        let none = BodyFields::of(None);
+        assert!(none.json.is_none() && none.base64.is_none() && none.encoding.is_none());
     }
 }

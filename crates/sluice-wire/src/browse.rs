@@ -12,8 +12,7 @@ use sluice_core::message::{
 use sluice_core::store::{BrowsePage, BrowseState};
 use sluice_core::time::rfc3339;
 
-use crate::body::{BodyEncoding, JsonText, body_fields};
-use crate::convert::present;
+use crate::body::{BodyFields, wire_struct};
 use crate::redrive::RedriveFilterView;
 use crate::settle::ProgressView;
 
@@ -237,100 +236,82 @@ impl From<&Attempt> for AttemptView {
     }
 }
 
-/// A message as browse and `GET /v1/messages/{id}` show it.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct MessageView {
-    /// Message id.
-    pub id: String,
-    /// The queue it is in now.
-    pub queue: String,
-    /// Its state in the queue it is in now. A dead letter is `visible` in its DLQ (it can be
-    /// received from there); `dead_lettered` tells it apart.
-    pub state: MessageStateView,
-    /// True while it sits in a dead-letter queue (`queue`), put there for
-    /// `dead_letter_reason`; false once redriven, moved or never dead-lettered.
-    #[serde(default)]
-    pub dead_lettered: bool,
-    /// The body when sent as JSON or text (absent for a completed record).
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<Value>)]
-    pub body: Option<JsonText>,
-    /// The body when sent as bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_base64: Option<String>,
-    /// `"text"` when `body` holds a text body.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_encoding: Option<BodyEncoding>,
-    /// String attributes.
-    pub attributes: BTreeMap<String, String>,
-    /// When it was first sent.
-    pub enqueued_at: String,
-    /// When it entered the queue it is in now (its send, dead-lettering, move or redrive).
-    #[serde(default)]
-    pub entered_at: String,
-    /// When it becomes visible (delayed) or its lease ends (in flight).
-    pub visible_at: Option<String>,
-    /// Deliveries so far.
-    pub receive_count: u32,
-    /// The last error reported.
-    pub last_error: Option<String>,
-    /// The newest finished attempts, oldest first (at most 20).
-    pub attempts: Vec<AttemptView>,
-    /// The dedup id it was sent with.
-    pub dedup_id: Option<String>,
-    /// The queue it was dead-lettered or moved from.
-    pub source_queue: Option<String>,
-    /// Why it is in a DLQ, while it is.
-    pub dead_letter_reason: Option<DeadLetterReasonView>,
-    /// When it was dead-lettered.
-    pub dead_lettered_at: Option<String>,
-    /// The stored result of a completed message, when JSON or text.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<Value>)]
-    pub result: Option<JsonText>,
-    /// The stored result when binary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result_base64: Option<String>,
-    /// `"text"` when `result` holds text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result_encoding: Option<BodyEncoding>,
-    /// When it was acknowledged.
-    pub completed_at: Option<String>,
-    /// Cancellation was requested (running) or the task ended cancelled (completed).
-    pub cancelled: bool,
-    /// The last progress its running handler reported.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<ProgressView>,
+wire_struct! {
+    /// A message as browse and `GET /v1/messages/{id}` show it.
+    #[derive(Debug, Serialize, Deserialize, ToSchema)]
+    pub struct MessageView {
+        /// Message id.
+        pub id: String,
+        /// The queue it is in now.
+        pub queue: String,
+        /// Its state in the queue it is in now. A dead letter is `visible` in its DLQ (it can be
+        /// received from there); `dead_lettered` tells it apart.
+        pub state: MessageStateView,
+        /// True while it sits in a dead-letter queue (`queue`), put there for
+        /// `dead_letter_reason`; false once redriven, moved or never dead-lettered.
+        #[serde(default)]
+        pub dead_lettered: bool,
+        @view {
+            /// The body when sent as JSON or text (absent for a completed record).
+            body,
+            /// The body when sent as bytes.
+            body_base64,
+            /// `"text"` when `body` holds a text body.
+            body_encoding,
+        }
+        /// String attributes.
+        pub attributes: BTreeMap<String, String>,
+        /// When it was first sent.
+        pub enqueued_at: String,
+        /// When it entered the queue it is in now (its send, dead-lettering, move or redrive).
+        #[serde(default)]
+        pub entered_at: String,
+        /// When it becomes visible (delayed) or its lease ends (in flight).
+        pub visible_at: Option<String>,
+        /// Deliveries so far.
+        pub receive_count: u32,
+        /// The last error reported.
+        pub last_error: Option<String>,
+        /// The newest finished attempts, oldest first (at most 20).
+        pub attempts: Vec<AttemptView>,
+        /// The dedup id it was sent with.
+        pub dedup_id: Option<String>,
+        /// The queue it was dead-lettered or moved from.
+        pub source_queue: Option<String>,
+        /// Why it is in a DLQ, while it is.
+        pub dead_letter_reason: Option<DeadLetterReasonView>,
+        /// When it was dead-lettered.
+        pub dead_lettered_at: Option<String>,
+        @view {
+            /// The stored result of a completed message, when JSON or text.
+            result,
+            /// The stored result when binary.
+            result_base64,
+            /// `"text"` when `result` holds text.
+            result_encoding,
+        }
+        /// When it was acknowledged.
+        pub completed_at: Option<String>,
+        /// Cancellation was requested (running) or the task ended cancelled (completed).
+        pub cancelled: bool,
+        /// The last progress its running handler reported.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub progress: Option<ProgressView>,
+    }
 }
 
 impl From<&Message> for MessageView {
     fn from(m: &Message) -> Self {
-        let (body, body_base64, body_encoding) = m
-            .body
-            .as_ref()
-            .map(body_fields)
-            .unwrap_or((None, None, None));
-        let (result, result_base64, result_encoding) = m
-            .result
-            .as_ref()
-            .map(body_fields)
-            .unwrap_or((None, None, None));
+        let body = BodyFields::of(m.body.as_ref());
+        let result = BodyFields::of(m.result.as_ref());
         MessageView {
             id: m.id.to_string(),
             queue: m.queue.to_string(),
             state: m.state.into(),
             dead_lettered: m.dead_letter.is_some(),
-            body,
-            body_base64,
-            body_encoding,
+            body: body.json,
+            body_base64: body.base64,
+            body_encoding: body.encoding,
             attributes: m.attributes.clone(),
             enqueued_at: rfc3339(m.enqueued_at),
             entered_at: rfc3339(m.entered_at),
@@ -342,9 +323,9 @@ impl From<&Message> for MessageView {
             source_queue: m.source_queue.as_ref().map(|q| q.to_string()),
             dead_letter_reason: m.dead_letter.as_ref().map(|d| d.reason.into()),
             dead_lettered_at: m.dead_letter.as_ref().map(|d| rfc3339(d.at)),
-            result,
-            result_base64,
-            result_encoding,
+            result: result.json,
+            result_base64: result.base64,
+            result_encoding: result.encoding,
             completed_at: m.completed_at.map(rfc3339),
             cancelled: m.cancelled,
             progress: m.progress.as_ref().map(ProgressView::from),

@@ -10,8 +10,8 @@ use sluice_core::error::StoreError;
 use sluice_core::message::Delivery;
 use sluice_core::time::rfc3339;
 
-use crate::body::{BodyEncoding, JsonText, body_fields};
-use crate::convert::{opt_millis, present};
+use crate::body::{BodyFields, wire_struct};
+use crate::convert::opt_millis;
 use crate::settle::AckItem;
 use crate::settle::AckOutcome;
 
@@ -76,50 +76,46 @@ impl ReceiveRequestWire {
     }
 }
 
-/// One leased message.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DeliveryView {
-    /// Message id.
-    pub id: String,
-    /// Names this delivery for ack, nack, reject, move and extend.
-    pub receipt: String,
-    /// The body when it was sent as JSON (or as text: see `body_encoding`).
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<Value>)]
-    pub body: Option<JsonText>,
-    /// The body when it was sent as bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_base64: Option<String>,
-    /// `"text"` when `body` is a string holding a `text/plain` body.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_encoding: Option<BodyEncoding>,
-    /// String attributes.
-    pub attributes: BTreeMap<String, String>,
-    /// Deliveries including this one.
-    pub receive_count: u32,
-    /// The queue's attempt limit (0 = unlimited).
-    pub max_receive_count: u32,
-    /// When it was first sent.
-    pub enqueued_at: String,
-    /// The last error reported for it.
-    pub last_error: Option<String>,
-    /// When this lease ends unless extended.
-    pub lease_deadline: String,
+wire_struct! {
+    /// One leased message.
+    #[derive(Debug, Serialize, Deserialize, ToSchema)]
+    pub struct DeliveryView {
+        /// Message id.
+        pub id: String,
+        /// Names this delivery for ack, nack, reject, move and extend.
+        pub receipt: String,
+        @view {
+            /// The body when it was sent as JSON (or as text: see `body_encoding`).
+            body,
+            /// The body when it was sent as bytes.
+            body_base64,
+            /// `"text"` when `body` is a string holding a `text/plain` body.
+            body_encoding,
+        }
+        /// String attributes.
+        pub attributes: BTreeMap<String, String>,
+        /// Deliveries including this one.
+        pub receive_count: u32,
+        /// The queue's attempt limit (0 = unlimited).
+        pub max_receive_count: u32,
+        /// When it was first sent.
+        pub enqueued_at: String,
+        /// The last error reported for it.
+        pub last_error: Option<String>,
+        /// When this lease ends unless extended.
+        pub lease_deadline: String,
+    }
 }
 
 impl From<&Delivery> for DeliveryView {
     fn from(d: &Delivery) -> Self {
-        let (body, body_base64, body_encoding) = body_fields(&d.body);
+        let body = BodyFields::of(Some(&d.body));
         DeliveryView {
             id: d.id.to_string(),
             receipt: d.receipt.to_string(),
-            body,
-            body_base64,
-            body_encoding,
+            body: body.json,
+            body_base64: body.base64,
+            body_encoding: body.encoding,
             attributes: d.attributes.clone(),
             receive_count: d.receive_count,
             max_receive_count: d.max_receive_count,

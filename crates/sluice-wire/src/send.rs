@@ -8,34 +8,31 @@ use utoipa::{IntoParams, ToSchema};
 use sluice_core::error::StoreError;
 use sluice_core::message::{Attributes, Body, NewMessage};
 
-use crate::body::{JsonText, body_from};
-use crate::convert::{opt_millis, present};
+use crate::body::{body_from, wire_struct};
+use crate::convert::opt_millis;
 
-/// One message of a send.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SendMessage {
-    /// The body as any JSON value (kept as the exact JSON text).
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<Value>)]
-    pub body: Option<JsonText>,
-    /// The body as bytes, in base64 (standard alphabet, padded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_base64: Option<String>,
-    /// String attributes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attributes: Option<BTreeMap<String, String>>,
-    /// Delivery delay (0 – 7 days); default the queue's `delay_ms`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay_ms: Option<i64>,
-    /// A second send with this id inside the queue's dedup window stores nothing and returns
-    /// the first message's id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dedup_id: Option<String>,
+wire_struct! {
+    /// One message of a send.
+    #[derive(Debug, Serialize, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct SendMessage {
+        @request {
+            /// The body as any JSON value (kept as the exact JSON text).
+            body,
+            /// The body as bytes, in base64 (standard alphabet, padded).
+            body_base64,
+        }
+        /// String attributes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub attributes: Option<BTreeMap<String, String>>,
+        /// Delivery delay (0 – 7 days); default the queue's `delay_ms`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub delay_ms: Option<i64>,
+        /// A second send with this id inside the queue's dedup window stores nothing and returns
+        /// the first message's id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub dedup_id: Option<String>,
+    }
 }
 
 impl SendMessage {
@@ -58,34 +55,31 @@ impl SendMessage {
     }
 }
 
-/// `POST /v1/queues/{q}/messages` with a JSON body: one message (`body` or `body_base64`
-/// plus options at the top level) or a batch (`messages`, 1 – 1000, nothing else).
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SendRequest {
-    /// One message: the body as any JSON value.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<Value>)]
-    pub body: Option<JsonText>,
-    /// One message: the body as bytes in base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_base64: Option<String>,
-    /// One message: string attributes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attributes: Option<BTreeMap<String, String>>,
-    /// One message: delivery delay.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay_ms: Option<i64>,
-    /// One message: dedup id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dedup_id: Option<String>,
-    /// A batch of 1 – 1000 messages (16 MiB of bodies in all), stored all or nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub messages: Option<Vec<SendMessage>>,
+wire_struct! {
+    /// `POST /v1/queues/{q}/messages` with a JSON body: one message (`body` or `body_base64`
+    /// plus options at the top level) or a batch (`messages`, 1 – 1000, nothing else).
+    #[derive(Debug, Serialize, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct SendRequest {
+        @request {
+            /// One message: the body as any JSON value.
+            body,
+            /// One message: the body as bytes in base64.
+            body_base64,
+        }
+        /// One message: string attributes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub attributes: Option<BTreeMap<String, String>>,
+        /// One message: delivery delay.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub delay_ms: Option<i64>,
+        /// One message: dedup id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub dedup_id: Option<String>,
+        /// A batch of 1 – 1000 messages (16 MiB of bodies in all), stored all or nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub messages: Option<Vec<SendMessage>>,
+    }
 }
 
 impl SendRequest {

@@ -11,28 +11,25 @@ use sluice_core::name::QueueName;
 use sluice_core::store::NackOutcome;
 use sluice_core::time::rfc3339;
 
-use crate::body::{JsonText, body_from};
+use crate::body::{body_from, wire_struct};
 use crate::browse::MessageStateView;
-use crate::convert::{millis, opt_millis, present, queue_name};
+use crate::convert::{millis, opt_millis, queue_name};
 use crate::error::ErrorBody;
 
-/// One acknowledgement of a batch.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AckItem {
-    /// The delivery.
-    pub receipt: String,
-    /// A result (any JSON) kept with the completed record for the queue's `result_ttl`.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<Value>)]
-    pub result: Option<JsonText>,
-    /// A binary result in base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result_base64: Option<String>,
+wire_struct! {
+    /// One acknowledgement of a batch.
+    #[derive(Debug, Serialize, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct AckItem {
+        /// The delivery.
+        pub receipt: String,
+        @request {
+            /// A result (any JSON) kept with the completed record for the queue's `result_ttl`.
+            result,
+            /// A binary result in base64.
+            result_base64,
+        }
+    }
 }
 
 impl AckItem {
@@ -59,35 +56,32 @@ impl AckItem {
     }
 }
 
-/// `POST /v1/queues/{q}/ack`: one of `{"receipt", "result"?}`, `{"receipts": [...]}` or
-/// `{"acks": [{"receipt", "result"?}]}`.
-// The JSON twin of the engine's `sluice_core::AckRequest` (one per receipt, built from
-// `AckItem`s); the OpenAPI document keeps the name `AckRequest` (a doc line here would
-// change its text).
-#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = AckRequest)]
-pub struct AckRequestWire {
-    /// Single form: the delivery. A stale receipt answers 409 `receipt_stale`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub receipt: Option<String>,
-    /// Single form: a result (any JSON).
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(value_type = Option<Value>)]
-    pub result: Option<JsonText>,
-    /// Single form: a binary result in base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result_base64: Option<String>,
-    /// Batch form without results (1 – 1000); answers 200 with one outcome per receipt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub receipts: Option<Vec<String>>,
-    /// Batch form with results (1 – 1000); answers 200 with one outcome per receipt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acks: Option<Vec<AckItem>>,
+wire_struct! {
+    /// `POST /v1/queues/{q}/ack`: one of `{"receipt", "result"?}`, `{"receipts": [...]}` or
+    /// `{"acks": [{"receipt", "result"?}]}`.
+    // The JSON twin of the engine's `sluice_core::AckRequest` (one per receipt, built from
+    // `AckItem`s); the OpenAPI document keeps the name `AckRequest` (a doc line here would
+    // change its text).
+    #[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    #[schema(as = AckRequest)]
+    pub struct AckRequestWire {
+        /// Single form: the delivery. A stale receipt answers 409 `receipt_stale`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub receipt: Option<String>,
+        @request {
+            /// Single form: a result (any JSON).
+            result,
+            /// Single form: a binary result in base64.
+            result_base64,
+        }
+        /// Batch form without results (1 – 1000); answers 200 with one outcome per receipt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub receipts: Option<Vec<String>>,
+        /// Batch form with results (1 – 1000); answers 200 with one outcome per receipt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub acks: Option<Vec<AckItem>>,
+    }
 }
 
 /// The shape of an ack request once its form is known.

@@ -5,55 +5,51 @@ use utoipa::{IntoParams, ToSchema};
 
 use sluice_core::message::Message;
 
-use crate::body::{BodyEncoding, JsonText, body_fields};
+use crate::body::{BodyFields, wire_struct};
 use crate::settle::ProgressView;
 
-/// `GET /v1/tasks/{id}`: the status of a task.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct TaskView {
-    /// Task id (its message id).
-    pub id: String,
-    /// `PENDING`, `STARTED`, `RETRY`, `SUCCESS`, `FAILURE`, `UNKNOWN` or `CANCELLED`.
-    #[schema(value_type = String, example = "SUCCESS")]
-    pub status: sluice_core::task::TaskStatus,
-    /// The queue it is in now (absent when unknown).
-    pub queue: Option<String>,
-    /// Deliveries so far.
-    pub receive_count: u32,
-    /// The result of a successful task, when JSON or text.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Value>)]
-    pub result: Option<JsonText>,
-    /// The result when binary.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result_base64: Option<String>,
-    /// `"text"` when `result` holds text.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result_encoding: Option<BodyEncoding>,
-    /// The last error of a failed or retrying task.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The last progress its running handler reported.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<ProgressView>,
+wire_struct! {
+    /// `GET /v1/tasks/{id}`: the status of a task.
+    #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+    pub struct TaskView {
+        /// Task id (its message id).
+        pub id: String,
+        /// `PENDING`, `STARTED`, `RETRY`, `SUCCESS`, `FAILURE`, `UNKNOWN` or `CANCELLED`.
+        #[schema(value_type = String, example = "SUCCESS")]
+        pub status: sluice_core::task::TaskStatus,
+        /// The queue it is in now (absent when unknown).
+        pub queue: Option<String>,
+        /// Deliveries so far.
+        pub receive_count: u32,
+        @view {
+            /// The result of a successful task, when JSON or text.
+            result,
+            /// The result when binary.
+            result_base64,
+            /// `"text"` when `result` holds text.
+            result_encoding,
+        }
+        /// The last error of a failed or retrying task.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub error: Option<String>,
+        /// The last progress its running handler reported.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub progress: Option<ProgressView>,
+    }
 }
 
 impl TaskView {
     /// The view of a task whose message is `m`.
     pub fn of(m: &Message) -> Self {
-        let (result, result_base64, result_encoding) = m
-            .result
-            .as_ref()
-            .map(body_fields)
-            .unwrap_or((None, None, None));
+        let result = BodyFields::of(m.result.as_ref());
         TaskView {
             id: m.id.to_string(),
             status: sluice_core::task::TaskStatus::of(m),
             queue: Some(m.queue.to_string()),
             receive_count: m.receive_count,
-            result,
-            result_base64,
-            result_encoding,
+            result: result.json,
+            result_base64: result.base64,
+            result_encoding: result.encoding,
             error: m.last_error.clone(),
             progress: m.progress.as_ref().map(ProgressView::from),
         }
@@ -83,4 +79,22 @@ pub struct TaskQuery {
     /// Long poll: wait up to this many ms (at most 30000) for the task to become final.
     #[param(default = 0, maximum = 30_000)]
     pub wait_ms: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_null_result_reads_back_as_a_result() {
+        let json = r#"{"id":"0000000000000007","status":"SUCCESS","queue":"q","receive_count":1,"result":null}"#;
+        let task: TaskView = serde_json::from_str(json).unwrap();
+        assert_eq!(task.result.as_ref().map(|r| r.get()), Some("null"));
+        assert_eq!(serde_json::to_string(&task).unwrap(), json);
+        let none: TaskView = serde_json::from_str(
+            r#"{"id":"0000000000000007","status":"PENDING","queue":"q","receive_count":0}"#,
+        )
+        .unwrap();
+        assert!(none.result.is_none());
+    }
 }

@@ -5,12 +5,7 @@ use super::*;
 /// Operator actions are appended durably, the engine adds its own dead-letter and
 /// expiry events, and queries filter by queue and time.
 pub async fn audit_log_records_actions_and_dead_letters(h: &dyn Harness) {
-    let clock = ManualClock::default();
-    let store = h.open(clock.clone()).await;
-    let e = Env {
-        clock: clock.clone(),
-        store,
-    };
+    let e = env(h).await;
     let q = e.queue("work", QueueConfigPatch::default()).await;
     let mut action = sluice_core::audit::AuditEvent::by_broker(e.now(), "queue.purge");
     action.actor = "ops-key".into();
@@ -100,9 +95,9 @@ pub async fn audit_log_records_actions_and_dead_letters(h: &dyn Harness) {
         1,
         "limit keeps the newest"
     );
-    drop(e);
-    let store = h.reopen(clock.clone()).await;
-    let events = store
+    let e = e.restart(h).await;
+    let events = e
+        .store
         .audit_query(all(None))
         .await
         .expect("query after restart");

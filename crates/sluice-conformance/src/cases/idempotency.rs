@@ -18,26 +18,25 @@ pub(super) fn remembered(
 /// A response is remembered under its key, the first writer wins, and it is kept
 /// for 24 hours, across a restart.
 pub async fn idempotency_first_writer_wins_for_a_day_across_restart(h: &dyn Harness) {
-    let clock = ManualClock::default();
-    let store = h.open(clock.clone()).await;
+    let e = env(h).await;
     let key = "caller|POST /v1/queues/q/messages|k-1";
     assert_eq!(
-        store.idempotency_get(key).await.expect("get"),
+        e.store.idempotency_get(key).await.expect("get"),
         None,
         "unknown key"
     );
-    let first = remembered(201, r#"{"id":"1"}"#, clock.now());
+    let first = remembered(201, r#"{"id":"1"}"#, e.now());
     assert_eq!(
-        store
+        e.store
             .idempotency_put(key, first.clone())
             .await
             .expect("put"),
         None,
         "first put stores"
     );
-    let second = remembered(201, r#"{"id":"2"}"#, clock.now());
+    let second = remembered(201, r#"{"id":"2"}"#, e.now());
     assert_eq!(
-        store
+        e.store
             .idempotency_put(key, second)
             .await
             .expect("second put"),
@@ -45,39 +44,44 @@ pub async fn idempotency_first_writer_wins_for_a_day_across_restart(h: &dyn Harn
         "a second put under the same key keeps and returns the first response"
     );
     assert_eq!(
-        store.idempotency_get(key).await.expect("get"),
+        e.store.idempotency_get(key).await.expect("get"),
         Some(first.clone())
     );
     assert_eq!(
-        store.idempotency_get("other").await.expect("get"),
+        e.store.idempotency_get("other").await.expect("get"),
         None,
         "keys are independent"
     );
 
-    drop(store);
-    clock.advance(Duration::from_secs(23 * 3600));
-    let store = h.reopen(clock.clone()).await;
+    e.advance(Duration::from_secs(23 * 3600));
+    let e = e.restart(h).await;
     assert_eq!(
-        store.idempotency_get(key).await.expect("get after restart"),
+        e.store
+            .idempotency_get(key)
+            .await
+            .expect("get after restart"),
         Some(first),
         "remembered responses survive a restart"
     );
-    clock.advance(Duration::from_secs(3600));
+    e.advance(Duration::from_secs(3600));
     assert_eq!(
-        store.idempotency_get(key).await.expect("get"),
+        e.store.idempotency_get(key).await.expect("get"),
         None,
         "forgotten after 24 h"
     );
-    let third = remembered(200, "{}", clock.now());
+    let third = remembered(200, "{}", e.now());
     assert_eq!(
-        store
+        e.store
             .idempotency_put(key, third.clone())
             .await
             .expect("put"),
         None,
         "the key is free again"
     );
-    assert_eq!(store.idempotency_get(key).await.expect("get"), Some(third));
+    assert_eq!(
+        e.store.idempotency_get(key).await.expect("get"),
+        Some(third)
+    );
 }
 
 /// Oversized keys and responses are refused with `invalid_argument`.

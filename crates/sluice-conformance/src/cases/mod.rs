@@ -103,11 +103,14 @@ fn ids_of(ds: &[Delivery]) -> BTreeSet<MessageId> {
     ds.iter().map(|d| d.id).collect()
 }
 
+/// A store of the engine under test and the clock it reads, kept together so that a case can
+/// move time and restart the store on the same clock.
 struct Env {
     clock: ManualClock,
     store: Arc<dyn Store>,
 }
 
+/// A fresh, empty store on a fresh clock: where every case starts.
 async fn env(h: &dyn Harness) -> Env {
     let clock = ManualClock::default();
     let store = h.open(clock.clone()).await;
@@ -115,6 +118,15 @@ async fn env(h: &dyn Harness) -> Env {
 }
 
 impl Env {
+    /// The same data opened again on the same clock, as after a broker restart.
+    async fn restart(self, h: &dyn Harness) -> Env {
+        let Env { clock, store } = self;
+        // The harness reopens only once every handle to the previous store is gone.
+        drop(store);
+        let store = h.reopen(clock.clone()).await;
+        Env { clock, store }
+    }
+
     fn now(&self) -> Timestamp {
         self.clock.now()
     }
@@ -130,6 +142,12 @@ impl Env {
             .await
             .unwrap_or_else(|e| panic!("put_queue({name}, {patch:?}) failed: {e:?}"));
         q
+    }
+
+    /// A queue with the default configuration, and the name of the DLQ created with it.
+    async fn queue_and_dlq(&self, name: &str) -> (QueueName, QueueName) {
+        let q = self.queue(name, QueueConfigPatch::default()).await;
+        (q, qn(&format!("{name}.dlq")))
     }
 
     async fn send_batch(&self, q: &QueueName, msgs: Vec<NewMessage>) -> Vec<SendOutcome> {

@@ -218,8 +218,7 @@ pub async fn queue_get_list_delete(h: &dyn Harness) {
 /// A queue named as another queue's `dead_letter_queue` cannot be deleted (`Conflict`).
 pub async fn queue_delete_refused_while_used_as_dlq(h: &dyn Harness) {
     let e = env(h).await;
-    let src = e.queue("src", QueueConfigPatch::default()).await;
-    let src_dlq = qn("src.dlq");
+    let (src, src_dlq) = e.queue_and_dlq("src").await;
     assert_code(
         e.store.delete_queue(&src_dlq).await,
         ErrorCode::Conflict,

@@ -33,8 +33,7 @@ pub(super) async fn dead_letter_all(e: &Env, q: &QueueName, errors: &[&str]) -> 
 /// attributes, attempts and source_queue, and resetting the attempt count.
 pub async fn redrive_moves_dead_letters_back(h: &dyn Harness) {
     let e = env(h).await;
-    let q = e.queue("work", QueueConfigPatch::default()).await;
-    let dlq = qn("work.dlq");
+    let (q, dlq) = e.queue_and_dlq("work").await;
     for i in 0..5 {
         e.send(
             &q,
@@ -88,8 +87,7 @@ pub async fn redrive_moves_dead_letters_back(h: &dyn Harness) {
 /// Filters, limits and dry runs move exactly what they say.
 pub async fn redrive_filter_limit_and_dry_run(h: &dyn Harness) {
     let e = env(h).await;
-    let q = e.queue("work", QueueConfigPatch::default()).await;
-    let dlq = qn("work.dlq");
+    let (q, dlq) = e.queue_and_dlq("work").await;
     for i in 0..6 {
         e.send_text(&q, &format!("m{i}")).await;
     }
@@ -157,8 +155,7 @@ pub async fn redrive_filter_limit_and_dry_run(h: &dyn Harness) {
 /// At most one running job per source; a cancelled job stops and frees the source.
 pub async fn redrive_one_job_per_source_and_cancel(h: &dyn Harness) {
     let e = env(h).await;
-    let q = e.queue("work", QueueConfigPatch::default()).await;
-    let dlq = qn("work.dlq");
+    let (q, dlq) = e.queue_and_dlq("work").await;
     for i in 0..3 {
         e.send_text(&q, &format!("m{i}")).await;
     }
@@ -213,8 +210,7 @@ pub async fn redrive_one_job_per_source_and_cancel(h: &dyn Harness) {
 /// A paused destination holds the job (blocked, still running) instead of piling up.
 pub async fn redrive_waits_for_a_paused_destination(h: &dyn Harness) {
     let e = env(h).await;
-    let q = e.queue("work", QueueConfigPatch::default()).await;
-    let dlq = qn("work.dlq");
+    let (q, dlq) = e.queue_and_dlq("work").await;
     e.send_text(&q, "m").await;
     dead_letter_all(&e, &q, &["x"]).await;
     e.queue(
@@ -260,14 +256,8 @@ pub async fn redrive_waits_for_a_paused_destination(h: &dyn Harness) {
 
 /// A job's progress survives a restart, and the resumed job moves each message once.
 pub async fn redrive_resumes_after_restart(h: &dyn Harness) {
-    let clock = ManualClock::default();
-    let store = h.open(clock.clone()).await;
-    let e = Env {
-        clock: clock.clone(),
-        store,
-    };
-    let q = e.queue("work", QueueConfigPatch::default()).await;
-    let dlq = qn("work.dlq");
+    let e = env(h).await;
+    let (q, dlq) = e.queue_and_dlq("work").await;
     for i in 0..5 {
         e.send_text(&q, &format!("m{i}")).await;
     }
@@ -278,9 +268,7 @@ pub async fn redrive_resumes_after_restart(h: &dyn Harness) {
         .await
         .expect("create");
     e.store.redrive_step(job.id, 2).await.expect("step");
-    drop(e);
-    let store = h.reopen(clock.clone()).await;
-    let e = Env { clock, store };
+    let e = e.restart(h).await;
     let j = e.store.get_redrive(job.id).await.expect("job survives");
     assert_eq!(
         (j.moved, j.state),

@@ -6,14 +6,8 @@ use sluice_core::redrive::{RedriveControl, RedriveState};
 /// A paused job takes no steps and keeps its source until it is resumed or cancelled; the
 /// pause and its reason survive a restart; each step names the messages it moved.
 pub async fn redrive_pause_resume_and_cancel(h: &dyn Harness) {
-    let clock = ManualClock::default();
-    let store = h.open(clock.clone()).await;
-    let e = Env {
-        clock: clock.clone(),
-        store,
-    };
-    let q = e.queue("work", QueueConfigPatch::default()).await;
-    let dlq = qn("work.dlq");
+    let e = env(h).await;
+    let (q, dlq) = e.queue_and_dlq("work").await;
     for i in 0..4 {
         e.send_text(&q, &format!("m{i}")).await;
     }
@@ -58,9 +52,7 @@ pub async fn redrive_pause_resume_and_cancel(h: &dyn Harness) {
         "a paused job keeps its source",
     );
 
-    drop(e);
-    let store = h.reopen(clock.clone()).await;
-    let e = Env { clock, store };
+    let e = e.restart(h).await;
     let j = e.store.get_redrive(job.id).await.expect("job survives");
     assert_eq!(
         (j.state, j.paused_reason.as_deref(), j.moved),

@@ -6,12 +6,7 @@ use super::*;
 /// with their deadlines and receipts, the dedup window and the counters are all still there,
 /// and new ids do not collide with old ones.
 pub async fn restart_keeps_messages_leases_dedup_counters_and_config(h: &dyn Harness) {
-    let clock = ManualClock::default();
-    let store = h.open(clock.clone()).await;
-    let e = Env {
-        clock: clock.clone(),
-        store,
-    };
+    let e = env(h).await;
     let patch = QueueConfigPatch {
         visibility_timeout: Some(secs(60)),
         max_receive_count: Some(7),
@@ -44,11 +39,8 @@ pub async fn restart_keeps_messages_leases_dedup_counters_and_config(h: &dyn Har
     let configs_before = e.store.list_queues().await.expect("list");
     let stats_before = e.stats(&q).await;
     let x_before = e.get(x).await;
-    let Env { store, .. } = e;
-    drop(store);
 
-    let store = h.reopen(clock.clone()).await;
-    let e = Env { clock, store };
+    let e = e.restart(h).await;
     assert_eq!(
         e.store.list_queues().await.expect("list"),
         configs_before,

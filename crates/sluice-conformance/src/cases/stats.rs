@@ -135,12 +135,7 @@ pub async fn stats_totals(h: &dyn Harness) {
 /// a restart.
 pub async fn stats_history_is_stored_once_and_kept_a_day(h: &dyn Harness) {
     use sluice_core::stats::{HISTORY_KEPT, SAMPLE_INTERVAL, StatsSample};
-    let clock = ManualClock::default();
-    let store = h.open(clock.clone()).await;
-    let e = Env {
-        clock: clock.clone(),
-        store,
-    };
+    let e = env(h).await;
     let q = e.queue("work", QueueConfigPatch::default()).await;
     e.send_text(&q, "a").await;
     let t0 = StatsSample::slot(e.now());
@@ -167,9 +162,7 @@ pub async fn stats_history_is_stored_once_and_kept_a_day(h: &dyn Harness) {
     assert_eq!(e.store.stats_history(&q, t1).await.expect("since").len(), 1);
     assert_eq!((h0[0].visible, h0[1].visible, h0[1].totals.sent), (1, 2, 2));
 
-    drop(e);
-    let store = h.reopen(clock.clone()).await;
-    let e = Env { clock, store };
+    let e = e.restart(h).await;
     assert_eq!(
         e.store.stats_history(&q, t0).await.expect("history"),
         vec![s0, s1],

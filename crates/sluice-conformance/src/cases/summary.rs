@@ -53,8 +53,7 @@ async fn reject_many(e: &Env, q: &QueueName, n: usize, err: &str) -> Vec<Message
 /// smallest id; the counts follow deletes and survive a restart.
 pub async fn summary_counts_every_dead_letter(h: &dyn Harness) {
     let e = env(h).await;
-    let q = e.queue("work", QueueConfigPatch::default()).await;
-    let dlq = qn("work.dlq");
+    let (q, dlq) = e.queue_and_dlq("work").await;
     let t0 = e.now();
     let timeouts = reject_many(&e, &q, 1000, "timeout").await;
     e.advance(secs(10));
@@ -92,11 +91,7 @@ pub async fn summary_counts_every_dead_letter(h: &dyn Harness) {
     );
     assert_eq!(s.groups[1].first_at, t1);
 
-    let clock = e.clock.clone();
-    let Env { store, .. } = e;
-    drop(store);
-    let store = h.reopen(clock.clone()).await;
-    let e = Env { clock, store };
+    let e = e.restart(h).await;
     let again = summary(&e, &dlq, by(GroupBy::Error)).await;
     assert_eq!(again, s, "a restart rebuilds the same summary");
 
@@ -111,8 +106,7 @@ pub async fn summary_counts_every_dead_letter(h: &dyn Harness) {
 /// limit; an empty queue; a missing queue.
 pub async fn summary_groups_filters_and_limits(h: &dyn Harness) {
     let e = env(h).await;
-    let a = e.queue("a", QueueConfigPatch::default()).await;
-    let dlq = qn("a.dlq");
+    let (a, dlq) = e.queue_and_dlq("a").await;
     let b = e
         .queue(
             "b",
@@ -307,8 +301,7 @@ async fn check_attribute_summaries(e: &Env, dlq: &QueueName, big: &str, what: &s
 /// attributes too large to keep in memory, and a key equal to its value.
 pub async fn summary_by_attribute_through_restart_and_redrive(h: &dyn Harness) {
     let e = env(h).await;
-    let q = e.queue("work", QueueConfigPatch::default()).await;
-    let dlq = qn("work.dlq");
+    let (q, dlq) = e.queue_and_dlq("work").await;
     let big = "z".repeat(3000);
     let sent = [
         attrs(&[("tenant", "x"), ("x", "x")]),
@@ -329,11 +322,7 @@ pub async fn summary_by_attribute_through_restart_and_redrive(h: &dyn Harness) {
     dead_letter_all(&e, &q, &["boom"; 4]).await;
     check_attribute_summaries(&e, &dlq, &big, "dead-lettered").await;
 
-    let clock = e.clock.clone();
-    let Env { store, .. } = e;
-    drop(store);
-    let store = h.reopen(clock.clone()).await;
-    let e = Env { clock, store };
+    let e = e.restart(h).await;
     check_attribute_summaries(&e, &dlq, &big, "right after a restart").await;
     check_attribute_summaries(&e, &dlq, &big, "asked again after a restart").await;
 
