@@ -21,6 +21,7 @@ pub mod name;
 pub mod rate;
 pub mod receipt;
 pub mod redrive;
+pub mod schedule;
 pub mod stats;
 pub mod store;
 pub mod summary;
