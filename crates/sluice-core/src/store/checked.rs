@@ -535,3 +535,6 @@ impl<S: Records> Records for Checked<S> {
         self.engine.idempotency_put(key, response)
     }
 }
+
+#[cfg(test)]
+mod tests;
