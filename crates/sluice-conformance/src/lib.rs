@@ -28,7 +28,9 @@ use sluice_core::time::ManualClock;
 pub mod cases;
 pub mod model;
 
-/// How the suite gets stores of the engine under test.
+/// How the suite gets stores of the engine under test. A [`Store`] is always an engine inside
+/// the contract's checking layer (`sluice_core::Checked`, as the engine's `open` hands it out),
+/// so the cases that feed out-of-range input test that shared layer on the way to the engine.
 #[async_trait]
 pub trait Harness: Send + Sync + 'static {
     /// A fresh, empty store reading time from `clock`.

@@ -2,13 +2,14 @@
 //! contract that every storage engine implements.
 //!
 //! Nothing here touches a disk or a network, and nothing here knows HTTP. Engines
-//! (`sluice-embedded`, `sluice-postgres`) implement [`Store`]; `sluice-wire` puts these
-//! types on the wire for the server and the SDKs; `sluice-conformance` checks an engine
-//! against the contract's rules.
+//! (`sluice-embedded`, `sluice-postgres`) implement the contract's concern traits and are
+//! served through its checking layer ([`store::Checked`]); `sluice-wire` puts these types on
+//! the wire for the server and the SDKs; `sluice-conformance` checks an engine against the
+//! contract's rules.
 //!
-//! Features: `store` (default) compiles the [`Store`] trait and its `async-trait`
-//! dependency. A caller of the API (the Rust SDK) turns it off: it needs the model, not the
-//! engine contract.
+//! Features: `store` (default) compiles the contract's traits, its checking layer and their
+//! `async-trait` dependency. A caller of the API (the Rust SDK) turns it off: it needs the
+//! model, not the engine contract.
 
 pub mod audit;
 pub mod backoff;
@@ -43,11 +44,11 @@ pub use redrive::{
     RedriveStep,
 };
 pub use stats::{QueueStats, Totals};
-#[cfg(feature = "store")]
-pub use store::Store;
 pub use store::{
     AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, IDEMPOTENCY_TTL,
     IdempotentResponse, LeaseState, NackOutcome, ReceiveRequest, SendOutcome,
 };
+#[cfg(feature = "store")]
+pub use store::{Checked, Store};
 pub use task::TaskStatus;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use sluice_core::store::prelude::*;
 use sluice_core::{
-    AckRequest, Body, NewMessage, QueueConfigPatch, QueueName, ReceiveRequest, Store,
+    AckRequest, Body, Checked, NewMessage, QueueConfigPatch, QueueName, ReceiveRequest,
 };
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
 use tokio::runtime::Runtime;
@@ -25,7 +26,7 @@ fn rt() -> Runtime {
         .expect("runtime")
 }
 
-fn fresh(rt: &Runtime) -> (tempfile::TempDir, Arc<EmbeddedStore>, QueueName) {
+fn fresh(rt: &Runtime) -> (tempfile::TempDir, Arc<Checked<EmbeddedStore>>, QueueName) {
     let dir = tempfile::tempdir().expect("temp dir");
     let q = QueueName::new("bench").expect("name");
     let store = rt.block_on(async {
@@ -52,7 +53,7 @@ fn batch(n: usize) -> Vec<NewMessage> {
 
 /// Sends `total` messages with `callers` concurrent tasks in batches of `size`.
 async fn send_load(
-    store: &Arc<EmbeddedStore>,
+    store: &Arc<Checked<EmbeddedStore>>,
     q: &QueueName,
     total: usize,
     size: usize,
@@ -75,7 +76,7 @@ async fn send_load(
 
 /// Receives and acks `total` messages with `callers` concurrent tasks in batches of `size`.
 async fn drain_load(
-    store: &Arc<EmbeddedStore>,
+    store: &Arc<Checked<EmbeddedStore>>,
     q: &QueueName,
     total: usize,
     size: usize,

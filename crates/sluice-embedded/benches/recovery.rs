@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_core::{Body, NewMessage, QueueConfigPatch, QueueName, Store};
+use sluice_core::store::prelude::*;
+use sluice_core::{Body, NewMessage, QueueConfigPatch, QueueName};
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
 
 fn rss_bytes() -> u64 {

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sluice_core::{Clock, SystemClock};
+use sluice_core::{Checked, Clock, SystemClock};
 
 use crate::catalog;
 use crate::core::{Core, Inner};
@@ -55,7 +55,10 @@ pub struct RecoveryReport {
 }
 
 impl EmbeddedStore {
-    /// Opens (creating if needed) the store in `dir`, recovering its state from disk.
+    /// Opens (creating if needed) the store in `dir`, recovering its state from disk. The
+    /// store comes wrapped in the contract's checking layer, the only form in which it is a
+    /// [`Store`](sluice_core::Store); its own methods (`maintain`, `dir`, …) are reached
+    /// through [`Checked::engine`].
     ///
     /// Must be called inside a Tokio runtime: it starts the background maintenance task.
     ///
@@ -65,7 +68,7 @@ impl EmbeddedStore {
     pub fn open(
         dir: impl AsRef<Path>,
         options: EmbeddedOptions,
-    ) -> Result<(Self, RecoveryReport), OpenError> {
+    ) -> Result<(Checked<Self>, RecoveryReport), OpenError> {
         let started = std::time::Instant::now();
         let dir = dir.as_ref().to_path_buf();
         let log_dir = dir.join("log");
@@ -122,6 +125,6 @@ impl EmbeddedStore {
                 options.maintenance_interval,
             ));
         }
-        Ok((EmbeddedStore { inner }, report))
+        Ok((Checked::new(EmbeddedStore { inner }), report))
     }
 }

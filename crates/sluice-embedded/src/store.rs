@@ -1,23 +1,27 @@
-//! [`EmbeddedStore`]: the `Store` contract on the local log. Each method is one call into
-//! [`crate::ops`], where the verbs live, grouped as in the PostgreSQL engine.
+//! [`EmbeddedStore`]: the contract's concern traits on the local log. Each method is one call
+//! into [`crate::ops`], where the verbs live, grouped as in the PostgreSQL engine. The
+//! stateless checks of the arguments have run before, in [`sluice_core::Checked`].
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_core::store::{IdempotentResponse, LeaseState};
+use sluice_core::store::{
+    Hints, IdempotentResponse, Inspection, LeaseState, Messaging, QueueAdmin, Records, Redrives,
+};
 use sluice_core::{
     AckRequest, BrowsePage, BrowseRequest, Delivery, Failure, Message, MessageId, NackOutcome,
     NewMessage, Progress, PutQueueOutcome, QueueConfigPatch, QueueInfo, QueueName, QueueStats,
-    Receipt, ReceiveRequest, RedriveId, RedriveJob, RedriveSpec, RedriveStep, SendOutcome, Store,
+    Receipt, ReceiveRequest, RedriveId, RedriveJob, RedriveSpec, RedriveStep, SendOutcome,
     StoreError, Timestamp,
 };
 
 use crate::core::Inner;
 use crate::ops;
 
-/// The default storage engine: a data directory on local disk.
+/// The default storage engine: a data directory on local disk. [`EmbeddedStore::open`] hands
+/// it out inside [`sluice_core::Checked`], the contract's checking layer.
 ///
 /// Cloning is cheap and shares the store. The background maintenance task stops when the
 /// last clone is dropped, and the data directory is released then.
@@ -49,7 +53,7 @@ impl EmbeddedStore {
 }
 
 #[async_trait]
-impl Store for EmbeddedStore {
+impl QueueAdmin for EmbeddedStore {
     async fn put_queue(
         &self,
         name: &QueueName,
@@ -78,6 +82,13 @@ impl Store for EmbeddedStore {
         ops::queues::delete(&self.inner, name)
     }
 
+    async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError> {
+        ops::queues::purge(&self.inner, queue).await
+    }
+}
+
+#[async_trait]
+impl Messaging for EmbeddedStore {
     async fn send(
         &self,
         queue: &QueueName,
@@ -100,10 +111,6 @@ impl Store for EmbeddedStore {
         acks: Vec<AckRequest>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         ops::ack::ack(&self.inner, queue, acks).await
-    }
-
-    async fn lease_may_overlap_ack(&self, _queue: &QueueName) -> bool {
-        ops::ack::LEASE_MAY_OVERLAP_ACK
     }
 
     async fn nack(
@@ -161,6 +168,15 @@ impl Store for EmbeddedStore {
         ops::tasks::cancel(&self.inner, id).await
     }
 
+    fn hints(&self) -> Hints {
+        Hints {
+            ack_overlap: ops::ack::ACK_OVERLAP,
+        }
+    }
+}
+
+#[async_trait]
+impl Inspection for EmbeddedStore {
     async fn browse(
         &self,
         queue: &QueueName,
@@ -177,10 +193,6 @@ impl Store for EmbeddedStore {
         ops::browse::delete_message(&self.inner, id).await
     }
 
-    async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError> {
-        ops::queues::purge(&self.inner, queue).await
-    }
-
     async fn summarize(
         &self,
         queue: &QueueName,
@@ -192,7 +204,10 @@ impl Store for EmbeddedStore {
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
         ops::stats::stats(&self.inner, queue)
     }
+}
 
+#[async_trait]
+impl Redrives for EmbeddedStore {
     async fn create_redrive(&self, spec: RedriveSpec) -> Result<RedriveJob, StoreError> {
         ops::redrive::create(&self.inner, spec).await
     }
@@ -216,7 +231,10 @@ impl Store for EmbeddedStore {
     async fn redrive_step(&self, id: RedriveId, max: u32) -> Result<RedriveStep, StoreError> {
         ops::redrive::step(&self.inner, id, max).await
     }
+}
 
+#[async_trait]
+impl Records for EmbeddedStore {
     async fn record_stats(
         &self,
         samples: Vec<(QueueName, sluice_core::stats::StatsSample)>,

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
+use sluice_core::store::prelude::*;
 use sluice_core::{
-    AckRequest, Body, MessageId, MessageState, NewMessage, QueueConfigPatch, QueueName, Receipt,
-    ReceiveRequest, Store, StoreError,
+    AckRequest, Body, Checked, MessageId, MessageState, NewMessage, QueueConfigPatch, QueueName,
+    Receipt, ReceiveRequest, StoreError,
 };
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
 
@@ -27,7 +28,7 @@ fn queue() -> QueueName {
     QueueName::new("crash").expect("valid name")
 }
 
-fn open(dir: &std::path::Path) -> EmbeddedStore {
+fn open(dir: &std::path::Path) -> Checked<EmbeddedStore> {
     for _ in 0..200 {
         match EmbeddedStore::open(dir, EmbeddedOptions::default()) {
             Ok((s, _)) => return s,

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_core::store::prelude::*;
 use sluice_core::{
     Body, DeadLetterReason, Failure, ManualClock, NewMessage, QueueConfigPatch, QueueName,
-    ReceiveRequest, Store, Timestamp,
+    ReceiveRequest, Timestamp,
 };
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
 
@@ -64,7 +65,7 @@ async fn retention_sweep_finds_a_retried_message_behind_a_deep_queue() {
     }
     clock.advance(Duration::from_secs(20));
     for _ in 0..5 {
-        store.maintain().await.expect("maintain");
+        store.engine().maintain().await.expect("maintain");
     }
     let m = store.get_message(old).await.expect("get");
     assert_eq!(m.queue.as_str(), "deep.dlq", "not expired: {m:?}");

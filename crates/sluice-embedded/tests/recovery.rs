@@ -4,14 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sluice_core::{Body, NewMessage, QueueConfigPatch, QueueName, ReceiveRequest, Store};
+use sluice_core::store::prelude::*;
+use sluice_core::{Body, Checked, NewMessage, QueueConfigPatch, QueueName, ReceiveRequest};
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore, OpenError};
 
 fn q() -> QueueName {
     QueueName::new("jobs").expect("valid name")
 }
 
-fn open(dir: &Path) -> Result<EmbeddedStore, OpenError> {
+fn open(dir: &Path) -> Result<Checked<EmbeddedStore>, OpenError> {
     EmbeddedStore::open(dir, EmbeddedOptions::default()).map(|(s, _)| s)
 }
 
@@ -25,7 +26,7 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-async fn send_n(store: &EmbeddedStore, n: usize) {
+async fn send_n(store: &Checked<EmbeddedStore>, n: usize) {
     for i in 0..n {
         store
             .send(&q(), vec![NewMessage::new(Body::text(format!("m{i}")))])
@@ -34,7 +35,7 @@ async fn send_n(store: &EmbeddedStore, n: usize) {
     }
 }
 
-async fn visible(store: &EmbeddedStore) -> u64 {
+async fn visible(store: &Checked<EmbeddedStore>) -> u64 {
     store.stats(&q()).await.expect("stats").visible
 }
 
@@ -212,11 +213,11 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
             .collect();
         store.ack(&q(), acks).await.expect("ack");
         if round % 10 == 0 {
-            store.maintain().await.expect("maintain");
+            store.engine().maintain().await.expect("maintain");
         }
     }
     for _ in 0..5 {
-        store.maintain().await.expect("maintain");
+        store.engine().maintain().await.expect("maintain");
     }
     let on_disk: u64 = segments(dir.path())
         .iter()
@@ -339,7 +340,7 @@ async fn empty_segments_do_not_block_compaction() {
         .expect("create");
     send_n(&store, 3).await;
     for _ in 0..4 {
-        store.maintain().await.expect("maintain");
+        store.engine().maintain().await.expect("maintain");
     }
     let files = std::fs::read_dir(dir.path().join("log"))
         .expect("log dir")

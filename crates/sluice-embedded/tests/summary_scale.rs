@@ -12,9 +12,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sluice_core::store::prelude::*;
 use sluice_core::summary::{GroupBy, SummaryRequest};
 use sluice_core::{
-    Body, Failure, NewMessage, QueueConfigPatch, QueueName, ReceiveRequest, RedriveFilter, Store,
+    Body, Checked, Failure, NewMessage, QueueConfigPatch, QueueName, ReceiveRequest, RedriveFilter,
     SystemClock,
 };
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
@@ -36,7 +37,7 @@ fn req(group_by: GroupBy) -> SummaryRequest {
     }
 }
 
-async fn timed(store: &EmbeddedStore, dlq: &QueueName, what: &str, r: SummaryRequest) {
+async fn timed(store: &Checked<EmbeddedStore>, dlq: &QueueName, what: &str, r: SummaryRequest) {
     // The first call after removals recounts the stale groups; the second does not.
     let mut took = Vec::new();
     let mut last = None;
@@ -54,7 +55,7 @@ async fn timed(store: &EmbeddedStore, dlq: &QueueName, what: &str, r: SummaryReq
 
 /// The first call on a queue after a start runs its maintenance (a retention sweep of the
 /// whole queue, as any call would); timed apart so the summaries measure themselves.
-async fn settle(store: &EmbeddedStore, dlq: &QueueName) {
+async fn settle(store: &Checked<EmbeddedStore>, dlq: &QueueName) {
     let t = Instant::now();
     store.stats(dlq).await.expect("stats");
     println!(

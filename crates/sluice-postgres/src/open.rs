@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use sluice_core::{Clock, StoreError, SystemClock};
+use sluice_core::{Checked, Clock, StoreError, SystemClock};
 use tokio_postgres::NoTls;
 
 use crate::db::ids::Ids;
@@ -131,14 +131,17 @@ fn split_schema(url: &str) -> (String, Option<String>) {
 
 impl PostgresStore {
     /// Connects to `url` (`postgres://user@host:port/db`, optionally `?schema=name`),
-    /// creates or migrates the schema, and starts the node's background work.
+    /// creates or migrates the schema, and starts the node's background work. The store
+    /// comes wrapped in the contract's checking layer, the only form in which it is a
+    /// [`Store`](sluice_core::Store); its own methods (`send_in`, `maintain`, …) are reached
+    /// through [`Checked::engine`].
     ///
     /// Must be called inside a Tokio runtime.
     ///
     /// # Errors
     /// [`OpenError`] when the string is invalid, the database cannot be reached, or the schema
     /// belongs to a newer Sluice.
-    pub async fn open(url: &str, options: PostgresOptions) -> Result<Self, OpenError> {
+    pub async fn open(url: &str, options: PostgresOptions) -> Result<Checked<Self>, OpenError> {
         let (url, schema_param) = split_schema(url);
         let schema = schema_param.unwrap_or(options.schema.clone());
         if schema.is_empty()
@@ -230,7 +233,7 @@ impl PostgresStore {
             Arc::downgrade(&inner),
             options.maintenance_interval,
         ));
-        Ok(PostgresStore { inner })
+        Ok(Checked::new(PostgresStore { inner }))
     }
 
     /// The schema this store uses.

@@ -1,5 +1,6 @@
-//! `PostgresStore`: the node's shared state and the `Store` contract, each call handed to its
-//! operation in `ops`.
+//! `PostgresStore`: the node's shared state and the contract's concern traits, each call
+//! handed to its operation in `ops`. The stateless checks of the arguments have run before,
+//! in [`sluice_core::Checked`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,12 +8,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
 use sluice_core::stats::StatsSample;
-use sluice_core::store::{IdempotentResponse, LeaseState};
+use sluice_core::store::{
+    AckOverlap, Hints, IdempotentResponse, Inspection, LeaseState, Messaging, QueueAdmin, Records,
+    Redrives,
+};
 use sluice_core::{
     AckRequest, AuditEvent, AuditQuery, BrowsePage, BrowseRequest, Clock, Delivery, Failure,
     Message, MessageId, NackOutcome, NewMessage, Progress, PutQueueOutcome, QueueConfig,
     QueueConfigPatch, QueueInfo, QueueName, QueueStats, Receipt, ReceiveRequest, RedriveId,
-    RedriveJob, RedriveSpec, RedriveStep, SendOutcome, Store, StoreError, Timestamp,
+    RedriveJob, RedriveSpec, RedriveStep, SendOutcome, StoreError, Timestamp,
 };
 
 use crate::db::ids::Ids;
@@ -20,8 +24,9 @@ use crate::error::pool;
 use crate::hot::wake::Wakers;
 use crate::local::{Locals, QueueLocal};
 
-/// The PostgreSQL engine. Cloning is cheap and shares the pool; background work stops when
-/// the last clone is dropped.
+/// The PostgreSQL engine. [`PostgresStore::open`] hands it out inside
+/// [`sluice_core::Checked`], the contract's checking layer. Cloning is cheap and shares the
+/// pool; background work stops when the last clone is dropped.
 #[derive(Clone)]
 pub struct PostgresStore {
     /// What the clones share.
@@ -172,7 +177,7 @@ impl Drop for Inner {
 const CLOSE_FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 #[async_trait]
-impl Store for PostgresStore {
+impl QueueAdmin for PostgresStore {
     async fn put_queue(
         &self,
         name: &QueueName,
@@ -201,6 +206,13 @@ impl Store for PostgresStore {
         crate::ops::queues::delete(&self.inner, name).await
     }
 
+    async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError> {
+        crate::ops::queues::purge(&self.inner, queue).await
+    }
+}
+
+#[async_trait]
+impl Messaging for PostgresStore {
     async fn send(
         &self,
         queue: &QueueName,
@@ -223,10 +235,6 @@ impl Store for PostgresStore {
         acks: Vec<AckRequest>,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         crate::ops::ack::ack(&self.inner, queue, acks).await
-    }
-
-    async fn lease_may_overlap_ack(&self, queue: &QueueName) -> bool {
-        crate::ops::ack::may_overlap_lease(&self.inner, queue).await
     }
 
     async fn nack(
@@ -284,6 +292,25 @@ impl Store for PostgresStore {
         crate::ops::tasks::cancel(&self.inner, id).await
     }
 
+    /// Whether a lease may overlap an ack depends on the queue (its `max_in_flight`): see
+    /// [`AckOverlap::PerQueue`].
+    fn hints(&self) -> Hints {
+        Hints {
+            ack_overlap: AckOverlap::PerQueue,
+        }
+    }
+
+    async fn lease_may_overlap_ack(&self, queue: &QueueName) -> bool {
+        crate::ops::ack::may_overlap_lease(&self.inner, queue).await
+    }
+
+    async fn close(&self) {
+        crate::hot::read_ahead::release_all(&self.inner).await;
+    }
+}
+
+#[async_trait]
+impl Redrives for PostgresStore {
     async fn create_redrive(&self, spec: RedriveSpec) -> Result<RedriveJob, StoreError> {
         crate::ops::redrive::create(&self.inner, spec).await
     }
@@ -307,7 +334,10 @@ impl Store for PostgresStore {
     async fn redrive_step(&self, id: RedriveId, max: u32) -> Result<RedriveStep, StoreError> {
         crate::ops::redrive::step(&self.inner, id, max).await
     }
+}
 
+#[async_trait]
+impl Records for PostgresStore {
     async fn record_stats(&self, samples: Vec<(QueueName, StatsSample)>) -> Result<(), StoreError> {
         crate::ops::records::record_stats(&self.inner, samples).await
     }
@@ -328,6 +358,21 @@ impl Store for PostgresStore {
         crate::ops::records::stats_history(&self.inner, queue, since).await
     }
 
+    async fn idempotency_get(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError> {
+        crate::ops::records::idempotency_get(&self.inner, key).await
+    }
+
+    async fn idempotency_put(
+        &self,
+        key: &str,
+        response: IdempotentResponse,
+    ) -> Result<Option<IdempotentResponse>, StoreError> {
+        crate::ops::records::idempotency_put(&self.inner, key, response).await
+    }
+}
+
+#[async_trait]
+impl Inspection for PostgresStore {
     async fn browse(
         &self,
         queue: &QueueName,
@@ -344,14 +389,6 @@ impl Store for PostgresStore {
         crate::ops::browse::delete_message(&self.inner, id).await
     }
 
-    async fn close(&self) {
-        crate::hot::read_ahead::release_all(&self.inner).await;
-    }
-
-    async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError> {
-        crate::ops::queues::purge(&self.inner, queue).await
-    }
-
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
         crate::ops::stats::stats(&self.inner, queue).await
     }
@@ -362,17 +399,5 @@ impl Store for PostgresStore {
         req: sluice_core::summary::SummaryRequest,
     ) -> Result<sluice_core::summary::Summary, StoreError> {
         crate::ops::summary::summarize(&self.inner, queue, req).await
-    }
-
-    async fn idempotency_get(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError> {
-        crate::ops::records::idempotency_get(&self.inner, key).await
-    }
-
-    async fn idempotency_put(
-        &self,
-        key: &str,
-        response: IdempotentResponse,
-    ) -> Result<Option<IdempotentResponse>, StoreError> {
-        crate::ops::records::idempotency_put(&self.inner, key, response).await
     }
 }

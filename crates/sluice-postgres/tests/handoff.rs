@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use sluice_core::{Body, Delivery, NewMessage, QueueName, ReceiveRequest, Store};
+use sluice_core::store::prelude::*;
+use sluice_core::{Body, Checked, Delivery, NewMessage, QueueName, ReceiveRequest};
 use sluice_postgres::{PostgresOptions, PostgresStore};
 
 mod common;
@@ -24,7 +25,7 @@ fn msg(text: &str) -> NewMessage {
 /// A receive of up to `max` messages leased for `lease`, long-polling on `node` for up to
 /// `wait`, started now.
 fn polling(
-    node: &PostgresStore,
+    node: &Checked<PostgresStore>,
     queue: &QueueName,
     max: u32,
     lease: Duration,
@@ -44,7 +45,7 @@ fn polling(
 
 /// As [`polling`], for up to two seconds.
 fn waiting(
-    node: &PostgresStore,
+    node: &Checked<PostgresStore>,
     queue: &QueueName,
     max: u32,
     lease: Duration,

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use sluice_core::store::IdempotentResponse;
+use sluice_core::store::prelude::*;
 use sluice_core::{
-    AckRequest, Body, Clock, Delivery, MessageId, NewMessage, QueueConfigPatch, QueueName,
-    RateLimit, ReceiveRequest, Store, StoreError, SystemClock,
+    AckRequest, Body, Checked, Clock, Delivery, MessageId, NewMessage, QueueConfigPatch, QueueName,
+    RateLimit, ReceiveRequest, StoreError, SystemClock,
 };
 use sluice_postgres::{PostgresOptions, PostgresStore};
 use sluice_testkit::postgres;
@@ -377,7 +378,7 @@ async fn a_send_in_the_callers_transaction_wakes_long_polls_when_it_commits() {
         .await
         .expect("connect");
     let driver = tokio::spawn(conn);
-    let long_poll = |s: &PostgresStore| {
+    let long_poll = |s: &Checked<PostgresStore>| {
         let (s, work) = (s.clone(), work.clone());
         tokio::spawn(async move {
             let got = s.receive(&work, poll(5_000)).await.expect("long poll");
@@ -388,7 +389,8 @@ async fn a_send_in_the_callers_transaction_wakes_long_polls_when_it_commits() {
     // Both have asked once and now sleep until a wake-up or their fallback poll.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let tx = client.transaction().await.expect("begin");
-    n.a.send_in(&tx, &work, vec![msg("one"), msg("two")])
+    n.a.engine()
+        .send_in(&tx, &work, vec![msg("one"), msg("two")])
         .await
         .expect("send in tx");
     tx.commit().await.expect("commit");
@@ -425,7 +427,8 @@ async fn send_in_commits_and_rolls_back_with_the_callers_transaction() {
     tx.execute(&format!("INSERT INTO public.{table} VALUES (1)"), &[])
         .await
         .expect("business write");
-    n.a.send_in(&tx, &work, vec![msg("ship order 1")])
+    n.a.engine()
+        .send_in(&tx, &work, vec![msg("ship order 1")])
         .await
         .expect("send in tx");
     let path: String = tx
@@ -458,7 +461,8 @@ async fn send_in_commits_and_rolls_back_with_the_callers_transaction() {
         .await
         .expect("business write");
     let sent =
-        n.a.send_in(&tx, &work, vec![msg("ship order 2")])
+        n.a.engine()
+            .send_in(&tx, &work, vec![msg("ship order 2")])
             .await
             .expect("send in tx");
     tx.commit().await.expect("commit");
@@ -470,7 +474,8 @@ async fn send_in_commits_and_rolls_back_with_the_callers_transaction() {
     // An unknown queue fails the send (and so the caller's transaction).
     let tx = client.transaction().await.expect("begin");
     let err =
-        n.a.send_in(&tx, &q("nope"), vec![msg("x")])
+        n.a.engine()
+            .send_in(&tx, &q("nope"), vec![msg("x")])
             .await
             .expect_err("unknown queue");
     assert!(matches!(err, StoreError::QueueNotFound(_)), "{err:?}");
@@ -759,7 +764,8 @@ async fn a_schema_named_with_capitals_is_the_one_used() {
         .expect("connect");
     let driver = tokio::spawn(conn);
     let tx = client.transaction().await.expect("begin");
-    n.a.send_in(&tx, &work, vec![msg("in tx")])
+    n.a.engine()
+        .send_in(&tx, &work, vec![msg("in tx")])
         .await
         .expect("send in tx");
     tx.commit().await.expect("commit");
@@ -890,7 +896,7 @@ async fn a_lease_after_the_cursor_still_finds_a_row_that_turns_up_before_it() {
 
 /// Sends `n` messages to `queue` through `node` and lets them wait long enough for a queue
 /// whose receives take them to count as behind.
-async fn backlog(node: &PostgresStore, queue: &QueueName, n: usize) -> Vec<MessageId> {
+async fn backlog(node: &Checked<PostgresStore>, queue: &QueueName, n: usize) -> Vec<MessageId> {
     let mut sent = Vec::new();
     for i in 0..n {
         let out = node.send(queue, vec![msg(&format!("m{i}"))]).await;
@@ -901,13 +907,13 @@ async fn backlog(node: &PostgresStore, queue: &QueueName, n: usize) -> Vec<Messa
 }
 
 /// How many messages of `queue` are leased, as `node`'s stats count them.
-async fn in_flight(node: &PostgresStore, queue: &QueueName) -> u64 {
+async fn in_flight(node: &Checked<PostgresStore>, queue: &QueueName) -> u64 {
     node.stats(queue).await.expect("stats").in_flight
 }
 
 /// Receives of one message, four at a time on `node`, until a lease has read ahead (more
 /// in flight than delivered); what they got.
-async fn until_read_ahead(node: &PostgresStore, queue: &QueueName) -> Vec<Delivery> {
+async fn until_read_ahead(node: &Checked<PostgresStore>, queue: &QueueName) -> Vec<Delivery> {
     let mut got = Vec::new();
     for _ in 0..20 {
         let four = futures::future::join_all((0..4).map(|_| node.receive(queue, recv(1)))).await;

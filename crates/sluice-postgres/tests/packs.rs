@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use sluice_core::store::prelude::*;
 use sluice_core::{
-    Body, Failure, MessageState, NewMessage, QueueConfigPatch, ReceiveRequest, Store, StoreError,
+    Body, Checked, Failure, MessageState, NewMessage, QueueConfigPatch, ReceiveRequest, StoreError,
 };
 use sluice_postgres::PostgresOptions;
 
@@ -50,7 +51,7 @@ fn batch(n: usize) -> Vec<NewMessage> {
 
 /// Sends `count` messages on `node` (one pack) and leases them all there.
 async fn sent_and_leased(
-    node: &sluice_postgres::PostgresStore,
+    node: &Checked<sluice_postgres::PostgresStore>,
     queue: &sluice_core::QueueName,
     count: usize,
 ) -> Vec<sluice_core::Delivery> {
@@ -66,8 +67,8 @@ async fn sent_and_leased(
 /// One receive of up to `max` on `receiver`, acked on `acker` (every ack must land): the ids
 /// it delivered, none when the queue had nothing.
 async fn received_and_acked(
-    receiver: &sluice_postgres::PostgresStore,
-    acker: &sluice_postgres::PostgresStore,
+    receiver: &Checked<sluice_postgres::PostgresStore>,
+    acker: &Checked<sluice_postgres::PostgresStore>,
     queue: &sluice_core::QueueName,
     max: u32,
 ) -> Vec<sluice_core::MessageId> {

@@ -15,8 +15,9 @@ mod common;
 
 use std::time::Instant;
 
+use sluice_core::store::prelude::*;
 use sluice_core::summary::{GroupBy, SummaryRequest};
-use sluice_core::{QueueName, RedriveFilter, Store};
+use sluice_core::{QueueName, RedriveFilter};
 use sluice_postgres::PostgresOptions;
 
 fn req(group_by: GroupBy) -> SummaryRequest {

@@ -1,6 +1,6 @@
 //! The redrive job runner: steps every running job at its rate and watches its guard.
 //!
-//! The store moves messages in atomic steps (`Store::redrive_step`); this loop decides when
+//! The store moves messages in atomic steps (`Redrives::redrive_step`); this loop decides when
 //! each step happens and how many it may move.
 //!
 //! **Rate.** A job's rate is `limit` moves per `period` (50 a minute, 10 a second). Moves are
@@ -17,7 +17,7 @@
 //! moves on both sides of the restart stay evenly spaced.
 //!
 //! **Guard.** A job with `pause_if_failing` remembers the messages it moved and looks at each
-//! again (`Store::get_message`) until its fate is known: acknowledged (completed, or gone) is
+//! again (`Inspection::get_message`) until its fate is known: acknowledged (completed, or gone) is
 //! a success; a failed attempt after the move (nacked, rejected, lease expired, moved away) or
 //! a new dead-lettering is a failure, counted only when its error contains the guard's text if
 //! one is given. When more than the guard's share of the last `window` outcomes are failures,

@@ -188,8 +188,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("opening PostgreSQL store {}", redacted(&url)))?;
             tracing::info!(
                 store = %redacted(&url),
-                schema = store.schema(),
-                node = store.node_id(),
+                schema = store.engine().schema(),
+                node = store.engine().node_id(),
                 "PostgreSQL store ready"
             );
             Arc::new(store)

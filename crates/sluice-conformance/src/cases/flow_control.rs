@@ -1,5 +1,7 @@
 //! Flow control: pause, rate limits, in-flight caps and depth limits.
 
+use sluice_core::store::AckOverlap;
+
 use super::*;
 
 /// A paused queue accepts sends and delivers nothing; leases already out can still be acked;
@@ -144,7 +146,8 @@ pub async fn max_in_flight_bounds_leases(h: &dyn Harness) {
 
 /// A lease the engine lets overlap an ack (`lease_may_overlap_ack`) still sees that ack
 /// where it matters: with `max_in_flight` 1, the slot the ack frees is leased at once. Without
-/// `max_in_flight` the overlap is allowed or not, and either way both succeed.
+/// `max_in_flight` the overlap is allowed or not, and either way both succeed. The per-queue
+/// answer agrees with the engine's hints wherever they decide it.
 pub async fn lease_overlapping_an_ack_sees_it(h: &dyn Harness) {
     let e = env(h).await;
     for limit in [Some(1), None] {
@@ -165,7 +168,13 @@ pub async fn lease_overlapping_an_ack_sees_it(h: &dyn Harness) {
             receipt: first[0].receipt,
             result: None,
         }];
-        let next = if e.store.lease_may_overlap_ack(&q).await {
+        let overlap = e.store.lease_may_overlap_ack(&q).await;
+        match e.store.hints().ack_overlap {
+            AckOverlap::Never => assert!(!overlap, "hints say never, {q} says it may"),
+            AckOverlap::Always => assert!(overlap, "hints say always, {q} says it may not"),
+            AckOverlap::PerQueue => {}
+        }
+        let next = if overlap {
             // As the broker does: the ack is polled once, then the lease runs beside it.
             let mut acking = e.store.ack(&q, ack);
             let early = futures::poll!(acking.as_mut());

@@ -1,4 +1,4 @@
-//! Summaries (`Store::summarize`): every message of a queue counted by one key.
+//! Summaries (`Inspection::summarize`): every message of a queue counted by one key.
 
 use super::*;
 use sluice_core::summary::{GroupBy, Summary, SummaryRequest};

@@ -1,11 +1,20 @@
 //! The `Store` contract: everything the broker asks of a storage engine, and the requests,
 //! outcomes and limits it speaks in.
 //!
-//! Every engine (embedded, PostgreSQL) implements [`Store`] with the same observable
-//! behaviour, which the `sluice-conformance` suite checks. A call that returns `Ok` for a
-//! write has reached stable storage.
+//! The contract is split by concern, one trait each: [`QueueAdmin`] (queues), [`Messaging`]
+//! (send, receive, settle, running tasks), [`Inspection`] (browse, stats, summaries),
+//! [`Redrives`] (redrive jobs) and [`Records`] (stats history, audit log, idempotent
+//! responses). Every engine (embedded, PostgreSQL) implements all five with the same
+//! observable behaviour, which the `sluice-conformance` suite checks. A call that returns
+//! `Ok` for a write has reached stable storage.
 //!
-//! The trait itself is behind the default feature `store`: the data types here are also what
+//! [`Checked`] runs the checks that need no state (batch sizes, limits, durations, each
+//! message's own fields) once for every engine and then calls the engine; [`Store`] names all
+//! five concerns together and is implemented only by `Checked` engines, so whatever holds a
+//! `dyn Store` goes through those checks. Callers that name a concrete engine type import the
+//! concern traits with [`prelude`].
+//!
+//! The traits are behind the default feature `store`: the data types here are also what
 //! callers of the HTTP API see (through `sluice-wire`), and they need no engine contract.
 
 use std::time::Duration;
@@ -16,9 +25,46 @@ use crate::name::QueueName;
 use crate::receipt::Receipt;
 
 #[cfg(feature = "store")]
+mod admin;
+#[cfg(feature = "store")]
+mod checked;
+#[cfg(feature = "store")]
 mod contract;
 #[cfg(feature = "store")]
+mod hints;
+#[cfg(feature = "store")]
+mod inspection;
+#[cfg(feature = "store")]
+mod messaging;
+#[cfg(feature = "store")]
+mod records;
+#[cfg(feature = "store")]
+mod redrives;
+
+#[cfg(feature = "store")]
+pub use admin::QueueAdmin;
+#[cfg(feature = "store")]
+pub use checked::Checked;
+#[cfg(feature = "store")]
 pub use contract::Store;
+#[cfg(feature = "store")]
+pub use hints::{AckOverlap, Hints};
+#[cfg(feature = "store")]
+pub use inspection::Inspection;
+#[cfg(feature = "store")]
+pub use messaging::Messaging;
+#[cfg(feature = "store")]
+pub use records::Records;
+#[cfg(feature = "store")]
+pub use redrives::Redrives;
+
+/// The contract's traits, for callers that name a concrete store type (such as
+/// `Checked<EmbeddedStore>`): its methods are callable once their concern trait is in scope.
+/// A `dyn Store` needs no import.
+#[cfg(feature = "store")]
+pub mod prelude {
+    pub use super::{Inspection, Messaging, QueueAdmin, Records, Redrives, Store};
+}
 
 /// What one message of a send became.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,7 +192,7 @@ pub struct IdempotentResponse {
     pub created_at: crate::time::Timestamp,
 }
 
-/// Checks an idempotency key and response against the limits.
+/// Checks an idempotency key and response against the limits (run by `Checked`).
 ///
 /// # Errors
 /// `InvalidArgument` naming the limit.
@@ -166,7 +212,8 @@ pub fn validate_idempotent(key: &str, response: &IdempotentResponse) -> Result<(
     Ok(())
 }
 
-/// Checks a receive request against the limits, so every engine refuses the same inputs.
+/// Checks a receive request against the limits (run by `Checked`, so every engine refuses
+/// the same inputs).
 ///
 /// # Errors
 /// `InvalidArgument` naming the field.
@@ -191,7 +238,7 @@ pub fn validate_receive(req: &ReceiveRequest) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Checks a lease length.
+/// Checks a lease length (run by `Checked`).
 ///
 /// # Errors
 /// `InvalidArgument` over 12 h.
@@ -207,7 +254,7 @@ pub fn validate_visibility(v: Duration) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Checks a page size.
+/// Checks a page size (run by `Checked`).
 ///
 /// # Errors
 /// `InvalidArgument` outside 1–1000.
@@ -221,7 +268,8 @@ pub fn validate_limit(limit: u32) -> Result<(), StoreError> {
 }
 
 /// Checks a send batch against the limits that do not depend on the queue: 1–1000 messages,
-/// 16 MiB of bodies, and each message's own fields.
+/// 16 MiB of bodies, and each message's own fields (run by `Checked`, and by an engine's
+/// own entry points beside the contract).
 ///
 /// # Errors
 /// `InvalidArgument` or `PayloadTooLarge` naming the limit.
@@ -244,7 +292,8 @@ pub fn validate_send_batch(messages: &[crate::message::NewMessage]) -> Result<()
         .try_for_each(crate::message::NewMessage::validate)
 }
 
-/// Checks that every body of a batch fits the queue's `max_message_bytes`.
+/// Checks that every body of a batch fits the queue's `max_message_bytes`. Run by the engine,
+/// against the config it reads in the same step as the send.
 ///
 /// # Errors
 /// `PayloadTooLarge` naming the first message that does not.
@@ -265,7 +314,7 @@ pub fn validate_bodies_fit(
     Ok(())
 }
 
-/// Checks the size of an ack batch (1–1000 receipts).
+/// Checks the size of an ack batch (1–1000 receipts; run by `Checked`).
 ///
 /// # Errors
 /// `InvalidArgument` outside that range.
@@ -279,7 +328,7 @@ pub fn validate_ack_batch(len: usize) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Checks the delay of a nack.
+/// Checks the delay of a nack (run by `Checked`).
 ///
 /// # Errors
 /// `InvalidArgument` over 7 days.
@@ -295,7 +344,7 @@ pub fn validate_nack_delay(delay: Option<Duration>) -> Result<(), StoreError> {
     }
 }
 
-/// Checks the target of a move: a message cannot move to its own queue.
+/// Checks the target of a move: a message cannot move to its own queue (run by `Checked`).
 ///
 /// # Errors
 /// `InvalidArgument` naming the queue, pointing to nack instead.

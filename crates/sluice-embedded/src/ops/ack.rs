@@ -1,23 +1,22 @@
 //! `ack`: completes leased messages, keeping results for the queue's `result_ttl`.
 
-use sluice_core::store::validate_ack_batch;
+use sluice_core::store::AckOverlap;
 use sluice_core::{AckRequest, QueueName, StoreError};
 
 use crate::core::Inner;
 use crate::journal::record::{Acked, Record};
 
-/// Whether a lease may be granted while an ack of the same queue is under way: `ack`
+/// A lease may be granted while an ack of the same queue is under way, on every queue: `ack`
 /// decides and appends under the state lock before its one await (durability).
-pub(crate) const LEASE_MAY_OVERLAP_ACK: bool = true;
+pub(crate) const ACK_OVERLAP: AckOverlap = AckOverlap::Always;
 
 /// Acknowledges leases; each receipt gets its own answer (stale, duplicate, or result too
-/// large).
+/// large for the queue). The batch's size was checked by `Checked`.
 pub(crate) async fn ack(
     inner: &Inner,
     queue: &QueueName,
     acks: Vec<AckRequest>,
 ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-    validate_ack_batch(acks.len())?;
     let (out, pos) = {
         let mut core = inner.lock();
         let now = inner.now();

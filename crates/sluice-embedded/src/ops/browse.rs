@@ -1,7 +1,7 @@
 //! Looking at messages: `browse` a queue page by page, `get_message` (live or completed),
 //! `delete_message`.
 
-use sluice_core::store::{BrowseCursor, validate_limit};
+use sluice_core::store::BrowseCursor;
 use sluice_core::{
     BrowsePage, BrowseRequest, BrowseState, Message, MessageId, MessageState, QueueName,
     StoreError, Timestamp,
@@ -16,7 +16,6 @@ pub(crate) fn browse(
     queue: &QueueName,
     req: BrowseRequest,
 ) -> Result<BrowsePage, StoreError> {
-    validate_limit(req.limit)?;
     let after = match &req.cursor {
         None => None,
         Some(c) => {

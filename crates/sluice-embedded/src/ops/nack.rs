@@ -5,8 +5,6 @@
 use std::time::Duration;
 
 use sluice_core::lifecycle::{self, AfterFailure};
-use sluice_core::message::clip_error;
-use sluice_core::store::validate_nack_delay;
 use sluice_core::{
     Attempt, AttemptOutcome, DeadLetterReason, Failure, MessageState, NackOutcome, QueueName,
     Receipt, StoreError, Timestamp,
@@ -24,7 +22,6 @@ pub(crate) async fn nack(
     delay: Option<Duration>,
     failure: Failure,
 ) -> Result<NackOutcome, StoreError> {
-    validate_nack_delay(delay)?;
     let (outcome, notify) = inner
         .with_lease(queue, &receipt, |core, qid, m, now| {
             if m.cancel_requested() {
@@ -133,7 +130,6 @@ pub(crate) async fn move_message(
     to: &QueueName,
     failure: Failure,
 ) -> Result<(), StoreError> {
-    sluice_core::store::validate_move(queue, to)?;
     let notify = inner
         .with_lease(queue, &receipt, |core, qid, m, now| {
             let to_qid = core.qid(to)?;
@@ -193,12 +189,13 @@ pub(crate) async fn release(
     Ok(())
 }
 
-/// The attempt a failure report adds to a message's history (its error clipped).
+/// The attempt a failure report adds to a message's history (its error already cut to its
+/// limit by `Checked`).
 fn failure_attempt(now: i64, outcome: AttemptOutcome, failure: &Failure) -> Attempt {
     Attempt {
         at: Timestamp(now),
         outcome,
-        error: failure.error.clone().map(clip_error),
+        error: failure.error.clone(),
         consumer: failure.consumer.clone(),
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::store::{long_poll_nap, validate_receive};
+use sluice_core::store::long_poll_nap;
 use sluice_core::{Delivery, MessageId, QueueName, Receipt, ReceiveRequest, StoreError, Timestamp};
 use tokio::sync::Notify;
 
@@ -17,7 +17,6 @@ pub(crate) async fn receive(
     queue: &QueueName,
     req: ReceiveRequest,
 ) -> Result<Vec<Delivery>, StoreError> {
-    validate_receive(&req)?;
     let until = tokio::time::Instant::now() + req.wait;
     let notify = notifier(inner, queue)?;
     loop {

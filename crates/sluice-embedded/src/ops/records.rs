@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use sluice_core::store::{IDEMPOTENCY_TTL, IdempotentResponse, validate_idempotent};
+use sluice_core::store::{IDEMPOTENCY_TTL, IdempotentResponse};
 use sluice_core::{QueueName, StoreError, Timestamp};
 
 use crate::core::{Core, Inner};
@@ -93,7 +93,6 @@ pub(crate) async fn idempotency_put(
     key: &str,
     response: IdempotentResponse,
 ) -> Result<Option<IdempotentResponse>, StoreError> {
-    validate_idempotent(key, &response)?;
     let pos = {
         let mut core = inner.lock();
         let now = inner.now();

@@ -99,7 +99,6 @@ fn new_job(
     spec: RedriveSpec,
     now: i64,
 ) -> Result<(RedriveJob, Record), StoreError> {
-    spec.validate()?;
     core.qid(&spec.source)?;
     if let Some(d) = &spec.destination {
         core.qid(d)?;

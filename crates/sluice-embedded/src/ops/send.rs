@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_core::store::{validate_bodies_fit, validate_send_batch};
+use sluice_core::store::validate_bodies_fit;
 use sluice_core::{MessageId, NewMessage, QueueName, SendOutcome, StoreError, Timestamp};
 
 use crate::core::Inner;
@@ -15,7 +15,6 @@ pub(crate) async fn send(
     queue: &QueueName,
     messages: Vec<NewMessage>,
 ) -> Result<Vec<SendOutcome>, StoreError> {
-    validate_send_batch(&messages)?;
     let (out, pos, notify) = {
         let mut core = inner.lock();
         let now = inner.now();

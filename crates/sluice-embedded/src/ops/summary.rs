@@ -33,7 +33,6 @@ pub(crate) async fn summarize(
     queue: &QueueName,
     req: &SummaryRequest,
 ) -> Result<Summary, StoreError> {
-    req.validate()?;
     let (qid, mut groups, unread) = {
         let mut core = inner.lock();
         let now = inner.clock.now().as_millis();

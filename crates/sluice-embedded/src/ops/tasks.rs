@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_core::store::{LeaseState, validate_visibility};
+use sluice_core::store::LeaseState;
 use sluice_core::{Message, MessageId, Progress, QueueName, Receipt, StoreError, Timestamp};
 
 use crate::core::Inner;
@@ -16,7 +16,6 @@ pub(crate) async fn extend(
     receipt: Receipt,
     visibility: Duration,
 ) -> Result<LeaseState, StoreError> {
-    validate_visibility(visibility)?;
     inner
         .with_lease(queue, &receipt, |_, _, m, now| {
             let deadline = Timestamp(now).plus(visibility);
@@ -42,7 +41,6 @@ pub(crate) fn progress(
     receipt: Receipt,
     mut progress: Progress,
 ) -> Result<LeaseState, StoreError> {
-    progress.validate()?;
     let mut core = inner.lock();
     let now = inner.now();
     let qid = core.qid(queue)?;

@@ -15,13 +15,15 @@ impl PostgresStore {
     /// connection to the same database. Nothing is visible to consumers until `tx` commits;
     /// if it rolls back, nothing was sent. Consumers on every node are woken at the commit.
     ///
-    /// The caller's `search_path` is left as it was. The same rules as [`Store::send`]
-    /// apply (dedup ids, `max_depth`, sizes).
+    /// The caller's `search_path` is left as it was. The same rules as [`Messaging::send`]
+    /// apply (dedup ids, `max_depth`, sizes). This call is the engine's own, beside the
+    /// contract, so it runs the shared batch check (`validate_send_batch`) itself rather
+    /// than through `Checked`.
     ///
-    /// [`Store::send`]: sluice_core::Store::send
+    /// [`Messaging::send`]: sluice_core::store::Messaging::send
     ///
     /// # Errors
-    /// As [`Store::send`]; a failed statement also aborts the caller's transaction, as any
+    /// As [`Messaging::send`]; a failed statement also aborts the caller's transaction, as any
     /// failed statement in PostgreSQL does.
     pub async fn send_in(
         &self,

@@ -14,7 +14,7 @@
 //! those messages by that much. A receive is handed a held message only while it is fresh,
 //! so its lease has at most [`HOLD`] less to run than a lease taken by that receive itself.
 //! While held, such messages count as in flight in the queue's stats. A node that stops
-//! releases what it holds ([`release_all`], from `Store::close`); one killed holding some
+//! releases what it holds ([`release_all`], from `Messaging::close`); one killed holding some
 //! leaves them leased until their visibility timeout runs out, as a consumer killed holding
 //! them would, and a receive count spent that way counts toward
 //! `max_receives`. A paused, purged or deleted queue, or a deleted message, hands out

@@ -50,7 +50,7 @@ pub(crate) struct SendJob {
 /// Sends a batch with no dedup ids and no `max_depth`. Plain sends of one queue that arrive
 /// together are written as one statement committed on its own (see [`crate::hot::combine`]): the
 /// rows of many producers in one round trip and one WAL flush. `cfg` may be a recently
-/// cached copy; the insert itself checks that the queue still exists. The caller has checked
+/// cached copy; the insert itself checks that the queue still exists. `Checked` has checked
 /// the batch (`validate_send_batch`).
 pub(crate) async fn send_combined(
     inner: &Arc<Inner>,

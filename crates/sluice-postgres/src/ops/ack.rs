@@ -9,7 +9,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use sluice_core::store::validate_ack_batch;
 use sluice_core::{AckRequest, QueueName, StoreError};
 use tokio::sync::oneshot;
 
@@ -24,7 +23,6 @@ pub(crate) async fn ack(
     queue: &QueueName,
     acks: Vec<AckRequest>,
 ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-    validate_ack_batch(acks.len())?;
     let q = queue.as_str();
     let local = inner.locals.of(queue);
     let cfg = inner.config(&local).await?;

@@ -1,6 +1,6 @@
 //! Reading and removing single messages without leasing: browse, get, delete.
 
-use sluice_core::store::{BrowseCursor, validate_limit};
+use sluice_core::store::BrowseCursor;
 use sluice_core::{
     BrowsePage, BrowseRequest, BrowseState, Message, MessageId, QueueName, StoreError,
 };
@@ -17,7 +17,6 @@ pub(crate) async fn browse(
     queue: &QueueName,
     req: BrowseRequest,
 ) -> Result<BrowsePage, StoreError> {
-    validate_limit(req.limit)?;
     let after = req
         .cursor
         .as_deref()

@@ -3,8 +3,6 @@
 use std::time::Duration;
 
 use sluice_core::lifecycle::{self, AfterFailure};
-use sluice_core::message::clip_error;
-use sluice_core::store::validate_nack_delay;
 use sluice_core::{
     Attempt, AttemptOutcome, DeadLetterReason, Delivery, Failure, MessageState, NackOutcome,
     QueueName, Receipt, StoreError, Timestamp,
@@ -17,13 +15,14 @@ use crate::ops::leased::{Change, change_leased};
 use crate::ops::lifecycle::{dead_letter, end_cancelled};
 use crate::store::Inner;
 
-/// Records a failed attempt on `row`, keeping its error as the last one.
+/// Records a failed attempt on `row`, keeping its error (already cut to its limit by
+/// `Checked`) as the last one.
 // Near-copy of the embedded engine's `apply_failure`: the same rule on each engine's own row type.
 fn apply_failure(row: &mut Row, now: i64, outcome: AttemptOutcome, failure: &Failure) {
     let attempt = Attempt {
         at: Timestamp(now),
         outcome,
-        error: failure.error.clone().map(clip_error),
+        error: failure.error.clone(),
         consumer: failure.consumer.clone(),
     };
     if attempt.error.is_some() {
@@ -40,7 +39,6 @@ pub(crate) async fn nack(
     delay: Option<Duration>,
     failure: Failure,
 ) -> Result<NackOutcome, StoreError> {
-    validate_nack_delay(delay)?;
     change_leased(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
         if row.cancel_requested {
             end_cancelled(tx, row.id, cfg, now).await?;
@@ -109,7 +107,6 @@ pub(crate) async fn move_to(
     to: &QueueName,
     failure: Failure,
 ) -> Result<(), StoreError> {
-    sluice_core::store::validate_move(queue, to)?;
     change_leased(inner, queue, &receipt, async |tx, cfg, row, now, fx| {
         crate::db::catalog::config(tx, to.as_str(), false).await?;
         if row.cancel_requested {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use sluice_core::store::{long_poll_nap, validate_receive};
+use sluice_core::store::long_poll_nap;
 use sluice_core::{Delivery, QueueName, ReceiveRequest, StoreError};
 
 use crate::db::counters::Counter;
@@ -23,7 +23,6 @@ pub(crate) async fn receive(
     queue: &QueueName,
     req: ReceiveRequest,
 ) -> Result<Vec<Delivery>, StoreError> {
-    validate_receive(&req)?;
     let until = tokio::time::Instant::now() + req.wait;
     // Only a long poll may skip the database: it would wait anyway, and a receive that
     // does not wait must see what is committed. And only while other nodes' wake-ups

@@ -1,7 +1,7 @@
 //! Rows kept beside the messages: stats history, the audit table, idempotency responses.
 
 use sluice_core::stats::{HISTORY_KEPT, StatsSample};
-use sluice_core::store::{IDEMPOTENCY_TTL, IdempotentResponse, validate_idempotent};
+use sluice_core::store::{IDEMPOTENCY_TTL, IdempotentResponse};
 use sluice_core::{AuditEvent, AuditQuery, QueueName, StoreError, Timestamp};
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
@@ -169,7 +169,6 @@ pub(crate) async fn idempotency_put(
     key: &str,
     response: IdempotentResponse,
 ) -> Result<Option<IdempotentResponse>, StoreError> {
-    validate_idempotent(key, &response)?;
     let now = inner.now();
     let until = Timestamp(now).plus(IDEMPOTENCY_TTL).as_millis();
     let conn = inner.conn().await?;

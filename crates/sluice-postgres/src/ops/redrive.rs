@@ -44,7 +44,6 @@ fn job_of(r: &tokio_postgres::Row) -> Result<RedriveJob, StoreError> {
 
 /// Creates a running job.
 pub(crate) async fn create(inner: &Inner, spec: RedriveSpec) -> Result<RedriveJob, StoreError> {
-    spec.validate()?;
     let mut conn = inner.conn().await?;
     let job = crate::db::tx::transaction(&mut conn, async |tx| {
         crate::db::catalog::config(tx, spec.source.as_str(), false).await?;

@@ -23,7 +23,6 @@ pub(crate) async fn send(
     queue: &QueueName,
     messages: Vec<NewMessage>,
 ) -> Result<Vec<SendOutcome>, StoreError> {
-    sluice_core::store::validate_send_batch(&messages)?;
     let local = inner.locals.of(queue);
     let cfg = inner.config(&local).await?;
     let (out, wake) = if is_plain(&cfg, &messages) {
@@ -49,7 +48,8 @@ pub(crate) async fn send(
 
 /// Stores a batch in `c`'s transaction. Returns the outcomes and whether a message is
 /// visible at once, so that the caller wakes waiting receives (on every node) once the
-/// transaction has committed. The caller has checked the batch (`validate_send_batch`).
+/// transaction has committed. The batch has been checked (`validate_send_batch`: by
+/// `Checked` for a send, by [`PostgresStore::send_in`](crate::PostgresStore::send_in) itself).
 pub(crate) async fn send_in_tx(
     inner: &Inner,
     c: &impl GenericClient,

@@ -24,7 +24,6 @@ pub(crate) async fn summarize(
     queue: &QueueName,
     req: SummaryRequest,
 ) -> Result<Summary, StoreError> {
-    req.validate()?;
     let q = queue.as_str();
     let attributes = crate::db::row::attrs_json(&req.filter.attributes);
     let attr_name = match &req.group_by {

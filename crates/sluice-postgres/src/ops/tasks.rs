@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_core::store::{LeaseState, validate_visibility};
+use sluice_core::store::LeaseState;
 use sluice_core::{Message, MessageId, Progress, QueueName, Receipt, StoreError, Timestamp};
 use tokio_postgres::types::Json;
 
@@ -21,7 +21,6 @@ pub(crate) async fn extend(
     receipt: Receipt,
     visibility: Duration,
 ) -> Result<LeaseState, StoreError> {
-    validate_visibility(visibility)?;
     change_leased(inner, queue, &receipt, async |_, _, row, now, _| {
         let deadline = Timestamp(now).plus(visibility);
         row.visible_at = deadline.as_millis();
@@ -40,7 +39,6 @@ pub(crate) async fn progress(
     receipt: Receipt,
     mut progress: Progress,
 ) -> Result<LeaseState, StoreError> {
-    progress.validate()?;
     change_leased(inner, queue, &receipt, async |tx, _, row, now, _| {
         progress.at = Timestamp(now);
         tx.execute(

@@ -2,7 +2,8 @@
 
 #![allow(dead_code)] // each test file uses its own part of this
 
-use sluice_core::{AckRequest, QueueConfigPatch, QueueName, Receipt, ReceiveRequest, Store};
+use sluice_core::store::prelude::*;
+use sluice_core::{AckRequest, Checked, QueueConfigPatch, QueueName, Receipt, ReceiveRequest};
 use sluice_postgres::{PostgresOptions, PostgresStore};
 use sluice_testkit::postgres;
 
@@ -10,8 +11,8 @@ pub struct Nodes {
     /// First, so the schema is dropped while the stores are still open (a store closing
     /// waits for its runtime, which the drop blocks).
     _drop: postgres::SchemaGuard,
-    pub a: PostgresStore,
-    pub b: PostgresStore,
+    pub a: Checked<PostgresStore>,
+    pub b: Checked<PostgresStore>,
     pub schema: String,
 }
 
@@ -65,7 +66,7 @@ pub fn q(name: &str) -> QueueName {
 }
 
 /// Creates queue `name` (default configuration) through `node`.
-pub async fn created(node: &PostgresStore, name: &str) -> QueueName {
+pub async fn created(node: &Checked<PostgresStore>, name: &str) -> QueueName {
     let queue = q(name);
     node.put_queue(&queue, &QueueConfigPatch::default())
         .await

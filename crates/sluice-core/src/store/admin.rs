@@ -1,0 +1,60 @@
+//! [`QueueAdmin`]: creating, configuring, listing, deleting and emptying queues.
+
+use async_trait::async_trait;
+
+use crate::config::{PutQueueOutcome, QueueConfigPatch, QueueInfo};
+use crate::error::StoreError;
+use crate::name::QueueName;
+
+/// The queues themselves: what an operator (or a declared config) creates, changes and
+/// removes. Every check here needs the queue's current config, so the engine makes them.
+#[async_trait]
+pub trait QueueAdmin: Send + Sync + 'static {
+    /// Creates the queue with the defaults overlaid by `patch`, or updates its config.
+    /// Creating a queue also creates its dead-letter queue when that does not exist.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a field out of range.
+    async fn put_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError>;
+
+    /// Creates the queue as [`QueueAdmin::put_queue`] does, but only when it does not exist
+    /// yet: an existing queue is left as it is. The check and the creation are one step, so of
+    /// two creates of one name at once exactly one succeeds.
+    ///
+    /// # Errors
+    /// `Conflict` ([`StoreError::queue_exists`]) when the queue exists; `InvalidArgument` for
+    /// a field out of range.
+    async fn create_queue(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<PutQueueOutcome, StoreError>;
+
+    /// One queue.
+    ///
+    /// # Errors
+    /// `QueueNotFound`.
+    async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, StoreError>;
+
+    /// All queues, by name.
+    ///
+    /// # Errors
+    /// `Unavailable` when storage cannot be read.
+    async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError>;
+
+    /// Deletes a queue and every message in it.
+    ///
+    /// # Errors
+    /// `QueueNotFound`; `Conflict` while another queue names it as its dead-letter queue.
+    async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError>;
+
+    /// Removes every message of a queue (not its completed records). Returns how many.
+    ///
+    /// # Errors
+    /// `QueueNotFound`.
+    async fn purge(&self, queue: &QueueName) -> Result<u64, StoreError>;
+}

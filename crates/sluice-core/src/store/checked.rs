@@ -1,0 +1,540 @@
+//! [`Checked`]: the one checking layer every engine is served through.
+//!
+//! Each method runs the contract's stateless checks of its arguments, then hands the same
+//! values (moved, not copied) to the engine and returns the engine's own future: a call that
+//! passes its checks costs no allocation beyond the engine's. A call refused here never
+//! reaches the engine; its answer is a ready future.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::{
+    AckOverlap, AckRequest, BrowsePage, BrowseRequest, Failure, Hints, IdempotentResponse,
+    Inspection, LeaseState, Messaging, NackOutcome, QueueAdmin, ReceiveRequest, Records, Redrives,
+    SendOutcome, validate_ack_batch, validate_idempotent, validate_limit, validate_move,
+    validate_nack_delay, validate_receive, validate_send_batch, validate_visibility,
+};
+use crate::audit::{AuditEvent, AuditQuery};
+use crate::config::{PutQueueOutcome, QueueConfigPatch, QueueInfo};
+use crate::error::StoreError;
+use crate::message::{Delivery, Message, MessageId, NewMessage, Progress, clip_error};
+use crate::name::QueueName;
+use crate::receipt::Receipt;
+use crate::redrive::{RedriveControl, RedriveId, RedriveJob, RedriveSpec, RedriveStep};
+use crate::stats::{QueueStats, StatsSample};
+use crate::summary::{Summary, SummaryRequest};
+use crate::time::Timestamp;
+
+/// An engine behind the contract's shared checks: the only kind of value that is a
+/// [`Store`](super::Store), so the broker, the conformance suite and every other holder of a
+/// `dyn Store` talk to an engine through these checks, whichever engine it is.
+///
+/// Checked here, once for every engine, before the engine is called:
+/// - `send`: the batch (1–1000 messages, 16 MiB of bodies) and each message's own fields
+///   ([`validate_send_batch`]);
+/// - `receive`: `max`, `wait` and `visibility` ([`validate_receive`]);
+/// - `ack`: the batch size ([`validate_ack_batch`]);
+/// - `nack`: the delay ([`validate_nack_delay`]); `move_message`: a move to the message's own
+///   queue ([`validate_move`]); for `nack`, `reject` and `move_message`, the failure's error
+///   is cut to [`MAX_ERROR_BYTES`](crate::config::limits::MAX_ERROR_BYTES) ([`clip_error`]);
+/// - `extend`: the lease length ([`validate_visibility`]); `progress`: the report
+///   ([`Progress::validate`]);
+/// - `browse`: the page size ([`validate_limit`]); `summarize`: the request
+///   ([`SummaryRequest::validate`]);
+/// - `create_redrive`: the spec ([`RedriveSpec::validate`]);
+/// - `idempotency_put`: the key and the response's size ([`validate_idempotent`]).
+///
+/// What needs the queue's state stays in the engine, which reads that state anyway and must
+/// check against what it reads in the same step: a body or an ack's result against the
+/// queue's `max_message_bytes` ([`validate_bodies_fit`](super::validate_bodies_fit)), a queue
+/// config against its limits once the patch is laid over the current config, existence,
+/// receipts, `max_depth`, pause, `rate_limit` and `max_in_flight`.
+///
+/// Engines hand out their stores already wrapped (their `open` returns `Checked<Engine>`);
+/// the engine's own extras (maintenance, its directory or schema, the PostgreSQL engine's
+/// transactional send) are reached through [`Checked::engine`]. There is deliberately no
+/// `Deref` to the engine: a `&Checked<E>` never turns into a `&E` unnoticed, so a contract
+/// call that skips the checks is always spelled out.
+#[derive(Debug, Clone)]
+pub struct Checked<S> {
+    engine: S,
+    hints: Hints,
+}
+
+impl<S: Messaging> Checked<S> {
+    /// Wraps `engine`, reading its [`Hints`] once: they are fixed for the engine's life.
+    pub fn new(engine: S) -> Self {
+        let hints = engine.hints();
+        Checked { engine, hints }
+    }
+}
+
+impl<S> Checked<S> {
+    /// The engine itself, for what it offers beside the contract (maintenance, its directory
+    /// or schema, …). Calling the contract's methods on it skips the checks.
+    pub fn engine(&self) -> &S {
+        &self.engine
+    }
+}
+
+/// The future a contract method returns (what `async_trait` makes of an `async fn`).
+type Answer<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The answer to a call refused by a check: the engine is not called.
+fn refused<'a, T: Send + 'a>(e: StoreError) -> Answer<'a, Result<T, StoreError>> {
+    Box::pin(std::future::ready(Err(e)))
+}
+
+/// Cuts a failure's error to the stored limit, in place.
+fn clip(failure: &mut Failure) {
+    failure.error = failure.error.take().map(clip_error);
+}
+
+impl<S: QueueAdmin> QueueAdmin for Checked<S> {
+    fn put_queue<'s, 'n, 'p, 'a>(
+        &'s self,
+        name: &'n QueueName,
+        patch: &'p QueueConfigPatch,
+    ) -> Answer<'a, Result<PutQueueOutcome, StoreError>>
+    where
+        's: 'a,
+        'n: 'a,
+        'p: 'a,
+        Self: 'a,
+    {
+        self.engine.put_queue(name, patch)
+    }
+
+    fn create_queue<'s, 'n, 'p, 'a>(
+        &'s self,
+        name: &'n QueueName,
+        patch: &'p QueueConfigPatch,
+    ) -> Answer<'a, Result<PutQueueOutcome, StoreError>>
+    where
+        's: 'a,
+        'n: 'a,
+        'p: 'a,
+        Self: 'a,
+    {
+        self.engine.create_queue(name, patch)
+    }
+
+    fn get_queue<'s, 'n, 'a>(
+        &'s self,
+        name: &'n QueueName,
+    ) -> Answer<'a, Result<QueueInfo, StoreError>>
+    where
+        's: 'a,
+        'n: 'a,
+        Self: 'a,
+    {
+        self.engine.get_queue(name)
+    }
+
+    fn list_queues<'s, 'a>(&'s self) -> Answer<'a, Result<Vec<QueueInfo>, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.list_queues()
+    }
+
+    fn delete_queue<'s, 'n, 'a>(&'s self, name: &'n QueueName) -> Answer<'a, Result<(), StoreError>>
+    where
+        's: 'a,
+        'n: 'a,
+        Self: 'a,
+    {
+        self.engine.delete_queue(name)
+    }
+
+    fn purge<'s, 'q, 'a>(&'s self, queue: &'q QueueName) -> Answer<'a, Result<u64, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        self.engine.purge(queue)
+    }
+}
+
+impl<S: Messaging> Messaging for Checked<S> {
+    fn send<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        messages: Vec<NewMessage>,
+    ) -> Answer<'a, Result<Vec<SendOutcome>, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_send_batch(&messages) {
+            return refused(e);
+        }
+        self.engine.send(queue, messages)
+    }
+
+    fn receive<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        req: ReceiveRequest,
+    ) -> Answer<'a, Result<Vec<Delivery>, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_receive(&req) {
+            return refused(e);
+        }
+        self.engine.receive(queue, req)
+    }
+
+    fn ack<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        acks: Vec<AckRequest>,
+    ) -> Answer<'a, Result<Vec<Result<(), StoreError>>, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_ack_batch(acks.len()) {
+            return refused(e);
+        }
+        self.engine.ack(queue, acks)
+    }
+
+    fn nack<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        receipt: Receipt,
+        delay: Option<Duration>,
+        mut failure: Failure,
+    ) -> Answer<'a, Result<NackOutcome, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_nack_delay(delay) {
+            return refused(e);
+        }
+        clip(&mut failure);
+        self.engine.nack(queue, receipt, delay, failure)
+    }
+
+    fn reject<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        receipt: Receipt,
+        mut failure: Failure,
+    ) -> Answer<'a, Result<QueueName, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        clip(&mut failure);
+        self.engine.reject(queue, receipt, failure)
+    }
+
+    fn move_message<'s, 'q, 't, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        receipt: Receipt,
+        to: &'t QueueName,
+        mut failure: Failure,
+    ) -> Answer<'a, Result<(), StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        't: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_move(queue, to) {
+            return refused(e);
+        }
+        clip(&mut failure);
+        self.engine.move_message(queue, receipt, to, failure)
+    }
+
+    fn release<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        receipt: Receipt,
+    ) -> Answer<'a, Result<(), StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        self.engine.release(queue, receipt)
+    }
+
+    fn extend<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        receipt: Receipt,
+        visibility: Duration,
+    ) -> Answer<'a, Result<LeaseState, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_visibility(visibility) {
+            return refused(e);
+        }
+        self.engine.extend(queue, receipt, visibility)
+    }
+
+    fn progress<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        receipt: Receipt,
+        progress: Progress,
+    ) -> Answer<'a, Result<LeaseState, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = progress.validate() {
+            return refused(e);
+        }
+        self.engine.progress(queue, receipt, progress)
+    }
+
+    fn cancel<'s, 'a>(&'s self, id: MessageId) -> Answer<'a, Result<Message, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.cancel(id)
+    }
+
+    fn hints(&self) -> Hints {
+        self.hints
+    }
+
+    /// Answered from the hints read at wrapping; only [`AckOverlap::PerQueue`] asks the
+    /// engine.
+    fn lease_may_overlap_ack<'s, 'q, 'a>(&'s self, queue: &'q QueueName) -> Answer<'a, bool>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        match self.hints.ack_overlap {
+            AckOverlap::Never => Box::pin(std::future::ready(false)),
+            AckOverlap::Always => Box::pin(std::future::ready(true)),
+            AckOverlap::PerQueue => self.engine.lease_may_overlap_ack(queue),
+        }
+    }
+
+    fn close<'s, 'a>(&'s self) -> Answer<'a, ()>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.close()
+    }
+}
+
+impl<S: Inspection> Inspection for Checked<S> {
+    fn stats<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+    ) -> Answer<'a, Result<QueueStats, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        self.engine.stats(queue)
+    }
+
+    fn browse<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        req: BrowseRequest,
+    ) -> Answer<'a, Result<BrowsePage, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_limit(req.limit) {
+            return refused(e);
+        }
+        self.engine.browse(queue, req)
+    }
+
+    fn get_message<'s, 'a>(&'s self, id: MessageId) -> Answer<'a, Result<Message, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.get_message(id)
+    }
+
+    fn delete_message<'s, 'a>(&'s self, id: MessageId) -> Answer<'a, Result<(), StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.delete_message(id)
+    }
+
+    fn summarize<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        req: SummaryRequest,
+    ) -> Answer<'a, Result<Summary, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = req.validate() {
+            return refused(e);
+        }
+        self.engine.summarize(queue, req)
+    }
+}
+
+impl<S: Redrives> Redrives for Checked<S> {
+    fn create_redrive<'s, 'a>(
+        &'s self,
+        spec: RedriveSpec,
+    ) -> Answer<'a, Result<RedriveJob, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = spec.validate() {
+            return refused(e);
+        }
+        self.engine.create_redrive(spec)
+    }
+
+    fn get_redrive<'s, 'a>(&'s self, id: RedriveId) -> Answer<'a, Result<RedriveJob, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.get_redrive(id)
+    }
+
+    fn list_redrives<'s, 'a>(&'s self) -> Answer<'a, Result<Vec<RedriveJob>, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.list_redrives()
+    }
+
+    fn control_redrive<'s, 'a>(
+        &'s self,
+        id: RedriveId,
+        control: RedriveControl,
+    ) -> Answer<'a, Result<RedriveJob, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.control_redrive(id, control)
+    }
+
+    fn redrive_step<'s, 'a>(
+        &'s self,
+        id: RedriveId,
+        max: u32,
+    ) -> Answer<'a, Result<RedriveStep, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.redrive_step(id, max)
+    }
+}
+
+impl<S: Records> Records for Checked<S> {
+    fn record_stats<'s, 'a>(
+        &'s self,
+        samples: Vec<(QueueName, StatsSample)>,
+    ) -> Answer<'a, Result<(), StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.record_stats(samples)
+    }
+
+    fn stats_history<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        since: Timestamp,
+    ) -> Answer<'a, Result<Vec<StatsSample>, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        self.engine.stats_history(queue, since)
+    }
+
+    fn audit_append<'s, 'a>(&'s self, events: Vec<AuditEvent>) -> Answer<'a, Result<(), StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.audit_append(events)
+    }
+
+    fn audit_query<'s, 'a>(
+        &'s self,
+        query: AuditQuery,
+    ) -> Answer<'a, Result<Vec<AuditEvent>, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.audit_query(query)
+    }
+
+    fn idempotency_get<'s, 'k, 'a>(
+        &'s self,
+        key: &'k str,
+    ) -> Answer<'a, Result<Option<IdempotentResponse>, StoreError>>
+    where
+        's: 'a,
+        'k: 'a,
+        Self: 'a,
+    {
+        self.engine.idempotency_get(key)
+    }
+
+    fn idempotency_put<'s, 'k, 'a>(
+        &'s self,
+        key: &'k str,
+        response: IdempotentResponse,
+    ) -> Answer<'a, Result<Option<IdempotentResponse>, StoreError>>
+    where
+        's: 'a,
+        'k: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_idempotent(key, &response) {
+            return refused(e);
+        }
+        self.engine.idempotency_put(key, response)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,71 @@
+//! [`Records`]: what the broker keeps beside the queues — stats history, the audit log and
+//! idempotent responses.
+
+use async_trait::async_trait;
+
+use super::IdempotentResponse;
+use crate::audit::{AuditEvent, AuditQuery};
+use crate::error::StoreError;
+use crate::name::QueueName;
+use crate::stats::StatsSample;
+use crate::time::Timestamp;
+
+/// The broker's own records, kept by the store so that every node sharing it sees them:
+/// history points for rates and trends, the audit log, and responses remembered under
+/// idempotency keys.
+#[async_trait]
+pub trait Records: Send + Sync + 'static {
+    /// Stores one history point per queue, taken at `at` (a multiple of
+    /// [`SAMPLE_INTERVAL`](crate::stats::SAMPLE_INTERVAL)). A point already stored for a queue
+    /// at `at` is kept (several broker nodes may sample the same moment). Points older than
+    /// [`HISTORY_KEPT`](crate::stats::HISTORY_KEPT) are forgotten.
+    ///
+    /// # Errors
+    /// `Unavailable` when storage cannot be written.
+    async fn record_stats(&self, samples: Vec<(QueueName, StatsSample)>) -> Result<(), StoreError>;
+
+    /// A queue's history points at or after `since`, oldest first.
+    ///
+    /// # Errors
+    /// `QueueNotFound`.
+    async fn stats_history(
+        &self,
+        queue: &QueueName,
+        since: Timestamp,
+    ) -> Result<Vec<StatsSample>, StoreError>;
+
+    /// Appends entries to the audit log, durably. Engines also append their own dead-letter
+    /// and expiry events.
+    ///
+    /// # Errors
+    /// `Unavailable` when the log cannot be written.
+    async fn audit_append(&self, events: Vec<AuditEvent>) -> Result<(), StoreError>;
+
+    /// The newest audit entries matching `query`, oldest first.
+    ///
+    /// # Errors
+    /// `Unavailable` when the log cannot be read.
+    async fn audit_query(&self, query: AuditQuery) -> Result<Vec<AuditEvent>, StoreError>;
+
+    /// The response remembered under an idempotency key, while it is kept
+    /// ([`IDEMPOTENCY_TTL`](super::IDEMPOTENCY_TTL) after it was stored).
+    ///
+    /// # Errors
+    /// `Unavailable` when storage cannot be read.
+    async fn idempotency_get(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError>;
+
+    /// Remembers `response` under `key` for [`IDEMPOTENCY_TTL`](super::IDEMPOTENCY_TTL),
+    /// durably, unless a response is already kept under it: then nothing changes and the kept
+    /// one is returned (first writer wins, so concurrent duplicates on several broker nodes
+    /// agree).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a key over
+    /// [`MAX_IDEMPOTENCY_KEY_BYTES`](super::MAX_IDEMPOTENCY_KEY_BYTES) bytes or a response over
+    /// 1 MiB; `Unavailable` when storage cannot be written.
+    async fn idempotency_put(
+        &self,
+        key: &str,
+        response: IdempotentResponse,
+    ) -> Result<Option<IdempotentResponse>, StoreError>;
+}
