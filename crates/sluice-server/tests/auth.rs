@@ -545,8 +545,11 @@ async fn redrive_needs_the_operator_role_and_the_queue_pattern() {
             None,
         )
         .await;
-    assert_eq!(
-        (status, v["state"].as_str()),
-        (StatusCode::OK, Some("cancelled"))
+    // The DLQ is empty, so the runner may finish the job before the cancel arrives; a
+    // cancel of a finished job answers it as it is. Either way the operator may cancel.
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert!(
+        matches!(v["state"].as_str(), Some("cancelled" | "completed")),
+        "{v}"
     );
 }
