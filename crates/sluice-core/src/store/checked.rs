@@ -4,6 +4,10 @@
 //! values (moved, not copied) to the engine and returns the engine's own future: a call that
 //! passes its checks costs no allocation beyond the engine's. A call refused here never
 //! reaches the engine; its answer is a ready future.
+//!
+//! That is why the impls below spell out the boxed-future signatures `async_trait` generates
+//! instead of using `#[async_trait]`: an `async fn` here would box a second future around the
+//! engine's on every call of the hot path.
 
 use std::future::Future;
 use std::pin::Pin;
