@@ -129,6 +129,9 @@ pub enum StoreError {
     /// has no separate code for jobs.
     #[error("no redrive job with id {0}; list the redrive jobs to find the one you mean")]
     RedriveNotFound(String),
+    /// No schedule with this name (code `not_found`).
+    #[error("schedule \"{0}\" does not exist; list the schedules to find the one you mean")]
+    ScheduleNotFound(String),
     /// The receipt names a delivery that is over.
     #[error(
         "receipt is stale: its lease expired and the message was delivered again, or the message is gone; \
@@ -210,6 +213,7 @@ impl StoreError {
             StoreError::MessageNotFound(_) | StoreError::RedriveNotFound(_) => {
                 ErrorCode::MessageNotFound
             }
+            StoreError::ScheduleNotFound(_) => ErrorCode::NotFound,
             StoreError::ReceiptStale => ErrorCode::ReceiptStale,
             StoreError::Conflict(_)
             | StoreError::QueueExists(_)
