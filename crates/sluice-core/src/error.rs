@@ -272,6 +272,7 @@ mod tests {
                 queue: "tmpq".into(),
             },
             StoreError::PayloadTooLarge("big".into()),
+            StoreError::ScheduleNotFound("nightly".into()),
             StoreError::QueueFull {
                 queue: "tmpq".into(),
                 max_depth: 3,
@@ -286,6 +287,7 @@ mod tests {
                 | StoreError::QueueNotFound(_)
                 | StoreError::MessageNotFound(_)
                 | StoreError::RedriveNotFound(_)
+                | StoreError::ScheduleNotFound(_)
                 | StoreError::ReceiptStale
                 | StoreError::Conflict(_)
                 | StoreError::QueueExists(_)
