@@ -76,15 +76,29 @@ async fn bad_schedules_are_refused_with_what_to_write() {
     let s = common::start().await;
     s.put_queue("q", json!({})).await;
     for (body, says) in [
-        (json!({"cron": "every day", "queue": "q", "body": 1}), "*/5 * * * *"),
-        (json!({"cron": "0 9 * * *", "timezone": "Mars/Olympus", "queue": "q", "body": 1}), "IANA"),
+        (
+            json!({"cron": "every day", "queue": "q", "body": 1}),
+            "*/5 * * * *",
+        ),
+        (
+            json!({"cron": "0 9 * * *", "timezone": "Mars/Olympus", "queue": "q", "body": 1}),
+            "IANA",
+        ),
         (json!({"every_ms": 10, "queue": "q", "body": 1}), "every_ms"),
-        (json!({"cron": "* * * * *", "every_ms": 60000, "queue": "q", "body": 1}), "not both"),
+        (
+            json!({"cron": "* * * * *", "every_ms": 60000, "queue": "q", "body": 1}),
+            "not both",
+        ),
         (json!({"queue": "q", "body": 1}), "missing trigger"),
         (json!({"every_ms": 60000, "queue": "q"}), "missing body"),
-        (json!({"every_ms": 60000, "queue": "q", "body": 1, "attributes": {"schedule": "x"}}), "schedule"),
+        (
+            json!({"every_ms": 60000, "queue": "q", "body": 1, "attributes": {"schedule": "x"}}),
+            "schedule",
+        ),
     ] {
-        let (code, v) = s.call(Method::PUT, "/v1/schedules/x", Some(body.clone())).await;
+        let (code, v) = s
+            .call(Method::PUT, "/v1/schedules/x", Some(body.clone()))
+            .await;
         assert_eq!(code, 400, "{body}: {v}");
         let msg = v["error"]["message"].as_str().unwrap_or_default();
         assert!(msg.contains(says), "{body}: {msg}");
@@ -96,7 +110,10 @@ async fn bad_schedules_are_refused_with_what_to_write() {
             Some(json!({"every_ms": 60000, "queue": "nope", "body": 1})),
         )
         .await;
-    assert_eq!((code.as_u16(), v["error"]["code"].as_str()), (404, Some("queue_not_found")));
+    assert_eq!(
+        (code.as_u16(), v["error"]["code"].as_str()),
+        (404, Some("queue_not_found"))
+    );
     let (code, _) = s.call(Method::GET, "/v1/schedules/a..b%20c", None).await;
     assert_eq!(code, 400, "a name a schedule cannot have");
     s.shutdown().await;
@@ -122,7 +139,11 @@ async fn an_interval_of_one_second_fires_once_a_second() {
     assert_eq!(got.len() as u64, fired, "one message per firing");
     let mut times: Vec<&str> = got
         .iter()
-        .map(|m| m["attributes"]["scheduled_for"].as_str().expect("scheduled_for"))
+        .map(|m| {
+            m["attributes"]["scheduled_for"]
+                .as_str()
+                .expect("scheduled_for")
+        })
         .collect();
     times.sort_unstable();
     times.dedup();

@@ -10,7 +10,12 @@ use sluice_testkit::postgres;
 
 mod common;
 
-async fn call(c: &reqwest::Client, method: reqwest::Method, url: String, body: Option<Value>) -> Value {
+async fn call(
+    c: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Option<Value>,
+) -> Value {
     let mut req = c.request(method, &url);
     if let Some(b) = body {
         req = req.json(&b);
@@ -19,7 +24,11 @@ async fn call(c: &reqwest::Client, method: reqwest::Method, url: String, body: O
     let status = resp.status();
     let text = resp.text().await.expect("answer");
     assert!(status.is_success(), "{url}: {status} {text}");
-    if text.is_empty() { Value::Null } else { serde_json::from_str(&text).expect("JSON") }
+    if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).expect("JSON")
+    }
 }
 
 /// The `scheduled_for` times (ms) of every message of `queue`, sorted.
@@ -38,7 +47,9 @@ async fn firings(c: &reqwest::Client, url: &str, queue: &str) -> Vec<i64> {
             break;
         }
         for m in msgs {
-            let t = m["attributes"]["scheduled_for"].as_str().expect("scheduled_for");
+            let t = m["attributes"]["scheduled_for"]
+                .as_str()
+                .expect("scheduled_for");
             let t = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
                 .expect("RFC 3339");
             out.push(i64::try_from(t.unix_timestamp_nanos() / 1_000_000).expect("ms"));
@@ -49,7 +60,13 @@ async fn firings(c: &reqwest::Client, url: &str, queue: &str) -> Vec<i64> {
 }
 
 async fn setup(c: &reqwest::Client, url: &str, catch_up: &str) {
-    call(c, reqwest::Method::PUT, format!("{url}/v1/queues/ticks"), Some(json!({}))).await;
+    call(
+        c,
+        reqwest::Method::PUT,
+        format!("{url}/v1/queues/ticks"),
+        Some(json!({})),
+    )
+    .await;
     call(
         c,
         reqwest::Method::PUT,
@@ -75,9 +92,19 @@ async fn a_kill_9_doubles_no_firing_and_catch_up_all_fills_the_gap() {
     let got = firings(&c, &url, "ticks").await;
     assert!(got.len() >= 6, "about 8 firings: {got:?}");
     for w in got.windows(2) {
-        assert_eq!(w[1] - w[0], 1000, "every second once, none doubled, none lost: {got:?}");
+        assert_eq!(
+            w[1] - w[0],
+            1000,
+            "every second once, none doubled, none lost: {got:?}"
+        );
     }
-    let s = call(&c, reqwest::Method::GET, format!("{url}/v1/schedules/tick"), None).await;
+    let s = call(
+        &c,
+        reqwest::Method::GET,
+        format!("{url}/v1/schedules/tick"),
+        None,
+    )
+    .await;
     assert_eq!(s["fired"].as_u64(), Some(got.len() as u64), "{s}");
 }
 
@@ -96,11 +123,24 @@ async fn catch_up_none_skips_what_fell_due_while_down() {
     let (_second, url) = common::serve(&data, Stdio::null());
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let got = firings(&c, &url, "ticks").await;
-    let gaps: Vec<i64> = got.windows(2).map(|w| w[1] - w[0]).filter(|d| *d > 1000).collect();
+    let gaps: Vec<i64> = got
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|d| *d > 1000)
+        .collect();
     assert_eq!(gaps.len(), 1, "one gap, where the broker was down: {got:?}");
     assert!(gaps[0] >= 11_000, "{got:?}");
-    let s = call(&c, reqwest::Method::GET, format!("{url}/v1/schedules/tick"), None).await;
-    assert!(s["missed"].as_u64().unwrap_or(0) >= 10, "the gap is counted as missed: {s}");
+    let s = call(
+        &c,
+        reqwest::Method::GET,
+        format!("{url}/v1/schedules/tick"),
+        None,
+    )
+    .await;
+    assert!(
+        s["missed"].as_u64().unwrap_or(0) >= 10,
+        "the gap is counted as missed: {s}"
+    );
     let mut unique = got.clone();
     unique.dedup();
     assert_eq!(unique, got, "no firing twice");

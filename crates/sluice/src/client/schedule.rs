@@ -120,7 +120,10 @@ impl PutArgs {
 fn trigger(s: &ScheduleView) -> String {
     match (&s.cron, s.every_ms) {
         (Some(c), _) => format!("cron {c} ({})", s.timezone.as_deref().unwrap_or("UTC")),
-        (None, Some(ms)) => format!("every {}", sluice_core::human::fmt_duration(std::time::Duration::from_millis(ms))),
+        (None, Some(ms)) => format!(
+            "every {}",
+            sluice_core::human::fmt_duration(std::time::Duration::from_millis(ms))
+        ),
         (None, None) => "-".to_owned(),
     }
 }
@@ -132,11 +135,25 @@ fn show(s: &ScheduleView) {
         ("queue", s.queue.clone()),
         ("catch up", format!("{:?}", s.catch_up).to_lowercase()),
         ("paused", s.paused.to_string()),
-        ("last fired", or_dash(s.last_fired.as_deref().map(short_time))),
+        (
+            "last fired",
+            or_dash(s.last_fired.as_deref().map(short_time)),
+        ),
         ("fired", s.fired.to_string()),
         ("missed", s.missed.to_string()),
         ("created", short_time(&s.created_at)),
-        ("next", if s.next.is_empty() { "-".to_owned() } else { s.next.iter().map(|t| short_time(t)).collect::<Vec<_>>().join(", ") }),
+        (
+            "next",
+            if s.next.is_empty() {
+                "-".to_owned()
+            } else {
+                s.next
+                    .iter()
+                    .map(|t| short_time(t))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ),
     ]);
 }
 
@@ -159,7 +176,9 @@ pub async fn run(a: ScheduleArgs) -> Result<(), Failure> {
             if as_json {
                 return print_json(&json!({ "schedules": all }));
             }
-            let mut t = Table::new(&["NAME", "TRIGGER", "QUEUE", "STATE", "FIRED", "MISSED", "NEXT"]);
+            let mut t = Table::new(&[
+                "NAME", "TRIGGER", "QUEUE", "STATE", "FIRED", "MISSED", "NEXT",
+            ]);
             for s in &all {
                 t.row(vec![
                     s.name.clone(),
@@ -173,7 +192,9 @@ pub async fn run(a: ScheduleArgs) -> Result<(), Failure> {
             }
             t.print();
             if all.is_empty() {
-                eprintln!("no schedules; create one with `sluice schedule put NAME --queue Q --every 5m`");
+                eprintln!(
+                    "no schedules; create one with `sluice schedule put NAME --queue Q --every 5m`"
+                );
             }
             Ok(())
         }
