@@ -68,6 +68,7 @@ pub mod ops;
 mod queues;
 pub mod ratelimit;
 pub mod retry;
+mod schedules;
 mod sse;
 mod summary;
 mod tasks;

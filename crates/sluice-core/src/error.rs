@@ -129,6 +129,9 @@ pub enum StoreError {
     /// has no separate code for jobs.
     #[error("no redrive job with id {0}; list the redrive jobs to find the one you mean")]
     RedriveNotFound(String),
+    /// No schedule with this name (code `not_found`).
+    #[error("schedule \"{0}\" does not exist; list the schedules to find the one you mean")]
+    ScheduleNotFound(String),
     /// The receipt names a delivery that is over.
     #[error(
         "receipt is stale: its lease expired and the message was delivered again, or the message is gone; \
@@ -210,6 +213,7 @@ impl StoreError {
             StoreError::MessageNotFound(_) | StoreError::RedriveNotFound(_) => {
                 ErrorCode::MessageNotFound
             }
+            StoreError::ScheduleNotFound(_) => ErrorCode::NotFound,
             StoreError::ReceiptStale => ErrorCode::ReceiptStale,
             StoreError::Conflict(_)
             | StoreError::QueueExists(_)
@@ -268,6 +272,7 @@ mod tests {
                 queue: "tmpq".into(),
             },
             StoreError::PayloadTooLarge("big".into()),
+            StoreError::ScheduleNotFound("nightly".into()),
             StoreError::QueueFull {
                 queue: "tmpq".into(),
                 max_depth: 3,
@@ -282,6 +287,7 @@ mod tests {
                 | StoreError::QueueNotFound(_)
                 | StoreError::MessageNotFound(_)
                 | StoreError::RedriveNotFound(_)
+                | StoreError::ScheduleNotFound(_)
                 | StoreError::ReceiptStale
                 | StoreError::Conflict(_)
                 | StoreError::QueueExists(_)

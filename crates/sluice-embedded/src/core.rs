@@ -195,7 +195,9 @@ impl Core {
 
     /// Reads the body record and the rich fields of a live message.
     pub(crate) fn load(&self, id: u64, m: &Msg) -> Result<(MessageRecord, Rich), StoreError> {
-        let Record::Message(rec) = self.log.read_sized(m.body, Some(m.body_len))? else {
+        let (Record::Message(rec) | Record::Firing { message: rec, .. }) =
+            self.log.read_sized(m.body, Some(m.body_len))?
+        else {
             return Err(StoreError::unavailable(
                 "log record is not a message (index out of step)",
             ));
@@ -205,7 +207,7 @@ impl Core {
         } else {
             match self.log.read(m.aux)? {
                 Record::Update(u) => u.rich,
-                Record::Message(r) => r.rich,
+                Record::Message(r) | Record::Firing { message: r, .. } => r.rich,
                 Record::Redrive { moves, .. } | Record::RedriveV1 { moves, .. } => {
                     match moves.into_iter().find(|u| u.id == id) {
                         Some(u) => u.rich,
@@ -364,7 +366,7 @@ impl Core {
             return Ok(None);
         };
         match self.log.read_sized(m.body, Some(m.body_len))? {
-            Record::Message(rec) => Ok(Some(rec.attributes)),
+            Record::Message(rec) | Record::Firing { message: rec, .. } => Ok(Some(rec.attributes)),
             _ => Err(StoreError::unavailable(
                 "log record is not a message (index out of step)",
             )),

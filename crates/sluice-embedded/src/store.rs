@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sluice_core::schedule::{Schedule, ScheduleName, ScheduleSpec};
 use sluice_core::store::{
     Hints, IdempotentResponse, Inspection, LeaseState, Messaging, QueueAdmin, Records, Redrives,
+    ScheduleStep, Schedules, StepOutcome,
 };
 use sluice_core::{
     AckRequest, BrowsePage, BrowseRequest, Delivery, Failure, Message, MessageId, NackOutcome,
@@ -271,5 +273,36 @@ impl Records for EmbeddedStore {
         response: IdempotentResponse,
     ) -> Result<Option<IdempotentResponse>, StoreError> {
         ops::records::idempotency_put(&self.inner, key, response).await
+    }
+}
+
+#[async_trait]
+impl Schedules for EmbeddedStore {
+    async fn put_schedule(
+        &self,
+        name: &ScheduleName,
+        spec: ScheduleSpec,
+    ) -> Result<(Schedule, bool), StoreError> {
+        ops::schedules::put(&self.inner, name, spec).await
+    }
+
+    async fn get_schedule(&self, name: &ScheduleName) -> Result<Schedule, StoreError> {
+        ops::schedules::get(&self.inner, name)
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        Ok(ops::schedules::list(&self.inner))
+    }
+
+    async fn delete_schedule(&self, name: &ScheduleName) -> Result<(), StoreError> {
+        ops::schedules::delete(&self.inner, name).await
+    }
+
+    async fn step_schedule(
+        &self,
+        name: &ScheduleName,
+        step: ScheduleStep,
+    ) -> Result<StepOutcome, StoreError> {
+        ops::schedules::step(&self.inner, name, step).await
     }
 }

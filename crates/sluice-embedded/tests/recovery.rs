@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sluice_core::schedule::{CatchUp, ScheduleName, ScheduleSpec, TriggerSpec};
 use sluice_core::store::prelude::*;
+use sluice_core::store::{ScheduleStep, StepOutcome};
 use sluice_core::{Body, Checked, NewMessage, QueueConfigPatch, QueueName, ReceiveRequest};
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore, OpenError};
 
@@ -178,6 +180,39 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
         )
         .await
         .expect("pause");
+    // A schedule that fired once and one deleted, in the oldest segment too: compaction
+    // copies the schedule, and the firing's message as any other.
+    let ticks = QueueName::new("ticks").expect("valid name");
+    store
+        .put_queue(&ticks, &QueueConfigPatch::default())
+        .await
+        .expect("create");
+    let every = |queue: &QueueName| ScheduleSpec {
+        trigger: TriggerSpec::Every { every_ms: 60_000 },
+        queue: queue.clone(),
+        body: Body::text("tick"),
+        attributes: Default::default(),
+        catch_up: CatchUp::All,
+        paused: false,
+    };
+    let tick = ScheduleName::new("tick").expect("valid name");
+    let gone = ScheduleName::new("gone").expect("valid name");
+    store.put_schedule(&gone, every(&ticks)).await.expect("put");
+    store.put_schedule(&tick, every(&ticks)).await.expect("put");
+    store.delete_schedule(&gone).await.expect("delete");
+    let step = ScheduleStep {
+        expected: None,
+        through: sluice_core::Timestamp(
+            store.get_schedule(&tick).await.expect("get").anchor.0 + 60_000,
+        ),
+        fire: true,
+        missed: 3,
+    };
+    let StepOutcome::Fired { id: fired } = store.step_schedule(&tick, step).await.expect("step")
+    else {
+        panic!("the step fires");
+    };
+    let schedule = store.get_schedule(&tick).await.expect("get");
     let body = Body::binary(vec![7u8; 16 * 1024]);
     // ~200 MiB through the log; only the last 100 messages stay live.
     let mut kept = Vec::new();
@@ -261,6 +296,13 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
         job,
         "with its rate, guard and pause"
     );
+    assert_eq!(
+        store.list_schedules().await.expect("list"),
+        vec![schedule],
+        "the schedule survives compaction with its progress; the deleted one stays deleted"
+    );
+    let m = store.get_message(fired).await.expect("the firing survives");
+    assert_eq!(m.body, Some(Body::text("tick")));
 }
 
 /// Leases are not waited for, so a crash of the machine can lose the newest lease records.

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
+use sluice_core::schedule::{Schedule, ScheduleName, ScheduleSpec};
 use sluice_core::stats::StatsSample;
 use sluice_core::store::{
     AckOverlap, Hints, IdempotentResponse, Inspection, LeaseState, Messaging, QueueAdmin, Records,
-    Redrives,
+    Redrives, ScheduleStep, Schedules, StepOutcome,
 };
 use sluice_core::{
     AckRequest, AuditEvent, AuditQuery, BrowsePage, BrowseRequest, Clock, Delivery, Failure,
@@ -333,6 +334,37 @@ impl Redrives for PostgresStore {
 
     async fn redrive_step(&self, id: RedriveId, max: u32) -> Result<RedriveStep, StoreError> {
         crate::ops::redrive::step(&self.inner, id, max).await
+    }
+}
+
+#[async_trait]
+impl Schedules for PostgresStore {
+    async fn put_schedule(
+        &self,
+        name: &ScheduleName,
+        spec: ScheduleSpec,
+    ) -> Result<(Schedule, bool), StoreError> {
+        crate::ops::schedules::put(&self.inner, name, spec).await
+    }
+
+    async fn get_schedule(&self, name: &ScheduleName) -> Result<Schedule, StoreError> {
+        crate::ops::schedules::get(&self.inner, name).await
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        crate::ops::schedules::list(&self.inner).await
+    }
+
+    async fn delete_schedule(&self, name: &ScheduleName) -> Result<(), StoreError> {
+        crate::ops::schedules::delete(&self.inner, name).await
+    }
+
+    async fn step_schedule(
+        &self,
+        name: &ScheduleName,
+        step: ScheduleStep,
+    ) -> Result<StepOutcome, StoreError> {
+        crate::ops::schedules::step(&self.inner, name, step).await
     }
 }
 

@@ -217,6 +217,23 @@ impl<S: Send + Sync> FromRequestParts<S> for QueuePath {
     }
 }
 
+/// The `{name}` path segment, validated as a schedule name.
+#[derive(Debug)]
+pub struct SchedulePath(pub sluice_core::schedule::ScheduleName);
+
+impl<S: Send + Sync> FromRequestParts<S> for SchedulePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(name) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("bad path: {}", e.body_text())))?;
+        Ok(SchedulePath(sluice_core::schedule::ScheduleName::new(
+            name,
+        )?))
+    }
+}
+
 /// The `{id}` path segment, validated as a message id.
 #[derive(Debug)]
 pub struct MessagePath(pub MessageId);

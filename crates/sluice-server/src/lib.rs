@@ -24,6 +24,7 @@ pub mod query;
 pub mod redrive;
 pub mod routes;
 pub mod sampler;
+pub mod scheduler;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -208,6 +209,7 @@ impl Broker {
         let tx = self.state.shutdown.clone();
         let runner = tokio::spawn(redrive::run(self.state.store.clone(), tx.subscribe()));
         let sampler = tokio::spawn(sampler::run(self.state.store.clone(), tx.subscribe()));
+        let scheduler = tokio::spawn(scheduler::run(self.state.store.clone(), tx.subscribe()));
         let frames = self.frames.map(|l| {
             tokio::spawn(frames::serve(
                 l,
@@ -233,6 +235,7 @@ impl Broker {
         self.state.shutdown.send_replace(true);
         let _ = runner.await;
         let _ = sampler.await;
+        let _ = scheduler.await;
         if let Some(f) = frames {
             let _ = f.await;
         }

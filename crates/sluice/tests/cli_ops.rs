@@ -1,7 +1,7 @@
 //! The operator commands of the built `sluice` binary against a live
 //! `sluice serve` on an ephemeral port: `dlq list` (and `--group-by`), `dlq summary`, `redrive` (dry
 //! run, rate, detach, show, list, cancel), `stats` (all queues, one queue, `--json`,
-//! `--chart`, `--watch`) and `audit`.
+//! `--chart`, `--watch`), `audit` and `schedule`.
 
 use std::io::Read;
 use std::process::{Command, Output, Stdio};
@@ -585,4 +585,64 @@ fn watch_frames(u: &str, args: &[&str]) -> String {
     let _ = child.wait();
     assert!(seen.matches("Ctrl-C to stop").count() >= 3, "{seen}");
     seen
+}
+
+#[test]
+fn schedule_put_list_show_trigger_pause_and_delete() {
+    let b = broker();
+    let u = &b.url;
+    ok(u, &["queue", "create", "sweeps"]);
+    let out = ok(
+        u,
+        &[
+            "schedule",
+            "put",
+            "nightly",
+            "--queue",
+            "sweeps",
+            "--cron",
+            "30 2 * * *",
+            "--tz",
+            "Europe/Berlin",
+            "--body",
+            r#"{"task": "expire"}"#,
+            "--catch-up",
+            "one",
+        ],
+    );
+    assert!(out.contains("cron 30 2 * * * (Europe/Berlin)"), "{out}");
+    assert!(out.contains("catch up") && out.contains("one"), "{out}");
+    let list = ok(u, &["schedule", "list"]);
+    assert!(
+        list.contains("nightly") && list.contains("active"),
+        "{list}"
+    );
+    let v = json(u, &["schedule", "show", "nightly"]);
+    assert_eq!(v["next"].as_array().map(Vec::len), Some(5), "{v}");
+    let sent = ok(u, &["schedule", "trigger", "nightly"]);
+    assert!(sent.starts_with("sent "), "{sent}");
+    assert_eq!(visible(u, "sweeps"), 1);
+    let paused = ok(u, &["schedule", "pause", "nightly"]);
+    assert!(
+        paused.contains("paused") && paused.contains("true"),
+        "{paused}"
+    );
+    let err = fails(
+        u,
+        &[
+            "schedule", "put", "bad", "--queue", "sweeps", "--cron", "often",
+        ],
+        7,
+    );
+    assert!(err.contains("*/5 * * * *"), "{err}");
+    let err = fails(
+        u,
+        &[
+            "schedule", "put", "x", "--queue", "sweeps", "--every", "1m", "--body", "sweep",
+        ],
+        2,
+    );
+    assert!(err.contains("--body must be JSON"), "{err}");
+    ok(u, &["schedule", "delete", "nightly"]);
+    fails(u, &["schedule", "show", "nightly"], 3);
 }

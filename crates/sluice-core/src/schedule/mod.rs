@@ -9,7 +9,7 @@
 //!   firing the same time, one enqueues and the other changes nothing, and a crash mid-firing
 //!   leaves either both or neither;
 //! - each message carries the attributes `schedule` (the name) and `scheduled_for` (the
-//!   firing's time, RFC 3339) and the dedup id `schedule:NAME:MS`;
+//!   firing's time, RFC 3339) and the dedup id `schedule:NAME:at:MS`;
 //! - firings missed while no broker ran are handled by `catch_up` (see [`CatchUp`]);
 //! - a paused schedule fires nothing; when resumed, what it missed meanwhile is handled by
 //!   `catch_up` as after an outage.

@@ -37,6 +37,9 @@ pub enum Trigger {
 pub struct Due {
     /// The firings to enqueue now, oldest first.
     pub fire: Vec<Timestamp>,
+    /// The latest firing time that has passed, enqueued or not: where a step that only
+    /// skips moves the schedule to.
+    pub latest: Option<Timestamp>,
     /// Firings skipped under the schedule's `catch_up`.
     pub missed: u64,
 }
@@ -146,6 +149,7 @@ impl Trigger {
         };
         Due {
             missed: count - fire.len() as u64,
+            latest: times.last().copied(),
             fire,
         }
     }

@@ -16,8 +16,9 @@ use std::time::Duration;
 use super::{
     AckOverlap, AckRequest, BrowsePage, BrowseRequest, Failure, Hints, IdempotentResponse,
     Inspection, LeaseState, Messaging, NackOutcome, QueueAdmin, ReceiveRequest, Records, Redrives,
-    SendOutcome, validate_ack_batch, validate_idempotent, validate_limit, validate_move,
-    validate_nack_delay, validate_receive, validate_send_batch, validate_visibility,
+    ScheduleStep, Schedules, SendOutcome, StepOutcome, validate_ack_batch, validate_idempotent,
+    validate_limit, validate_move, validate_nack_delay, validate_receive, validate_send_batch,
+    validate_visibility,
 };
 use crate::audit::{AuditEvent, AuditQuery};
 use crate::config::{PutQueueOutcome, QueueConfigPatch, QueueInfo};
@@ -26,6 +27,7 @@ use crate::message::{Delivery, Message, MessageId, NewMessage, Progress, clip_er
 use crate::name::QueueName;
 use crate::receipt::Receipt;
 use crate::redrive::{RedriveControl, RedriveId, RedriveJob, RedriveSpec, RedriveStep};
+use crate::schedule::{Schedule, ScheduleName, ScheduleSpec, Trigger, validate_spec};
 use crate::stats::{QueueStats, StatsSample};
 use crate::summary::{Summary, SummaryRequest};
 use crate::time::Timestamp;
@@ -542,3 +544,74 @@ impl<S: Records> Records for Checked<S> {
 
 #[cfg(test)]
 mod tests;
+
+impl<S: Schedules> Schedules for Checked<S> {
+    fn put_schedule<'s, 'n, 'a>(
+        &'s self,
+        name: &'n ScheduleName,
+        spec: ScheduleSpec,
+    ) -> Answer<'a, Result<(Schedule, bool), StoreError>>
+    where
+        's: 'a,
+        'n: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_spec(&spec).and_then(|()| Trigger::parse(&spec.trigger).map(drop))
+        {
+            return refused(e);
+        }
+        self.engine.put_schedule(name, spec)
+    }
+
+    fn get_schedule<'s, 'n, 'a>(
+        &'s self,
+        name: &'n ScheduleName,
+    ) -> Answer<'a, Result<Schedule, StoreError>>
+    where
+        's: 'a,
+        'n: 'a,
+        Self: 'a,
+    {
+        self.engine.get_schedule(name)
+    }
+
+    fn list_schedules<'s, 'a>(&'s self) -> Answer<'a, Result<Vec<Schedule>, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.list_schedules()
+    }
+
+    fn delete_schedule<'s, 'n, 'a>(
+        &'s self,
+        name: &'n ScheduleName,
+    ) -> Answer<'a, Result<(), StoreError>>
+    where
+        's: 'a,
+        'n: 'a,
+        Self: 'a,
+    {
+        self.engine.delete_schedule(name)
+    }
+
+    fn step_schedule<'s, 'n, 'a>(
+        &'s self,
+        name: &'n ScheduleName,
+        step: ScheduleStep,
+    ) -> Answer<'a, Result<StepOutcome, StoreError>>
+    where
+        's: 'a,
+        'n: 'a,
+        Self: 'a,
+    {
+        if step.expected.is_some_and(|e| step.through <= e) {
+            return refused(StoreError::invalid(format!(
+                "a schedule step must move forward: through {} is not after {}",
+                step.through.as_millis(),
+                step.expected.map_or(0, Timestamp::as_millis)
+            )));
+        }
+        self.engine.step_schedule(name, step)
+    }
+}

@@ -40,6 +40,8 @@ mod messaging;
 mod records;
 #[cfg(feature = "store")]
 mod redrives;
+#[cfg(feature = "store")]
+mod schedules;
 
 #[cfg(feature = "store")]
 pub use admin::QueueAdmin;
@@ -57,13 +59,15 @@ pub use messaging::Messaging;
 pub use records::Records;
 #[cfg(feature = "store")]
 pub use redrives::Redrives;
+#[cfg(feature = "store")]
+pub use schedules::{ScheduleStep, Schedules, StepOutcome};
 
 /// The contract's traits, for callers that name a concrete store type (such as
 /// `Checked<EmbeddedStore>`): its methods are callable once their concern trait is in scope.
 /// A `dyn Store` needs no import.
 #[cfg(feature = "store")]
 pub mod prelude {
-    pub use super::{Inspection, Messaging, QueueAdmin, Records, Redrives, Store};
+    pub use super::{Inspection, Messaging, QueueAdmin, Records, Redrives, Schedules, Store};
 }
 
 /// What one message of a send became.

@@ -3,8 +3,8 @@
 //! Acknowledged messages leave dead records behind. When the oldest segment is mostly dead
 //! (or the log is much larger than what is live), every live record in it is copied forward
 //! to the head of the log — a message as one full record of its current state, a completed
-//! record, a dedup id — followed by a checkpoint of the counters. Once those copies are
-//! durable the segment is deleted.
+//! record, a dedup id, each redrive job and schedule — followed by a checkpoint of the
+//! counters. Once those copies are durable the segment is deleted.
 //!
 //! Why only the oldest segment: a record can only change a message whose base record comes
 //! earlier in the log. Copying a message forward makes the copy its new base, and everything
@@ -16,7 +16,9 @@ use sluice_core::StoreError;
 
 use crate::core::{Inner, stored_result};
 use crate::journal::log::SEGMENT_TARGET;
-use crate::journal::record::{Acked, Checkpoint, MessageRecord, Origin, Record, message_ids_in};
+use crate::journal::record::{
+    Acked, Checkpoint, JsonSchedule, MessageRecord, Origin, Record, message_ids_in,
+};
 use crate::state::Slot;
 
 /// Records copied per lock hold, so senders and receivers keep flowing during a compaction.
@@ -195,6 +197,13 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
             }
             for job in core.state.jobs.values() {
                 records.push(Record::redrive(job.clone(), vec![]));
+            }
+            // Every schedule as it is, whichever segment its last record is in: there are
+            // few, and the copy at the head supersedes whatever precedes it.
+            for schedule in core.state.schedules.values() {
+                records.push(Record::Schedule {
+                    schedule: JsonSchedule(schedule.clone()),
+                });
             }
             records.push(Record::Checkpoint(checkpoint));
             // The token reservation may live in the segment about to go.

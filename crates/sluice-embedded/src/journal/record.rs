@@ -203,6 +203,21 @@ pub(crate) enum Record {
         job: JsonJob,
         moves: Vec<UpdateRecord>,
     },
+    /// A schedule as it now is: created, changed, or stepped without a message.
+    Schedule {
+        schedule: JsonSchedule,
+    },
+    /// A schedule deleted (the messages it enqueued stay).
+    ScheduleDeleted {
+        name: String,
+    },
+    /// A schedule's firing: the message it enqueues and the schedule's progress in one
+    /// record, so the two are durable together or not at all. The record is the message's
+    /// base record (its body is read from here), like a [`Record::Message`].
+    Firing {
+        message: MessageRecord,
+        schedule: JsonSchedule,
+    },
 }
 
 impl Record {
@@ -232,6 +247,26 @@ impl<'de> Deserialize<'de> for JsonJob {
         let text = String::deserialize(d)?;
         serde_json::from_str(&text)
             .map(JsonJob)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A schedule inside a log record, as JSON text, for the same reason as [`JsonJob`].
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct JsonSchedule(pub sluice_core::schedule::Schedule);
+
+impl Serialize for JsonSchedule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let text = serde_json::to_string(&self.0).map_err(serde::ser::Error::custom)?;
+        s.serialize_str(&text)
+    }
+}
+
+impl<'de> Deserialize<'de> for JsonSchedule {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        serde_json::from_str(&text)
+            .map(JsonSchedule)
             .map_err(serde::de::Error::custom)
     }
 }
@@ -288,7 +323,8 @@ pub(crate) fn message_ids_in(segment: &[u8]) -> Vec<u64> {
         let payload = &segment[off + HEADER..end];
         // postcard writes an enum's variant index first, as a varint.
         match postcard::take_from_bytes::<u32>(payload) {
-            Ok((VARIANT_MESSAGE, rest)) => {
+            // A firing's first field is its message record.
+            Ok((VARIANT_MESSAGE | VARIANT_FIRING, rest)) => {
                 if let Ok((h, _)) = postcard::take_from_bytes::<MessageHead>(rest) {
                     out.push(h.id);
                 }
@@ -317,6 +353,7 @@ const VARIANT_MESSAGE: u32 = 0;
 const VARIANT_UPDATE: u32 = 1;
 const VARIANT_REDRIVE_V1: u32 = 11;
 const VARIANT_REDRIVE: u32 = 16;
+const VARIANT_FIRING: u32 = 19;
 
 /// Why a frame could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -477,6 +514,54 @@ mod tests {
             off += len;
         }
         assert_eq!(jobs, vec![job.clone(), job]);
+    }
+
+    /// A schedule for the record tests.
+    pub(crate) fn schedule() -> sluice_core::schedule::Schedule {
+        use sluice_core::schedule::{CatchUp, Schedule, ScheduleName, ScheduleSpec, TriggerSpec};
+        Schedule {
+            name: ScheduleName::new("nightly").unwrap(),
+            spec: ScheduleSpec {
+                trigger: TriggerSpec::Every { every_ms: 60_000 },
+                queue: sluice_core::QueueName::new("jobs").unwrap(),
+                body: Body::binary(vec![1u8, 2, 255]),
+                attributes: [("k".to_string(), "v".to_string())].into(),
+                catch_up: CatchUp::One,
+                paused: false,
+            },
+            created_at: sluice_core::Timestamp(5),
+            updated_at: sluice_core::Timestamp(6),
+            anchor: sluice_core::Timestamp(5),
+            last_fired: Some(sluice_core::Timestamp(60_005)),
+            fired: 1,
+            missed: 2,
+        }
+    }
+
+    #[test]
+    fn a_firing_is_a_message_base_record_and_reads_back_whole() {
+        let Record::Message(message) = sample() else {
+            unreachable!()
+        };
+        let firing = Record::Firing {
+            message: MessageRecord { id: 21, ..message },
+            schedule: JsonSchedule(schedule()),
+        };
+        let mut buf = Vec::new();
+        encode_into(&firing, &mut buf);
+        encode_into(
+            &Record::Schedule {
+                schedule: JsonSchedule(schedule()),
+            },
+            &mut buf,
+        );
+        assert_eq!(message_ids_in(&buf), vec![21]);
+        let (back, len) = decode_frame(&buf).unwrap();
+        assert_eq!(back, firing);
+        let (Record::Schedule { schedule: s }, _) = decode_frame(&buf[len..]).unwrap() else {
+            panic!("not a schedule record");
+        };
+        assert_eq!(s.0, schedule());
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub(crate) mod queues;
 pub(crate) mod receive;
 pub(crate) mod records;
 pub(crate) mod redrive;
+pub(crate) mod schedules;
 pub(crate) mod send;
 pub(crate) mod stats;
 pub(crate) mod summary;

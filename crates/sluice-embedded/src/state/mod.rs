@@ -20,7 +20,7 @@ use sluice_core::{QueueName, Timestamp};
 
 use crate::catalog::CatalogQueue;
 use crate::journal::log::Loc;
-use crate::journal::record::{Qid, Record, RemoveReason, UpdateEvent};
+use crate::journal::record::{MessageRecord, Qid, Record, RemoveReason, UpdateEvent};
 pub(crate) use msg::{Msg, Slot};
 pub(crate) use queue::{DedupEntry, QueueState};
 
@@ -68,6 +68,8 @@ pub(crate) struct State {
     pub progress: HashMap<u64, sluice_core::Progress>,
     /// The keys of messages with errors, sources or dead-letter information, for summaries.
     pub summary: summary::SummaryIndex,
+    /// Schedules by name, each as of its latest record.
+    pub schedules: BTreeMap<String, sluice_core::schedule::Schedule>,
     /// Responses remembered under idempotency keys (the responses stay on disk).
     pub idem: HashMap<String, Remembered>,
     pub idem_order: VecDeque<(i64, String)>,
@@ -92,6 +94,7 @@ impl State {
             progress: HashMap::new(),
             summary: Default::default(),
             jobs: BTreeMap::new(),
+            schedules: BTreeMap::new(),
             history_segs: BTreeMap::new(),
         };
         for q in queues {
@@ -203,52 +206,18 @@ impl State {
     /// Applies one record found at `loc`.
     pub fn apply(&mut self, rec: &Record, loc: Loc, len: u32) {
         match rec {
-            Record::Message(m) => {
-                self.next_id = self.next_id.max(m.id + 1);
-                if let Some((token, _)) = m.lease {
-                    self.next_token = self.next_token.max(token + 1);
-                }
-                if !self.queues.contains_key(&m.qid) {
-                    return;
-                }
-                if let Some(old) = self.detach(m.id) {
-                    self.msgs.remove(&m.id);
-                    self.unaccount(&old);
-                    self.summary.remove(old.qid, m.id);
-                }
-                self.summary
-                    .on_message(m.qid, m.id, &m.rich, m.enqueued_at, &m.attributes);
-                let (slot, at, token) = match m.lease {
-                    Some((token, deadline)) => (Slot::Leased, deadline, token),
-                    None => (Slot::Delayed, m.visible_at, 0),
-                };
-                let msg = Msg::new(
-                    m.qid,
-                    slot,
-                    m.receive_count,
-                    token,
-                    at,
-                    m.entered_at,
-                    loc,
-                    len,
-                    loc,
-                );
-                self.account(&msg);
-                self.attach(m.id, msg);
-                let q = self.queues.get_mut(&m.qid).expect("checked above");
-                if m.origin == crate::journal::record::Origin::Send {
-                    q.totals.sent += 1;
-                }
-                if let Some((key, until)) = &m.dedup {
-                    q.register_dedup(
-                        key.clone(),
-                        DedupEntry {
-                            id: m.id,
-                            until: *until,
-                            seg: loc.seg,
-                        },
-                    );
-                }
+            Record::Message(m) => self.apply_message(m, loc, len),
+            Record::Firing { message, schedule } => {
+                self.apply_message(message, loc, len);
+                self.schedules
+                    .insert(schedule.0.name.to_string(), schedule.0.clone());
+            }
+            Record::Schedule { schedule } => {
+                self.schedules
+                    .insert(schedule.0.name.to_string(), schedule.0.clone());
+            }
+            Record::ScheduleDeleted { name } => {
+                self.schedules.remove(name);
             }
             Record::Update(u) => self.apply_update(u, loc),
             Record::Redrive { job, moves } => self.apply_redrive(job.0.clone(), moves, loc),
@@ -396,6 +365,55 @@ impl State {
                     }
                 }
             }
+        }
+    }
+
+    /// Applies a full message record (a send, a firing's message, a compaction copy).
+    fn apply_message(&mut self, m: &MessageRecord, loc: Loc, len: u32) {
+        self.next_id = self.next_id.max(m.id + 1);
+        if let Some((token, _)) = m.lease {
+            self.next_token = self.next_token.max(token + 1);
+        }
+        if !self.queues.contains_key(&m.qid) {
+            return;
+        }
+        if let Some(old) = self.detach(m.id) {
+            self.msgs.remove(&m.id);
+            self.unaccount(&old);
+            self.summary.remove(old.qid, m.id);
+        }
+        self.summary
+            .on_message(m.qid, m.id, &m.rich, m.enqueued_at, &m.attributes);
+        let (slot, at, token) = match m.lease {
+            Some((token, deadline)) => (Slot::Leased, deadline, token),
+            None => (Slot::Delayed, m.visible_at, 0),
+        };
+        let msg = Msg::new(
+            m.qid,
+            slot,
+            m.receive_count,
+            token,
+            at,
+            m.entered_at,
+            loc,
+            len,
+            loc,
+        );
+        self.account(&msg);
+        self.attach(m.id, msg);
+        let q = self.queues.get_mut(&m.qid).expect("checked above");
+        if m.origin == crate::journal::record::Origin::Send {
+            q.totals.sent += 1;
+        }
+        if let Some((key, until)) = &m.dedup {
+            q.register_dedup(
+                key.clone(),
+                DedupEntry {
+                    id: m.id,
+                    until: *until,
+                    seg: loc.seg,
+                },
+            );
         }
     }
 

@@ -10,7 +10,7 @@ use tokio_postgres::Client;
 use crate::error::OpenError;
 
 /// The migrations, in order. A released migration is never edited: a change is a new entry.
-const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
+const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
 /// jobs, stats history and the audit table.
@@ -182,6 +182,22 @@ $$;
 const V4: &str = r#"
 CREATE INDEX messages_dead_letters ON messages (queue, dl_reason, source_queue, dl_at, id)
     WHERE dl_at IS NOT NULL AND state < 2;
+"#;
+
+/// Version 5: schedules, one row each. `spec` holds what the schedule enqueues and when;
+/// `last_fired` is the time of its latest firing, moved by each step under the row's lock
+/// in the transaction that inserts the firing's message.
+const V5: &str = r#"
+CREATE TABLE schedules (
+    name        text PRIMARY KEY,
+    spec        jsonb NOT NULL,
+    created_at  bigint NOT NULL,
+    updated_at  bigint NOT NULL,
+    anchor      bigint NOT NULL,
+    last_fired  bigint,
+    fired       bigint NOT NULL DEFAULT 0,
+    missed      bigint NOT NULL DEFAULT 0
+);
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

@@ -11,6 +11,7 @@ pub mod inspect;
 pub mod overview;
 pub mod queues;
 pub mod redrives;
+pub mod schedules;
 pub mod send;
 pub mod summary;
 pub mod tasks;
@@ -52,6 +53,7 @@ use crate::{AppState, ServerOptions};
         (name = "inspect", description = "Browse, look up and delete messages; stats"),
         (name = "tasks", description = "Task status, request/reply and autoscaling hints"),
         (name = "redrives", description = "Rate-limited jobs moving dead letters back to work"),
+        (name = "schedules", description = "Messages enqueued on a cron expression or an interval"),
         (name = "health", description = "Liveness, readiness and this document"),
     )
 )]
@@ -107,6 +109,11 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(redrives::cancel))
         .routes(routes!(redrives::pause))
         .routes(routes!(redrives::resume))
+        .routes(routes!(schedules::list))
+        .routes(routes!(schedules::put, schedules::get, schedules::delete))
+        .routes(routes!(schedules::pause))
+        .routes(routes!(schedules::resume))
+        .routes(routes!(schedules::trigger))
         .routes(routes!(audit::list))
         .routes(routes!(tasks::scaling))
         .routes(routes!(health::healthz))

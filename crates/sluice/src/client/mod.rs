@@ -1,7 +1,7 @@
 //! Client subcommands: every subcommand other than `serve`, `key` and `bench` is a
 //! client of the HTTP API, built on the `sluice-client` crate. One module per command group:
 //! `queue`, `send`, `consume` (receive, ack, nack, reject), `message`, `stats`, `task`, and
-//! the operator's `dlq`, `redrive` and `audit`; with
+//! the operator's `dlq`, `redrive`, `audit` and `schedule`; with
 //! `args` (durations, rates, sizes, queue flags), `output` (tables and JSON) and `exit`
 //! (error → exit code and hint).
 //!
@@ -37,6 +37,7 @@ mod message;
 mod output;
 mod queue;
 mod redrive;
+mod schedule;
 mod send;
 mod stats;
 mod task;
@@ -124,6 +125,8 @@ pub enum Command {
     Redrive(redrive::RedriveArgs),
     /// Read the audit log: operator actions and dead-letter events.
     Audit(audit::AuditArgs),
+    /// Messages the broker enqueues on a cron expression or an interval.
+    Schedule(schedule::ScheduleArgs),
 }
 
 /// Why a command failed, and so its exit code.
@@ -171,6 +174,7 @@ pub fn run(cmd: Command) -> ExitCode {
             Command::Dlq(a) => dlq::run(a).await,
             Command::Redrive(a) => redrive::run(a).await,
             Command::Audit(a) => audit::run(a).await,
+            Command::Schedule(a) => schedule::run(a).await,
         }
     });
     match result {

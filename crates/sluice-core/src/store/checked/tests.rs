@@ -19,11 +19,13 @@ use crate::name::QueueName;
 use crate::receipt::Receipt;
 use crate::redrive::RedriveStep;
 use crate::redrive::{RedriveControl, RedriveFilter, RedriveId, RedriveJob, RedriveSpec};
+use crate::schedule::{Schedule, ScheduleName, ScheduleSpec};
 use crate::stats::{QueueStats, StatsSample};
 use crate::store::prelude::*;
 use crate::store::{
     AckOverlap, AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, Hints,
-    IdempotentResponse, LeaseState, NackOutcome, ReceiveRequest, SendOutcome,
+    IdempotentResponse, LeaseState, NackOutcome, ReceiveRequest, ScheduleStep, SendOutcome,
+    StepOutcome,
 };
 use crate::summary::{GroupBy, Summary, SummaryRequest};
 use crate::time::Timestamp;
@@ -224,6 +226,33 @@ impl Records for Probe {
         _: &str,
         _: IdempotentResponse,
     ) -> Result<Option<IdempotentResponse>, StoreError> {
+        self.call()
+    }
+}
+
+#[async_trait]
+impl Schedules for Probe {
+    async fn put_schedule(
+        &self,
+        _: &ScheduleName,
+        _: ScheduleSpec,
+    ) -> Result<(Schedule, bool), StoreError> {
+        self.call()
+    }
+    async fn get_schedule(&self, _: &ScheduleName) -> Result<Schedule, StoreError> {
+        self.call()
+    }
+    async fn list_schedules(&self) -> Result<Vec<Schedule>, StoreError> {
+        self.call()
+    }
+    async fn delete_schedule(&self, _: &ScheduleName) -> Result<(), StoreError> {
+        self.call()
+    }
+    async fn step_schedule(
+        &self,
+        _: &ScheduleName,
+        _: ScheduleStep,
+    ) -> Result<StepOutcome, StoreError> {
         self.call()
     }
 }
