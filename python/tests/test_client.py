@@ -36,6 +36,10 @@ def test_every_route_of_the_openapi_document_has_a_client_method(client: sluice.
         ("post", "/v1/redrives"), ("get", "/v1/redrives"), ("get", "/v1/redrives/{id}"),
         ("post", "/v1/redrives/{id}/cancel"), ("post", "/v1/redrives/{id}/pause"),
         ("post", "/v1/redrives/{id}/resume"), ("get", "/v1/audit"), ("get", "/healthz"),
+        ("get", "/v1/schedules"), ("put", "/v1/schedules/{name}"),
+        ("get", "/v1/schedules/{name}"), ("delete", "/v1/schedules/{name}"),
+        ("post", "/v1/schedules/{name}/pause"), ("post", "/v1/schedules/{name}/resume"),
+        ("post", "/v1/schedules/{name}/trigger"),
         ("get", "/readyz"), ("get", "/openapi.json"), ("get", "/metrics"),
     }
     doc = client.openapi()
@@ -508,3 +512,23 @@ def test_transport_errors_are_typed(sluice_bin: str) -> None:
     with pytest.raises(sluice.TransportError) as e:
         c.get_queue("x")
     assert e.value.connect and e.value.transient
+
+
+def test_schedules_put_read_pause_trigger_and_delete(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue)
+    s = client.put_schedule("py-nightly", queue, {"task": "sweep"}, cron="30 2 * * *",
+                            timezone="Europe/Berlin", attributes={"team": "a"}, catch_up="one")
+    assert (s.cron, s.timezone, s.catch_up, s.fired) == ("30 2 * * *", "Europe/Berlin", "one", 0)
+    assert len(s.next) == 5
+    assert "py-nightly" in [x.name for x in client.list_schedules()]
+    assert client.pause_schedule("py-nightly").next == []
+    assert not client.resume_schedule("py-nightly").paused
+    sent = client.trigger_schedule("py-nightly")
+    got = client.receive(queue, max=1, wait=1)
+    assert got[0].id == sent and got[0].attributes["schedule"] == "py-nightly"
+    with pytest.raises(sluice.InvalidInput):
+        client.put_schedule("x", queue, 1)
+    client.delete_schedule("py-nightly")
+    with pytest.raises(ApiError) as e:
+        client.get_schedule("py-nightly")
+    assert e.value.status == 404

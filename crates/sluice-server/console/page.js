@@ -26,6 +26,19 @@ export function onRefused(fn) {
 export class Page {
   constructor() {
     this.abort = new AbortController();
+    // The live loops failing now, each with its last error: the status line shows while
+    // any fails, so one loop working again does not hide another's failure.
+    this.failing = new Map();
+    this.loops = 0;
+  }
+
+  // Notes how a live loop's run went and shows the line accordingly.
+  liveRun(loop, err) {
+    if (!this.alive) return;
+    if (err === null) this.failing.delete(loop);
+    else this.failing.set(loop, err);
+    const last = [...this.failing.values()].pop();
+    liveStatus(last === undefined ? null : last);
   }
 
   // Whether this page is still the one shown.
@@ -59,15 +72,16 @@ export class Page {
   // line until a run works again; with it, every failure goes to `onError` and the runs go
   // on. A refused key ends the page either way.
   async every(ms, fn, onError) {
+    const loop = (this.loops += 1);
     const run = async () => {
       try {
         await fn();
-        liveStatus(null);
+        if (!onError) this.liveRun(loop, null);
       } catch (e) {
         if (!this.alive) return;
         if (e.status === 401) this.refused();
         else if (onError) onError(e);
-        else liveStatus(e);
+        else this.liveRun(loop, e);
       }
     };
     if (onError) await run();

@@ -18,6 +18,11 @@ use tokio::sync::watch;
 
 /// How often schedules are looked at: a firing is enqueued at most this late.
 pub const TICK: Duration = Duration::from_millis(250);
+/// Most steps one schedule takes in one tick: a long catch-up goes on at the next tick, so
+/// one schedule cannot hold the others back.
+pub const MAX_STEPS_PER_TURN: usize = 100;
+/// How long a schedule whose step failed is left alone before it is tried again.
+const FAILED_PAUSE: Duration = Duration::from_secs(5);
 
 /// Parsed triggers, kept while a schedule's trigger stays the same.
 #[derive(Default)]
@@ -96,7 +101,7 @@ pub async fn turn(
         }
         return Ok(out);
     }
-    for at in due.fire {
+    for at in due.fire.into_iter().take(MAX_STEPS_PER_TURN) {
         let step = ScheduleStep {
             expected,
             through: at,
@@ -122,6 +127,7 @@ pub async fn run(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
     // Says once that listing fails, and once per schedule that its queue is gone.
     let mut failing = false;
     let mut told_missing: HashMap<ScheduleName, bool> = HashMap::new();
+    let mut resting: HashMap<ScheduleName, tokio::time::Instant> = HashMap::new();
     loop {
         if *shutdown.borrow() {
             return;
@@ -133,14 +139,20 @@ pub async fn run(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
                     tracing::info!("schedules can be listed again");
                 }
                 triggers.keep(&list.iter().map(|s| &s.name).collect::<Vec<_>>());
+                let now = tokio::time::Instant::now();
+                resting.retain(|_, until| *until > now);
                 for s in &list {
+                    if resting.contains_key(&s.name) {
+                        continue;
+                    }
                     let Some(trigger) = triggers.of(s) else {
                         continue;
                     };
                     match turn(store.as_ref(), s, trigger, SystemClock.now()).await {
                         Ok(t) => report(store.as_ref(), s, &t, &mut told_missing).await,
                         Err(e) => {
-                            tracing::warn!(schedule = %s.name, error = %e, "a schedule's firing failed; retrying at the next tick");
+                            tracing::warn!(schedule = %s.name, error = %e, "a schedule's firing failed; trying it again in 5 s");
+                            resting.insert(s.name.clone(), now + FAILED_PAUSE);
                         }
                     }
                 }

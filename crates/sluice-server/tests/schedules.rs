@@ -122,7 +122,7 @@ async fn bad_schedules_are_refused_with_what_to_write() {
 #[tokio::test]
 async fn an_interval_of_one_second_fires_once_a_second() {
     let s = common::start().await;
-    s.put_queue("ticks", json!({})).await;
+    s.put_queue("ticks", json!({"dedup_window_ms": 0})).await;
     let (code, v) = s
         .call(
             Method::PUT,
@@ -148,5 +148,114 @@ async fn an_interval_of_one_second_fires_once_a_second() {
     times.sort_unstable();
     times.dedup();
     assert_eq!(times.len() as u64, fired, "no firing twice");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_schedule_needs_a_key_that_may_manage_and_send_and_reading_one_may_browse() {
+    use sluice_server::{ApiKeyConfig, KeyRing, Role, ServerOptions};
+    let key = |name: &str, role, queues: &[&str]| ApiKeyConfig {
+        name: name.into(),
+        role,
+        queues: queues.iter().map(|q| (*q).to_owned()).collect(),
+        sha256: sluice_server::auth::hash_secret(name),
+    };
+    let keys = KeyRing::new(vec![
+        key("admin", Role::Admin, &["*"]),
+        key("admin-eu", Role::Admin, &["eu.*"]),
+        key("operator", Role::Operator, &["*"]),
+        key("producer", Role::Producer, &["*"]),
+    ])
+    .expect("keys");
+    let s = common::start_with(ServerOptions {
+        keys,
+        ..ServerOptions::default()
+    })
+    .await;
+    for q in ["us.sweeps", "eu.sweeps"] {
+        let (code, _) = s
+            .call_as(
+                Some("admin"),
+                Method::PUT,
+                &format!("/v1/queues/{q}"),
+                Some(json!({})),
+            )
+            .await;
+        assert!(code.is_success());
+    }
+    let spec = json!({"every_ms": 60000, "queue": "us.sweeps", "body": {"secret": 1}});
+    for who in ["operator", "producer", "admin-eu"] {
+        let (code, v) = s
+            .call_as(
+                Some(who),
+                Method::PUT,
+                "/v1/schedules/us",
+                Some(spec.clone()),
+            )
+            .await;
+        assert_eq!(code, 403, "{who}: {v}");
+    }
+    let (code, v) = s
+        .call_as(Some("admin"), Method::PUT, "/v1/schedules/us", Some(spec))
+        .await;
+    assert_eq!(code, 201, "{v}");
+    let (code, _) = s
+        .call_as(Some("operator"), Method::GET, "/v1/schedules/us", None)
+        .await;
+    assert_eq!(code, 200, "an operator reads it");
+    let (code, _) = s
+        .call_as(Some("producer"), Method::GET, "/v1/schedules/us", None)
+        .await;
+    assert_eq!(code, 403, "a producer may not read bodies");
+    let (code, _) = s
+        .call_as(
+            Some("operator"),
+            Method::POST,
+            "/v1/schedules/us/trigger",
+            None,
+        )
+        .await;
+    assert_eq!(code, 403, "an operator may not send");
+    // A key of other queues neither sees it nor replaces it.
+    let (code, v) = s
+        .call_as(Some("admin-eu"), Method::GET, "/v1/schedules/us", None)
+        .await;
+    assert_eq!(code, 404, "{v}");
+    let (code, v) = s
+        .call_as(
+            Some("admin-eu"),
+            Method::PUT,
+            "/v1/schedules/us",
+            Some(json!({"every_ms": 60000, "queue": "eu.sweeps", "body": 1})),
+        )
+        .await;
+    assert_eq!(code, 404, "{v}");
+    let (_, v) = s
+        .call_as(Some("admin-eu"), Method::GET, "/v1/schedules", None)
+        .await;
+    assert_eq!(v["schedules"], json!([]));
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_body_larger_than_the_queue_takes_is_refused() {
+    let s = common::start().await;
+    s.put_queue("small", json!({"max_message_bytes": 1024}))
+        .await;
+    let (code, v) = s
+        .call(
+            Method::PUT,
+            "/v1/schedules/big",
+            Some(json!({"every_ms": 60000, "queue": "small", "body": "x".repeat(2000)})),
+        )
+        .await;
+    assert_eq!(code, 413, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("max_message_bytes"),
+        "{v}"
+    );
     s.shutdown().await;
 }

@@ -60,11 +60,12 @@ async fn firings(c: &reqwest::Client, url: &str, queue: &str) -> Vec<i64> {
 }
 
 async fn setup(c: &reqwest::Client, url: &str, catch_up: &str) {
+    // No dedup window: a firing enqueued twice would show as two messages.
     call(
         c,
         reqwest::Method::PUT,
         format!("{url}/v1/queues/ticks"),
-        Some(json!({})),
+        Some(json!({"dedup_window_ms": 0})),
     )
     .await;
     call(
@@ -164,4 +165,16 @@ async fn two_nodes_on_one_database_enqueue_each_firing_once() {
     for w in got.windows(2) {
         assert_eq!(w[1] - w[0], 1000, "each firing once: {got:?}");
     }
+    let s = call(
+        &c,
+        reqwest::Method::GET,
+        format!("{url_b}/v1/schedules/tick"),
+        None,
+    )
+    .await;
+    let fired = s["fired"].as_u64().expect("fired");
+    assert!(
+        fired == got.len() as u64 || fired == got.len() as u64 + 1,
+        "one message per firing (one more may have fired since): {s} {got:?}"
+    );
 }

@@ -36,6 +36,7 @@ from .models import (
     RedriveFilter,
     RedriveGuard,
     Scaling,
+    Schedule,
     SendResult,
     Stats,
     Summary,
@@ -102,6 +103,14 @@ def _job(redrive_id: str) -> str:
     if not isinstance(redrive_id, str) or not _JOB.match(redrive_id):
         raise InvalidInput(f"{redrive_id!r} is not a redrive job id (16 hex digits)")
     return redrive_id
+
+
+def _schedule(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInput(
+            f"schedule name {name!r} is invalid: use 1 to 80 characters of A-Z, a-z, 0-9, '_', '.', '-'"
+        )
+    return name
 
 
 def _redrive_rate(rate: Union[str, Tuple[int, float], RateLimit]) -> RateLimit:
@@ -820,6 +829,59 @@ class Client:
         """Resumes a paused redrive job, whether an operator or its guard paused it.
         Resuming a running job changes nothing; a finished one is a ``conflict``."""
         return Redrive.from_wire(self._json("POST", f"/v1/redrives/{_job(redrive_id)}/resume"))
+
+    # -- schedules -------------------------------------------------------------------------
+
+    def put_schedule(
+        self, name: str, queue: str, body: Any, *, cron: Optional[str] = None,
+        timezone: Optional[str] = None, every: Optional[float] = None,
+        attributes: Optional[Mapping[str, str]] = None, catch_up: str = "none",
+        paused: bool = False,
+    ) -> Schedule:
+        """Creates schedule ``name`` or replaces it: ``body`` is enqueued into ``queue`` on
+        ``cron`` (5 fields, read in ``timezone``, default UTC) or ``every`` seconds (at least
+        1). ``catch_up`` is ``none``, ``one`` or ``all``: what happens to firings missed while
+        no broker ran or the schedule was paused. Needs a key that may manage and send to
+        the queue. The same trigger keeps its progress; a new one starts counting now."""
+        if (cron is None) == (every is None):
+            raise InvalidInput("give either cron or every")
+        req: Dict[str, Any] = {"queue": _queue(queue), "catch_up": catch_up, "paused": paused}
+        req.update(OutMessage(body).to_wire())
+        if cron is not None:
+            req["cron"] = cron
+            if timezone is not None:
+                req["timezone"] = timezone
+        else:
+            req["every_ms"] = _ms(every, "every")
+        if attributes:
+            req["attributes"] = dict(attributes)
+        return Schedule.from_wire(self._json("PUT", f"/v1/schedules/{_schedule(name)}", json_body=req))
+
+    def list_schedules(self) -> List[Schedule]:
+        """Every schedule whose queue the key sees, by name."""
+        return [Schedule.from_wire(d) for d in self._json("GET", "/v1/schedules")["schedules"]]
+
+    def get_schedule(self, name: str) -> Schedule:
+        """One schedule, its progress and its next five firings."""
+        return Schedule.from_wire(self._json("GET", f"/v1/schedules/{_schedule(name)}"))
+
+    def delete_schedule(self, name: str) -> None:
+        """Deletes a schedule; the messages it enqueued stay."""
+        self._t.request("DELETE", f"/v1/schedules/{_schedule(name)}", idempotent=True)
+
+    def pause_schedule(self, name: str) -> Schedule:
+        """Stops a schedule firing until :meth:`resume_schedule`."""
+        return Schedule.from_wire(self._json("POST", f"/v1/schedules/{_schedule(name)}/pause"))
+
+    def resume_schedule(self, name: str) -> Schedule:
+        """Resumes a paused schedule; what it missed is handled by its ``catch_up``."""
+        return Schedule.from_wire(self._json("POST", f"/v1/schedules/{_schedule(name)}/resume"))
+
+    def trigger_schedule(self, name: str) -> str:
+        """Sends the schedule's message now, once, besides its firings; answers its id. Not
+        retried after a lost answer (that could send it twice)."""
+        d = self._json("POST", f"/v1/schedules/{_schedule(name)}/trigger", idempotent=False)
+        return d["id"]
 
     def audit(
         self, *, queue: Optional[str] = None, since: Optional[str] = None,

@@ -872,3 +872,51 @@ class AuditPage:
     def from_wire(cls, d: Mapping[str, Any]) -> "AuditPage":
         entries = [AuditEntry.from_wire(e) for e in d.get("entries") or []]
         return cls(entries, bool(d.get("more", False)), d.get("next_cursor"))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule: a message the broker enqueues on a cron expression (read in ``timezone``)
+    or every ``every_ms`` milliseconds, with its progress and its next five firings (RFC 3339;
+    none while paused). ``body`` is the JSON value, or ``bytes`` for a binary body."""
+
+    name: str
+    queue: str
+    body: Any
+    attributes: Dict[str, str]
+    catch_up: str
+    paused: bool
+    created_at: str
+    updated_at: str
+    fired: int
+    missed: int
+    next: List[str]
+    cron: Optional[str] = None
+    timezone: Optional[str] = None
+    every_ms: Optional[int] = None
+    last_fired: Optional[str] = None
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "Schedule":
+        import base64 as _b64
+
+        body: Any = d.get("body")
+        if d.get("body_base64") is not None:
+            body = _b64.b64decode(d["body_base64"])
+        return cls(
+            name=d["name"],
+            queue=d["queue"],
+            body=body,
+            attributes=dict(d.get("attributes") or {}),
+            catch_up=d.get("catch_up", "none"),
+            paused=bool(d.get("paused", False)),
+            created_at=d.get("created_at", ""),
+            updated_at=d.get("updated_at", ""),
+            fired=d.get("fired", 0),
+            missed=d.get("missed", 0),
+            next=list(d.get("next") or []),
+            cron=d.get("cron"),
+            timezone=d.get("timezone"),
+            every_ms=d.get("every_ms"),
+            last_fired=d.get("last_fired"),
+        )

@@ -359,26 +359,48 @@ pub async fn schedule_full_queue_refuses_the_step(h: &dyn Harness) {
     assert_eq!(depth(&e, &q).await, 1);
 }
 
-/// A firing already enqueued within the queue's dedup window (the same schedule and time,
-/// after its trigger was changed back) counts as fired and answers the first message.
+/// A firing whose message the queue's dedup window already holds (its dedup id was sent
+/// before) counts as fired and answers the first message; a step worked out before a pause,
+/// or for a trigger replaced since, is stale and enqueues nothing.
 pub async fn schedule_duplicate_firing_answers_the_first(h: &dyn Harness) {
     let e = env(h).await;
     let q = e.queue("reports", QueueConfigPatch::default()).await;
     put(&e, "tick", every(&q, 1_000)).await;
     e.advance(secs(1));
     let t1 = e.now();
-    let StepOutcome::Fired { id } = step(&e, "tick", fire(None, t1)).await else {
-        panic!("first firing");
-    };
-    put(&e, "tick", every(&q, 2_000)).await;
+    let first = e
+        .send(
+            &q,
+            NewMessage {
+                dedup_id: Some(format!("schedule:tick:at:{}", t1.as_millis())),
+                ..text("sent before")
+            },
+        )
+        .await
+        .id;
     assert_eq!(
         step(&e, "tick", fire(None, t1)).await,
-        StepOutcome::Fired { id },
+        StepOutcome::Fired { id: first },
         "the first message's id"
     );
     let s = get(&e, "tick").await;
-    assert_eq!((s.last_fired, s.fired), (Some(t1), 2));
+    assert_eq!((s.last_fired, s.fired), (Some(t1), 1));
     assert_eq!(depth(&e, &q).await, 1, "enqueued once");
+
+    // Paused after the scheduler read it: the step it worked out does nothing.
+    e.advance(secs(1));
+    let t2 = e.now();
+    let mut paused = every(&q, 1_000);
+    paused.paused = true;
+    put(&e, "tick", paused).await;
+    assert_eq!(
+        step(&e, "tick", fire(Some(t1), t2)).await,
+        StepOutcome::Stale
+    );
+    // Replaced by another trigger: a time of the old one is at or before the new anchor.
+    put(&e, "tick", every(&q, 5_000)).await;
+    assert_eq!(step(&e, "tick", fire(None, t2)).await, StepOutcome::Stale);
+    assert_eq!(depth(&e, &q).await, 1, "nothing more enqueued");
 }
 
 /// Schedules survive a restart with every field, and so does a firing with its progress;

@@ -3,9 +3,11 @@
 //!
 //! Rules every engine follows:
 //! - a schedule's firings are the times its trigger names after its *anchor* (when it was
-//!   created, or when its trigger last changed); `last_fired` is the latest firing enqueued;
+//!   created, or when its trigger last changed); `last_fired` is the latest firing time the
+//!   schedule has passed, enqueued or skipped;
 //! - a firing is one atomic step: the message is enqueued and `last_fired` moves to the
-//!   firing's time together, and only if `last_fired` is still before it — so of two nodes
+//!   firing's time together, and only if `last_fired` is still what the step was worked out
+//!   from, the schedule is not paused and the time is after its anchor — so of two nodes
 //!   firing the same time, one enqueues and the other changes nothing, and a crash mid-firing
 //!   leaves either both or neither;
 //! - each message carries the attributes `schedule` (the name) and `scheduled_for` (the
@@ -128,7 +130,9 @@ pub struct ScheduleSpec {
     pub trigger: TriggerSpec,
     /// Where its messages go.
     pub queue: QueueName,
-    /// The body of each message.
+    /// The body of each message (stored as base64: a schedule is kept as JSON, where raw
+    /// bytes would become an array of numbers four times their size).
+    #[serde(with = "body_base64")]
     pub body: Body,
     /// Attributes of each message (besides `schedule` and `scheduled_for`).
     pub attributes: Attributes,
@@ -151,7 +155,7 @@ pub struct Schedule {
     pub updated_at: Timestamp,
     /// Firings are counted after this time: the creation, or the last change of trigger.
     pub anchor: Timestamp,
-    /// The time of the latest firing enqueued, if any.
+    /// The latest firing time the schedule has passed, enqueued or skipped, if any.
     pub last_fired: Option<Timestamp>,
     /// Firings enqueued so far (not counting triggers by hand).
     pub fired: u64,
@@ -224,4 +228,38 @@ pub fn validate_spec(spec: &ScheduleSpec) -> Result<(), StoreError> {
         }
     }
     Ok(())
+}
+
+/// A body as `{"kind": …, "base64": …}` in a schedule's stored form.
+mod body_base64 {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::message::{Body, BodyKind};
+
+    #[derive(Serialize, Deserialize)]
+    struct Stored {
+        kind: BodyKind,
+        base64: String,
+    }
+
+    pub fn serialize<S: Serializer>(body: &Body, s: S) -> Result<S::Ok, S::Error> {
+        Stored {
+            kind: body.kind,
+            base64: STANDARD.encode(&body.bytes),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Body, D::Error> {
+        let stored = Stored::deserialize(d)?;
+        let bytes = STANDARD
+            .decode(stored.base64)
+            .map_err(serde::de::Error::custom)?;
+        Ok(Body {
+            kind: stored.kind,
+            bytes: bytes.into(),
+        })
+    }
 }

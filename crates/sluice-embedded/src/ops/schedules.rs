@@ -30,7 +30,13 @@ pub(crate) async fn put(
     let (out, pos) = {
         let mut core = inner.lock();
         let now = Timestamp(inner.now());
-        core.qid(&spec.queue)?;
+        let qid = core.qid(&spec.queue)?;
+        // A firing is a send: its body must fit the queue now, as a send's must.
+        sluice_core::store::validate_bodies_fit(
+            &core.state.queues[&qid].config,
+            &spec.queue,
+            &[sluice_core::NewMessage::new(spec.body.clone())],
+        )?;
         let (schedule, created) = match core.state.schedules.get(name.as_str()) {
             Some(old) => {
                 let mut s = old.clone();
@@ -133,7 +139,10 @@ fn plan(
     let Some(current) = core.state.schedules.get(name.as_str()) else {
         return Err(not_found(name));
     };
-    if current.last_fired != step.expected {
+    // Stale too: a step worked out before a pause, or for a trigger (or a schedule of the
+    // same name) replaced since — its times are at or before the new anchor.
+    if current.last_fired != step.expected || current.spec.paused || step.through <= current.anchor
+    {
         return Ok(None);
     }
     let mut next = current.clone();

@@ -54,7 +54,13 @@ pub(crate) async fn put(
 ) -> Result<(Schedule, bool), StoreError> {
     let mut conn = inner.conn().await?;
     transaction(&mut conn, async |tx| {
-        crate::db::catalog::config(tx, spec.queue.as_str(), false).await?;
+        let cfg = crate::db::catalog::config(tx, spec.queue.as_str(), false).await?;
+        // A firing is a send: its body must fit the queue now, as a send's must.
+        sluice_core::store::validate_bodies_fit(
+            &cfg,
+            &spec.queue,
+            &[sluice_core::NewMessage::new(spec.body.clone())],
+        )?;
         let now = inner.now();
         // Two nodes creating the same schedule: the primary key lets one insert.
         if let Some(row) = tx
@@ -156,6 +162,7 @@ pub(crate) async fn step(
                 &format!(
                     "UPDATE schedules SET last_fired = $3, missed = missed + $4
                      WHERE name = $1 AND last_fired IS NOT DISTINCT FROM $2::bigint
+                       AND NOT (spec->>'paused')::boolean AND anchor < $3
                      RETURNING {COLS}"
                 ),
                 &[

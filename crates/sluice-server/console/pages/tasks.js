@@ -1,7 +1,7 @@
 // A task looked up by id: status, deliveries, progress, result; followed live through the
 // broker's status events, and cancelled on request.
 
-import { authHeaders, enc } from "../api.js";
+import { ApiError, authHeaders, enc } from "../api.js";
 import { errorBox, fill, h } from "../dom.js";
 import { num } from "../format.js";
 import { can } from "../session.js";
@@ -31,6 +31,7 @@ export function sseEvents(buf) {
 // or null when the stream just ended.
 async function follow(page, id, onStatus) {
   const resp = await fetch(`/v1/tasks/${enc(id)}/events`, { headers: authHeaders(), signal: page.signal });
+  if (resp.status === 401) throw new ApiError(401, "unauthenticated", "the key was refused");
   if (!resp.ok || !resp.body) return `status events answered ${resp.status}`;
   const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
@@ -101,6 +102,10 @@ export async function taskPage(page, id) {
       problem = await follow(page, id, draw);
     } catch (e) {
       if (!page.alive) return;
+      if (e.status === 401) {
+        page.refused();
+        return;
+      }
       problem = e.message;
     }
     if (!page.alive) return;

@@ -1,7 +1,9 @@
 //! Schedules: `PUT / GET / DELETE /v1/schedules/{name}`, `GET /v1/schedules`,
-//! `POST /v1/schedules/{name}/pause | /resume | /trigger`. Changing a schedule needs the role
-//! that manages its queue; reading one needs a key that sees its queue. The scheduler that
-//! fires them runs in the broker (`crate::scheduler`).
+//! `POST /v1/schedules/{name}/pause | /resume | /trigger`. A schedule is a standing send:
+//! changing or triggering one needs a key that may both manage and send to its queue (the
+//! `admin` role); reading one shows its body, so it needs the role that may browse messages
+//! (`operator`, `admin`) and a key that covers its queue. The scheduler that fires them runs
+//! in the broker (`crate::scheduler`).
 
 use axum::Json;
 use axum::extract::State;
@@ -54,11 +56,18 @@ pub async fn put(
     name: SchedulePath,
     JsonBody(req): JsonBody<ScheduleRequest>,
 ) -> Result<(StatusCode, Json<ScheduleView>), ApiError> {
-    caller.allow_role(Action::ManageQueue)?;
+    allow_change(&caller, None)?;
     let spec = req.into_spec()?;
-    caller.allow(Action::ManageQueue, &spec.queue)?;
-    if let Ok(old) = st.store.get_schedule(&name.0).await {
-        caller.allow(Action::ManageQueue, &old.spec.queue)?;
+    allow_change(&caller, Some(&spec.queue))?;
+    match st.store.get_schedule(&name.0).await {
+        // Replacing a schedule of a queue the key does not cover is refused as if it were
+        // not there to see.
+        Ok(old) if !caller.sees(old.spec.queue.as_str()) => {
+            return Err(sluice_core::StoreError::ScheduleNotFound(name.0.to_string()).into());
+        }
+        Ok(old) => allow_change(&caller, Some(&old.spec.queue))?,
+        Err(sluice_core::StoreError::ScheduleNotFound(_)) => {}
+        Err(e) => return Err(e.into()),
     }
     let (s, created) = st.store.put_schedule(&name.0, spec).await?;
     let details = [
@@ -75,6 +84,21 @@ pub async fn put(
         StatusCode::OK
     };
     Ok((code, Json(view(&s))))
+}
+
+/// A schedule is a standing send: changing one, or triggering it, needs a key that may both
+/// manage its queue and send to it.
+fn allow_change(caller: &Caller, queue: Option<&sluice_core::QueueName>) -> Result<(), ApiError> {
+    match queue {
+        None => {
+            caller.allow_role(Action::ManageQueue)?;
+            caller.allow_role(Action::Send)
+        }
+        Some(q) => {
+            caller.allow(Action::ManageQueue, q)?;
+            caller.allow(Action::Send, q)
+        }
+    }
 }
 
 fn trigger_text(s: &Schedule) -> String {
@@ -95,7 +119,7 @@ pub async fn list(
     State(st): State<AppState>,
     caller: Caller,
 ) -> Result<Json<ScheduleList>, ApiError> {
-    caller.allow_role(Action::ReadQueue)?;
+    caller.allow_role(Action::Inspect)?;
     let all = st.store.list_schedules().await?;
     Ok(Json(ScheduleList {
         schedules: all
@@ -121,7 +145,7 @@ pub async fn get(
     caller: Caller,
     name: SchedulePath,
 ) -> Result<Json<ScheduleView>, ApiError> {
-    caller.allow_role(Action::ReadQueue)?;
+    caller.allow_role(Action::Inspect)?;
     Ok(Json(view(&visible(&st, &caller, &name).await?)))
 }
 
@@ -140,9 +164,9 @@ pub async fn delete(
     caller: Caller,
     name: SchedulePath,
 ) -> Result<StatusCode, ApiError> {
-    caller.allow_role(Action::ManageQueue)?;
+    allow_change(&caller, None)?;
     let s = visible(&st, &caller, &name).await?;
-    caller.allow(Action::ManageQueue, &s.spec.queue)?;
+    allow_change(&caller, Some(&s.spec.queue))?;
     st.store.delete_schedule(&name.0).await?;
     st.audit(
         &caller,
@@ -161,9 +185,9 @@ async fn set_paused(
     name: &SchedulePath,
     paused: bool,
 ) -> Result<Json<ScheduleView>, ApiError> {
-    caller.allow_role(Action::ManageQueue)?;
+    allow_change(caller, None)?;
     let mut s = visible(st, caller, name).await?;
-    caller.allow(Action::ManageQueue, &s.spec.queue)?;
+    allow_change(caller, Some(&s.spec.queue))?;
     s.spec.paused = paused;
     let (s, _) = st.store.put_schedule(&name.0, s.spec).await?;
     let action = if paused {
@@ -231,9 +255,9 @@ pub async fn trigger(
     caller: Caller,
     name: SchedulePath,
 ) -> Result<Json<TriggerAnswer>, ApiError> {
-    caller.allow_role(Action::ManageQueue)?;
+    allow_change(&caller, None)?;
     let s = visible(&st, &caller, &name).await?;
-    caller.allow(Action::ManageQueue, &s.spec.queue)?;
+    allow_change(&caller, Some(&s.spec.queue))?;
     let now = SystemClock.now();
     let sent = st
         .store
