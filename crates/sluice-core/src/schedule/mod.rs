@@ -201,18 +201,12 @@ pub enum FireOutcome {
     AlreadyFired,
 }
 
-/// Checks a spec's fields that need no trigger parsing.
+/// Checks a spec's message fields (the trigger, interval range included, is checked by
+/// `Trigger::parse`).
 ///
 /// # Errors
 /// `InvalidArgument` naming the field.
 pub fn validate_spec(spec: &ScheduleSpec) -> Result<(), StoreError> {
-    if let TriggerSpec::Every { every_ms } = spec.trigger
-        && !(MIN_EVERY_MS..=MAX_EVERY_MS).contains(&every_ms)
-    {
-        return Err(StoreError::invalid(format!(
-            "every_ms must be {MIN_EVERY_MS} to {MAX_EVERY_MS} milliseconds, got {every_ms}"
-        )));
-    }
     NewMessage {
         body: spec.body.clone(),
         attributes: spec.attributes.clone(),
