@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
 use crate::name::QueueName;
+use crate::push::{PushPatch, PushTarget};
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
@@ -125,6 +126,9 @@ pub struct QueueConfig {
     pub result_ttl: Duration,
     /// A paused queue accepts sends and delivers nothing.
     pub paused: bool,
+    /// Where the broker delivers this queue's messages itself, if anywhere.
+    #[serde(default)]
+    pub push: Option<PushTarget>,
 }
 
 impl QueueConfig {
@@ -145,6 +149,7 @@ impl QueueConfig {
             max_depth: None,
             result_ttl: HOUR,
             paused: false,
+            push: None,
         }
     }
 
@@ -183,6 +188,9 @@ impl QueueConfig {
             result_ttl,
             paused
         );
+        if let Some(push) = &patch.push {
+            c.push = push.as_ref().map(|p| p.resolve(self.push.as_ref()));
+        }
         c.validate(name)?;
         Ok(c)
     }
@@ -275,6 +283,9 @@ impl QueueConfig {
             Duration::ZERO,
             MAX_RESULT_TTL,
         )?;
+        if let Some(p) = &self.push {
+            p.validate()?;
+        }
         Ok(())
     }
 }
@@ -310,6 +321,7 @@ pub struct QueueConfigPatch {
     pub max_depth: Option<Option<u64>>,
     pub result_ttl: Option<Duration>,
     pub paused: Option<bool>,
+    pub push: Option<Option<PushPatch>>,
 }
 
 /// A queue as the store reports it.

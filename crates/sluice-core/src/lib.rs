@@ -19,6 +19,7 @@ pub mod human;
 pub mod lifecycle;
 pub mod message;
 pub mod name;
+pub mod push;
 pub mod rate;
 pub mod receipt;
 pub mod redrive;
@@ -38,6 +39,7 @@ pub use message::{
     Message, MessageId, MessageState, NewMessage, Progress,
 };
 pub use name::QueueName;
+pub use push::{PushTarget, PushVerdict};
 pub use receipt::Receipt;
 pub use redrive::{
     RedriveControl, RedriveFilter, RedriveGuard, RedriveId, RedriveJob, RedriveSpec, RedriveState,

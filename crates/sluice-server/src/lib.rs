@@ -20,6 +20,7 @@ mod frames;
 pub mod idempotency;
 pub mod metrics;
 pub mod origin;
+pub mod push;
 pub mod query;
 pub mod redrive;
 pub mod routes;
@@ -48,6 +49,9 @@ pub struct ServerOptions {
     /// Longest a request may take before it is answered 503 (default 60 s; must exceed the
     /// 30 s long-poll limit).
     pub request_timeout: Duration,
+    /// Whether queues may push over plain `http` to hosts that are not loopback (default
+    /// false: push targets must be `https`, or `http` on loopback).
+    pub push_allow_http: bool,
 }
 
 impl Default for ServerOptions {
@@ -56,6 +60,7 @@ impl Default for ServerOptions {
             keys: KeyRing::open(),
             max_body_bytes: extract::DEFAULT_BODY_LIMIT,
             request_timeout: Duration::from_secs(60),
+            push_allow_http: false,
         }
     }
 }
@@ -71,6 +76,8 @@ pub struct AppState {
     pub shutdown: Arc<watch::Sender<bool>>,
     /// Histograms this node observes, and the `/metrics` renderer.
     pub metrics: Arc<metrics::Metrics>,
+    /// Whether push targets may be plain `http` to any host.
+    pub push_allow_http: bool,
 }
 
 impl auth::HasKeys for AppState {
@@ -165,6 +172,7 @@ impl Broker {
             keys: Arc::new(options.keys.clone()),
             shutdown: Arc::new(tx),
             metrics: Arc::new(metrics::Metrics::default()),
+            push_allow_http: options.push_allow_http,
         };
         Broker {
             state,
@@ -210,6 +218,11 @@ impl Broker {
         let runner = tokio::spawn(redrive::run(self.state.store.clone(), tx.subscribe()));
         let sampler = tokio::spawn(sampler::run(self.state.store.clone(), tx.subscribe()));
         let scheduler = tokio::spawn(scheduler::run(self.state.store.clone(), tx.subscribe()));
+        let pusher = tokio::spawn(push::run(
+            self.state.clone(),
+            self.options.push_allow_http,
+            tx.subscribe(),
+        ));
         let frames = self.frames.map(|l| {
             tokio::spawn(frames::serve(
                 l,
@@ -236,6 +249,7 @@ impl Broker {
         let _ = runner.await;
         let _ = sampler.await;
         let _ = scheduler.await;
+        let _ = pusher.await;
         if let Some(f) = frames {
             let _ = f.await;
         }

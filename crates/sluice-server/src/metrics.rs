@@ -25,6 +25,15 @@ pub struct QueueLabel {
     pub queue: String,
 }
 
+/// Labels of the push request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PushLabel {
+    /// The queue whose target was called.
+    pub queue: String,
+    /// How the request ended (see [`PushOutcome`](crate::push::PushOutcome)).
+    pub outcome: &'static str,
+}
+
 /// Deliveries remembered for processing-time observations; beyond this the oldest are
 /// forgotten (their acks are then not observed).
 const REMEMBERED_DELIVERIES: usize = 100_000;
@@ -40,6 +49,8 @@ pub struct Metrics {
     processing: Family<QueueLabel, Histogram>,
     /// When each delivery this node handed out left it; ids are unique across queues.
     leased: Mutex<HashMap<MessageId, Instant>>,
+    push_requests: Family<PushLabel, Counter>,
+    push_latency: Family<QueueLabel, Histogram>,
 }
 
 impl Default for Metrics {
@@ -48,6 +59,11 @@ impl Default for Metrics {
             queue_wait: Family::new_with_constructor(seconds_histogram),
             processing: Family::new_with_constructor(seconds_histogram),
             leased: Mutex::new(HashMap::new()),
+            push_requests: Family::default(),
+            // 250 µs to about 2 minutes.
+            push_latency: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.00025, 2.0, 20))
+            }),
         }
     }
 }
@@ -93,6 +109,30 @@ impl Metrics {
         for t in since {
             processing.observe(t.elapsed().as_secs_f64());
         }
+    }
+
+    /// Counts one push request to `queue`'s target and observes how long it took.
+    pub fn pushed(&self, queue: &QueueName, outcome: crate::push::PushOutcome, seconds: f64) {
+        let q = queue.to_string();
+        self.push_requests
+            .get_or_create(&PushLabel {
+                queue: q.clone(),
+                outcome: outcome.as_str(),
+            })
+            .inc();
+        self.push_latency
+            .get_or_create(&QueueLabel { queue: q })
+            .observe(seconds);
+    }
+
+    /// Push requests to `queue`'s target this node made that ended with `outcome`.
+    pub fn push_count(&self, queue: &QueueName, outcome: crate::push::PushOutcome) -> u64 {
+        self.push_requests
+            .get_or_create(&PushLabel {
+                queue: queue.to_string(),
+                outcome: outcome.as_str(),
+            })
+            .get()
     }
 
     /// Forgets a delivery that ended another way (nack, reject, move).
@@ -173,6 +213,16 @@ impl Metrics {
             "processing_seconds",
             "Time from delivery to acknowledgement, as observed by this broker node",
             self.processing.clone(),
+        );
+        registry.register(
+            "push_requests",
+            "Push requests to queues' targets made by this broker node, by outcome",
+            self.push_requests.clone(),
+        );
+        registry.register(
+            "push_duration_seconds",
+            "Time from sending a push request to its answer (or its failure), as observed by this broker node",
+            self.push_latency.clone(),
         );
         for q in store.list_queues().await? {
             let Ok(s) = store.stats(&q.name).await else {

@@ -3,8 +3,11 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use std::collections::BTreeMap;
+
 use sluice_core::config::{QueueConfig, QueueConfigPatch, QueueInfo, RateLimit};
 use sluice_core::error::StoreError;
+use sluice_core::push::{ClientErrorAction, PushMethod, PushPatch, PushTarget};
 use sluice_core::time::rfc3339;
 
 use crate::convert::{as_ms, millis, opt_millis, present, queue_name};
@@ -17,6 +20,148 @@ pub struct RateLimitWire {
     pub limit: u32,
     /// The window, in milliseconds (100 ms – 24 h).
     pub period_ms: i64,
+}
+
+/// A push target as `PUT /v1/queues/{q}` takes it: the broker delivers the queue's messages
+/// to `url` itself. Only `url` is required.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PushTargetRequest {
+    /// The endpoint: `https`, or `http` on a loopback host (`localhost`, `127.0.0.0/8`,
+    /// `::1`) unless the broker is started with `--push-allow-http`. At most 2,048 bytes,
+    /// no credentials in it.
+    #[schema(max_length = 2048, example = "https://api.example.com/hooks/release")]
+    pub url: String,
+    /// `POST` (default), `PUT` or `PATCH`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = "^(POST|PUT|PATCH)$")]
+    pub method: Option<PushMethodWire>,
+    /// Extra request headers (at most 32; not `Host`, `Content-Length`, hop-by-hop headers
+    /// or any `Sluice-*` header; values visible ASCII, at most 4,096 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Request timeout, 100 ms – 5 min. Default 10 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 100, maximum = 300_000)]
+    pub timeout_ms: Option<i64>,
+    /// Most requests in flight from one broker node, 1 – 1,000. Default 16.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub concurrency: Option<u32>,
+    /// The HMAC-SHA256 signing key (16 – 512 bytes): requests then carry `Sluice-Signature`.
+    /// Absent keeps the current secret (views never show it); `null` removes it.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, min_length = 16, max_length = 512)]
+    pub secret: Option<Option<String>>,
+    /// What a 4xx answer other than 429 does: `reject` (dead-letter at once, default) or
+    /// `retry` (with backoff, like a 5xx).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = "^(reject|retry)$")]
+    pub on_client_error: Option<ClientErrorActionWire>,
+    /// Ignored: views carry it, so a queue's configuration read with `GET` can be written
+    /// back as it is. Whether requests are signed follows `secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed: Option<bool>,
+}
+
+/// The HTTP method of push requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum PushMethodWire {
+    /// `POST`.
+    Post,
+    /// `PUT`.
+    Put,
+    /// `PATCH`.
+    Patch,
+}
+
+/// What a 4xx answer other than 429 does to a pushed message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientErrorActionWire {
+    /// Dead-letter at once.
+    Reject,
+    /// Retry with backoff.
+    Retry,
+}
+
+impl PushTargetRequest {
+    fn to_patch(&self) -> Result<PushPatch, StoreError> {
+        let mut target = PushTarget::new(self.url.clone());
+        if let Some(m) = self.method {
+            target.method = match m {
+                PushMethodWire::Post => PushMethod::Post,
+                PushMethodWire::Put => PushMethod::Put,
+                PushMethodWire::Patch => PushMethod::Patch,
+            };
+        }
+        if let Some(h) = &self.headers {
+            target.headers = h.clone();
+        }
+        if let Some(t) = self.timeout_ms {
+            target.timeout = millis("push.timeout_ms", t)?;
+        }
+        if let Some(c) = self.concurrency {
+            target.concurrency = c;
+        }
+        if let Some(a) = self.on_client_error {
+            target.on_client_error = match a {
+                ClientErrorActionWire::Reject => ClientErrorAction::Reject,
+                ClientErrorActionWire::Retry => ClientErrorAction::Retry,
+            };
+        }
+        Ok(PushPatch {
+            target,
+            secret: self.secret.clone(),
+        })
+    }
+}
+
+/// A queue's push target as views show it: everything but the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PushTargetView {
+    /// The endpoint.
+    pub url: String,
+    /// The request method.
+    #[schema(value_type = String, pattern = "^(POST|PUT|PATCH)$")]
+    pub method: PushMethodWire,
+    /// Extra request headers.
+    pub headers: BTreeMap<String, String>,
+    /// Request timeout.
+    pub timeout_ms: u64,
+    /// Most requests in flight from one broker node.
+    pub concurrency: u32,
+    /// Whether requests are signed; the secret itself is never shown.
+    pub signed: bool,
+    /// What a 4xx answer other than 429 does.
+    #[schema(value_type = String, pattern = "^(reject|retry)$")]
+    pub on_client_error: ClientErrorActionWire,
+}
+
+impl From<&PushTarget> for PushTargetView {
+    fn from(t: &PushTarget) -> Self {
+        PushTargetView {
+            url: t.url.clone(),
+            method: match t.method {
+                PushMethod::Post => PushMethodWire::Post,
+                PushMethod::Put => PushMethodWire::Put,
+                PushMethod::Patch => PushMethodWire::Patch,
+            },
+            headers: t.headers.clone(),
+            timeout_ms: as_ms(t.timeout),
+            concurrency: t.concurrency,
+            signed: t.secret.is_some(),
+            on_client_error: match t.on_client_error {
+                ClientErrorAction::Reject => ClientErrorActionWire::Reject,
+                ClientErrorAction::Retry => ClientErrorActionWire::Retry,
+            },
+        }
+    }
 }
 
 /// `PUT /v1/queues/{q}`: every field optional; an absent field keeps its current value (or
@@ -89,6 +234,15 @@ pub struct QueueConfigRequest {
     /// A paused queue accepts sends and delivers nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// Deliver the queue's messages to an HTTP endpoint, or `null` to stop pushing. The
+    /// object replaces the current target whole (except an absent `secret`, which is kept).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<PushTargetRequest>)]
+    pub push: Option<Option<PushTargetRequest>>,
 }
 
 impl QueueConfigRequest {
@@ -127,6 +281,11 @@ impl QueueConfigRequest {
             max_depth: self.max_depth,
             result_ttl: opt_millis("result_ttl_ms", self.result_ttl_ms)?,
             paused: self.paused,
+            push: match &self.push {
+                None => None,
+                Some(None) => Some(None),
+                Some(Some(p)) => Some(Some(p.to_patch()?)),
+            },
         })
     }
 }
@@ -162,6 +321,8 @@ pub struct QueueConfigView {
     pub result_ttl_ms: u64,
     /// Paused.
     pub paused: bool,
+    /// The push target, or `null` when consumers receive.
+    pub push: Option<PushTargetView>,
 }
 
 impl From<&QueueConfig> for QueueConfigView {
@@ -184,6 +345,7 @@ impl From<&QueueConfig> for QueueConfigView {
             }),
             result_ttl_ms: as_ms(c.result_ttl),
             paused: c.paused,
+            push: c.push.as_ref().map(PushTargetView::from),
         }
     }
 }

@@ -9,6 +9,7 @@
 //! frames_listen = "0.0.0.0:7879"   # optional: the frame protocol
 //! data_dir = "/var/lib/sluice"
 //! # sync_interval = "100ms"       # relaxed durability (see `sluice serve --help`)
+//! # push_allow_http = true         # push targets may be plain http off loopback
 //! # or, for several broker nodes sharing one database:
 //! # store = "postgres://sluice@db.internal:5432/sluice"
 //!
@@ -50,6 +51,8 @@ pub struct FileConfig {
     pub store: Option<String>,
     /// This node's name among broker nodes sharing a PostgreSQL database.
     pub node_id: Option<String>,
+    /// Let queues push over plain `http` to hosts that are not loopback.
+    pub push_allow_http: Option<bool>,
     /// Queues to create or update at start-up.
     #[serde(default)]
     pub queues: Vec<toml::Table>,

@@ -54,6 +54,11 @@ pub struct ServeArgs {
     /// A node restarted under the same name resumes its redrive jobs at once.
     #[arg(long, env = "SLUICE_NODE_ID", value_name = "NAME")]
     node_id: Option<String>,
+    /// Let queues push to plain `http` URLs on hosts that are not loopback (by default a
+    /// push target must be `https`, or `http` on `localhost`, `127.0.0.0/8` or `::1`). For a
+    /// network you trust, or a TLS-terminating proxy beside the broker.
+    #[arg(long, env = "SLUICE_PUSH_ALLOW_HTTP")]
+    push_allow_http: bool,
 }
 
 /// Which engine `--store` names.
@@ -195,11 +200,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Arc::new(store)
         }
     };
+    let push_allow_http = args.push_allow_http || file.push_allow_http.unwrap_or(false);
     for q in &queues {
         let patch = q
             .config
             .to_patch()
             .with_context(|| format!("[[queues]] {}", q.name))?;
+        if let Some(Some(p)) = &patch.push
+            && !sluice_server::push::allowed(&p.target, push_allow_http)
+        {
+            bail!(
+                "[[queues]] {}: push.url \"{}\" is plain http to a host that is not loopback; \
+                 use https, or set push_allow_http = true (--push-allow-http) when the network \
+                 in between is trusted",
+                q.name,
+                p.target.url
+            );
+        }
         let out = store
             .put_queue(&q.name, &patch)
             .await
@@ -212,6 +229,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     let options = ServerOptions {
         keys,
+        push_allow_http,
         ..ServerOptions::default()
     };
     if options.keys.is_empty() {

@@ -159,6 +159,59 @@ fn queue_lifecycle() {
     ok(u, &["send", "jobs", "b"]);
     assert!(ok(u, &["queue", "purge", "jobs", "--yes"]).contains("purged 2 messages"));
 
+    // A push target, shown without its secret, and removed.
+    ok(
+        u,
+        &[
+            "queue",
+            "update",
+            "jobs",
+            "--paused",
+            "--push",
+            "http://127.0.0.1:9/hook",
+            "--push-timeout",
+            "2s",
+            "--push-secret",
+            "0123456789abcdef",
+            "--push-header",
+            "Authorization: Bearer x",
+            "--push-method",
+            "put",
+        ],
+    );
+    let shown = ok(u, &["queue", "show", "jobs"]);
+    assert!(
+        shown.contains("PUT http://127.0.0.1:9/hook (timeout 2s, concurrency 16, signed)"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("0123456789abcdef"),
+        "the secret is never shown: {shown}"
+    );
+    let c = json(u, &["queue", "show", "jobs"])["config"].clone();
+    assert_eq!(c["push"]["headers"]["Authorization"], "Bearer x");
+    let err = fails(
+        u,
+        &["queue", "update", "jobs", "--push", "http://example.com/"],
+        7,
+    );
+    assert!(err.contains("--push-allow-http"), "{err}");
+    ok(
+        u,
+        &[
+            "queue",
+            "update",
+            "jobs",
+            "--push",
+            "none",
+            "--paused=false",
+        ],
+    );
+    assert_eq!(
+        json(u, &["queue", "show", "jobs"])["config"]["push"],
+        Value::Null
+    );
+
     // Updating a missing queue does not create it.
     fails(u, &["queue", "update", "nope", "--visibility", "5s"], 3);
     fails(u, &["queue", "show", "nope"], 3);

@@ -45,6 +45,17 @@ pub async fn put_queue(
     if let Some(Some(dlq)) = &patch.dead_letter_queue {
         caller.allow(Action::ManageQueue, dlq)?;
     }
+    if let Some(Some(push)) = &patch.push {
+        push.target.validate()?;
+        if !crate::push::allowed(&push.target, st.push_allow_http) {
+            return Err(sluice_core::StoreError::invalid(format!(
+                "push.url \"{}\" is plain http to a host that is not loopback: use https, or \
+                 start the broker with --push-allow-http when the network in between is trusted",
+                push.target.url
+            ))
+            .into());
+        }
+    }
     let out = if create_only {
         st.store.create_queue(&q, &patch).await?
     } else {
@@ -55,8 +66,15 @@ pub async fn put_queue(
     } else {
         "queue.update"
     };
-    // The change as the caller wrote it: the fields of the request, as JSON.
-    let change = serde_json::to_string(&req).unwrap_or_default();
+    // The change as the caller wrote it: the fields of the request, as JSON, without the
+    // push secret.
+    let mut shown = req.clone();
+    if let Some(Some(p)) = &mut shown.push
+        && let Some(Some(secret)) = &mut p.secret
+    {
+        *secret = "(redacted)".to_owned();
+    }
+    let change = serde_json::to_string(&shown).unwrap_or_default();
     st.audit(&caller, action, Some(&q), None, &[("change", change)])
         .await;
     let mut view = QueueView::from(&out.queue);

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use clap::Args;
 use sluice_core::{Clock, SystemClock, Timestamp};
-use sluice_wire::{QueueConfigRequest, RateLimitWire};
+use sluice_wire::{
+    ClientErrorActionWire, PushMethodWire, PushTargetRequest, QueueConfigRequest, RateLimitWire,
+};
 
 pub use sluice_core::human::{fmt_ms, parse_duration};
 
@@ -253,6 +255,59 @@ pub struct QueueConfigArgs {
     /// Pause deliveries (`--paused=false` resumes).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub paused: Option<bool>,
+    /// Deliver the queue's messages to this endpoint (https, or http on loopback); `none`
+    /// stops pushing. The target is replaced whole: give its other --push-* flags with it.
+    #[arg(long, value_name = "URL")]
+    pub push: Option<String>,
+    /// Push request timeout, e.g. 10s (100ms – 5m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "push")]
+    pub push_timeout: Option<Duration>,
+    /// Most push requests in flight per broker node (1 – 1000) [default: 16].
+    #[arg(long, value_name = "N", requires = "push")]
+    pub push_concurrency: Option<u32>,
+    /// The HMAC-SHA256 key push requests are signed with (16 – 512 bytes); `none` removes
+    /// it. Without the flag the current key is kept.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "SLUICE_PUSH_SECRET",
+        hide_env_values = true,
+        requires = "push"
+    )]
+    pub push_secret: Option<String>,
+    /// An extra push request header, `Name: value` (repeatable).
+    #[arg(long, value_name = "HEADER", requires = "push", value_parser = parse_header)]
+    pub push_header: Vec<(String, String)>,
+    /// Push request method: POST (default), PUT or PATCH.
+    #[arg(long, value_name = "METHOD", requires = "push", value_parser = parse_method)]
+    pub push_method: Option<PushMethodWire>,
+    /// What a 4xx answer other than 429 does: `reject` (dead-letter, default) or `retry`.
+    #[arg(long, value_name = "ACTION", requires = "push", value_parser = parse_client_error)]
+    pub push_on_client_error: Option<ClientErrorActionWire>,
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once(':')
+        .ok_or_else(|| format!("\"{s}\" is not a header: write it as `Name: value`"))?;
+    Ok((k.trim().to_owned(), v.trim().to_owned()))
+}
+
+fn parse_method(s: &str) -> Result<PushMethodWire, String> {
+    match s.to_ascii_uppercase().as_str() {
+        "POST" => Ok(PushMethodWire::Post),
+        "PUT" => Ok(PushMethodWire::Put),
+        "PATCH" => Ok(PushMethodWire::Patch),
+        _ => Err(format!("\"{s}\" is not a push method: POST, PUT or PATCH")),
+    }
+}
+
+fn parse_client_error(s: &str) -> Result<ClientErrorActionWire, String> {
+    match s {
+        "reject" => Ok(ClientErrorActionWire::Reject),
+        "retry" => Ok(ClientErrorActionWire::Retry),
+        _ => Err(format!("\"{s}\" is not an action: reject or retry")),
+    }
 }
 
 fn ms(d: Duration) -> i64 {
@@ -281,6 +336,22 @@ impl QueueConfigArgs {
             rate_limit: self.rate_limit.map(Setting::into_option),
             result_ttl_ms: self.result_ttl.map(ms),
             paused: self.paused,
+            push: self.push.as_ref().map(|url| {
+                (!url.trim().eq_ignore_ascii_case("none")).then(|| PushTargetRequest {
+                    url: url.clone(),
+                    method: self.push_method,
+                    headers: (!self.push_header.is_empty())
+                        .then(|| self.push_header.iter().cloned().collect()),
+                    timeout_ms: self.push_timeout.map(ms),
+                    concurrency: self.push_concurrency,
+                    secret: self
+                        .push_secret
+                        .as_ref()
+                        .map(|s| (!s.eq_ignore_ascii_case("none")).then(|| s.clone())),
+                    on_client_error: self.push_on_client_error,
+                    signed: None,
+                })
+            }),
         }
     }
 }

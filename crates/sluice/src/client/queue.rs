@@ -304,5 +304,21 @@ fn show(q: &QueueView) {
         ("max_depth", or_dash(c.max_depth)),
         ("result_ttl", fmt_ms(c.result_ttl_ms)),
         ("paused", c.paused.to_string()),
+        (
+            "push",
+            or_dash(c.push.as_ref().map(|p| {
+                format!(
+                    "{} {} (timeout {}, concurrency {}, {})",
+                    serde_json::to_value(p.method)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    p.url,
+                    fmt_ms(p.timeout_ms),
+                    p.concurrency,
+                    if p.signed { "signed" } else { "unsigned" }
+                )
+            })),
+        ),
     ]);
 }

@@ -1,0 +1,199 @@
+//! Push delivery through the real `sluice serve`: a `kill -9` in the middle of pushing loses
+//! nothing (the leases run out and the messages are pushed again), and two nodes on one
+//! PostgreSQL database push each message once.
+
+use std::collections::{HashMap, HashSet};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+use sluice_testkit::postgres;
+
+mod common;
+
+/// A local endpoint that counts each message id it is called with, answering 204 after
+/// `delay`.
+#[derive(Clone)]
+struct Endpoint {
+    seen: Arc<Mutex<HashMap<String, u32>>>,
+    delay: Duration,
+}
+
+impl Endpoint {
+    async fn start(delay: Duration) -> (Self, String) {
+        let me = Endpoint {
+            seen: Arc::default(),
+            delay,
+        };
+        let ep = me.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap| {
+                let ep = ep.clone();
+                async move {
+                    tokio::time::sleep(ep.delay).await;
+                    let id = headers
+                        .get("sluice-message-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned();
+                    *ep.seen.lock().expect("lock").entry(id).or_default() += 1;
+                    StatusCode::NO_CONTENT
+                }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/hook", l.local_addr().expect("address"));
+        tokio::spawn(async move { axum::serve(l, app).await });
+        (me, url)
+    }
+
+    fn seen(&self) -> HashMap<String, u32> {
+        self.seen.lock().expect("lock").clone()
+    }
+}
+
+async fn call(
+    c: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Option<Value>,
+) -> Value {
+    let mut req = c.request(method, &url);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap_or_else(|e| panic!("{url}: {e}"));
+    let status = resp.status();
+    let text = resp.text().await.expect("answer");
+    assert!(status.is_success(), "{url}: {status} {text}");
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+/// Sends `n` messages to `queue` in one batch and returns their ids.
+async fn send(c: &reqwest::Client, url: &str, queue: &str, n: usize) -> Vec<String> {
+    let msgs: Vec<Value> = (0..n).map(|i| json!({"body": {"n": i}})).collect();
+    let v = call(
+        c,
+        reqwest::Method::POST,
+        format!("{url}/v1/queues/{queue}/messages"),
+        Some(json!({"messages": msgs})),
+    )
+    .await;
+    v["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|i| i.as_str().expect("id").to_owned())
+        .collect()
+}
+
+async fn settled(c: &reqwest::Client, url: &str, queue: &str) -> bool {
+    let s = call(
+        c,
+        reqwest::Method::GET,
+        format!("{url}/v1/queues/{queue}/stats"),
+        None,
+    )
+    .await;
+    s["visible"] == 0 && s["in_flight"] == 0 && s["delayed"] == 0
+}
+
+#[tokio::test]
+async fn a_kill_9_mid_push_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let c = reqwest::Client::new();
+    let (ep, hook) = Endpoint::start(Duration::from_millis(200)).await;
+    let (mut first, url) = common::serve(&data, Stdio::null());
+    call(
+        &c,
+        reqwest::Method::PUT,
+        format!("{url}/v1/queues/hooks"),
+        Some(json!({"paused": true, "push": {"url": hook, "timeout_ms": 1000, "concurrency": 8}})),
+    )
+    .await;
+    let ids = send(&c, &url, "hooks", 100).await;
+    call(
+        &c,
+        reqwest::Method::PUT,
+        format!("{url}/v1/queues/hooks"),
+        Some(json!({"paused": false})),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ep.seen().len() < 20 {
+        assert!(Instant::now() < deadline, "pushing began");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill().expect("SIGKILL");
+    first.wait().expect("reaped");
+    let before = ep.seen().len();
+    assert!(before < 100, "killed in the middle: {before} pushed");
+
+    let (_second, url) = common::serve(&data, Stdio::null());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(ep.seen().len() == 100 && settled(&c, &url, "hooks").await) {
+        assert!(
+            Instant::now() < deadline,
+            "every message pushed after the restart: {} of 100",
+            ep.seen().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = ep.seen();
+    let want: HashSet<&String> = ids.iter().collect();
+    let got: HashSet<&String> = seen.keys().collect();
+    assert_eq!(got, want, "every message pushed, none other");
+    let twice = seen.values().filter(|n| **n > 1).count();
+    assert!(
+        twice <= 8,
+        "only what was in flight at the kill is pushed again: {twice}"
+    );
+    let dlq = call(
+        &c,
+        reqwest::Method::GET,
+        format!("{url}/v1/queues/hooks.dlq/stats"),
+        None,
+    )
+    .await;
+    assert_eq!(dlq["visible"], 0, "{dlq}");
+}
+
+#[tokio::test]
+async fn two_nodes_on_one_database_push_each_message_once() {
+    if !postgres::available().await {
+        return;
+    }
+    let schema = postgres::unique_schema("push");
+    let _drop = postgres::SchemaGuard::new(schema.clone());
+    let store = format!("{}?schema={schema}", postgres::url());
+    let (_a, url_a) = common::serve_store(&store, Stdio::null());
+    let (_b, url_b) = common::serve_store(&store, Stdio::null());
+    let c = reqwest::Client::new();
+    let (ep, hook) = Endpoint::start(Duration::from_millis(2)).await;
+    call(
+        &c,
+        reqwest::Method::PUT,
+        format!("{url_a}/v1/queues/hooks"),
+        Some(json!({"push": {"url": hook, "concurrency": 4}})),
+    )
+    .await;
+    let ids = send(&c, &url_b, "hooks", 200).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(ep.seen().len() == 200 && settled(&c, &url_a, "hooks").await) {
+        assert!(
+            Instant::now() < deadline,
+            "all pushed: {} of 200",
+            ep.seen().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = ep.seen();
+    assert_eq!(seen.len(), ids.len());
+    assert!(seen.values().all(|n| *n == 1), "each message pushed once");
+}
