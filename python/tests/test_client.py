@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
@@ -532,3 +533,46 @@ def test_schedules_put_read_pause_trigger_and_delete(client: sluice.Client, queu
     with pytest.raises(ApiError) as e:
         client.get_schedule("py-nightly")
     assert e.value.status == 404
+
+
+def test_a_push_target_receives_signed_messages(client: sluice.Client, queue: str) -> None:
+    import http.server
+
+    from sluice.push import sign, verify_signature
+
+    secret = "whsec_0123456789abcdef"
+    assert sign(secret, 1_700_000_000, b"hello") == (
+        "t=1700000000,v1=7ac1317c3d3d81aaba6ea9f6ffd14ea5a3b1e5a92af3ce7f7a5148d9a909015d"
+    ), "the same signature the broker computes"
+    seen = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (the standard library's name)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.headers, body))
+            ok = verify_signature(secret, self.headers.get("Sluice-Signature"), body)
+            self.send_response(204 if ok else 401)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        q = client.put_queue(queue, push={"url": url, "secret": secret})
+        assert q.config.push is not None and q.config.push["signed"] is True
+        assert "secret" not in q.config.push
+        sent = client.send(queue, {"reservation": 42})
+        deadline = time.monotonic() + 20
+        while client.get_message(sent.id).state != "completed":
+            assert time.monotonic() < deadline, "pushed and acknowledged"
+            time.sleep(0.05)
+        headers, body = seen[0]
+        assert json.loads(body) == {"reservation": 42}
+        assert headers["Sluice-Message-Id"] == sent.id
+        assert not verify_signature("another secret!!", headers["Sluice-Signature"], body)
+        assert client.put_queue(queue, push=sluice.CLEAR).config.push is None
+    finally:
+        server.shutdown()

@@ -26,6 +26,7 @@
 
 mod frames;
 mod http;
+mod push;
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
@@ -130,6 +131,12 @@ pub struct BenchArgs {
     /// Print the report as JSON (and no progress line).
     #[arg(long)]
     json: bool,
+    /// Measure push delivery instead of consumers: serve a 204 endpoint on loopback, make it
+    /// the queue's push target with --consumers as its concurrency, send --messages (default
+    /// 20,000) up front while the queue is paused, then time how fast the broker pushes them
+    /// all. The broker must run on this machine (the endpoint listens on 127.0.0.1).
+    #[arg(long, conflicts_with_all = ["frames", "rate"])]
+    push: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -549,6 +556,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    if args.push {
+        return push::bench(args).await;
+    }
     let base = args.url.trim_end_matches('/').to_owned();
     let parsed = reqwest::Url::parse(&base).with_context(|| {
         format!(
@@ -690,7 +700,11 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 /// Checks the broker answers, creates the queue if missing and purges it.
-async fn prepare(client: &reqwest::Client, base: &str, args: &BenchArgs) -> anyhow::Result<()> {
+pub(crate) async fn prepare(
+    client: &reqwest::Client,
+    base: &str,
+    args: &BenchArgs,
+) -> anyhow::Result<()> {
     let auth = |r: reqwest::RequestBuilder| match &args.token {
         Some(t) => r.bearer_auth(t),
         None => r,
@@ -728,7 +742,7 @@ async fn prepare(client: &reqwest::Client, base: &str, args: &BenchArgs) -> anyh
     Ok(())
 }
 
-async fn check(resp: reqwest::Response, what: &str) -> anyhow::Result<()> {
+pub(crate) async fn check(resp: reqwest::Response, what: &str) -> anyhow::Result<()> {
     let status = resp.status();
     if status.is_success() {
         return Ok(());

@@ -144,6 +144,9 @@ class QueueSettings:
     rate_limit: Any = None
     result_ttl: Optional[float] = None
     paused: Optional[bool] = None
+    push: Any = None
+    """A push target as the API takes it (``{"url": ..., "secret": ..., "timeout_ms": ...}``),
+    or :data:`CLEAR` to stop pushing."""
 
     def to_wire(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -168,6 +171,12 @@ class QueueSettings:
             out["rate_limit"] = self.rate_limit.to_wire()
         elif self.rate_limit is not None:
             raise InvalidInput("rate_limit must be a RateLimit(limit, period_seconds) or CLEAR")
+        if self.push is CLEAR:
+            out["push"] = None
+        elif isinstance(self.push, dict):
+            out["push"] = dict(self.push)
+        elif self.push is not None:
+            raise InvalidInput('push must be a dict like {"url": "https://..."} or CLEAR')
         return out
 
 

@@ -173,6 +173,8 @@ class QueueConfig:
     rate_limit: Optional[RateLimit]
     result_ttl: float
     paused: bool
+    push: Optional[Dict[str, Any]] = None
+    """The push target (without its secret: ``signed`` says whether there is one), or None."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "QueueConfig":
@@ -192,6 +194,7 @@ class QueueConfig:
             rate_limit=RateLimit.from_wire(rl) if rl else None,
             result_ttl=d["result_ttl_ms"] / 1000.0,
             paused=bool(d.get("paused", False)),
+            push=d.get("push"),
         )
 
 
