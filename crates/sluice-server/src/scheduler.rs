@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use sluice_core::schedule::{Schedule, ScheduleName, Trigger, TriggerSpec};
 use sluice_core::store::{ScheduleStep, StepOutcome};
 use sluice_core::{Clock, Store, StoreError, SystemClock, Timestamp};
@@ -21,6 +22,8 @@ pub const TICK: Duration = Duration::from_millis(250);
 /// Most steps one schedule takes in one tick: a long catch-up goes on at the next tick, so
 /// one schedule cannot hold the others back.
 pub const MAX_STEPS_PER_TURN: usize = 100;
+/// Most schedules taking their turn at once.
+const CONCURRENT_TURNS: usize = 64;
 /// How long a schedule whose step failed is left alone before it is tried again.
 const FAILED_PAUSE: Duration = Duration::from_secs(5);
 
@@ -141,15 +144,27 @@ pub async fn run(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
                 triggers.keep(&list.iter().map(|s| &s.name).collect::<Vec<_>>());
                 let now = tokio::time::Instant::now();
                 resting.retain(|_, until| *until > now);
-                for s in &list {
-                    if resting.contains_key(&s.name) {
-                        continue;
-                    }
-                    let Some(trigger) = triggers.of(s) else {
-                        continue;
-                    };
-                    match turn(store.as_ref(), s, trigger, SystemClock.now()).await {
-                        Ok(t) => report(store.as_ref(), s, &t, &mut told_missing).await,
+                let due: Vec<(Schedule, Trigger)> = list
+                    .iter()
+                    .filter(|s| !s.spec.paused && !resting.contains_key(&s.name))
+                    .filter_map(|s| Some((s.clone(), triggers.of(s)?.clone())))
+                    .collect();
+                // Schedules take their turns side by side, so that their writes share the
+                // store's syncs; one schedule's steps stay in order within its turn.
+                let turns: Vec<_> = futures::stream::iter(due)
+                    .map(|(s, trigger)| {
+                        let store = store.clone();
+                        async move {
+                            let r = turn(store.as_ref(), &s, &trigger, SystemClock.now()).await;
+                            (s, r)
+                        }
+                    })
+                    .buffer_unordered(CONCURRENT_TURNS)
+                    .collect()
+                    .await;
+                for (s, result) in turns {
+                    match result {
+                        Ok(t) => report(store.as_ref(), &s, &t, &mut told_missing).await,
                         Err(e) => {
                             tracing::warn!(schedule = %s.name, error = %e, "a schedule's firing failed; trying it again in 5 s");
                             resting.insert(s.name.clone(), now + FAILED_PAUSE);
