@@ -7,7 +7,7 @@
 //! A step another broker applied first comes back `Stale` and this broker moves on to the
 //! next schedule: the other one has it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ pub const TICK: Duration = Duration::from_millis(250);
 /// one schedule cannot hold the others back.
 pub const MAX_STEPS_PER_TURN: usize = 100;
 /// Most schedules taking their turn at once.
-const CONCURRENT_TURNS: usize = 64;
+const CONCURRENT_TURNS: usize = 256;
 /// How long a schedule whose step failed is left alone before it is tried again.
 const FAILED_PAUSE: Duration = Duration::from_secs(5);
 
@@ -47,8 +47,8 @@ impl Triggers {
     }
 
     /// Forgets schedules that are gone.
-    fn keep(&mut self, names: &[&ScheduleName]) {
-        self.0.retain(|n, _| names.contains(&n));
+    fn keep(&mut self, names: &HashSet<&ScheduleName>) {
+        self.0.retain(|n, _| names.contains(n));
     }
 }
 
@@ -141,7 +141,7 @@ pub async fn run(store: Arc<dyn Store>, mut shutdown: watch::Receiver<bool>) {
                 if std::mem::take(&mut failing) {
                     tracing::info!("schedules can be listed again");
                 }
-                triggers.keep(&list.iter().map(|s| &s.name).collect::<Vec<_>>());
+                triggers.keep(&list.iter().map(|s| &s.name).collect());
                 let now = tokio::time::Instant::now();
                 resting.retain(|_, until| *until > now);
                 let due: Vec<(Schedule, Trigger)> = list
