@@ -89,6 +89,12 @@ pub struct QueueConfigRequest {
     /// A paused queue accepts sends and delivers nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// How many messages of one FIFO message group may be in flight at once, 1 – 1000: the
+    /// group's first this many waiting messages, in send order. Default 1 (strict order).
+    /// Messages without a group are not limited by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub max_in_flight_per_group: Option<u32>,
 }
 
 impl QueueConfigRequest {
@@ -127,6 +133,7 @@ impl QueueConfigRequest {
             max_depth: self.max_depth,
             result_ttl: opt_millis("result_ttl_ms", self.result_ttl_ms)?,
             paused: self.paused,
+            max_in_flight_per_group: self.max_in_flight_per_group,
         })
     }
 }
@@ -162,6 +169,15 @@ pub struct QueueConfigView {
     pub result_ttl_ms: u64,
     /// Paused.
     pub paused: bool,
+    /// Messages of one FIFO message group that may be in flight at once (1 – 1000).
+    #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1000, default = 1)]
+    pub max_in_flight_per_group: u32,
+}
+
+/// What a view from a broker without FIFO groups means: one at a time.
+fn one() -> u32 {
+    sluice_core::config::DEFAULT_IN_FLIGHT_PER_GROUP
 }
 
 impl From<&QueueConfig> for QueueConfigView {
@@ -184,6 +200,7 @@ impl From<&QueueConfig> for QueueConfigView {
             }),
             result_ttl_ms: as_ms(c.result_ttl),
             paused: c.paused,
+            max_in_flight_per_group: c.max_in_flight_per_group,
         }
     }
 }

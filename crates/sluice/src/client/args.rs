@@ -253,6 +253,10 @@ pub struct QueueConfigArgs {
     /// Pause deliveries (`--paused=false` resumes).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub paused: Option<bool>,
+    /// Messages of one FIFO message group that may be in flight at once (1 – 1000;
+    /// default 1: strict send order).
+    #[arg(long, value_name = "N")]
+    pub max_in_flight_per_group: Option<u32>,
 }
 
 fn ms(d: Duration) -> i64 {
@@ -281,6 +285,7 @@ impl QueueConfigArgs {
             rate_limit: self.rate_limit.map(Setting::into_option),
             result_ttl_ms: self.result_ttl.map(ms),
             paused: self.paused,
+            max_in_flight_per_group: self.max_in_flight_per_group,
         }
     }
 }
