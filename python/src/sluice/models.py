@@ -173,6 +173,7 @@ class QueueConfig:
     rate_limit: Optional[RateLimit]
     result_ttl: float
     paused: bool
+    max_in_flight_per_group: int = 1
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "QueueConfig":
@@ -192,6 +193,7 @@ class QueueConfig:
             rate_limit=RateLimit.from_wire(rl) if rl else None,
             result_ttl=d["result_ttl_ms"] / 1000.0,
             paused=bool(d.get("paused", False)),
+            max_in_flight_per_group=int(d.get("max_in_flight_per_group", 1)),
         )
 
 
@@ -240,6 +242,8 @@ class Delivery:
     enqueued_at: str
     last_error: Optional[str]
     lease_deadline: str
+    group: Optional[str] = None
+    """Its FIFO message group, if it was sent with one."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Delivery":
@@ -255,6 +259,7 @@ class Delivery:
             enqueued_at=d["enqueued_at"],
             last_error=d.get("last_error"),
             lease_deadline=d.get("lease_deadline", ""),
+            group=d.get("group"),
         )
 
 
@@ -342,6 +347,8 @@ class Message:
     dead_lettered: bool = False
     """True while it sits in a dead-letter queue (``queue``); ``state`` is then its state
     there (usually ``visible``) and ``dead_letter_reason`` says why."""
+    group: Optional[str] = None
+    """Its FIFO message group, if it was sent with one (kept in a dead-letter queue)."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Message":
@@ -373,6 +380,7 @@ class Message:
             visible_at=d.get("visible_at"),
             entered_at=d.get("entered_at"),
             dead_lettered=bool(d.get("dead_lettered", False)),
+            group=d.get("group"),
         )
 
 
