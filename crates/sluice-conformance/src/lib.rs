@@ -178,6 +178,7 @@ macro_rules! __sluice_conformance_cases {
             group_delayed_head_blocks_group,
             group_order_and_leases_survive_restart,
             group_redrive_rejoins_at_the_end,
+            group_long_poll_wakes_when_the_group_moves_on,
             group_names_are_checked_and_unsupported_engines_refuse,
             group_model_random_sequences,
             model_equivalence,

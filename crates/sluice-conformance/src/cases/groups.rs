@@ -436,6 +436,49 @@ pub async fn group_redrive_rejoins_at_the_end(h: &dyn Harness) {
     only(e.recv(&q, 10).await, ids[0], "a1 last");
 }
 
+/// A long-polling receive waiting on a group that is busy wakes when the group moves on (here
+/// an ack of its front), not only at its next periodic look.
+pub async fn group_long_poll_wakes_when_the_group_moves_on(h: &dyn Harness) {
+    let e = env(h).await;
+    if !supported(&e, "group_long_poll_wakes_when_the_group_moves_on") {
+        return;
+    }
+    let q = e.queue("fifo-poll", QueueConfigPatch::default()).await;
+    e.send(&q, grouped("a1", "a")).await;
+    let a2 = e.send(&q, grouped("a2", "a")).await.id;
+    let front = e.recv_one(&q).await;
+    let store = Arc::clone(&e.store);
+    let q2 = q.clone();
+    let waiter = tokio::spawn(async move {
+        store
+            .receive(
+                &q2,
+                ReceiveRequest {
+                    max: 1,
+                    wait: secs(10),
+                    ..Default::default()
+                },
+            )
+            .await
+    });
+    // Soon after the receive started waiting: its next periodic look is most of a second away.
+    tokio::time::sleep(ms(100)).await;
+    let acked = Instant::now();
+    e.ack(&q, front.receipt).await.expect("ack a1");
+    let ds = tokio::time::timeout(secs(8), waiter)
+        .await
+        .expect("the long poll did not return after its group moved on")
+        .expect("receive task")
+        .expect("receive");
+    let took = acked.elapsed();
+    assert_eq!(order_of(&ds), vec![a2]);
+    // Engines re-check a waiting receive about once a second; a wake comes well before.
+    assert!(
+        took < ms(500),
+        "the long poll woke {took:?} after the ack; the group moving on must wake it"
+    );
+}
+
 /// Group names are 1–128 characters without control characters; an engine that keeps no
 /// groups refuses a grouped send and a `max_in_flight_per_group` other than 1 rather than
 /// ignore them.

@@ -40,7 +40,8 @@ fn in_front(line: &BTreeSet<(u64, u64)>, key: (u64, u64), n: usize) -> bool {
     line.range(..key).nth(n - 1).is_none()
 }
 
-/// Makes a parked member deliverable.
+/// Makes a parked member deliverable, and wakes the queue's long-polling receives: whatever
+/// let the group move on (an ack, a dead-lettering, a move) does not wake them itself.
 fn unpark(q: &mut QueueState, msgs: &mut HashMap<u64, Msg>, id: u64) {
     if let Some(m) = msgs.get_mut(&id)
         && m.slot() == Slot::Parked
@@ -48,6 +49,7 @@ fn unpark(q: &mut QueueState, msgs: &mut HashMap<u64, Msg>, id: u64) {
         q.parked.remove(&(m.at, id));
         q.ready.insert((m.at, id));
         m.set_slot(Slot::Ready);
+        q.notify.notify_waiters();
     }
 }
 
