@@ -304,9 +304,7 @@ fn show(q: &QueueView) {
         ("max_depth", or_dash(c.max_depth)),
         ("result_ttl", fmt_ms(c.result_ttl_ms)),
         ("paused", c.paused.to_string()),
-        (
-            "max_in_flight_per_group",
-            c.max_in_flight_per_group.to_string(),
-        ),
+        // max_in_flight_per_group, short enough to keep the column's width.
+        ("group_in_flight", c.max_in_flight_per_group.to_string()),
     ]);
 }
