@@ -144,6 +144,29 @@ def test_batch_dedup_delay_and_idempotency(client: sluice.Client, queue: str) ->
     assert [m.body for m in delayed.messages] == [b"\x01"]
 
 
+def test_fifo_groups_deliver_in_send_order(client: sluice.Client, queue: str) -> None:
+    q = client.put_queue(queue, max_in_flight_per_group=1)
+    assert q.config.max_in_flight_per_group == 1
+    a1 = client.send(queue, "a1", group="a").id
+    a2 = client.send_text(queue, "a2", group="a").id
+    b1, u1 = client.send_batch(queue, [sluice.OutMessage("b1", group="b"), "u1"])
+    task = client.enqueue(queue, "t", [], group="a")
+    got = client.receive(queue, max=10, wait=1)
+    assert sorted(d.id for d in got) == sorted([a1, b1.id, u1.id])
+    by_id = {d.id: d for d in got}
+    assert by_id[a1].group == "a" and by_id[u1.id].group is None
+    assert client.get_message(a2).group == "a"
+    assert client.receive(queue, max=10) == []
+    client.ack(queue, by_id[a1].receipt)
+    nxt = client.receive(queue, max=10)
+    assert [d.id for d in nxt] == [a2] and nxt[0].body == "a2"
+    client.ack(queue, nxt[0].receipt)
+    assert [d.id for d in client.receive(queue, max=10)] == [task]
+    with pytest.raises(ApiError) as e:
+        client.send(queue, 1, group="")
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT and "group" in e.value.message
+
+
 def test_non_json_values_fail_at_enqueue_and_nothing_is_sent(client: sluice.Client, queue: str) -> None:
     client.put_queue(queue)
     for args in ([math.nan], [math.inf], [object()], [{1, 2}], [b"bytes"]):

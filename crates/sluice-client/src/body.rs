@@ -179,6 +179,7 @@ pub struct OutgoingMessage {
     pub(crate) attributes: BTreeMap<String, String>,
     pub(crate) delay: Option<Duration>,
     pub(crate) dedup_id: Option<String>,
+    pub(crate) group: Option<String>,
 }
 
 impl OutgoingMessage {
@@ -188,6 +189,7 @@ impl OutgoingMessage {
             attributes: BTreeMap::new(),
             delay: None,
             dedup_id: None,
+            group: None,
         }
     }
 
@@ -245,6 +247,14 @@ impl OutgoingMessage {
         self
     }
 
+    /// Puts the message in a FIFO message group (1 – 128 characters, no control characters;
+    /// checked by the broker): messages of one group are delivered in send order, at most
+    /// the queue's `max_in_flight_per_group` (default 1) at a time.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
     /// The JSON-API form of this message.
     pub(crate) fn to_wire(&self) -> Result<SendMessage> {
         let (body, body_base64) = match &self.body {
@@ -258,6 +268,7 @@ impl OutgoingMessage {
             attributes: (!self.attributes.is_empty()).then(|| self.attributes.clone()),
             delay_ms: self.delay.map(crate::client::ms),
             dedup_id: self.dedup_id.clone(),
+            group: self.group.clone(),
         })
     }
 }

@@ -23,7 +23,8 @@ use std::time::Duration;
 pub use sluice_core::message::Body;
 use sluice_wire::frame::{self, Request, Response};
 pub use sluice_wire::frame::{
-    FrameDelivery, FrameError, FrameMessage, FrameReceipt, Op, Reply, SentMessage,
+    FrameDelivery, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply,
+    SentMessage,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -118,6 +119,28 @@ impl FrameConnection {
     ) -> Result<Vec<SentMessage>, FrameClientError> {
         match self
             .call(Op::Send {
+                queue: queue.to_owned(),
+                messages,
+            })
+            .await?
+        {
+            Reply::Sent(ids) => Ok(ids),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Sends messages (1 – 1000, all or nothing), each in an optional FIFO message group;
+    /// returns their ids in order.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`]; `invalid_argument` for a bad group name.
+    pub async fn send_grouped(
+        &mut self,
+        queue: &str,
+        messages: Vec<GroupedFrameMessage>,
+    ) -> Result<Vec<SentMessage>, FrameClientError> {
+        match self
+            .call(Op::SendGrouped {
                 queue: queue.to_owned(),
                 messages,
             })

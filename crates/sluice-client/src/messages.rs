@@ -158,6 +158,9 @@ impl Client {
                 if let Some(id) = &message.dedup_id {
                     call.query.push(("dedup_id", id.clone()));
                 }
+                if let Some(g) = &message.group {
+                    call.query.push(("group", g.clone()));
+                }
                 call.body = Some(ReqBody::Raw {
                     bytes,
                     content_type,
@@ -171,6 +174,7 @@ impl Client {
                     attributes: m.attributes,
                     delay_ms: m.delay_ms,
                     dedup_id: m.dedup_id,
+                    group: m.group,
                     messages: None,
                 };
                 call = call.json(&req)?;
@@ -220,6 +224,7 @@ impl Client {
             attributes: None,
             delay_ms: None,
             dedup_id: None,
+            group: None,
             messages: Some(wire),
         };
         let call = self

@@ -507,3 +507,55 @@ async fn queue_limits_hold_over_frames() {
     );
     srv.shutdown().await;
 }
+
+/// Grouped sends over frames (`SendGrouped`) and over HTTP (`OutgoingMessage::group`) land in
+/// the same FIFO group: one in flight at a time, in send order.
+#[tokio::test]
+async fn grouped_sends_over_frames_and_http_share_their_group() {
+    let srv = common::start().await;
+    queue(&srv, "fifo", QueueConfigRequest::default()).await;
+    let mut conn = FrameConnection::connect(srv.frames, None).await.unwrap();
+    let grouped = |text: &str, group: Option<&str>| frame::GroupedFrameMessage {
+        message: FrameMessage::new(Body::text(text)),
+        group: group.map(str::to_owned),
+    };
+    let sent = conn
+        .send_grouped(
+            "fifo",
+            vec![
+                grouped("a1", Some("a")),
+                grouped("u", None),
+                grouped("a2", Some("a")),
+            ],
+        )
+        .await
+        .unwrap();
+    let a3 = srv
+        .client
+        .send("fifo", OutgoingMessage::text("a3").group("a"))
+        .await
+        .unwrap();
+    let got = conn.receive("fifo", 10, Duration::ZERO).await.unwrap();
+    let ids: Vec<u64> = got.iter().map(|d| d.id).collect();
+    assert_eq!(
+        ids,
+        vec![sent[0].id, sent[1].id],
+        "a1 and the ungrouped one"
+    );
+    conn.ack("fifo", vec![got[0].receipt]).await.unwrap();
+    let got = srv
+        .client
+        .receive("fifo", &ReceiveOptions::new(10, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].group.as_deref(), Some("a"));
+    srv.client.ack("fifo", &got[0].receipt).await.unwrap();
+    let view = srv.client.get_message(&a3.id).await.unwrap();
+    assert_eq!(view.group.as_deref(), Some("a"));
+    let bad = conn
+        .send_grouped("fifo", vec![grouped("x", Some(""))])
+        .await
+        .unwrap_err();
+    assert_eq!(refused(bad), "invalid_argument");
+}

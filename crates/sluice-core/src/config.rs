@@ -68,6 +68,10 @@ pub mod limits {
     pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 4096;
     /// Longest dedup id.
     pub const MAX_DEDUP_ID_BYTES: usize = 256;
+    /// Largest `max_in_flight_per_group`.
+    pub const MAX_IN_FLIGHT_PER_GROUP: u32 = 1000;
+    /// Longest FIFO group name, in characters.
+    pub const MAX_GROUP_CHARS: usize = crate::group::MAX_GROUP_CHARS;
 }
 
 /// A delivery rate limit shared by all consumers of a queue: at most `limit` deliveries in
@@ -129,6 +133,18 @@ pub struct QueueConfig {
     /// Where the broker delivers this queue's messages itself, if anywhere.
     #[serde(default)]
     pub push: Option<PushTarget>,
+    /// How many messages of one FIFO group may be in flight at once (1–1000): the group's
+    /// first this many waiting messages, in send order. Messages without a group are not
+    /// limited by it. Configs stored before groups existed read as 1.
+    #[serde(default = "default_in_flight_per_group")]
+    pub max_in_flight_per_group: u32,
+}
+
+/// The default of [`QueueConfig::max_in_flight_per_group`]: strict FIFO, one at a time.
+pub const DEFAULT_IN_FLIGHT_PER_GROUP: u32 = 1;
+
+fn default_in_flight_per_group() -> u32 {
+    DEFAULT_IN_FLIGHT_PER_GROUP
 }
 
 impl QueueConfig {
@@ -150,6 +166,7 @@ impl QueueConfig {
             result_ttl: HOUR,
             paused: false,
             push: None,
+            max_in_flight_per_group: DEFAULT_IN_FLIGHT_PER_GROUP,
         }
     }
 
@@ -186,7 +203,8 @@ impl QueueConfig {
             max_in_flight,
             max_depth,
             result_ttl,
-            paused
+            paused,
+            max_in_flight_per_group
         );
         if let Some(push) = &patch.push {
             c.push = push.as_ref().map(|p| p.resolve(self.push.as_ref()));
@@ -286,6 +304,14 @@ impl QueueConfig {
         if let Some(p) = &self.push {
             p.validate()?;
         }
+        if self.max_in_flight_per_group == 0
+            || self.max_in_flight_per_group > MAX_IN_FLIGHT_PER_GROUP
+        {
+            return Err(StoreError::invalid(format!(
+                "max_in_flight_per_group must be 1 to {MAX_IN_FLIGHT_PER_GROUP}, got {}",
+                self.max_in_flight_per_group
+            )));
+        }
         Ok(())
     }
 }
@@ -322,6 +348,8 @@ pub struct QueueConfigPatch {
     pub result_ttl: Option<Duration>,
     pub paused: Option<bool>,
     pub push: Option<Option<PushPatch>>,
+    #[serde(default)]
+    pub max_in_flight_per_group: Option<u32>,
 }
 
 /// A queue as the store reports it.
@@ -432,6 +460,14 @@ mod tests {
                 result_ttl: Some(Duration::from_secs(8 * 86_400)),
                 ..Default::default()
             },
+            QueueConfigPatch {
+                max_in_flight_per_group: Some(0),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                max_in_flight_per_group: Some(1001),
+                ..Default::default()
+            },
         ];
         for p in bad {
             let err = base
@@ -439,6 +475,16 @@ mod tests {
                 .expect_err(&format!("{p:?} should be refused"));
             assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
         }
+    }
+
+    #[test]
+    fn configs_stored_before_groups_read_with_one_in_flight_per_group() {
+        let c = QueueConfig::defaults_for(&q());
+        let mut v = serde_json::to_value(&c).unwrap();
+        v.as_object_mut().unwrap().remove("max_in_flight_per_group");
+        let back: QueueConfig = serde_json::from_value(v).unwrap();
+        assert_eq!(back.max_in_flight_per_group, 1);
+        assert_eq!(back, c);
     }
 
     #[test]

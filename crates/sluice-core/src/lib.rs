@@ -15,6 +15,7 @@ pub mod audit;
 pub mod backoff;
 pub mod config;
 pub mod error;
+pub mod group;
 pub mod human;
 pub mod lifecycle;
 pub mod message;
@@ -34,6 +35,7 @@ pub mod trend;
 pub use audit::{AuditEvent, AuditQuery};
 pub use config::{PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, RateLimit};
 pub use error::{ErrorCode, StoreError};
+pub use group::GroupName;
 pub use message::{
     Attempt, AttemptOutcome, Attributes, Body, BodyKind, DeadLetter, DeadLetterReason, Delivery,
     Message, MessageId, MessageState, NewMessage, Progress,

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::limits;
 use crate::error::StoreError;
+use crate::group::GroupName;
 use crate::name::QueueName;
 use crate::time::Timestamp;
 
@@ -108,6 +109,9 @@ pub struct NewMessage {
     /// A second send with the same id within the queue's `dedup_window` stores nothing and
     /// returns the first message's id.
     pub dedup_id: Option<String>,
+    /// The FIFO group: messages of one group are delivered in send order, at most the
+    /// queue's `max_in_flight_per_group` at a time (see [`crate::group`]).
+    pub group: Option<GroupName>,
 }
 
 impl NewMessage {
@@ -118,10 +122,18 @@ impl NewMessage {
             attributes: Attributes::new(),
             delay: None,
             dedup_id: None,
+            group: None,
         }
     }
 
-    /// Checks the parts that do not depend on the queue (attributes, dedup id, delay).
+    /// The same message in FIFO group `group`.
+    #[must_use]
+    pub fn in_group(mut self, group: GroupName) -> Self {
+        self.group = Some(group);
+        self
+    }
+
+    /// Checks the parts that do not depend on the queue (attributes, dedup id, delay, group).
     ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] naming the offending field.
@@ -166,6 +178,11 @@ impl NewMessage {
                 limits::MAX_DELAY.as_millis(),
                 d.as_millis()
             )));
+        }
+        if let Some(g) = &self.group {
+            // A `GroupName` is valid when made; checked again because it is cheap and the
+            // contract promises that no engine ever stores an invalid one.
+            GroupName::new(g.as_str())?;
         }
         Ok(())
     }
@@ -351,6 +368,9 @@ pub struct Message {
     pub cancelled: bool,
     /// The last progress its running handler reported.
     pub progress: Option<Progress>,
+    /// Its FIFO group, if it was sent with one (kept through dead-lettering, moves and
+    /// redrives).
+    pub group: Option<GroupName>,
 }
 
 /// A leased message handed to a consumer.
@@ -374,6 +394,8 @@ pub struct Delivery {
     pub last_error: Option<String>,
     /// When this lease ends unless extended.
     pub lease_deadline: Timestamp,
+    /// Its FIFO group, if it was sent with one.
+    pub group: Option<GroupName>,
 }
 
 /// Cuts an error text to [`limits::MAX_ERROR_BYTES`] on a character boundary.

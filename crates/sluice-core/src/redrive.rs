@@ -487,6 +487,7 @@ mod tests {
             completed_at: None,
             cancelled: false,
             progress: None,
+            group: None,
         }
     }
 

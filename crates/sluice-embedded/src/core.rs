@@ -142,7 +142,7 @@ impl Core {
         let mut out = Vec::new();
         for r in records {
             match r {
-                Record::Update(u) => {
+                Record::Update(u) | Record::Regrouped { update: u, .. } => {
                     let from = match u.event {
                         UpdateEvent::NackExhausted { from }
                         | UpdateEvent::LeaseExhausted { from }
@@ -195,9 +195,7 @@ impl Core {
 
     /// Reads the body record and the rich fields of a live message.
     pub(crate) fn load(&self, id: u64, m: &Msg) -> Result<(MessageRecord, Rich), StoreError> {
-        let (Record::Message(rec) | Record::Firing { message: rec, .. }) =
-            self.log.read_sized(m.body, Some(m.body_len))?
-        else {
+        let Some(rec) = self.log.read_sized(m.body, Some(m.body_len))?.into_base() else {
             return Err(StoreError::unavailable(
                 "log record is not a message (index out of step)",
             ));
@@ -205,27 +203,22 @@ impl Core {
         let rich = if m.aux == m.body {
             rec.rich.clone()
         } else {
-            match self.log.read(m.aux)? {
-                Record::Update(u) => u.rich,
-                Record::Message(r) | Record::Firing { message: r, .. } => r.rich,
-                Record::Redrive { moves, .. } | Record::RedriveV1 { moves, .. } => {
-                    match moves.into_iter().find(|u| u.id == id) {
-                        Some(u) => u.rich,
-                        None => {
-                            return Err(StoreError::unavailable(
-                                "redrive record does not hold the message (index out of step)",
-                            ));
-                        }
-                    }
-                }
-                _ => {
-                    return Err(StoreError::unavailable(
-                        "log record is not an update (index out of step)",
-                    ));
-                }
-            }
+            self.log.read(m.aux)?.into_rich(id).ok_or_else(|| {
+                StoreError::unavailable(
+                    "log record is not an update of the message (index out of step)",
+                )
+            })?
         };
         Ok((rec, rich))
+    }
+
+    /// The record of update `u`: a plain update, or for a grouped message that it brings into
+    /// another queue, one that also gives it its place at the end of its group's line there.
+    pub(crate) fn update(&mut self, u: UpdateRecord, now: i64) -> Record {
+        match self.state.place_for(&u, now) {
+            Some(order) => Record::Regrouped { update: u, order },
+            None => Record::Update(u),
+        }
     }
 
     /// The update that moves message `id` of queue `name` to its dead-letter queue.
@@ -335,7 +328,7 @@ impl Core {
             queue: q.name.clone(),
             state: match m.slot() {
                 Slot::Delayed => MessageState::Delayed,
-                Slot::Ready => MessageState::Visible,
+                Slot::Ready | Slot::Parked => MessageState::Visible,
                 Slot::Leased => MessageState::InFlight,
             },
             body: Some(rec.body),
@@ -353,6 +346,11 @@ impl Core {
             completed_at: None,
             cancelled: m.cancel_requested(),
             progress: self.state.progress.get(&id).cloned(),
+            group: if m.grouped() {
+                self.state.group_of(id)
+            } else {
+                None
+            },
         })
     }
 
@@ -365,9 +363,9 @@ impl Core {
         let Some(m) = self.state.msgs.get(&id).filter(|m| m.qid == qid) else {
             return Ok(None);
         };
-        match self.log.read_sized(m.body, Some(m.body_len))? {
-            Record::Message(rec) | Record::Firing { message: rec, .. } => Ok(Some(rec.attributes)),
-            _ => Err(StoreError::unavailable(
+        match self.log.read_sized(m.body, Some(m.body_len))?.into_base() {
+            Some(rec) => Ok(Some(rec.attributes)),
+            None => Err(StoreError::unavailable(
                 "log record is not a message (index out of step)",
             )),
         }

@@ -59,10 +59,12 @@ impl Core {
         // that waited out retries are found by a full scan, at most once a minute.
         let retention = q.config.retention.as_millis() as i64;
         let cutoff = now - retention;
+        // Parked messages (waiting for their FIFO group) are visible too, by the same time.
         let mut too_old: Vec<u64> = q
             .ready
             .iter()
             .take_while(|(at, _)| *at <= cutoff)
+            .chain(q.parked.iter().take_while(|(at, _)| *at <= cutoff))
             .take(RETENTION_BATCH)
             .map(|(_, id)| *id)
             .collect();
@@ -124,14 +126,14 @@ impl Core {
                 },
             );
         }
-        let mut records: Vec<Record> = records.into_iter().map(Record::Update).collect();
+        let mut records: Vec<Record> = records.into_iter().map(|u| self.update(u, now)).collect();
         records.extend(ended);
         let mut dropped = Vec::new();
         for id in too_old {
             let m = self.state.msgs[&id];
             if cfg.dead_letter_queue.is_some() {
                 let (_, rich) = self.load(id, &m)?;
-                records.push(Record::Update(self.dead_letter(
+                let u = self.dead_letter(
                     &cfg,
                     &name,
                     id,
@@ -140,7 +142,9 @@ impl Core {
                     DeadLetterReason::Expired,
                     UpdateEvent::Expired { from: qid },
                     now,
-                )?));
+                )?;
+                let r = self.update(u, now);
+                records.push(r);
             } else {
                 dropped.push(id);
             }
@@ -207,6 +211,7 @@ fn sweep_retention(state: &mut State, qid: Qid, now: i64, every: i64, step: usiz
     loop {
         let index = match slot {
             Slot::Ready => &q.ready,
+            Slot::Parked => &q.parked,
             _ => &q.delayed,
         };
         let range = match after {
@@ -224,8 +229,12 @@ fn sweep_retention(state: &mut State, qid: Qid, now: i64, every: i64, step: usiz
         left -= seen;
         if left > 0 {
             // This index is done: on to the next, or the sweep is over.
-            if slot == Slot::Ready {
-                slot = Slot::Delayed;
+            if slot != Slot::Delayed {
+                slot = if slot == Slot::Ready {
+                    Slot::Parked
+                } else {
+                    Slot::Delayed
+                };
                 after = None;
                 continue;
             }

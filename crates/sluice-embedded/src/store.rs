@@ -173,6 +173,7 @@ impl Messaging for EmbeddedStore {
     fn hints(&self) -> Hints {
         Hints {
             ack_overlap: ops::ack::ACK_OVERLAP,
+            groups: true,
         }
     }
 }

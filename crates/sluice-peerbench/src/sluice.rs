@@ -194,6 +194,7 @@ impl Producer for SluiceConn {
                 attributes: None,
                 delay_ms: None,
                 dedup_id: None,
+                group: None,
                 messages: None,
             }
         } else {
@@ -206,6 +207,7 @@ impl Producer for SluiceConn {
                         attributes: None,
                         delay_ms: None,
                         dedup_id: None,
+                        group: None,
                     })
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
@@ -215,6 +217,7 @@ impl Producer for SluiceConn {
                 attributes: None,
                 delay_ms: None,
                 dedup_id: None,
+                group: None,
                 messages: Some(messages),
             }
         };

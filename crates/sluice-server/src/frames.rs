@@ -12,7 +12,8 @@ use sluice_core::{
     AckRequest, BodyKind, ErrorCode, Failure, NewMessage, QueueName, ReceiveRequest, StoreError,
 };
 use sluice_wire::frame::{
-    self, FrameError, FrameMessage, FrameReceipt, Op, Reply, Request, Response, SentMessage,
+    self, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply, Request,
+    Response, SentMessage,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -149,7 +150,19 @@ async fn handle(
                 version: frame::VERSION,
             })
         }
-        Op::Send { queue, messages } => send(state, authenticated(caller)?, queue, messages).await,
+        Op::Send { queue, messages } => {
+            let messages = messages
+                .into_iter()
+                .map(|message| GroupedFrameMessage {
+                    message,
+                    group: None,
+                })
+                .collect();
+            send(state, authenticated(caller)?, queue, messages).await
+        }
+        Op::SendGrouped { queue, messages } => {
+            send(state, authenticated(caller)?, queue, messages).await
+        }
         Op::Receive {
             queue,
             max,
@@ -197,7 +210,7 @@ async fn send(
     state: &AppState,
     caller: &Caller,
     queue: String,
-    messages: Vec<FrameMessage>,
+    messages: Vec<GroupedFrameMessage>,
 ) -> Result<Reply, FrameError> {
     let q = allowed(caller, Action::Send, queue)?;
     batch_size("a send", "messages", messages.len())?;
@@ -205,7 +218,8 @@ async fn send(
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
-            new_message(m).map_err(|e| StoreError::invalid(format!("messages[{i}]: {e}")))
+            new_message(m.message, m.group)
+                .map_err(|e| StoreError::invalid(format!("messages[{i}]: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let out = state.store.send(&q, batch).await?;
@@ -288,8 +302,8 @@ fn allowed(caller: &Caller, action: Action, queue: String) -> Result<QueueName, 
 }
 
 /// A message to store, checked as the HTTP API checks one: a JSON body must be JSON and a
-/// text body UTF-8, since HTTP consumers receive them as such.
-fn new_message(m: FrameMessage) -> Result<NewMessage, StoreError> {
+/// text body UTF-8, since HTTP consumers receive them as such; a group must be a valid name.
+fn new_message(m: FrameMessage, group: Option<String>) -> Result<NewMessage, StoreError> {
     match m.body.kind {
         BodyKind::Json => {
             serde_json::from_slice::<serde::de::IgnoredAny>(&m.body.bytes).map_err(|e| {
@@ -312,6 +326,7 @@ fn new_message(m: FrameMessage) -> Result<NewMessage, StoreError> {
         attributes: m.attributes,
         delay: m.delay_ms.map(Duration::from_millis),
         dedup_id: m.dedup_id,
+        group: group.map(sluice_core::GroupName::new).transpose()?,
     };
     msg.validate()?;
     Ok(msg)

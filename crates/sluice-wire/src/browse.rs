@@ -297,6 +297,11 @@ wire_struct! {
         /// The last progress its running handler reported.
         #[serde(skip_serializing_if = "Option::is_none")]
         pub progress: Option<ProgressView>,
+        /// Its FIFO message group; absent for a message sent without one. Kept through
+        /// dead-lettering, moves and redrives.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 128)]
+        pub group: Option<String>,
     }
 }
 
@@ -329,6 +334,7 @@ impl From<&Message> for MessageView {
             completed_at: m.completed_at.map(rfc3339),
             cancelled: m.cancelled,
             progress: m.progress.as_ref().map(ProgressView::from),
+            group: m.group.as_ref().map(|g| g.to_string()),
         }
     }
 }

@@ -83,6 +83,24 @@ pub enum Op {
         /// Who is reporting it.
         consumer: Option<String>,
     },
+    /// Sends 1 – 1000 messages, each in an optional FIFO message group, all or nothing.
+    /// Answered with [`Reply::Sent`]. A variant of its own so that [`Op::Send`] keeps its
+    /// documented bytes.
+    SendGrouped {
+        /// The queue.
+        queue: String,
+        /// The messages.
+        messages: Vec<GroupedFrameMessage>,
+    },
+}
+
+/// One message to send with [`Op::SendGrouped`]: a [`FrameMessage`] and its group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupedFrameMessage {
+    /// The message.
+    pub message: FrameMessage,
+    /// Its FIFO message group (1 – 128 characters, no control characters), or none.
+    pub group: Option<String>,
 }
 
 /// One message to send.

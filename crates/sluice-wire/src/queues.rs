@@ -243,6 +243,12 @@ pub struct QueueConfigRequest {
     )]
     #[schema(value_type = Option<PushTargetRequest>)]
     pub push: Option<Option<PushTargetRequest>>,
+    /// How many messages of one FIFO message group may be in flight at once, 1 – 1000: the
+    /// group's first this many waiting messages, in send order. Default 1 (strict order).
+    /// Messages without a group are not limited by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub max_in_flight_per_group: Option<u32>,
 }
 
 impl QueueConfigRequest {
@@ -286,6 +292,7 @@ impl QueueConfigRequest {
                 Some(None) => Some(None),
                 Some(Some(p)) => Some(Some(p.to_patch()?)),
             },
+            max_in_flight_per_group: self.max_in_flight_per_group,
         })
     }
 }
@@ -323,6 +330,15 @@ pub struct QueueConfigView {
     pub paused: bool,
     /// The push target, or `null` when consumers receive.
     pub push: Option<PushTargetView>,
+    /// Messages of one FIFO message group that may be in flight at once (1 – 1000).
+    #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1000, default = 1)]
+    pub max_in_flight_per_group: u32,
+}
+
+/// What a view from a broker without FIFO groups means: one at a time.
+fn one() -> u32 {
+    sluice_core::config::DEFAULT_IN_FLIGHT_PER_GROUP
 }
 
 impl From<&QueueConfig> for QueueConfigView {
@@ -346,6 +362,7 @@ impl From<&QueueConfig> for QueueConfigView {
             result_ttl_ms: as_ms(c.result_ttl),
             paused: c.paused,
             push: c.push.as_ref().map(PushTargetView::from),
+            max_in_flight_per_group: c.max_in_flight_per_group,
         }
     }
 }

@@ -104,6 +104,10 @@ wire_struct! {
         pub last_error: Option<String>,
         /// When this lease ends unless extended.
         pub lease_deadline: String,
+        /// Its FIFO message group; absent for a message sent without one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 128)]
+        pub group: Option<String>,
     }
 }
 
@@ -122,6 +126,7 @@ impl From<&Delivery> for DeliveryView {
             enqueued_at: rfc3339(d.enqueued_at),
             last_error: d.last_error.clone(),
             lease_deadline: rfc3339(d.lease_deadline),
+            group: d.group.as_ref().map(|g| g.to_string()),
         }
     }
 }

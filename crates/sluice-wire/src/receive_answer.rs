@@ -66,6 +66,10 @@ fn delivery(out: &mut Vec<u8>, d: &Delivery) {
     json(out, &d.last_error);
     out.extend_from_slice(b",\"lease_deadline\":");
     json(out, &rfc3339(d.lease_deadline));
+    if let Some(g) = &d.group {
+        out.extend_from_slice(b",\"group\":");
+        json(out, g.as_str());
+    }
     out.push(b'}');
 }
 
@@ -136,24 +140,28 @@ mod tests {
             any::<u32>(),
             -1_000_000_000_000_i64..4_000_000_000_000,
             proptest::option::of("[a-z\"\n]{0,10}"),
+            proptest::option::of("[a-z\"é\\ ]{1,10}"),
         )
-            .prop_map(|(id, token, body, attributes, rc, max, at, last_error)| {
-                let attributes: Attributes = attributes;
-                Delivery {
-                    id: MessageId(id),
-                    receipt: Receipt {
+            .prop_map(
+                |(id, token, body, attributes, rc, max, at, last_error, group)| {
+                    let attributes: Attributes = attributes;
+                    Delivery {
                         id: MessageId(id),
-                        token,
-                    },
-                    body,
-                    attributes,
-                    receive_count: rc,
-                    max_receive_count: max,
-                    enqueued_at: Timestamp(at),
-                    last_error,
-                    lease_deadline: Timestamp(at / 2),
-                }
-            })
+                        receipt: Receipt {
+                            id: MessageId(id),
+                            token,
+                        },
+                        body,
+                        attributes,
+                        receive_count: rc,
+                        max_receive_count: max,
+                        enqueued_at: Timestamp(at),
+                        last_error,
+                        lease_deadline: Timestamp(at / 2),
+                        group: group.map(|g| sluice_core::GroupName::new(g).expect("valid group")),
+                    }
+                },
+            )
     }
 
     proptest! {

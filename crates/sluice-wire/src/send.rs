@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use sluice_core::error::StoreError;
+use sluice_core::group::GroupName;
 use sluice_core::message::{Attributes, Body, NewMessage};
 
 use crate::body::{body_from, wire_struct};
@@ -32,6 +33,12 @@ wire_struct! {
         /// the first message's id.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub dedup_id: Option<String>,
+        /// FIFO message group (1 – 128 characters, no control characters): messages of one
+        /// group are delivered in send order, at most the queue's `max_in_flight_per_group`
+        /// (default 1) at a time, while other groups and ungrouped messages flow.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 128)]
+        pub group: Option<String>,
     }
 }
 
@@ -49,10 +56,16 @@ impl SendMessage {
             attributes: self.attributes.unwrap_or_default(),
             delay: opt_millis("delay_ms", self.delay_ms)?,
             dedup_id: self.dedup_id,
+            group: group_from(self.group)?,
         };
         m.validate()?;
         Ok(m)
     }
+}
+
+/// A wire group name as the core's, checked.
+fn group_from(group: Option<String>) -> Result<Option<GroupName>, StoreError> {
+    group.map(GroupName::new).transpose()
 }
 
 wire_struct! {
@@ -76,6 +89,10 @@ wire_struct! {
         /// One message: dedup id.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub dedup_id: Option<String>,
+        /// One message: FIFO message group (1 – 128 characters, no control characters).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 128)]
+        pub group: Option<String>,
         /// A batch of 1 – 1000 messages (16 MiB of bodies in all), stored all or nothing.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub messages: Option<Vec<SendMessage>>,
@@ -96,10 +113,11 @@ impl SendRequest {
                     || self.attributes.is_some()
                     || self.delay_ms.is_some()
                     || self.dedup_id.is_some()
+                    || self.group.is_some()
                 {
                     return Err(StoreError::invalid(
                         "a batch send holds everything inside \"messages\"; body, body_base64, \
-                         attributes, delay_ms and dedup_id are not allowed beside it",
+                         attributes, delay_ms, dedup_id and group are not allowed beside it",
                     ));
                 }
                 if batch.is_empty() || batch.len() > MAX_BATCH {
@@ -129,6 +147,7 @@ impl SendRequest {
                     attributes: self.attributes,
                     delay_ms: self.delay_ms,
                     dedup_id: self.dedup_id,
+                    group: self.group,
                 }
                 .into_new_message()?;
                 Ok((vec![m], false))
@@ -138,7 +157,7 @@ impl SendRequest {
 }
 
 /// Options of a raw send (`application/octet-stream` or `text/plain` body), as query
-/// parameters: `?delay_ms=&dedup_id=`.
+/// parameters: `?delay_ms=&dedup_id=&group=`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -147,24 +166,28 @@ pub struct RawSendParams {
     pub delay_ms: Option<i64>,
     /// Dedup id of a raw send.
     pub dedup_id: Option<String>,
+    /// FIFO message group of a raw send (1 – 128 characters, no control characters).
+    #[param(min_length = 1, max_length = 128)]
+    pub group: Option<String>,
 }
 
 impl RawSendParams {
     /// True when no option is given.
     pub fn is_empty(&self) -> bool {
-        self.delay_ms.is_none() && self.dedup_id.is_none()
+        self.delay_ms.is_none() && self.dedup_id.is_none() && self.group.is_none()
     }
 
     /// The core message for a raw body.
     ///
     /// # Errors
-    /// `InvalidArgument` for a negative delay or a bad dedup id.
+    /// `InvalidArgument` for a negative delay, a bad dedup id or a bad group.
     pub fn into_new_message(self, body: Body) -> Result<NewMessage, StoreError> {
         let m = NewMessage {
             body,
             attributes: Attributes::new(),
             delay: opt_millis("delay_ms", self.delay_ms)?,
             dedup_id: self.dedup_id,
+            group: group_from(self.group)?,
         };
         m.validate()?;
         Ok(m)

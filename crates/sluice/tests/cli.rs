@@ -293,6 +293,23 @@ fn send_from_argument_file_and_stdin_then_receive_and_ack() {
     let human = ok(u, &["stats", "q2"]);
     assert!(human.contains("acked") && human.contains('3'), "{human}");
 
+    // FIFO groups: stdin lines sent with --group come one at a time, in line order.
+    ok(
+        u,
+        &["queue", "create", "fifo", "--max-in-flight-per-group", "1"],
+    );
+    ok_in(
+        u,
+        &["send", "fifo", "-", "--group", "customer-42"],
+        Some(b"one\ntwo\n"),
+    );
+    let first = json(u, &["receive", "fifo", "--max", "10"]);
+    let msgs = first["messages"].as_array().expect("messages");
+    assert_eq!(msgs.len(), 1, "one of the group at a time: {first}");
+    assert_eq!(msgs[0]["group"], "customer-42");
+    assert_eq!(msgs[0]["body"], "one");
+    assert!(ok(u, &["queue", "show", "fifo"]).contains("group_in_flight    1"));
+
     // Nothing to receive: exit 0 and an empty table.
     let out = sluice(u, &["receive", "q2", "--wait", "100ms"], None);
     assert_eq!(out.status.code(), Some(0));

@@ -147,6 +147,8 @@ class QueueSettings:
     push: Any = None
     """A push target as the API takes it (``{"url": ..., "secret": ..., "timeout_ms": ...}``),
     or :data:`CLEAR` to stop pushing."""
+    max_in_flight_per_group: Optional[int] = None
+    """Messages of one FIFO group that may be in flight at once (1 – 1000; default 1)."""
 
     def to_wire(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -155,7 +157,7 @@ class QueueSettings:
             v = getattr(self, name)
             if v is not None:
                 out[f"{name}_ms"] = _ms(v, name)
-        for name in ("max_receive_count", "max_message_bytes", "paused"):
+        for name in ("max_receive_count", "max_message_bytes", "paused", "max_in_flight_per_group"):
             v = getattr(self, name)
             if v is not None:
                 out[name] = v
@@ -183,12 +185,15 @@ class QueueSettings:
 @dataclass
 class OutMessage:
     """One message of a batch send. ``body`` is any JSON value, or ``bytes`` (sent as
-    base64 and kept byte-exact)."""
+    base64 and kept byte-exact). ``group`` puts it in a FIFO message group (1 – 128
+    characters): messages of one group are delivered in send order, at most the queue's
+    ``max_in_flight_per_group`` (default 1) at a time."""
 
     body: Any
     attributes: Dict[str, str] = field(default_factory=dict)
     delay: Optional[float] = None
     dedup_id: Optional[str] = None
+    group: Optional[str] = None
 
     def to_wire(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -203,6 +208,8 @@ class OutMessage:
             out["delay_ms"] = _ms(self.delay, "delay")
         if self.dedup_id is not None:
             out["dedup_id"] = self.dedup_id
+        if self.group is not None:
+            out["group"] = self.group
         return out
 
 
@@ -341,11 +348,12 @@ class Client:
         delay: Optional[float] = None,
         dedup_id: Optional[str] = None,
         idempotency_key: Optional[str] = None,
+        group: Optional[str] = None,
     ) -> SendResult:
         """Sends one message. ``body`` is any JSON value (refused with
         :class:`InvalidInput` before sending when JSON cannot hold it), or ``bytes`` (kept
-        byte-exact and delivered as ``bytes``)."""
-        m = OutMessage(body, dict(attributes or {}), delay, dedup_id).to_wire()
+        byte-exact and delivered as ``bytes``). ``group`` puts it in a FIFO message group."""
+        m = OutMessage(body, dict(attributes or {}), delay, dedup_id, group).to_wire()
         headers, safe = self._send_headers(idempotency_key, dedup_id is not None)
         d = self._json(
             "POST", f"/v1/queues/{_queue(queue)}/messages", idempotent=safe, json_body=m,
@@ -360,9 +368,10 @@ class Client:
         *,
         delay: Optional[float] = None,
         dedup_id: Optional[str] = None,
+        group: Optional[str] = None,
     ) -> SendResult:
         """Sends UTF-8 text as ``text/plain``; it is delivered as text (``BodyKind.TEXT``)."""
-        params: Dict[str, Any] = {"dedup_id": dedup_id}
+        params: Dict[str, Any] = {"dedup_id": dedup_id, "group": group}
         if delay is not None:
             params["delay_ms"] = _ms(delay, "delay")
         headers, safe = self._send_headers(None, dedup_id is not None)
@@ -665,14 +674,16 @@ class Client:
         dedup_id: Optional[str] = None,
         attributes: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
+        group: Optional[str] = None,
     ) -> str:
         """Enqueues task ``task`` with ``args`` and ``kwargs`` and returns the task id.
         Arguments JSON cannot hold (a NaN, an object, a set) are refused with
-        :class:`InvalidInput` before anything is sent."""
+        :class:`InvalidInput` before anything is sent. Tasks of one ``group`` run in
+        enqueue order (see FIFO message groups)."""
         env = TaskEnvelope.of(task, args, kwargs)
         return self.send(
             queue, env.to_wire(), attributes=attributes, delay=delay, dedup_id=dedup_id,
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key, group=group,
         ).id
 
     def task_status(self, task_id: str, wait: Optional[float] = None) -> TaskInfo:

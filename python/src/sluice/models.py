@@ -175,6 +175,7 @@ class QueueConfig:
     paused: bool
     push: Optional[Dict[str, Any]] = None
     """The push target (without its secret: ``signed`` says whether there is one), or None."""
+    max_in_flight_per_group: int = 1
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "QueueConfig":
@@ -195,6 +196,7 @@ class QueueConfig:
             result_ttl=d["result_ttl_ms"] / 1000.0,
             paused=bool(d.get("paused", False)),
             push=d.get("push"),
+            max_in_flight_per_group=int(d.get("max_in_flight_per_group", 1)),
         )
 
 
@@ -243,6 +245,8 @@ class Delivery:
     enqueued_at: str
     last_error: Optional[str]
     lease_deadline: str
+    group: Optional[str] = None
+    """Its FIFO message group, if it was sent with one."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Delivery":
@@ -258,6 +262,7 @@ class Delivery:
             enqueued_at=d["enqueued_at"],
             last_error=d.get("last_error"),
             lease_deadline=d.get("lease_deadline", ""),
+            group=d.get("group"),
         )
 
 
@@ -345,6 +350,8 @@ class Message:
     dead_lettered: bool = False
     """True while it sits in a dead-letter queue (``queue``); ``state`` is then its state
     there (usually ``visible``) and ``dead_letter_reason`` says why."""
+    group: Optional[str] = None
+    """Its FIFO message group, if it was sent with one (kept in a dead-letter queue)."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Message":
@@ -376,6 +383,7 @@ class Message:
             visible_at=d.get("visible_at"),
             entered_at=d.get("entered_at"),
             dead_lettered=bool(d.get("dead_lettered", False)),
+            group=d.get("group"),
         )
 
 

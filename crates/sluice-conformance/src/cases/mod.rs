@@ -399,3 +399,5 @@ mod audit;
 pub use audit::*;
 mod release;
 pub use release::*;
+mod groups;
+pub use groups::*;

@@ -181,6 +181,7 @@ impl Schedule {
             attributes,
             delay: Some(std::time::Duration::ZERO),
             dedup_id: Some(format!("schedule:{}:{kind}:{}", self.name, at.as_millis())),
+            group: None,
         }
     }
 }
@@ -212,6 +213,7 @@ pub fn validate_spec(spec: &ScheduleSpec) -> Result<(), StoreError> {
         attributes: spec.attributes.clone(),
         delay: None,
         dedup_id: None,
+        group: None,
     }
     .validate()?;
     for reserved in ["schedule", "scheduled_for"] {

@@ -9,6 +9,10 @@ pub struct Hints {
     /// When a receive that carries acks may lease while those acks are still being made
     /// durable (see [`Messaging::lease_may_overlap_ack`](super::Messaging::lease_may_overlap_ack)).
     pub ack_overlap: AckOverlap,
+    /// The engine keeps FIFO message groups ([`crate::group`]): it accepts a message's
+    /// `group` and a queue's `max_in_flight_per_group` other than 1. An engine without them
+    /// refuses both with `InvalidArgument` rather than ignore them.
+    pub groups: bool,
 }
 
 /// Whether a lease may be taken while an ack of the same queue, polled once, is still being

@@ -17,7 +17,7 @@ use sluice_core::StoreError;
 use crate::core::{Inner, stored_result};
 use crate::journal::log::SEGMENT_TARGET;
 use crate::journal::record::{
-    Acked, Checkpoint, JsonSchedule, MessageRecord, Origin, Record, message_ids_in,
+    Acked, Checkpoint, GroupTag, JsonSchedule, MessageRecord, Origin, Record, message_ids_in,
 };
 use crate::state::Slot;
 
@@ -60,7 +60,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     continue;
                 }
                 let (rec, rich) = core.load(*id, &m)?;
-                records.push(Record::Message(MessageRecord {
+                let message = MessageRecord {
                     origin: Origin::Relocate,
                     id: *id,
                     qid: m.qid,
@@ -73,7 +73,16 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     lease: (m.slot() == Slot::Leased).then_some((m.token(), m.at)),
                     rich,
                     dedup: None,
-                }));
+                };
+                // A grouped message keeps its group and its place in the group's line.
+                let group = core.state.members.get(id).map(|p| GroupTag {
+                    name: p.group.to_string(),
+                    order: p.order,
+                });
+                records.push(match group {
+                    Some(group) => Record::Grouped { message, group },
+                    None => Record::Message(message),
+                });
                 if m.cancel_requested() {
                     records.push(Record::Cancel { id: *id });
                 }

@@ -218,6 +218,36 @@ pub(crate) enum Record {
         message: MessageRecord,
         schedule: JsonSchedule,
     },
+    /// The base record of a message in a FIFO group: its send, or a compaction copy of it.
+    /// Ungrouped messages keep [`Record::Message`], so a store that never sees a group writes
+    /// nothing an older version could not read.
+    Grouped {
+        message: MessageRecord,
+        group: GroupTag,
+    },
+    /// An update that brings a grouped message into another queue (dead-lettering, a move):
+    /// `order` is its new place, at the end of its group's line there.
+    Regrouped {
+        update: UpdateRecord,
+        order: u64,
+    },
+    /// A redrive step that moves grouped messages: a [`Record::Redrive`] with the new place
+    /// of each grouped message it moves, as `(id, order)`.
+    RedriveGrouped {
+        job: JsonJob,
+        moves: Vec<UpdateRecord>,
+        orders: Vec<(u64, u64)>,
+    },
+}
+
+/// A message's FIFO group as its base record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct GroupTag {
+    /// The group's name (checked at send).
+    pub name: String,
+    /// Its place in the group's line in its queue: drawn from the id sequence when it entered
+    /// the queue (its own id for a send), so later arrivals always come after it.
+    pub order: u64,
 }
 
 impl Record {
@@ -226,6 +256,50 @@ impl Record {
         Record::Redrive {
             job: JsonJob(job),
             moves,
+        }
+    }
+
+    /// A redrive record whose moves give grouped messages new places (`(id, order)`); a
+    /// plain [`Record::redrive`] when none does.
+    pub(crate) fn redrive_grouped(
+        job: sluice_core::RedriveJob,
+        moves: Vec<UpdateRecord>,
+        orders: Vec<(u64, u64)>,
+    ) -> Record {
+        if orders.is_empty() {
+            return Record::redrive(job, moves);
+        }
+        Record::RedriveGrouped {
+            job: JsonJob(job),
+            moves,
+            orders,
+        }
+    }
+
+    /// The message record of a base record (a send, a firing, a grouped send or a copy).
+    pub(crate) fn into_base(self) -> Option<MessageRecord> {
+        match self {
+            Record::Message(m)
+            | Record::Firing { message: m, .. }
+            | Record::Grouped { message: m, .. } => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The rich fields record `self` holds for message `id`, when it is a record that holds
+    /// them (a base record, an update, a redrive step that moved it).
+    pub(crate) fn into_rich(self, id: u64) -> Option<Rich> {
+        match self {
+            Record::Update(u) | Record::Regrouped { update: u, .. } => Some(u.rich),
+            Record::Message(r)
+            | Record::Firing { message: r, .. }
+            | Record::Grouped { message: r, .. } => Some(r.rich),
+            Record::Redrive { moves, .. }
+            | Record::RedriveV1 { moves, .. }
+            | Record::RedriveGrouped { moves, .. } => {
+                moves.into_iter().find(|u| u.id == id).map(|u| u.rich)
+            }
+            _ => None,
         }
     }
 }
@@ -323,20 +397,24 @@ pub(crate) fn message_ids_in(segment: &[u8]) -> Vec<u64> {
         let payload = &segment[off + HEADER..end];
         // postcard writes an enum's variant index first, as a varint.
         match postcard::take_from_bytes::<u32>(payload) {
-            // A firing's first field is its message record.
-            Ok((VARIANT_MESSAGE | VARIANT_FIRING, rest)) => {
+            // A firing's and a grouped message's first field is its message record.
+            Ok((VARIANT_MESSAGE | VARIANT_FIRING | VARIANT_GROUPED, rest)) => {
                 if let Ok((h, _)) = postcard::take_from_bytes::<MessageHead>(rest) {
                     out.push(h.id);
                 }
             }
-            Ok((VARIANT_UPDATE, rest)) => {
+            // A regrouped update's first field is its update record.
+            Ok((VARIANT_UPDATE | VARIANT_REGROUPED, rest)) => {
                 if let Ok((h, _)) = postcard::take_from_bytes::<UpdateHead>(rest) {
                     out.push(h.id);
                 }
             }
-            Ok((VARIANT_REDRIVE_V1 | VARIANT_REDRIVE, _)) => {
-                if let Ok(Record::Redrive { moves, .. } | Record::RedriveV1 { moves, .. }) =
-                    postcard::from_bytes(payload)
+            Ok((VARIANT_REDRIVE_V1 | VARIANT_REDRIVE | VARIANT_REDRIVE_GROUPED, _)) => {
+                if let Ok(
+                    Record::Redrive { moves, .. }
+                    | Record::RedriveV1 { moves, .. }
+                    | Record::RedriveGrouped { moves, .. },
+                ) = postcard::from_bytes(payload)
                 {
                     out.extend(moves.iter().map(|u| u.id));
                 }
@@ -354,6 +432,9 @@ const VARIANT_UPDATE: u32 = 1;
 const VARIANT_REDRIVE_V1: u32 = 11;
 const VARIANT_REDRIVE: u32 = 16;
 const VARIANT_FIRING: u32 = 19;
+const VARIANT_GROUPED: u32 = 20;
+const VARIANT_REGROUPED: u32 = 21;
+const VARIANT_REDRIVE_GROUPED: u32 = 22;
 
 /// Why a frame could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -562,6 +643,69 @@ mod tests {
             panic!("not a schedule record");
         };
         assert_eq!(s.0, schedule());
+    }
+
+    #[test]
+    fn grouped_records_read_back_and_name_their_messages() {
+        let Record::Message(message) = sample() else {
+            unreachable!()
+        };
+        let update = UpdateRecord {
+            event: UpdateEvent::Rejected { from: 4 },
+            id: 31,
+            qid: 2,
+            visible_at: 1,
+            entered_at: 1,
+            receive_count: 3,
+            rich: Rich::default(),
+        };
+        let job = sluice_core::RedriveJob::new(
+            sluice_core::RedriveId(1),
+            sluice_core::RedriveSpec {
+                source: sluice_core::QueueName::new("a.dlq").unwrap(),
+                destination: None,
+                limit: None,
+                rate: None,
+                filter: Default::default(),
+                reset_receive_count: true,
+                dry_run: false,
+                guard: None,
+            },
+            sluice_core::Timestamp(0),
+        );
+        let records = [
+            Record::Grouped {
+                message: MessageRecord { id: 30, ..message },
+                group: GroupTag {
+                    name: "g-é".into(),
+                    order: 30,
+                },
+            },
+            Record::Regrouped {
+                update: update.clone(),
+                order: 99,
+            },
+            Record::redrive_grouped(
+                job.clone(),
+                vec![UpdateRecord { id: 32, ..update }],
+                vec![(32, 100)],
+            ),
+        ];
+        let mut buf = Vec::new();
+        for r in &records {
+            encode_into(r, &mut buf);
+        }
+        assert_eq!(message_ids_in(&buf), vec![30, 31, 32]);
+        let mut off = 0;
+        for r in &records {
+            let (back, len) = decode_frame(&buf[off..]).unwrap();
+            assert_eq!(&back, r);
+            off += len;
+        }
+        assert!(matches!(
+            Record::redrive_grouped(job, vec![], vec![]),
+            Record::Redrive { .. }
+        ));
     }
 
     #[test]

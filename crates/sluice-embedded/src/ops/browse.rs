@@ -28,28 +28,39 @@ pub(crate) fn browse(
     let qid = core.qid(queue)?;
     core.expire_with_sources(qid, now)?;
     let q = &core.state.queues[&qid];
-    // Keys are (index, time, id): "all" walks in-flight, then visible, then delayed.
-    let parts: Vec<(u8, &std::collections::BTreeSet<(i64, u64)>)> = match req.state {
-        BrowseState::Visible => vec![(1, &q.ready)],
-        BrowseState::Delayed => vec![(2, &q.delayed)],
-        BrowseState::InFlight => vec![(0, &q.leased)],
-        BrowseState::All => vec![(0, &q.leased), (1, &q.ready), (2, &q.delayed)],
+    // Keys are (part, time, id): "all" walks in-flight, then visible, then delayed. Visible
+    // messages are those deliverable and those parked behind the front of their FIFO group,
+    // two indexes walked as one, in time order.
+    type Index = std::collections::BTreeSet<(i64, u64)>;
+    let (leased, visible, delayed): ([&Index; 1], [&Index; 2], [&Index; 1]) =
+        ([&q.leased], [&q.ready, &q.parked], [&q.delayed]);
+    let parts: Vec<(u8, &[&Index])> = match req.state {
+        BrowseState::Visible => vec![(1, &visible)],
+        BrowseState::Delayed => vec![(2, &delayed)],
+        BrowseState::InFlight => vec![(0, &leased)],
+        BrowseState::All => vec![(0, &leased), (1, &visible), (2, &delayed)],
     };
     let mut keys: Vec<(u8, i64, u64)> = Vec::new();
-    for (tag, index) in parts {
-        let range = match after {
-            Some((t, at, id)) if t == tag => index.range((
-                std::ops::Bound::Excluded((at, id)),
-                std::ops::Bound::Unbounded,
-            )),
+    for (tag, indexes) in parts {
+        let start = match after {
+            Some((t, at, id)) if t == tag => Some((at, id)),
             Some((t, _, _)) if t > tag => continue,
-            _ => index.range(..),
+            _ => None,
         };
-        keys.extend(
-            range
-                .take(req.limit as usize + 1 - keys.len())
-                .map(|(at, id)| (tag, *at, *id)),
-        );
+        let want = req.limit as usize + 1 - keys.len();
+        let mut found: Vec<(i64, u64)> = Vec::new();
+        for index in indexes {
+            let range = match start {
+                Some(k) => index.range((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded)),
+                None => index.range(..),
+            };
+            found.extend(range.take(want).copied());
+        }
+        if indexes.len() > 1 {
+            found.sort_unstable();
+            found.truncate(want);
+        }
+        keys.extend(found.into_iter().map(|(at, id)| (tag, at, id)));
         if keys.len() > req.limit as usize {
             break;
         }
@@ -116,6 +127,7 @@ pub(crate) fn get_message(inner: &Inner, id: MessageId) -> Result<Message, Store
         completed_at: Some(Timestamp(d.at)),
         cancelled: d.cancelled,
         progress: None,
+        group: None,
     })
 }
 

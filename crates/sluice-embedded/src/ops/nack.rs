@@ -77,7 +77,7 @@ pub(crate) async fn nack(
             let notify = core.state.queues[&to].notify.clone();
             let q = core.state.queues[&to].name.clone();
             Ok((
-                vec![Record::Update(update)],
+                vec![core.update(update, now)],
                 (NackOutcome { state, queue: q }, notify),
             ))
         })
@@ -117,7 +117,7 @@ pub(crate) async fn reject(
                 now,
             )?;
             let dlq = core.state.queues[&u.qid].name.clone();
-            Ok((vec![Record::Update(u)], dlq))
+            Ok((vec![core.update(u, now)], dlq))
         })
         .await
 }
@@ -150,10 +150,8 @@ pub(crate) async fn move_message(
                 receive_count: 0,
                 rich,
             };
-            Ok((
-                vec![Record::Update(u)],
-                core.state.queues[&to_qid].notify.clone(),
-            ))
+            let notify = core.state.queues[&to_qid].notify.clone();
+            Ok((vec![core.update(u, now)], notify))
         })
         .await?;
     notify.notify_waiters();

@@ -73,8 +73,13 @@ pub(crate) fn put(
         core.state.add_queue(q);
     }
     let q = core.state.queues.get_mut(&qid).expect("just ensured");
+    let regroup = q.config.max_in_flight_per_group != config.max_in_flight_per_group;
     q.config = config;
     q.notify.notify_waiters();
+    if regroup {
+        // More (or fewer) members at the front of each FIFO group's line may be delivered.
+        core.state.regroup_queue(qid);
+    }
     Ok(PutQueueOutcome {
         queue: core.info(qid),
         created: existing.is_none(),

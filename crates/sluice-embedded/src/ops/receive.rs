@@ -144,6 +144,11 @@ fn try_receive(
             enqueued_at: Timestamp(rec.enqueued_at),
             last_error: rich.last_error,
             lease_deadline: Timestamp(deadline),
+            group: if m.grouped() {
+                core.state.group_of(id)
+            } else {
+                None
+            },
         });
     }
     let reserved = reservation.is_some();

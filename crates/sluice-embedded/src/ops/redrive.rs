@@ -202,27 +202,27 @@ fn plan_step(
         });
     };
     core.expire(src, now)?;
-    let candidates: Vec<(i64, u64)> = {
-        let ready = &core.state.queues[&src].ready;
-        let range = match job.cursor {
-            Some(c) => ready.range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded)),
-            None => ready.range(..),
+    // Visible dead letters in time order: the deliverable ones and those parked behind the
+    // front of their FIFO group, merged (each index is in time order).
+    let (candidates, scanned_to_end) = {
+        let q = &core.state.queues[&src];
+        let take = want as usize * EXAMINE_PER_MOVE + 1000;
+        let after = |index: &std::collections::BTreeSet<(i64, u64)>| -> Vec<(i64, u64)> {
+            let range = match job.cursor {
+                Some(c) => index.range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded)),
+                None => index.range(..),
+            };
+            range.take(take + 1).copied().collect()
         };
-        range
-            .take(want as usize * EXAMINE_PER_MOVE + 1000)
-            .copied()
-            .collect()
-    };
-    let scanned_to_end = {
-        let ready = &core.state.queues[&src].ready;
-        candidates.last().is_none_or(|last| {
-            ready
-                .range((std::ops::Bound::Excluded(*last), std::ops::Bound::Unbounded))
-                .next()
-                .is_none()
-        })
+        let mut all = after(&q.ready);
+        all.extend(after(&q.parked));
+        all.sort_unstable();
+        let to_end = all.len() <= take;
+        all.truncate(take);
+        (all, to_end)
     };
     let mut moves = Vec::new();
+    let mut orders = Vec::new();
     let mut wake = Vec::new();
     let mut taken = 0u64;
     let mut stopped_early = false;
@@ -234,7 +234,7 @@ fn plan_step(
         let Some(m) = core.state.msgs.get(&mid).copied() else {
             continue;
         };
-        if m.slot() != Slot::Ready {
+        if !matches!(m.slot(), Slot::Ready | Slot::Parked) {
             job.cursor = Some((at, mid));
             continue;
         }
@@ -284,7 +284,7 @@ fn plan_step(
         let (_, mut rich) = core.load(mid, &m)?;
         rich.dead_letter = None;
         wake.push(dq.notify.clone());
-        moves.push(UpdateRecord {
+        let u = UpdateRecord {
             event: UpdateEvent::Redriven,
             id: mid,
             qid: dest,
@@ -296,7 +296,12 @@ fn plan_step(
                 m.receive_count()
             },
             rich,
-        });
+        };
+        // A grouped message joins the end of its group's line in the destination.
+        if let Some(order) = core.state.place_for(&u, now) {
+            orders.push((mid, order));
+        }
+        moves.push(u);
         job.matched += 1;
         job.moved += 1;
         taken += 1;
@@ -306,7 +311,7 @@ fn plan_step(
     let moved_ids = moves.iter().map(|u| MessageId(u.id)).collect();
     Ok(StepOutcome {
         job: job.clone(),
-        record: Record::redrive(job, moves),
+        record: Record::redrive_grouped(job, moves, orders),
         moved_ids,
         wake,
     })

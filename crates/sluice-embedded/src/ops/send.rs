@@ -1,4 +1,5 @@
-//! `send`: dedup, depth limit and one message record per new message, in one commit.
+//! `send`: dedup, depth limit and one message record per new message (with its FIFO group,
+//! if it has one), in one commit.
 
 use std::time::Duration;
 
@@ -6,7 +7,7 @@ use sluice_core::store::validate_bodies_fit;
 use sluice_core::{MessageId, NewMessage, QueueName, SendOutcome, StoreError, Timestamp};
 
 use crate::core::Inner;
-use crate::journal::record::{MessageRecord, Origin, Record, Rich};
+use crate::journal::record::{GroupTag, MessageRecord, Origin, Record, Rich};
 
 /// Sends a batch: duplicates (by dedup id, within the window or the batch) are answered
 /// with the first id.
@@ -53,7 +54,7 @@ pub(crate) async fn send(
             let visible_at = Timestamp(now)
                 .plus(m.delay.unwrap_or(cfg.delay))
                 .as_millis();
-            records.push(Record::Message(MessageRecord {
+            let message = MessageRecord {
                 origin: Origin::Send,
                 id,
                 qid,
@@ -66,7 +67,18 @@ pub(crate) async fn send(
                 lease: None,
                 rich: Rich::default(),
                 dedup: key.map(|k| (k.to_string(), dedup_until)),
-            }));
+            };
+            // A grouped message's place in its group's line is its id: send order.
+            records.push(match &m.group {
+                Some(g) => Record::Grouped {
+                    message,
+                    group: GroupTag {
+                        name: g.as_str().to_string(),
+                        order: id,
+                    },
+                },
+                None => Record::Message(message),
+            });
         }
         if let Some(max) = cfg.max_depth
             && core.state.queues[&qid].depth() + records.len() as u64 > max

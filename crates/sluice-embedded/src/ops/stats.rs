@@ -26,13 +26,13 @@ pub(crate) fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats, Stor
     };
     let q = &core.state.queues[&qid];
     Ok(QueueStats {
-        visible: q.ready.len() as u64,
+        visible: q.visible(),
         delayed: q.delayed.len() as u64,
         in_flight: q.leased.len() as u64,
         dead_letter_depth,
-        oldest_visible_age: q.ready.first().map_or(Duration::ZERO, |(at, _)| {
-            Timestamp(now).since(Timestamp(*at))
-        }),
+        oldest_visible_age: q
+            .oldest_visible()
+            .map_or(Duration::ZERO, |at| Timestamp(now).since(Timestamp(at))),
         completed: q.completed,
         totals: q.totals,
     })

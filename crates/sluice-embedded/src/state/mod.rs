@@ -7,8 +7,10 @@
 //! becomes visible (`promote`), because that follows from the stored `visible_at`.
 //!
 //! Each queue's part is a [`QueueState`]; the [`summary`] index of messages with errors,
-//! sources or dead-letter information is kept beside it and changed in the same `apply`.
+//! sources or dead-letter information is kept beside it and changed in the same `apply`, and
+//! so are the lines of FIFO groups ([`groups`]).
 
+mod groups;
 mod msg;
 mod queue;
 pub(crate) mod summary;
@@ -20,7 +22,8 @@ use sluice_core::{QueueName, Timestamp};
 
 use crate::catalog::CatalogQueue;
 use crate::journal::log::Loc;
-use crate::journal::record::{MessageRecord, Qid, Record, RemoveReason, UpdateEvent};
+use crate::journal::record::{GroupTag, MessageRecord, Qid, Record, RemoveReason, UpdateEvent};
+pub(crate) use groups::Member;
 pub(crate) use msg::{Msg, Slot};
 pub(crate) use queue::{DedupEntry, QueueState};
 
@@ -52,6 +55,8 @@ pub(crate) struct State {
     pub names: BTreeMap<QueueName, Qid>,
     pub next_qid: Qid,
     pub msgs: HashMap<u64, Msg>,
+    /// The FIFO group membership of grouped live messages (those whose `Msg` is marked).
+    pub members: HashMap<u64, Member>,
     pub done: HashMap<u64, Done>,
     pub done_order: VecDeque<(i64, u64)>,
     pub next_id: u64,
@@ -83,6 +88,7 @@ impl State {
             names: BTreeMap::new(),
             next_qid,
             msgs: HashMap::new(),
+            members: HashMap::new(),
             done: HashMap::new(),
             done_order: VecDeque::new(),
             next_id: 1,
@@ -115,6 +121,7 @@ impl State {
         if let Some(q) = self.queues.remove(&qid) {
             self.names.remove(&q.name);
             for id in q.ids() {
+                self.members.remove(&id);
                 if let Some(m) = self.msgs.remove(&id) {
                     self.unaccount(&m);
                 }
@@ -194,6 +201,9 @@ impl State {
         self.progress.remove(&id);
         let m = self.detach(id)?;
         self.msgs.remove(&id);
+        if m.grouped() {
+            self.leave(id, m.qid);
+        }
         self.unaccount(&m);
         self.summary.remove(m.qid, id);
         Some(m)
@@ -206,9 +216,12 @@ impl State {
     /// Applies one record found at `loc`.
     pub fn apply(&mut self, rec: &Record, loc: Loc, len: u32) {
         match rec {
-            Record::Message(m) => self.apply_message(m, loc, len),
+            Record::Message(m) => self.apply_message(m, loc, len, None),
+            Record::Grouped { message, group } => {
+                self.apply_message(message, loc, len, Some(group));
+            }
             Record::Firing { message, schedule } => {
-                self.apply_message(message, loc, len);
+                self.apply_message(message, loc, len, None);
                 self.schedules
                     .insert(schedule.0.name.to_string(), schedule.0.clone());
             }
@@ -219,9 +232,15 @@ impl State {
             Record::ScheduleDeleted { name } => {
                 self.schedules.remove(name);
             }
-            Record::Update(u) => self.apply_update(u, loc),
-            Record::Redrive { job, moves } => self.apply_redrive(job.0.clone(), moves, loc),
-            Record::RedriveV1 { job, moves } => self.apply_redrive(job.clone().into(), moves, loc),
+            Record::Update(u) => self.apply_update(u, loc, None),
+            Record::Regrouped { update, order } => self.apply_update(update, loc, Some(*order)),
+            Record::Redrive { job, moves } => self.apply_redrive(job.0.clone(), moves, loc, &[]),
+            Record::RedriveV1 { job, moves } => {
+                self.apply_redrive(job.clone().into(), moves, loc, &[]);
+            }
+            Record::RedriveGrouped { job, moves, orders } => {
+                self.apply_redrive(job.0.clone(), moves, loc, orders);
+            }
             Record::Lease(leases) => {
                 for l in leases {
                     self.progress.remove(&l.id);
@@ -368,17 +387,34 @@ impl State {
         }
     }
 
-    /// Applies a full message record (a send, a firing's message, a compaction copy).
-    fn apply_message(&mut self, m: &MessageRecord, loc: Loc, len: u32) {
+    /// Applies a full message record (a send, a firing's message, a compaction copy), with
+    /// its FIFO group if it has one.
+    fn apply_message(&mut self, m: &MessageRecord, loc: Loc, len: u32, group: Option<&GroupTag>) {
         self.next_id = self.next_id.max(m.id + 1);
+        if let Some(g) = group {
+            self.next_id = self.next_id.max(g.order.saturating_add(1));
+        }
         if let Some((token, _)) = m.lease {
             self.next_token = self.next_token.max(token + 1);
         }
         if !self.queues.contains_key(&m.qid) {
             return;
         }
+        // A compaction copy of a grouped message keeps its place in its group's line.
+        let mut in_line = false;
         if let Some(old) = self.detach(m.id) {
             self.msgs.remove(&m.id);
+            if old.grouped() {
+                in_line = old.qid == m.qid
+                    && group.is_some_and(|g| {
+                        self.members
+                            .get(&m.id)
+                            .is_some_and(|p| p.order == g.order && *p.group == *g.name)
+                    });
+                if !in_line {
+                    self.leave(m.id, old.qid);
+                }
+            }
             self.unaccount(&old);
             self.summary.remove(old.qid, m.id);
         }
@@ -388,7 +424,7 @@ impl State {
             Some((token, deadline)) => (Slot::Leased, deadline, token),
             None => (Slot::Delayed, m.visible_at, 0),
         };
-        let msg = Msg::new(
+        let mut msg = Msg::new(
             m.qid,
             slot,
             m.receive_count,
@@ -399,8 +435,16 @@ impl State {
             len,
             loc,
         );
+        if group.is_some() {
+            msg.set_grouped();
+        }
         self.account(&msg);
         self.attach(m.id, msg);
+        if let Some(g) = group
+            && !in_line
+        {
+            self.join(m.id, m.qid, std::sync::Arc::from(g.name.as_str()), g.order);
+        }
         let q = self.queues.get_mut(&m.qid).expect("checked above");
         if m.origin == crate::journal::record::Origin::Send {
             q.totals.sent += 1;
@@ -417,22 +461,37 @@ impl State {
         }
     }
 
+    /// Applies a redrive step; `orders` gives the new place of each grouped message it
+    /// moves, in the order of `moves`.
     fn apply_redrive(
         &mut self,
         job: sluice_core::RedriveJob,
         moves: &[crate::journal::record::UpdateRecord],
         loc: Loc,
+        orders: &[(u64, u64)],
     ) {
+        let mut orders = orders.iter().peekable();
         for u in moves {
-            self.apply_update(u, loc);
+            let order = orders.next_if(|(id, _)| *id == u.id).map(|(_, o)| *o);
+            self.apply_update(u, loc, order);
         }
         self.next_id = self.next_id.max(job.id.0 + 1);
         self.jobs.insert(job.id.0, job);
     }
 
-    fn apply_update(&mut self, u: &crate::journal::record::UpdateRecord, loc: Loc) {
+    /// Applies an update; `order` is the new place in its group's line of a grouped message
+    /// that it brings into another queue.
+    fn apply_update(
+        &mut self,
+        u: &crate::journal::record::UpdateRecord,
+        loc: Loc,
+        order: Option<u64>,
+    ) {
         self.progress.remove(&u.id);
         self.count_update(u.event, u.qid);
+        if let Some(o) = order {
+            self.next_id = self.next_id.max(o.saturating_add(1));
+        }
         let Some(old) = self.detach(u.id) else { return };
         let mut msg = old;
         msg.qid = u.qid;
@@ -444,8 +503,21 @@ impl State {
         self.msgs.insert(u.id, msg);
         self.summary
             .on_update(old.qid, u.qid, u.id, &u.rich, old.entered_at);
+        // A grouped message that changes queue (or place) leaves its line and joins the
+        // line of its group where it now is; a retry in its queue keeps its place.
+        let rejoin = if old.grouped()
+            && (old.qid != u.qid
+                || order.is_some_and(|o| self.members.get(&u.id).is_some_and(|p| p.order != o)))
+        {
+            self.leave(u.id, old.qid)
+        } else {
+            None
+        };
         if self.queues.contains_key(&u.qid) {
             self.attach(u.id, msg);
+            if let Some(p) = rejoin {
+                self.join(u.id, u.qid, p.group, order.unwrap_or(p.order));
+            }
         } else {
             self.remove(u.id);
         }
@@ -511,9 +583,16 @@ impl State {
         }
     }
 
-    /// Makes delayed messages whose time has come visible. Returns how many.
+    /// Makes delayed messages whose time has come visible: deliverable, or parked behind the
+    /// front of their FIFO group's line. Returns how many became deliverable.
     pub fn promote(&mut self, qid: Qid, now: i64) -> usize {
-        let Some(q) = self.queues.get_mut(&qid) else {
+        let State {
+            queues,
+            msgs,
+            members,
+            ..
+        } = self;
+        let Some(q) = queues.get_mut(&qid) else {
             return 0;
         };
         let mut n = 0;
@@ -522,11 +601,16 @@ impl State {
                 break;
             }
             q.delayed.pop_first();
-            q.ready.insert((at, id));
-            if let Some(m) = self.msgs.get_mut(&id) {
-                m.set_slot(Slot::Ready);
+            let Some(m) = msgs.get_mut(&id) else {
+                continue;
+            };
+            // A grouped message behind the front of its line waits for its group.
+            let slot = groups::due_slot(q, members, m, id);
+            m.set_slot(slot);
+            q.index(slot).insert((at, id));
+            if slot == Slot::Ready {
+                n += 1;
             }
-            n += 1;
         }
         n
     }

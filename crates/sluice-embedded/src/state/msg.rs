@@ -13,6 +13,9 @@ pub(crate) enum Slot {
     Ready,
     /// Leased until `at`.
     Leased,
+    /// Due since `at`, but waiting for its FIFO group: not among the group's first
+    /// `max_in_flight_per_group` members, so not deliverable yet.
+    Parked,
 }
 
 /// One live message, as kept in memory: 48 bytes, plus its map slot and one index entry.
@@ -39,7 +42,10 @@ pub(crate) struct Msg {
 
 const SLOT_SHIFT: u32 = 30;
 const CANCEL_BIT: u32 = 1 << 29;
-const COUNT_MASK: u32 = CANCEL_BIT - 1;
+/// The message belongs to a FIFO group (its membership is in `State::members`): only such
+/// messages pay for a group lookup.
+const GROUP_BIT: u32 = 1 << 28;
+const COUNT_MASK: u32 = GROUP_BIT - 1;
 
 impl Msg {
     #[allow(clippy::too_many_arguments)]
@@ -73,7 +79,8 @@ impl Msg {
         match self.count_slot >> SLOT_SHIFT {
             0 => Slot::Delayed,
             1 => Slot::Ready,
-            _ => Slot::Leased,
+            2 => Slot::Leased,
+            _ => Slot::Parked,
         }
     }
 
@@ -82,8 +89,10 @@ impl Msg {
             Slot::Delayed => 0,
             Slot::Ready => 1,
             Slot::Leased => 2,
+            Slot::Parked => 3,
         };
-        self.count_slot = (self.count_slot & COUNT_MASK) | (bits << SLOT_SHIFT);
+        // The group mark stays; a cancellation request ends with the slot it was made in.
+        self.count_slot = (self.count_slot & (COUNT_MASK | GROUP_BIT)) | (bits << SLOT_SHIFT);
     }
 
     pub fn receive_count(&self) -> u32 {
@@ -101,6 +110,16 @@ impl Msg {
 
     pub fn request_cancel(&mut self) {
         self.count_slot |= CANCEL_BIT;
+    }
+
+    /// It belongs to a FIFO group.
+    pub fn grouped(&self) -> bool {
+        self.count_slot & GROUP_BIT != 0
+    }
+
+    /// Marks it as a member of a FIFO group.
+    pub fn set_grouped(&mut self) {
+        self.count_slot |= GROUP_BIT;
     }
 
     /// True when `token` names this message's current lease.
@@ -137,5 +156,12 @@ mod tests {
         assert!(!m.holds(u64::MAX));
         m.set_receive_count(7);
         assert_eq!((m.slot(), m.receive_count()), (Slot::Ready, 7));
+        m.set_grouped();
+        m.set_slot(Slot::Parked);
+        assert_eq!((m.slot(), m.receive_count()), (Slot::Parked, 7));
+        assert!(m.grouped());
+        m.request_cancel();
+        m.set_receive_count(u32::MAX);
+        assert!(m.grouped() && m.cancel_requested() && m.slot() == Slot::Parked);
     }
 }

@@ -1,5 +1,6 @@
-//! One queue's part of the index: its messages ordered by time in each slot, its dedup ids,
-//! rate window, stats history and the notifier of its long-polling receivers.
+//! One queue's part of the index: its messages ordered by time in each slot, the lines of its
+//! FIFO groups, its dedup ids, rate window, stats history and the notifier of its
+//! long-polling receivers.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -32,6 +33,13 @@ pub(crate) struct QueueState {
     pub delayed: BTreeSet<(i64, u64)>,
     pub ready: BTreeSet<(i64, u64)>,
     pub leased: BTreeSet<(i64, u64)>,
+    /// Due messages of FIFO groups that wait for their group (see [`Slot::Parked`]), by the
+    /// time they became due.
+    pub parked: BTreeSet<(i64, u64)>,
+    /// Each FIFO group's line in this queue: `(order, id)` of its members in every slot, in
+    /// the order they entered the queue. Only the first `max_in_flight_per_group` may be in
+    /// `ready` or `leased`. A group leaves the map with its last member.
+    pub groups: HashMap<Arc<str>, BTreeSet<(u64, u64)>>,
     /// When the last retention sweep of the whole queue started.
     pub retention_scan: i64,
     /// The retention sweep under way: the index it is in and the last entry it looked at.
@@ -58,6 +66,8 @@ impl QueueState {
             delayed: BTreeSet::new(),
             ready: BTreeSet::new(),
             leased: BTreeSet::new(),
+            parked: BTreeSet::new(),
+            groups: HashMap::new(),
             retention_scan: i64::MIN,
             sweep: None,
             overdue: Vec::new(),
@@ -74,21 +84,38 @@ impl QueueState {
             Slot::Delayed => &mut self.delayed,
             Slot::Ready => &mut self.ready,
             Slot::Leased => &mut self.leased,
+            Slot::Parked => &mut self.parked,
         }
     }
 
-    /// Every message id of the queue: in flight, then visible, then delayed.
+    /// Every message id of the queue: in flight, then visible (deliverable, then waiting for
+    /// their group), then delayed.
     pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
         self.leased
             .iter()
             .chain(&self.ready)
+            .chain(&self.parked)
             .chain(&self.delayed)
             .map(|(_, id)| *id)
     }
 
     /// Messages counted against `max_depth`.
     pub fn depth(&self) -> u64 {
-        (self.delayed.len() + self.ready.len() + self.leased.len()) as u64
+        (self.delayed.len() + self.ready.len() + self.parked.len() + self.leased.len()) as u64
+    }
+
+    /// Visible messages: deliverable now, or due but waiting for their FIFO group.
+    pub fn visible(&self) -> u64 {
+        (self.ready.len() + self.parked.len()) as u64
+    }
+
+    /// When the longest-visible message became visible.
+    pub fn oldest_visible(&self) -> Option<i64> {
+        [self.ready.first(), self.parked.first()]
+            .into_iter()
+            .flatten()
+            .map(|(at, _)| *at)
+            .min()
     }
 
     /// Looks a dedup id up, forgetting it when its window is over.

@@ -169,6 +169,7 @@ pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
         completed_at: done.then_some(Timestamp(row.visible_at)),
         cancelled: row.cancel_requested,
         progress: if done { None } else { progress.map(|p| p.0) },
+        group: None,
     })
 }
 

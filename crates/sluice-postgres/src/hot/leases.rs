@@ -413,6 +413,7 @@ fn deliveries(
                 enqueued_at: Timestamp(r.try_get(6).map_err(corrupt)?),
                 last_error: r.try_get(7).map_err(corrupt)?,
                 lease_deadline: Timestamp(deadline),
+                group: None,
             },
         ));
     }

@@ -276,6 +276,7 @@ pub(crate) async fn lease_from_packs(
                 enqueued_at: Timestamp(enqueued_at),
                 last_error: None,
                 lease_deadline: Timestamp(deadline),
+                group: None,
             });
         }
     }

@@ -225,6 +225,7 @@ mod tests {
             enqueued_at: sluice_core::Timestamp(0),
             last_error: None,
             lease_deadline: sluice_core::Timestamp(30_000),
+            group: None,
         }
     }
 

@@ -214,6 +214,7 @@ fn hand_over(
                 enqueued_at: Timestamp(h.at),
                 last_error: None,
                 lease_deadline: Timestamp(h.deadline),
+                group: None,
             })
         })
         .collect();

@@ -23,6 +23,7 @@ pub(crate) async fn send(
     queue: &QueueName,
     messages: Vec<NewMessage>,
 ) -> Result<Vec<SendOutcome>, StoreError> {
+    refuse_groups(&messages)?;
     let local = inner.locals.of(queue);
     let cfg = inner.config(&local).await?;
     let (out, wake) = if is_plain(&cfg, &messages) {
@@ -46,6 +47,24 @@ pub(crate) async fn send(
     Ok(out)
 }
 
+/// What this engine answers to a FIFO group it does not keep: refused, never ignored.
+pub(crate) const GROUPS_UNSUPPORTED: &str = "message groups are not yet supported by the PostgreSQL engine; use the embedded engine or send without a group";
+
+/// Refuses a batch in which a message carries a FIFO group: this engine does not keep them
+/// (its hints say so), and delivering such messages without their order would break the
+/// promise the sender asked for.
+///
+/// # Errors
+/// `InvalidArgument` naming the first message with a group.
+pub(crate) fn refuse_groups(messages: &[NewMessage]) -> Result<(), StoreError> {
+    match messages.iter().position(|m| m.group.is_some()) {
+        Some(i) => Err(StoreError::invalid(format!(
+            "message {i} has a group: {GROUPS_UNSUPPORTED}"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Stores a batch in `c`'s transaction. Returns the outcomes and whether a message is
 /// visible at once, so that the caller wakes waiting receives (on every node) once the
 /// transaction has committed. The batch has been checked (`validate_send_batch`: by
@@ -56,6 +75,7 @@ pub(crate) async fn send_in_tx(
     queue: &QueueName,
     messages: Vec<NewMessage>,
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
+    refuse_groups(&messages)?;
     let now = inner.now();
     let q = queue.as_str();
     let cfg = crate::db::catalog::config(c, q, false).await?;

@@ -77,6 +77,7 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
             attributes: None,
             delay_ms: None,
             dedup_id: None,
+            group: None,
             messages: None,
         });
     }
@@ -87,6 +88,7 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
             attributes: None,
             delay_ms: None,
             dedup_id: None,
+            group: None,
         })
     };
     Ok(SendRequest {
@@ -95,6 +97,7 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
         attributes: None,
         delay_ms: None,
         dedup_id: None,
+        group: None,
         messages: Some((0..n).map(|_| message(t_us)).collect::<Result<_, _>>()?),
     })
 }

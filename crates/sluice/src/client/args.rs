@@ -255,6 +255,10 @@ pub struct QueueConfigArgs {
     /// Pause deliveries (`--paused=false` resumes).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub paused: Option<bool>,
+    /// Messages of one FIFO message group that may be in flight at once (1 – 1000;
+    /// default 1: strict send order).
+    #[arg(long, value_name = "N")]
+    pub max_in_flight_per_group: Option<u32>,
     /// Deliver the queue's messages to this endpoint (https, or http on loopback); `none`
     /// stops pushing. The target is replaced whole: give its other --push-* flags with it.
     #[arg(long, value_name = "URL")]
@@ -352,6 +356,7 @@ impl QueueConfigArgs {
                     signed: None,
                 })
             }),
+            max_in_flight_per_group: self.max_in_flight_per_group,
         }
     }
 }

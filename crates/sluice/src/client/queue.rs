@@ -320,5 +320,7 @@ fn show(q: &QueueView) {
                 )
             })),
         ),
+        // max_in_flight_per_group, short enough to keep the column's width.
+        ("group_in_flight", c.max_in_flight_per_group.to_string()),
     ]);
 }

@@ -45,6 +45,11 @@ pub struct SendArgs {
     /// Dedup id: a second send with it inside the queue's dedup window stores nothing.
     #[arg(long, value_name = "ID")]
     dedup_id: Option<String>,
+    /// FIFO message group: messages of one group are delivered in send order, at most the
+    /// queue's max-in-flight-per-group at a time (1 – 128 characters). With standard-input
+    /// lines, every line goes to this group, in line order.
+    #[arg(long, value_name = "GROUP")]
+    group: Option<String>,
     /// Send the body as bytes, even if it is text or JSON.
     #[arg(long, conflicts_with = "text")]
     raw: bool,
@@ -87,6 +92,9 @@ impl SendArgs {
         }
         if let Some(id) = &self.dedup_id {
             m = m.dedup_id(id);
+        }
+        if let Some(g) = &self.group {
+            m = m.group(g);
         }
         Ok(m)
     }

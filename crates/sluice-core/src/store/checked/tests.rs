@@ -150,6 +150,7 @@ impl Messaging for Probe {
     fn hints(&self) -> Hints {
         Hints {
             ack_overlap: self.overlap,
+            groups: false,
         }
     }
     async fn lease_may_overlap_ack(&self, _: &QueueName) -> bool {
