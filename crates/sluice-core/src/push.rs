@@ -196,6 +196,19 @@ impl PushTarget {
         Ok(url)
     }
 
+    /// The URL without its query and fragment, for errors and attempt history that anyone
+    /// who may browse the queue reads (a query may carry a token).
+    pub fn shown_url(&self) -> String {
+        match self.parsed_url() {
+            Ok(mut u) => {
+                u.set_query(None);
+                u.set_fragment(None);
+                u.to_string()
+            }
+            Err(_) => self.url.clone(),
+        }
+    }
+
     /// Whether the broker may push here when plain `http` is allowed only on loopback:
     /// `https` anywhere, `http` to `localhost`, `127.0.0.0/8` or `::1`.
     pub fn is_secure_or_loopback(&self) -> bool {
@@ -341,6 +354,12 @@ mod tests {
         t.secret = Some("short".into());
         bad(t, "push.secret");
         PushTarget::new("https://example.com/").validate().unwrap();
+    }
+
+    #[test]
+    fn the_shown_url_has_no_query() {
+        let t = PushTarget::new("https://example.com/hook?token=s3cret#x");
+        assert_eq!(t.shown_url(), "https://example.com/hook");
     }
 
     #[test]

@@ -137,6 +137,11 @@ pub struct BenchArgs {
     /// all. The broker must run on this machine (the endpoint listens on 127.0.0.1).
     #[arg(long, conflicts_with_all = ["frames", "rate"])]
     push: bool,
+    /// Spread the messages over this many FIFO message groups (`g0`, `g1`, …, in turn), so
+    /// that each group is delivered in order with one message in flight (over HTTP).
+    #[arg(long, value_name = "N", conflicts_with = "frames",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    groups: Option<u32>,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -185,11 +190,20 @@ struct Shared {
     // Counted in the measured window.
     sent_measured: AtomicU64,
     acked_measured: AtomicU64,
+    /// With `--groups`: how many, and the count that picks the next message's group.
+    groups: Option<(u32, AtomicU64)>,
 }
 
 impl Shared {
     fn now_us(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// The group of the next message sent, with `--groups`.
+    fn next_group(&self) -> Option<String> {
+        self.groups
+            .as_ref()
+            .map(|(n, next)| format!("g{}", next.fetch_add(1, Ordering::Relaxed) % u64::from(*n)))
     }
 
     fn in_window(&self, t_us: u64) -> bool {
@@ -623,6 +637,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         errors_total: AtomicU64::new(0),
         sent_measured: AtomicU64::new(0),
         acked_measured: AtomicU64::new(0),
+        groups: args.groups.map(|n| (n, AtomicU64::new(0))),
     });
 
     let progress = progress_bar(args.json);

@@ -46,7 +46,7 @@ pub(super) async fn run(
     let slots = Arc::new(Semaphore::new(concurrency as usize));
     let (settle_tx, settle_rx) = mpsc::channel::<Settled>(SETTLE_BATCH * 2);
     let settler = tokio::spawn(settle(state.clone(), queue.clone(), settle_rx));
-    let consumer = format!("push:{}", target.url);
+    let consumer = format!("push:{}", target.shown_url());
     let mut told_failing = false;
     loop {
         let first = tokio::select! {
@@ -129,14 +129,18 @@ async fn push(
             PushVerdict::Retry,
             Some(format!(
                 "push to {} got no answer within {} ms",
-                target.url,
+                target.shown_url(),
                 target.timeout.as_millis()
             )),
             PushOutcome::Timeout,
         ),
         Err(e) => (
             PushVerdict::Retry,
-            Some(format!("push to {} failed: {}", target.url, chain(&e))),
+            Some(format!(
+                "push to {} failed: {}",
+                target.shown_url(),
+                chain(&e.without_url())
+            )),
             PushOutcome::ConnectionError,
         ),
     };
@@ -230,7 +234,7 @@ async fn judge(
     if verdict == PushVerdict::Delivered {
         return (verdict, None, outcome);
     }
-    let mut error = format!("push to {} answered {status}", target.url);
+    let mut error = format!("push to {} answered {status}", target.shown_url());
     if let Some(d) = retry_after {
         error.push_str(&format!(" (Retry-After {} s)", d.as_secs()));
     }

@@ -77,7 +77,7 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
             attributes: None,
             delay_ms: None,
             dedup_id: None,
-            group: None,
+            group: shared.next_group(),
             messages: None,
         });
     }
@@ -88,7 +88,7 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
             attributes: None,
             delay_ms: None,
             dedup_id: None,
-            group: None,
+            group: shared.next_group(),
         })
     };
     Ok(SendRequest {
