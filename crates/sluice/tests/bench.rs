@@ -1,6 +1,7 @@
 //! `sluice bench` end to end against a live `sluice serve`: a bounded run over HTTP and one
 //! over the frame protocol, each of which must send its budget, acknowledge all of it and
-//! measure latencies; and a frame address with nothing behind it fails before the run.
+//! measure latencies (also spread over FIFO groups); a push run whose backlog all reaches the
+//! bench's endpoint; and a frame address with nothing behind it fails before the run.
 
 use std::process::{Command, Output, Stdio};
 
@@ -84,6 +85,40 @@ fn bench_measures_a_broker_over_http_and_over_frames() {
     let over_frames = bounded_run(&url, &["--frames", &frames]);
     assert_complete(&over_frames, "frames");
     assert_eq!(over_frames["frames"], frames.as_str());
+
+    // Spread over FIFO groups, the same budget completes.
+    let grouped = bounded_run(&url, &["--groups", "20"]);
+    assert_complete(&grouped, "http");
+}
+
+#[test]
+fn bench_push_times_a_backlog_pushed_to_its_own_endpoint() {
+    let broker = common::broker();
+    let out = bench(
+        &broker.url,
+        &[
+            "--push",
+            "--queue",
+            "pushed",
+            "--consumers",
+            "8",
+            "--messages",
+            "500",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(report["mode"], "push", "{report}");
+    assert_eq!(report["messages"], 500, "{report}");
+    assert!(
+        report["pushed_per_s"].as_f64().is_some_and(|r| r > 0.0),
+        "{report}"
+    );
 }
 
 #[test]
