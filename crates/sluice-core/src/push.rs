@@ -50,6 +50,9 @@ const RESERVED_HEADERS: &[&str] = &[
     "te",
     "trailer",
 ];
+/// What views show instead of a header value, and what a header value written back as read
+/// means: keep the current value.
+pub const REDACTED: &str = "(redacted)";
 /// The prefix of the headers that carry a message's metadata.
 pub const HEADER_PREFIX: &str = "sluice-";
 
@@ -265,8 +268,24 @@ pub struct PushPatch {
 
 impl PushPatch {
     /// The target this patch makes of `current`.
+    ///
+    /// A header whose value is [`REDACTED`] keeps its current value (views never show header
+    /// values, which often carry credentials); with no current value it is dropped.
     pub fn resolve(&self, current: Option<&PushTarget>) -> PushTarget {
         let mut t = self.target.clone();
+        t.headers = std::mem::take(&mut t.headers)
+            .into_iter()
+            .filter_map(|(k, v)| {
+                if v != REDACTED {
+                    return Some((k, v));
+                }
+                let kept = current?
+                    .headers
+                    .iter()
+                    .find(|(ck, _)| ck.eq_ignore_ascii_case(&k));
+                kept.map(|(_, cv)| (k, cv.clone()))
+            })
+            .collect();
         t.secret = match &self.secret {
             None => current.and_then(|c| c.secret.clone()),
             Some(s) => s.clone(),
@@ -408,5 +427,30 @@ mod tests {
             ..keep
         };
         assert_eq!(clear.resolve(Some(&current)).secret, None);
+    }
+
+    #[test]
+    fn a_redacted_header_value_keeps_the_current_one() {
+        let mut current = PushTarget::new("https://a.example/");
+        current
+            .headers
+            .insert("Authorization".into(), "Bearer t0k".into());
+        let mut target = PushTarget::new("https://a.example/");
+        target
+            .headers
+            .insert("authorization".into(), REDACTED.into());
+        target.headers.insert("X-New".into(), REDACTED.into());
+        target.headers.insert("X-Set".into(), "v".into());
+        let t = PushPatch {
+            target,
+            secret: None,
+        }
+        .resolve(Some(&current));
+        assert_eq!(
+            t.headers.get("authorization").map(String::as_str),
+            Some("Bearer t0k")
+        );
+        assert_eq!(t.headers.get("X-New"), None, "nothing to keep: dropped");
+        assert_eq!(t.headers.get("X-Set").map(String::as_str), Some("v"));
     }
 }

@@ -123,6 +123,10 @@ async fn pushed_messages_are_acked_signed_and_carry_their_metadata() {
         )
         .await;
     assert_eq!(v["config"]["push"]["signed"], true);
+    assert_eq!(
+        v["config"]["push"]["headers"]["Authorization"], "(redacted)",
+        "header values are never shown: {v}"
+    );
     assert!(v["config"]["push"].get("secret").is_none(), "{v}");
     let body = json!({"answer": "ok", "reservation": 17});
     let (code, sent) = s
@@ -177,6 +181,21 @@ async fn pushed_messages_are_acked_signed_and_carry_their_metadata() {
     s.put_queue("hooks", q["config"].clone()).await;
     let (_, q) = s.call(Method::GET, "/v1/queues/hooks", None).await;
     assert_eq!(q["config"]["push"]["signed"], true, "{q}");
+    // …and its header values: the next call still carries the token.
+    let again = json!({"answer": "ok", "reservation": 18});
+    let id = s.send("hooks", again.clone()).await;
+    until("the second message to be acked", async || {
+        message(&s, &id).await["state"] == "completed"
+    })
+    .await;
+    let auth = ep.calls_with(&again)[0]
+        .headers
+        .get("authorization")
+        .cloned();
+    assert_eq!(
+        auth.as_ref().and_then(|v| v.to_str().ok()),
+        Some("Bearer t0k")
+    );
 
     // Per-target figures in /metrics.
     let text = s
@@ -193,11 +212,11 @@ async fn pushed_messages_are_acked_signed_and_carry_their_metadata() {
             .any(|l| l.starts_with("sluice_push_requests_total{")
                 && l.contains("queue=\"hooks\"")
                 && l.contains("outcome=\"delivered\"")
-                && l.ends_with(" 1")),
+                && l.ends_with(" 2")),
         "{text}"
     );
     assert!(
-        text.contains("sluice_push_duration_seconds_count{queue=\"hooks\"} 1"),
+        text.contains("sluice_push_duration_seconds_count{queue=\"hooks\"} 2"),
         "{text}"
     );
     s.shutdown().await;

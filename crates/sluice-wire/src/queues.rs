@@ -37,7 +37,8 @@ pub struct PushTargetRequest {
     #[schema(value_type = Option<String>, pattern = "^(POST|PUT|PATCH)$")]
     pub method: Option<PushMethodWire>,
     /// Extra request headers (at most 32; not `Host`, `Content-Length`, hop-by-hop headers
-    /// or any `Sluice-*` header; values visible ASCII, at most 4,096 bytes).
+    /// or any `Sluice-*` header; values visible ASCII, at most 4,096 bytes). A value of
+    /// `(redacted)`, as views show it, keeps the header's current value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
     /// Request timeout, 100 ms – 5 min. Default 10 s.
@@ -130,7 +131,8 @@ pub struct PushTargetView {
     /// The request method.
     #[schema(value_type = String, pattern = "^(POST|PUT|PATCH)$")]
     pub method: PushMethodWire,
-    /// Extra request headers.
+    /// Extra request headers, by name; their values are never shown (they often carry
+    /// credentials) and read `(redacted)`, which written back keeps the current value.
     pub headers: BTreeMap<String, String>,
     /// Request timeout.
     pub timeout_ms: u64,
@@ -152,7 +154,11 @@ impl From<&PushTarget> for PushTargetView {
                 PushMethod::Put => PushMethodWire::Put,
                 PushMethod::Patch => PushMethodWire::Patch,
             },
-            headers: t.headers.clone(),
+            headers: t
+                .headers
+                .keys()
+                .map(|k| (k.clone(), sluice_core::push::REDACTED.to_owned()))
+                .collect(),
             timeout_ms: as_ms(t.timeout),
             concurrency: t.concurrency,
             signed: t.secret.is_some(),

@@ -189,7 +189,10 @@ fn queue_lifecycle() {
         "the secret is never shown: {shown}"
     );
     let c = json(u, &["queue", "show", "jobs"])["config"].clone();
-    assert_eq!(c["push"]["headers"]["Authorization"], "Bearer x");
+    assert_eq!(
+        c["push"]["headers"]["Authorization"], "(redacted)",
+        "header values are never shown"
+    );
     let err = fails(
         u,
         &["queue", "update", "jobs", "--push", "http://example.com/"],

@@ -15,7 +15,7 @@ use crate::AppState;
 /// How long a lease outlives the request timeout: room to settle after the answer.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// How long one receive waits for a first message.
-const POLL: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_secs(2);
 /// Most of an answer's body read; the rest is dropped (with its connection).
 const ANSWER_LIMIT: usize = 16 * 1024;
 /// Most of an error answer's body kept as the message's `last_error`.
@@ -68,10 +68,21 @@ pub(super) async fn run(
             visibility: Some(target.timeout + LEASE_MARGIN),
             consumer: Some(consumer.clone()),
         };
-        let leased = tokio::select! {
-            r = state.lease(&queue, req) => r,
-            _ = stop.wait_for(|s| *s) => break,
-        };
+        if *stop.borrow() {
+            break;
+        }
+        // Not raced against `stop`: a receive dropped after it leased would strand its
+        // messages until their leases ran out. It ends within `POLL`.
+        let leased = state.store.receive(&queue, req).await;
+        if *stop.borrow()
+            && let Ok(deliveries) = &leased
+        {
+            // Handed back without counting as attempts, for the next loop or broker.
+            for d in deliveries {
+                let _ = state.store.release(&queue, d.receipt).await;
+            }
+            break;
+        }
         let deliveries = match leased {
             Ok(d) => {
                 told_failing = false;
@@ -133,6 +144,17 @@ async fn push(
                 target.timeout.as_millis()
             )),
             PushOutcome::Timeout,
+        ),
+        // The request could not even be built (a header value the HTTP library refuses):
+        // sending it again cannot help.
+        Err(e) if e.is_builder() => (
+            PushVerdict::Reject,
+            Some(format!(
+                "push to {} could not be made: {}",
+                target.shown_url(),
+                chain(&e.without_url())
+            )),
+            PushOutcome::ClientError,
         ),
         Err(e) => (
             PushVerdict::Retry,
@@ -287,7 +309,7 @@ fn ascii_json(attrs: &sluice_core::message::Attributes) -> String {
     let text = serde_json::to_string(attrs).unwrap_or_default();
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_ascii() {
+        if c.is_ascii() && c != '\x7f' {
             out.push(c);
         } else {
             let mut units = [0u16; 2];
@@ -389,7 +411,7 @@ mod tests {
     #[test]
     fn attributes_fit_in_a_header() {
         let mut a = sluice_core::message::Attributes::new();
-        a.insert("city".into(), "Zürich 🚋".into());
+        a.insert("city".into(), "Zürich 🚋\x7f".into());
         let s = ascii_json(&a);
         assert!(s.is_ascii());
         let back: sluice_core::message::Attributes = serde_json::from_str(&s).unwrap();

@@ -80,6 +80,9 @@ pub fn client() -> reqwest::Result<reqwest::Client> {
         .user_agent(concat!("sluice/", env!("CARGO_PKG_VERSION")))
         .tcp_nodelay(true)
         .pool_idle_timeout(Duration::from_secs(60))
+        // Straight to the target: a proxy from the environment would carry "loopback only"
+        // requests elsewhere.
+        .no_proxy()
         .build()
 }
 
@@ -100,6 +103,8 @@ pub async fn run(state: AppState, allow_http: bool, mut shutdown: watch::Receive
         }
     };
     let mut running: HashMap<QueueName, Running> = HashMap::new();
+    // Loops told to stop, still finishing their calls: waited for at shutdown too.
+    let mut draining: Vec<JoinHandle<()>> = Vec::new();
     let mut refused: HashMap<QueueName, String> = HashMap::new();
     let mut failing = false;
     loop {
@@ -118,7 +123,7 @@ pub async fn run(state: AppState, allow_http: bool, mut shutdown: watch::Receive
                     };
                     if !allowed(&t, allow_http) {
                         if refused.get(&q.name) != Some(&t.url) {
-                            tracing::warn!(queue = %q.name, url = %t.url, "not pushing: the target is plain http to a non-loopback host; use https, or start the broker with --push-allow-http");
+                            tracing::warn!(queue = %q.name, url = %t.shown_url(), "not pushing: the target is plain http to a non-loopback host; use https, or start the broker with --push-allow-http");
                             refused.insert(q.name.clone(), t.url.clone());
                         }
                         continue;
@@ -126,18 +131,25 @@ pub async fn run(state: AppState, allow_http: bool, mut shutdown: watch::Receive
                     refused.remove(&q.name);
                     wanted.insert(q.name, t);
                 }
-                running.retain(|name, r| {
-                    let keep = wanted.get(name) == Some(&r.target) && !r.task.is_finished();
-                    if !keep {
+                let stale: Vec<QueueName> = running
+                    .iter()
+                    .filter(|(name, r)| {
+                        wanted.get(*name) != Some(&r.target) || r.task.is_finished()
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                for name in stale {
+                    if let Some(r) = running.remove(&name) {
                         r.stop.send_replace(true);
+                        draining.push(r.task);
                     }
-                    keep
-                });
+                }
+                draining.retain(|t| !t.is_finished());
                 for (name, target) in wanted {
                     if running.contains_key(&name) {
                         continue;
                     }
-                    tracing::info!(queue = %name, url = %target.url, "pushing");
+                    tracing::info!(queue = %name, url = %target.shown_url(), "pushing");
                     let (stop, stop_rx) = watch::channel(false);
                     let task = tokio::spawn(deliver::run(
                         state.clone(),
@@ -165,5 +177,8 @@ pub async fn run(state: AppState, allow_http: bool, mut shutdown: watch::Receive
     }
     for (_, r) in running {
         let _ = r.task.await;
+    }
+    for t in draining {
+        let _ = t.await;
     }
 }

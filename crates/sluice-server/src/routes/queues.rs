@@ -67,12 +67,17 @@ pub async fn put_queue(
         "queue.update"
     };
     // The change as the caller wrote it: the fields of the request, as JSON, without the
-    // push secret.
+    // push target's secret, header values and URL query.
     let mut shown = req.clone();
-    if let Some(Some(p)) = &mut shown.push
-        && let Some(Some(secret)) = &mut p.secret
-    {
-        *secret = "(redacted)".to_owned();
+    if let Some(Some(p)) = &mut shown.push {
+        let redacted = sluice_core::push::REDACTED;
+        if let Some(Some(secret)) = &mut p.secret {
+            *secret = redacted.to_owned();
+        }
+        for v in p.headers.iter_mut().flat_map(|h| h.values_mut()) {
+            *v = redacted.to_owned();
+        }
+        p.url = sluice_core::PushTarget::new(p.url.clone()).shown_url();
     }
     let change = serde_json::to_string(&shown).unwrap_or_default();
     st.audit(&caller, action, Some(&q), None, &[("change", change)])

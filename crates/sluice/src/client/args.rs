@@ -271,13 +271,7 @@ pub struct QueueConfigArgs {
     pub push_concurrency: Option<u32>,
     /// The HMAC-SHA256 key push requests are signed with (16 – 512 bytes); `none` removes
     /// it. Without the flag the current key is kept.
-    #[arg(
-        long,
-        value_name = "SECRET",
-        env = "SLUICE_PUSH_SECRET",
-        hide_env_values = true,
-        requires = "push"
-    )]
+    #[arg(long, value_name = "SECRET", requires = "push")]
     pub push_secret: Option<String>,
     /// An extra push request header, `Name: value` (repeatable).
     #[arg(long, value_name = "HEADER", requires = "push", value_parser = parse_header)]
