@@ -1,5 +1,9 @@
 //! Rules that must hold across broker nodes sharing one database, with two stores (two nodes)
 //! on one schema; and transactional enqueue inside the caller's own transaction.
+//!
+//! Over 1,000 lines: every rule here needs the same two-node set-up, and one file keeps the
+//! set-up and the rules it serves together; per-feature files (groups, hand-off, packs) hold
+//! the rest.
 
 use std::time::Duration;
 
