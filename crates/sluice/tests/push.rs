@@ -13,6 +13,8 @@ use sluice_testkit::postgres;
 
 mod common;
 
+use common::call;
+
 /// A local endpoint that counts each message id it is called with, answering 204 after
 /// `delay`.
 #[derive(Clone)]
@@ -55,23 +57,6 @@ impl Endpoint {
     fn seen(&self) -> HashMap<String, u32> {
         self.seen.lock().expect("lock").clone()
     }
-}
-
-async fn call(
-    c: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    body: Option<Value>,
-) -> Value {
-    let mut req = c.request(method, &url);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap_or_else(|e| panic!("{url}: {e}"));
-    let status = resp.status();
-    let text = resp.text().await.expect("answer");
-    assert!(status.is_success(), "{url}: {status} {text}");
-    serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
 /// Sends `n` messages to `queue` in one batch and returns their ids.

@@ -5,31 +5,12 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use sluice_testkit::postgres;
 
 mod common;
 
-async fn call(
-    c: &reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    body: Option<Value>,
-) -> Value {
-    let mut req = c.request(method, &url);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap_or_else(|e| panic!("{url}: {e}"));
-    let status = resp.status();
-    let text = resp.text().await.expect("answer");
-    assert!(status.is_success(), "{url}: {status} {text}");
-    if text.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&text).expect("JSON")
-    }
-}
+use common::call;
 
 /// The `scheduled_for` times (ms) of every message of `queue`, sorted.
 async fn firings(c: &reqwest::Client, url: &str, queue: &str) -> Vec<i64> {

@@ -119,3 +119,26 @@ pub fn broker() -> Broker {
         _dir: dir,
     }
 }
+
+/// Calls `url` with `method` and an optional JSON body, asserts a 2xx answer and returns its
+/// JSON (`Value::Null` for an empty one).
+pub async fn call(
+    c: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Option<serde_json::Value>,
+) -> serde_json::Value {
+    let mut req = c.request(method, &url);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap_or_else(|e| panic!("{url}: {e}"));
+    let status = resp.status();
+    let text = resp.text().await.expect("answer");
+    assert!(status.is_success(), "{url}: {status} {text}");
+    if text.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_str(&text).expect("JSON")
+    }
+}
