@@ -104,6 +104,12 @@ pub(crate) struct QueueLocal {
     pub(crate) handoff: Waiting,
     /// Messages leased ahead of this node's receives (`crate::hot::read_ahead`).
     pub(crate) read_ahead: ReadAhead,
+    /// Whether this node has seen messages of FIFO groups in the queue: then a message
+    /// leaving a line (an ack, a reject, a delete) wakes the receives waiting for the next.
+    grouped: AtomicBool,
+    /// The group this node's last lease of grouped messages reached: the next starts after
+    /// it, so groups take turns.
+    group_turn: Mutex<String>,
 }
 
 impl QueueLocal {
@@ -125,7 +131,32 @@ impl QueueLocal {
             lapse_checks: LapseChecks::default(),
             handoff: Waiting::default(),
             read_ahead: ReadAhead::default(),
+            grouped: AtomicBool::new(false),
+            group_turn: Mutex::new(String::new()),
         }
+    }
+
+    /// Whether this node has seen messages of FIFO groups in the queue.
+    pub(crate) fn grouped(&self) -> bool {
+        self.grouped.load(Ordering::Relaxed)
+    }
+
+    /// The group after which the next lease of grouped messages starts (empty: the first).
+    pub(crate) fn group_turn(&self) -> String {
+        self.group_turn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Notes the group the last lease of grouped messages reached.
+    pub(crate) fn set_group_turn(&self, group: &str) {
+        group.clone_into(&mut self.group_turn.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// Notes that the queue holds messages of FIFO groups.
+    pub(crate) fn mark_grouped(&self) {
+        self.grouped.store(true, Ordering::Relaxed);
     }
 
     /// The configuration when read less than [`CONFIG_TTL`] ago.

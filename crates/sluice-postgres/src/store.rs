@@ -298,7 +298,7 @@ impl Messaging for PostgresStore {
     fn hints(&self) -> Hints {
         Hints {
             ack_overlap: AckOverlap::PerQueue,
-            groups: false,
+            groups: true,
         }
     }
 

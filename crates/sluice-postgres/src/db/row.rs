@@ -5,8 +5,8 @@
 //! write the rows back in one batched statement.
 
 use sluice_core::{
-    Attempt, Attributes, Body, BodyKind, DeadLetter, DeadLetterReason, Message, MessageId,
-    MessageState, Progress, QueueName, StoreError, Timestamp,
+    Attempt, Attributes, Body, BodyKind, DeadLetter, DeadLetterReason, GroupName, Message,
+    MessageId, MessageState, Progress, QueueName, StoreError, Timestamp,
 };
 use tokio_postgres::Row as PgRow;
 use tokio_postgres::types::Json;
@@ -22,12 +22,13 @@ pub(crate) const DONE: i16 = 2;
 
 /// The columns [`Row::from_pg`] reads, in order.
 pub(crate) const ROW_COLS: &str = "id, queue, state, visible_at, entered_at, enqueued_at, \
-    receive_count, token, last_error, attempts, source_queue, dl_reason, dl_at, cancel_requested";
+    receive_count, token, last_error, attempts, source_queue, dl_reason, dl_at, cancel_requested, \
+    grp";
 
 /// [`ROW_COLS`] and the columns a full [`Message`] view needs besides.
 pub(crate) const FULL_COLS: &str = "id, queue, state, visible_at, entered_at, enqueued_at, \
     receive_count, token, last_error, attempts, source_queue, dl_reason, dl_at, cancel_requested, \
-    body, body_kind, attrs, dedup_id, progress, result, result_kind";
+    grp, body, body_kind, attrs, dedup_id, progress, result, result_kind";
 
 /// The lifecycle fields of one message row.
 #[derive(Debug, Clone)]
@@ -45,6 +46,8 @@ pub(crate) struct Row {
     pub source_queue: Option<String>,
     pub dead_letter: Option<DeadLetter>,
     pub cancel_requested: bool,
+    /// The FIFO group the message was sent with.
+    pub grp: Option<String>,
 }
 
 impl Row {
@@ -75,6 +78,7 @@ impl Row {
             source_queue: r.try_get(10).map_err(corrupt)?,
             dead_letter,
             cancel_requested: r.try_get(13).map_err(corrupt)?,
+            grp: r.try_get(14).map_err(corrupt)?,
         })
     }
 
@@ -134,13 +138,13 @@ pub(crate) fn attrs_json(a: &Attributes) -> Option<serde_json::Value> {
 /// Reads the [`FULL_COLS`] of `r` into the message view.
 pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
     let row = Row::from_pg(r)?;
-    let body: Option<Vec<u8>> = r.try_get(14).map_err(corrupt)?;
-    let kind: i16 = r.try_get(15).map_err(corrupt)?;
-    let attrs: Option<Json<Attributes>> = r.try_get(16).map_err(corrupt)?;
-    let dedup_id: Option<String> = r.try_get(17).map_err(corrupt)?;
-    let progress: Option<Json<Progress>> = r.try_get(18).map_err(corrupt)?;
-    let result: Option<Vec<u8>> = r.try_get(19).map_err(corrupt)?;
-    let result_kind: Option<i16> = r.try_get(20).map_err(corrupt)?;
+    let body: Option<Vec<u8>> = r.try_get(15).map_err(corrupt)?;
+    let kind: i16 = r.try_get(16).map_err(corrupt)?;
+    let attrs: Option<Json<Attributes>> = r.try_get(17).map_err(corrupt)?;
+    let dedup_id: Option<String> = r.try_get(18).map_err(corrupt)?;
+    let progress: Option<Json<Progress>> = r.try_get(19).map_err(corrupt)?;
+    let result: Option<Vec<u8>> = r.try_get(20).map_err(corrupt)?;
+    let result_kind: Option<i16> = r.try_get(21).map_err(corrupt)?;
     let queue = QueueName::new(row.queue.clone()).map_err(corrupt)?;
     let state = row.view_state(now);
     let done = state == MessageState::Completed;
@@ -169,7 +173,7 @@ pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
         completed_at: done.then_some(Timestamp(row.visible_at)),
         cancelled: row.cancel_requested,
         progress: if done { None } else { progress.map(|p| p.0) },
-        group: None,
+        group: row.grp.and_then(|g| GroupName::new(g).ok()),
     })
 }
 
@@ -210,12 +214,17 @@ pub(crate) async fn write_back(
         .map(|r| r.dead_letter.as_ref().map(|d| d.at.0))
         .collect();
     let cancel: Vec<bool> = rows.iter().map(|r| r.cancel_requested).collect();
+    if rows.iter().any(|r| r.grp.is_some()) {
+        lock_lines_entered(tx, &ids, &queues).await?;
+    }
     tx.execute(
         "UPDATE messages m SET queue = u.queue, state = u.state, visible_at = u.visible_at,
              entered_at = u.entered_at, receive_count = u.receive_count, token = u.token,
              last_error = u.last_error, attempts = u.attempts, source_queue = u.source_queue,
              dl_reason = u.dl_reason, dl_at = u.dl_at, cancel_requested = u.cancel_requested,
-             progress = CASE WHEN u.state = 1 THEN m.progress END
+             progress = CASE WHEN u.state = 1 THEN m.progress END,
+             line = CASE WHEN m.grp IS NOT NULL AND m.queue <> u.queue
+                         THEN nextval('group_lines') * 1048576 ELSE m.line END
          FROM unnest($1::bigint[], $2::text[], $3::int2[], $4::bigint[], $5::bigint[],
                      $6::int4[], $7::bigint[], $8::text[], $9::jsonb[], $10::text[],
                      $11::text[], $12::bigint[], $13::bool[])
@@ -229,5 +238,40 @@ pub(crate) async fn write_back(
     )
     .await
     .map_err(|e| crate::error::db(&e))?;
+    Ok(())
+}
+
+/// The statement that takes, in a stable order, the advisory lock of every `(queue, group)`
+/// listed (`$1` queues, `$2` groups) for the rest of the transaction. Every transaction that
+/// gives a message a place in a group's line holds that line's lock while it does, so the
+/// places of one line are taken in the order their transactions commit.
+pub(crate) const LOCK_LINES_SQL: &str = "SELECT count(pg_advisory_xact_lock(k)) FROM (
+         SELECT DISTINCT hashtextextended(q || chr(10) || g, 7) AS k
+         FROM unnest($1::text[], $2::text[]) AS u(q, g) ORDER BY k) AS keys";
+
+/// Locks the lines that rows `ids` enter as they move to `queues` (the same order): those of
+/// grouped rows whose queue changes.
+async fn lock_lines_entered(
+    tx: &impl tokio_postgres::GenericClient,
+    ids: &[i64],
+    queues: &[&str],
+) -> Result<(), StoreError> {
+    let moving = tx
+        .query(
+            "SELECT u.queue, m.grp FROM messages m
+             JOIN unnest($1::bigint[], $2::text[]) AS u(id, queue) ON m.id = u.id
+             WHERE m.id = ANY($1) AND m.grp IS NOT NULL AND m.queue <> u.queue",
+            &[&ids, &queues],
+        )
+        .await
+        .map_err(|e| crate::error::db(&e))?;
+    if moving.is_empty() {
+        return Ok(());
+    }
+    let qs: Vec<String> = moving.iter().map(|r| r.get(0)).collect();
+    let gs: Vec<String> = moving.iter().map(|r| r.get(1)).collect();
+    tx.query_one(LOCK_LINES_SQL, &[&qs, &gs])
+        .await
+        .map_err(|e| crate::error::db(&e))?;
     Ok(())
 }

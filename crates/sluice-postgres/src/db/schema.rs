@@ -10,7 +10,7 @@ use tokio_postgres::Client;
 use crate::error::OpenError;
 
 /// The migrations, in order. A released migration is never edited: a change is a new entry.
-const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
+const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
 /// jobs, stats history and the audit table.
@@ -198,6 +198,22 @@ CREATE TABLE schedules (
     fired       bigint NOT NULL DEFAULT 0,
     missed      bigint NOT NULL DEFAULT 0
 );
+"#;
+
+/// Version 6: FIFO message groups. `grp` is the group a message was sent with; `line` its place
+/// in its group's line within its queue, taken when it entered the queue (a send, or the
+/// dead-lettering, move or redrive that brought it) from `group_lines` while the transaction
+/// holds the advisory lock of that queue and group, so within a group the places follow the
+/// commits. `messages_groups` holds the members of every line (waiting or leased) and
+/// nothing for messages without a group. `messages_plain` holds the waiting messages without
+/// a group, so that the common lease never steps over a backlog of grouped ones (which wait
+/// for their lines and are leased through `messages_groups`); it costs a send of a message
+/// row one more index entry.
+const V6: &str = r#"
+ALTER TABLE messages ADD COLUMN grp text, ADD COLUMN line bigint;
+CREATE INDEX messages_groups ON messages (queue, grp, line) WHERE grp IS NOT NULL AND state < 2;
+CREATE INDEX messages_plain ON messages (queue, visible_at, id) WHERE state = 0 AND grp IS NULL;
+CREATE SEQUENCE group_lines;
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sluice_core::rate::SlidingWindow;
 use sluice_core::{
-    Attributes, Body, Delivery, MessageId, QueueConfig, QueueName, Receipt, ReceiveRequest,
+    Attributes, Body, Delivery, GroupName, MessageId, QueueConfig, Receipt, ReceiveRequest,
     StoreError, Timestamp,
 };
 use tokio_postgres::GenericClient;
@@ -59,6 +59,8 @@ pub(crate) async fn take_leases(
     // Whether message rows may be visible: a pack lease says.
     let mut rows_visible = true;
     let mut next_wake = None;
+    // Whether the queue holds messages of FIFO groups: the fast lease leaves them.
+    let mut grouped = false;
     let packs_first = inner.pack_min > 0 && max as usize >= inner.pack_min;
     if packs_first {
         let packs = crate::hot::packs::lease_from_packs(
@@ -131,12 +133,13 @@ pub(crate) async fn take_leases(
             ));
         };
         due |= first.try_get::<_, bool>(9).map_err(corrupt)?;
+        grouped = first.try_get::<_, bool>(12).map_err(corrupt)?;
         if first
             .try_get::<_, Option<i64>>(0)
             .map_err(corrupt)?
             .is_some()
         {
-            got.extend(deliveries(&rows, cfg, deadline)?);
+            got.extend(deliveries(&rows, cfg, deadline, None)?);
             let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
             if later && left > 0 {
                 // The rows older than the packs are taken: packs fill what is left.
@@ -159,6 +162,17 @@ pub(crate) async fn take_leases(
                 // Not asked of the packs: the oldest waiting one, locked or not.
                 unfit = first.try_get(11).map_err(corrupt)?;
             }
+        }
+    }
+    if grouped {
+        queue.mark_grouped();
+        let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
+        if left > 0 {
+            let stmt = conn
+                .prepare_cached(GROUP_LEASE_SQL)
+                .await
+                .map_err(|e| db(&e))?;
+            got.extend(lease_fronts(&***conn, &stmt, queue, cfg, now, left, deadline).await?);
         }
     }
     if got.is_empty()
@@ -198,7 +212,7 @@ pub(crate) async fn take_leases(
     };
     let stmt = conn.prepare_cached(LEASE_SQL).await.map_err(|e| db(&e))?;
     Ok(
-        match take_leases_limited(&***conn, &stmt, &queue.name, cfg, &rest, now).await? {
+        match take_leases_limited(&***conn, &stmt, queue, cfg, &rest, now).await? {
             Attempted::Got(more) => {
                 got.extend(more);
                 Attempted::Got(got)
@@ -228,8 +242,8 @@ fn leased_keys(rows: &[tokio_postgres::Row]) -> Result<(usize, Option<(i64, i64)
     Ok((n, last))
 }
 
-/// The lease both receive statements share: up to `$3` waiting messages of queue `$1`
-/// (visible at `$2`), skipping rows other receivers hold, leased until `$4`.
+/// The lease both receive statements share: up to `$3` waiting messages without a group of
+/// queue `$1` (visible at `$2`), skipping rows other receivers hold, leased until `$4`.
 macro_rules! lease_ctes {
     () => {
         lease_ctes!("")
@@ -238,7 +252,7 @@ macro_rules! lease_ctes {
         concat!(
             "WITH picked AS (
              SELECT id, visible_at AS was FROM messages
-             WHERE queue = $1 AND state = 0 AND visible_at <= $2",
+             WHERE queue = $1 AND state = 0 AND visible_at <= $2 AND grp IS NULL",
             $after,
             "
              ORDER BY visible_at, id LIMIT $3
@@ -261,7 +275,8 @@ macro_rules! lease_ctes {
 /// after `$8` as `crate::hot::lapse_checks` explains, or a message that entered before the
 /// retention cutoff `$5`: column 9); and, when nothing was leased, when the queue next
 /// changes by itself (column 10) and the oldest waiting pack (column 11), which this
-/// receive may unpack. Always at least one row.
+/// receive may unpack; whether messages of FIFO groups are in the queue (column 12), which
+/// this lease leaves to [`GROUP_LEASE_SQL`]. Always at least one row.
 const FAST_LEASE_SQL: &str = concat!(
     lease_ctes!(" AND (visible_at, id) > ($6, $7)"),
     ", due AS (
@@ -272,7 +287,9 @@ const FAST_LEASE_SQL: &str = concat!(
              OR EXISTS (SELECT 1 FROM packs
                         WHERE queue = $1 AND state = 1 AND visible_at <= $2)
              OR EXISTS (SELECT 1 FROM packs
-                        WHERE queue = $1 AND state = 0 AND visible_at <= $5) AS due
+                        WHERE queue = $1 AND state = 0 AND visible_at <= $5) AS due,
+             EXISTS (SELECT 1 FROM messages
+                     WHERE queue = $1 AND grp IS NOT NULL AND state < 2) AS grouped
      )
      SELECT leased.id, leased.token, leased.body, leased.body_kind, leased.attrs,
          leased.receive_count, leased.enqueued_at, leased.last_error, leased.was,
@@ -287,7 +304,8 @@ const FAST_LEASE_SQL: &str = concat!(
          CASE WHEN leased.id IS NULL THEN
              (SELECT id FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $2
               ORDER BY visible_at, id LIMIT 1)
-         END AS pack
+         END AS pack,
+         due.grouped
      FROM due LEFT JOIN leased ON true"
 );
 
@@ -300,7 +318,7 @@ pub(crate) const LEASE_SQL: &str = concat!(lease_ctes!(), " SELECT * FROM leased
 pub(crate) async fn take_leases_limited<S>(
     tx: &impl GenericClient,
     stmt: &S,
-    queue: &QueueName,
+    local: &QueueLocal,
     cfg: &QueueConfig,
     req: &ReceiveRequest,
     now: i64,
@@ -308,7 +326,7 @@ pub(crate) async fn take_leases_limited<S>(
 where
     S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
 {
-    let q = queue.as_str();
+    let q = local.name.as_str();
     if cfg.paused {
         return Ok(Attempted::Empty { next_wake: None });
     }
@@ -361,12 +379,16 @@ where
         .query(stmt, &[&q, &now, &n, &deadline])
         .await
         .map_err(|e| db(&e))?;
-    if rows.is_empty() {
+    let mut out = deliveries(&rows, cfg, deadline, None)?;
+    let left = u32::try_from(n).unwrap_or(u32::MAX) - u32::try_from(out.len()).unwrap_or(0);
+    if left > 0 {
+        out.extend(lease_fronts(tx, GROUP_LEASE_SQL, local, cfg, now, left, deadline).await?);
+    }
+    if out.is_empty() {
         return Ok(Attempted::Empty {
             next_wake: next_due(tx, q, now).await?,
         });
     }
-    let out = deliveries(&rows, cfg, deadline)?;
     let got = i32::try_from(out.len()).unwrap_or(i32::MAX);
     // Counted by the caller once the lease has committed.
     if cfg.rate_limit.is_some() {
@@ -380,11 +402,92 @@ where
     Ok(Attempted::Got(out))
 }
 
-/// The deliveries of leased rows (columns as [`LEASE_SQL`] returns them), oldest first.
+/// The lease of messages of FIFO groups: up to `$3` of queue `$1` visible at `$2`, leased
+/// until `$4`, each among the first `$5` members of its group's line. The groups take turns:
+/// a walk along the index of lines (a skip scan, two index probes per group whatever the
+/// lines' lengths) starts after group `$6` and stops once it has found twice `$3` fronts
+/// that may go (some may be held by leases running at the same time, which are skipped), so
+/// a lease costs about as many probes as the groups it passes, not all of them. A line's front can only leave it, never gain a member
+/// ahead of it (places are taken at the end, in commit order), so a row seen at the front in
+/// this statement's snapshot is at the front when it is leased. Columns as [`LEASE_SQL`]'s,
+/// and the group (9).
+pub(crate) const GROUP_LEASE_SQL: &str = "WITH RECURSIVE lines AS (
+         (SELECT grp FROM messages WHERE queue = $1 AND grp IS NOT NULL AND grp > $6
+              AND state < 2
+          ORDER BY grp LIMIT 1)
+         UNION ALL
+         SELECT (SELECT m.grp FROM messages m
+                 WHERE m.queue = $1 AND m.grp IS NOT NULL AND m.grp > l.grp AND m.state < 2
+                 ORDER BY m.grp LIMIT 1)
+         FROM lines l WHERE l.grp IS NOT NULL
+     ), fronts AS (
+         SELECT f.id FROM lines l CROSS JOIN LATERAL (
+             SELECT m.id, m.state, m.visible_at FROM messages m
+             WHERE m.queue = $1 AND m.grp IS NOT NULL AND m.grp = l.grp AND m.state < 2
+             ORDER BY m.line LIMIT $5) f
+         WHERE l.grp IS NOT NULL AND f.state = 0 AND f.visible_at <= $2
+         LIMIT $3::bigint * 2 + 16
+     ), picked AS (
+         SELECT id, visible_at AS was FROM messages
+         WHERE id IN (SELECT id FROM fronts) AND state = 0 AND visible_at <= $2
+         ORDER BY visible_at, id LIMIT $3
+         FOR UPDATE SKIP LOCKED
+     ), leased AS (
+         UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
+             token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
+         FROM picked WHERE m.id = picked.id
+         RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
+             m.enqueued_at, m.last_error, picked.was, m.grp
+     )
+     SELECT * FROM leased";
+
+/// Leases up to `max` messages at the fronts of `queue`'s group lines with `stmt`
+/// ([`GROUP_LEASE_SQL`]), until `deadline`: the walk starts after the group this node last
+/// leased from and, when it reaches the last group short of `max`, goes round once more
+/// from the first.
+async fn lease_fronts<S>(
+    c: &impl GenericClient,
+    stmt: &S,
+    queue: &QueueLocal,
+    cfg: &QueueConfig,
+    now: i64,
+    max: u32,
+    deadline: i64,
+) -> Result<Vec<Delivery>, StoreError>
+where
+    S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
+{
+    let q = queue.name.as_str();
+    let per_group = i64::from(cfg.max_in_flight_per_group);
+    let after = queue.group_turn();
+    let mut out = Vec::new();
+    for from in [Some(after.clone()), (!after.is_empty()).then(String::new)]
+        .into_iter()
+        .flatten()
+    {
+        let want = i64::from(max) - out.len() as i64;
+        if want <= 0 {
+            break;
+        }
+        let rows = c
+            .query(stmt, &[&q, &now, &want, &deadline, &per_group, &from])
+            .await
+            .map_err(|e| db(&e))?;
+        out.extend(deliveries(&rows, cfg, deadline, Some(9))?);
+    }
+    if let Some(last) = out.iter().filter_map(|d| d.group.as_ref()).max() {
+        queue.set_group_turn(last.as_str());
+    }
+    Ok(out)
+}
+
+/// The deliveries of leased rows (columns as [`LEASE_SQL`] returns them, and the group in
+/// column `group` when the lease returns one), oldest first.
 fn deliveries(
     rows: &[tokio_postgres::Row],
     cfg: &QueueConfig,
     deadline: i64,
+    group: Option<usize>,
 ) -> Result<Vec<Delivery>, StoreError> {
     let mut out: Vec<(i64, Delivery)> = Vec::with_capacity(rows.len());
     for r in rows {
@@ -395,6 +498,10 @@ fn deliveries(
         let attrs: Option<Json<Attributes>> = r.try_get(4).map_err(corrupt)?;
         let count: i32 = r.try_get(5).map_err(corrupt)?;
         let was: i64 = r.try_get(8).map_err(corrupt)?;
+        let grp: Option<String> = match group {
+            Some(col) => r.try_get(col).map_err(corrupt)?,
+            None => None,
+        };
         out.push((
             was,
             Delivery {
@@ -413,7 +520,7 @@ fn deliveries(
                 enqueued_at: Timestamp(r.try_get(6).map_err(corrupt)?),
                 last_error: r.try_get(7).map_err(corrupt)?,
                 lease_deadline: Timestamp(deadline),
-                group: None,
+                group: grp.and_then(|g| GroupName::new(g).ok()),
             },
         ));
     }

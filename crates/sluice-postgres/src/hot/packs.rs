@@ -121,16 +121,18 @@ pub(crate) async fn insert(
 
 /// Leases waiting packs of queue `$1` (visible at `$2`) whose members fit in `$3` messages, until
 /// `$4`, oldest first, locking at most `$5` packs to choose from. Packs newer than the oldest
-/// waiting message row wait for it, so rows and packs leave in about the order they became
-/// visible. Columns 0 – 7 are the leased packs (none leased: nulls); `due` (8) says whether
+/// waiting message row without a group wait for it, so rows and packs leave in about the order
+/// they became visible (a grouped row may wait behind its line's front, so none holds packs
+/// back). Columns 0 – 7 are the leased packs (none leased: nulls); `due` (8) says whether
 /// something is due to expire (a pack lease ran out, or a pack passed the retention cutoff
 /// `$6`, or the same of a message row, whose lapsed leases are looked for after `$7` as
 /// `crate::hot::lapse_checks` explains); `unfit` (9) names the oldest pack seen when none fit;
 /// `later` (10) says whether visible packs wait behind the oldest message row;
-/// `rows_visible` (11) whether a message row is visible at all; and when nothing was leased,
+/// `rows_visible` (11) whether a message row without a group is visible, or the queue holds
+/// grouped ones (their lease decides whether one may go); and when nothing was leased,
 /// `next_due` (12) says when the queue next changes by itself. Always at least one row.
 const LEASE_SQL: &str = "WITH head AS (
-         SELECT visible_at FROM messages WHERE queue = $1 AND state = 0
+         SELECT visible_at FROM messages WHERE queue = $1 AND state = 0 AND grp IS NULL
          ORDER BY visible_at, id LIMIT 1
      ), seen AS (
          SELECT id, n, visible_at FROM packs
@@ -157,7 +159,9 @@ const LEASE_SQL: &str = "WITH head AS (
              AS unfit,
          EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $2
                  AND visible_at > (SELECT visible_at FROM head)) AS later,
-         coalesce((SELECT visible_at FROM head) <= $2, false) AS rows_visible,
+         coalesce((SELECT visible_at FROM head) <= $2, false)
+             OR EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND grp IS NOT NULL
+                        AND state < 2) AS rows_visible,
          CASE WHEN leased.id IS NULL THEN least(
              (SELECT visible_at FROM head WHERE visible_at > $2),
              (SELECT min(visible_at) FROM messages

@@ -99,6 +99,10 @@ pub(crate) async fn ack(
             }
         }
         inner.tally(q, Counter::Acked, acked);
+        if local.grouped() {
+            // Members left their groups' lines: the next ones may go.
+            inner.wake(q);
+        }
     }
     Ok(out
         .into_iter()

@@ -140,18 +140,23 @@ pub(crate) async fn get_message(inner: &Inner, id: MessageId) -> Result<Message,
 /// Removes one message or completed record.
 pub(crate) async fn delete_message(inner: &Inner, id: MessageId) -> Result<(), StoreError> {
     let mut conn = inner.conn().await?;
-    let n = crate::db::tx::transaction(&mut conn, async |tx| {
+    let gone = crate::db::tx::transaction(&mut conn, async |tx| {
         crate::hot::packs::unpack_member(tx, id.0 as i64).await?;
-        tx.execute(
-            "DELETE FROM messages WHERE id = $1 AND NOT (state = 2 AND keep_until <= $2)",
+        tx.query_opt(
+            "DELETE FROM messages WHERE id = $1 AND NOT (state = 2 AND keep_until <= $2)
+             RETURNING queue, grp IS NOT NULL AND state < 2",
             &[&(id.0 as i64), &inner.now()],
         )
         .await
         .map_err(|e| db(&e))
     })
     .await?;
-    if n == 0 {
+    let Some(gone) = gone else {
         return Err(StoreError::MessageNotFound(id));
+    };
+    if gone.get::<_, bool>(1) {
+        // It left its group's line: the next member may go.
+        inner.wake(gone.get::<_, &str>(0));
     }
     for local in inner.locals.all() {
         local.read_ahead.forget_message(id);

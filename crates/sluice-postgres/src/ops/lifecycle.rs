@@ -50,6 +50,10 @@ pub(crate) async fn dead_letter(
     row.entered_at = now;
     row.token = None;
     fx.counts.add(&name, Counter::DeadLettered, 1);
+    if row.grp.is_some() {
+        // It left its group's line: the next member may go.
+        fx.wake.insert(name.clone());
+    }
     let mut e = AuditEvent::by_broker(Timestamp(now), "message.dead_lettered");
     e.queue = Some(name);
     e.message_id = Some(MessageId(row.id as u64).to_string());
@@ -62,6 +66,7 @@ pub(crate) async fn dead_letter(
     }
     fx.audit.push(e);
     fx.wake.insert(dlq.to_string());
+
     Ok(())
 }
 

@@ -80,13 +80,6 @@ pub(crate) async fn put(
             .clone()
             .unwrap_or_else(|| QueueConfig::defaults_for(name));
         let cfg = current.apply(name, patch)?;
-        if cfg.max_in_flight_per_group != sluice_core::config::DEFAULT_IN_FLIGHT_PER_GROUP {
-            return Err(StoreError::invalid(format!(
-                "max_in_flight_per_group is {}: {}",
-                cfg.max_in_flight_per_group,
-                crate::ops::send::GROUPS_UNSUPPORTED
-            )));
-        }
         let mut warnings = Vec::new();
         // The same warning as the embedded engine's `put`: the text is part of the answer.
         if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0)) {

@@ -96,7 +96,7 @@ async fn receive_once(
         let now = inner.now();
         let mut fx = Effects::default();
         expire_queue(tx, q, &cfg, now, &mut fx).await?;
-        let outcome = take_leases_limited(tx, LEASE_SQL, &queue.name, &cfg, req, now).await?;
+        let outcome = take_leases_limited(tx, LEASE_SQL, queue, &cfg, req, now).await?;
         fx.write(tx).await?;
         Ok((outcome, fx))
     })

@@ -23,9 +23,9 @@ pub(crate) async fn send(
     queue: &QueueName,
     messages: Vec<NewMessage>,
 ) -> Result<Vec<SendOutcome>, StoreError> {
-    refuse_groups(&messages)?;
     let local = inner.locals.of(queue);
     let cfg = inner.config(&local).await?;
+    let messages_grouped = messages.iter().any(|m| m.group.is_some());
     let (out, wake) = if is_plain(&cfg, &messages) {
         crate::hot::send_combine::send_combined(inner, &local, &cfg, messages).await?
     } else {
@@ -44,25 +44,10 @@ pub(crate) async fn send(
     if wake {
         inner.wake_local(&local, fresh);
     }
-    Ok(out)
-}
-
-/// What this engine answers to a FIFO group it does not keep: refused, never ignored.
-pub(crate) const GROUPS_UNSUPPORTED: &str = "message groups are not yet supported by the PostgreSQL engine; use the embedded engine or send without a group";
-
-/// Refuses a batch in which a message carries a FIFO group: this engine does not keep them
-/// (its hints say so), and delivering such messages without their order would break the
-/// promise the sender asked for.
-///
-/// # Errors
-/// `InvalidArgument` naming the first message with a group.
-pub(crate) fn refuse_groups(messages: &[NewMessage]) -> Result<(), StoreError> {
-    match messages.iter().position(|m| m.group.is_some()) {
-        Some(i) => Err(StoreError::invalid(format!(
-            "message {i} has a group: {GROUPS_UNSUPPORTED}"
-        ))),
-        None => Ok(()),
+    if messages_grouped {
+        local.mark_grouped();
     }
+    Ok(out)
 }
 
 /// Stores a batch in `c`'s transaction. Returns the outcomes and whether a message is
@@ -75,7 +60,6 @@ pub(crate) async fn send_in_tx(
     queue: &QueueName,
     messages: Vec<NewMessage>,
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
-    refuse_groups(&messages)?;
     let now = inner.now();
     let q = queue.as_str();
     let cfg = crate::db::catalog::config(c, q, false).await?;
@@ -181,24 +165,24 @@ pub(crate) async fn send_in_tx(
             });
         }
     }
-    let visible_now = insert(
-        c,
-        INSERT_SQL,
-        queue,
-        now,
-        fresh.iter().map(|&i| (&messages[i], ids[i], cfg.delay)),
-        None,
-    )
-    .await?
-    .visible_now;
+    let items = fresh.iter().map(|&i| (&messages[i], ids[i], cfg.delay));
+    let visible_now = if fresh.iter().any(|&i| messages[i].group.is_some()) {
+        insert_grouped(c, queue, now, items).await?
+    } else {
+        insert(c, INSERT_SQL, queue, now, items, None)
+            .await?
+            .visible_now
+    };
     Ok((out, visible_now))
 }
 
 /// Whether a batch can take
 /// [`send_combined`](crate::hot::send_combine::send_combined): nothing to check against
-/// other rows.
+/// other rows, and no message joins a group's line (packs, combined sends and hand-offs
+/// keep no lines).
 pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
     cfg.max_depth.is_none()
+        && messages.iter().all(|m| m.group.is_none())
         && (cfg.dedup_window.is_zero() || messages.iter().all(|m| m.dedup_id.is_none()))
 }
 
@@ -261,27 +245,11 @@ where
     S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
 {
     let q = queue.as_str();
-    let mut visible_now = false;
-    let mut cols = Columns::default();
     let leased = handoff.map_or(0, |h| h.count);
-    for (n, (m, id, default_delay)) in items.enumerate() {
-        let visible_at = match handoff {
-            Some(h) if n < leased => h.deadline,
-            _ => {
-                let at = Timestamp(now)
-                    .plus(m.delay.unwrap_or(default_delay))
-                    .as_millis();
-                visible_now |= at <= now;
-                at
-            }
-        };
-        cols.ids.push(id);
-        cols.visible.push(visible_at);
-        cols.bodies.push(&m.body.bytes);
-        cols.kinds.push(kind_code(m.body.kind));
-        cols.attrs.push(attrs_json(&m.attributes));
-        cols.dedup.push(m.dedup_id.as_deref());
-    }
+    let (cols, visible_now) = Columns::of(now, items, |n| match handoff {
+        Some(h) if n < leased => Some(h.deadline),
+        _ => None,
+    });
     let leased = i64::try_from(leased).unwrap_or(i64::MAX);
     let row = c
         .query_one(
@@ -322,4 +290,92 @@ struct Columns<'a> {
     kinds: Vec<i16>,
     attrs: Vec<Option<serde_json::Value>>,
     dedup: Vec<Option<&'a str>>,
+    groups: Vec<Option<&'a str>>,
+}
+
+impl<'a> Columns<'a> {
+    /// The columns of `items` sent at `now`, each visible when `leased_until` says (for the
+    /// `n`th item: `Some(deadline)` inserts it leased) or after its delay; and whether one
+    /// is visible at once.
+    fn of(
+        now: i64,
+        items: impl Iterator<Item = (&'a NewMessage, i64, Duration)>,
+        leased_until: impl Fn(usize) -> Option<i64>,
+    ) -> (Self, bool) {
+        let mut cols = Columns::default();
+        let mut visible_now = false;
+        for (n, (m, id, default_delay)) in items.enumerate() {
+            let visible_at = leased_until(n).unwrap_or_else(|| {
+                let at = Timestamp(now)
+                    .plus(m.delay.unwrap_or(default_delay))
+                    .as_millis();
+                visible_now |= at <= now;
+                at
+            });
+            cols.ids.push(id);
+            cols.visible.push(visible_at);
+            cols.bodies.push(&m.body.bytes);
+            cols.kinds.push(kind_code(m.body.kind));
+            cols.attrs.push(attrs_json(&m.attributes));
+            cols.dedup.push(m.dedup_id.as_deref());
+            cols.groups.push(m.group.as_ref().map(|g| g.as_str()));
+        }
+        (cols, visible_now)
+    }
+}
+
+/// The insert of a batch in which messages join their groups' lines: as [`INSERT_SQL`]
+/// without hand-offs, with each message's group (`$9`) and, for a grouped one, its place:
+/// `$10` · 2^20 plus its position in the batch.
+const GROUPED_INSERT_SQL: &str = "INSERT INTO messages (id, queue, state, visible_at,
+                 entered_at, enqueued_at, body, body_kind, attrs, dedup_id, grp, line)
+             SELECT i, $1, 0, v, $2, $2, b, k, a, d, g,
+                 CASE WHEN g IS NOT NULL THEN $10::bigint * 1048576 + n END
+             FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[],
+                         $8::text[], $9::text[]) WITH ORDINALITY AS u(i, v, b, k, a, d, g, n)
+             WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)";
+
+/// Inserts `items` into queue `queue` as [`insert`] does, the grouped ones at the end of
+/// their groups' lines: the transaction takes the lock of each line first and holds it to
+/// its commit. Returns whether a message is visible at once.
+async fn insert_grouped<'a>(
+    c: &impl GenericClient,
+    queue: &QueueName,
+    now: i64,
+    items: impl Iterator<Item = (&'a NewMessage, i64, Duration)>,
+) -> Result<bool, StoreError> {
+    let q = queue.as_str();
+    let (cols, visible_now) = Columns::of(now, items, |_| None);
+    let mut lines: Vec<&str> = cols.groups.iter().flatten().copied().collect();
+    lines.sort_unstable();
+    lines.dedup();
+    let queues = vec![q; lines.len()];
+    c.query_one(crate::db::row::LOCK_LINES_SQL, &[&queues, &lines])
+        .await
+        .map_err(|e| db(&e))?;
+    // Taken under the locks: a line's places follow its commits.
+    let base: i64 = c
+        .query_one("SELECT nextval('group_lines')", &[])
+        .await
+        .map_err(|e| db(&e))?
+        .try_get(0)
+        .map_err(corrupt)?;
+    c.execute(
+        GROUPED_INSERT_SQL,
+        &[
+            &q,
+            &now,
+            &cols.ids,
+            &cols.visible,
+            &cols.bodies,
+            &cols.kinds,
+            &cols.attrs,
+            &cols.dedup,
+            &cols.groups,
+            &base,
+        ],
+    )
+    .await
+    .map_err(|e| db(&e))?;
+    Ok(visible_now)
 }
