@@ -105,6 +105,10 @@ pub(crate) async fn expire_queue(
                 "dropped: the queue has no dead-letter queue".into(),
             );
             fx.audit.push(e);
+            if row.grp.is_some() {
+                // It left its group's line: the next member may go.
+                fx.wake.insert(queue.to_string());
+            }
             dropped.push(row.id);
         }
     }

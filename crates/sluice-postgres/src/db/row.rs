@@ -222,9 +222,7 @@ pub(crate) async fn write_back(
              entered_at = u.entered_at, receive_count = u.receive_count, token = u.token,
              last_error = u.last_error, attempts = u.attempts, source_queue = u.source_queue,
              dl_reason = u.dl_reason, dl_at = u.dl_at, cancel_requested = u.cancel_requested,
-             progress = CASE WHEN u.state = 1 THEN m.progress END,
-             line = CASE WHEN m.grp IS NOT NULL AND m.queue <> u.queue
-                         THEN nextval('group_lines') * 1048576 ELSE m.line END
+             progress = CASE WHEN u.state = 1 THEN m.progress END
          FROM unnest($1::bigint[], $2::text[], $3::int2[], $4::bigint[], $5::bigint[],
                      $6::int4[], $7::bigint[], $8::text[], $9::jsonb[], $10::text[],
                      $11::text[], $12::bigint[], $13::bool[])
@@ -249,8 +247,10 @@ pub(crate) const LOCK_LINES_SQL: &str = "SELECT count(pg_advisory_xact_lock(k)) 
          SELECT DISTINCT hashtextextended(q || chr(10) || g, 7) AS k
          FROM unnest($1::text[], $2::text[]) AS u(q, g) ORDER BY k) AS keys";
 
-/// Locks the lines that rows `ids` enter as they move to `queues` (the same order): those of
-/// grouped rows whose queue changes.
+/// Gives the grouped rows among `ids` that move to another queue (`queues`, the same order)
+/// their places at the end of their lines there, under the lines' locks: one draw from
+/// `group_lines`, the rows in the order of their old places, so members that move together
+/// keep their order.
 async fn lock_lines_entered(
     tx: &impl tokio_postgres::GenericClient,
     ids: &[i64],
@@ -258,9 +258,10 @@ async fn lock_lines_entered(
 ) -> Result<(), StoreError> {
     let moving = tx
         .query(
-            "SELECT u.queue, m.grp FROM messages m
+            "SELECT u.queue, m.grp, m.id FROM messages m
              JOIN unnest($1::bigint[], $2::text[]) AS u(id, queue) ON m.id = u.id
-             WHERE m.id = ANY($1) AND m.grp IS NOT NULL AND m.queue <> u.queue",
+             WHERE m.id = ANY($1) AND m.grp IS NOT NULL AND m.queue <> u.queue
+             ORDER BY m.line, m.id",
             &[&ids, &queues],
         )
         .await
@@ -270,8 +271,24 @@ async fn lock_lines_entered(
     }
     let qs: Vec<String> = moving.iter().map(|r| r.get(0)).collect();
     let gs: Vec<String> = moving.iter().map(|r| r.get(1)).collect();
+    let moved: Vec<i64> = moving.iter().map(|r| r.get(2)).collect();
     tx.query_one(LOCK_LINES_SQL, &[&qs, &gs])
         .await
         .map_err(|e| crate::error::db(&e))?;
+    // Drawn under the locks: a line's places follow its commits.
+    let base: i64 = tx
+        .query_one("SELECT nextval('group_lines')", &[])
+        .await
+        .map_err(|e| crate::error::db(&e))?
+        .try_get(0)
+        .map_err(crate::error::corrupt)?;
+    tx.execute(
+        "UPDATE messages m SET line = $2::bigint * 1048576 + u.n
+         FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, n)
+         WHERE m.id = ANY($1) AND m.id = u.id",
+        &[&moved, &base],
+    )
+    .await
+    .map_err(|e| crate::error::db(&e))?;
     Ok(())
 }

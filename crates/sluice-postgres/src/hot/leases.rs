@@ -384,6 +384,9 @@ where
     if left > 0 {
         out.extend(lease_fronts(tx, GROUP_LEASE_SQL, local, cfg, now, left, deadline).await?);
     }
+    if out.iter().any(|d| d.group.is_some()) {
+        local.mark_grouped();
+    }
     if out.is_empty() {
         return Ok(Attempted::Empty {
             next_wake: next_due(tx, q, now).await?,

@@ -111,11 +111,14 @@ pub(crate) async fn ack(
 }
 
 /// Whether a lease of `queue` may be taken before an ack answered earlier is visible to it:
-/// the ack commits on its own connection, so a lease may not see it yet, and only a queue's
-/// `max_in_flight` makes a lease depend on it. An unknown queue fails in both.
+/// the ack commits on its own connection, so a lease may not see it yet, and a queue's
+/// `max_in_flight`, or a group's line (the next member waits for the ack), makes a lease
+/// depend on it. An unknown queue fails in both.
 pub(crate) async fn may_overlap_lease(inner: &Inner, queue: &QueueName) -> bool {
-    inner
-        .config(&inner.locals.of(queue))
-        .await
-        .is_ok_and(|cfg| cfg.max_in_flight.is_none())
+    let local = inner.locals.of(queue);
+    !local.grouped()
+        && inner
+            .config(&local)
+            .await
+            .is_ok_and(|cfg| cfg.max_in_flight.is_none())
 }

@@ -123,6 +123,10 @@ pub(crate) async fn move_to(
         row.receive_count = 0;
         row.token = None;
         fx.wake.insert(to.to_string());
+        if row.grp.is_some() {
+            // It left its group's line: the next member may go.
+            fx.wake.insert(queue.to_string());
+        }
         Ok(Change::Row(()))
     })
     .await
