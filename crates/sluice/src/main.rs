@@ -1,7 +1,8 @@
 //! `sluice`: the broker (`sluice serve`) and its command-line tools.
 //!
 //! Module layout: `serve` runs the broker, `config` reads the TOML file, `key` manages API
-//! keys, and `client` will hold the subcommands that talk to a running broker over HTTP.
+//! keys, `client` holds the subcommands that talk to a running broker over HTTP, `bench`
+//! and `drill` measure and exercise one.
 
 mod bench;
 mod client;
@@ -42,24 +43,35 @@ enum Command {
     /// Run a failure drill: a scripted outage of a rate-limited upstream, with pass/fail
     /// criteria and a report.
     Drill(drill::DrillArgs),
+    /// Print a shell completion script for `sluice`: `sluice completions bash >
+    /// /etc/bash_completion.d/sluice`, `sluice completions zsh > "${fpath[1]}/_sluice"`,
+    /// `sluice completions fish > ~/.config/fish/completions/sluice.fish`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// The client subcommands (`queue`, `send`, `receive`, `ack`, `nack`, `reject`,
-    /// `message`, `stats`, `task`, `dlq`, `redrive`, `audit`), implemented in `client/`.
+    /// `message`, `stats`, `task`, `dlq`, `redrive`, `audit`, `schedule`), implemented in
+    /// `client/` as HTTP clients sharing `--url`/`SLUICE_URL`, `--token`/`SLUICE_TOKEN` and
+    /// `--json`.
     #[command(flatten)]
     Client(client::Command),
-    // The client subcommands (`queue create|list|show|update|delete|pause|resume|
-    // purge`, `send`, `receive`, `stats`, `dlq list`, `redrive`, `task status`, `drill`,
-    // `bench`) go here, each implemented in `client/` as an HTTP client sharing
-    // `--url`/`SLUICE_URL`, `--token`/`SLUICE_TOKEN` and `--json`.
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => return serve::run(args),
         Command::Key(cmd) => key::run(cmd),
         Command::Bench(args) => bench::run(args),
         Command::Client(cmd) => return client::run(cmd),
         Command::Drill(args) => return drill::run(args),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "sluice", &mut std::io::stdout());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

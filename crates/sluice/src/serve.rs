@@ -2,6 +2,7 @@
 //! SIGTERM, then finish in-flight requests and exit 0.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
@@ -59,7 +60,16 @@ pub struct ServeArgs {
     /// network you trust, or a TLS-terminating proxy beside the broker.
     #[arg(long, env = "SLUICE_PUSH_ALLOW_HTTP")]
     push_allow_http: bool,
+    /// Check the flags, environment and config file without starting: print the effective
+    /// settings as JSON (the store's password, key hashes, push secrets and header values
+    /// redacted) and exit 0, or say what is wrong and exit 2. Neither opens the store nor
+    /// binds the addresses.
+    #[arg(long)]
+    check_config: bool,
 }
+
+/// The exit code of `--check-config` for settings that would not start.
+const EXIT_BAD_CONFIG: u8 = 2;
 
 /// Which engine `--store` names.
 enum StoreChoice {
@@ -97,23 +107,115 @@ fn redacted(url: &str) -> String {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour codes only for a person at a terminal, never into a log file or journal.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }
 
-/// Runs the broker until a shutdown signal.
-pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+/// Runs the broker until a shutdown signal, or checks its settings (`--check-config`).
+pub fn run(args: ServeArgs) -> ExitCode {
     init_tracing();
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("starting the async runtime")?;
-    rt.block_on(serve(args))
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sluice: error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.check_config {
+        return match rt.block_on(settle(args)) {
+            Ok(settings) => {
+                match serde_json::to_string_pretty(&settings.shown()) {
+                    Ok(text) => println!("{text}"),
+                    Err(e) => {
+                        eprintln!("sluice: error: printing the settings: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("sluice: error: {e:#}");
+                ExitCode::from(EXIT_BAD_CONFIG)
+            }
+        };
+    }
+    match rt.block_on(async { serve(settle(args).await?).await }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+/// Everything `sluice serve` will run with, resolved from flags, environment, config file
+/// and defaults, and checked; nothing opened or bound yet.
+struct Settings {
+    listen: String,
+    addrs: Vec<std::net::SocketAddr>,
+    frames: Option<(String, Vec<std::net::SocketAddr>)>,
+    data_dir: PathBuf,
+    sync_interval: Option<std::time::Duration>,
+    store: StoreChoice,
+    node_id: Option<String>,
+    keys: KeyRing,
+    key_configs: Vec<sluice_server::ApiKeyConfig>,
+    queues: Vec<(sluice_core::QueueName, sluice_core::QueueConfigPatch)>,
+    push_allow_http: bool,
+}
+
+impl Settings {
+    /// The settings as `--check-config` prints them, secrets redacted.
+    fn shown(&self) -> serde_json::Value {
+        let queues: Vec<serde_json::Value> = self
+            .queues
+            .iter()
+            .map(|(name, patch)| {
+                // As the queue would be created; on an existing queue only the fields the
+                // declaration names change.
+                let view = sluice_core::QueueConfig::defaults_for(name)
+                    .apply(name, patch)
+                    .map(|c| sluice_wire::QueueConfigView::from(&c));
+                serde_json::json!({
+                    "name": name.as_str(),
+                    "config": view.ok(),
+                })
+            })
+            .collect();
+        let keys: Vec<serde_json::Value> = self
+            .key_configs
+            .iter()
+            .map(|k| serde_json::json!({"name": k.name, "role": k.role, "queues": k.queues}))
+            .collect();
+        serde_json::json!({
+            "listen": self.listen,
+            "listen_addresses": self.addrs,
+            "frames_listen": self.frames.as_ref().map(|(name, _)| name),
+            "store": match &self.store {
+                StoreChoice::Embedded => "embedded".to_owned(),
+                StoreChoice::Postgres(url) => redacted(url),
+            },
+            "data_dir": matches!(self.store, StoreChoice::Embedded).then_some(&self.data_dir),
+            "sync_interval_ms": self.sync_interval.map(|d| d.as_millis() as u64),
+            "node_id": self.node_id,
+            "push_allow_http": self.push_allow_http,
+            "authentication": !self.keys.is_empty(),
+            "keys": keys,
+            "queues": queues,
+        })
+    }
+}
+
+/// Resolves and checks the settings of `args`: a flag wins over its environment variable,
+/// which wins over the config file, which wins over the default.
+async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
     let file = match &args.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
@@ -127,12 +229,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .or(file.data_dir.clone())
         .unwrap_or_else(|| DEFAULT_DATA_DIR.into());
     let keys = KeyRing::new(file.keys.clone()).context("invalid [[keys]] in the config file")?;
-    let queues = file.queue_decls()?;
+    let decls = file.queue_decls()?;
 
     let frames_listen = args.frames_listen.or(file.frames_listen.clone());
     let addrs = resolve("--listen", &listen, &keys).await?;
-    let frame_addrs = match &frames_listen {
-        Some(f) => Some(resolve("--frames-listen", f, &keys).await?),
+    let frames = match frames_listen {
+        Some(f) => {
+            let addrs = resolve("--frames-listen", &f, &keys).await?;
+            Some((f, addrs))
+        }
         None => None,
     };
 
@@ -158,6 +263,56 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
              database's own setting (synchronous_commit = off)"
         );
     }
+    let push_allow_http = args.push_allow_http || file.push_allow_http.unwrap_or(false);
+    let mut queues = Vec::with_capacity(decls.len());
+    for q in decls {
+        let patch = q
+            .config
+            .to_patch()
+            .with_context(|| format!("[[queues]] {}", q.name))?;
+        if let Some(Some(p)) = &patch.push
+            && !sluice_server::push::allowed(&p.target, push_allow_http)
+        {
+            bail!(
+                "[[queues]] {}: push.url \"{}\" is plain http to a host that is not loopback; \
+                 use https, or set push_allow_http = true (--push-allow-http) when the network \
+                 in between is trusted",
+                q.name,
+                p.target.url
+            );
+        }
+        queues.push((q.name, patch));
+    }
+    Ok(Settings {
+        listen,
+        addrs,
+        frames,
+        data_dir,
+        sync_interval,
+        store: choice,
+        node_id: args.node_id.or(file.node_id.clone()),
+        keys,
+        key_configs: file.keys,
+        queues,
+        push_allow_http,
+    })
+}
+
+/// Opens the store, applies the declared queues and serves until a shutdown signal.
+async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let Settings {
+        listen,
+        addrs,
+        frames,
+        data_dir,
+        sync_interval,
+        store: choice,
+        node_id,
+        keys,
+        queues,
+        push_allow_http,
+        ..
+    } = settings;
     let store: Arc<dyn Store> = match choice {
         StoreChoice::Embedded => {
             let options = EmbeddedOptions {
@@ -185,7 +340,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         StoreChoice::Postgres(url) => {
             let options = PostgresOptions {
-                node_id: args.node_id.or(file.node_id.clone()),
+                node_id,
                 ..PostgresOptions::default()
             };
             let store = PostgresStore::open(&url, options)
@@ -200,31 +355,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Arc::new(store)
         }
     };
-    let push_allow_http = args.push_allow_http || file.push_allow_http.unwrap_or(false);
-    for q in &queues {
-        let patch = q
-            .config
-            .to_patch()
-            .with_context(|| format!("[[queues]] {}", q.name))?;
-        if let Some(Some(p)) = &patch.push
-            && !sluice_server::push::allowed(&p.target, push_allow_http)
-        {
-            bail!(
-                "[[queues]] {}: push.url \"{}\" is plain http to a host that is not loopback; \
-                 use https, or set push_allow_http = true (--push-allow-http) when the network \
-                 in between is trusted",
-                q.name,
-                p.target.url
-            );
-        }
+    for (name, patch) in &queues {
         let out = store
-            .put_queue(&q.name, &patch)
+            .put_queue(name, patch)
             .await
-            .with_context(|| format!("applying [[queues]] {}", q.name))?;
+            .with_context(|| format!("applying [[queues]] {name}"))?;
         for w in out.warnings {
-            tracing::warn!(queue = %q.name, "{w}");
+            tracing::warn!(queue = %name, "{w}");
         }
-        tracing::info!(queue = %q.name, created = out.created, "queue declared");
+        tracing::info!(queue = %name, created = out.created, "queue declared");
     }
 
     let options = ServerOptions {
@@ -240,7 +379,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {listen}"))?;
     let local = listener.local_addr().context("reading the bound address")?;
-    if let (Some(addrs), Some(name)) = (frame_addrs, &frames_listen) {
+    if let Some((name, addrs)) = frames {
         let frames = tokio::net::TcpListener::bind(addrs.as_slice())
             .await
             .with_context(|| format!("binding --frames-listen {name}"))?;
