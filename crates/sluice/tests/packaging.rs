@@ -4,26 +4,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+mod common;
 
-/// `sluice` with none of its settings taken from the test's environment.
-fn sluice() -> Command {
-    let mut c = Command::new(BIN);
-    for var in [
-        "SLUICE_LISTEN",
-        "SLUICE_DATA_DIR",
-        "SLUICE_CONFIG",
-        "SLUICE_STORE",
-        "SLUICE_NODE_ID",
-        "SLUICE_FRAMES_LISTEN",
-        "SLUICE_SYNC_INTERVAL",
-        "SLUICE_PUSH_ALLOW_HTTP",
-    ] {
-        c.env_remove(var);
-    }
-    c.env("RUST_LOG", "warn");
-    c
-}
+use common::{BIN, sluice};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -6,24 +6,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+mod common;
 
-fn sluice() -> Command {
-    let mut c = Command::new(BIN);
-    for var in [
-        "SLUICE_LISTEN",
-        "SLUICE_DATA_DIR",
-        "SLUICE_CONFIG",
-        "SLUICE_STORE",
-        "SLUICE_NODE_ID",
-        "SLUICE_FRAMES_LISTEN",
-        "SLUICE_SYNC_INTERVAL",
-    ] {
-        c.env_remove(var);
-    }
-    c.env("RUST_LOG", "warn");
-    c
-}
+use common::sluice;
 
 /// Runs `sluice serve --listen 127.0.0.1:0` with `args`, which must refuse to start, and
 /// returns what it printed on stderr.

@@ -11,6 +11,26 @@ use std::process::{Child, Command, Stdio};
 /// The built `sluice` binary.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
+/// The `sluice` binary as a command, with every `SLUICE_*` setting of the developer's shell
+/// cleared (so it cannot change the test) and logs at `warn`.
+pub fn sluice() -> Command {
+    let mut c = Command::new(BIN);
+    for var in [
+        "SLUICE_CONFIG",
+        "SLUICE_LISTEN",
+        "SLUICE_DATA_DIR",
+        "SLUICE_STORE",
+        "SLUICE_NODE_ID",
+        "SLUICE_FRAMES_LISTEN",
+        "SLUICE_SYNC_INTERVAL",
+        "SLUICE_PUSH_ALLOW_HTTP",
+    ] {
+        c.env_remove(var);
+    }
+    c.env("RUST_LOG", "warn");
+    c
+}
+
 /// Starts `sluice serve --listen 127.0.0.1:0` over `data`, its log going to `stderr`, and
 /// returns the child with the base URL it printed. Environment settings of the developer's
 /// shell are cleared so they cannot change the test.
@@ -41,17 +61,9 @@ pub fn serve_store(store: &str, stderr: Stdio) -> (Served, String) {
 }
 
 fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Served, String, Option<String>) {
-    let mut child = Command::new(BIN)
+    let mut child = sluice()
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(store_args)
-        .env_remove("SLUICE_CONFIG")
-        .env_remove("SLUICE_LISTEN")
-        .env_remove("SLUICE_DATA_DIR")
-        .env_remove("SLUICE_STORE")
-        .env_remove("SLUICE_NODE_ID")
-        .env_remove("SLUICE_FRAMES_LISTEN")
-        .env_remove("SLUICE_SYNC_INTERVAL")
-        .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
