@@ -257,12 +257,25 @@ macro_rules! lease_ctes {
             "
              ORDER BY visible_at, id LIMIT $3
              FOR UPDATE SKIP LOCKED
-         ), leased AS (
+         ), ",
+            leased_cte!(""),
+        )
+    };
+}
+
+/// The `leased` CTE every lease of message rows ends with: the rows of `picked` leased until
+/// `$4`, returning the columns [`deliveries`] reads, and `$returning` besides.
+macro_rules! leased_cte {
+    ($returning:literal) => {
+        concat!(
+            "leased AS (
              UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
                  token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
              FROM picked WHERE m.id = picked.id
              RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
-                 m.enqueued_at, m.last_error, picked.was
+                 m.enqueued_at, m.last_error, picked.was",
+            $returning,
+            "
          )"
         )
     };
@@ -414,7 +427,8 @@ where
 /// ahead of it (places are taken at the end, in commit order), so a row seen at the front in
 /// this statement's snapshot is at the front when it is leased. Columns as [`LEASE_SQL`]'s,
 /// and the group (9).
-pub(crate) const GROUP_LEASE_SQL: &str = "WITH RECURSIVE lines AS (
+pub(crate) const GROUP_LEASE_SQL: &str = concat!(
+    "WITH RECURSIVE lines AS (
          (SELECT grp FROM messages WHERE queue = $1 AND grp IS NOT NULL AND grp > $6
               AND state < 2
           ORDER BY grp LIMIT 1)
@@ -435,14 +449,10 @@ pub(crate) const GROUP_LEASE_SQL: &str = "WITH RECURSIVE lines AS (
          WHERE id IN (SELECT id FROM fronts) AND state = 0 AND visible_at <= $2
          ORDER BY visible_at, id LIMIT $3
          FOR UPDATE SKIP LOCKED
-     ), leased AS (
-         UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
-             token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
-         FROM picked WHERE m.id = picked.id
-         RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
-             m.enqueued_at, m.last_error, picked.was, m.grp
-     )
-     SELECT * FROM leased";
+     ), ",
+    leased_cte!(", m.grp"),
+    " SELECT * FROM leased"
+);
 
 /// Leases up to `max` messages at the fronts of `queue`'s group lines with `stmt`
 /// ([`GROUP_LEASE_SQL`]), until `deadline`: the walk starts after the group this node last
