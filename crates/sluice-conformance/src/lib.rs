@@ -98,6 +98,7 @@ macro_rules! __sluice_conformance_cases {
             receive_visibility_override,
             receive_respects_max,
             ack_completes_and_keeps_result_for_result_ttl,
+            completed_message_keeps_its_attempts,
             ack_with_zero_result_ttl_keeps_nothing,
             ack_result_over_max_message_bytes_fails_only_its_receipt,
             ack_batch_reports_each_receipt,

@@ -10,16 +10,17 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use sluice_core::message::Attempt;
 use sluice_core::{
-    Attributes, Clock, DeadLetter, DeadLetterReason, Message, MessageId, MessageState, QueueConfig,
-    QueueInfo, QueueName, Receipt, StoreError, Timestamp,
+    Attributes, Body, Clock, DeadLetter, DeadLetterReason, Message, MessageId, MessageState,
+    QueueConfig, QueueInfo, QueueName, Receipt, StoreError, Timestamp,
 };
 use tokio::sync::watch;
 
 use crate::catalog::{Catalog, CatalogQueue};
 use crate::journal::log::{self, Durable, Log};
 use crate::journal::record::{
-    Acked, MessageRecord, Qid, Record, RemoveReason, Rich, UpdateEvent, UpdateRecord,
+    Acked, Completion, MessageRecord, Qid, Record, RemoveReason, Rich, UpdateEvent, UpdateRecord,
 };
 use crate::state::{Msg, Slot, State};
 
@@ -264,21 +265,66 @@ impl Core {
     }
 
     /// The record that ends a cancelled task whatever its handler reported: a completed
-    /// record marked cancelled (sticky), kept for the queue's `result_ttl`.
-    pub(crate) fn end_cancelled(&self, qid: Qid, id: u64, m: &Msg, now: i64) -> Record {
+    /// record marked cancelled (sticky), kept for the queue's `result_ttl` with the attempts
+    /// that failed before.
+    pub(crate) fn end_cancelled(
+        &self,
+        qid: Qid,
+        id: u64,
+        m: &Msg,
+        now: i64,
+    ) -> Result<Record, StoreError> {
         let ttl = self
             .state
             .queues
             .get(&qid)
             .map_or(0, |q| q.config.result_ttl.as_millis() as i64);
-        Record::Ack(vec![Acked {
+        let acked = Acked {
             id,
             qid,
             receive_count: m.receive_count(),
             at: now,
             keep_until: now + ttl,
             cancelled: true,
-        }])
+        };
+        self.completion(acked, m, None)
+    }
+
+    /// The record that completes message `id` (`m`) as `acked`, keeping `result`: it carries
+    /// the attempts that failed before when the message has any and its completed record is
+    /// kept, so only messages that failed pay for reading them.
+    pub(crate) fn completion(
+        &self,
+        acked: Acked,
+        m: &Msg,
+        result: Option<Body>,
+    ) -> Result<Record, StoreError> {
+        let kept = acked.keep_until > acked.at;
+        if kept && m.has_history() {
+            let attempts = self.history(acked.id, m)?.attempts;
+            return Ok(Record::Finished(Completion {
+                acked,
+                result,
+                attempts,
+            }));
+        }
+        Ok(match result {
+            Some(result) if kept => Record::Complete { acked, result },
+            _ => Record::Ack(vec![acked]),
+        })
+    }
+
+    /// The rich fields of message `id` (`m`), read from its newest record holding them
+    /// (without reading its body when an update holds them).
+    pub(crate) fn history(&self, id: u64, m: &Msg) -> Result<Rich, StoreError> {
+        if m.aux == m.body {
+            return Ok(self.load(id, m)?.1);
+        }
+        self.log.read(m.aux)?.into_rich(id).ok_or_else(|| {
+            StoreError::unavailable(
+                "log record is not an update of the message (index out of step)",
+            )
+        })
     }
 
     /// Finds the live lease named by `receipt` in queue `qid`.
@@ -395,15 +441,24 @@ impl Core {
     }
 }
 
-/// The result held by a completion record (an ack with result, or its compaction copy).
-pub(crate) fn stored_result(rec: Record, id: u64) -> Option<sluice_core::Body> {
+/// The result and failed attempts held by a completion record for message `id` (an ack, an
+/// ack with result or history, or a compaction copy of one).
+pub(crate) fn stored_completion(rec: Record, id: u64) -> (Option<Body>, Vec<Attempt>) {
     match rec {
-        Record::Complete { result, .. } => Some(result),
-        Record::Kept { acked, results } => acked
-            .iter()
-            .zip(results)
-            .find(|(a, _)| a.id == id)
-            .and_then(|(_, r)| r),
-        _ => None,
+        Record::Complete { result, .. } => (Some(result), Vec::new()),
+        Record::Finished(c) => (c.result, c.attempts),
+        Record::Kept { acked, results } => (
+            acked
+                .iter()
+                .zip(results)
+                .find(|(a, _)| a.id == id)
+                .and_then(|(_, r)| r),
+            Vec::new(),
+        ),
+        Record::KeptFinished { finished } => finished
+            .into_iter()
+            .find(|c| c.acked.id == id)
+            .map_or((None, Vec::new()), |c| (c.result, c.attempts)),
+        _ => (None, Vec::new()),
     }
 }

@@ -89,7 +89,7 @@ impl Core {
         for id in expired_leases {
             let m = self.state.msgs[&id];
             if m.cancel_requested() {
-                ended.push(self.end_cancelled(qid, id, &m, now));
+                ended.push(self.end_cancelled(qid, id, &m, now)?);
                 continue;
             }
             let (_, mut rich) = self.load(id, &m)?;

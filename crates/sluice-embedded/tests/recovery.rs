@@ -220,17 +220,26 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
     for round in 0..130 {
         let msgs = (0..100).map(|_| NewMessage::new(body.clone())).collect();
         let sent = store.send(&q(), msgs).await.expect("send");
-        let got = store
-            .receive(
-                &q(),
-                ReceiveRequest {
-                    max: 100,
-                    visibility: Some(Duration::from_secs(600)),
-                    ..Default::default()
-                },
-            )
-            .await
-            .expect("receive");
+        let lease = || ReceiveRequest {
+            max: 100,
+            visibility: Some(Duration::from_secs(600)),
+            ..Default::default()
+        };
+        let mut got = store.receive(&q(), lease()).await.expect("receive");
+        if round == 0 {
+            // These fail once first: compaction must carry their attempts forward as well.
+            for d in got {
+                let failure = sluice_core::Failure {
+                    error: Some("flaky".into()),
+                    consumer: None,
+                };
+                store
+                    .nack(&q(), d.receipt, Some(Duration::ZERO), failure)
+                    .await
+                    .expect("nack");
+            }
+            got = store.receive(&q(), lease()).await.expect("receive again");
+        }
         if round == 129 {
             kept = sent.iter().map(|s| s.id).collect();
             continue;
@@ -280,6 +289,12 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
             .await
             .expect("completed record survives compaction");
         assert_eq!(m.result, Some(Body::json("42")), "its result too");
+        let errors: Vec<_> = m.attempts.iter().map(|a| a.error.as_deref()).collect();
+        assert_eq!(
+            errors,
+            [Some("flaky")],
+            "and the attempt that failed before"
+        );
     }
     for id in kept {
         let m = store

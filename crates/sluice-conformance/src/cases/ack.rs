@@ -61,6 +61,81 @@ pub async fn ack_completes_and_keeps_result_for_result_ttl(h: &dyn Harness) {
     assert_eq!(e.stats(&q).await.completed, 0);
 }
 
+/// A completed message keeps the attempts that failed before it succeeded (the newest 20),
+/// with its result, across a restart; so does a cancelled task that ended on a failure.
+pub async fn completed_message_keeps_its_attempts(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "history",
+            QueueConfigPatch {
+                result_ttl: Some(secs(600)),
+                ..unlimited()
+            },
+        )
+        .await;
+    let id = e.send_text(&q, "flaky").await;
+    for i in 1..=22u32 {
+        let d = e.recv_one(&q).await;
+        e.nack(&q, d.receipt, Some(Duration::ZERO), Some(&format!("e{i}")))
+            .await
+            .expect("nack");
+    }
+    let d = e.recv_one(&q).await;
+    let out = e
+        .store
+        .ack(
+            &q,
+            vec![AckRequest {
+                receipt: d.receipt,
+                result: Some(Body::json(r#"{"ok":true}"#)),
+            }],
+        )
+        .await
+        .expect("ack call");
+    assert_eq!(out, vec![Ok(())]);
+    // A plain ack of a message that never failed stays without history.
+    let clean = e.send_text(&q, "clean").await;
+    let d = e.recv_one(&q).await;
+    e.ack(&q, d.receipt).await.expect("ack clean");
+    // A cancelled task that failed once, then ended on a failure.
+    let cancelled = e.send_text(&q, "cancelled").await;
+    let d = e.recv_one(&q).await;
+    e.nack(&q, d.receipt, Some(Duration::ZERO), Some("first"))
+        .await
+        .expect("nack");
+    let d = e.recv_one(&q).await;
+    e.store.cancel(cancelled).await.expect("cancel");
+    e.nack(&q, d.receipt, None, Some("second"))
+        .await
+        .expect("nack of the cancelled task");
+
+    let check = |m: Message, c: Message, k: Message| {
+        assert_eq!(m.state, MessageState::Completed);
+        assert_eq!(m.result, Some(Body::json(r#"{"ok":true}"#)));
+        let errors: Vec<_> = m.attempts.iter().map(|a| a.error.clone()).collect();
+        let want: Vec<_> = (3..=22).map(|i| Some(format!("e{i}"))).collect();
+        assert_eq!(errors, want, "the newest 20 failed attempts, oldest first");
+        assert!(
+            m.attempts
+                .iter()
+                .all(|a| a.outcome == AttemptOutcome::Nacked)
+        );
+        assert_eq!(m.last_error.as_deref(), Some("e22"));
+        assert_eq!(c.state, MessageState::Completed);
+        assert!(c.attempts.is_empty(), "no failures, no history");
+        assert!(k.cancelled && k.state == MessageState::Completed);
+        assert_eq!(
+            k.attempts.first().and_then(|a| a.error.as_deref()),
+            Some("first"),
+            "a cancelled task keeps the attempts that failed before"
+        );
+    };
+    check(e.get(id).await, e.get(clean).await, e.get(cancelled).await);
+    let e = e.restart(h).await;
+    check(e.get(id).await, e.get(clean).await, e.get(cancelled).await);
+}
+
 /// A result over `max_message_bytes` fails its own receipt with `PayloadTooLarge` and changes
 /// nothing: the lease still holds and can be acked afterwards. The other receipts of the batch
 /// are acked.

@@ -14,10 +14,11 @@
 
 use sluice_core::StoreError;
 
-use crate::core::{Inner, stored_result};
+use crate::core::{Inner, stored_completion};
 use crate::journal::log::SEGMENT_TARGET;
 use crate::journal::record::{
-    Acked, Checkpoint, GroupTag, JsonSchedule, MessageRecord, Origin, Record, message_ids_in,
+    Acked, Checkpoint, Completion, GroupTag, JsonSchedule, MessageRecord, Origin, Record,
+    message_ids_in,
 };
 use crate::state::Slot;
 
@@ -109,6 +110,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
             let core = &mut *core;
             let mut acked_all = Vec::new();
             let mut results = Vec::new();
+            let mut finished = Vec::new();
             for id in chunk {
                 let Some(d) = core.state.done.get(id).copied() else {
                     continue;
@@ -124,19 +126,34 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     keep_until: d.keep_until,
                     cancelled: d.cancelled,
                 };
-                let result = if d.has_result {
-                    stored_result(core.log.read(d.loc)?, *id)
+                let (result, attempts) = if d.has_result || d.has_attempts {
+                    stored_completion(core.log.read(d.loc)?, *id)
                 } else {
-                    None
+                    (None, Vec::new())
                 };
-                acked_all.push(acked);
-                results.push(result);
+                if d.has_attempts {
+                    finished.push(Completion {
+                        acked,
+                        result,
+                        attempts,
+                    });
+                } else {
+                    acked_all.push(acked);
+                    results.push(result);
+                }
             }
+            let mut records = Vec::new();
             if !acked_all.is_empty() {
-                core.commit(vec![Record::Kept {
+                records.push(Record::Kept {
                     acked: acked_all,
                     results,
-                }])?;
+                });
+            }
+            if !finished.is_empty() {
+                records.push(Record::KeptFinished { finished });
+            }
+            if !records.is_empty() {
+                core.commit(records)?;
             }
         }
         tokio::task::yield_now().await;

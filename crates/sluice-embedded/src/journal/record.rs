@@ -238,6 +238,23 @@ pub(crate) enum Record {
         moves: Vec<UpdateRecord>,
         orders: Vec<(u64, u64)>,
     },
+    /// An acknowledgement of a message whose earlier attempts failed: its completed record
+    /// keeps them, and its result if it has one. Messages without such history keep
+    /// [`Record::Ack`] and [`Record::Complete`].
+    Finished(Completion),
+    /// Compaction copies of [`Record::Finished`]: kept, not counted again.
+    KeptFinished {
+        finished: Vec<Completion>,
+    },
+}
+
+/// A completed message with its attempts history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Completion {
+    pub acked: Acked,
+    pub result: Option<Body>,
+    /// The attempts that failed before it completed, oldest first.
+    pub attempts: Vec<Attempt>,
 }
 
 /// A message's FIFO group as its base record keeps it.

@@ -44,7 +44,7 @@ pub(crate) async fn ack(
                 keep_until,
                 cancelled: m.cancel_requested(),
             };
-            match a.result {
+            let result = match a.result {
                 Some(result) if result.len() > cfg.max_message_bytes as usize => {
                     seen.remove(&a.receipt.id);
                     out.push(Err(StoreError::PayloadTooLarge(format!(
@@ -54,10 +54,18 @@ pub(crate) async fn ack(
                     ))));
                     continue;
                 }
-                Some(result) if keep_until > now && !acked.cancelled => {
-                    records.push(Record::Complete { acked, result })
+                Some(result) if !acked.cancelled => Some(result),
+                _ => None,
+            };
+            // Plain acks of messages that never failed share one record; the rest say
+            // more (a result, the attempts history) and get their own.
+            if result.is_none() && !m.has_history() {
+                plain.push(acked);
+            } else {
+                match core.completion(acked, &m, result)? {
+                    Record::Ack(mut one) => plain.append(&mut one),
+                    rec => records.push(rec),
                 }
-                _ => plain.push(acked),
             }
             out.push(Ok(()));
         }

@@ -7,7 +7,7 @@ use sluice_core::{
     StoreError, Timestamp,
 };
 
-use crate::core::{Inner, stored_result};
+use crate::core::{Inner, stored_completion};
 use crate::journal::record::{Record, RemoveReason};
 
 /// A page of a queue's messages in one state or all, after a cursor.
@@ -103,10 +103,10 @@ pub(crate) fn get_message(inner: &Inner, id: MessageId) -> Result<Message, Store
     let Some(d) = core.state.done.get(&id.0).copied() else {
         return Err(StoreError::MessageNotFound(id));
     };
-    let result = if d.has_result {
-        stored_result(core.log.read(d.loc)?, id.0)
+    let (result, attempts) = if d.has_result || d.has_attempts {
+        stored_completion(core.log.read(d.loc)?, id.0)
     } else {
-        None
+        (None, Vec::new())
     };
     Ok(Message {
         id,
@@ -118,8 +118,8 @@ pub(crate) fn get_message(inner: &Inner, id: MessageId) -> Result<Message, Store
         entered_at: Timestamp(d.at),
         visible_at: None,
         receive_count: d.receive_count,
-        last_error: None,
-        attempts: Vec::new(),
+        last_error: attempts.last().and_then(|a| a.error.clone()),
+        attempts,
         dedup_id: None,
         source_queue: None,
         dead_letter: None,

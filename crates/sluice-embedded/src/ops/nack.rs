@@ -31,7 +31,7 @@ pub(crate) async fn nack(
                     queue: queue.clone(),
                 };
                 return Ok((
-                    vec![core.end_cancelled(qid, receipt.id.0, &m, now)],
+                    vec![core.end_cancelled(qid, receipt.id.0, &m, now)?],
                     (outcome, notify),
                 ));
             }
@@ -99,7 +99,7 @@ pub(crate) async fn reject(
         .with_lease(queue, &receipt, |core, qid, m, now| {
             if m.cancel_requested() {
                 return Ok((
-                    vec![core.end_cancelled(qid, receipt.id.0, &m, now)],
+                    vec![core.end_cancelled(qid, receipt.id.0, &m, now)?],
                     queue.clone(),
                 ));
             }
@@ -135,7 +135,10 @@ pub(crate) async fn move_message(
             let to_qid = core.qid(to)?;
             if m.cancel_requested() {
                 let notify = core.state.queues[&qid].notify.clone();
-                return Ok((vec![core.end_cancelled(qid, receipt.id.0, &m, now)], notify));
+                return Ok((
+                    vec![core.end_cancelled(qid, receipt.id.0, &m, now)?],
+                    notify,
+                ));
             }
             let (_, mut rich) = core.load(receipt.id.0, &m)?;
             apply_failure(&mut rich, now, AttemptOutcome::Moved, &failure);
@@ -168,7 +171,10 @@ pub(crate) async fn release(
         .with_lease(queue, &receipt, |core, qid, m, now| {
             let notify = core.state.queues[&qid].notify.clone();
             if m.cancel_requested() {
-                return Ok((vec![core.end_cancelled(qid, receipt.id.0, &m, now)], notify));
+                return Ok((
+                    vec![core.end_cancelled(qid, receipt.id.0, &m, now)?],
+                    notify,
+                ));
             }
             let (_, rich) = core.load(receipt.id.0, &m)?;
             let u = UpdateRecord {

@@ -71,7 +71,7 @@ pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, Stor
                 Some(core.commit(vec![Record::Cancel { id: id.0 }])?)
             }
             Some(m) => {
-                let rec = core.end_cancelled(m.qid, id.0, &m, now);
+                let rec = core.end_cancelled(m.qid, id.0, &m, now)?;
                 Some(core.commit(vec![rec])?)
             }
             None => None,

@@ -38,6 +38,8 @@ pub(crate) struct Done {
     pub loc: Loc,
     pub len: u32,
     pub has_result: bool,
+    /// The record holds the attempts that failed before it completed.
+    pub has_attempts: bool,
     pub cancelled: bool,
 }
 
@@ -274,15 +276,25 @@ impl State {
                 // Each completed record accounts for its share of the batch record.
                 let share = len / u32::try_from(acks.len().max(1)).unwrap_or(u32::MAX);
                 for a in acks {
-                    self.complete(a, loc, share.max(1), false, true);
+                    self.complete(a, loc, share.max(1), (false, false), true);
                 }
             }
-            Record::Complete { acked, .. } => self.complete(acked, loc, len, true, true),
+            Record::Complete { acked, .. } => self.complete(acked, loc, len, (true, false), true),
+            Record::Finished(f) => {
+                self.complete(&f.acked, loc, len, (f.result.is_some(), true), true);
+            }
             Record::Kept { acked, results } => {
                 let share = len / u32::try_from(acked.len().max(1)).unwrap_or(u32::MAX);
                 for (a, r) in acked.iter().zip(results) {
                     // Counted when first acknowledged.
-                    self.complete(a, loc, share.max(1), r.is_some(), false);
+                    self.complete(a, loc, share.max(1), (r.is_some(), false), false);
+                }
+            }
+            Record::KeptFinished { finished } => {
+                let share = len / u32::try_from(finished.len().max(1)).unwrap_or(u32::MAX);
+                for f in finished {
+                    let held = (f.result.is_some(), true);
+                    self.complete(&f.acked, loc, share.max(1), held, false);
                 }
             }
             Record::Remove { ids, reason, .. } => {
@@ -438,6 +450,7 @@ impl State {
         if group.is_some() {
             msg.set_grouped();
         }
+        msg.set_history(!m.rich.attempts.is_empty());
         self.account(&msg);
         self.attach(m.id, msg);
         if let Some(g) = group
@@ -500,6 +513,7 @@ impl State {
         msg.at = u.visible_at;
         msg.entered_at = u.entered_at;
         msg.aux = loc;
+        msg.set_history(!u.rich.attempts.is_empty());
         self.msgs.insert(u.id, msg);
         self.summary
             .on_update(old.qid, u.qid, u.id, &u.rich, old.entered_at);
@@ -528,7 +542,7 @@ impl State {
         a: &crate::journal::record::Acked,
         loc: Loc,
         len: u32,
-        has_result: bool,
+        (has_result, has_attempts): (bool, bool),
         count: bool,
     ) {
         self.remove(a.id);
@@ -550,6 +564,7 @@ impl State {
                     loc,
                     len,
                     has_result,
+                    has_attempts,
                     cancelled: a.cancelled,
                 },
             );

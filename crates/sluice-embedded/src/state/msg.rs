@@ -45,7 +45,10 @@ const CANCEL_BIT: u32 = 1 << 29;
 /// The message belongs to a FIFO group (its membership is in `State::members`): only such
 /// messages pay for a group lookup.
 const GROUP_BIT: u32 = 1 << 28;
-const COUNT_MASK: u32 = GROUP_BIT - 1;
+/// Its rich fields hold failed attempts: an ack must carry them into the completed record.
+/// Messages without history (the common case) are acked without reading the log.
+const HISTORY_BIT: u32 = 1 << 27;
+const COUNT_MASK: u32 = HISTORY_BIT - 1;
 
 impl Msg {
     #[allow(clippy::too_many_arguments)]
@@ -91,8 +94,10 @@ impl Msg {
             Slot::Leased => 2,
             Slot::Parked => 3,
         };
-        // The group mark stays; a cancellation request ends with the slot it was made in.
-        self.count_slot = (self.count_slot & (COUNT_MASK | GROUP_BIT)) | (bits << SLOT_SHIFT);
+        // The group and history marks stay; a cancellation request ends with the slot it was
+        // made in.
+        self.count_slot =
+            (self.count_slot & (COUNT_MASK | GROUP_BIT | HISTORY_BIT)) | (bits << SLOT_SHIFT);
     }
 
     pub fn receive_count(&self) -> u32 {
@@ -120,6 +125,20 @@ impl Msg {
     /// Marks it as a member of a FIFO group.
     pub fn set_grouped(&mut self) {
         self.count_slot |= GROUP_BIT;
+    }
+
+    /// Its newest rich fields record failed attempts.
+    pub fn has_history(&self) -> bool {
+        self.count_slot & HISTORY_BIT != 0
+    }
+
+    /// Says whether its newest rich fields record failed attempts.
+    pub fn set_history(&mut self, history: bool) {
+        if history {
+            self.count_slot |= HISTORY_BIT;
+        } else {
+            self.count_slot &= !HISTORY_BIT;
+        }
     }
 
     /// True when `token` names this message's current lease.
@@ -157,7 +176,9 @@ mod tests {
         m.set_receive_count(7);
         assert_eq!((m.slot(), m.receive_count()), (Slot::Ready, 7));
         m.set_grouped();
+        m.set_history(true);
         m.set_slot(Slot::Parked);
+        assert!(m.has_history(), "the history mark survives a slot change");
         assert_eq!((m.slot(), m.receive_count()), (Slot::Parked, 7));
         assert!(m.grouped());
         m.request_cancel();

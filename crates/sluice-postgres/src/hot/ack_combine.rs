@@ -169,14 +169,13 @@ const ACK_TYPES: [Type; 7] = [
 ];
 
 /// The columns an ack that keeps a completed record sets, with the receipt's result and its
-/// kind as given.
+/// kind as given. The attempts that failed before (and the last error) stay with the record.
 macro_rules! complete_set {
     ($result:literal, $kind:literal) => {
         concat!(
             "UPDATE messages m SET state = 2, visible_at = $6, keep_until = $7,
-             token = NULL, body = NULL, attrs = NULL, attempts = NULL, progress = NULL,
-             last_error = NULL, source_queue = NULL, dl_reason = NULL, dl_at = NULL,
-             dedup_id = NULL,
+             token = NULL, body = NULL, attrs = NULL, progress = NULL,
+             source_queue = NULL, dl_reason = NULL, dl_at = NULL, dedup_id = NULL,
              result = CASE WHEN m.cancel_requested THEN NULL ELSE ",
             $result,
             " END,

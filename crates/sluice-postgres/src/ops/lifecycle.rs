@@ -87,9 +87,8 @@ pub(crate) async fn end_cancelled(
     let keep = Timestamp(now).plus(cfg.result_ttl).as_millis();
     c.execute(
         "UPDATE messages SET state = 2, visible_at = $2, keep_until = $3, cancel_requested = true,
-             token = NULL, body = NULL, attrs = NULL, attempts = NULL, progress = NULL,
-             result = NULL, last_error = NULL, source_queue = NULL, dl_reason = NULL,
-             dl_at = NULL, dedup_id = NULL
+             token = NULL, body = NULL, attrs = NULL, progress = NULL, result = NULL,
+             source_queue = NULL, dl_reason = NULL, dl_at = NULL, dedup_id = NULL
          WHERE id = $1",
         &[&id, &now, &keep],
     )
