@@ -5,8 +5,10 @@
 #   docker run -p 7878:7878 -v sluice-data:/var/lib/sluice \
 #       -v "$PWD/sluice.toml:/etc/sluice/sluice.toml:ro" sluice
 #
-# The container listens on 0.0.0.0:7878, which the broker refuses without API keys: mount a
-# config file with [[keys]] at /etc/sluice/sluice.toml (`sluice key generate`). Messages live
+# The container listens on 0.0.0.0:7878, which the broker refuses without API keys, and
+# refuses keys without TLS: mount a config file at /etc/sluice/sluice.toml with [[keys]]
+# (`sluice key generate`) and either `tls_cert`/`tls_key` (mount them too) or
+# `allow_plaintext = true` when a TLS-terminating proxy or mesh sits in front. Messages live
 # in the /var/lib/sluice volume; for several nodes set `store` to a postgres:// URL instead.
 FROM rust:1-bookworm AS build
 WORKDIR /src
@@ -29,6 +31,7 @@ ENV SLUICE_LISTEN=0.0.0.0:7878 \
     SLUICE_CONFIG=/etc/sluice/sluice.toml
 EXPOSE 7878
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
-    CMD curl -fsS -o /dev/null http://127.0.0.1:7878/healthz || exit 1
+    CMD curl -fsSk -o /dev/null https://127.0.0.1:7878/healthz \
+        || curl -fsS -o /dev/null http://127.0.0.1:7878/healthz || exit 1
 ENTRYPOINT ["/usr/local/bin/sluice"]
 CMD ["serve"]

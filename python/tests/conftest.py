@@ -32,9 +32,10 @@ def _binary() -> str:
 class Broker:
     """A ``sluice serve`` child over its own data directory; restartable on the same port."""
 
-    def __init__(self, binary: str, data_dir: Path) -> None:
+    def __init__(self, binary: str, data_dir: Path, args: Optional[list] = None) -> None:
         self.binary = binary
         self.data_dir = data_dir
+        self.args = [str(a) for a in (args or [])]
         self.log = data_dir.parent / f"{data_dir.name}.log"
         self.proc: Optional[subprocess.Popen[bytes]] = None
         self.url = ""
@@ -48,7 +49,8 @@ class Broker:
         while True:
             with open(self.log, "ab") as log:
                 proc = subprocess.Popen(
-                    [self.binary, "serve", "--listen", listen, "--data-dir", str(self.data_dir)],
+                    [self.binary, "serve", "--listen", listen, "--data-dir", str(self.data_dir),
+                     *self.args],
                     stdout=subprocess.PIPE, stderr=log, env=env,
                 )
             assert proc.stdout is not None

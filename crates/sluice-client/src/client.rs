@@ -14,6 +14,7 @@ use sluice_wire::ErrorEnvelope;
 
 use crate::error::{Error, Result, code_for_status};
 use crate::retry::{RetryPolicy, Safety, parse_retry_after};
+use crate::tls::TlsOptions;
 
 /// The header that makes a POST replay its first answer instead of acting twice.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -54,9 +55,17 @@ pub struct ClientBuilder {
     retry: RetryPolicy,
     idempotent_sends: bool,
     user_agent: String,
+    tls: TlsOptions,
 }
 
 impl ClientBuilder {
+    /// CA certificates to trust and a client certificate to present over `https://`
+    /// (default: the public web roots, no client certificate).
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = tls;
+        self
+    }
+
     /// The bearer token (an API key secret) sent with every call.
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
@@ -118,9 +127,8 @@ impl ClientBuilder {
         let http = reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
             .user_agent(self.user_agent)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()
-            .map_err(Error::Transport)?;
+            .pool_idle_timeout(Duration::from_secs(60));
+        let http = self.tls.apply_to(http)?.build().map_err(Error::Transport)?;
         Ok(Client {
             http,
             base,
@@ -204,6 +212,7 @@ impl Client {
             retry: RetryPolicy::default(),
             idempotent_sends: false,
             user_agent: format!("sluice-client/{}", env!("CARGO_PKG_VERSION")),
+            tls: TlsOptions::default(),
         }
     }
 

@@ -26,9 +26,15 @@ pub use sluice_wire::frame::{
     FrameDelivery, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply,
     SentMessage,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpStream, ToSocketAddrs};
+
+use crate::tls::TlsOptions;
+
+/// The read half of a connection, plain or TLS.
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+/// The write half of a connection, plain or TLS.
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// Largest answer read (a full receive of 1,000 messages of the largest size fits).
 const MAX_ANSWER: usize = 64 * 1024 * 1024;
@@ -47,6 +53,9 @@ pub enum FrameClientError {
     /// same version?
     #[error("unexpected answer from the broker: {0}")]
     Protocol(String),
+    /// The TLS settings or the address cannot make a TLS connection.
+    #[error("frame connection over TLS: {0}")]
+    Tls(String),
 }
 
 impl FrameClientError {
@@ -61,15 +70,15 @@ impl FrameClientError {
                     "rate_limited" | "queue_full" | "unavailable"
                 )
             }
-            FrameClientError::Protocol(_) => false,
+            FrameClientError::Protocol(_) | FrameClientError::Tls(_) => false,
         }
     }
 }
 
 /// One connection to a broker's frame listener.
 pub struct FrameConnection {
-    rd: BufReader<OwnedReadHalf>,
-    wr: BufWriter<OwnedWriteHalf>,
+    rd: BufReader<ReadHalf>,
+    wr: BufWriter<WriteHalf>,
     next_id: u64,
     out: Vec<u8>,
     payload: Vec<u8>,
@@ -89,6 +98,44 @@ impl FrameConnection {
         let tcp = TcpStream::connect(addr).await?;
         tcp.set_nodelay(true)?;
         let (rd, wr) = tcp.into_split();
+        FrameConnection::hello(Box::new(rd), Box::new(wr), key).await
+    }
+
+    /// Connects over TLS to `addr` (`host:port`, the host being the name the broker's
+    /// certificate is checked against) and, when `key` is given, authenticates with it.
+    ///
+    /// # Errors
+    /// `Tls` for settings or an address that cannot make a TLS connection; otherwise as
+    /// [`FrameConnection::connect`] (a refused handshake is `Io`).
+    pub async fn connect_tls(
+        addr: &str,
+        tls: &TlsOptions,
+        key: Option<&str>,
+    ) -> Result<FrameConnection, FrameClientError> {
+        let host = host_of(addr).ok_or_else(|| {
+            FrameClientError::Tls(format!(
+                "\"{addr}\" is not host:port (e.g. broker.internal:7879 or [::1]:7879)"
+            ))
+        })?;
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+            .map_err(|e| FrameClientError::Tls(format!("\"{host}\" is not a host name: {e}")))?;
+        let config = tls
+            .client_config()
+            .map_err(|e| FrameClientError::Tls(e.to_string()))?;
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let stream = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await?;
+        let (rd, wr) = tokio::io::split(stream);
+        FrameConnection::hello(Box::new(rd), Box::new(wr), key).await
+    }
+
+    async fn hello(
+        rd: ReadHalf,
+        wr: WriteHalf,
+        key: Option<&str>,
+    ) -> Result<FrameConnection, FrameClientError> {
         let mut conn = FrameConnection {
             rd: BufReader::with_capacity(64 * 1024, rd),
             wr: BufWriter::with_capacity(64 * 1024, wr),
@@ -286,4 +333,15 @@ impl FrameConnection {
 
 fn unexpected(reply: &Reply) -> FrameClientError {
     FrameClientError::Protocol(format!("an answer of the wrong kind: {reply:?}"))
+}
+
+/// The host of `host:port` or `[v6]:port`.
+fn host_of(addr: &str) -> Option<&str> {
+    let (host, port) = addr.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    (!host.is_empty()).then_some(host)
 }

@@ -72,6 +72,7 @@ mod schedules;
 mod sse;
 mod summary;
 mod tasks;
+pub mod tls;
 pub mod worker;
 
 pub use body::{BodyExt, DecodedBody, OutgoingMessage, ResultExt};
@@ -87,6 +88,7 @@ pub use sluice_core::{ErrorCode, TaskStatus};
 /// The JSON wire types of the API, shared with the server.
 pub use sluice_wire as wire;
 pub use tasks::TaskEvents;
+pub use tls::TlsOptions;
 pub use worker::{
     HookError, MetricsSnapshot, Outcome, TaskContext, TaskError, TaskErrorKind, Worker,
     WorkerBuilder, WorkerMetrics,

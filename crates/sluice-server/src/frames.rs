@@ -15,27 +15,33 @@ use sluice_wire::frame::{
     self, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply, Request,
     Response, SentMessage,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
 use crate::error::ApiError;
+use crate::tls::TlsConfig;
 
 /// Bytes buffered per connection in each direction.
 const BUFFER: usize = 64 * 1024;
 
 /// Accepts connections until shutdown begins, then waits for each to finish the request it
-/// is handling (long polls return early, as over HTTP).
-pub(crate) async fn serve(listener: TcpListener, state: AppState, max_frame: usize) {
+/// is handling (long polls return early, as over HTTP). With `tls`, each connection first
+/// completes its handshake, in its own task.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    max_frame: usize,
+    tls: Option<TlsConfig>,
+) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => {
-                    conns.spawn(connection(tcp, state.clone(), max_frame));
+                    conns.spawn(connection(tcp, state.clone(), max_frame, tls.clone()));
                 }
                 Err(e) => {
                     // Out of descriptors or a connection reset before accept: keep serving.
@@ -51,27 +57,56 @@ pub(crate) async fn serve(listener: TcpListener, state: AppState, max_frame: usi
     while conns.join_next().await.is_some() {}
 }
 
-async fn connection(tcp: TcpStream, state: AppState, max_frame: usize) {
+async fn connection(tcp: TcpStream, state: AppState, max_frame: usize, tls: Option<TlsConfig>) {
     if let Err(e) = tcp.set_nodelay(true) {
         tracing::debug!(error = %e, "could not set TCP_NODELAY");
     }
-    let (rd, wr) = tcp.into_split();
+    match tls {
+        None => {
+            let (rd, wr) = tcp.into_split();
+            answer_connection(rd, wr, &state, max_frame).await;
+        }
+        Some(tls) => {
+            let handshake = tokio::select! {
+                r = tls.handshake(tcp) => r,
+                () = state.shutting_down() => return,
+            };
+            match handshake {
+                Ok(stream) => {
+                    let (rd, wr) = tokio::io::split(stream);
+                    answer_connection(rd, wr, &state, max_frame).await;
+                }
+                Err(e) => tracing::debug!(error = %e, "frame protocol: TLS handshake failed"),
+            }
+        }
+    }
+}
+
+async fn answer_connection<R, W>(rd: R, wr: W, state: &AppState, max_frame: usize)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut rd = BufReader::with_capacity(BUFFER, rd);
     let mut wr = BufWriter::with_capacity(BUFFER, wr);
-    answer_requests(&mut rd, &mut wr, &state, max_frame).await;
+    answer_requests(&mut rd, &mut wr, state, max_frame).await;
     // However the connection ends, answers already made go out: each may report a change
     // that is durable.
     let _ = wr.flush().await;
+    let _ = wr.shutdown().await;
 }
 
 /// Reads and answers requests until the connection ends, a frame cannot be read, or the
 /// broker shuts down. Answers are flushed when no further request is waiting in the buffer.
-async fn answer_requests(
-    rd: &mut BufReader<OwnedReadHalf>,
-    wr: &mut BufWriter<OwnedWriteHalf>,
+async fn answer_requests<R, W>(
+    rd: &mut BufReader<R>,
+    wr: &mut BufWriter<W>,
     state: &AppState,
     max_frame: usize,
-) {
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut caller = (!state.keys.enabled()).then(Caller::anybody);
     let mut payload = Vec::new();
     let mut out = Vec::new();

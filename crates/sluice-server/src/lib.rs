@@ -26,6 +26,7 @@ pub mod redrive;
 pub mod routes;
 pub mod sampler;
 pub mod scheduler;
+pub mod tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -52,6 +53,8 @@ pub struct ServerOptions {
     /// Whether queues may push over plain `http` to hosts that are not loopback (default
     /// false: push targets must be `https`, or `http` on loopback).
     pub push_allow_http: bool,
+    /// TLS for both listeners; `None` serves plain text (default).
+    pub tls: Option<tls::TlsConfig>,
 }
 
 impl Default for ServerOptions {
@@ -61,6 +64,7 @@ impl Default for ServerOptions {
             max_body_bytes: extract::DEFAULT_BODY_LIMIT,
             request_timeout: Duration::from_secs(60),
             push_allow_http: false,
+            tls: None,
         }
     }
 }
@@ -228,22 +232,35 @@ impl Broker {
                 l,
                 self.state.clone(),
                 self.options.max_body_bytes,
+                self.options.tls.clone(),
             ))
         });
-        // Answers go out at once: a request/response protocol gains nothing from Nagle's
-        // algorithm, and a large answer's last segment would wait for the client's delayed ACK.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        let graceful = async move {
+            shutdown.await;
+            tracing::info!("shutting down: finishing in-flight requests");
+            tx.send_replace(true);
+        };
+        let served = match self.options.tls.clone() {
+            Some(tls) => {
+                let listener = tls::TlsListener::new(listener, tls)?;
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(graceful)
+                    .await
             }
-        });
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                tracing::info!("shutting down: finishing in-flight requests");
-                tx.send_replace(true);
-            })
-            .await;
+            None => {
+                // Answers go out at once: a request/response protocol gains nothing from
+                // Nagle's algorithm, and a large answer's last segment would wait for the
+                // client's delayed ACK.
+                let listener = listener.tap_io(|tcp| {
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::debug!(error = %e, "could not set TCP_NODELAY");
+                    }
+                });
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(graceful)
+                    .await
+            }
+        };
         // The runner stops at the shutdown signal; a step it is taking completes first.
         self.state.shutdown.send_replace(true);
         let _ = runner.await;

@@ -91,6 +91,10 @@ pub struct BenchArgs {
         value_name = "TOKEN"
     )]
     token: Option<String>,
+    /// CA and client certificate for an `https://` broker (its frame listener then speaks
+    /// TLS too).
+    #[command(flatten)]
+    tls: crate::tls_args::TlsArgs,
     /// Queue to load. Created if missing and purged at the start: use a dedicated queue.
     #[arg(long, default_value = "bench", value_name = "NAME")]
     queue: String,
@@ -584,11 +588,14 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         bail!("--url \"{}\" must start with http:// or https://", args.url);
     }
     let concurrency = usize::try_from(args.producers + args.consumers).unwrap_or(64);
+    let tls = args.tls.options().map_err(anyhow::Error::msg)?;
     let client = reqwest::Client::builder()
         .timeout(REQUEST_TIMEOUT)
         .connect_timeout(Duration::from_secs(3))
         .pool_max_idle_per_host(concurrency)
-        .tcp_nodelay(true)
+        .tcp_nodelay(true);
+    let client = tls
+        .apply_to(client)?
         .build()
         .context("building the HTTP client")?;
     let body_bytes = usize::try_from(args.body_bytes).context("--body-bytes is too large")?;
@@ -597,7 +604,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     prepare(&client, &base, &args).await?;
     let frames = match &args.frames {
         Some(addr) => {
-            let pool = frames::Pool::new(addr.clone());
+            // One broker, one TLS setting: its frame listener speaks TLS when its HTTP does.
+            let tls = (parsed.scheme() == "https").then(|| tls.clone());
+            let pool = frames::Pool::new(addr.clone(), tls);
             pool.check(args.token.as_deref()).await.with_context(|| {
                 format!(
                     "cannot use the frame protocol at {addr}; is `sluice serve` running with \

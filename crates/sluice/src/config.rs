@@ -10,6 +10,10 @@
 //! data_dir = "/var/lib/sluice"
 //! # sync_interval = "100ms"       # relaxed durability (see `sluice serve --help`)
 //! # push_allow_http = true         # push targets may be plain http off loopback
+//! tls_cert = "/etc/sluice/tls/cert.pem"   # certificate chain; reloaded on SIGHUP
+//! tls_key = "/etc/sluice/tls/key.pem"
+//! # tls_client_ca = "/etc/sluice/tls/clients-ca.pem"  # require client certificates
+//! # allow_plaintext = true        # keys off loopback without TLS: a TLS proxy is in front
 //! # or, for several broker nodes sharing one database:
 //! # store = "postgres://sluice@db.internal:5432/sluice"
 //!
@@ -53,6 +57,15 @@ pub struct FileConfig {
     pub node_id: Option<String>,
     /// Let queues push over plain `http` to hosts that are not loopback.
     pub push_allow_http: Option<bool>,
+    /// The broker's certificate chain (PEM), for TLS on both listeners.
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) that client certificates must be signed by; absent, clients
+    /// present none.
+    pub tls_client_ca: Option<PathBuf>,
+    /// Serve API keys off loopback without TLS, because a TLS-terminating proxy is in front.
+    pub allow_plaintext: Option<bool>,
     /// Queues to create or update at start-up.
     #[serde(default)]
     pub queues: Vec<toml::Table>,

@@ -10,6 +10,7 @@ mod config;
 mod drill;
 mod key;
 mod serve;
+mod tls_args;
 
 use std::process::ExitCode;
 

@@ -60,6 +60,33 @@ pub struct ServeArgs {
     /// network you trust, or a TLS-terminating proxy beside the broker.
     #[arg(long, env = "SLUICE_PUSH_ALLOW_HTTP")]
     push_allow_http: bool,
+    /// Serve TLS on both listeners with this certificate chain (PEM: the broker's
+    /// certificate, then intermediates). Sent SIGHUP, the broker reads the certificate and key
+    /// again for new connections; open ones are untouched.
+    #[arg(
+        long,
+        env = "SLUICE_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        long,
+        env = "SLUICE_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
+    /// Require a client certificate signed by one of these CAs (PEM) on every connection,
+    /// before any API key is looked at [default: off]. Needs --tls-cert.
+    #[arg(long, env = "SLUICE_TLS_CLIENT_CA", value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+    /// Accept API keys on a listener that is not loopback without TLS, because a
+    /// TLS-terminating proxy in front of the broker encrypts the traffic [default: off: such
+    /// a listener needs --tls-cert and --tls-key].
+    #[arg(long, env = "SLUICE_ALLOW_PLAINTEXT")]
+    allow_plaintext: bool,
     /// Check the flags, environment and config file without starting: print the effective
     /// settings as JSON (the store's password, key hashes, push secrets and header values
     /// redacted) and exit 0, or say what is wrong and exit 2. Neither opens the store nor
@@ -169,6 +196,8 @@ struct Settings {
     key_configs: Vec<sluice_server::ApiKeyConfig>,
     queues: Vec<(sluice_core::QueueName, sluice_core::QueueConfigPatch)>,
     push_allow_http: bool,
+    tls: Option<sluice_server::tls::TlsConfig>,
+    allow_plaintext: bool,
 }
 
 impl Settings {
@@ -206,6 +235,11 @@ impl Settings {
             "sync_interval_ms": self.sync_interval.map(|d| d.as_millis() as u64),
             "node_id": self.node_id,
             "push_allow_http": self.push_allow_http,
+            "tls": self.tls.as_ref().map(|t| {
+                let f = t.files();
+                serde_json::json!({"cert": f.cert, "key": f.key, "client_ca": f.client_ca})
+            }),
+            "allow_plaintext": self.allow_plaintext,
             "authentication": !self.keys.is_empty(),
             "keys": keys,
             "queues": queues,
@@ -220,6 +254,7 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
     };
+    let tls = tls_settings(&args, &file)?;
     let listen = args
         .listen
         .or(file.listen.clone())
@@ -231,11 +266,17 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
     let keys = KeyRing::new(file.keys.clone()).context("invalid [[keys]] in the config file")?;
     let decls = file.queue_decls()?;
 
+    let allow_plaintext = args.allow_plaintext || file.allow_plaintext.unwrap_or(false);
+    let guard = Exposure {
+        keys: &keys,
+        tls: tls.is_some(),
+        allow_plaintext,
+    };
     let frames_listen = args.frames_listen.or(file.frames_listen.clone());
-    let addrs = resolve("--listen", &listen, &keys).await?;
+    let addrs = resolve("--listen", &listen, &guard).await?;
     let frames = match frames_listen {
         Some(f) => {
-            let addrs = resolve("--frames-listen", &f, &keys).await?;
+            let addrs = resolve("--frames-listen", &f, &guard).await?;
             Some((f, addrs))
         }
         None => None,
@@ -295,7 +336,36 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         key_configs: file.keys,
         queues,
         push_allow_http,
+        tls,
+        allow_plaintext,
     })
+}
+
+/// The TLS configuration the flags and file name, loaded (so a bad file fails at start-up
+/// and in `--check-config`), or `None` for plain text.
+fn tls_settings(
+    args: &ServeArgs,
+    file: &FileConfig,
+) -> anyhow::Result<Option<sluice_server::tls::TlsConfig>> {
+    let cert = args.tls_cert.clone().or(file.tls_cert.clone());
+    let key = args.tls_key.clone().or(file.tls_key.clone());
+    let client_ca = args.tls_client_ca.clone().or(file.tls_client_ca.clone());
+    let (cert, key) = match (cert, key) {
+        (Some(cert), Some(key)) => (cert, key),
+        (None, None) if client_ca.is_none() => return Ok(None),
+        (None, None) => bail!(
+            "--tls-client-ca (tls_client_ca) needs --tls-cert and --tls-key: client \
+             certificates are checked during a TLS handshake"
+        ),
+        (Some(_), None) => bail!("--tls-cert (tls_cert) needs --tls-key (tls_key) as well"),
+        (None, Some(_)) => bail!("--tls-key (tls_key) needs --tls-cert (tls_cert) as well"),
+    };
+    let files = sluice_server::tls::TlsFiles {
+        cert,
+        key,
+        client_ca,
+    };
+    Ok(Some(sluice_server::tls::TlsConfig::load(files)?))
 }
 
 /// Opens the store, applies the declared queues and serves until a shutdown signal.
@@ -311,6 +381,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         keys,
         queues,
         push_allow_http,
+        tls,
         ..
     } = settings;
     let store: Arc<dyn Store> = match choice {
@@ -366,9 +437,14 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         tracing::info!(queue = %name, created = out.created, "queue declared");
     }
 
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    if let Some(tls) = &tls {
+        tokio::spawn(reload_on_sighup(tls.clone()));
+    }
     let options = ServerOptions {
         keys,
         push_allow_http,
+        tls,
         ..ServerOptions::default()
     };
     if options.keys.is_empty() {
@@ -390,7 +466,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         broker = broker.with_frames(frames);
     }
     // On stdout, for scripts and tests that ask for port 0.
-    println!("sluice listening on http://{local}");
+    println!("sluice listening on {scheme}://{local}");
     tracing::info!(%local, "listening");
     broker
         .serve(listener, shutdown_signal())
@@ -402,12 +478,19 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What decides whether a listener may face the network.
+struct Exposure<'a> {
+    keys: &'a KeyRing,
+    tls: bool,
+    allow_plaintext: bool,
+}
+
 /// The addresses `addr` (given as `flag`) names, refused when they are not loopback and no
-/// API key protects them.
+/// API key protects them, or when keys would cross the network in clear text.
 async fn resolve(
     flag: &str,
     addr: &str,
-    keys: &KeyRing,
+    guard: &Exposure<'_>,
 ) -> anyhow::Result<Vec<std::net::SocketAddr>> {
     let addrs: Vec<_> = tokio::net::lookup_host(addr)
         .await
@@ -416,16 +499,55 @@ async fn resolve(
     if addrs.is_empty() {
         bail!("{flag} \"{addr}\" resolves to no address");
     }
-    if keys.is_empty()
-        && let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback())
-    {
+    let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback()) else {
+        return Ok(addrs);
+    };
+    if guard.keys.is_empty() {
         bail!(
             "refusing to listen on {addr} ({public}) without API keys: anyone who can reach it \
              could read and delete every message. Add [[keys]] to the config file (see \
              `sluice key generate`) or listen on a loopback address such as 127.0.0.1:7878"
         );
     }
+    if !guard.tls && !guard.allow_plaintext {
+        bail!(
+            "refusing to listen on {addr} ({public}) without TLS: API keys and message bodies \
+             would cross the network in clear text. Give --tls-cert and --tls-key (tls_cert, \
+             tls_key), or --allow-plaintext (allow_plaintext = true) when a TLS-terminating \
+             proxy in front of the broker encrypts the traffic"
+        );
+    }
     Ok(addrs)
+}
+
+/// Reads the TLS certificate and key again on each SIGHUP; a reload that fails keeps the
+/// configuration in use and says why.
+async fn reload_on_sighup(tls: sluice_server::tls::TlsConfig) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGHUP: TLS certificates reload only on restart");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            match tls.reload() {
+                Ok(()) => tracing::info!(
+                    cert = %tls.files().cert.display(),
+                    "SIGHUP: TLS certificate and key reloaded for new connections"
+                ),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "SIGHUP: TLS reload failed; still serving the previous certificate"
+                ),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tls;
 }
 
 async fn shutdown_signal() {

@@ -14,7 +14,9 @@ at once rather than blocking the caller for minutes. These are the Rust SDK's ru
 from __future__ import annotations
 
 import json
+import os
 import random
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
@@ -63,6 +65,39 @@ def dumps(value: Any, what: str = "the body") -> bytes:
 _NO_BODY = object()
 
 
+def tls_context(
+    ca_cert: Optional[str], client_cert: Optional[str], client_key: Optional[str]
+) -> "ssl.SSLContext | bool":
+    """The TLS settings of a client: the system's roots, plus ``ca_cert`` (a PEM file of CA
+    certificates: a private CA or a broker's self-signed certificate), plus a client
+    certificate for a broker that requires one. Each falls back to its environment
+    variable (``SLUICE_CA_CERT``, ``SLUICE_CLIENT_CERT``, ``SLUICE_CLIENT_KEY``), as with the
+    ``sluice`` command line. ``True`` (httpx's default verification) when none is set."""
+    ca_cert = ca_cert or os.environ.get("SLUICE_CA_CERT") or None
+    client_cert = client_cert or os.environ.get("SLUICE_CLIENT_CERT") or None
+    client_key = client_key or os.environ.get("SLUICE_CLIENT_KEY") or None
+    if not (ca_cert or client_cert or client_key):
+        return True
+    if bool(client_cert) != bool(client_key):
+        raise InvalidInput(
+            "a client certificate needs its key: give both client_cert and client_key "
+            "(SLUICE_CLIENT_CERT and SLUICE_CLIENT_KEY), or neither"
+        )
+    ctx = ssl.create_default_context()
+    try:
+        if ca_cert:
+            ctx.load_verify_locations(cafile=ca_cert)
+        if client_cert:
+            ctx.load_cert_chain(certfile=client_cert, keyfile=client_key)
+    except (OSError, ssl.SSLError) as e:
+        which = "ca_cert (SLUICE_CA_CERT)" if ca_cert and not client_cert else "TLS files"
+        raise InvalidInput(
+            f"{which} cannot be used: {e}. Give PEM files: the CA certificate(s) to trust, "
+            "and the client certificate chain with its private key"
+        ) from e
+    return ctx
+
+
 class Transport:
     """An HTTP connection pool to one broker with the retry rules of this module.
     Thread-safe: every thread of a worker shares one."""
@@ -76,6 +111,9 @@ class Transport:
         connect_timeout: float,
         retry: RetryPolicy,
         user_agent: str,
+        ca_cert: Optional[str] = None,
+        client_cert: Optional[str] = None,
+        client_key: Optional[str] = None,
     ) -> None:
         base = base_url.rstrip("/")
         url = httpx.URL(base)
@@ -96,6 +134,7 @@ class Transport:
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            verify=tls_context(ca_cert, client_cert, client_key),
         )
 
     def close(self) -> None:

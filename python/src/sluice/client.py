@@ -233,10 +233,18 @@ class Client:
         retry: Optional[RetryPolicy] = None,
         idempotent_sends: bool = False,
         user_agent: Optional[str] = None,
+        ca_cert: Optional[str] = None,
+        client_cert: Optional[str] = None,
+        client_key: Optional[str] = None,
     ) -> None:
         """``idempotent_sends`` gives every send a fresh ``Idempotency-Key``, which makes
         it safe to retry (the broker replays the first answer); it costs the broker 24 h of
-        memory per key, so it is off by default."""
+        memory per key, so it is off by default.
+
+        For an ``https://`` broker whose certificate a private CA signed, ``ca_cert`` names
+        that CA's PEM file (default: ``SLUICE_CA_CERT``); ``client_cert`` and ``client_key``
+        name the client certificate for a broker that requires one (default:
+        ``SLUICE_CLIENT_CERT``, ``SLUICE_CLIENT_KEY``)."""
         self._t = Transport(
             base_url,
             token=token,
@@ -244,6 +252,9 @@ class Client:
             connect_timeout=connect_timeout,
             retry=retry or RetryPolicy(),
             user_agent=user_agent or f"sluice-python/{__version__}",
+            ca_cert=ca_cert,
+            client_cert=client_cert,
+            client_key=client_key,
         )
         self.idempotent_sends = idempotent_sends
 

@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use sluice_client::TlsOptions;
 use sluice_client::frames::{Body, FrameClientError, FrameConnection, FrameMessage, FrameReceipt};
 
 use super::{Acked, Failed, RECEIVE_WAIT_MS, Shared, stamped_body};
@@ -11,13 +12,17 @@ use super::{Acked, Failed, RECEIVE_WAIT_MS, Shared, stamped_body};
 /// Connections to the frame listener that no request is using.
 pub(super) struct Pool {
     addr: String,
+    /// TLS settings when the listener speaks TLS.
+    tls: Option<TlsOptions>,
     idle: Mutex<Vec<FrameConnection>>,
 }
 
 impl Pool {
-    /// A pool of connections to `addr` (`host:port`), opened as requests need them.
-    pub(super) fn new(addr: String) -> Self {
+    /// A pool of connections to `addr` (`host:port`), opened as requests need them, over
+    /// TLS when `tls` is given.
+    pub(super) fn new(addr: String, tls: Option<TlsOptions>) -> Self {
         Pool {
+            tls,
             addr,
             idle: Mutex::new(Vec::new()),
         }
@@ -31,7 +36,7 @@ impl Pool {
     /// Checks the listener answers (and takes the key), so a wrong address fails the run at
     /// once rather than as errors in its report.
     pub(super) async fn check(&self, token: Option<&str>) -> Result<(), FrameClientError> {
-        let conn = FrameConnection::connect(&self.addr, token).await?;
+        let conn = self.connect(token).await?;
         self.put(conn);
         Ok(())
     }
@@ -40,9 +45,17 @@ impl Pool {
         let idle = self.idle.lock().map(|mut v| v.pop()).unwrap_or_default();
         match idle {
             Some(conn) => Ok(conn),
-            None => FrameConnection::connect(&self.addr, shared.token.as_deref())
+            None => self
+                .connect(shared.token.as_deref())
                 .await
                 .map_err(|_| Failed::new("connect", None)),
+        }
+    }
+
+    async fn connect(&self, token: Option<&str>) -> Result<FrameConnection, FrameClientError> {
+        match &self.tls {
+            Some(tls) => FrameConnection::connect_tls(&self.addr, tls, token).await,
+            None => FrameConnection::connect(&self.addr, token).await,
         }
     }
 
@@ -75,6 +88,7 @@ impl Pool {
             }
             Ok(Err(FrameClientError::Io(_))) => Err(Failed::new("transport", None)),
             Ok(Err(FrameClientError::Protocol(_))) => Err(Failed::new("bad_response", None)),
+            Ok(Err(FrameClientError::Tls(_))) => Err(Failed::new("tls", None)),
             Err(_) => Err(Failed::new("timeout", None)),
         }
     }

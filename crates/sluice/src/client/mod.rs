@@ -76,6 +76,9 @@ pub struct Conn {
     /// Print the broker's JSON answer instead of a table.
     #[arg(long, global = true, help_heading = "Connection")]
     pub json: bool,
+    /// CA and client certificate for an `https://` broker.
+    #[command(flatten)]
+    pub tls: crate::tls_args::TlsArgs,
 }
 
 impl Conn {
@@ -94,6 +97,7 @@ impl Conn {
         if let Some(t) = &self.token {
             b = b.token(t);
         }
+        b = b.tls(self.tls.options().map_err(Failure::Usage)?);
         b.build().map_err(|e| Failure::Usage(e.to_string()))
     }
 }

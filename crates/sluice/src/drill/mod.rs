@@ -48,6 +48,9 @@ pub struct DrillArgs {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
+    /// CA and client certificate for an `https://` --broker.
+    #[command(flatten)]
+    pub tls: crate::tls_args::TlsArgs,
     /// Write the timeline chart to this file (SVG; a name ending in .html gets an HTML page).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -277,7 +280,9 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
             format!("http://{addr}")
         }
     };
-    let mut cb = Client::builder(&url).idempotent_sends(true);
+    let mut cb = Client::builder(&url)
+        .idempotent_sends(true)
+        .tls(args.tls.options().map_err(anyhow::Error::msg)?);
     if let Some(t) = &args.token {
         cb = cb.token(t.clone());
     }

@@ -24,6 +24,15 @@ pub fn sluice() -> Command {
         "SLUICE_FRAMES_LISTEN",
         "SLUICE_SYNC_INTERVAL",
         "SLUICE_PUSH_ALLOW_HTTP",
+        "SLUICE_TLS_CERT",
+        "SLUICE_TLS_KEY",
+        "SLUICE_TLS_CLIENT_CA",
+        "SLUICE_ALLOW_PLAINTEXT",
+        "SLUICE_CA_CERT",
+        "SLUICE_CLIENT_CERT",
+        "SLUICE_CLIENT_KEY",
+        "SLUICE_URL",
+        "SLUICE_TOKEN",
     ] {
         c.env_remove(var);
     }
@@ -89,6 +98,13 @@ fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Served, String, Option<String
 /// A `sluice serve` child that is killed when dropped, so a test that fails before it stops
 /// its server leaves no broker running behind it.
 pub struct Served(Child);
+
+impl Served {
+    /// Takes charge of a `sluice serve` child started by the test itself.
+    pub fn new(child: Child) -> Served {
+        Served(child)
+    }
+}
 
 impl Deref for Served {
     type Target = Child;
