@@ -229,6 +229,7 @@ async fn https_and_frames_over_tls_with_a_reload_on_sighup() {
     assert!(!out.status.success(), "an unknown CA was trusted");
     let err = text(&out.stderr);
     assert!(err.to_lowercase().contains("certificate"), "{err}");
+    assert!(err.contains("--ca-cert"), "the hint names the fix: {err}");
     let with_ca = |args: &[&str]| {
         let mut all = args.to_vec();
         all.extend(["--ca-cert", ca_pem.to_str().expect("path")]);

@@ -39,6 +39,23 @@ pub fn code_of(code: ErrorCode) -> u8 {
     }
 }
 
+/// True when a connection failed in its TLS handshake (the certificate, or a plain-text
+/// broker at an https URL), where "is the broker running?" would mislead.
+fn is_tls_trouble(e: &Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        let text = s.to_string().to_lowercase();
+        if ["certificate", "tls", "handshake", "unknownissuer"]
+            .iter()
+            .any(|w| text.contains(w))
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// The exit code of a client error.
 pub fn exit_code(e: &Error) -> u8 {
     match e {
@@ -50,6 +67,14 @@ pub fn exit_code(e: &Error) -> u8 {
 }
 
 fn hint(e: &Error) -> Option<String> {
+    if e.is_connect() && is_tls_trouble(e) {
+        return Some(
+            "the TLS handshake failed: for a broker certificate signed by a private CA give \
+             that CA with --ca-cert (SLUICE_CA_CERT); a broker started with --tls-client-ca \
+             also needs --client-cert and --client-key; a broker without TLS is http://"
+                .to_owned(),
+        );
+    }
     if e.is_connect() {
         return Some(
             "is the broker running? start it with `sluice serve`, or point --url / SLUICE_URL at it"
