@@ -22,5 +22,5 @@ mod state;
 mod store;
 
 pub use error::OpenError;
-pub use open::{EmbeddedOptions, RecoveryReport};
+pub use open::{DEFAULT_MIN_FREE_DISK, EmbeddedOptions, RecoveryReport};
 pub use store::EmbeddedStore;

@@ -27,7 +27,16 @@ pub struct EmbeddedOptions {
     /// nothing; a crash of the machine (power loss, kernel panic) can lose up to this long
     /// of acknowledged changes. `None` (the default): every answer waits for its sync.
     pub sync_interval: Option<Duration>,
+    /// Free space (bytes) kept on the data directory's file system: below it new messages
+    /// are refused with `unavailable` (and the store reports itself not ready) while
+    /// receives, acks and nacks go on, so a disk never fills under a backlog that consumers
+    /// could drain. 0 turns the check off (writes then fail only when the disk is full).
+    /// Default [`DEFAULT_MIN_FREE_DISK`].
+    pub min_free_disk: u64,
 }
+
+/// The default of [`EmbeddedOptions::min_free_disk`]: 128 MiB, two log segments.
+pub const DEFAULT_MIN_FREE_DISK: u64 = 128 * 1024 * 1024;
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
@@ -35,6 +44,7 @@ impl Default for EmbeddedOptions {
             clock: Arc::new(SystemClock),
             maintenance_interval: Duration::from_millis(500),
             sync_interval: None,
+            min_free_disk: DEFAULT_MIN_FREE_DISK,
         }
     }
 }
@@ -98,7 +108,7 @@ impl EmbeddedStore {
         }
         state.finish_replay();
         let sync_delay = options.sync_interval.unwrap_or(log::SYNC_THREAD_DELAY);
-        let log = Log::open(&log_dir, segments, sync_delay)?;
+        let log = Log::open(&log_dir, segments, sync_delay, options.min_free_disk)?;
         let audit = crate::audit::AuditLog::open(&dir)?;
         let report = RecoveryReport {
             records: stats.records,

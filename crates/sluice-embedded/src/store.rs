@@ -176,6 +176,10 @@ impl Messaging for EmbeddedStore {
             groups: true,
         }
     }
+
+    async fn writable(&self) -> Result<(), StoreError> {
+        self.inner.lock().log.writable()
+    }
 }
 
 #[async_trait]

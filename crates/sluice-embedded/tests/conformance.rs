@@ -27,6 +27,7 @@ impl Embedded {
             // Tests drive time themselves; background maintenance would only add noise.
             maintenance_interval: Duration::from_secs(3600),
             sync_interval: self.sync_interval,
+            ..EmbeddedOptions::default()
         }
     }
 

@@ -22,7 +22,7 @@ async fn retention_sweep_finds_a_retried_message_behind_a_deep_queue() {
         EmbeddedOptions {
             clock: Arc::new(clock.clone()),
             maintenance_interval: Duration::from_secs(3600),
-            sync_interval: None,
+            ..EmbeddedOptions::default()
         },
     )
     .expect("open");

@@ -26,6 +26,7 @@ fn options() -> EmbeddedOptions {
         maintenance_interval: Duration::from_secs(3600),
         // Building the DLQ is not what is measured: no sync per reject.
         sync_interval: Some(Duration::from_millis(100)),
+        ..EmbeddedOptions::default()
     }
 }
 

@@ -9,6 +9,7 @@
 //! frames_listen = "0.0.0.0:7879"   # optional: the frame protocol
 //! data_dir = "/var/lib/sluice"
 //! # sync_interval = "100ms"       # relaxed durability (see `sluice serve --help`)
+//! # min_free_disk = "1GiB"         # refuse new messages below this much free disk
 //! # push_allow_http = true         # push targets may be plain http off loopback
 //! tls_cert = "/etc/sluice/tls/cert.pem"   # certificate chain; reloaded on SIGHUP
 //! tls_key = "/etc/sluice/tls/key.pem"
@@ -57,6 +58,9 @@ pub struct FileConfig {
     pub node_id: Option<String>,
     /// Let queues push over plain `http` to hosts that are not loopback.
     pub push_allow_http: Option<bool>,
+    /// Free space kept on the data directory's disk (e.g. "128MiB"); below it new messages
+    /// are refused.
+    pub min_free_disk: Option<String>,
     /// The broker's certificate chain (PEM), for TLS on both listeners.
     pub tls_cert: Option<PathBuf>,
     /// The private key of `tls_cert` (PEM).

@@ -55,6 +55,13 @@ pub struct ServeArgs {
     /// A node restarted under the same name resumes its redrive jobs at once.
     #[arg(long, env = "SLUICE_NODE_ID", value_name = "NAME")]
     node_id: Option<String>,
+    /// Free space kept on the data directory's disk (embedded store), e.g. 128MiB or 1GiB:
+    /// below it new messages are refused with 503 and /readyz fails, while receives, acks
+    /// and nacks go on; sends are accepted again once space is freed. 0 turns the check
+    /// off [default: 128MiB].
+    #[arg(long, env = "SLUICE_MIN_FREE_DISK", value_name = "SIZE",
+          value_parser = crate::client::args::parse_bytes)]
+    min_free_disk: Option<u64>,
     /// Let queues push to plain `http` URLs on hosts that are not loopback (by default a
     /// push target must be `https`, or `http` on `localhost`, `127.0.0.0/8` or `::1`). For a
     /// network you trust, or a TLS-terminating proxy beside the broker.
@@ -190,6 +197,7 @@ struct Settings {
     frames: Option<(String, Vec<std::net::SocketAddr>)>,
     data_dir: PathBuf,
     sync_interval: Option<std::time::Duration>,
+    min_free_disk: u64,
     store: StoreChoice,
     node_id: Option<String>,
     keys: KeyRing,
@@ -233,6 +241,7 @@ impl Settings {
             },
             "data_dir": matches!(self.store, StoreChoice::Embedded).then_some(&self.data_dir),
             "sync_interval_ms": self.sync_interval.map(|d| d.as_millis() as u64),
+            "min_free_disk": matches!(self.store, StoreChoice::Embedded).then_some(self.min_free_disk),
             "node_id": self.node_id,
             "push_allow_http": self.push_allow_http,
             "tls": self.tls.as_ref().map(|t| {
@@ -297,6 +306,12 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
             MAX_SYNC_INTERVAL.as_secs()
         );
     }
+    let min_free_disk = match (args.min_free_disk, &file.min_free_disk) {
+        (Some(n), _) => n,
+        (None, Some(text)) => crate::client::args::parse_bytes(text)
+            .map_err(|e| anyhow::anyhow!("min_free_disk in the config file: {e}"))?,
+        (None, None) => sluice_embedded::DEFAULT_MIN_FREE_DISK,
+    };
     let choice = parse_store(args.store.as_deref().or(file.store.as_deref()))?;
     if sync_interval.is_some() && matches!(choice, StoreChoice::Postgres(_)) {
         bail!(
@@ -330,6 +345,7 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         frames,
         data_dir,
         sync_interval,
+        min_free_disk,
         store: choice,
         node_id: args.node_id.or(file.node_id.clone()),
         keys,
@@ -376,6 +392,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         frames,
         data_dir,
         sync_interval,
+        min_free_disk,
         store: choice,
         node_id,
         keys,
@@ -388,6 +405,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         StoreChoice::Embedded => {
             let options = EmbeddedOptions {
                 sync_interval,
+                min_free_disk,
                 ..EmbeddedOptions::default()
             };
             let (store, report) = EmbeddedStore::open(&data_dir, options)

@@ -349,6 +349,14 @@ impl<S: Messaging> Messaging for Checked<S> {
     {
         self.engine.close()
     }
+
+    fn writable<'s, 'a>(&'s self) -> Answer<'a, Result<(), StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        self.engine.writable()
+    }
 }
 
 impl<S: Inspection> Inspection for Checked<S> {

@@ -155,4 +155,11 @@ pub trait Messaging: Send + Sync + 'static {
     /// A method, not a hint: it does work (a write per queue holding such messages) that only
     /// the engine can do.
     async fn close(&self) {}
+
+    /// Whether the store takes every kind of write now, for readiness probes: `Unavailable`,
+    /// saying why, while it refuses some (e.g. new messages on an almost full disk) or all.
+    /// Reads may still work. The default is always writable.
+    async fn writable(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }

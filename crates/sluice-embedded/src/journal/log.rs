@@ -32,6 +32,7 @@ use tokio::sync::watch;
 
 use crate::error::OpenError;
 use crate::journal::record::{self, FrameError, Record};
+use crate::journal::space::Space;
 
 /// A segment is closed and a new one started past this size.
 pub(crate) const SEGMENT_TARGET: u64 = 64 * 1024 * 1024;
@@ -125,17 +126,21 @@ pub(crate) struct Log {
     /// Whether the active segment was zero-filled ahead (every segment but the one started
     /// at open, which the log leaves as soon as the next one is ready).
     active_prepared: bool,
+    /// Free space on the log's file system.
+    space: Space,
 }
 
 impl Log {
     /// Opens the log for appending: `existing` are the recovered segments; a fresh segment is
     /// started after them so that a recovered (possibly truncated) tail is never appended to.
     /// The sync thread syncs bytes nobody waits for after `sync_delay` (see
-    /// [`SYNC_THREAD_DELAY`]; longer under relaxed durability).
+    /// [`SYNC_THREAD_DELAY`]; longer under relaxed durability). New messages are refused
+    /// while less than `min_free` bytes are free on the log's file system.
     pub(crate) fn open(
         dir: &Path,
         existing: Vec<u32>,
         sync_delay: Duration,
+        min_free: u64,
     ) -> Result<Log, OpenError> {
         remove_unused_preparations(dir).map_err(|e| OpenError::io(dir, e))?;
         let mut segments = BTreeMap::new();
@@ -186,7 +191,22 @@ impl Log {
             syncer: Some(syncer),
             prepared: None,
             active_prepared: false,
+            space: Space::new(dir.to_path_buf(), min_free),
         })
+    }
+
+    /// `Ok` when new messages may be written: `unavailable` while the disk is almost full
+    /// (sends are refused before the disk fills, so that settling what is stored goes on).
+    pub(crate) fn admit_growth(&mut self) -> Result<(), StoreError> {
+        self.space.admit(self.written)
+    }
+
+    /// `Ok` when the log takes writes of every kind now: not poisoned, and room for new
+    /// messages (free space read afresh).
+    pub(crate) fn writable(&mut self) -> Result<(), StoreError> {
+        self.check_poisoned()?;
+        self.space.refresh(self.written);
+        self.space.admit(self.written)
     }
 
     /// Appends records in one write. Returns each record's location and the log position
@@ -214,11 +234,21 @@ impl Log {
         }
         let file = self.segments[&self.active].clone();
         if let Err(e) = file.write_all_at(&self.scratch, self.active_len) {
+            let full = e.kind() == std::io::ErrorKind::StorageFull;
+            if full {
+                self.space.exhausted();
+            }
             // Cut any partial write so the next append does not follow garbage.
             if file.set_len(self.active_len).is_err() {
                 self.poison(format!("write failed and could not be undone: {e}"));
             }
-            return Err(StoreError::unavailable(format!("log write failed: {e}")));
+            return Err(StoreError::unavailable(if full {
+                format!(
+                    "the data directory's disk is full ({e}); writes resume once space is freed"
+                )
+            } else {
+                format!("log write failed: {e}")
+            }));
         }
         let mut off = self.active_len;
         let mut locs = Vec::with_capacity(records.len());
@@ -253,9 +283,11 @@ impl Log {
         Ok((locs, self.written))
     }
 
-    /// Starts zero-filling the segment after the active one, unless that is under way.
+    /// Starts zero-filling the segment after the active one, unless that is under way or
+    /// the disk has no room for a whole segment beyond what must stay free (the log then
+    /// grows its segments as it writes).
     fn prepare_next(&mut self) {
-        if self.prepared.is_some() {
+        if self.prepared.is_some() || !self.space.room_for(SEGMENT_TARGET, self.written) {
             return;
         }
         let (dir, n) = (self.dir.clone(), self.active + 1);
@@ -446,12 +478,19 @@ fn prepare_segment(dir: &Path, n: u32) -> std::io::Result<File> {
         .open(&path)?;
     let zeros = vec![0u8; ZERO_FILL_CHUNK];
     let mut left = SEGMENT_TARGET;
-    while left > 0 {
-        let n = left.min(zeros.len() as u64) as usize;
-        f.write_all(&zeros[..n])?;
-        left -= n as u64;
+    let filled = (|| {
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            f.write_all(&zeros[..n])?;
+            left -= n as u64;
+        }
+        f.sync_all()
+    })();
+    if let Err(e) = filled {
+        // A half-filled preparation (a disk that filled meanwhile) gives its space back.
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
     }
-    f.sync_all()?;
     Ok(f)
 }
 

@@ -8,3 +8,4 @@ pub(crate) mod compaction;
 pub(crate) mod log;
 pub(crate) mod record;
 pub(crate) mod recovery;
+pub(crate) mod space;

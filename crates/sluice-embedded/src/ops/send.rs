@@ -20,6 +20,7 @@ pub(crate) async fn send(
         let mut core = inner.lock();
         let now = inner.now();
         let qid = core.qid(queue)?;
+        core.log.admit_growth()?;
         core.expire(qid, now)?;
         let cfg = core.state.queues[&qid].config.clone();
         validate_bodies_fit(&cfg, queue, &messages)?;

@@ -21,16 +21,18 @@ pub async fn healthz() -> Json<HealthResponse> {
     })
 }
 
-/// Readiness: the store answers a read.
+/// Readiness: the store answers a read and takes writes (a store that refuses new messages,
+/// e.g. on an almost full disk, is not ready: a load balancer sends producers elsewhere).
 #[utoipa::path(
     get, path = "/readyz", tag = "health", security(()),
     responses(
         (status = 200, description = "Ready", body = HealthResponse),
-        (status = 503, description = "unavailable (with Retry-After)", body = ErrorEnvelope),
+        (status = 503, description = "unavailable (with Retry-After): the message says why", body = ErrorEnvelope),
     )
 )]
 pub async fn readyz(State(st): State<AppState>) -> Result<Json<HealthResponse>, ApiError> {
     st.store.list_queues().await?;
+    st.store.writable().await?;
     Ok(Json(HealthResponse {
         status: "ready".to_owned(),
     }))

@@ -135,7 +135,13 @@ pub fn parse_attr(s: &str) -> Result<(String, String), String> {
 /// Parses a size in bytes: a plain number, or a number with `B`, `KB`/`MB` (powers of
 /// 1000) or `KiB`/`MiB` (powers of 1024; `K`/`M` too).
 pub fn parse_size(s: &str) -> Result<u32, String> {
-    let bad = || format!("\"{s}\" is not a size; write it like 4096, 256KiB or 1MiB");
+    parse_bytes(s)
+        .and_then(|v| u32::try_from(v).map_err(|_| format!("\"{s}\" is too large; at most 4 GiB")))
+}
+
+/// Parses a size in bytes as [`parse_size`] does, and also `GB`/`GiB` (`G`), up to 2^64.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let bad = || format!("\"{s}\" is not a size; write it like 4096, 256KiB, 1MiB or 2GiB");
     let text = s.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -148,11 +154,11 @@ pub fn parse_size(s: &str) -> Result<u32, String> {
         "k" | "kib" => 1024,
         "mb" => 1_000_000,
         "m" | "mib" => 1024 * 1024,
+        "gb" => 1_000_000_000,
+        "g" | "gib" => 1024 * 1024 * 1024,
         _ => return Err(bad()),
     };
-    n.checked_mul(scale)
-        .and_then(|v| u32::try_from(v).ok())
-        .ok_or_else(bad)
+    n.checked_mul(scale).ok_or_else(bad)
 }
 
 /// A value that `none` clears.
