@@ -27,7 +27,7 @@ impl fmt::Display for MessageId {
 impl FromStr for MessageId {
     type Err = StoreError;
     fn from_str(s: &str) -> Result<Self, StoreError> {
-        if s.len() != 16 {
+        if s.len() != 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(StoreError::invalid(format!(
                 "message id \"{s}\" is not 16 hex digits"
             )));

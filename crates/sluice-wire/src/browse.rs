@@ -48,10 +48,13 @@ impl From<BrowseStateWire> for BrowseState {
 #[into_params(parameter_in = Query)]
 pub struct BrowseQuery {
     /// `visible`, `delayed`, `in_flight` or `all` (default).
+    #[param(inline)]
     pub state: Option<BrowseStateWire>,
     /// Page size, 1 – 1000. Default 100.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page.
+    #[param(min_length = 1)]
     pub cursor: Option<String>,
     /// Only messages whose `last_error` contains this text.
     #[serde(default)]

@@ -24,12 +24,15 @@ use crate::settle::AckOutcome;
 pub struct ReceiveRequestWire {
     /// Most messages to lease, 1 – 1000. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub max: Option<u32>,
     /// Long poll: how long to wait for a first message, 0 – 30000. Default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 30000)]
     pub wait_ms: Option<i64>,
     /// Lease length for these deliveries, 0 – 12 h; default the queue's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 43200000)]
     pub visibility_timeout_ms: Option<i64>,
     /// Who is receiving, recorded in the attempt history.
     #[serde(default, skip_serializing_if = "Option::is_none")]

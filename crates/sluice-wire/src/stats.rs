@@ -117,6 +117,7 @@ impl From<&sluice_core::stats::StatsSample> for SampleView {
 pub struct HistoryQuery {
     /// Points at or after this time: RFC 3339 (`2026-01-01T10:00:00Z`), or how long ago
     /// (`10m`, `1h`, `90s`, `2d`); default: one hour ago.
+    #[param(min_length = 1)]
     pub since: Option<String>,
 }
 

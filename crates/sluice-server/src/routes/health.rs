@@ -43,15 +43,15 @@ pub async fn readyz(State(st): State<AppState>) -> Result<Json<HealthResponse>, 
     get, path = "/openapi.json", tag = "health", security(()),
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json"))
 )]
-pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(super::openapi())
+pub async fn openapi_json(State(st): State<AppState>) -> Json<&'static utoipa::openapi::OpenApi> {
+    Json(super::openapi_for(st.keys.enabled()))
 }
 
 /// Every queue's gauges and event counters, and this node's queue-wait and processing-time
 /// histograms, in the Prometheus text format.
 #[utoipa::path(
     get, path = "/metrics", tag = "health",
-    responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain"))
+    responses((status = 200, description = "Prometheus text exposition (OpenMetrics 1.0)", content_type = "application/openmetrics-text"))
 )]
 pub async fn metrics(
     State(st): State<AppState>,

@@ -6,6 +6,7 @@
 
 pub mod audit;
 pub mod consume;
+mod document;
 pub mod health;
 pub mod inspect;
 pub mod overview;
@@ -122,10 +123,29 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(health::metrics))
 }
 
-/// The OpenAPI document (built once).
+/// The OpenAPI document (built once), as a broker with API keys serves it.
 pub fn openapi() -> utoipa::openapi::OpenApi {
+    full().clone()
+}
+
+/// The OpenAPI document a broker serves: without security requirements (and the answers
+/// only keys give) when it has no keys.
+pub fn openapi_for(keys: bool) -> &'static utoipa::openapi::OpenApi {
+    static KEYLESS: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
+    if keys {
+        full()
+    } else {
+        KEYLESS.get_or_init(|| document::keyless(full()))
+    }
+}
+
+fn full() -> &'static utoipa::openapi::OpenApi {
     static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
-    DOC.get_or_init(|| api().split_for_parts().1).clone()
+    DOC.get_or_init(|| {
+        let mut doc = api().split_for_parts().1;
+        document::complete(&mut doc);
+        doc
+    })
 }
 
 async fn no_route() -> ApiError {
