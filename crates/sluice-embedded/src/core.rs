@@ -301,11 +301,12 @@ impl Core {
     ) -> Result<Record, StoreError> {
         let kept = acked.keep_until > acked.at;
         if kept && m.has_history() {
-            let attempts = self.history(acked.id, m)?.attempts;
+            let rich = self.history(acked.id, m)?;
             return Ok(Record::Finished(Completion {
                 acked,
                 result,
-                attempts,
+                attempts: rich.attempts,
+                last_error: rich.last_error,
             }));
         }
         Ok(match result {
@@ -441,24 +442,42 @@ impl Core {
     }
 }
 
-/// The result and failed attempts held by a completion record for message `id` (an ack, an
-/// ack with result or history, or a compaction copy of one).
-pub(crate) fn stored_completion(rec: Record, id: u64) -> (Option<Body>, Vec<Attempt>) {
+/// What a completion record keeps of message `id`: its result, the attempts that failed
+/// before, and its last error.
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    pub result: Option<Body>,
+    pub attempts: Vec<Attempt>,
+    pub last_error: Option<String>,
+}
+
+/// What completion record `rec` (an ack, an ack with result or history, or a compaction copy
+/// of one) keeps of message `id`.
+pub(crate) fn stored_completion(rec: Record, id: u64) -> Kept {
+    let of = |c: Completion| Kept {
+        result: c.result,
+        attempts: c.attempts,
+        last_error: c.last_error,
+    };
     match rec {
-        Record::Complete { result, .. } => (Some(result), Vec::new()),
-        Record::Finished(c) => (c.result, c.attempts),
-        Record::Kept { acked, results } => (
-            acked
+        Record::Complete { result, .. } => Kept {
+            result: Some(result),
+            ..Kept::default()
+        },
+        Record::Finished(c) => of(c),
+        Record::Kept { acked, results } => Kept {
+            result: acked
                 .iter()
                 .zip(results)
                 .find(|(a, _)| a.id == id)
                 .and_then(|(_, r)| r),
-            Vec::new(),
-        ),
+            ..Kept::default()
+        },
         Record::KeptFinished { finished } => finished
             .into_iter()
             .find(|c| c.acked.id == id)
-            .map_or((None, Vec::new()), |c| (c.result, c.attempts)),
-        _ => (None, Vec::new()),
+            .map(of)
+            .unwrap_or_default(),
+        _ => Kept::default(),
     }
 }

@@ -70,20 +70,10 @@ pub struct ServeArgs {
     /// Serve TLS on both listeners with this certificate chain (PEM: the broker's
     /// certificate, then intermediates). Sent SIGHUP, the broker reads the certificate and key
     /// again for new connections; open ones are untouched.
-    #[arg(
-        long,
-        env = "SLUICE_TLS_CERT",
-        value_name = "FILE",
-        requires = "tls_key"
-    )]
+    #[arg(long, env = "SLUICE_TLS_CERT", value_name = "FILE")]
     tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
-    #[arg(
-        long,
-        env = "SLUICE_TLS_KEY",
-        value_name = "FILE",
-        requires = "tls_cert"
-    )]
+    #[arg(long, env = "SLUICE_TLS_KEY", value_name = "FILE")]
     tls_key: Option<PathBuf>,
     /// Require a client certificate signed by one of these CAs (PEM) on every connection,
     /// before any API key is looked at [default: off]. Needs --tls-cert.
@@ -456,9 +446,9 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     }
 
     let scheme = if tls.is_some() { "https" } else { "http" };
-    if let Some(tls) = &tls {
-        tokio::spawn(reload_on_sighup(tls.clone()));
-    }
+    // Watched before anything is served, with or without TLS: SIGHUP (`systemctl reload`)
+    // must never fall to its default action, which ends the process without draining.
+    watch_sighup(tls.clone());
     let options = ServerOptions {
         keys,
         push_allow_http,
@@ -538,9 +528,10 @@ async fn resolve(
     Ok(addrs)
 }
 
-/// Reads the TLS certificate and key again on each SIGHUP; a reload that fails keeps the
-/// configuration in use and says why.
-async fn reload_on_sighup(tls: sluice_server::tls::TlsConfig) {
+/// Reads the TLS certificate and key again on each SIGHUP (a reload that fails keeps the
+/// configuration in use and says why); without TLS a SIGHUP only says there is nothing to
+/// reload. The handler is installed before this returns.
+fn watch_sighup(tls: Option<sluice_server::tls::TlsConfig>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -551,18 +542,24 @@ async fn reload_on_sighup(tls: sluice_server::tls::TlsConfig) {
                 return;
             }
         };
-        while hup.recv().await.is_some() {
-            match tls.reload() {
-                Ok(()) => tracing::info!(
-                    cert = %tls.files().cert.display(),
-                    "SIGHUP: TLS certificate and key reloaded for new connections"
-                ),
-                Err(e) => tracing::error!(
-                    error = %e,
-                    "SIGHUP: TLS reload failed; still serving the previous certificate"
-                ),
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                let Some(tls) = &tls else {
+                    tracing::info!("SIGHUP: nothing to reload (no TLS configured)");
+                    continue;
+                };
+                match tls.reload() {
+                    Ok(()) => tracing::info!(
+                        cert = %tls.files().cert.display(),
+                        "SIGHUP: TLS certificate and key reloaded for new connections"
+                    ),
+                    Err(e) => tracing::error!(
+                        error = %e,
+                        "SIGHUP: TLS reload failed; still serving the previous certificate"
+                    ),
+                }
             }
-        }
+        });
     }
     #[cfg(not(unix))]
     let _ = tls;

@@ -345,7 +345,10 @@ async fn https_and_frames_over_tls_with_a_reload_on_sighup() {
         .expect("kill -HUP");
     assert!(hup.success());
     let line = wait_for_log(&log, "TLS reload failed");
-    assert!(line.contains("key"), "{line}");
+    assert!(
+        line.contains("private key"),
+        "the log names what is wrong: {line}"
+    );
     let (_, seen) = open(&connector, &http_addr).await;
     assert_eq!(seen, second, "still the last good certificate");
 }
@@ -498,4 +501,26 @@ fn api_keys_off_loopback_need_tls_or_allow_plaintext() {
         let err = text(&out.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
     }
+}
+
+/// `systemctl reload` sends SIGHUP whatever the configuration: a broker without TLS says
+/// there is nothing to reload and keeps serving, instead of dying by the signal's default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_without_tls_leaves_the_broker_serving() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut child, url, _frames, log) = serve(dir.path(), &[]);
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(hup.success());
+    wait_for_log(&log, "nothing to reload");
+    assert!(
+        child.try_wait().expect("status").is_none(),
+        "SIGHUP stopped the broker"
+    );
+    let r = reqwest::get(format!("{url}/healthz"))
+        .await
+        .expect("healthz");
+    assert_eq!(r.status(), 200);
 }

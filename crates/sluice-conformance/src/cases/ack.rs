@@ -81,6 +81,9 @@ pub async fn completed_message_keeps_its_attempts(h: &dyn Harness) {
             .await
             .expect("nack");
     }
+    // Then a lease that runs out: an attempt without an error, which leaves `last_error`.
+    assert_eq!(e.recv_with(&q, 1, Some(secs(1))).await.len(), 1);
+    e.advance(secs(2));
     let d = e.recv_one(&q).await;
     let out = e
         .store
@@ -114,14 +117,17 @@ pub async fn completed_message_keeps_its_attempts(h: &dyn Harness) {
         assert_eq!(m.state, MessageState::Completed);
         assert_eq!(m.result, Some(Body::json(r#"{"ok":true}"#)));
         let errors: Vec<_> = m.attempts.iter().map(|a| a.error.clone()).collect();
-        let want: Vec<_> = (3..=22).map(|i| Some(format!("e{i}"))).collect();
+        let mut want: Vec<_> = (4..=22).map(|i| Some(format!("e{i}"))).collect();
+        want.push(None);
         assert_eq!(errors, want, "the newest 20 failed attempts, oldest first");
-        assert!(
-            m.attempts
-                .iter()
-                .all(|a| a.outcome == AttemptOutcome::Nacked)
+        let outcomes: Vec<_> = m.attempts.iter().map(|a| a.outcome).collect();
+        assert!(outcomes[..19].iter().all(|o| *o == AttemptOutcome::Nacked));
+        assert_eq!(outcomes[19], AttemptOutcome::LeaseExpired);
+        assert_eq!(
+            m.last_error.as_deref(),
+            Some("e22"),
+            "the last error reported, kept after it completed"
         );
-        assert_eq!(m.last_error.as_deref(), Some("e22"));
         assert_eq!(c.state, MessageState::Completed);
         assert!(c.attempts.is_empty(), "no failures, no history");
         assert!(k.cancelled && k.state == MessageState::Completed);

@@ -126,20 +126,21 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     keep_until: d.keep_until,
                     cancelled: d.cancelled,
                 };
-                let (result, attempts) = if d.has_result || d.has_attempts {
+                let kept = if d.has_result || d.has_attempts {
                     stored_completion(core.log.read(d.loc)?, *id)
                 } else {
-                    (None, Vec::new())
+                    Default::default()
                 };
                 if d.has_attempts {
                     finished.push(Completion {
                         acked,
-                        result,
-                        attempts,
+                        result: kept.result,
+                        attempts: kept.attempts,
+                        last_error: kept.last_error,
                     });
                 } else {
                     acked_all.push(acked);
-                    results.push(result);
+                    results.push(kept.result);
                 }
             }
             let mut records = Vec::new();

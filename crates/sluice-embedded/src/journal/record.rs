@@ -255,6 +255,9 @@ pub(crate) struct Completion {
     pub result: Option<Body>,
     /// The attempts that failed before it completed, oldest first.
     pub attempts: Vec<Attempt>,
+    /// The last error a consumer reported (a lease that ran out reports none, so it can
+    /// differ from the newest attempt's).
+    pub last_error: Option<String>,
 }
 
 /// A message's FIFO group as its base record keeps it.

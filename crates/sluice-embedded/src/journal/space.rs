@@ -21,7 +21,8 @@ const RECHECK_AFTER: Duration = Duration::from_secs(1);
 /// The free space of one directory's file system, as last read.
 pub(crate) struct Space {
     dir: PathBuf,
-    /// Sends are refused below this many free bytes; 0 turns the watch off.
+    /// Sends are refused below this many free bytes; 0 refuses them only once a write found
+    /// the disk full (free space is still read, for segment preparation).
     limit: u64,
     free: u64,
     checked_at: Instant,
@@ -46,9 +47,6 @@ impl Space {
 
     /// Reads the free space now.
     pub(crate) fn refresh(&mut self, written: u64) {
-        if self.limit == 0 && !self.low {
-            return;
-        }
         match rustix::fs::statvfs(&self.dir) {
             Ok(st) => self.free = st.f_bavail.saturating_mul(st.f_frsize),
             // Unknown free space refuses nothing: the write itself will say.

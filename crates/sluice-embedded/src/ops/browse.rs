@@ -103,10 +103,10 @@ pub(crate) fn get_message(inner: &Inner, id: MessageId) -> Result<Message, Store
     let Some(d) = core.state.done.get(&id.0).copied() else {
         return Err(StoreError::MessageNotFound(id));
     };
-    let (result, attempts) = if d.has_result || d.has_attempts {
+    let kept = if d.has_result || d.has_attempts {
         stored_completion(core.log.read(d.loc)?, id.0)
     } else {
-        (None, Vec::new())
+        Default::default()
     };
     Ok(Message {
         id,
@@ -118,12 +118,12 @@ pub(crate) fn get_message(inner: &Inner, id: MessageId) -> Result<Message, Store
         entered_at: Timestamp(d.at),
         visible_at: None,
         receive_count: d.receive_count,
-        last_error: attempts.last().and_then(|a| a.error.clone()),
-        attempts,
+        last_error: kept.last_error,
+        attempts: kept.attempts,
         dedup_id: None,
         source_queue: None,
         dead_letter: None,
-        result,
+        result: kept.result,
         completed_at: Some(Timestamp(d.at)),
         cancelled: d.cancelled,
         progress: None,

@@ -159,6 +159,9 @@ fn plan(
         next.missed += 1;
         return Ok(Some((StepOutcome::QueueMissing, progress(next), None)));
     };
+    // A firing enqueues like a send: refused while the disk is almost full (the schedule
+    // stays where it is and fires once space returns, by its catch-up rule).
+    core.log.admit_growth()?;
     core.expire(qid, now)?;
     let cfg = core.state.queues[&qid].config.clone();
     let message = next.message(step.through, false);

@@ -42,12 +42,23 @@ pub fn code_of(code: ErrorCode) -> u8 {
 /// True when a connection failed in its TLS handshake (the certificate, or a plain-text
 /// broker at an https URL), where "is the broker running?" would mislead.
 fn is_tls_trouble(e: &Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    // Below the transport error only: it and the client's error name the URL, whose host
+    // may well contain "tls".
+    let Error::Transport(t) = e else {
+        return false;
+    };
+    let mut source = std::error::Error::source(t);
     while let Some(s) = source {
         let text = s.to_string().to_lowercase();
-        if ["certificate", "tls", "handshake", "unknownissuer"]
-            .iter()
-            .any(|w| text.contains(w))
+        if [
+            "certificate",
+            "tls",
+            "handshake",
+            "unknownissuer",
+            "corrupt message",
+        ]
+        .iter()
+        .any(|w| text.contains(w))
         {
             return true;
         }
