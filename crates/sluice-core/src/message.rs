@@ -27,15 +27,18 @@ impl fmt::Display for MessageId {
 impl FromStr for MessageId {
     type Err = StoreError;
     fn from_str(s: &str) -> Result<Self, StoreError> {
-        if s.len() != 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(StoreError::invalid(format!(
-                "message id \"{s}\" is not 16 hex digits"
-            )));
-        }
-        u64::from_str_radix(s, 16)
-            .map(MessageId)
-            .map_err(|_| StoreError::invalid(format!("message id \"{s}\" is not 16 hex digits")))
+        parse_hex16(s, "message id").map(MessageId)
     }
+}
+
+/// An id written as exactly 16 hex digits (`what` names it in the error). Only digits: Rust's
+/// radix parser would also take a leading `+`, which no id is written with.
+pub(crate) fn parse_hex16(s: &str, what: &str) -> Result<u64, StoreError> {
+    let bad = || StoreError::invalid(format!("{what} \"{s}\" is not 16 hex digits"));
+    if s.len() != 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    u64::from_str_radix(s, 16).map_err(|_| bad())
 }
 
 /// How a body was sent, so it comes back in the same form.
@@ -422,6 +425,14 @@ mod tests {
         assert_eq!(id.to_string().parse::<MessageId>().unwrap(), id);
         assert!("xyz".parse::<MessageId>().is_err());
         assert!("0123456789abcdeg".parse::<MessageId>().is_err());
+        // A sign is not a hex digit, though the radix parser would take it.
+        assert!("+123456789abcdef".parse::<MessageId>().is_err());
+        assert!("+123456789abcdef".parse::<crate::RedriveId>().is_err());
+        assert_eq!(
+            "0123456789ABCDEF".parse::<MessageId>().ok(),
+            Some(id),
+            "either case"
+        );
     }
 
     #[test]

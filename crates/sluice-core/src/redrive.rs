@@ -37,14 +37,7 @@ impl fmt::Display for RedriveId {
 impl FromStr for RedriveId {
     type Err = StoreError;
     fn from_str(s: &str) -> Result<Self, StoreError> {
-        if s.len() != 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(StoreError::invalid(format!(
-                "redrive id \"{s}\" is not 16 hex digits"
-            )));
-        }
-        u64::from_str_radix(s, 16)
-            .map(RedriveId)
-            .map_err(|_| StoreError::invalid(format!("redrive id \"{s}\" is not 16 hex digits")))
+        crate::message::parse_hex16(s, "redrive id").map(RedriveId)
     }
 }
 

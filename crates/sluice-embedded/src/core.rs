@@ -204,11 +204,7 @@ impl Core {
         let rich = if m.aux == m.body {
             rec.rich.clone()
         } else {
-            self.log.read(m.aux)?.into_rich(id).ok_or_else(|| {
-                StoreError::unavailable(
-                    "log record is not an update of the message (index out of step)",
-                )
-            })?
+            self.history(id, m)?
         };
         Ok((rec, rich))
     }
@@ -287,31 +283,34 @@ impl Core {
             keep_until: now + ttl,
             cancelled: true,
         };
-        self.completion(acked, m, None)
+        Ok(self
+            .completion(acked, m, None)?
+            .unwrap_or_else(|| Record::Ack(vec![acked])))
     }
 
-    /// The record that completes message `id` (`m`) as `acked`, keeping `result`: it carries
-    /// the attempts that failed before when the message has any and its completed record is
-    /// kept, so only messages that failed pay for reading them.
+    /// The record of its own that completes message `id` (`m`) as `acked`, keeping `result`
+    /// and, when the message has any and its completed record is kept, the attempts that
+    /// failed before (only messages that failed pay for reading them). `None` for a plain
+    /// ack, which shares one [`Record::Ack`] with the other plain acks of its batch.
     pub(crate) fn completion(
         &self,
         acked: Acked,
         m: &Msg,
         result: Option<Body>,
-    ) -> Result<Record, StoreError> {
+    ) -> Result<Option<Record>, StoreError> {
         let kept = acked.keep_until > acked.at;
         if kept && m.has_history() {
             let rich = self.history(acked.id, m)?;
-            return Ok(Record::Finished(Completion {
+            return Ok(Some(Record::Finished(Completion {
                 acked,
                 result,
                 attempts: rich.attempts,
                 last_error: rich.last_error,
-            }));
+            })));
         }
         Ok(match result {
-            Some(result) if kept => Record::Complete { acked, result },
-            _ => Record::Ack(vec![acked]),
+            Some(result) if kept => Some(Record::Complete { acked, result }),
+            _ => None,
         })
     }
 

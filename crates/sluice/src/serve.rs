@@ -281,14 +281,12 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         None => None,
     };
 
-    let sync_interval = match (args.sync_interval, &file.sync_interval) {
-        (Some(d), _) => Some(d),
-        (None, Some(text)) => Some(
-            crate::client::args::parse_duration(text)
-                .map_err(|e| anyhow::anyhow!("sync_interval in the config file: {e}"))?,
-        ),
-        (None, None) => None,
-    };
+    let sync_interval = flag_or_file(
+        args.sync_interval,
+        file.sync_interval.as_deref(),
+        "sync_interval",
+        crate::client::args::parse_duration,
+    )?;
     if sync_interval.is_some_and(|d| d.is_zero() || d > MAX_SYNC_INTERVAL) {
         bail!(
             "--sync-interval must be between 1ms and {} s (or absent: every answer waits for \
@@ -296,12 +294,13 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
             MAX_SYNC_INTERVAL.as_secs()
         );
     }
-    let min_free_disk = match (args.min_free_disk, &file.min_free_disk) {
-        (Some(n), _) => n,
-        (None, Some(text)) => crate::client::args::parse_bytes(text)
-            .map_err(|e| anyhow::anyhow!("min_free_disk in the config file: {e}"))?,
-        (None, None) => sluice_embedded::DEFAULT_MIN_FREE_DISK,
-    };
+    let min_free_disk = flag_or_file(
+        args.min_free_disk,
+        file.min_free_disk.as_deref(),
+        "min_free_disk",
+        crate::client::args::parse_bytes,
+    )?
+    .unwrap_or(sluice_embedded::DEFAULT_MIN_FREE_DISK);
     let choice = parse_store(args.store.as_deref().or(file.store.as_deref()))?;
     if sync_interval.is_some() && matches!(choice, StoreChoice::Postgres(_)) {
         bail!(
@@ -345,6 +344,22 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         tls,
         allow_plaintext,
     })
+}
+
+/// A setting given as a flag (already parsed), else as text under `key` in the config file.
+fn flag_or_file<T>(
+    flag: Option<T>,
+    text: Option<&str>,
+    key: &str,
+    parse: fn(&str) -> Result<T, String>,
+) -> anyhow::Result<Option<T>> {
+    match (flag, text) {
+        (Some(v), _) => Ok(Some(v)),
+        (None, Some(text)) => parse(text)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("{key} in the config file: {e}")),
+        (None, None) => Ok(None),
+    }
 }
 
 /// The TLS configuration the flags and file name, loaded (so a bad file fails at start-up

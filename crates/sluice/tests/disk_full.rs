@@ -131,6 +131,19 @@ impl Api {
         v["messages"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Messages ready in `queue`.
+    async fn visible(&self, queue: &str) -> u64 {
+        let r = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/queues/{queue}/stats"),
+                None,
+            )
+            .await;
+        let v: Value = r.json().await.expect("stats");
+        v["visible"].as_u64().expect("visible")
+    }
+
     async fn status(&self, path: &str) -> u16 {
         self.call(reqwest::Method::GET, path, None)
             .await
@@ -170,6 +183,19 @@ fn start_with(data: &Path, min_free: &str) -> (Served, Api) {
     (child, Api { http, url })
 }
 
+/// Records the ids of a send the broker stored (201) in `sent`.
+async fn record_sent(r: reqwest::Response, sent: &mut BTreeSet<String>) {
+    assert_eq!(r.status(), 201, "a stored send");
+    let v: Value = r.json().await.expect("JSON");
+    sent.extend(
+        v["ids"]
+            .as_array()
+            .expect("ids")
+            .iter()
+            .map(|i| i.as_str().expect("id").to_owned()),
+    );
+}
+
 fn ids(messages: &[Value]) -> Vec<String> {
     messages
         .iter()
@@ -198,13 +224,27 @@ async fn a_full_disk_refuses_sends_settles_work_restarts_and_recovers() {
     let mut sent: BTreeSet<String> = BTreeSet::new();
     let mut acked: BTreeSet<String> = BTreeSet::new();
     for _ in 0..3 {
-        let r = api.send(100).await;
-        assert_eq!(r.status(), 201);
-        let v: Value = r.json().await.expect("JSON");
-        for id in v["ids"].as_array().expect("ids") {
-            sent.insert(id.as_str().expect("id").to_owned());
-        }
+        record_sent(api.send(100).await, &mut sent).await;
     }
+
+    // A schedule enqueuing into a queue of its own every second, refused below the limit
+    // like a send.
+    let r = api
+        .call(reqwest::Method::PUT, "/v1/queues/ticks", Some(json!({})))
+        .await;
+    assert!(r.status().is_success());
+    let r = api
+        .call(
+            reqwest::Method::PUT,
+            "/v1/schedules/tick",
+            Some(json!({"queue": "ticks", "every_ms": 1000, "body": "tick"})),
+        )
+        .await;
+    assert!(
+        r.status().is_success(),
+        "schedule: {}",
+        r.text().await.unwrap_or_default()
+    );
 
     // Below the limit: sends refused, the store not ready, settling goes on.
     let free = free_bytes(dir.path());
@@ -217,6 +257,13 @@ async fn a_full_disk_refuses_sends_settles_work_restarts_and_recovers() {
     .await;
     assert_refused(api.send(1).await, "a send below min_free_disk").await;
     assert_eq!(api.status("/healthz").await, 200, "alive all the same");
+    let ticks = api.visible("ticks").await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        api.visible("ticks").await,
+        ticks,
+        "a firing below min_free_disk enqueued"
+    );
     let got = api.receive(20).await;
     assert_eq!(got.len(), 20);
     for m in &got[..15] {
@@ -275,10 +322,7 @@ async fn a_full_disk_refuses_sends_settles_work_restarts_and_recovers() {
     loop {
         let r = api.send(10).await;
         if r.status() == 201 {
-            let v: Value = r.json().await.expect("JSON");
-            for id in v["ids"].as_array().expect("ids") {
-                sent.insert(id.as_str().expect("id").to_owned());
-            }
+            record_sent(r, &mut sent).await;
             break;
         }
         assert!(
@@ -288,6 +332,14 @@ async fn a_full_disk_refuses_sends_settles_work_restarts_and_recovers() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(api.status("/readyz").await, 200);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while api.visible("ticks").await == ticks {
+        assert!(
+            Instant::now() < deadline,
+            "the schedule did not fire once space was freed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Nothing acknowledged is lost: every message is still queued or completed.
     let mut left: BTreeSet<String> = BTreeSet::new();
@@ -327,16 +379,7 @@ async fn writes_that_find_the_disk_full_are_cut_back_and_resume() {
         .await;
     assert!(r.status().is_success());
     let mut sent: BTreeSet<String> = BTreeSet::new();
-    let r = api.send(50).await;
-    assert_eq!(r.status(), 201);
-    let v: Value = r.json().await.expect("JSON");
-    sent.extend(
-        v["ids"]
-            .as_array()
-            .expect("ids")
-            .iter()
-            .map(|i| i.as_str().expect("id").to_owned()),
-    );
+    record_sent(api.send(50).await, &mut sent).await;
 
     // Leave less room than one batch, so the next append fails part-way.
     let free = free_bytes(dir.path());
@@ -345,14 +388,7 @@ async fn writes_that_find_the_disk_full_are_cut_back_and_resume() {
     for _ in 0..20 {
         let r = api.send(50).await;
         if r.status() == 201 {
-            let v: Value = r.json().await.expect("JSON");
-            sent.extend(
-                v["ids"]
-                    .as_array()
-                    .expect("ids")
-                    .iter()
-                    .map(|i| i.as_str().expect("id").to_owned()),
-            );
+            record_sent(r, &mut sent).await;
         } else {
             assert_refused(r, "an append that finds the disk full").await;
             refused += 1;
@@ -360,16 +396,8 @@ async fn writes_that_find_the_disk_full_are_cut_back_and_resume() {
     }
     assert!(refused > 0, "the disk never filled");
     std::fs::remove_file(dir.path().join("ballast")).expect("free");
-    let r = api.send(50).await;
-    assert_eq!(r.status(), 201, "appends resume once space is freed");
-    let v: Value = r.json().await.expect("JSON");
-    sent.extend(
-        v["ids"]
-            .as_array()
-            .expect("ids")
-            .iter()
-            .map(|i| i.as_str().expect("id").to_owned()),
-    );
+    // Appends resume once space is freed.
+    record_sent(api.send(50).await, &mut sent).await;
 
     child.kill().expect("kill -9");
     child.wait().expect("wait");

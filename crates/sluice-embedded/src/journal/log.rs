@@ -205,8 +205,7 @@ impl Log {
     /// messages (free space read afresh).
     pub(crate) fn writable(&mut self) -> Result<(), StoreError> {
         self.check_poisoned()?;
-        self.space.refresh(self.written);
-        self.space.admit(self.written)
+        self.space.admit_now(self.written)
     }
 
     /// Appends records in one write. Returns each record's location and the log position

@@ -90,6 +90,16 @@ impl Space {
     /// almost full.
     pub(crate) fn admit(&mut self, written: u64) -> Result<(), StoreError> {
         self.observe(written);
+        self.refusal()
+    }
+
+    /// As [`Space::admit`], on free space read now.
+    pub(crate) fn admit_now(&mut self, written: u64) -> Result<(), StoreError> {
+        self.refresh(written);
+        self.refusal()
+    }
+
+    fn refusal(&self) -> Result<(), StoreError> {
         if !self.low {
             return Ok(());
         }

@@ -57,15 +57,11 @@ pub(crate) async fn ack(
                 Some(result) if !acked.cancelled => Some(result),
                 _ => None,
             };
-            // Plain acks of messages that never failed share one record; the rest say
-            // more (a result, the attempts history) and get their own.
-            if result.is_none() && !m.has_history() {
-                plain.push(acked);
-            } else {
-                match core.completion(acked, &m, result)? {
-                    Record::Ack(mut one) => plain.append(&mut one),
-                    rec => records.push(rec),
-                }
+            // Plain acks share one record; the rest say more (a result, the attempts
+            // history) and get their own.
+            match core.completion(acked, &m, result)? {
+                Some(rec) => records.push(rec),
+                None => plain.push(acked),
             }
             out.push(Ok(()));
         }
