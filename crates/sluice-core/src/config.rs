@@ -62,12 +62,12 @@ pub mod limits {
     pub const MAX_ATTEMPTS_KEPT: usize = 20;
     /// Most attributes per message.
     pub const MAX_ATTRIBUTES: usize = 64;
-    /// Longest attribute key.
-    pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 256;
-    /// Longest attribute value.
-    pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 4096;
-    /// Longest dedup id.
-    pub const MAX_DEDUP_ID_BYTES: usize = 256;
+    /// Longest attribute key, in characters.
+    pub const MAX_ATTRIBUTE_KEY_CHARS: usize = 256;
+    /// Longest attribute value, in characters.
+    pub const MAX_ATTRIBUTE_VALUE_CHARS: usize = 4096;
+    /// Longest dedup id, in characters.
+    pub const MAX_DEDUP_ID_CHARS: usize = 256;
     /// Largest `max_in_flight_per_group`.
     pub const MAX_IN_FLIGHT_PER_GROUP: u32 = 1000;
     /// Longest FIFO group name, in characters.
@@ -232,8 +232,9 @@ impl QueueConfig {
             )));
         }
         match &self.dead_letter_queue {
+            // Well-formed, but it names the queue the request is about: a conflict.
             Some(dlq) if dlq == name => {
-                return Err(StoreError::invalid(format!(
+                return Err(StoreError::Conflict(format!(
                     "dead_letter_queue of \"{name}\" cannot be the queue itself"
                 )));
             }
@@ -410,10 +411,6 @@ mod tests {
                 ..Default::default()
             },
             QueueConfigPatch {
-                dead_letter_queue: Some(Some(q())),
-                ..Default::default()
-            },
-            QueueConfigPatch {
                 backoff_max: Some(Duration::from_secs(13 * 3600)),
                 ..Default::default()
             },
@@ -475,6 +472,13 @@ mod tests {
                 .expect_err(&format!("{p:?} should be refused"));
             assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
         }
+        // Well-formed, but naming the queue itself: a conflict.
+        let own = QueueConfigPatch {
+            dead_letter_queue: Some(Some(q())),
+            ..Default::default()
+        };
+        let err = base.apply(&q(), &own).expect_err("its own DLQ");
+        assert_eq!(err.code(), crate::ErrorCode::Conflict);
     }
 
     #[test]

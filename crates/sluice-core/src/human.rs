@@ -100,8 +100,9 @@ pub fn parse_time(field: &str, s: &str, now: Timestamp) -> Result<Timestamp, Sto
              10m, 1h, 90s or 2d; got \"{s}\""
         ))
     })?;
+    // Longer ago than 1970 is 1970: no message is older.
     let ms = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
-    Ok(Timestamp(now.as_millis().saturating_sub(ms)))
+    Ok(Timestamp(now.as_millis().saturating_sub(ms).max(0)))
 }
 
 #[cfg(test)]

@@ -148,30 +148,31 @@ impl NewMessage {
                 self.attributes.len()
             )));
         }
+        // Lengths are in characters, as JSON Schema (and so the API's document) counts them.
         for (k, v) in &self.attributes {
-            if k.is_empty() || k.len() > limits::MAX_ATTRIBUTE_KEY_BYTES {
+            let key = k.chars().count();
+            if key == 0 || key > limits::MAX_ATTRIBUTE_KEY_CHARS {
                 return Err(StoreError::invalid(format!(
-                    "attribute names must be 1 to {} bytes, got {}",
-                    limits::MAX_ATTRIBUTE_KEY_BYTES,
-                    k.len()
+                    "attribute names must be 1 to {} characters, got {key}",
+                    limits::MAX_ATTRIBUTE_KEY_CHARS,
                 )));
             }
-            if v.len() > limits::MAX_ATTRIBUTE_VALUE_BYTES {
+            let value = v.chars().count();
+            if value > limits::MAX_ATTRIBUTE_VALUE_CHARS {
                 return Err(StoreError::invalid(format!(
-                    "attribute \"{k}\" is {} bytes; values may be at most {} bytes",
-                    v.len(),
-                    limits::MAX_ATTRIBUTE_VALUE_BYTES
+                    "attribute \"{k}\" is {value} characters; values may be at most {}",
+                    limits::MAX_ATTRIBUTE_VALUE_CHARS
                 )));
             }
         }
-        if let Some(d) = &self.dedup_id
-            && (d.is_empty() || d.len() > limits::MAX_DEDUP_ID_BYTES)
-        {
-            return Err(StoreError::invalid(format!(
-                "dedup_id must be 1 to {} bytes, got {}",
-                limits::MAX_DEDUP_ID_BYTES,
-                d.len()
-            )));
+        if let Some(d) = &self.dedup_id {
+            let len = d.chars().count();
+            if len == 0 || len > limits::MAX_DEDUP_ID_CHARS {
+                return Err(StoreError::invalid(format!(
+                    "dedup_id must be 1 to {} characters, got {len}",
+                    limits::MAX_DEDUP_ID_CHARS,
+                )));
+            }
         }
         if let Some(d) = self.delay
             && d > limits::MAX_DELAY
@@ -322,9 +323,13 @@ impl Progress {
                 self.pct
             )));
         }
-        if self.detail.as_ref().is_some_and(|d| d.len() > 1024) {
+        if self
+            .detail
+            .as_ref()
+            .is_some_and(|d| d.chars().count() > 1024)
+        {
             return Err(StoreError::invalid(
-                "progress detail may be at most 1024 bytes",
+                "progress detail may be at most 1024 characters",
             ));
         }
         Ok(())

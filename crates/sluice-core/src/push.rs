@@ -29,9 +29,9 @@ pub mod limits {
     /// Longest URL.
     pub const MAX_URL_BYTES: usize = 2048;
     /// Shortest signing secret: shorter keys make the signature guessable.
-    pub const MIN_SECRET_BYTES: usize = 16;
+    pub const MIN_SECRET_CHARS: usize = 16;
     /// Longest signing secret.
-    pub const MAX_SECRET_BYTES: usize = 512;
+    pub const MAX_SECRET_CHARS: usize = 512;
 }
 
 /// The default request timeout.
@@ -40,7 +40,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_CONCURRENCY: u32 = 16;
 
 /// Headers the broker sets itself, which a target's `headers` may not name.
-const RESERVED_HEADERS: &[&str] = &[
+pub const RESERVED_HEADERS: &[&str] = &[
     "host",
     "content-length",
     "transfer-encoding",
@@ -166,11 +166,11 @@ impl PushTarget {
             check_header(name, value)?;
         }
         if let Some(s) = &self.secret
-            && (s.len() < MIN_SECRET_BYTES || s.len() > MAX_SECRET_BYTES)
+            && !(MIN_SECRET_CHARS..=MAX_SECRET_CHARS).contains(&s.chars().count())
         {
             return Err(StoreError::invalid(format!(
-                "push.secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes, got {}",
-                s.len()
+                "push.secret must be {MIN_SECRET_CHARS} to {MAX_SECRET_CHARS} characters, got {}",
+                s.chars().count()
             )));
         }
         Ok(())

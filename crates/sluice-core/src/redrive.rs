@@ -237,7 +237,10 @@ impl RedriveSpec {
             }
         }
         if self.destination.as_ref() == Some(&self.source) {
-            return Err(StoreError::invalid("destination must differ from source"));
+            // Well-formed, but it names the source twice: a conflict, not bad input.
+            return Err(StoreError::Conflict(
+                "destination must differ from source".to_owned(),
+            ));
         }
         Ok(())
     }

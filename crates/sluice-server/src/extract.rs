@@ -112,7 +112,19 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         }
         Some(_) => {}
     }
-    serde_json::from_slice(bytes).map_err(|e| {
+    let mut fixed: Option<Vec<u8>> = None;
+    let e = loop {
+        let text = fixed.as_deref().unwrap_or(bytes);
+        let e = match serde_json::from_slice(text) {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        match integral_float_as_integer(text, &e) {
+            Some(next) => fixed = Some(next),
+            None => break e,
+        }
+    };
+    Err({
         use serde_json::error::Category;
         match e.classify() {
             Category::Data => {
@@ -124,6 +136,42 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             _ => ApiError::invalid(format!("request body is not valid JSON: {e}")),
         }
     })
+}
+
+/// JSON Schema counts `2570.0` as an integer, and clients that compute milliseconds in
+/// floating point (Python's `seconds * 1000`) send it so; serde refuses it for an integer
+/// field. When that is the error, `text` again with that one number written as an integer;
+/// `None` when the error is another or the number has a fraction. Bodies and results are
+/// kept as raw JSON and never reach this error, so their text is never rewritten.
+fn integral_float_as_integer(text: &[u8], e: &serde_json::Error) -> Option<Vec<u8>> {
+    if !e.to_string().starts_with("invalid type: floating point `") {
+        return None;
+    }
+    // The error's column is the number's last character (1-based).
+    let line_start = if e.line() <= 1 {
+        0
+    } else {
+        text.iter()
+            .enumerate()
+            .filter(|&(_, &b)| b == b'\n')
+            .nth(e.line() - 2)?
+            .0
+            + 1
+    };
+    let end = line_start + e.column();
+    let is_number_char =
+        |b: &u8| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-');
+    let start = text.get(..end)?.iter().rposition(|b| !is_number_char(b))? + 1;
+    let value: f64 = std::str::from_utf8(&text[start..end]).ok()?.parse().ok()?;
+    // Within ±2^53 every integer is exact in an f64 and prints as itself.
+    if value.fract() != 0.0 || value.abs() > 9_007_199_254_740_992.0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len());
+    out.extend_from_slice(&text[..start]);
+    out.extend_from_slice(format!("{value:.0}").as_bytes());
+    out.extend_from_slice(&text[end..]);
+    Some(out)
 }
 
 /// A JSON body (`Content-Type: application/json` required).
@@ -246,5 +294,41 @@ impl<S: Send + Sync> FromRequestParts<S> for MessagePath {
             .await
             .map_err(|e| ApiError::invalid(format!("bad path: {}", e.body_text())))?;
         Ok(MessagePath(id.parse()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Delays {
+        delay_ms: Option<i64>,
+        max: Option<u32>,
+        pct: Option<f64>,
+        body: Option<Box<serde_json::value::RawValue>>,
+    }
+
+    #[test]
+    fn integral_numbers_fill_integer_fields() {
+        let d: Delays =
+            parse_json(b"{\"delay_ms\": 78865.0,\n \"max\": 1e1, \"body\": {\"x\": 2.0}}").unwrap();
+        assert_eq!(d.delay_ms, Some(78865));
+        assert_eq!(d.max, Some(10));
+        assert_eq!(
+            d.body.unwrap().get(),
+            "{\"x\": 2.0}",
+            "the body's text is untouched"
+        );
+        let d: Delays = parse_json(b"{\"delay_ms\":-903.0,\"pct\":5.0}").unwrap();
+        assert_eq!((d.delay_ms, d.pct), (Some(-903), Some(5.0)));
+        for bad in [
+            &b"{\"delay_ms\": 1.5}"[..],
+            b"{\"max\": 5e9}",
+            b"{\"delay_ms\": 1e300}",
+        ] {
+            let e = parse_json::<Delays>(bad).expect_err("refused");
+            assert_eq!(e.code(), sluice_core::ErrorCode::InvalidArgument);
+        }
     }
 }

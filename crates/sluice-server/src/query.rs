@@ -22,11 +22,26 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 
 /// Parses a query string (without the `?`) into `T`.
 ///
+/// A text parameter given with an empty value (`?queue=`) counts as not given, as an HTML
+/// form's empty field does: it never means "the empty name" or "the empty filter". An empty
+/// number or choice (`?limit=`) is still refused: the first parse, with the empty values,
+/// checks every value's type; the second, without them, gives the result.
+///
 /// # Errors
 /// `invalid_argument` naming the parameter at fault and what was wrong with it.
 pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
-    let pairs = form_urlencoded::parse(query.as_bytes());
-    let de = serde_urlencoded::Deserializer::new(pairs);
+    if form_urlencoded::parse(query.as_bytes()).any(|(_, v)| v.is_empty()) {
+        parse_all::<T>(query)?;
+        let without_empty = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form_urlencoded::parse(query.as_bytes()).filter(|(_, v)| !v.is_empty()))
+            .finish();
+        return parse_all(&without_empty);
+    }
+    parse_all(query)
+}
+
+fn parse_all<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
@@ -88,5 +103,13 @@ mod tests {
         let e = err("");
         assert!(e.contains("per_worker is required"), "{e}");
         assert_eq!(parse_query::<Q>("per_worker=3").unwrap().per_worker, 3);
+    }
+
+    #[test]
+    fn an_empty_value_is_no_value() {
+        let q = parse_query::<Q>("per_worker=3&since=").unwrap();
+        assert_eq!(q.since, None);
+        let e = err("per_worker=");
+        assert!(e.contains("per_worker has a bad value \"\""), "{e}");
     }
 }

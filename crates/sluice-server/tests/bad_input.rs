@@ -150,8 +150,8 @@ fn cases(stale: &str) -> Vec<Case> {
             M::PUT,
             q,
             r#"{"dead_letter_queue": "jobs"}"#,
-            400,
-            "invalid_argument",
+            409,
+            "conflict",
         ),
         case(
             "rate limit without period",
@@ -395,9 +395,9 @@ fn cases(stale: &str) -> Vec<Case> {
             "invalid_argument",
         ),
         case(
-            "send JSON with raw query options",
+            "send JSON with a bad query default",
             M::POST,
-            "/v1/queues/jobs/messages?delay_ms=5",
+            "/v1/queues/jobs/messages?delay_ms=604800001",
             r#"{"body": 1}"#,
             400,
             "invalid_argument",

@@ -222,7 +222,7 @@ async fn messages_name_queues_without_debug_formatting() {
             Some(json!({"dead_letter_queue": "tmpq"})),
         )
         .await;
-    assert_error(&got, 400, "invalid_argument");
+    assert_error(&got, 409, "conflict");
     let got = s.call(Method::GET, "/v1/messages/zz", None).await;
     assert_error(&got, 400, "invalid_argument");
     s.shutdown().await;

@@ -108,7 +108,8 @@ pub struct RedriveRequest {
     #[serde(default)]
     pub limit: Option<u64>,
     /// Never more than `limit` moves in any sliding `period_ms`, spread evenly: e.g.
-    /// `{"limit": 50, "period_ms": 60000}` for 50 a minute (at most 100,000 a second).
+    /// `{"limit": 50, "period_ms": 60000}` for 50 a minute (a faster rate than 100,000 a
+    /// second is taken as 100,000 a second).
     #[serde(default)]
     pub rate: Option<RateLimitWire>,
     /// The same as `rate` with a period of one second (1 to 100000); give one or the other.
@@ -246,11 +247,18 @@ pub struct RedriveList {
     pub redrives: Vec<RedriveView>,
 }
 
-/// The rate of a job: `{"limit": 50, "period_ms": 60000}` is 50 a minute.
+/// The rate of a job: `{"limit": 50, "period_ms": 60000}` is 50 a minute. A rate faster
+/// than the fastest a job may go is that fastest rate: each field is in its range, and a
+/// combination of the two is not refused.
 pub(super) fn rate_to_core(r: &RateLimitWire) -> Result<RateLimit, StoreError> {
+    use sluice_core::redrive::MAX_RATE_PER_SECOND;
+    let period = millis("rate.period_ms", r.period_ms)?;
+    if u128::from(r.limit) * 1000 > u128::from(MAX_RATE_PER_SECOND) * period.as_millis() {
+        return Ok(RateLimit::per_second(MAX_RATE_PER_SECOND));
+    }
     Ok(RateLimit {
         limit: r.limit,
-        period: millis("rate.period_ms", r.period_ms)?,
+        period,
     })
 }
 

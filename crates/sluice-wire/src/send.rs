@@ -162,11 +162,12 @@ impl SendRequest {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct RawSendParams {
-    /// Delivery delay of a raw send.
+    /// Delivery delay of a raw send (0 – 7 days); with JSON, of each message without its own.
     pub delay_ms: Option<i64>,
-    /// Dedup id of a raw send.
+    /// Dedup id of a raw send; with JSON, of each message without its own.
     pub dedup_id: Option<String>,
-    /// FIFO message group of a raw send (1 – 128 characters, no control characters).
+    /// FIFO message group of a raw send (1 – 128 characters, no control characters); with
+    /// JSON, of each message without its own.
     #[param(min_length = 1, max_length = 128)]
     pub group: Option<String>,
 }
@@ -175,6 +176,27 @@ impl RawSendParams {
     /// True when no option is given.
     pub fn is_empty(&self) -> bool {
         self.delay_ms.is_none() && self.dedup_id.is_none() && self.group.is_none()
+    }
+
+    /// Gives each of `messages` the options it does not set itself: with a JSON body, the
+    /// query string's options are defaults for its messages.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a negative or too long delay, a bad dedup id or a bad group.
+    pub fn fill(self, messages: &mut [NewMessage]) -> Result<(), StoreError> {
+        let delay = opt_millis("delay_ms", self.delay_ms)?;
+        let group = group_from(self.group)?;
+        for m in messages {
+            m.delay = m.delay.or(delay);
+            if m.dedup_id.is_none() {
+                m.dedup_id.clone_from(&self.dedup_id);
+            }
+            if m.group.is_none() {
+                m.group.clone_from(&group);
+            }
+            m.validate()?;
+        }
+        Ok(())
     }
 
     /// The core message for a raw body.

@@ -47,7 +47,11 @@ impl SummaryQuery {
     pub fn from_pairs(pairs: &[(String, String)]) -> Result<SummaryQuery, StoreError> {
         let mut q = SummaryQuery::default();
         for (k, v) in pairs {
+            // An empty text counts as not given, as on every route; an empty number does not.
             let once = |slot: &mut Option<String>| {
+                if v.is_empty() {
+                    return Ok(());
+                }
                 if slot.replace(v.clone()).is_some() {
                     return Err(StoreError::invalid(format!(
                         "query parameter {k} is given twice; give it once"
@@ -63,6 +67,7 @@ impl SummaryQuery {
                 "source_queue" => once(&mut q.source_queue)?,
                 "dead_lettered_before" => once(&mut q.dead_lettered_before)?,
                 "dead_lettered_after" => once(&mut q.dead_lettered_after)?,
+                "attribute" if v.is_empty() => {}
                 "attribute" => q.attribute.push(v.clone()),
                 "limit" => {
                     let n = v.parse::<u32>().map_err(|_| {

@@ -132,7 +132,7 @@ pub async fn move_puts_message_in_target_queue(h: &dyn Harness) {
 }
 
 /// Move to a queue that does not exist is `QueueNotFound`, and to the message's own queue
-/// `InvalidArgument`; neither changes anything.
+/// `Conflict` (it is already there); neither changes anything.
 pub async fn move_to_unknown_queue_changes_nothing(h: &dyn Harness) {
     let e = env(h).await;
     let q = e.queue("mv", QueueConfigPatch::default()).await;
@@ -140,7 +140,7 @@ pub async fn move_to_unknown_queue_changes_nothing(h: &dyn Harness) {
     let d = e.recv_one(&q).await;
     assert_code(
         e.store.move_message(&q, d.receipt, &q, fail("x")).await,
-        ErrorCode::InvalidArgument,
+        ErrorCode::Conflict,
         "move to the own queue",
     );
     assert_code(

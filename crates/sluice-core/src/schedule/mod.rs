@@ -26,7 +26,7 @@ use crate::time::{Timestamp, rfc3339};
 #[cfg(feature = "triggers")]
 mod trigger;
 #[cfg(feature = "triggers")]
-pub use trigger::{Due, ON_TIME_MS, Trigger};
+pub use trigger::{Due, ON_TIME_MS, Trigger, time_zone_names};
 
 /// The most missed firings a schedule with `catch_up: all` enqueues at once (the latest
 /// ones; older ones are counted as missed).

@@ -44,6 +44,11 @@ pub struct Due {
     pub missed: u64,
 }
 
+/// Every IANA time zone name a cron schedule's `timezone` accepts.
+pub fn time_zone_names() -> Vec<&'static str> {
+    chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name()).collect()
+}
+
 impl Trigger {
     /// Parses a trigger.
     ///

@@ -351,10 +351,10 @@ pub fn validate_nack_delay(delay: Option<Duration>) -> Result<(), StoreError> {
 /// Checks the target of a move: a message cannot move to its own queue (run by `Checked`).
 ///
 /// # Errors
-/// `InvalidArgument` naming the queue, pointing to nack instead.
+/// `Conflict` (the message is already there) naming the queue, pointing to nack instead.
 pub fn validate_move(from: &QueueName, to: &QueueName) -> Result<(), StoreError> {
     if to == from {
-        return Err(StoreError::invalid(format!(
+        return Err(StoreError::Conflict(format!(
             "cannot move a message of \"{from}\" to the same queue; nack it instead"
         )));
     }

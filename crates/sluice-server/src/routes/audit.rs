@@ -44,9 +44,11 @@ pub struct AuditEntryView {
     pub actor: String,
     /// What, e.g. `queue.purge`, `redrive.create`, `message.dead_lettered`.
     pub action: String,
-    /// The queue concerned.
+    /// The queue concerned, when one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
-    /// The message concerned.
+    /// The message concerned, when one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
     /// Further keys.
     pub details: BTreeMap<String, String>,
@@ -108,7 +110,12 @@ pub async fn list(
     }
     let (until, shown) = p.cursor.as_deref().map(parse_cursor).transpose()?.unzip();
     let shown = shown.unwrap_or(0);
-    let limit = p.limit.unwrap_or(100).clamp(1, 10_000);
+    let limit = p.limit.unwrap_or(100);
+    if !(1..=10_000).contains(&limit) {
+        return Err(ApiError::invalid(format!(
+            "limit must be 1 to 10000 entries, got {limit}"
+        )));
+    }
     let query = AuditQuery {
         queues,
         since: p

@@ -11,8 +11,8 @@ use utoipa::openapi::{
     ContentBuilder, HeaderBuilder, OpenApi, PathItem, Ref, RefOr, Required, Schema,
 };
 
-/// Queue and schedule names: what `QueueName::new` accepts.
-const NAME_PATTERN: &str = "^[A-Za-z0-9_.-]+$";
+use super::constraints::NAME_PATTERN;
+
 /// Message, task and redrive ids: 16 hex digits.
 const ID_PATTERN: &str = "^[0-9a-fA-F]{16}$";
 
@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn every_reference_resolves() {
-        let doc = serde_json::to_value(openapi_for(true)).expect("JSON");
+        let doc = openapi_for(true).clone();
         let mut all = Vec::new();
         refs(&doc, &mut all);
         assert!(!all.is_empty());
@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn shared_answers_and_formats_are_on_every_operation() {
-        let doc = serde_json::to_value(openapi_for(true)).expect("JSON");
+        let doc = openapi_for(true).clone();
         for (path, item) in doc["paths"].as_object().expect("paths") {
             for (method, op) in item.as_object().expect("item") {
                 let answers = op["responses"].as_object().expect("responses");
@@ -298,18 +298,18 @@ mod tests {
 
     #[test]
     fn a_keyless_broker_describes_no_keys() {
-        let doc = serde_json::to_value(openapi_for(false)).expect("JSON");
+        let doc = openapi_for(false).clone();
         assert!(doc.get("security").is_none_or(serde_json::Value::is_null));
         let text = doc.to_string();
         assert!(!text.contains("\"401\""));
         assert!(!text.contains("bearer"), "no security scheme is declared");
-        let keyed = serde_json::to_value(openapi_for(true)).expect("JSON");
+        let keyed = openapi_for(true).clone();
         assert_eq!(keyed["security"][0]["bearer"], serde_json::json!([]));
     }
 
     #[test]
     fn metrics_are_documented_as_served() {
-        let doc = serde_json::to_value(openapi_for(true)).expect("JSON");
+        let doc = openapi_for(true).clone();
         let content = &doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"];
         assert!(
             content.get("application/openmetrics-text").is_some(),

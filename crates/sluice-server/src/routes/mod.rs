@@ -5,6 +5,7 @@
 //! (`crate::idempotency`); cross-origin writes are refused by another (`crate::origin`).
 
 pub mod audit;
+mod constraints;
 pub mod consume;
 mod document;
 pub mod health;
@@ -124,22 +125,29 @@ fn api() -> OpenApiRouter<AppState> {
 }
 
 /// The OpenAPI document (built once), as a broker with API keys serves it.
-pub fn openapi() -> utoipa::openapi::OpenApi {
-    full().clone()
+pub fn openapi() -> serde_json::Value {
+    openapi_for(true).clone()
 }
 
-/// The OpenAPI document a broker serves: without security requirements (and the answers
-/// only keys give) when it has no keys.
-pub fn openapi_for(keys: bool) -> &'static utoipa::openapi::OpenApi {
-    static KEYLESS: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
+/// The OpenAPI document a broker serves, as JSON: without security requirements (and the
+/// answers only keys give) when it has no keys.
+pub fn openapi_for(keys: bool) -> &'static serde_json::Value {
+    static KEYED: OnceLock<serde_json::Value> = OnceLock::new();
+    static KEYLESS: OnceLock<serde_json::Value> = OnceLock::new();
+    let exact = |doc: &utoipa::openapi::OpenApi| {
+        let mut doc = serde_json::to_value(doc).expect("the document serializes");
+        constraints::apply(&mut doc);
+        doc
+    };
     if keys {
-        full()
+        KEYED.get_or_init(|| exact(typed()))
     } else {
-        KEYLESS.get_or_init(|| document::keyless(full()))
+        KEYLESS.get_or_init(|| exact(&document::keyless(typed())))
     }
 }
 
-fn full() -> &'static utoipa::openapi::OpenApi {
+/// The document as utoipa derives it, with what every operation shares.
+fn typed() -> &'static utoipa::openapi::OpenApi {
     static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
     DOC.get_or_init(|| {
         let mut doc = api().split_for_parts().1;

@@ -16,7 +16,9 @@ use crate::extract::{ApiQuery, QueuePath, RawBody, is_json, media_type, parse_js
 ///
 /// With `Content-Type: application/json` the body is a [`SendRequest`]. With
 /// `application/octet-stream` the request body is one binary message; with `text/plain`
-/// (UTF-8) one text message; their options go in the query string (`delay_ms`, `dedup_id`).
+/// (UTF-8) one text message; their options go in the query string (`delay_ms`, `dedup_id`,
+/// `group`). With JSON, the query string's options are defaults for the messages that do
+/// not set their own.
 #[utoipa::path(
     post, path = "/v1/queues/{q}/messages", tag = "messages",
     params(("q" = String, Path, description = "Queue name"), RawSendParams),
@@ -45,13 +47,11 @@ pub async fn send(
     let media = media_type(&raw.headers);
     let (messages, batch) = match media.as_deref() {
         Some(m) if is_json(m) => {
+            let (mut messages, batch) = parse_json::<SendRequest>(&raw.bytes)?.into_messages()?;
             if !params.is_empty() {
-                return Err(ApiError::invalid(
-                    "the delay_ms and dedup_id query parameters are for raw bodies; \
-                     put them in the JSON request",
-                ));
+                params.fill(&mut messages)?;
             }
-            parse_json::<SendRequest>(&raw.bytes)?.into_messages()?
+            (messages, batch)
         }
         Some("application/octet-stream") => (
             vec![params.into_new_message(Body::binary(raw.bytes))?],

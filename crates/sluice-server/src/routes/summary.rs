@@ -2,13 +2,13 @@
 //! last error, dead-letter reason, source queue or one attribute, largest groups first.
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use sluice_wire::{ErrorEnvelope, SummaryQuery, SummaryView};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
 use crate::error::ApiError;
-use crate::extract::{ApiQuery, QueuePath};
+use crate::extract::QueuePath;
 
 /// Counts every message of a queue by one key. Unlike a browse, which pages, this counts the
 /// whole queue however large, and answers at most `limit` groups (the largest).
@@ -25,9 +25,14 @@ pub async fn summary(
     State(st): State<AppState>,
     caller: Caller,
     QueuePath(q): QueuePath,
-    ApiQuery(pairs): ApiQuery<Vec<(String, String)>>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<SummaryView>, ApiError> {
     caller.allow(Action::Inspect, &q)?;
+    // Read as pairs, empty values included: the query decides which of its values may be
+    // empty (a text filter) and which may not (`limit`).
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect();
     let req = SummaryQuery::from_pairs(&pairs)?.to_core()?;
     let group_by = req.group_by.clone();
     let s = st.store.summarize(&q, req).await?;

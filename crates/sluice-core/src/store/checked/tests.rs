@@ -385,7 +385,7 @@ fn each_shared_check_refuses_before_the_engine() {
     refused(
         &c,
         now(s.move_message(&jobs, receipt(), &jobs, f())),
-        InvalidArgument,
+        ErrorCode::Conflict,
     );
     let half_day = Duration::from_secs(12 * 3600 + 1);
     refused(

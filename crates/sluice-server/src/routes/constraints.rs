@@ -1,0 +1,623 @@
+//! The rules the broker enforces on input that the derived schemas leave out, written into the
+//! OpenAPI document so that what it calls valid is what the broker accepts: ranges taken from
+//! the same limits the checks use, the formats of names, receipts, times and base64, and the
+//! "exactly one of" forms of requests (`oneOf`). A client generated from the document, or a
+//! tester fuzzing it, meets no 400 for input the document allows.
+//!
+//! Rules that no JSON Schema keyword states are named by a `format` the document explains:
+//! `cron` (a cron expression the broker can fire). Rules between a request and the resource it
+//! names (a queue as its own dead-letter queue, a redrive into its source, a move into the
+//! queue a message is in) answer 409 `conflict`, not 400.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use sluice_core::config::limits;
+
+/// Queue and schedule names: what `QueueName::new` accepts.
+pub(super) const NAME_PATTERN: &str = "^[A-Za-z0-9_.-]+$";
+/// A receipt: 16 bytes in unpadded base64url.
+const RECEIPT_PATTERN: &str = "^[A-Za-z0-9_-]{21}[AQgw]$";
+/// Standard base64 with padding, canonical (unused bits zero), as the broker decodes it.
+const BASE64_PATTERN: &str =
+    "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$";
+/// How long ago, as the API reads it: `10m`, `1h30m`, `90s`, `2d`, `500ms`, or bare seconds.
+const AGO_PATTERN: &str = "^(?:[0-9]{1,9}(?:\\.[0-9]{1,3})?|(?:[0-9]{1,9}(?:\\.[0-9]{1,3})?(?:ms|s|sec|secs|m|min|mins|h|hr|hrs|d|day|days)){1,4})$";
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn name() -> Value {
+    json!({"pattern": NAME_PATTERN, "minLength": 1, "maxLength": sluice_core::name::MAX_QUEUE_NAME_LEN})
+}
+
+fn range(min: u64, max: u64) -> Value {
+    json!({"minimum": min, "maximum": max})
+}
+
+/// A rate, `{"limit", "period_ms"}` (periods up to a day), or `null`.
+fn rate(description: &str, max_limit: u32, min_period_ms: u64) -> Value {
+    json!({"oneOf": [{"type": "null"}, {
+        "type": "object",
+        "description": description,
+        "required": ["limit", "period_ms"],
+        "additionalProperties": false,
+        "properties": {
+            "limit": {"type": "integer", "minimum": 1, "maximum": max_limit},
+            "period_ms": {"type": "integer", "minimum": min_period_ms,
+                "maximum": ms(limits::MAX_RATE_PERIOD)},
+        },
+    }]})
+}
+
+/// A point in time: RFC 3339, or how long before now.
+fn time() -> Value {
+    json!({"anyOf": [{"format": "date-time"}, {"pattern": AGO_PATTERN}]})
+}
+
+fn attributes() -> Value {
+    json!({
+        "maxProperties": limits::MAX_ATTRIBUTES,
+        "propertyNames": {"minLength": 1, "maxLength": limits::MAX_ATTRIBUTE_KEY_CHARS},
+        "additionalProperties": {"type": "string", "maxLength": limits::MAX_ATTRIBUTE_VALUE_CHARS},
+    })
+}
+
+fn dedup_id() -> Value {
+    json!({"minLength": 1, "maxLength": limits::MAX_DEDUP_ID_CHARS})
+}
+
+fn delay() -> Value {
+    range(0, ms(limits::MAX_DELAY))
+}
+
+/// A FIFO group: no control characters (C0, DEL and C1, as Rust's `char::is_control`).
+fn group() -> Value {
+    json!({"pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$", "minLength": 1,
+        "maxLength": limits::MAX_GROUP_CHARS})
+}
+
+/// Adds the rules to `doc` (the document as JSON).
+///
+/// # Panics
+/// When a schema or property named here is missing from the document: a rename in the wire
+/// types must be followed here, and the unit tests build the document.
+pub(super) fn apply(doc: &mut Value) {
+    let schemas = doc["components"]["schemas"]
+        .as_object_mut()
+        .expect("the document has component schemas");
+    let mut set = |schema: &str, field: &str, rules: Value| {
+        let target = schemas
+            .get_mut(schema)
+            .and_then(|s| s["properties"].get_mut(field))
+            .unwrap_or_else(|| panic!("no property {schema}.{field} in the document"));
+        merge(target, rules);
+    };
+
+    set(
+        "QueueConfigRequest",
+        "visibility_timeout_ms",
+        range(0, ms(limits::MAX_VISIBILITY)),
+    );
+    set(
+        "QueueConfigRequest",
+        "max_receive_count",
+        range(0, limits::MAX_RECEIVE_COUNT.into()),
+    );
+    set("QueueConfigRequest", "dead_letter_queue", name());
+    set(
+        "QueueConfigRequest",
+        "backoff_base_ms",
+        range(0, ms(limits::MAX_BACKOFF)),
+    );
+    set(
+        "QueueConfigRequest",
+        "backoff_max_ms",
+        range(0, ms(limits::MAX_BACKOFF)),
+    );
+    set("QueueConfigRequest", "delay_ms", delay());
+    set(
+        "QueueConfigRequest",
+        "retention_ms",
+        range(ms(limits::MIN_RETENTION), ms(limits::MAX_RETENTION)),
+    );
+    set(
+        "QueueConfigRequest",
+        "max_message_bytes",
+        range(1, limits::MAX_MESSAGE_BYTES.into()),
+    );
+    set(
+        "QueueConfigRequest",
+        "dedup_window_ms",
+        range(0, ms(limits::MAX_DEDUP_WINDOW)),
+    );
+    set(
+        "QueueConfigRequest",
+        "max_in_flight",
+        range(1, limits::MAX_IN_FLIGHT.into()),
+    );
+    set(
+        "QueueConfigRequest",
+        "max_depth",
+        range(1, limits::MAX_DEPTH),
+    );
+    set(
+        "QueueConfigRequest",
+        "result_ttl_ms",
+        range(0, ms(limits::MAX_RESULT_TTL)),
+    );
+    // `RateLimitWire` is also how views show rates, so each request gets its own ranges.
+    set(
+        "QueueConfigRequest",
+        "rate_limit",
+        rate(
+            "Delivery rate limit across all consumers, or `null` for none.",
+            limits::MAX_RATE_LIMIT,
+            ms(limits::MIN_RATE_PERIOD),
+        ),
+    );
+    push_target(&mut set);
+
+    for schema in ["SendRequest", "SendMessage"] {
+        set(schema, "body_base64", json!({"pattern": BASE64_PATTERN}));
+        set(schema, "attributes", attributes());
+        set(schema, "delay_ms", delay());
+        set(schema, "dedup_id", dedup_id());
+        set(schema, "group", group());
+    }
+    set(
+        "SendRequest",
+        "messages",
+        json!({"minItems": 1, "maxItems": limits::MAX_BATCH}),
+    );
+    set(
+        "ScheduleRequest",
+        "body_base64",
+        json!({"pattern": BASE64_PATTERN}),
+    );
+    set("ScheduleRequest", "attributes", attributes());
+    set(
+        "ScheduleRequest",
+        "every_ms",
+        range(
+            sluice_core::schedule::MIN_EVERY_MS,
+            sluice_core::schedule::MAX_EVERY_MS,
+        ),
+    );
+    set(
+        "ScheduleRequest",
+        "cron",
+        json!({"format": "cron", "description": "A cron expression the broker can fire: 5 fields \
+            (minute hour day-of-month month day-of-week), or 6 with seconds first, e.g. \
+            `*/5 * * * *`; it must name a time that exists (not 30 February). Format `cron`."}),
+    );
+    set(
+        "ScheduleRequest",
+        "timezone",
+        json!({"enum": time_zones(true)}),
+    );
+
+    set("AckRequest", "receipt", json!({"pattern": RECEIPT_PATTERN}));
+    set(
+        "AckRequest",
+        "result_base64",
+        json!({"pattern": BASE64_PATTERN}),
+    );
+    // A batch's receipts and results are checked one by one: a malformed one is that item's
+    // outcome in the 200 answer, not a 400, so the items carry no format.
+    set(
+        "AckRequest",
+        "receipts",
+        json!({"minItems": 1, "maxItems": limits::MAX_BATCH}),
+    );
+    set(
+        "AckRequest",
+        "acks",
+        json!({"minItems": 1, "maxItems": limits::MAX_BATCH}),
+    );
+    set(
+        "ReceiveRequest",
+        "ack",
+        json!({"maxItems": limits::MAX_BATCH}),
+    );
+    set("ProgressRequest", "detail", json!({"maxLength": 1024}));
+
+    set("RedriveRequest", "limit", json!({"minimum": 1}));
+    set(
+        "RedriveRequest",
+        "rate_per_second",
+        range(1, sluice_core::redrive::MAX_RATE_PER_SECOND.into()),
+    );
+    set(
+        "RedriveRequest",
+        "rate",
+        rate(
+            "Never more than `limit` moves in any sliding `period_ms`, spread evenly; a rate \
+             faster than 100,000 a second is taken as 100,000 a second.",
+            u32::MAX,
+            1,
+        ),
+    );
+    set("RedriveGuardView", "percent", range(1, 100));
+    set("RedriveGuardView", "window", range(1, 10_000));
+    set("RedriveFilterView", "source_queue", name());
+    set("RedriveFilterView", "dead_lettered_before", time());
+    set("RedriveFilterView", "dead_lettered_after", time());
+
+    forms(schemas);
+    parameters(doc);
+    task_events(doc);
+    one_status_two_forms(doc);
+    // These routes read an empty body as `{}`.
+    for (path, method) in [
+        ("/v1/queues/{q}", "put"),
+        ("/v1/queues/{q}/receive", "post"),
+    ] {
+        let body = doc["paths"][path][method]
+            .get_mut("requestBody")
+            .unwrap_or_else(|| panic!("{method} {path} takes a body"));
+        body["required"] = json!(false);
+    }
+}
+
+/// A route that answers one status with two shapes (a single form and a batch form) is
+/// written with the batch form under `2XX` by its handler; a client, or a tester, reads the
+/// exact status first, so the exact status gets both shapes as `oneOf`.
+fn one_status_two_forms(doc: &mut Value) {
+    let mut merged = 0;
+    for item in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+    {
+        for op in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|i| i.values_mut())
+        {
+            let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let Some(batch) = responses.remove("2XX") else {
+                continue;
+            };
+            let exact = responses
+                .iter_mut()
+                .find(|(status, _)| status.starts_with('2'))
+                .map(|(_, r)| r)
+                .expect("a 2XX answer beside an exact success status");
+            let single = exact["content"]["application/json"]["schema"].take();
+            let other = batch["content"]["application/json"]["schema"].clone();
+            exact["content"]["application/json"]["schema"] = json!({"oneOf": [single, other]});
+            let both = format!(
+                "{}; {}",
+                exact["description"].as_str().unwrap_or_default(),
+                batch["description"].as_str().unwrap_or_default()
+            );
+            exact["description"] = json!(both);
+            merged += 1;
+        }
+    }
+    assert!(merged > 0, "the single and batch answers are documented");
+}
+
+/// An event stream is described by the schema of one event (its fields as the SSE format
+/// names them), not by the schema of the JSON its `data` holds.
+fn task_events(doc: &mut Value) {
+    let content = &mut doc["paths"]["/v1/tasks/{id}/events"]["get"]["responses"]["200"]["content"];
+    assert!(
+        content.get("text/event-stream").is_some(),
+        "task events are an event stream"
+    );
+    content["text/event-stream"] = json!({"schema": {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"type": "string", "enum": ["status", "error"],
+                "description": "`status`: `data` is the task's status as a TaskView in JSON; \
+                    `error`: `data` says why the stream ends."},
+            "data": {"type": "string", "contentMediaType": "application/json"},
+            "id": {"type": "string"},
+            "retry": {"type": "integer", "minimum": 0},
+        },
+    }});
+}
+
+/// A push target's URL and headers. The URL pattern is the common case the broker accepts
+/// whatever its flags: `https` to a host name, or `http` to `localhost` or `127.0.0.1`
+/// (a broker started with `--push-allow-http` accepts more).
+fn push_target(set: &mut impl FnMut(&str, &str, Value)) {
+    use sluice_core::push::{HEADER_PREFIX, RESERVED_HEADERS, limits as push};
+    let host = "[A-Za-z][A-Za-z0-9-]*(?:\\.[A-Za-z][A-Za-z0-9-]*)*";
+    let url = format!(
+        "^(?:{}://{host}|{}://(?:{}|127\\.0\\.0\\.1))(?:[/?#][!-~]*)?$",
+        any_case("https"),
+        any_case("http"),
+        any_case("localhost"),
+    );
+    set("PushTargetRequest", "url", json!({"pattern": url}));
+    let reserved: Vec<String> = RESERVED_HEADERS.iter().map(|h| any_case(h)).collect();
+    let reserved = format!(
+        "^(?:(?:{})$|{})",
+        reserved.join("|"),
+        any_case(HEADER_PREFIX)
+    );
+    set(
+        "PushTargetRequest",
+        "headers",
+        json!({
+            "maxProperties": push::MAX_HEADERS,
+            "propertyNames": {
+                "pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+                "not": {"pattern": reserved},
+            },
+            "additionalProperties": {
+                "type": "string",
+                "pattern": "^[\\t -~]*$",
+                "maxLength": push::MAX_HEADER_VALUE_BYTES,
+            },
+        }),
+    );
+}
+
+/// A pattern matching `word` in any case (JSON Schema patterns have no flags).
+fn any_case(word: &str) -> String {
+    word.chars()
+        .map(|c| {
+            if c.is_ascii_alphabetic() {
+                format!("[{}{}]", c.to_ascii_uppercase(), c.to_ascii_lowercase())
+            } else if c.is_ascii_digit() || c == '-' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
+}
+
+/// The forms a request takes, as `oneOf`: which fields make a form, and which it leaves out
+/// (absent or `null`). A `body` (or `result`) set to `null` is the JSON value null, so a form
+/// without one requires it to be absent.
+fn forms(schemas: &mut Map<String, Value>) {
+    // An item of a batch ack is checked on its own (see `apply`).
+    schemas
+        .get_mut("AckItem")
+        .and_then(|s| s["properties"]["receipt"].as_object_mut())
+        .expect("AckItem has a receipt")
+        .remove("pattern");
+    let absent = |f: &str| json!({"not": {"required": [f]}});
+    let null_only = || json!({"type": "null"});
+    let given = |f: &str| json!({"required": [f], "properties": {f: {"not": {"type": "null"}}}});
+    let body_forms = |body: &str, b64: &str| {
+        json!({"oneOf": [
+            {"required": [body], "properties": {b64: null_only()}},
+            {"allOf": [given(b64), absent(body)]},
+        ]})
+    };
+    let mut add = |schema: &str, rule: Value| {
+        let s = schemas
+            .get_mut(schema)
+            .unwrap_or_else(|| panic!("no schema {schema} in the document"));
+        let all = s
+            .as_object_mut()
+            .expect("an object schema")
+            .entry("allOf")
+            .or_insert_with(|| json!([]));
+        all.as_array_mut().expect("allOf is a list").push(rule);
+    };
+    let single_only = ["attributes", "delay_ms", "dedup_id", "group"];
+    let mut batch = json!({"required": ["messages"], "properties": {"body_base64": null_only(), "messages": {"not": {"type": "null"}}}});
+    for f in single_only {
+        batch["properties"][f] = null_only();
+    }
+    add(
+        "SendRequest",
+        json!({"oneOf": [
+            {"allOf": [body_forms("body", "body_base64"), {"properties": {"messages": null_only()}}]},
+            {"allOf": [batch, absent("body")]},
+        ]}),
+    );
+    add("SendMessage", body_forms("body", "body_base64"));
+    // No dead-letter queue only for a queue that never dead-letters.
+    add(
+        "QueueConfigRequest",
+        json!({
+            "if": {"required": ["dead_letter_queue"], "properties": {"dead_letter_queue": null_only()}},
+            "then": {"required": ["max_receive_count"], "properties": {"max_receive_count": {"const": 0}}},
+        }),
+    );
+    add(
+        "ScheduleRequest",
+        json!({"oneOf": [
+            {"allOf": [given("cron"), {"properties": {"every_ms": null_only()}}]},
+            {"allOf": [given("every_ms"), {"properties": {"cron": null_only(), "timezone": null_only()}}]},
+        ]}),
+    );
+    add("ScheduleRequest", body_forms("body", "body_base64"));
+    let single_result = json!({"not": {"allOf": [
+        {"required": ["result"]},
+        given("result_base64"),
+    ]}});
+    add(
+        "AckRequest",
+        json!({"oneOf": [
+            {"allOf": [given("receipt"), single_result,
+                {"properties": {"receipts": null_only(), "acks": null_only()}}]},
+            {"allOf": [given("receipts"), absent("result"),
+                {"properties": {"receipt": null_only(), "result_base64": null_only(), "acks": null_only()}}]},
+            {"allOf": [given("acks"), absent("result"),
+                {"properties": {"receipt": null_only(), "result_base64": null_only(), "receipts": null_only()}}]},
+        ]}),
+    );
+    add(
+        "RedriveRequest",
+        json!({"not": {"allOf": [given("rate"), given("rate_per_second")]}}),
+    );
+}
+
+/// Query parameters, by route and name.
+fn parameters(doc: &mut Value) {
+    let rules: [(&str, &str, Value); 15] = [
+        ("/v1/audit", "queue", name()),
+        (
+            "/v1/audit",
+            "cursor",
+            json!({"pattern": "^-?[0-9]{1,18}\\.[0-9]{1,9}$"}),
+        ),
+        (
+            "/v1/queues/{q}/messages",
+            "cursor",
+            json!({"pattern": "^[0-2]\\.-?[0-9]{1,18}\\.[0-9a-fA-F]{1,16}$"}),
+        ),
+        ("/v1/audit", "since", time()),
+        ("/v1/queues/{q}/messages", "source_queue", name()),
+        (
+            "/v1/queues/{q}/messages",
+            "attribute",
+            json!({"pattern": "="}),
+        ),
+        ("/v1/queues/{q}/messages", "delay_ms", delay()),
+        ("/v1/queues/{q}/messages", "dedup_id", dedup_id()),
+        ("/v1/queues/{q}/messages", "group", group()),
+        ("/v1/queues/{q}/stats/history", "since", time()),
+        (
+            "/v1/queues/{q}/summary",
+            "group_by",
+            json!({"pattern": "^(?:error|reason|source|attribute:[\\s\\S]+)$"}),
+        ),
+        ("/v1/queues/{q}/summary", "limit", range(1, 1000)),
+        ("/v1/queues/{q}/summary", "source_queue", name()),
+        (
+            "/v1/queues/{q}/summary",
+            "attribute",
+            json!({"items": {"type": "string", "pattern": "="}}),
+        ),
+        (
+            "/v1/queues/{q}/summary",
+            "reason",
+            // A text the route reads itself (so empty is no filter), hence a pattern.
+            json!({"pattern": "^(?:exhausted|lease_expired|rejected|expired)$"}),
+        ),
+    ];
+    for (path, param, rule) in rules {
+        let mut found = false;
+        for op in doc["paths"][path]
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|item| item.values_mut())
+        {
+            for p in op
+                .get_mut("parameters")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if p["in"] == "query" && p["name"] == param {
+                    merge(&mut p["schema"], rule.clone());
+                    found = true;
+                }
+            }
+        }
+        assert!(found, "no query parameter {param} on {path}");
+    }
+    let if_none_match = doc["paths"]["/v1/queues/{q}"]["put"]["parameters"]
+        .as_array_mut()
+        .and_then(|ps| ps.iter_mut().find(|p| p["name"] == "If-None-Match"))
+        .expect("PUT /v1/queues/{q} takes If-None-Match");
+    if_none_match["schema"] = json!({"type": "string", "enum": ["*"]});
+    for browse_time in ["dead_lettered_before", "dead_lettered_after"] {
+        for path in ["/v1/queues/{q}/messages", "/v1/queues/{q}/summary"] {
+            for op in doc["paths"][path]
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|item| item.values_mut())
+            {
+                for p in op
+                    .get_mut("parameters")
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    if p["in"] == "query" && p["name"] == browse_time {
+                        merge(&mut p["schema"], time());
+                    }
+                }
+            }
+        }
+    }
+    empty_is_absent(doc);
+}
+
+/// A query parameter with an empty value counts as not given (`?since=` is no `since`), so
+/// where a rule would refuse the empty string, the document allows it beside the rule.
+fn empty_is_absent(doc: &mut Value) {
+    // Not `enum`: a choice (`?state=`) is parsed as one, and empty is none of its values.
+    const RULES: [&str; 4] = ["pattern", "minLength", "format", "anyOf"];
+    fn widen(schema: &mut Value) {
+        let Some(s) = schema.as_object_mut() else {
+            return;
+        };
+        if !RULES.iter().any(|r| s.contains_key(*r)) {
+            return;
+        }
+        let description = s.remove("description");
+        let rule = Value::Object(std::mem::take(s));
+        s.insert(
+            "anyOf".to_owned(),
+            json!([rule, {"type": "string", "maxLength": 0}]),
+        );
+        if let Some(d) = description {
+            s.insert("description".to_owned(), d);
+        }
+    }
+    for item in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+    {
+        for op in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|i| i.values_mut())
+        {
+            for p in op
+                .get_mut("parameters")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if p["in"] != "query" {
+                    continue;
+                }
+                let schema = &mut p["schema"];
+                if schema["type"] == "array" {
+                    widen(&mut schema["items"]);
+                } else if schema["type"] == "string" {
+                    widen(schema);
+                }
+            }
+        }
+    }
+}
+
+/// Every IANA time zone name the broker knows, sorted; with `utc_first`, `UTC` leads so that
+/// generators pick it first.
+fn time_zones(utc_first: bool) -> Vec<&'static str> {
+    let mut names = sluice_core::schedule::time_zone_names();
+    names.sort_unstable();
+    if utc_first && let Some(i) = names.iter().position(|n| *n == "UTC") {
+        let utc = names.remove(i);
+        names.insert(0, utc);
+    }
+    names
+}
+
+/// Sets every key of `rules` on `target` (a schema object).
+fn merge(target: &mut Value, rules: Value) {
+    if let (Some(t), Value::Object(r)) = (target.as_object_mut(), rules) {
+        for (k, v) in r {
+            t.insert(k, v);
+        }
+    }
+}
