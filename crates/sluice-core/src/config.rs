@@ -209,6 +209,17 @@ impl QueueConfig {
         if let Some(push) = &patch.push {
             c.push = push.as_ref().map(|p| p.resolve(self.push.as_ref()));
         }
+        // Without a DLQ only with unlimited attempts: when the change gives only one of the
+        // two, the other comes from the queue as it is, and the clash is with that state.
+        let one_sided = patch.dead_letter_queue.is_some() != patch.max_receive_count.is_some();
+        if one_sided && c.dead_letter_queue.is_none() && c.max_receive_count != 0 {
+            return Err(StoreError::Conflict(format!(
+                "\"{name}\" would have max_receive_count {} and no dead_letter_queue; set \
+                 max_receive_count 0 (unlimited) with dead_letter_queue null, or name a \
+                 dead-letter queue",
+                c.max_receive_count
+            )));
+        }
         c.validate(name)?;
         Ok(c)
     }
@@ -408,6 +419,7 @@ mod tests {
             },
             QueueConfigPatch {
                 dead_letter_queue: Some(None),
+                max_receive_count: Some(3),
                 ..Default::default()
             },
             QueueConfigPatch {
@@ -478,6 +490,13 @@ mod tests {
             ..Default::default()
         };
         let err = base.apply(&q(), &own).expect_err("its own DLQ");
+        assert_eq!(err.code(), crate::ErrorCode::Conflict);
+        // No DLQ, with the queue's own limited attempts: a clash with its state.
+        let no_dlq = QueueConfigPatch {
+            dead_letter_queue: Some(None),
+            ..Default::default()
+        };
+        let err = base.apply(&q(), &no_dlq).expect_err("no DLQ, 5 attempts");
         assert_eq!(err.code(), crate::ErrorCode::Conflict);
     }
 

@@ -84,22 +84,67 @@ fn secs_to_duration(secs: f64) -> Option<Duration> {
         .flatten()
 }
 
+/// Whether `text` is "how long ago" in the one form the API documents: 1 to 4 parts of
+/// 1 – 9 digits (and up to 3 decimals) with a unit (`ms`, `s`, `sec`, `secs`, `m`, `min`,
+/// `mins`, `h`, `hr`, `hrs`, `d`, `day`, `days`), or one bare number of seconds.
+fn is_plain_ago(text: &str) -> bool {
+    fn number(s: &str) -> Option<&str> {
+        let int = s.bytes().take_while(u8::is_ascii_digit).count();
+        if !(1..=9).contains(&int) {
+            return None;
+        }
+        let rest = &s[int..];
+        match rest.strip_prefix('.') {
+            Some(frac) => {
+                let n = frac.bytes().take_while(u8::is_ascii_digit).count();
+                (1..=3).contains(&n).then(|| &frac[n..])
+            }
+            None => Some(rest),
+        }
+    }
+    const UNITS: [&str; 13] = [
+        "ms", "secs", "sec", "s", "mins", "min", "m", "hrs", "hr", "h", "days", "day", "d",
+    ];
+    if number(text) == Some("") {
+        return true;
+    }
+    let mut rest = text;
+    for _ in 0..4 {
+        let Some(after) = number(rest) else {
+            return false;
+        };
+        let unit_len = after.bytes().take_while(u8::is_ascii_alphabetic).count();
+        if !UNITS.contains(&&after[..unit_len]) {
+            return false;
+        }
+        rest = &after[unit_len..];
+        if rest.is_empty() {
+            return true;
+        }
+    }
+    false
+}
+
 /// Parses a point in time: an RFC 3339 time (`2026-01-01T10:00:00Z`), or a duration meaning
 /// that long before `now` (`10m`, `1h`, `90s`, `2d`).
 ///
 /// # Errors
 /// `InvalidArgument` naming `field` and both forms when `s` is neither.
 pub fn parse_time(field: &str, s: &str, now: Timestamp) -> Result<Timestamp, StoreError> {
-    let text = s.trim();
+    let text = s;
     if let Ok(t) = crate::time::parse_rfc3339(field, text) {
         return Ok(t);
     }
-    let ago = parse_duration(text).map_err(|_| {
-        StoreError::invalid(format!(
-            "{field} must be an RFC 3339 time like 2026-01-01T10:00:00Z, or how long ago, like \
+    let ago = Some(text)
+        .filter(|t| is_plain_ago(t))
+        .ok_or(())
+        .and_then(|t| parse_duration(t).map_err(|_| ()))
+        .map_err(|_| {
+            StoreError::invalid(format!(
+                "{field} must be an RFC 3339 time like 2026-01-01T10:00:00Z, or how long ago, like \
              10m, 1h, 90s or 2d; got \"{s}\""
-        ))
-    })?;
+            ))
+        })?;
     // Longer ago than 1970 is 1970: no message is older.
     let ms = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
     Ok(Timestamp(now.as_millis().saturating_sub(ms).max(0)))
@@ -136,6 +181,27 @@ mod tests {
             parse_time("since", "10m", now).unwrap(),
             Timestamp(now.0 - 600_000)
         );
+        assert_eq!(
+            parse_time("since", "1h30m", now).unwrap(),
+            Timestamp(now.0 - 5_400_000)
+        );
+        assert_eq!(
+            parse_time("since", "90", now).unwrap(),
+            Timestamp(now.0 - 90_000)
+        );
+        // Only the documented form: what the OpenAPI pattern allows.
+        for odd in [
+            " 10m",
+            "10 m",
+            "+5",
+            ".5",
+            "1.2345s",
+            "1s1s1s1s1s",
+            "1234567890s",
+            "5x",
+        ] {
+            assert!(parse_time("since", odd, now).is_err(), "{odd}");
+        }
         assert_eq!(
             parse_time("since", "2d", now).unwrap(),
             Timestamp(now.0 - 2 * 86_400_000)

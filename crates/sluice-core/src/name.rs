@@ -51,6 +51,17 @@ impl QueueName {
         if s.len() > MAX_QUEUE_NAME_LEN {
             s = format!("{}.dlq", &self.0[..MAX_QUEUE_NAME_LEN - 4]);
         }
+        if s == self.0 {
+            // A full-length name ending in `.dlq` would be its own DLQ: the character before
+            // the suffix changes instead (names are ASCII).
+            let keep = &self.0[..MAX_QUEUE_NAME_LEN - 5];
+            let other = if self.0.as_bytes()[MAX_QUEUE_NAME_LEN - 5] == b'_' {
+                '-'
+            } else {
+                '_'
+            };
+            s = format!("{keep}{other}.dlq");
+        }
         QueueName(s)
     }
 }
@@ -95,6 +106,12 @@ mod tests {
     fn default_dlq_stays_within_the_limit() {
         let long = QueueName::new("q".repeat(80)).unwrap();
         assert!(long.default_dlq().as_str().len() <= MAX_QUEUE_NAME_LEN);
+        for stem in ["q".repeat(76), format!("{}_", "q".repeat(75))] {
+            let q = QueueName::new(format!("{stem}.dlq")).unwrap();
+            let dlq = q.default_dlq();
+            assert_ne!(dlq, q, "a queue is never its own default DLQ");
+            assert!(dlq.as_str().len() <= MAX_QUEUE_NAME_LEN && dlq.as_str().ends_with(".dlq"));
+        }
         assert_eq!(
             QueueName::new("jobs").unwrap().default_dlq().as_str(),
             "jobs.dlq"

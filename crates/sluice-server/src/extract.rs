@@ -112,15 +112,22 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         }
         Some(_) => {}
     }
+    // Each rewrite reparses the body: a few integral numbers are a convenience, a body full
+    // of them is refused as it was sent.
+    const MAX_REWRITES: usize = 16;
     let mut fixed: Option<Vec<u8>> = None;
+    let mut rewrites = 0;
     let e = loop {
         let text = fixed.as_deref().unwrap_or(bytes);
         let e = match serde_json::from_slice(text) {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
-        match integral_float_as_integer(text, &e) {
-            Some(next) => fixed = Some(next),
+        match integral_float_as_integer(text, &e).filter(|_| rewrites < MAX_REWRITES) {
+            Some(next) => {
+                rewrites += 1;
+                fixed = Some(next);
+            }
             None => break e,
         }
     };
@@ -163,13 +170,21 @@ fn integral_float_as_integer(text: &[u8], e: &serde_json::Error) -> Option<Vec<u
         |b: &u8| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-');
     let start = text.get(..end)?.iter().rposition(|b| !is_number_char(b))? + 1;
     let value: f64 = std::str::from_utf8(&text[start..end]).ok()?.parse().ok()?;
-    // Within ±2^53 every integer is exact in an f64 and prints as itself.
+    // Within ±2^53 every integer is exact in an f64 and prints as itself; -0 is 0.
     if value.fract() != 0.0 || value.abs() > 9_007_199_254_740_992.0 {
+        return None;
+    }
+    let integer = if value == 0.0 {
+        "0".to_owned()
+    } else {
+        format!("{value:.0}")
+    };
+    if integer.as_bytes() == &text[start..end] {
         return None;
     }
     let mut out = Vec::with_capacity(text.len());
     out.extend_from_slice(&text[..start]);
-    out.extend_from_slice(format!("{value:.0}").as_bytes());
+    out.extend_from_slice(integer.as_bytes());
     out.extend_from_slice(&text[end..]);
     Some(out)
 }
@@ -306,6 +321,7 @@ mod tests {
         delay_ms: Option<i64>,
         max: Option<u32>,
         pct: Option<f64>,
+        maxes: Option<Vec<u32>>,
         body: Option<Box<serde_json::value::RawValue>>,
     }
 
@@ -322,6 +338,18 @@ mod tests {
         );
         let d: Delays = parse_json(b"{\"delay_ms\":-903.0,\"pct\":5.0}").unwrap();
         assert_eq!((d.delay_ms, d.pct), (Some(-903), Some(5.0)));
+        for zero in ["-0", "-0.0", "-0e5", "-1e-400"] {
+            let d: Delays = parse_json(format!("{{\"delay_ms\": {zero}}}").as_bytes()).unwrap();
+            assert_eq!(d.delay_ms, Some(0), "{zero}");
+        }
+        // A body full of them is refused as sent, after a bounded number of rewrites.
+        let floats = |n: u32| {
+            let list: Vec<String> = (0..n).map(|i| format!("{i}.0")).collect();
+            format!("{{\"maxes\": [{}]}}", list.join(","))
+        };
+        let d: Delays = parse_json(floats(10).as_bytes()).unwrap();
+        assert_eq!(d.maxes, Some((0..10).collect()));
+        assert!(parse_json::<Delays>(floats(100).as_bytes()).is_err());
         for bad in [
             &b"{\"delay_ms\": 1.5}"[..],
             b"{\"max\": 5e9}",

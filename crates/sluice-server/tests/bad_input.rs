@@ -181,9 +181,17 @@ fn cases(stale: &str) -> Vec<Case> {
             "no DLQ with attempts limited",
             M::PUT,
             "/v1/queues/fresh",
-            r#"{"dead_letter_queue": null}"#,
+            r#"{"dead_letter_queue": null, "max_receive_count": 5}"#,
             400,
             "invalid_argument",
+        ),
+        case(
+            "no DLQ while the queue's attempts are limited",
+            M::PUT,
+            "/v1/queues/fresh",
+            r#"{"dead_letter_queue": null}"#,
+            409,
+            "conflict",
         ),
         case(
             "invalid queue name",

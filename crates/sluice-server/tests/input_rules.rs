@@ -162,6 +162,32 @@ async fn a_request_naming_its_own_resource_is_a_conflict() {
         .await;
     assert_error(&own_dlq, 409, "conflict");
     s.put_queue("jobs", json!({})).await;
+    // No DLQ while the queue's attempts are limited: a clash with its state when the request
+    // gives one side, bad input when it gives both.
+    let no_dlq = s
+        .call(
+            Method::PUT,
+            "/v1/queues/jobs",
+            Some(json!({"dead_letter_queue": null})),
+        )
+        .await;
+    assert_error(&no_dlq, 409, "conflict");
+    let both = s
+        .call(
+            Method::PUT,
+            "/v1/queues/jobs",
+            Some(json!({"dead_letter_queue": null, "max_receive_count": 3})),
+        )
+        .await;
+    assert_error(&both, 400, "invalid_argument");
+    let (st, v) = s
+        .call(
+            Method::PUT,
+            "/v1/queues/open",
+            Some(json!({"dead_letter_queue": null, "max_receive_count": 0})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
     s.send("jobs", json!(1)).await;
     let d = s.receive("jobs", json!({"max": 1})).await;
     let into_itself = s
@@ -194,4 +220,12 @@ async fn a_request_naming_its_own_resource_is_a_conflict() {
         json!({"limit": 100_000, "period_ms": 1000}),
         "{v}"
     );
+    let zero = s
+        .call(
+            Method::POST,
+            "/v1/redrives",
+            Some(json!({"source": "jobs.dlq", "rate": {"limit": 5, "period_ms": 0}})),
+        )
+        .await;
+    assert_error(&zero, 400, "invalid_argument");
 }

@@ -49,7 +49,7 @@ pub struct PushTargetRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 1000)]
     pub concurrency: Option<u32>,
-    /// The HMAC-SHA256 signing key (16 – 512 bytes): requests then carry `Sluice-Signature`.
+    /// The HMAC-SHA256 signing key (16 – 512 characters): requests then carry `Sluice-Signature`.
     /// Absent keeps the current secret (views never show it); `null` removes it.
     #[serde(
         default,

@@ -253,7 +253,10 @@ pub struct RedriveList {
 pub(super) fn rate_to_core(r: &RateLimitWire) -> Result<RateLimit, StoreError> {
     use sluice_core::redrive::MAX_RATE_PER_SECOND;
     let period = millis("rate.period_ms", r.period_ms)?;
-    if u128::from(r.limit) * 1000 > u128::from(MAX_RATE_PER_SECOND) * period.as_millis() {
+    // A zero period is out of range, not fast: the job's checks refuse it.
+    if !period.is_zero()
+        && u128::from(r.limit) * 1000 > u128::from(MAX_RATE_PER_SECOND) * period.as_millis()
+    {
         return Ok(RateLimit::per_second(MAX_RATE_PER_SECOND));
     }
     Ok(RateLimit {

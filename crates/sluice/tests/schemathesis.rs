@@ -90,14 +90,18 @@ fn the_document_matches_the_broker() {
         Stdio::null(),
         &["--config", config.to_str().expect("UTF-8 path")],
     );
+    // Run from the temp dir: Schemathesis keeps a cache where it runs.
     let out = Command::new(&tester)
-        .current_dir(here())
+        .current_dir(dir.path())
         .env("SCHEMATHESIS_HOOKS", "hooks")
         .env("PYTHONPATH", here())
         .env("NO_COLOR", "1")
         .args([
             "--config-file",
-            "schemathesis.toml",
+            here()
+                .join("schemathesis.toml")
+                .to_str()
+                .expect("UTF-8 path"),
             "run",
             &format!("{url}/openapi.json"),
             "--checks",

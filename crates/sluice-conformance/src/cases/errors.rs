@@ -253,12 +253,26 @@ pub async fn bad_input_is_invalid_argument(h: &dyn Harness) {
                 &q,
                 &QueueConfigPatch {
                     dead_letter_queue: Some(None),
+                    max_receive_count: Some(3),
                     ..Default::default()
                 },
             )
             .await,
         inv,
         "no DLQ with limited attempts",
+    );
+    assert_code(
+        e.store
+            .put_queue(
+                &q,
+                &QueueConfigPatch {
+                    dead_letter_queue: Some(None),
+                    ..Default::default()
+                },
+            )
+            .await,
+        ErrorCode::Conflict,
+        "no DLQ while the queue's attempts are limited",
     );
     assert_eq!(
         e.store.get_queue(&q).await.expect("get"),

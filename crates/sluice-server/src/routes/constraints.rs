@@ -176,7 +176,9 @@ pub(super) fn apply(doc: &mut Value) {
         "body_base64",
         json!({"pattern": BASE64_PATTERN}),
     );
-    set("ScheduleRequest", "attributes", attributes());
+    let mut schedule_attributes = attributes();
+    schedule_attributes["propertyNames"]["not"] = json!({"enum": ["schedule", "scheduled_for"]});
+    set("ScheduleRequest", "attributes", schedule_attributes);
     set(
         "ScheduleRequest",
         "every_ms",
@@ -192,11 +194,9 @@ pub(super) fn apply(doc: &mut Value) {
             (minute hour day-of-month month day-of-week), or 6 with seconds first, e.g. \
             `*/5 * * * *`; it must name a time that exists (not 30 February). Format `cron`."}),
     );
-    set(
-        "ScheduleRequest",
-        "timezone",
-        json!({"enum": time_zones(true)}),
-    );
+    let mut zones: Vec<Value> = vec![Value::Null];
+    zones.extend(time_zones(true).into_iter().map(Value::from));
+    set("ScheduleRequest", "timezone", json!({ "enum": zones }));
 
     set("AckRequest", "receipt", json!({"pattern": RECEIPT_PATTERN}));
     set(
@@ -223,7 +223,11 @@ pub(super) fn apply(doc: &mut Value) {
     );
     set("ProgressRequest", "detail", json!({"maxLength": 1024}));
 
-    set("RedriveRequest", "limit", json!({"minimum": 1}));
+    set(
+        "RedriveRequest",
+        "limit",
+        json!({"minimum": 1, "maximum": u64::MAX}),
+    );
     set(
         "RedriveRequest",
         "rate_per_second",
@@ -324,17 +328,23 @@ fn task_events(doc: &mut Value) {
     }});
 }
 
-/// A push target's URL and headers. The URL pattern is the common case the broker accepts
-/// whatever its flags: `https` to a host name, or `http` to `localhost` or `127.0.0.1`
-/// (a broker started with `--push-allow-http` accepts more).
+/// A push target's URL and headers. The URL pattern is what the broker accepts whatever its
+/// flags: `https` to a host name or IPv4 address, or `http` to `localhost`, `127.0.0.0/8` or
+/// `[::1]`, with an optional port (a broker started with `--push-allow-http` accepts more,
+/// and so do URLs with IPv6 or international host names, which the pattern leaves out).
 fn push_target(set: &mut impl FnMut(&str, &str, Value)) {
     use sluice_core::push::{HEADER_PREFIX, RESERVED_HEADERS, limits as push};
-    let host = "[A-Za-z][A-Za-z0-9-]*(?:\\.[A-Za-z][A-Za-z0-9-]*)*";
+    // Labels start with a letter (so the last is never read as a number) and are not
+    // punycode (`xn--`, which the URL parser checks).
+    let label = "(?![Xx][Nn]--)[A-Za-z][A-Za-z0-9-]*";
+    let octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+    let port = "(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}|0))?";
     let url = format!(
-        "^(?:{}://{host}|{}://(?:{}|127\\.0\\.0\\.1))(?:[/?#][!-~]*)?$",
-        any_case("https"),
-        any_case("http"),
-        any_case("localhost"),
+        "^(?:{https}://(?:{label}(?:\\.{label})*|{octet}(?:\\.{octet}){{3}}|\\[::1\\])\
+         |{http}://(?:{localhost}|127(?:\\.{octet}){{3}}|\\[::1\\])){port}(?:[/?#][!-~]*)?$",
+        https = any_case("https"),
+        http = any_case("http"),
+        localhost = any_case("localhost"),
     );
     set("PushTargetRequest", "url", json!({"pattern": url}));
     let reserved: Vec<String> = RESERVED_HEADERS.iter().map(|h| any_case(h)).collect();
@@ -419,13 +429,14 @@ fn forms(schemas: &mut Map<String, Value>) {
         ]}),
     );
     add("SendMessage", body_forms("body", "body_base64"));
-    // No dead-letter queue only for a queue that never dead-letters.
+    // No dead-letter queue only for a queue that never dead-letters, when a request gives
+    // both (given one, the other is the queue's own: a clash with it is a 409).
     add(
         "QueueConfigRequest",
-        json!({
-            "if": {"required": ["dead_letter_queue"], "properties": {"dead_letter_queue": null_only()}},
-            "then": {"required": ["max_receive_count"], "properties": {"max_receive_count": {"const": 0}}},
-        }),
+        json!({"not": {
+            "required": ["dead_letter_queue", "max_receive_count"],
+            "properties": {"dead_letter_queue": null_only(), "max_receive_count": {"minimum": 1}},
+        }}),
     );
     add(
         "ScheduleRequest",

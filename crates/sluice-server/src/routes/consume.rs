@@ -257,7 +257,7 @@ pub async fn release(
     responses(
         (status = 200, description = "Moved; visible in `queue`", body = FailureResponse),
         (status = 404, description = "queue_not_found (either queue)", body = ErrorEnvelope),
-        (status = 409, description = "receipt_stale", body = ErrorEnvelope),
+        (status = 409, description = "receipt_stale, or conflict: `to` is the queue the message is in", body = ErrorEnvelope),
     )
 )]
 pub async fn move_message(

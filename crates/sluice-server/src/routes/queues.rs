@@ -30,7 +30,7 @@ use crate::extract::{CreateOnly, OptionalJsonBody, QueuePath};
         (status = 400, description = "A field is out of range", body = ErrorEnvelope),
         (status = 401, description = "No or unknown key", body = ErrorEnvelope),
         (status = 403, description = "The key may not manage this queue", body = ErrorEnvelope),
-        (status = 409, description = "conflict: If-None-Match: * and the queue exists", body = ErrorEnvelope),
+        (status = 409, description = "conflict: If-None-Match: * and the queue exists, the queue as its own DLQ, or no DLQ while the queue's max_receive_count is not 0", body = ErrorEnvelope),
     )
 )]
 pub async fn put_queue(

@@ -28,7 +28,7 @@ fn job_id(s: &str) -> Result<RedriveId, ApiError> {
         (status = 400, description = "invalid_argument", body = ErrorEnvelope),
         (status = 403, description = "permission_denied (operator role required)", body = ErrorEnvelope),
         (status = 404, description = "queue_not_found", body = ErrorEnvelope),
-        (status = 409, description = "conflict: a job of this source is running", body = ErrorEnvelope),
+        (status = 409, description = "conflict: a job of this source is running, or the destination is the source", body = ErrorEnvelope),
     )
 )]
 pub async fn create(

@@ -304,6 +304,12 @@ async fn start(c: &Client, s: StartArgs, as_json: bool) -> Result<(), Failure> {
         ));
     };
     let source = resolve_dlq(c, &queue, as_json).await?;
+    if s.to.as_deref() == Some(source.as_str()) {
+        return Err(Failure::Usage(format!(
+            "--to {source} is the queue the redrive moves from; name another queue, or leave \
+             --to out to send each message back to the queue it came from"
+        )));
+    }
     let req = RedriveRequest {
         source: source.clone(),
         destination: s.to,
@@ -386,7 +392,8 @@ async fn busy(c: &Client, source: &str, e: sluice_client::Error) -> Failure {
             j.moved,
             id = j.id
         ),
-        None => "a redrive of this queue is still running: see `sluice redrive list`".to_owned(),
+        // A conflict with no job running is another clash; its message says which.
+        None => return Failure::Code(4, e.to_string()),
     };
     Failure::Code(4, format!("{e}\n  hint: {hint}"))
 }
