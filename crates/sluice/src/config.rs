@@ -47,6 +47,8 @@ pub struct FileConfig {
     pub listen: Option<String>,
     /// Address of the frame protocol's listener (off when absent).
     pub frames_listen: Option<String>,
+    /// Address of the SQS-compatible listener (off when absent).
+    pub sqs_listen: Option<String>,
     /// Data directory of the embedded store.
     pub data_dir: Option<PathBuf>,
     /// Relaxed durability of the embedded store: the longest a write may wait for its sync

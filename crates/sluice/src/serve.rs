@@ -32,6 +32,11 @@ pub struct ServeArgs {
     /// keys apply; without keys only a loopback address is allowed.
     #[arg(long, env = "SLUICE_FRAMES_LISTEN", value_name = "ADDR")]
     frames_listen: Option<String>,
+    /// Also serve the Amazon SQS API (the AWS JSON protocol of current AWS SDKs and the AWS
+    /// CLI) on this address [default: off], over the same queues. Loopback only for now: it
+    /// does not check SigV4 signatures yet.
+    #[arg(long, env = "SLUICE_SQS_LISTEN", value_name = "ADDR")]
+    sqs_listen: Option<String>,
     /// Data directory of the embedded store [default: ./sluice-data].
     #[arg(long, env = "SLUICE_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -185,6 +190,7 @@ struct Settings {
     listen: String,
     addrs: Vec<std::net::SocketAddr>,
     frames: Option<(String, Vec<std::net::SocketAddr>)>,
+    sqs: Option<(String, Vec<std::net::SocketAddr>)>,
     data_dir: PathBuf,
     sync_interval: Option<std::time::Duration>,
     min_free_disk: u64,
@@ -225,6 +231,7 @@ impl Settings {
             "listen": self.listen,
             "listen_addresses": self.addrs,
             "frames_listen": self.frames.as_ref().map(|(name, _)| name),
+            "sqs_listen": self.sqs.as_ref().map(|(name, _)| name),
             "store": match &self.store {
                 StoreChoice::Embedded => "embedded".to_owned(),
                 StoreChoice::Postgres(url) => redacted(url),
@@ -280,6 +287,13 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         }
         None => None,
     };
+    let sqs = match args.sqs_listen.or(file.sqs_listen.clone()) {
+        Some(s) => {
+            let addrs = loopback_only("--sqs-listen", &s).await?;
+            Some((s, addrs))
+        }
+        None => None,
+    };
 
     let sync_interval = flag_or_file(
         args.sync_interval,
@@ -332,6 +346,7 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         listen,
         addrs,
         frames,
+        sqs,
         data_dir,
         sync_interval,
         min_free_disk,
@@ -395,6 +410,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         listen,
         addrs,
         frames,
+        sqs,
         data_dir,
         sync_interval,
         min_free_disk,
@@ -473,6 +489,32 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     if options.keys.is_empty() {
         tracing::warn!("no API keys configured: authentication is off (loopback only)");
     }
+    // The SQS listener stops when the broker does; its long polls last at most 20 s.
+    let (stopping, stop) = tokio::sync::watch::channel(false);
+    let sqs_server = match sqs {
+        Some((name, addrs)) => {
+            let listener = tokio::net::TcpListener::bind(addrs.as_slice())
+                .await
+                .with_context(|| format!("binding --sqs-listen {name}"))?;
+            let local = listener.local_addr().context("reading the bound address")?;
+            println!("sluice sqs listening on http://{local}");
+            tracing::info!(%local, "SQS API listening");
+            let router = sluice_sqs::router(store.clone(), sluice_sqs::SqsOptions::default());
+            let mut stop = stop.clone();
+            Some(tokio::spawn(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await
+            }))
+        }
+        None => None,
+    };
+    let signal = async move {
+        shutdown_signal().await;
+        let _ = stopping.send(true);
+    };
     let mut broker = Broker::new(store, options);
     let listener = tokio::net::TcpListener::bind(addrs.as_slice())
         .await
@@ -491,14 +533,34 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     // On stdout, for scripts and tests that ask for port 0.
     println!("sluice listening on {scheme}://{local}");
     tracing::info!(%local, "listening");
-    broker
-        .serve(listener, shutdown_signal())
-        .await
-        .context("serving")?;
+    broker.serve(listener, signal).await.context("serving")?;
+    if let Some(task) = sqs_server {
+        task.await
+            .context("the SQS listener's task")?
+            .context("serving SQS")?;
+    }
     // Both engines make every write durable before answering, so nothing is left to flush;
     // dropping the broker drops the store (and releases the embedded data directory).
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The addresses of a listener that must stay on loopback (`flag` names it in the error).
+async fn loopback_only(flag: &str, addr: &str) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+    let addrs: Vec<_> = tokio::net::lookup_host(addr)
+        .await
+        .with_context(|| format!("{flag} \"{addr}\" is not a host:port address"))?
+        .collect();
+    if let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback()) {
+        bail!(
+            "refusing to serve the SQS API on {addr} ({public}): it does not check request \
+             signatures yet, so it listens on loopback only, e.g. 127.0.0.1:9324"
+        );
+    }
+    if addrs.is_empty() {
+        bail!("{flag} \"{addr}\" resolves to no address");
+    }
+    Ok(addrs)
 }
 
 /// What decides whether a listener may face the network.

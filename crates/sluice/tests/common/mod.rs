@@ -22,6 +22,7 @@ pub fn sluice() -> Command {
         "SLUICE_STORE",
         "SLUICE_NODE_ID",
         "SLUICE_FRAMES_LISTEN",
+        "SLUICE_SQS_LISTEN",
         "SLUICE_SYNC_INTERVAL",
         "SLUICE_PUSH_ALLOW_HTTP",
         "SLUICE_TLS_CERT",
@@ -69,7 +70,32 @@ pub fn serve_store(store: &str, stderr: Stdio) -> (Served, String) {
     (child, url)
 }
 
+/// As [`serve`], with the SQS API on another ephemeral loopback port too (`--sqs-listen`):
+/// returns the child, the base URL and the SQS endpoint's URL.
+pub fn serve_with_sqs(data: &Path, stderr: Stdio) -> (Served, String, String) {
+    let args = [
+        OsStr::new("--data-dir"),
+        data.as_os_str(),
+        OsStr::new("--sqs-listen"),
+        OsStr::new("127.0.0.1:0"),
+    ];
+    let (child, url, side) = spawn_all(&args, stderr);
+    (child, url, side.sqs.expect("the SQS listener's line"))
+}
+
+/// The side listeners a broker printed before its HTTP line.
+#[derive(Default)]
+struct Side {
+    frames: Option<String>,
+    sqs: Option<String>,
+}
+
 fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Served, String, Option<String>) {
+    let (child, url, side) = spawn_all(store_args, stderr);
+    (child, url, side.frames)
+}
+
+fn spawn_all(store_args: &[&OsStr], stderr: Stdio) -> (Served, String, Side) {
     let mut child = sluice()
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(store_args)
@@ -78,12 +104,16 @@ fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Served, String, Option<String
         .spawn()
         .expect("spawn sluice serve");
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut frames = None;
+    let mut side = Side::default();
     loop {
         let mut line = String::new();
         out.read_line(&mut line).expect("read the listening line");
         if let Some(addr) = line.trim().strip_prefix("sluice frames listening on ") {
-            frames = Some(addr.to_owned());
+            side.frames = Some(addr.to_owned());
+            continue;
+        }
+        if let Some(url) = line.trim().strip_prefix("sluice sqs listening on ") {
+            side.sqs = Some(url.to_owned());
             continue;
         }
         let url = line
@@ -91,7 +121,7 @@ fn spawn(store_args: &[&OsStr], stderr: Stdio) -> (Served, String, Option<String
             .strip_prefix("sluice listening on ")
             .unwrap_or_else(|| panic!("sluice serve did not start; line {line:?}"))
             .to_owned();
-        return (Served(child), url, frames);
+        return (Served(child), url, side);
     }
 }
 

@@ -1,0 +1,184 @@
+//! An Amazon SQS-compatible front end for Sluice: AWS SDKs, the AWS CLI and SQS-based
+//! frameworks work against a Sluice broker by changing only their endpoint URL, on the same
+//! queues, messages, stats and dead-letter queues as Sluice's own API.
+//!
+//! It serves the AWS JSON 1.0 protocol (`POST /` with `X-Amz-Target: AmazonSQS.<Action>`
+//! and `Content-Type: application/x-amz-json-1.0`), which every current SDK speaks, on a
+//! listener of its own (`sluice serve --sqs-listen ADDR`): SDKs address the service at the
+//! root of their endpoint and queues by URL, which would collide with the paths of Sluice's
+//! API. Answers carry the MD5 digests SDKs verify, and errors the `__type` and
+//! `x-amzn-query-error` codes SDKs map to their exception classes.
+
+mod attributes;
+mod digest;
+mod error;
+mod messages;
+mod queue_url;
+mod queues;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde::de::DeserializeOwned;
+use sluice_core::store::Store;
+
+pub use error::SqsError;
+pub use queue_url::Identity;
+
+/// The content type of the AWS JSON 1.0 protocol.
+pub const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+
+/// How the front end names itself.
+#[derive(Debug, Clone, Default)]
+pub struct SqsOptions {
+    /// Account and region in queue URLs and ARNs.
+    pub identity: Identity,
+    /// The listener's public URL (e.g. `https://sqs.example.com`), the base of queue URLs;
+    /// without it, the scheme `http` and the request's `Host`.
+    pub public_url: Option<String>,
+}
+
+/// The front end's state: the store and how it names things.
+#[derive(Clone)]
+pub(crate) struct Sqs {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) identity: Identity,
+    public_url: Option<String>,
+    requests: Arc<AtomicU64>,
+}
+
+/// One request: its input and where it came from.
+pub(crate) struct Call {
+    body: Bytes,
+    host: Option<String>,
+}
+
+impl Call {
+    /// The request's input as `T`.
+    pub(crate) fn input<T: DeserializeOwned>(&self) -> Result<T, SqsError> {
+        let body: &[u8] = if self.body.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &self.body
+        };
+        serde_json::from_slice(body).map_err(|e| {
+            use serde_json::error::Category;
+            match e.classify() {
+                Category::Data => match missing_field(&e.to_string()) {
+                    Some(name) => SqsError::missing_parameter(&name),
+                    None => SqsError::invalid_parameter(format!("Invalid request: {e}")),
+                },
+                _ => SqsError::serialization(format!("The request body is not valid JSON: {e}")),
+            }
+        })
+    }
+
+    /// The URL of `queue` as this request should see it.
+    pub(crate) fn url(&self, sqs: &Sqs, queue: &str) -> String {
+        let base = match (&sqs.public_url, &self.host) {
+            (Some(base), _) => base.trim_end_matches('/').to_owned(),
+            (None, Some(host)) => format!("http://{host}"),
+            (None, None) => "http://localhost".to_owned(),
+        };
+        sqs.identity.url(&base, queue)
+    }
+}
+
+/// The field serde names in "missing field `X`", as SQS names it (PascalCase already).
+fn missing_field(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("missing field `")?;
+    Some(rest.split('`').next()?.to_owned())
+}
+
+/// The SQS front end over `store`, as a router serving `POST /`.
+pub fn router(store: Arc<dyn Store>, options: SqsOptions) -> Router {
+    let sqs = Sqs {
+        store,
+        identity: options.identity,
+        public_url: options.public_url,
+        requests: Arc::new(AtomicU64::new(0)),
+    };
+    Router::new().route("/", post(handle)).with_state(sqs)
+}
+
+async fn handle(State(sqs): State<Sqs>, headers: HeaderMap, body: Bytes) -> Response {
+    let request_id = format!(
+        "{:016x}-{:08x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+        sqs.requests.fetch_add(1, Ordering::Relaxed)
+    );
+    let call = Call {
+        body,
+        host: headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned),
+    };
+    let target = headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-amz-json"));
+    let outcome = if !json {
+        Err(SqsError::invalid_action(
+            "(a query-protocol request; this endpoint serves the AWS JSON 1.0 protocol of \
+             current SDKs, e.g. boto3 1.34.90 or later)",
+        ))
+    } else {
+        match target.strip_prefix("AmazonSQS.") {
+            Some(action) => dispatch(&sqs, action, &call).await,
+            None => Err(SqsError::invalid_action(target)),
+        }
+    };
+    let mut resp = match outcome {
+        Ok(value) => {
+            let mut r = value.to_string().into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(JSON_CONTENT_TYPE),
+            );
+            r
+        }
+        Err(e) => {
+            tracing::debug!(action = target, error = %e, "sqs request refused");
+            e.into_response()
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert("x-amzn-requestid", v);
+    }
+    resp
+}
+
+async fn dispatch(sqs: &Sqs, action: &str, call: &Call) -> Result<serde_json::Value, SqsError> {
+    match action {
+        "CreateQueue" => queues::create_queue(sqs, call).await,
+        "GetQueueUrl" => queues::get_queue_url(sqs, call).await,
+        "ListQueues" => queues::list_queues(sqs, call).await,
+        "DeleteQueue" => queues::delete_queue(sqs, call).await,
+        "PurgeQueue" => queues::purge_queue(sqs, call).await,
+        "GetQueueAttributes" => queues::get_queue_attributes(sqs, call).await,
+        "SetQueueAttributes" => queues::set_queue_attributes(sqs, call).await,
+        "SendMessage" => messages::send_message(sqs, call).await,
+        "SendMessageBatch" => messages::send_message_batch(sqs, call).await,
+        "ReceiveMessage" => messages::receive_message(sqs, call).await,
+        "DeleteMessage" => messages::delete_message(sqs, call).await,
+        "DeleteMessageBatch" => messages::delete_message_batch(sqs, call).await,
+        "ChangeMessageVisibility" => messages::change_message_visibility(sqs, call).await,
+        "ChangeMessageVisibilityBatch" => {
+            messages::change_message_visibility_batch(sqs, call).await
+        }
+        other => Err(SqsError::invalid_action(other)),
+    }
+}

@@ -1,0 +1,427 @@
+//! Message operations: SendMessage(Batch), ReceiveMessage, DeleteMessage(Batch) and
+//! ChangeMessageVisibility(Batch), as leases, acks and extensions of Sluice's store.
+//!
+//! A receipt handle is the Sluice receipt of the delivery. Deleting with a receipt whose
+//! lease is over succeeds without deleting (as SQS documents for standard queues: the message
+//! was delivered again and the newer receipt owns it); changing its visibility is
+//! `MessageNotInflight`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice_core::message::{BodyKind, NewMessage};
+use sluice_core::store::{AckRequest, ReceiveRequest};
+use sluice_core::{Delivery, GroupName, QueueName, Receipt, StoreError};
+
+use crate::attributes::{self, MessageAttributeValue};
+use crate::digest::{attributes_md5, md5_hex};
+use crate::error::SqsError;
+use crate::queue_url::queue_of_url;
+use crate::{Call, Sqs};
+
+/// Most entries in one batch.
+const MAX_ENTRIES: usize = 10;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SendEntry {
+    #[serde(default)]
+    id: Option<String>,
+    message_body: Option<String>,
+    delay_seconds: Option<u64>,
+    #[serde(default)]
+    message_attributes: BTreeMap<String, MessageAttributeValue>,
+    message_deduplication_id: Option<String>,
+    message_group_id: Option<String>,
+}
+
+/// A checked send entry: the message and what its answer reports.
+struct Prepared {
+    message: NewMessage,
+    body_md5: String,
+    attributes_md5: Option<String>,
+}
+
+fn prepare(entry: SendEntry) -> Result<Prepared, SqsError> {
+    let body = entry
+        .message_body
+        .ok_or_else(|| SqsError::missing_parameter("MessageBody"))?;
+    if body.is_empty() {
+        return Err(SqsError::invalid_parameter(
+            "The request must contain the parameter MessageBody.",
+        ));
+    }
+    if let Some(c) = body.chars().find(|&c| !allowed_in_body(c)) {
+        return Err(SqsError::invalid_parameter(format!(
+            "Invalid characters found in the message body: U+{:04X} is outside the allowed set \
+             (#x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF).",
+            u32::from(c)
+        )));
+    }
+    let delay = match entry.delay_seconds {
+        Some(d) if d > 900 => {
+            return Err(SqsError::invalid_parameter(format!(
+                "Value {d} for parameter DelaySeconds is invalid. Reason: must be between 0 and 900."
+            )));
+        }
+        d => d.map(Duration::from_secs),
+    };
+    let typed = attributes::typed_from_wire(entry.message_attributes)?;
+    let mut stored = sluice_core::message::Attributes::new();
+    attributes::to_sluice(&typed, &mut stored);
+    let group = entry
+        .message_group_id
+        .map(GroupName::new)
+        .transpose()
+        .map_err(|e| SqsError::invalid_parameter(e.to_string()))?;
+    Ok(Prepared {
+        body_md5: md5_hex(body.as_bytes()),
+        attributes_md5: attributes_md5(&typed),
+        message: NewMessage {
+            body: sluice_core::message::Body::text(body),
+            attributes: stored,
+            delay,
+            dedup_id: entry.message_deduplication_id,
+            group,
+        },
+    })
+}
+
+/// The characters SQS allows in a body.
+fn allowed_in_body(c: char) -> bool {
+    matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SendMessage {
+    queue_url: String,
+    #[serde(flatten)]
+    entry: SendEntry,
+}
+
+pub(crate) async fn send_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: SendMessage = call.input()?;
+    let queue = queue_of_url(&req.queue_url)?;
+    let p = prepare(req.entry)?;
+    let out = sqs.store.send(&queue, vec![p.message]).await?;
+    let id = out.first().map(|o| o.id.to_string()).unwrap_or_default();
+    let mut answer = json!({"MessageId": id, "MD5OfMessageBody": p.body_md5});
+    if let Some(md5) = p.attributes_md5 {
+        answer["MD5OfMessageAttributes"] = json!(md5);
+    }
+    Ok(answer)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SendMessageBatch {
+    queue_url: String,
+    entries: Vec<SendEntry>,
+}
+
+/// Checks the shape of a batch: 1 to 10 entries with distinct, well-formed ids.
+fn check_batch<'a>(ids: impl ExactSizeIterator<Item = &'a str>) -> Result<(), SqsError> {
+    match ids.len() {
+        0 => return Err(SqsError::empty_batch()),
+        n if n > MAX_ENTRIES => return Err(SqsError::too_many_entries(n)),
+        _ => {}
+    }
+    let mut seen = HashSet::new();
+    for id in ids {
+        let ok = !id.is_empty()
+            && id.len() <= 80
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+        if !ok {
+            return Err(SqsError::bad_entry_id(id));
+        }
+        if !seen.insert(id) {
+            return Err(SqsError::ids_not_distinct(id));
+        }
+    }
+    Ok(())
+}
+
+fn failed(id: &str, e: &SqsError) -> Value {
+    json!({"Id": id, "SenderFault": e.sender, "Code": e.entry_code(), "Message": e.message})
+}
+
+pub(crate) async fn send_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: SendMessageBatch = call.input()?;
+    let queue = queue_of_url(&req.queue_url)?;
+    let ids: Vec<String> = req
+        .entries
+        .iter()
+        .map(|e| e.id.clone().unwrap_or_default())
+        .collect();
+    check_batch(ids.iter().map(String::as_str))?;
+    // Entries that pass go in one send (all or nothing); the others are reported failed.
+    let (mut answers, mut messages, mut failures) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, entry) in ids.into_iter().zip(req.entries) {
+        match prepare(entry) {
+            Ok(p) => {
+                answers.push((id, p.body_md5, p.attributes_md5));
+                messages.push(p.message);
+            }
+            Err(e) => failures.push(failed(&id, &e)),
+        }
+    }
+    let mut successes = Vec::new();
+    if !messages.is_empty() {
+        let out = sqs.store.send(&queue, messages).await?;
+        for ((id, body_md5, attributes_md5), o) in answers.into_iter().zip(out) {
+            let mut s =
+                json!({"Id": id, "MessageId": o.id.to_string(), "MD5OfMessageBody": body_md5});
+            if let Some(md5) = attributes_md5 {
+                s["MD5OfMessageAttributes"] = json!(md5);
+            }
+            successes.push(s);
+        }
+    }
+    Ok(json!({"Successful": successes, "Failed": failures}))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ReceiveMessage {
+    queue_url: String,
+    max_number_of_messages: Option<u32>,
+    wait_time_seconds: Option<u64>,
+    visibility_timeout: Option<u64>,
+    #[serde(default)]
+    attribute_names: Vec<String>,
+    #[serde(default)]
+    message_system_attribute_names: Vec<String>,
+    #[serde(default)]
+    message_attribute_names: Vec<String>,
+}
+
+pub(crate) async fn receive_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: ReceiveMessage = call.input()?;
+    let queue = queue_of_url(&req.queue_url)?;
+    let max = req.max_number_of_messages.unwrap_or(1);
+    if !(1..=10).contains(&max) {
+        return Err(SqsError::invalid_parameter(format!(
+            "Value {max} for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided."
+        )));
+    }
+    let wait = req.wait_time_seconds.unwrap_or(0);
+    if wait > 20 {
+        return Err(SqsError::invalid_parameter(format!(
+            "Value {wait} for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided."
+        )));
+    }
+    if req.visibility_timeout.is_some_and(|v| v > 43_200) {
+        return Err(SqsError::invalid_parameter(
+            "Value for parameter VisibilityTimeout is invalid. Reason: Must be between 0 and 43200.",
+        ));
+    }
+    let deliveries = sqs
+        .store
+        .receive(
+            &queue,
+            ReceiveRequest {
+                max,
+                wait: Duration::from_secs(wait),
+                visibility: req.visibility_timeout.map(Duration::from_secs),
+                consumer: Some("sqs".to_owned()),
+            },
+        )
+        .await?;
+    let system: Vec<String> = req
+        .attribute_names
+        .into_iter()
+        .chain(req.message_system_attribute_names)
+        .collect();
+    let messages: Vec<Value> = deliveries
+        .iter()
+        .map(|d| message_view(d, &system, &req.message_attribute_names))
+        .collect();
+    if messages.is_empty() {
+        return Ok(json!({}));
+    }
+    Ok(json!({ "Messages": messages }))
+}
+
+/// A delivery as SQS shows a message.
+fn message_view(d: &Delivery, system: &[String], wanted: &[String]) -> Value {
+    let body = match d.body.kind {
+        BodyKind::Binary => STANDARD.encode(&d.body.bytes),
+        BodyKind::Json | BodyKind::Text => String::from_utf8_lossy(&d.body.bytes).into_owned(),
+    };
+    let mut m = json!({
+        "MessageId": d.id.to_string(),
+        "ReceiptHandle": d.receipt.to_string(),
+        "MD5OfBody": md5_hex(body.as_bytes()),
+        "Body": body,
+    });
+    let every = system.iter().any(|n| n == "All");
+    let mut attrs = serde_json::Map::new();
+    let mut put = |name: &str, value: String| {
+        if every || system.iter().any(|n| n == name) {
+            attrs.insert(name.to_owned(), json!(value));
+        }
+    };
+    put("SenderId", "sluice".to_owned());
+    put("SentTimestamp", d.enqueued_at.as_millis().to_string());
+    put("ApproximateReceiveCount", d.receive_count.to_string());
+    if let Some(g) = &d.group {
+        put("MessageGroupId", g.as_str().to_owned());
+    }
+    if !attrs.is_empty() {
+        m["Attributes"] = Value::Object(attrs);
+    }
+    let typed: Vec<_> = attributes::from_sluice(&d.attributes)
+        .into_iter()
+        .filter(|(name, _)| attributes::wanted(wanted, name))
+        .collect();
+    if let Some(md5) = attributes_md5(&typed) {
+        let shown: serde_json::Map<String, Value> = typed
+            .iter()
+            .map(|(n, t)| {
+                (
+                    n.clone(),
+                    serde_json::to_value(t.to_wire()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        m["MessageAttributes"] = Value::Object(shown);
+        m["MD5OfMessageAttributes"] = json!(md5);
+    }
+    m
+}
+
+/// A receipt handle as a Sluice receipt.
+fn receipt(handle: &str) -> Result<Receipt, SqsError> {
+    handle.parse().map_err(|_| SqsError::bad_receipt(handle))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct DeleteMessage {
+    queue_url: String,
+    receipt_handle: String,
+}
+
+/// Deletes one message; a stale receipt deletes nothing and is no error.
+async fn delete_one(sqs: &Sqs, queue: &QueueName, handle: &str) -> Result<(), SqsError> {
+    let receipt = receipt(handle)?;
+    let out = sqs
+        .store
+        .ack(
+            queue,
+            vec![AckRequest {
+                receipt,
+                result: None,
+            }],
+        )
+        .await?;
+    match out.into_iter().next() {
+        Some(Ok(()))
+        | Some(Err(StoreError::ReceiptStale))
+        | Some(Err(StoreError::MessageNotFound(_)))
+        | None => Ok(()),
+        Some(Err(e)) => Err(e.into()),
+    }
+}
+
+pub(crate) async fn delete_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: DeleteMessage = call.input()?;
+    let queue = queue_of_url(&req.queue_url)?;
+    delete_one(sqs, &queue, &req.receipt_handle).await?;
+    Ok(json!({}))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct HandleEntry {
+    id: String,
+    receipt_handle: String,
+    visibility_timeout: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct HandleBatch {
+    queue_url: String,
+    entries: Vec<HandleEntry>,
+}
+
+pub(crate) async fn delete_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: HandleBatch = call.input()?;
+    let queue = queue_of_url(&req.queue_url)?;
+    check_batch(req.entries.iter().map(|e| e.id.as_str()))?;
+    let (mut ok, mut failures) = (Vec::new(), Vec::new());
+    for e in &req.entries {
+        match delete_one(sqs, &queue, &e.receipt_handle).await {
+            Ok(()) => ok.push(json!({"Id": e.id})),
+            Err(err) => failures.push(failed(&e.id, &err)),
+        }
+    }
+    Ok(json!({"Successful": ok, "Failed": failures}))
+}
+
+/// Sets the visibility of one in-flight message to `secs` from now.
+async fn change_one(
+    sqs: &Sqs,
+    queue: &QueueName,
+    handle: &str,
+    secs: Option<u64>,
+) -> Result<(), SqsError> {
+    let receipt = receipt(handle)?;
+    let secs = secs.ok_or_else(|| SqsError::missing_parameter("VisibilityTimeout"))?;
+    if secs > 43_200 {
+        return Err(SqsError::invalid_parameter(format!(
+            "Value {secs} for parameter VisibilityTimeout is invalid. Reason: Must be between 0 and 43200."
+        )));
+    }
+    match sqs
+        .store
+        .extend(queue, receipt, Duration::from_secs(secs))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(StoreError::ReceiptStale | StoreError::MessageNotFound(_)) => {
+            Err(SqsError::not_in_flight())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ChangeVisibility {
+    queue_url: String,
+    receipt_handle: String,
+    visibility_timeout: Option<u64>,
+}
+
+pub(crate) async fn change_message_visibility(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: ChangeVisibility = call.input()?;
+    let queue = queue_of_url(&req.queue_url)?;
+    change_one(sqs, &queue, &req.receipt_handle, req.visibility_timeout).await?;
+    Ok(json!({}))
+}
+
+pub(crate) async fn change_message_visibility_batch(
+    sqs: &Sqs,
+    call: &Call,
+) -> Result<Value, SqsError> {
+    let req: HandleBatch = call.input()?;
+    let queue = queue_of_url(&req.queue_url)?;
+    check_batch(req.entries.iter().map(|e| e.id.as_str()))?;
+    let (mut ok, mut failures) = (Vec::new(), Vec::new());
+    for e in &req.entries {
+        match change_one(sqs, &queue, &e.receipt_handle, e.visibility_timeout).await {
+            Ok(()) => ok.push(json!({"Id": e.id})),
+            Err(err) => failures.push(failed(&e.id, &err)),
+        }
+    }
+    Ok(json!({"Successful": ok, "Failed": failures}))
+}

@@ -1,0 +1,329 @@
+//! Queue operations: CreateQueue, GetQueueUrl, ListQueues, DeleteQueue, Get/SetQueueAttributes
+//! and PurgeQueue, on the same queues as Sluice's own API.
+//!
+//! A queue created through SQS gets SQS's defaults: no dead-letter queue and unlimited
+//! receives until a `RedrivePolicy` says otherwise, a 1 MiB message limit, four days'
+//! retention. Its attributes map onto the queue's Sluice settings, so either API may change
+//! them and both see the change.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice_core::{QueueConfig, QueueConfigPatch, QueueInfo, QueueName, StoreError};
+
+use crate::error::SqsError;
+use crate::queue_url::{check_sqs_name, queue_of_arn, queue_of_url};
+use crate::{Call, Sqs};
+
+/// SQS's defaults for a queue it creates.
+fn sqs_defaults() -> QueueConfigPatch {
+    QueueConfigPatch {
+        max_receive_count: Some(0),
+        dead_letter_queue: Some(None),
+        max_message_bytes: Some(1_048_576),
+        retention: Some(Duration::from_secs(345_600)),
+        ..QueueConfigPatch::default()
+    }
+}
+
+/// Reads `Attributes` of CreateQueue or SetQueueAttributes into a patch.
+fn patch_of(
+    attributes: &BTreeMap<String, String>,
+    name: &QueueName,
+) -> Result<QueueConfigPatch, SqsError> {
+    let mut patch = QueueConfigPatch::default();
+    for (key, value) in attributes {
+        let secs = |min: u64, max: u64| -> Result<u64, SqsError> {
+            value
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|v| (min..=max).contains(v))
+                .ok_or_else(|| {
+                    SqsError::invalid_parameter(format!(
+                        "Invalid value for the parameter {key}: {value:?} (from {min} to {max})."
+                    ))
+                })
+        };
+        match key.as_str() {
+            "VisibilityTimeout" => {
+                patch.visibility_timeout = Some(Duration::from_secs(secs(0, 43_200)?));
+            }
+            "DelaySeconds" => patch.delay = Some(Duration::from_secs(secs(0, 900)?)),
+            "MessageRetentionPeriod" => {
+                patch.retention = Some(Duration::from_secs(secs(60, 1_209_600)?));
+            }
+            "MaximumMessageSize" => {
+                let bytes = secs(1024, 1_048_576)?;
+                patch.max_message_bytes = Some(u32::try_from(bytes).unwrap_or(u32::MAX));
+            }
+            "RedrivePolicy" => {
+                let (dlq, max) = redrive_policy(value)?;
+                patch.dead_letter_queue = Some(dlq);
+                patch.max_receive_count = Some(max);
+            }
+            "FifoQueue" => {
+                let fifo = value.eq_ignore_ascii_case("true");
+                if fifo != name.as_str().ends_with(".fifo") {
+                    return Err(SqsError::invalid_parameter(
+                        "The name of a FIFO queue can only include alphanumeric characters, \
+                         hyphens, or underscores, must end with .fifo suffix; and a queue whose \
+                         name ends with .fifo is a FIFO queue.",
+                    ));
+                }
+            }
+            other => return Err(SqsError::invalid_attribute(other)),
+        }
+    }
+    Ok(patch)
+}
+
+/// `{"deadLetterTargetArn": "...", "maxReceiveCount": N}` (a number or its text); an empty
+/// policy removes the dead-letter queue.
+fn redrive_policy(value: &str) -> Result<(Option<QueueName>, u32), SqsError> {
+    if value.trim().is_empty() {
+        return Ok((None, 0));
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Policy {
+        dead_letter_target_arn: String,
+        max_receive_count: Value,
+    }
+    let bad = |why: String| {
+        SqsError::invalid_parameter(format!(
+            "Value {value} for parameter RedrivePolicy is invalid. Reason: {why}"
+        ))
+    };
+    let p: Policy = serde_json::from_str(value).map_err(|e| bad(e.to_string()))?;
+    let max = match &p.max_receive_count {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+    .filter(|n| (1..=1000).contains(n))
+    .ok_or_else(|| bad("maxReceiveCount must be 1 to 1000.".to_owned()))?;
+    let dlq = queue_of_arn(&p.dead_letter_target_arn)?;
+    Ok((Some(dlq), u32::try_from(max).unwrap_or(1000)))
+}
+
+/// The attributes of a queue, by SQS name.
+async fn attributes_of(
+    sqs: &Sqs,
+    info: &QueueInfo,
+) -> Result<BTreeMap<&'static str, String>, SqsError> {
+    let c: &QueueConfig = &info.config;
+    let stats = sqs.store.stats(&info.name).await?;
+    let created = (info.created_at.as_millis() / 1000).to_string();
+    let mut out = BTreeMap::from([
+        (
+            "VisibilityTimeout",
+            c.visibility_timeout.as_secs().to_string(),
+        ),
+        ("DelaySeconds", c.delay.as_secs().to_string()),
+        ("MessageRetentionPeriod", c.retention.as_secs().to_string()),
+        ("MaximumMessageSize", c.max_message_bytes.to_string()),
+        ("ReceiveMessageWaitTimeSeconds", "0".to_owned()),
+        ("ApproximateNumberOfMessages", stats.visible.to_string()),
+        (
+            "ApproximateNumberOfMessagesNotVisible",
+            stats.in_flight.to_string(),
+        ),
+        (
+            "ApproximateNumberOfMessagesDelayed",
+            stats.delayed.to_string(),
+        ),
+        ("CreatedTimestamp", created.clone()),
+        ("LastModifiedTimestamp", created),
+        ("QueueArn", sqs.identity.arn(info.name.as_str())),
+    ]);
+    if let Some(dlq) = c
+        .dead_letter_queue
+        .as_ref()
+        .filter(|_| c.max_receive_count > 0)
+    {
+        let policy = json!({
+            "deadLetterTargetArn": sqs.identity.arn(dlq.as_str()),
+            "maxReceiveCount": c.max_receive_count,
+        });
+        out.insert("RedrivePolicy", policy.to_string());
+    }
+    if info.name.as_str().ends_with(".fifo") {
+        out.insert("FifoQueue", "true".to_owned());
+        out.insert("ContentBasedDeduplication", "false".to_owned());
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CreateQueue {
+    queue_name: String,
+    #[serde(default)]
+    attributes: BTreeMap<String, String>,
+}
+
+pub(crate) async fn create_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: CreateQueue = call.input()?;
+    let name = check_sqs_name(&req.queue_name)?;
+    let wanted = patch_of(&req.attributes, &name)?;
+    match sqs.store.get_queue(&name).await {
+        Ok(info) => {
+            // Creating a queue that exists is fine when every attribute given matches.
+            let current = attributes_of(sqs, &info).await?;
+            let same = req.attributes.iter().all(|(k, v)| {
+                current.get(k.as_str()).is_some_and(|c| {
+                    c == v
+                        || (k == "RedrivePolicy"
+                            && redrive_policy(v).ok() == redrive_policy(c).ok())
+                })
+            });
+            if !same {
+                return Err(SqsError::name_exists(name.as_str()));
+            }
+        }
+        Err(StoreError::QueueNotFound(_)) => {
+            let mut patch = sqs_defaults();
+            merge(&mut patch, wanted);
+            match sqs.store.create_queue(&name, &patch).await {
+                Ok(_) | Err(StoreError::QueueExists(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(json!({ "QueueUrl": call.url(sqs, name.as_str()) }))
+}
+
+/// Sets on `base` what `over` sets.
+fn merge(base: &mut QueueConfigPatch, over: QueueConfigPatch) {
+    macro_rules! take {
+        ($($f:ident),*) => { $( if over.$f.is_some() { base.$f = over.$f; } )* };
+    }
+    take!(
+        visibility_timeout,
+        delay,
+        retention,
+        max_message_bytes,
+        dead_letter_queue,
+        max_receive_count
+    );
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct QueueNameInput {
+    queue_name: String,
+}
+
+pub(crate) async fn get_queue_url(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: QueueNameInput = call.input()?;
+    let name = QueueName::new(req.queue_name).map_err(|_| SqsError::no_queue())?;
+    sqs.store.get_queue(&name).await?;
+    Ok(json!({ "QueueUrl": call.url(sqs, name.as_str()) }))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListQueues {
+    queue_name_prefix: Option<String>,
+    max_results: Option<u32>,
+    next_token: Option<String>,
+}
+
+pub(crate) async fn list_queues(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: ListQueues = call.input()?;
+    if req.max_results.is_some_and(|m| !(1..=1000).contains(&m)) {
+        return Err(SqsError::invalid_parameter(
+            "Value for parameter MaxResults is invalid. Reason: must be between 1 and 1000.",
+        ));
+    }
+    let prefix = req.queue_name_prefix.unwrap_or_default();
+    let mut names: Vec<String> = sqs
+        .store
+        .list_queues()
+        .await?
+        .into_iter()
+        .map(|q| q.name.as_str().to_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .filter(|n| {
+            req.next_token
+                .as_ref()
+                .is_none_or(|t| n.as_str() > t.as_str())
+        })
+        .collect();
+    names.sort();
+    let page = req.max_results.unwrap_or(1000) as usize;
+    // A token only when the caller pages (MaxResults given) and more remain.
+    let next = (req.max_results.is_some() && names.len() > page).then(|| names[page - 1].clone());
+    names.truncate(page);
+    let urls: Vec<String> = names.iter().map(|n| call.url(sqs, n)).collect();
+    let mut out = json!({ "QueueUrls": urls });
+    if let Some(t) = next {
+        out["NextToken"] = json!(t);
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct QueueUrlInput {
+    queue_url: String,
+}
+
+pub(crate) async fn delete_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: QueueUrlInput = call.input()?;
+    sqs.store
+        .delete_queue(&queue_of_url(&req.queue_url)?)
+        .await?;
+    Ok(json!({}))
+}
+
+pub(crate) async fn purge_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: QueueUrlInput = call.input()?;
+    sqs.store.purge(&queue_of_url(&req.queue_url)?).await?;
+    Ok(json!({}))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct GetQueueAttributes {
+    queue_url: String,
+    #[serde(default)]
+    attribute_names: Vec<String>,
+}
+
+pub(crate) async fn get_queue_attributes(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: GetQueueAttributes = call.input()?;
+    let info = sqs.store.get_queue(&queue_of_url(&req.queue_url)?).await?;
+    let all = attributes_of(sqs, &info).await?;
+    let every = req.attribute_names.iter().any(|n| n == "All");
+    let mut out = serde_json::Map::new();
+    for (k, v) in &all {
+        if every || req.attribute_names.iter().any(|n| n == k) {
+            out.insert((*k).to_owned(), json!(v));
+        }
+    }
+    if out.is_empty() {
+        return Ok(json!({}));
+    }
+    Ok(json!({ "Attributes": out }))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SetQueueAttributes {
+    queue_url: String,
+    attributes: BTreeMap<String, String>,
+}
+
+pub(crate) async fn set_queue_attributes(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: SetQueueAttributes = call.input()?;
+    let name = queue_of_url(&req.queue_url)?;
+    let patch = patch_of(&req.attributes, &name)?;
+    sqs.store.get_queue(&name).await?;
+    sqs.store.put_queue(&name, &patch).await?;
+    Ok(json!({}))
+}

@@ -1,0 +1,93 @@
+//! The SQS-compatible endpoint (`sluice serve --sqs-listen`) with the clients teams already
+//! run: boto3 over the AWS JSON protocol, against the real broker, on the same queues as
+//! Sluice's own API (`tests/sqs/boto3_suite.py`).
+//!
+//! boto3 comes from the Python venv (`python/.venv`, extra `api`, installed by `.ci/run`) or
+//! `$SLUICE_PYTHON`. Without it the test skips with a loud message on a developer's machine
+//! and fails when `CI=true`.
+
+mod common;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("SLUICE_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/.venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+/// True when the interpreter has boto3 and httpx; otherwise skips loudly, or fails on CI.
+fn have_boto3() -> bool {
+    let ok = Command::new(python())
+        .args(["-c", "import boto3, httpx"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return true;
+    }
+    let msg = "the SQS endpoint's test needs Python with boto3 and httpx: install them with \
+               python3 -m pip install -e 'python[api]' into python/.venv (as .ci/run does), or \
+               set SLUICE_PYTHON to an interpreter that has them";
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{msg}");
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n==================== SKIPPED ====================\n{msg}\n\
+         =================================================\n"
+    );
+    false
+}
+
+#[test]
+fn boto3_works_against_the_sqs_endpoint() {
+    if !have_boto3() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_broker, url, sqs) = common::serve_with_sqs(&dir.path().join("data"), Stdio::null());
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/boto3_suite.py");
+    let out = Command::new(python())
+        .arg(&suite)
+        .env("SQS_URL", &sqs)
+        .env("SLUICE_URL", &url)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run the boto3 suite");
+    assert!(
+        out.status.success(),
+        "the boto3 suite failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_sqs_listener_stays_on_loopback() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = common::sluice()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--sqs-listen",
+            "0.0.0.0:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .expect("run sluice serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("loopback only"), "{err}");
+}

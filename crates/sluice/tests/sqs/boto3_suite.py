@@ -1,0 +1,251 @@
+"""boto3 (AWS JSON protocol) against Sluice's SQS endpoint, as an application written for SQS
+uses it: only the endpoint URL differs. Run by crates/sluice/tests/sqs.rs with SQS_URL (the SQS
+listener) and SLUICE_URL (the broker's own API) set.
+
+The MD5 digests are checked with an implementation written here from the SQS documentation
+and checked against its published test vector, because boto3 itself does not verify them
+(the Java, Go, .NET, Ruby and PHP SDKs do).
+"""
+
+import hashlib
+import json
+import os
+import struct
+import threading
+import time
+import unittest
+
+import boto3
+import httpx
+from botocore.exceptions import ClientError
+
+SQS_URL = os.environ["SQS_URL"]
+SLUICE_URL = os.environ["SLUICE_URL"]
+
+
+def client():
+    return boto3.client(
+        "sqs",
+        endpoint_url=SQS_URL,
+        region_name="us-east-1",
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="secret",
+    )
+
+
+def attributes_md5(attributes):
+    """MD5 of message attributes: per attribute in name order, length-prefixed name, data
+    type, a transport byte (1 text, 2 binary) and length-prefixed value."""
+    md5 = hashlib.md5()
+
+    def field(b):
+        md5.update(struct.pack(">I", len(b)))
+        md5.update(b)
+
+    for name in sorted(attributes):
+        a = attributes[name]
+        field(name.encode())
+        field(a["DataType"].encode())
+        if "BinaryValue" in a:
+            md5.update(b"\x02")
+            field(a["BinaryValue"])
+        else:
+            md5.update(b"\x01")
+            field(a["StringValue"].encode())
+    return md5.hexdigest()
+
+
+def error_code(e):
+    return e.response["Error"]["Code"]
+
+
+class Sqs(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sqs = client()
+
+    def queue(self, name, **attributes):
+        return self.sqs.create_queue(
+            QueueName=name, Attributes={k: str(v) for k, v in attributes.items()}
+        )["QueueUrl"]
+
+    def test_md5_implementation_matches_the_published_vector(self):
+        self.assertEqual(
+            attributes_md5({"attribName1": {"DataType": "String", "StringValue": "attribValue 1"}}),
+            "19e27d4e946b072f3f58da80d94fd778",
+        )
+
+    def test_queues_create_idempotently_list_page_and_delete(self):
+        url = self.queue("lq-a", VisibilityTimeout=40)
+        self.assertTrue(url.endswith("/000000000000/lq-a"), url)
+        self.assertEqual(self.queue("lq-a", VisibilityTimeout=40), url, "same attributes: same queue")
+        with self.assertRaises(ClientError) as e:
+            self.queue("lq-a", VisibilityTimeout=41)
+        self.assertEqual(error_code(e.exception), "QueueAlreadyExists")
+        for n in ("lq-b", "lq-c"):
+            self.queue(n)
+        self.assertEqual(self.sqs.get_queue_url(QueueName="lq-b")["QueueUrl"], url[:-1] + "b")
+        seen, token = [], None
+        while True:
+            kw = {"QueueNamePrefix": "lq-", "MaxResults": 2}
+            if token:
+                kw["NextToken"] = token
+            page = self.sqs.list_queues(**kw)
+            seen += page["QueueUrls"]
+            token = page.get("NextToken")
+            if not token:
+                break
+        self.assertEqual([u.rsplit("/", 1)[1] for u in seen], ["lq-a", "lq-b", "lq-c"])
+        attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        self.assertEqual(attrs["VisibilityTimeout"], "40")
+        self.assertEqual(attrs["QueueArn"], "arn:aws:sqs:us-east-1:000000000000:lq-a")
+        self.sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "3"})
+        got = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["DelaySeconds"])
+        self.assertEqual(got["Attributes"], {"DelaySeconds": "3"})
+        # The same queue in Sluice's own API.
+        config = httpx.get(f"{SLUICE_URL}/v1/queues/lq-a").json()["config"]
+        self.assertEqual((config["visibility_timeout_ms"], config["delay_ms"]), (40000, 3000))
+        self.sqs.delete_queue(QueueUrl=url)
+        with self.assertRaises(self.sqs.exceptions.QueueDoesNotExist) as e:
+            self.sqs.get_queue_url(QueueName="lq-a")
+        self.assertEqual(error_code(e.exception), "AWS.SimpleQueueService.NonExistentQueue")
+
+    def test_send_receive_with_attributes_and_digests(self):
+        url = self.queue("digests")
+        attrs = {
+            "a": {"DataType": "String", "StringValue": "x"},
+            "n": {"DataType": "Number.int", "StringValue": "42"},
+            "b": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xff"},
+        }
+        sent = self.sqs.send_message(QueueUrl=url, MessageBody="hello ü", MessageAttributes=attrs)
+        self.assertEqual(sent["MD5OfMessageBody"], hashlib.md5("hello ü".encode()).hexdigest())
+        self.assertEqual(sent["MD5OfMessageAttributes"], attributes_md5(attrs))
+        plain = self.sqs.send_message(QueueUrl=url, MessageBody="plain")
+        self.assertNotIn("MD5OfMessageAttributes", plain, "no attributes, no digest")
+        got = self.sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+        )["Messages"]
+        self.assertEqual([m["Body"] for m in got], ["hello ü", "plain"])
+        m = got[0]
+        self.assertEqual(m["MessageId"], sent["MessageId"])
+        self.assertEqual(m["MD5OfBody"], sent["MD5OfMessageBody"])
+        self.assertEqual(m["MessageAttributes"], attrs)
+        self.assertEqual(m["MD5OfMessageAttributes"], attributes_md5(attrs))
+        self.assertEqual(m["Attributes"]["ApproximateReceiveCount"], "1")
+        self.assertGreater(int(m["Attributes"]["SentTimestamp"]), 1_700_000_000_000)
+        # Only the attributes asked for, with the digest of those.
+        self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+        again = self.sqs.receive_message(QueueUrl=url, MessageAttributeNames=["a"])["Messages"][0]
+        self.assertEqual(again["MessageAttributes"], {"a": attrs["a"]})
+        self.assertEqual(again["MD5OfMessageAttributes"], attributes_md5({"a": attrs["a"]}))
+        # Sluice's API sees the String attribute as itself.
+        browse = httpx.get(f"{SLUICE_URL}/v1/queues/digests/messages", params={"state": "all"}).json()
+        self.assertTrue(any(b["attributes"].get("a") == "x" for b in browse["messages"]), browse)
+
+    def test_batches_report_each_entry(self):
+        url = self.queue("batches")
+        out = self.sqs.send_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": "ok1", "MessageBody": "one"},
+                {"Id": "bad", "MessageBody": "x", "DelaySeconds": 901},
+                {"Id": "ok2", "MessageBody": "two", "DelaySeconds": 0},
+            ],
+        )
+        self.assertEqual(sorted(s["Id"] for s in out["Successful"]), ["ok1", "ok2"])
+        self.assertEqual([(f["Id"], f["Code"], f["SenderFault"]) for f in out["Failed"]], [("bad", "InvalidParameterValue", True)])
+        with self.assertRaises(ClientError) as e:
+            self.sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(11)])
+        self.assertEqual(error_code(e.exception), "AWS.SimpleQueueService.TooManyEntriesInBatchRequest")
+        with self.assertRaises(ClientError) as e:
+            self.sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a", "MessageBody": "x"}] * 2)
+        self.assertEqual(error_code(e.exception), "AWS.SimpleQueueService.BatchEntryIdsNotDistinct")
+        got = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        self.assertEqual(sorted(m["Body"] for m in got), ["one", "two"])
+        done = self.sqs.delete_message_batch(
+            QueueUrl=url,
+            Entries=[{"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]
+            + [{"Id": "garbage", "ReceiptHandle": "not-a-receipt"}],
+        )
+        self.assertEqual(len(done["Successful"]), 2)
+        self.assertEqual([(f["Id"], f["Code"]) for f in done["Failed"]], [("garbage", "ReceiptHandleIsInvalid")])
+        self.assertNotIn("Messages", self.sqs.receive_message(QueueUrl=url))
+
+    def test_long_poll_wakes_on_send_and_delay_holds(self):
+        url = self.queue("longpoll")
+        got = {}
+
+        def poll():
+            started = time.monotonic()
+            got["messages"] = self.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=10).get("Messages", [])
+            got["took"] = time.monotonic() - started
+
+        t = threading.Thread(target=poll)
+        t.start()
+        time.sleep(0.5)
+        self.sqs.send_message(QueueUrl=url, MessageBody="wake")
+        t.join()
+        self.assertEqual([m["Body"] for m in got["messages"]], ["wake"])
+        self.assertLess(got["took"], 5)
+        self.sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=2)
+        self.assertNotIn("Messages", self.sqs.receive_message(QueueUrl=url))
+        late = self.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"]
+        self.assertEqual([m["Body"] for m in late], ["later"])
+
+    def test_stale_receipts_delete_nothing_and_cannot_change_visibility(self):
+        url = self.queue("stale")
+        self.sqs.send_message(QueueUrl=url, MessageBody="x")
+        first = self.sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]
+        second = self.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"][0]
+        self.assertNotEqual(first["ReceiptHandle"], second["ReceiptHandle"])
+        # The first receipt is stale: deleting with it succeeds and deletes nothing.
+        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+        with self.assertRaises(ClientError) as e:
+            self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=10)
+        self.assertEqual(error_code(e.exception), "AWS.SimpleQueueService.MessageNotInflight")
+        self.sqs.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])
+        stats = httpx.get(f"{SLUICE_URL}/v1/queues/stale/stats").json()
+        self.assertEqual((stats["visible"], stats["in_flight"]), (0, 0), stats)
+
+    def test_redrive_policy_dead_letters_after_max_receives(self):
+        dlq = self.queue("work-dlq")
+        arn = self.sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        url = self.queue("work", RedrivePolicy=json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "2"}))
+        policy = json.loads(self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"])
+        self.assertEqual(policy, {"deadLetterTargetArn": arn, "maxReceiveCount": 2})
+        self.sqs.send_message(QueueUrl=url, MessageBody="poison")
+        for _ in range(2):
+            m = self.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, VisibilityTimeout=0)["Messages"]
+            self.assertEqual(m[0]["Body"], "poison")
+        self.assertNotIn("Messages", self.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1))
+        dead = self.sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=2)["Messages"]
+        self.assertEqual([m["Body"] for m in dead], ["poison"])
+        # Sluice's own API tells why.
+        self.sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=dead[0]["ReceiptHandle"], VisibilityTimeout=0)
+        browse = httpx.get(f"{SLUICE_URL}/v1/queues/work-dlq/messages").json()["messages"]
+        self.assertEqual(browse[0]["dead_letter_reason"], "lease_expired")
+
+    def test_purge_and_bad_parameters(self):
+        url = self.queue("purged")
+        self.sqs.send_message(QueueUrl=url, MessageBody="x")
+        self.sqs.purge_queue(QueueUrl=url)
+        self.assertNotIn("Messages", self.sqs.receive_message(QueueUrl=url))
+        with self.assertRaises(ClientError) as e:
+            self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=11)
+        self.assertEqual(error_code(e.exception), "InvalidParameterValue")
+        with self.assertRaises(ClientError) as e:
+            self.sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={"AWS.x": {"DataType": "String", "StringValue": "v"}})
+        self.assertEqual(error_code(e.exception), "InvalidParameterValue")
+        with self.assertRaises(ClientError) as e:
+            self.sqs.create_queue(QueueName="bad name")
+        self.assertEqual(error_code(e.exception), "InvalidParameterValue")
+        with self.assertRaises(ClientError) as e:
+            self.sqs.set_queue_attributes(QueueUrl=url, Attributes={"NoSuchAttribute": "1"})
+        self.assertEqual(error_code(e.exception), "InvalidAttributeName")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
