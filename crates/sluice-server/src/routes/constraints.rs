@@ -270,38 +270,28 @@ pub(super) fn apply(doc: &mut Value) {
 /// exact status first, so the exact status gets both shapes as `oneOf`.
 fn one_status_two_forms(doc: &mut Value) {
     let mut merged = 0;
-    for item in doc["paths"]
-        .as_object_mut()
-        .into_iter()
-        .flat_map(|p| p.values_mut())
-    {
-        for op in item
-            .as_object_mut()
-            .into_iter()
-            .flat_map(|i| i.values_mut())
-        {
-            let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
-                continue;
-            };
-            let Some(batch) = responses.remove("2XX") else {
-                continue;
-            };
-            let exact = responses
-                .iter_mut()
-                .find(|(status, _)| status.starts_with('2'))
-                .map(|(_, r)| r)
-                .expect("a 2XX answer beside an exact success status");
-            let single = exact["content"]["application/json"]["schema"].take();
-            let other = batch["content"]["application/json"]["schema"].clone();
-            exact["content"]["application/json"]["schema"] = json!({"oneOf": [single, other]});
-            let both = format!(
-                "{}; {}",
-                exact["description"].as_str().unwrap_or_default(),
-                batch["description"].as_str().unwrap_or_default()
-            );
-            exact["description"] = json!(both);
-            merged += 1;
-        }
+    for op in operations_of(doc, None) {
+        let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        let Some(batch) = responses.remove("2XX") else {
+            continue;
+        };
+        let exact = responses
+            .iter_mut()
+            .find(|(status, _)| status.starts_with('2'))
+            .map(|(_, r)| r)
+            .expect("a 2XX answer beside an exact success status");
+        let single = exact["content"]["application/json"]["schema"].take();
+        let other = batch["content"]["application/json"]["schema"].clone();
+        exact["content"]["application/json"]["schema"] = json!({"oneOf": [single, other]});
+        let both = format!(
+            "{}; {}",
+            exact["description"].as_str().unwrap_or_default(),
+            batch["description"].as_str().unwrap_or_default()
+        );
+        exact["description"] = json!(both);
+        merged += 1;
     }
     assert!(merged > 0, "the single and batch answers are documented");
 }
@@ -511,23 +501,17 @@ fn parameters(doc: &mut Value) {
             json!({"pattern": "^(?:exhausted|lease_expired|rejected|expired)$"}),
         ),
     ];
-    for (path, param, rule) in rules {
+    let times = ["/v1/queues/{q}/messages", "/v1/queues/{q}/summary"]
+        .into_iter()
+        .flat_map(|path| {
+            ["dead_lettered_before", "dead_lettered_after"].map(|param| (path, param, time()))
+        });
+    for (path, param, rule) in rules.into_iter().chain(times) {
         let mut found = false;
-        for op in doc["paths"][path]
-            .as_object_mut()
-            .into_iter()
-            .flat_map(|item| item.values_mut())
-        {
-            for p in op
-                .get_mut("parameters")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if p["in"] == "query" && p["name"] == param {
-                    merge(&mut p["schema"], rule.clone());
-                    found = true;
-                }
+        for p in query_parameters(doc, Some(path)) {
+            if p["name"] == param {
+                merge(&mut p["schema"], rule.clone());
+                found = true;
             }
         }
         assert!(found, "no query parameter {param} on {path}");
@@ -537,26 +521,6 @@ fn parameters(doc: &mut Value) {
         .and_then(|ps| ps.iter_mut().find(|p| p["name"] == "If-None-Match"))
         .expect("PUT /v1/queues/{q} takes If-None-Match");
     if_none_match["schema"] = json!({"type": "string", "enum": ["*"]});
-    for browse_time in ["dead_lettered_before", "dead_lettered_after"] {
-        for path in ["/v1/queues/{q}/messages", "/v1/queues/{q}/summary"] {
-            for op in doc["paths"][path]
-                .as_object_mut()
-                .into_iter()
-                .flat_map(|item| item.values_mut())
-            {
-                for p in op
-                    .get_mut("parameters")
-                    .and_then(Value::as_array_mut)
-                    .into_iter()
-                    .flatten()
-                {
-                    if p["in"] == "query" && p["name"] == browse_time {
-                        merge(&mut p["schema"], time());
-                    }
-                }
-            }
-        }
-    }
     empty_is_absent(doc);
 }
 
@@ -582,34 +546,46 @@ fn empty_is_absent(doc: &mut Value) {
             s.insert("description".to_owned(), d);
         }
     }
-    for item in doc["paths"]
+    for p in query_parameters(doc, None) {
+        let schema = &mut p["schema"];
+        if schema["type"] == "array" {
+            widen(&mut schema["items"]);
+        } else if schema["type"] == "string" {
+            widen(schema);
+        }
+    }
+}
+
+/// Every operation of the document, or of `path` alone.
+fn operations_of<'a>(
+    doc: &'a mut Value,
+    path: Option<&'a str>,
+) -> impl Iterator<Item = &'a mut Value> + 'a {
+    doc["paths"]
         .as_object_mut()
         .into_iter()
-        .flat_map(|p| p.values_mut())
-    {
-        for op in item
-            .as_object_mut()
-            .into_iter()
-            .flat_map(|i| i.values_mut())
-        {
-            for p in op
-                .get_mut("parameters")
+        .flat_map(|paths| paths.iter_mut())
+        .filter(move |(p, _)| path.is_none_or(|want| p.as_str() == want))
+        .flat_map(|(_, item)| {
+            item.as_object_mut()
+                .into_iter()
+                .flat_map(|i| i.values_mut())
+        })
+}
+
+/// The query parameters of [`operations_of`] `doc` and `path`.
+fn query_parameters<'a>(
+    doc: &'a mut Value,
+    path: Option<&'a str>,
+) -> impl Iterator<Item = &'a mut Value> + 'a {
+    operations_of(doc, path)
+        .flat_map(|op| {
+            op.get_mut("parameters")
                 .and_then(Value::as_array_mut)
                 .into_iter()
                 .flatten()
-            {
-                if p["in"] != "query" {
-                    continue;
-                }
-                let schema = &mut p["schema"];
-                if schema["type"] == "array" {
-                    widen(&mut schema["items"]);
-                } else if schema["type"] == "string" {
-                    widen(schema);
-                }
-            }
-        }
-    }
+        })
+        .filter(|p| p["in"] == "query")
 }
 
 /// Every IANA time zone name the broker knows, sorted; with `utc_first`, `UTC` leads so that
