@@ -76,7 +76,8 @@ pub enum Action {
 }
 
 impl Action {
-    fn allowed(self, role: Role) -> bool {
+    /// Whether `role` may do this.
+    pub fn allowed(self, role: Role) -> bool {
         use Role::*;
         match self {
             Action::ManageQueue | Action::Inspect | Action::Redrive => {
@@ -90,7 +91,8 @@ impl Action {
         }
     }
 
-    fn describe(self) -> &'static str {
+    /// What it is, for error messages: "send", "manage queues", ….
+    pub fn describe(self) -> &'static str {
         match self {
             Action::ManageQueue => "manage queues",
             Action::ReadQueue => "read queues",

@@ -162,6 +162,71 @@ impl SqsError {
         )
     }
 
+    /// A request without a signature, to an endpoint with keys.
+    pub fn missing_token() -> Self {
+        Self::new(
+            "MissingAuthenticationToken",
+            "MissingAuthenticationToken",
+            403,
+            "Request is missing Authentication Token: sign it with an access key of \
+             [[sqs_keys]] (SigV4).",
+        )
+    }
+
+    /// A signature header that is not a SigV4 one.
+    pub fn incomplete_signature(why: &str) -> Self {
+        Self::new(
+            "IncompleteSignature",
+            "IncompleteSignature",
+            400,
+            format!("The request signature is incomplete: {why}."),
+        )
+    }
+
+    /// An access key the endpoint does not know.
+    pub fn unknown_key() -> Self {
+        Self::new(
+            "InvalidClientTokenId",
+            "InvalidClientTokenId",
+            403,
+            "The security token included in the request is invalid: no [[sqs_keys]] entry \
+             has this access key id.",
+        )
+    }
+
+    /// A request signed too far from now.
+    pub fn request_expired(at: &str) -> Self {
+        Self::new(
+            "RequestExpired",
+            "RequestExpired",
+            400,
+            format!("Request has expired: signed at {at}, more than 15 minutes from now."),
+        )
+    }
+
+    /// A signature that does not match (a wrong secret, or a request changed on the way).
+    pub fn bad_signature() -> Self {
+        Self::new(
+            "SignatureDoesNotMatch",
+            "SignatureDoesNotMatch",
+            403,
+            "The request signature we calculated does not match the signature you provided. \
+             Check your AWS Secret Access Key and signing method.",
+        )
+    }
+
+    /// A key whose role or queue patterns do not allow the action.
+    pub fn access_denied(action: &str, queue: &str) -> Self {
+        Self::new(
+            "AccessDeniedException",
+            "AccessDenied",
+            403,
+            format!(
+                "Access to the resource is denied: this access key may not {action} on queue {queue}."
+            ),
+        )
+    }
+
     /// The request body is not the JSON of an SQS request.
     pub fn serialization(message: impl Into<String>) -> Self {
         Self::new(

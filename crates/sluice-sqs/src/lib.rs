@@ -15,6 +15,7 @@ mod error;
 mod messages;
 mod queue_url;
 mod queues;
+mod sigv4;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,14 +23,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::de::DeserializeOwned;
+use sluice_core::QueueName;
 use sluice_core::store::Store;
+use sluice_server::auth::{Action, glob_match};
 
 pub use error::SqsError;
 pub use queue_url::Identity;
+pub use sigv4::SqsKey;
 
 /// The content type of the AWS JSON 1.0 protocol.
 pub const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
@@ -42,6 +46,9 @@ pub struct SqsOptions {
     /// The listener's public URL (e.g. `https://sqs.example.com`), the base of queue URLs;
     /// without it, the scheme `http` and the request's `Host`.
     pub public_url: Option<String>,
+    /// The access keys requests must be signed with (SigV4); none leaves the endpoint open
+    /// (for loopback).
+    pub keys: Vec<SqsKey>,
 }
 
 /// The front end's state: the store and how it names things.
@@ -50,6 +57,7 @@ pub(crate) struct Sqs {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) identity: Identity,
     public_url: Option<String>,
+    keys: Arc<Vec<SqsKey>>,
     requests: Arc<AtomicU64>,
 }
 
@@ -57,6 +65,8 @@ pub(crate) struct Sqs {
 pub(crate) struct Call {
     body: Bytes,
     host: Option<String>,
+    /// The key that signed the request; `None` on an endpoint without keys.
+    key: Option<SqsKey>,
 }
 
 impl Call {
@@ -77,6 +87,23 @@ impl Call {
                 _ => SqsError::serialization(format!("The request body is not valid JSON: {e}")),
             }
         })
+    }
+
+    /// Whether the request's key may do `action` on `queue`.
+    pub(crate) fn allow(&self, action: Action, queue: &QueueName) -> Result<(), SqsError> {
+        if self.may(action, queue.as_str()) {
+            Ok(())
+        } else {
+            Err(SqsError::access_denied(action.describe(), queue.as_str()))
+        }
+    }
+
+    /// Whether the request's key may do `action` on the queue named `queue` (every key may
+    /// on an endpoint without keys).
+    pub(crate) fn may(&self, action: Action, queue: &str) -> bool {
+        self.key
+            .as_ref()
+            .is_none_or(|k| action.allowed(k.role) && k.queues.iter().any(|p| glob_match(p, queue)))
     }
 
     /// The URL of `queue` as this request should see it.
@@ -102,12 +129,19 @@ pub fn router(store: Arc<dyn Store>, options: SqsOptions) -> Router {
         store,
         identity: options.identity,
         public_url: options.public_url,
+        keys: Arc::new(options.keys),
         requests: Arc::new(AtomicU64::new(0)),
     };
     Router::new().route("/", post(handle)).with_state(sqs)
 }
 
-async fn handle(State(sqs): State<Sqs>, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    State(sqs): State<Sqs>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let request_id = format!(
         "{:016x}-{:08x}",
         std::time::SystemTime::now()
@@ -115,12 +149,32 @@ async fn handle(State(sqs): State<Sqs>, headers: HeaderMap, body: Bytes) -> Resp
             .map_or(0, |d| d.as_nanos() as u64),
         sqs.requests.fetch_add(1, Ordering::Relaxed)
     );
+    let key = if sqs.keys.is_empty() {
+        Ok(None)
+    } else {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let signed = sigv4::Signed {
+            method: method.as_str(),
+            path: uri.path(),
+            query: uri.query().unwrap_or_default(),
+            headers: &headers,
+            body: &body,
+        };
+        sigv4::verify(&sqs.keys, &signed, now).map(|k| Some(k.clone()))
+    };
+    let key = match key {
+        Ok(k) => k,
+        Err(e) => return finish(Err(e), "", &request_id),
+    };
     let call = Call {
         body,
         host: headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .map(str::to_owned),
+        key,
     };
     let target = headers
         .get("x-amz-target")
@@ -141,6 +195,15 @@ async fn handle(State(sqs): State<Sqs>, headers: HeaderMap, body: Bytes) -> Resp
             None => Err(SqsError::invalid_action(target)),
         }
     };
+    finish(outcome, target, &request_id)
+}
+
+/// The answer to a request: its JSON or its error, with the request id.
+fn finish(
+    outcome: Result<serde_json::Value, SqsError>,
+    target: &str,
+    request_id: &str,
+) -> Response {
     let mut resp = match outcome {
         Ok(value) => {
             let mut r = value.to_string().into_response();
@@ -155,7 +218,7 @@ async fn handle(State(sqs): State<Sqs>, headers: HeaderMap, body: Bytes) -> Resp
             e.into_response()
         }
     };
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
+    if let Ok(v) = HeaderValue::from_str(request_id) {
         resp.headers_mut().insert("x-amzn-requestid", v);
     }
     resp
@@ -168,6 +231,7 @@ async fn dispatch(sqs: &Sqs, action: &str, call: &Call) -> Result<serde_json::Va
         "ListQueues" => queues::list_queues(sqs, call).await,
         "DeleteQueue" => queues::delete_queue(sqs, call).await,
         "PurgeQueue" => queues::purge_queue(sqs, call).await,
+        "ListDeadLetterSourceQueues" => queues::list_dead_letter_source_queues(sqs, call).await,
         "GetQueueAttributes" => queues::get_queue_attributes(sqs, call).await,
         "SetQueueAttributes" => queues::set_queue_attributes(sqs, call).await,
         "SendMessage" => messages::send_message(sqs, call).await,

@@ -22,6 +22,7 @@ use crate::digest::{attributes_md5, md5_hex};
 use crate::error::SqsError;
 use crate::queue_url::queue_of_url;
 use crate::{Call, Sqs};
+use sluice_server::auth::Action;
 
 /// Most entries in one batch.
 const MAX_ENTRIES: usize = 10;
@@ -107,6 +108,7 @@ struct SendMessage {
 pub(crate) async fn send_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: SendMessage = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
+    call.allow(Action::Send, &queue)?;
     let p = prepare(req.entry)?;
     let out = sqs.store.send(&queue, vec![p.message]).await?;
     let id = out.first().map(|o| o.id.to_string()).unwrap_or_default();
@@ -155,6 +157,7 @@ fn failed(id: &str, e: &SqsError) -> Value {
 pub(crate) async fn send_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: SendMessageBatch = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
+    call.allow(Action::Send, &queue)?;
     let ids: Vec<String> = req
         .entries
         .iter()
@@ -205,6 +208,7 @@ struct ReceiveMessage {
 pub(crate) async fn receive_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: ReceiveMessage = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
+    call.allow(Action::Consume, &queue)?;
     let max = req.max_number_of_messages.unwrap_or(1);
     if !(1..=10).contains(&max) {
         return Err(SqsError::invalid_parameter(format!(
@@ -334,6 +338,7 @@ async fn delete_one(sqs: &Sqs, queue: &QueueName, handle: &str) -> Result<(), Sq
 pub(crate) async fn delete_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: DeleteMessage = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
+    call.allow(Action::Consume, &queue)?;
     delete_one(sqs, &queue, &req.receipt_handle).await?;
     Ok(json!({}))
 }
@@ -356,6 +361,7 @@ struct HandleBatch {
 pub(crate) async fn delete_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: HandleBatch = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
+    call.allow(Action::Consume, &queue)?;
     check_batch(req.entries.iter().map(|e| e.id.as_str()))?;
     let (mut ok, mut failures) = (Vec::new(), Vec::new());
     for e in &req.entries {
@@ -405,6 +411,7 @@ struct ChangeVisibility {
 pub(crate) async fn change_message_visibility(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: ChangeVisibility = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
+    call.allow(Action::Consume, &queue)?;
     change_one(sqs, &queue, &req.receipt_handle, req.visibility_timeout).await?;
     Ok(json!({}))
 }
@@ -415,6 +422,7 @@ pub(crate) async fn change_message_visibility_batch(
 ) -> Result<Value, SqsError> {
     let req: HandleBatch = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
+    call.allow(Action::Consume, &queue)?;
     check_batch(req.entries.iter().map(|e| e.id.as_str()))?;
     let (mut ok, mut failures) = (Vec::new(), Vec::new());
     for e in &req.entries {

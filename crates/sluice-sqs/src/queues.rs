@@ -16,6 +16,7 @@ use sluice_core::{QueueConfig, QueueConfigPatch, QueueInfo, QueueName, StoreErro
 use crate::error::SqsError;
 use crate::queue_url::{check_sqs_name, queue_of_arn, queue_of_url};
 use crate::{Call, Sqs};
+use sluice_server::auth::Action;
 
 /// SQS's defaults for a queue it creates.
 fn sqs_defaults() -> QueueConfigPatch {
@@ -168,6 +169,7 @@ struct CreateQueue {
 pub(crate) async fn create_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: CreateQueue = call.input()?;
     let name = check_sqs_name(&req.queue_name)?;
+    call.allow(Action::ManageQueue, &name)?;
     let wanted = patch_of(&req.attributes, &name)?;
     match sqs.store.get_queue(&name).await {
         Ok(info) => {
@@ -221,8 +223,29 @@ struct QueueNameInput {
 pub(crate) async fn get_queue_url(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: QueueNameInput = call.input()?;
     let name = QueueName::new(req.queue_name).map_err(|_| SqsError::no_queue())?;
+    call.allow(Action::ReadQueue, &name)?;
     sqs.store.get_queue(&name).await?;
     Ok(json!({ "QueueUrl": call.url(sqs, name.as_str()) }))
+}
+
+/// One page of `names` (sorted), after `token`: the page and the token of the next, given
+/// only when the caller pages (`max` given) and more remain.
+fn page(
+    mut names: Vec<String>,
+    max: Option<u32>,
+    token: Option<&str>,
+) -> Result<(Vec<String>, Option<String>), SqsError> {
+    if max.is_some_and(|m| !(1..=1000).contains(&m)) {
+        return Err(SqsError::invalid_parameter(
+            "Value for parameter MaxResults is invalid. Reason: must be between 1 and 1000.",
+        ));
+    }
+    names.sort();
+    names.retain(|n| token.is_none_or(|t| n.as_str() > t));
+    let size = max.unwrap_or(1000) as usize;
+    let next = (max.is_some() && names.len() > size).then(|| names[size - 1].clone());
+    names.truncate(size);
+    Ok((names, next))
 }
 
 #[derive(Deserialize)]
@@ -235,30 +258,16 @@ struct ListQueues {
 
 pub(crate) async fn list_queues(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: ListQueues = call.input()?;
-    if req.max_results.is_some_and(|m| !(1..=1000).contains(&m)) {
-        return Err(SqsError::invalid_parameter(
-            "Value for parameter MaxResults is invalid. Reason: must be between 1 and 1000.",
-        ));
-    }
     let prefix = req.queue_name_prefix.unwrap_or_default();
-    let mut names: Vec<String> = sqs
+    let names: Vec<String> = sqs
         .store
         .list_queues()
         .await?
         .into_iter()
         .map(|q| q.name.as_str().to_owned())
-        .filter(|n| n.starts_with(&prefix))
-        .filter(|n| {
-            req.next_token
-                .as_ref()
-                .is_none_or(|t| n.as_str() > t.as_str())
-        })
+        .filter(|n| n.starts_with(&prefix) && call.may(Action::ReadQueue, n))
         .collect();
-    names.sort();
-    let page = req.max_results.unwrap_or(1000) as usize;
-    // A token only when the caller pages (MaxResults given) and more remain.
-    let next = (req.max_results.is_some() && names.len() > page).then(|| names[page - 1].clone());
-    names.truncate(page);
+    let (names, next) = page(names, req.max_results, req.next_token.as_deref())?;
     let urls: Vec<String> = names.iter().map(|n| call.url(sqs, n)).collect();
     let mut out = json!({ "QueueUrls": urls });
     if let Some(t) = next {
@@ -273,17 +282,56 @@ struct QueueUrlInput {
     queue_url: String,
 }
 
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListDeadLetterSourceQueues {
+    queue_url: String,
+    max_results: Option<u32>,
+    next_token: Option<String>,
+}
+
+/// The queues whose dead-letter queue this one is (`queueUrls`, lower-case, as SQS spells it).
+pub(crate) async fn list_dead_letter_source_queues(
+    sqs: &Sqs,
+    call: &Call,
+) -> Result<Value, SqsError> {
+    let req: ListDeadLetterSourceQueues = call.input()?;
+    let dlq = queue_of_url(&req.queue_url)?;
+    call.allow(Action::ReadQueue, &dlq)?;
+    let all = sqs.store.list_queues().await?;
+    if !all.iter().any(|q| q.name == dlq) {
+        return Err(SqsError::no_queue());
+    }
+    let names: Vec<String> = all
+        .into_iter()
+        .filter(|q| {
+            q.config.dead_letter_queue.as_ref() == Some(&dlq) && q.config.max_receive_count > 0
+        })
+        .map(|q| q.name.as_str().to_owned())
+        .filter(|n| call.may(Action::ReadQueue, n))
+        .collect();
+    let (names, next) = page(names, req.max_results, req.next_token.as_deref())?;
+    let urls: Vec<String> = names.iter().map(|n| call.url(sqs, n)).collect();
+    let mut out = json!({ "queueUrls": urls });
+    if let Some(t) = next {
+        out["NextToken"] = json!(t);
+    }
+    Ok(out)
+}
+
 pub(crate) async fn delete_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: QueueUrlInput = call.input()?;
-    sqs.store
-        .delete_queue(&queue_of_url(&req.queue_url)?)
-        .await?;
+    let name = queue_of_url(&req.queue_url)?;
+    call.allow(Action::ManageQueue, &name)?;
+    sqs.store.delete_queue(&name).await?;
     Ok(json!({}))
 }
 
 pub(crate) async fn purge_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: QueueUrlInput = call.input()?;
-    sqs.store.purge(&queue_of_url(&req.queue_url)?).await?;
+    let name = queue_of_url(&req.queue_url)?;
+    call.allow(Action::ManageQueue, &name)?;
+    sqs.store.purge(&name).await?;
     Ok(json!({}))
 }
 
@@ -297,7 +345,9 @@ struct GetQueueAttributes {
 
 pub(crate) async fn get_queue_attributes(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: GetQueueAttributes = call.input()?;
-    let info = sqs.store.get_queue(&queue_of_url(&req.queue_url)?).await?;
+    let name = queue_of_url(&req.queue_url)?;
+    call.allow(Action::ReadQueue, &name)?;
+    let info = sqs.store.get_queue(&name).await?;
     let all = attributes_of(sqs, &info).await?;
     let every = req.attribute_names.iter().any(|n| n == "All");
     let mut out = serde_json::Map::new();
@@ -322,6 +372,7 @@ struct SetQueueAttributes {
 pub(crate) async fn set_queue_attributes(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: SetQueueAttributes = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
+    call.allow(Action::ManageQueue, &name)?;
     let patch = patch_of(&req.attributes, &name)?;
     sqs.store.get_queue(&name).await?;
     sqs.store.put_queue(&name, &patch).await?;

@@ -78,6 +78,9 @@ pub struct FileConfig {
     /// API keys.
     #[serde(default)]
     pub keys: Vec<ApiKeyConfig>,
+    /// Access keys of the SQS endpoint (SigV4).
+    #[serde(default)]
+    pub sqs_keys: Vec<sluice_sqs::SqsKey>,
 }
 
 /// A queue declaration: its name and the config fields of `PUT /v1/queues/{q}`.

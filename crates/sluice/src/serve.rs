@@ -33,8 +33,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_FRAMES_LISTEN", value_name = "ADDR")]
     frames_listen: Option<String>,
     /// Also serve the Amazon SQS API (the AWS JSON protocol of current AWS SDKs and the AWS
-    /// CLI) on this address [default: off], over the same queues. Loopback only for now: it
-    /// does not check SigV4 signatures yet.
+    /// CLI) on this address [default: off], over the same queues. Requests are signed with
+    /// the access keys of `[[sqs_keys]]` in the config file; without them only a loopback
+    /// address is allowed. It serves plain HTTP: off loopback it needs --allow-plaintext and
+    /// a TLS-terminating proxy in front.
     #[arg(long, env = "SLUICE_SQS_LISTEN", value_name = "ADDR")]
     sqs_listen: Option<String>,
     /// Data directory of the embedded store [default: ./sluice-data].
@@ -198,6 +200,7 @@ struct Settings {
     node_id: Option<String>,
     keys: KeyRing,
     key_configs: Vec<sluice_server::ApiKeyConfig>,
+    sqs_keys: Vec<sluice_sqs::SqsKey>,
     queues: Vec<(sluice_core::QueueName, sluice_core::QueueConfigPatch)>,
     push_allow_http: bool,
     tls: Option<sluice_server::tls::TlsConfig>,
@@ -227,6 +230,14 @@ impl Settings {
             .iter()
             .map(|k| serde_json::json!({"name": k.name, "role": k.role, "queues": k.queues}))
             .collect();
+        // Access key ids are not secret; their secrets are never shown.
+        let sqs_keys: Vec<serde_json::Value> = self
+            .sqs_keys
+            .iter()
+            .map(|k| {
+                serde_json::json!({"access_key_id": k.access_key_id, "role": k.role, "queues": k.queues})
+            })
+            .collect();
         serde_json::json!({
             "listen": self.listen,
             "listen_addresses": self.addrs,
@@ -248,6 +259,7 @@ impl Settings {
             "allow_plaintext": self.allow_plaintext,
             "authentication": !self.keys.is_empty(),
             "keys": keys,
+            "sqs_keys": sqs_keys,
             "queues": queues,
         })
     }
@@ -289,7 +301,7 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
     };
     let sqs = match args.sqs_listen.or(file.sqs_listen.clone()) {
         Some(s) => {
-            let addrs = loopback_only("--sqs-listen", &s).await?;
+            let addrs = sqs_addresses(&s, !file.sqs_keys.is_empty(), allow_plaintext).await?;
             Some((s, addrs))
         }
         None => None,
@@ -354,6 +366,7 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         node_id: args.node_id.or(file.node_id.clone()),
         keys,
         key_configs: file.keys,
+        sqs_keys: file.sqs_keys,
         queues,
         push_allow_http,
         tls,
@@ -420,6 +433,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         queues,
         push_allow_http,
         tls,
+        sqs_keys,
         ..
     } = settings;
     let store: Arc<dyn Store> = match choice {
@@ -499,7 +513,16 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             let local = listener.local_addr().context("reading the bound address")?;
             println!("sluice sqs listening on http://{local}");
             tracing::info!(%local, "SQS API listening");
-            let router = sluice_sqs::router(store.clone(), sluice_sqs::SqsOptions::default());
+            if sqs_keys.is_empty() {
+                tracing::warn!(
+                    "no [[sqs_keys]] configured: the SQS API takes any signature (loopback only)"
+                );
+            }
+            let options = sluice_sqs::SqsOptions {
+                keys: sqs_keys,
+                ..sluice_sqs::SqsOptions::default()
+            };
+            let router = sluice_sqs::router(store.clone(), options);
             let mut stop = stop.clone();
             Some(tokio::spawn(async move {
                 axum::serve(listener, router)
@@ -545,20 +568,35 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The addresses of a listener that must stay on loopback (`flag` names it in the error).
-async fn loopback_only(flag: &str, addr: &str) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+/// The addresses of the SQS listener: off loopback only with access keys to check, and
+/// behind a TLS-terminating proxy (it serves plain HTTP).
+async fn sqs_addresses(
+    addr: &str,
+    keys: bool,
+    allow_plaintext: bool,
+) -> anyhow::Result<Vec<std::net::SocketAddr>> {
     let addrs: Vec<_> = tokio::net::lookup_host(addr)
         .await
-        .with_context(|| format!("{flag} \"{addr}\" is not a host:port address"))?
+        .with_context(|| format!("--sqs-listen \"{addr}\" is not a host:port address"))?
         .collect();
-    if let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback()) {
+    if addrs.is_empty() {
+        bail!("--sqs-listen \"{addr}\" resolves to no address");
+    }
+    let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback()) else {
+        return Ok(addrs);
+    };
+    if !keys {
         bail!(
-            "refusing to serve the SQS API on {addr} ({public}): it does not check request \
-             signatures yet, so it listens on loopback only, e.g. 127.0.0.1:9324"
+            "refusing to serve the SQS API on {addr} ({public}) without [[sqs_keys]]: it would \
+             take any signature, loopback only, e.g. 127.0.0.1:9324. Add [[sqs_keys]] \
+             (access_key_id, secret_access_key, role, queues) to the config file"
         );
     }
-    if addrs.is_empty() {
-        bail!("{flag} \"{addr}\" resolves to no address");
+    if !allow_plaintext {
+        bail!(
+            "refusing to serve the SQS API on {addr} ({public}) in plain HTTP: put a \
+             TLS-terminating proxy in front and give --allow-plaintext (allow_plaintext = true)"
+        );
     }
     Ok(addrs)
 }

@@ -29,17 +29,6 @@ fn schemathesis() -> Option<PathBuf> {
     venv.exists().then_some(venv)
 }
 
-fn skip(msg: &str) {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{msg}");
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n==================== SKIPPED ====================\n{msg}\n\
-         =================================================\n"
-    );
-}
-
 /// The SHA-256 of `KEY`, as `sluice key hash` prints it.
 fn key_hash() -> String {
     let mut child = common::sluice()
@@ -67,7 +56,7 @@ fn key_hash() -> String {
 #[test]
 fn the_document_matches_the_broker() {
     let Some(tester) = schemathesis() else {
-        skip(
+        common::skip_or_fail(
             "the OpenAPI test needs Schemathesis: install it with \
              python3 -m pip install -e 'python[api]' into python/.venv (as .ci/run does), or \
              set SLUICE_SCHEMATHESIS to its executable",

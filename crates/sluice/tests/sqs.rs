@@ -1,14 +1,13 @@
 //! The SQS-compatible endpoint (`sluice serve --sqs-listen`) with the clients teams already
-//! run: boto3 over the AWS JSON protocol, against the real broker, on the same queues as
-//! Sluice's own API (`tests/sqs/boto3_suite.py`).
+//! run: boto3 and the AWS CLI over the AWS JSON protocol, against the real broker, on the
+//! same queues as Sluice's own API (`tests/sqs/boto3_suite.py`).
 //!
-//! boto3 comes from the Python venv (`python/.venv`, extra `api`, installed by `.ci/run`) or
+//! boto3 and the AWS CLI come from the Python venv (`python/.venv`, extra `api`, installed by `.ci/run`) or
 //! `$SLUICE_PYTHON`. Without it the test skips with a loud message on a developer's machine
 //! and fails when `CI=true`.
 
 mod common;
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -27,7 +26,7 @@ fn python() -> PathBuf {
 /// True when the interpreter has boto3 and httpx; otherwise skips loudly, or fails on CI.
 fn have_boto3() -> bool {
     let ok = Command::new(python())
-        .args(["-c", "import boto3, httpx"])
+        .args(["-c", "import boto3, httpx, awscli"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -35,17 +34,11 @@ fn have_boto3() -> bool {
     if ok {
         return true;
     }
-    let msg = "the SQS endpoint's test needs Python with boto3 and httpx: install them with \
+    let msg = "the SQS endpoint's test needs Python with boto3, httpx and the AWS CLI (awscli): \
+               install them with \
                python3 -m pip install -e 'python[api]' into python/.venv (as .ci/run does), or \
                set SLUICE_PYTHON to an interpreter that has them";
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{msg}");
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n==================== SKIPPED ====================\n{msg}\n\
-         =================================================\n"
-    );
+    common::skip_or_fail(msg);
     false
 }
 
@@ -70,6 +63,61 @@ fn boto3_works_against_the_sqs_endpoint() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn signed_requests_are_checked_against_sqs_keys() {
+    if !have_boto3() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        r#"
+[[sqs_keys]]
+access_key_id = "AKIAADMIN0000000"
+secret_access_key = "admin-secret-0123456789"
+role = "admin"
+
+[[sqs_keys]]
+access_key_id = "AKIAPRODUCER0000"
+secret_access_key = "producer-secret-0123456789"
+role = "producer"
+queues = ["orders-*"]
+"#,
+    )
+    .expect("write the config");
+    let (_broker, _url, sqs) = common::serve_with_sqs_and(
+        &dir.path().join("data"),
+        Stdio::null(),
+        &["--config", config.to_str().expect("UTF-8 path")],
+    );
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/signed_suite.py");
+    let out = Command::new(python())
+        .arg(&suite)
+        .env("SQS_URL", &sqs)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run the signed suite");
+    assert!(
+        out.status.success(),
+        "the signed suite failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Secrets are never shown by --check-config.
+    let shown = common::sluice()
+        .args(["serve", "--check-config", "--config"])
+        .arg(&config)
+        .output()
+        .expect("sluice serve --check-config");
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.status.success() && text.contains("AKIAPRODUCER0000"),
+        "{text}"
+    );
+    assert!(!text.contains("producer-secret"), "{text}");
 }
 
 #[test]

@@ -8,6 +8,23 @@ use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+/// A test that cannot run here for want of `msg`'s tool: skipped with a loud message on a
+/// developer's machine, failed under `CI=true`.
+pub fn skip_or_fail(msg: &str) {
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{msg}");
+    }
+    // Straight to stderr: the test harness captures `eprintln!` of passing tests.
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!(
+            "\n==================== SKIPPED ====================\n{msg}\n\
+             =================================================\n\n"
+        )
+        .as_bytes(),
+    );
+}
+
 /// The built `sluice` binary.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
@@ -73,12 +90,18 @@ pub fn serve_store(store: &str, stderr: Stdio) -> (Served, String) {
 /// As [`serve`], with the SQS API on another ephemeral loopback port too (`--sqs-listen`):
 /// returns the child, the base URL and the SQS endpoint's URL.
 pub fn serve_with_sqs(data: &Path, stderr: Stdio) -> (Served, String, String) {
-    let args = [
+    serve_with_sqs_and(data, stderr, &[])
+}
+
+/// As [`serve_with_sqs`], with `extra` flags.
+pub fn serve_with_sqs_and(data: &Path, stderr: Stdio, extra: &[&str]) -> (Served, String, String) {
+    let mut args = vec![
         OsStr::new("--data-dir"),
         data.as_os_str(),
         OsStr::new("--sqs-listen"),
         OsStr::new("127.0.0.1:0"),
     ];
+    args.extend(extra.iter().map(OsStr::new));
     let (child, url, side) = spawn_all(&args, stderr);
     (child, url, side.sqs.expect("the SQS listener's line"))
 }

@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import struct
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -216,6 +218,7 @@ class Sqs(unittest.TestCase):
         url = self.queue("work", RedrivePolicy=json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "2"}))
         policy = json.loads(self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])["Attributes"]["RedrivePolicy"])
         self.assertEqual(policy, {"deadLetterTargetArn": arn, "maxReceiveCount": 2})
+        self.assertEqual(self.sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"], [url])
         self.sqs.send_message(QueueUrl=url, MessageBody="poison")
         for _ in range(2):
             m = self.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, VisibilityTimeout=0)["Messages"]
@@ -227,6 +230,47 @@ class Sqs(unittest.TestCase):
         self.sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=dead[0]["ReceiptHandle"], VisibilityTimeout=0)
         browse = httpx.get(f"{SLUICE_URL}/v1/queues/work-dlq/messages").json()["messages"]
         self.assertEqual(browse[0]["dead_letter_reason"], "lease_expired")
+
+    def test_the_aws_cli_works_unchanged(self):
+        aws_bin = os.path.join(os.path.dirname(sys.executable), "aws")
+        env = dict(
+            os.environ,
+            AWS_ACCESS_KEY_ID="x",
+            AWS_SECRET_ACCESS_KEY="x",
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_CONFIG_FILE=os.devnull,
+            AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        )
+
+        def run(*args):
+            return subprocess.run(
+                [aws_bin, "--endpoint-url", SQS_URL, "--output", "json", "sqs", *args],
+                env=env, capture_output=True, text=True, timeout=60,
+            )
+
+        def aws(*args):
+            out = run(*args)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            return json.loads(out.stdout) if out.stdout.strip() else None
+
+        url = aws("create-queue", "--queue-name", "cli-q")["QueueUrl"]
+        sent = aws(
+            "send-message", "--queue-url", url, "--message-body", "from the cli",
+            "--message-attributes", '{"k": {"DataType": "String", "StringValue": "v"}}',
+        )
+        self.assertEqual(sent["MD5OfMessageBody"], hashlib.md5(b"from the cli").hexdigest())
+        got = aws(
+            "receive-message", "--queue-url", url, "--message-attribute-names", "All",
+            "--wait-time-seconds", "2",
+        )["Messages"][0]
+        self.assertEqual((got["Body"], got["MessageAttributes"]["k"]["StringValue"]), ("from the cli", "v"))
+        aws("delete-message", "--queue-url", url, "--receipt-handle", got["ReceiptHandle"])
+        attrs = aws("get-queue-attributes", "--queue-url", url, "--attribute-names", "All")["Attributes"]
+        self.assertEqual(attrs["ApproximateNumberOfMessages"], "0")
+        missing = run("get-queue-url", "--queue-name", "no-such-queue")
+        self.assertNotEqual(missing.returncode, 0)
+        self.assertIn("AWS.SimpleQueueService.NonExistentQueue", missing.stderr)
+        aws("delete-queue", "--queue-url", url)
 
     def test_purge_and_bad_parameters(self):
         url = self.queue("purged")

@@ -1,0 +1,325 @@
+//! AWS Signature Version 4, as SDKs sign every SQS request: the verifier rebuilds the
+//! canonical request from what arrived, signs it with the secret of the access key the
+//! `Authorization` header names, and compares. Keys come from `[[sqs_keys]]` in the config
+//! file, each with the Sluice role and queue patterns it stands for.
+
+use hmac::{Hmac, Mac};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use sluice_server::Role;
+
+use crate::error::SqsError;
+
+/// How far a request's `X-Amz-Date` may be from the broker's clock.
+const MAX_SKEW_SECS: i64 = 15 * 60;
+
+/// One access key of the SQS endpoint (`[[sqs_keys]]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqsKey {
+    /// The access key id clients are configured with (`AWS_ACCESS_KEY_ID`).
+    pub access_key_id: String,
+    /// Its secret (`AWS_SECRET_ACCESS_KEY`). SigV4 needs the secret itself to check a
+    /// signature, so unlike API keys it cannot be stored as a hash: keep the file private.
+    pub secret_access_key: String,
+    /// What it may do, as an API key's role.
+    pub role: Role,
+    /// Queue-name patterns it applies to (`*` any run, `?` one character). Default: all.
+    #[serde(default = "all_queues")]
+    pub queues: Vec<String>,
+}
+
+fn all_queues() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+/// A request as the signature covers it.
+pub struct Signed<'a> {
+    /// `POST`, `GET`, ….
+    pub method: &'a str,
+    /// The path as it arrived (still percent-encoded).
+    pub path: &'a str,
+    /// The query string as it arrived, without `?`.
+    pub query: &'a str,
+    /// The headers.
+    pub headers: &'a axum::http::HeaderMap,
+    /// The body.
+    pub body: &'a [u8],
+}
+
+/// The parts of an `Authorization: AWS4-HMAC-SHA256 …` header.
+struct Authorization<'a> {
+    access_key_id: &'a str,
+    date: &'a str,
+    region: &'a str,
+    service: &'a str,
+    signed_headers: Vec<&'a str>,
+    signature: &'a str,
+}
+
+fn parse_authorization(value: &str) -> Result<Authorization<'_>, SqsError> {
+    let incomplete = |why: &str| SqsError::incomplete_signature(why);
+    let rest = value
+        .strip_prefix("AWS4-HMAC-SHA256 ")
+        .ok_or_else(|| incomplete("the Authorization header is not AWS4-HMAC-SHA256"))?;
+    let (mut credential, mut signed, mut signature) = (None, None, None);
+    for part in rest.split(',') {
+        let (k, v) = part.trim().split_once('=').unwrap_or(("", ""));
+        match k {
+            "Credential" => credential = Some(v),
+            "SignedHeaders" => signed = Some(v),
+            "Signature" => signature = Some(v),
+            _ => {}
+        }
+    }
+    let credential = credential.ok_or_else(|| incomplete("Credential is missing"))?;
+    let mut scope = credential.split('/');
+    let (Some(access_key_id), Some(date), Some(region), Some(service), Some("aws4_request"), None) = (
+        scope.next(),
+        scope.next(),
+        scope.next(),
+        scope.next(),
+        scope.next(),
+        scope.next(),
+    ) else {
+        return Err(incomplete(
+            "Credential must be <key>/<date>/<region>/<service>/aws4_request",
+        ));
+    };
+    Ok(Authorization {
+        access_key_id,
+        date,
+        region,
+        service,
+        signed_headers: signed
+            .ok_or_else(|| incomplete("SignedHeaders is missing"))?
+            .split(';')
+            .collect(),
+        signature: signature.ok_or_else(|| incomplete("Signature is missing"))?,
+    })
+}
+
+/// Checks the signature of `req` against `keys`, at `now` (Unix seconds).
+///
+/// # Errors
+/// `MissingAuthenticationToken` without a signature, `IncompleteSignature` for a malformed
+/// one, `InvalidClientTokenId` for an unknown key, `RequestExpired` for a clock too far off,
+/// and `SignatureDoesNotMatch` for a wrong signature (a wrong secret).
+pub fn verify<'k>(keys: &'k [SqsKey], req: &Signed<'_>, now: i64) -> Result<&'k SqsKey, SqsError> {
+    let header = req
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(SqsError::missing_token)?;
+    let auth = parse_authorization(header)?;
+    let key = keys
+        .iter()
+        .find(|k| k.access_key_id == auth.access_key_id)
+        .ok_or_else(SqsError::unknown_key)?;
+    let amz_date = header_value(req.headers, "x-amz-date")
+        .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is missing"))?;
+    let at = parse_amz_date(&amz_date)
+        .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is not yyyymmddThhmmssZ"))?;
+    if (at - now).abs() > MAX_SKEW_SECS || !amz_date.starts_with(auth.date) {
+        return Err(SqsError::request_expired(&amz_date));
+    }
+    if !auth.signed_headers.contains(&"host") {
+        return Err(SqsError::incomplete_signature(
+            "the Host header must be signed",
+        ));
+    }
+    let canonical = canonical_request(req, &auth.signed_headers);
+    let scope = format!(
+        "{}/{}/{}/aws4_request",
+        auth.date, auth.region, auth.service
+    );
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+        hex(&Sha256::digest(canonical.as_bytes()))
+    );
+    let mut mac = signing_mac(&key.secret_access_key, auth.date, auth.region, auth.service);
+    mac.update(to_sign.as_bytes());
+    let given = unhex(auth.signature).ok_or_else(SqsError::bad_signature)?;
+    mac.verify_slice(&given)
+        .map_err(|_| SqsError::bad_signature())?;
+    Ok(key)
+}
+
+/// The HMAC keyed with the request's signing key.
+fn signing_mac(secret: &str, date: &str, region: &str, service: &str) -> Hmac<Sha256> {
+    let step = |key: &[u8], data: &str| {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key");
+        m.update(data.as_bytes());
+        m.finalize().into_bytes()
+    };
+    let k_date = step(format!("AWS4{secret}").as_bytes(), date);
+    let k_region = step(&k_date, region);
+    let k_service = step(&k_region, service);
+    let k_signing = step(&k_service, "aws4_request");
+    <Hmac<Sha256> as Mac>::new_from_slice(&k_signing).expect("HMAC takes any key")
+}
+
+/// The canonical request: method, path, query, the signed headers, their names and the
+/// payload's hash, one per line.
+fn canonical_request(req: &Signed<'_>, signed: &[&str]) -> String {
+    let path = if req.path.is_empty() { "/" } else { req.path };
+    let mut query: Vec<(String, String)> = req
+        .query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (encode(&decode(k), false), encode(&decode(v), false))
+        })
+        .collect();
+    query.sort();
+    let query: Vec<String> = query.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut headers = String::new();
+    for name in signed {
+        let values: Vec<String> = req
+            .headers
+            .get_all(*name)
+            .iter()
+            .map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        headers.push_str(&format!("{name}:{}\n", values.join(",")));
+    }
+    let payload = header_value(req.headers, "x-amz-content-sha256")
+        .unwrap_or_else(|| hex(&Sha256::digest(req.body)));
+    format!(
+        "{}\n{}\n{}\n{headers}\n{}\n{payload}",
+        req.method,
+        encode(path.as_bytes(), true),
+        query.join("&"),
+        signed.join(";"),
+    )
+}
+
+fn header_value(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// RFC 3986 encoding of everything but the unreserved characters (and `/` in a path).
+fn encode(bytes: &[u8], path: bool) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if b.is_ascii_alphanumeric()
+            || matches!(b, b'-' | b'_' | b'.' | b'~')
+            || (path && b == b'/')
+        {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Percent-decoding (`+` stays `+`).
+fn decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(v) = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+/// `yyyymmddThhmmssZ` as Unix seconds.
+fn parse_amz_date(s: &str) -> Option<i64> {
+    let format =
+        time::format_description::parse_borrowed::<2>("[year][month][day]T[hour][minute][second]Z")
+            .ok()?;
+    time::PrimitiveDateTime::parse(s, &format)
+        .ok()
+        .map(|t| t.assume_utc().unix_timestamp())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{HeaderMap, HeaderValue};
+
+    /// The worked example of AWS's Signature Version 4 documentation (IAM `ListUsers`).
+    #[test]
+    fn the_documented_example_verifies() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "content-type",
+            HeaderValue::from_static("application/x-www-form-urlencoded; charset=utf-8"),
+        );
+        headers.insert("host", HeaderValue::from_static("iam.amazonaws.com"));
+        headers.insert("x-amz-date", HeaderValue::from_static("20150830T123600Z"));
+        headers.insert(
+            "authorization",
+            HeaderValue::from_static(
+                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/iam/aws4_request, \
+                 SignedHeaders=content-type;host;x-amz-date, \
+                 Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7",
+            ),
+        );
+        let key = SqsKey {
+            access_key_id: "AKIDEXAMPLE".to_owned(),
+            secret_access_key: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".to_owned(),
+            role: Role::Admin,
+            queues: all_queues(),
+        };
+        let req = Signed {
+            method: "GET",
+            path: "/",
+            query: "Action=ListUsers&Version=2010-05-08",
+            headers: &headers,
+            body: b"",
+        };
+        let now = parse_amz_date("20150830T123600Z").unwrap();
+        assert!(verify(std::slice::from_ref(&key), &req, now).is_ok());
+        let wrong = SqsKey {
+            secret_access_key: "not the secret".to_owned(),
+            ..key.clone()
+        };
+        let e = verify(std::slice::from_ref(&wrong), &req, now).unwrap_err();
+        assert_eq!(e.code, "SignatureDoesNotMatch");
+        let e = verify(std::slice::from_ref(&key), &req, now + 3600).unwrap_err();
+        assert_eq!(e.code, "RequestExpired");
+        let other = SqsKey {
+            access_key_id: "SOMEONE".to_owned(),
+            ..key
+        };
+        let e = verify(std::slice::from_ref(&other), &req, now).unwrap_err();
+        assert_eq!(e.code, "InvalidClientTokenId");
+    }
+}

@@ -1,0 +1,69 @@
+"""boto3 against an SQS endpoint with [[sqs_keys]]: requests are SigV4-verified and each key
+acts with its role and queue patterns. Run by crates/sluice/tests/sqs.rs with SQS_URL set; the
+broker's keys are those of KEYS below."""
+
+import os
+import unittest
+
+import boto3
+from botocore.exceptions import ClientError
+
+SQS_URL = os.environ["SQS_URL"]
+
+KEYS = {
+    "admin": ("AKIAADMIN0000000", "admin-secret-0123456789"),
+    "producer": ("AKIAPRODUCER0000", "producer-secret-0123456789"),
+}
+
+
+def client(access, secret):
+    return boto3.client(
+        "sqs",
+        endpoint_url=SQS_URL,
+        region_name="eu-west-1",
+        aws_access_key_id=access,
+        aws_secret_access_key=secret,
+    )
+
+
+def code(e):
+    return e.response["Error"]["Code"]
+
+
+class Signed(unittest.TestCase):
+    def test_a_valid_signature_is_accepted(self):
+        sqs = client(*KEYS["admin"])
+        url = sqs.create_queue(QueueName="signed-jobs")["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody="hello")
+        got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]
+        self.assertEqual(got[0]["Body"], "hello")
+
+    def test_a_wrong_secret_is_refused(self):
+        sqs = client(KEYS["admin"][0], "not-the-secret")
+        with self.assertRaises(ClientError) as e:
+            sqs.list_queues()
+        self.assertEqual(code(e.exception), "SignatureDoesNotMatch")
+
+    def test_an_unknown_key_is_refused(self):
+        with self.assertRaises(ClientError) as e:
+            client("AKIANOBODY", "whatever").list_queues()
+        self.assertEqual(code(e.exception), "InvalidClientTokenId")
+
+    def test_roles_and_queue_patterns_apply(self):
+        admin = client(*KEYS["admin"])
+        url = admin.create_queue(QueueName="orders-1")["QueueUrl"]
+        other = admin.create_queue(QueueName="billing")["QueueUrl"]
+        producer = client(*KEYS["producer"])
+        producer.send_message(QueueUrl=url, MessageBody="ok")
+        with self.assertRaises(ClientError) as e:
+            producer.receive_message(QueueUrl=url)
+        self.assertEqual(code(e.exception), "AccessDenied")
+        with self.assertRaises(ClientError) as e:
+            producer.send_message(QueueUrl=other, MessageBody="not mine")
+        self.assertEqual(code(e.exception), "AccessDenied")
+        listed = [u.rsplit("/", 1)[1] for u in producer.list_queues()["QueueUrls"]]
+        self.assertEqual(listed, ["orders-1"], "a key lists only the queues it may see")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
