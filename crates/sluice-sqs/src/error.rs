@@ -236,11 +236,6 @@ impl SqsError {
             message,
         )
     }
-
-    /// The code a batch entry's failure carries.
-    pub fn entry_code(&self) -> &'static str {
-        self.code
-    }
 }
 
 impl From<StoreError> for SqsError {

@@ -150,8 +150,20 @@ fn check_batch<'a>(ids: impl ExactSizeIterator<Item = &'a str>) -> Result<(), Sq
     Ok(())
 }
 
+/// A batch answer of entries that need no more than their id when they succeed.
+fn batch_answer<'a>(outcomes: impl Iterator<Item = (&'a str, Result<(), SqsError>)>) -> Value {
+    let (mut ok, mut failures) = (Vec::new(), Vec::new());
+    for (id, outcome) in outcomes {
+        match outcome {
+            Ok(()) => ok.push(json!({ "Id": id })),
+            Err(e) => failures.push(failed(id, &e)),
+        }
+    }
+    json!({"Successful": ok, "Failed": failures})
+}
+
 fn failed(id: &str, e: &SqsError) -> Value {
-    json!({"Id": id, "SenderFault": e.sender, "Code": e.entry_code(), "Message": e.message})
+    json!({"Id": id, "SenderFault": e.sender, "Code": e.code, "Message": e.message})
 }
 
 pub(crate) async fn send_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
@@ -313,33 +325,48 @@ struct DeleteMessage {
     receipt_handle: String,
 }
 
-/// Deletes one message; a stale receipt deletes nothing and is no error.
-async fn delete_one(sqs: &Sqs, queue: &QueueName, handle: &str) -> Result<(), SqsError> {
-    let receipt = receipt(handle)?;
-    let out = sqs
-        .store
-        .ack(
-            queue,
-            vec![AckRequest {
-                receipt,
-                result: None,
-            }],
-        )
-        .await?;
-    match out.into_iter().next() {
-        Some(Ok(()))
-        | Some(Err(StoreError::ReceiptStale))
-        | Some(Err(StoreError::MessageNotFound(_)))
-        | None => Ok(()),
-        Some(Err(e)) => Err(e.into()),
+/// Deletes messages by receipt handle in one ack of the store (one durable write for the
+/// batch), an outcome per handle: a stale receipt deletes nothing and is no error, a
+/// malformed one is `ReceiptHandleIsInvalid`.
+async fn delete_many(
+    sqs: &Sqs,
+    queue: &QueueName,
+    handles: &[&str],
+) -> Result<Vec<Result<(), SqsError>>, SqsError> {
+    let parsed: Vec<Result<Receipt, SqsError>> = handles.iter().map(|h| receipt(h)).collect();
+    let acks: Vec<AckRequest> = parsed
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .map(|&receipt| AckRequest {
+            receipt,
+            result: None,
+        })
+        .collect();
+    let mut acked = if acks.is_empty() {
+        Vec::new()
+    } else {
+        sqs.store.ack(queue, acks).await?
     }
+    .into_iter();
+    Ok(parsed
+        .into_iter()
+        .map(|p| {
+            p?;
+            match acked.next() {
+                Some(Ok(()) | Err(StoreError::ReceiptStale | StoreError::MessageNotFound(_)))
+                | None => Ok(()),
+                Some(Err(e)) => Err(e.into()),
+            }
+        })
+        .collect())
 }
 
 pub(crate) async fn delete_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: DeleteMessage = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
     call.allow(Action::Consume, &queue)?;
-    delete_one(sqs, &queue, &req.receipt_handle).await?;
+    let mut out = delete_many(sqs, &queue, &[req.receipt_handle.as_str()]).await?;
+    out.pop().unwrap_or(Ok(()))?;
     Ok(json!({}))
 }
 
@@ -363,14 +390,15 @@ pub(crate) async fn delete_message_batch(sqs: &Sqs, call: &Call) -> Result<Value
     let queue = queue_of_url(&req.queue_url)?;
     call.allow(Action::Consume, &queue)?;
     check_batch(req.entries.iter().map(|e| e.id.as_str()))?;
-    let (mut ok, mut failures) = (Vec::new(), Vec::new());
-    for e in &req.entries {
-        match delete_one(sqs, &queue, &e.receipt_handle).await {
-            Ok(()) => ok.push(json!({"Id": e.id})),
-            Err(err) => failures.push(failed(&e.id, &err)),
-        }
-    }
-    Ok(json!({"Successful": ok, "Failed": failures}))
+    let handles: Vec<&str> = req
+        .entries
+        .iter()
+        .map(|e| e.receipt_handle.as_str())
+        .collect();
+    let outcomes = delete_many(sqs, &queue, &handles).await?;
+    Ok(batch_answer(
+        req.entries.iter().map(|e| e.id.as_str()).zip(outcomes),
+    ))
 }
 
 /// Sets the visibility of one in-flight message to `secs` from now.
@@ -424,12 +452,12 @@ pub(crate) async fn change_message_visibility_batch(
     let queue = queue_of_url(&req.queue_url)?;
     call.allow(Action::Consume, &queue)?;
     check_batch(req.entries.iter().map(|e| e.id.as_str()))?;
-    let (mut ok, mut failures) = (Vec::new(), Vec::new());
+    // The store has no batch extend: one at a time.
+    let mut outcomes = Vec::with_capacity(req.entries.len());
     for e in &req.entries {
-        match change_one(sqs, &queue, &e.receipt_handle, e.visibility_timeout).await {
-            Ok(()) => ok.push(json!({"Id": e.id})),
-            Err(err) => failures.push(failed(&e.id, &err)),
-        }
+        outcomes.push(change_one(sqs, &queue, &e.receipt_handle, e.visibility_timeout).await);
     }
-    Ok(json!({"Successful": ok, "Failed": failures}))
+    Ok(batch_answer(
+        req.entries.iter().map(|e| e.id.as_str()).zip(outcomes),
+    ))
 }

@@ -29,12 +29,12 @@ fn sqs_defaults() -> QueueConfigPatch {
     }
 }
 
-/// Reads `Attributes` of CreateQueue or SetQueueAttributes into a patch.
+/// Reads `Attributes` of CreateQueue or SetQueueAttributes into `patch`, over what it sets.
 fn patch_of(
     attributes: &BTreeMap<String, String>,
     name: &QueueName,
+    mut patch: QueueConfigPatch,
 ) -> Result<QueueConfigPatch, SqsError> {
-    let mut patch = QueueConfigPatch::default();
     for (key, value) in attributes {
         let secs = |min: u64, max: u64| -> Result<u64, SqsError> {
             value
@@ -170,7 +170,7 @@ pub(crate) async fn create_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsErr
     let req: CreateQueue = call.input()?;
     let name = check_sqs_name(&req.queue_name)?;
     call.allow(Action::ManageQueue, &name)?;
-    let wanted = patch_of(&req.attributes, &name)?;
+    let patch = patch_of(&req.attributes, &name, sqs_defaults())?;
     match sqs.store.get_queue(&name).await {
         Ok(info) => {
             // Creating a queue that exists is fine when every attribute given matches.
@@ -186,32 +186,13 @@ pub(crate) async fn create_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsErr
                 return Err(SqsError::name_exists(name.as_str()));
             }
         }
-        Err(StoreError::QueueNotFound(_)) => {
-            let mut patch = sqs_defaults();
-            merge(&mut patch, wanted);
-            match sqs.store.create_queue(&name, &patch).await {
-                Ok(_) | Err(StoreError::QueueExists(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        Err(StoreError::QueueNotFound(_)) => match sqs.store.create_queue(&name, &patch).await {
+            Ok(_) | Err(StoreError::QueueExists(_)) => {}
+            Err(e) => return Err(e.into()),
+        },
         Err(e) => return Err(e.into()),
     }
     Ok(json!({ "QueueUrl": call.url(sqs, name.as_str()) }))
-}
-
-/// Sets on `base` what `over` sets.
-fn merge(base: &mut QueueConfigPatch, over: QueueConfigPatch) {
-    macro_rules! take {
-        ($($f:ident),*) => { $( if over.$f.is_some() { base.$f = over.$f; } )* };
-    }
-    take!(
-        visibility_timeout,
-        delay,
-        retention,
-        max_message_bytes,
-        dead_letter_queue,
-        max_receive_count
-    );
 }
 
 #[derive(Deserialize)]
@@ -373,7 +354,7 @@ pub(crate) async fn set_queue_attributes(sqs: &Sqs, call: &Call) -> Result<Value
     let req: SetQueueAttributes = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
     call.allow(Action::ManageQueue, &name)?;
-    let patch = patch_of(&req.attributes, &name)?;
+    let patch = patch_of(&req.attributes, &name, QueueConfigPatch::default())?;
     sqs.store.get_queue(&name).await?;
     sqs.store.put_queue(&name, &patch).await?;
     Ok(json!({}))

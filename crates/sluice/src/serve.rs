@@ -575,14 +575,8 @@ async fn sqs_addresses(
     keys: bool,
     allow_plaintext: bool,
 ) -> anyhow::Result<Vec<std::net::SocketAddr>> {
-    let addrs: Vec<_> = tokio::net::lookup_host(addr)
-        .await
-        .with_context(|| format!("--sqs-listen \"{addr}\" is not a host:port address"))?
-        .collect();
-    if addrs.is_empty() {
-        bail!("--sqs-listen \"{addr}\" resolves to no address");
-    }
-    let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback()) else {
+    let (addrs, public) = lookup("--sqs-listen", addr).await?;
+    let Some(public) = public else {
         return Ok(addrs);
     };
     if !keys {
@@ -601,6 +595,22 @@ async fn sqs_addresses(
     Ok(addrs)
 }
 
+/// The addresses `addr` (given as `flag`) names, and the first that is not loopback.
+async fn lookup(
+    flag: &str,
+    addr: &str,
+) -> anyhow::Result<(Vec<std::net::SocketAddr>, Option<std::net::SocketAddr>)> {
+    let addrs: Vec<_> = tokio::net::lookup_host(addr)
+        .await
+        .with_context(|| format!("{flag} \"{addr}\" is not a host:port address"))?
+        .collect();
+    if addrs.is_empty() {
+        bail!("{flag} \"{addr}\" resolves to no address");
+    }
+    let public = addrs.iter().find(|a| !a.ip().is_loopback()).copied();
+    Ok((addrs, public))
+}
+
 /// What decides whether a listener may face the network.
 struct Exposure<'a> {
     keys: &'a KeyRing,
@@ -615,14 +625,8 @@ async fn resolve(
     addr: &str,
     guard: &Exposure<'_>,
 ) -> anyhow::Result<Vec<std::net::SocketAddr>> {
-    let addrs: Vec<_> = tokio::net::lookup_host(addr)
-        .await
-        .with_context(|| format!("{flag} \"{addr}\" is not a host:port address"))?
-        .collect();
-    if addrs.is_empty() {
-        bail!("{flag} \"{addr}\" resolves to no address");
-    }
-    let Some(public) = addrs.iter().find(|a| !a.ip().is_loopback()) else {
+    let (addrs, public) = lookup(flag, addr).await?;
+    let Some(public) = public else {
         return Ok(addrs);
     };
     if guard.keys.is_empty() {

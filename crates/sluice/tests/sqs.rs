@@ -49,17 +49,25 @@ fn boto3_works_against_the_sqs_endpoint() {
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let (_broker, url, sqs) = common::serve_with_sqs(&dir.path().join("data"), Stdio::null());
-    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/boto3_suite.py");
+    run_suite("boto3_suite.py", &sqs, &url);
+}
+
+/// Runs the Python suite `name` of `tests/sqs` against the endpoint `sqs` (and the broker's
+/// own API at `url`); fails the test with its output when it fails.
+fn run_suite(name: &str, sqs: &str, url: &str) {
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/sqs")
+        .join(name);
     let out = Command::new(python())
         .arg(&suite)
-        .env("SQS_URL", &sqs)
-        .env("SLUICE_URL", &url)
+        .env("SQS_URL", sqs)
+        .env("SLUICE_URL", url)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
-        .expect("run the boto3 suite");
+        .unwrap_or_else(|e| panic!("run {name}: {e}"));
     assert!(
         out.status.success(),
-        "the boto3 suite failed:\n{}\n{}",
+        "{name} failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -88,24 +96,12 @@ queues = ["orders-*"]
 "#,
     )
     .expect("write the config");
-    let (_broker, _url, sqs) = common::serve_with_sqs_and(
+    let (_broker, url, sqs) = common::serve_with_sqs_and(
         &dir.path().join("data"),
         Stdio::null(),
         &["--config", config.to_str().expect("UTF-8 path")],
     );
-    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sqs/signed_suite.py");
-    let out = Command::new(python())
-        .arg(&suite)
-        .env("SQS_URL", &sqs)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .expect("run the signed suite");
-    assert!(
-        out.status.success(),
-        "the signed suite failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_suite("signed_suite.py", &sqs, &url);
     // Secrets are never shown by --check-config.
     let shown = common::sluice()
         .args(["serve", "--check-config", "--config"])

@@ -203,8 +203,15 @@ class Sqs(unittest.TestCase):
         first = self.sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"][0]
         second = self.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"][0]
         self.assertNotEqual(first["ReceiptHandle"], second["ReceiptHandle"])
-        # The first receipt is stale: deleting with it succeeds and deletes nothing.
+        # The first receipt is stale: deleting with it succeeds and deletes nothing, alone or
+        # in a batch.
         self.sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+        out = self.sqs.delete_message_batch(
+            QueueUrl=url, Entries=[{"Id": "old", "ReceiptHandle": first["ReceiptHandle"]}]
+        )
+        self.assertEqual(([s["Id"] for s in out["Successful"]], out["Failed"]), (["old"], []))
+        stats = httpx.get(f"{SLUICE_URL}/v1/queues/stale/stats").json()
+        self.assertEqual(stats["in_flight"], 1, "the newer delivery still holds it")
         with self.assertRaises(ClientError) as e:
             self.sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=10)
         self.assertEqual(error_code(e.exception), "AWS.SimpleQueueService.MessageNotInflight")
