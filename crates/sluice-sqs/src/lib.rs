@@ -2,17 +2,20 @@
 //! frameworks work against a Sluice broker by changing only their endpoint URL, on the same
 //! queues, messages, stats and dead-letter queues as Sluice's own API.
 //!
-//! It serves the AWS JSON 1.0 protocol (`POST /` with `X-Amz-Target: AmazonSQS.<Action>`
-//! and `Content-Type: application/x-amz-json-1.0`), which every current SDK speaks, on a
-//! listener of its own (`sluice serve --sqs-listen ADDR`): SDKs address the service at the
-//! root of their endpoint and queues by URL, which would collide with the paths of Sluice's
-//! API. Answers carry the MD5 digests SDKs verify, and errors the `__type` and
-//! `x-amzn-query-error` codes SDKs map to their exception classes.
+//! It serves both of SQS's protocols on a listener of its own (`sluice serve --sqs-listen
+//! ADDR`): the AWS JSON 1.0 protocol (`POST /` with `X-Amz-Target: AmazonSQS.<Action>` and
+//! `Content-Type: application/x-amz-json-1.0`) of current SDKs, and the query protocol
+//! (form-encoded `Action=<Action>`, to `/` or to a queue's URL, answered in XML) of older
+//! ones. SDKs address the service at the root of their endpoint and queues by URL, which would
+//! collide with the paths of Sluice's API. Answers carry the MD5 digests SDKs verify, and
+//! errors the `__type` and `x-amzn-query-error` codes (or the XML `<Code>`) SDKs map to their
+//! exception classes.
 
 mod attributes;
 mod digest;
 mod error;
 mod messages;
+mod query;
 mod queue_url;
 mod queues;
 mod sigv4;
@@ -25,7 +28,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::any;
 use serde::de::DeserializeOwned;
 use sluice_core::QueueName;
 use sluice_core::store::Store;
@@ -132,7 +135,10 @@ pub fn router(store: Arc<dyn Store>, options: SqsOptions) -> Router {
         keys: Arc::new(options.keys),
         requests: Arc::new(AtomicU64::new(0)),
     };
-    Router::new().route("/", post(handle)).with_state(sqs)
+    Router::new()
+        .route("/", any(handle))
+        .fallback(handle)
+        .with_state(sqs)
 }
 
 async fn handle(
@@ -164,38 +170,70 @@ async fn handle(
         };
         sigv4::verify(&sqs.keys, &signed, now).map(|k| Some(k.clone()))
     };
-    let key = match key {
-        Ok(k) => k,
-        Err(e) => return finish(Err(e), "", &request_id),
-    };
-    let call = Call {
-        body,
-        host: headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_owned),
-        key,
-    };
-    let target = headers
-        .get("x-amz-target")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/x-amz-json"));
-    let outcome = if !json {
-        Err(SqsError::invalid_action(
-            "(a query-protocol request; this endpoint serves the AWS JSON 1.0 protocol of \
-             current SDKs, e.g. boto3 1.34.90 or later)",
-        ))
-    } else {
-        match target.strip_prefix("AmazonSQS.") {
-            Some(action) => dispatch(&sqs, action, &call).await,
-            None => Err(SqsError::invalid_action(target)),
+    if !json {
+        return handle_query(&sqs, &uri, body, host, key, &request_id).await;
+    }
+    let target = headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let outcome = match key {
+        Err(e) => Err(e),
+        Ok(key) => {
+            let call = Call { body, host, key };
+            match target.strip_prefix("AmazonSQS.") {
+                Some(action) => dispatch(&sqs, action, &call).await,
+                None => Err(SqsError::invalid_action(target)),
+            }
         }
     };
     finish(outcome, target, &request_id)
+}
+
+/// A query-protocol request: parameters from the URL and the form body, answered in XML.
+async fn handle_query(
+    sqs: &Sqs,
+    uri: &Uri,
+    body: Bytes,
+    host: Option<String>,
+    key: Result<Option<SqsKey>, SqsError>,
+    request_id: &str,
+) -> Response {
+    let mut params: Vec<(String, String)> =
+        form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
+    params.extend(form_urlencoded::parse(&body).into_owned());
+    let request = key.and_then(|key| query::read(&params, uri.path()).map(|q| (key, q)));
+    let mut resp = match request {
+        Err(e) => query::error(&e, request_id),
+        Ok((key, request)) => {
+            let call = Call {
+                body: Bytes::from(request.input.to_string()),
+                host,
+                key,
+            };
+            match dispatch(sqs, &request.action, &call).await {
+                Ok(value) => query::answer(&request.action, &value, request_id),
+                Err(e) => {
+                    tracing::debug!(action = %request.action, error = %e, "sqs request refused");
+                    query::error(&e, request_id)
+                }
+            }
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        resp.headers_mut().insert("x-amzn-requestid", v);
+    }
+    resp
 }
 
 /// The answer to a request: its JSON or its error, with the request id.

@@ -1,21 +1,28 @@
 //! The SQS-compatible endpoint (`sluice serve --sqs-listen`) with the clients teams already
-//! run: boto3 and the AWS CLI over the AWS JSON protocol, against the real broker, on the
-//! same queues as Sluice's own API (`tests/sqs/boto3_suite.py`).
+//! run: boto3 and the AWS CLI, against the real broker, on the same queues as Sluice's own API
+//! (`tests/sqs/boto3_suite.py`), over both of SQS's protocols: current boto3 speaks AWS JSON,
+//! boto3 1.33 the query protocol (form parameters, XML answers).
 //!
-//! boto3 and the AWS CLI come from the Python venv (`python/.venv`, extra `api`, installed by `.ci/run`) or
-//! `$SLUICE_PYTHON`. Without it the test skips with a loud message on a developer's machine
-//! and fails when `CI=true`.
+//! The current clients come from the Python venv (`python/.venv`, extra `api`, installed by
+//! `.ci/run`) or `$SLUICE_PYTHON`; the older ones from `python/.venv-sqs-query`
+//! (`tests/sqs/query-requirements.txt`, also installed by `.ci/run`) or
+//! `$SLUICE_PYTHON_SQS_QUERY`. Without them the tests skip with a loud message on a
+//! developer's machine and fail when `CI=true`.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("SLUICE_PYTHON") {
+/// The interpreter named by `$var`, else the one of the venv `python/<venv>`, else `python3`.
+fn python_from(var: &str, venv: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(var) {
         return PathBuf::from(p);
     }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/.venv/bin/python");
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../python")
+        .join(venv)
+        .join("bin/python");
     if venv.exists() {
         venv
     } else {
@@ -23,9 +30,15 @@ fn python() -> PathBuf {
     }
 }
 
-/// True when the interpreter has boto3 and httpx; otherwise skips loudly, or fails on CI.
-fn have_boto3() -> bool {
-    let ok = Command::new(python())
+/// The interpreter with current boto3 and the AWS CLI.
+fn python() -> PathBuf {
+    python_from("SLUICE_PYTHON", ".venv")
+}
+
+/// True when `python` has boto3, httpx and the AWS CLI; otherwise skips loudly (`install`
+/// says how to get them), or fails on CI.
+fn have_boto3(python: &Path, install: &str) -> bool {
+    let ok = Command::new(python)
         .args(["-c", "import boto3, httpx, awscli"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -34,32 +47,53 @@ fn have_boto3() -> bool {
     if ok {
         return true;
     }
-    let msg = "the SQS endpoint's test needs Python with boto3, httpx and the AWS CLI (awscli): \
-               install them with \
-               python3 -m pip install -e 'python[api]' into python/.venv (as .ci/run does), or \
-               set SLUICE_PYTHON to an interpreter that has them";
-    common::skip_or_fail(msg);
+    let msg = format!(
+        "the SQS endpoint's test needs Python with boto3, httpx and the AWS CLI (awscli): {install}"
+    );
+    common::skip_or_fail(&msg);
     false
 }
 
+const INSTALL_CURRENT: &str = "install them with python3 -m pip install -e 'python[api]' into \
+                               python/.venv (as .ci/run does), or set SLUICE_PYTHON to an \
+                               interpreter that has them";
+const INSTALL_QUERY: &str = "create python/.venv-sqs-query and install \
+                             crates/sluice/tests/sqs/query-requirements.txt into it (as \
+                             .ci/run does), or set SLUICE_PYTHON_SQS_QUERY to an interpreter \
+                             that has them";
+
 #[test]
 fn boto3_works_against_the_sqs_endpoint() {
-    if !have_boto3() {
+    let python = python();
+    if !have_boto3(&python, INSTALL_CURRENT) {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let (_broker, url, sqs) = common::serve_with_sqs(&dir.path().join("data"), Stdio::null());
-    run_suite("boto3_suite.py", &sqs, &url);
+    run_suite(&python, "boto3_suite.py", "json", &sqs, &url);
 }
 
-/// Runs the Python suite `name` of `tests/sqs` against the endpoint `sqs` (and the broker's
-/// own API at `url`); fails the test with its output when it fails.
-fn run_suite(name: &str, sqs: &str, url: &str) {
+#[test]
+fn an_older_boto3_works_over_the_query_protocol() {
+    let python = python_from("SLUICE_PYTHON_SQS_QUERY", ".venv-sqs-query");
+    if !have_boto3(&python, INSTALL_QUERY) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_broker, url, sqs) = common::serve_with_sqs(&dir.path().join("data"), Stdio::null());
+    run_suite(&python, "boto3_suite.py", "query", &sqs, &url);
+}
+
+/// Runs the Python suite `name` of `tests/sqs` with `python`, whose boto3 speaks `protocol`,
+/// against the endpoint `sqs` (and the broker's own API at `url`); fails the test with its
+/// output when it fails.
+fn run_suite(python: &Path, name: &str, protocol: &str, sqs: &str, url: &str) {
     let suite = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/sqs")
         .join(name);
-    let out = Command::new(python())
+    let out = Command::new(python)
         .arg(&suite)
+        .env("SQS_PROTOCOL", protocol)
         .env("SQS_URL", sqs)
         .env("SLUICE_URL", url)
         .env("PYTHONDONTWRITEBYTECODE", "1")
@@ -75,7 +109,8 @@ fn run_suite(name: &str, sqs: &str, url: &str) {
 
 #[test]
 fn signed_requests_are_checked_against_sqs_keys() {
-    if !have_boto3() {
+    let python = python();
+    if !have_boto3(&python, INSTALL_CURRENT) {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
@@ -101,7 +136,12 @@ queues = ["orders-*"]
         Stdio::null(),
         &["--config", config.to_str().expect("UTF-8 path")],
     );
-    run_suite("signed_suite.py", &sqs, &url);
+    run_suite(&python, "signed_suite.py", "json", &sqs, &url);
+    // Query requests are signed over their form body.
+    let query = python_from("SLUICE_PYTHON_SQS_QUERY", ".venv-sqs-query");
+    if have_boto3(&query, INSTALL_QUERY) {
+        run_suite(&query, "signed_suite.py", "query", &sqs, &url);
+    }
     // Secrets are never shown by --check-config.
     let shown = common::sluice()
         .args(["serve", "--check-config", "--config"])
