@@ -39,6 +39,27 @@ impl SqsError {
         }
     }
 
+    /// A move task, or its source or destination, that does not exist.
+    pub fn resource_not_found(message: impl Into<String>) -> Self {
+        Self::new(
+            "ResourceNotFoundException",
+            "ResourceNotFoundException",
+            404,
+            message,
+        )
+    }
+
+    /// An operation the queue or task cannot do (a move task out of a queue that is not a
+    /// dead-letter queue, a second task on one source).
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(
+            "UnsupportedOperation",
+            "AWS.SimpleQueueService.UnsupportedOperation",
+            400,
+            message,
+        )
+    }
+
     /// A value out of range or malformed.
     pub fn invalid_parameter(message: impl Into<String>) -> Self {
         Self::new(

@@ -15,6 +15,7 @@ mod attributes;
 mod digest;
 mod error;
 mod messages;
+mod move_tasks;
 mod query;
 mod queue_url;
 mod queues;
@@ -107,6 +108,34 @@ impl Call {
         self.key
             .as_ref()
             .is_none_or(|k| action.allowed(k.role) && k.queues.iter().any(|p| glob_match(p, queue)))
+    }
+
+    /// Records what the request changed in the audit log, by the key that signed it
+    /// (`sqs:<access key id>`, or `sqs:anonymous` on an endpoint without keys). The change
+    /// already happened, so a failure to record it is logged, not answered.
+    pub(crate) async fn audit(
+        &self,
+        sqs: &Sqs,
+        action: &str,
+        queue: &QueueName,
+        details: Vec<(&str, String)>,
+    ) {
+        use sluice_core::Clock as _;
+        let mut event = sluice_core::AuditEvent::by_broker(sluice_core::SystemClock.now(), action);
+        event.actor = format!(
+            "sqs:{}",
+            self.key
+                .as_ref()
+                .map_or("anonymous", |k| k.access_key_id.as_str())
+        );
+        event.queue = Some(queue.to_string());
+        event.details = details
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        if let Err(e) = sqs.store.audit_append(vec![event]).await {
+            tracing::error!(error = %e, action, "could not write the audit log");
+        }
     }
 
     /// The URL of `queue` as this request should see it.
@@ -281,6 +310,9 @@ async fn dispatch(sqs: &Sqs, action: &str, call: &Call) -> Result<serde_json::Va
         "ChangeMessageVisibilityBatch" => {
             messages::change_message_visibility_batch(sqs, call).await
         }
+        "StartMessageMoveTask" => move_tasks::start(sqs, call).await,
+        "ListMessageMoveTasks" => move_tasks::list(sqs, call).await,
+        "CancelMessageMoveTask" => move_tasks::cancel(sqs, call).await,
         other => Err(SqsError::invalid_action(other)),
     }
 }

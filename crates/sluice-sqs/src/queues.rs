@@ -187,7 +187,12 @@ pub(crate) async fn create_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsErr
             }
         }
         Err(StoreError::QueueNotFound(_)) => match sqs.store.create_queue(&name, &patch).await {
-            Ok(_) | Err(StoreError::QueueExists(_)) => {}
+            Ok(_) => {
+                let given = req.attributes.keys().cloned().collect::<Vec<_>>().join(",");
+                call.audit(sqs, "queue.create", &name, vec![("attributes", given)])
+                    .await;
+            }
+            Err(StoreError::QueueExists(_)) => {}
             Err(e) => return Err(e.into()),
         },
         Err(e) => return Err(e.into()),
@@ -305,6 +310,7 @@ pub(crate) async fn delete_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsErr
     let name = queue_of_url(&req.queue_url)?;
     call.allow(Action::ManageQueue, &name)?;
     sqs.store.delete_queue(&name).await?;
+    call.audit(sqs, "queue.delete", &name, Vec::new()).await;
     Ok(json!({}))
 }
 
@@ -312,7 +318,14 @@ pub(crate) async fn purge_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsErro
     let req: QueueUrlInput = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
     call.allow(Action::ManageQueue, &name)?;
-    sqs.store.purge(&name).await?;
+    let purged = sqs.store.purge(&name).await?;
+    call.audit(
+        sqs,
+        "queue.purge",
+        &name,
+        vec![("purged", purged.to_string())],
+    )
+    .await;
     Ok(json!({}))
 }
 
@@ -357,5 +370,11 @@ pub(crate) async fn set_queue_attributes(sqs: &Sqs, call: &Call) -> Result<Value
     let patch = patch_of(&req.attributes, &name, QueueConfigPatch::default())?;
     sqs.store.get_queue(&name).await?;
     sqs.store.put_queue(&name, &patch).await?;
+    let details = req
+        .attributes
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    call.audit(sqs, "queue.update", &name, details).await;
     Ok(json!({}))
 }

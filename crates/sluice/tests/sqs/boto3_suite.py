@@ -248,6 +248,59 @@ class Sqs(unittest.TestCase):
         browse = httpx.get(f"{SLUICE_URL}/v1/queues/work-dlq/messages").json()["messages"]
         self.assertEqual(browse[0]["dead_letter_reason"], "lease_expired")
 
+    def test_move_tasks_redrive_the_dead_letters_at_a_rate(self):
+        dlq = self.queue("move-dlq")
+        dlq_arn = self.sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        src = self.queue("move-src", RedrivePolicy=json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1}))
+        for i in range(3):
+            self.sqs.send_message(QueueUrl=src, MessageBody=f"m{i}")
+        got = self.sqs.receive_message(QueueUrl=src, MaxNumberOfMessages=10, VisibilityTimeout=0)["Messages"]
+        self.assertEqual(len(got), 3)
+        self.assertNotIn("Messages", self.sqs.receive_message(QueueUrl=src, WaitTimeSeconds=1))
+        stats = httpx.get(f"{SLUICE_URL}/v1/queues/move-dlq/stats").json()
+        self.assertEqual(stats["visible"], 3, stats)
+
+        # Only out of a dead-letter queue; unknown handles are not found.
+        with self.assertRaises(ClientError) as e:
+            self.sqs.start_message_move_task(SourceArn=dlq_arn.replace("move-dlq", "move-src"))
+        self.assertEqual(error_code(e.exception), "AWS.SimpleQueueService.UnsupportedOperation")
+        with self.assertRaises(ClientError) as e:
+            self.sqs.cancel_message_move_task(TaskHandle="00000000000000ff")
+        self.assertEqual(error_code(e.exception), "ResourceNotFoundException")
+
+        # A slow task holds its source: a second one is refused until it is cancelled.
+        slow = self.sqs.start_message_move_task(SourceArn=dlq_arn, MaxNumberOfMessagesPerSecond=1)["TaskHandle"]
+        with self.assertRaises(ClientError) as e:
+            self.sqs.start_message_move_task(SourceArn=dlq_arn)
+        self.assertEqual(error_code(e.exception), "AWS.SimpleQueueService.UnsupportedOperation")
+        listed = self.sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"]
+        self.assertEqual((listed[0]["TaskHandle"], listed[0]["Status"]), (slow, "RUNNING"))
+        self.assertEqual(listed[0]["MaxNumberOfMessagesPerSecond"], 1)
+        moved = self.sqs.cancel_message_move_task(TaskHandle=slow)["ApproximateNumberOfMessagesMoved"]
+        self.assertLessEqual(moved, 3)
+
+        # The rest goes back at full rate, to the queue each message came from.
+        fast = self.sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
+        deadline = time.monotonic() + 15
+        while True:
+            tasks = self.sqs.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10)["Results"]
+            if tasks[0]["Status"] == "COMPLETED" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual([(t["TaskHandle"], t["Status"]) for t in tasks], [(fast, "COMPLETED"), (slow, "CANCELLED")])
+        self.assertEqual(tasks[0]["ApproximateNumberOfMessagesMoved"] + moved, 3)
+        back = self.sqs.receive_message(
+            QueueUrl=src, MaxNumberOfMessages=10, WaitTimeSeconds=2, **{SYSTEM_NAMES: ["ApproximateReceiveCount"]}
+        )["Messages"]
+        self.assertEqual(sorted(m["Body"] for m in back), ["m0", "m1", "m2"])
+        self.assertEqual({m["Attributes"]["ApproximateReceiveCount"] for m in back}, {"1"}, "moved messages start over")
+
+        # Sluice's own API shows the same jobs, and the audit log who started them.
+        jobs = httpx.get(f"{SLUICE_URL}/v1/redrives").json()["redrives"]
+        self.assertTrue({slow, fast} <= {j["id"] for j in jobs}, jobs)
+        audit = httpx.get(f"{SLUICE_URL}/v1/audit", params={"queue": "move-dlq"}).json()["entries"]
+        self.assertIn(("sqs:anonymous", "redrive.create"), {(a["actor"], a["action"]) for a in audit}, audit)
+
     def test_the_aws_cli_works_unchanged(self):
         aws_bin = os.path.join(os.path.dirname(sys.executable), "aws")
         env = dict(

@@ -1,14 +1,17 @@
 """boto3 against an SQS endpoint with [[sqs_keys]]: requests are SigV4-verified and each key
-acts with its role and queue patterns. Run by crates/sluice/tests/sqs.rs with SQS_URL set; the
+acts with its role and queue patterns. Run by crates/sluice/tests/sqs.rs with SQS_URL and
+SLUICE_URL (the broker's own API, for the audit log) set; the
 broker's keys are those of KEYS below."""
 
 import os
 import unittest
 
 import boto3
+import httpx
 from botocore.exceptions import ClientError
 
 SQS_URL = os.environ["SQS_URL"]
+SLUICE_URL = os.environ["SLUICE_URL"]
 
 KEYS = {
     "admin": ("AKIAADMIN0000000", "admin-secret-0123456789"),
@@ -37,6 +40,9 @@ class Signed(unittest.TestCase):
         sqs.send_message(QueueUrl=url, MessageBody="hello")
         got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]
         self.assertEqual(got[0]["Body"], "hello")
+        # The audit log names the key that created the queue.
+        audit = httpx.get(f"{SLUICE_URL}/v1/audit", params={"queue": "signed-jobs"}).json()["entries"]
+        self.assertIn(("sqs:AKIAADMIN0000000", "queue.create"), {(a["actor"], a["action"]) for a in audit})
 
     def test_a_wrong_secret_is_refused(self):
         sqs = client(KEYS["admin"][0], "not-the-secret")
