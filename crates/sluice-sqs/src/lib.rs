@@ -48,8 +48,10 @@ pub struct SqsOptions {
     /// Account and region in queue URLs and ARNs.
     pub identity: Identity,
     /// The listener's public URL (e.g. `https://sqs.example.com`), the base of queue URLs;
-    /// without it, the scheme `http` and the request's `Host`.
+    /// without it, the listener's scheme and the request's `Host`.
     pub public_url: Option<String>,
+    /// Whether the listener serves HTTPS (the scheme of queue URLs without `public_url`).
+    pub tls: bool,
     /// The access keys requests must be signed with (SigV4); none leaves the endpoint open
     /// (for loopback).
     pub keys: Vec<SqsKey>,
@@ -61,6 +63,7 @@ pub(crate) struct Sqs {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) identity: Identity,
     public_url: Option<String>,
+    tls: bool,
     keys: Arc<Vec<SqsKey>>,
     requests: Arc<AtomicU64>,
 }
@@ -142,8 +145,11 @@ impl Call {
     pub(crate) fn url(&self, sqs: &Sqs, queue: &str) -> String {
         let base = match (&sqs.public_url, &self.host) {
             (Some(base), _) => base.trim_end_matches('/').to_owned(),
-            (None, Some(host)) => format!("http://{host}"),
-            (None, None) => "http://localhost".to_owned(),
+            (None, host) => format!(
+                "{}://{}",
+                if sqs.tls { "https" } else { "http" },
+                host.as_deref().unwrap_or("localhost")
+            ),
         };
         sqs.identity.url(&base, queue)
     }
@@ -161,6 +167,7 @@ pub fn router(store: Arc<dyn Store>, options: SqsOptions) -> Router {
         store,
         identity: options.identity,
         public_url: options.public_url,
+        tls: options.tls,
         keys: Arc::new(options.keys),
         requests: Arc::new(AtomicU64::new(0)),
     };

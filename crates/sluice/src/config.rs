@@ -49,6 +49,8 @@ pub struct FileConfig {
     pub frames_listen: Option<String>,
     /// Address of the SQS-compatible listener (off when absent).
     pub sqs_listen: Option<String>,
+    /// The SQS listener's URL as clients reach it, the base of queue URLs.
+    pub sqs_public_url: Option<String>,
     /// Data directory of the embedded store.
     pub data_dir: Option<PathBuf>,
     /// Relaxed durability of the embedded store: the longest a write may wait for its sync

@@ -32,13 +32,17 @@ pub struct ServeArgs {
     /// keys apply; without keys only a loopback address is allowed.
     #[arg(long, env = "SLUICE_FRAMES_LISTEN", value_name = "ADDR")]
     frames_listen: Option<String>,
-    /// Also serve the Amazon SQS API (the AWS JSON protocol of current AWS SDKs and the AWS
-    /// CLI) on this address [default: off], over the same queues. Requests are signed with
-    /// the access keys of `[[sqs_keys]]` in the config file; without them only a loopback
-    /// address is allowed. It serves plain HTTP: off loopback it needs --allow-plaintext and
-    /// a TLS-terminating proxy in front.
+    /// Also serve the Amazon SQS API (the AWS JSON and query protocols of the AWS SDKs and
+    /// the AWS CLI) on this address [default: off], over the same queues. Requests are signed
+    /// with the access keys of `[[sqs_keys]]` in the config file; without them only a
+    /// loopback address is allowed. It serves HTTPS with --tls-cert, as the main listener
+    /// does; off loopback without TLS it needs --allow-plaintext.
     #[arg(long, env = "SLUICE_SQS_LISTEN", value_name = "ADDR")]
     sqs_listen: Option<String>,
+    /// The SQS listener's URL as clients reach it (e.g. `https://sqs.example.com`), the base
+    /// of the queue URLs it answers [default: the scheme and `Host` of each request].
+    #[arg(long, env = "SLUICE_SQS_PUBLIC_URL", value_name = "URL")]
+    sqs_public_url: Option<String>,
     /// Data directory of the embedded store [default: ./sluice-data].
     #[arg(long, env = "SLUICE_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -193,6 +197,7 @@ struct Settings {
     addrs: Vec<std::net::SocketAddr>,
     frames: Option<(String, Vec<std::net::SocketAddr>)>,
     sqs: Option<(String, Vec<std::net::SocketAddr>)>,
+    sqs_public_url: Option<String>,
     data_dir: PathBuf,
     sync_interval: Option<std::time::Duration>,
     min_free_disk: u64,
@@ -243,6 +248,7 @@ impl Settings {
             "listen_addresses": self.addrs,
             "frames_listen": self.frames.as_ref().map(|(name, _)| name),
             "sqs_listen": self.sqs.as_ref().map(|(name, _)| name),
+            "sqs_public_url": self.sqs_public_url,
             "store": match &self.store {
                 StoreChoice::Embedded => "embedded".to_owned(),
                 StoreChoice::Postgres(url) => redacted(url),
@@ -301,9 +307,18 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
     };
     let sqs = match args.sqs_listen.or(file.sqs_listen.clone()) {
         Some(s) => {
-            let addrs = sqs_addresses(&s, !file.sqs_keys.is_empty(), allow_plaintext).await?;
+            let addrs = sqs_addresses(
+                &s,
+                !file.sqs_keys.is_empty(),
+                tls.is_some() || allow_plaintext,
+            )
+            .await?;
             Some((s, addrs))
         }
+        None => None,
+    };
+    let sqs_public_url = match args.sqs_public_url.or(file.sqs_public_url.clone()) {
+        Some(u) => Some(public_url(&u)?),
         None => None,
     };
 
@@ -359,6 +374,7 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         addrs,
         frames,
         sqs,
+        sqs_public_url,
         data_dir,
         sync_interval,
         min_free_disk,
@@ -434,6 +450,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         push_allow_http,
         tls,
         sqs_keys,
+        sqs_public_url,
         ..
     } = settings;
     let store: Arc<dyn Store> = match choice {
@@ -497,7 +514,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let options = ServerOptions {
         keys,
         push_allow_http,
-        tls,
+        tls: tls.clone(),
         ..ServerOptions::default()
     };
     if options.keys.is_empty() {
@@ -511,7 +528,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding --sqs-listen {name}"))?;
             let local = listener.local_addr().context("reading the bound address")?;
-            println!("sluice sqs listening on http://{local}");
+            println!("sluice sqs listening on {scheme}://{local}");
             tracing::info!(%local, "SQS API listening");
             if sqs_keys.is_empty() {
                 tracing::warn!(
@@ -520,17 +537,32 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             }
             let options = sluice_sqs::SqsOptions {
                 keys: sqs_keys,
+                public_url: sqs_public_url,
+                tls: tls.is_some(),
                 ..sluice_sqs::SqsOptions::default()
             };
             let router = sluice_sqs::router(store.clone(), options);
             let mut stop = stop.clone();
-            Some(tokio::spawn(async move {
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|s| *s).await;
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            Some(match tls.clone() {
+                // The main listener's certificate, reloaded with it on SIGHUP.
+                Some(tls) => {
+                    let listener = sluice_server::tls::TlsListener::new(listener, tls)
+                        .context("starting TLS on --sqs-listen")?;
+                    tokio::spawn(async move {
+                        axum::serve(listener, router)
+                            .with_graceful_shutdown(stopped)
+                            .await
                     })
-                    .await
-            }))
+                }
+                None => tokio::spawn(async move {
+                    axum::serve(listener, router)
+                        .with_graceful_shutdown(stopped)
+                        .await
+                }),
+            })
         }
         None => None,
     };
@@ -568,12 +600,12 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The addresses of the SQS listener: off loopback only with access keys to check, and
-/// behind a TLS-terminating proxy (it serves plain HTTP).
+/// The addresses of the SQS listener: off loopback only with access keys to check, and with
+/// TLS (or `secure`: TLS, or a TLS-terminating proxy in front and --allow-plaintext).
 async fn sqs_addresses(
     addr: &str,
     keys: bool,
-    allow_plaintext: bool,
+    secure: bool,
 ) -> anyhow::Result<Vec<std::net::SocketAddr>> {
     let (addrs, public) = lookup("--sqs-listen", addr).await?;
     let Some(public) = public else {
@@ -586,13 +618,32 @@ async fn sqs_addresses(
              (access_key_id, secret_access_key, role, queues) to the config file"
         );
     }
-    if !allow_plaintext {
+    if !secure {
         bail!(
-            "refusing to serve the SQS API on {addr} ({public}) in plain HTTP: put a \
-             TLS-terminating proxy in front and give --allow-plaintext (allow_plaintext = true)"
+            "refusing to serve the SQS API on {addr} ({public}) in plain HTTP: give --tls-cert \
+             and --tls-key (tls_cert, tls_key), or put a TLS-terminating proxy in front and give \
+             --allow-plaintext (allow_plaintext = true)"
         );
     }
     Ok(addrs)
+}
+
+/// A public base URL as given: `http://` or `https://` and a host, without a query; the
+/// trailing slash dropped.
+fn public_url(url: &str) -> anyhow::Result<String> {
+    let parsed = reqwest::Url::parse(url).ok().filter(|u| {
+        matches!(u.scheme(), "http" | "https")
+            && u.host_str().is_some()
+            && u.query().is_none()
+            && u.fragment().is_none()
+    });
+    if parsed.is_none() {
+        bail!(
+            "--sqs-public-url (sqs_public_url) must be an http:// or https:// URL with a host \
+             and no query, e.g. https://sqs.example.com; got {url:?}"
+        );
+    }
+    Ok(url.trim_end_matches('/').to_owned())
 }
 
 /// The addresses `addr` (given as `flag`) names, and the first that is not loopback.

@@ -84,18 +84,108 @@ fn an_older_boto3_works_over_the_query_protocol() {
     run_suite(&python, "boto3_suite.py", "query", &sqs, &url);
 }
 
+#[test]
+fn the_sqs_listener_serves_https_with_the_brokers_certificate() {
+    let python = python();
+    if !have_boto3(&python, INSTALL_CURRENT) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = common::ca::Ca::new(dir.path(), "ca");
+    ca.sign("server", &["localhost", "127.0.0.1"]);
+    let (cert, key) = (ca.path("server"), ca.path("server-key"));
+    let public = "https://sqs.example.test:8443";
+    let (_broker, url, sqs) = common::serve_with_sqs_and(
+        &dir.path().join("data"),
+        Stdio::null(),
+        &[
+            "--tls-cert",
+            cert.to_str().expect("UTF-8 path"),
+            "--tls-key",
+            key.to_str().expect("UTF-8 path"),
+            "--sqs-public-url",
+            &format!("{public}/"),
+        ],
+    );
+    let sqs = sqs.replace("127.0.0.1", "localhost");
+    run_suite_with(
+        &python,
+        "tls_suite.py",
+        &[
+            ("SQS_URL", sqs.as_str()),
+            ("SLUICE_URL", url.as_str()),
+            ("SQS_CA", ca.path("ca").to_str().expect("UTF-8 path")),
+            ("SQS_PUBLIC_URL", public),
+        ],
+    );
+}
+
+#[test]
+fn the_sqs_listener_goes_off_loopback_only_with_keys_and_tls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = common::ca::Ca::new(dir.path(), "ca");
+    ca.sign("server", &["localhost"]);
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        "[[sqs_keys]]\naccess_key_id = \"AKIAOPS\"\nsecret_access_key = \"s3cret-0123456789\"\n\
+         role = \"admin\"\n",
+    )
+    .expect("write the config");
+    let check = |extra: &[&str]| {
+        common::sluice()
+            .args(["serve", "--check-config", "--sqs-listen", "0.0.0.0:9324"])
+            .arg("--config")
+            .arg(&config)
+            .args(extra)
+            .output()
+            .expect("sluice serve --check-config")
+    };
+    let plain = check(&[]);
+    assert!(!plain.status.success());
+    let err = String::from_utf8_lossy(&plain.stderr);
+    assert!(err.contains("--tls-cert"), "{err}");
+    let tls = check(&[
+        "--tls-cert",
+        ca.path("server").to_str().expect("UTF-8 path"),
+        "--tls-key",
+        ca.path("server-key").to_str().expect("UTF-8 path"),
+    ]);
+    assert!(
+        tls.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tls.stderr)
+    );
+    let bad_url = check(&["--allow-plaintext", "--sqs-public-url", "sqs.example.com"]);
+    assert!(!bad_url.status.success());
+    let err = String::from_utf8_lossy(&bad_url.stderr);
+    assert!(err.contains("--sqs-public-url"), "{err}");
+}
+
 /// Runs the Python suite `name` of `tests/sqs` with `python`, whose boto3 speaks `protocol`,
 /// against the endpoint `sqs` (and the broker's own API at `url`); fails the test with its
 /// output when it fails.
 fn run_suite(python: &Path, name: &str, protocol: &str, sqs: &str, url: &str) {
+    run_suite_with(
+        python,
+        name,
+        &[
+            ("SQS_PROTOCOL", protocol),
+            ("SQS_URL", sqs),
+            ("SLUICE_URL", url),
+        ],
+    );
+}
+
+/// Runs the Python suite `name` of `tests/sqs` with `python` and the environment `env`;
+/// fails the test with its output when it fails.
+fn run_suite_with(python: &Path, name: &str, env: &[(&str, &str)]) {
     let suite = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/sqs")
         .join(name);
     let out = Command::new(python)
         .arg(&suite)
-        .env("SQS_PROTOCOL", protocol)
-        .env("SQS_URL", sqs)
-        .env("SLUICE_URL", url)
+        .envs(env.iter().copied())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .unwrap_or_else(|e| panic!("run {name}: {e}"));

@@ -11,10 +11,8 @@ use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::ca::Ca;
 use common::{Served, sluice};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
-};
 use rustls::pki_types::{CertificateDer, ServerName};
 use sluice_client::TlsOptions;
 use sluice_client::frames::{Body, FrameConnection, FrameMessage};
@@ -22,47 +20,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// A private CA that signs certificates into a directory.
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-    dir: PathBuf,
-}
-
-impl Ca {
-    fn new(dir: &Path, name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let key = KeyPair::generate().expect("CA key");
-        let issuer = CertifiedIssuer::self_signed(params, key).expect("CA certificate");
-        let ca = Ca {
-            issuer,
-            dir: dir.to_owned(),
-        };
-        std::fs::write(ca.path(name), ca.issuer.pem()).expect("write CA");
-        ca
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.join(format!("{file}.pem"))
-    }
-
-    /// Signs a certificate for `names`, written as `<file>.pem` and `<file>-key.pem`;
-    /// returns its DER.
-    fn sign(&self, file: &str, names: &[&str]) -> CertificateDer<'static> {
-        let mut params =
-            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-                .expect("params");
-        params.distinguished_name.push(DnType::CommonName, file);
-        let key = KeyPair::generate().expect("key");
-        let cert = params.signed_by(&key, &self.issuer).expect("sign");
-        std::fs::write(self.path(file), cert.pem()).expect("write cert");
-        std::fs::write(self.path(&format!("{file}-key")), key.serialize_pem()).expect("key");
-        cert.der().clone()
-    }
 }
 
 /// A key whose secret the tests send, and the config file that declares it.

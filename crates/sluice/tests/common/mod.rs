@@ -2,6 +2,8 @@
 //! port, over a data directory of the test's choosing.
 #![allow(dead_code)]
 
+pub mod ca;
+
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::ops::{Deref, DerefMut};
