@@ -295,7 +295,9 @@ impl Client {
         let q = queue(queue_name)?;
         let req = ReceiveRequestWire {
             max: Some(options.max),
-            wait_ms: (!options.wait.is_zero()).then(|| ms(options.wait)),
+            // Always given: a receive without `wait_ms` waits as long as the queue's
+            // `receive_wait`, and this client's zero means "do not wait".
+            wait_ms: Some(ms(options.wait)),
             visibility_timeout_ms: options.visibility.map(ms),
             consumer: options.consumer.clone(),
             ack: ack.filter(|a| !a.is_empty()),

@@ -94,6 +94,7 @@ macro_rules! __sluice_conformance_cases {
             send_uses_queue_default_delay,
             dedup_within_window_returns_first_id,
             dedup_within_batch_per_queue_and_disabled,
+            content_dedup_uses_the_body_and_config_keeps_tags,
             receive_increments_count_and_leases,
             receive_visibility_override,
             receive_respects_max,

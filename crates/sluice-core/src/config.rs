@@ -4,6 +4,7 @@
 //! whose unset fields keep their current (or default) value, so `PUT /v1/queues/{q}` is both
 //! create and update, and a live queue can change any field.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -72,6 +73,12 @@ pub mod limits {
     pub const MAX_IN_FLIGHT_PER_GROUP: u32 = 1000;
     /// Longest FIFO group name, in characters.
     pub const MAX_GROUP_CHARS: usize = crate::group::MAX_GROUP_CHARS;
+    /// Most tags on one queue.
+    pub const MAX_TAGS: usize = 50;
+    /// Longest tag key, in characters.
+    pub const MAX_TAG_KEY_CHARS: usize = 128;
+    /// Longest tag value, in characters.
+    pub const MAX_TAG_VALUE_CHARS: usize = 256;
 }
 
 /// A delivery rate limit shared by all consumers of a queue: at most `limit` deliveries in
@@ -138,6 +145,19 @@ pub struct QueueConfig {
     /// limited by it. Configs stored before groups existed read as 1.
     #[serde(default = "default_in_flight_per_group")]
     pub max_in_flight_per_group: u32,
+    /// How long a receive that names no wait of its own waits for a message (long polling by
+    /// default, as SQS's `ReceiveMessageWaitTimeSeconds`); zero answers at once.
+    #[serde(default)]
+    pub receive_wait: Duration,
+    /// Whether a message sent without a `dedup_id` takes the SHA-256 of its body as one, so
+    /// that the same body sent twice within `dedup_window` is stored once (SQS's
+    /// `ContentBasedDeduplication`).
+    #[serde(default)]
+    pub content_dedup: bool,
+    /// Labels for the people who run the queue (owner, team, cost centre), as SQS's queue
+    /// tags: at most 50, keys of 1 – 128 characters, values of at most 256.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// The default of [`QueueConfig::max_in_flight_per_group`]: strict FIFO, one at a time.
@@ -167,6 +187,27 @@ impl QueueConfig {
             paused: false,
             push: None,
             max_in_flight_per_group: DEFAULT_IN_FLIGHT_PER_GROUP,
+            receive_wait: Duration::ZERO,
+            content_dedup: false,
+            tags: BTreeMap::new(),
+        }
+    }
+
+    /// Gives each message of a batch sent without a `dedup_id` the SHA-256 (hex) of its body
+    /// as one, when the queue deduplicates by content.
+    pub fn fill_content_dedup(&self, messages: &mut [crate::message::NewMessage]) {
+        if !self.content_dedup {
+            return;
+        }
+        use sha2::Digest as _;
+        for m in messages.iter_mut().filter(|m| m.dedup_id.is_none()) {
+            let digest = sha2::Sha256::digest(&m.body.bytes);
+            let mut hex = String::with_capacity(64);
+            for b in digest {
+                use std::fmt::Write as _;
+                let _ = write!(hex, "{b:02x}");
+            }
+            m.dedup_id = Some(hex);
         }
     }
 
@@ -204,7 +245,10 @@ impl QueueConfig {
             max_depth,
             result_ttl,
             paused,
-            max_in_flight_per_group
+            max_in_flight_per_group,
+            receive_wait,
+            content_dedup,
+            tags
         );
         if let Some(push) = &patch.push {
             c.push = push.as_ref().map(|p| p.resolve(self.push.as_ref()));
@@ -324,8 +368,37 @@ impl QueueConfig {
                 self.max_in_flight_per_group
             )));
         }
+        dur_range("receive_wait", self.receive_wait, Duration::ZERO, MAX_WAIT)?;
+        check_tags(&self.tags)?;
         Ok(())
     }
+}
+
+/// Tags within their limits: at most [`limits::MAX_TAGS`], keys of 1 to
+/// [`limits::MAX_TAG_KEY_CHARS`] characters, values of at most
+/// [`limits::MAX_TAG_VALUE_CHARS`].
+fn check_tags(tags: &BTreeMap<String, String>) -> Result<(), StoreError> {
+    use limits::*;
+    if tags.len() > MAX_TAGS {
+        return Err(StoreError::invalid(format!(
+            "tags: at most {MAX_TAGS} per queue, got {}",
+            tags.len()
+        )));
+    }
+    for (k, v) in tags {
+        let chars = k.chars().count();
+        if chars == 0 || chars > MAX_TAG_KEY_CHARS {
+            return Err(StoreError::invalid(format!(
+                "tags: a key must be 1 to {MAX_TAG_KEY_CHARS} characters, got {chars} ({k:?})"
+            )));
+        }
+        if v.chars().count() > MAX_TAG_VALUE_CHARS {
+            return Err(StoreError::invalid(format!(
+                "tags: the value of {k:?} must be at most {MAX_TAG_VALUE_CHARS} characters"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn dur_range(field: &str, v: Duration, min: Duration, max: Duration) -> Result<(), StoreError> {
@@ -362,6 +435,13 @@ pub struct QueueConfigPatch {
     pub push: Option<Option<PushPatch>>,
     #[serde(default)]
     pub max_in_flight_per_group: Option<u32>,
+    #[serde(default)]
+    pub receive_wait: Option<Duration>,
+    #[serde(default)]
+    pub content_dedup: Option<bool>,
+    /// Replaces the tags whole.
+    #[serde(default)]
+    pub tags: Option<BTreeMap<String, String>>,
 }
 
 /// A queue as the store reports it.

@@ -674,6 +674,28 @@ async fn long_poll_wakes_on_send() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_without_wait_ms_waits_as_the_queue_says() {
+    let s = start().await;
+    let q = s
+        .put_queue("polled", json!({"receive_wait_ms": 5000}))
+        .await;
+    assert_eq!(q["config"]["receive_wait_ms"], 5000);
+    let client = s.client.clone();
+    let url = s.url("/v1/queues/polled/receive");
+    // No body at all: the queue's receive_wait holds the receive until the send.
+    let poll =
+        tokio::spawn(async move { parse(client.post(url).send().await.expect("poll")).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.send("polled", json!("arrived")).await;
+    let (st, v) = poll.await.expect("join");
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["messages"][0]["body"], "arrived", "{v}");
+    // An explicit wait_ms of 0 answers at once, whatever the queue says.
+    assert!(s.receive("polled", json!({"wait_ms": 0})).await.is_empty());
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_long_polls_and_stops() {
     let s = start().await;
     s.put_queue("jobs", json!({})).await;

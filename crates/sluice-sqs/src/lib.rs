@@ -317,6 +317,9 @@ async fn dispatch(sqs: &Sqs, action: &str, call: &Call) -> Result<serde_json::Va
         "ChangeMessageVisibilityBatch" => {
             messages::change_message_visibility_batch(sqs, call).await
         }
+        "TagQueue" => queues::tag_queue(sqs, call).await,
+        "UntagQueue" => queues::untag_queue(sqs, call).await,
+        "ListQueueTags" => queues::list_queue_tags(sqs, call).await,
         "StartMessageMoveTask" => move_tasks::start(sqs, call).await,
         "ListMessageMoveTasks" => move_tasks::list(sqs, call).await,
         "CancelMessageMoveTask" => move_tasks::cancel(sqs, call).await,

@@ -47,7 +47,65 @@ struct Prepared {
     attributes_md5: Option<String>,
 }
 
-fn prepare(entry: SendEntry) -> Result<Prepared, SqsError> {
+/// What a send must follow on its queue: a FIFO queue (`.fifo`) needs a `MessageGroupId`
+/// and a `MessageDeduplicationId` unless it deduplicates by content, and takes no
+/// per-message delay; a standard queue takes no `MessageDeduplicationId`.
+#[derive(Clone, Copy)]
+struct QueueKind {
+    fifo: bool,
+    content_dedup: bool,
+}
+
+impl QueueKind {
+    /// The kind of `queue`; only a FIFO queue's configuration is read.
+    async fn of(sqs: &Sqs, queue: &QueueName) -> Result<QueueKind, SqsError> {
+        if !queue.as_str().ends_with(".fifo") {
+            return Ok(QueueKind {
+                fifo: false,
+                content_dedup: false,
+            });
+        }
+        let info = sqs.store.get_queue(queue).await?;
+        Ok(QueueKind {
+            fifo: true,
+            content_dedup: info.config.content_dedup,
+        })
+    }
+
+    fn check(self, entry: &SendEntry) -> Result<(), SqsError> {
+        let not_for_this_queue = |what: &str| {
+            SqsError::invalid_parameter(format!(
+                "The request includes parameter {what} that is not valid for this queue type."
+            ))
+        };
+        if self.fifo {
+            if entry.message_group_id.is_none() {
+                return Err(SqsError::missing_parameter("MessageGroupId"));
+            }
+            if entry.delay_seconds.is_some_and(|d| d > 0) {
+                return Err(not_for_this_queue("DelaySeconds"));
+            }
+            if entry.message_deduplication_id.is_none() && !self.content_dedup {
+                return Err(SqsError::invalid_parameter(
+                    "The queue should either have ContentBasedDeduplication enabled or \
+                     MessageDeduplicationId provided explicitly.",
+                ));
+            }
+        } else if entry.message_deduplication_id.is_some() {
+            return Err(not_for_this_queue("MessageDeduplicationId"));
+        }
+        Ok(())
+    }
+}
+
+/// The sequence number a FIFO queue gives a message: its id (which grows with each send) in
+/// decimal, as wide as SQS's.
+pub(crate) fn sequence_number(id: &sluice_core::MessageId) -> String {
+    format!("{:020}", id.0)
+}
+
+fn prepare(entry: SendEntry, kind: QueueKind) -> Result<Prepared, SqsError> {
+    kind.check(&entry)?;
     let body = entry
         .message_body
         .ok_or_else(|| SqsError::missing_parameter("MessageBody"))?;
@@ -109,12 +167,19 @@ pub(crate) async fn send_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsErr
     let req: SendMessage = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
     call.allow(Action::Send, &queue)?;
-    let p = prepare(req.entry)?;
+    let kind = QueueKind::of(sqs, &queue).await?;
+    let p = prepare(req.entry, kind)?;
     let out = sqs.store.send(&queue, vec![p.message]).await?;
-    let id = out.first().map(|o| o.id.to_string()).unwrap_or_default();
-    let mut answer = json!({"MessageId": id, "MD5OfMessageBody": p.body_md5});
+    let id = out.first().map(|o| o.id);
+    let mut answer = json!({
+        "MessageId": id.map(|i| i.to_string()).unwrap_or_default(),
+        "MD5OfMessageBody": p.body_md5,
+    });
     if let Some(md5) = p.attributes_md5 {
         answer["MD5OfMessageAttributes"] = json!(md5);
+    }
+    if let Some(id) = id.filter(|_| kind.fifo) {
+        answer["SequenceNumber"] = json!(sequence_number(&id));
     }
     Ok(answer)
 }
@@ -176,10 +241,11 @@ pub(crate) async fn send_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, 
         .map(|e| e.id.clone().unwrap_or_default())
         .collect();
     check_batch(ids.iter().map(String::as_str))?;
+    let kind = QueueKind::of(sqs, &queue).await?;
     // Entries that pass go in one send (all or nothing); the others are reported failed.
     let (mut answers, mut messages, mut failures) = (Vec::new(), Vec::new(), Vec::new());
     for (id, entry) in ids.into_iter().zip(req.entries) {
-        match prepare(entry) {
+        match prepare(entry, kind) {
             Ok(p) => {
                 answers.push((id, p.body_md5, p.attributes_md5));
                 messages.push(p.message);
@@ -195,6 +261,9 @@ pub(crate) async fn send_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, 
                 json!({"Id": id, "MessageId": o.id.to_string(), "MD5OfMessageBody": body_md5});
             if let Some(md5) = attributes_md5 {
                 s["MD5OfMessageAttributes"] = json!(md5);
+            }
+            if kind.fifo {
+                s["SequenceNumber"] = json!(sequence_number(&o.id));
             }
             successes.push(s);
         }
@@ -227,7 +296,18 @@ pub(crate) async fn receive_message(sqs: &Sqs, call: &Call) -> Result<Value, Sqs
             "Value {max} for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided."
         )));
     }
-    let wait = req.wait_time_seconds.unwrap_or(0);
+    let wait = match req.wait_time_seconds {
+        Some(w) => w,
+        // The queue's ReceiveMessageWaitTimeSeconds.
+        None => sqs
+            .store
+            .get_queue(&queue)
+            .await?
+            .config
+            .receive_wait
+            .as_secs()
+            .min(20),
+    };
     if wait > 20 {
         return Err(SqsError::invalid_parameter(format!(
             "Value {wait} for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided."
@@ -289,6 +369,7 @@ fn message_view(d: &Delivery, system: &[String], wanted: &[String]) -> Value {
     put("ApproximateReceiveCount", d.receive_count.to_string());
     if let Some(g) = &d.group {
         put("MessageGroupId", g.as_str().to_owned());
+        put("SequenceNumber", sequence_number(&d.id));
     }
     if !attrs.is_empty() {
         m["Attributes"] = Value::Object(attrs);

@@ -174,9 +174,15 @@ fn member(action: &str, name: &str, node: &Node) -> Result<(String, Value), SqsE
             .collect::<Result<Vec<_>, _>>()?;
         return Ok(((*json).to_owned(), Value::Array(items)));
     }
-    // CreateQueue's tags are `Tag.N.Key`, TagQueue's `Tags.N.Key`.
+    // Tags come as `Tag.N.Key` / `Tag.N.Value`; CreateQueue's member is `tags` in the JSON
+    // model, TagQueue's `Tags`.
     let map = if name == "Tag" {
-        Some(("tags", "Key", "Value"))
+        let json = if action == "CreateQueue" {
+            "tags"
+        } else {
+            "Tags"
+        };
+        Some((json, "Key", "Value"))
     } else {
         MAPS.iter()
             .find(|(q, j, ..)| *q == name || *j == name)

@@ -65,6 +65,21 @@ fn patch_of(
                 patch.dead_letter_queue = Some(dlq);
                 patch.max_receive_count = Some(max);
             }
+            "ReceiveMessageWaitTimeSeconds" => {
+                patch.receive_wait = Some(Duration::from_secs(secs(0, 20)?));
+            }
+            "ContentBasedDeduplication" if name.as_str().ends_with(".fifo") => {
+                patch.content_dedup = Some(match value.trim().to_ascii_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(SqsError::invalid_parameter(format!(
+                            "Invalid value for the parameter ContentBasedDeduplication: \
+                             {value:?} (true or false)."
+                        )));
+                    }
+                });
+            }
             "FifoQueue" => {
                 let fifo = value.eq_ignore_ascii_case("true");
                 if fifo != name.as_str().ends_with(".fifo") {
@@ -126,7 +141,10 @@ async fn attributes_of(
         ("DelaySeconds", c.delay.as_secs().to_string()),
         ("MessageRetentionPeriod", c.retention.as_secs().to_string()),
         ("MaximumMessageSize", c.max_message_bytes.to_string()),
-        ("ReceiveMessageWaitTimeSeconds", "0".to_owned()),
+        (
+            "ReceiveMessageWaitTimeSeconds",
+            c.receive_wait.as_secs().to_string(),
+        ),
         ("ApproximateNumberOfMessages", stats.visible.to_string()),
         (
             "ApproximateNumberOfMessagesNotVisible",
@@ -153,7 +171,7 @@ async fn attributes_of(
     }
     if info.name.as_str().ends_with(".fifo") {
         out.insert("FifoQueue", "true".to_owned());
-        out.insert("ContentBasedDeduplication", "false".to_owned());
+        out.insert("ContentBasedDeduplication", c.content_dedup.to_string());
     }
     Ok(out)
 }
@@ -164,13 +182,19 @@ struct CreateQueue {
     queue_name: String,
     #[serde(default)]
     attributes: BTreeMap<String, String>,
+    /// Lower-case in SQS's model.
+    #[serde(default, rename = "tags")]
+    tags: BTreeMap<String, String>,
 }
 
 pub(crate) async fn create_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: CreateQueue = call.input()?;
     let name = check_sqs_name(&req.queue_name)?;
     call.allow(Action::ManageQueue, &name)?;
-    let patch = patch_of(&req.attributes, &name, sqs_defaults())?;
+    let mut patch = patch_of(&req.attributes, &name, sqs_defaults())?;
+    if !req.tags.is_empty() {
+        patch.tags = Some(req.tags.clone());
+    }
     match sqs.store.get_queue(&name).await {
         Ok(info) => {
             // Creating a queue that exists is fine when every attribute given matches.
@@ -377,4 +401,77 @@ pub(crate) async fn set_queue_attributes(sqs: &Sqs, call: &Call) -> Result<Value
         .collect();
     call.audit(sqs, "queue.update", &name, details).await;
     Ok(json!({}))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct TagQueue {
+    queue_url: String,
+    tags: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct UntagQueue {
+    queue_url: String,
+    tag_keys: Vec<String>,
+}
+
+/// Adds or replaces tags. The queue's tags are read and written back whole, so two tag
+/// changes to one queue at the same instant may lose one of them.
+pub(crate) async fn tag_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: TagQueue = call.input()?;
+    let name = queue_of_url(&req.queue_url)?;
+    call.allow(Action::ManageQueue, &name)?;
+    let mut tags = sqs.store.get_queue(&name).await?.config.tags;
+    let changed: Vec<String> = req.tags.keys().cloned().collect();
+    tags.extend(req.tags);
+    set_tags(sqs, &name, tags).await?;
+    call.audit(sqs, "queue.tag", &name, vec![("keys", changed.join(","))])
+        .await;
+    Ok(json!({}))
+}
+
+/// Removes tags; keys the queue does not have are no error.
+pub(crate) async fn untag_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: UntagQueue = call.input()?;
+    let name = queue_of_url(&req.queue_url)?;
+    call.allow(Action::ManageQueue, &name)?;
+    let mut tags = sqs.store.get_queue(&name).await?.config.tags;
+    for key in &req.tag_keys {
+        tags.remove(key);
+    }
+    set_tags(sqs, &name, tags).await?;
+    call.audit(
+        sqs,
+        "queue.untag",
+        &name,
+        vec![("keys", req.tag_keys.join(","))],
+    )
+    .await;
+    Ok(json!({}))
+}
+
+async fn set_tags(
+    sqs: &Sqs,
+    name: &QueueName,
+    tags: BTreeMap<String, String>,
+) -> Result<(), SqsError> {
+    let patch = QueueConfigPatch {
+        tags: Some(tags),
+        ..QueueConfigPatch::default()
+    };
+    sqs.store.put_queue(name, &patch).await?;
+    Ok(())
+}
+
+pub(crate) async fn list_queue_tags(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
+    let req: QueueUrlInput = call.input()?;
+    let name = queue_of_url(&req.queue_url)?;
+    call.allow(Action::ReadQueue, &name)?;
+    let tags = sqs.store.get_queue(&name).await?.config.tags;
+    if tags.is_empty() {
+        return Ok(json!({}));
+    }
+    Ok(json!({ "Tags": tags }))
 }

@@ -255,6 +255,19 @@ pub struct QueueConfigRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 1000)]
     pub max_in_flight_per_group: Option<u32>,
+    /// How long a receive that names no `wait_ms` waits for a message, 0 – 30 s (long
+    /// polling by default). Default 0: answer at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive_wait_ms: Option<i64>,
+    /// Whether a message sent without a `dedup_id` takes the SHA-256 of its body as one, so
+    /// the same body sent twice within `dedup_window_ms` is stored once. Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_dedup: Option<bool>,
+    /// Labels for the people who run the queue (owner, team, cost centre): at most 50, keys
+    /// of 1 – 128 characters, values of at most 256. Replaces the queue's tags whole; `{}`
+    /// removes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, String>>,
 }
 
 impl QueueConfigRequest {
@@ -299,6 +312,9 @@ impl QueueConfigRequest {
                 Some(Some(p)) => Some(Some(p.to_patch()?)),
             },
             max_in_flight_per_group: self.max_in_flight_per_group,
+            receive_wait: opt_millis("receive_wait_ms", self.receive_wait_ms)?,
+            content_dedup: self.content_dedup,
+            tags: self.tags.clone(),
         })
     }
 }
@@ -340,6 +356,15 @@ pub struct QueueConfigView {
     #[serde(default = "one")]
     #[schema(minimum = 1, maximum = 1000, default = 1)]
     pub max_in_flight_per_group: u32,
+    /// The wait of a receive that names none.
+    #[serde(default)]
+    pub receive_wait_ms: u64,
+    /// Whether a body is its own dedup id when none is given.
+    #[serde(default)]
+    pub content_dedup: bool,
+    /// The queue's tags.
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// What a view from a broker without FIFO groups means: one at a time.
@@ -369,6 +394,9 @@ impl From<&QueueConfig> for QueueConfigView {
             paused: c.paused,
             push: c.push.as_ref().map(PushTargetView::from),
             max_in_flight_per_group: c.max_in_flight_per_group,
+            receive_wait_ms: as_ms(c.receive_wait),
+            content_dedup: c.content_dedup,
+            tags: c.tags.clone(),
         }
     }
 }

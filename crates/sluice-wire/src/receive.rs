@@ -26,7 +26,8 @@ pub struct ReceiveRequestWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 1000)]
     pub max: Option<u32>,
-    /// Long poll: how long to wait for a first message, 0 – 30000. Default 0.
+    /// Long poll: how long to wait for a first message, 0 – 30000. Default: the queue's
+    /// `receive_wait_ms` (0 unless set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 30000)]
     pub wait_ms: Option<i64>,

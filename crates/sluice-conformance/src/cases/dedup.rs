@@ -104,3 +104,41 @@ pub async fn dedup_within_batch_per_queue_and_disabled(h: &dyn Harness) {
     );
     assert_eq!(e.stats(&off).await.visible, 2);
 }
+
+/// With `content_dedup` a message sent without a `dedup_id` is deduplicated by its body
+/// (alone and within a batch); a given `dedup_id` still wins; without it, equal bodies are
+/// distinct messages. Tags and `receive_wait` are kept with the rest of the config.
+pub async fn content_dedup_uses_the_body_and_config_keeps_tags(h: &dyn Harness) {
+    let e = env(h).await;
+    let tags: std::collections::BTreeMap<String, String> =
+        [("team".to_owned(), "core".to_owned())].into();
+    let q = e
+        .queue(
+            "cd",
+            QueueConfigPatch {
+                content_dedup: Some(true),
+                receive_wait: Some(secs(7)),
+                tags: Some(tags.clone()),
+                ..Default::default()
+            },
+        )
+        .await;
+    let first = e.send(&q, text("same")).await;
+    let again = e.send(&q, text("same")).await;
+    assert_eq!((again.id, again.duplicate), (first.id, true), "same body");
+    let out = e
+        .send_batch(&q, vec![text("x"), text("x"), dedup("same", "explicit")])
+        .await;
+    assert_eq!((out[1].id, out[1].duplicate), (out[0].id, true), "{out:?}");
+    assert!(!out[2].duplicate, "a given dedup_id wins over the body");
+    assert_eq!(e.stats(&q).await.visible, 3);
+    let info = e.store.get_queue(&q).await.expect("get_queue");
+    assert!(info.config.content_dedup);
+    assert_eq!(info.config.receive_wait, secs(7));
+    assert_eq!(info.config.tags, tags);
+
+    let plain = e.queue("cd-off", QueueConfigPatch::default()).await;
+    let a = e.send(&plain, text("same")).await;
+    let b = e.send(&plain, text("same")).await;
+    assert!(!b.duplicate && a.id != b.id, "off by default");
+}

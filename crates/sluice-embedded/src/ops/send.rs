@@ -14,7 +14,7 @@ use crate::journal::record::{GroupTag, MessageRecord, Origin, Record, Rich};
 pub(crate) async fn send(
     inner: &Inner,
     queue: &QueueName,
-    messages: Vec<NewMessage>,
+    mut messages: Vec<NewMessage>,
 ) -> Result<Vec<SendOutcome>, StoreError> {
     let (out, pos, notify) = {
         let mut core = inner.lock();
@@ -24,6 +24,7 @@ pub(crate) async fn send(
         core.expire(qid, now)?;
         let cfg = core.state.queues[&qid].config.clone();
         validate_bodies_fit(&cfg, queue, &messages)?;
+        cfg.fill_content_dedup(&mut messages);
         let mut out = Vec::with_capacity(messages.len());
         let mut records = Vec::with_capacity(messages.len());
         // Dedup ids seen earlier in this batch count as already sent.

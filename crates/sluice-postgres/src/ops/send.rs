@@ -21,10 +21,11 @@ use crate::store::Inner;
 pub(crate) async fn send(
     inner: &Arc<Inner>,
     queue: &QueueName,
-    messages: Vec<NewMessage>,
+    mut messages: Vec<NewMessage>,
 ) -> Result<Vec<SendOutcome>, StoreError> {
     let local = inner.locals.of(queue);
     let cfg = inner.config(&local).await?;
+    cfg.fill_content_dedup(&mut messages);
     let messages_grouped = messages.iter().any(|m| m.group.is_some());
     let (out, wake) = if is_plain(&cfg, &messages) {
         crate::hot::send_combine::send_combined(inner, &local, &cfg, messages).await?
@@ -58,12 +59,13 @@ pub(crate) async fn send_in_tx(
     inner: &Inner,
     c: &impl GenericClient,
     queue: &QueueName,
-    messages: Vec<NewMessage>,
+    mut messages: Vec<NewMessage>,
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
     let now = inner.now();
     let q = queue.as_str();
     let cfg = crate::db::catalog::config(c, q, false).await?;
     validate_bodies_fit(&cfg, queue, &messages)?;
+    cfg.fill_content_dedup(&mut messages);
     let ids = inner.ids.draw(c, messages.len()).await?;
     // Dedup: claim each key in the table; a key another send holds inside its window keeps
     // that send's id. Keys repeated inside this batch count as already sent.

@@ -147,6 +147,20 @@ pub(super) fn apply(doc: &mut Value) {
         "result_ttl_ms",
         range(0, ms(limits::MAX_RESULT_TTL)),
     );
+    set(
+        "QueueConfigRequest",
+        "receive_wait_ms",
+        range(0, ms(limits::MAX_WAIT)),
+    );
+    set(
+        "QueueConfigRequest",
+        "tags",
+        json!({
+            "maxProperties": limits::MAX_TAGS,
+            "propertyNames": {"minLength": 1, "maxLength": limits::MAX_TAG_KEY_CHARS},
+            "additionalProperties": {"type": "string", "maxLength": limits::MAX_TAG_VALUE_CHARS},
+        }),
+    );
     // `RateLimitWire` is also how views show rates, so each request gets its own ranges.
     set(
         "QueueConfigRequest",

@@ -16,13 +16,13 @@ use crate::auth::{Action, Caller};
 use crate::error::{ApiError, http_message};
 use crate::extract::{JsonBody, OptionalJsonBody, QueuePath};
 
-/// Leases up to `max` messages, waiting up to `wait_ms` (long poll) for the first; first
-/// acknowledges the receipts in `ack`, if any.
+/// Leases up to `max` messages, waiting up to `wait_ms` (long poll; without it, the queue's
+/// `receive_wait_ms`) for the first; first acknowledges the receipts in `ack`, if any.
 #[utoipa::path(
     post, path = "/v1/queues/{q}/receive", tag = "messages",
     params(("q" = String, Path, description = "Queue name")),
     request_body(content = ReceiveRequestWire, content_type = "application/json",
-        description = "All fields optional; an empty body leases one message without waiting"),
+        description = "All fields optional; an empty body leases one message, waiting as long as the queue's receive_wait_ms"),
     responses(
         (status = 200, description = "The deliveries (possibly none)", body = ReceiveResponse),
         (status = 400, description = "invalid_argument", body = ErrorEnvelope),
@@ -37,7 +37,15 @@ pub async fn receive(
 ) -> Result<Response, ApiError> {
     caller.allow(Action::Consume, &q)?;
     let acks = req.acks()?;
-    let req = req.to_core()?;
+    let wait_given = req.wait_ms.is_some();
+    let mut req = req.to_core()?;
+    if !wait_given {
+        // A receive that names no wait waits as the queue says (its `receive_wait`); a queue
+        // that does not exist is reported by the lease below.
+        if let Ok(info) = st.store.get_queue(&q).await {
+            req.wait = info.config.receive_wait;
+        }
+    }
     // The acks are applied before anything is leased, so a worker that hands back its last
     // batch here never holds more than one batch at a time; each outcome is durable.
     let acks_given = acks.is_some();

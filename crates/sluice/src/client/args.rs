@@ -265,6 +265,19 @@ pub struct QueueConfigArgs {
     /// default 1: strict send order).
     #[arg(long, value_name = "N")]
     pub max_in_flight_per_group: Option<u32>,
+    /// How long a receive that names no wait waits for a message, e.g. 20s (0 – 30s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub receive_wait: Option<Duration>,
+    /// A message sent without a dedup id is deduplicated by its body (its SHA-256)
+    /// (`--content-dedup=false` turns it off).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub content_dedup: Option<bool>,
+    /// A tag, `KEY=VALUE` (repeatable): the queue's tags become exactly those given.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_tag, conflicts_with = "no_tags")]
+    pub tag: Vec<(String, String)>,
+    /// Remove every tag of the queue.
+    #[arg(long)]
+    pub no_tags: bool,
     /// Deliver the queue's messages to this endpoint (https, or http on loopback); `none`
     /// stops pushing. The target is replaced whole: give its other --push-* flags with it.
     #[arg(long, value_name = "URL")]
@@ -295,6 +308,13 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
         .split_once(':')
         .ok_or_else(|| format!("\"{s}\" is not a header: write it as `Name: value`"))?;
     Ok((k.trim().to_owned(), v.trim().to_owned()))
+}
+
+fn parse_tag(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| {
+        format!("\"{s}\" is not a tag: write it as KEY=VALUE, e.g. team=payments")
+    })?;
+    Ok((k.to_owned(), v.to_owned()))
 }
 
 fn parse_method(s: &str) -> Result<PushMethodWire, String> {
@@ -357,6 +377,13 @@ impl QueueConfigArgs {
                 })
             }),
             max_in_flight_per_group: self.max_in_flight_per_group,
+            receive_wait_ms: self.receive_wait.map(ms),
+            content_dedup: self.content_dedup,
+            tags: if self.no_tags {
+                Some(Default::default())
+            } else {
+                (!self.tag.is_empty()).then(|| self.tag.iter().cloned().collect())
+            },
         }
     }
 }

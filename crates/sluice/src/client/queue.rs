@@ -322,5 +322,17 @@ fn show(q: &QueueView) {
         ),
         // max_in_flight_per_group, short enough to keep the column's width.
         ("group_in_flight", c.max_in_flight_per_group.to_string()),
+        ("receive_wait", fmt_ms(c.receive_wait_ms)),
+        ("content_dedup", c.content_dedup.to_string()),
+        (
+            "tags",
+            or_dash((!c.tags.is_empty()).then(|| {
+                c.tags
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })),
+        ),
     ]);
 }

@@ -301,6 +301,83 @@ class Sqs(unittest.TestCase):
         audit = httpx.get(f"{SLUICE_URL}/v1/audit", params={"queue": "move-dlq"}).json()["entries"]
         self.assertIn(("sqs:anonymous", "redrive.create"), {(a["actor"], a["action"]) for a in audit}, audit)
 
+    def test_fifo_queues_keep_group_order_and_deduplicate(self):
+        url = self.queue("orders.fifo", FifoQueue="true")
+        with self.assertRaises(ClientError) as e:
+            self.sqs.send_message(QueueUrl=url, MessageBody="x", MessageDeduplicationId="d")
+        self.assertEqual(error_code(e.exception), "MissingParameter")
+        with self.assertRaises(ClientError) as e:
+            self.sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g")
+        self.assertEqual(error_code(e.exception), "InvalidParameterValue", "no dedup id, no content dedup")
+        with self.assertRaises(ClientError) as e:
+            self.sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="g", MessageDeduplicationId="d", DelaySeconds=5)
+        self.assertEqual(error_code(e.exception), "InvalidParameterValue", "no per-message delay on FIFO")
+        self.sqs.set_queue_attributes(QueueUrl=url, Attributes={"ContentBasedDeduplication": "true"})
+        attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        self.assertEqual((attrs["FifoQueue"], attrs["ContentBasedDeduplication"]), ("true", "true"))
+
+        a = self.sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g1")
+        again = self.sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g1")
+        self.assertEqual(again["MessageId"], a["MessageId"], "the same body within 5 minutes is one message")
+        out = self.sqs.send_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": "b", "MessageBody": "b", "MessageGroupId": "g1"},
+                {"Id": "c", "MessageBody": "c", "MessageGroupId": "g2", "MessageDeduplicationId": "c-1"},
+            ],
+        )
+        seq = {s["Id"]: int(s["SequenceNumber"]) for s in out["Successful"]}
+        self.assertLess(int(a["SequenceNumber"]), seq["b"])
+        # One message of a group at a time, in send order.
+        first = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, **{SYSTEM_NAMES: ["All"]})["Messages"]
+        self.assertEqual(sorted(m["Body"] for m in first), ["a", "c"])
+        self.assertEqual({m["Attributes"]["MessageGroupId"] for m in first}, {"g1", "g2"})
+        self.assertNotIn("Messages", self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10))
+        for m in first:
+            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        then = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        self.assertEqual([m["Body"] for m in then], ["b"])
+
+        standard = self.queue("not-fifo")
+        with self.assertRaises(ClientError) as e:
+            self.sqs.send_message(QueueUrl=standard, MessageBody="x", MessageDeduplicationId="d")
+        self.assertEqual(error_code(e.exception), "InvalidParameterValue")
+        with self.assertRaises(ClientError) as e:
+            self.sqs.set_queue_attributes(QueueUrl=standard, Attributes={"ContentBasedDeduplication": "true"})
+        self.assertEqual(error_code(e.exception), "InvalidAttributeName")
+
+    def test_tags_are_the_queues_tags(self):
+        url = self.sqs.create_queue(QueueName="tagged", tags={"team": "core", "env": "test"})["QueueUrl"]
+        self.assertEqual(self.sqs.list_queue_tags(QueueUrl=url)["Tags"], {"team": "core", "env": "test"})
+        self.sqs.tag_queue(QueueUrl=url, Tags={"team": "payments", "tier": "1"})
+        self.sqs.untag_queue(QueueUrl=url, TagKeys=["env", "absent"])
+        self.assertEqual(self.sqs.list_queue_tags(QueueUrl=url)["Tags"], {"team": "payments", "tier": "1"})
+        config = httpx.get(f"{SLUICE_URL}/v1/queues/tagged").json()["config"]
+        self.assertEqual(config["tags"], {"team": "payments", "tier": "1"})
+        self.sqs.untag_queue(QueueUrl=url, TagKeys=["team", "tier"])
+        self.assertNotIn("Tags", self.sqs.list_queue_tags(QueueUrl=url))
+        with self.assertRaises(ClientError) as e:
+            self.sqs.tag_queue(QueueUrl=url, Tags={"k": "v" * 257})
+        self.assertEqual(error_code(e.exception), "InvalidParameterValue")
+
+    def test_the_queues_receive_wait_long_polls(self):
+        url = self.queue("waits", ReceiveMessageWaitTimeSeconds=5)
+        attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ReceiveMessageWaitTimeSeconds"])
+        self.assertEqual(attrs["Attributes"]["ReceiveMessageWaitTimeSeconds"], "5")
+        got = {}
+
+        def poll():
+            got["messages"] = self.sqs.receive_message(QueueUrl=url).get("Messages", [])
+
+        t = threading.Thread(target=poll)
+        t.start()
+        time.sleep(0.5)
+        self.sqs.send_message(QueueUrl=url, MessageBody="waited for")
+        t.join()
+        self.assertEqual([m["Body"] for m in got["messages"]], ["waited for"], "a receive without WaitTimeSeconds waits as the queue says")
+        # Sluice's API waits the same way when a receive names no wait.
+        self.assertEqual(httpx.get(f"{SLUICE_URL}/v1/queues/waits").json()["config"]["receive_wait_ms"], 5000)
+
     def test_the_aws_cli_works_unchanged(self):
         aws_bin = os.path.join(os.path.dirname(sys.executable), "aws")
         env = dict(
