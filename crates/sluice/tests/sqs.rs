@@ -1,7 +1,8 @@
 //! The SQS-compatible endpoint (`sluice serve --sqs-listen`) with the clients teams already
 //! run: boto3 and the AWS CLI, against the real broker, on the same queues as Sluice's own API
 //! (`tests/sqs/boto3_suite.py`), over both of SQS's protocols: current boto3 speaks AWS JSON,
-//! boto3 1.33 the query protocol (form parameters, XML answers).
+//! boto3 1.33 the query protocol (form parameters, XML answers); and a Celery worker on Kombu's
+//! SQS transport (`tests/sqs/celery_suite.py`).
 //!
 //! The current clients come from the Python venv (`python/.venv`, extra `api`, installed by
 //! `.ci/run`) or `$SLUICE_PYTHON`; the older ones from `python/.venv-sqs-query`
@@ -82,6 +83,30 @@ fn an_older_boto3_works_over_the_query_protocol() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (_broker, url, sqs) = common::serve_with_sqs(&dir.path().join("data"), Stdio::null());
     run_suite(&python, "boto3_suite.py", "query", &sqs, &url);
+}
+
+#[test]
+fn celery_runs_tasks_through_the_sqs_endpoint() {
+    let python = python();
+    if !have_boto3(&python, INSTALL_CURRENT) {
+        return;
+    }
+    let celery = Command::new(&python)
+        .args(["-c", "import celery, kombu.transport.SQS, pycurl"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !celery {
+        common::skip_or_fail(
+            "the Celery test of the SQS endpoint needs celery[sqs] (Kombu's SQS transport and \
+             pycurl): install python[api] into python/.venv, as .ci/run does",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_broker, url, sqs) = common::serve_with_sqs(&dir.path().join("data"), Stdio::null());
+    run_suite(&python, "celery_suite.py", "json", &sqs, &url);
 }
 
 #[test]
