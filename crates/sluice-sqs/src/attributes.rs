@@ -108,6 +108,14 @@ pub fn typed_from_wire(
                      '{base}'."
                 ))
             })?;
+            if let Some(c) = text.chars().find(|&c| !allowed_in_text(c)) {
+                return Err(SqsError::invalid_parameter(format!(
+                    "Message (user) attribute '{name}' contains U+{:04X}, which is outside the \
+                     allowed set (#x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 \
+                     to #x10FFFF).",
+                    u32::from(c)
+                )));
+            }
             if base == "Number" && text.trim().parse::<f64>().is_err() {
                 return Err(SqsError::invalid_parameter(format!(
                     "Value {text} for message attribute '{name}' is not a valid number."
@@ -124,6 +132,11 @@ pub fn typed_from_wire(
         ));
     }
     Ok(out)
+}
+
+/// The characters SQS allows in a body or a string attribute: those XML 1.0 can carry.
+pub(crate) fn allowed_in_text(c: char) -> bool {
+    matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
 /// SQS's rule for attribute names.

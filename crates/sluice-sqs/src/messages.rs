@@ -114,7 +114,7 @@ fn prepare(entry: SendEntry, kind: QueueKind) -> Result<Prepared, SqsError> {
             "The request must contain the parameter MessageBody.",
         ));
     }
-    if let Some(c) = body.chars().find(|&c| !allowed_in_body(c)) {
+    if let Some(c) = body.chars().find(|&c| !attributes::allowed_in_text(c)) {
         return Err(SqsError::invalid_parameter(format!(
             "Invalid characters found in the message body: U+{:04X} is outside the allowed set \
              (#x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF).",
@@ -148,11 +148,6 @@ fn prepare(entry: SendEntry, kind: QueueKind) -> Result<Prepared, SqsError> {
             group,
         },
     })
-}
-
-/// The characters SQS allows in a body.
-fn allowed_in_body(c: char) -> bool {
-    matches!(c, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
 #[derive(Deserialize)]
@@ -330,6 +325,7 @@ pub(crate) async fn receive_message(sqs: &Sqs, call: &Call) -> Result<Value, Sqs
             },
         )
         .await?;
+    let fifo = queue.as_str().ends_with(".fifo");
     let system: Vec<String> = req
         .attribute_names
         .into_iter()
@@ -337,7 +333,7 @@ pub(crate) async fn receive_message(sqs: &Sqs, call: &Call) -> Result<Value, Sqs
         .collect();
     let messages: Vec<Value> = deliveries
         .iter()
-        .map(|d| message_view(d, &system, &req.message_attribute_names))
+        .map(|d| message_view(d, &system, &req.message_attribute_names, fifo))
         .collect();
     if messages.is_empty() {
         return Ok(json!({}));
@@ -345,8 +341,8 @@ pub(crate) async fn receive_message(sqs: &Sqs, call: &Call) -> Result<Value, Sqs
     Ok(json!({ "Messages": messages }))
 }
 
-/// A delivery as SQS shows a message.
-fn message_view(d: &Delivery, system: &[String], wanted: &[String]) -> Value {
+/// A delivery as SQS shows a message. Only FIFO queues number their messages.
+fn message_view(d: &Delivery, system: &[String], wanted: &[String], fifo: bool) -> Value {
     let body = match d.body.kind {
         BodyKind::Binary => STANDARD.encode(&d.body.bytes),
         BodyKind::Json | BodyKind::Text => String::from_utf8_lossy(&d.body.bytes).into_owned(),
@@ -369,7 +365,9 @@ fn message_view(d: &Delivery, system: &[String], wanted: &[String]) -> Value {
     put("ApproximateReceiveCount", d.receive_count.to_string());
     if let Some(g) = &d.group {
         put("MessageGroupId", g.as_str().to_owned());
-        put("SequenceNumber", sequence_number(&d.id));
+        if fifo {
+            put("SequenceNumber", sequence_number(&d.id));
+        }
     }
     if !attrs.is_empty() {
         m["Attributes"] = Value::Object(attrs);

@@ -124,7 +124,7 @@ struct ListMessageMoveTasks {
 pub(crate) async fn list(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: ListMessageMoveTasks = call.input()?;
     let source = queue_of_arn(&req.source_arn)?;
-    call.allow(Action::ReadQueue, &source)?;
+    call.allow(Action::Redrive, &source)?;
     let max = match req.max_results {
         None => 1,
         Some(n) if (1..=MAX_LISTED as i64).contains(&n) => n as usize,

@@ -1,4 +1,4 @@
-//! The query protocol of SDKs older than the AWS JSON protocol (boto3 before 1.34, the AWS
+//! The query protocol of SDKs older than the AWS JSON protocol (boto3 before 1.34.90, the AWS
 //! CLI v1 of that time, Java v1 and hand-written clients): form-encoded parameters with
 //! `Action=<Operation>`, flattened lists and maps (`AttributeName.1`, `Attribute.1.Name` /
 //! `Attribute.1.Value`, `SendMessageBatchRequestEntry.2.MessageAttribute.1.Value.StringValue`)
@@ -66,6 +66,14 @@ const MAPS: &[(&str, &str, &str, &str)] = &[
     ("Tags", "Tags", "Key", "Value"),
 ];
 
+/// The most parameters one request may carry: a full batch of ten messages with ten
+/// attributes each stays far below it.
+const MAX_PARAMETERS: usize = 1_000;
+
+/// The most dotted segments in one parameter name: the deepest SQS member
+/// (`SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringListValue.1`) has seven.
+const MAX_DEPTH: usize = 8;
+
 /// Integer members, sent as text and read as numbers.
 const INTEGERS: &[&str] = &[
     "DelaySeconds",
@@ -94,10 +102,22 @@ pub(crate) fn read(params: &[(String, String)], path: &str) -> Result<QueryReque
         .find(|(k, _)| k == "Action")
         .map(|(_, v)| v.clone())
         .ok_or_else(|| SqsError::missing_parameter("Action"))?;
+    if params.len() > MAX_PARAMETERS {
+        return Err(SqsError::invalid_parameter(format!(
+            "The request carries {} parameters; at most {MAX_PARAMETERS} are accepted.",
+            params.len()
+        )));
+    }
     let mut tree = Node::Branch(BTreeMap::new());
     for (key, value) in params {
         if ENVELOPE.contains(&key.as_str()) {
             continue;
+        }
+        if key.split('.').count() > MAX_DEPTH {
+            return Err(SqsError::invalid_parameter(format!(
+                "The parameter name {key:?} has more than {MAX_DEPTH} dotted parts; no SQS \
+                 parameter is that deep."
+            )));
         }
         tree.insert(key.split('.'), value)?;
     }
@@ -128,10 +148,16 @@ impl Node {
         value: &str,
     ) -> Result<(), SqsError> {
         let Some(segment) = path.next() else {
-            // An empty value for a list or map (as the query serializer sends an empty list)
-            // yields to its elements.
-            if !matches!(self, Node::Branch(m) if !m.is_empty()) || !value.is_empty() {
-                *self = Node::Leaf(value.to_owned());
+            match self {
+                // An empty value for a list or map (as the query serializer sends an empty
+                // list) yields to its elements.
+                Node::Branch(m) if !m.is_empty() && value.is_empty() => {}
+                Node::Branch(m) if !m.is_empty() => {
+                    return Err(SqsError::invalid_parameter(format!(
+                        "A parameter is given both as the value {value:?} and as members."
+                    )));
+                }
+                _ => *self = Node::Leaf(value.to_owned()),
             }
             return Ok(());
         };
@@ -374,7 +400,8 @@ fn write_element(xml: &mut String, action: &str, name: &str, value: &Value) {
 }
 
 /// Text as XML character data. Characters XML 1.0 cannot carry (most control characters)
-/// cannot be in a message body either: SQS refuses them at send.
+/// are refused at an SQS send, but a message sent through Sluice's own API may hold them:
+/// they become U+FFFD so that the answer stays well-formed.
 fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -385,7 +412,8 @@ fn escape(text: &str) -> String {
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
             '\r' => out.push_str("&#xD;"),
-            c => out.push(c),
+            c if crate::attributes::allowed_in_text(c) => out.push(c),
+            _ => out.push('\u{FFFD}'),
         }
     }
     out
@@ -493,6 +521,22 @@ mod tests {
             bad.message,
             "The request must contain the parameter Tags.1.Value."
         );
+    }
+
+    #[test]
+    fn deep_or_numerous_parameters_are_refused_before_they_are_read() {
+        let deep = vec!["A"; 9].join(".");
+        let err = read(&params(&[("Action", "SendMessage"), (&deep, "x")]), "/").unwrap_err();
+        assert!(err.to_string().contains("dotted parts"), "{err}");
+        let mut many = vec![("Action".to_owned(), "SendMessage".to_owned())];
+        many.extend((0..1_000).map(|i| (format!("P{i}"), String::new())));
+        let err = read(&many, "/").unwrap_err();
+        assert!(err.to_string().contains("at most 1000"), "{err}");
+    }
+
+    #[test]
+    fn text_xml_cannot_carry_becomes_a_replacement_character() {
+        assert_eq!(escape("a\u{1}b\u{FFFE}<"), "a\u{FFFD}b\u{FFFD}&lt;");
     }
 
     #[test]

@@ -143,7 +143,8 @@ async fn attributes_of(
         ("MaximumMessageSize", c.max_message_bytes.to_string()),
         (
             "ReceiveMessageWaitTimeSeconds",
-            c.receive_wait.as_secs().to_string(),
+            // Sluice allows up to 30 s; SQS clients accept at most 20.
+            c.receive_wait.as_secs().min(20).to_string(),
         ),
         ("ApproximateNumberOfMessages", stats.visible.to_string()),
         (
@@ -187,11 +188,21 @@ struct CreateQueue {
     tags: BTreeMap<String, String>,
 }
 
+/// A redrive policy makes its target receive another queue's failures, so the key must also
+/// manage the target.
+fn allow_dead_letter_target(call: &Call, patch: &QueueConfigPatch) -> Result<(), SqsError> {
+    match &patch.dead_letter_queue {
+        Some(Some(dlq)) => call.allow(Action::ManageQueue, dlq),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) async fn create_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: CreateQueue = call.input()?;
     let name = check_sqs_name(&req.queue_name)?;
     call.allow(Action::ManageQueue, &name)?;
     let mut patch = patch_of(&req.attributes, &name, sqs_defaults())?;
+    allow_dead_letter_target(call, &patch)?;
     if !req.tags.is_empty() {
         patch.tags = Some(req.tags.clone());
     }
@@ -392,6 +403,7 @@ pub(crate) async fn set_queue_attributes(sqs: &Sqs, call: &Call) -> Result<Value
     let name = queue_of_url(&req.queue_url)?;
     call.allow(Action::ManageQueue, &name)?;
     let patch = patch_of(&req.attributes, &name, QueueConfigPatch::default())?;
+    allow_dead_letter_target(call, &patch)?;
     sqs.store.get_queue(&name).await?;
     sqs.store.put_queue(&name, &patch).await?;
     let details = req

@@ -128,7 +128,19 @@ pub fn verify<'k>(keys: &'k [SqsKey], req: &Signed<'_>, now: i64) -> Result<&'k 
             "the Host header must be signed",
         ));
     }
-    let canonical = canonical_request(req, &auth.signed_headers);
+    // The signature covers the body only through its hash, so the hash is always taken of
+    // the body received: a stated hash must match it, and an unsigned payload would let
+    // anyone who saw one request replay its signature with another body.
+    let payload = hex(&Sha256::digest(req.body));
+    if let Some(stated) = header_value(req.headers, "x-amz-content-sha256") {
+        if stated != payload {
+            return Err(SqsError::incomplete_signature(
+                "X-Amz-Content-SHA256 must be the SHA-256 of the body (unsigned payloads are \
+                 not accepted)",
+            ));
+        }
+    }
+    let canonical = canonical_request(req, &auth.signed_headers, &payload);
     let scope = format!(
         "{}/{}/{}/aws4_request",
         auth.date, auth.region, auth.service
@@ -161,7 +173,7 @@ fn signing_mac(secret: &str, date: &str, region: &str, service: &str) -> Hmac<Sh
 
 /// The canonical request: method, path, query, the signed headers, their names and the
 /// payload's hash, one per line.
-fn canonical_request(req: &Signed<'_>, signed: &[&str]) -> String {
+fn canonical_request(req: &Signed<'_>, signed: &[&str], payload: &str) -> String {
     let path = if req.path.is_empty() { "/" } else { req.path };
     let mut query: Vec<(String, String)> = req
         .query
@@ -189,8 +201,6 @@ fn canonical_request(req: &Signed<'_>, signed: &[&str]) -> String {
             .collect();
         headers.push_str(&format!("{name}:{}\n", values.join(",")));
     }
-    let payload = header_value(req.headers, "x-amz-content-sha256")
-        .unwrap_or_else(|| hex(&Sha256::digest(req.body)));
     format!(
         "{}\n{}\n{}\n{headers}\n{}\n{payload}",
         req.method,
@@ -317,9 +327,23 @@ mod tests {
         assert_eq!(e.code, "RequestExpired");
         let other = SqsKey {
             access_key_id: "SOMEONE".to_owned(),
-            ..key
+            ..key.clone()
         };
         let e = verify(std::slice::from_ref(&other), &req, now).unwrap_err();
         assert_eq!(e.code, "InvalidClientTokenId");
+        // A stated payload hash that is not the body's is refused, unsigned payloads too.
+        for stated in ["UNSIGNED-PAYLOAD", &hex(&Sha256::digest(b"another body"))] {
+            let mut headers = headers.clone();
+            headers.insert(
+                "x-amz-content-sha256",
+                HeaderValue::from_str(stated).unwrap(),
+            );
+            let req = Signed {
+                headers: &headers,
+                ..req
+            };
+            let e = verify(std::slice::from_ref(&key), &req, now).unwrap_err();
+            assert_eq!(e.code, "IncompleteSignature", "{stated}");
+        }
     }
 }

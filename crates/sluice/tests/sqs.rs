@@ -243,6 +243,12 @@ access_key_id = "AKIAPRODUCER0000"
 secret_access_key = "producer-secret-0123456789"
 role = "producer"
 queues = ["orders-*"]
+
+[[sqs_keys]]
+access_key_id = "AKIAOPERATOR0000"
+secret_access_key = "operator-secret-0123456789"
+role = "operator"
+queues = ["team-*"]
 "#,
     )
     .expect("write the config");

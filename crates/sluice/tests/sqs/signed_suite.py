@@ -16,6 +16,7 @@ SLUICE_URL = os.environ["SLUICE_URL"]
 KEYS = {
     "admin": ("AKIAADMIN0000000", "admin-secret-0123456789"),
     "producer": ("AKIAPRODUCER0000", "producer-secret-0123456789"),
+    "operator": ("AKIAOPERATOR0000", "operator-secret-0123456789"),
 }
 
 
@@ -69,6 +70,28 @@ class Signed(unittest.TestCase):
         self.assertEqual(code(e.exception), "AccessDenied")
         listed = [u.rsplit("/", 1)[1] for u in producer.list_queues()["QueueUrls"]]
         self.assertEqual(listed, ["orders-1"], "a key lists only the queues it may see")
+
+    def test_a_redrive_policy_needs_the_right_to_manage_its_target(self):
+        admin = client(*KEYS["admin"])
+        admin.create_queue(QueueName="audit-dlq")
+        operator = client(*KEYS["operator"])
+        url = operator.create_queue(QueueName="team-jobs")["QueueUrl"]
+        mine = operator.create_queue(QueueName="team-dlq")["QueueUrl"]
+
+        def policy(dlq):
+            arn = operator.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+            arn = arn["Attributes"]["QueueArn"].rsplit(":", 1)[0] + ":" + dlq
+            return {"RedrivePolicy": f'{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"3"}}'}
+
+        with self.assertRaises(ClientError) as e:
+            operator.set_queue_attributes(QueueUrl=url, Attributes=policy("audit-dlq"))
+        self.assertEqual(code(e.exception), "AccessDenied")
+        with self.assertRaises(ClientError) as e:
+            operator.create_queue(QueueName="team-other", Attributes=policy("audit-dlq"))
+        self.assertEqual(code(e.exception), "AccessDenied")
+        operator.set_queue_attributes(QueueUrl=url, Attributes=policy("team-dlq"))
+        got = operator.list_dead_letter_source_queues(QueueUrl=mine)["queueUrls"]
+        self.assertEqual([u.rsplit("/", 1)[1] for u in got], ["team-jobs"])
 
 
 if __name__ == "__main__":
