@@ -525,7 +525,7 @@ mod tests {
 
     #[test]
     fn deep_or_numerous_parameters_are_refused_before_they_are_read() {
-        let deep = vec!["A"; 9].join(".");
+        let deep = ["A"; 9].join(".");
         let err = read(&params(&[("Action", "SendMessage"), (&deep, "x")]), "/").unwrap_err();
         assert!(err.to_string().contains("dotted parts"), "{err}");
         let mut many = vec![("Action".to_owned(), "SendMessage".to_owned())];

@@ -132,13 +132,11 @@ pub fn verify<'k>(keys: &'k [SqsKey], req: &Signed<'_>, now: i64) -> Result<&'k 
     // the body received: a stated hash must match it, and an unsigned payload would let
     // anyone who saw one request replay its signature with another body.
     let payload = hex(&Sha256::digest(req.body));
-    if let Some(stated) = header_value(req.headers, "x-amz-content-sha256") {
-        if stated != payload {
-            return Err(SqsError::incomplete_signature(
-                "X-Amz-Content-SHA256 must be the SHA-256 of the body (unsigned payloads are \
-                 not accepted)",
-            ));
-        }
+    if header_value(req.headers, "x-amz-content-sha256").is_some_and(|s| s != payload) {
+        return Err(SqsError::incomplete_signature(
+            "X-Amz-Content-SHA256 must be the SHA-256 of the body (unsigned payloads are not \
+             accepted)",
+        ));
     }
     let canonical = canonical_request(req, &auth.signed_headers, &payload);
     let scope = format!(
