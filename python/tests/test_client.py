@@ -599,3 +599,46 @@ def test_a_push_target_receives_signed_messages(client: sluice.Client, queue: st
         assert client.put_queue(queue, push=sluice.CLEAR).config.push is None
     finally:
         server.shutdown()
+
+
+def test_enqueue_many_checks_first_sends_in_batches_and_reports_partial_failures(
+    broker: Broker, queue: str
+) -> None:
+    c = broker.client(retry=sluice.RetryPolicy.none())
+    c.put_queue(queue, max_depth=1500)
+    # Every item is checked before anything is sent.
+    with pytest.raises(InvalidInput) as e:
+        c.enqueue_many(queue, [("t", [1]), ("t", [math.nan]), ("t", [3])])
+    assert "task #1" in str(e.value)
+    with pytest.raises(InvalidInput) as e:
+        c.enqueue_many(queue, [("t", [1]), "t"])  # type: ignore[list-item]
+    assert "task #1" in str(e.value)
+    with pytest.raises(InvalidInput):
+        c.enqueue_many(queue, [("", [])])
+    assert c.stats(queue).totals.sent == 0
+    assert c.enqueue_many(queue, []) == []
+
+    # Options per task, and ids in order.
+    ids = c.enqueue_many(queue, [
+        sluice.TaskSpec("t", [0], group="g", attributes={"k": "v"}),
+        ("t", [1], {"x": 1}),
+        sluice.TaskSpec("t", [2], delay=60),
+    ])
+    got = c.receive(queue, max=10)
+    assert [d.id for d in got] == ids[:2]
+    assert got[0].body == {"task": "t", "args": [0], "kwargs": {}} and got[0].attributes == {"k": "v"}
+    assert got[1].body == {"task": "t", "args": [1], "kwargs": {"x": 1}}
+    c.ack_batch(queue, [d.receipt for d in got])
+    c.purge_queue(queue)
+
+    # 2,500 tasks go as three batches; the queue holds 1,500, so the second is refused whole.
+    tasks = [("t", [i]) for i in range(2500)]
+    with pytest.raises(sluice.PartialEnqueue) as p:
+        c.enqueue_many(queue, tasks, idempotency_key="load-1")
+    assert len(p.value.ids) == 1000 and p.value.total == 2500
+    assert isinstance(p.value.error, ApiError) and p.value.error.code is ErrorCode.QUEUE_FULL
+    # Once there is room, the same call with the same key enqueues each task once.
+    c.put_queue(queue, max_depth=10_000)
+    again = c.enqueue_many(queue, tasks, idempotency_key="load-1")
+    assert again[:1000] == p.value.ids and len(set(again)) == 2500
+    assert c.stats(queue).visible == 2500

@@ -346,3 +346,53 @@ def test_broker_restart_mid_run(own_broker: Broker) -> None:
     assert [i.status for i in infos] == [TaskStatus.SUCCESS] * 12
     assert [i.result for i in infos] == [i * 10 for i in range(12)]
     assert w.metrics.snapshot().broker_errors > 0
+
+
+KILLED_WORKER = """
+import os, sys, time
+import sluice
+
+client = sluice.Client(sys.argv[1])
+worker = sluice.Worker(client, sys.argv[2], concurrency=8, poll_wait=0.2)
+
+@worker.task
+def square(i):
+    time.sleep(0.002)
+    with open(sys.argv[3], "a") as f:  # the test kills us once enough have run
+        f.write(f"{i}\\n")
+    return i * i
+
+worker.run()
+"""
+
+
+def test_a_worker_killed_mid_batch_loses_no_result(client: sluice.Client, queue: str, tmp_path: Any) -> None:
+    """Acks go in batches; a worker killed with some finished tasks not yet acked leaves
+    them leased, and they run again elsewhere: every task ends SUCCESS with its result."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    fast_queue(client, queue, visibility_timeout=2)
+    ids = client.enqueue_many(queue, [("square", [i]) for i in range(400)])
+    ran = tmp_path / "ran"
+    ran.touch()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, client.base_url, queue, str(ran)], env=env)
+    try:
+        wait_until(lambda: len(ran.read_text().split()) >= 100, timeout=30, what="the worker under way")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finished_before = len(ran.read_text().split())
+    assert finished_before < 400, "killed mid-run"
+    w = worker_of(client, queue, concurrency=8)
+    w.register("square", lambda i: i * i)
+    w.start()
+    try:
+        infos = [client.wait_for(t, timeout=30) for t in ids]
+    finally:
+        w.stop()
+    assert [i.status for i in infos] == [TaskStatus.SUCCESS] * 400
+    assert [i.result for i in infos] == [i * i for i in range(400)]

@@ -4,7 +4,7 @@
 //!
 //! The interpreter is `$SLUICE_PYTHON`, else `python/.venv/bin/python` when it exists, else
 //! `python3`; the package is taken from `python/src`, so the working copy is what is tested.
-//! A missing interpreter or package (httpx, pytest, ray[serve] for the Ray test) skips the
+//! A missing interpreter or package (pytest, ray[serve] for the Ray test) skips the
 //! test with a loud message on a developer's machine and fails it when `CI=true`.
 
 mod common;
@@ -98,7 +98,7 @@ fn pytest(args: &[&str]) {
 #[test]
 fn python_sdk_suite() {
     let _serial = serial();
-    if have("httpx, pytest", "the Python SDK suite") {
+    if have("pytest", "the Python SDK suite") {
         pytest(&["tests", "-m", "not ray"]);
     }
 }
@@ -106,7 +106,7 @@ fn python_sdk_suite() {
 #[test]
 fn ray_serve_end_to_end() {
     let _serial = serial();
-    if have("httpx, pytest, ray.serve", "the Ray Serve end-to-end test") {
+    if have("pytest, ray.serve", "the Ray Serve end-to-end test") {
         pytest(&["tests/test_ray.py", "-m", "ray", "-s"]);
     }
 }
@@ -137,7 +137,7 @@ struct Resize {
 #[test]
 fn rust_producer_python_worker() {
     let _serial = serial();
-    if !have("httpx", "Rust-to-Python interop") {
+    if !have("sluice", "Rust-to-Python interop") {
         return;
     }
     let broker = common::broker();
@@ -231,7 +231,7 @@ fn rust_producer_python_worker() {
 #[test]
 fn python_producer_rust_worker() {
     let _serial = serial();
-    if !have("httpx", "Python-to-Rust interop") {
+    if !have("sluice", "Python-to-Rust interop") {
         return;
     }
     let broker = common::broker();

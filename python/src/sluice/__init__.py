@@ -14,13 +14,14 @@ task-processor adapter.
 
 from ._transport import RetryPolicy
 from ._version import __version__
-from .client import CLEAR, NO_RESULT, Client, OutMessage, QueueSettings
+from .client import CLEAR, NO_RESULT, Client, OutMessage, QueueSettings, TaskSpec
 from .envelope import EnvelopeError, TaskEnvelope
 from .errors import (
     ApiError,
     DecodeError,
     ErrorCode,
     InvalidInput,
+    PartialEnqueue,
     SluiceError,
     TaskFailed,
     TaskTimeout,
@@ -100,6 +101,7 @@ __all__ = [
     "MetricsSnapshot",
     "OutMessage",
     "Outcome",
+    "PartialEnqueue",
     "Permanent",
     "Progress",
     "Queue",
@@ -125,6 +127,7 @@ __all__ = [
     "TaskError",
     "TaskFailed",
     "TaskInfo",
+    "TaskSpec",
     "TaskStatus",
     "TaskTimeout",
     "Totals",

@@ -13,12 +13,14 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._version import __version__
 from ._transport import RetryPolicy, Transport, api_error, dumps
-from .envelope import TaskEnvelope
-from .errors import ApiError, DecodeError, ErrorCode, InvalidInput, TaskFailed, TaskTimeout
+from .envelope import envelope_wire
+from .errors import (
+    ApiError, DecodeError, ErrorCode, InvalidInput, PartialEnqueue, SluiceError, TaskFailed, TaskTimeout,
+)
 from .models import (
     AckOutcome,
     AuditEntry,
@@ -83,6 +85,55 @@ def _ms(seconds: float, what: str) -> int:
 def _ack_outcome(o: Mapping[str, Any]) -> AckOutcome:
     err = o.get("error") or {}
     return AckOutcome(o["receipt"], bool(o["ok"]), err.get("code"), err.get("message"))
+
+
+def _task_message(
+    task: str,
+    args: Optional[Sequence[Any]],
+    kwargs: Optional[Mapping[str, Any]],
+    attributes: Optional[Mapping[str, str]],
+    delay: Optional[float],
+    dedup_id: Optional[str],
+    group: Optional[str],
+) -> Dict[str, Any]:
+    """The send of one task, as the broker reads it."""
+    msg: Dict[str, Any] = {"body": envelope_wire(task, args, kwargs)}
+    if attributes:
+        msg["attributes"] = dict(attributes)
+    if delay is not None:
+        msg["delay_ms"] = _ms(delay, "delay")
+    if dedup_id is not None:
+        msg["dedup_id"] = dedup_id
+    if group is not None:
+        msg["group"] = group
+    return msg
+
+
+def _spec_of(item: Any, index: int) -> "TaskSpec":
+    if isinstance(item, tuple) and 2 <= len(item) <= 3:
+        return TaskSpec(*item)
+    raise InvalidInput(
+        f"task #{index} of enqueue_many must be a TaskSpec or a tuple (task, args) or "
+        f"(task, args, kwargs), got {type(item).__name__}"
+    )
+
+
+#: Most tasks, and most bytes, in one request of ``enqueue_many``.
+ENQUEUE_BATCH = 1000
+ENQUEUE_BATCH_BYTES = 8 * 1024 * 1024
+
+
+def _chunks(bodies: List[bytes]) -> Iterator[List[bytes]]:
+    chunk: List[bytes] = []
+    size = 0
+    for b in bodies:
+        if chunk and (len(chunk) == ENQUEUE_BATCH or size + len(b) > ENQUEUE_BATCH_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(b)
+        size += len(b) + 1
+    if chunk:
+        yield chunk
 
 
 def _queue(name: str) -> str:
@@ -211,6 +262,19 @@ class OutMessage:
         if self.group is not None:
             out["group"] = self.group
         return out
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of :meth:`Client.enqueue_many`, with the options of :meth:`Client.enqueue`."""
+
+    task: str
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    delay: Optional[float] = None
+    dedup_id: Optional[str] = None
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    group: Optional[str] = None
 
 
 class Client:
@@ -691,12 +755,57 @@ class Client:
         Arguments JSON cannot hold (a NaN, an object, a set) are refused with
         :class:`InvalidInput` before anything is sent. Tasks of one ``group`` run in
         enqueue order (see FIFO message groups)."""
-        env = TaskEnvelope.of(task, args, kwargs)
-        return self.send(
-            queue, env.to_wire(), attributes=attributes, delay=delay, dedup_id=dedup_id,
-            idempotency_key=idempotency_key, group=group,
-        ).id
+        msg = _task_message(task, args, kwargs, attributes, delay, dedup_id, group)
+        body = dumps(msg, f"the arguments of task {task!r}")
+        headers, safe = self._send_headers(idempotency_key, dedup_id is not None)
+        d = self._json(
+            "POST", f"/v1/queues/{_queue(queue)}/messages", idempotent=safe,
+            content=body, content_type="application/json", headers=headers,
+        )
+        return str(d["id"])
 
+    def enqueue_many(
+        self,
+        queue: str,
+        tasks: Iterable[Union["TaskSpec", Tuple[Any, ...]]],
+        *,
+        idempotency_key: Optional[str] = None,
+    ) -> List[str]:
+        """Enqueues many tasks, in order, with as few requests as the broker allows, and
+        returns their ids. Each item is a :class:`TaskSpec` or a tuple ``(task, args)`` /
+        ``(task, args, kwargs)``.
+
+        Every item is checked before anything is sent (:class:`InvalidInput` naming the
+        item). The tasks go in batches of up to 1,000 (and 8 MiB), each stored all or
+        nothing; if one fails after others were stored, :class:`PartialEnqueue` carries the
+        ids enqueued so far. With ``idempotency_key`` each batch gets a key derived from it,
+        so calling again with the same key after any failure enqueues each task once."""
+        bodies: List[bytes] = []
+        dedup = True
+        for i, item in enumerate(tasks):
+            spec = item if isinstance(item, TaskSpec) else _spec_of(item, i)
+            msg = _task_message(
+                spec.task, spec.args, spec.kwargs, spec.attributes, spec.delay, spec.dedup_id, spec.group
+            )
+            bodies.append(dumps(msg, f"task #{i} ({spec.task!r})"))
+            dedup = dedup and spec.dedup_id is not None
+        ids: List[str] = []
+        path = f"/v1/queues/{_queue(queue)}/messages"
+        for n, chunk in enumerate(_chunks(bodies)):
+            key = f"{idempotency_key}.{n}" if idempotency_key else None
+            headers, safe = self._send_headers(key, dedup)
+            try:
+                d = self._json(
+                    "POST", path, idempotent=safe, headers=headers,
+                    content=b'{"messages":[' + b",".join(chunk) + b"]}",
+                    content_type="application/json",
+                )
+            except SluiceError as e:
+                if ids:
+                    raise PartialEnqueue(ids, len(bodies), e) from e
+                raise
+            ids.extend(str(x) for x in d["ids"])
+        return ids
     def task_status(self, task_id: str, wait: Optional[float] = None) -> TaskInfo:
         """The status of a task; with ``wait`` (seconds, at most 30) the broker holds the
         answer until the task is final or the wait is over."""

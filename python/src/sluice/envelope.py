@@ -17,7 +17,7 @@ from ._transport import dumps
 from .errors import InvalidInput
 from .models import BodyKind
 
-__all__ = ["EnvelopeError", "TaskEnvelope"]
+__all__ = ["EnvelopeError", "TaskEnvelope", "envelope_wire"]
 
 
 class EnvelopeError(ValueError):
@@ -43,20 +43,8 @@ class TaskEnvelope:
         """An envelope for ``task``, checked: a name, a sequence of arguments, keyword
         arguments with string keys, and values JSON can hold (refused with
         :class:`InvalidInput` otherwise, before anything is sent)."""
-        if not isinstance(task, str) or not task:
-            raise InvalidInput("a task needs a name: pass the name its handler was registered under")
-        if args is None:
-            args = []
-        if isinstance(args, (str, bytes, Mapping)) or not isinstance(args, Sequence):
-            raise InvalidInput(
-                f"the positional arguments of task {task!r} must be a list or tuple, "
-                f"got {type(args).__name__}"
-            )
-        kw = dict(kwargs or {})
-        for k in kw:
-            if not isinstance(k, str):
-                raise InvalidInput(f"keyword argument names of task {task!r} must be str, got {k!r}")
-        env = cls(task=task, args=list(args), kwargs=kw)
+        wire = envelope_wire(task, args, kwargs)
+        env = cls(task=task, args=wire["args"], kwargs=wire["kwargs"])
         env.to_json()
         return env
 
@@ -117,3 +105,27 @@ def _json_type(v: Any) -> str:
     if isinstance(v, list):
         return "array"
     return "object"
+
+
+def envelope_wire(
+    task: str, args: Optional[Sequence[Any]], kwargs: Optional[Mapping[str, Any]]
+) -> Dict[str, Any]:
+    """The envelope of ``task`` as a JSON object, its shape checked (a name, a sequence of
+    arguments, keyword arguments with string keys) but not yet whether JSON can hold the
+    values: that is checked when the request is encoded, once."""
+    if not isinstance(task, str) or not task:
+        raise InvalidInput("a task needs a name: pass the name its handler was registered under")
+    if args is None:
+        args = []
+    if type(args) not in (list, tuple) and (
+        isinstance(args, (str, bytes, Mapping)) or not isinstance(args, Sequence)
+    ):
+        raise InvalidInput(
+            f"the positional arguments of task {task!r} must be a list or tuple, "
+            f"got {type(args).__name__}"
+        )
+    kw = dict(kwargs or {})
+    for k in kw:
+        if not isinstance(k, str):
+            raise InvalidInput(f"keyword argument names of task {task!r} must be str, got {k!r}")
+    return {"task": task, "args": list(args), "kwargs": kw}

@@ -8,7 +8,7 @@ Rust SDK. Match on :attr:`ApiError.code`, never on the message text.
 from __future__ import annotations
 
 import enum
-from typing import Optional
+from typing import List, Optional
 
 
 class ErrorCode(str, enum.Enum):
@@ -133,6 +133,20 @@ class ApiError(SluiceError):
     @property
     def transient(self) -> bool:
         return self.status in (429, 503)
+
+
+class PartialEnqueue(SluiceError):
+    """``enqueue_many`` stopped part-way: the tasks of ``ids`` (whole batches, in order) were
+    enqueued before ``error`` stopped the rest. Calling again with the same idempotency key
+    enqueues the rest without repeating them."""
+
+    def __init__(self, ids: List[str], total: int, error: SluiceError) -> None:
+        super().__init__(
+            f"{len(ids)} of {total} tasks were enqueued before an error stopped the rest: {error}"
+        )
+        self.ids = ids
+        self.total = total
+        self.error = error
 
 
 class DecodeError(SluiceError):

@@ -21,8 +21,10 @@ When the worker dead-letters a task (permanent error, or a failed last attempt) 
 ``on_dead_letter(task_id, error)`` hook runs once; its failure is logged and changes nothing.
 
 Why threads: handlers are ordinary (often blocking: HTTP calls, model inference) Python
-functions, so each runs in its own thread, at most ``concurrency`` at once; ``async def``
-handlers run on an event loop (the one given, or a fresh one in the task's thread). One
+functions, so they run on ``concurrency`` threads started with the worker, one task each at
+a time; ``async def`` handlers run on an event loop (the one given, or a fresh one in the
+task's thread). Deliveries are leased in batches, and the acks of finished tasks go to the
+broker in batches too (``settle.py``): one round trip per batch, not per task. One
 keeper thread extends the leases of running tasks every third of the visibility timeout, so
 a long task is not handed to a second worker; the extension's answer also carries a cancel.
 
@@ -41,6 +43,7 @@ import asyncio
 import inspect
 import logging
 import os
+import queue as queues
 import random
 import signal
 import threading
@@ -56,6 +59,7 @@ from ..models import Delivery, TaskStatus
 from .context import _CURRENT, TaskContext
 from .errors import Cancelled, Permanent, RetryAfter
 from .metrics import Outcome, WorkerMetrics
+from .settle import AckBatcher
 
 __all__ = ["Worker"]
 
@@ -67,6 +71,8 @@ Hook = Callable[[str, str], Any]
 
 #: How long after the grace period a stopping worker waits for releases to reach the broker.
 RELEASE_WAIT = 10.0
+#: How long the lease loop waits for more free slots once one is free.
+LEASE_GATHER = 0.002
 
 
 class _Running:
@@ -166,6 +172,8 @@ class Worker:
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Condition()
         self._running: Dict[str, _Running] = {}
+        self._inbox: "queues.SimpleQueue[Optional[Delivery]]" = queues.SimpleQueue()
+        self._acks: Optional[AckBatcher] = None
         self._busy = 0
         self._visibility = 30.0
         self._extend_every = 10.0
@@ -267,6 +275,12 @@ class Worker:
                 raise InvalidInput("a worker needs at least one handler: register one with @worker.task")
             if not self._start_up():
                 return
+            self._acks = AckBatcher(
+                self.client, self.queue, self.metrics, lambda n: _backoff(n, self.max_backoff),
+                max_pending=self.concurrency,
+            )
+            for i in range(self.concurrency):
+                threading.Thread(target=self._runner, name=f"sluice-task-{i}", daemon=True).start()
             self._started.set()
             keeper = threading.Thread(target=self._keeper, name="sluice-lease-keeper", daemon=True)
             keeper.start()
@@ -279,6 +293,10 @@ class Worker:
         except BaseException as e:  # noqa: BLE001 - handed to the caller of run/start
             self._start_error = e
         finally:
+            for _ in range(self.concurrency):
+                self._inbox.put(None)
+            if self._acks is not None:
+                self._acks.close()
             self._done.set()
 
     def _start_up(self) -> bool:
@@ -311,10 +329,26 @@ class Worker:
 
     def _lease_loop(self) -> None:
         failures = 0
+        # Lease when half the slots a receive could fill are free, or soon after the first
+        # one frees up: one request then fills several slots instead of one each.
+        want = max(1, min(self.batch, self.concurrency) // 2)
         while not self._stop.is_set():
             with self._lock:
-                while self._busy >= self.concurrency and not self._stop.is_set():
-                    self._lock.wait(0.1)
+                first_free: Optional[float] = None
+                while not self._stop.is_set():
+                    free = self.concurrency - self._busy
+                    if free >= want:
+                        break
+                    if free <= 0:
+                        first_free = None
+                        self._lock.wait(0.1)
+                        continue
+                    now = time.monotonic()
+                    if first_free is None:
+                        first_free = now
+                    elif now - first_free >= LEASE_GATHER:
+                        break
+                    self._lock.wait(LEASE_GATHER)
                 if self._stop.is_set():
                     break
                 n = min(self.batch, self.concurrency - self._busy)
@@ -340,9 +374,15 @@ class Worker:
                 failures = 0
             self._free(n - len(got))
             for d in got:
-                threading.Thread(
-                    target=self._process, args=(d,), name=f"sluice-task-{d.id}", daemon=True
-                ).start()
+                self._inbox.put(d)
+
+    def _runner(self) -> None:
+        """One of ``concurrency`` threads running handlers, until the worker stops."""
+        while True:
+            d = self._inbox.get()
+            if d is None:
+                return
+            self._process(d)
 
     def _free(self, n: int) -> None:
         if n:
@@ -435,7 +475,7 @@ class Worker:
         run = _Running(d, None, time.monotonic() + self._extend_every)
         with self._lock:
             self._running[d.receipt] = run
-        outcome = Outcome.LOST
+        outcome: Optional[Outcome] = Outcome.LOST
         try:
             outcome = self._run_delivery(run)
         except BaseException:  # noqa: BLE001 - a bug here must not kill the worker silently
@@ -447,7 +487,8 @@ class Worker:
                 self._lock.notify_all()
                 count = not run.counted
                 run.counted = True
-            if count:
+            # None: acked in the background, counted when the broker answers.
+            if count and outcome is not None:
                 self.metrics.finished(outcome)
 
     def _claim(self, run: _Running) -> bool:
@@ -458,7 +499,7 @@ class Worker:
                 return True
             return False
 
-    def _run_delivery(self, run: _Running) -> Outcome:
+    def _run_delivery(self, run: _Running) -> Optional[Outcome]:
         d = run.delivery
         try:
             env = TaskEnvelope.from_body(d.body, d.kind)
@@ -492,8 +533,9 @@ class Worker:
             return Outcome.RELEASED
         cancelled = ctx.cancelled
         if error is None:
-            outcome = self._succeed(run, value)
-        elif cancelled or isinstance(error, Cancelled):
+            self._succeed(run, value, Outcome.CANCELLED if cancelled else Outcome.SUCCESS)
+            return None
+        if cancelled or isinstance(error, Cancelled):
             self._nack(run, None, "cancelled")
             return Outcome.CANCELLED
         elif isinstance(error, Permanent):
@@ -525,47 +567,49 @@ class Worker:
 
     # -- settling --------------------------------------------------------------------------
 
-    def _succeed(self, run: _Running, value: Any) -> Outcome:
+    def _succeed(self, run: _Running, value: Any, outcome: Outcome) -> None:
+        """Hands the ack (with the result) to the batcher; ``outcome`` is counted once the
+        broker has it."""
         d = run.delivery
         result: Any = NO_RESULT
+        size = 0
         if isinstance(value, (bytes, bytearray)):
-            size = len(value)
+            size = len(value) * 4 // 3  # base64 on the wire
             result = bytes(value)
-        else:
+        elif value is not None:
             try:
                 size = len(dumps(value, "the task's result"))
                 result = value
             except InvalidInput as e:
                 log.error("task %s: the handler's result is not JSON (%s); acking without a result", d.id, e)
-                size = 0
+        else:
+            result = None
         if result is not NO_RESULT and size > self._max_result:
             log.warning(
                 "task %s: result of %d bytes is over the size cap of %d and was dropped; the task "
                 "still succeeds", d.id, size, self._max_result,
             )
             self.metrics.result_dropped()
-            result = NO_RESULT
-        retried = [False]
+            result, size = NO_RESULT, 0
+        self._ack(d, result, size, outcome, False)
 
-        def ack(res: Any) -> None:
-            self.client.ack(self.queue, d.receipt, res)
-
-        try:
-            self._settle("acknowledging a finished task", lambda: ack(result), retried)
-        except ApiError as e:
-            if e.code is ErrorCode.PAYLOAD_TOO_LARGE and result is not NO_RESULT:
+    def _ack(self, d: Delivery, result: Any, size: int, outcome: Outcome, retried: bool) -> None:
+        def done(err: Optional[SluiceError], was_retried: bool) -> None:
+            again = retried or was_retried
+            if err is None:
+                log.debug("task %s succeeded", d.id)
+                if outcome is Outcome.CANCELLED:
+                    log.info("task %s was cancelled while it ran", d.id)
+                self.metrics.finished(outcome)
+            elif isinstance(err, ApiError) and err.code is ErrorCode.PAYLOAD_TOO_LARGE and result is not NO_RESULT:
                 log.warning("task %s: the broker refused the result as too large; dropped, the task still succeeds", d.id)
                 self.metrics.result_dropped()
-                try:
-                    self._settle("acknowledging a finished task", lambda: ack(NO_RESULT), retried)
-                except SluiceError as e2:
-                    return self._lost_ack(d, e2, retried[0])
+                self._ack(d, NO_RESULT, 0, outcome, again)
             else:
-                return self._lost_ack(d, e, retried[0])
-        except SluiceError as e:
-            return self._lost_ack(d, e, retried[0])
-        log.debug("task %s succeeded", d.id)
-        return Outcome.SUCCESS
+                self.metrics.finished(self._lost_ack(d, err, again))
+
+        assert self._acks is not None, "the batcher starts with the worker"
+        self._acks.submit(d.receipt, result, size, done)
 
     def _lost_ack(self, d: Delivery, e: SluiceError, retried: bool) -> Outcome:
         if retried and isinstance(e, ApiError) and e.code is ErrorCode.RECEIPT_STALE:
@@ -719,12 +763,25 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
+#: Handler signatures, read once per handler: reading one costs more than a trivial task.
+_SIGNATURES: Dict[Callable[..., Any], Optional[inspect.Signature]] = {}
+
+
 def _misfit(fn: Callable[..., Any], env: TaskEnvelope) -> Optional[str]:
     """Why ``fn`` cannot be called with the envelope's arguments, or None when it can (or
     its signature cannot be read)."""
     try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
+        sig = _SIGNATURES[fn]
+    except (KeyError, TypeError):
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            sig = None
+        try:
+            _SIGNATURES[fn] = sig
+        except TypeError:  # an unhashable callable
+            pass
+    if sig is None:
         return None
     try:
         sig.bind(*env.args, **env.kwargs)
