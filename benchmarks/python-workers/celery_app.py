@@ -15,6 +15,9 @@ app.conf.update(
     task_default_queue="bench",
     broker_connection_retry_on_startup=True,
     result_expires=3600,
+    # Unacked tasks of a lost connection come back after 10 s (Redis transport default: 1 h),
+    # as Sluice's queue here redelivers after a 10 s lease.
+    broker_transport_options={"visibility_timeout": 10},
 )
 
 

@@ -14,7 +14,9 @@ Workloads (``--workloads``):
 * ``sleep``: N tasks that sleep 10 ms, concurrency 64;
 * ``retry``: N trivial tasks, every tenth failing its first attempt (retried at once);
 * ``latency``: with the worker running, 2,000 trivial tasks enqueued at a steady 200 a
-  second: enqueue-to-done time, p50 and p99.
+  second: enqueue-to-done time, p50 and p99;
+* ``kill``: 3,000 tasks of 2 ms; the broker is killed with SIGKILL when a third have finished
+  and restarted on its data: how many tasks never finish, how many ran twice.
 
 Figures: enqueue rate (one call at a time), drain throughput (from the first task finished
 to the last), CPU per task of the worker process and of the broker, and latency::
@@ -56,7 +58,7 @@ def free_port() -> int:
 
 
 class Broker:
-    """A broker process of one system, on its own port and directory."""
+    """A broker process of one system, on its own port and directory; restartable."""
 
     def __init__(
         self, system: str, sluice_bin: str, redis_bin: str, workdir: Path, port: int, fsync: str = "always"
@@ -64,39 +66,43 @@ class Broker:
         self.system = system
         self.dir = Path(tempfile.mkdtemp(prefix=f"{system}-", dir=workdir))
         if system == "sluice":
-            self.proc = subprocess.Popen(
-                [sluice_bin, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(self.dir / "data")],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            )
-            line = self.proc.stdout.readline().decode()  # type: ignore[union-attr]
-            if not line.startswith("sluice listening on "):
-                raise SystemExit(f"sluice did not start: {line!r}")
-            self.url = line.split()[-1]
+            self.cmd = [sluice_bin, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(self.dir / "data")]
+            self.url = f"http://127.0.0.1:{port}"
         else:
             persistence = (
                 ["--appendonly", "no"] if fsync == "none" else ["--appendonly", "yes", "--appendfsync", fsync]
             )
-            self.proc = subprocess.Popen(
-                [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-                 *persistence, "--save", ""],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
+            self.cmd = [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+                        *persistence, "--save", ""]
             self.url = f"redis://127.0.0.1:{port}/0"
-            import redis
+        self.start()
 
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    redis.Redis.from_url(self.url).ping()
-                    break
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+    def start(self) -> None:
+        if self.system == "sluice":
+            self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            line = self.proc.stdout.readline().decode()  # type: ignore[union-attr]
+            if not line.startswith("sluice listening on "):
+                raise SystemExit(f"sluice did not start: {line!r}")
+            return
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import redis
 
-    def stop(self) -> None:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                redis.Redis.from_url(self.url).ping()
+                return
+            except (redis.ConnectionError, redis.exceptions.BusyLoadingError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def kill9(self) -> None:
         self.proc.kill()
         self.proc.wait()
+
+    def stop(self) -> None:
+        self.kill9()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -111,7 +117,9 @@ class System:
 
             self.client = sluice.Client(broker.url)
             # Retries at once, as Celery's retry with no countdown does.
-            self.client.put_queue("bench", backoff_base=0.001, backoff_max=0.001, max_receive_count=5)
+            self.client.put_queue(
+                "bench", backoff_base=0.001, backoff_max=0.001, max_receive_count=5, visibility_timeout=10
+            )
         else:
             os.environ["BENCH_REDIS_URL"] = broker.url
             sys.path.insert(0, str(HERE))
@@ -187,6 +195,38 @@ def drain(system: System, n: int, concurrency: int, sleep_ms: int, fail_every: i
     }
 
 
+def broker_killed(system: System, n: int, workdir: Path, settle: float) -> dict:
+    """N trivial tasks enqueued; the broker is killed with SIGKILL when about a third have
+    finished and started again on the same data; what never finishes is lost."""
+    for i in range(n):
+        system.enqueue(i, 2, False)
+    done_file = workdir / f"{system.name}-killed"
+    done_file.unlink(missing_ok=True)
+    worker = system.start_worker(16, done_file)
+    try:
+        deadline = time.monotonic() + 300
+        while len(finished(done_file)) < n // 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        system.broker.kill9()
+        system.broker.start()
+        # Wait until nothing more finishes for `settle` seconds (leases and Celery's
+        # visibility timeout must run out for interrupted tasks to come back).
+        last, last_change = -1, time.monotonic()
+        while time.monotonic() - last_change < settle:
+            now = len(finished(done_file))
+            if now != last:
+                last, last_change = now, time.monotonic()
+            if now >= n:
+                break
+            time.sleep(0.2)
+    finally:
+        worker.kill()
+        worker.wait()
+    runs = [int(line.split()[0]) for line in done_file.read_text().splitlines() if line.strip()]
+    got = set(runs)
+    return {"tasks": n, "lost": n - len(got & set(range(n))), "ran_twice": len(runs) - len(got)}
+
+
 def latency(system: System, n: int, rate: float, workdir: Path) -> dict:
     done_file = workdir / f"{system.name}-latency"
     done_file.unlink(missing_ok=True)
@@ -213,10 +253,12 @@ def latency(system: System, n: int, rate: float, workdir: Path) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--systems", default="sluice,celery")
-    p.add_argument("--workloads", default="trivial,sleep,retry,latency")
+    p.add_argument("--workloads", default="trivial,sleep,retry,latency,kill")
     p.add_argument("--tasks", type=int, default=10_000)
     p.add_argument("--sluice-bin", default="target/release/sluice")
     p.add_argument("--redis-bin", default=shutil.which("redis-server") or "redis-server")
+    p.add_argument("--settle", type=float, default=60.0,
+                   help="kill: seconds without a task finishing before the rest count as lost")
     p.add_argument("--redis-fsync", choices=["always", "everysec", "none"], default="always",
                    help="Redis's appendfsync for Celery (none: no persistence at all)")
     args = p.parse_args()
@@ -234,6 +276,8 @@ def main() -> None:
                     r = drain(system, args.tasks, 64, 10, 0, workdir)
                 elif workload == "retry":
                     r = drain(system, args.tasks, 16, 0, 10, workdir)
+                elif workload == "kill":
+                    r = broker_killed(system, 3000, workdir, settle=args.settle)
                 elif workload == "latency":
                     r = latency(system, 2000, 200.0, workdir)
                 else:
