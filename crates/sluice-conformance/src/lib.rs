@@ -81,6 +81,7 @@ macro_rules! __sluice_conformance_cases {
             $($mode)*;
             queue_put_creates_with_defaults_and_dlq,
             queue_create_only_refuses_an_existing_queue,
+            new_queue_names_are_dot_separated,
             queue_update_changes_only_named_fields,
             queue_get_list_delete,
             queue_delete_refused_while_used_as_dlq,

@@ -1,4 +1,7 @@
-//! Queue names: 1–80 characters of `[A-Za-z0-9_.-]`.
+//! Queue names: 1–80 characters of `[A-Za-z0-9_.-]`. A new queue's name is also made of
+//! dot-separated parts (it does not start or end with `.` nor hold `..`): HTTP clients and
+//! proxies rewrite paths such as `/v1/queues/..`, so such a queue could not be addressed.
+//! Queues created under the older rule keep their names and stay reachable.
 
 use std::fmt;
 
@@ -37,6 +40,23 @@ impl QueueName {
             )));
         }
         Ok(QueueName(name))
+    }
+
+    /// Checks the rule for names of new queues: besides the alphabet, no `.` at the start or
+    /// the end and no `..`, which HTTP clients and proxies rewrite as path segments.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] naming the rule.
+    pub fn check_new(&self) -> Result<(), StoreError> {
+        let n = &self.0;
+        if n.starts_with('.') || n.ends_with('.') || n.contains("..") {
+            return Err(StoreError::invalid(format!(
+                "queue name \"{n}\" cannot be given to a new queue: names are dot-separated parts \
+                 (no '.' at the start or the end, no '..'), since HTTP clients and proxies \
+                 rewrite such paths; use a name like \"orders.v2\""
+            )));
+        }
+        Ok(())
     }
 
     /// The name as text.
@@ -93,6 +113,21 @@ mod tests {
     fn accepts_the_documented_alphabet() {
         assert!(QueueName::new("orders.v2_high-prio").is_ok());
         assert!(QueueName::new("a".repeat(80)).is_ok());
+    }
+
+    #[test]
+    fn new_queues_have_dot_separated_names() {
+        for bad in [".", "..", "...", "a..b", ".hidden", "trailing."] {
+            let name = QueueName::new(bad).expect("an existing queue may have it");
+            let e = name
+                .check_new()
+                .expect_err("refused for a new queue")
+                .to_string();
+            assert!(e.contains("no '..'"), "{e}");
+        }
+        for good in ["orders", "orders.v2", "a.b.c", "x_y-z.dlq"] {
+            QueueName::new(good).unwrap().check_new().expect(good);
+        }
     }
 
     #[test]

@@ -84,3 +84,48 @@ pub async fn queue_create_only_refuses_an_existing_queue(h: &dyn Harness) {
         }
     }
 }
+
+/// A new queue's name is dot-separated parts: `put_queue` and `create_queue` refuse names
+/// that start or end with `.` or hold `..` (also as a named DLQ that would be created), with
+/// the rule in the error; addressing such a name that no queue has is `queue_not_found`.
+pub async fn new_queue_names_are_dot_separated(h: &dyn Harness) {
+    let e = env(h).await;
+    for bad in [".", "..", "...", "a..b", ".hidden", "trailing."] {
+        let name = qn(bad);
+        let put = e.store.put_queue(&name, &QueueConfigPatch::default()).await;
+        let Err(err) = put else {
+            panic!("put_queue({bad:?}) was accepted");
+        };
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{bad:?}: {err}");
+        assert!(
+            err.to_string().contains("no '..'"),
+            "the rule is stated: {err}"
+        );
+        assert_code(
+            e.store
+                .create_queue(&name, &QueueConfigPatch::default())
+                .await,
+            ErrorCode::InvalidArgument,
+            "create_queue of a name the rule refuses",
+        );
+        assert_code(
+            e.store.get_queue(&name).await,
+            ErrorCode::QueueNotFound,
+            "addressing a name no queue has",
+        );
+    }
+    let with_dlq = QueueConfigPatch {
+        dead_letter_queue: Some(Some(qn("..dead"))),
+        max_receive_count: Some(3),
+        ..Default::default()
+    };
+    assert_code(
+        e.store.put_queue(&qn("named-dlq"), &with_dlq).await,
+        ErrorCode::InvalidArgument,
+        "a named DLQ that would be created follows the rule too",
+    );
+    e.store
+        .put_queue(&qn("orders.v2"), &QueueConfigPatch::default())
+        .await
+        .expect("dots between parts are fine");
+}

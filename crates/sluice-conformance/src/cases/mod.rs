@@ -35,7 +35,9 @@ use sluice_core::store::{
 use sluice_core::time::{Clock, ManualClock, Timestamp};
 
 mod create_only;
-pub use create_only::queue_create_only_refuses_an_existing_queue;
+pub use create_only::{
+    new_queue_names_are_dot_separated, queue_create_only_refuses_an_existing_queue,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

@@ -92,6 +92,44 @@ fn refused<'a, T: Send + 'a>(e: StoreError) -> Answer<'a, Result<T, StoreError>>
     Box::pin(std::future::ready(Err(e)))
 }
 
+/// The rule for names of new queues ([`QueueName::check_new`]) on a queue and the
+/// dead-letter queue its patch names, either of which a put may create.
+fn new_names_check(name: &QueueName, patch: &QueueConfigPatch) -> Result<(), StoreError> {
+    name.check_new()?;
+    if let Some(Some(dlq)) = &patch.dead_letter_queue {
+        dlq.check_new()?;
+    }
+    Ok(())
+}
+
+/// The naming rule's error when the queue it would create is missing, else what the engine
+/// said.
+fn rule_or(engine: StoreError, rule: StoreError) -> StoreError {
+    match engine {
+        StoreError::QueueNotFound(_) => rule,
+        other => other,
+    }
+}
+
+impl<S: QueueAdmin> Checked<S> {
+    /// Ok when every name [`new_names_check`] refuses belongs to a queue that exists.
+    async fn existing_names(
+        &self,
+        name: &QueueName,
+        patch: &QueueConfigPatch,
+    ) -> Result<(), StoreError> {
+        if name.check_new().is_err() {
+            self.engine.get_queue(name).await?;
+        }
+        if let Some(Some(dlq)) = &patch.dead_letter_queue
+            && dlq.check_new().is_err()
+        {
+            self.engine.get_queue(dlq).await?;
+        }
+        Ok(())
+    }
+}
+
 /// Cuts a failure's error to the stored limit, in place.
 fn clip(failure: &mut Failure) {
     failure.error = failure.error.take().map(clip_error);
@@ -109,7 +147,17 @@ impl<S: QueueAdmin> QueueAdmin for Checked<S> {
         'p: 'a,
         Self: 'a,
     {
-        self.engine.put_queue(name, patch)
+        match new_names_check(name, patch) {
+            Ok(()) => self.engine.put_queue(name, patch),
+            // Only a queue that exists already may keep a name the rule for new queues
+            // refuses (a rare path: one extra read).
+            Err(e) => Box::pin(async move {
+                self.existing_names(name, patch)
+                    .await
+                    .map_err(|x| rule_or(x, e))?;
+                self.engine.put_queue(name, patch).await
+            }),
+        }
     }
 
     fn create_queue<'s, 'n, 'p, 'a>(
@@ -123,7 +171,16 @@ impl<S: QueueAdmin> QueueAdmin for Checked<S> {
         'p: 'a,
         Self: 'a,
     {
-        self.engine.create_queue(name, patch)
+        match new_names_check(name, patch) {
+            Ok(()) => self.engine.create_queue(name, patch),
+            // The queue exists (`conflict`) or its dead-letter queue does: let the engine say.
+            Err(e) => Box::pin(async move {
+                self.existing_names(name, patch)
+                    .await
+                    .map_err(|x| rule_or(x, e))?;
+                self.engine.create_queue(name, patch).await
+            }),
+        }
     }
 
     fn get_queue<'s, 'n, 'a>(

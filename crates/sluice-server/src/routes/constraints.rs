@@ -16,6 +16,9 @@ use sluice_core::config::limits;
 
 /// Queue and schedule names: what `QueueName::new` accepts.
 pub(super) const NAME_PATTERN: &str = "^[A-Za-z0-9_.-]+$";
+/// Queue names as new queues may have them (`QueueName::check_new`): dot-separated parts
+/// of `[A-Za-z0-9_-]`. Queues created under the older rule stay reachable by their names.
+pub(super) const NEW_QUEUE_PATTERN: &str = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)*$";
 /// A receipt: 16 bytes in unpadded base64url.
 const RECEIPT_PATTERN: &str = "^[A-Za-z0-9_-]{21}[AQgw]$";
 /// Standard base64 with padding, canonical (unused bits zero), as the broker decodes it.
@@ -105,7 +108,12 @@ pub(super) fn apply(doc: &mut Value) {
         "max_receive_count",
         range(0, limits::MAX_RECEIVE_COUNT.into()),
     );
-    set("QueueConfigRequest", "dead_letter_queue", name());
+    set(
+        "QueueConfigRequest",
+        "dead_letter_queue",
+        json!({"pattern": NEW_QUEUE_PATTERN, "minLength": 1,
+            "maxLength": sluice_core::name::MAX_QUEUE_NAME_LEN}),
+    );
     set(
         "QueueConfigRequest",
         "backoff_base_ms",

@@ -11,7 +11,7 @@ use utoipa::openapi::{
     ContentBuilder, HeaderBuilder, OpenApi, PathItem, Ref, RefOr, Required, Schema,
 };
 
-use super::constraints::NAME_PATTERN;
+use super::constraints::{NAME_PATTERN, NEW_QUEUE_PATTERN};
 
 /// Message, task and redrive ids: 16 hex digits.
 const ID_PATTERN: &str = "^[0-9a-fA-F]{16}$";
@@ -163,7 +163,11 @@ fn path_schema(path: &str, name: &str) -> Option<RefOr<Schema>> {
         ))
     };
     match name {
-        "q" => Some(text(NAME_PATTERN, 1, sluice_core::name::MAX_QUEUE_NAME_LEN)),
+        "q" => Some(text(
+            NEW_QUEUE_PATTERN,
+            1,
+            sluice_core::name::MAX_QUEUE_NAME_LEN,
+        )),
         "name" if path.starts_with("/v1/schedules") => {
             Some(text(NAME_PATTERN, 1, sluice_core::name::MAX_QUEUE_NAME_LEN))
         }

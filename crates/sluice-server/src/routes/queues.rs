@@ -18,7 +18,7 @@ use crate::extract::{CreateOnly, OptionalJsonBody, QueuePath};
 #[utoipa::path(
     put, path = "/v1/queues/{q}", tag = "queues",
     params(
-        ("q" = String, Path, description = "Queue name: 1-80 of [A-Za-z0-9_.-]"),
+        ("q" = String, Path, description = "Queue name: 1-80 of [A-Za-z0-9_.-], in dot-separated parts for a new queue (no leading, trailing or double dots)"),
         ("If-None-Match" = Option<String>, Header,
             description = "`*`: create only; 409 `conflict` when the queue exists"),
     ),
