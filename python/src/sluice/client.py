@@ -97,7 +97,17 @@ def _task_message(
     group: Optional[str],
 ) -> Dict[str, Any]:
     """The send of one task, as the broker reads it."""
-    msg: Dict[str, Any] = {"body": envelope_wire(task, args, kwargs)}
+    return _with_options({"body": envelope_wire(task, args, kwargs)}, attributes, delay, dedup_id, group)
+
+
+def _with_options(
+    msg: Dict[str, Any],
+    attributes: Optional[Mapping[str, str]],
+    delay: Optional[float],
+    dedup_id: Optional[str],
+    group: Optional[str],
+) -> Dict[str, Any]:
+    """``msg`` with a send's options, those that are given."""
     if attributes:
         msg["attributes"] = dict(attributes)
     if delay is not None:
@@ -253,15 +263,7 @@ class OutMessage:
         else:
             dumps(self.body, "the body")
             out["body"] = self.body
-        if self.attributes:
-            out["attributes"] = dict(self.attributes)
-        if self.delay is not None:
-            out["delay_ms"] = _ms(self.delay, "delay")
-        if self.dedup_id is not None:
-            out["dedup_id"] = self.dedup_id
-        if self.group is not None:
-            out["group"] = self.group
-        return out
+        return _with_options(out, self.attributes, self.delay, self.dedup_id, self.group)
 
 
 @dataclass(frozen=True)
