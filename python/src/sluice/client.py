@@ -12,12 +12,12 @@ import json
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._version import __version__
 from ._transport import RetryPolicy, Transport, api_error, dumps
-from .envelope import envelope_wire
+from ._messages import OutMessage, TaskSpec, chunks, ms as _ms, spec_of, task_message
 from .errors import (
     ApiError, DecodeError, ErrorCode, InvalidInput, PartialEnqueue, SluiceError, TaskFailed, TaskTimeout,
 )
@@ -76,74 +76,9 @@ class _NoResult:
 NO_RESULT: Any = _NoResult()
 
 
-def _ms(seconds: float, what: str) -> int:
-    if seconds < 0:
-        raise InvalidInput(f"{what} must not be negative, got {seconds}")
-    return int(round(seconds * 1000))
-
-
 def _ack_outcome(o: Mapping[str, Any]) -> AckOutcome:
     err = o.get("error") or {}
     return AckOutcome(o["receipt"], bool(o["ok"]), err.get("code"), err.get("message"))
-
-
-def _task_message(
-    task: str,
-    args: Optional[Sequence[Any]],
-    kwargs: Optional[Mapping[str, Any]],
-    attributes: Optional[Mapping[str, str]],
-    delay: Optional[float],
-    dedup_id: Optional[str],
-    group: Optional[str],
-) -> Dict[str, Any]:
-    """The send of one task, as the broker reads it."""
-    return _with_options({"body": envelope_wire(task, args, kwargs)}, attributes, delay, dedup_id, group)
-
-
-def _with_options(
-    msg: Dict[str, Any],
-    attributes: Optional[Mapping[str, str]],
-    delay: Optional[float],
-    dedup_id: Optional[str],
-    group: Optional[str],
-) -> Dict[str, Any]:
-    """``msg`` with a send's options, those that are given."""
-    if attributes:
-        msg["attributes"] = dict(attributes)
-    if delay is not None:
-        msg["delay_ms"] = _ms(delay, "delay")
-    if dedup_id is not None:
-        msg["dedup_id"] = dedup_id
-    if group is not None:
-        msg["group"] = group
-    return msg
-
-
-def _spec_of(item: Any, index: int) -> "TaskSpec":
-    if isinstance(item, tuple) and 2 <= len(item) <= 3:
-        return TaskSpec(*item)
-    raise InvalidInput(
-        f"task #{index} of enqueue_many must be a TaskSpec or a tuple (task, args) or "
-        f"(task, args, kwargs), got {type(item).__name__}"
-    )
-
-
-#: Most tasks, and most bytes, in one request of ``enqueue_many``.
-ENQUEUE_BATCH = 1000
-ENQUEUE_BATCH_BYTES = 8 * 1024 * 1024
-
-
-def _chunks(bodies: List[bytes]) -> Iterator[List[bytes]]:
-    chunk: List[bytes] = []
-    size = 0
-    for b in bodies:
-        if chunk and (len(chunk) == ENQUEUE_BATCH or size + len(b) > ENQUEUE_BATCH_BYTES):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(b)
-        size += len(b) + 1
-    if chunk:
-        yield chunk
 
 
 def _queue(name: str) -> str:
@@ -241,42 +176,6 @@ class QueueSettings:
         elif self.push is not None:
             raise InvalidInput('push must be a dict like {"url": "https://..."} or CLEAR')
         return out
-
-
-@dataclass
-class OutMessage:
-    """One message of a batch send. ``body`` is any JSON value, or ``bytes`` (sent as
-    base64 and kept byte-exact). ``group`` puts it in a FIFO message group (1 – 128
-    characters): messages of one group are delivered in send order, at most the queue's
-    ``max_in_flight_per_group`` (default 1) at a time."""
-
-    body: Any
-    attributes: Dict[str, str] = field(default_factory=dict)
-    delay: Optional[float] = None
-    dedup_id: Optional[str] = None
-    group: Optional[str] = None
-
-    def to_wire(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        if isinstance(self.body, (bytes, bytearray, memoryview)):
-            out["body_base64"] = base64.b64encode(bytes(self.body)).decode("ascii")
-        else:
-            dumps(self.body, "the body")
-            out["body"] = self.body
-        return _with_options(out, self.attributes, self.delay, self.dedup_id, self.group)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """One task of :meth:`Client.enqueue_many`, with the options of :meth:`Client.enqueue`."""
-
-    task: str
-    args: Sequence[Any] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    delay: Optional[float] = None
-    dedup_id: Optional[str] = None
-    attributes: Mapping[str, str] = field(default_factory=dict)
-    group: Optional[str] = None
 
 
 class Client:
@@ -757,7 +656,7 @@ class Client:
         Arguments JSON cannot hold (a NaN, an object, a set) are refused with
         :class:`InvalidInput` before anything is sent. Tasks of one ``group`` run in
         enqueue order (see FIFO message groups)."""
-        msg = _task_message(task, args, kwargs, attributes, delay, dedup_id, group)
+        msg = task_message(task, args, kwargs, attributes, delay, dedup_id, group)
         body = dumps(msg, f"the arguments of task {task!r}")
         headers, safe = self._send_headers(idempotency_key, dedup_id is not None)
         d = self._json(
@@ -785,15 +684,15 @@ class Client:
         bodies: List[bytes] = []
         dedup = True
         for i, item in enumerate(tasks):
-            spec = item if isinstance(item, TaskSpec) else _spec_of(item, i)
-            msg = _task_message(
+            spec = item if isinstance(item, TaskSpec) else spec_of(item, i)
+            msg = task_message(
                 spec.task, spec.args, spec.kwargs, spec.attributes, spec.delay, spec.dedup_id, spec.group
             )
             bodies.append(dumps(msg, f"task #{i} ({spec.task!r})"))
             dedup = dedup and spec.dedup_id is not None
         ids: List[str] = []
         path = f"/v1/queues/{_queue(queue)}/messages"
-        for n, chunk in enumerate(_chunks(bodies)):
+        for n, chunk in enumerate(chunks(bodies)):
             key = f"{idempotency_key}.{n}" if idempotency_key else None
             headers, safe = self._send_headers(key, dedup)
             try:
