@@ -47,13 +47,15 @@ def test_sized_chunked_and_closing_answers_are_read_whole() -> None:
     url = serve([
         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 13\r\n\r\n{\"name\":\"q1\"}",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n[\"a\",\r\n4;x=1\r\n\"b\"]\r\n0\r\nX-T: 1\r\n\r\n",
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
         b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nbye",
     ])
     c = sluice.Client(url, retry=sluice.RetryPolicy.none())
     t = c._t
     assert t.request("GET", "/a", idempotent=True).json() == {"name": "q1"}
     assert t.request("GET", "/b", idempotent=True).json() == ["a", "b"]
-    assert t.request("GET", "/c", idempotent=True).content == b"bye"
+    assert t.request("GET", "/c", idempotent=True).content == b"ok", "informational answers are skipped"
+    assert t.request("GET", "/d", idempotent=True).content == b"bye"
 
 
 def test_an_answer_that_is_not_http_is_a_transport_error() -> None:
@@ -62,6 +64,14 @@ def test_an_answer_that_is_not_http_is_a_transport_error() -> None:
     with pytest.raises(TransportError) as e:
         c.list_queues()
     assert "status line" in str(e.value)
+
+
+def test_a_negative_content_length_is_refused() -> None:
+    url = serve([b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n"])
+    c = sluice.Client(url, retry=sluice.RetryPolicy.none(), timeout=5)
+    with pytest.raises(TransportError) as e:
+        c.list_queues()
+    assert "Content-Length" in str(e.value)
 
 
 def test_a_connection_closed_before_the_answer_is_a_transport_error() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import ssl
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 __all__ = ["Connection", "ProtocolError"]
 
@@ -63,6 +63,35 @@ class Connection:
         assert self.sock is not None and self._rfile is not None, "connect first"
         self.sock.sendall(head + body if body else head)
         rfile = self._rfile
+        while True:
+            parts, status, headers = self._head()
+            # Informational answers (100 Continue, 103 Early Hints) precede the real one.
+            if not 100 <= status < 200 or status == 101:
+                break
+        close = headers.get("connection", "").lower() == "close" or parts[0] == b"HTTP/1.0"
+        if method == "HEAD" or status in (204, 304):
+            return status, headers, b"", close
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            data = self._chunked()
+        elif "content-length" in headers:
+            try:
+                n = int(headers["content-length"])
+            except ValueError:
+                n = -1
+            if n < 0:
+                raise ProtocolError(f"Content-Length is not a size: {headers['content-length']!r}")
+            data = rfile.read(n)
+            if len(data) != n:
+                raise ConnectionResetError("the answer's body was cut off")
+        else:
+            data = rfile.read()
+            close = True
+        return status, headers, data, close
+
+    def _head(self) -> Tuple[List[bytes], int, Dict[str, str]]:
+        """A status line and its headers."""
+        rfile = self._rfile
+        assert rfile is not None
         line = rfile.readline(MAX_LINE + 1)
         if not line:
             raise ConnectionResetError("the broker closed the connection without answering")
@@ -86,23 +115,7 @@ class Connection:
             headers[name.strip().lower()] = value.strip()
         else:
             raise ProtocolError(f"the answer has more than {MAX_HEADERS} headers")
-        close = headers.get("connection", "").lower() == "close" or parts[0] == b"HTTP/1.0"
-        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-            return status, headers, b"", close
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            data = self._chunked()
-        elif "content-length" in headers:
-            try:
-                n = int(headers["content-length"])
-            except ValueError:
-                raise ProtocolError("Content-Length is not a number") from None
-            data = rfile.read(n)
-            if len(data) != n:
-                raise ConnectionResetError("the answer's body was cut off")
-        else:
-            data = rfile.read()
-            close = True
-        return status, headers, data, close
+        return parts, status, headers
 
     def _chunked(self) -> bytes:
         rfile = self._rfile

@@ -370,8 +370,9 @@ class Transport:
         return wait
 
 
-#: Most idle keep-alive connections a transport keeps.
-MAX_IDLE = 64
+#: Most idle keep-alive connections a transport keeps (a worker's threads, its lease loop
+#: and its acks each hold one while they call).
+MAX_IDLE = 256
 
 
 def _usable(sock: Optional[socket.socket]) -> bool:

@@ -34,13 +34,14 @@ Done = Callable[[Optional[SluiceError], bool], None]
 
 
 class _Ack:
-    __slots__ = ("receipt", "result", "size", "done")
+    __slots__ = ("receipt", "result", "size", "done", "told")
 
     def __init__(self, receipt: str, result: Any, size: int, done: Done) -> None:
         self.receipt = receipt
         self.result = result
         self.size = size
         self.done = done
+        self.told = False
 
 
 class AckBatcher:
@@ -62,6 +63,7 @@ class AckBatcher:
         self._items: List[_Ack] = []
         self._cv = threading.Condition()
         self._closed = False
+        self._abandoned = False
         self._thread = threading.Thread(target=self._run, name="sluice-acks", daemon=True)
         self._thread.start()
 
@@ -71,8 +73,11 @@ class AckBatcher:
         ``max_pending`` acks wait already, so a slow broker slows the handlers down instead
         of piling up finished tasks."""
         item = _Ack(receipt, result, size, done)
+        # The batcher's own thread (an outcome's callback acking again) never waits for room:
+        # it is the thread that makes room.
+        own = threading.current_thread() is self._thread
         with self._cv:
-            while len(self._items) >= self._max_pending and not self._closed:
+            while len(self._items) >= self._max_pending and not self._closed and not own:
                 self._cv.wait()
             closed = self._closed
             if not closed:
@@ -82,12 +87,17 @@ class AckBatcher:
             # A handler that outlived the worker's shutdown acks on its own.
             self._send([item])
 
-    def close(self) -> None:
-        """Sends what is waiting, then stops the thread."""
+    def close(self, timeout: float) -> None:
+        """Sends what is waiting, then stops the thread. While the broker cannot be reached
+        it keeps trying for ``timeout`` seconds, then gives up: those tasks stay leased and
+        run again once their leases end."""
         with self._cv:
             self._closed = True
-            self._cv.notify()
-        self._thread.join()
+            self._cv.notify_all()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._abandoned = True
+            self._thread.join(timeout)
 
     def _run(self) -> None:
         while True:
@@ -104,7 +114,14 @@ class AckBatcher:
                     size += item.size
                 batch, self._items = self._items[:n], self._items[n:]
                 self._cv.notify_all()
-            self._send(batch)
+            try:
+                self._send(batch)
+            except BaseException as e:  # noqa: BLE001 - the thread must outlive any one batch
+                log.exception("acknowledging %d finished tasks failed unexpectedly", len(batch))
+                err = SluiceError(f"acknowledging failed: {e}")
+                for item in batch:
+                    if not item.told:
+                        _tell(item, err, False)
 
     def _send(self, batch: List[_Ack]) -> None:
         failures = 0
@@ -119,6 +136,12 @@ class AckBatcher:
                     return
                 failures += 1
                 self._metrics.broker_error()
+                if self._abandoned:
+                    log.error("the worker stopped while %d finished tasks could not be acknowledged "
+                              "(%s); they will run again when their leases end", len(batch), e)
+                    for item in batch:
+                        _tell(item, e, True)
+                    return
                 if failures == 1:
                     log.warning("acknowledging %d finished tasks failed (%s); retrying until the broker "
                                 "answers", len(batch), e)
@@ -137,6 +160,7 @@ class AckBatcher:
 
 
 def _tell(item: _Ack, err: Optional[SluiceError], retried: bool) -> None:
+    item.told = True
     try:
         item.done(err, retried)
     except Exception:  # noqa: BLE001 - one outcome's bookkeeping must not stop the others

@@ -296,7 +296,7 @@ class Worker:
             for _ in range(self.concurrency):
                 self._inbox.put(None)
             if self._acks is not None:
-                self._acks.close()
+                self._acks.close(RELEASE_WAIT)
             self._done.set()
 
     def _start_up(self) -> bool:
