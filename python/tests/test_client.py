@@ -642,3 +642,11 @@ def test_enqueue_many_checks_first_sends_in_batches_and_reports_partial_failures
     again = c.enqueue_many(queue, tasks, idempotency_key="load-1")
     assert again[:1000] == p.value.ids and len(set(again)) == 2500
     assert c.stats(queue).visible == 2500
+
+
+def test_a_new_queue_name_with_stray_dots_is_a_clear_400(client: sluice.Client) -> None:
+    for bad in [".hidden", "trailing.", "a..b"]:
+        with pytest.raises(ApiError) as e:
+            client.put_queue(bad)
+        assert e.value.status == 400 and e.value.code is ErrorCode.INVALID_ARGUMENT
+        assert "no '..'" in e.value.message
