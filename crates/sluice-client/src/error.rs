@@ -30,6 +30,11 @@ pub enum Error {
     /// [`Error::is_connect`] is true (then it never saw it).
     #[error("{}", transport_message(.0))]
     Transport(#[source] reqwest::Error),
+    /// A frame-protocol connection failed or answered out of step (a refusal by the broker is
+    /// an [`Error::Api`] instead). Like [`Error::Transport`], whether the broker acted on the
+    /// request is unknown.
+    #[error(transparent)]
+    Frames(crate::frames::FrameClientError),
     /// The broker answered 2xx with something that is not the expected JSON.
     #[error("unexpected answer from the broker: {0}")]
     Decode(String),
@@ -104,6 +109,7 @@ impl Error {
             Error::Api { code, .. } => Some(*code),
             Error::InvalidInput(_) => Some(ErrorCode::InvalidArgument),
             Error::Transport(_)
+            | Error::Frames(_)
             | Error::Decode(_)
             | Error::TaskTimeout { .. }
             | Error::TaskFailed { .. } => None,
@@ -150,6 +156,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Transport(_) => true,
+            Error::Frames(e) => e.is_transient(),
             Error::Api { status, .. } => *status == 503 || *status == 429,
             _ => false,
         }
@@ -169,6 +176,24 @@ impl Error {
 
     pub(crate) fn decode(what: &str, e: impl fmt::Display) -> Self {
         Error::Decode(format!("{what}: {e}"))
+    }
+}
+
+impl From<crate::frames::FrameClientError> for Error {
+    /// A refusal keeps its code, with the HTTP status that code stands for.
+    fn from(e: crate::frames::FrameClientError) -> Self {
+        match e {
+            crate::frames::FrameClientError::Refused(r) => {
+                let code = ErrorCode::parse(&r.code).unwrap_or(ErrorCode::Unavailable);
+                Error::Api {
+                    status: code.http_status(),
+                    code,
+                    message: r.message,
+                    retry_after: r.retry_after_ms.map(Duration::from_millis),
+                }
+            }
+            other => Error::Frames(other),
+        }
     }
 }
 

@@ -23,12 +23,13 @@ use std::time::Duration;
 pub use sluice_core::message::Body;
 use sluice_wire::frame::{self, Request, Response};
 pub use sluice_wire::frame::{
-    FrameDelivery, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply,
-    SentMessage,
+    FrameAck, FrameDelivery, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op,
+    Reply, SentMessage,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpStream, ToSocketAddrs};
 
+use crate::messages::ReceiveOptions;
 use crate::tls::TlsOptions;
 
 /// The read half of a connection, plain or TLS.
@@ -208,13 +209,30 @@ impl FrameConnection {
         max: u32,
         wait: Duration,
     ) -> Result<Vec<FrameDelivery>, FrameClientError> {
+        let options = ReceiveOptions {
+            max,
+            wait,
+            ..ReceiveOptions::default()
+        };
+        self.receive_with(queue, &options).await
+    }
+
+    /// Leases as [`FrameConnection::receive`] does, with a lease length and a consumer name.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`].
+    pub async fn receive_with(
+        &mut self,
+        queue: &str,
+        options: &ReceiveOptions,
+    ) -> Result<Vec<FrameDelivery>, FrameClientError> {
         match self
             .call(Op::Receive {
                 queue: queue.to_owned(),
-                max,
-                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                visibility_ms: None,
-                consumer: None,
+                max: options.max,
+                wait_ms: millis(options.wait),
+                visibility_ms: options.visibility.map(millis),
+                consumer: options.consumer.clone(),
             })
             .await?
         {
@@ -257,13 +275,29 @@ impl FrameConnection {
         delay: Option<Duration>,
         error: Option<String>,
     ) -> Result<(String, bool), FrameClientError> {
+        self.nack_as(queue, receipt, delay, error, None).await
+    }
+
+    /// [`FrameConnection::nack`], naming who reports the failure (kept in the attempt
+    /// history).
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`].
+    pub async fn nack_as(
+        &mut self,
+        queue: &str,
+        receipt: FrameReceipt,
+        delay: Option<Duration>,
+        error: Option<String>,
+        consumer: Option<String>,
+    ) -> Result<(String, bool), FrameClientError> {
         match self
             .call(Op::Nack {
                 queue: queue.to_owned(),
                 receipt,
-                delay_ms: delay.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                delay_ms: delay.map(millis),
                 error,
-                consumer: None,
+                consumer,
             })
             .await?
         {
@@ -271,6 +305,173 @@ impl FrameConnection {
                 queue,
                 dead_lettered,
             } => Ok((queue, dead_lettered)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Sends messages (1 – 1000, all or nothing, each in an optional group) under an
+    /// idempotency `key`: repeating the call with the same key and messages within 24 hours
+    /// returns the first answer and stores nothing more, so a send whose answer was lost can be
+    /// retried safely. The same key with other messages is refused (`idempotency_mismatch`).
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`]; `invalid_argument` for a key that is not 1 – 255
+    /// visible ASCII characters.
+    pub async fn send_idempotent(
+        &mut self,
+        key: &str,
+        queue: &str,
+        messages: Vec<GroupedFrameMessage>,
+    ) -> Result<Vec<SentMessage>, FrameClientError> {
+        match self
+            .call(Op::SendIdempotent {
+                key: key.to_owned(),
+                queue: queue.to_owned(),
+                messages,
+            })
+            .await?
+        {
+            Reply::Sent(ids) => Ok(ids),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Acknowledges deliveries (1 – 1000), each with an optional result kept with the
+    /// completed task; one outcome per item, `None` when acknowledged.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`].
+    pub async fn ack_with_results(
+        &mut self,
+        queue: &str,
+        acks: Vec<FrameAck>,
+    ) -> Result<Vec<Option<FrameError>>, FrameClientError> {
+        match self
+            .call(Op::AckWithResults {
+                queue: queue.to_owned(),
+                acks,
+            })
+            .await?
+        {
+            Reply::Acked(out) => Ok(out),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Dead-letters a delivery now, whatever its receive count; returns the dead-letter
+    /// queue it went to.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`]; `conflict` when the queue has no dead-letter queue.
+    pub async fn reject(
+        &mut self,
+        queue: &str,
+        receipt: FrameReceipt,
+        error: Option<String>,
+    ) -> Result<String, FrameClientError> {
+        self.placed(Op::Reject {
+            queue: queue.to_owned(),
+            receipt,
+            error,
+            consumer: None,
+        })
+        .await
+    }
+
+    /// Hands a delivery back without counting the attempt (visible again at once).
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`].
+    pub async fn release(
+        &mut self,
+        queue: &str,
+        receipt: FrameReceipt,
+    ) -> Result<(), FrameClientError> {
+        self.placed(Op::Release {
+            queue: queue.to_owned(),
+            receipt,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Moves a leased message to queue `to`, atomically, recording `reason`.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`]; `queue_not_found` when either queue is missing.
+    pub async fn move_message(
+        &mut self,
+        queue: &str,
+        receipt: FrameReceipt,
+        to: &str,
+        reason: Option<String>,
+    ) -> Result<(), FrameClientError> {
+        self.placed(Op::Move {
+            queue: queue.to_owned(),
+            receipt,
+            to: to.to_owned(),
+            error: reason,
+            consumer: None,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Sets the lease to end `visibility` from now; returns the new deadline (ms since the
+    /// Unix epoch) and whether the task was cancelled.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`]; `receipt_stale` when the lease was lost.
+    pub async fn extend(
+        &mut self,
+        queue: &str,
+        receipt: FrameReceipt,
+        visibility: Duration,
+    ) -> Result<(i64, bool), FrameClientError> {
+        self.lease(Op::Extend {
+            queue: queue.to_owned(),
+            receipt,
+            visibility_ms: millis(visibility),
+        })
+        .await
+    }
+
+    /// Records a running task's progress (`pct` 0 – 100); returns the lease's deadline and
+    /// whether the task was cancelled.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`]; `invalid_argument` for `pct` outside 0 – 100.
+    pub async fn progress(
+        &mut self,
+        queue: &str,
+        receipt: FrameReceipt,
+        pct: f64,
+        detail: Option<String>,
+    ) -> Result<(i64, bool), FrameClientError> {
+        self.lease(Op::Progress {
+            queue: queue.to_owned(),
+            receipt,
+            pct,
+            detail,
+        })
+        .await
+    }
+
+    /// Runs a request answered with [`Reply::Nacked`]; returns the queue named.
+    async fn placed(&mut self, op: Op) -> Result<String, FrameClientError> {
+        match self.call(op).await? {
+            Reply::Nacked { queue, .. } => Ok(queue),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Runs a request answered with [`Reply::Lease`].
+    async fn lease(&mut self, op: Op) -> Result<(i64, bool), FrameClientError> {
+        match self.call(op).await? {
+            Reply::Lease {
+                deadline_ms,
+                cancel_requested,
+            } => Ok((deadline_ms, cancel_requested)),
             other => Err(unexpected(&other)),
         }
     }
@@ -329,6 +530,113 @@ impl FrameConnection {
         }
         resp.result.map_err(FrameClientError::Refused)
     }
+}
+
+/// Connections to one broker, opened when needed and reused: for a program with many tasks
+/// talking to the broker at once (a worker's leases, acks and lease extensions), since one
+/// [`FrameConnection`] carries one request at a time.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), sluice_client::frames::FrameClientError> {
+/// use sluice_client::frames::FramePool;
+///
+/// let pool = FramePool::new("127.0.0.1:7879", None);
+/// let got = pool.get().await?.receive("jobs", 10, std::time::Duration::ZERO).await?;
+/// # Ok(()) }
+/// ```
+pub struct FramePool {
+    addr: String,
+    key: Option<String>,
+    tls: Option<TlsOptions>,
+    idle: std::sync::Mutex<Vec<FrameConnection>>,
+}
+
+impl std::fmt::Debug for FramePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FramePool")
+            .field("addr", &self.addr)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Idle connections a pool keeps; more are closed when handed back.
+const MAX_IDLE: usize = 64;
+
+impl FramePool {
+    /// A pool of plain TCP connections to `addr`, authenticated with `key` when given.
+    pub fn new(addr: impl Into<String>, key: Option<&str>) -> Self {
+        FramePool {
+            addr: addr.into(),
+            key: key.map(str::to_owned),
+            tls: None,
+            idle: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Connects over TLS instead (see [`FrameConnection::connect_tls`]).
+    #[must_use]
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// An idle connection, or a new one. It goes back to the pool when dropped, unless a
+    /// call on it failed in a way that leaves it unusable.
+    ///
+    /// # Errors
+    /// Connecting failed, or the broker refused the key.
+    pub async fn get(&self) -> Result<PooledFrameConnection<'_>, FrameClientError> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let conn = match idle {
+            Some(c) => c,
+            None => match &self.tls {
+                None => FrameConnection::connect(self.addr.as_str(), self.key.as_deref()).await?,
+                Some(tls) => {
+                    FrameConnection::connect_tls(&self.addr, tls, self.key.as_deref()).await?
+                }
+            },
+        };
+        Ok(PooledFrameConnection {
+            pool: self,
+            conn: Some(conn),
+        })
+    }
+}
+
+/// A connection borrowed from a [`FramePool`]; use it as a [`FrameConnection`].
+pub struct PooledFrameConnection<'p> {
+    pool: &'p FramePool,
+    conn: Option<FrameConnection>,
+}
+
+impl std::ops::Deref for PooledFrameConnection<'_> {
+    type Target = FrameConnection;
+
+    fn deref(&self) -> &FrameConnection {
+        self.conn.as_ref().expect("present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for PooledFrameConnection<'_> {
+    fn deref_mut(&mut self) -> &mut FrameConnection {
+        self.conn.as_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for PooledFrameConnection<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take().filter(|c| !c.broken) {
+            let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < MAX_IDLE {
+                idle.push(conn);
+            }
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn unexpected(reply: &Reply) -> FrameClientError {

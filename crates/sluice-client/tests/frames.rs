@@ -339,6 +339,45 @@ async fn api_keys_apply_to_frame_connections() {
         .unwrap();
     let got = worker.receive("orders", 1, Duration::ZERO).await.unwrap();
     assert_eq!(got[0].body, Body::text("o-1"));
+    // A move needs the consume right on both queues; a producer may not settle.
+    let e = worker
+        .move_message("orders", got[0].receipt, "billing", None)
+        .await
+        .unwrap_err();
+    assert_eq!(refused(e), "permission_denied");
+    let e = shop.release("orders", got[0].receipt).await.unwrap_err();
+    assert_eq!(refused(e), "permission_denied");
+    worker
+        .ack_with_results(
+            "orders",
+            vec![sluice_client::frames::FrameAck {
+                receipt: got[0].receipt,
+                result: Some(Body::json("1")),
+            }],
+        )
+        .await
+        .unwrap();
+    // Idempotency keys are each API key's own: the same key from another caller is another
+    // send, not a replay of the first one's answer.
+    let batch = || {
+        vec![sluice_client::frames::GroupedFrameMessage {
+            message: FrameMessage::new(Body::text("o-2")),
+            group: None,
+        }]
+    };
+    let first = shop.send_idempotent("k", "orders", batch()).await.unwrap();
+    let mut admin_frames = FrameConnection::connect(broker.frames, Some(ADMIN))
+        .await
+        .unwrap();
+    let other = admin_frames
+        .send_idempotent("k", "orders", batch())
+        .await
+        .unwrap();
+    assert_ne!(first[0].id, other[0].id);
+    assert_eq!(
+        shop.send_idempotent("k", "orders", batch()).await.unwrap(),
+        first
+    );
     broker.shutdown().await;
 }
 

@@ -1,19 +1,23 @@
-//! The frame protocol's listener ([`sluice_wire::frame`]): send, receive, ack and nack over one
-//! TCP connection, with the HTTP API's rules (validation, API keys, error codes, durability)
-//! and none of its per-request cost (HTTP parsing, routing, JSON).
+//! The frame protocol's listener ([`sluice_wire::frame`]): send, receive and a worker's
+//! settlements over one TCP connection, with the HTTP API's rules (validation, API keys,
+//! error codes, durability, idempotency keys) and none of its per-request cost (HTTP parsing,
+//! routing, JSON).
 //!
 //! A connection's requests are handled in order, one at a time; answers to requests that
 //! arrived together go out in one write.
 
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use sluice_core::config::limits::MAX_BATCH;
+use sluice_core::store::IdempotentResponse;
 use sluice_core::{
-    AckRequest, BodyKind, ErrorCode, Failure, NewMessage, QueueName, ReceiveRequest, StoreError,
+    AckRequest, Body, BodyKind, Clock, ErrorCode, Failure, NewMessage, QueueName, ReceiveRequest,
+    StoreError,
 };
 use sluice_wire::frame::{
-    self, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply, Request,
-    Response, SentMessage,
+    self, FrameAck, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply,
+    Request, Response, SentMessage,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
@@ -238,6 +242,92 @@ async fn handle(
                 dead_lettered: out.state.is_none(),
             })
         }
+        Op::AckWithResults { queue, acks } => {
+            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            ack_with_results(state, &q, acks).await
+        }
+        Op::Reject {
+            queue,
+            receipt,
+            error,
+            consumer,
+        } => {
+            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let failure = Failure { error, consumer };
+            let dlq = state.store.reject(&q, receipt.into(), failure).await?;
+            state.metrics.settled(sluice_core::MessageId(receipt.id));
+            Ok(Reply::Nacked {
+                queue: dlq.to_string(),
+                dead_lettered: true,
+            })
+        }
+        Op::Release { queue, receipt } => {
+            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            state.store.release(&q, receipt.into()).await?;
+            state.metrics.settled(sluice_core::MessageId(receipt.id));
+            Ok(Reply::Nacked {
+                queue: q.to_string(),
+                dead_lettered: false,
+            })
+        }
+        Op::Move {
+            queue,
+            receipt,
+            to,
+            error,
+            consumer,
+        } => {
+            let c = authenticated(caller)?;
+            let q = allowed(c, Action::Consume, queue)?;
+            let to = allowed(c, Action::Consume, to)?;
+            let failure = Failure { error, consumer };
+            state
+                .store
+                .move_message(&q, receipt.into(), &to, failure)
+                .await?;
+            state.metrics.settled(sluice_core::MessageId(receipt.id));
+            Ok(Reply::Nacked {
+                queue: to.to_string(),
+                dead_lettered: false,
+            })
+        }
+        Op::Extend {
+            queue,
+            receipt,
+            visibility_ms,
+        } => {
+            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let visibility = Duration::from_millis(visibility_ms);
+            let lease = state.store.extend(&q, receipt.into(), visibility).await?;
+            Ok(lease_reply(&lease))
+        }
+        Op::Progress {
+            queue,
+            receipt,
+            pct,
+            detail,
+        } => {
+            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let progress = sluice_core::Progress {
+                pct,
+                detail,
+                at: sluice_core::Timestamp(0),
+            };
+            let lease = state.store.progress(&q, receipt.into(), progress).await?;
+            Ok(lease_reply(&lease))
+        }
+        Op::SendIdempotent {
+            key,
+            queue,
+            messages,
+        } => send_idempotent(state, authenticated(caller)?, key, queue, messages).await,
+    }
+}
+
+fn lease_reply(lease: &sluice_core::store::LeaseState) -> Reply {
+    Reply::Lease {
+        deadline_ms: lease.deadline.0,
+        cancel_requested: lease.cancel_requested,
     }
 }
 
@@ -306,6 +396,98 @@ async fn ack(
     ))
 }
 
+/// Acknowledges with results: a result that is not a valid body gets its own outcome, as a
+/// malformed receipt does over HTTP; the rest go to the store together.
+async fn ack_with_results(
+    state: &AppState,
+    q: &QueueName,
+    acks: Vec<FrameAck>,
+) -> Result<Reply, FrameError> {
+    batch_size("an ack", "acks", acks.len())?;
+    let mut outcomes: Vec<Option<FrameError>> = Vec::with_capacity(acks.len());
+    let mut valid = Vec::with_capacity(acks.len());
+    let mut slots = Vec::with_capacity(acks.len());
+    for (i, a) in acks.into_iter().enumerate() {
+        match a.result.map(|b| check_body(b, "result")).transpose() {
+            Ok(result) => {
+                valid.push(AckRequest {
+                    receipt: a.receipt.into(),
+                    result,
+                });
+                slots.push(i);
+                outcomes.push(None);
+            }
+            Err(e) => outcomes.push(Some(e.into())),
+        }
+    }
+    if !valid.is_empty() {
+        let out = state.ack(q, valid).await?;
+        for (slot, r) in slots.into_iter().zip(out) {
+            outcomes[slot] = r.err().map(FrameError::from);
+        }
+    }
+    Ok(Reply::Acked(outcomes))
+}
+
+/// A send under an idempotency key, with the HTTP layer's rules (`crate::idempotency`): the
+/// answer to the first request is remembered for 24 hours, per caller, queue and key. Only
+/// stored sends are remembered: a refused send stored nothing, so running it again is safe.
+async fn send_idempotent(
+    state: &AppState,
+    caller: &Caller,
+    key: String,
+    queue: String,
+    messages: Vec<GroupedFrameMessage>,
+) -> Result<Reply, FrameError> {
+    crate::idempotency::check_key(&key).map_err(ApiError::into_frame_error)?;
+    let mut request = Vec::new();
+    frame::encode_frame(&(&queue, &messages), &mut request);
+    let fingerprint: [u8; 32] = Sha256::digest(&request).into();
+    let who = caller
+        .name()
+        .map_or_else(|| "anonymous".to_owned(), |n| format!("key:{n}"));
+    let scope = format!("{who}|FRAME SEND {queue}|{key}");
+    let _one_at_a_time = state.idempotency.lock(&scope).await;
+    if let Some(kept) = state.store.idempotency_get(&scope).await? {
+        return replay(&kept, &fingerprint);
+    }
+    let reply = send(state, caller, queue, messages).await?;
+    let Reply::Sent(sent) = &reply else {
+        return Ok(reply);
+    };
+    let mut body = Vec::new();
+    frame::encode_frame(sent, &mut body);
+    let remembered = IdempotentResponse {
+        fingerprint,
+        status: 200,
+        body: body.into(),
+        created_at: sluice_core::SystemClock.now(),
+    };
+    match state.store.idempotency_put(&scope, remembered).await {
+        // Another broker node answered the same key first: answer as it did.
+        Ok(Some(kept)) => replay(&kept, &fingerprint),
+        Ok(None) => Ok(reply),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not remember a frame send under its idempotency key; a retry will send again");
+            Ok(reply)
+        }
+    }
+}
+
+/// The remembered answer, or `idempotency_mismatch` when the key came with another request.
+fn replay(kept: &IdempotentResponse, fingerprint: &[u8; 32]) -> Result<Reply, FrameError> {
+    if &kept.fingerprint != fingerprint {
+        return Err(FrameError::new(
+            ErrorCode::IdempotencyMismatch,
+            "this idempotency key was used with a different send to this queue in the last 24 \
+             hours; use a new key for a new request",
+        ));
+    }
+    let body = kept.body.get(frame::LENGTH_BYTES..).unwrap_or_default();
+    let sent: Vec<SentMessage> = frame::decode_payload(body)?;
+    Ok(Reply::Sent(sent))
+}
+
 /// The connection's caller, once it has said who it is (always, without API keys).
 fn authenticated(caller: &Option<Caller>) -> Result<&Caller, FrameError> {
     caller.as_ref().ok_or_else(|| {
@@ -339,25 +521,8 @@ fn allowed(caller: &Caller, action: Action, queue: String) -> Result<QueueName, 
 /// A message to store, checked as the HTTP API checks one: a JSON body must be JSON and a
 /// text body UTF-8, since HTTP consumers receive them as such; a group must be a valid name.
 fn new_message(m: FrameMessage, group: Option<String>) -> Result<NewMessage, StoreError> {
-    match m.body.kind {
-        BodyKind::Json => {
-            serde_json::from_slice::<serde::de::IgnoredAny>(&m.body.bytes).map_err(|e| {
-                StoreError::invalid(format!(
-                    "the body is marked JSON but is not valid JSON ({e}); send it as binary"
-                ))
-            })?;
-        }
-        BodyKind::Text => {
-            std::str::from_utf8(&m.body.bytes).map_err(|e| {
-                StoreError::invalid(format!(
-                    "the body is marked text but is not UTF-8 ({e}); send it as binary"
-                ))
-            })?;
-        }
-        BodyKind::Binary => {}
-    }
     let msg = NewMessage {
-        body: m.body,
+        body: check_body(m.body, "body")?,
         attributes: m.attributes,
         delay: m.delay_ms.map(Duration::from_millis),
         dedup_id: m.dedup_id,
@@ -365,4 +530,27 @@ fn new_message(m: FrameMessage, group: Option<String>) -> Result<NewMessage, Sto
     };
     msg.validate()?;
     Ok(msg)
+}
+
+/// A body (or result) as HTTP consumers will read it: a JSON one must be JSON and a text one
+/// UTF-8.
+fn check_body(body: Body, what: &str) -> Result<Body, StoreError> {
+    match body.kind {
+        BodyKind::Json => {
+            serde_json::from_slice::<serde::de::IgnoredAny>(&body.bytes).map_err(|e| {
+                StoreError::invalid(format!(
+                    "the {what} is marked JSON but is not valid JSON ({e}); send it as binary"
+                ))
+            })?;
+        }
+        BodyKind::Text => {
+            std::str::from_utf8(&body.bytes).map_err(|e| {
+                StoreError::invalid(format!(
+                    "the {what} is marked text but is not UTF-8 ({e}); send it as binary"
+                ))
+            })?;
+        }
+        BodyKind::Binary => {}
+    }
+    Ok(body)
 }

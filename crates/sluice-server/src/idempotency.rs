@@ -62,6 +62,31 @@ impl IdempotencyLayer {
     }
 }
 
+impl IdempotencyLayer {
+    /// Holds `scope`'s lock: requests under one key run one after the other, so the second
+    /// sees the first's remembered answer instead of racing it.
+    pub(crate) async fn lock(&self, scope: &str) -> tokio::sync::MutexGuard<'_, ()> {
+        self.stripes[stripe_of(scope)].lock().await
+    }
+}
+
+/// What an idempotency key may be, said to a client that sent another.
+fn key_rule() -> ApiError {
+    ApiError::invalid(format!(
+        "an idempotency key (the Idempotency-Key header over HTTP) must be 1 to {MAX_KEY_BYTES} visible ASCII characters, e.g. a UUID"
+    ))
+}
+
+/// Checks an idempotency key (over HTTP and frames alike).
+///
+/// # Errors
+/// 400 `invalid_argument` stating the rule.
+pub(crate) fn check_key(key: &str) -> Result<&str, ApiError> {
+    let ok =
+        !key.is_empty() && key.len() <= MAX_KEY_BYTES && key.bytes().all(|b| b.is_ascii_graphic());
+    ok.then_some(key).ok_or_else(key_rule)
+}
+
 impl<S> Layer<S> for IdempotencyLayer {
     type Service = IdempotencyService<S>;
 
@@ -121,16 +146,9 @@ where
 {
     let key = raw
         .to_str()
-        .ok()
-        .filter(|k| {
-            !k.is_empty() && k.len() <= MAX_KEY_BYTES && k.bytes().all(|b| b.is_ascii_graphic())
-        })
-        .ok_or_else(|| {
-            ApiError::invalid(format!(
-                "Idempotency-Key must be 1 to {MAX_KEY_BYTES} visible ASCII characters, e.g. a UUID"
-            ))
-            .into_response()
-        })?
+        .map_err(|_| key_rule())
+        .and_then(check_key)
+        .map_err(IntoResponse::into_response)?
         .to_string();
     let caller = caller_tag(req.headers());
     let path = req
@@ -155,8 +173,7 @@ where
         .into();
     let scope = format!("{caller}|POST {}|{key}", parts.uri.path());
 
-    let stripe = &idem.stripes[stripe_of(&scope)];
-    let _one_at_a_time = stripe.lock().await;
+    let _one_at_a_time = idem.lock(&scope).await;
     if let Some(kept) = idem.store.idempotency_get(&scope).await.map_err(api)? {
         return Ok(replay(kept, &fingerprint));
     }

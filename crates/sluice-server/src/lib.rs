@@ -82,6 +82,8 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Whether push targets may be plain `http` to any host.
     pub push_allow_http: bool,
+    /// Answers remembered under idempotency keys, over HTTP and frames.
+    pub(crate) idempotency: idempotency::IdempotencyLayer,
 }
 
 impl auth::HasKeys for AppState {
@@ -172,6 +174,7 @@ impl Broker {
     pub fn new(store: Arc<dyn Store>, options: ServerOptions) -> Self {
         let (tx, _) = watch::channel(false);
         let state = AppState {
+            idempotency: idempotency::IdempotencyLayer::new(store.clone()),
             store,
             keys: Arc::new(options.keys.clone()),
             shutdown: Arc::new(tx),

@@ -1,4 +1,5 @@
-//! The frame protocol: the hot path of the API (send, receive, ack, nack) over one TCP
+//! The frame protocol: the hot path of the API (send, receive and every settlement a worker
+//! makes: ack with results, nack, reject, release, move, extend, progress) over one TCP
 //! connection, for producers and workers whose cost per message matters more than the
 //! convenience of HTTP and JSON.
 //!
@@ -92,6 +93,90 @@ pub enum Op {
         /// The messages.
         messages: Vec<GroupedFrameMessage>,
     },
+    /// Acknowledges deliveries, 1 – 1000, each with an optional result kept with the
+    /// completed task (as the HTTP API's `{"acks": [{"receipt", "result"}]}`). Answered with
+    /// [`Reply::Acked`], one outcome each.
+    AckWithResults {
+        /// The queue.
+        queue: String,
+        /// The deliveries and their results.
+        acks: Vec<FrameAck>,
+    },
+    /// Dead-letters one delivery now, whatever its receive count. Answered with
+    /// [`Reply::Nacked`] naming the dead-letter queue.
+    Reject {
+        /// The queue.
+        queue: String,
+        /// The delivery.
+        receipt: FrameReceipt,
+        /// The error, kept as `last_error` and in the attempt history.
+        error: Option<String>,
+        /// Who is reporting it.
+        consumer: Option<String>,
+    },
+    /// Hands one delivery back without counting the attempt: visible again at once. Answered
+    /// with [`Reply::Nacked`] naming the queue.
+    Release {
+        /// The queue.
+        queue: String,
+        /// The delivery.
+        receipt: FrameReceipt,
+    },
+    /// Moves one leased message to queue `to`, atomically. The caller must be allowed to
+    /// consume from both. Answered with [`Reply::Nacked`] naming `to`.
+    Move {
+        /// The queue it is leased from.
+        queue: String,
+        /// The delivery.
+        receipt: FrameReceipt,
+        /// Where it goes.
+        to: String,
+        /// Why, kept in the attempt history.
+        error: Option<String>,
+        /// Who moved it.
+        consumer: Option<String>,
+    },
+    /// Sets a lease to end `visibility_ms` from now. Answered with [`Reply::Lease`].
+    Extend {
+        /// The queue.
+        queue: String,
+        /// The delivery.
+        receipt: FrameReceipt,
+        /// The new lease length, at most 12 hours.
+        visibility_ms: u64,
+    },
+    /// Records a running task's progress (the lease is not extended). Answered with
+    /// [`Reply::Lease`], which says whether the task was cancelled.
+    Progress {
+        /// The queue.
+        queue: String,
+        /// The delivery.
+        receipt: FrameReceipt,
+        /// 0 – 100.
+        pct: f64,
+        /// A short note, at most 1,024 bytes.
+        detail: Option<String>,
+    },
+    /// [`Op::SendGrouped`] under an idempotency key: the same key with the same request
+    /// within 24 hours answers as the first time and stores nothing more; with a different
+    /// request it is refused with `idempotency_mismatch`. Answered with [`Reply::Sent`].
+    SendIdempotent {
+        /// 1 – 255 visible ASCII characters, e.g. a UUID; scoped to the API key and queue.
+        key: String,
+        /// The queue.
+        queue: String,
+        /// The messages.
+        messages: Vec<GroupedFrameMessage>,
+    },
+}
+
+/// One delivery to acknowledge with [`Op::AckWithResults`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FrameAck {
+    /// The delivery.
+    pub receipt: FrameReceipt,
+    /// The task's result, checked as a message body is (a `Json` result must be JSON).
+    pub result: Option<Body>,
 }
 
 /// One message to send with [`Op::SendGrouped`]: a [`FrameMessage`] and its group.
@@ -180,12 +265,19 @@ pub enum Reply {
     Messages(Vec<FrameDelivery>),
     /// One outcome per receipt, in request order: `None` when acknowledged.
     Acked(Vec<Option<FrameError>>),
-    /// Where a nacked message went.
+    /// Where a nacked, rejected, released or moved message went.
     Nacked {
         /// The queue it is in now (its DLQ when it was dead-lettered).
         queue: String,
         /// True when it was dead-lettered.
         dead_lettered: bool,
+    },
+    /// A lease after [`Op::Extend`] or [`Op::Progress`].
+    Lease {
+        /// When it ends unless extended, ms since the Unix epoch.
+        deadline_ms: i64,
+        /// True when the task was cancelled: the handler should stop.
+        cancel_requested: bool,
     },
 }
 
@@ -372,6 +464,17 @@ mod tests {
                 0x00, // dedup_id: None
             ]
         );
+
+        out.clear();
+        let release = Request {
+            id: 3,
+            op: Op::Release {
+                queue: "q".into(),
+                receipt: FrameReceipt { id: 5, token: 9 },
+            },
+        };
+        encode_frame(&release, &mut out);
+        assert_eq!(out, [0x06, 0, 0, 0, 0x03, 0x08, 0x01, b'q', 0x05, 0x09]);
 
         out.clear();
         let refused = Response {

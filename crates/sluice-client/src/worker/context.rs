@@ -8,6 +8,7 @@ use tokio::sync::watch;
 
 use crate::client::Client;
 use crate::error::Result;
+use crate::worker::lane::Lane;
 
 /// The context of one task run, handed to its handler. Cheap to clone.
 ///
@@ -33,6 +34,7 @@ pub struct TaskContext {
 
 struct Inner {
     client: Client,
+    lane: Lane,
     queue: String,
     id: String,
     task: String,
@@ -56,6 +58,7 @@ impl std::fmt::Debug for TaskContext {
 
 pub(crate) struct ContextParts {
     pub client: Client,
+    pub lane: Lane,
     pub queue: String,
     pub id: String,
     pub task: String,
@@ -71,6 +74,7 @@ impl TaskContext {
         TaskContext {
             inner: Arc::new(Inner {
                 client: p.client,
+                lane: p.lane,
                 queue: p.queue,
                 id: p.id,
                 task: p.task,
@@ -137,12 +141,12 @@ impl TaskContext {
     /// `invalid_argument` for `pct` outside 0 – 100; `receipt_stale` when this worker lost
     /// the lease; transport failures. Progress is informative: a handler may ignore errors.
     pub async fn progress(&self, pct: f64, detail: Option<&str>) -> Result<()> {
-        let r = self
+        let cancel_requested = self
             .inner
-            .client
+            .lane
             .progress(&self.inner.queue, &self.inner.receipt, pct, detail)
             .await?;
-        if r.cancel_requested {
+        if cancel_requested {
             self.mark_cancelled();
         }
         Ok(())

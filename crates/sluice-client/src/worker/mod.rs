@@ -26,6 +26,7 @@
 mod context;
 mod error;
 mod handler;
+mod lane;
 mod metrics;
 mod run;
 mod settle;
@@ -92,6 +93,7 @@ impl std::fmt::Debug for Worker {
 /// Settings and handlers of a [`Worker`].
 pub struct WorkerBuilder {
     pub(crate) client: Client,
+    pub(crate) frames: Option<std::sync::Arc<crate::frames::FramePool>>,
     pub(crate) queue: String,
     pub(crate) handlers: HashMap<String, ErasedHandler>,
     pub(crate) hook: Option<ErasedHook>,
@@ -114,6 +116,7 @@ impl Worker {
     pub fn builder(client: Client, queue: impl Into<String>) -> WorkerBuilder {
         WorkerBuilder {
             client,
+            frames: None,
             queue: queue.into(),
             handlers: HashMap::new(),
             hook: None,
@@ -215,6 +218,23 @@ impl WorkerBuilder {
         Fut: Future<Output = std::result::Result<(), HookError>> + Send + 'static,
     {
         self.hook = Some(handler::erase_hook(hook));
+        self
+    }
+
+    /// Leases and settles over the frame protocol (`sluice serve --frames-listen`) through
+    /// `pool` instead of HTTP: the same operations and rules at a lower cost per task for the
+    /// broker and the worker. The worker's [`Client`] still reads the queue's settings and
+    /// creates the unprocessable queue, and is what [`TaskContext::client`] returns.
+    ///
+    /// ```no_run
+    /// # use sluice_client::{Client, Worker, frames::FramePool};
+    /// # fn f(client: Client) {
+    /// let worker = Worker::builder(client, "jobs")
+    ///     .frames(FramePool::new("127.0.0.1:7879", None));
+    /// # }
+    /// ```
+    pub fn frames(mut self, pool: crate::frames::FramePool) -> Self {
+        self.frames = Some(std::sync::Arc::new(pool));
         self
     }
 

@@ -16,12 +16,15 @@ use crate::error::{Error, Result};
 use crate::messages::ReceiveOptions;
 use crate::worker::WorkerBuilder;
 use crate::worker::handler::{ErasedHandler, ErasedHook};
+use crate::worker::lane::Lane;
 use crate::worker::metrics::WorkerMetrics;
 use crate::worker::settle::{AckJob, ack_batcher, backoff};
 
 /// What every task of a running worker shares.
 pub(crate) struct Shared {
     pub client: Client,
+    /// Leases and settlements go this way (HTTP or frames).
+    pub lane: Lane,
     pub queue: String,
     pub handlers: HashMap<String, ErasedHandler>,
     pub hook: Option<ErasedHook>,
@@ -65,9 +68,13 @@ pub(crate) async fn run(
     let max_result_bytes = cfg
         .max_result_bytes
         .unwrap_or(view.config.max_message_bytes as usize);
+    let lane = match &cfg.frames {
+        Some(pool) => Lane::Frames(Arc::clone(pool)),
+        None => Lane::Http(Arc::new(cfg.client.clone())),
+    };
     let (ack_tx, ack_rx) = mpsc::channel(4096);
     tokio::spawn(ack_batcher(
-        cfg.client.clone(),
+        lane.clone(),
         cfg.queue.clone(),
         cfg.metrics.clone(),
         cfg.max_backoff,
@@ -80,6 +87,7 @@ pub(crate) async fn run(
         .unwrap_or_else(|| format!("rust-worker-{}", std::process::id()));
     let shared = Arc::new(Shared {
         client: cfg.client.clone(),
+        lane,
         queue: cfg.queue.clone(),
         handlers: cfg.handlers,
         hook: cfg.hook,
@@ -101,7 +109,7 @@ pub(crate) async fn run(
         as usize;
     let sem = Arc::new(Semaphore::new(concurrency));
     tracing::info!(
-        queue = %shared.queue, concurrency, batch, visibility_ms = visibility.as_millis() as u64,
+        queue = %shared.queue, concurrency, batch, frames = cfg.frames.is_some(), visibility_ms = visibility.as_millis() as u64,
         tasks = ?shared.handlers.keys().collect::<Vec<_>>(), "worker started"
     );
 
@@ -131,7 +139,7 @@ pub(crate) async fn run(
         };
         // A receive in progress is let finish (it is bounded by the poll wait): dropping it
         // could leave leased messages nobody runs until their lease ends.
-        let recv = shared.client.receive(&shared.queue, &opts);
+        let recv = shared.lane.receive(&shared.queue, &opts);
         tokio::pin!(recv);
         let got = loop {
             tokio::select! {

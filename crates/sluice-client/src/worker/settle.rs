@@ -7,7 +7,7 @@
 //! So settlements retry transient failures (no connection, 503, 429, timeouts) with capped
 //! exponential backoff until the broker answers. Each is safe to repeat: a receipt names one
 //! delivery, so a repeat whose first answer was lost answers `receipt_stale` instead of acting
-//! twice. Acks are batched (`{"acks": [...]}`): whatever finished while the previous batch was
+//! twice. Acks are batched (`{"acks": [...]}`, or one frame): whatever finished while the previous batch was
 //! on the wire goes in the next one, which is how a worker reaches thousands of tasks per
 //! second without waiting on one round trip per task.
 
@@ -16,11 +16,12 @@ use std::time::Duration;
 
 use rand::Rng;
 use serde_json::value::RawValue;
-use sluice_wire::{AckBatchResponse, AckItem, AckRequestWire};
+use sluice_wire::{AckBatchResponse, AckRequestWire};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::worker::lane::Lane;
 use crate::worker::metrics::WorkerMetrics;
 
 /// Most acks in one request.
@@ -84,7 +85,7 @@ pub(crate) struct AckJob {
 
 /// Sends the acks arriving on `rx` in batches until every sender is gone.
 pub(crate) async fn ack_batcher(
-    client: Client,
+    lane: Lane,
     queue: String,
     metrics: WorkerMetrics,
     max_backoff: Duration,
@@ -102,37 +103,16 @@ pub(crate) async fn ack_batcher(
                 Err(_) => break,
             }
         }
-        let req = AckRequestWire {
-            acks: Some(
-                jobs.iter()
-                    .map(|j| AckItem {
-                        receipt: j.receipt.clone(),
-                        result: j.result.clone(),
-                        result_base64: None,
-                    })
-                    .collect(),
-            ),
-            ..AckRequestWire::default()
-        };
         let (out, retried) = retry(
             "acknowledging finished tasks",
             &metrics,
             max_backoff,
-            || client.ack_items(&queue, &req),
+            || lane.ack(&queue, &jobs),
         )
         .await;
         match out {
-            Ok(AckBatchResponse { results, .. }) => {
-                let mut results = results.into_iter();
-                for job in jobs {
-                    let r = match results.next() {
-                        Some(o) if o.ok => Ok(()),
-                        Some(o) => Err(o.error.as_ref().map_or_else(
-                            || Error::Decode("ack outcome without an error".to_owned()),
-                            Error::from_item,
-                        )),
-                        None => Err(Error::Decode("ack answer is missing an outcome".to_owned())),
-                    };
+            Ok(results) => {
+                for (job, r) in jobs.into_iter().zip(results) {
                     let _ = job.reply.send((r, retried));
                 }
             }

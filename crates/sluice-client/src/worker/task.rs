@@ -70,6 +70,7 @@ async fn run_delivery(shared: &Shared, d: &DeliveryView) -> Outcome {
     };
     let ctx = TaskContext::new(ContextParts {
         client: shared.client.clone(),
+        lane: shared.lane.clone(),
         queue: shared.queue.clone(),
         id: d.id.clone(),
         task: env.task.clone(),
@@ -164,12 +165,12 @@ enum Extended {
 
 async fn extend(shared: &Shared, ctx: &TaskContext) -> Extended {
     match shared
-        .client
+        .lane
         .extend(&shared.queue, ctx.receipt(), shared.visibility)
         .await
     {
-        Ok(r) => {
-            if r.cancel_requested && !ctx.is_cancelled() {
+        Ok(cancel_requested) => {
+            if cancel_requested && !ctx.is_cancelled() {
                 tracing::info!("task cancelled; telling the handler");
                 ctx.mark_cancelled();
             }
@@ -292,11 +293,11 @@ async fn nack(
         "reporting a failed task",
         &shared.metrics,
         shared.max_backoff,
-        || shared.client.nack(&shared.queue, &d.receipt, &opts),
+        || shared.lane.nack(&shared.queue, &d.receipt, &opts),
     )
     .await;
     match r {
-        Ok(f) => Some(f.state),
+        Ok(state) => Some(state),
         Err(e) => {
             lost(&e);
             None
@@ -309,11 +310,7 @@ async fn reject(shared: &Shared, d: &DeliveryView, error: String) -> Outcome {
         "dead-lettering a failed task",
         &shared.metrics,
         shared.max_backoff,
-        || {
-            shared
-                .client
-                .reject(&shared.queue, &d.receipt, Some(&error))
-        },
+        || shared.lane.reject(&shared.queue, &d.receipt, &error),
     )
     .await;
     match r {
@@ -339,12 +336,9 @@ async fn unprocessable(shared: &Shared, d: &DeliveryView, reason: &str) -> Outco
             &shared.metrics,
             shared.max_backoff,
             || {
-                shared.client.move_message(
-                    &shared.queue,
-                    &d.receipt,
-                    &shared.unprocessable,
-                    Some(reason),
-                )
+                shared
+                    .lane
+                    .move_message(&shared.queue, &d.receipt, &shared.unprocessable, reason)
             },
         )
         .await;
@@ -378,7 +372,7 @@ async fn release(shared: &Shared, d: &DeliveryView) -> Outcome {
         "handing back an unfinished task",
         &shared.metrics,
         shared.max_backoff,
-        || shared.client.release(&shared.queue, &d.receipt),
+        || shared.lane.release(&shared.queue, &d.receipt),
     )
     .await;
     match r {

@@ -172,7 +172,7 @@ async fn no_route() -> ApiError {
 /// then the fallback of an empty router, so callers still get a `Router`.
 pub fn router(state: AppState, options: &ServerOptions) -> Router {
     let (router, _) = api().split_for_parts();
-    let idempotency = crate::idempotency::IdempotencyLayer::new(state.store.clone());
+    let idempotency = state.idempotency.clone();
     let routes = router
         .merge(crate::console::routes())
         .fallback(no_route)
