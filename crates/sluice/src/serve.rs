@@ -520,57 +520,29 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     if options.keys.is_empty() {
         tracing::warn!("no API keys configured: authentication is off (loopback only)");
     }
-    // The SQS listener stops when the broker does; its long polls last at most 20 s.
-    let (stopping, stop) = tokio::sync::watch::channel(false);
-    let sqs_server = match sqs {
-        Some((name, addrs)) => {
-            let listener = tokio::net::TcpListener::bind(addrs.as_slice())
-                .await
-                .with_context(|| format!("binding --sqs-listen {name}"))?;
-            let local = listener.local_addr().context("reading the bound address")?;
-            println!("sluice sqs listening on {scheme}://{local}");
-            tracing::info!(%local, "SQS API listening");
-            if sqs_keys.is_empty() {
-                tracing::warn!(
-                    "no [[sqs_keys]] configured: the SQS API takes any signature (loopback only)"
-                );
-            }
-            let options = sluice_sqs::SqsOptions {
-                keys: sqs_keys,
-                public_url: sqs_public_url,
-                tls: tls.is_some(),
-                ..sluice_sqs::SqsOptions::default()
-            };
-            let router = sluice_sqs::router(store.clone(), options);
-            let mut stop = stop.clone();
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            Some(match tls.clone() {
-                // The main listener's certificate, reloaded with it on SIGHUP.
-                Some(tls) => {
-                    let listener = sluice_server::tls::TlsListener::new(listener, tls)
-                        .context("starting TLS on --sqs-listen")?;
-                    tokio::spawn(async move {
-                        axum::serve(listener, router)
-                            .with_graceful_shutdown(stopped)
-                            .await
-                    })
-                }
-                None => tokio::spawn(async move {
-                    axum::serve(listener, router)
-                        .with_graceful_shutdown(stopped)
-                        .await
-                }),
-            })
+    let mut broker = Broker::new(store.clone(), options);
+    // Served by the broker beside its own API, with the same TLS (reloaded with it on
+    // SIGHUP), connection limits and shutdown; its long polls last at most 20 s.
+    if let Some((name, addrs)) = sqs {
+        let listener = tokio::net::TcpListener::bind(addrs.as_slice())
+            .await
+            .with_context(|| format!("binding --sqs-listen {name}"))?;
+        let local = listener.local_addr().context("reading the bound address")?;
+        println!("sluice sqs listening on {scheme}://{local}");
+        tracing::info!(%local, "SQS API listening");
+        if sqs_keys.is_empty() {
+            tracing::warn!(
+                "no [[sqs_keys]] configured: the SQS API takes any signature (loopback only)"
+            );
         }
-        None => None,
-    };
-    let signal = async move {
-        shutdown_signal().await;
-        let _ = stopping.send(true);
-    };
-    let mut broker = Broker::new(store, options);
+        let options = sluice_sqs::SqsOptions {
+            keys: sqs_keys,
+            public_url: sqs_public_url,
+            tls: tls.is_some(),
+            ..sluice_sqs::SqsOptions::default()
+        };
+        broker = broker.with_http("sqs", listener, sluice_sqs::router(store, options));
+    }
     let listener = tokio::net::TcpListener::bind(addrs.as_slice())
         .await
         .with_context(|| format!("binding {listen}"))?;
@@ -588,12 +560,10 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     // On stdout, for scripts and tests that ask for port 0.
     println!("sluice listening on {scheme}://{local}");
     tracing::info!(%local, "listening");
-    broker.serve(listener, signal).await.context("serving")?;
-    if let Some(task) = sqs_server {
-        task.await
-            .context("the SQS listener's task")?
-            .context("serving SQS")?;
-    }
+    broker
+        .serve(listener, shutdown_signal())
+        .await
+        .context("serving")?;
     // Both engines make every write durable before answering, so nothing is left to flush;
     // dropping the broker drops the store (and releases the embedded data directory).
     tracing::info!("stopped");
