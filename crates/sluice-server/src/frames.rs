@@ -6,6 +6,7 @@
 //! A connection's requests are handled in order, one at a time; answers to requests that
 //! arrived together go out in one write.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -19,39 +20,40 @@ use sluice_wire::frame::{
     self, FrameAck, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply,
     Request, Response, SentMessage,
 };
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
-use crate::AppState;
 use crate::auth::{Action, Caller};
+use crate::connections::{self, Gate, Permit};
 use crate::error::ApiError;
-use crate::tls::TlsConfig;
+use crate::{AppState, ServerOptions};
 
 /// Bytes buffered per connection in each direction.
 const BUFFER: usize = 64 * 1024;
 
 /// Accepts connections until shutdown begins, then waits for each to finish the request it
-/// is handling (long polls return early, as over HTTP). With `tls`, each connection first
-/// completes its handshake, in its own task.
+/// is handling (long polls return early, as over HTTP). With TLS, each connection first
+/// completes its handshake, in its own task. Connections past `gate`'s cap are closed at
+/// once; each is held to the timeouts of [`ServerOptions::connections`].
 pub(crate) async fn serve(
     listener: TcpListener,
     state: AppState,
-    max_frame: usize,
-    tls: Option<TlsConfig>,
+    options: ServerOptions,
+    gate: Gate,
 ) {
+    let options = Arc::new(options);
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => {
-                    conns.spawn(connection(tcp, state.clone(), max_frame, tls.clone()));
+                    // Refused: the connection closes as it drops.
+                    let Some(permit) = gate.admit() else { continue };
+                    conns.spawn(connection(tcp, state.clone(), options.clone(), permit));
                 }
-                Err(e) => {
-                    // Out of descriptors or a connection reset before accept: keep serving.
-                    tracing::warn!(error = %e, "frame protocol: accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                Err(e) => connections::accept_failed("frames", &e).await,
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             () = state.shutting_down() => break,
@@ -61,24 +63,26 @@ pub(crate) async fn serve(
     while conns.join_next().await.is_some() {}
 }
 
-async fn connection(tcp: TcpStream, state: AppState, max_frame: usize, tls: Option<TlsConfig>) {
+async fn connection(tcp: TcpStream, state: AppState, options: Arc<ServerOptions>, _permit: Permit) {
+    let accepted = Instant::now();
     if let Err(e) = tcp.set_nodelay(true) {
         tracing::debug!(error = %e, "could not set TCP_NODELAY");
     }
-    match tls {
+    match &options.tls {
         None => {
             let (rd, wr) = tcp.into_split();
-            answer_connection(rd, wr, &state, max_frame).await;
+            answer_connection(rd, wr, &state, &options, accepted).await;
         }
         Some(tls) => {
+            let deadline = accepted + options.connections.header_read_timeout;
             let handshake = tokio::select! {
-                r = tls.handshake(tcp) => r,
+                r = connections::tls_handshake(tls, tcp, deadline) => r,
                 () = state.shutting_down() => return,
             };
             match handshake {
                 Ok(stream) => {
                     let (rd, wr) = tokio::io::split(stream);
-                    answer_connection(rd, wr, &state, max_frame).await;
+                    answer_connection(rd, wr, &state, &options, accepted).await;
                 }
                 Err(e) => tracing::debug!(error = %e, "frame protocol: TLS handshake failed"),
             }
@@ -86,43 +90,76 @@ async fn connection(tcp: TcpStream, state: AppState, max_frame: usize, tls: Opti
     }
 }
 
-async fn answer_connection<R, W>(rd: R, wr: W, state: &AppState, max_frame: usize)
-where
+async fn answer_connection<R, W>(
+    rd: R,
+    wr: W,
+    state: &AppState,
+    options: &ServerOptions,
+    accepted: Instant,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let mut rd = BufReader::with_capacity(BUFFER, rd);
     let mut wr = BufWriter::with_capacity(BUFFER, wr);
-    answer_requests(&mut rd, &mut wr, state, max_frame).await;
+    answer_requests(&mut rd, &mut wr, state, options, accepted).await;
     // However the connection ends, answers already made go out: each may report a change
-    // that is durable.
-    let _ = wr.flush().await;
-    let _ = wr.shutdown().await;
+    // that is durable. A client that reads nothing for the idle timeout gets no more.
+    let _ = tokio::time::timeout(options.connections.idle_timeout, async {
+        let _ = wr.flush().await;
+        let _ = wr.shutdown().await;
+    })
+    .await;
 }
 
-/// Reads and answers requests until the connection ends, a frame cannot be read, or the
-/// broker shuts down. Answers are flushed when no further request is waiting in the buffer.
+/// Reads and answers requests until the connection ends, a frame cannot be read, a timeout
+/// passes, or the broker shuts down. Answers are flushed when no further request is waiting
+/// in the buffer.
+///
+/// Timeouts ([`ServerOptions::connections`]): the first frame must begin within the header
+/// timeout of `accepted`, and each later one within the idle timeout of the last answer; a
+/// frame's bytes may pause for at most the header timeout and must all arrive within the
+/// request timeout; an answer the client does not read for the idle timeout ends it.
 async fn answer_requests<R, W>(
     rd: &mut BufReader<R>,
     wr: &mut BufWriter<W>,
     state: &AppState,
-    max_frame: usize,
+    options: &ServerOptions,
+    accepted: Instant,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let limits = options.connections;
+    let max_frame = options.max_body_bytes;
     let mut caller = (!state.keys.enabled()).then(Caller::anybody);
     let mut payload = Vec::new();
     let mut out = Vec::new();
+    let mut next_by = accepted + limits.header_read_timeout;
     loop {
         // Between requests, shutdown closes the connection; a request already read is answered.
-        let len = tokio::select! {
-            r = rd.read_u32_le() => match r {
-                Ok(n) => n as usize,
-                Err(_) => return,
-            },
+        tokio::select! {
+            biased;
             () = state.shutting_down() => return,
-        };
+            r = rd.fill_buf() => match r {
+                Ok(buf) if !buf.is_empty() => {}
+                _ => return,
+            },
+            () = tokio::time::sleep_until(next_by) => {
+                tracing::debug!("frame protocol: closing a connection past its header or idle timeout");
+                return;
+            }
+        }
+        let frame_by = Instant::now() + options.request_timeout;
+        let mut prefix = [0; 4];
+        let stall = limits.header_read_timeout;
+        if connections::read_within(rd, &mut prefix, stall, frame_by)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let len = u32::from_le_bytes(prefix) as usize;
         out.clear();
         if len > max_frame {
             // The rest of the frame is not read, so the stream cannot go on: answer and close.
@@ -137,11 +174,14 @@ async fn answer_requests<R, W>(
                 },
                 &mut out,
             );
-            let _ = wr.write_all(&out).await;
+            let _ = tokio::time::timeout(limits.idle_timeout, wr.write_all(&out)).await;
             return;
         }
         payload.resize(len, 0);
-        if rd.read_exact(&mut payload).await.is_err() {
+        if connections::read_within(rd, &mut payload, stall, frame_by)
+            .await
+            .is_err()
+        {
             return;
         }
         let response = match frame::decode_payload::<Request>(&payload) {
@@ -155,13 +195,20 @@ async fn answer_requests<R, W>(
             },
         };
         frame::encode_frame(&response, &mut out);
-        if wr.write_all(&out).await.is_err() {
+        let written = tokio::time::timeout(limits.idle_timeout, async {
+            wr.write_all(&out).await?;
+            // Requests already received are answered first, so their answers share one
+            // write.
+            if rd.buffer().is_empty() {
+                wr.flush().await?;
+            }
+            std::io::Result::Ok(())
+        })
+        .await;
+        if !matches!(written, Ok(Ok(()))) {
             return;
         }
-        // Requests already received are answered first, so their answers share one write.
-        if rd.buffer().is_empty() && wr.flush().await.is_err() {
-            return;
-        }
+        next_by = Instant::now() + limits.idle_timeout;
     }
 }
 

@@ -13,6 +13,7 @@
 //! ```
 
 pub mod auth;
+pub mod connections;
 pub mod console;
 pub mod error;
 pub mod extract;
@@ -33,11 +34,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::serve::ListenerExt as _;
 use sluice_core::Store;
 use tokio::sync::watch;
 
 pub use auth::{ApiKeyConfig, KeyRing, Role};
+pub use connections::ConnectionLimits;
 pub use error::ApiError;
 
 /// How the broker serves.
@@ -53,8 +54,11 @@ pub struct ServerOptions {
     /// Whether queues may push over plain `http` to hosts that are not loopback (default
     /// false: push targets must be `https`, or `http` on loopback).
     pub push_allow_http: bool,
-    /// TLS for both listeners; `None` serves plain text (default).
+    /// TLS for every listener; `None` serves plain text (default).
     pub tls: Option<tls::TlsConfig>,
+    /// Header-read and idle timeouts and the cap on open connections, applied to every
+    /// listener (see [`connections`]).
+    pub connections: ConnectionLimits,
 }
 
 impl Default for ServerOptions {
@@ -65,6 +69,7 @@ impl Default for ServerOptions {
             request_timeout: Duration::from_secs(60),
             push_allow_http: false,
             tls: None,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -167,6 +172,8 @@ pub struct Broker {
     state: AppState,
     options: ServerOptions,
     frames: Option<tokio::net::TcpListener>,
+    /// More HTTP listeners, each with the router it serves and its name in metrics.
+    more_http: Vec<(&'static str, tokio::net::TcpListener, Router)>,
 }
 
 impl Broker {
@@ -185,6 +192,7 @@ impl Broker {
             state,
             options,
             frames: None,
+            more_http: Vec::new(),
         }
     }
 
@@ -196,12 +204,27 @@ impl Broker {
         self
     }
 
+    /// Also serves `router` on `listener` (e.g. the SQS API), with this broker's TLS,
+    /// connection limits and shutdown; its connections are counted under
+    /// `listener="{name}"` in `/metrics`.
+    #[must_use]
+    pub fn with_http(
+        mut self,
+        name: &'static str,
+        listener: tokio::net::TcpListener,
+        router: Router,
+    ) -> Self {
+        self.more_http.push((name, listener, router));
+        self
+    }
+
     /// The router with every route and layer, for serving or for `tower::ServiceExt::oneshot`.
     pub fn router(&self) -> Router {
         routes::router(self.state.clone(), &self.options)
     }
 
-    /// Begins shutdown: pending long polls answer at once with what they have (nothing).
+    /// Begins shutdown: pending long polls answer at once with what they have (nothing), and
+    /// a running [`Broker::serve`] stops as if its shutdown future had resolved.
     pub fn begin_shutdown(&self) {
         self.state.shutdown.send_replace(true);
     }
@@ -209,11 +232,13 @@ impl Broker {
     /// Serves on `listener` until `shutdown` resolves, then stops accepting connections,
     /// lets in-flight requests finish (long polls return early with no messages) and returns.
     ///
+    /// Every listener applies [`ServerOptions::connections`].
+    ///
     /// # Errors
-    /// An I/O error of the listener.
+    /// None at present: a failed accept is logged and retried.
     ///
     /// # Cancel safety
-    /// Dropping the future closes every connection at once; a request in progress either
+    /// Dropping the future closes every connection of every listener at once; a request in progress either
     /// completed its store write (durable) or did not start it.
     pub async fn serve(
         self,
@@ -230,51 +255,55 @@ impl Broker {
             self.options.push_allow_http,
             tx.subscribe(),
         ));
-        let frames = self.frames.map(|l| {
-            tokio::spawn(frames::serve(
+        let limits = self.options.connections;
+        let metrics = &self.state.metrics;
+        // The other listeners, in a set so that dropping this future ends them too.
+        let mut listeners = tokio::task::JoinSet::new();
+        if let Some(l) = self.frames {
+            let gate = metrics.gate("frames", limits.max_connections);
+            listeners.spawn(frames::serve(
                 l,
                 self.state.clone(),
-                self.options.max_body_bytes,
+                self.options.clone(),
+                gate,
+            ));
+        }
+        for (name, l, router) in self.more_http {
+            listeners.spawn(connections::serve_http(
+                l,
+                router,
                 self.options.tls.clone(),
-            ))
-        });
-        let graceful = async move {
-            shutdown.await;
-            tracing::info!("shutting down: finishing in-flight requests");
-            tx.send_replace(true);
-        };
-        let served = match self.options.tls.clone() {
-            Some(tls) => {
-                let listener = tls::TlsListener::new(listener, tls)?;
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(graceful)
-                    .await
+                limits,
+                metrics.gate(name, limits.max_connections),
+                tx.subscribe(),
+            ));
+        }
+        let main = connections::serve_http(
+            listener,
+            router,
+            self.options.tls.clone(),
+            limits,
+            metrics.gate("http", limits.max_connections),
+            tx.subscribe(),
+        );
+        tokio::pin!(main);
+        tokio::select! {
+            () = &mut main => {}
+            () = shutdown => {
+                tracing::info!("shutting down: finishing in-flight requests");
+                tx.send_replace(true);
+                main.await;
             }
-            None => {
-                // Answers go out at once: a request/response protocol gains nothing from
-                // Nagle's algorithm, and a large answer's last segment would wait for the
-                // client's delayed ACK.
-                let listener = listener.tap_io(|tcp| {
-                    if let Err(e) = tcp.set_nodelay(true) {
-                        tracing::debug!(error = %e, "could not set TCP_NODELAY");
-                    }
-                });
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(graceful)
-                    .await
-            }
-        };
+        }
+        while listeners.join_next().await.is_some() {}
         // The runner stops at the shutdown signal; a step it is taking completes first.
         self.state.shutdown.send_replace(true);
         let _ = runner.await;
         let _ = sampler.await;
         let _ = scheduler.await;
         let _ = pusher.await;
-        if let Some(f) = frames {
-            let _ = f.await;
-        }
         self.state.store.close().await;
-        served
+        Ok(())
     }
 }
 

@@ -34,6 +34,13 @@ pub struct PushLabel {
     pub outcome: &'static str,
 }
 
+/// Labels of the connection series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    /// The listener: `http`, `frames` or `sqs`.
+    pub listener: &'static str,
+}
+
 /// Deliveries remembered for processing-time observations; beyond this the oldest are
 /// forgotten (their acks are then not observed).
 const REMEMBERED_DELIVERIES: usize = 100_000;
@@ -51,6 +58,8 @@ pub struct Metrics {
     leased: Mutex<HashMap<MessageId, Instant>>,
     push_requests: Family<PushLabel, Counter>,
     push_latency: Family<QueueLabel, Histogram>,
+    connections_open: Family<ListenerLabel, Gauge>,
+    connections_refused: Family<ListenerLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -64,6 +73,8 @@ impl Default for Metrics {
             push_latency: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.00025, 2.0, 20))
             }),
+            connections_open: Family::default(),
+            connections_refused: Family::default(),
         }
     }
 }
@@ -133,6 +144,16 @@ impl Metrics {
                 outcome: outcome.as_str(),
             })
             .get()
+    }
+
+    /// The admission gate of the listener named `listener`, of at most `max` connections,
+    /// reporting its open and refused connections on `/metrics` (both series appear at 0
+    /// from the start).
+    pub fn gate(&self, listener: &'static str, max: usize) -> crate::connections::Gate {
+        let label = ListenerLabel { listener };
+        let open = self.connections_open.get_or_create(&label).clone();
+        let refused = self.connections_refused.get_or_create(&label).clone();
+        crate::connections::Gate::new(listener, max, open, refused)
     }
 
     /// Forgets a delivery that ended another way (nack, reject, move).
@@ -223,6 +244,16 @@ impl Metrics {
             "push_duration_seconds",
             "Time from sending a push request to its answer (or its failure), as observed by this broker node",
             self.push_latency.clone(),
+        );
+        registry.register(
+            "connections_open",
+            "Connections open on each listener of this broker node",
+            self.connections_open.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections this broker node closed at once because the listener had max_connections open",
+            self.connections_refused.clone(),
         );
         for q in store.list_queues().await? {
             let Ok(s) = store.stats(&q.name).await else {

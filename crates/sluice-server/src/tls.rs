@@ -1,4 +1,4 @@
-//! TLS for both listeners (HTTP and frames): a certificate chain and key read from PEM files,
+//! TLS for every listener (HTTP, frames and SQS): a certificate chain and key read from PEM files,
 //! reloaded on request (the binary does it on SIGHUP) without touching open connections, and
 //! optional client-certificate authentication.
 //!
@@ -6,26 +6,14 @@
 //! swap present the new certificate, connections already open keep the session they have.
 //! A reload that fails (a missing file, a key that does not match) keeps the old one.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
-
-/// How long a client may take to complete its handshake before the connection is closed.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Handshakes under way at once per listener; connections past it wait in the accept queue.
-const MAX_HANDSHAKES: usize = 1024;
 
 /// Where the certificate, key and optional client CA are read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,22 +107,6 @@ impl TlsConfig {
             .clone();
         TlsAcceptor::from(config)
     }
-
-    /// Completes the server side of a handshake on `tcp`, within [`HANDSHAKE_TIMEOUT`].
-    ///
-    /// # Errors
-    /// The handshake failed (e.g. a plain-text client, or no acceptable client certificate)
-    /// or timed out.
-    pub async fn handshake(&self, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
-        let accept = self.acceptor().accept(tcp);
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
-            Ok(r) => r,
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "TLS handshake timed out",
-            )),
-        }
-    }
 }
 
 fn file_error(what: &'static str, path: &Path, reason: impl Into<String>) -> TlsError {
@@ -211,95 +183,5 @@ fn config_error(files: &TlsFiles, e: &rustls::Error) -> TlsError {
         cert: files.cert.clone(),
         key: files.key.clone(),
         reason: e.to_string(),
-    }
-}
-
-/// A listener that hands out connections once their TLS handshake is done. Handshakes run
-/// beside each other (a slow or silent client holds up no one), each within
-/// [`HANDSHAKE_TIMEOUT`]; one that fails closes its connection and is logged at debug level.
-pub struct TlsListener {
-    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-    acceptor: tokio::task::JoinHandle<()>,
-}
-
-impl TlsListener {
-    /// Accepts on `listener` with `tls`.
-    ///
-    /// # Errors
-    /// The listener's address cannot be read.
-    pub fn new(listener: TcpListener, tls: TlsConfig) -> std::io::Result<TlsListener> {
-        let local = listener.local_addr()?;
-        let (tx, rx) = mpsc::channel(64);
-        let acceptor = tokio::spawn(accept_loop(listener, tls, tx));
-        Ok(TlsListener {
-            rx,
-            local,
-            acceptor,
-        })
-    }
-
-    /// The next connection whose handshake completed; `None` once the accept loop ended.
-    pub async fn next(&mut self) -> Option<(TlsStream<TcpStream>, SocketAddr)> {
-        self.rx.recv().await
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.acceptor.abort();
-    }
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    tls: TlsConfig,
-    tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-) {
-    let mut handshakes = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept(), if handshakes.len() < MAX_HANDSHAKES => match accepted {
-                Ok((tcp, peer)) => {
-                    if let Err(e) = tcp.set_nodelay(true) {
-                        tracing::debug!(error = %e, "could not set TCP_NODELAY");
-                    }
-                    let tls = tls.clone();
-                    let tx = tx.clone();
-                    handshakes.spawn(async move {
-                        match tls.handshake(tcp).await {
-                            Ok(stream) => {
-                                let _ = tx.send((stream, peer)).await;
-                            }
-                            Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        }
-                    });
-                }
-                Err(e) => {
-                    // Out of descriptors or a connection reset before accept: keep serving.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
-            () = tx.closed() => return,
-        }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.next().await {
-            Some(conn) => conn,
-            // The accept loop ends only with the listener: nothing more will come.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
     }
 }

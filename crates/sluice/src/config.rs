@@ -15,6 +15,9 @@
 //! tls_key = "/etc/sluice/tls/key.pem"
 //! # tls_client_ca = "/etc/sluice/tls/clients-ca.pem"  # require client certificates
 //! # allow_plaintext = true        # keys off loopback without TLS: a TLS proxy is in front
+//! # header_read_timeout = "10s"   # a request's headers (or a stalled frame), TLS included
+//! # idle_timeout = "75s"          # no request in progress (long polls are in progress)
+//! # max_connections = 4096        # per listener; more are closed at once
 //! # or, for several broker nodes sharing one database:
 //! # store = "postgres://sluice@db.internal:5432/sluice"
 //!
@@ -74,6 +77,12 @@ pub struct FileConfig {
     pub tls_client_ca: Option<PathBuf>,
     /// Serve API keys off loopback without TLS, because a TLS-terminating proxy is in front.
     pub allow_plaintext: Option<bool>,
+    /// How long a connection may take to send a complete request head (e.g. "10s").
+    pub header_read_timeout: Option<String>,
+    /// How long a connection may stay open with no request in progress (e.g. "75s").
+    pub idle_timeout: Option<String>,
+    /// Most open connections on each listener.
+    pub max_connections: Option<usize>,
     /// Queues to create or update at start-up.
     #[serde(default)]
     pub queues: Vec<toml::Table>,

@@ -53,6 +53,22 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_SYNC_INTERVAL", value_name = "DURATION",
           value_parser = crate::client::args::parse_duration)]
     sync_interval: Option<std::time::Duration>,
+    /// Close a connection that has not sent a complete request head within this long: from
+    /// accept for a new connection (TLS handshake included), from its first byte for a later
+    /// request; on the frame listener, a frame whose bytes stop for this long [default: 10s].
+    #[arg(long, env = "SLUICE_HEADER_READ_TIMEOUT", value_name = "DURATION",
+          value_parser = crate::client::args::parse_duration)]
+    header_read_timeout: Option<std::time::Duration>,
+    /// Close a connection with no request in progress for this long; a long poll or event
+    /// stream in progress is never cut [default: 75s].
+    #[arg(long, env = "SLUICE_IDLE_TIMEOUT", value_name = "DURATION",
+          value_parser = crate::client::args::parse_duration)]
+    idle_timeout: Option<std::time::Duration>,
+    /// Most open connections on each listener; past it a new connection is closed at once,
+    /// logged and counted in sluice_connections_refused_total [default: 4096, less when
+    /// the open-file limit needs it].
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS", value_name = "N")]
+    max_connections: Option<usize>,
     /// TOML config file: `listen`, `frames_listen`, `data_dir`, `sync_interval`, `store`,
     /// `node_id`, `[[queues]]`, `[[keys]]`.
     #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
@@ -210,6 +226,7 @@ struct Settings {
     push_allow_http: bool,
     tls: Option<sluice_server::tls::TlsConfig>,
     allow_plaintext: bool,
+    connections: sluice_server::ConnectionLimits,
 }
 
 impl Settings {
@@ -263,6 +280,9 @@ impl Settings {
                 serde_json::json!({"cert": f.cert, "key": f.key, "client_ca": f.client_ca})
             }),
             "allow_plaintext": self.allow_plaintext,
+            "header_read_timeout_ms": self.connections.header_read_timeout.as_millis() as u64,
+            "idle_timeout_ms": self.connections.idle_timeout.as_millis() as u64,
+            "max_connections": self.connections.max_connections,
             "authentication": !self.keys.is_empty(),
             "keys": keys,
             "sqs_keys": sqs_keys,
@@ -349,6 +369,16 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
              database's own setting (synchronous_commit = off)"
         );
     }
+    let listeners = 1 + usize::from(frames.is_some()) + usize::from(sqs.is_some());
+    let connections = connection_limits(
+        (
+            args.header_read_timeout,
+            args.idle_timeout,
+            args.max_connections,
+        ),
+        &file,
+        listeners,
+    )?;
     let push_allow_http = args.push_allow_http || file.push_allow_http.unwrap_or(false);
     let mut queues = Vec::with_capacity(decls.len());
     for q in decls {
@@ -387,7 +417,91 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         push_allow_http,
         tls,
         allow_plaintext,
+        connections,
     })
+}
+
+/// The longest header-read or idle timeout accepted.
+const MAX_CONNECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The connection limits of every listener (`listeners` of them), from flags, file and
+/// defaults. Without a setting, `max_connections` is lowered so that all listeners full
+/// still leave a quarter of the process's open-file limit to the store and push targets.
+fn connection_limits(
+    (header_flag, idle_flag, max_flag): (
+        Option<std::time::Duration>,
+        Option<std::time::Duration>,
+        Option<usize>,
+    ),
+    file: &FileConfig,
+    listeners: usize,
+) -> anyhow::Result<sluice_server::ConnectionLimits> {
+    use sluice_server::connections;
+    let timeout = |flag: Option<std::time::Duration>, text: Option<&str>, key: &str, default| {
+        let d =
+            flag_or_file(flag, text, key, crate::client::args::parse_duration)?.unwrap_or(default);
+        if d.is_zero() || d > MAX_CONNECTION_TIMEOUT {
+            bail!(
+                "--{} ({key}) must be between 1ms and {} s",
+                key.replace('_', "-"),
+                MAX_CONNECTION_TIMEOUT.as_secs()
+            );
+        }
+        Ok(d)
+    };
+    let header_read_timeout = timeout(
+        header_flag,
+        file.header_read_timeout.as_deref(),
+        "header_read_timeout",
+        connections::DEFAULT_HEADER_READ_TIMEOUT,
+    )?;
+    let idle_timeout = timeout(
+        idle_flag,
+        file.idle_timeout.as_deref(),
+        "idle_timeout",
+        connections::DEFAULT_IDLE_TIMEOUT,
+    )?;
+    let open_files = open_file_limit();
+    let max_connections = match max_flag.or(file.max_connections) {
+        Some(0) => bail!("--max-connections (max_connections) must be at least 1"),
+        Some(n) => {
+            if let Some(limit) = open_files
+                && n.saturating_mul(listeners) as u64 >= limit
+            {
+                tracing::warn!(
+                    max_connections = n,
+                    listeners,
+                    open_file_limit = limit,
+                    "max_connections on every listener exceeds the open-file limit: when all \
+                     are full, accepts fail and the store may not open files; raise the limit \
+                     (ulimit -n, LimitNOFILE=) or lower max_connections"
+                );
+            }
+            n
+        }
+        None => {
+            let budget = open_files.map_or(u64::MAX, |limit| limit / 4 * 3 / listeners as u64);
+            connections::DEFAULT_MAX_CONNECTIONS
+                .min(usize::try_from(budget.max(1)).unwrap_or(usize::MAX))
+        }
+    };
+    Ok(sluice_server::ConnectionLimits {
+        header_read_timeout,
+        idle_timeout,
+        max_connections,
+    })
+}
+
+/// The process's open-file limit (the soft one, which applies), when there is one.
+fn open_file_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
 }
 
 /// A setting given as a flag (already parsed), else as text under `key` in the config file.
@@ -451,6 +565,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         tls,
         sqs_keys,
         sqs_public_url,
+        connections: settings_connections,
         ..
     } = settings;
     let store: Arc<dyn Store> = match choice {
@@ -515,62 +630,35 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         keys,
         push_allow_http,
         tls: tls.clone(),
+        connections: settings_connections,
         ..ServerOptions::default()
     };
     if options.keys.is_empty() {
         tracing::warn!("no API keys configured: authentication is off (loopback only)");
     }
-    // The SQS listener stops when the broker does; its long polls last at most 20 s.
-    let (stopping, stop) = tokio::sync::watch::channel(false);
-    let sqs_server = match sqs {
-        Some((name, addrs)) => {
-            let listener = tokio::net::TcpListener::bind(addrs.as_slice())
-                .await
-                .with_context(|| format!("binding --sqs-listen {name}"))?;
-            let local = listener.local_addr().context("reading the bound address")?;
-            println!("sluice sqs listening on {scheme}://{local}");
-            tracing::info!(%local, "SQS API listening");
-            if sqs_keys.is_empty() {
-                tracing::warn!(
-                    "no [[sqs_keys]] configured: the SQS API takes any signature (loopback only)"
-                );
-            }
-            let options = sluice_sqs::SqsOptions {
-                keys: sqs_keys,
-                public_url: sqs_public_url,
-                tls: tls.is_some(),
-                ..sluice_sqs::SqsOptions::default()
-            };
-            let router = sluice_sqs::router(store.clone(), options);
-            let mut stop = stop.clone();
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            Some(match tls.clone() {
-                // The main listener's certificate, reloaded with it on SIGHUP.
-                Some(tls) => {
-                    let listener = sluice_server::tls::TlsListener::new(listener, tls)
-                        .context("starting TLS on --sqs-listen")?;
-                    tokio::spawn(async move {
-                        axum::serve(listener, router)
-                            .with_graceful_shutdown(stopped)
-                            .await
-                    })
-                }
-                None => tokio::spawn(async move {
-                    axum::serve(listener, router)
-                        .with_graceful_shutdown(stopped)
-                        .await
-                }),
-            })
+    let mut broker = Broker::new(store.clone(), options);
+    // Served by the broker beside its own API, with the same TLS (reloaded with it on
+    // SIGHUP), connection limits and shutdown; its long polls last at most 20 s.
+    if let Some((name, addrs)) = sqs {
+        let listener = tokio::net::TcpListener::bind(addrs.as_slice())
+            .await
+            .with_context(|| format!("binding --sqs-listen {name}"))?;
+        let local = listener.local_addr().context("reading the bound address")?;
+        println!("sluice sqs listening on {scheme}://{local}");
+        tracing::info!(%local, "SQS API listening");
+        if sqs_keys.is_empty() {
+            tracing::warn!(
+                "no [[sqs_keys]] configured: the SQS API takes any signature (loopback only)"
+            );
         }
-        None => None,
-    };
-    let signal = async move {
-        shutdown_signal().await;
-        let _ = stopping.send(true);
-    };
-    let mut broker = Broker::new(store, options);
+        let options = sluice_sqs::SqsOptions {
+            keys: sqs_keys,
+            public_url: sqs_public_url,
+            tls: tls.is_some(),
+            ..sluice_sqs::SqsOptions::default()
+        };
+        broker = broker.with_http("sqs", listener, sluice_sqs::router(store, options));
+    }
     let listener = tokio::net::TcpListener::bind(addrs.as_slice())
         .await
         .with_context(|| format!("binding {listen}"))?;
@@ -588,12 +676,10 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     // On stdout, for scripts and tests that ask for port 0.
     println!("sluice listening on {scheme}://{local}");
     tracing::info!(%local, "listening");
-    broker.serve(listener, signal).await.context("serving")?;
-    if let Some(task) = sqs_server {
-        task.await
-            .context("the SQS listener's task")?
-            .context("serving SQS")?;
-    }
+    broker
+        .serve(listener, shutdown_signal())
+        .await
+        .context("serving")?;
     // Both engines make every write durable before answering, so nothing is left to flush;
     // dropping the broker drops the store (and releases the embedded data directory).
     tracing::info!("stopped");

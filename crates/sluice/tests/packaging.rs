@@ -99,6 +99,8 @@ fn check_config_prints_the_effective_settings_without_secrets() {
             listen = "127.0.0.1:7001"
             data_dir = "{}"
             sync_interval = "100ms"
+            idle_timeout = "90s"
+            max_connections = 500
 
             [[queues]]
             name = "hooks"
@@ -117,7 +119,14 @@ fn check_config_prints_the_effective_settings_without_secrets() {
     .expect("write the config");
     let config = config.to_str().expect("utf-8 path");
     // A flag wins over the file.
-    let out = check(&["--config", config, "--listen", "127.0.0.1:7002"]);
+    let out = check(&[
+        "--config",
+        config,
+        "--listen",
+        "127.0.0.1:7002",
+        "--header-read-timeout",
+        "5s",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let shown = text(&out.stdout);
     for secret in ["push-secret-value", "header-secret-value", &"ab".repeat(32)] {
@@ -127,6 +136,9 @@ fn check_config_prints_the_effective_settings_without_secrets() {
     assert_eq!(v["listen"], "127.0.0.1:7002");
     assert_eq!(v["store"], "embedded");
     assert_eq!(v["sync_interval_ms"], 100);
+    assert_eq!(v["header_read_timeout_ms"], 5000);
+    assert_eq!(v["idle_timeout_ms"], 90_000);
+    assert_eq!(v["max_connections"], 500);
     assert_eq!(v["authentication"], true);
     assert_eq!(v["keys"][0]["name"], "ops");
     assert_eq!(v["keys"][0]["role"], "admin");
@@ -151,6 +163,13 @@ fn check_config_prints_the_effective_settings_without_secrets() {
     assert_eq!(v["store"], "postgres://sluice:***@db.internal:5432/sluice");
     assert_eq!(v["listen"], "127.0.0.1:7878", "the default");
     assert_eq!(v["authentication"], false);
+    assert_eq!(v["header_read_timeout_ms"], 10_000, "the default");
+    assert_eq!(v["idle_timeout_ms"], 75_000, "the default");
+    let max = v["max_connections"].as_u64().expect("max_connections");
+    assert!(
+        (1..=4096).contains(&max),
+        "the default, within the open-file limit: {max}"
+    );
 }
 
 #[test]
@@ -167,6 +186,8 @@ fn check_config_exits_2_and_says_what_is_wrong() {
         (vec!["--listen", "0.0.0.0:7878"], "without API keys"),
         (vec!["--sync-interval", "5m"], "--sync-interval"),
         (vec!["--store", "mysql://x"], "neither `embedded`"),
+        (vec!["--idle-timeout", "0s"], "--idle-timeout"),
+        (vec!["--max-connections", "0"], "--max-connections"),
         (vec!["--config", bad_queue], "orders"),
         (
             vec!["--config", "/nonexistent/sluice.toml"],

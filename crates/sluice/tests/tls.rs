@@ -481,3 +481,56 @@ async fn sighup_without_tls_leaves_the_broker_serving() {
         .expect("healthz");
     assert_eq!(r.status(), 200);
 }
+
+/// Whether the broker closes `tcp` (end of stream or reset) within `within`.
+async fn closed_within(tcp: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let read = async {
+        while let Ok(n) = tcp.read(&mut buf).await {
+            if n == 0 {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(within, read).await.is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_handshake_that_never_completes_is_closed_after_the_header_timeout() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = Ca::new(dir.path(), "ca");
+    ca.sign("server", &["localhost", "127.0.0.1"]);
+    let (cert, key) = (ca.path("server"), ca.path("server-key"));
+    let (child, url, frames, _log) = serve(
+        dir.path(),
+        &[
+            "--tls-cert",
+            cert.to_str().expect("path"),
+            "--tls-key",
+            key.to_str().expect("path"),
+            "--header-read-timeout",
+            "1s",
+        ],
+    );
+    let http = url.trim_start_matches("https://").to_owned();
+    // Silent after connecting, and silent halfway through a ClientHello.
+    let mut silent = tokio::net::TcpStream::connect(&http)
+        .await
+        .expect("connect");
+    let mut half = tokio::net::TcpStream::connect(&frames)
+        .await
+        .expect("connect");
+    half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00])
+        .await
+        .expect("write");
+    // Meanwhile a client that completes its handshake is served.
+    let (mut stream, _) = open(&raw_client(&ca.path("ca")), &http).await;
+    assert_eq!(http_get(&mut stream, "/healthz").await, "HTTP/1.1 200 OK");
+    for (what, tcp) in [("HTTP", &mut silent), ("frames", &mut half)] {
+        assert!(
+            closed_within(tcp, Duration::from_secs(10)).await,
+            "an unfinished TLS handshake on the {what} listener is still open"
+        );
+    }
+    drop(child);
+}

@@ -32,6 +32,11 @@ pub async fn start_with(options: ServerOptions) -> TestServer {
 }
 
 impl TestServer {
+    /// The address of the broker's frame-protocol listener.
+    pub fn broker_frames(&self) -> std::net::SocketAddr {
+        self.broker.frames
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
