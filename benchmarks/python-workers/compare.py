@@ -1,16 +1,18 @@
-"""Sluice's Python worker side by side with Celery on Redis, on the same tasks.
+"""Sluice's Python worker side by side with Celery, Dramatiq and RQ on Redis, on the same tasks.
 
 Each system gets a broker of its own, started fresh for each workload and durable: Sluice's
 embedded store (every write fsynced) and a Redis started here with ``appendonly yes``,
-``appendfsync always`` (Celery's broker and result backend; ``--redis-fsync everysec`` or
-``none`` for Redis's weaker settings). Celery runs with late acks and
-a thread pool, Sluice with its Python worker; both run the same task code
+``appendfsync always`` (broker and result store of Celery, Dramatiq and RQ;
+``--redis-fsync everysec`` or ``none`` for Redis's weaker settings). Celery runs with late acks
+and a thread pool (``celery_app.py``), Dramatiq with one process of N threads and its Results
+middleware (``dramatiq_app.py``), RQ as ``rq worker-pool`` of N workers, each forking a work
+horse per job (``rq_app.py``), Sluice with its Python worker; all run the same task code
 (``tasks_common.py``), which records when each task finished.
 
 Workloads (``--workloads``):
 
 * ``trivial``: N tasks that do nothing, enqueued one call at a time, then drained by one
-  worker process of concurrency 16;
+  worker of concurrency 16;
 * ``sleep``: N tasks that sleep 10 ms, concurrency 64;
 * ``retry``: N trivial tasks, every tenth failing its first attempt (retried at once);
 * ``latency``: with the worker running, 2,000 trivial tasks enqueued at a steady 200 a
@@ -19,11 +21,12 @@ Workloads (``--workloads``):
   and restarted on its data: how many tasks never finish, how many ran twice.
 
 Figures: enqueue rate (one call at a time), drain throughput (from the first task finished
-to the last), CPU per task of the worker process and of the broker, and latency::
+to the last), CPU per task of the worker (all its processes) and of the broker, and latency::
 
     python3 -m venv /tmp/bench && /tmp/bench/bin/pip install -e python -r benchmarks/python-workers/requirements.txt
     cargo build --release
-    /tmp/bench/bin/python benchmarks/python-workers/compare.py --sluice-bin target/release/sluice
+    /tmp/bench/bin/python benchmarks/python-workers/compare.py --sluice-bin target/release/sluice \
+        --systems sluice,celery,dramatiq,rq
 """
 
 from __future__ import annotations
@@ -32,21 +35,78 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Set
 
 HERE = Path(__file__).resolve().parent
 TICK = os.sysconf("SC_CLK_TCK")
+SYSTEMS = ("sluice", "celery", "dramatiq", "rq")
+
+
+def stat_fields(pid: int) -> List[str]:
+    """The fields of /proc/<pid>/stat after the command name, from the state on."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def process_tree(pid: int) -> List[int]:
+    """A process and its live descendants (Dramatiq's command starts worker processes, RQ's
+    worker pool starts workers that fork a process per job)."""
+    children: Dict[int, List[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                children.setdefault(int(stat_fields(int(entry.name))[1]), []).append(int(entry.name))
+            except OSError:
+                pass  # exited meanwhile
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo.extend(children.get(tree[-1], []))
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its descendants, live or exited and waited for."""
+    total = 0.0
+    for p in process_tree(pid):
+        try:
+            fields = stat_fields(p)
+        except OSError:
+            continue  # exited meanwhile
+        total += sum(int(f) for f in fields[11:15]) / TICK
+    return total
+
+
+def stop_worker(worker: subprocess.Popen) -> None:
+    """SIGKILL to a worker and all its processes, stopped first so that none starts another."""
+    stopped: Set[int] = set()
+    while True:
+        new = set(process_tree(worker.pid)) - stopped
+        if not new:
+            break
+        for p in new:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        stopped |= new
+    for p in stopped:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    worker.wait()
 
 
 def free_port() -> int:
@@ -120,31 +180,57 @@ class System:
             self.client.put_queue(
                 "bench", backoff_base=0.001, backoff_max=0.001, max_receive_count=5, visibility_timeout=10
             )
-        else:
-            os.environ["BENCH_REDIS_URL"] = broker.url
-            sys.path.insert(0, str(HERE))
+            return
+        os.environ["BENCH_REDIS_URL"] = broker.url
+        sys.path.insert(0, str(HERE))
+        if name == "celery":
             import celery_app
 
             celery_app.app.conf.broker_url = broker.url
             celery_app.app.conf.result_backend = broker.url
             self.task = celery_app.celery_work
+        elif name == "dramatiq":
+            # Its broker reads BENCH_REDIS_URL at import, once: the port is the same all run.
+            import dramatiq_app
+
+            self.actor = dramatiq_app.dramatiq_work
+        else:
+            import redis
+            import rq
+
+            import rq_app
+
+            self.queue = rq.Queue("bench", connection=redis.Redis.from_url(broker.url))
+            self.rq_work = rq_app.rq_work
+            self.retry = rq.Retry(max=rq_app.RETRIES)
 
     def enqueue(self, i: int, sleep_ms: int, fail_first: bool) -> None:
         if self.name == "sluice":
             self.client.enqueue("bench", "work", [i, sleep_ms, fail_first])
-        else:
+        elif self.name == "celery":
             self.task.apply_async(args=[i, sleep_ms, fail_first])
+        elif self.name == "dramatiq":
+            self.actor.send(i, sleep_ms, fail_first)
+        else:
+            self.queue.enqueue(self.rq_work, i, sleep_ms, fail_first, retry=self.retry)
 
     def start_worker(self, concurrency: int, done_file: Path) -> subprocess.Popen:
         env = {**os.environ, "BENCH_DONE_FILE": str(done_file), "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
         if self.name == "sluice":
             env["BENCH_SLUICE_URL"] = self.broker.url
             cmd = [sys.executable, str(HERE / "sluice_worker.py"), str(concurrency)]
-        else:
+        elif self.name == "celery":
             env["BENCH_REDIS_URL"] = self.broker.url
             cmd = [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "--pool", "threads",
                    "--concurrency", str(concurrency), "--without-heartbeat", "--without-gossip",
                    "--without-mingle", "-Q", "bench", "--loglevel", "ERROR"]
+        elif self.name == "dramatiq":
+            env["BENCH_REDIS_URL"] = self.broker.url
+            cmd = [sys.executable, "-m", "dramatiq", "dramatiq_app", "--processes", "1",
+                   "--threads", str(concurrency), "--queues", "bench"]
+        else:
+            cmd = [sys.executable, "-m", "rq.cli", "worker-pool", "--num-workers", str(concurrency),
+                   "--url", self.broker.url, "--logging-level", "ERROR", "bench"]
         return subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -181,11 +267,10 @@ def drain(system: System, n: int, concurrency: int, sleep_ms: int, fail_every: i
     worker = system.start_worker(concurrency, done_file)
     try:
         got = wait_done(done_file, set(range(n)), timeout=600)
-        worker_cpu = cpu_seconds(worker.pid)
+        worker_cpu = tree_cpu_seconds(worker.pid)
         broker_cpu = cpu_seconds(system.broker.proc.pid) - broker_cpu
     finally:
-        worker.kill()
-        worker.wait()
+        stop_worker(worker)
     times = sorted(got.values())
     return {
         "enqueue_per_sec": round(enqueue_rate),
@@ -220,8 +305,7 @@ def broker_killed(system: System, n: int, workdir: Path, settle: float) -> dict:
                 break
             time.sleep(0.2)
     finally:
-        worker.kill()
-        worker.wait()
+        stop_worker(worker)
     runs = [int(line.split()[0]) for line in done_file.read_text().splitlines() if line.strip()]
     got = set(runs)
     return {"tasks": n, "lost": n - len(got & set(range(n))), "ran_twice": len(runs) - len(got)}
@@ -244,15 +328,15 @@ def latency(system: System, n: int, rate: float, workdir: Path) -> dict:
             system.enqueue(i, 0, False)
         got = wait_done(done_file, set(range(n)), timeout=120)
     finally:
-        worker.kill()
-        worker.wait()
+        stop_worker(worker)
     lat = sorted((got[i] - sent[i]) * 1000 for i in range(n))
     return {"p50_ms": round(lat[n // 2], 1), "p99_ms": round(lat[int(n * 0.99)], 1)}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--systems", default="sluice,celery")
+    p.add_argument("--systems", default="sluice,celery",
+                   help=f"comma-separated, of {','.join(SYSTEMS)}")
     p.add_argument("--workloads", default="trivial,sleep,retry,latency,kill")
     p.add_argument("--tasks", type=int, default=10_000)
     p.add_argument("--sluice-bin", default="target/release/sluice")
@@ -260,10 +344,13 @@ def main() -> None:
     p.add_argument("--settle", type=float, default=60.0,
                    help="kill: seconds without a task finishing before the rest count as lost")
     p.add_argument("--redis-fsync", choices=["always", "everysec", "none"], default="always",
-                   help="Redis's appendfsync for Celery (none: no persistence at all)")
+                   help="Redis's appendfsync for Celery, Dramatiq and RQ (none: no persistence at all)")
     args = p.parse_args()
+    unknown = set(args.systems.split(",")) - set(SYSTEMS)
+    if unknown:
+        raise SystemExit(f"unknown systems {sorted(unknown)}; known: {','.join(SYSTEMS)}")
     workdir = Path(tempfile.mkdtemp(prefix="bench-workers-"))
-    # One port per system for the whole run: Celery's app keeps its broker connections.
+    # One port per system for the whole run: Celery's app and Dramatiq's broker keep theirs.
     ports = {name: free_port() for name in args.systems.split(",")}
     for workload in args.workloads.split(","):
         for name in args.systems.split(","):
