@@ -27,9 +27,9 @@ pub struct ServeArgs {
     /// address is allowed. Port 0 picks a free port (the address is printed on stdout).
     #[arg(long, env = "SLUICE_LISTEN", value_name = "ADDR")]
     listen: Option<String>,
-    /// Also serve the frame protocol (send, receive, ack and nack over plain TCP, for clients
-    /// that want the lowest cost per message) on this address [default: off]. The same API
-    /// keys apply; without keys only a loopback address is allowed.
+    /// Also serve the frame protocol (send, receive and a worker's settlements over plain
+    /// TCP, for clients that want the lowest cost per message) on this address [default:
+    /// off]. The same API keys apply; without keys only a loopback address is allowed.
     #[arg(long, env = "SLUICE_FRAMES_LISTEN", value_name = "ADDR")]
     frames_listen: Option<String>,
     /// Also serve the Amazon SQS API (the AWS JSON and query protocols of the AWS SDKs and

@@ -42,7 +42,7 @@ fn in_front(line: &BTreeSet<(u64, u64)>, key: (u64, u64), n: usize) -> bool {
 
 /// Makes a parked member deliverable, and wakes the queue's long-polling receives: whatever
 /// let the group move on (an ack, a dead-lettering, a move) does not wake them itself.
-fn unpark(q: &mut QueueState, msgs: &mut HashMap<u64, Msg>, id: u64) {
+fn unpark(q: &mut QueueState, msgs: &mut super::IdMap<u64, Msg>, id: u64) {
     if let Some(m) = msgs.get_mut(&id)
         && m.slot() == Slot::Parked
     {
@@ -54,7 +54,7 @@ fn unpark(q: &mut QueueState, msgs: &mut HashMap<u64, Msg>, id: u64) {
 }
 
 /// Makes a deliverable member wait for its group.
-fn park(q: &mut QueueState, msgs: &mut HashMap<u64, Msg>, id: u64) {
+fn park(q: &mut QueueState, msgs: &mut super::IdMap<u64, Msg>, id: u64) {
     if let Some(m) = msgs.get_mut(&id)
         && m.slot() == Slot::Ready
     {
@@ -66,7 +66,7 @@ fn park(q: &mut QueueState, msgs: &mut HashMap<u64, Msg>, id: u64) {
 
 /// Whether due message `id` of `q` may be delivered: it has no group, or it is at the front of
 /// its group's line.
-fn deliverable(q: &QueueState, members: &HashMap<u64, Member>, id: u64) -> bool {
+fn deliverable(q: &QueueState, members: &super::IdMap<u64, Member>, id: u64) -> bool {
     let Some(m) = members.get(&id) else {
         return true;
     };
@@ -77,7 +77,12 @@ fn deliverable(q: &QueueState, members: &HashMap<u64, Member>, id: u64) -> bool 
 
 /// Where a due message goes when it leaves the delayed index: deliverable, or parked behind
 /// the front of its group's line.
-pub(super) fn due_slot(q: &QueueState, members: &HashMap<u64, Member>, m: &Msg, id: u64) -> Slot {
+pub(super) fn due_slot(
+    q: &QueueState,
+    members: &super::IdMap<u64, Member>,
+    m: &Msg,
+    id: u64,
+) -> Slot {
     if m.grouped() && !deliverable(q, members, id) {
         Slot::Parked
     } else {

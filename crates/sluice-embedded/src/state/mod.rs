@@ -51,28 +51,33 @@ pub(crate) struct Remembered {
     pub len: u32,
 }
 
+/// A map keyed by numbers the engine assigns itself (message ids, queue and segment
+/// numbers): hashed with FxHash, several times cheaper per lookup than the default SipHash,
+/// whose resistance to chosen keys these keys do not need.
+pub(crate) type IdMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+
 /// The whole in-memory state.
 pub(crate) struct State {
-    pub queues: HashMap<Qid, QueueState>,
+    pub queues: IdMap<Qid, QueueState>,
     pub names: BTreeMap<QueueName, Qid>,
     pub next_qid: Qid,
-    pub msgs: HashMap<u64, Msg>,
+    pub msgs: IdMap<u64, Msg>,
     /// The FIFO group membership of grouped live messages (those whose `Msg` is marked).
-    pub members: HashMap<u64, Member>,
-    pub done: HashMap<u64, Done>,
+    pub members: IdMap<u64, Member>,
+    pub done: IdMap<u64, Done>,
     pub done_order: VecDeque<(i64, u64)>,
     pub next_id: u64,
     pub next_token: u64,
     /// Tokens below this are covered by a durable [`Record::Tokens`] reservation.
     pub token_limit: u64,
     /// Bytes of live records per segment, to pick segments worth compacting.
-    pub live: HashMap<u32, u64>,
+    pub live: IdMap<u32, u64>,
     /// Which segment holds the history points taken at each time, for compaction.
     pub history_segs: BTreeMap<i64, u32>,
     /// Redrive jobs, running and recently finished.
     pub jobs: BTreeMap<u64, sluice_core::RedriveJob>,
     /// The last progress of running tasks; advisory, so kept in memory only.
-    pub progress: HashMap<u64, sluice_core::Progress>,
+    pub progress: IdMap<u64, sluice_core::Progress>,
     /// The keys of messages with errors, sources or dead-letter information, for summaries.
     pub summary: summary::SummaryIndex,
     /// Schedules by name, each as of its latest record.
@@ -86,20 +91,20 @@ impl State {
     /// An empty state holding the catalog's queues.
     pub fn new(queues: &[CatalogQueue], next_qid: Qid) -> Self {
         let mut s = State {
-            queues: HashMap::new(),
+            queues: IdMap::default(),
             names: BTreeMap::new(),
             next_qid,
-            msgs: HashMap::new(),
-            members: HashMap::new(),
-            done: HashMap::new(),
+            msgs: IdMap::default(),
+            members: IdMap::default(),
+            done: IdMap::default(),
             done_order: VecDeque::new(),
             next_id: 1,
             next_token: 1,
             token_limit: 0,
-            live: HashMap::new(),
+            live: IdMap::default(),
             idem: HashMap::new(),
             idem_order: VecDeque::new(),
-            progress: HashMap::new(),
+            progress: IdMap::default(),
             summary: Default::default(),
             jobs: BTreeMap::new(),
             schedules: BTreeMap::new(),
@@ -678,7 +683,7 @@ pub(crate) const TOKEN_BLOCK: u64 = 1 << 16;
 /// before their `result_ttl`, so a high ack rate cannot exhaust RAM.
 pub(crate) const MAX_COMPLETED: usize = 1_000_000;
 
-fn sub_live(live: &mut HashMap<u32, u64>, loc: Loc, len: u32) {
+fn sub_live(live: &mut IdMap<u32, u64>, loc: Loc, len: u32) {
     if let Some(v) = live.get_mut(&loc.seg) {
         *v = v.saturating_sub(u64::from(len));
     }
