@@ -51,6 +51,8 @@ pub(crate) struct Core {
     pub(crate) state: State,
     pub(crate) log: Log,
     pub(crate) audit: crate::audit::AuditLog,
+    /// The queue catalog's journal; changes are appended here before they are applied.
+    pub(crate) catalog: crate::catalog::Journal,
 }
 
 impl Inner {
@@ -345,7 +347,7 @@ impl Core {
         }
     }
 
-    /// The catalog of the current queues, to be written after a change.
+    /// The catalog of the current queues, for a new snapshot.
     pub(crate) fn catalog(&self) -> Catalog {
         let mut queues: Vec<CatalogQueue> = self
             .state

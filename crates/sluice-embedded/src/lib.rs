@@ -3,7 +3,8 @@
 //!
 //! Layout of a data directory:
 //! - `LOCK`: held by the process serving it;
-//! - `queues.json`: the queue catalog, replaced atomically;
+//! - `queues.json` and `queues.journal`: the queue catalog, a snapshot replaced atomically and
+//!   the changes since, appended;
 //! - `log/NNNNNNNNNN.log`: the append-only log of checksummed records, in segments;
 //! - `audit/audit-NNNNNNNNNN.jsonl`: the audit log, JSON lines, rotated by size.
 //!

@@ -93,7 +93,7 @@ impl EmbeddedStore {
         if lock.try_lock().is_err() {
             return Err(OpenError::Locked(dir));
         }
-        let cat = catalog::load(&dir)?;
+        let (cat, catalog) = catalog::open(&dir)?;
         let mut state = State::new(&cat.queues, cat.next_qid);
         let segments = log::list_segments(&log_dir)?;
         let mut stats = ReplayStats::default();
@@ -122,7 +122,12 @@ impl EmbeddedStore {
         let inner = Arc::new(Inner {
             dir,
             clock: options.clock,
-            core: Mutex::new(Core { state, log, audit }),
+            core: Mutex::new(Core {
+                state,
+                log,
+                audit,
+                catalog,
+            }),
             durable,
             sync,
             relaxed: options.sync_interval.is_some(),

@@ -412,3 +412,112 @@ async fn empty_segments_do_not_block_compaction() {
     );
     assert_eq!(visible(&store).await, 3);
 }
+
+/// The queue catalog is a snapshot plus a journal of changes: thousands of creates, updates
+/// and deletes (enough for several snapshots) come back exactly after a restart.
+#[tokio::test]
+async fn the_queue_catalog_survives_restarts_across_snapshots() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(dir.path()).expect("open");
+    let n = 3_000;
+    for i in 0..n {
+        let name = QueueName::new(format!("tenant-{i:05}")).expect("name");
+        let patch = QueueConfigPatch {
+            max_receive_count: Some(i % 7 + 1),
+            dead_letter_queue: Some(Some(QueueName::new("shared.dlq").expect("name"))),
+            ..Default::default()
+        };
+        store.put_queue(&name, &patch).await.expect("create");
+    }
+    for i in (0..n).step_by(3) {
+        let name = QueueName::new(format!("tenant-{i:05}")).expect("name");
+        store.delete_queue(&name).await.expect("delete");
+    }
+    drop(store);
+    let snapshot = std::fs::read_to_string(dir.path().join("queues.json")).expect("snapshot");
+    assert!(snapshot.contains("tenant-01000"), "a snapshot was taken");
+    let journal = std::fs::read_to_string(dir.path().join("queues.journal")).expect("journal");
+    assert!(
+        journal.lines().count() < 2_000,
+        "the journal was emptied by the snapshots ({} lines)",
+        journal.lines().count()
+    );
+    let store = open(dir.path()).expect("reopen");
+    let queues = store.list_queues().await.expect("list");
+    let tenants: Vec<_> = queues
+        .iter()
+        .filter(|q| q.name.as_str().starts_with("tenant-"))
+        .collect();
+    assert_eq!(tenants.len(), n as usize - (n as usize).div_ceil(3));
+    for q in tenants {
+        let i: u32 = q.name.as_str()[7..12].parse().expect("number");
+        assert_ne!(i % 3, 0, "{} was deleted", q.name);
+        assert_eq!(q.config.max_receive_count, i % 7 + 1, "{}", q.name);
+    }
+}
+
+/// A queue created before the rule that a new name may not hold empty dot-separated parts
+/// (`a..b`) stays usable: it is read, sent to, received from and deleted as before.
+#[tokio::test]
+async fn a_queue_named_under_the_old_rule_stays_usable() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(dir.path()).expect("open");
+    let patch = QueueConfigPatch {
+        max_receive_count: Some(0),
+        dead_letter_queue: Some(None),
+        ..Default::default()
+    };
+    store
+        .put_queue(&QueueName::new("old.xname").expect("name"), &patch)
+        .await
+        .expect("create");
+    assert!(
+        store
+            .put_queue(&QueueName::new("old..name").expect("name"), &patch)
+            .await
+            .is_err(),
+        "the rule refuses such a name for a new queue"
+    );
+    drop(store);
+    // Rename it on disk to what an older broker accepted, keeping each journal line's checksum
+    // right, as that broker would have written it.
+    let path = dir.path().join("queues.journal");
+    let journal = std::fs::read_to_string(&path).expect("journal");
+    let mut rewritten = String::new();
+    for line in journal.lines() {
+        let json = line[9..].replace("old.xname", "old..name");
+        rewritten.push_str(&format!("{:08x} {json}\n", crc32c::crc32c(json.as_bytes())));
+    }
+    std::fs::write(&path, rewritten).expect("write journal");
+
+    let store = open(dir.path()).expect("reopen");
+    let old = QueueName::new("old..name").expect("an existing name still parses");
+    store.get_queue(&old).await.expect("read");
+    store
+        .put_queue(
+            &old,
+            &QueueConfigPatch {
+                visibility_timeout: Some(Duration::from_secs(5)),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("reconfigure");
+    store
+        .send(&old, vec![NewMessage::new(Body::text("still here"))])
+        .await
+        .expect("send");
+    let got = store
+        .receive(
+            &old,
+            ReceiveRequest {
+                max: 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("receive");
+    assert_eq!(got.len(), 1);
+    store.delete_queue(&old).await.expect("delete");
+    assert!(store.get_queue(&old).await.is_err());
+}

@@ -1,12 +1,12 @@
 //! Queues: creating, updating, reading, listing, deleting and purging them. The catalog
-//! write and the in-memory change happen under one lock.
+//! change (one journal line) and the in-memory change happen under one lock.
 
 use sluice_core::{
     PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, StoreError,
 };
 
-use crate::catalog::{self, CatalogQueue};
-use crate::core::Inner;
+use crate::catalog::{CatalogQueue, Change};
+use crate::core::{Core, Inner};
 use crate::journal::record::Record;
 
 /// `put_queue`, or with `create_only` `create_queue`: the existence check and the write
@@ -61,13 +61,20 @@ pub(crate) fn put(
             next_qid - 1
         }
     };
-    let mut cat = core.catalog();
-    cat.next_qid = next_qid;
-    cat.queues.extend(new_queues.iter().cloned());
-    if let Some(q) = cat.queues.iter_mut().find(|q| q.qid == qid) {
-        q.config = config.clone();
+    let mut changed = new_queues.clone();
+    match changed.iter_mut().find(|q| q.qid == qid) {
+        Some(q) => q.config = config.clone(),
+        None => changed.push(CatalogQueue {
+            qid,
+            name: name.clone(),
+            config: config.clone(),
+            created_at: core.state.queues[&qid].created_at,
+        }),
     }
-    catalog::store(&inner.dir, &cat)?;
+    core.catalog.append(&Change::Put {
+        queues: changed,
+        next_qid,
+    })?;
     core.state.next_qid = next_qid;
     for q in &new_queues {
         core.state.add_queue(q);
@@ -80,6 +87,7 @@ pub(crate) fn put(
         // More (or fewer) members at the front of each FIFO group's line may be delivered.
         core.state.regroup_queue(qid);
     }
+    snapshot_if_due(&mut core);
     Ok(PutQueueOutcome {
         queue: core.info(qid),
         created: existing.is_none(),
@@ -120,13 +128,24 @@ pub(crate) fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> 
             user.name.as_str()
         )));
     }
-    let mut cat = core.catalog();
-    cat.queues.retain(|q| q.qid != qid);
-    catalog::store(&inner.dir, &cat)?;
+    core.catalog.append(&Change::Delete { qid })?;
     let notify = core.state.queues[&qid].notify.clone();
     core.state.drop_queue(qid);
     notify.notify_waiters();
+    snapshot_if_due(&mut core);
     Ok(())
+}
+
+/// Writes a new catalog snapshot once the journal has grown to the catalog's size. The change
+/// before it is already durable in the journal, so a failure here only delays the snapshot.
+fn snapshot_if_due(core: &mut Core) {
+    if !core.catalog.wants_snapshot(core.state.queues.len()) {
+        return;
+    }
+    let cat = core.catalog();
+    if let Err(e) = core.catalog.snapshot(&cat) {
+        tracing::warn!(error = %e, "could not write a queue catalog snapshot; the journal keeps every change and the next change tries again");
+    }
 }
 
 /// Removes every message of a queue; returns how many there were.

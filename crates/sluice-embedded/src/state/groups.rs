@@ -13,7 +13,7 @@
 //! Every change costs O(log n + N); nothing here scans a queue, and a message without a group
 //! never reaches this code (its `Msg` says so in a bit).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use sluice_core::{GroupName, Timestamp};
