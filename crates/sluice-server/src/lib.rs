@@ -59,6 +59,8 @@ pub struct ServerOptions {
     /// Header-read and idle timeouts and the cap on open connections, applied to every
     /// listener (see [`connections`]).
     pub connections: ConnectionLimits,
+    /// Which queues get series of their own in `/metrics`.
+    pub metrics: metrics::MetricsScope,
 }
 
 impl Default for ServerOptions {
@@ -70,6 +72,7 @@ impl Default for ServerOptions {
             push_allow_http: false,
             tls: None,
             connections: ConnectionLimits::default(),
+            metrics: metrics::MetricsScope::default(),
         }
     }
 }
@@ -185,7 +188,7 @@ impl Broker {
             store,
             keys: Arc::new(options.keys.clone()),
             shutdown: Arc::new(tx),
-            metrics: Arc::new(metrics::Metrics::default()),
+            metrics: Arc::new(metrics::Metrics::new(options.metrics.clone())),
             push_allow_http: options.push_allow_http,
         };
         Broker {

@@ -50,8 +50,44 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 24))
 }
 
+/// Which queues get series of their own in `/metrics` (gauges, counters and histograms);
+/// totals over every queue are always there. With thousands of queues a scrape of every
+/// queue's series is megabytes that a monitoring system must store; this keeps it bounded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsScope {
+    /// Queue name patterns (`*` matches any run of characters, e.g. `orders*`).
+    pub queues: Vec<String>,
+    /// Most queues with series of their own, the first in name order among those matching.
+    pub max_queues: usize,
+}
+
+/// Default [`MetricsScope::max_queues`].
+pub const DEFAULT_METRICS_MAX_QUEUES: usize = 1_000;
+
+impl Default for MetricsScope {
+    fn default() -> Self {
+        MetricsScope {
+            queues: vec!["*".to_owned()],
+            max_queues: DEFAULT_METRICS_MAX_QUEUES,
+        }
+    }
+}
+
+impl MetricsScope {
+    /// True when `queue` matches one of the patterns.
+    pub fn selects(&self, queue: &str) -> bool {
+        self.queues
+            .iter()
+            .any(|p| p == "*" || crate::auth::glob_match(p, queue))
+    }
+}
+
 /// The histograms this node observes.
 pub struct Metrics {
+    scope: MetricsScope,
+    /// The queues with histograms of their own (at most `scope.max_queues`, the first to
+    /// have traffic on this node among those the patterns select).
+    histogram_queues: Mutex<std::collections::HashSet<String>>,
     queue_wait: Family<QueueLabel, Histogram>,
     processing: Family<QueueLabel, Histogram>,
     /// When each delivery this node handed out left it; ids are unique across queues.
@@ -64,7 +100,16 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
+        Metrics::new(MetricsScope::default())
+    }
+}
+
+impl Metrics {
+    /// Metrics with series for the queues `scope` selects.
+    pub fn new(scope: MetricsScope) -> Self {
         Metrics {
+            scope,
+            histogram_queues: Mutex::default(),
             queue_wait: Family::new_with_constructor(seconds_histogram),
             processing: Family::new_with_constructor(seconds_histogram),
             leased: Mutex::new(HashMap::new()),
@@ -77,22 +122,22 @@ impl Default for Metrics {
             connections_refused: Family::default(),
         }
     }
-}
 
-impl Metrics {
     /// Observes deliveries just handed out. One lookup of the queue's series and one clock
     /// reading per call, not per message: a receive of a hundred pays for one.
     pub fn delivered(&self, queue: &QueueName, deliveries: &[Delivery]) {
         if deliveries.is_empty() {
             return;
         }
-        let now = SystemClock.now();
-        let label = QueueLabel {
-            queue: queue.to_string(),
-        };
-        let wait = self.queue_wait.get_or_create(&label);
-        for d in deliveries.iter().filter(|d| d.receive_count == 1) {
-            wait.observe(now.since(d.enqueued_at).as_secs_f64());
+        if self.histograms_for(queue) {
+            let now = SystemClock.now();
+            let label = QueueLabel {
+                queue: queue.to_string(),
+            };
+            let wait = self.queue_wait.get_or_create(&label);
+            for d in deliveries.iter().filter(|d| d.receive_count == 1) {
+                wait.observe(now.since(d.enqueued_at).as_secs_f64());
+            }
         }
         let handed_out = Instant::now();
         let mut leased = self.leased.lock().unwrap_or_else(|p| p.into_inner());
@@ -100,6 +145,25 @@ impl Metrics {
             leased.clear();
         }
         leased.extend(deliveries.iter().map(|d| (d.id, handed_out)));
+    }
+
+    /// True when `queue` has (or may now get) histograms of its own.
+    fn histograms_for(&self, queue: &QueueName) -> bool {
+        if !self.scope.selects(queue.as_str()) {
+            return false;
+        }
+        let mut known = self
+            .histogram_queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if known.contains(queue.as_str()) {
+            return true;
+        }
+        if known.len() >= self.scope.max_queues {
+            return false;
+        }
+        known.insert(queue.to_string());
+        true
     }
 
     /// Observes the acknowledgements that took, on `queue`, of deliveries this node handed
@@ -111,7 +175,7 @@ impl Metrics {
                 .filter_map(|id| leased.remove(&id))
                 .collect()
         };
-        if since.is_empty() {
+        if since.is_empty() || !self.histograms_for(queue) {
             return;
         }
         let processing = self.processing.get_or_create(&QueueLabel {
@@ -164,7 +228,8 @@ impl Metrics {
             .remove(&id);
     }
 
-    /// Renders every metric in the Prometheus text format.
+    /// Renders every metric in the Prometheus text format: totals over every queue, and series
+    /// of their own for the queues the scope selects.
     ///
     /// # Errors
     /// The store's error when queues cannot be listed.
@@ -255,10 +320,82 @@ impl Metrics {
             "Connections this broker node closed at once because the listener had max_connections open",
             self.connections_refused.clone(),
         );
+        let all = |registry: &mut Registry, name: &str, help: &str| {
+            let g = Gauge::<i64>::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let queues = all(&mut registry, "queues", "Queues on the broker");
+        let without_series = all(
+            &mut registry,
+            "queues_without_series",
+            "Queues left out of the per-queue series by metrics_queues or metrics_max_queues (they count in the all_queues totals)",
+        );
+        let all_visible = all(
+            &mut registry,
+            "all_queues_visible",
+            "Visible messages over every queue",
+        );
+        let all_delayed = all(
+            &mut registry,
+            "all_queues_delayed",
+            "Delayed messages over every queue",
+        );
+        let all_in_flight = all(
+            &mut registry,
+            "all_queues_in_flight",
+            "Leased messages over every queue",
+        );
+        let oldest = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "all_queues_oldest_visible_age_seconds",
+            "The longest any visible message of any queue has been ready",
+            oldest.clone(),
+        );
+        let total = |registry: &mut Registry, name: &str, help: &str| {
+            let c = Counter::<u64>::default();
+            registry.register(name, help, c.clone());
+            c
+        };
+        let totals = [
+            total(
+                &mut registry,
+                "all_queues_messages_sent",
+                "Messages stored by send, over every queue",
+            ),
+            total(
+                &mut registry,
+                "all_queues_messages_acked",
+                "Acknowledgements, over every queue",
+            ),
+            total(
+                &mut registry,
+                "all_queues_messages_dead_lettered",
+                "Messages dead-lettered, over every queue",
+            ),
+        ];
+        let (mut count, mut shown, mut left_out) = (0i64, 0usize, 0i64);
+        let mut oldest_age = 0f64;
         for q in store.list_queues().await? {
             let Ok(s) = store.stats(&q.name).await else {
                 continue;
             };
+            count += 1;
+            all_visible.inc_by(i64::try_from(s.visible).unwrap_or(i64::MAX));
+            all_delayed.inc_by(i64::try_from(s.delayed).unwrap_or(i64::MAX));
+            all_in_flight.inc_by(i64::try_from(s.in_flight).unwrap_or(i64::MAX));
+            oldest_age = oldest_age.max(s.oldest_visible_age.as_secs_f64());
+            for (c, v) in totals
+                .iter()
+                .zip([s.totals.sent, s.totals.acked, s.totals.dead_lettered])
+            {
+                c.inc_by(v);
+            }
+            if shown >= self.scope.max_queues || !self.scope.selects(q.name.as_str()) {
+                left_out += 1;
+                continue;
+            }
+            shown += 1;
             let l = QueueLabel {
                 queue: q.name.to_string(),
             };
@@ -285,6 +422,9 @@ impl Metrics {
                 f.get_or_create(&l).inc_by(v);
             }
         }
+        queues.set(count);
+        without_series.set(left_out);
+        oldest.set(oldest_age);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry).map_err(|e| {
             sluice_core::StoreError::unavailable(format!("cannot render metrics: {e}"))

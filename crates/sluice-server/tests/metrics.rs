@@ -100,3 +100,83 @@ async fn metrics_parse_and_agree_with_the_operations() {
         "three first deliveries:\n{text}"
     );
 }
+
+/// With `metrics_queues` and `metrics_max_queues`, only the selected queues (at most that
+/// many, in name order) get series of their own; the totals count every queue.
+#[tokio::test]
+async fn only_selected_queues_get_series_and_totals_count_them_all() {
+    let s = common::start_with(sluice_server::ServerOptions {
+        metrics: sluice_server::metrics::MetricsScope {
+            queues: vec!["orders*".to_owned()],
+            max_queues: 2,
+        },
+        ..Default::default()
+    })
+    .await;
+    let plain = json!({ "max_receive_count": 0, "dead_letter_queue": null });
+    for q in ["orders.a", "orders.b", "orders.c", "billing"] {
+        s.put_queue(q, plain.clone()).await;
+        s.send(q, json!(1)).await;
+    }
+    s.send("billing", json!(2)).await;
+    let got = s.receive("billing", json!({ "max": 1 })).await;
+    assert_eq!(got.len(), 1);
+    let got = s.receive("orders.c", json!({ "max": 1 })).await;
+    assert_eq!(got.len(), 1);
+
+    let text = s
+        .client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text parses");
+    let with_series = |metric: &str| {
+        scrape
+            .samples
+            .iter()
+            .filter(|x| x.metric.starts_with(metric))
+            .filter_map(|x| x.labels.get("queue"))
+            .collect::<std::collections::BTreeSet<&str>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+    };
+    // Gauges and counters: the first two selected queues by name.
+    assert_eq!(
+        with_series("sluice_queue_visible"),
+        ["orders.a", "orders.b"],
+        "{text}"
+    );
+    assert_eq!(
+        with_series("sluice_messages_sent"),
+        ["orders.a", "orders.b"]
+    );
+    // Histograms: selected queues with traffic on this node, at most two; never billing.
+    assert_eq!(
+        with_series("sluice_queue_wait_seconds"),
+        ["orders.c"],
+        "{text}"
+    );
+    let total = |name: &str| {
+        scrape
+            .samples
+            .iter()
+            .find(|x| x.metric == name)
+            .map(|x| match x.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            })
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+    };
+    assert_eq!(total("sluice_queues"), 4.0);
+    assert_eq!(total("sluice_queues_without_series"), 2.0);
+    assert_eq!(total("sluice_all_queues_visible"), 3.0);
+    assert_eq!(total("sluice_all_queues_in_flight"), 2.0);
+    assert_eq!(total("sluice_all_queues_messages_sent_total"), 5.0);
+}

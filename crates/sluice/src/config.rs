@@ -17,6 +17,8 @@
 //! # allow_plaintext = true        # keys off loopback without TLS: a TLS proxy is in front
 //! # header_read_timeout = "10s"   # a request's headers (or a stalled frame), TLS included
 //! # idle_timeout = "75s"          # no request in progress (long polls are in progress)
+//! # metrics_queues = ["orders*"]  # queues with /metrics series of their own (default all)
+//! # metrics_max_queues = 1000     # at most this many of them
 //! # max_connections = 4096        # per listener; more are closed at once
 //! # or, for several broker nodes sharing one database:
 //! # store = "postgres://sluice@db.internal:5432/sluice"
@@ -83,6 +85,10 @@ pub struct FileConfig {
     pub idle_timeout: Option<String>,
     /// Most open connections on each listener.
     pub max_connections: Option<usize>,
+    /// Queue name patterns with series of their own in /metrics.
+    pub metrics_queues: Option<Vec<String>>,
+    /// Most queues with series of their own in /metrics.
+    pub metrics_max_queues: Option<usize>,
     /// Queues to create or update at start-up.
     #[serde(default)]
     pub queues: Vec<toml::Table>,

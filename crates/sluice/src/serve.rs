@@ -69,6 +69,20 @@ pub struct ServeArgs {
     /// the open-file limit needs it].
     #[arg(long, env = "SLUICE_MAX_CONNECTIONS", value_name = "N")]
     max_connections: Option<usize>,
+    /// Queues with series of their own in /metrics, as comma-separated name patterns (`*`
+    /// matches any run of characters, e.g. `orders*,billing`); every queue counts in the
+    /// `all_queues` totals [default: *].
+    #[arg(
+        long,
+        env = "SLUICE_METRICS_QUEUES",
+        value_name = "PATTERNS",
+        value_delimiter = ','
+    )]
+    metrics_queues: Option<Vec<String>>,
+    /// Most queues with series of their own in /metrics, the first in name order among
+    /// those --metrics-queues selects [default: 1000].
+    #[arg(long, env = "SLUICE_METRICS_MAX_QUEUES", value_name = "N")]
+    metrics_max_queues: Option<usize>,
     /// TOML config file: `listen`, `frames_listen`, `data_dir`, `sync_interval`, `store`,
     /// `node_id`, `[[queues]]`, `[[keys]]`.
     #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]
@@ -227,6 +241,7 @@ struct Settings {
     tls: Option<sluice_server::tls::TlsConfig>,
     allow_plaintext: bool,
     connections: sluice_server::ConnectionLimits,
+    metrics: sluice_server::metrics::MetricsScope,
 }
 
 impl Settings {
@@ -283,6 +298,8 @@ impl Settings {
             "header_read_timeout_ms": self.connections.header_read_timeout.as_millis() as u64,
             "idle_timeout_ms": self.connections.idle_timeout.as_millis() as u64,
             "max_connections": self.connections.max_connections,
+            "metrics_queues": self.metrics.queues,
+            "metrics_max_queues": self.metrics.max_queues,
             "authentication": !self.keys.is_empty(),
             "keys": keys,
             "sqs_keys": sqs_keys,
@@ -380,6 +397,22 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         listeners,
     )?;
     let push_allow_http = args.push_allow_http || file.push_allow_http.unwrap_or(false);
+    let metrics = sluice_server::metrics::MetricsScope {
+        queues: args
+            .metrics_queues
+            .or(file.metrics_queues.clone())
+            .unwrap_or_else(|| vec!["*".to_owned()]),
+        max_queues: args
+            .metrics_max_queues
+            .or(file.metrics_max_queues)
+            .unwrap_or(sluice_server::metrics::DEFAULT_METRICS_MAX_QUEUES),
+    };
+    if metrics.queues.iter().any(|p| p.trim().is_empty()) {
+        bail!(
+            "--metrics-queues (metrics_queues) holds an empty pattern; give queue names or \
+             patterns such as orders*"
+        );
+    }
     let mut queues = Vec::with_capacity(decls.len());
     for q in decls {
         let patch = q
@@ -418,6 +451,7 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         tls,
         allow_plaintext,
         connections,
+        metrics,
     })
 }
 
@@ -566,6 +600,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         sqs_keys,
         sqs_public_url,
         connections: settings_connections,
+        metrics,
         ..
     } = settings;
     let store: Arc<dyn Store> = match choice {
@@ -631,6 +666,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         push_allow_http,
         tls: tls.clone(),
         connections: settings_connections,
+        metrics,
         ..ServerOptions::default()
     };
     if options.keys.is_empty() {
