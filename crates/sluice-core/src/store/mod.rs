@@ -57,7 +57,8 @@ pub use inspection::Inspection;
 #[cfg(feature = "store")]
 pub use messaging::Messaging;
 pub use queue_page::{
-    DEFAULT_QUEUE_PAGE, MAX_QUEUE_PAGE, QueuePage, QueuePageRequest, QueueRange, queue_cursor,
+    DEFAULT_QUEUE_PAGE, MAX_QUEUE_PAGE, QUEUE_CURSOR_PATTERN, QueuePage, QueuePageRequest,
+    QueueRange, queue_cursor,
 };
 #[cfg(feature = "store")]
 pub use records::Records;

@@ -7,9 +7,6 @@
 //! deleted during the walk may or may not appear, and never twice), and a page costs the same
 //! however many queues there are.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-
 use crate::config::QueueInfo;
 use crate::error::StoreError;
 use crate::name::{MAX_QUEUE_NAME_LEN, QueueName};
@@ -20,6 +17,13 @@ pub const DEFAULT_QUEUE_PAGE: u32 = 1000;
 
 /// Largest page of a queue listing.
 pub const MAX_QUEUE_PAGE: u32 = 1000;
+
+/// Every cursor a listing hands out and accepts, as a regular expression: lower-case hex of
+/// a queue name's bytes (each one of `[A-Za-z0-9_.-]`), 1 to 80 of them. Clients treat the
+/// cursor as opaque; the API document states the pattern so that what it allows is exactly
+/// what the broker accepts.
+pub const QUEUE_CURSOR_PATTERN: &str =
+    "^(?:2[de]|3[0-9]|4[1-9a-f]|5[0-9af]|6[1-9a-f]|7[0-9a]){1,80}$";
 
 /// A page request for listing queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,12 +118,18 @@ impl QueueRange {
     }
 }
 
-/// The cursor that continues a listing after `last`: the name in URL-safe base64 (no padding).
-/// Clients treat it as opaque.
+/// The cursor that continues a listing after `last`: the name's bytes in lower-case hex
+/// ([`QUEUE_CURSOR_PATTERN`]). Clients treat it as opaque.
 pub fn queue_cursor(last: &QueueName) -> String {
-    URL_SAFE_NO_PAD.encode(last.as_str())
+    use std::fmt::Write as _;
+    last.as_str().bytes().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
+/// The queue name a cursor continues after; anything [`queue_cursor`] does not hand out is
+/// refused (upper-case hex too, so the document's pattern is exact).
 fn decode_cursor(cursor: &str) -> Result<QueueName, StoreError> {
     let bad = || {
         StoreError::invalid(
@@ -127,7 +137,20 @@ fn decode_cursor(cursor: &str) -> Result<QueueName, StoreError> {
              or leave it out to start at the first queue",
         )
     };
-    let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    if cursor.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let bytes = cursor
+        .as_bytes()
+        .chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect::<Option<Vec<u8>>>()
+        .ok_or_else(bad)?;
     let name = String::from_utf8(bytes).map_err(|_| bad())?;
     QueueName::new(name).map_err(|_| bad())
 }
@@ -169,14 +192,42 @@ mod tests {
         let name = QueueName::new("orders.v2_high-prio").unwrap();
         let c = queue_cursor(&name);
         assert_eq!(req("", 10, Some(&c)).range().unwrap().after, Some(name));
-        // Not base64, base64 of bytes that are not text, of text that is no queue name.
-        let not_a_name = URL_SAFE_NO_PAD.encode("has space");
-        let not_text = URL_SAFE_NO_PAD.encode([0xff, 0xfe]);
-        for bad in ["!!", "a", "=", not_text.as_str(), not_a_name.as_str(), ""] {
+        assert_eq!(c, "6f72646572732e76325f686967682d7072696f");
+        // Not hex, odd, upper case, bytes that are not text, text that is no queue name
+        // ("a b"), too long a name, nothing.
+        let long = "61".repeat(81);
+        for bad in ["!!", "a", "6F", "fffe", "612062", long.as_str(), ""] {
             let e = req("", 10, Some(bad)).range().expect_err(bad);
             assert_eq!(e.code(), ErrorCode::InvalidArgument, "{bad}");
             assert!(e.to_string().contains("next_cursor"), "{e}");
         }
+    }
+
+    #[test]
+    fn the_pattern_admits_exactly_the_bytes_of_names() {
+        // Each byte's two digits as the pattern's alternatives spell them.
+        let admitted = |b: u8| {
+            let (hi, lo) = (b >> 4, b & 15);
+            match hi {
+                2 => lo == 0xd || lo == 0xe,
+                3 => lo <= 9,
+                4 | 6 => lo >= 1,
+                5 => lo <= 0xa || lo == 0xf,
+                7 => lo <= 0xa,
+                _ => false,
+            }
+        };
+        for b in 0..=255u8 {
+            let in_names = b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-');
+            assert_eq!(admitted(b), in_names, "byte {b:#x}");
+            let cursor = format!("{b:02x}");
+            assert_eq!(
+                req("", 1, Some(&cursor)).range().is_ok(),
+                in_names,
+                "cursor {cursor}"
+            );
+        }
+        assert!(QUEUE_CURSOR_PATTERN.ends_with("){1,80}$"));
     }
 
     #[test]
