@@ -142,7 +142,7 @@ fn decode_cursor(cursor: &str) -> Result<QueueName, StoreError> {
         b'a'..=b'f' => Some(c - b'a' + 10),
         _ => None,
     };
-    if cursor.len() % 2 != 0 {
+    if !cursor.len().is_multiple_of(2) {
         return Err(bad());
     }
     let bytes = cursor
