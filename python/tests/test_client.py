@@ -58,6 +58,30 @@ def test_create_queue_refuses_an_existing_queue(client: sluice.Client, queue: st
     assert client.get_queue(queue).config.max_receive_count == 3, "left unchanged"
 
 
+def test_queue_listing_follows_pages_or_answers_one(client: sluice.Client, queue: str) -> None:
+    # The session's broker is shared: everything here is under this test's own prefix.
+    names = [f"{queue}.{i}" for i in range(5)]
+    for n in names:
+        client.create_queue(n, max_receive_count=0, dead_letter_queue=sluice.CLEAR)
+    assert [q.name for q in client.list_queues(prefix=f"{queue}.")] == names
+    assert set(names) <= {q.name for q in client.list_queues()}
+    first = client.list_queues_page(prefix=f"{queue}.", limit=2)
+    assert [q.name for q in first.queues] == names[:2] and first.next_cursor
+    walked, cursor = [], None
+    while True:
+        page = client.list_queues_page(prefix=f"{queue}.", limit=2, cursor=cursor)
+        walked += [q.name for q in page.queues]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert walked == names
+    with pytest.raises(ApiError) as e:
+        client.list_queues_page(cursor="garbage")
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT and "next_cursor" in str(e.value)
+    for n in names:
+        client.delete_queue(n)
+
+
 def test_routing_errors_have_their_own_codes(client: sluice.Client) -> None:
     with pytest.raises(ApiError) as e:
         client._t.request("GET", "/v1/nothing", idempotent=True)

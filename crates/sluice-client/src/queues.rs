@@ -2,7 +2,7 @@
 //! `POST /v1/queues/{q}/pause|resume|purge`.
 
 use reqwest::Method;
-use sluice_wire::{PurgeResponse, QueueConfigRequest, QueueList, QueueView};
+use sluice_wire::{PurgeResponse, QueueConfigRequest, QueueList, QueueListQuery, QueueView};
 
 use crate::client::{Call, Client, queue};
 use crate::error::{Error, Result};
@@ -18,19 +18,63 @@ pub struct QueuePut {
 }
 
 impl Client {
-    /// Every queue the token may see, by name.
+    /// Every queue the token may see, by name: follows the listing's pages to the end (see
+    /// [`Client::list_queues_page`] for one page at a time).
     ///
     /// # Errors
     /// [`Error::Api`] (e.g. `unauthenticated`), [`Error::Transport`], [`Error::Decode`].
     pub async fn list_queues(&self) -> Result<Vec<QueueView>> {
-        let list: QueueList = self
-            .call_json(Call::new(
-                Method::GET,
-                "/v1/queues".into(),
-                Safety::Idempotent,
-            ))
-            .await?;
-        Ok(list.queues)
+        self.list_queues_by_prefix("").await
+    }
+
+    /// Every queue the token may see whose name starts with `prefix`, by name, following the
+    /// listing's pages to the end. A queue that exists for the whole walk is listed exactly
+    /// once.
+    ///
+    /// # Errors
+    /// `invalid_argument` for a prefix no queue name can start with, and as
+    /// [`Client::list_queues`].
+    pub async fn list_queues_by_prefix(&self, prefix: &str) -> Result<Vec<QueueView>> {
+        let mut query = QueueListQuery {
+            prefix: (!prefix.is_empty()).then(|| prefix.to_owned()),
+            ..QueueListQuery::default()
+        };
+        let mut queues = Vec::new();
+        loop {
+            let page = self.list_queues_page(&query).await?;
+            queues.extend(page.queues);
+            match page.next_cursor {
+                // Pages move forward by name: a cursor handed back unchanged would never end.
+                Some(next) if query.cursor.as_ref() == Some(&next) => {
+                    return Err(Error::Decode(format!(
+                        "the broker answered the same next_cursor ({next}) twice while listing queues"
+                    )));
+                }
+                Some(next) => query.cursor = Some(next),
+                None => return Ok(queues),
+            }
+        }
+    }
+
+    /// One page of the queues the token may see, by name: those starting with
+    /// `query.prefix`, at most `query.limit` (1 – 1000, default 1000), after `query.cursor`.
+    /// Pass the answer's `next_cursor` as `query.cursor` for the next page; it is `None` at
+    /// the end.
+    ///
+    /// # Errors
+    /// `invalid_argument` for a bad prefix, limit or cursor, and as [`Client::list_queues`].
+    pub async fn list_queues_page(&self, query: &QueueListQuery) -> Result<QueueList> {
+        let mut call = Call::new(Method::GET, "/v1/queues".into(), Safety::Idempotent);
+        if let Some(p) = &query.prefix {
+            call.query.push(("prefix", p.clone()));
+        }
+        if let Some(l) = query.limit {
+            call.query.push(("limit", l.to_string()));
+        }
+        if let Some(c) = &query.cursor {
+            call.query.push(("cursor", c.clone()));
+        }
+        self.call_json(call).await
     }
 
     /// One queue's configuration.

@@ -2,7 +2,7 @@
 
 mod common;
 
-use sluice_client::wire::{QueueConfigRequest, RateLimitWire};
+use sluice_client::wire::{QueueConfigRequest, QueueListQuery, RateLimitWire};
 use sluice_client::{Error, ErrorCode, OutgoingMessage};
 
 #[tokio::test]
@@ -136,5 +136,50 @@ async fn create_queue_refuses_an_existing_queue() {
     assert_eq!(err.status(), Some(409));
     let q = c.get_queue("orders").await.expect("get");
     assert_eq!(q.config.max_receive_count, 3, "left unchanged");
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn listings_follow_the_cursor_or_answer_one_page() {
+    let srv = common::start().await;
+    let c = &srv.client;
+    let no_dlq = QueueConfigRequest {
+        max_receive_count: Some(0),
+        dead_letter_queue: Some(None),
+        ..Default::default()
+    };
+    for name in ["b.2", "a.1", "b.1", "b.3", "c.1"] {
+        c.create_queue(name, &no_dlq).await.expect("create");
+    }
+    let names = |qs: Vec<sluice_client::wire::QueueView>| -> Vec<String> {
+        qs.into_iter().map(|q| q.name).collect()
+    };
+    assert_eq!(
+        names(c.list_queues().await.unwrap()),
+        ["a.1", "b.1", "b.2", "b.3", "c.1"]
+    );
+    assert_eq!(
+        names(c.list_queues_by_prefix("b.").await.unwrap()),
+        ["b.1", "b.2", "b.3"]
+    );
+
+    let mut query = QueueListQuery {
+        prefix: Some("b.".into()),
+        limit: Some(2),
+        cursor: None,
+    };
+    let first = c.list_queues_page(&query).await.unwrap();
+    assert_eq!(names(first.queues), ["b.1", "b.2"]);
+    query.cursor = Some(first.next_cursor.expect("more remain"));
+    let second = c.list_queues_page(&query).await.unwrap();
+    assert_eq!(names(second.queues), ["b.3"]);
+    assert_eq!(second.next_cursor, None, "the last page has no cursor");
+
+    query.cursor = Some("garbage".into());
+    let err = c.list_queues_page(&query).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err:?}");
+    assert!(err.to_string().contains("next_cursor"), "{err}");
+    let err = c.list_queues_by_prefix("a b").await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err:?}");
     srv.shutdown().await;
 }

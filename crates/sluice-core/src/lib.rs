@@ -50,7 +50,8 @@ pub use redrive::{
 pub use stats::{QueueStats, Totals};
 pub use store::{
     AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, IDEMPOTENCY_TTL,
-    IdempotentResponse, LeaseState, NackOutcome, ReceiveRequest, SendOutcome,
+    IdempotentResponse, LeaseState, NackOutcome, QueuePage, QueuePageRequest, ReceiveRequest,
+    SendOutcome,
 };
 #[cfg(feature = "store")]
 pub use store::{Checked, Store};

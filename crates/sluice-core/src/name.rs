@@ -99,6 +99,14 @@ impl From<QueueName> for String {
     }
 }
 
+/// A name orders, compares and hashes as its text, so maps keyed by names can be searched
+/// and ranged by `&str` (a page of a listing starts at a prefix that need not be a name).
+impl std::borrow::Borrow<str> for QueueName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for QueueName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

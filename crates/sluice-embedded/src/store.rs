@@ -14,9 +14,9 @@ use sluice_core::store::{
 };
 use sluice_core::{
     AckRequest, BrowsePage, BrowseRequest, Delivery, Failure, Message, MessageId, NackOutcome,
-    NewMessage, Progress, PutQueueOutcome, QueueConfigPatch, QueueInfo, QueueName, QueueStats,
-    Receipt, ReceiveRequest, RedriveId, RedriveJob, RedriveSpec, RedriveStep, SendOutcome,
-    StoreError, Timestamp,
+    NewMessage, Progress, PutQueueOutcome, QueueConfigPatch, QueueInfo, QueueName, QueuePage,
+    QueuePageRequest, QueueStats, Receipt, ReceiveRequest, RedriveId, RedriveJob, RedriveSpec,
+    RedriveStep, SendOutcome, StoreError, Timestamp,
 };
 
 use crate::core::Inner;
@@ -78,6 +78,10 @@ impl QueueAdmin for EmbeddedStore {
 
     async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
         ops::queues::list(&self.inner)
+    }
+
+    async fn list_queues_page(&self, req: QueuePageRequest) -> Result<QueuePage, StoreError> {
+        ops::queues::page(&self.inner, &req)
     }
 
     async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {

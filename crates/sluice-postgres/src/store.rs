@@ -16,8 +16,9 @@ use sluice_core::store::{
 use sluice_core::{
     AckRequest, AuditEvent, AuditQuery, BrowsePage, BrowseRequest, Clock, Delivery, Failure,
     Message, MessageId, NackOutcome, NewMessage, Progress, PutQueueOutcome, QueueConfig,
-    QueueConfigPatch, QueueInfo, QueueName, QueueStats, Receipt, ReceiveRequest, RedriveId,
-    RedriveJob, RedriveSpec, RedriveStep, SendOutcome, StoreError, Timestamp,
+    QueueConfigPatch, QueueInfo, QueueName, QueuePage, QueuePageRequest, QueueStats, Receipt,
+    ReceiveRequest, RedriveId, RedriveJob, RedriveSpec, RedriveStep, SendOutcome, StoreError,
+    Timestamp,
 };
 
 use crate::db::ids::Ids;
@@ -201,6 +202,10 @@ impl QueueAdmin for PostgresStore {
 
     async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
         crate::ops::queues::list(&self.inner).await
+    }
+
+    async fn list_queues_page(&self, req: QueuePageRequest) -> Result<QueuePage, StoreError> {
+        crate::ops::queues::page(&self.inner, &req).await
     }
 
     async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {

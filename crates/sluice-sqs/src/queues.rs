@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice_core::{QueueConfig, QueueConfigPatch, QueueInfo, QueueName, StoreError};
+use sluice_core::{
+    QueueConfig, QueueConfigPatch, QueueInfo, QueueName, QueuePageRequest, StoreError,
+};
 
 use crate::error::SqsError;
 use crate::queue_url::{check_sqs_name, queue_of_arn, queue_of_url};
@@ -277,21 +279,66 @@ struct ListQueues {
     next_token: Option<String>,
 }
 
+/// Queues `ListQueues` examines at most for one answer when the key sees only some of them.
+const LIST_SCAN_LIMIT: usize = 10_000;
+
+/// `ListQueues`: a page of Sluice's paged listing. Without `MaxResults` SQS answers at most
+/// 1000 queues and no `NextToken`; with it, `NextToken` while more remain. The token is the
+/// listing's cursor.
 pub(crate) async fn list_queues(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: ListQueues = call.input()?;
+    if req.max_results.is_some_and(|m| !(1..=1000).contains(&m)) {
+        return Err(SqsError::invalid_parameter(
+            "Value for parameter MaxResults is invalid. Reason: must be between 1 and 1000.",
+        ));
+    }
     let prefix = req.queue_name_prefix.unwrap_or_default();
-    let names: Vec<String> = sqs
-        .store
-        .list_queues()
-        .await?
-        .into_iter()
-        .map(|q| q.name.as_str().to_owned())
-        .filter(|n| n.starts_with(&prefix) && call.may(Action::ReadQueue, n))
-        .collect();
-    let (names, next) = page(names, req.max_results, req.next_token.as_deref())?;
+    // A prefix no queue name can start with matches nothing, as in SQS (Sluice's own API
+    // refuses it instead).
+    let nameable = prefix.len() <= sluice_core::name::MAX_QUEUE_NAME_LEN
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if !nameable {
+        return Ok(json!({ "QueueUrls": [] }));
+    }
+    let want = req
+        .max_results
+        .unwrap_or(sluice_core::store::DEFAULT_QUEUE_PAGE) as usize;
+    let mut names = Vec::new();
+    let mut cursor = req.next_token.filter(|t| !t.is_empty());
+    let mut examined = 0usize;
+    loop {
+        let page = sqs
+            .store
+            .list_queues_page(QueuePageRequest {
+                prefix: prefix.clone(),
+                limit: u32::try_from(want - names.len()).unwrap_or(1).max(1),
+                cursor: cursor.clone(),
+            })
+            .await
+            .map_err(|e| match e {
+                StoreError::InvalidArgument(_) => SqsError::invalid_parameter(
+                    "Value for parameter NextToken is invalid. Reason: pass NextToken exactly \
+                     as the previous ListQueues answer returned it.",
+                ),
+                other => other.into(),
+            })?;
+        examined += page.queues.len();
+        names.extend(
+            page.queues
+                .into_iter()
+                .map(|q| String::from(q.name))
+                .filter(|n| call.may(Action::ReadQueue, n)),
+        );
+        cursor = page.next_cursor;
+        if names.len() >= want || cursor.is_none() || examined >= LIST_SCAN_LIMIT {
+            break;
+        }
+    }
     let urls: Vec<String> = names.iter().map(|n| call.url(sqs, n)).collect();
     let mut out = json!({ "QueueUrls": urls });
-    if let Some(t) = next {
+    if let Some(t) = cursor.filter(|_| req.max_results.is_some()) {
         out["NextToken"] = json!(t);
     }
     Ok(out)

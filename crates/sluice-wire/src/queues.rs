@@ -1,7 +1,7 @@
 //! Queue configuration and the queue list.
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use std::collections::BTreeMap;
 
@@ -426,11 +426,45 @@ impl From<&QueueInfo> for QueueView {
     }
 }
 
-/// `GET /v1/queues`.
+/// `GET /v1/queues?prefix=&limit=&cursor=`: one page of the queues, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct QueueListQuery {
+    /// Only queues whose name starts with this (letters, digits, `_`, `.` and `-`).
+    pub prefix: Option<String>,
+    /// Page size, 1 – 1000. Default 1000.
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+    /// `next_cursor` of the previous page (opaque); leave it out to start at the first
+    /// queue.
+    pub cursor: Option<String>,
+}
+
+impl QueueListQuery {
+    /// The core request, validated.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a limit, prefix or cursor that is not valid.
+    pub fn to_core(&self) -> Result<sluice_core::store::QueuePageRequest, StoreError> {
+        let req = sluice_core::store::QueuePageRequest {
+            prefix: self.prefix.clone().unwrap_or_default(),
+            limit: self.limit.unwrap_or(sluice_core::store::DEFAULT_QUEUE_PAGE),
+            cursor: self.cursor.clone(),
+        };
+        req.range()?;
+        Ok(req)
+    }
+}
+
+/// `GET /v1/queues`: one page of queues, by name.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct QueueList {
-    /// Every queue the caller may see, by name.
+    /// The queues of this page the caller may see, in name order (bytewise).
     pub queues: Vec<QueueView>,
+    /// Pass as `cursor` for the next page while more queues remain; `null` at the end.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
 }
 
 /// `POST /v1/queues/{q}/purge`.

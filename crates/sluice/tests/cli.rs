@@ -115,6 +115,9 @@ fn queue_lifecycle() {
     let table = ok(u, &["queue", "list"]);
     assert!(table.starts_with("NAME "), "{table}");
     assert!(table.contains("jobs.dlq"), "{table}");
+    let only = json(u, &["queue", "list", "--prefix", "jobs."]);
+    assert_eq!(only["queues"].as_array().map(Vec::len), Some(1), "{only}");
+    assert_eq!(only["queues"][0]["name"], "jobs.dlq");
 
     let show = json(u, &["queue", "show", "jobs"]);
     let c = &show["config"];

@@ -33,6 +33,7 @@ from .models import (
     Delivery,
     Queue,
     QueueOverview,
+    QueuePage,
     RateLimit,
     Redrive,
     RedriveFilter,
@@ -284,9 +285,32 @@ class Client:
         """A queue and its configuration; ``queue_not_found`` when it does not exist."""
         return Queue.from_wire(self._json("GET", f"/v1/queues/{_queue(name)}"))
 
-    def list_queues(self) -> List[Queue]:
-        """Every queue the caller may see, by name."""
-        return [Queue.from_wire(q) for q in self._json("GET", "/v1/queues")["queues"]]
+    def list_queues(self, prefix: Optional[str] = None) -> List[Queue]:
+        """Every queue the caller may see (whose name starts with ``prefix``, if given), by
+        name: follows the listing's pages to the end. A queue that exists for the whole walk
+        is listed exactly once; see :meth:`list_queues_page` for one page at a time."""
+        queues: List[Queue] = []
+        cursor: Optional[str] = None
+        while True:
+            page = self.list_queues_page(prefix=prefix, cursor=cursor)
+            queues.extend(page.queues)
+            if page.next_cursor is None:
+                return queues
+            if page.next_cursor == cursor:
+                raise DecodeError(
+                    f"the broker answered the same next_cursor ({cursor}) twice while listing queues"
+                )
+            cursor = page.next_cursor
+
+    def list_queues_page(
+        self, *, prefix: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> QueuePage:
+        """One page of the queues the caller may see, by name: those starting with ``prefix``,
+        at most ``limit`` (1 - 1000; the broker's default is 1000), after ``cursor`` (the
+        previous page's ``next_cursor``, which is ``None`` on the last page)."""
+        params = {"prefix": prefix or None, "limit": limit, "cursor": cursor}
+        d = self._json("GET", "/v1/queues", params=params)
+        return QueuePage([Queue.from_wire(q) for q in d["queues"]], d.get("next_cursor"))
 
     def delete_queue(self, name: str) -> None:
         """Deletes a queue and its messages (a retry that finds it gone is a success)."""

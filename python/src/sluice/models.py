@@ -36,6 +36,7 @@ __all__ = [
     "Progress",
     "Queue",
     "QueueConfig",
+    "QueuePage",
     "RateLimit",
     "Rates",
     "Redrive",
@@ -392,6 +393,15 @@ class BrowsePage:
     """One page of a browse; pass ``next_cursor`` for the next (``None`` at the end)."""
 
     messages: List[Message]
+    next_cursor: Optional[str]
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    """One page of the queue listing, by name; pass ``next_cursor`` for the next (``None``
+    at the end)."""
+
+    queues: List[Queue]
     next_cursor: Optional[str]
 
 

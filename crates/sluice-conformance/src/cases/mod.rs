@@ -359,6 +359,8 @@ fn unlimited() -> QueueConfigPatch {
 
 mod queues;
 pub use queues::*;
+mod queue_listing;
+pub use queue_listing::*;
 mod send;
 pub use send::*;
 mod dedup;

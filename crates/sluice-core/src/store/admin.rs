@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use crate::config::{PutQueueOutcome, QueueConfigPatch, QueueInfo};
 use crate::error::StoreError;
 use crate::name::QueueName;
+use crate::store::{QueuePage, QueuePageRequest};
 
 /// The queues themselves: what an operator (or a declared config) creates, changes and
 /// removes. Every check here needs the queue's current config, so the engine makes them.
@@ -40,11 +41,23 @@ pub trait QueueAdmin: Send + Sync + 'static {
     /// `QueueNotFound`.
     async fn get_queue(&self, name: &QueueName) -> Result<QueueInfo, StoreError>;
 
-    /// All queues, by name.
+    /// All queues, by name. Its cost grows with the number of queues: what answers a client
+    /// uses [`QueueAdmin::list_queues_page`].
     ///
     /// # Errors
     /// `Unavailable` when storage cannot be read.
     async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError>;
+
+    /// One page of queues in bytewise name order: those whose name starts with `req.prefix`,
+    /// after the queue `req.cursor` names, at most `req.limit`, with a `next_cursor` while
+    /// more remain. It costs in proportion to the page, not to the number of queues. Following
+    /// `next_cursor` to the end returns every queue that exists throughout the walk exactly
+    /// once; one created or deleted meanwhile may or may not appear, and never twice.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a bad limit, prefix or cursor ([`QueuePageRequest::range`]);
+    /// `Unavailable` when storage cannot be read.
+    async fn list_queues_page(&self, req: QueuePageRequest) -> Result<QueuePage, StoreError>;
 
     /// Deletes a queue and every message in it.
     ///

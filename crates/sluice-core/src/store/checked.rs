@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use super::{
     AckOverlap, AckRequest, BrowsePage, BrowseRequest, Failure, Hints, IdempotentResponse,
-    Inspection, LeaseState, Messaging, NackOutcome, QueueAdmin, ReceiveRequest, Records, Redrives,
-    ScheduleStep, Schedules, SendOutcome, StepOutcome, validate_ack_batch, validate_idempotent,
-    validate_limit, validate_move, validate_nack_delay, validate_receive, validate_send_batch,
-    validate_visibility,
+    Inspection, LeaseState, Messaging, NackOutcome, QueueAdmin, QueuePage, QueuePageRequest,
+    ReceiveRequest, Records, Redrives, ScheduleStep, Schedules, SendOutcome, StepOutcome,
+    validate_ack_batch, validate_idempotent, validate_limit, validate_move, validate_nack_delay,
+    validate_receive, validate_send_batch, validate_visibility,
 };
 use crate::audit::{AuditEvent, AuditQuery};
 use crate::config::{PutQueueOutcome, QueueConfigPatch, QueueInfo};
@@ -46,6 +46,7 @@ use crate::time::Timestamp;
 ///   is cut to [`MAX_ERROR_BYTES`](crate::config::limits::MAX_ERROR_BYTES) ([`clip_error`]);
 /// - `extend`: the lease length ([`validate_visibility`]); `progress`: the report
 ///   ([`Progress::validate`]);
+/// - `list_queues_page`: the limit, prefix and cursor ([`QueuePageRequest::range`]);
 /// - `browse`: the page size ([`validate_limit`]); `summarize`: the request
 ///   ([`SummaryRequest::validate`]);
 /// - `create_redrive`: the spec ([`RedriveSpec::validate`]);
@@ -201,6 +202,20 @@ impl<S: QueueAdmin> QueueAdmin for Checked<S> {
         Self: 'a,
     {
         self.engine.list_queues()
+    }
+
+    fn list_queues_page<'s, 'a>(
+        &'s self,
+        req: QueuePageRequest,
+    ) -> Answer<'a, Result<QueuePage, StoreError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = req.range() {
+            return refused(e);
+        }
+        self.engine.list_queues_page(req)
     }
 
     fn delete_queue<'s, 'n, 'a>(&'s self, name: &'n QueueName) -> Answer<'a, Result<(), StoreError>>

@@ -36,6 +36,7 @@ mod hints;
 mod inspection;
 #[cfg(feature = "store")]
 mod messaging;
+mod queue_page;
 #[cfg(feature = "store")]
 mod records;
 #[cfg(feature = "store")]
@@ -55,6 +56,10 @@ pub use hints::{AckOverlap, Hints};
 pub use inspection::Inspection;
 #[cfg(feature = "store")]
 pub use messaging::Messaging;
+pub use queue_page::{
+    DEFAULT_QUEUE_PAGE, MAX_QUEUE_PAGE, QUEUE_CURSOR_PATTERN, QueuePage, QueuePageRequest,
+    QueueRange, queue_cursor,
+};
 #[cfg(feature = "store")]
 pub use records::Records;
 #[cfg(feature = "store")]

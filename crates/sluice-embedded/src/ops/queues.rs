@@ -1,8 +1,11 @@
 //! Queues: creating, updating, reading, listing, deleting and purging them. The catalog
 //! change (one journal line) and the in-memory change happen under one lock.
 
+use std::ops::Bound;
+
 use sluice_core::{
-    PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, StoreError,
+    PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, QueuePage,
+    QueuePageRequest, StoreError,
 };
 
 use crate::catalog::{CatalogQueue, Change};
@@ -110,6 +113,27 @@ pub(crate) fn list(inner: &Inner) -> Result<Vec<QueueInfo>, StoreError> {
         .values()
         .map(|qid| core.info(*qid))
         .collect())
+}
+
+/// One page of queues: a range of the name map, from the prefix or just after the cursor's
+/// name (whichever comes later), read for at most `limit + 1` names.
+pub(crate) fn page(inner: &Inner, req: &QueuePageRequest) -> Result<QueuePage, StoreError> {
+    let range = req.range()?;
+    let prefix = range.prefix.as_str();
+    let start = match &range.after {
+        Some(after) if after.as_str() >= prefix => Bound::Excluded(after.as_str()),
+        _ => Bound::Included(prefix),
+    };
+    let core = inner.lock();
+    let found = core
+        .state
+        .names
+        .range::<str, _>((start, Bound::Unbounded))
+        .take_while(|(name, _)| name.as_str().starts_with(prefix))
+        .take(range.limit + 1)
+        .map(|(_, qid)| core.info(*qid))
+        .collect();
+    Ok(range.page(found))
 }
 
 /// Deletes a queue and its messages (refused while it is another queue's dead-letter

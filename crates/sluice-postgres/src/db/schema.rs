@@ -10,7 +10,15 @@ use tokio_postgres::Client;
 use crate::error::OpenError;
 
 /// The migrations, in order. A released migration is never edited: a change is a new entry.
-const MIGRATIONS: &[(i32, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, V1),
+    (2, V2),
+    (3, V3),
+    (4, V4),
+    (5, V5),
+    (6, V6),
+    (7, V7),
+];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
 /// jobs, stats history and the audit table.
@@ -214,6 +222,14 @@ ALTER TABLE messages ADD COLUMN grp text, ADD COLUMN line bigint;
 CREATE INDEX messages_groups ON messages (queue, grp, line) WHERE grp IS NOT NULL AND state < 2;
 CREATE INDEX messages_plain ON messages (queue, visible_at, id) WHERE state = 0 AND grp IS NULL;
 CREATE SEQUENCE group_lines;
+"#;
+
+/// Version 7: queue names in bytewise order, for paged listings. The primary key orders
+/// names by the database's collation, which need not be bytewise; a page is a range of this
+/// index, so its cost does not grow with the number of queues and both engines list in the
+/// same order.
+const V7: &str = r#"
+CREATE INDEX queues_name_bytes ON queues ((name COLLATE "C"));
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

@@ -1,7 +1,8 @@
 //! Queues: create or update, read, list, delete, purge.
 
 use sluice_core::{
-    PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, StoreError, Timestamp,
+    PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, QueuePage,
+    QueuePageRequest, StoreError, Timestamp,
 };
 use tokio_postgres::types::Json;
 
@@ -34,13 +35,13 @@ pub(crate) async fn info(inner: &Inner, name: &QueueName) -> Result<QueueInfo, S
     info_of(&row)
 }
 
-/// Every queue, by name.
+/// Every queue, by name (bytewise, as the embedded engine orders them).
 pub(crate) async fn list(inner: &Inner) -> Result<Vec<QueueInfo>, StoreError> {
     inner
         .conn()
         .await?
         .query(
-            "SELECT name, config, created_at FROM queues ORDER BY name",
+            r#"SELECT name, config, created_at FROM queues ORDER BY name COLLATE "C""#,
             &[],
         )
         .await
@@ -48,6 +49,41 @@ pub(crate) async fn list(inner: &Inner) -> Result<Vec<QueueInfo>, StoreError> {
         .iter()
         .map(info_of)
         .collect()
+}
+
+/// One page of queues: names compare bytewise (`COLLATE "C"`, whatever the database's
+/// collation, so both engines page alike), and the range is read through the index in that
+/// order (`queues_name_bytes`) for at most `limit + 1` rows.
+pub(crate) async fn page(inner: &Inner, req: &QueuePageRequest) -> Result<QueuePage, StoreError> {
+    let range = req.range()?;
+    // Every name is after the empty string: no cursor, no lower bound but the prefix.
+    let after = range.after.as_ref().map_or("", QueueName::as_str);
+    let limit = i64::try_from(range.limit + 1).unwrap_or(i64::MAX);
+    let conn = inner.conn().await?;
+    let rows = match range.prefix_end() {
+        Some(end) => {
+            conn.query(
+                r#"SELECT name, config, created_at FROM queues
+                   WHERE name COLLATE "C" >= $1 AND name COLLATE "C" < $2
+                     AND name COLLATE "C" > $3
+                   ORDER BY name COLLATE "C" LIMIT $4"#,
+                &[&range.prefix, &end, &after, &limit],
+            )
+            .await
+        }
+        None => {
+            conn.query(
+                r#"SELECT name, config, created_at FROM queues
+                   WHERE name COLLATE "C" > $1
+                   ORDER BY name COLLATE "C" LIMIT $2"#,
+                &[&after, &limit],
+            )
+            .await
+        }
+    }
+    .map_err(|e| db(&e))?;
+    let found = rows.iter().map(info_of).collect::<Result<Vec<_>, _>>()?;
+    Ok(range.page(found))
 }
 
 /// Creates or updates a queue; creates its dead-letter queue when that is missing. With

@@ -481,8 +481,18 @@ fn forms(schemas: &mut Map<String, Value>) {
 
 /// Query parameters, by route and name.
 fn parameters(doc: &mut Value) {
-    let rules: [(&str, &str, Value); 15] = [
+    let rules: [(&str, &str, Value); 17] = [
         ("/v1/audit", "queue", name()),
+        (
+            "/v1/queues",
+            "prefix",
+            json!({"pattern": "^[A-Za-z0-9_.-]*$", "maxLength": sluice_core::name::MAX_QUEUE_NAME_LEN}),
+        ),
+        (
+            "/v1/queues",
+            "cursor",
+            json!({"pattern": sluice_core::store::QUEUE_CURSOR_PATTERN}),
+        ),
         (
             "/v1/audit",
             "cursor",

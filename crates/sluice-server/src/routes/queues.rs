@@ -5,12 +5,14 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use sluice_core::QueueConfigPatch;
-use sluice_wire::{ErrorEnvelope, PurgeResponse, QueueConfigRequest, QueueList, QueueView};
+use sluice_wire::{
+    ErrorEnvelope, PurgeResponse, QueueConfigRequest, QueueList, QueueListQuery, QueueView,
+};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
 use crate::error::ApiError;
-use crate::extract::{CreateOnly, OptionalJsonBody, QueuePath};
+use crate::extract::{ApiQuery, CreateOnly, OptionalJsonBody, QueuePath};
 
 /// Creates or updates a queue (idempotent). Unset fields keep their value (or the default).
 /// With `If-None-Match: *` it only creates: an existing queue is answered 409 `conflict` and
@@ -111,26 +113,66 @@ pub async fn get_queue(
     Ok(Json(QueueView::from(&info)))
 }
 
-/// Every queue the caller's key covers, by name.
+/// Queues a listing examines at most for one answer when the caller's key covers only some
+/// of them: a page stays cheap however few of the queues the key sees.
+const LIST_SCAN_LIMIT: usize = 10_000;
+
+/// One page of the queues the caller's key covers, by name.
+///
+/// Queues in bytewise name order: only names starting with `prefix`, at most `limit`
+/// (1 – 1000, default 1000), after `cursor`. `next_cursor` is set while more queues remain:
+/// pass it as `cursor` for the next page until it is `null`; it is opaque. Paging is by
+/// name, so a queue that exists for the whole walk appears exactly once, and one created or
+/// deleted meanwhile at most once. A key that covers only some queues may get fewer than
+/// `limit` (even none) with a `next_cursor`: keep following it.
 #[utoipa::path(
     get, path = "/v1/queues", tag = "queues",
+    params(QueueListQuery),
     responses(
-        (status = 200, description = "The queues", body = QueueList),
+        (status = 200, description = "One page of queues", body = QueueList),
+        (status = 400, description = "invalid_argument (prefix, limit or cursor)", body = ErrorEnvelope),
         (status = 401, description = "No or unknown key", body = ErrorEnvelope),
     )
 )]
 pub async fn list_queues(
     State(st): State<AppState>,
     caller: Caller,
+    ApiQuery(query): ApiQuery<QueueListQuery>,
 ) -> Result<Json<QueueList>, ApiError> {
     caller.allow_role(Action::ReadQueue)?;
-    let queues = st.store.list_queues().await?;
+    let req = query.to_core()?;
+    // A key covering only some queues: read on until the page is full, the listing ends or
+    // a bounded number of queues was examined. Each store page asks only for as many as are
+    // still wanted, so every queue examined is answered or not covered, and the cursor of
+    // the last store page continues exactly after it.
+    let want = req.limit as usize;
+    let mut found = Vec::new();
+    let mut cursor = req.cursor.clone();
+    let mut examined = 0usize;
+    loop {
+        let page = st
+            .store
+            .list_queues_page(sluice_core::QueuePageRequest {
+                limit: u32::try_from(want - found.len()).unwrap_or(1).max(1),
+                cursor: cursor.clone(),
+                ..req.clone()
+            })
+            .await?;
+        examined += page.queues.len();
+        found.extend(
+            page.queues
+                .iter()
+                .filter(|q| caller.sees(q.name.as_str()))
+                .map(QueueView::from),
+        );
+        cursor = page.next_cursor;
+        if found.len() >= want || cursor.is_none() || examined >= LIST_SCAN_LIMIT {
+            break;
+        }
+    }
     Ok(Json(QueueList {
-        queues: queues
-            .iter()
-            .filter(|q| caller.sees(q.name.as_str()))
-            .map(QueueView::from)
-            .collect(),
+        queues: found,
+        next_cursor: cursor,
     }))
 }
 

@@ -31,8 +31,12 @@ enum QueueCommand {
         #[command(flatten)]
         config: QueueConfigArgs,
     },
-    /// List the queues.
-    List,
+    /// List the queues, by name (every page of the broker's listing).
+    List {
+        /// Only queues whose name starts with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
     /// Show a queue's configuration.
     Show {
         /// Queue name.
@@ -108,8 +112,8 @@ pub async fn run(a: QueueArgs) -> Result<(), Failure> {
             warnings(&queue);
             show(&queue);
         }
-        QueueCommand::List => {
-            let queues = c.list_queues().await?;
+        QueueCommand::List { prefix } => {
+            let queues = c.list_queues_by_prefix(&prefix).await?;
             if as_json {
                 return json(&json!({ "queues": queues }));
             }

@@ -107,6 +107,14 @@ class Sqs(unittest.TestCase):
             if not token:
                 break
         self.assertEqual([u.rsplit("/", 1)[1] for u in seen], ["lq-a", "lq-b", "lq-c"])
+        # Without MaxResults: every match (up to 1000) and no NextToken, as SQS answers.
+        whole = self.sqs.list_queues(QueueNamePrefix="lq-")
+        self.assertEqual(len(whole["QueueUrls"]), 3)
+        self.assertNotIn("NextToken", whole)
+        self.assertEqual(self.sqs.list_queues(QueueNamePrefix="no such/prefix").get("QueueUrls", []), [])
+        with self.assertRaises(ClientError) as e:
+            self.sqs.list_queues(QueueNamePrefix="lq-", MaxResults=2, NextToken="garbage")
+        self.assertEqual(error_code(e.exception), "InvalidParameterValue")
         attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
         self.assertEqual(attrs["VisibilityTimeout"], "40")
         self.assertEqual(attrs["QueueArn"], "arn:aws:sqs:us-east-1:000000000000:lq-a")

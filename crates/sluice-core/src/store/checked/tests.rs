@@ -24,8 +24,8 @@ use crate::stats::{QueueStats, StatsSample};
 use crate::store::prelude::*;
 use crate::store::{
     AckOverlap, AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, Hints,
-    IdempotentResponse, LeaseState, NackOutcome, ReceiveRequest, ScheduleStep, SendOutcome,
-    StepOutcome,
+    IdempotentResponse, LeaseState, NackOutcome, QueuePage, QueuePageRequest, ReceiveRequest,
+    ScheduleStep, SendOutcome, StepOutcome,
 };
 use crate::summary::{GroupBy, Summary, SummaryRequest};
 use crate::time::Timestamp;
@@ -75,6 +75,9 @@ impl QueueAdmin for Probe {
         self.call()
     }
     async fn list_queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
+        self.call()
+    }
+    async fn list_queues_page(&self, _: QueuePageRequest) -> Result<QueuePage, StoreError> {
         self.call()
     }
     async fn delete_queue(&self, _: &QueueName) -> Result<(), StoreError> {
@@ -409,6 +412,22 @@ fn each_shared_check_refuses_before_the_engine() {
         cursor: None,
     };
     refused(&c, now(s.browse(&jobs, browse)), InvalidArgument);
+    for page in [
+        QueuePageRequest {
+            limit: 1001,
+            ..QueuePageRequest::default()
+        },
+        QueuePageRequest {
+            prefix: "a/b".into(),
+            ..QueuePageRequest::default()
+        },
+        QueuePageRequest {
+            cursor: Some("not a cursor".into()),
+            ..QueuePageRequest::default()
+        },
+    ] {
+        refused(&c, now(s.list_queues_page(page)), InvalidArgument);
+    }
     let summary = SummaryRequest {
         group_by: GroupBy::Error,
         filter: RedriveFilter::default(),
@@ -447,7 +466,8 @@ fn calls_that_pass_the_checks_reach_the_engine_once_each() {
     passed(now(s.stats(&jobs)));
     passed(now(s.list_redrives()));
     passed(now(s.idempotency_get("k")));
-    assert_eq!(calls(&c), 14);
+    passed(now(s.list_queues_page(QueuePageRequest::default())));
+    assert_eq!(calls(&c), 15);
 }
 
 #[test]
