@@ -103,6 +103,15 @@ fn http_code(e: Error) -> String {
         .to_owned()
 }
 
+/// Creates queue `name` with the defaults and opens a frame connection.
+async fn queue_and_connection(s: &Served, name: &str) -> FrameConnection {
+    s.client
+        .put_queue(name, &QueueConfigRequest::default())
+        .await
+        .unwrap();
+    FrameConnection::connect(s.frames, None).await.unwrap()
+}
+
 /// Sends `n` JSON messages over HTTP and leases them all over frames.
 async fn leased(
     s: &Served,
@@ -149,11 +158,7 @@ fn receipt_string(r: FrameReceipt) -> String {
 #[tokio::test]
 async fn acks_with_results_keep_the_result_and_refuse_a_bad_one_alone() {
     on_both_engines(|s| async move {
-        s.client
-            .put_queue("q", &QueueConfigRequest::default())
-            .await
-            .unwrap();
-        let mut conn = FrameConnection::connect(s.frames, None).await.unwrap();
+        let mut conn = queue_and_connection(&s, "q").await;
         let got = leased(&s, &mut conn, "q", 3).await;
         let out = conn
             .ack_with_results(
@@ -298,11 +303,7 @@ async fn reject_release_and_move_place_a_message_as_over_http() {
 #[tokio::test]
 async fn extend_and_progress_report_the_lease_and_a_cancel() {
     on_both_engines(|s| async move {
-        s.client
-            .put_queue("q", &QueueConfigRequest::default())
-            .await
-            .unwrap();
-        let mut conn = FrameConnection::connect(s.frames, None).await.unwrap();
+        let mut conn = queue_and_connection(&s, "q").await;
         let got = leased(&s, &mut conn, "q", 1).await;
         let d = &got[0];
         let (deadline, cancel) = conn
@@ -381,11 +382,7 @@ async fn extend_and_progress_report_the_lease_and_a_cancel() {
 #[tokio::test]
 async fn an_idempotent_send_stores_once_and_refuses_a_reused_key() {
     on_both_engines(|s| async move {
-        s.client
-            .put_queue("q", &QueueConfigRequest::default())
-            .await
-            .unwrap();
-        let mut conn = FrameConnection::connect(s.frames, None).await.unwrap();
+        let mut conn = queue_and_connection(&s, "q").await;
         let batch = |text: &str| {
             vec![
                 GroupedFrameMessage {

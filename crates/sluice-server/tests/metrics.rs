@@ -7,10 +7,30 @@ use reqwest::Method;
 use serde_json::json;
 
 fn value(scrape: &prometheus_parse::Scrape, metric: &str, queue: &str) -> Option<f64> {
+    sample(scrape, metric, Some(queue))
+}
+
+/// Scrapes `/metrics`: its text, parsed.
+async fn scrape(s: &common::TestServer) -> (String, prometheus_parse::Scrape) {
+    let resp = s
+        .client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.expect("text");
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let parsed = prometheus_parse::Scrape::parse(lines).expect("Prometheus text parses");
+    (text, parsed)
+}
+
+/// The value of `metric` with label `queue`, or of the unlabelled one.
+fn sample(scrape: &prometheus_parse::Scrape, metric: &str, queue: Option<&str>) -> Option<f64> {
     scrape
         .samples
         .iter()
-        .find(|s| s.metric == metric && s.labels.get("queue") == Some(queue))
+        .find(|s| s.metric == metric && s.labels.get("queue") == queue)
         .map(|s| match s.value {
             prometheus_parse::Value::Counter(v)
             | prometheus_parse::Value::Gauge(v)
@@ -40,16 +60,7 @@ async fn metrics_parse_and_agree_with_the_operations() {
     )
     .await;
 
-    let resp = s
-        .client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("scrape");
-    assert_eq!(resp.status(), 200);
-    let text = resp.text().await.expect("text");
-    let lines = text.lines().map(|l| Ok(l.to_owned()));
-    let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text parses");
+    let (text, scrape) = scrape(&s).await;
 
     assert_eq!(
         value(&scrape, "sluice_queue_visible", "jobs"),
@@ -124,17 +135,7 @@ async fn only_selected_queues_get_series_and_totals_count_them_all() {
     let got = s.receive("orders.c", json!({ "max": 1 })).await;
     assert_eq!(got.len(), 1);
 
-    let text = s
-        .client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
-    let lines = text.lines().map(|l| Ok(l.to_owned()));
-    let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text parses");
+    let (text, scrape) = scrape(&s).await;
     let with_series = |metric: &str| {
         scrape
             .samples
@@ -162,17 +163,7 @@ async fn only_selected_queues_get_series_and_totals_count_them_all() {
         "{text}"
     );
     let total = |name: &str| {
-        scrape
-            .samples
-            .iter()
-            .find(|x| x.metric == name)
-            .map(|x| match x.value {
-                prometheus_parse::Value::Counter(v)
-                | prometheus_parse::Value::Gauge(v)
-                | prometheus_parse::Value::Untyped(v) => v,
-                _ => f64::NAN,
-            })
-            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+        sample(&scrape, name, None).unwrap_or_else(|| panic!("{name} missing:\n{text}"))
     };
     assert_eq!(total("sluice_queues"), 4.0);
     assert_eq!(total("sluice_queues_without_series"), 2.0);
