@@ -548,7 +548,7 @@ pub struct FramePool {
     addr: String,
     key: Option<String>,
     tls: Option<TlsOptions>,
-    idle: std::sync::Mutex<Vec<FrameConnection>>,
+    idle: std::sync::Mutex<Vec<(FrameConnection, std::time::Instant)>>,
 }
 
 impl std::fmt::Debug for FramePool {
@@ -562,6 +562,9 @@ impl std::fmt::Debug for FramePool {
 
 /// Idle connections a pool keeps; more are closed when handed back.
 const MAX_IDLE: usize = 64;
+
+/// How long a pool reuses an idle connection: below the broker's default idle timeout.
+const MAX_IDLE_TIME: Duration = Duration::from_secs(50);
 
 impl FramePool {
     /// A pool of plain TCP connections to `addr`, authenticated with `key` when given.
@@ -587,9 +590,15 @@ impl FramePool {
     /// # Errors
     /// Connecting failed, or the broker refused the key.
     pub async fn get(&self) -> Result<PooledFrameConnection<'_>, FrameClientError> {
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let idle = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            // The broker closes connections idle for its idle timeout (75 s by default): one
+            // idle about that long is not worth a failed call.
+            idle.retain(|(_, since)| since.elapsed() < MAX_IDLE_TIME);
+            idle.pop()
+        };
         let conn = match idle {
-            Some(c) => c,
+            Some((c, _)) => c,
             None => match &self.tls {
                 None => FrameConnection::connect(self.addr.as_str(), self.key.as_deref()).await?,
                 Some(tls) => {
@@ -629,7 +638,7 @@ impl Drop for PooledFrameConnection<'_> {
         if let Some(conn) = self.conn.take().filter(|c| !c.broken) {
             let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
             if idle.len() < MAX_IDLE {
-                idle.push(conn);
+                idle.push((conn, std::time::Instant::now()));
             }
         }
     }
