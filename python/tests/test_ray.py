@@ -87,9 +87,15 @@ def test_autoscaling_policy_follows_the_queue(broker: Broker, queue: str) -> Non
     assert policy(Ctx())[0] == 1, "nothing known yet: keep what runs"
     client.send_batch(queue, list(range(23)))
     client.receive(queue, max=3)
-    wait_until(lambda: policy(Ctx())[0] == 5, what="ceil(23 / 5) replicas")
+    # The policy polls in the background: wait for a poll after the receive, since one between
+    # the send and the receive already sees 23 messages (and wants the same 5 replicas).
+    wait_until(
+        lambda: policy(Ctx())[1]["sluice_in_flight"] == 3,
+        what="a poll after the receive",
+    )
     desired, state = policy(Ctx())
     assert state["sluice_backlog"] == 20 and state["sluice_in_flight"] == 3
+    assert desired == 5, "ceil(23 / 5) replicas"
     client.purge_queue(queue)
     wait_until(lambda: policy(Ctx())[0] == 0, what="an idle queue wants none")
     down = SluiceQueueAutoscalingPolicy("http://127.0.0.1:9", queue, poll_interval_s=0.05)
