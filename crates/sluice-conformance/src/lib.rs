@@ -257,6 +257,7 @@ mod tests {
             include_str!("cases/mod.rs"),
             include_str!("cases/model_based.rs"),
             include_str!("cases/nack.rs"),
+            include_str!("cases/queue_listing.rs"),
             include_str!("cases/queues.rs"),
             include_str!("cases/receipts.rs"),
             include_str!("cases/receive.rs"),
