@@ -536,3 +536,37 @@ async fn a_frame_refusal_is_the_sdk_error_http_gives() {
     assert_eq!(e.status(), Some(404));
     assert!(!e.is_transient());
 }
+
+/// The answer remembered under an idempotency key is kept by the store: a retry after the
+/// broker restarted answers the first send and stores nothing more.
+#[tokio::test]
+async fn an_idempotent_send_is_remembered_across_a_restart() {
+    let mut broker = sluice_testkit::InProcessBroker::start().await;
+    let client = Client::new(&broker.url).unwrap();
+    client
+        .put_queue("q", &QueueConfigRequest::default())
+        .await
+        .unwrap();
+    let batch = || {
+        vec![GroupedFrameMessage {
+            message: FrameMessage::new(Body::text("once")),
+            group: None,
+        }]
+    };
+    let mut conn = FrameConnection::connect(broker.frames, None).await.unwrap();
+    let first = conn
+        .send_idempotent("k-restart", "q", batch())
+        .await
+        .unwrap();
+    drop(conn);
+    broker.restart().await;
+    let mut conn = FrameConnection::connect(broker.frames, None).await.unwrap();
+    let again = conn
+        .send_idempotent("k-restart", "q", batch())
+        .await
+        .unwrap();
+    assert_eq!(first, again);
+    let got = conn.receive("q", 10, Duration::ZERO).await.unwrap();
+    assert_eq!(got.len(), 1, "stored once");
+    broker.shutdown().await;
+}
