@@ -78,7 +78,7 @@ impl MetricsScope {
     pub fn selects(&self, queue: &str) -> bool {
         self.queues
             .iter()
-            .any(|p| p == "*" || crate::auth::glob_match(p, queue))
+            .any(|p| crate::auth::glob_match(p, queue))
     }
 }
 
@@ -87,7 +87,7 @@ pub struct Metrics {
     scope: MetricsScope,
     /// The queues with histograms of their own (at most `scope.max_queues`, the first to
     /// have traffic on this node among those the patterns select).
-    histogram_queues: Mutex<std::collections::HashSet<String>>,
+    histogram_queues: std::sync::RwLock<std::collections::HashSet<String>>,
     queue_wait: Family<QueueLabel, Histogram>,
     processing: Family<QueueLabel, Histogram>,
     /// When each delivery this node handed out left it; ids are unique across queues.
@@ -109,7 +109,7 @@ impl Metrics {
     pub fn new(scope: MetricsScope) -> Self {
         Metrics {
             scope,
-            histogram_queues: Mutex::default(),
+            histogram_queues: std::sync::RwLock::default(),
             queue_wait: Family::new_with_constructor(seconds_histogram),
             processing: Family::new_with_constructor(seconds_histogram),
             leased: Mutex::new(HashMap::new()),
@@ -152,9 +152,19 @@ impl Metrics {
         if !self.scope.selects(queue.as_str()) {
             return false;
         }
+        // Every receive and ack asks: a shared read answers the queues already known, and only
+        // a queue's first observation takes the write lock.
+        let known = self
+            .histogram_queues
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        if known.contains(queue.as_str()) {
+            return true;
+        }
+        drop(known);
         let mut known = self
             .histogram_queues
-            .lock()
+            .write()
             .unwrap_or_else(|p| p.into_inner());
         if known.contains(queue.as_str()) {
             return true;
