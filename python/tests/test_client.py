@@ -315,6 +315,7 @@ def test_overview_lists_every_queue_with_its_dlq_and_whoami_says_who(client: slu
     assert dlq.is_dead_letter_queue and dlq.stats.visible == 1
     names = [o.stats.queue for o in client.overview()]
     assert names == sorted(names)
+    assert [o.stats.queue for o in client.overview(prefix=queue)] == [queue, f"{queue}.dlq"]
     me = client.whoami()
     assert (me.auth, me.name, me.role) == (False, None, "admin")
     assert "redrive" in me.may and me.queues == ["*"]

@@ -26,7 +26,7 @@ pub struct Totals {
 }
 
 /// A snapshot of one queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueStats {
     /// Ready to be received now.
     pub visible: u64,

@@ -84,6 +84,10 @@ impl QueueAdmin for EmbeddedStore {
         ops::queues::page(&self.inner, &req)
     }
 
+    async fn dead_letter_queues_among(&self, names: &[QueueName]) -> Result<Vec<bool>, StoreError> {
+        Ok(ops::queues::dead_letter_queues_among(&self.inner, names))
+    }
+
     async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {
         ops::queues::delete(&self.inner, name)
     }
@@ -214,6 +218,13 @@ impl Inspection for EmbeddedStore {
 
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
         ops::stats::stats(&self.inner, queue)
+    }
+
+    async fn stats_many(
+        &self,
+        queues: &[QueueName],
+    ) -> Result<Vec<Option<QueueStats>>, StoreError> {
+        ops::stats::stats_many(&self.inner, queues)
     }
 }
 

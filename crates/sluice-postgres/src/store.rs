@@ -208,6 +208,10 @@ impl QueueAdmin for PostgresStore {
         crate::ops::queues::page(&self.inner, &req).await
     }
 
+    async fn dead_letter_queues_among(&self, names: &[QueueName]) -> Result<Vec<bool>, StoreError> {
+        crate::ops::queues::dead_letter_queues_among(&self.inner, names).await
+    }
+
     async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {
         crate::ops::queues::delete(&self.inner, name).await
     }
@@ -396,6 +400,14 @@ impl Records for PostgresStore {
         crate::ops::records::stats_history(&self.inner, queue, since).await
     }
 
+    async fn stats_history_many(
+        &self,
+        queues: &[QueueName],
+        since: Timestamp,
+    ) -> Result<Vec<Vec<StatsSample>>, StoreError> {
+        crate::ops::records::stats_history_many(&self.inner, queues, since).await
+    }
+
     async fn idempotency_get(&self, key: &str) -> Result<Option<IdempotentResponse>, StoreError> {
         crate::ops::records::idempotency_get(&self.inner, key).await
     }
@@ -429,6 +441,13 @@ impl Inspection for PostgresStore {
 
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError> {
         crate::ops::stats::stats(&self.inner, queue).await
+    }
+
+    async fn stats_many(
+        &self,
+        queues: &[QueueName],
+    ) -> Result<Vec<Option<QueueStats>>, StoreError> {
+        crate::ops::stats::stats_many(&self.inner, queues).await
     }
 
     async fn summarize(

@@ -28,6 +28,7 @@ pub mod routes;
 pub mod sampler;
 pub mod scheduler;
 pub mod tls;
+pub mod walk;
 
 use std::future::Future;
 use std::sync::Arc;

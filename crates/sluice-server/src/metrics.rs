@@ -386,50 +386,51 @@ impl Metrics {
         ];
         let (mut count, mut shown, mut left_out) = (0i64, 0usize, 0i64);
         let mut oldest_age = 0f64;
-        for q in store.list_queues().await? {
-            let Ok(s) = store.stats(&q.name).await else {
-                continue;
-            };
-            count += 1;
-            all_visible.inc_by(i64::try_from(s.visible).unwrap_or(i64::MAX));
-            all_delayed.inc_by(i64::try_from(s.delayed).unwrap_or(i64::MAX));
-            all_in_flight.inc_by(i64::try_from(s.in_flight).unwrap_or(i64::MAX));
-            oldest_age = oldest_age.max(s.oldest_visible_age.as_secs_f64());
-            for (c, v) in totals
-                .iter()
-                .zip([s.totals.sent, s.totals.acked, s.totals.dead_lettered])
-            {
-                c.inc_by(v);
-            }
-            if shown >= self.scope.max_queues || !self.scope.selects(q.name.as_str()) {
-                left_out += 1;
-                continue;
-            }
-            shown += 1;
-            let l = QueueLabel {
-                queue: q.name.to_string(),
-            };
-            let set = |f: &Family<QueueLabel, Gauge>, v: u64| {
-                f.get_or_create(&l)
-                    .set(i64::try_from(v).unwrap_or(i64::MAX));
-            };
-            set(&visible, s.visible);
-            set(&delayed, s.delayed);
-            set(&in_flight, s.in_flight);
-            set(&dlq, s.dead_letter_depth);
-            age.get_or_create(&l)
-                .set(s.oldest_visible_age.as_secs_f64());
-            let t = s.totals;
-            for (f, v) in [
-                (&sent, t.sent),
-                (&received, t.received),
-                (&acked, t.acked),
-                (&nacked, t.nacked),
-                (&dead, t.dead_lettered),
-                (&redriven, t.redriven),
-                (&expired, t.expired),
-            ] {
-                f.get_or_create(&l).inc_by(v);
+        let mut walk = crate::walk::StatsWalk::new(store);
+        while let Some(page) = walk.next_page().await? {
+            for (q, s) in page {
+                count += 1;
+                all_visible.inc_by(i64::try_from(s.visible).unwrap_or(i64::MAX));
+                all_delayed.inc_by(i64::try_from(s.delayed).unwrap_or(i64::MAX));
+                all_in_flight.inc_by(i64::try_from(s.in_flight).unwrap_or(i64::MAX));
+                oldest_age = oldest_age.max(s.oldest_visible_age.as_secs_f64());
+                for (c, v) in
+                    totals
+                        .iter()
+                        .zip([s.totals.sent, s.totals.acked, s.totals.dead_lettered])
+                {
+                    c.inc_by(v);
+                }
+                if shown >= self.scope.max_queues || !self.scope.selects(q.name.as_str()) {
+                    left_out += 1;
+                    continue;
+                }
+                shown += 1;
+                let l = QueueLabel {
+                    queue: q.name.to_string(),
+                };
+                let set = |f: &Family<QueueLabel, Gauge>, v: u64| {
+                    f.get_or_create(&l)
+                        .set(i64::try_from(v).unwrap_or(i64::MAX));
+                };
+                set(&visible, s.visible);
+                set(&delayed, s.delayed);
+                set(&in_flight, s.in_flight);
+                set(&dlq, s.dead_letter_depth);
+                age.get_or_create(&l)
+                    .set(s.oldest_visible_age.as_secs_f64());
+                let t = s.totals;
+                for (f, v) in [
+                    (&sent, t.sent),
+                    (&received, t.received),
+                    (&acked, t.acked),
+                    (&nacked, t.nacked),
+                    (&dead, t.dead_lettered),
+                    (&redriven, t.redriven),
+                    (&expired, t.expired),
+                ] {
+                    f.get_or_create(&l).inc_by(v);
+                }
             }
         }
         queues.set(count);

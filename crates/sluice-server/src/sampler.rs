@@ -10,20 +10,24 @@ use sluice_core::stats::{SAMPLE_INTERVAL, StatsSample};
 use sluice_core::{Clock, Store, SystemClock};
 use tokio::sync::watch;
 
+use crate::walk::StatsWalk;
+
 /// Takes one point of every queue now.
 ///
 /// # Errors
 /// The store's error, when it cannot list or record.
 pub async fn sample_once(store: &dyn Store) -> Result<usize, sluice_core::StoreError> {
     let at = StatsSample::slot(SystemClock.now());
-    let mut samples = Vec::new();
-    for q in store.list_queues().await? {
-        if let Ok(s) = store.stats(&q.name).await {
-            samples.push((q.name, StatsSample::of(&s, at)));
-        }
+    let mut walk = StatsWalk::new(store);
+    let mut n = 0;
+    while let Some(page) = walk.next_page().await? {
+        n += page.len();
+        let samples = page
+            .into_iter()
+            .map(|(q, s)| (q.name, StatsSample::of(&s, at)))
+            .collect();
+        store.record_stats(samples).await?;
     }
-    let n = samples.len();
-    store.record_stats(samples).await?;
     Ok(n)
 }
 

@@ -694,6 +694,61 @@ async fn a_broker_with_hundreds_of_queues_draws_the_first_and_the_rest_on_reques
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_with_more_queues_than_a_page_is_read_a_thousand_at_a_time() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    let patch = sluice_core::QueueConfigPatch {
+        max_receive_count: Some(0),
+        dead_letter_queue: Some(None),
+        ..Default::default()
+    };
+    for i in 0..1050 {
+        let name = sluice_core::QueueName::new(format!("tenant-{i:04}")).expect("name");
+        s.store.put_queue(&name, &patch).await.expect("queue");
+    }
+    b.client.goto(&s.url("/")).await.expect("open");
+    b.text_when("#overview-status", |t| {
+        t.starts_with("queues 1–1,000 by name")
+    })
+    .await;
+    assert_eq!(b.count("#previous-page").await, 0, "the first page");
+    b.click("#show-all").await;
+    b.text_when("#queues", |t| t.contains("tenant-0999")).await;
+    assert!(
+        !b.text_when("#queues", |_| true)
+            .await
+            .contains("tenant-1000")
+    );
+
+    b.click("#next-page").await;
+    b.text_when("#overview-status", |t| t.starts_with("queues 1,001–1,050"))
+        .await;
+    assert_eq!(b.count("#queues tbody tr").await, 50);
+    assert_eq!(b.count("#next-page").await, 0, "the last page");
+    b.screenshot("overview-pages.png").await;
+    b.click("#previous-page").await;
+    b.text_when("#overview-status", |t| t.starts_with("queues 1–1,000"))
+        .await;
+
+    // The filter is the names' prefix, read from the broker across every page.
+    let filter = b
+        .client
+        .find(Locator::Css("#filter"))
+        .await
+        .expect("filter");
+    filter.send_keys("tenant-104").await.expect("type");
+    b.text_when("#overview-status", |t| t.starts_with("10 queues"))
+        .await;
+    assert_eq!(b.count("#queues tbody tr").await, 10);
+    assert_eq!(
+        b.count("#next-page").await + b.count("#previous-page").await,
+        0
+    );
+    b.close().await;
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_left_while_loading_never_draws_over_the_next() {
     let Some(b) = browser().await else { return };
     let s = common::start().await;

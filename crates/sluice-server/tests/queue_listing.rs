@@ -1,5 +1,6 @@
-//! `GET /v1/queues` a page at a time: prefix, limit and cursor, a walk while other clients
-//! create and delete queues, a key that sees only some queues, and the 400s.
+//! `GET /v1/queues` and the overview `GET /v1/stats` a page at a time: prefix, limit and
+//! cursor, a walk while other clients create and delete queues, a key that sees only some
+//! queues, and the 400s.
 
 mod common;
 
@@ -23,16 +24,34 @@ fn names(page: &Value) -> Vec<String> {
         .as_array()
         .unwrap_or_else(|| panic!("no queues in {page}"))
         .iter()
-        .map(|q| q["name"].as_str().expect("name").to_owned())
+        .map(|q| {
+            // A listing's rows have a `name`, the overview's a `queue`.
+            q["name"]
+                .as_str()
+                .or(q["queue"].as_str())
+                .expect("name")
+                .to_owned()
+        })
         .collect()
 }
 
 /// Every page of `GET /v1/queues?{query}`, `limit` at a time, following `next_cursor`.
 async fn walk(s: &TestServer, token: Option<&str>, query: &str, limit: u32) -> Vec<Vec<String>> {
+    walk_route(s, token, "/v1/queues", query, limit).await
+}
+
+/// Every page of `GET {route}?{query}`, `limit` at a time, following `next_cursor`.
+async fn walk_route(
+    s: &TestServer,
+    token: Option<&str>,
+    route: &str,
+    query: &str,
+    limit: u32,
+) -> Vec<Vec<String>> {
     let mut pages = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut path = format!("/v1/queues?limit={limit}&{query}");
+        let mut path = format!("{route}?limit={limit}&{query}");
         if let Some(c) = &cursor {
             path.push_str(&format!("&cursor={c}"));
         }
@@ -205,12 +224,14 @@ async fn a_key_that_sees_some_queues_pages_through_them_only() {
         }
         mine.push(format!("orders.{i:02}.eu"));
     }
-    let pages = walk(&s, Some(SECRET), "", 3).await;
-    assert!(
-        pages[..pages.len() - 1].iter().all(|p| p.len() == 3),
-        "pages are filled from further queues: {pages:?}"
-    );
-    assert_eq!(pages.concat(), mine);
+    for route in ["/v1/queues", "/v1/stats"] {
+        let pages = walk_route(&s, Some(SECRET), route, "", 3).await;
+        assert!(
+            pages[..pages.len() - 1].iter().all(|p| p.len() == 3),
+            "{route}: pages are filled from further queues: {pages:?}"
+        );
+        assert_eq!(pages.concat(), mine, "{route}");
+    }
     s.shutdown().await;
 }
 
@@ -227,17 +248,82 @@ async fn bad_prefixes_limits_and_cursors_are_400_naming_the_parameter() {
         ("prefix=a%20b", "prefix \"a b\" contains ' '"),
         ("page=2", "unknown query parameter \"page\""),
     ] {
-        let got = s
-            .call(Method::GET, &format!("/v1/queues?{query}"), None)
-            .await;
-        assert_error(&got, 400, "invalid_argument");
-        let message = got.1["error"]["message"].as_str().unwrap_or_default();
-        assert!(message.contains(says), "{query}: {message}");
+        for route in ["/v1/queues", "/v1/stats"] {
+            let got = s.call(Method::GET, &format!("{route}?{query}"), None).await;
+            assert_error(&got, 400, "invalid_argument");
+            let message = got.1["error"]["message"].as_str().unwrap_or_default();
+            assert!(message.contains(says), "{route}?{query}: {message}");
+        }
     }
     // The cursor of a name continues after it, whether or not the queue still exists.
     let (st, v) = s
         .call(Method::GET, "/v1/queues?cursor=6a6f6273", None)
         .await;
     assert_eq!((st, names(&v)), (StatusCode::OK, vec![]), "{v}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_pages_queues_with_their_numbers_and_dead_letter_roles() {
+    let s = start().await;
+    for q in ["jobs.b", "jobs.a", "mail"] {
+        s.put_queue(q, json!({"max_receive_count": 1})).await;
+    }
+    s.send("jobs.a", json!(1)).await;
+    s.send("jobs.a", json!(2)).await;
+    let got = s.receive("jobs.a", json!({"max": 1})).await;
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/jobs.a/reject",
+            Some(json!({"receipt": got[0]["receipt"], "error": "bad input"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+
+    let all = [
+        "jobs.a",
+        "jobs.a.dlq",
+        "jobs.b",
+        "jobs.b.dlq",
+        "mail",
+        "mail.dlq",
+    ];
+    let pages = walk_route(&s, None, "/v1/stats", "", 4).await;
+    assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [4, 2]);
+    assert_eq!(pages.concat(), all, "every queue once, by name");
+    let pages = walk_route(&s, None, "/v1/stats", "prefix=jobs.", 1).await;
+    assert_eq!(pages.concat(), all[..4], "a prefix narrows every page");
+
+    let (st, v) = s.call(Method::GET, "/v1/stats?prefix=jobs.a", None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let rows = v["queues"].as_array().expect("rows");
+    assert_eq!(
+        (
+            &rows[0]["queue"],
+            &rows[0]["visible"],
+            &rows[0]["dead_letter_depth"],
+            &rows[0]["is_dead_letter_queue"],
+            &rows[0]["dead_letter_queue"],
+        ),
+        (
+            &json!("jobs.a"),
+            &json!(1),
+            &json!(1),
+            &json!(false),
+            &json!("jobs.a.dlq")
+        ),
+        "{v}"
+    );
+    assert_eq!(
+        (
+            &rows[1]["queue"],
+            &rows[1]["visible"],
+            &rows[1]["is_dead_letter_queue"]
+        ),
+        (&json!("jobs.a.dlq"), &json!(1), &json!(true)),
+        "{v}"
+    );
+    assert_eq!(v["next_cursor"], Value::Null);
     s.shutdown().await;
 }

@@ -619,10 +619,23 @@ class Client:
         """Backlog, in flight, DLQ depth, totals, rates and trend of a queue."""
         return Stats.from_wire(self._json("GET", f"/v1/queues/{_queue(queue)}/stats"))
 
-    def overview(self) -> List[QueueOverview]:
-        """Every queue the key may see, by name, with its stats, rates and trends: one call
-        for a dashboard instead of one per queue."""
-        return [QueueOverview.from_wire(q) for q in self._json("GET", "/v1/stats")["queues"]]
+    def overview(self, prefix: Optional[str] = None) -> List[QueueOverview]:
+        """Every queue the key may see (whose name starts with ``prefix``, if given), by name,
+        with its stats, rates and trends: one call per 1000 queues for a dashboard instead of
+        one per queue. Follows the pages to the end, as :meth:`list_queues` does."""
+        rows: List[QueueOverview] = []
+        cursor: Optional[str] = None
+        while True:
+            d = self._json("GET", "/v1/stats", params={"prefix": prefix or None, "cursor": cursor})
+            rows.extend(QueueOverview.from_wire(q) for q in d["queues"])
+            following = d.get("next_cursor")
+            if following is None:
+                return rows
+            if following == cursor:
+                raise DecodeError(
+                    f"the broker answered the same next_cursor ({cursor}) twice while reading the overview"
+                )
+            cursor = following
 
     def whoami(self) -> WhoAmI:
         """The key this client uses: its name, role, queue patterns and what it may do."""

@@ -186,3 +186,83 @@ pub async fn stats_history_is_stored_once_and_kept_a_day(h: &dyn Harness) {
         "unknown queue",
     );
 }
+
+/// Readers of the whole broker ask about a page of queues at once: `stats_many` agrees with
+/// each queue's own `stats` (gauges, DLQ depth, totals) and answers `None` for a name no queue
+/// has; `stats_history_many` and `dead_letter_queues_among` likewise, in the order asked; more
+/// than a page of names is refused.
+pub async fn stats_of_many_queues_agree_with_each_queues_own(h: &dyn Harness) {
+    use sluice_core::stats::{SAMPLE_INTERVAL, StatsSample};
+    let e = env(h).await;
+    let (a, a_dlq) = e.queue_and_dlq("many-a").await;
+    let b = e
+        .queue(
+            "many-b",
+            QueueConfigPatch {
+                max_receive_count: Some(0),
+                dead_letter_queue: Some(None),
+                ..Default::default()
+            },
+        )
+        .await;
+    e.send_batch(&a, vec![text("1"), text("2"), text("3")])
+        .await;
+    e.send(&a, delayed("later", secs(60))).await;
+    e.send_text(&b, "x").await;
+    let ds = e.recv(&a, 2).await;
+    e.store
+        .reject(&a, ds[0].receipt, fail("x"))
+        .await
+        .expect("reject");
+    e.advance(secs(3));
+
+    let ghost = qn("many-ghost");
+    let asked = vec![a.clone(), ghost.clone(), b.clone(), a_dlq.clone()];
+    let many = e.store.stats_many(&asked).await.expect("stats_many");
+    assert_eq!(many.len(), asked.len(), "one answer per name asked");
+    assert_eq!(many[1], None, "a name no queue has");
+    let sa = many[0].clone().expect("many-a");
+    assert_eq!(
+        (sa.visible, sa.delayed, sa.in_flight, sa.dead_letter_depth),
+        (1, 1, 1, 1),
+        "{sa:?}"
+    );
+    assert_eq!(sa.oldest_visible_age, secs(3));
+    for (i, q) in [(0, &a), (2, &b), (3, &a_dlq)] {
+        assert_eq!(many[i].as_ref(), Some(&e.stats(q).await), "{q}");
+    }
+    assert!(
+        e.store.stats_many(&[]).await.expect("none").is_empty(),
+        "no names, no answers"
+    );
+    let too_many: Vec<QueueName> = (0..=sluice_core::store::MAX_QUEUE_PAGE)
+        .map(|i| qn(&format!("q{i}")))
+        .collect();
+    assert_code(
+        e.store.stats_many(&too_many).await,
+        ErrorCode::InvalidArgument,
+        "more than a page of queues",
+    );
+
+    let t0 = StatsSample::slot(e.now());
+    let t1 = t0.plus(SAMPLE_INTERVAL);
+    let pa = StatsSample::of(&sa, t0);
+    let pb = StatsSample::of(&e.stats(&b).await, t1);
+    e.store
+        .record_stats(vec![(a.clone(), pa), (b.clone(), pb)])
+        .await
+        .expect("record");
+    let histories = e
+        .store
+        .stats_history_many(&[b.clone(), ghost.clone(), a.clone()], t0)
+        .await
+        .expect("histories");
+    assert_eq!(histories, vec![vec![pb], vec![], vec![pa]]);
+    assert_eq!(
+        e.store
+            .dead_letter_queues_among(&[a.clone(), a_dlq.clone(), ghost, b])
+            .await
+            .expect("roles"),
+        vec![false, true, false, false]
+    );
+}

@@ -59,6 +59,24 @@ pub trait QueueAdmin: Send + Sync + 'static {
     /// `Unavailable` when storage cannot be read.
     async fn list_queues_page(&self, req: QueuePageRequest) -> Result<QueuePage, StoreError>;
 
+    /// For each of several names (at most [`MAX_QUEUE_PAGE`](super::MAX_QUEUE_PAGE)), in the
+    /// order asked, whether some queue names it as its dead-letter queue — what a page of an
+    /// overview marks without reading every queue's configuration.
+    ///
+    /// The default reads [`list_queues`](QueueAdmin::list_queues).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for more than `MAX_QUEUE_PAGE` names; `Unavailable`.
+    async fn dead_letter_queues_among(&self, names: &[QueueName]) -> Result<Vec<bool>, StoreError> {
+        let targets: std::collections::HashSet<QueueName> = self
+            .list_queues()
+            .await?
+            .into_iter()
+            .filter_map(|q| q.config.dead_letter_queue)
+            .collect();
+        Ok(names.iter().map(|n| targets.contains(n)).collect())
+    }
+
     /// Deletes a queue and every message in it.
     ///
     /// # Errors

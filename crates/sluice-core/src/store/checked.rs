@@ -47,6 +47,8 @@ use crate::time::Timestamp;
 /// - `extend`: the lease length ([`validate_visibility`]); `progress`: the report
 ///   ([`Progress::validate`]);
 /// - `list_queues_page`: the limit, prefix and cursor ([`QueuePageRequest::range`]);
+///   `dead_letter_queues_among`, `stats_many` and `stats_history_many`: at most a page of
+///   queues;
 /// - `browse`: the page size ([`validate_limit`]); `summarize`: the request
 ///   ([`SummaryRequest::validate`]);
 /// - `create_redrive`: the spec ([`RedriveSpec::validate`]);
@@ -89,6 +91,17 @@ impl<S> Checked<S> {
 type Answer<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The answer to a call refused by a check: the engine is not called.
+/// A call about several queues names at most a page of them.
+fn validate_queue_count(n: usize) -> Result<(), StoreError> {
+    if n > super::MAX_QUEUE_PAGE as usize {
+        return Err(StoreError::invalid(format!(
+            "at most {} queues per call, got {n}",
+            super::MAX_QUEUE_PAGE
+        )));
+    }
+    Ok(())
+}
+
 fn refused<'a, T: Send + 'a>(e: StoreError) -> Answer<'a, Result<T, StoreError>> {
     Box::pin(std::future::ready(Err(e)))
 }
@@ -216,6 +229,21 @@ impl<S: QueueAdmin> QueueAdmin for Checked<S> {
             return refused(e);
         }
         self.engine.list_queues_page(req)
+    }
+
+    fn dead_letter_queues_among<'s, 'n, 'a>(
+        &'s self,
+        names: &'n [QueueName],
+    ) -> Answer<'a, Result<Vec<bool>, StoreError>>
+    where
+        's: 'a,
+        'n: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_queue_count(names.len()) {
+            return refused(e);
+        }
+        self.engine.dead_letter_queues_among(names)
     }
 
     fn delete_queue<'s, 'n, 'a>(&'s self, name: &'n QueueName) -> Answer<'a, Result<(), StoreError>>
@@ -444,6 +472,21 @@ impl<S: Inspection> Inspection for Checked<S> {
         self.engine.stats(queue)
     }
 
+    fn stats_many<'s, 'q, 'a>(
+        &'s self,
+        queues: &'q [QueueName],
+    ) -> Answer<'a, Result<Vec<Option<QueueStats>>, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_queue_count(queues.len()) {
+            return refused(e);
+        }
+        self.engine.stats_many(queues)
+    }
+
     fn browse<'s, 'q, 'a>(
         &'s self,
         queue: &'q QueueName,
@@ -572,6 +615,22 @@ impl<S: Records> Records for Checked<S> {
         Self: 'a,
     {
         self.engine.stats_history(queue, since)
+    }
+
+    fn stats_history_many<'s, 'q, 'a>(
+        &'s self,
+        queues: &'q [QueueName],
+        since: Timestamp,
+    ) -> Answer<'a, Result<Vec<Vec<StatsSample>>, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_queue_count(queues.len()) {
+            return refused(e);
+        }
+        self.engine.stats_history_many(queues, since)
     }
 
     fn audit_append<'s, 'a>(&'s self, events: Vec<AuditEvent>) -> Answer<'a, Result<(), StoreError>>

@@ -19,6 +19,33 @@ pub trait Inspection: Send + Sync + 'static {
     /// `QueueNotFound`.
     async fn stats(&self, queue: &QueueName) -> Result<QueueStats, StoreError>;
 
+    /// Gauges and counters of several queues (at most
+    /// [`MAX_QUEUE_PAGE`](super::MAX_QUEUE_PAGE)) in one call, in the order asked: `None` for
+    /// a queue that does not exist. For readers of the whole broker — `/metrics`, the stats
+    /// sampler, the overview — which would otherwise ask once per queue and, on a database,
+    /// pay a round trip each. An engine may answer from what it has stored without first
+    /// bringing each queue up to now: a lease that ran out, or a message that passed its
+    /// retention, since the engine's last maintenance round may still count as it was.
+    ///
+    /// The default asks [`stats`](Inspection::stats) for each queue.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for more than `MAX_QUEUE_PAGE` queues; `Unavailable`.
+    async fn stats_many(
+        &self,
+        queues: &[QueueName],
+    ) -> Result<Vec<Option<QueueStats>>, StoreError> {
+        let mut out = Vec::with_capacity(queues.len());
+        for q in queues {
+            match self.stats(q).await {
+                Ok(s) => out.push(Some(s)),
+                Err(StoreError::QueueNotFound(_)) => out.push(None),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
     /// Lists messages of a queue without leasing them.
     ///
     /// # Errors

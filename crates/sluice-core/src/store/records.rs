@@ -34,6 +34,31 @@ pub trait Records: Send + Sync + 'static {
         since: Timestamp,
     ) -> Result<Vec<StatsSample>, StoreError>;
 
+    /// The history points of several queues (at most
+    /// [`MAX_QUEUE_PAGE`](super::MAX_QUEUE_PAGE)) at or after `since`, oldest first, in the
+    /// order asked; a queue that does not exist has none. For the overview, which draws every
+    /// queue's trend.
+    ///
+    /// The default asks [`stats_history`](Records::stats_history) for each queue.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for more than `MAX_QUEUE_PAGE` queues; `Unavailable`.
+    async fn stats_history_many(
+        &self,
+        queues: &[QueueName],
+        since: Timestamp,
+    ) -> Result<Vec<Vec<StatsSample>>, StoreError> {
+        let mut out = Vec::with_capacity(queues.len());
+        for q in queues {
+            match self.stats_history(q, since).await {
+                Ok(h) => out.push(h),
+                Err(StoreError::QueueNotFound(_)) => out.push(Vec::new()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
     /// Appends entries to the audit log, durably. Engines also append their own dead-letter
     /// and expiry events.
     ///

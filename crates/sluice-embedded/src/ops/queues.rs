@@ -136,6 +136,22 @@ pub(crate) fn page(inner: &Inner, req: &QueuePageRequest) -> Result<QueuePage, S
     Ok(range.page(found))
 }
 
+/// For each name, whether some queue dead-letters into it: one pass over the queues in
+/// memory, without copying any configuration.
+pub(crate) fn dead_letter_queues_among(inner: &Inner, names: &[QueueName]) -> Vec<bool> {
+    let core = inner.lock();
+    let asked: std::collections::HashSet<&str> = names.iter().map(QueueName::as_str).collect();
+    let mut targets = std::collections::HashSet::new();
+    for q in core.state.queues.values() {
+        if let Some(d) = &q.config.dead_letter_queue
+            && asked.contains(d.as_str())
+        {
+            targets.insert(d.as_str().to_owned());
+        }
+    }
+    names.iter().map(|n| targets.contains(n.as_str())).collect()
+}
+
 /// Deletes a queue and its messages (refused while it is another queue's dead-letter
 /// queue).
 pub(crate) fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> {

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use sluice_core::{QueueName, QueueStats, StoreError, Timestamp};
 
-use crate::core::Inner;
+use crate::core::{Core, Inner};
+use crate::journal::record::Qid;
 
 /// A queue's gauges and counters, brought up to now (its dead-letter queue too).
 pub(crate) fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats, StoreError> {
@@ -12,28 +13,51 @@ pub(crate) fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats, Stor
     let now = inner.now();
     let qid = core.qid(queue)?;
     core.expire(qid, now)?;
-    let dlq = core.state.queues[&qid]
-        .config
-        .dead_letter_queue
-        .as_ref()
-        .and_then(|d| core.state.names.get(d).copied());
-    let dead_letter_depth = match dlq {
-        Some(d) => {
-            core.expire_with_sources(d, now)?;
-            core.state.queues[&d].depth()
-        }
-        None => 0,
-    };
+    if let Some(d) = dead_letter_queue(&core, qid) {
+        core.expire_with_sources(d, now)?;
+    }
+    Ok(snapshot(&core, qid, now))
+}
+
+/// Several queues' gauges and counters under one lock: each queue asked is brought up to now,
+/// and its dead-letter queue's depth read as it stands (the queue-by-queue [`stats`] also
+/// expires every other source of that DLQ, a pass over every queue).
+pub(crate) fn stats_many(
+    inner: &Inner,
+    queues: &[QueueName],
+) -> Result<Vec<Option<QueueStats>>, StoreError> {
+    let mut core = inner.lock();
+    let now = inner.now();
+    let mut out = Vec::with_capacity(queues.len());
+    for name in queues {
+        let Some(qid) = core.state.names.get(name).copied() else {
+            out.push(None);
+            continue;
+        };
+        core.expire(qid, now)?;
+        out.push(Some(snapshot(&core, qid, now)));
+    }
+    Ok(out)
+}
+
+fn dead_letter_queue(core: &Core, qid: Qid) -> Option<Qid> {
+    let dlq = core.state.queues[&qid].config.dead_letter_queue.as_ref()?;
+    core.state.names.get(dlq).copied()
+}
+
+/// The numbers of queue `qid` as they stand.
+fn snapshot(core: &Core, qid: Qid, now: i64) -> QueueStats {
     let q = &core.state.queues[&qid];
-    Ok(QueueStats {
+    QueueStats {
         visible: q.visible(),
         delayed: q.delayed.len() as u64,
         in_flight: q.leased.len() as u64,
-        dead_letter_depth,
+        dead_letter_depth: dead_letter_queue(core, qid)
+            .map_or(0, |d| core.state.queues[&d].depth()),
         oldest_visible_age: q
             .oldest_visible()
             .map_or(Duration::ZERO, |at| Timestamp(now).since(Timestamp(at))),
         completed: q.completed,
         totals: q.totals,
-    })
+    }
 }

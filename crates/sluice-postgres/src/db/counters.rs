@@ -116,6 +116,44 @@ pub(crate) async fn totals(c: &impl GenericClient, queue: &str) -> Result<Totals
     })
 }
 
+/// [`totals`] of several queues in one query, by name; a queue with no counts is absent.
+pub(crate) async fn totals_many(
+    c: &impl GenericClient,
+    queues: &[&str],
+) -> Result<std::collections::HashMap<String, Totals>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT queue, coalesce(sum(sent), 0)::bigint, coalesce(sum(received), 0)::bigint,
+                    coalesce(sum(acked), 0)::bigint, coalesce(sum(nacked), 0)::bigint,
+                    coalesce(sum(dead_lettered), 0)::bigint, coalesce(sum(redriven), 0)::bigint,
+                    coalesce(sum(expired), 0)::bigint
+             FROM counters WHERE queue = ANY($1) GROUP BY queue",
+            &[&queues],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    let mut out = std::collections::HashMap::with_capacity(rows.len());
+    for r in &rows {
+        let get = |i: usize| -> Result<u64, StoreError> {
+            let v: i64 = r.try_get(i).map_err(corrupt)?;
+            Ok(u64::try_from(v).unwrap_or(0))
+        };
+        out.insert(
+            r.try_get(0).map_err(corrupt)?,
+            Totals {
+                sent: get(1)?,
+                received: get(2)?,
+                acked: get(3)?,
+                nacked: get(4)?,
+                dead_lettered: get(5)?,
+                redriven: get(6)?,
+                expired: get(7)?,
+            },
+        );
+    }
+    Ok(out)
+}
+
 /// Writes the node's pending hot-path counts; on failure they stay pending.
 pub(crate) async fn flush_pending(inner: &crate::store::Inner) -> Result<(), StoreError> {
     let _flushing = inner.flushing.lock().await;

@@ -575,6 +575,20 @@ pub(crate) const STATS_SQL: &str = "SELECT
          min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2)
      FROM packs WHERE queue = $1";
 
+/// [`STATS_SQL`] for every queue of `$1` at once, one row per queue that has packs.
+pub(crate) const STATS_MANY_SQL: &str = "SELECT queue,
+         coalesce(sum(pending) FILTER (WHERE state = 0 AND visible_at <= $2), 0)::bigint,
+         coalesce(sum(pending) FILTER (WHERE state = 1), 0)::bigint,
+         coalesce(sum((SELECT count(*) FROM unnest(done) d WHERE d > $2)), 0)::bigint,
+         min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2)
+     FROM packs WHERE queue = ANY($1) GROUP BY queue";
+
+/// [`DEPTH_SQL`] for every queue of `$1` at once: one row (name, depth) per name.
+pub(crate) const DEPTH_MANY_SQL: &str = "SELECT q,
+         (SELECT count(*) FROM messages WHERE queue = q AND state < 2)
+         + (SELECT coalesce(sum(pending), 0) FROM packs WHERE queue = q AND state < 2)
+     FROM unnest($1::text[]) AS q";
+
 /// Messages of queue `$1` not yet acked, rows and pack members together.
 pub(crate) const DEPTH_SQL: &str =
     "SELECT (SELECT count(*) FROM messages WHERE queue = $1 AND state < 2)

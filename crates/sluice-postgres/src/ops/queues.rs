@@ -86,6 +86,27 @@ pub(crate) async fn page(inner: &Inner, req: &QueuePageRequest) -> Result<QueueP
     Ok(range.page(found))
 }
 
+/// For each name, whether some queue dead-letters into it (one indexed query).
+pub(crate) async fn dead_letter_queues_among(
+    inner: &Inner,
+    names: &[QueueName],
+) -> Result<Vec<bool>, StoreError> {
+    let asked: Vec<&str> = names.iter().map(QueueName::as_str).collect();
+    let conn = inner.conn().await?;
+    let rows = conn
+        .query(
+            "SELECT DISTINCT dlq FROM queues WHERE dlq = ANY($1)",
+            &[&asked],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    let targets = rows
+        .iter()
+        .map(|r| r.try_get::<_, String>(0).map_err(corrupt))
+        .collect::<Result<std::collections::HashSet<_>, _>>()?;
+    Ok(asked.iter().map(|n| targets.contains(*n)).collect())
+}
+
 /// Creates or updates a queue; creates its dead-letter queue when that is missing. With
 /// `create_only`, an existing queue is refused (under the same lock as the write).
 pub(crate) async fn put(

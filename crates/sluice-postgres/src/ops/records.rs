@@ -131,6 +131,35 @@ pub(crate) async fn stats_history(
         .collect()
 }
 
+/// [`stats_history`] of several queues in one query, in the order asked.
+pub(crate) async fn stats_history_many(
+    inner: &Inner,
+    queues: &[QueueName],
+    since: Timestamp,
+) -> Result<Vec<Vec<StatsSample>>, StoreError> {
+    let names: Vec<&str> = queues.iter().map(QueueName::as_str).collect();
+    let conn = inner.conn().await?;
+    let rows = conn
+        .query(
+            "SELECT queue, sample FROM stats_history
+             WHERE queue = ANY($1) AND at >= $2 ORDER BY queue, at",
+            &[&names, &since.as_millis()],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    let mut by_queue: std::collections::HashMap<String, Vec<StatsSample>> =
+        std::collections::HashMap::new();
+    for r in &rows {
+        let q: String = r.try_get(0).map_err(corrupt)?;
+        let sample = r.try_get::<_, Json<StatsSample>>(1).map_err(corrupt)?.0;
+        by_queue.entry(q).or_default().push(sample);
+    }
+    Ok(names
+        .iter()
+        .map(|q| by_queue.remove(*q).unwrap_or_default())
+        .collect())
+}
+
 fn response_of(r: &tokio_postgres::Row) -> Result<IdempotentResponse, StoreError> {
     let fingerprint: Vec<u8> = r.try_get(0).map_err(corrupt)?;
     let status: i32 = r.try_get(1).map_err(corrupt)?;

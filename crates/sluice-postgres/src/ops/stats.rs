@@ -74,3 +74,120 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
         totals,
     })
 }
+
+/// Gauges and counters of several queues in a few grouped queries, whatever their number:
+/// read as stored (this node's maintenance round brings leases and retention up to date every
+/// half second or so), so a scrape of every queue costs queries per page, not per queue.
+pub(crate) async fn stats_many(
+    inner: &Inner,
+    queues: &[QueueName],
+) -> Result<Vec<Option<QueueStats>>, StoreError> {
+    use std::collections::HashMap;
+
+    if queues.is_empty() {
+        return Ok(Vec::new());
+    }
+    crate::db::counters::flush_pending(inner).await?;
+    let names: Vec<&str> = queues.iter().map(QueueName::as_str).collect();
+    let mut conn = inner.conn().await?;
+    let now = inner.now();
+    // One snapshot for every query, so the numbers agree with each other.
+    let (catalog, rows, packs, depths, totals) =
+        crate::db::tx::transaction(&mut conn, async |tx| {
+            let catalog = tx
+                .query(
+                    "SELECT name, dlq FROM queues WHERE name = ANY($1)",
+                    &[&names],
+                )
+                .await
+                .map_err(|e| db(&e))?;
+            let rows = tx
+                .query(
+                    "SELECT queue,
+                        count(*) FILTER (WHERE state = 0 AND visible_at <= $2),
+                        count(*) FILTER (WHERE state = 0 AND visible_at > $2),
+                        count(*) FILTER (WHERE state = 1),
+                        count(*) FILTER (WHERE state = 2 AND keep_until > $2),
+                        min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2)
+                 FROM messages WHERE queue = ANY($1) GROUP BY queue",
+                    &[&names, &now],
+                )
+                .await
+                .map_err(|e| db(&e))?;
+            let packs = tx
+                .query(crate::hot::packs::STATS_MANY_SQL, &[&names, &now])
+                .await
+                .map_err(|e| db(&e))?;
+            let dlqs: Vec<String> = catalog
+                .iter()
+                .filter_map(|r| r.get::<_, Option<String>>(1))
+                .collect();
+            let depths = if dlqs.is_empty() {
+                Vec::new()
+            } else {
+                tx.query(crate::hot::packs::DEPTH_MANY_SQL, &[&dlqs])
+                    .await
+                    .map_err(|e| db(&e))?
+            };
+            let totals = crate::db::counters::totals_many(tx, &names).await?;
+            Ok((catalog, rows, packs, depths, totals))
+        })
+        .await?;
+
+    let count = |r: &tokio_postgres::Row, i: usize| -> Result<u64, StoreError> {
+        let v: i64 = r.try_get(i).map_err(corrupt)?;
+        Ok(u64::try_from(v).unwrap_or(0))
+    };
+    let mut dlq_of: HashMap<String, Option<String>> = HashMap::with_capacity(catalog.len());
+    for r in &catalog {
+        dlq_of.insert(
+            r.try_get(0).map_err(corrupt)?,
+            r.try_get(1).map_err(corrupt)?,
+        );
+    }
+    let mut depth: HashMap<String, u64> = HashMap::with_capacity(depths.len());
+    for r in &depths {
+        depth.insert(r.try_get(0).map_err(corrupt)?, count(r, 1)?);
+    }
+    let mut stats: HashMap<String, QueueStats> = HashMap::with_capacity(catalog.len());
+    let mut oldest: HashMap<String, i64> = HashMap::new();
+    for r in &rows {
+        let q: String = r.try_get(0).map_err(corrupt)?;
+        let s = stats.entry(q.clone()).or_default();
+        s.visible += count(r, 1)?;
+        s.delayed += count(r, 2)?;
+        s.in_flight += count(r, 3)?;
+        s.completed += count(r, 4)?;
+        if let Some(at) = r.try_get::<_, Option<i64>>(5).map_err(corrupt)? {
+            oldest.insert(q, at);
+        }
+    }
+    for r in &packs {
+        let q: String = r.try_get(0).map_err(corrupt)?;
+        let s = stats.entry(q.clone()).or_default();
+        s.visible += count(r, 1)?;
+        s.in_flight += count(r, 2)?;
+        s.completed += count(r, 3)?;
+        if let Some(at) = r.try_get::<_, Option<i64>>(4).map_err(corrupt)? {
+            let o = oldest.entry(q).or_insert(at);
+            *o = (*o).min(at);
+        }
+    }
+    let mut totals = totals;
+    Ok(queues
+        .iter()
+        .map(|q| {
+            let dlq = dlq_of.get(q.as_str())?;
+            let mut s = stats.remove(q.as_str()).unwrap_or_default();
+            s.dead_letter_depth = dlq
+                .as_deref()
+                .and_then(|d| depth.get(d).copied())
+                .unwrap_or(0);
+            s.oldest_visible_age = oldest
+                .get(q.as_str())
+                .map_or(Duration::ZERO, |at| Timestamp(now).since(Timestamp(*at)));
+            s.totals = totals.remove(q.as_str()).unwrap_or_default();
+            Some(s)
+        })
+        .collect())
+}

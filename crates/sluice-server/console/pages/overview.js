@@ -1,4 +1,5 @@
-// The overview: every queue with its depths, rates and trends; sortable, filterable, live.
+// The overview: queues with their depths, rates and trends, a page of up to 1000 at a time;
+// sortable, filterable by the start of a name, live.
 
 import { enc } from "../api.js";
 import { field, fill, h } from "../dom.js";
@@ -6,10 +7,26 @@ import { age, num, rate, trend } from "../format.js";
 
 // Kept across visits: the filter, the sort, and per queue the DLQ depth and oldest age last
 // read and when the DLQ last grew, so a queue stays highlighted for a minute after that.
-const state = { filter: "", sort: "name", asc: true, seen: new Map(), all: false };
+// `cursor` is the page shown (null: the first), `before` the cursors of the pages before it.
+const state = { filter: "", sort: "name", asc: true, seen: new Map(), all: false, cursor: null, before: [] };
 
 // Rows drawn before asking (highlighted queues come first).
 const DRAWN_ROWS = 300;
+
+// Queues read per page: the broker's largest page.
+const PAGE_QUEUES = 1000;
+
+// What a queue name may hold; a filter with anything else matches none.
+const NAME_CHARS = /^[A-Za-z0-9_.-]*$/;
+
+// The stats call for the page shown: the filter is the names' prefix, so the broker reads
+// only the queues that match, however many it has.
+export function statsPath(filter, cursor) {
+  const q = new URLSearchParams({ limit: String(PAGE_QUEUES) });
+  if (filter) q.set("prefix", filter);
+  if (cursor) q.set("cursor", cursor);
+  return `/v1/stats?${q}`;
+}
 
 const HIGHLIGHT_MS = 60000;
 
@@ -94,21 +111,45 @@ function withAlerts(queues) {
 export async function overview(page) {
   const filter = h("input", {
     id: "filter",
-    placeholder: "part of a name",
+    placeholder: "start of a name",
     value: state.filter,
     oninput: (ev) => {
       state.filter = ev.target.value;
+      state.cursor = null;
+      state.before = [];
       draw();
+      load().catch(() => {});
     },
   });
-  const status = h("span", { class: "muted" });
+  const status = h("span", { id: "overview-status", class: "muted" });
   const table = h("div");
-  page.show(h("h1", {}, "Queues"), h("div", { class: "row" }, field("Filter", filter), status), table);
+  const pager = h("div", { class: "row" });
+  page.show(h("h1", {}, "Queues"), h("div", { class: "row" }, field("Filter", filter), status), table, pager);
   let rows = [];
+  let next = null;
+  // Reads the page shown; a reply to an older filter or page is dropped.
+  const load = async () => {
+    const asked = statsPath(state.filter, state.cursor);
+    if (!NAME_CHARS.test(state.filter)) {
+      rows = [];
+      next = null;
+    } else {
+      const data = await page.api("GET", asked);
+      if (!page.alive || asked !== statsPath(state.filter, state.cursor)) return;
+      rows = withAlerts(data.queues);
+      next = data.next_cursor;
+    }
+    draw();
+  };
+  const turn = (cursor, before) => {
+    window.scrollTo(0, 0);
+    state.cursor = cursor;
+    state.before = before;
+    load().catch(() => {});
+  };
   const draw = () => {
-    const f = state.filter.toLowerCase();
     const col = COLUMNS.find((c) => c[0] === state.sort) || COLUMNS[0];
-    const shown = rows.filter((r) => r.queue.toLowerCase().includes(f)).sort(byColumn(col[2], state.asc));
+    const shown = rows.filter((r) => r.queue.startsWith(state.filter)).sort(byColumn(col[2], state.asc));
     const head = h(
       "tr",
       {},
@@ -144,12 +185,19 @@ export async function overview(page) {
         ? h("p", {}, `${shown.length - drawn.length} more match; narrow the filter or `, h("button", { id: "show-all", onclick: () => { state.all = true; draw(); } }, `show all ${num(shown.length)}`))
         : null,
     );
-    status.textContent = `${shown.length} of ${rows.length} queues · updated ${new Date().toLocaleTimeString()}`;
+    const paged = next !== null || state.before.length > 0;
+    const first = state.before.length * PAGE_QUEUES;
+    status.textContent = paged
+      ? `queues ${num(first + 1)}–${num(first + shown.length)} by name · updated ${new Date().toLocaleTimeString()}`
+      : `${shown.length} queues · updated ${new Date().toLocaleTimeString()}`;
+    // Sorting and highlighting apply to the page shown; the filter narrows what is paged.
+    fill(
+      pager,
+      state.before.length > 0 ? h("button", { id: "first-page", onclick: () => turn(null, []) }, "First page") : null,
+      state.before.length > 0 ? h("button", { id: "previous-page", onclick: () => turn(state.before.at(-1), state.before.slice(0, -1)) }, "Previous page") : null,
+      next !== null ? h("button", { id: "next-page", onclick: () => turn(next, [...state.before, state.cursor]) }, `Next ${num(PAGE_QUEUES)} queues`) : null,
+      paged ? h("span", { class: "muted" }, "sorting orders the queues of this page; type the start of a name to narrow every page") : null,
+    );
   };
-  await page.every(3000, async () => {
-    const data = await page.api("GET", "/v1/stats");
-    if (!page.alive) return;
-    rows = withAlerts(data.queues);
-    draw();
-  });
+  await page.every(3000, load);
 }

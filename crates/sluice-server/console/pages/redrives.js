@@ -7,6 +7,20 @@ import { num, trend, when } from "../format.js";
 import { can } from "../session.js";
 import { describeFilter } from "./dlq.js";
 
+// The queues that dead-letter into `dlq`: a walk over every page of the queue listing, read
+// once per showing of a job.
+async function sourcesOf(page, dlq) {
+  const found = [];
+  let cursor = null;
+  do {
+    const q = new URLSearchParams(cursor ? { cursor } : {});
+    const p = await page.api("GET", `/v1/queues?${q}`);
+    found.push(...p.queues.filter((v) => v.config.dead_letter_queue === dlq).map((v) => v.name));
+    cursor = p.next_cursor;
+  } while (cursor && page.alive);
+  return found;
+}
+
 function redriveRate(j) {
   if (j.rate) return j.rate.period_ms === 60000 ? `${j.rate.limit}/min` : `${j.rate.limit} per ${j.rate.period_ms} ms`;
   return j.rate_per_second ? `${j.rate_per_second}/s` : "unlimited";
@@ -87,9 +101,7 @@ export async function redrivePage(page, id) {
         : null,
     );
     if (targets === null) {
-      targets = j.destination
-        ? [j.destination]
-        : (await page.api("GET", "/v1/stats")).queues.filter((q) => q.dead_letter_queue === j.source).map((q) => q.queue);
+      targets = j.destination ? [j.destination] : await sourcesOf(page, j.source);
     }
     const rows = await Promise.all(targets.map((q) => page.api("GET", `${queuePath(q)}/stats`)));
     fill(

@@ -1,23 +1,19 @@
-//! What a dashboard needs in one call: every queue's stats, and what the caller may do.
-
-use std::collections::HashSet;
+//! What a dashboard needs in one call: a page of queues with their stats, and what the caller
+//! may do.
 
 use axum::Json;
 use axum::extract::State;
-use futures::StreamExt as _;
 use serde::Serialize;
 use sluice_core::trend::{LOOKBACK, Trend};
-use sluice_core::{Clock, QueueInfo, SystemClock, Timestamp};
-use sluice_wire::{ErrorEnvelope, StatsView};
+use sluice_core::{Clock, QueueName, SystemClock, Timestamp};
+use sluice_wire::{ErrorEnvelope, QueueListQuery, StatsView};
 use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
 use crate::error::ApiError;
-
-/// Queues whose stats are read at once: enough to hide a database's round trips, few enough
-/// that a dashboard never crowds out the work.
-const CONCURRENT_READS: usize = 8;
+use crate::extract::ApiQuery;
+use crate::routes::queues::covered_page;
 
 /// One queue in the overview.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -33,71 +29,64 @@ pub struct OverviewRow {
     pub is_dead_letter_queue: bool,
 }
 
-/// `GET /v1/stats`: every queue the caller may see, by name.
+/// `GET /v1/stats`: one page of the queues the caller may see, by name.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Overview {
     /// The queues.
     pub queues: Vec<OverviewRow>,
+    /// Pass this as `cursor` for the next page while more queues remain; `null` at the end.
+    pub next_cursor: Option<String>,
 }
 
-/// Every queue's stats with its rates and trends, for a dashboard: one call instead of one
-/// per queue. A queue deleted while the answer is put together is left out.
+/// Queues' stats with their rates and trends, for a dashboard: one call per page instead of
+/// one per queue. Paged like `GET /v1/queues` (`prefix`, `limit` 1 – 1000 default 1000,
+/// `cursor`); a queue deleted while the answer is put together is left out.
 #[utoipa::path(
     get, path = "/v1/stats", tag = "inspect",
+    params(QueueListQuery),
     responses(
-        (status = 200, description = "Every queue the caller may see, by name", body = Overview),
+        (status = 200, description = "One page of the queues the caller may see, by name", body = Overview),
+        (status = 400, description = "invalid_argument (prefix, limit or cursor)", body = ErrorEnvelope),
         (status = 403, description = "permission_denied", body = ErrorEnvelope),
     )
 )]
 pub async fn overview(
     State(st): State<AppState>,
     caller: Caller,
+    ApiQuery(query): ApiQuery<QueueListQuery>,
 ) -> Result<Json<Overview>, ApiError> {
     caller.allow_role(Action::Stats)?;
-    let mut queues = st.store.list_queues().await?;
-    queues.retain(|q| caller.sees(q.name.as_str()));
-    queues.sort_by(|a, b| a.name.cmp(&b.name));
-    let dlqs: HashSet<String> = queues
-        .iter()
-        .filter_map(|q| q.config.dead_letter_queue.as_ref().map(ToString::to_string))
-        .collect();
+    let (queues, next_cursor) = covered_page(&st, &caller, query.to_core()?).await?;
+    let names: Vec<QueueName> = queues.iter().map(|q| q.name.clone()).collect();
     let now = SystemClock.now();
     let since = Timestamp(now.as_millis() - LOOKBACK.as_millis() as i64);
-    let rows: Vec<Option<OverviewRow>> = futures::stream::iter(queues)
-        .map(|info| {
-            let st = &st;
-            let dlqs = &dlqs;
-            async move { row(st, info, dlqs, now, since).await }
+    let stats = st.store.stats_many(&names).await?;
+    let histories = st.store.stats_history_many(&names, since).await?;
+    let dlqs = st.store.dead_letter_queues_among(&names).await?;
+    let rows = queues
+        .into_iter()
+        .zip(stats)
+        .zip(histories)
+        .zip(dlqs)
+        .filter_map(|(((info, stats), history), is_dlq)| {
+            let stats = stats?;
+            let trend = Trend::compute(&stats, info.created_at, now, &history);
+            Some(OverviewRow {
+                stats: StatsView::with_trend(&info.name, &stats, &trend),
+                dead_letter_queue: info
+                    .config
+                    .dead_letter_queue
+                    .as_ref()
+                    .map(ToString::to_string),
+                paused: info.config.paused,
+                is_dead_letter_queue: is_dlq,
+            })
         })
-        .buffered(CONCURRENT_READS)
-        .collect()
-        .await;
+        .collect();
     Ok(Json(Overview {
-        queues: rows.into_iter().flatten().collect(),
+        queues: rows,
+        next_cursor,
     }))
-}
-
-async fn row(
-    st: &AppState,
-    info: QueueInfo,
-    dlqs: &HashSet<String>,
-    now: Timestamp,
-    since: Timestamp,
-) -> Option<OverviewRow> {
-    let q = &info.name;
-    let stats = st.store.stats(q).await.ok()?;
-    let history = st.store.stats_history(q, since).await.ok()?;
-    let trend = Trend::compute(&stats, info.created_at, now, &history);
-    Some(OverviewRow {
-        stats: StatsView::with_trend(q, &stats, &trend),
-        dead_letter_queue: info
-            .config
-            .dead_letter_queue
-            .as_ref()
-            .map(ToString::to_string),
-        paused: info.config.paused,
-        is_dead_letter_queue: dlqs.contains(q.as_str()),
-    })
 }
 
 /// `GET /v1/whoami`: the caller's key and what it may do.

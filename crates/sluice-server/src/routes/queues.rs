@@ -140,11 +140,23 @@ pub async fn list_queues(
     ApiQuery(query): ApiQuery<QueueListQuery>,
 ) -> Result<Json<QueueList>, ApiError> {
     caller.allow_role(Action::ReadQueue)?;
-    let req = query.to_core()?;
-    // A key covering only some queues: read on until the page is full, the listing ends or
-    // a bounded number of queues was examined. Each store page asks only for as many as are
-    // still wanted, so every queue examined is answered or not covered, and the cursor of
-    // the last store page continues exactly after it.
+    let (queues, next_cursor) = covered_page(&st, &caller, query.to_core()?).await?;
+    Ok(Json(QueueList {
+        queues: queues.iter().map(QueueView::from).collect(),
+        next_cursor,
+    }))
+}
+
+/// One page of the queues the caller's key covers, and the cursor after it: a key covering
+/// only some queues reads on until the page is full, the listing ends or a bounded number of
+/// queues was examined. Each store page asks only for as many as are still wanted, so every
+/// queue examined is answered or not covered, and the cursor of the last store page
+/// continues exactly after it.
+pub(crate) async fn covered_page(
+    st: &AppState,
+    caller: &Caller,
+    req: sluice_core::QueuePageRequest,
+) -> Result<(Vec<sluice_core::QueueInfo>, Option<String>), ApiError> {
     let want = req.limit as usize;
     let mut found = Vec::new();
     let mut cursor = req.cursor.clone();
@@ -161,19 +173,15 @@ pub async fn list_queues(
         examined += page.queues.len();
         found.extend(
             page.queues
-                .iter()
-                .filter(|q| caller.sees(q.name.as_str()))
-                .map(QueueView::from),
+                .into_iter()
+                .filter(|q| caller.sees(q.name.as_str())),
         );
         cursor = page.next_cursor;
         if found.len() >= want || cursor.is_none() || examined >= LIST_SCAN_LIMIT {
             break;
         }
     }
-    Ok(Json(QueueList {
-        queues: found,
-        next_cursor: cursor,
-    }))
+    Ok((found, cursor))
 }
 
 /// Deletes a queue and every message in it.
