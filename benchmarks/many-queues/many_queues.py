@@ -7,7 +7,7 @@ Starts `sluice serve` on a fresh store (the embedded engine in a temporary direc
 over one keep-alive connection (each with its dead-letter queue off, so one create is one
 queue), and reports the create rate of every tenth of them; then stops the broker, starts it
 again on the same store and times it until it answers ``/readyz``; then times a listing and
-a scrape::
+a scrape, and a page of the overview (`/v1/stats`, 1,000 queues with their stats)::
 
     cargo build --release
     python3 benchmarks/many-queues/many_queues.py --sluice-bin target/release/sluice --queues 100000
@@ -108,7 +108,13 @@ def main() -> None:
         "rss_mib": round(rss, 1),
         "rss_per_queue_bytes": round((rss - base_rss) * 1024 * 1024 / args.queues),
     }), flush=True)
-    for path in ["/v1/queues?limit=100", "/v1/queues?prefix=tenant-00500&limit=100", "/metrics"]:
+    for path in [
+        "/v1/queues?limit=100",
+        "/v1/queues?prefix=tenant-00500&limit=100",
+        "/v1/stats",
+        "/metrics",
+        "/metrics",
+    ]:
         took, status, size = timed_get(port, path)
         print(json.dumps({"get": path, "status": status, "ms": round(took * 1000, 1), "bytes": size}), flush=True)
     proc.send_signal(signal.SIGTERM)

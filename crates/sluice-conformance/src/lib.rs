@@ -141,6 +141,7 @@ macro_rules! __sluice_conformance_cases {
             stats_gauges,
             stats_totals,
             stats_of_many_queues_agree_with_each_queues_own,
+            repeated_history_points_are_stored_once_an_hour,
             restart_keeps_messages_leases_dedup_counters_and_config,
             idempotency_first_writer_wins_for_a_day_across_restart,
             idempotency_limits,

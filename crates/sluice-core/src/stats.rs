@@ -48,6 +48,10 @@ pub struct QueueStats {
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(10);
 /// How long samples are kept.
 pub const HISTORY_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// A point that repeats a queue's latest stored point (the same numbers) is not stored unless
+/// that one is at least this old: an idle queue costs a point an hour, not one every 10 s,
+/// and its history still holds a recent point after a day's points are forgotten.
+pub const HISTORY_HEARTBEAT: Duration = Duration::from_secs(3600);
 
 /// One point of a queue's history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +93,65 @@ impl StatsSample {
         let step = SAMPLE_INTERVAL.as_millis() as i64;
         crate::time::Timestamp(now.as_millis().div_euclid(step) * step)
     }
+
+    /// Whether a store keeps this point after `last`, the queue's latest stored one: when it is
+    /// newer and its numbers changed, or `last` is [`HISTORY_HEARTBEAT`] old.
+    pub fn worth_storing_after(&self, last: &StatsSample) -> bool {
+        let heartbeat = HISTORY_HEARTBEAT.as_millis() as i64;
+        self.at > last.at
+            && (StatsSample {
+                at: last.at,
+                ..*self
+            } != *last
+                || self.at.as_millis() - last.at.as_millis() >= heartbeat)
+    }
+
+    /// A queue's history as the sampler saw it, from the points a store kept (oldest first,
+    /// which may begin with the latest point before `since`): a point at every slot from
+    /// `since` (or the first point, if later) to `until`, each the latest kept point at or
+    /// before it. Stores leave out points that repeat the one before, so a queue's numbers at
+    /// a slot are those of the latest point kept.
+    pub fn fill(
+        kept: &[StatsSample],
+        since: crate::time::Timestamp,
+        until: crate::time::Timestamp,
+    ) -> Vec<StatsSample> {
+        let step = SAMPLE_INTERVAL.as_millis() as i64;
+        let Some(first) = kept.first() else {
+            return Vec::new();
+        };
+        let start = since.as_millis().max(first.at.as_millis());
+        let end = until
+            .as_millis()
+            .max(kept.last().map_or(start, |l| l.at.as_millis()));
+        // Every slot in range, and every kept point's own time (points off the slots too).
+        let first_slot = start.div_euclid(step) * step + if start % step == 0 { 0 } else { step };
+        let mut times: Vec<i64> = (0..)
+            .map(|k| first_slot + k * step)
+            .take_while(|t| *t <= end)
+            .chain(
+                kept.iter()
+                    .map(|k| k.at.as_millis())
+                    .filter(|t| *t >= start),
+            )
+            .collect();
+        times.sort_unstable();
+        times.dedup();
+        let mut out = Vec::with_capacity(times.len());
+        let mut i = 0;
+        for t in times {
+            while i + 1 < kept.len() && kept[i + 1].at.as_millis() <= t {
+                i += 1;
+            }
+            if kept[i].at.as_millis() <= t {
+                out.push(StatsSample {
+                    at: crate::time::Timestamp(t),
+                    ..kept[i]
+                });
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -99,5 +162,59 @@ mod tests {
     #[test]
     fn samples_sit_on_multiples_of_the_interval() {
         assert_eq!(StatsSample::slot(Timestamp(12_345)), Timestamp(10_000));
+    }
+
+    fn point(at: i64, visible: u64) -> StatsSample {
+        StatsSample {
+            at: Timestamp(at),
+            visible,
+            delayed: 0,
+            in_flight: 0,
+            dead_letter_depth: 0,
+            oldest_visible_age_ms: 0,
+            totals: Totals::default(),
+        }
+    }
+
+    #[test]
+    fn a_point_is_stored_when_it_changed_or_the_last_is_an_hour_old() {
+        let last = point(10_000, 3);
+        assert!(!point(20_000, 3).worth_storing_after(&last), "a repeat");
+        assert!(point(20_000, 4).worth_storing_after(&last), "a change");
+        assert!(!point(10_000, 4).worth_storing_after(&last), "not newer");
+        let hour = HISTORY_HEARTBEAT.as_millis() as i64;
+        assert!(
+            point(10_000 + hour, 3).worth_storing_after(&last),
+            "a heartbeat"
+        );
+    }
+
+    #[test]
+    fn filling_puts_the_latest_kept_point_at_every_slot() {
+        // Kept: a point before the range, a change, then nothing until `until`.
+        let kept = [point(0, 1), point(40_000, 2)];
+        let filled = StatsSample::fill(&kept, Timestamp(15_000), Timestamp(60_000));
+        let got: Vec<(i64, u64)> = filled
+            .iter()
+            .map(|p| (p.at.as_millis(), p.visible))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (20_000, 1),
+                (30_000, 1),
+                (40_000, 2),
+                (50_000, 2),
+                (60_000, 2)
+            ]
+        );
+        // A history that starts inside the range starts at its first point.
+        let filled = StatsSample::fill(&kept[1..], Timestamp(0), Timestamp(50_000));
+        assert_eq!(filled.len(), 2);
+        assert!(StatsSample::fill(&[], Timestamp(0), Timestamp(50_000)).is_empty());
+        // A point off the slots keeps its time.
+        let filled = StatsSample::fill(&[point(5_000, 7)], Timestamp(0), Timestamp(20_000));
+        let got: Vec<i64> = filled.iter().map(|p| p.at.as_millis()).collect();
+        assert_eq!(got, [5_000, 10_000, 20_000]);
     }
 }

@@ -130,7 +130,8 @@ const INTERVAL_SLACK_MS: i64 = SAMPLE_INTERVAL.as_millis() as i64 * 3 / 2;
 
 impl Trend {
     /// The trend of a queue created at `created_at`, whose state at `now` is `current`, given
-    /// its history samples (oldest first).
+    /// its history as a store keeps it (oldest first; points that repeat the one before left
+    /// out, and the latest point before the lookback first).
     pub fn compute(
         current: &QueueStats,
         created_at: Timestamp,
@@ -138,6 +139,12 @@ impl Trend {
         history: &[StatsSample],
     ) -> Trend {
         let now_ms = now.as_millis();
+        // Stores keep a point only when the numbers changed: put back the ones left out.
+        let history = StatsSample::fill(
+            history,
+            Timestamp(now_ms - LOOKBACK.as_millis() as i64),
+            StatsSample::slot(Timestamp(now_ms - SAMPLE_INTERVAL.as_millis() as i64)),
+        );
         // A sample is stamped with its slot, which may start before the queue was created:
         // such a sample was taken after creation, so it counts as taken then.
         let samples: Vec<StatsSample> = history
@@ -393,20 +400,23 @@ mod tests {
     }
 
     #[test]
-    fn consumers_that_stopped_leave_no_eta_and_a_gap_is_not_consumption() {
+    fn consumers_that_stopped_leave_no_eta_and_a_resumed_drain_counts_from_its_restart() {
+        // Stores leave out points that repeat the one before: after 20 s nothing changed.
         let history = [
             sample(10, &stats(100, 0, 200, 100)),
             sample(20, &stats(80, 0, 200, 120)),
         ];
-        // 40 s later (a restart), nothing moved since: no ETA and flat.
+        // 40 s later, nothing moved since: no ETA and flat.
         let cur = stats(80, 0, 200, 120);
         let t = Trend::compute(&cur, Timestamp(T0), Timestamp(T0 + 60_000), &history);
         assert_eq!(t.backlog.eta, None, "{t:?}");
         assert_eq!(t.backlog.direction, Direction::Flat);
-        // The counters moved before a gap of 40 s: not known to be consuming now.
+        // Consumption resumed within the last interval, after 30 s of standing still: the
+        // ETA reads that interval alone (10 in 10 s), not the drain before the pause.
         let cur = stats(70, 0, 200, 130);
         let t = Trend::compute(&cur, Timestamp(T0), Timestamp(T0 + 60_000), &history);
-        assert_eq!(t.backlog.eta, None, "{t:?}");
+        let eta = t.backlog.eta.expect("draining again").as_secs_f64();
+        assert!((eta - 70.0).abs() < 3.5, "{t:?}");
     }
 
     #[test]

@@ -159,7 +159,14 @@ pub async fn stats_history_is_stored_once_and_kept_a_day(h: &dyn Harness) {
         .expect("unknown queues are skipped");
     let h0 = e.store.stats_history(&q, t0).await.expect("history");
     assert_eq!(h0, vec![s0, s1], "one point per time, the first one kept");
-    assert_eq!(e.store.stats_history(&q, t1).await.expect("since").len(), 1);
+    assert_eq!(
+        e.store
+            .stats_history(&q, t1.plus(secs(1)))
+            .await
+            .expect("since"),
+        vec![s1],
+        "from a moment after a point: that point first"
+    );
     assert_eq!((h0[0].visible, h0[1].visible, h0[1].totals.sent), (1, 2, 2));
 
     let e = e.restart(h).await;
@@ -264,5 +271,60 @@ pub async fn stats_of_many_queues_agree_with_each_queues_own(h: &dyn Harness) {
             .await
             .expect("roles"),
         vec![false, true, false, false]
+    );
+}
+
+/// A history point that repeats the queue's latest numbers is not stored until that one is an
+/// hour old, so an idle queue costs a point an hour; a read from any moment starts with the
+/// latest point before it, which holds the numbers then.
+pub async fn repeated_history_points_are_stored_once_an_hour(h: &dyn Harness) {
+    use sluice_core::stats::{HISTORY_HEARTBEAT, SAMPLE_INTERVAL, StatsSample};
+    let e = env(h).await;
+    let q = e.queue("idle", QueueConfigPatch::default()).await;
+    let t0 = StatsSample::slot(e.now());
+    let idle = StatsSample::of(&e.stats(&q).await, t0);
+    let at = |k: i64| t0.plus(SAMPLE_INTERVAL * u32::try_from(k).unwrap_or(0));
+    for k in 0..6 {
+        e.store
+            .record_stats(vec![(q.clone(), StatsSample { at: at(k), ..idle })])
+            .await
+            .expect("record");
+    }
+    assert_eq!(
+        e.store.stats_history(&q, t0).await.expect("history"),
+        vec![idle],
+        "five repeats left out"
+    );
+    e.send_text(&q, "a").await;
+    let busy = StatsSample::of(&e.stats(&q).await, at(6));
+    e.store
+        .record_stats(vec![(q.clone(), busy)])
+        .await
+        .expect("a change");
+    assert_eq!(
+        e.store.stats_history(&q, at(3)).await.expect("history"),
+        vec![idle, busy],
+        "a read from a moment in between starts with the point that holds it"
+    );
+    let hour = t0.plus(HISTORY_HEARTBEAT);
+    let later = |d: Timestamp| StatsSample { at: d, ..busy };
+    e.store
+        .record_stats(vec![(q.clone(), later(hour))])
+        .await
+        .expect("record");
+    e.store
+        .record_stats(vec![(q.clone(), later(at(6).plus(HISTORY_HEARTBEAT)))])
+        .await
+        .expect("record");
+    assert_eq!(
+        e.store.stats_history(&q, t0).await.expect("history"),
+        vec![idle, busy, later(at(6).plus(HISTORY_HEARTBEAT))],
+        "a repeat is stored once the latest point is an hour old"
+    );
+    let e = e.restart(h).await;
+    assert_eq!(
+        e.store.stats_history(&q, hour).await.expect("history"),
+        vec![busy, later(at(6).plus(HISTORY_HEARTBEAT))],
+        "the same after a restart"
     );
 }

@@ -17,14 +17,20 @@ use crate::time::Timestamp;
 pub trait Records: Send + Sync + 'static {
     /// Stores one history point per queue, taken at `at` (a multiple of
     /// [`SAMPLE_INTERVAL`](crate::stats::SAMPLE_INTERVAL)). A point already stored for a queue
-    /// at `at` is kept (several broker nodes may sample the same moment). Points older than
-    /// [`HISTORY_KEPT`](crate::stats::HISTORY_KEPT) are forgotten.
+    /// at `at` is kept (several broker nodes may sample the same moment). A point no newer than
+    /// the queue's latest, or repeating its numbers while that one is younger than
+    /// [`HISTORY_HEARTBEAT`](crate::stats::HISTORY_HEARTBEAT), is not stored
+    /// ([`StatsSample::worth_storing_after`]): an idle queue costs a point an hour. Points older
+    /// than [`HISTORY_KEPT`](crate::stats::HISTORY_KEPT) are forgotten.
     ///
     /// # Errors
     /// `Unavailable` when storage cannot be written.
     async fn record_stats(&self, samples: Vec<(QueueName, StatsSample)>) -> Result<(), StoreError>;
 
-    /// A queue's history points at or after `since`, oldest first.
+    /// A queue's history points at or after `since`, oldest first, preceded by the latest
+    /// point before `since` when one is kept: points that repeat the one before are not
+    /// stored, so that one holds the queue's numbers at `since`
+    /// ([`StatsSample::fill`] puts back a point at every slot).
     ///
     /// # Errors
     /// `QueueNotFound`.
@@ -35,8 +41,8 @@ pub trait Records: Send + Sync + 'static {
     ) -> Result<Vec<StatsSample>, StoreError>;
 
     /// The history points of several queues (at most
-    /// [`MAX_QUEUE_PAGE`](super::MAX_QUEUE_PAGE)) at or after `since`, oldest first, in the
-    /// order asked; a queue that does not exist has none. For the overview, which draws every
+    /// [`MAX_QUEUE_PAGE`](super::MAX_QUEUE_PAGE)) as [`stats_history`](Records::stats_history)
+    /// answers them, in the order asked; a queue that does not exist has none. For the overview, which draws every
     /// queue's trend.
     ///
     /// The default asks [`stats_history`](Records::stats_history) for each queue.

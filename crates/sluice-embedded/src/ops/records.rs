@@ -24,7 +24,10 @@ pub(crate) async fn record_stats(
                 continue;
             };
             let q = &core.state.queues[&qid];
-            if q.history.back().is_some_and(|last| last.at >= sample.at) {
+            if q.history
+                .back()
+                .is_some_and(|last| !sample.worth_storing_after(last))
+            {
                 continue;
             }
             by_time
@@ -44,7 +47,7 @@ pub(crate) async fn record_stats(
     inner.answerable(pos).await
 }
 
-/// A queue's history points since `since`, oldest first.
+/// A queue's history points since `since`, oldest first, after the latest one before it.
 pub(crate) fn stats_history(
     inner: &Inner,
     queue: &QueueName,
@@ -52,12 +55,10 @@ pub(crate) fn stats_history(
 ) -> Result<Vec<sluice_core::stats::StatsSample>, StoreError> {
     let core = inner.lock();
     let qid = core.qid(queue)?;
-    Ok(core.state.queues[&qid]
-        .history
-        .iter()
-        .filter(|s| s.at >= since)
-        .copied()
-        .collect())
+    let history = &core.state.queues[&qid].history;
+    // From the latest point before `since`: it holds the numbers at `since`.
+    let from = history.partition_point(|s| s.at < since).saturating_sub(1);
+    Ok(history.range(from..).copied().collect())
 }
 
 /// Writes operator audit events, synced before the answer.

@@ -1,6 +1,6 @@
 //! Rows kept beside the messages: stats history, the audit table, idempotency responses.
 
-use sluice_core::stats::{HISTORY_KEPT, StatsSample};
+use sluice_core::stats::{HISTORY_HEARTBEAT, HISTORY_KEPT, StatsSample};
 use sluice_core::store::{IDEMPOTENCY_TTL, IdempotentResponse};
 use sluice_core::{AuditEvent, AuditQuery, QueueName, StoreError, Timestamp};
 use tokio_postgres::GenericClient;
@@ -87,18 +87,31 @@ pub(crate) async fn record_stats(
     let () = crate::db::tx::transaction(&mut conn, async |tx| {
         // A point older than the newest kept for its queue is late (a slow node): skip it, so
         // each queue's history stays in time order.
+        // A point that repeats the queue's latest numbers is left out while that one is
+        // younger than the heartbeat (StatsSample::worth_storing_after).
+        let heartbeat = i64::try_from(HISTORY_HEARTBEAT.as_millis()).unwrap_or(i64::MAX);
         tx.execute(
             "INSERT INTO stats_history (queue, at, sample)
              SELECT u.q, u.at, u.s FROM unnest($1::text[], $2::bigint[], $3::jsonb[]) AS u(q, at, s)
+             LEFT JOIN LATERAL (SELECT h.at, h.sample FROM stats_history h
+                                WHERE h.queue = u.q ORDER BY h.at DESC LIMIT 1) last ON true
              WHERE EXISTS (SELECT 1 FROM queues WHERE name = u.q)
-               AND NOT EXISTS (SELECT 1 FROM stats_history h WHERE h.queue = u.q AND h.at > u.at)
+               AND (last.at IS NULL
+                    OR (last.at < u.at
+                        AND ((last.sample - 'at') IS DISTINCT FROM (u.s - 'at')
+                             OR last.at <= u.at - $4)))
              ON CONFLICT (queue, at) DO NOTHING",
-            &[&queues, &at, &json],
+            &[&queues, &at, &json, &heartbeat],
         )
         .await
         .map_err(|e| db(&e))?;
         let keep_from = newest.as_millis() - i64::try_from(HISTORY_KEPT.as_millis()).unwrap_or(0);
-        tx.execute("DELETE FROM stats_history WHERE at < $1", &[&keep_from])
+        // Through the primary key, queue by queue: a scan of every queue's points per call
+        // would grow with the number of queues.
+        tx.execute(
+            "DELETE FROM stats_history WHERE queue = ANY($1) AND at < $2",
+            &[&queues, &keep_from],
+        )
             .await
             .map_err(|e| db(&e))?;
         Ok(())
@@ -107,7 +120,7 @@ pub(crate) async fn record_stats(
     Ok(())
 }
 
-/// A queue's history points at or after `since`, oldest first.
+/// A queue's history points at or after `since`, oldest first, after the latest one before it.
 pub(crate) async fn stats_history(
     inner: &Inner,
     queue: &QueueName,
@@ -117,7 +130,11 @@ pub(crate) async fn stats_history(
     crate::db::catalog::config(&**conn, queue.as_str(), false).await?;
     let rows = conn
         .query(
-            "SELECT sample FROM stats_history WHERE queue = $1 AND at >= $2 ORDER BY at",
+            // From the latest point before `since`: it holds the numbers at `since`.
+            "SELECT sample FROM stats_history WHERE queue = $1
+               AND at >= coalesce((SELECT max(at) FROM stats_history
+                                   WHERE queue = $1 AND at < $2), $2)
+             ORDER BY at",
             &[&queue.as_str(), &since.as_millis()],
         )
         .await
@@ -141,8 +158,11 @@ pub(crate) async fn stats_history_many(
     let conn = inner.conn().await?;
     let rows = conn
         .query(
-            "SELECT queue, sample FROM stats_history
-             WHERE queue = ANY($1) AND at >= $2 ORDER BY queue, at",
+            "SELECT h.queue, h.sample FROM unnest($1::text[]) AS q(name)
+             JOIN stats_history h ON h.queue = q.name
+              AND h.at >= coalesce((SELECT max(at) FROM stats_history p
+                                    WHERE p.queue = q.name AND p.at < $2), $2)
+             ORDER BY h.queue, h.at",
             &[&names, &since.as_millis()],
         )
         .await

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use sluice_core::stats::SAMPLE_INTERVAL;
+use sluice_core::stats::{SAMPLE_INTERVAL, StatsSample};
 use sluice_core::trend::{LOOKBACK, Trend};
 use sluice_core::{Clock, SystemClock, Timestamp};
 use sluice_wire::{
@@ -178,7 +178,16 @@ pub async fn history(
         Some(s) => sluice_core::human::parse_time("since", s, SystemClock.now())?,
         None => Timestamp(SystemClock.now().as_millis() - 3_600_000),
     };
-    let samples = st.store.stats_history(&q, since).await?;
+    // The store leaves out points that repeat the one before: put one back at every slot.
+    let now = SystemClock.now();
+    let kept = st.store.stats_history(&q, since).await?;
+    let samples = StatsSample::fill(
+        &kept,
+        since,
+        StatsSample::slot(Timestamp(
+            now.as_millis() - SAMPLE_INTERVAL.as_millis() as i64,
+        )),
+    );
     Ok(Json(HistoryView {
         queue: q.to_string(),
         interval_ms: SAMPLE_INTERVAL.as_millis() as u64,
