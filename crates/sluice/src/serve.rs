@@ -298,6 +298,7 @@ impl Settings {
             "header_read_timeout_ms": self.connections.header_read_timeout.as_millis() as u64,
             "idle_timeout_ms": self.connections.idle_timeout.as_millis() as u64,
             "max_connections": self.connections.max_connections,
+            "open_file_limit": open_file_limit(),
             "metrics_queues": self.metrics.queues,
             "metrics_max_queues": self.metrics.max_queues,
             "authentication": !self.keys.is_empty(),
@@ -526,11 +527,45 @@ fn connection_limits(
     })
 }
 
-/// The process's open-file limit (the soft one, which applies), when there is one.
+/// Highest soft open-file limit the broker raises itself to (Linux refuses "unlimited").
+#[cfg(unix)]
+const MOST_OPEN_FILES: u64 = 1 << 20;
+
+/// The process's open-file limit (the soft one, which applies), when there is one — first
+/// raised to the hard limit, as servers do: the usual soft default of 1,024 would cap
+/// connections far below what the system allows a process that asks.
 fn open_file_limit() -> Option<u64> {
     #[cfg(unix)]
     {
-        rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let limit = getrlimit(Resource::Nofile);
+        let hard = limit
+            .maximum
+            .unwrap_or(MOST_OPEN_FILES)
+            .min(MOST_OPEN_FILES);
+        match limit.current {
+            Some(soft) if soft < hard => {
+                let raised = Rlimit {
+                    current: Some(hard),
+                    maximum: limit.maximum,
+                };
+                match setrlimit(Resource::Nofile, raised) {
+                    Ok(()) => {
+                        tracing::info!(
+                            from = soft,
+                            to = hard,
+                            "raised the open-file limit to the hard limit"
+                        );
+                        Some(hard)
+                    }
+                    Err(e) => {
+                        tracing::warn!(limit = soft, error = %e, "could not raise the open-file limit; connections are capped by it");
+                        Some(soft)
+                    }
+                }
+            }
+            current => current,
+        }
     }
     #[cfg(not(unix))]
     {

@@ -172,6 +172,42 @@ fn check_config_prints_the_effective_settings_without_secrets() {
     );
 }
 
+#[cfg(unix)]
+#[test]
+fn serve_raises_its_open_file_limit_to_the_hard_limit() {
+    let shell = |script: &str| {
+        let out = Command::new("sh")
+            .args(["-c", script])
+            .output()
+            .expect("run sh");
+        assert!(out.status.success(), "{script}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let hard = shell("ulimit -Hn");
+    let hard: u64 = match hard.trim() {
+        "unlimited" => 1 << 20,
+        n => n.parse::<u64>().expect("a number").min(1 << 20),
+    };
+    if hard <= 256 {
+        eprintln!("SKIPPED: the hard open-file limit is {hard}, nothing to raise");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    // Started with a soft limit of 256, as a shell with a low `ulimit -n` would.
+    let shown = shell(&format!(
+        "ulimit -Sn 256 && exec '{bin}' serve --check-config"
+    ));
+    let v: serde_json::Value = serde_json::from_str(&shown).expect("JSON");
+    assert_eq!(v["open_file_limit"], hard, "{shown}");
+    let listeners =
+        1 + u64::from(!v["frames_listen"].is_null()) + u64::from(!v["sqs_listen"].is_null());
+    assert_eq!(
+        v["max_connections"].as_u64(),
+        Some(4096.min(hard / 4 * 3 / listeners)),
+        "the default follows the raised limit: {shown}"
+    );
+}
+
 #[test]
 fn check_config_exits_2_and_says_what_is_wrong() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -112,8 +112,8 @@ pub(crate) async fn record_stats(
             "DELETE FROM stats_history WHERE queue = ANY($1) AND at < $2",
             &[&queues, &keep_from],
         )
-            .await
-            .map_err(|e| db(&e))?;
+        .await
+        .map_err(|e| db(&e))?;
         Ok(())
     })
     .await?;
