@@ -88,21 +88,16 @@ impl Counts {
     }
 }
 
-/// The totals of `queue`.
-pub(crate) async fn totals(c: &impl GenericClient, queue: &str) -> Result<Totals, StoreError> {
-    let r = c
-        .query_one(
-            "SELECT coalesce(sum(sent), 0)::bigint, coalesce(sum(received), 0)::bigint,
-                    coalesce(sum(acked), 0)::bigint, coalesce(sum(nacked), 0)::bigint,
-                    coalesce(sum(dead_lettered), 0)::bigint, coalesce(sum(redriven), 0)::bigint,
-                    coalesce(sum(expired), 0)::bigint
-             FROM counters WHERE queue = $1",
-            &[&queue],
-        )
-        .await
-        .map_err(|e| db(&e))?;
+/// The sums of every counter column, in [`totals_from`]'s order.
+const SUMS: &str = "coalesce(sum(sent), 0)::bigint, coalesce(sum(received), 0)::bigint,
+    coalesce(sum(acked), 0)::bigint, coalesce(sum(nacked), 0)::bigint,
+    coalesce(sum(dead_lettered), 0)::bigint, coalesce(sum(redriven), 0)::bigint,
+    coalesce(sum(expired), 0)::bigint";
+
+/// The totals in the columns of `r` from `first` on (as [`SUMS`] selects them).
+fn totals_from(r: &tokio_postgres::Row, first: usize) -> Result<Totals, StoreError> {
     let get = |i: usize| -> Result<u64, StoreError> {
-        let v: i64 = r.try_get(i).map_err(corrupt)?;
+        let v: i64 = r.try_get(first + i).map_err(corrupt)?;
         Ok(u64::try_from(v).unwrap_or(0))
     };
     Ok(Totals {
@@ -116,6 +111,18 @@ pub(crate) async fn totals(c: &impl GenericClient, queue: &str) -> Result<Totals
     })
 }
 
+/// The totals of `queue`.
+pub(crate) async fn totals(c: &impl GenericClient, queue: &str) -> Result<Totals, StoreError> {
+    let r = c
+        .query_one(
+            &format!("SELECT {SUMS} FROM counters WHERE queue = $1"),
+            &[&queue],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    totals_from(&r, 0)
+}
+
 /// [`totals`] of several queues in one query, by name; a queue with no counts is absent.
 pub(crate) async fn totals_many(
     c: &impl GenericClient,
@@ -123,35 +130,14 @@ pub(crate) async fn totals_many(
 ) -> Result<std::collections::HashMap<String, Totals>, StoreError> {
     let rows = c
         .query(
-            "SELECT queue, coalesce(sum(sent), 0)::bigint, coalesce(sum(received), 0)::bigint,
-                    coalesce(sum(acked), 0)::bigint, coalesce(sum(nacked), 0)::bigint,
-                    coalesce(sum(dead_lettered), 0)::bigint, coalesce(sum(redriven), 0)::bigint,
-                    coalesce(sum(expired), 0)::bigint
-             FROM counters WHERE queue = ANY($1) GROUP BY queue",
+            &format!("SELECT queue, {SUMS} FROM counters WHERE queue = ANY($1) GROUP BY queue"),
             &[&queues],
         )
         .await
         .map_err(|e| db(&e))?;
-    let mut out = std::collections::HashMap::with_capacity(rows.len());
-    for r in &rows {
-        let get = |i: usize| -> Result<u64, StoreError> {
-            let v: i64 = r.try_get(i).map_err(corrupt)?;
-            Ok(u64::try_from(v).unwrap_or(0))
-        };
-        out.insert(
-            r.try_get(0).map_err(corrupt)?,
-            Totals {
-                sent: get(1)?,
-                received: get(2)?,
-                acked: get(3)?,
-                nacked: get(4)?,
-                dead_lettered: get(5)?,
-                redriven: get(6)?,
-                expired: get(7)?,
-            },
-        );
-    }
-    Ok(out)
+    rows.iter()
+        .map(|r| Ok((r.try_get(0).map_err(corrupt)?, totals_from(r, 1)?)))
+        .collect()
 }
 
 /// Writes the node's pending hot-path counts; on failure they stay pending.
