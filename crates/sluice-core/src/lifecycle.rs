@@ -33,6 +33,27 @@ pub fn after_nack(cfg: &QueueConfig, receive_count: u32, delay: Option<Duration>
     )
 }
 
+/// Rule 2 when the attempt may not count: a nack while the queue's circuit breaker is open
+/// or half-open (the dependency is down, not the message) leaves the message's budget as it
+/// was before this delivery, as a release does. With `counted` true this is [`after_nack`].
+///
+/// Returns what happens to the message and the receive count to store with it:
+/// `receive_count`, or `receive_count - 1` when the attempt is not counted (exhaustion and the
+/// backoff are judged on that count too).
+pub fn after_nack_counted(
+    cfg: &QueueConfig,
+    receive_count: u32,
+    delay: Option<Duration>,
+    counted: bool,
+) -> (AfterFailure, u32) {
+    let stored = if counted {
+        receive_count
+    } else {
+        receive_count.saturating_sub(1)
+    };
+    (after_nack(cfg, stored, delay), stored)
+}
+
 /// Rule 3: an expired lease makes the message visible at once, unless the attempts are used up.
 pub fn after_lease_expiry(cfg: &QueueConfig, receive_count: u32) -> AfterFailure {
     if is_exhausted(cfg.max_receive_count, receive_count) {
@@ -75,6 +96,26 @@ mod tests {
             after_nack(&cfg(3), 2, Some(Duration::from_secs(7))),
             AfterFailure::Retry(Duration::from_secs(7))
         );
+    }
+
+    #[test]
+    fn an_uncounted_nack_keeps_the_attempt() {
+        // The last attempt of three: counted, it dead-letters; not counted, the message
+        // retries with the count it had before this delivery.
+        assert_eq!(
+            after_nack_counted(&cfg(3), 3, None, true),
+            (AfterFailure::DeadLetter(DeadLetterReason::Exhausted), 3)
+        );
+        let d = Some(Duration::from_secs(2));
+        assert_eq!(
+            after_nack_counted(&cfg(3), 3, d, false),
+            (AfterFailure::Retry(Duration::from_secs(2)), 2)
+        );
+        assert_eq!(
+            after_nack_counted(&cfg(1), 1, d, false),
+            (AfterFailure::Retry(Duration::from_secs(2)), 0)
+        );
+        assert_eq!(after_nack_counted(&cfg(3), 2, d, true).1, 2);
     }
 
     #[test]
