@@ -481,18 +481,14 @@ fn forms(schemas: &mut Map<String, Value>) {
 
 /// Query parameters, by route and name.
 fn parameters(doc: &mut Value) {
-    let rules: [(&str, &str, Value); 17] = [
+    let prefix = || json!({"pattern": "^[A-Za-z0-9_.-]*$", "maxLength": sluice_core::name::MAX_QUEUE_NAME_LEN});
+    let queue_cursor = || json!({"pattern": sluice_core::store::QUEUE_CURSOR_PATTERN});
+    let rules: [(&str, &str, Value); 19] = [
         ("/v1/audit", "queue", name()),
-        (
-            "/v1/queues",
-            "prefix",
-            json!({"pattern": "^[A-Za-z0-9_.-]*$", "maxLength": sluice_core::name::MAX_QUEUE_NAME_LEN}),
-        ),
-        (
-            "/v1/queues",
-            "cursor",
-            json!({"pattern": sluice_core::store::QUEUE_CURSOR_PATTERN}),
-        ),
+        ("/v1/queues", "prefix", prefix()),
+        ("/v1/queues", "cursor", queue_cursor()),
+        ("/v1/stats", "prefix", prefix()),
+        ("/v1/stats", "cursor", queue_cursor()),
         (
             "/v1/audit",
             "cursor",
