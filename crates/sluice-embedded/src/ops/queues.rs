@@ -38,6 +38,7 @@ pub(crate) fn put(
                 "max_receive_count is 0: messages of \"{name}\" are retried without limit and never dead-lettered by count"
             ));
     }
+    warnings.extend(config.advice(name));
     let mut new_queues = Vec::new();
     let mut next_qid = core.state.next_qid;
     if let Some(dlq) = &config.dead_letter_queue
