@@ -1,5 +1,6 @@
 //! The background maintenance task: every interval (500 ms by default) it runs expiry in
-//! every queue, syncs the audit log, and compacts the log.
+//! every queue, moves governed queues' breakers on in time and keeps their learned state,
+//! syncs the audit log, and compacts the log.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -15,6 +16,7 @@ pub(crate) async fn round(inner: &Inner, wait: bool) -> Result<(), StoreError> {
         let mut core = inner.lock();
         let now = inner.now();
         core.expire_all(now)?;
+        core.flow_round(now)?;
         core.audit.append(&[], true)?;
     }
     // After a restart, the dead letters replayed from update records learn their attributes
