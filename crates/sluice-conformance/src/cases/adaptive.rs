@@ -7,7 +7,7 @@
 //! `invalid_argument`; the cases then end early (and say so), since there is nothing to test.
 
 use super::*;
-use sluice_core::adaptive::{AdaptiveRate, BreakerConfig, CongestionSignal};
+use sluice_core::adaptive::{AdaptiveRate, BreakerConfig, BreakerState, CongestionSignal};
 use sluice_core::audit::{AuditEvent, AuditQuery};
 
 /// The queue `name` with `patch`, or `None` when the engine refuses governed queues.
@@ -114,6 +114,15 @@ pub async fn breaker_opens_keeps_attempts_and_a_probe_closes_it(h: &dyn Harness)
     e.send_text(&q, "d").await;
     e.recv_none(&q, "the breaker is open after 4 failed calls of 4")
         .await;
+    let flow = e
+        .stats(&q)
+        .await
+        .flow
+        .expect("a governed queue shows its flow in stats");
+    let b = flow.breaker.expect("breaker stats");
+    assert_eq!(b.state, BreakerState::Open);
+    assert_eq!((b.opened_total, b.probes_left), (1, 0));
+    assert!(flow.adaptive.is_none(), "no adaptive rate configured");
     let out = e
         .nack(&q, x.receipt, Some(Duration::ZERO), Some("503"))
         .await
@@ -302,6 +311,21 @@ pub async fn adaptive_rate_stays_within_bounds_and_congestion_cuts_it(h: &dyn Ha
         to < from && to >= 30,
         "cut from {from} to {to}, bounds 30–60"
     );
+    let rate = e
+        .stats(&q)
+        .await
+        .flow
+        .and_then(|f| f.adaptive)
+        .expect("rate stats");
+    assert_eq!(
+        (rate.min_per_min, rate.max_per_min, rate.ceiling_per_min),
+        (30, 60, Some(100))
+    );
+    assert!(
+        rate.congestion_total >= 4 && rate.decreases_total >= 1,
+        "{rate:?}"
+    );
+    assert!((30..=60).contains(&rate.rate_per_min), "{rate:?}");
     let after = drive(&e, &[&q], step, 240).await;
     let most = most_in_any_window(&after[0], 60_000);
     assert!(most <= 60, "{most} deliveries in one minute after the cut");
