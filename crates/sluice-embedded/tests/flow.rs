@@ -74,7 +74,7 @@ async fn an_open_breaker_survives_a_restart_and_turns_half_open_in_the_maintenan
             )
             .await
             .expect("create");
-        let batch = (0..5).map(|i| NewMessage::new(Body::text(&i.to_string())));
+        let batch = (0..5).map(|i| NewMessage::new(Body::text(i.to_string())));
         store.send(&q, batch.collect()).await.expect("send");
         for _ in 0..3 {
             let d = store.receive(&q, receive(1)).await.expect("receive");
