@@ -534,7 +534,7 @@ fn forms(schemas: &mut Map<String, Value>) {
 
 /// Query parameters, by route and name.
 fn parameters(doc: &mut Value) {
-    let rules: [(&str, &str, Value); 17] = [
+    let rules: [(&str, &str, Value); 19] = [
         ("/v1/audit", "queue", name()),
         (
             "/v1/queues",
@@ -543,6 +543,17 @@ fn parameters(doc: &mut Value) {
         ),
         (
             "/v1/queues",
+            "cursor",
+            json!({"pattern": sluice_core::store::QUEUE_CURSOR_PATTERN}),
+        ),
+        // The stats of every queue are paged as the queue list is.
+        (
+            "/v1/stats",
+            "prefix",
+            json!({"pattern": "^[A-Za-z0-9_.-]*$", "maxLength": sluice_core::name::MAX_QUEUE_NAME_LEN}),
+        ),
+        (
+            "/v1/stats",
             "cursor",
             json!({"pattern": sluice_core::store::QUEUE_CURSOR_PATTERN}),
         ),
