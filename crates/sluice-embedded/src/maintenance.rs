@@ -16,7 +16,11 @@ pub(crate) async fn round(inner: &Inner, wait: bool) -> Result<(), StoreError> {
         let mut core = inner.lock();
         let now = inner.now();
         core.expire_all(now)?;
-        core.flow_round(now)?;
+        // A catalog that cannot be written must not stop the audit sync and compaction: the
+        // learned state stays marked and the next round tries again.
+        if let Err(e) = core.flow_round(now) {
+            tracing::warn!(error = %e, "could not keep the state of governed queues in the queue catalog; retrying next round");
+        }
         core.audit.append(&[], true)?;
     }
     // After a restart, the dead letters replayed from update records learn their attributes

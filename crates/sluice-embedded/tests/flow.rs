@@ -132,3 +132,52 @@ async fn an_open_breaker_survives_a_restart_and_turns_half_open_in_the_maintenan
         "closed again: the last visible message"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_bounds_move_the_learned_rate_and_removing_the_setting_drops_it() {
+    use sluice_core::adaptive::AdaptiveRate;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = ManualClock::new(Timestamp(1_000_000_000));
+    let q = QueueName::new("paced").expect("name");
+    let store = open(dir.path(), &clock);
+    let put = |a: Option<AdaptiveRate>| QueueConfigPatch {
+        adaptive: Some(a),
+        ..Default::default()
+    };
+    store
+        .put_queue(&q, &put(Some(AdaptiveRate::new(10, 600))))
+        .await
+        .expect("create");
+    store
+        .send(&q, vec![NewMessage::new(Body::text("m"))])
+        .await
+        .expect("send");
+    assert_eq!(
+        store.receive(&q, receive(10)).await.expect("receive").len(),
+        1
+    );
+    let rate = |s: sluice_core::QueueStats| s.flow.and_then(|f| f.adaptive).map(|a| a.rate_per_min);
+    assert_eq!(rate(store.stats(&q).await.expect("stats")), Some(10));
+    store
+        .put_queue(&q, &put(Some(AdaptiveRate::new(100, 600))))
+        .await
+        .expect("new bounds");
+    assert_eq!(rate(store.stats(&q).await.expect("stats")), Some(100));
+    let events = store
+        .audit_query(AuditQuery {
+            queues: vec![q.to_string()],
+            since: None,
+            until: None,
+            limit: 100,
+        })
+        .await
+        .expect("audit");
+    let step = events
+        .iter()
+        .find(|e| e.action == "queue.rate_adapted")
+        .expect("the step is audited");
+    assert_eq!(step.details["reason"], "config");
+    assert_eq!(step.details["to_per_min"], "100");
+    store.put_queue(&q, &put(None)).await.expect("remove");
+    assert_eq!(store.stats(&q).await.expect("stats").flow, None);
+}
