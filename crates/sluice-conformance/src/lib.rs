@@ -190,6 +190,9 @@ macro_rules! __sluice_conformance_cases {
             group_names_are_checked_and_unsupported_engines_refuse,
             group_model_random_sequences,
             model_equivalence,
+            breaker_opens_keeps_attempts_and_a_probe_closes_it,
+            breaker_open_still_dead_letters_rejects,
+            adaptive_rate_stays_within_bounds_and_congestion_cuts_it,
         }
     };
 }
@@ -245,6 +248,7 @@ mod tests {
     fn every_case_is_listed_once() {
         let src = [
             include_str!("cases/ack.rs"),
+            include_str!("cases/adaptive.rs"),
             include_str!("cases/audit.rs"),
             include_str!("cases/browse.rs"),
             include_str!("cases/create_only.rs"),

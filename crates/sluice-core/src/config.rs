@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::adaptive::{AdaptiveRate, BreakerConfig};
 use crate::error::StoreError;
 use crate::name::QueueName;
 use crate::push::{PushPatch, PushTarget};
@@ -158,6 +159,14 @@ pub struct QueueConfig {
     /// tags: at most 50, keys of 1 – 128 characters, values of at most 256.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// An adaptive delivery rate learned from congestion nacks, within its bounds and under
+    /// `rate_limit` ([`crate::adaptive`]). Configs stored before it existed read as none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveRate>,
+    /// A circuit breaker that stops deliveries while most calls fail
+    /// ([`crate::adaptive`]). Configs stored before it existed read as none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<BreakerConfig>,
 }
 
 /// The default of [`QueueConfig::max_in_flight_per_group`]: strict FIFO, one at a time.
@@ -190,6 +199,8 @@ impl QueueConfig {
             receive_wait: Duration::ZERO,
             content_dedup: false,
             tags: BTreeMap::new(),
+            adaptive: None,
+            breaker: None,
         }
     }
 
@@ -248,7 +259,9 @@ impl QueueConfig {
             max_in_flight_per_group,
             receive_wait,
             content_dedup,
-            tags
+            tags,
+            adaptive,
+            breaker
         );
         if let Some(push) = &patch.push {
             c.push = push.as_ref().map(|p| p.resolve(self.push.as_ref()));
@@ -370,7 +383,31 @@ impl QueueConfig {
         }
         dur_range("receive_wait", self.receive_wait, Duration::ZERO, MAX_WAIT)?;
         check_tags(&self.tags)?;
+        if let Some(a) = &self.adaptive {
+            a.validate()?;
+        }
+        if let Some(b) = &self.breaker {
+            b.validate()?;
+        }
         Ok(())
+    }
+
+    /// Advice about a valid configuration that may not do what its author expects: an
+    /// adaptive rate whose `min_per_min` is above what `rate_limit` allows (the limit wins).
+    pub fn advice(&self, name: &QueueName) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let (Some(a), Some(r)) = (&self.adaptive, &self.rate_limit) {
+            let ceiling = crate::adaptive::ceiling_per_min(r);
+            if ceiling < a.min_per_min {
+                warnings.push(format!(
+                    "rate_limit of \"{name}\" allows {ceiling} deliveries a minute, below \
+                     adaptive.min_per_min ({}): the rate_limit wins and the adaptive rate \
+                     stays at or below it",
+                    a.min_per_min
+                ));
+            }
+        }
+        warnings
     }
 }
 
@@ -442,6 +479,12 @@ pub struct QueueConfigPatch {
     /// Replaces the tags whole.
     #[serde(default)]
     pub tags: Option<BTreeMap<String, String>>,
+    /// Replaces the adaptive rate whole; `Some(None)` removes it.
+    #[serde(default)]
+    pub adaptive: Option<Option<AdaptiveRate>>,
+    /// Replaces the breaker whole; `Some(None)` removes it.
+    #[serde(default)]
+    pub breaker: Option<Option<BreakerConfig>>,
 }
 
 /// A queue as the store reports it.
@@ -588,6 +631,67 @@ mod tests {
         let back: QueueConfig = serde_json::from_value(v).unwrap();
         assert_eq!(back.max_in_flight_per_group, 1);
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn adaptive_and_breaker_are_set_validated_cleared_and_absent_when_unset() {
+        use crate::adaptive::{AdaptiveRate, BreakerConfig};
+        let base = QueueConfig::defaults_for(&q());
+        let v = serde_json::to_value(&base).unwrap();
+        assert!(v.get("adaptive").is_none() && v.get("breaker").is_none());
+        let on = QueueConfigPatch {
+            adaptive: Some(Some(AdaptiveRate::new(10, 600))),
+            breaker: Some(Some(BreakerConfig::default())),
+            ..Default::default()
+        };
+        let c = base.apply(&q(), &on).unwrap();
+        assert_eq!(c.adaptive, Some(AdaptiveRate::new(10, 600)));
+        assert_eq!(c.breaker, Some(BreakerConfig::default()));
+        let back: QueueConfig = serde_json::from_value(serde_json::to_value(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        // Unset in a patch: kept; null: cleared.
+        let kept = c.apply(&q(), &QueueConfigPatch::default()).unwrap();
+        assert_eq!(kept, c);
+        let off = QueueConfigPatch {
+            adaptive: Some(None),
+            breaker: Some(None),
+            ..Default::default()
+        };
+        let cleared = c.apply(&q(), &off).unwrap();
+        assert_eq!((cleared.adaptive, cleared.breaker), (None, None));
+        for bad in [
+            QueueConfigPatch {
+                adaptive: Some(Some(AdaptiveRate::new(0, 600))),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                adaptive: Some(Some(AdaptiveRate::new(700, 600))),
+                ..Default::default()
+            },
+            QueueConfigPatch {
+                breaker: Some(Some(BreakerConfig {
+                    probes: 0,
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+        ] {
+            let err = base.apply(&q(), &bad).expect_err("out of range");
+            assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
+        }
+    }
+
+    #[test]
+    fn a_rate_limit_below_the_adaptive_minimum_is_advised_against() {
+        let mut c = QueueConfig::defaults_for(&q());
+        c.adaptive = Some(crate::adaptive::AdaptiveRate::new(120, 600));
+        assert!(c.advice(&q()).is_empty());
+        c.rate_limit = Some(RateLimit::per_second(2));
+        assert!(c.advice(&q()).is_empty(), "120 a minute is not below 120");
+        c.rate_limit = Some(RateLimit::per_second(1));
+        let w = c.advice(&q());
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("60") && w[0].contains("min_per_min"), "{w:?}");
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct QueueStats {
     pub completed: u64,
     /// Event totals.
     pub totals: Totals,
+    /// The adaptive rate and the breaker of a governed queue; `None` for others.
+    pub flow: Option<crate::adaptive::FlowStats>,
 }
 
 /// How often the broker samples every queue's stats for its history.

@@ -340,6 +340,7 @@ mod tests {
                 acked,
                 ..Totals::default()
             },
+            flow: None,
         }
     }
 

@@ -21,6 +21,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sluice_core::adaptive::FlowState;
 use sluice_core::{QueueConfig, QueueName, StoreError, Timestamp};
 
 use crate::error::OpenError;
@@ -34,6 +35,10 @@ pub(crate) struct CatalogQueue {
     pub name: QueueName,
     pub config: QueueConfig,
     pub created_at: Timestamp,
+    /// The learned state of a governed queue (adaptive rate, breaker), written when it
+    /// changes in a way worth keeping; catalogs written before it existed read as none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<FlowState>,
 }
 
 /// The catalog file's content.
@@ -260,6 +265,7 @@ mod tests {
             config: QueueConfig::defaults_for(&name),
             name,
             created_at: Timestamp(qid.into()),
+            flow: None,
         }
     }
 

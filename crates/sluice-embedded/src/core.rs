@@ -358,6 +358,7 @@ impl Core {
                 name: q.name.clone(),
                 config: q.config.clone(),
                 created_at: q.created_at,
+                flow: q.flow.clone(),
             })
             .collect();
         queues.sort_by_key(|q| q.qid);

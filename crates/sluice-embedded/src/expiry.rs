@@ -6,6 +6,7 @@
 //! Nothing runs on a timer per message: every call brings the queue it touches up to now
 //! first ([`Core::expire`]), and the maintenance task does the same for every queue.
 
+use sluice_core::adaptive::{Outcome, Tally};
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::{Attempt, AttemptOutcome, DeadLetterReason, StoreError, Timestamp};
 
@@ -86,12 +87,14 @@ impl Core {
         let name = q.name.clone();
         let mut records = Vec::new();
         let mut ended = Vec::new();
+        let mut failures = 0u32;
         for id in expired_leases {
             let m = self.state.msgs[&id];
             if m.cancel_requested() {
                 ended.push(self.end_cancelled(qid, id, &m, now)?);
                 continue;
             }
+            failures += 1;
             let (_, mut rich) = self.load(id, &m)?;
             lifecycle::record_attempt(
                 &mut rich.attempts,
@@ -162,6 +165,7 @@ impl Core {
         } else {
             Some(self.commit(records)?)
         };
+        self.flow_observe(qid, &Tally::of(Outcome::Failure, failures), now);
         if self.state.promote(qid, now) > 0 {
             self.state.queues[&qid].notify.notify_waiters();
         }

@@ -15,6 +15,7 @@ mod catalog;
 mod core;
 mod error;
 mod expiry;
+mod flow;
 mod journal;
 mod maintenance;
 mod open;

@@ -1,5 +1,6 @@
 //! The background maintenance task: every interval (500 ms by default) it runs expiry in
-//! every queue, syncs the audit log, and compacts the log.
+//! every queue, moves governed queues' breakers on in time and keeps their learned state,
+//! syncs the audit log, and compacts the log.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -15,6 +16,11 @@ pub(crate) async fn round(inner: &Inner, wait: bool) -> Result<(), StoreError> {
         let mut core = inner.lock();
         let now = inner.now();
         core.expire_all(now)?;
+        // A catalog that cannot be written must not stop the audit sync and compaction: the
+        // learned state stays marked and the next round tries again.
+        if let Err(e) = core.flow_round(now) {
+            tracing::warn!(error = %e, "could not keep the state of governed queues in the queue catalog; retrying next round");
+        }
         core.audit.append(&[], true)?;
     }
     // After a restart, the dead letters replayed from update records learn their attributes

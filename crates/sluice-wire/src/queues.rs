@@ -5,6 +5,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use std::collections::BTreeMap;
 
+use sluice_core::adaptive::{AdaptiveRate, BreakerConfig};
 use sluice_core::config::{QueueConfig, QueueConfigPatch, QueueInfo, RateLimit};
 use sluice_core::error::StoreError;
 use sluice_core::push::{ClientErrorAction, PushMethod, PushPatch, PushTarget};
@@ -268,6 +269,27 @@ pub struct QueueConfigRequest {
     /// removes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<BTreeMap<String, String>>,
+    /// An adaptive delivery rate learned from congestion nacks, or `null` for none:
+    /// `{"min_per_min", "max_per_min", "signal": "retry_after" | {"errors": [..]},
+    /// "window_ms", "increase_per_min", "decrease"}`. `rate_limit` stays a ceiling.
+    /// Replaces the current setting whole.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<Object>)]
+    pub adaptive: Option<Option<AdaptiveRate>>,
+    /// A circuit breaker, or `null` for none: `{"failure_share", "window_ms", "min_calls",
+    /// "probe_every_ms", "probes"}`. While it is open or half-open a nack does not spend the
+    /// message's attempt. Replaces the current setting whole.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<Object>)]
+    pub breaker: Option<Option<BreakerConfig>>,
 }
 
 impl QueueConfigRequest {
@@ -315,6 +337,8 @@ impl QueueConfigRequest {
             receive_wait: opt_millis("receive_wait_ms", self.receive_wait_ms)?,
             content_dedup: self.content_dedup,
             tags: self.tags.clone(),
+            adaptive: self.adaptive.clone(),
+            breaker: self.breaker.clone(),
         })
     }
 }
@@ -365,6 +389,14 @@ pub struct QueueConfigView {
     /// The queue's tags.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// The adaptive delivery rate, absent when the queue has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub adaptive: Option<AdaptiveRate>,
+    /// The circuit breaker, absent when the queue has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub breaker: Option<BreakerConfig>,
 }
 
 /// What a view from a broker without FIFO groups means: one at a time.
@@ -397,6 +429,8 @@ impl From<&QueueConfig> for QueueConfigView {
             receive_wait_ms: as_ms(c.receive_wait),
             content_dedup: c.content_dedup,
             tags: c.tags.clone(),
+            adaptive: c.adaptive.clone(),
+            breaker: c.breaker.clone(),
         }
     }
 }
@@ -492,5 +526,35 @@ mod tests {
         assert_eq!(p.dead_letter_queue, Some(None));
         assert_eq!(p.max_depth, Some(None));
         assert_eq!(p.max_in_flight, None);
+    }
+
+    #[test]
+    fn adaptive_and_breaker_are_set_by_object_cleared_by_null_and_shown_when_set() {
+        let req: QueueConfigRequest = serde_json::from_str(
+            r#"{"adaptive": {"min_per_min": 10, "max_per_min": 600, "signal": {"errors": ["429"]}},
+                "breaker": {"failure_share": 0.5, "probes": 2}}"#,
+        )
+        .unwrap();
+        let p = req.to_patch().unwrap();
+        let a = p.adaptive.clone().flatten().expect("adaptive");
+        assert_eq!((a.min_per_min, a.max_per_min), (10, 600));
+        let b = p.breaker.clone().flatten().expect("breaker");
+        assert_eq!((b.failure_share_permille, b.probes), (500, 2));
+        let name = sluice_core::QueueName::new("jobs").unwrap();
+        let c = QueueConfig::defaults_for(&name).apply(&name, &p).unwrap();
+        let view = serde_json::to_value(QueueConfigView::from(&c)).unwrap();
+        assert_eq!(view["adaptive"]["signal"]["errors"][0], "429");
+        assert_eq!(view["breaker"]["failure_share"], 0.5);
+        // A view is accepted back as a request.
+        let again: QueueConfigRequest = serde_json::from_value(view).unwrap();
+        assert_eq!(again.adaptive, Some(Some(a)));
+
+        let off: QueueConfigRequest =
+            serde_json::from_str(r#"{"adaptive": null, "breaker": null}"#).unwrap();
+        let p = off.to_patch().unwrap();
+        assert_eq!((p.adaptive, p.breaker), (Some(None), Some(None)));
+        let plain =
+            serde_json::to_value(QueueConfigView::from(&QueueConfig::defaults_for(&name))).unwrap();
+        assert!(plain.get("adaptive").is_none() && plain.get("breaker").is_none());
     }
 }

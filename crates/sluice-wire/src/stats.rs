@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use sluice_core::adaptive::FlowStats;
 use sluice_core::name::QueueName;
 use sluice_core::stats::Totals;
 use sluice_core::time::rfc3339;
@@ -174,6 +175,14 @@ pub struct StatsView {
     /// The backlog's drain ETA (same as `backlog_trend.eta_ms`).
     #[serde(default)]
     pub drain_eta_ms: Option<u64>,
+    /// A governed queue's adaptive rate (`adaptive`: `rate_per_min`, its bounds, the
+    /// `rate_limit` ceiling, `hold_until`, congestion and decrease totals), breaker (`breaker`:
+    /// `state`, `since`, `forced`, `failure_share_permille`, `calls_in_window`,
+    /// `opened_total`, `open_ms_total`, `next_probe_at`, `probes_left`, `transitions`) and
+    /// their recent `history`; absent for a queue that is not governed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub flow: Option<FlowStats>,
 }
 
 /// Events per second over one window.
@@ -282,6 +291,35 @@ impl StatsView {
             dlq_trend: FlowView::default(),
             backlog_slope_per_sec: 0.0,
             drain_eta_ms: None,
+            flow: stats.flow.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::adaptive::{BreakerConfig, FlowConfig, FlowState};
+    use sluice_core::time::Timestamp;
+
+    #[test]
+    fn flow_is_shown_only_for_governed_queues() {
+        let q = QueueName::new("jobs").unwrap();
+        let plain = serde_json::to_value(StatsView::new(&q, &QueueStats::default())).unwrap();
+        assert!(plain.get("flow").is_none());
+        let breaker = BreakerConfig::default();
+        let cfg = FlowConfig {
+            breaker: Some(&breaker),
+            ..FlowConfig::default()
+        };
+        let now = Timestamp(1_000_000);
+        let stats = QueueStats {
+            flow: FlowState::new(cfg, now).map(|f| f.stats(cfg, now)),
+            ..QueueStats::default()
+        };
+        let view = serde_json::to_value(StatsView::new(&q, &stats)).unwrap();
+        assert_eq!(view["flow"]["breaker"]["state"], "closed");
+        let back: StatsView = serde_json::from_value(view).unwrap();
+        assert_eq!(back.flow, stats.flow);
     }
 }

@@ -405,3 +405,5 @@ mod release;
 pub use release::*;
 mod groups;
 pub use groups::*;
+mod adaptive;
+pub use adaptive::*;

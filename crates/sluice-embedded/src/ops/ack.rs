@@ -1,5 +1,6 @@
 //! `ack`: completes leased messages, keeping results for the queue's `result_ttl`.
 
+use sluice_core::adaptive::{Outcome, Tally};
 use sluice_core::store::AckOverlap;
 use sluice_core::{AckRequest, QueueName, StoreError};
 
@@ -28,6 +29,7 @@ pub(crate) async fn ack(
         let mut plain = Vec::new();
         let mut records = Vec::new();
         let mut out = Vec::with_capacity(acks.len());
+        let mut outcomes = Tally::default();
         for a in acks {
             let m = match core.leased(qid, &a.receipt) {
                 Ok(m) if seen.insert(a.receipt.id) => m,
@@ -59,6 +61,14 @@ pub(crate) async fn ack(
             };
             // Plain acks share one record; the rest say more (a result, the attempts
             // history) and get their own.
+            outcomes.add(
+                if acked.cancelled {
+                    Outcome::Neutral
+                } else {
+                    Outcome::Success
+                },
+                1,
+            );
             match core.completion(acked, &m, result)? {
                 Some(rec) => records.push(rec),
                 None => plain.push(acked),
@@ -73,6 +83,7 @@ pub(crate) async fn ack(
         } else {
             Some(core.commit(records)?)
         };
+        core.flow_observe(qid, &outcomes, now);
         (out, pos)
     };
     if let Some(pos) = pos {

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use sluice_core::adaptive::{Outcome, classify_nack};
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::{
     Attempt, AttemptOutcome, DeadLetterReason, Failure, MessageState, NackOutcome, QueueName,
@@ -39,7 +40,19 @@ pub(crate) async fn nack(
             let (_, mut rich) = core.load(receipt.id.0, &m)?;
             apply_failure(&mut rich, now, AttemptOutcome::Nacked, &failure);
             let id = receipt.id.0;
-            let (update, state) = match lifecycle::after_nack(&cfg, m.receive_count(), delay) {
+            // No nack carries the dependency's Retry-After yet: only an `errors` signal
+            // makes one congestion. While the breaker is open or half-open the attempt is
+            // not spent (asked before the failure is counted).
+            let outcome = classify_nack(
+                cfg.adaptive.as_ref(),
+                delay,
+                false,
+                failure.error.as_deref(),
+            );
+            let counted = core.flow_counts_attempt(qid, now);
+            let (after, receive_count) =
+                lifecycle::after_nack_counted(&cfg, m.receive_count(), delay, counted);
+            let (update, state) = match after {
                 AfterFailure::Retry(d) => (
                     UpdateRecord {
                         event: UpdateEvent::Nack,
@@ -47,7 +60,7 @@ pub(crate) async fn nack(
                         qid,
                         visible_at: Timestamp(now).plus(d).as_millis(),
                         entered_at: m.entered_at,
-                        receive_count: m.receive_count(),
+                        receive_count,
                         rich,
                     },
                     Some(if d.is_zero() {
@@ -73,6 +86,7 @@ pub(crate) async fn nack(
                     )
                 }
             };
+            core.flow_outcome(qid, outcome, now);
             let to = update.qid;
             let notify = core.state.queues[&to].notify.clone();
             let q = core.state.queues[&to].name.clone();
@@ -116,6 +130,7 @@ pub(crate) async fn reject(
                 UpdateEvent::Rejected { from: qid },
                 now,
             )?;
+            core.flow_outcome(qid, Outcome::Other, now);
             let dlq = core.state.queues[&u.qid].name.clone();
             Ok((vec![core.update(u, now)], dlq))
         })
@@ -153,6 +168,7 @@ pub(crate) async fn move_message(
                 receive_count: 0,
                 rich,
             };
+            core.flow_outcome(qid, Outcome::Neutral, now);
             let notify = core.state.queues[&to_qid].notify.clone();
             Ok((vec![core.update(u, now)], notify))
         })
@@ -186,6 +202,7 @@ pub(crate) async fn release(
                 receive_count: m.receive_count().saturating_sub(1),
                 rich,
             };
+            core.flow_outcome(qid, Outcome::Neutral, now);
             Ok((vec![Record::Update(u)], notify))
         })
         .await?;

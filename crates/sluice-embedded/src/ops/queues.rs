@@ -11,6 +11,7 @@ use sluice_core::{
 use crate::catalog::{CatalogQueue, Change};
 use crate::core::{Core, Inner};
 use crate::journal::record::Record;
+use crate::state::flow_config;
 
 /// `put_queue`, or with `create_only` `create_queue`: the existence check and the write
 /// happen under one lock, so of two creates of one name exactly one succeeds.
@@ -38,6 +39,7 @@ pub(crate) fn put(
                 "max_receive_count is 0: messages of \"{name}\" are retried without limit and never dead-lettered by count"
             ));
     }
+    warnings.extend(config.advice(name));
     let mut new_queues = Vec::new();
     let mut next_qid = core.state.next_qid;
     if let Some(dlq) = &config.dead_letter_queue
@@ -48,6 +50,7 @@ pub(crate) fn put(
             name: dlq.clone(),
             config: QueueConfig::dead_letter_defaults(dlq),
             created_at: now,
+            flow: None,
         });
         next_qid += 1;
     }
@@ -59,10 +62,25 @@ pub(crate) fn put(
                 name: name.clone(),
                 config: config.clone(),
                 created_at: now,
+                flow: None,
             });
             next_qid += 1;
             next_qid - 1
         }
+    };
+    // The learned state of a governed queue, moved into its new bounds (a new part starts
+    // afresh, a part switched off is dropped), written with the configuration.
+    let (flow, flow_events) = match existing.map(|qid| &core.state.queues[&qid]) {
+        Some(q) => {
+            let mut flow = q.flow.clone();
+            let cfg = flow_config(&config);
+            let events = match &mut flow {
+                Some(f) if cfg.is_governed() => f.reconfigure(cfg, now),
+                _ => Vec::new(),
+            };
+            (flow.filter(|_| cfg.is_governed()), events)
+        }
+        None => (None, Vec::new()),
     };
     let mut changed = new_queues.clone();
     match changed.iter_mut().find(|q| q.qid == qid) {
@@ -72,6 +90,7 @@ pub(crate) fn put(
             name: name.clone(),
             config: config.clone(),
             created_at: core.state.queues[&qid].created_at,
+            flow: flow.clone(),
         }),
     }
     core.catalog.append(&Change::Put {
@@ -82,15 +101,20 @@ pub(crate) fn put(
     for q in &new_queues {
         core.state.add_queue(q);
     }
+    let core = &mut *core;
     let q = core.state.queues.get_mut(&qid).expect("just ensured");
     let regroup = q.config.max_in_flight_per_group != config.max_in_flight_per_group;
     q.config = config;
+    q.flow = flow;
+    crate::flow::audit(&mut core.audit, q, &flow_events);
+    // Written with the configuration just now.
+    q.flow_dirty = false;
     q.notify.notify_waiters();
     if regroup {
         // More (or fewer) members at the front of each FIFO group's line may be delivered.
         core.state.regroup_queue(qid);
     }
-    snapshot_if_due(&mut core);
+    snapshot_if_due(core);
     Ok(PutQueueOutcome {
         queue: core.info(qid),
         created: existing.is_none(),
@@ -178,7 +202,7 @@ pub(crate) fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> 
 
 /// Writes a new catalog snapshot once the journal has grown to the catalog's size. The change
 /// before it is already durable in the journal, so a failure here only delays the snapshot.
-fn snapshot_if_due(core: &mut Core) {
+pub(crate) fn snapshot_if_due(core: &mut Core) {
     if !core.catalog.wants_snapshot(core.state.queues.len()) {
         return;
     }

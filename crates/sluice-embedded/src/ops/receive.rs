@@ -8,6 +8,8 @@ use sluice_core::store::long_poll_nap;
 use sluice_core::{Delivery, MessageId, QueueName, Receipt, ReceiveRequest, StoreError, Timestamp};
 use tokio::sync::Notify;
 
+use sluice_core::adaptive::Admit;
+
 use crate::core::Inner;
 use crate::journal::record::{Lease, Record};
 
@@ -99,6 +101,38 @@ fn try_receive(
         }
         n = n.min(avail);
     }
+    // A governed queue: the breaker and the adaptive rate say how many more may go now.
+    let mut paced = None;
+    if let Some((flow, cfg)) = q.govern(Timestamp(now)) {
+        let (admit, events) = flow.admit(cfg, Timestamp(now));
+        crate::flow::audit(&mut core.audit, q, &events);
+        match admit {
+            Admit::Shut { until } => {
+                return Ok(Attempted::Empty {
+                    next_wake: [next_wake, until.map(Timestamp::as_millis)]
+                        .into_iter()
+                        .flatten()
+                        .min(),
+                });
+            }
+            Admit::Probe { n: probes } => n = n.min(probes as usize),
+            Admit::Paced { pace, .. } => {
+                let avail = q.flow_pace.available(&pace, Timestamp(now)) as usize;
+                if avail == 0 {
+                    let free = q
+                        .flow_pace
+                        .next_free(&pace, Timestamp(now))
+                        .map(|t| t.as_millis());
+                    return Ok(Attempted::Empty {
+                        next_wake: [next_wake, free].into_iter().flatten().min(),
+                    });
+                }
+                n = n.min(avail);
+                paced = Some(pace);
+            }
+            Admit::Free => {}
+        }
+    }
     let ids: Vec<u64> = q.ready.iter().take(n).map(|(_, id)| *id).collect();
     if ids.is_empty() {
         return Ok(Attempted::Empty { next_wake });
@@ -107,6 +141,14 @@ fn try_receive(
     let max_receive_count = q.config.max_receive_count;
     if let Some(_rl) = q.config.rate_limit {
         q.window.record(Timestamp(now), ids.len());
+    }
+    if paced.is_some() {
+        q.flow_pace.record(Timestamp(now), ids.len());
+    }
+    if let Some((flow, cfg)) = q.govern(Timestamp(now)) {
+        let leased = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+        let events = flow.leased(cfg, leased, Timestamp(now));
+        crate::flow::audit(&mut core.audit, q, &events);
     }
     let deadline = Timestamp(now).plus(vis).as_millis();
     // Tokens must never be handed out twice, crash or not: their reservation is the one

@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
+use sluice_core::adaptive::{FlowState, FlowStats};
 use sluice_core::{QueueName, QueueStats, StoreError, Timestamp};
 
 use crate::core::{Core, Inner};
 use crate::journal::record::Qid;
+use crate::state::flow_config;
 
 /// A queue's gauges and counters, brought up to now (its dead-letter queue too).
 pub(crate) fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats, StoreError> {
@@ -59,5 +61,16 @@ fn snapshot(core: &Core, qid: Qid, now: i64) -> QueueStats {
             .map_or(Duration::ZERO, |at| Timestamp(now).since(Timestamp(at))),
         completed: q.completed,
         totals: q.totals,
+        flow: flow_stats(q, Timestamp(now)),
+    }
+}
+
+/// The adaptive rate and breaker of a governed queue as they stand: a queue governed but not
+/// yet used shows the state it would start from.
+fn flow_stats(q: &crate::state::QueueState, now: Timestamp) -> Option<FlowStats> {
+    let cfg = flow_config(&q.config);
+    match &q.flow {
+        Some(f) if cfg.is_governed() => Some(f.stats(cfg, now)),
+        _ => FlowState::new(cfg, now).map(|f| f.stats(cfg, now)),
     }
 }

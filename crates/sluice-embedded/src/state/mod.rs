@@ -25,7 +25,7 @@ use crate::journal::log::Loc;
 use crate::journal::record::{GroupTag, MessageRecord, Qid, Record, RemoveReason, UpdateEvent};
 pub(crate) use groups::Member;
 pub(crate) use msg::{Msg, Slot};
-pub(crate) use queue::{DedupEntry, QueueState};
+pub(crate) use queue::{DedupEntry, QueueState, flow_config};
 
 /// A completed (acknowledged) message, kept for the queue's `result_ttl`.
 #[derive(Debug, Clone, Copy)]

@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
+use sluice_core::adaptive::{self, FlowConfig, FlowState};
 use sluice_core::rate::SlidingWindow;
 use sluice_core::stats::Totals;
 use sluice_core::{QueueConfig, QueueName, Timestamp};
@@ -49,6 +50,15 @@ pub(crate) struct QueueState {
     pub dedup: HashMap<String, DedupEntry>,
     pub dedup_order: VecDeque<(i64, String)>,
     pub window: SlidingWindow,
+    /// The adaptive rate and breaker of a governed queue, made when first needed
+    /// ([`QueueState::govern`]).
+    pub flow: Option<FlowState>,
+    /// Recent deliveries at the governed pace (its own window: a window prunes by the period
+    /// of the limit it is asked about, and the pace has another period than `rate_limit`).
+    pub flow_pace: SlidingWindow,
+    /// `flow` changed in a way worth keeping (a transition, a forced state, an audited rate
+    /// step) since it was last written to the catalog.
+    pub flow_dirty: bool,
     /// Stats history points, oldest first (24 h).
     pub history: VecDeque<sluice_core::stats::StatsSample>,
     /// Wakes long-polling receivers when messages may have become visible.
@@ -74,9 +84,31 @@ impl QueueState {
             dedup: HashMap::new(),
             dedup_order: VecDeque::new(),
             window: SlidingWindow::default(),
+            flow: q
+                .flow
+                .clone()
+                .filter(|_| flow_config(&q.config).is_governed()),
+            flow_pace: SlidingWindow::default(),
+            flow_dirty: false,
             history: VecDeque::new(),
             notify: Arc::new(Notify::new()),
         }
+    }
+
+    /// The queue's flow state and what governs it, made at `now` when the configuration
+    /// governs the queue and it has none yet; `None` (and the state dropped) when it governs
+    /// nothing.
+    pub fn govern(&mut self, now: Timestamp) -> Option<(&mut FlowState, FlowConfig<'_>)> {
+        let cfg = flow_config(&self.config);
+        if !cfg.is_governed() {
+            self.flow = None;
+            return None;
+        }
+        let flow = match &mut self.flow {
+            Some(f) => f,
+            none => none.insert(FlowState::new(cfg, now)?),
+        };
+        Some((flow, cfg))
     }
 
     pub(super) fn index(&mut self, slot: Slot) -> &mut BTreeSet<(i64, u64)> {
@@ -140,5 +172,14 @@ impl QueueState {
                 self.dedup.remove(&key);
             }
         }
+    }
+}
+
+/// What governs a queue with configuration `c`.
+pub(crate) fn flow_config(c: &QueueConfig) -> FlowConfig<'_> {
+    FlowConfig {
+        adaptive: c.adaptive.as_ref(),
+        breaker: c.breaker.as_ref(),
+        ceiling_per_min: c.rate_limit.as_ref().map(adaptive::ceiling_per_min),
     }
 }

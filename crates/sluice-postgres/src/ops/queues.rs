@@ -137,6 +137,12 @@ pub(crate) async fn put(
             .clone()
             .unwrap_or_else(|| QueueConfig::defaults_for(name));
         let cfg = current.apply(name, patch)?;
+        if cfg.adaptive.is_some() || cfg.breaker.is_some() {
+            return Err(StoreError::invalid(
+                "adaptive and breaker are not yet supported by the PostgreSQL engine; use the \
+                 embedded engine",
+            ));
+        }
         let mut warnings = Vec::new();
         // The same warning as the embedded engine's `put`: the text is part of the answer.
         if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0)) {

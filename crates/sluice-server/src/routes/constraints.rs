@@ -54,6 +54,57 @@ fn rate(description: &str, max_limit: u32, min_period_ms: u64) -> Value {
     }]})
 }
 
+/// An adaptive delivery rate (`sluice_core::adaptive::AdaptiveRate`), or `null`. That
+/// `min_per_min` is at most `max_per_min`, and `increase_per_min` too, no keyword states.
+fn adaptive() -> Value {
+    use sluice_core::adaptive::limits as a;
+    let window =
+        json!({"type": "integer", "minimum": a::MIN_WINDOW_MS, "maximum": a::MAX_WINDOW_MS});
+    json!({"oneOf": [{"type": "null"}, {
+        "type": "object",
+        "description": "An adaptive delivery rate learned from congestion nacks, within \
+            [min_per_min, max_per_min] and never above rate_limit; min_per_min and \
+            increase_per_min must be at most max_per_min.",
+        "required": ["min_per_min", "max_per_min"],
+        "properties": {
+            "min_per_min": {"type": "integer", "minimum": 1, "maximum": a::MAX_PER_MIN},
+            "max_per_min": {"type": "integer", "minimum": 1, "maximum": a::MAX_PER_MIN},
+            "signal": {"oneOf": [
+                {"type": "string", "enum": ["retry_after"]},
+                {"type": "object", "required": ["errors"], "additionalProperties": false,
+                 "properties": {"errors": {"type": "array", "minItems": 1,
+                     "maxItems": a::MAX_PATTERNS,
+                     "items": {"type": "string", "minLength": 1,
+                         "maxLength": a::MAX_PATTERN_CHARS}}}},
+            ]},
+            "window_ms": window,
+            "increase_per_min": {"type": "integer", "minimum": 1, "maximum": a::MAX_PER_MIN},
+            "decrease": {"type": "number",
+                "minimum": f64::from(a::MIN_DECREASE_PERMILLE) / 1000.0,
+                "maximum": f64::from(a::MAX_DECREASE_PERMILLE) / 1000.0},
+        },
+    }]})
+}
+
+/// A circuit breaker (`sluice_core::adaptive::BreakerConfig`), or `null`.
+fn breaker() -> Value {
+    use sluice_core::adaptive::limits as a;
+    let window =
+        json!({"type": "integer", "minimum": a::MIN_WINDOW_MS, "maximum": a::MAX_WINDOW_MS});
+    json!({"oneOf": [{"type": "null"}, {
+        "type": "object",
+        "description": "A circuit breaker: it opens when failure_share of the calls in \
+            window_ms fail (with at least min_calls), lets probes through every probe_every_ms.",
+        "properties": {
+            "failure_share": {"type": "number", "minimum": 0.001, "maximum": 1},
+            "window_ms": window,
+            "min_calls": {"type": "integer", "minimum": 1, "maximum": a::MAX_MIN_CALLS},
+            "probe_every_ms": window,
+            "probes": {"type": "integer", "minimum": 1, "maximum": a::MAX_PROBES},
+        },
+    }]})
+}
+
 /// A point in time: RFC 3339, or how long before now.
 fn time() -> Value {
     json!({"anyOf": [{"format": "date-time"}, {"pattern": AGO_PATTERN}]})
@@ -180,6 +231,8 @@ pub(super) fn apply(doc: &mut Value) {
         ),
     );
     push_target(&mut set);
+    set("QueueConfigRequest", "adaptive", adaptive());
+    set("QueueConfigRequest", "breaker", breaker());
 
     for schema in ["SendRequest", "SendMessage"] {
         set(schema, "body_base64", json!({"pattern": BASE64_PATTERN}));

@@ -384,6 +384,9 @@ impl QueueConfigArgs {
             } else {
                 (!self.tag.is_empty()).then(|| self.tag.iter().cloned().collect())
             },
+            // No flags yet: set them with `PUT /v1/queues/{q}` (docs/adaptive.md).
+            adaptive: None,
+            breaker: None,
         }
     }
 }

@@ -1,8 +1,9 @@
 """Schemathesis hooks for Sluice's API test (loaded through SCHEMATHESIS_HOOKS).
 
 The document names one format JSON Schema has no keyword for: `cron`, a cron expression the
-broker can fire. Schemathesis is told how to make valid ones; everything else it derives from
-the document alone.
+broker can fire. Schemathesis is told how to make valid ones, and how to keep the two rules
+between fields of a queue's `adaptive` setting; everything else it derives from the document
+alone.
 """
 
 import schemathesis
@@ -37,3 +38,31 @@ def _lambda_description(f):
 
 
 lambda_sources.lambda_description = _lambda_description
+
+
+# Two rules of a queue's `adaptive` setting compare fields with each other, which no JSON
+# Schema keyword states: `min_per_min` and `increase_per_min` are at most `max_per_min` (the
+# document says so in words). A generated body that breaks only them is made to keep them;
+# values out of their own ranges are left as drawn, so invalid bodies stay invalid.
+_MAX_PER_MIN = 60_000_000
+
+
+def _per_min(v):
+    # JSON integers may come as `12.0`, which the broker reads as 12.
+    whole = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+    return whole and not isinstance(v, bool) and 1 <= v <= _MAX_PER_MIN
+
+
+@schemathesis.hook
+def map_body(ctx, body):
+    adaptive = body.get("adaptive") if isinstance(body, dict) else None
+    if not isinstance(adaptive, dict):
+        return body
+    lo, hi = adaptive.get("min_per_min"), adaptive.get("max_per_min")
+    if _per_min(lo) and _per_min(hi) and lo > hi:
+        adaptive["min_per_min"], adaptive["max_per_min"] = hi, lo
+    hi = adaptive.get("max_per_min")
+    step = adaptive.get("increase_per_min")
+    if _per_min(hi) and _per_min(step) and step > hi:
+        adaptive["increase_per_min"] = hi
+    return body

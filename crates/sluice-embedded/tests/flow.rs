@@ -1,0 +1,183 @@
+//! Governed queues in the embedded engine: what the maintenance round does for them (moves
+//! an open breaker on while nobody receives, keeps the learned state in the catalog), and
+//! that a restart keeps it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::adaptive::BreakerConfig;
+use sluice_core::audit::AuditQuery;
+use sluice_core::store::prelude::*;
+use sluice_core::{
+    Body, Checked, Failure, ManualClock, NewMessage, QueueConfigPatch, QueueName, ReceiveRequest,
+    Timestamp,
+};
+use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
+
+fn open(dir: &std::path::Path, clock: &ManualClock) -> Checked<EmbeddedStore> {
+    EmbeddedStore::open(
+        dir,
+        EmbeddedOptions {
+            clock: Arc::new(clock.clone()),
+            maintenance_interval: Duration::from_secs(3600),
+            ..EmbeddedOptions::default()
+        },
+    )
+    .expect("open")
+    .0
+}
+
+fn receive(max: u32) -> ReceiveRequest {
+    ReceiveRequest {
+        max,
+        ..ReceiveRequest::default()
+    }
+}
+
+async fn transitions(store: &Checked<EmbeddedStore>, q: &QueueName) -> Vec<String> {
+    let mut events = store
+        .audit_query(AuditQuery {
+            queues: vec![q.to_string()],
+            since: None,
+            until: None,
+            limit: 100,
+        })
+        .await
+        .expect("audit");
+    events.retain(|e| e.action == "queue.breaker");
+    events.sort_by_key(|e| e.at);
+    events
+        .iter()
+        .map(|e| format!("{}>{}", e.details["from"], e.details["to"]))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_breaker_survives_a_restart_and_turns_half_open_in_the_maintenance_round() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = ManualClock::new(Timestamp(1_000_000_000));
+    let q = QueueName::new("calls").expect("name");
+    {
+        let store = open(dir.path(), &clock);
+        store
+            .put_queue(
+                &q,
+                &QueueConfigPatch {
+                    breaker: Some(Some(BreakerConfig {
+                        min_calls: 3,
+                        probe_every_ms: 10_000,
+                        probes: 1,
+                        ..BreakerConfig::default()
+                    })),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("create");
+        let batch = (0..5).map(|i| NewMessage::new(Body::text(i.to_string())));
+        store.send(&q, batch.collect()).await.expect("send");
+        for _ in 0..3 {
+            let d = store.receive(&q, receive(1)).await.expect("receive");
+            store
+                .nack(
+                    &q,
+                    d[0].receipt,
+                    Some(Duration::from_secs(600)),
+                    Failure::default(),
+                )
+                .await
+                .expect("nack");
+        }
+        assert!(
+            store
+                .receive(&q, receive(10))
+                .await
+                .expect("receive")
+                .is_empty()
+        );
+        // The round writes the state that changed to the catalog.
+        store.engine().maintain().await.expect("maintain");
+    }
+    let store = open(dir.path(), &clock);
+    assert!(
+        store
+            .receive(&q, receive(10))
+            .await
+            .expect("receive")
+            .is_empty(),
+        "still open after the restart"
+    );
+    clock.advance(Duration::from_secs(10));
+    // Nobody receives: the round turns it half-open (and audits it).
+    store.engine().maintain().await.expect("maintain");
+    assert_eq!(
+        transitions(&store, &q).await,
+        ["closed>open", "open>half_open"]
+    );
+    let probe = store.receive(&q, receive(10)).await.expect("receive");
+    assert_eq!(probe.len(), 1, "one probe");
+    store
+        .ack(
+            &q,
+            vec![sluice_core::AckRequest {
+                receipt: probe[0].receipt,
+                result: None,
+            }],
+        )
+        .await
+        .expect("ack");
+    assert_eq!(
+        store.receive(&q, receive(10)).await.expect("receive").len(),
+        1,
+        "closed again: the last visible message"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_bounds_move_the_learned_rate_and_removing_the_setting_drops_it() {
+    use sluice_core::adaptive::AdaptiveRate;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = ManualClock::new(Timestamp(1_000_000_000));
+    let q = QueueName::new("paced").expect("name");
+    let store = open(dir.path(), &clock);
+    let put = |a: Option<AdaptiveRate>| QueueConfigPatch {
+        adaptive: Some(a),
+        ..Default::default()
+    };
+    store
+        .put_queue(&q, &put(Some(AdaptiveRate::new(10, 600))))
+        .await
+        .expect("create");
+    store
+        .send(&q, vec![NewMessage::new(Body::text("m"))])
+        .await
+        .expect("send");
+    assert_eq!(
+        store.receive(&q, receive(10)).await.expect("receive").len(),
+        1
+    );
+    let rate = |s: sluice_core::QueueStats| s.flow.and_then(|f| f.adaptive).map(|a| a.rate_per_min);
+    assert_eq!(rate(store.stats(&q).await.expect("stats")), Some(10));
+    store
+        .put_queue(&q, &put(Some(AdaptiveRate::new(100, 600))))
+        .await
+        .expect("new bounds");
+    assert_eq!(rate(store.stats(&q).await.expect("stats")), Some(100));
+    let events = store
+        .audit_query(AuditQuery {
+            queues: vec![q.to_string()],
+            since: None,
+            until: None,
+            limit: 100,
+        })
+        .await
+        .expect("audit");
+    let step = events
+        .iter()
+        .find(|e| e.action == "queue.rate_adapted")
+        .expect("the step is audited");
+    assert_eq!(step.details["reason"], "config");
+    assert_eq!(step.details["to_per_min"], "100");
+    store.put_queue(&q, &put(None)).await.expect("remove");
+    assert_eq!(store.stats(&q).await.expect("stats").flow, None);
+}
