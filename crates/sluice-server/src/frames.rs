@@ -273,7 +273,11 @@ async fn handle(
             consumer,
         } => {
             let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
-            let failure = Failure { error, consumer };
+            let failure = Failure {
+                error,
+                consumer,
+                ..Failure::default()
+            };
             let out = state
                 .store
                 .nack(
@@ -300,7 +304,11 @@ async fn handle(
             consumer,
         } => {
             let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
-            let failure = Failure { error, consumer };
+            let failure = Failure {
+                error,
+                consumer,
+                ..Failure::default()
+            };
             let dlq = state.store.reject(&q, receipt.into(), failure).await?;
             state.metrics.settled(sluice_core::MessageId(receipt.id));
             Ok(Reply::Nacked {
@@ -327,7 +335,11 @@ async fn handle(
             let c = authenticated(caller)?;
             let q = allowed(c, Action::Consume, queue)?;
             let to = allowed(c, Action::Consume, to)?;
-            let failure = Failure { error, consumer };
+            let failure = Failure {
+                error,
+                consumer,
+                ..Failure::default()
+            };
             state
                 .store
                 .move_message(&q, receipt.into(), &to, failure)
