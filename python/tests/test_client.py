@@ -675,3 +675,14 @@ def test_a_new_queue_name_with_stray_dots_is_a_clear_400(client: sluice.Client) 
             client.put_queue(bad)
         assert e.value.status == 400 and e.value.code is ErrorCode.INVALID_ARGUMENT
         assert "no '..'" in e.value.message
+
+
+def test_a_nack_may_carry_the_dependencys_retry_after(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue)
+    client.send(queue, 1)
+    d = client.receive(queue, max=1, wait=1)[0]
+    with pytest.raises(ValueError):
+        client.nack(queue, d.receipt, delay=1, retry_after=1)
+    n = client.nack(queue, d.receipt, retry_after=30, error="HTTP 429")
+    assert n.state == "delayed"
+    assert client.receive(queue, max=1) == [], "it waits the dependency's 30 s"

@@ -309,6 +309,37 @@ impl FrameConnection {
         }
     }
 
+    /// [`FrameConnection::nack_as`] with the dependency's own Retry-After as the wait: the
+    /// delivery waits that long, and a queue with an adaptive rate counts it as congestion.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`].
+    pub async fn nack_retry_after(
+        &mut self,
+        queue: &str,
+        receipt: FrameReceipt,
+        wait: Duration,
+        error: Option<String>,
+        consumer: Option<String>,
+    ) -> Result<(String, bool), FrameClientError> {
+        match self
+            .call(Op::NackRetryAfter {
+                queue: queue.to_owned(),
+                receipt,
+                retry_after_ms: millis(wait),
+                error,
+                consumer,
+            })
+            .await?
+        {
+            Reply::Nacked {
+                queue,
+                dead_lettered,
+            } => Ok((queue, dead_lettered)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Sends messages (1 – 1000, all or nothing, each in an optional group) under an
     /// idempotency `key`: repeating the call with the same key and messages within 24 hours
     /// returns the first answer and stores nothing more, so a send whose answer was lost can be

@@ -84,6 +84,9 @@ impl ReceiveOptions {
 pub struct NackOptions {
     /// Retry after this delay instead of the queue's backoff.
     pub delay: Option<Duration>,
+    /// `delay` is the dependency's own Retry-After (it answered 429 or 503 and said how long
+    /// to wait): a queue with an adaptive rate counts the nack as congestion.
+    pub retry_after: bool,
     /// The error, stored as `last_error` and in the attempt history.
     pub error: Option<String>,
     /// Who is reporting.
@@ -380,7 +383,8 @@ impl Client {
     ) -> Result<FailureResponse> {
         let req = NackRequest {
             receipt: receipt.to_owned(),
-            delay_ms: options.delay.map(ms),
+            delay_ms: options.delay.filter(|_| !options.retry_after).map(ms),
+            retry_after_ms: options.delay.filter(|_| options.retry_after).map(ms),
             error: options.error.clone(),
             consumer: options.consumer.clone(),
         };

@@ -207,6 +207,38 @@ async fn a_nack_retries_then_dead_letters() {
     srv.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_nack_with_the_dependencys_retry_after_waits_that_long() {
+    let srv = common::start().await;
+    queue(&srv, "q", QueueConfigRequest::default()).await;
+    let mut conn = FrameConnection::connect(srv.frames, None).await.unwrap();
+    conn.send("q", vec![FrameMessage::new(Body::text("call"))])
+        .await
+        .unwrap();
+    let got = conn.receive("q", 1, Duration::ZERO).await.unwrap();
+    let (queue_now, dead) = conn
+        .nack_retry_after(
+            "q",
+            got[0].receipt,
+            Duration::from_millis(300),
+            Some("HTTP 429".into()),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!((queue_now.as_str(), dead), ("q", false));
+    assert!(
+        conn.receive("q", 1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_empty(),
+        "it waits the dependency's Retry-After"
+    );
+    let again = conn.receive("q", 1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(again[0].last_error.as_deref(), Some("HTTP 429"));
+    srv.shutdown().await;
+}
+
 /// Writes raw bytes as one frame and reads the broker's answer.
 async fn raw_call(tcp: &mut tokio::net::TcpStream, payload: &[u8]) -> Response {
     let mut out = (payload.len() as u32).to_le_bytes().to_vec();

@@ -240,7 +240,7 @@ async fn nack_reject_move_extend() {
             &NackOptions {
                 delay: Some(Duration::ZERO),
                 error: Some("flaky upstream".into()),
-                consumer: None,
+                ..NackOptions::default()
             },
         )
         .await

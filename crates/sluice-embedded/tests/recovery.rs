@@ -232,6 +232,7 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
                 let failure = sluice_core::Failure {
                     error: Some("flaky".into()),
                     consumer: None,
+                    retry_after: false,
                 };
                 store
                     .nack(&q(), d.receipt, Some(Duration::ZERO), failure)

@@ -115,6 +115,7 @@ async fn summary_of_a_million_dead_letters() {
                     Failure {
                         error: Some(error.to_owned()),
                         consumer: None,
+                        retry_after: false,
                     },
                 )
                 .await

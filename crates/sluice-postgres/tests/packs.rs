@@ -263,6 +263,7 @@ async fn a_nacked_member_leaves_its_pack_and_the_others_keep_their_receipts() {
             Failure {
                 error: Some("flaky upstream".into()),
                 consumer: None,
+                retry_after: false,
             },
         )
         .await

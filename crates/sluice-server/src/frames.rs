@@ -273,21 +273,35 @@ async fn handle(
             consumer,
         } => {
             let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
-            let failure = Failure { error, consumer };
-            let out = state
-                .store
-                .nack(
-                    &q,
-                    receipt.into(),
-                    delay_ms.map(Duration::from_millis),
-                    failure,
-                )
-                .await?;
-            state.metrics.settled(sluice_core::MessageId(receipt.id));
-            Ok(Reply::Nacked {
-                queue: out.queue.to_string(),
-                dead_lettered: out.state.is_none(),
-            })
+            let failure = Failure {
+                error,
+                consumer,
+                retry_after: false,
+            };
+            nack(
+                state,
+                &q,
+                receipt,
+                delay_ms.map(Duration::from_millis),
+                failure,
+            )
+            .await
+        }
+        Op::NackRetryAfter {
+            queue,
+            receipt,
+            retry_after_ms,
+            error,
+            consumer,
+        } => {
+            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let failure = Failure {
+                error,
+                consumer,
+                retry_after: true,
+            };
+            let wait = Some(Duration::from_millis(retry_after_ms));
+            nack(state, &q, receipt, wait, failure).await
         }
         Op::AckWithResults { queue, acks } => {
             let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
@@ -300,7 +314,11 @@ async fn handle(
             consumer,
         } => {
             let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
-            let failure = Failure { error, consumer };
+            let failure = Failure {
+                error,
+                consumer,
+                ..Failure::default()
+            };
             let dlq = state.store.reject(&q, receipt.into(), failure).await?;
             state.metrics.settled(sluice_core::MessageId(receipt.id));
             Ok(Reply::Nacked {
@@ -327,7 +345,11 @@ async fn handle(
             let c = authenticated(caller)?;
             let q = allowed(c, Action::Consume, queue)?;
             let to = allowed(c, Action::Consume, to)?;
-            let failure = Failure { error, consumer };
+            let failure = Failure {
+                error,
+                consumer,
+                ..Failure::default()
+            };
             state
                 .store
                 .move_message(&q, receipt.into(), &to, failure)
@@ -418,6 +440,22 @@ async fn receive(
     Ok(Reply::Messages(
         deliveries.into_iter().map(Into::into).collect(),
     ))
+}
+
+/// A nack over frames: where the delivery went.
+async fn nack(
+    state: &AppState,
+    q: &QueueName,
+    receipt: FrameReceipt,
+    delay: Option<Duration>,
+    failure: Failure,
+) -> Result<Reply, FrameError> {
+    let out = state.store.nack(q, receipt.into(), delay, failure).await?;
+    state.metrics.settled(sluice_core::MessageId(receipt.id));
+    Ok(Reply::Nacked {
+        queue: out.queue.to_string(),
+        dead_lettered: out.state.is_none(),
+    })
 }
 
 async fn ack(

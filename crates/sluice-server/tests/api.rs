@@ -1039,3 +1039,42 @@ async fn a_request_past_the_timeout_is_a_503_in_the_envelope() {
     assert!(!id.is_empty());
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nack_carries_the_dependencys_retry_after_as_its_wait() {
+    let s = start().await;
+    s.put_queue("calls", json!({})).await;
+    s.send("calls", json!(1)).await;
+    let got = s.receive("calls", json!({})).await;
+    let receipt = got[0]["receipt"].clone();
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/calls/nack",
+            Some(json!({"receipt": receipt, "delay_ms": 1, "retry_after_ms": 30_000})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not both"), "{v}");
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/calls/nack",
+            Some(json!({"receipt": receipt, "retry_after_ms": 30_000, "error": "HTTP 429"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v, json!({"state": "delayed", "queue": "calls"}));
+    let (_, m) = s
+        .call(
+            Method::GET,
+            &format!("/v1/messages/{}", got[0]["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (&m["state"], &m["last_error"]),
+        (&json!("delayed"), &json!("HTTP 429"))
+    );
+}

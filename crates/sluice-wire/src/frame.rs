@@ -168,6 +168,21 @@ pub enum Op {
         /// The messages.
         messages: Vec<GroupedFrameMessage>,
     },
+    /// [`Op::Nack`] with the dependency's own Retry-After as the wait (as the HTTP API's
+    /// `retry_after_ms`): the delivery waits that long, and a queue with an adaptive rate
+    /// counts it as congestion. Answered with [`Reply::Nacked`].
+    NackRetryAfter {
+        /// The queue.
+        queue: String,
+        /// The delivery.
+        receipt: FrameReceipt,
+        /// The wait the dependency asked for.
+        retry_after_ms: u64,
+        /// The error, kept as `last_error` and in the attempt history.
+        error: Option<String>,
+        /// Who is reporting it.
+        consumer: Option<String>,
+    },
 }
 
 /// One delivery to acknowledge with [`Op::AckWithResults`].

@@ -179,6 +179,11 @@ pub struct NackRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 604800000)]
     pub delay_ms: Option<i64>,
+    /// The dependency's own Retry-After (0 – 7 days): the message waits this long, and a queue
+    /// with an adaptive rate counts the nack as congestion. Instead of `delay_ms`, not with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 604800000)]
+    pub retry_after_ms: Option<i64>,
     /// The error, stored as `last_error` and in the attempt history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -188,12 +193,19 @@ pub struct NackRequest {
 }
 
 impl NackRequest {
-    /// The delay asked for.
+    /// The delay asked for: `delay_ms`, or the dependency's `retry_after_ms`.
     ///
     /// # Errors
-    /// `InvalidArgument` for a negative delay.
+    /// `InvalidArgument` for a negative delay, or both fields at once.
     pub fn delay(&self) -> Result<Option<Duration>, StoreError> {
-        opt_millis("delay_ms", self.delay_ms)
+        match (self.delay_ms, self.retry_after_ms) {
+            (Some(_), Some(_)) => Err(StoreError::invalid(
+                "give delay_ms or retry_after_ms, not both: retry_after_ms is the dependency's \
+                 own Retry-After, delay_ms any other wait",
+            )),
+            (_, Some(ms)) => opt_millis("retry_after_ms", Some(ms)),
+            (ms, None) => opt_millis("delay_ms", ms),
+        }
     }
 }
 

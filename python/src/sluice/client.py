@@ -507,14 +507,22 @@ class Client:
         receipt: str,
         *,
         delay: Optional[float] = None,
+        retry_after: Optional[float] = None,
         error: Optional[str] = None,
         consumer: Optional[str] = None,
     ) -> FailureResult:
         """Returns a delivery for another attempt, after ``delay`` seconds or the queue's
-        backoff; on its last attempt it is dead-lettered (state ``dead_lettered``)."""
+        backoff; on its last attempt it is dead-lettered (state ``dead_lettered``).
+        ``retry_after`` instead of ``delay`` is the dependency's own Retry-After (it answered
+        429 or 503 and said how long to wait): the delivery waits that long, and a queue with
+        an adaptive rate counts it as congestion."""
+        if delay is not None and retry_after is not None:
+            raise ValueError("give delay or retry_after, not both")
         req: Dict[str, Any] = {"receipt": receipt}
         if delay is not None:
             req["delay_ms"] = _ms(delay, "delay")
+        if retry_after is not None:
+            req["retry_after_ms"] = _ms(retry_after, "retry_after")
         if error is not None:
             req["error"] = error
         if consumer is not None:

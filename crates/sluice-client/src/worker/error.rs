@@ -39,6 +39,8 @@ pub struct TaskError {
     kind: TaskErrorKind,
     message: String,
     retry_after: Option<Duration>,
+    /// The wait is the dependency's own Retry-After (congestion), not one the handler chose.
+    congestion: bool,
 }
 
 impl TaskError {
@@ -48,16 +50,31 @@ impl TaskError {
             kind: TaskErrorKind::Transient,
             message: message.to_string(),
             retry_after: None,
+            congestion: false,
         }
     }
 
-    /// A transient error with a known wait (e.g. an upstream's `Retry-After`): the task is
-    /// retried after `wait` instead of the queue's backoff.
+    /// A transient error because the dependency is congested and said how long to wait (its
+    /// `Retry-After` on a 429 or 503): the task is retried after `wait` instead of the
+    /// queue's backoff, and a queue with an adaptive rate slows down for it.
     pub fn retry_after(message: impl fmt::Display, wait: Duration) -> Self {
         TaskError {
             kind: TaskErrorKind::Transient,
             message: message.to_string(),
             retry_after: Some(wait),
+            congestion: true,
+        }
+    }
+
+    /// A transient error with a wait the handler chose (not the dependency's Retry-After):
+    /// the task is retried after `wait` instead of the queue's backoff, and the queue's
+    /// adaptive rate, if any, does not count it as congestion.
+    pub fn retry_in(message: impl fmt::Display, wait: Duration) -> Self {
+        TaskError {
+            kind: TaskErrorKind::Transient,
+            message: message.to_string(),
+            retry_after: Some(wait),
+            congestion: false,
         }
     }
 
@@ -67,6 +84,7 @@ impl TaskError {
             kind: TaskErrorKind::Permanent,
             message: message.to_string(),
             retry_after: None,
+            congestion: false,
         }
     }
 
@@ -76,6 +94,7 @@ impl TaskError {
             kind: TaskErrorKind::Cancelled,
             message: "cancelled".to_owned(),
             retry_after: None,
+            congestion: false,
         }
     }
 
@@ -89,9 +108,14 @@ impl TaskError {
         &self.message
     }
 
-    /// The wait of [`TaskError::retry_after`].
+    /// The wait of [`TaskError::retry_after`] or [`TaskError::retry_in`].
     pub fn wait(&self) -> Option<Duration> {
         self.retry_after
+    }
+
+    /// Whether the wait is the dependency's Retry-After ([`TaskError::retry_after`]).
+    pub fn is_congestion(&self) -> bool {
+        self.congestion
     }
 }
 
@@ -101,6 +125,7 @@ impl fmt::Debug for TaskError {
             .field("kind", &self.kind)
             .field("message", &self.message)
             .field("retry_after", &self.retry_after)
+            .field("congestion", &self.congestion)
             .finish()
     }
 }

@@ -112,17 +112,29 @@ impl Lane {
         match self {
             Lane::Http(c) => Ok(c.nack(queue, receipt_s, options).await?.state),
             Lane::Frames(p) => {
-                let (_, dead) = p
-                    .get()
-                    .await?
-                    .nack_as(
-                        queue,
-                        receipt(receipt_s)?,
-                        options.delay,
-                        options.error.clone(),
-                        options.consumer.clone(),
-                    )
-                    .await?;
+                let mut conn = p.get().await?;
+                let (_, dead) = match options.delay.filter(|_| options.retry_after) {
+                    Some(wait) => {
+                        conn.nack_retry_after(
+                            queue,
+                            receipt(receipt_s)?,
+                            wait,
+                            options.error.clone(),
+                            options.consumer.clone(),
+                        )
+                        .await?
+                    }
+                    None => {
+                        conn.nack_as(
+                            queue,
+                            receipt(receipt_s)?,
+                            options.delay,
+                            options.error.clone(),
+                            options.consumer.clone(),
+                        )
+                        .await?
+                    }
+                };
                 Ok(if dead {
                     FailureState::DeadLettered
                 } else {

@@ -131,12 +131,21 @@ async fn run_delivery(shared: &Shared, d: &DeliveryView) -> Outcome {
             succeed(shared, d, None).await
         }
         Err(e) if cancelled || e.kind() == TaskErrorKind::Cancelled => {
-            nack(shared, d, None, "cancelled".to_owned()).await;
+            nack(shared, d, None, false, "cancelled".to_owned()).await;
             Outcome::Cancelled
         }
         Err(e) => match e.kind() {
             TaskErrorKind::Permanent => reject(shared, d, e.message().to_owned()).await,
-            _ => fail(shared, d, e.wait(), e.message().to_owned()).await,
+            _ => {
+                fail(
+                    shared,
+                    d,
+                    e.wait(),
+                    e.is_congestion(),
+                    e.message().to_owned(),
+                )
+                .await
+            }
         },
     };
     if cancelled
@@ -262,9 +271,10 @@ async fn fail(
     shared: &Shared,
     d: &DeliveryView,
     delay: Option<Duration>,
+    congestion: bool,
     error: String,
 ) -> Outcome {
-    match nack(shared, d, delay, error.clone()).await {
+    match nack(shared, d, delay, congestion, error.clone()).await {
         Some(FailureState::DeadLettered) => {
             tracing::error!(error = %error, "task failed on its last attempt; dead-lettered");
             dead_letter(shared, d, error).await;
@@ -282,10 +292,12 @@ async fn nack(
     shared: &Shared,
     d: &DeliveryView,
     delay: Option<Duration>,
+    congestion: bool,
     error: String,
 ) -> Option<FailureState> {
     let opts = NackOptions {
         delay,
+        retry_after: congestion && delay.is_some(),
         error: Some(error),
         consumer: Some(shared.consumer.clone()),
     };
@@ -321,7 +333,7 @@ async fn reject(shared: &Shared, d: &DeliveryView, error: String) -> Outcome {
         }
         Err(e) if e.code() == Some(ErrorCode::Conflict) => {
             tracing::warn!(error = %e, "the queue has no DLQ; the permanent failure is nacked instead");
-            fail(shared, d, None, error).await
+            fail(shared, d, None, false, error).await
         }
         Err(e) => lost(&e),
     }

@@ -92,6 +92,7 @@ fn fail(e: &str) -> Failure {
     Failure {
         error: Some(e.to_owned()),
         consumer: None,
+        retry_after: false,
     }
 }
 
@@ -262,6 +263,7 @@ impl Env {
         let f = Failure {
             error: err.map(str::to_owned),
             consumer: None,
+            retry_after: false,
         };
         self.store.nack(q, r, delay, f).await
     }

@@ -19,6 +19,7 @@ pub async fn nack_with_explicit_delay(h: &dyn Harness) {
             Failure {
                 error: Some("boom".into()),
                 consumer: Some("w1".into()),
+                retry_after: false,
             },
         )
         .await

@@ -329,6 +329,12 @@ impl<S: Messaging> Messaging for Checked<S> {
         if let Err(e) = validate_nack_delay(delay) {
             return refused(e);
         }
+        if failure.retry_after && delay.is_none() {
+            return refused(StoreError::invalid(
+                "a nack marked as the dependency's Retry-After needs its delay; give the delay \
+                 the dependency asked for",
+            ));
+        }
         clip(&mut failure);
         self.engine.nack(queue, receipt, delay, failure)
     }

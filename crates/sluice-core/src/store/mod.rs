@@ -124,6 +124,10 @@ pub struct Failure {
     pub error: Option<String>,
     /// The consumer reporting it.
     pub consumer: Option<String>,
+    /// The nack's delay is the dependency's own Retry-After (a 429 or 503 that said how long
+    /// to wait): a sign of congestion that a queue with an adaptive rate slows down for.
+    /// Only meaningful on a nack that carries a delay.
+    pub retry_after: bool,
 }
 
 /// Where a nacked message went.

@@ -361,6 +361,7 @@ async fn fail(state: &AppState, queue: &QueueName, s: Settled) {
     let failure = Failure {
         error: s.error,
         consumer: Some("push".to_owned()),
+        retry_after: false,
     };
     let r = match s.verdict {
         PushVerdict::Reject => match state.store.reject(queue, receipt, failure.clone()).await {
@@ -372,9 +373,18 @@ async fn fail(state: &AppState, queue: &QueueName, s: Settled) {
                 .map(drop),
             r => r.map(drop),
         },
+        // The target said how long to wait: its Retry-After, a congestion signal.
         PushVerdict::Throttled(d) => state
             .store
-            .nack(queue, receipt, Some(d), failure)
+            .nack(
+                queue,
+                receipt,
+                Some(d),
+                Failure {
+                    retry_after: true,
+                    ..failure
+                },
+            )
             .await
             .map(drop),
         _ => state

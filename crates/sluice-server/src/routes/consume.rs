@@ -170,8 +170,10 @@ async fn ack_batch(
     Ok(results)
 }
 
-/// Returns a message for another attempt (after `delay_ms` or the queue's backoff), or
-/// dead-letters it when its attempts are used up.
+/// Returns a message for another attempt (after `delay_ms`, `retry_after_ms` or the queue's
+/// backoff), or dead-letters it when its attempts are used up. `retry_after_ms` is the wait
+/// the dependency itself asked for (a 429 or 503 with Retry-After): the message waits that
+/// long, and a queue with an adaptive rate counts it as congestion.
 #[utoipa::path(
     post, path = "/v1/queues/{q}/nack", tag = "messages",
     params(("q" = String, Path, description = "Queue name")),
@@ -191,6 +193,7 @@ pub async fn nack(
     let receipt = parse_receipt(&req.receipt)?;
     let delay = req.delay()?;
     let failure = Failure {
+        retry_after: req.retry_after_ms.is_some(),
         error: req.error,
         consumer: req.consumer,
     };
@@ -220,6 +223,7 @@ pub async fn reject(
     let failure = Failure {
         error: req.error,
         consumer: req.consumer,
+        retry_after: false,
     };
     let dlq = st.store.reject(&q, receipt, failure).await?;
     st.metrics.settled(receipt.id);
@@ -281,6 +285,7 @@ pub async fn move_message(
     let failure = Failure {
         error: req.error,
         consumer: req.consumer,
+        retry_after: false,
     };
     st.store.move_message(&q, receipt, &to, failure).await?;
     st.metrics.settled(receipt.id);

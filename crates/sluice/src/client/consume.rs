@@ -203,6 +203,7 @@ pub async fn nack(a: NackArgs) -> Result<(), Failure> {
                 delay: a.delay,
                 error: a.error.clone(),
                 consumer: Some("sluice-cli".to_owned()),
+                ..NackOptions::default()
             },
         )
         .await?;

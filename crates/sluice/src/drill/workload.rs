@@ -217,7 +217,7 @@ pub fn worker(client: Client, queue: &str, wp: &WorkerPlan) -> anyhow::Result<Wo
                 if now + 1 < e.expires_at {
                     let wait =
                         Duration::from_millis(u64::try_from(e.expires_at - now).unwrap_or(0));
-                    return Err(TaskError::retry_after("hold not over yet", wait));
+                    return Err(TaskError::retry_in("hold not over yet", wait));
                 }
                 limiter.acquire().await;
                 let mut req = http.post(&url).json(&BTreeMap::from([(

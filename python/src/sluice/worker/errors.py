@@ -19,13 +19,17 @@ class TaskError(Exception):
 
 
 class RetryAfter(TaskError):
-    """Retry the task after ``delay`` seconds (not the queue's backoff)."""
+    """Retry the task after ``delay`` seconds (not the queue's backoff). By default the wait
+    is the dependency's own Retry-After (a 429 or 503 that said how long to wait), which a
+    queue with an adaptive rate slows down for; pass ``congestion=False`` for a wait the
+    handler chose itself."""
 
-    def __init__(self, message: str, delay: float) -> None:
+    def __init__(self, message: str, delay: float, *, congestion: bool = True) -> None:
         super().__init__(message)
         if delay < 0:
             raise ValueError(f"delay must not be negative, got {delay}")
         self.delay = float(delay)
+        self.congestion = congestion
 
 
 class Permanent(TaskError):

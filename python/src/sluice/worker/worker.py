@@ -541,7 +541,7 @@ class Worker:
         elif isinstance(error, Permanent):
             outcome = self._reject(run, _describe(error))
         elif isinstance(error, RetryAfter):
-            outcome = self._fail(run, error.delay, _describe(error))
+            outcome = self._fail(run, error.delay, _describe(error), congestion=error.congestion)
         else:
             outcome = self._fail(run, None, _describe(error))
         if cancelled and outcome in (Outcome.SUCCESS, Outcome.RETRY, Outcome.FAILURE):
@@ -621,21 +621,22 @@ class Worker:
                 pass
         return _lost(d, e)
 
-    def _nack(self, run: _Running, delay: Optional[float], error: str) -> Optional[str]:
+    def _nack(self, run: _Running, delay: Optional[float], error: str, congestion: bool = False) -> Optional[str]:
         d = run.delivery
+        wait = {"retry_after": delay} if congestion and delay is not None else {"delay": delay}
         try:
             r = self._settle(
                 "reporting a failed task",
-                lambda: self.client.nack(self.queue, d.receipt, delay=delay, error=error, consumer=self.consumer),
+                lambda: self.client.nack(self.queue, d.receipt, error=error, consumer=self.consumer, **wait),
             )
         except SluiceError as e:
             _lost(d, e)
             return None
         return r.state
 
-    def _fail(self, run: _Running, delay: Optional[float], error: str) -> Outcome:
+    def _fail(self, run: _Running, delay: Optional[float], error: str, congestion: bool = False) -> Outcome:
         d = run.delivery
-        state = self._nack(run, delay, error)
+        state = self._nack(run, delay, error, congestion)
         if state is None:
             return Outcome.LOST
         if state == "dead_lettered":

@@ -476,6 +476,7 @@ fn a_long_error_reaches_the_engine_cut_to_its_limit() {
     let failure = || Failure {
         error: Some("e".repeat(MAX_ERROR_BYTES * 2)),
         consumer: Some("w1".into()),
+        retry_after: false,
     };
     let kept = || {
         c.engine()
@@ -502,9 +503,29 @@ fn a_long_error_reaches_the_engine_cut_to_its_limit() {
     let short = Failure {
         error: Some("upstream 503".into()),
         consumer: None,
+        retry_after: false,
     };
     passed(now(s.nack(&jobs, receipt(), None, short.clone())));
     assert_eq!(kept(), short, "a short error is kept as it is");
+}
+
+#[test]
+fn a_retry_after_nack_needs_its_delay() {
+    let (c, s) = store(AckOverlap::Never);
+    let jobs = q("jobs");
+    let congested = Failure {
+        retry_after: true,
+        ..Failure::default()
+    };
+    let e = now(s.nack(&jobs, receipt(), None, congested.clone())).expect_err("no delay");
+    assert_eq!(e.code(), crate::error::ErrorCode::InvalidArgument, "{e}");
+    assert_eq!(calls(&c), 0, "refused before the engine");
+    passed(now(s.nack(
+        &jobs,
+        receipt(),
+        Some(Duration::from_secs(5)),
+        congested,
+    )));
 }
 
 #[test]
