@@ -193,6 +193,7 @@ macro_rules! __sluice_conformance_cases {
             breaker_opens_keeps_attempts_and_a_probe_closes_it,
             breaker_open_still_dead_letters_rejects,
             adaptive_rate_stays_within_bounds_and_congestion_cuts_it,
+            a_retry_after_holds_the_whole_adaptive_queue,
         }
     };
 }

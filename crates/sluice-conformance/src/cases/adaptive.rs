@@ -330,3 +330,48 @@ pub async fn adaptive_rate_stays_within_bounds_and_congestion_cuts_it(h: &dyn Ha
     let most = most_in_any_window(&after[0], 60_000);
     assert!(most <= 60, "{most} deliveries in one minute after the cut");
 }
+
+/// A nack carrying the dependency's Retry-After holds the whole adaptive queue: no message is
+/// delivered until the time it named (the longest of several), then deliveries resume; the
+/// nacked message itself waits that long.
+pub async fn a_retry_after_holds_the_whole_adaptive_queue(h: &dyn Harness) {
+    let e = env(h).await;
+    let Some(q) = governed(
+        &e,
+        "held",
+        QueueConfigPatch {
+            visibility_timeout: Some(secs(3600)),
+            adaptive: Some(Some(AdaptiveRate::new(600, 600))),
+            ..Default::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    e.send_batch(&q, (0..10).map(|i| text(&i.to_string())).collect())
+        .await;
+    let ds = e.recv(&q, 2).await;
+    assert_eq!(ds.len(), 2, "the rate lets the first two through");
+    let congested = || Failure {
+        error: Some("429 Too Many Requests".into()),
+        consumer: None,
+        retry_after: true,
+    };
+    for (d, wait) in ds.iter().zip([secs(20), secs(5)]) {
+        e.store
+            .nack(&q, d.receipt, Some(wait), congested())
+            .await
+            .expect("nack with Retry-After");
+    }
+    e.advance(secs(19));
+    assert!(
+        e.recv(&q, 10).await.is_empty(),
+        "held until the longest Retry-After (20 s)"
+    );
+    e.advance(secs(2));
+    assert!(
+        !e.recv(&q, 10).await.is_empty(),
+        "deliveries resume once it has passed"
+    );
+}

@@ -40,13 +40,13 @@ pub(crate) async fn nack(
             let (_, mut rich) = core.load(receipt.id.0, &m)?;
             apply_failure(&mut rich, now, AttemptOutcome::Nacked, &failure);
             let id = receipt.id.0;
-            // No nack carries the dependency's Retry-After yet: only an `errors` signal
-            // makes one congestion. While the breaker is open or half-open the attempt is
-            // not spent (asked before the failure is counted).
+            // Congestion: a nack with the dependency's Retry-After, or one whose error matches
+            // an `errors` signal. While the breaker is open or half-open the attempt is not
+            // spent (asked before the failure is counted).
             let outcome = classify_nack(
                 cfg.adaptive.as_ref(),
                 delay,
-                false,
+                failure.retry_after,
                 failure.error.as_deref(),
             );
             let counted = core.flow_counts_attempt(qid, now);
