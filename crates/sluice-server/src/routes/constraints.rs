@@ -526,6 +526,11 @@ fn forms(schemas: &mut Map<String, Value>) {
                 {"properties": {"receipt": null_only(), "result_base64": null_only(), "receipts": null_only()}}]},
         ]}),
     );
+    // The dependency's Retry-After is the nack's wait, instead of `delay_ms`.
+    add(
+        "NackRequest",
+        json!({"not": {"allOf": [given("delay_ms"), given("retry_after_ms")]}}),
+    );
     add(
         "RedriveRequest",
         json!({"not": {"allOf": [given("rate"), given("rate_per_second")]}}),
