@@ -194,6 +194,7 @@ macro_rules! __sluice_conformance_cases {
             breaker_open_still_dead_letters_rejects,
             adaptive_rate_stays_within_bounds_and_congestion_cuts_it,
             a_retry_after_holds_the_whole_adaptive_queue,
+            a_forced_breaker_stays_open_until_forced_closed,
         }
     };
 }

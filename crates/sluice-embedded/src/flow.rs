@@ -8,7 +8,7 @@
 //! What changed in between (the counts of a round, the breaker's window) restarts empty after
 //! a restart.
 
-use sluice_core::adaptive::{FlowEvent, Outcome, Tally};
+use sluice_core::adaptive::{BreakerForce, FlowEvent, FlowStats, Outcome, Tally};
 use sluice_core::{StoreError, Timestamp};
 
 use crate::audit::AuditLog;
@@ -46,6 +46,46 @@ impl Core {
         };
         let events = flow.observe(cfg, tally, Timestamp(now));
         audit(&mut self.audit, q, &events);
+    }
+
+    /// An operator's order to queue `qid`'s breaker, kept in the catalog before it answers
+    /// (a forced-open breaker stays open across a restart); the state afterwards.
+    pub(crate) fn flow_force(
+        &mut self,
+        qid: Qid,
+        force: BreakerForce,
+        now: i64,
+    ) -> Result<FlowStats, StoreError> {
+        let next_qid = self.state.next_qid;
+        let Some(q) = self.state.queues.get_mut(&qid) else {
+            return Err(StoreError::QueueNotFound(format!("{qid}")));
+        };
+        let name = q.name.clone();
+        let governed = if q.config.breaker.is_some() {
+            q.govern(Timestamp(now))
+        } else {
+            None
+        };
+        let Some((flow, cfg)) = governed else {
+            return Err(StoreError::Conflict(format!(
+                "queue \"{name}\" has no breaker; give it one first (PUT /v1/queues/{name} with \
+                 {{\"breaker\": {{}}}})"
+            )));
+        };
+        let events = flow.force(force, Timestamp(now));
+        let stats = flow.stats(cfg, Timestamp(now));
+        self.catalog.append(&Change::Put {
+            queues: vec![CatalogQueue {
+                qid,
+                name,
+                config: q.config.clone(),
+                created_at: q.created_at,
+                flow: q.flow.clone(),
+            }],
+            next_qid,
+        })?;
+        audit(&mut self.audit, q, &events);
+        Ok(stats)
     }
 
     /// One outcome of queue `qid` at `now`.

@@ -84,6 +84,17 @@ impl QueueAdmin for EmbeddedStore {
         ops::queues::page(&self.inner, &req)
     }
 
+    async fn force_breaker(
+        &self,
+        queue: &QueueName,
+        force: sluice_core::adaptive::BreakerForce,
+    ) -> Result<sluice_core::adaptive::FlowStats, StoreError> {
+        let mut core = self.inner.lock();
+        let now = self.inner.now();
+        let qid = core.qid(queue)?;
+        core.flow_force(qid, force, now)
+    }
+
     async fn dead_letter_queues_among(&self, names: &[QueueName]) -> Result<Vec<bool>, StoreError> {
         Ok(ops::queues::dead_letter_queues_among(&self.inner, names))
     }

@@ -212,6 +212,20 @@ impl QueueAdmin for PostgresStore {
         crate::ops::queues::dead_letter_queues_among(&self.inner, names).await
     }
 
+    async fn force_breaker(
+        &self,
+        queue: &QueueName,
+        _force: sluice_core::adaptive::BreakerForce,
+    ) -> Result<sluice_core::adaptive::FlowStats, StoreError> {
+        // This engine does not govern queues yet (it refuses a `breaker`), so no queue of it
+        // has one to force.
+        let conn = self.inner.conn().await?;
+        crate::db::catalog::config(&**conn, queue.as_str(), false).await?;
+        Err(StoreError::Conflict(format!(
+            "queue \"{queue}\" has no breaker; the PostgreSQL engine does not govern queues yet"
+        )))
+    }
+
     async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {
         crate::ops::queues::delete(&self.inner, name).await
     }

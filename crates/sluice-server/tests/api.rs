@@ -932,6 +932,7 @@ async fn health_readiness_routing_errors_and_openapi() {
         ("/v1/queues/{q}", vec!["put", "get", "delete"]),
         ("/v1/queues/{q}/pause", vec!["post"]),
         ("/v1/queues/{q}/resume", vec!["post"]),
+        ("/v1/queues/{q}/breaker", vec!["post"]),
         ("/v1/queues/{q}/purge", vec!["post"]),
         ("/v1/queues/{q}/messages", vec!["post", "get"]),
         ("/v1/queues/{q}/receive", vec!["post"]),
@@ -998,6 +999,7 @@ async fn health_readiness_routing_errors_and_openapi() {
         "AckRequest",
         "AckBatchResponse",
         "NackRequest",
+        "BreakerRequest",
         "RejectRequest",
         "MoveRequest",
         "ExtendRequest",
@@ -1076,5 +1078,87 @@ async fn a_nack_carries_the_dependencys_retry_after_as_its_wait() {
     assert_eq!(
         (&m["state"], &m["last_error"]),
         (&json!("delayed"), &json!("HTTP 429"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_forces_a_breaker_open_and_closed() {
+    let s = start().await;
+    s.put_queue("calls", json!({"breaker": {"probe_every_ms": 100}}))
+        .await;
+    s.put_queue("plain", json!({})).await;
+    s.send("calls", json!(1)).await;
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/calls/breaker",
+            Some(json!({"state": "open"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (&v["breaker"]["state"], &v["breaker"]["forced"]),
+        (&json!("open"), &json!(true)),
+        "{v}"
+    );
+    // Forced open: no probes, however long it stays open.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (_, got) = s
+        .call(
+            Method::POST,
+            "/v1/queues/calls/receive",
+            Some(json!({"max": 1})),
+        )
+        .await;
+    assert_eq!(got["messages"], json!([]), "nothing while forced open");
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/calls/breaker",
+            Some(json!({"state": "closed"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["breaker"]["state"], "closed", "{v}");
+    assert_eq!(s.receive("calls", json!({"max": 1})).await.len(), 1);
+    let (_, audit) = s.call(Method::GET, "/v1/audit?queue=calls", None).await;
+    let forced: Vec<_> = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["action"] == "queue.breaker.force")
+        .map(|e| e["details"]["state"].clone())
+        .collect();
+    assert_eq!(forced, [json!("open"), json!("closed")], "{audit}");
+
+    assert_error(
+        &s.call(
+            Method::POST,
+            "/v1/queues/plain/breaker",
+            Some(json!({"state": "open"})),
+        )
+        .await,
+        409,
+        "conflict",
+    );
+    assert_error(
+        &s.call(
+            Method::POST,
+            "/v1/queues/missing/breaker",
+            Some(json!({"state": "open"})),
+        )
+        .await,
+        404,
+        "queue_not_found",
+    );
+    assert_error(
+        &s.call(
+            Method::POST,
+            "/v1/queues/calls/breaker",
+            Some(json!({"state": "ajar"})),
+        )
+        .await,
+        400,
+        "invalid_argument",
     );
 }

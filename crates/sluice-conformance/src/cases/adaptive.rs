@@ -375,3 +375,56 @@ pub async fn a_retry_after_holds_the_whole_adaptive_queue(h: &dyn Harness) {
         "deliveries resume once it has passed"
     );
 }
+
+/// An operator forces a breaker open: nothing is delivered, without probes, however long it
+/// stays open, across a restart too; forced closed, deliveries resume. A queue without a
+/// breaker cannot be forced (`conflict`).
+pub async fn a_forced_breaker_stays_open_until_forced_closed(h: &dyn Harness) {
+    use sluice_core::adaptive::BreakerForce;
+    let e = env(h).await;
+    let Some(q) = governed(
+        &e,
+        "forced",
+        QueueConfigPatch {
+            breaker: Some(Some(breaker())),
+            ..Default::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    e.send_text(&q, "x").await;
+    let s = e
+        .store
+        .force_breaker(&q, BreakerForce::Open)
+        .await
+        .expect("force open");
+    let b = s.breaker.expect("a breaker");
+    assert_eq!((b.state, b.forced), (BreakerState::Open, true));
+    e.advance(secs(60));
+    e.recv_none(&q, "forced open: no probes").await;
+    let e = e.restart(h).await;
+    e.advance(secs(60));
+    e.recv_none(&q, "still forced open after a restart").await;
+    let s = e
+        .store
+        .force_breaker(&q, BreakerForce::Closed)
+        .await
+        .expect("force closed");
+    assert_eq!(s.breaker.map(|b| b.state), Some(BreakerState::Closed));
+    e.recv_one(&q).await;
+    let plain = e.queue("unforced", QueueConfigPatch::default()).await;
+    assert_code(
+        e.store.force_breaker(&plain, BreakerForce::Open).await,
+        ErrorCode::Conflict,
+        "no breaker",
+    );
+    assert_code(
+        e.store
+            .force_breaker(&qn("nowhere"), BreakerForce::Open)
+            .await,
+        ErrorCode::QueueNotFound,
+        "no queue",
+    );
+}

@@ -77,6 +77,19 @@ pub trait QueueAdmin: Send + Sync + 'static {
         Ok(names.iter().map(|n| targets.contains(n)).collect())
     }
 
+    /// An operator's order to a queue's circuit breaker: `Open` keeps it open (no probes)
+    /// until ordered `Closed`; `Closed` closes it with an empty window, automatic from then on.
+    /// Kept durably before it answers; the transition is written to the audit log. Returns
+    /// the queue's adaptive state afterwards.
+    ///
+    /// # Errors
+    /// `QueueNotFound`; `Conflict` when the queue has no `breaker`.
+    async fn force_breaker(
+        &self,
+        queue: &QueueName,
+        force: crate::adaptive::BreakerForce,
+    ) -> Result<crate::adaptive::FlowStats, StoreError>;
+
     /// Deletes a queue and every message in it.
     ///
     /// # Errors

@@ -246,6 +246,19 @@ impl<S: QueueAdmin> QueueAdmin for Checked<S> {
         self.engine.dead_letter_queues_among(names)
     }
 
+    fn force_breaker<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        force: crate::adaptive::BreakerForce,
+    ) -> Answer<'a, Result<crate::adaptive::FlowStats, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        self.engine.force_breaker(queue, force)
+    }
+
     fn delete_queue<'s, 'n, 'a>(&'s self, name: &'n QueueName) -> Answer<'a, Result<(), StoreError>>
     where
         's: 'a,

@@ -87,6 +87,7 @@ fn api() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(queues::pause_queue))
         .routes(routes!(queues::resume_queue))
+        .routes(routes!(queues::force_breaker))
         .routes(routes!(queues::purge_queue))
         .routes(routes!(send::send, inspect::browse))
         .routes(routes!(consume::receive))

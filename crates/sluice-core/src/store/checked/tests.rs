@@ -83,6 +83,14 @@ impl QueueAdmin for Probe {
     async fn delete_queue(&self, _: &QueueName) -> Result<(), StoreError> {
         self.call()
     }
+    async fn force_breaker(
+        &self,
+        _: &QueueName,
+        _: crate::adaptive::BreakerForce,
+    ) -> Result<crate::adaptive::FlowStats, StoreError> {
+        self.call()?;
+        Err(StoreError::Conflict("no breaker".into()))
+    }
     async fn purge(&self, _: &QueueName) -> Result<u64, StoreError> {
         self.call()
     }
