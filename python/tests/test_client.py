@@ -30,7 +30,7 @@ def test_every_route_of_the_openapi_document_has_a_client_method(client: sluice.
         ("post", "/v1/queues/{q}/extend"), ("post", "/v1/queues/{q}/progress"),
         ("get", "/v1/messages/{id}"), ("delete", "/v1/messages/{id}"),
         ("get", "/v1/queues/{q}/stats"), ("get", "/v1/queues/{q}/stats/history"),
-        ("get", "/v1/stats"), ("get", "/v1/whoami"),
+        ("get", "/v1/stats"), ("get", "/v1/whoami"), ("post", "/v1/queues/{q}/breaker"),
         ("get", "/v1/queues/{q}/summary"),
         ("get", "/v1/tasks/{id}"), ("post", "/v1/tasks/{id}/cancel"),
         ("get", "/v1/tasks/{id}/events"), ("get", "/v1/queues/{q}/scaling"),
@@ -686,3 +686,12 @@ def test_a_nack_may_carry_the_dependencys_retry_after(client: sluice.Client, que
     n = client.nack(queue, d.receipt, retry_after=30, error="HTTP 429")
     assert n.state == "delayed"
     assert client.receive(queue, max=1) == [], "it waits the dependency's 30 s"
+
+
+def test_an_operator_forces_a_breaker(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue, breaker={"probe_every_ms": 100})
+    flow = client.force_breaker(queue, "open")
+    assert flow["breaker"]["state"] == "open" and flow["breaker"]["forced"]
+    assert client.force_breaker(queue, "closed")["breaker"]["state"] == "closed"
+    with pytest.raises(ValueError):
+        client.force_breaker(queue, "ajar")

@@ -353,13 +353,7 @@ impl Core {
             .state
             .queues
             .iter()
-            .map(|(qid, q)| CatalogQueue {
-                qid: *qid,
-                name: q.name.clone(),
-                config: q.config.clone(),
-                created_at: q.created_at,
-                flow: q.flow.clone(),
-            })
+            .map(|(qid, q)| catalog_entry(*qid, q))
             .collect();
         queues.sort_by_key(|q| q.qid);
         Catalog {
@@ -481,5 +475,16 @@ pub(crate) fn stored_completion(rec: Record, id: u64) -> Kept {
             .map(of)
             .unwrap_or_default(),
         _ => Kept::default(),
+    }
+}
+
+/// Queue `qid` as the catalog keeps it.
+pub(crate) fn catalog_entry(qid: Qid, q: &crate::state::QueueState) -> CatalogQueue {
+    CatalogQueue {
+        qid,
+        name: q.name.clone(),
+        config: q.config.clone(),
+        created_at: q.created_at,
+        flow: q.flow.clone(),
     }
 }

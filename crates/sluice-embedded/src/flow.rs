@@ -75,13 +75,7 @@ impl Core {
         let events = flow.force(force, Timestamp(now));
         let stats = flow.stats(cfg, Timestamp(now));
         self.catalog.append(&Change::Put {
-            queues: vec![CatalogQueue {
-                qid,
-                name,
-                config: q.config.clone(),
-                created_at: q.created_at,
-                flow: q.flow.clone(),
-            }],
+            queues: vec![crate::core::catalog_entry(qid, q)],
             next_qid,
         })?;
         audit(&mut self.audit, q, &events);
@@ -118,13 +112,7 @@ impl Core {
             .queues
             .iter()
             .filter(|(_, q)| q.flow_dirty)
-            .map(|(qid, q)| CatalogQueue {
-                qid: *qid,
-                name: q.name.clone(),
-                config: q.config.clone(),
-                created_at: q.created_at,
-                flow: q.flow.clone(),
-            })
+            .map(|(qid, q)| crate::core::catalog_entry(*qid, q))
             .collect();
         if dirty.is_empty() {
             return Ok(());

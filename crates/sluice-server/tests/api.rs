@@ -1131,34 +1131,14 @@ async fn an_operator_forces_a_breaker_open_and_closed() {
         .collect();
     assert_eq!(forced, [json!("open"), json!("closed")], "{audit}");
 
-    assert_error(
-        &s.call(
-            Method::POST,
-            "/v1/queues/plain/breaker",
-            Some(json!({"state": "open"})),
-        )
-        .await,
-        409,
-        "conflict",
-    );
-    assert_error(
-        &s.call(
-            Method::POST,
-            "/v1/queues/missing/breaker",
-            Some(json!({"state": "open"})),
-        )
-        .await,
-        404,
-        "queue_not_found",
-    );
-    assert_error(
-        &s.call(
-            Method::POST,
-            "/v1/queues/calls/breaker",
-            Some(json!({"state": "ajar"})),
-        )
-        .await,
-        400,
-        "invalid_argument",
-    );
+    for (path, state, status, code) in [
+        ("/v1/queues/plain/breaker", "open", 409, "conflict"),
+        ("/v1/queues/missing/breaker", "open", 404, "queue_not_found"),
+        ("/v1/queues/calls/breaker", "ajar", 400, "invalid_argument"),
+    ] {
+        let got = s
+            .call(Method::POST, path, Some(json!({ "state": state })))
+            .await;
+        assert_error(&got, status, code);
+    }
 }

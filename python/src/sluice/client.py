@@ -149,6 +149,11 @@ class QueueSettings:
     or :data:`CLEAR` to stop pushing."""
     max_in_flight_per_group: Optional[int] = None
     """Messages of one FIFO group that may be in flight at once (1 – 1000; default 1)."""
+    adaptive: Any = None
+    """An adaptive delivery rate as the API takes it (``{"min_per_min": 10, "max_per_min":
+    600}``), or :data:`CLEAR`."""
+    breaker: Any = None
+    """A circuit breaker as the API takes it (``{"failure_share": 0.5}``), or :data:`CLEAR`."""
 
     def to_wire(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -173,12 +178,15 @@ class QueueSettings:
             out["rate_limit"] = self.rate_limit.to_wire()
         elif self.rate_limit is not None:
             raise InvalidInput("rate_limit must be a RateLimit(limit, period_seconds) or CLEAR")
-        if self.push is CLEAR:
-            out["push"] = None
-        elif isinstance(self.push, dict):
-            out["push"] = dict(self.push)
-        elif self.push is not None:
-            raise InvalidInput('push must be a dict like {"url": "https://..."} or CLEAR')
+        for name, example in (("push", '{"url": "https://..."}'), ("adaptive", '{"min_per_min": 10, '
+                              '"max_per_min": 600}'), ("breaker", '{"failure_share": 0.5}')):
+            v = getattr(self, name)
+            if v is CLEAR:
+                out[name] = None
+            elif isinstance(v, dict):
+                out[name] = dict(v)
+            elif v is not None:
+                raise InvalidInput(f"{name} must be a dict like {example} or CLEAR")
         return out
 
 
@@ -326,6 +334,15 @@ class Client:
     def pause_queue(self, name: str) -> Queue:
         """Stops deliveries (sends are still accepted)."""
         return Queue.from_wire(self._json("POST", f"/v1/queues/{_queue(name)}/pause"))
+
+    def force_breaker(self, name: str, state: str) -> Dict[str, Any]:
+        """Forces the queue's circuit breaker ``"open"`` (deliveries stop, without probes,
+        until forced closed) or ``"closed"`` (an empty window, automatic from then on);
+        ``conflict`` for a queue without a breaker. Answers the queue's adaptive state (its
+        stats' ``flow``)."""
+        if state not in ("open", "closed"):
+            raise ValueError(f'state must be "open" or "closed", got {state!r}')
+        return self._json("POST", f"/v1/queues/{_queue(name)}/breaker", json_body={"state": state})
 
     def resume_queue(self, name: str) -> Queue:
         """Resumes deliveries."""
