@@ -127,10 +127,13 @@ impl Browser {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match self.client.find(Locator::Css(css)).await {
-                Ok(e) => {
-                    e.click().await.expect("click");
-                    return;
-                }
+                // A live page may redraw the element between finding and clicking it (stale):
+                // find it again.
+                Ok(e) => match e.click().await {
+                    Ok(_) => return,
+                    Err(err) if Instant::now() >= deadline => panic!("click {css}: {err}"),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                },
                 Err(_) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
