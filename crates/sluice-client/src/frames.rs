@@ -291,7 +291,7 @@ impl FrameConnection {
         error: Option<String>,
         consumer: Option<String>,
     ) -> Result<(String, bool), FrameClientError> {
-        match self
+        let reply = self
             .call(Op::Nack {
                 queue: queue.to_owned(),
                 receipt,
@@ -299,14 +299,8 @@ impl FrameConnection {
                 error,
                 consumer,
             })
-            .await?
-        {
-            Reply::Nacked {
-                queue,
-                dead_lettered,
-            } => Ok((queue, dead_lettered)),
-            other => Err(unexpected(&other)),
-        }
+            .await?;
+        nacked(reply)
     }
 
     /// [`FrameConnection::nack_as`] with the dependency's own Retry-After as the wait: the
@@ -322,7 +316,7 @@ impl FrameConnection {
         error: Option<String>,
         consumer: Option<String>,
     ) -> Result<(String, bool), FrameClientError> {
-        match self
+        let reply = self
             .call(Op::NackRetryAfter {
                 queue: queue.to_owned(),
                 receipt,
@@ -330,14 +324,8 @@ impl FrameConnection {
                 error,
                 consumer,
             })
-            .await?
-        {
-            Reply::Nacked {
-                queue,
-                dead_lettered,
-            } => Ok((queue, dead_lettered)),
-            other => Err(unexpected(&other)),
-        }
+            .await?;
+        nacked(reply)
     }
 
     /// Sends messages (1 – 1000, all or nothing, each in an optional group) under an
@@ -692,4 +680,15 @@ fn host_of(addr: &str) -> Option<&str> {
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
     (!host.is_empty()).then_some(host)
+}
+
+/// Where a nacked delivery went: its queue now, and whether that is the dead-letter queue.
+fn nacked(reply: Reply) -> Result<(String, bool), FrameClientError> {
+    match reply {
+        Reply::Nacked {
+            queue,
+            dead_lettered,
+        } => Ok((queue, dead_lettered)),
+        other => Err(unexpected(&other)),
+    }
 }

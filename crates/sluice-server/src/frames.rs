@@ -272,18 +272,18 @@ async fn handle(
             error,
             consumer,
         } => {
+            let wait = delay_ms.map(Duration::from_millis);
             let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
-            let failure = Failure {
-                error,
-                consumer,
-                retry_after: false,
-            };
             nack(
                 state,
                 &q,
                 receipt,
-                delay_ms.map(Duration::from_millis),
-                failure,
+                wait,
+                Failure {
+                    error,
+                    consumer,
+                    retry_after: false,
+                },
             )
             .await
         }
@@ -294,14 +294,20 @@ async fn handle(
             error,
             consumer,
         } => {
-            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
-            let failure = Failure {
-                error,
-                consumer,
-                retry_after: true,
-            };
             let wait = Some(Duration::from_millis(retry_after_ms));
-            nack(state, &q, receipt, wait, failure).await
+            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            nack(
+                state,
+                &q,
+                receipt,
+                wait,
+                Failure {
+                    error,
+                    consumer,
+                    retry_after: true,
+                },
+            )
+            .await
         }
         Op::AckWithResults { queue, acks } => {
             let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
