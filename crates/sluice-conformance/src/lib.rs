@@ -195,6 +195,7 @@ macro_rules! __sluice_conformance_cases {
             adaptive_rate_stays_within_bounds_and_congestion_cuts_it,
             a_retry_after_holds_the_whole_adaptive_queue,
             a_forced_breaker_stays_open_until_forced_closed,
+            a_congestion_nack_keeps_its_attempt,
         }
     };
 }

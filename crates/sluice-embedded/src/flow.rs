@@ -87,14 +87,14 @@ impl Core {
         self.flow_observe(qid, &Tally::of(outcome, 1), now);
     }
 
-    /// Whether a failed delivery of queue `qid` spends the message's attempt: not while its
-    /// breaker is open or half-open.
-    pub(crate) fn flow_counts_attempt(&mut self, qid: Qid, now: i64) -> bool {
+    /// Whether a failed delivery of queue `qid` ending in `outcome` spends the message's
+    /// attempt: not while its breaker is open or half-open, nor for congestion.
+    pub(crate) fn flow_counts_attempt(&mut self, qid: Qid, outcome: Outcome, now: i64) -> bool {
         self.state
             .queues
             .get_mut(&qid)
             .and_then(|q| q.govern(Timestamp(now)))
-            .is_none_or(|(flow, _)| flow.counts_attempt())
+            .is_none_or(|(flow, _)| flow.counts_attempt(outcome))
     }
 
     /// The maintenance round's part: time-driven transitions of every governed queue (an

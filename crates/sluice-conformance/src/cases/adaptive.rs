@@ -428,3 +428,67 @@ pub async fn a_forced_breaker_stays_open_until_forced_closed(h: &dyn Harness) {
         "no queue",
     );
 }
+
+/// On an adaptive queue a congestion nack does not spend the message's attempt (the pace is
+/// the broker's to govern), while a transient failure still does and still dead-letters the
+/// message when its attempts are used up.
+pub async fn a_congestion_nack_keeps_its_attempt(h: &dyn Harness) {
+    let e = env(h).await;
+    let mut signal = AdaptiveRate::new(600, 6000);
+    signal.signal = CongestionSignal::Errors(vec!["429".into()]);
+    let Some(q) = governed(
+        &e,
+        "congest",
+        QueueConfigPatch {
+            max_receive_count: Some(1),
+            visibility_timeout: Some(secs(3600)),
+            adaptive: Some(Some(signal)),
+            ..Default::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let dlq = qn("congest.dlq");
+    e.send_text(&q, "x").await;
+    for round in 1..=3 {
+        let d = e.recv_one(&q).await;
+        assert_eq!(
+            d.receive_count, 1,
+            "round {round}: the attempt was given back"
+        );
+        let out = e
+            .nack(
+                &q,
+                d.receipt,
+                Some(Duration::ZERO),
+                Some("upstream said 429"),
+            )
+            .await
+            .expect("congestion nack");
+        assert_eq!(
+            out.queue, q,
+            "round {round}: a congestion nack on the last attempt does not dead-letter"
+        );
+        assert_eq!(e.get(d.id).await.receive_count, 0);
+    }
+    let d = e.recv_one(&q).await;
+    let out = e
+        .nack(
+            &q,
+            d.receipt,
+            Some(Duration::ZERO),
+            Some("upstream said 503"),
+        )
+        .await
+        .expect("failure nack");
+    assert_eq!(
+        out.queue, dlq,
+        "a transient failure still spends the attempt"
+    );
+    assert_eq!(
+        e.browse_ids(&dlq, BrowseState::All).await,
+        std::collections::BTreeSet::from([d.id])
+    );
+}

@@ -18,6 +18,9 @@ pub enum RateReason {
     Congestion,
     /// New bounds (`min_per_min`, `max_per_min` or `rate_limit` changed).
     Config,
+    /// Rounds in which the queue had less work than its rate: a rate far above what the
+    /// dependency accepted comes down.
+    Unused,
 }
 
 impl RateReason {
@@ -27,6 +30,7 @@ impl RateReason {
             RateReason::Growth => "growth",
             RateReason::Congestion => "congestion",
             RateReason::Config => "config",
+            RateReason::Unused => "unused",
         }
     }
 }

@@ -33,6 +33,11 @@ const GAP_FRACTION: u64 = 4;
 const PROBE_PERMILLE: u64 = 100;
 /// ... up to this fraction (1/n) of the rate per round.
 const PROBE_STEP_FRACTION: u64 = 8;
+/// A rate unused for a round comes down towards this multiple of what the dependency
+/// accepted over its last quota window...
+const USED_MULTIPLE: u64 = 2;
+/// ... by this fraction (1/n) of itself a round.
+const DECAY_FRACTION: u64 = 8;
 /// Smallest burst of the pace window.
 const PACE_BURST: u64 = 4;
 
@@ -77,6 +82,12 @@ pub(super) struct Governor {
     round_leased: u32,
     /// Congestion signals in the current round.
     round_congestion: u32,
+    /// Successes in the current round.
+    #[serde(default)]
+    round_ok: u32,
+    /// Transient failures in the current round.
+    #[serde(default)]
+    round_failures: u32,
     /// No decrease before this: a quota window after the last one, so that a decrease is
     /// judged on calls made after it.
     calm_until: Option<Timestamp>,
@@ -142,6 +153,8 @@ impl Governor {
             round_start: None,
             round_leased: 0,
             round_congestion: 0,
+            round_ok: 0,
+            round_failures: 0,
             calm_until: None,
             congestion_total: 0,
             decreases_total: 0,
@@ -202,14 +215,21 @@ impl Governor {
         let took_ms = u64::try_from(took_ms).unwrap_or(0);
         let allotted = self.rate_mpm.saturating_mul(took_ms) / MINUTE_MS;
         let binding = u64::from(self.round_leased) * MILLI * MILLI >= allotted * BINDING_PERMILLE;
-        let grow = binding && self.round_congestion < 2 && self.held(now).is_none();
+        // A round in which more than a fifth of the answered calls failed does not grow the
+        // rate either: a dependency that is failing is not asking for more.
+        let failing = u64::from(self.round_failures) * 5
+            > u64::from(self.round_ok) + u64::from(self.round_failures);
+        let quiet = self.round_congestion == 0 && self.held(now).is_none();
+        let grow = binding && !failing && self.round_congestion < 2 && self.held(now).is_none();
         self.round_start = Some(now);
         self.round_leased = n;
         self.round_congestion = 0;
-        if !grow {
-            return None;
-        }
+        self.round_ok = 0;
+        self.round_failures = 0;
         let b = Bounds::of(a, cfg.ceiling_per_min);
+        if !grow {
+            return if quiet { self.decay(a, b, now) } else { None };
+        }
         let from = self.rate_mpm;
         let last = self.last_congestion_mpm;
         // The additive step: as configured, or a tenth of the last congested rate per window.
@@ -234,6 +254,38 @@ impl Governor {
         self.report(from, b, RateReason::Growth)
     }
 
+    /// A quiet round that did not bind: the queue had less work than its rate. A rate far
+    /// above what the dependency accepted over its last quota window (a burst of work grew
+    /// it, then the work ran out) comes down by an eighth a round towards twice that, so
+    /// that the next burst cannot flood the dependency before a 429 could cut it.
+    fn decay(&mut self, a: &AdaptiveRate, b: Bounds, now: Timestamp) -> Option<Step> {
+        let since = now.as_millis().saturating_sub(self.started.as_millis());
+        if since < window_ms(a) {
+            // Less than a window of successes says little yet.
+            return None;
+        }
+        let used = self.accepted_mpm(now).saturating_mul(USED_MULTIPLE);
+        if self.rate_mpm <= used {
+            return None;
+        }
+        let from = self.rate_mpm;
+        let decayed = from - from / DECAY_FRACTION;
+        self.rate_mpm = b.clamp(decayed.max(used));
+        self.report(from, b, RateReason::Unused)
+    }
+
+    /// The breaker opened: the dependency is down. Slow start ends, so that when it comes
+    /// back the rate returns fast to where it was, a quarter of the gap a round, instead of
+    /// doubling into the backlog the outage built up.
+    pub(super) fn outage(&mut self, a: &AdaptiveRate) {
+        if self.slow_start {
+            self.slow_start = false;
+            let lower = u64::from(a.min_per_min) * MILLI;
+            self.last_congestion_mpm = self.rate_mpm.max(lower);
+            self.probe_from = None;
+        }
+    }
+
     /// Outcomes observed at `now`: holds, the decrease filter, the accepted rate.
     pub(super) fn observe(
         &mut self,
@@ -246,6 +298,8 @@ impl Governor {
         if t.ok > 0 {
             self.count_accepted(t.ok, now);
         }
+        self.round_ok = self.round_ok.saturating_add(t.ok);
+        self.round_failures = self.round_failures.saturating_add(t.failures);
         let answered = t.ok.saturating_add(t.failures).saturating_add(t.other);
         // Order within a tally is unknown: the congestion is taken as the most recent.
         self.recent = shift_in(self.recent, answered, false);
@@ -283,7 +337,9 @@ impl Governor {
         } else {
             from
         };
-        self.last_congestion_mpm = base;
+        // The rate to return to fast is what the dependency took over its window: Retry-After
+        // holds may have kept a rate above it from being used.
+        self.last_congestion_mpm = base.min(self.accepted_mpm(now)).max(b.lower);
         self.rate_mpm = b.clamp(base * u64::from(a.decrease()) / MILLI);
         self.slow_start = false;
         self.probe_from = None;

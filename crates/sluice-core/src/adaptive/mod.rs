@@ -55,7 +55,8 @@
 //! - While open or half-open, a nack does not spend the message's attempt
 //!   ([`FlowState::counts_attempt`], [`crate::lifecycle::after_nack_counted`]): an outage
 //!   does not dead-letter valid messages. Rejects still dead-letter at once, and a message
-//!   that fails while the breaker is closed still spends its attempts.
+//!   that fails while the breaker is closed still spends its attempts. A congestion nack
+//!   never spends one: the pace is the broker's to govern.
 //! - An operator can force it open (it stays open, without probes, until forced closed) or
 //!   closed (an empty window, automatic from then on).
 //!

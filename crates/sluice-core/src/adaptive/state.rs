@@ -9,7 +9,7 @@ use super::breaker::{Breaker, BreakerForce, BreakerState, share_permille};
 use super::config::{AdaptiveRate, BreakerConfig};
 use super::events::{FlowEvent, RateReason};
 use super::governor::{Governor, Step, per_min};
-use super::outcome::Tally;
+use super::outcome::{Outcome, Tally};
 use super::stats::{BreakerStats, FlowPoint, FlowStats, RateStats};
 use crate::config::RateLimit;
 use crate::time::Timestamp;
@@ -200,16 +200,24 @@ impl FlowState {
         if let (Some(c), Some(b)) = (cfg.breaker, self.breaker.as_mut())
             && let Some(t) = b.observe(c, tally, now)
         {
+            if t.to == BreakerState::Open
+                && let (Some(a), Some(g)) = (cfg.adaptive, self.governor.as_mut())
+            {
+                g.outage(a);
+            }
             events.push(FlowEvent::Breaker(t));
         }
         self.note(now, rate_event);
         events
     }
 
-    /// Whether a failed delivery spends the message's attempt: not while the breaker is
-    /// open or half-open. Ask before observing the failure.
-    pub fn counts_attempt(&self) -> bool {
-        self.breaker.as_ref().is_none_or(Breaker::counts_attempt)
+    /// Whether a failed delivery ending in `outcome` spends the message's attempt: not while
+    /// the breaker is open or half-open, and never for congestion (the dependency asked the
+    /// broker to slow down; the message did nothing wrong, and the rate is the broker's to
+    /// govern). Ask before observing the failure.
+    pub fn counts_attempt(&self, outcome: Outcome) -> bool {
+        !matches!(outcome, Outcome::Congestion { .. })
+            && self.breaker.as_ref().is_none_or(Breaker::counts_attempt)
     }
 
     /// Whether there is a breaker to force.

@@ -77,7 +77,7 @@ fn the_breaker_opens_when_the_share_is_reached_with_enough_calls() {
     // Failures older than the window no longer count: 10 more calls, 4 failed, leave a
     // window of 10 calls with 40% failed.
     assert!(s.observe(cfg, &tally(6, 4), at(10_500)).is_empty());
-    assert!(s.counts_attempt());
+    assert!(s.counts_attempt(Outcome::Failure));
     assert_eq!(s.admit(cfg, at(10_500)).0, Admit::Free);
     // Congestion and rejects are calls the dependency answered, not failures.
     let mut answered = Tally::of(Outcome::Congestion { retry_after: None }, 5);
@@ -99,7 +99,7 @@ fn the_breaker_opens_when_the_share_is_reached_with_enough_calls() {
         unreachable!()
     };
     assert_eq!((t.calls, t.failure_share_permille), (40, 500));
-    assert!(!s.counts_attempt());
+    assert!(!s.counts_attempt(Outcome::Failure));
     assert_eq!(
         s.admit(cfg, at(12_000)).0,
         Admit::Shut {
@@ -132,7 +132,7 @@ fn an_open_breaker_probes_after_its_pause_and_closes_when_the_probes_succeed() {
         )]
     );
     assert!(
-        !s.counts_attempt(),
+        !s.counts_attempt(Outcome::Failure),
         "a probe's failure does not spend an attempt"
     );
     s.leased(cfg, 2, at(6_000));
@@ -153,7 +153,7 @@ fn an_open_breaker_probes_after_its_pause_and_closes_when_the_probes_succeed() {
             BreakerReason::ProbesSucceeded
         )]
     );
-    assert!(s.counts_attempt());
+    assert!(s.counts_attempt(Outcome::Failure));
     assert_eq!(s.admit(cfg, at(6_500)).0, Admit::Free);
     let st = s.stats(cfg, at(9_000)).breaker.expect("breaker");
     assert_eq!(st.state, BreakerState::Closed);
@@ -218,7 +218,7 @@ fn forced_open_is_sticky_and_forced_closed_starts_afresh() {
             BreakerReason::Forced
         )]
     );
-    assert!(!s.counts_attempt());
+    assert!(!s.counts_attempt(Outcome::Failure));
     // No probes, however long it stays open, and outcomes change nothing.
     for t in [1_000, 6_000, 600_000] {
         assert_eq!(s.admit(cfg, at(t)).0, Admit::Shut { until: None });
@@ -238,7 +238,7 @@ fn forced_open_is_sticky_and_forced_closed_starts_afresh() {
             BreakerReason::Forced
         )]
     );
-    assert!(s.counts_attempt());
+    assert!(s.counts_attempt(Outcome::Failure));
     let st = s.stats(cfg, at(601_000)).breaker.expect("breaker");
     assert!(!st.forced);
     assert_eq!(st.calls_in_window, 0, "the 8 failures before are forgotten");
@@ -382,6 +382,35 @@ fn the_rate_grows_only_while_it_binds() {
 }
 
 #[test]
+fn a_rate_grown_by_a_burst_of_work_comes_down_when_the_work_runs_out() {
+    let a = AdaptiveRate::new(10, 6_000);
+    let cfg = FlowConfig {
+        adaptive: Some(&a),
+        ..FlowConfig::default()
+    };
+    let mut s = FlowState::new(cfg, T0).expect("governed");
+    // A burst of work for 45 s: slow start grows the rate far beyond what follows.
+    drive(&mut s, cfg, 0, 45_000, 10, Outcome::Success);
+    let grown = s.rate_mpm().expect("rate");
+    assert!(grown >= 300_000, "{grown}");
+    // Then one message every 2 s (30 a minute): within three minutes the rate is back to
+    // twice what the dependency accepted over its window, audited as unused.
+    let events = drive(&mut s, cfg, 45_000, 180_000, 2_000, Outcome::Success);
+    let rate = s.rate_mpm().expect("rate");
+    assert!((45_000..=70_000).contains(&rate), "{grown} -> {rate}");
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            FlowEvent::RateAdapted {
+                reason: RateReason::Unused,
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+}
+
+#[test]
 fn congestion_cuts_the_rate_once_and_audits_it() {
     let a = AdaptiveRate::new(10, 6_000);
     let cfg = FlowConfig {
@@ -413,7 +442,7 @@ fn congestion_cuts_the_rate_once_and_audits_it() {
         .collect();
     assert_eq!(cut.len(), 1, "{events:?}");
     // The first cut ends slow start, from what was accepted over the window (slow start
-    // reached 6 000 a minute only at its end).
+    // reached its rate only at its end).
     let after = s.rate_mpm().expect("rate");
     assert!(after < before * 7 / 10, "{before} -> {after}");
     let audit = cut[0].audit("jobs");
@@ -421,7 +450,7 @@ fn congestion_cuts_the_rate_once_and_audits_it() {
     assert_eq!(audit.actor, "sluice");
     assert_eq!(audit.queue.as_deref(), Some("jobs"));
     assert_eq!(audit.details["reason"], "congestion");
-    assert_eq!(audit.details["from_per_min"], "6000");
+    assert_eq!(audit.details["from_per_min"], (before / 1000).to_string());
 }
 
 #[test]
@@ -611,7 +640,7 @@ proptest! {
                 Op::Force(open) => {
                     let f = if open { BreakerForce::Open } else { BreakerForce::Closed };
                     s.force(f, now);
-                    prop_assert_eq!(s.counts_attempt(), !open);
+                    prop_assert_eq!(s.counts_attempt(Outcome::Failure), !open);
                 }
                 Op::Bounds(min, max, c) => {
                     a = AdaptiveRate::new(min, max);

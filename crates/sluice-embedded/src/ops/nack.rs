@@ -41,15 +41,15 @@ pub(crate) async fn nack(
             apply_failure(&mut rich, now, AttemptOutcome::Nacked, &failure);
             let id = receipt.id.0;
             // Congestion: a nack with the dependency's Retry-After, or one whose error matches
-            // an `errors` signal. While the breaker is open or half-open the attempt is not
-            // spent (asked before the failure is counted).
+            // an `errors` signal. It does not spend the attempt, nor does any nack while the
+            // breaker is open or half-open (asked before the failure is counted).
             let outcome = classify_nack(
                 cfg.adaptive.as_ref(),
                 delay,
                 failure.retry_after,
                 failure.error.as_deref(),
             );
-            let counted = core.flow_counts_attempt(qid, now);
+            let counted = core.flow_counts_attempt(qid, outcome, now);
             let (after, receive_count) =
                 lifecycle::after_nack_counted(&cfg, m.receive_count(), delay, counted);
             let (update, state) = match after {

@@ -17,13 +17,16 @@
 //!    upstream's calls nor the redrive's moves exceeded the quota in any sliding minute, no
 //!    redrive job asked for a rate above it, and the 429 share of the last third of that phase
 //!    is no higher than the first third's (or within the random share + 3 points). When no
-//!    valid task was dead-lettered the figure says so: the redrive was not exercised.
+//!    valid task was dead-lettered the figure says so: the redrive was not exercised. (In an
+//!    adaptive run the upstream's calls are judged by criterion 6 instead, see
+//!    [`super::adaptive`].)
 
 use std::collections::{HashMap, HashSet};
 
 use base64::Engine as _;
 use sluice_client::wire::MessageView;
 
+use super::adaptive::Mode;
 use super::upstream::CallKind;
 use super::{Observed, Sample};
 
@@ -97,6 +100,22 @@ pub fn max_moves_in_window(progress: &[(f64, u64)], width: f64) -> u64 {
     best
 }
 
+/// The poison messages in the DLQ at the end.
+fn poison_dead_letters(o: &Observed) -> Vec<&MessageView> {
+    let poison: HashSet<&str> = o.plan.poison_ids.iter().map(String::as_str).collect();
+    o.dlq
+        .iter()
+        .filter(|m| reservation_id(m).is_some_and(|id| poison.contains(id.as_str())))
+        .collect()
+}
+
+/// Valid tasks the main queue dead-lettered over the run (the broker's total less the poison
+/// messages), whether redriven since or not.
+pub fn valid_dead_lettered(o: &Observed) -> u64 {
+    o.dead_lettered
+        .saturating_sub(poison_dead_letters(o).len() as u64)
+}
+
 /// Judges the run.
 pub fn judge(o: &Observed) -> Vec<Verdict> {
     let sc = &o.scenario;
@@ -129,12 +148,8 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
     };
 
     // 2. Poison in the DLQ within budget; undecodable bodies byte-exact.
-    let poison: HashSet<&str> = o.plan.poison_ids.iter().map(String::as_str).collect();
-    let poison_dl: Vec<&MessageView> = o
-        .dlq
-        .iter()
-        .filter(|m| reservation_id(m).is_some_and(|id| poison.contains(id.as_str())))
-        .collect();
+    let poison_dl = poison_dead_letters(o);
+    let poison_n = o.plan.poison_ids.len();
     let max_rc = poison_dl.iter().map(|m| m.receive_count).max().unwrap_or(0);
     let first_try = poison_dl.iter().filter(|m| m.receive_count <= 1).count();
     let within = sc.max_receive_count == 0 || max_rc <= sc.max_receive_count;
@@ -160,13 +175,13 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
     let c2 = Verdict {
         number: 2,
         name: "poison isolated within the retry budget, undecodable bodies kept byte-exact",
-        pass: poison_dl.len() == poison.len() && within && exact == o.plan.raw_bodies.len(),
+        pass: poison_dl.len() == poison_n && within && exact == o.plan.raw_bodies.len(),
         figure: format!(
             "poison in DLQ {}/{} ({first_try} on the first attempt, most attempts {max_rc}, \
              budget {budget}); \
              undecodable in {}.unprocessable byte-exact {exact}/{}",
             poison_dl.len(),
-            poison.len(),
+            poison_n,
             o.queue,
             o.plan.raw_bodies.len()
         ),
@@ -222,7 +237,7 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
     };
 
     // 4. The redrive happened when it was needed, stayed under the cap, and 429s fell.
-    let needed = o.dead_lettered.saturating_sub(poison_dl.len() as u64);
+    let needed = valid_dead_lettered(o);
     let phase_start = o.operator.batches.first().map_or(o_end, |b| b.start_min);
     let phase_end = o.drained_at.unwrap_or(o.ended_at).max(phase_start);
     let phase_calls: Vec<f64> = o
@@ -245,8 +260,16 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
         .fold(0.0, f64::max);
     let cap = u64::from(sc.quota_per_min);
     let done = o.redriven >= needed;
-    let under_cap = peak_calls as u64 <= cap && peak_moves <= cap && max_job_rate <= cap as f64;
-    let figure = if needed == 0 && o.redriven == 0 {
+    // An adaptive run's upstream calls and 429s are judged by criteria 6 and 7, with their
+    // allowance for a governor that learns the quota by touching it; here only the redrive.
+    let calls_judged = o.mode == Mode::Tuned;
+    let under_cap = (!calls_judged || peak_calls as u64 <= cap)
+        && peak_moves <= cap
+        && max_job_rate <= cap as f64;
+    let figure = if needed == 0 && o.redriven == 0 && !calls_judged {
+        "no redrive needed: no valid task was dead-lettered (upstream calls: criterion 6)"
+            .to_owned()
+    } else if needed == 0 && o.redriven == 0 {
         format!(
             "no redrive needed: no valid task was dead-lettered; peak {peak_calls} upstream \
              calls in any minute (cap {cap})"
@@ -265,7 +288,7 @@ pub fn judge(o: &Observed) -> Vec<Verdict> {
     let c4 = Verdict {
         number: 4,
         name: "dead letters redriven under the upstream's cap, 429s fell after backoff",
-        pass: done && under_cap && fell,
+        pass: done && under_cap && (fell || !calls_judged),
         figure,
     };
     vec![c1, c2, c3, c4]

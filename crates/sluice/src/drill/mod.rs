@@ -13,25 +13,27 @@
 //! so the verdict does not depend on N. Every loop is bounded by a deadline (`--deadline`, by
 //! default three times the expected run plus a minute of real time).
 
+pub mod adaptive;
 pub mod criteria;
 pub mod operator;
 pub mod report;
 pub mod scenario;
+pub mod session;
 pub mod upstream;
 pub mod workload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use sluice_client::wire::{BrowseQuery, MessageView, QueueConfigRequest};
-use sluice_client::{Client, RateLimiter};
+use sluice_client::Client;
+use sluice_client::wire::{BrowseQuery, MessageView};
 
 use crate::client::args::parse_duration;
+use adaptive::Mode;
 use scenario::{Clock, Scenario};
 
 /// Options of `sluice drill`. Durations and rates are in scenario time.
@@ -128,6 +130,21 @@ pub struct DrillArgs {
     /// Real-time cap of the run [default: 3 x the expected run + 60 s].
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub deadline: Option<Duration>,
+    /// The queue governs itself: adaptive delivery rate and circuit breaker on, and a worker
+    /// without a rate limiter (it does not know the quota). The tuned run runs beside it as
+    /// the yardstick, and four more criteria judge it.
+    #[arg(long)]
+    pub adaptive: bool,
+    /// With --adaptive, the rate the queue starts at and never goes below (per minute).
+    #[arg(long, default_value_t = 10, value_name = "PER_MIN")]
+    pub adaptive_min: u32,
+    /// With --adaptive, the most the queue may deliver (per minute): a bound far above any
+    /// quota you expect, not the quota.
+    #[arg(long, default_value_t = 1000, value_name = "PER_MIN")]
+    pub adaptive_max: u32,
+    /// With --adaptive, skip the tuned run beside it (criterion 8 then has no yardstick).
+    #[arg(long)]
+    pub no_reference: bool,
     /// Misconfiguration on purpose: send releases without an idempotency key (criterion 1
     /// should fail).
     #[arg(long)]
@@ -151,6 +168,8 @@ pub struct Sample {
     pub in_flight: u64,
     /// DLQ depth.
     pub dlq: u64,
+    /// A governed queue's adaptive rate and breaker.
+    pub flow: adaptive::FlowSample,
 }
 
 /// Everything the run observed, for the criteria and the report.
@@ -158,6 +177,10 @@ pub struct Sample {
 pub struct Observed {
     /// The scenario.
     pub scenario: Scenario,
+    /// How the queue was set up.
+    pub mode: Mode,
+    /// A governed queue's breaker transitions: (scenario minute, state entered).
+    pub breaker_transitions: Vec<(f64, String)>,
     /// The samples.
     pub samples: Vec<Sample>,
     /// Upstream calls: (scenario minute, kind).
@@ -244,15 +267,8 @@ fn ms(d: Duration) -> i64 {
 
 async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
     let sc = Scenario::from_args(&args)?;
-    // The broker and the upstream stop after the worker, so that it can hand unfinished tasks
-    // back instead of waiting for a broker that is gone.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let (worker_stop_tx, worker_stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
-
-    // The broker: given, or in-process on a temporary data dir.
+    // The broker: given, or in-process on a temporary data dir. It stops last.
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let mut _data_dir = None;
     let url = match &args.broker {
         Some(u) => u.clone(),
@@ -270,9 +286,11 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
             let broker = sluice_server::Broker::new(store, sluice_server::ServerOptions::default());
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
             let addr = listener.local_addr()?;
-            let rx = stop_rx.clone();
             tokio::spawn(async move {
-                if let Err(e) = broker.serve(listener, stopped(rx)).await {
+                let stopped = async move {
+                    let _ = stop_rx.wait_for(|v| *v).await;
+                };
+                if let Err(e) = broker.serve(listener, stopped).await {
                     tracing::error!(error = %e, "drill broker stopped");
                 }
             });
@@ -292,233 +310,46 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
         .await
         .with_context(|| format!("reaching the broker at {url}"))?;
 
-    let clock_probe = Clock::new(sc.scale);
-    let minute_real = clock_probe.real(Duration::from_secs(60));
-    let upstream = upstream::Upstream::start(
-        upstream::UpstreamConfig {
-            quota: sc.quota_per_min,
-            window: minute_real,
-            random_429: sc.random_429_pct / 100.0,
-            lost_every: if sc.lost_reply_pct > 0.0 {
-                (100.0 / sc.lost_reply_pct).round().max(1.0) as u64
-            } else {
-                0
-            },
-            random_retry_after: clock_probe.real(sc.random_retry_after),
-            seed: sc.seed,
-        },
-        stopped(stop_rx.clone()),
-    )
-    .await?;
-
-    let queue = format!("drill-{:06x}", rand::random::<u32>() & 0xff_ffff);
-    let dlq = format!("{queue}.dlq");
-    let unprocessable = format!("{queue}.unprocessable");
-    client
-        .put_queue(
-            &queue,
-            &QueueConfigRequest {
-                visibility_timeout_ms: Some(ms(clock_probe.real(sc.visibility)).max(1000)),
-                max_receive_count: Some(sc.max_receive_count),
-                backoff_base_ms: Some(ms(clock_probe.real(sc.backoff_base))),
-                backoff_max_ms: Some(ms(clock_probe.real(sc.backoff_max))),
-                ..QueueConfigRequest::default()
-            },
-        )
-        .await
-        .with_context(|| format!("creating queue {queue}"))?;
-
-    let expected_real = clock_probe.real(Duration::from_secs_f64(sc.expected_minutes() * 60.0));
+    let expected_real =
+        Clock::new(sc.scale).real(Duration::from_secs_f64(sc.expected_minutes() * 60.0));
     let deadline_real = args
         .deadline
         .unwrap_or(expected_real * 3 + Duration::from_secs(60));
-    println!(
-        "sluice drill: queue {queue} on {url}, upstream on http://{} \
-         (quota {}/min, time scale {}): expect about {:.0} s, at most {:.0} s",
-        upstream.addr,
-        sc.quota_per_min,
-        sc.scale,
-        expected_real.as_secs_f64(),
-        deadline_real.as_secs_f64()
-    );
-
-    // The worker, its limiter set from the quota.
-    let rate_real = sc.worker_rate_real();
-    let limiter = RateLimiter::new(
-        (rate_real * 10.0).round().max(1.0) as u32,
-        Duration::from_secs(10),
-    )?;
-    let concurrency = ((rate_real * 0.25).ceil() as usize).clamp(4, 64);
-    let wp = workload::WorkerPlan {
-        concurrency,
-        limiter,
-        upstream_url: upstream.url(),
-        idempotency_key: !sc.no_idempotency_key,
-        retry_permanent: sc.retry_permanent_errors,
-        visibility: clock_probe.real(sc.visibility).max(Duration::from_secs(1)),
-        poll_wait: Duration::from_millis(200),
-    };
-    let worker = workload::worker(client.clone(), &queue, &wp)?;
-
-    // Go.
-    let clock = Clock::new(sc.scale);
-    let deadline = clock.start + deadline_real;
-    let plan = workload::plan(&sc, &clock, SystemTime::now());
-    let sent = workload::enqueue(&client, &queue, &plan, &clock).await?;
-    println!(
-        "enqueued {sent} expiry tasks: {} reservations, {} poison, {} undecodable; worker \
-         concurrency {concurrency}, limiter {:.0}/min",
-        plan.valid_ids.len(),
-        plan.poison_ids.len(),
-        plan.raw_bodies.len(),
-        sc.worker_per_min()
-    );
-    let worker_task = tokio::spawn(worker.run_until(stopped(worker_stop_rx)));
-
-    // The outage.
-    let (o_start, o_end) = sc.outage_min();
-    let up2 = upstream.clone();
-    let valid: Vec<String> = plan.valid_ids.clone();
-    let outage_task = tokio::spawn(async move {
-        tokio::time::sleep_until(clock.instant_of(o_start).into()).await;
-        up2.set_paused(true);
-        tokio::time::sleep_until(clock.instant_of(o_end).into()).await;
-        up2.set_paused(false);
-        let b = up2.books();
-        valid
-            .iter()
-            .filter(|id| b.applied.get(*id).copied().unwrap_or(0) == 0)
-            .count() as u64
-    });
-
-    // The operator.
-    let op_stop = Arc::new(AtomicBool::new(false));
-    let op_task = tokio::spawn(operator::run(
-        client.clone(),
-        dlq.clone(),
-        sc.clone(),
-        clock,
-        upstream.clone(),
-        Arc::clone(&op_stop),
-        deadline,
-    ));
-
-    // Sample every scenario minute until the work is done or the deadline passes.
-    let mut samples = Vec::new();
-    let mut drained_at = None;
-    let mut next = clock.start;
-    let mut last_print = Instant::now();
-    while Instant::now() < deadline {
-        tokio::time::sleep_until(next.into()).await;
-        next += minute_real;
-        let m = clock.now_minutes();
-        let st = match client.stats(&queue).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "stats");
-                continue;
-            }
-        };
-        samples.push(Sample {
-            minute: m,
-            visible: st.visible,
-            delayed: st.delayed,
-            in_flight: st.in_flight,
-            dlq: st.dead_letter_depth,
-        });
-        let released = {
-            let b = upstream.books();
-            plan.valid_ids
-                .iter()
-                .filter(|id| b.applied.get(*id).copied().unwrap_or(0) > 0)
-                .count()
-        };
-        if last_print.elapsed() >= Duration::from_secs(10) {
-            last_print = Instant::now();
-            println!(
-                "  minute {m:>5.0}: backlog {:>5}  delayed {:>5}  in flight {:>3}  DLQ {:>4}  released {released}/{}",
-                st.visible,
-                st.delayed,
-                st.in_flight,
-                st.dead_letter_depth,
-                plan.valid_ids.len()
-            );
-        }
-        let all_sent_due = m > sc.last_expiry_min() && m > o_end;
-        if all_sent_due
-            && released == plan.valid_ids.len()
-            && st.visible + st.delayed + st.in_flight == 0
-        {
-            drained_at = Some(m);
-            break;
-        }
-    }
-    let ended_at = clock.now_minutes();
-    op_stop.store(true, Ordering::Relaxed);
-    let operator = op_task.await.unwrap_or_default();
-    let pending_at_recovery = if outage_task.is_finished() {
-        outage_task.await.unwrap_or(0)
-    } else {
-        outage_task.abort();
-        plan.valid_ids.len() as u64
-    };
-    // Let settlements land, then stop the worker.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // With max_receive_count 0 there is no DLQ: nothing was dead-lettered.
-    let dlq_msgs = if sc.max_receive_count == 0 {
-        browse_all(&client, &dlq).await.unwrap_or_default()
-    } else {
-        browse_all(&client, &dlq).await?
-    };
-    let totals = client
-        .stats(&queue)
-        .await
-        .with_context(|| format!("reading the totals of {queue}"))?
-        .totals;
-    let unprocessable_msgs = browse_all(&client, &unprocessable)
-        .await
-        .unwrap_or_default();
-    let _ = worker_stop_tx.send(true);
-    match tokio::time::timeout(Duration::from_secs(10), worker_task).await {
-        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "worker"),
-        Err(_) => tracing::warn!("the worker did not stop within 10 s"),
-        _ => {}
-    }
-    let _ = stop_tx.send(true);
-
-    let (calls, applied, repeats) = {
-        let b = upstream.books();
+    let (main, reference) = if !sc.adaptive {
         (
-            b.calls
-                .iter()
-                .map(|c| (clock.minutes_at(c.at), c.kind))
-                .collect(),
-            b.applied.clone(),
-            b.repeats,
+            session::run(&client, &url, &sc, Mode::Tuned, deadline_real).await?,
+            None,
+        )
+    } else if sc.reference {
+        // The tuned run beside it, on its own queue and upstream, as the yardstick.
+        let (a, t) = tokio::join!(
+            session::run(&client, &url, &sc, Mode::Adaptive, deadline_real),
+            session::run(&client, &url, &sc, Mode::Tuned, deadline_real),
+        );
+        (a?, Some(t?))
+    } else {
+        (
+            session::run(&client, &url, &sc, Mode::Adaptive, deadline_real).await?,
+            None,
         )
     };
-    let obs = Observed {
-        scenario: sc,
-        samples,
-        calls,
-        applied,
-        repeats,
-        plan,
-        dlq: dlq_msgs,
-        unprocessable: unprocessable_msgs,
-        operator,
-        drained_at,
-        pending_at_recovery,
-        ended_at,
-        dead_lettered: totals.dead_lettered,
-        redriven: totals.redriven,
-        queue,
-        real_secs: clock.start.elapsed().as_secs_f64(),
-    };
-    let verdicts = criteria::judge(&obs);
-    print!("{}", report::summary(&obs, &verdicts));
+    let _ = stop_tx.send(true);
+
+    let mut verdicts = criteria::judge(&main);
+    if main.mode == Mode::Adaptive {
+        verdicts.extend(adaptive::judge(&main, reference.as_ref()));
+    }
+    if let Some(r) = &reference {
+        print!("{}", report::reference_summary(r, &criteria::judge(r)));
+    }
+    print!("{}", report::summary(&main, &verdicts));
     if let Some(path) = &args.report {
-        let text = report::chart(&obs, path.extension().is_some_and(|e| e == "html"));
+        let text = report::chart(
+            &main,
+            reference.as_ref(),
+            &verdicts,
+            path.extension().is_some_and(|e| e == "html"),
+        );
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
         println!("report written to {}", path.display());
     }

@@ -1,11 +1,14 @@
 //! The report: a one-screen text summary, and a self-contained SVG timeline (optionally in an
-//! HTML page) with two panels over scenario minutes — backlog, in flight and DLQ depth above;
-//! upstream calls and 429s per minute below — and the outage shaded in both.
+//! HTML page) with panels over scenario minutes — backlog, in flight and DLQ depth above;
+//! upstream calls and 429s per minute below; for an adaptive run, the adapted rate and the
+//! breaker's state at the bottom (and the tuned run's backlog beside its own) — and the
+//! outage shaded in each.
 
 use std::fmt::Write as _;
 
 use super::Observed;
-use super::criteria::Verdict;
+use super::adaptive::Mode;
+use super::criteria::{Verdict, valid_dead_lettered};
 use super::upstream::CallKind;
 
 /// A chart series: legend, colour, points.
@@ -93,13 +96,19 @@ pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
         sc.random_retry_after.as_secs_f64(),
         sc.lost_reply_pct
     );
+    let pacing = match o.mode {
+        Mode::Tuned => format!("limiter {:.0}/min", sc.worker_per_min()),
+        Mode::Adaptive => format!(
+            "no limiter; queue adaptive {}..{}/min + breaker",
+            sc.adaptive_min_per_min, sc.adaptive_max_per_min
+        ),
+    };
     let _ = writeln!(
         s,
-        "  retries    max_receive_count {}, backoff {:.0}s..{:.0}s, limiter {:.0}/min{}{}",
+        "  retries    max_receive_count {}, backoff {:.0}s..{:.0}s, {pacing}{}{}",
         sc.max_receive_count,
         sc.backoff_base.as_secs_f64(),
         sc.backoff_max.as_secs_f64(),
-        sc.worker_per_min(),
         if sc.no_idempotency_key {
             ", NO idempotency key"
         } else {
@@ -144,7 +153,31 @@ pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
             )
         }
     );
+    if o.mode == Mode::Adaptive {
+        let rates: Vec<f64> = o
+            .samples
+            .iter()
+            .filter_map(|x| x.flow.rate_per_min)
+            .collect();
+        let open_min = open_minutes(o);
+        let _ = writeln!(
+            s,
+            "  flow       adapted rate {:.0} to {:.0}/min (at the end {:.0}); breaker opened {}              times, open or half-open {open_min:.1} min",
+            rates
+                .iter()
+                .copied()
+                .fold(f64::INFINITY, f64::min)
+                .min(rates.first().copied().unwrap_or(0.0)),
+            rates.iter().copied().fold(0.0, f64::max),
+            rates.last().copied().unwrap_or(0.0),
+            o.breaker_transitions
+                .iter()
+                .filter(|(_, t)| t == "open")
+                .count()
+        );
+    }
     if let Some((rate, minutes)) = busy_call_rate(o, 50)
+        && o.mode == Mode::Tuned
         && minutes >= 3
         && rate < sc.worker_per_min() * 0.5
     {
@@ -181,6 +214,53 @@ pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
     s
 }
 
+/// What the tuned run beside an adaptive one did, in a few lines.
+pub fn reference_summary(r: &Observed, verdicts: &[Verdict]) -> String {
+    let n = r.calls.len().max(1);
+    let n429 = r.calls.iter().filter(|(_, k)| k.is_429()).count();
+    let drained = r.drained_at.map_or_else(
+        || "not drained".to_owned(),
+        |m| format!("drained at minute {m:.0}"),
+    );
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nthe tuned run beside it (queue {}, worker limiter {:.0}/min): {drained}; {} valid \
+         tasks dead-lettered, {} redriven; {n429} x 429 of {} calls ({:.1}%); criteria 1-4: {}",
+        r.queue,
+        r.scenario.worker_per_min(),
+        valid_dead_lettered(r),
+        r.redriven,
+        r.calls.len(),
+        n429 as f64 * 100.0 / n as f64,
+        verdicts
+            .iter()
+            .map(|v| format!("{} {}", v.number, if v.pass { "pass" } else { "FAIL" }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    s
+}
+
+/// Scenario minutes the breaker spent open or half-open, from its transitions.
+fn open_minutes(o: &Observed) -> f64 {
+    breaker_spans(o).iter().map(|(a, b, _)| b - a).sum()
+}
+
+/// The spans the breaker was not closed: (from, to, state).
+fn breaker_spans(o: &Observed) -> Vec<(f64, f64, &str)> {
+    let mut spans = Vec::new();
+    let t = &o.breaker_transitions;
+    for (i, (at, state)) in t.iter().enumerate() {
+        if state == "closed" {
+            continue;
+        }
+        let end = t.get(i + 1).map_or(o.ended_at, |n| n.0);
+        spans.push((at.max(0.0), end.max(0.0), state.as_str()));
+    }
+    spans
+}
+
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -213,13 +293,24 @@ fn nice_max(v: f64) -> f64 {
     10.0 * p
 }
 
-/// The timeline chart: SVG, or an HTML page holding it and the summary's verdicts.
-pub fn chart(o: &Observed, html: bool) -> String {
+/// The timeline chart: SVG, or an HTML page holding it and the summary with `verdicts`. For
+/// an adaptive run, a third panel draws the adapted rate and the breaker, and the tuned run
+/// beside it (`reference`) has its backlog drawn dashed in the first.
+pub fn chart(
+    o: &Observed,
+    reference: Option<&Observed>,
+    verdicts: &[Verdict],
+    html: bool,
+) -> String {
     let sc = &o.scenario;
-    let (w, h) = (900.0, 560.0);
+    let adaptive = o.mode == Mode::Adaptive;
+    let (w, h) = (900.0, if adaptive { 790.0 } else { 560.0 });
     let (left, right) = (70.0, 880.0);
     let panels = [(50.0, 270.0), (320.0, 520.0)];
-    let t_max = o.ended_at.max(1.0).ceil();
+    let t_max = reference
+        .map_or(o.ended_at, |r| r.ended_at.max(o.ended_at))
+        .max(1.0)
+        .ceil();
     let x = |m: f64| left + (right - left) * m / t_max;
     let mut svg = String::new();
     let _ = write!(
@@ -229,7 +320,8 @@ pub fn chart(o: &Observed, html: bool) -> String {
     let _ = write!(svg, r##"<rect width="{w}" height="{h}" fill="#fff"/>"##);
     let _ = write!(
         svg,
-        r#"<text x="{left}" y="24" font-size="15" font-weight="bold">sluice drill — {} reservations, quota {}/min, outage {:.0} min (scenario minutes)</text>"#,
+        r#"<text x="{left}" y="24" font-size="15" font-weight="bold">sluice drill{} — {} reservations, quota {}/min, outage {:.0} min (scenario minutes)</text>"#,
+        if adaptive { " --adaptive" } else { "" },
         sc.reservations,
         sc.quota_per_min,
         sc.outage.as_secs_f64() / 60.0
@@ -246,7 +338,7 @@ pub fn chart(o: &Observed, html: bool) -> String {
             per_min_429[i] += 1.0;
         }
     }
-    let series_top: Vec<Series> = vec![
+    let mut series_top: Vec<Series> = vec![
         (
             "backlog (visible)",
             "#1f77b4",
@@ -269,6 +361,16 @@ pub fn chart(o: &Observed, html: bool) -> String {
             o.samples.iter().map(|s| (s.minute, s.dlq as f64)).collect(),
         ),
     ];
+    if let Some(r) = reference {
+        series_top.push((
+            "tuned run's backlog",
+            "#888",
+            r.samples
+                .iter()
+                .map(|s| (s.minute, s.visible as f64))
+                .collect(),
+        ));
+    }
     let series_bottom: Vec<Series> = vec![
         (
             "upstream calls / min",
@@ -336,7 +438,11 @@ pub fn chart(o: &Observed, html: bool) -> String {
             );
         }
         for (i, (name, color, pts)) in series.iter().enumerate() {
-            svg.push_str(&polyline(pts, color, x, y));
+            let mut line = polyline(pts, color, x, y);
+            if *color == "#888" {
+                line = line.replace("/>", r#" stroke-dasharray="6,4"/>"#);
+            }
+            svg.push_str(&line);
             let lx = left + 10.0 + 170.0 * i as f64;
             let _ = write!(
                 svg,
@@ -368,31 +474,117 @@ pub fn chart(o: &Observed, html: bool) -> String {
             r##"<line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="#333"/>"##
         );
     }
+    if adaptive {
+        flow_panel(&mut svg, o, (570.0, 750.0), (left, right), x);
+    }
     let step = nice_max(t_max / 10.0);
     let mut m = 0.0;
     while m <= t_max {
         let _ = write!(
             svg,
-            r#"<text x="{:.1}" y="538" text-anchor="middle">{m}</text>"#,
-            x(m)
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{m}</text>"#,
+            x(m),
+            h - 22.0
         );
         m += step;
     }
     let _ = write!(
         svg,
-        r#"<text x="{:.1}" y="555" text-anchor="middle">scenario minute</text></svg>"#,
-        (left + right) / 2.0
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">scenario minute</text></svg>"#,
+        (left + right) / 2.0,
+        h - 5.0
     );
     if !html {
         return svg;
     }
-    let verdicts = super::criteria::judge(o);
     let mut page = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>sluice drill</title></head><body>",
     );
     page.push_str(&svg);
     page.push_str("<pre>");
-    page.push_str(&esc(&summary(o, &verdicts)));
+    if let Some(r) = reference {
+        page.push_str(&esc(&reference_summary(r, &super::criteria::judge(r))));
+    }
+    page.push_str(&esc(&summary(o, verdicts)));
     page.push_str("</pre></body></html>\n");
     page
+}
+
+/// The adaptive run's third panel: the adapted rate per scenario minute against the quota,
+/// and the breaker's open (red) and half-open (amber) spans as bands along its foot.
+fn flow_panel(
+    svg: &mut String,
+    o: &Observed,
+    (top, bottom): (f64, f64),
+    (left, right): (f64, f64),
+    x: impl Fn(f64) -> f64 + Copy,
+) {
+    let sc = &o.scenario;
+    let q = f64::from(sc.quota_per_min);
+    let pts: Vec<(f64, f64)> = o
+        .samples
+        .iter()
+        .filter_map(|s| s.flow.rate_per_min.map(|r| (s.minute, r)))
+        .collect();
+    let vmax = nice_max(pts.iter().map(|p| p.1).fold(q * 1.5, f64::max));
+    let y = |v: f64| bottom - (bottom - top) * v / vmax;
+    let (os, oe) = sc.outage_min();
+    let _ = write!(
+        svg,
+        r##"<rect x="{:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#999" fill-opacity="0.18"/>"##,
+        x(os),
+        (x(oe) - x(os)).max(1.0),
+        bottom - top
+    );
+    for k in 0..=4 {
+        let v = vmax * f64::from(k) / 4.0;
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{right}" y1="{0:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{1}" y="{2:.1}" text-anchor="end">{3}</text>"##,
+            y(v),
+            left - 6.0,
+            y(v) + 4.0,
+            v.round()
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<line x1="{left}" x2="{right}" y1="{0:.1}" y2="{0:.1}" stroke="#000" stroke-dasharray="5,4"/><text x="{right}" y="{1:.1}" text-anchor="end">quota {q}/min (unknown to the worker)</text>"##,
+        y(q),
+        y(q) - 4.0
+    );
+    for (a, b, state) in breaker_spans(o) {
+        let color = if state == "open" {
+            "#d62728"
+        } else {
+            "#ffbf00"
+        };
+        let _ = write!(
+            svg,
+            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="10" fill="{color}"/>"#,
+            x(a),
+            bottom - 10.0,
+            (x(b) - x(a)).max(1.5)
+        );
+    }
+    svg.push_str(&polyline(&pts, "#8c564b", x, y));
+    let legend: [(&str, &str); 3] = [
+        ("adapted rate / min", "#8c564b"),
+        ("breaker open", "#d62728"),
+        ("breaker half-open", "#ffbf00"),
+    ];
+    for (i, (name, color)) in legend.iter().enumerate() {
+        let lx = left + 10.0 + 170.0 * i as f64;
+        let _ = write!(
+            svg,
+            r#"<rect x="{lx}" y="{:.1}" width="12" height="4" fill="{color}"/><text x="{:.1}" y="{:.1}">{name}</text>"#,
+            top - 10.0,
+            lx + 16.0,
+            top - 5.0,
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<line x1="{left}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="#333"/>"##
+    );
 }

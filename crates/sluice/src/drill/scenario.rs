@@ -98,6 +98,14 @@ pub struct Scenario {
     pub scale: f64,
     /// Seed of the random 429s and of the arrival jitter.
     pub seed: u64,
+    /// `--adaptive`: the queue governs itself and the worker has no limiter.
+    pub adaptive: bool,
+    /// The adaptive rate's floor, per scenario minute.
+    pub adaptive_min_per_min: u32,
+    /// The adaptive rate's bound, per scenario minute.
+    pub adaptive_max_per_min: u32,
+    /// With `adaptive`, run the tuned scenario beside it.
+    pub reference: bool,
     /// Misconfiguration: no idempotency key on releases.
     pub no_idempotency_key: bool,
     /// Misconfiguration: permanent errors (malformed ids) are retried like transient ones.
@@ -125,6 +133,12 @@ impl Scenario {
         if a.reservations == 0 {
             bail!("--reservations must be at least 1");
         }
+        if a.adaptive && !(1..=a.adaptive_max).contains(&a.adaptive_min) {
+            bail!("--adaptive-min must be at least 1 and at most --adaptive-max");
+        }
+        if a.adaptive && f64::from(a.adaptive_max) * a.time_scale > 60_000_000.0 {
+            bail!("--adaptive-max times --time-scale must be at most 60,000,000 a minute");
+        }
         let outage_at = a
             .outage_at
             .unwrap_or(a.hold + a.arrival_window.mul_f64(0.5));
@@ -151,6 +165,10 @@ impl Scenario {
             redrive_pause: a.redrive_pause,
             scale: a.time_scale,
             seed: a.seed,
+            adaptive: a.adaptive,
+            adaptive_min_per_min: a.adaptive_min,
+            adaptive_max_per_min: a.adaptive_max,
+            reference: !a.no_reference,
             no_idempotency_key: a.no_idempotency_key,
             retry_permanent_errors: a.retry_permanent_errors,
         })

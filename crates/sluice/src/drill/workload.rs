@@ -150,8 +150,9 @@ pub async fn enqueue(
 pub struct WorkerPlan {
     /// Tasks running at once.
     pub concurrency: usize,
-    /// The shared limiter.
-    pub limiter: RateLimiter,
+    /// The shared limiter; `None`: the worker calls as fast as deliveries come (the queue
+    /// paces them).
+    pub limiter: Option<RateLimiter>,
     /// The upstream's release URL.
     pub upstream_url: String,
     /// Send `Idempotency-Key: expire:<id>`.
@@ -219,7 +220,9 @@ pub fn worker(client: Client, queue: &str, wp: &WorkerPlan) -> anyhow::Result<Wo
                         Duration::from_millis(u64::try_from(e.expires_at - now).unwrap_or(0));
                     return Err(TaskError::retry_in("hold not over yet", wait));
                 }
-                limiter.acquire().await;
+                if let Some(l) = &limiter {
+                    l.acquire().await;
+                }
                 let mut req = http.post(&url).json(&BTreeMap::from([(
                     "reservation_id",
                     e.reservation_id.as_str(),
@@ -240,7 +243,9 @@ pub fn worker(client: Client, queue: &str, wp: &WorkerPlan) -> anyhow::Result<Wo
                     200..=299 => Ok(()),
                     429 => {
                         let wait = retry_after(resp.headers()).unwrap_or(Duration::from_secs(1));
-                        limiter.hold_off(wait);
+                        if let Some(l) = &limiter {
+                            l.hold_off(wait);
+                        }
                         Err(TaskError::retry_after("upstream rate limited (429)", wait))
                     }
                     500..=599 => Err(TaskError::transient(format!(
