@@ -19,6 +19,7 @@
 mod db;
 mod error;
 mod expiry;
+mod flow;
 mod hot;
 mod local;
 mod open;
