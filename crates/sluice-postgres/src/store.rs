@@ -328,6 +328,11 @@ impl Messaging for PostgresStore {
 
     async fn close(&self) {
         crate::hot::read_ahead::release_all(&self.inner).await;
+        // Outcomes of governed queues counted here go to their shared state now rather than
+        // with a flush that will not come.
+        if let Err(e) = crate::flow::flush(&self.inner).await {
+            tracing::debug!(error = %e, "outcomes of governed queues counted before closing were not handed over");
+        }
     }
 }
 

@@ -1136,3 +1136,96 @@ async fn an_adaptive_rate_holds_for_both_nodes_together() {
     );
     assert!(total >= 4, "only {total} deliveries in {elapsed:?}");
 }
+
+/// Time moves a shared breaker on while nobody receives: either node's maintenance turns it
+/// half-open once its pause is over, audited once; deleting the queue deletes its state.
+#[tokio::test]
+async fn maintenance_turns_an_open_breaker_half_open_and_a_deleted_queue_keeps_no_state() {
+    use sluice_core::adaptive::{BreakerConfig, BreakerState};
+    use sluice_core::{AuditQuery, ManualClock, Timestamp};
+    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
+    let Some(n) = common::nodes(
+        "flowtick",
+        PostgresOptions {
+            clock: std::sync::Arc::new(clock.clone()),
+            maintenance_interval: Duration::from_secs(3600),
+            ..PostgresOptions::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let work = q("ticked");
+    n.a.put_queue(
+        &work,
+        &QueueConfigPatch {
+            visibility_timeout: Some(Duration::from_secs(3600)),
+            breaker: Some(Some(BreakerConfig {
+                failure_share_permille: 500,
+                window_ms: 60_000,
+                min_calls: 2,
+                probe_every_ms: 10_000,
+                probes: 1,
+            })),
+            ..QueueConfigPatch::default()
+        },
+    )
+    .await
+    .expect("create");
+    n.a.send(&work, vec![msg("x"), msg("y")])
+        .await
+        .expect("send");
+    for d in n.a.receive(&work, recv(2)).await.expect("receive") {
+        n.a.nack(
+            &work,
+            d.receipt,
+            Some(Duration::from_secs(600)),
+            sluice_core::Failure {
+                error: Some("503".into()),
+                consumer: None,
+                retry_after: false,
+            },
+        )
+        .await
+        .expect("nack");
+    }
+    let state = |s: sluice_core::QueueStats| s.flow.and_then(|f| f.breaker).map(|b| b.state);
+    // Its stats hand a's outcomes over: open.
+    assert_eq!(
+        state(n.a.stats(&work).await.expect("stats")),
+        Some(BreakerState::Open)
+    );
+    clock.advance(Duration::from_secs(10));
+    n.b.engine().maintain().await.expect("maintain b");
+    n.a.engine().maintain().await.expect("maintain a");
+    assert_eq!(
+        state(n.b.stats(&work).await.expect("stats")),
+        Some(BreakerState::HalfOpen),
+        "maintenance turned it half-open without a receive"
+    );
+    let audit =
+        n.a.audit_query(AuditQuery {
+            queues: vec![work.to_string()],
+            since: None,
+            until: None,
+            limit: 100,
+        })
+        .await
+        .expect("audit");
+    let moves: Vec<(&str, &str)> = audit
+        .iter()
+        .filter(|e| e.action == "queue.breaker")
+        .map(|e| (e.details["from"].as_str(), e.details["to"].as_str()))
+        .collect();
+    assert_eq!(moves, [("closed", "open"), ("open", "half_open")]);
+    n.b.delete_queue(&work).await.expect("delete");
+    let left: i64 = n
+        .db()
+        .await
+        .query_one("SELECT count(*) FROM queue_flow", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(left, 0, "the queue's state went with it");
+}
