@@ -63,6 +63,8 @@ pub(crate) async fn expire_queue(
     }
     let mut changed = Vec::with_capacity(rows.len());
     let mut dropped = Vec::new();
+    // Leases that ran out: failures, for a governed queue's breaker and rate.
+    let mut failures = 0u32;
     for r in &rows {
         let mut row = Row::from_pg(r)?;
         if row.state == LEASED {
@@ -70,6 +72,7 @@ pub(crate) async fn expire_queue(
                 end_cancelled(c, row.id, cfg, now).await?;
                 continue;
             }
+            failures += 1;
             lifecycle::record_attempt(
                 &mut row.attempts,
                 Attempt {
@@ -112,6 +115,14 @@ pub(crate) async fn expire_queue(
             dropped.push(row.id);
         }
     }
+    if crate::flow::governed(cfg) {
+        fx.outcome(
+            queue,
+            sluice_core::adaptive::Outcome::Failure,
+            failures,
+            now,
+        );
+    }
     if !dropped.is_empty() {
         tracing::info!(
             queue,
@@ -153,7 +164,8 @@ pub(crate) async fn expire_with_sources(
 /// Most expired rows of each kind one round deletes, to keep transactions short.
 const PRUNE_BATCH: i64 = 10_000;
 
-/// One background round: expires every queue, then forgets kept records past their time.
+/// One background round: expires every queue, forgets kept records past their time, and
+/// moves governed queues' breakers on in time.
 pub(crate) async fn round(inner: &Inner) -> Result<(), StoreError> {
     let now = inner.now();
     let mut conn = inner.conn().await?;
@@ -171,7 +183,7 @@ pub(crate) async fn round(inner: &Inner) -> Result<(), StoreError> {
             Ok(fx)
         })
         .await?;
-        fx.wake(inner);
+        fx.after_commit(inner);
     }
     let history_from = now - i64::try_from(HISTORY_KEPT.as_millis()).unwrap_or(0);
     for (sql, at) in [
@@ -204,7 +216,7 @@ pub(crate) async fn round(inner: &Inner) -> Result<(), StoreError> {
             .await
             .map_err(|e| db(&e))?;
     }
-    Ok(())
+    crate::flow::tick_all(inner, &**conn).await
 }
 
 /// Runs [`round`] every `every` while the store lives.

@@ -4,7 +4,8 @@
 //! Every rule holds across nodes because the database decides: leases are taken with
 //! `FOR UPDATE SKIP LOCKED` and carry a token stored with the message (so a receipt is valid
 //! on any node), dedup and idempotency keys are rows, rate limits and `max_in_flight` are
-//! checked under a lock on the queue's row, a redrive job is stepped by one node at a time
+//! checked under a lock on the queue's row, as are a governed queue's adaptive rate and
+//! breaker (one state per queue, shared in a row), a redrive job is stepped by one node at a time
 //! (ownership with a heartbeat, taken over when the owner stops), stats history keeps one
 //! point per queue and moment, and the audit log is a table. Long polls wake across nodes
 //! through LISTEN/NOTIFY, with a bounded fallback poll.
@@ -19,6 +20,7 @@
 mod db;
 mod error;
 mod expiry;
+mod flow;
 mod hot;
 mod local;
 mod open;

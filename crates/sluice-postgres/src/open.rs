@@ -219,6 +219,7 @@ impl PostgresStore {
             pending: std::sync::Mutex::default(),
             flushing: tokio::sync::Mutex::new(()),
             locals,
+            flow: crate::flow::Pending::default(),
             node,
             pack_min: options.pack_min,
         });
@@ -229,6 +230,7 @@ impl PostgresStore {
             Arc::downgrade(&wakers),
         ));
         tokio::spawn(crate::db::counters::run(Arc::downgrade(&inner)));
+        tokio::spawn(crate::flow::run(Arc::downgrade(&inner)));
         tokio::spawn(crate::expiry::run(
             Arc::downgrade(&inner),
             options.maintenance_interval,

@@ -65,6 +65,9 @@ pub(crate) struct Inner {
     pub(crate) flushing: tokio::sync::Mutex<()>,
     /// Each queue's node-local memories.
     pub(crate) locals: Arc<Locals>,
+    /// Outcomes of governed queues' deliveries counted on this node, not yet handed to the
+    /// queues' shared state (`crate::flow`).
+    pub(crate) flow: crate::flow::Pending,
     /// This node's name in redrive ownership.
     pub(crate) node: String,
     /// [`crate::PostgresOptions::pack_min`].
@@ -215,15 +218,9 @@ impl QueueAdmin for PostgresStore {
     async fn force_breaker(
         &self,
         queue: &QueueName,
-        _force: sluice_core::adaptive::BreakerForce,
+        force: sluice_core::adaptive::BreakerForce,
     ) -> Result<sluice_core::adaptive::FlowStats, StoreError> {
-        // This engine does not govern queues yet (it refuses a `breaker`), so no queue of it
-        // has one to force.
-        let conn = self.inner.conn().await?;
-        crate::db::catalog::config(&**conn, queue.as_str(), false).await?;
-        Err(StoreError::Conflict(format!(
-            "queue \"{queue}\" has no breaker; the PostgreSQL engine does not govern queues yet"
-        )))
+        crate::flow::force(&self.inner, queue, force).await
     }
 
     async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {
@@ -331,6 +328,11 @@ impl Messaging for PostgresStore {
 
     async fn close(&self) {
         crate::hot::read_ahead::release_all(&self.inner).await;
+        // Outcomes of governed queues counted here go to their shared state now rather than
+        // with a flush that will not come.
+        if let Err(e) = crate::flow::flush(&self.inner).await {
+            tracing::debug!(error = %e, "outcomes of governed queues counted before closing were not handed over");
+        }
     }
 }
 

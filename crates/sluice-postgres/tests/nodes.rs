@@ -1007,3 +1007,225 @@ async fn a_node_that_closes_releases_what_it_read_ahead_at_once() {
     let rest = n.b.receive(&work, recv(100)).await.expect("receive");
     assert_eq!(rest.len() + got.len(), sent.len());
 }
+
+/// A breaker's state is shared: failures reported through node a open it for node b's
+/// receives too (once a's flush has handed them over), and an operator forcing it closed
+/// through b lets a deliver again.
+#[tokio::test]
+async fn a_breaker_opened_through_one_node_stops_the_other() {
+    use sluice_core::adaptive::{BreakerConfig, BreakerForce, BreakerState};
+    let Some(n) = nodes().await else { return };
+    let work = q("guarded");
+    n.a.put_queue(
+        &work,
+        &QueueConfigPatch {
+            visibility_timeout: Some(Duration::from_secs(3600)),
+            breaker: Some(Some(BreakerConfig {
+                failure_share_permille: 500,
+                window_ms: 60_000,
+                min_calls: 4,
+                // Long enough not to turn half-open during the test.
+                probe_every_ms: 600_000,
+                probes: 1,
+            })),
+            ..QueueConfigPatch::default()
+        },
+    )
+    .await
+    .expect("create");
+    n.a.send(&work, (0..8).map(|i| msg(&i.to_string())).collect())
+        .await
+        .expect("send");
+    let got = n.a.receive(&work, recv(4)).await.expect("receive on a");
+    assert_eq!(got.len(), 4);
+    for d in got {
+        n.a.nack(
+            &work,
+            d.receipt,
+            Some(Duration::from_secs(600)),
+            sluice_core::Failure {
+                error: Some("503".into()),
+                consumer: None,
+                retry_after: false,
+            },
+        )
+        .await
+        .expect("nack on a");
+    }
+    // a hands its outcomes to the shared state within its flush period.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let flow = n.b.stats(&work).await.expect("stats on b").flow;
+        let state = flow.and_then(|f| f.breaker).map(|b| b.state);
+        if state == Some(BreakerState::Open) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the breaker did not open for node b: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        n.b.receive(&work, recv(10))
+            .await
+            .expect("receive on b")
+            .is_empty(),
+        "the breaker opened through node a holds node b's receives"
+    );
+    let s =
+        n.b.force_breaker(&work, BreakerForce::Closed)
+            .await
+            .expect("force closed on b");
+    assert_eq!(s.breaker.map(|b| b.state), Some(BreakerState::Closed));
+    let again = n.a.receive(&work, recv(10)).await.expect("receive on a");
+    assert_eq!(again.len(), 4, "forced closed through b, a delivers again");
+}
+
+/// An adaptive rate is one rate for the queue, not one per node: deliveries through both
+/// nodes together stay within it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_rate_holds_for_both_nodes_together() {
+    use sluice_core::adaptive::AdaptiveRate;
+    let Some(n) = nodes().await else { return };
+    let work = q("paced");
+    // 600 a minute: paced at 4 deliveries per 400 ms.
+    n.a.put_queue(
+        &work,
+        &QueueConfigPatch {
+            visibility_timeout: Some(Duration::from_secs(3600)),
+            adaptive: Some(Some(AdaptiveRate::new(600, 600))),
+            ..QueueConfigPatch::default()
+        },
+    )
+    .await
+    .expect("create");
+    n.a.send(&work, (0..200).map(|i| msg(&i.to_string())).collect())
+        .await
+        .expect("send");
+    let start = tokio::time::Instant::now();
+    let run = Duration::from_millis(2_000);
+    let mut tasks = Vec::new();
+    for store in [n.a.clone(), n.b.clone()] {
+        let work = work.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = 0;
+            while start.elapsed() < run {
+                let ds = store.receive(&work, recv(10)).await.expect("receive");
+                got += ds.len();
+                if !ds.is_empty() {
+                    let receipts = ds.iter().map(|d| d.receipt);
+                    store.ack(&work, common::acks(receipts)).await.expect("ack");
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            got
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("task");
+    }
+    let elapsed = start.elapsed();
+    // Every 400 ms slice of the run holds at most 4 deliveries of the two nodes together.
+    let slices = elapsed.as_millis().div_ceil(400) as usize;
+    assert!(
+        total <= 4 * slices,
+        "{total} deliveries in {elapsed:?} through two nodes; 600 a minute allows {}",
+        4 * slices
+    );
+    assert!(total >= 4, "only {total} deliveries in {elapsed:?}");
+}
+
+/// Time moves a shared breaker on while nobody receives: either node's maintenance turns it
+/// half-open once its pause is over, audited once; deleting the queue deletes its state.
+#[tokio::test]
+async fn maintenance_turns_an_open_breaker_half_open_and_a_deleted_queue_keeps_no_state() {
+    use sluice_core::adaptive::{BreakerConfig, BreakerState};
+    use sluice_core::{AuditQuery, ManualClock, Timestamp};
+    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
+    let Some(n) = common::nodes(
+        "flowtick",
+        PostgresOptions {
+            clock: std::sync::Arc::new(clock.clone()),
+            maintenance_interval: Duration::from_secs(3600),
+            ..PostgresOptions::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let work = q("ticked");
+    n.a.put_queue(
+        &work,
+        &QueueConfigPatch {
+            visibility_timeout: Some(Duration::from_secs(3600)),
+            breaker: Some(Some(BreakerConfig {
+                failure_share_permille: 500,
+                window_ms: 60_000,
+                min_calls: 2,
+                probe_every_ms: 10_000,
+                probes: 1,
+            })),
+            ..QueueConfigPatch::default()
+        },
+    )
+    .await
+    .expect("create");
+    n.a.send(&work, vec![msg("x"), msg("y")])
+        .await
+        .expect("send");
+    for d in n.a.receive(&work, recv(2)).await.expect("receive") {
+        n.a.nack(
+            &work,
+            d.receipt,
+            Some(Duration::from_secs(600)),
+            sluice_core::Failure {
+                error: Some("503".into()),
+                consumer: None,
+                retry_after: false,
+            },
+        )
+        .await
+        .expect("nack");
+    }
+    let state = |s: sluice_core::QueueStats| s.flow.and_then(|f| f.breaker).map(|b| b.state);
+    // Its stats hand a's outcomes over: open.
+    assert_eq!(
+        state(n.a.stats(&work).await.expect("stats")),
+        Some(BreakerState::Open)
+    );
+    clock.advance(Duration::from_secs(10));
+    n.b.engine().maintain().await.expect("maintain b");
+    n.a.engine().maintain().await.expect("maintain a");
+    assert_eq!(
+        state(n.b.stats(&work).await.expect("stats")),
+        Some(BreakerState::HalfOpen),
+        "maintenance turned it half-open without a receive"
+    );
+    let audit =
+        n.a.audit_query(AuditQuery {
+            queues: vec![work.to_string()],
+            since: None,
+            until: None,
+            limit: 100,
+        })
+        .await
+        .expect("audit");
+    let moves: Vec<(&str, &str)> = audit
+        .iter()
+        .filter(|e| e.action == "queue.breaker")
+        .map(|e| (e.details["from"].as_str(), e.details["to"].as_str()))
+        .collect();
+    assert_eq!(moves, [("closed", "open"), ("open", "half_open")]);
+    n.b.delete_queue(&work).await.expect("delete");
+    let left: i64 = n
+        .db()
+        .await
+        .query_one("SELECT count(*) FROM queue_flow", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(left, 0, "the queue's state went with it");
+}

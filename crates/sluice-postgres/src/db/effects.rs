@@ -1,14 +1,16 @@
 //! What a transaction did besides its rows, written in it and acted on after its commit.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use sluice_core::adaptive::Outcome;
 use sluice_core::{AuditEvent, StoreError};
 use tokio_postgres::GenericClient;
 
 use crate::db::counters::Counts;
 use crate::store::Inner;
 
-/// What a transaction did besides its rows: counters, audit entries, queues to wake.
+/// What a transaction did besides its rows: counters, audit entries, queues to wake, and the
+/// outcomes of governed queues' leases that it ended.
 #[derive(Default)]
 pub(crate) struct Effects {
     /// Counter increments, written in the transaction.
@@ -17,6 +19,9 @@ pub(crate) struct Effects {
     pub audit: Vec<AuditEvent>,
     /// Queues whose receives to wake once the transaction has committed.
     pub wake: BTreeSet<String>,
+    /// Outcomes of leases of governed queues that the transaction ended, handed to the
+    /// node's tallies once it has committed (`crate::flow`).
+    pub flow: BTreeMap<String, crate::flow::Counted>,
 }
 
 impl Effects {
@@ -26,10 +31,24 @@ impl Effects {
         crate::ops::records::audit_insert(c, &self.audit).await
     }
 
-    /// Wakes the waiters of every queue named, on every node, after the commit.
-    pub(crate) fn wake(&self, inner: &Inner) {
+    /// Counts `n` times `outcome`, at `now`, of leases of governed queue `queue`.
+    pub(crate) fn outcome(&mut self, queue: &str, outcome: Outcome, n: u32, now: i64) {
+        if n > 0 {
+            self.flow
+                .entry(queue.to_string())
+                .or_default()
+                .add(outcome, n, now);
+        }
+    }
+
+    /// After the commit: wakes the waiters of every queue named, on every node, and hands
+    /// the outcomes counted to the node's tallies.
+    pub(crate) fn after_commit(&self, inner: &Inner) {
         for q in &self.wake {
             inner.wake(q);
+        }
+        for (q, t) in &self.flow {
+            inner.flow.add(q, t);
         }
     }
 }

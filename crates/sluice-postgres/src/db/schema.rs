@@ -18,6 +18,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (5, V5),
     (6, V6),
     (7, V7),
+    (8, V8),
 ];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
@@ -230,6 +231,21 @@ CREATE SEQUENCE group_lines;
 /// same order.
 const V7: &str = r#"
 CREATE INDEX queues_name_bytes ON queues ((name COLLATE "C"));
+"#;
+
+/// Version 8: governed queues (`adaptive`, `breaker`). One row per governed queue, shared by
+/// every node: `state` is the governor's and the breaker's state (`FlowState` as JSON), `pace`
+/// the recent deliveries at the governed pace (`[[at, n], ...]`, a sliding window like
+/// `rate_events`, kept here because every receive of the queue reads and writes this row
+/// anyway). Written under the lock of the queue's row in `queues`; deleted with the queue,
+/// or when its configuration stops governing it.
+const V8: &str = r#"
+CREATE TABLE queue_flow (
+    queue       text PRIMARY KEY,
+    state       jsonb NOT NULL,
+    pace        jsonb NOT NULL DEFAULT '[]',
+    updated_at  bigint NOT NULL
+);
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

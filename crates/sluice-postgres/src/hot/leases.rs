@@ -200,7 +200,7 @@ pub(crate) async fn take_leases(
         Ok(fx)
     })
     .await?;
-    fx.wake(inner);
+    fx.after_commit(inner);
     let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
     if left == 0 {
         return Ok(Attempted::Got(got));

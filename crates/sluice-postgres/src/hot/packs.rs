@@ -542,7 +542,8 @@ pub(crate) async fn unpack_waiting(c: &impl GenericClient, id: i64) -> Result<us
 
 /// Unpacks the packs of queue `q` that expiry must see as rows: those whose lease ran out at
 /// `$2`, those past the retention cutoff `$3` — and all of them when the queue has global
-/// limits (`$4`), which count and lease rows only. Skips packs other calls hold.
+/// limits or is governed (`$4`), which count and lease rows only. Skips packs other calls
+/// hold.
 pub(crate) async fn unpack_due(
     c: &impl GenericClient,
     q: &str,
@@ -550,7 +551,7 @@ pub(crate) async fn unpack_due(
     now: i64,
     cutoff: i64,
 ) -> Result<(), StoreError> {
-    let limited = cfg.rate_limit.is_some() || cfg.max_in_flight.is_some();
+    let limited = crate::flow::limited(cfg);
     c.execute(
         unpack_sql!(
             "id IN (SELECT id FROM packs

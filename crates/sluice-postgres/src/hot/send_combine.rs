@@ -19,11 +19,10 @@ use crate::store::Inner;
 
 use crate::ops::send::{HandOff, INSERT_SQL, insert};
 
-/// Whether a plain send of `messages` is stored as a pack. Not on queues with global limits,
-/// which count and lease rows only.
+/// Whether a plain send of `messages` is stored as a pack. Not on queues with global limits
+/// or governed ones, which count and lease rows only.
 fn packed(inner: &Inner, cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
-    let limited = cfg.rate_limit.is_some() || cfg.max_in_flight.is_some();
-    !limited && crate::hot::packs::packable(inner.pack_min, cfg.delay, messages)
+    !crate::flow::limited(cfg) && crate::hot::packs::packable(inner.pack_min, cfg.delay, messages)
 }
 
 /// Plain insert statements of one queue a node runs at the same time. Two: a send waits
@@ -170,7 +169,7 @@ async fn claim_handoff(
     // Only a send that found receives waiting reads the config. A claim dropped here is
     // only a hint lost: such a queue's receives would not take what is held anyway.
     let cfg = inner.config(queue).await.ok()?;
-    if cfg.paused || cfg.rate_limit.is_some() || cfg.max_in_flight.is_some() {
+    if cfg.paused || crate::flow::limited(&cfg) {
         return None;
     }
     // The claimed ones first, in their order (a stable partition).

@@ -9,6 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use sluice_core::adaptive::Outcome;
 use sluice_core::{AckRequest, QueueName, StoreError};
 use tokio::sync::oneshot;
 
@@ -91,14 +92,23 @@ pub(crate) async fn ack(
         let done = answer
             .await
             .map_err(|_| StoreError::unavailable("the ack was dropped before it was written"))??;
-        let mut acked = 0;
+        let (mut acked, mut cancelled_n) = (0, 0);
         for (slot, cancelled) in slots.into_iter().zip(done) {
             if let Some(cancelled) = cancelled {
                 acked += i64::from(!cancelled);
+                cancelled_n += u32::from(cancelled);
                 out[slot] = Some(Ok(()));
             }
         }
         inner.tally(q, Counter::Acked, acked);
+        if crate::flow::governed(&cfg) {
+            // Successes (a cancelled task's end is neutral), for the next receive or flush.
+            let now = inner.now();
+            let ok = u32::try_from(acked).unwrap_or(u32::MAX);
+            let mut c = crate::flow::Counted::of(Outcome::Success, ok, now);
+            c.add(Outcome::Neutral, cancelled_n, now);
+            inner.flow.add(q, &c);
+        }
         if local.grouped() {
             // Members left their groups' lines: the next ones may go.
             inner.wake(q);
@@ -113,12 +123,13 @@ pub(crate) async fn ack(
 /// Whether a lease of `queue` may be taken before an ack answered earlier is visible to it:
 /// the ack commits on its own connection, so a lease may not see it yet, and a queue's
 /// `max_in_flight`, or a group's line (the next member waits for the ack), makes a lease
-/// depend on it. An unknown queue fails in both.
+/// depend on it; so does a governed queue's breaker (a probe's success closes it), which
+/// counts the ack only once it has committed. An unknown queue fails in both.
 pub(crate) async fn may_overlap_lease(inner: &Inner, queue: &QueueName) -> bool {
     let local = inner.locals.of(queue);
     !local.grouped()
         && inner
             .config(&local)
             .await
-            .is_ok_and(|cfg| cfg.max_in_flight.is_none())
+            .is_ok_and(|cfg| cfg.max_in_flight.is_none() && !crate::flow::governed(&cfg))
 }

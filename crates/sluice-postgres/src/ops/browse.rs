@@ -76,7 +76,7 @@ pub(crate) async fn browse(
         Ok((found, fx))
     })
     .await?;
-    fx.wake(inner);
+    fx.after_commit(inner);
     let limit = req.limit as usize;
     let next_cursor = if found.len() > limit {
         found.get(limit - 1).map(|(part, at, m)| {
@@ -130,7 +130,7 @@ pub(crate) async fn get_message(inner: &Inner, id: MessageId) -> Result<Message,
         Ok((row, fx, now))
     })
     .await?;
-    fx.wake(inner);
+    fx.after_commit(inner);
     match row {
         Some(r) => message_of(&r, now),
         None => Err(StoreError::MessageNotFound(id)),

@@ -56,7 +56,7 @@ pub(crate) async fn change_leased<T>(
         Ok((out, fx))
     })
     .await?;
-    fx.wake(inner);
+    fx.after_commit(inner);
     Ok(out)
 }
 

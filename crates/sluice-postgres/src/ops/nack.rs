@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use sluice_core::adaptive::{Outcome, classify_nack};
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::{
     Attempt, AttemptOutcome, DeadLetterReason, Delivery, Failure, MessageState, NackOutcome,
@@ -49,8 +50,27 @@ pub(crate) async fn nack(
         }
         apply_failure(row, now, AttemptOutcome::Nacked, &failure);
         fx.counts.add(queue.as_str(), Counter::Nacked, 1);
-        match lifecycle::after_nack(cfg, row.receive_count, delay) {
+        // A governed queue: congestion is a nack with the dependency's Retry-After, or one
+        // whose error matches an `errors` signal; while the breaker is open or half-open the
+        // attempt is not spent (asked before the failure is counted).
+        let counted = if crate::flow::governed(cfg) {
+            let counted = crate::flow::counts_attempt(tx, inner, queue.as_str(), cfg, now).await?;
+            let outcome = classify_nack(
+                cfg.adaptive.as_ref(),
+                delay,
+                failure.retry_after,
+                failure.error.as_deref(),
+            );
+            fx.outcome(queue.as_str(), outcome, 1, now);
+            counted
+        } else {
+            true
+        };
+        let (after, receive_count) =
+            lifecycle::after_nack_counted(cfg, row.receive_count, delay, counted);
+        match after {
             AfterFailure::Retry(d) => {
+                row.receive_count = receive_count;
                 row.state = WAITING;
                 row.visible_at = Timestamp(now).plus(d).as_millis();
                 row.token = None;
@@ -92,6 +112,10 @@ pub(crate) async fn reject(
         }
         apply_failure(row, now, AttemptOutcome::Rejected, &failure);
         dead_letter(tx, row, cfg, DeadLetterReason::Rejected, now, fx).await?;
+        if crate::flow::governed(cfg) {
+            // The dependency answered: the message was wrong.
+            fx.outcome(queue.as_str(), Outcome::Other, 1, now);
+        }
         Ok(Change::Row(
             QueueName::new(row.queue.clone()).map_err(corrupt)?,
         ))
@@ -114,6 +138,9 @@ pub(crate) async fn move_to(
             return Ok(Change::Done(()));
         }
         apply_failure(row, now, AttemptOutcome::Moved, &failure);
+        if crate::flow::governed(cfg) {
+            fx.outcome(queue.as_str(), Outcome::Neutral, 1, now);
+        }
         row.source_queue = Some(queue.to_string());
         row.dead_letter = None;
         row.queue = to.to_string();
@@ -142,6 +169,9 @@ pub(crate) async fn release(
         if row.cancel_requested {
             end_cancelled(tx, row.id, cfg, now).await?;
             return Ok(Change::Done(()));
+        }
+        if crate::flow::governed(cfg) {
+            fx.outcome(queue.as_str(), Outcome::Neutral, 1, now);
         }
         row.state = WAITING;
         row.visible_at = now;

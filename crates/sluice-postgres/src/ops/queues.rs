@@ -117,7 +117,7 @@ pub(crate) async fn put(
 ) -> Result<PutQueueOutcome, StoreError> {
     let now = inner.now();
     let mut conn = inner.conn().await?;
-    let (existing, row, warnings) = crate::db::tx::transaction(&mut conn, async |tx| {
+    let (existing, row, warnings, fx) = crate::db::tx::transaction(&mut conn, async |tx| {
         // Two nodes creating the same queue at once: the second waits and then updates.
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtext('sluice-queue:' || $1))",
@@ -137,12 +137,6 @@ pub(crate) async fn put(
             .clone()
             .unwrap_or_else(|| QueueConfig::defaults_for(name));
         let cfg = current.apply(name, patch)?;
-        if cfg.adaptive.is_some() || cfg.breaker.is_some() {
-            return Err(StoreError::invalid(
-                "adaptive and breaker are not yet supported by the PostgreSQL engine; use the \
-                 embedded engine",
-            ));
-        }
         let mut warnings = Vec::new();
         // The same warning as the embedded engine's `put`: the text is part of the answer.
         if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0)) {
@@ -170,9 +164,15 @@ pub(crate) async fn put(
             )
             .await
             .map_err(|e| db(&e))?;
-        Ok((existing, row, warnings))
+        // A governed queue's learned state moves into its new bounds (under the lock of the
+        // queue's row taken above), audited with the change.
+        let mut fx = crate::db::effects::Effects::default();
+        crate::flow::reconfigure(tx, name.as_str(), existing.as_ref(), &cfg, now, &mut fx).await?;
+        fx.write(tx).await?;
+        Ok((existing, row, warnings, fx))
     })
     .await?;
+    fx.after_commit(inner);
     if let Some(local) = inner.locals.get(name.as_str()) {
         local.forget_config();
     }
@@ -186,7 +186,7 @@ pub(crate) async fn put(
     })
 }
 
-/// Deletes a queue with its messages, counters and history.
+/// Deletes a queue with its messages, counters, history and governed state.
 pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> {
     let mut conn = inner.conn().await?;
     let () = crate::db::tx::transaction(&mut conn, async |tx| {
@@ -213,6 +213,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
             "DELETE FROM counters WHERE queue = $1",
             "DELETE FROM dedup WHERE queue = $1",
             "DELETE FROM rate_events WHERE queue = $1",
+            "DELETE FROM queue_flow WHERE queue = $1",
             "DELETE FROM stats_history WHERE queue = $1",
             "DELETE FROM queues WHERE name = $1",
         ] {

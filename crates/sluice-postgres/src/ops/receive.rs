@@ -1,6 +1,6 @@
 //! Receive: leases up to `max` messages for a client, long-polling for the first, on the
 //! short combined path for queues without global limits and in a transaction under the
-//! queue's row lock for the others.
+//! queue's row lock for the others (governed queues among them, `crate::flow`).
 
 use std::sync::Arc;
 
@@ -85,22 +85,39 @@ async fn receive_once(
 ) -> Result<Attempted, StoreError> {
     let q = queue.name.as_str();
     let cfg = inner.config(queue).await?;
-    if cfg.rate_limit.is_none() && cfg.max_in_flight.is_none() {
+    if !crate::flow::limited(&cfg) {
         // Receives of one queue arriving together share one statement.
         return crate::hot::lease_combine::receive_combined(inner, queue, &cfg, req).await;
     }
     let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
-    let (outcome, fx) = transaction(&mut conn, async |tx| {
-        // Global limits: receives of this queue take turns on its row, on every node.
+    // The outcomes this node counted for a governed queue, taken into the transaction.
+    let mut taken = None;
+    let done = transaction(&mut conn, async |tx| {
+        // Global limits or a governed queue: receives of this queue take turns on its row,
+        // on every node.
         let cfg = crate::db::catalog::config(tx, q, true).await?;
         let now = inner.now();
         let mut fx = Effects::default();
         expire_queue(tx, q, &cfg, now, &mut fx).await?;
-        let outcome = take_leases_limited(tx, LEASE_SQL, queue, &cfg, req, now).await?;
+        let outcome = if crate::flow::governed(&cfg) {
+            crate::flow::receive(tx, inner, queue, &cfg, req, now, &mut fx, &mut taken).await?
+        } else {
+            take_leases_limited(tx, LEASE_SQL, queue, &cfg, req, now).await?
+        };
         fx.write(tx).await?;
         Ok((outcome, fx))
     })
-    .await?;
-    fx.wake(inner);
+    .await;
+    let (outcome, fx) = match done {
+        Ok(done) => done,
+        Err(e) => {
+            // Counted again, for the next receive or flush.
+            if let Some(t) = taken {
+                inner.flow.add(q, &t);
+            }
+            return Err(e);
+        }
+    };
+    fx.after_commit(inner);
     Ok(outcome)
 }

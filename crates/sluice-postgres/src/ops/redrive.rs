@@ -234,7 +234,7 @@ pub(crate) async fn step(
         Ok((step, fx))
     })
     .await?;
-    fx.wake(inner);
+    fx.after_commit(inner);
     Ok(step)
 }
 

@@ -11,11 +11,13 @@ use crate::store::Inner;
 
 /// Gauges and counters of one queue.
 pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats, StoreError> {
-    // This node's own recent sends, receives and acks are in the totals it answers.
+    // This node's own recent sends, receives and acks are in the totals it answers, and the
+    // outcomes it counted for a governed queue in its state.
     crate::db::counters::flush_pending(inner).await?;
     let q = queue.as_str();
+    crate::flow::flush_queue(inner, q).await?;
     let mut conn = inner.conn().await?;
-    let (r, packs, dead_letter_depth, totals, fx, now) =
+    let (r, packs, dead_letter_depth, totals, flow, fx, now) =
         crate::db::tx::transaction(&mut conn, async |tx| {
             let cfg = crate::db::catalog::config(tx, q, false).await?;
             let now = inner.now();
@@ -55,10 +57,11 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
             // The expiry passes above counted what they did; the totals include it.
             fx.write(tx).await?;
             let totals = crate::db::counters::totals(tx, q).await?;
-            Ok((r, packs, dead_letter_depth, totals, fx, now))
+            let flow = crate::flow::stats(tx, q, &cfg, now).await?;
+            Ok((r, packs, dead_letter_depth, totals, flow, fx, now))
         })
         .await?;
-    fx.wake(inner);
+    fx.after_commit(inner);
     let n = |i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0);
     let p = |i: usize| u64::try_from(packs.get::<_, i64>(i)).unwrap_or(0);
     let oldest_row: Option<i64> = r.try_get(4).map_err(corrupt)?;
@@ -72,8 +75,7 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
         oldest_visible_age: oldest.map_or(Duration::ZERO, |at| Timestamp(now).since(Timestamp(at))),
         completed: n(3) + p(2),
         totals,
-        // The PostgreSQL engine refuses governed queues for now.
-        flow: None,
+        flow,
     })
 }
 
@@ -90,11 +92,12 @@ pub(crate) async fn stats_many(
         return Ok(Vec::new());
     }
     crate::db::counters::flush_pending(inner).await?;
+    crate::flow::flush(inner).await?;
     let names: Vec<&str> = queues.iter().map(QueueName::as_str).collect();
     let mut conn = inner.conn().await?;
     let now = inner.now();
     // One snapshot for every query, so the numbers agree with each other.
-    let (catalog, rows, packs, depths, totals) =
+    let (catalog, rows, packs, depths, totals, flows) =
         crate::db::tx::transaction(&mut conn, async |tx| {
             let catalog = tx
                 .query(
@@ -132,7 +135,8 @@ pub(crate) async fn stats_many(
                     .map_err(|e| db(&e))?
             };
             let totals = crate::db::counters::totals_many(tx, &names).await?;
-            Ok((catalog, rows, packs, depths, totals))
+            let flows = crate::flow::stats_many(tx, &names, now).await?;
+            Ok((catalog, rows, packs, depths, totals, flows))
         })
         .await?;
 
@@ -175,7 +179,7 @@ pub(crate) async fn stats_many(
             *o = (*o).min(at);
         }
     }
-    let mut totals = totals;
+    let (mut totals, mut flows) = (totals, flows);
     Ok(queues
         .iter()
         .map(|q| {
@@ -189,6 +193,7 @@ pub(crate) async fn stats_many(
                 .get(q.as_str())
                 .map_or(Duration::ZERO, |at| Timestamp(now).since(Timestamp(*at)));
             s.totals = totals.remove(q.as_str()).unwrap_or_default();
+            s.flow = flows.remove(q.as_str());
             Some(s)
         })
         .collect())

@@ -110,7 +110,7 @@ pub(crate) async fn summarize(
         Ok((rows, fx))
     })
     .await?;
-    fx.wake(inner);
+    fx.after_commit(inner);
     let mut out = Summary {
         total: 0,
         group_count: 0,

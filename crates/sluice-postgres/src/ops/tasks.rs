@@ -107,7 +107,7 @@ pub(crate) async fn cancel(inner: &Inner, id: MessageId) -> Result<Message, Stor
         Ok(fx)
     })
     .await?;
-    fx.wake(inner);
+    fx.after_commit(inner);
     drop(conn);
     crate::ops::browse::get_message(inner, id).await
 }

@@ -1,0 +1,579 @@
+//! Governed queues (`adaptive` and `breaker`, see `sluice_core::adaptive`) on PostgreSQL: one
+//! state per queue in `queue_flow`, shared by every node on the database.
+//!
+//! - **Every write** of a queue's state holds the lock of the queue's row in `queues`, which
+//!   the receives of a governed queue take anyway: receives of such a queue take turns on
+//!   every node, as those of a queue with `rate_limit` or `max_in_flight` do.
+//! - **Receives** ([`receive`]), in their transaction: the outcomes this node counted for the
+//!   queue are observed, then `admit` says how many may go; the lease takes at most that
+//!   (`Shut`: none, and a long poll asks again at its `until`; `Probe`: at most its `n`;
+//!   `Paced`: at most what its pace allows over the queue's recent deliveries, a sliding
+//!   window kept in the row beside the state), then `leased`, and the row is written back
+//!   when it changed.
+//! - **Outcomes** (ack, nack, reject, lease expiry, release, move) are counted per node in
+//!   memory, a [`Tally`] per queue ([`Pending`]), once the change that ended the lease has
+//!   committed. They reach the shared state with the node's next receive of the queue, or at
+//!   the latest with the node's flush every [`FLUSH_EVERY`] ([`run`]). A node sees its own
+//!   outcomes at once; another node's within [`FLUSH_EVERY`] (plus the time the flush
+//!   takes), so a breaker fed by several nodes opens that much later than on the embedded
+//!   engine, and a few more deliveries may go out meanwhile. Outcomes counted by a node that
+//!   stops before its flush are lost: a few calls the breaker's window does not see.
+//! - **Nacks** ask `counts_attempt` of the stored state with this node's pending outcomes
+//!   applied to a copy, without a lock ([`counts_attempt`]).
+//! - **Time**: the maintenance round ticks the governed queues whose state a tick changes
+//!   (an open breaker turning half-open while nobody receives), reading only the rows of
+//!   `queue_flow` ([`tick_all`]).
+//!
+//! A queue that is not governed pays nothing: it has no row, and the hot paths decide from
+//! the configuration they already hold, without a query.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use sluice_core::adaptive::{
+    self, Admit, BreakerForce, FlowConfig, FlowEvent, FlowState, FlowStats, Outcome, Tally,
+};
+use sluice_core::rate::SlidingWindow;
+use sluice_core::{QueueConfig, QueueName, ReceiveRequest, StoreError, Timestamp};
+use tokio_postgres::GenericClient;
+use tokio_postgres::types::Json;
+
+use crate::db::effects::Effects;
+use crate::error::{corrupt, db};
+use crate::hot::leases::{Attempted, LEASE_SQL, take_leases_limited};
+use crate::local::QueueLocal;
+use crate::store::Inner;
+
+/// How often a node hands the outcomes it counted to the shared state of their queues.
+/// Short, since a breaker fed by other nodes reacts this much later; a flush costs nothing
+/// while no governed queue had outcomes on this node.
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// What governs a queue with configuration `c`.
+pub(crate) fn flow_config(c: &QueueConfig) -> FlowConfig<'_> {
+    FlowConfig {
+        adaptive: c.adaptive.as_ref(),
+        breaker: c.breaker.as_ref(),
+        ceiling_per_min: c.rate_limit.as_ref().map(adaptive::ceiling_per_min),
+    }
+}
+
+/// Whether a queue with configuration `c` is governed.
+pub(crate) fn governed(c: &QueueConfig) -> bool {
+    c.adaptive.is_some() || c.breaker.is_some()
+}
+
+/// Whether a queue's receives must take turns on its row: global limits, or a governed
+/// queue. Such a queue's messages are leased as rows only (never in packs, never handed
+/// over by a send).
+pub(crate) fn limited(c: &QueueConfig) -> bool {
+    c.rate_limit.is_some() || c.max_in_flight.is_some() || governed(c)
+}
+
+/// Outcomes counted before they are observed: a [`Tally`], with the longest Retry-After
+/// among them kept as the time it ends, so that outcomes observed later still hold
+/// deliveries until the time the dependency named, not that much after the observation.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counted {
+    tally: Tally,
+    /// When the longest Retry-After ends (ms).
+    hold_until: Option<i64>,
+}
+
+impl Counted {
+    /// `n` times `outcome`, at `now`.
+    pub(crate) fn of(outcome: Outcome, n: u32, now: i64) -> Self {
+        let mut c = Counted::default();
+        c.add(outcome, n, now);
+        c
+    }
+
+    /// Counts `n` more `outcome`s, at `now`.
+    pub(crate) fn add(&mut self, outcome: Outcome, n: u32, now: i64) {
+        if n == 0 {
+            return;
+        }
+        self.tally.add(outcome, n);
+        if let Outcome::Congestion {
+            retry_after: Some(d),
+        } = outcome
+        {
+            let until = now.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            self.hold_until = self.hold_until.max(Some(until));
+        }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub(crate) fn merge(&mut self, other: &Counted) {
+        self.tally.merge(&other.tally);
+        self.hold_until = self.hold_until.max(other.hold_until);
+    }
+
+    /// True when nothing was counted.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tally.is_empty()
+    }
+
+    /// The tally to observe at `now`: its longest Retry-After is what is left of it.
+    fn at(&self, now: i64) -> Tally {
+        let mut t = self.tally;
+        if let Some(h) = self.hold_until {
+            let left = u64::try_from(h.saturating_sub(now)).unwrap_or(0);
+            t.longest_retry_after = Some(Duration::from_millis(left));
+        }
+        t
+    }
+}
+
+/// The outcomes this node counted, per governed queue, not yet handed to the shared state.
+#[derive(Default)]
+pub(crate) struct Pending(Mutex<HashMap<String, Counted>>);
+
+impl Pending {
+    /// Counts `c` for `queue`.
+    pub(crate) fn add(&self, queue: &str, c: &Counted) {
+        if c.is_empty() {
+            return;
+        }
+        let mut map = self.map();
+        match map.get_mut(queue) {
+            Some(mine) => mine.merge(c),
+            None => {
+                map.insert(queue.to_string(), *c);
+            }
+        }
+    }
+
+    /// Takes what was counted for `queue`.
+    pub(crate) fn take(&self, queue: &str) -> Option<Counted> {
+        self.map().remove(queue)
+    }
+
+    /// What was counted for `queue`, left counted.
+    pub(crate) fn peek(&self, queue: &str) -> Option<Counted> {
+        self.map().get(queue).copied()
+    }
+
+    /// The queues with outcomes counted.
+    fn queues(&self) -> Vec<String> {
+        self.map().keys().cloned().collect()
+    }
+
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Counted>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Recent deliveries at the governed pace: `(at, n)`, oldest first.
+type Pace = Vec<(i64, u32)>;
+
+/// A governed queue's row: its state and recent paced deliveries, and both as read, so that
+/// it is written only when it changed.
+struct Shared {
+    state: FlowState,
+    pace: Pace,
+    stored: Option<(FlowState, Pace)>,
+}
+
+impl Shared {
+    /// The row of queue `q`, governed by `fc`; a fresh state when it has none yet; `None`
+    /// when `fc` governs nothing.
+    async fn load(
+        c: &impl GenericClient,
+        q: &str,
+        fc: FlowConfig<'_>,
+        now: Timestamp,
+    ) -> Result<Option<Shared>, StoreError> {
+        if !fc.is_governed() {
+            return Ok(None);
+        }
+        let row = c
+            .query_opt("SELECT state, pace FROM queue_flow WHERE queue = $1", &[&q])
+            .await
+            .map_err(|e| db(&e))?;
+        Ok(match row {
+            Some(r) => {
+                let state: Json<FlowState> = r.try_get(0).map_err(corrupt)?;
+                let pace: Json<Pace> = r.try_get(1).map_err(corrupt)?;
+                Some(Shared {
+                    state: state.0.clone(),
+                    pace: pace.0.clone(),
+                    stored: Some((state.0, pace.0)),
+                })
+            }
+            None => FlowState::new(fc, now).map(|state| Shared {
+                state,
+                pace: Vec::new(),
+                stored: None,
+            }),
+        })
+    }
+
+    /// Writes the row back when it changed.
+    async fn save(&self, c: &impl GenericClient, q: &str, now: i64) -> Result<(), StoreError> {
+        if let Some((state, pace)) = &self.stored
+            && *state == self.state
+            && *pace == self.pace
+        {
+            return Ok(());
+        }
+        c.execute(
+            "INSERT INTO queue_flow (queue, state, pace, updated_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (queue) DO UPDATE SET state = EXCLUDED.state, pace = EXCLUDED.pace,
+                 updated_at = EXCLUDED.updated_at",
+            &[&q, &Json(&self.state), &Json(&self.pace), &now],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+        Ok(())
+    }
+}
+
+/// Writes `events` of queue `q` to the audit log with the transaction, and wakes its waiting
+/// receives on every node once it has committed (a breaker that closed or turned half-open
+/// lets deliveries through).
+fn audit(fx: &mut Effects, q: &str, events: &[FlowEvent]) {
+    if events.is_empty() {
+        return;
+    }
+    fx.audit.extend(events.iter().map(|e| e.audit(q)));
+    fx.wake.insert(q.to_string());
+}
+
+/// The receive of a governed queue, in the caller's transaction, which holds the lock of the
+/// queue's row and has expired what was due (its lease expiries counted in `fx`). The
+/// outcomes this node counted for the queue are taken into `taken`, for the caller to count
+/// again if the transaction fails.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn receive(
+    tx: &tokio_postgres::Transaction<'_>,
+    inner: &Inner,
+    local: &QueueLocal,
+    cfg: &QueueConfig,
+    req: &ReceiveRequest,
+    now: i64,
+    fx: &mut Effects,
+    taken: &mut Option<Counted>,
+) -> Result<Attempted, StoreError> {
+    let q = local.name.as_str();
+    let fc = flow_config(cfg);
+    let at = Timestamp(now);
+    let Some(mut sh) = Shared::load(tx, q, fc, at).await? else {
+        return take_leases_limited(tx, LEASE_SQL, local, cfg, req, now).await;
+    };
+    *taken = inner.flow.take(q);
+    let mut counted = taken.unwrap_or_default();
+    if let Some(expired) = fx.flow.remove(q) {
+        counted.merge(&expired);
+    }
+    let mut events = if counted.is_empty() {
+        Vec::new()
+    } else {
+        sh.state.observe(fc, &counted.at(now), at)
+    };
+    let outcome = if cfg.paused {
+        Attempted::Empty { next_wake: None }
+    } else {
+        let (admit, ev) = sh.state.admit(fc, at);
+        events.extend(ev);
+        let mut paced = false;
+        let allowed = match admit {
+            Admit::Shut { until } => Err(until.map(Timestamp::as_millis)),
+            Admit::Probe { n } => Ok(n),
+            Admit::Paced { pace, .. } => {
+                let period = i64::try_from(pace.period.as_millis()).unwrap_or(i64::MAX);
+                sh.pace.retain(|(t, _)| t.saturating_add(period) > now);
+                let mut window = SlidingWindow::default();
+                for (t, n) in &sh.pace {
+                    window.record(Timestamp(*t), *n as usize);
+                }
+                match window.available(&pace, at) {
+                    0 => Err(window.next_free(&pace, at).map(Timestamp::as_millis)),
+                    n => {
+                        paced = true;
+                        Ok(n)
+                    }
+                }
+            }
+            Admit::Free => {
+                sh.pace.clear();
+                Ok(u32::MAX)
+            }
+        };
+        match allowed {
+            Err(next_wake) => Attempted::Empty { next_wake },
+            Ok(n) => {
+                let capped = ReceiveRequest {
+                    max: req.max.min(n),
+                    wait: req.wait,
+                    visibility: req.visibility,
+                    consumer: req.consumer.clone(),
+                };
+                let outcome = take_leases_limited(tx, LEASE_SQL, local, cfg, &capped, now).await?;
+                if let Attempted::Got(out) = &outcome {
+                    let n = u32::try_from(out.len()).unwrap_or(u32::MAX);
+                    events.extend(sh.state.leased(fc, n, at));
+                    if paced {
+                        sh.pace.push((now, n));
+                    }
+                }
+                outcome
+            }
+        }
+    };
+    sh.save(tx, q, now).await?;
+    audit(fx, q, &events);
+    Ok(outcome)
+}
+
+/// Runs `f` on queue `q`'s shared state in a transaction of its own under the lock of the
+/// queue's row, after observing the outcomes this node counted for it; writes the state back
+/// when it changed and its events to the audit log. `None` when the queue is not governed.
+async fn locked<T>(
+    inner: &Inner,
+    q: &str,
+    f: impl FnOnce(
+        &QueueConfig,
+        &mut FlowState,
+        Timestamp,
+        &mut Vec<FlowEvent>,
+    ) -> Result<T, StoreError>,
+) -> Result<Option<T>, StoreError> {
+    let mut conn = inner.conn().await?;
+    let mut taken = None;
+    let done = crate::db::tx::transaction(&mut conn, async |tx| {
+        let cfg = crate::db::catalog::config(tx, q, true).await?;
+        // Taken under the lock: a receive of the queue waiting for it then finds them
+        // observed, never taken and not yet written.
+        taken = inner.flow.take(q);
+        let fc = flow_config(&cfg);
+        let now = Timestamp(inner.now());
+        let Some(mut sh) = Shared::load(tx, q, fc, now).await? else {
+            return Ok(None);
+        };
+        let mut events = match &taken {
+            Some(t) => sh.state.observe(fc, &t.at(now.as_millis()), now),
+            None => Vec::new(),
+        };
+        let out = f(&cfg, &mut sh.state, now, &mut events)?;
+        sh.save(tx, q, now.as_millis()).await?;
+        let mut fx = Effects::default();
+        audit(&mut fx, q, &events);
+        fx.write(tx).await?;
+        Ok(Some((out, fx)))
+    })
+    .await;
+    match done {
+        Ok(Some((out, fx))) => {
+            fx.after_commit(inner);
+            Ok(Some(out))
+        }
+        // Not governed (any more): what was counted has nowhere to go.
+        Ok(None) => Ok(None),
+        Err(e) => {
+            if let (Some(t), false) = (taken, matches!(e, StoreError::QueueNotFound(_))) {
+                inner.flow.add(q, &t);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Hands the outcomes this node counted for `q` to its shared state, if it counted any.
+pub(crate) async fn flush_queue(inner: &Inner, q: &str) -> Result<(), StoreError> {
+    if inner.flow.peek(q).is_none() {
+        return Ok(());
+    }
+    match locked(inner, q, |_, _, _, _| Ok(())).await {
+        Ok(_) => Ok(()),
+        Err(StoreError::QueueNotFound(_)) => {
+            // Deleted: what was counted has nowhere to go.
+            inner.flow.take(q);
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Hands every outcome this node counted to the shared state of its queue; what cannot be
+/// written stays counted for the next flush.
+pub(crate) async fn flush(inner: &Inner) -> Result<(), StoreError> {
+    let mut failed = None;
+    for q in inner.flow.queues() {
+        if let Err(e) = flush_queue(inner, &q).await {
+            failed.get_or_insert(e);
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Flushes this node's outcomes every [`FLUSH_EVERY`] while the store lives.
+pub(crate) async fn run(inner: Weak<Inner>) {
+    let mut tick = tokio::time::interval(FLUSH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        if let Err(e) = flush(&inner).await {
+            tracing::debug!(error = %e, "could not hand outcomes of governed queues to their state; will retry");
+        }
+    }
+}
+
+/// The maintenance round's part: time-driven transitions of governed queues (an open breaker
+/// turns half-open while nobody receives). Reads the rows of `queue_flow` only, and locks a
+/// queue only when a tick changes its state.
+pub(crate) async fn tick_all(inner: &Inner, c: &impl GenericClient) -> Result<(), StoreError> {
+    let now = Timestamp(inner.now());
+    let rows = c
+        .query(
+            "SELECT f.queue, f.state, q.config FROM queue_flow f JOIN queues q ON q.name = f.queue",
+            &[],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    for r in &rows {
+        let q: String = r.try_get(0).map_err(corrupt)?;
+        let state: Json<FlowState> = r.try_get(1).map_err(corrupt)?;
+        let cfg: Json<QueueConfig> = r.try_get(2).map_err(corrupt)?;
+        let mut state = state.0;
+        if state.tick(flow_config(&cfg.0), now).is_empty() {
+            continue;
+        }
+        let ticked = locked(inner, &q, |cfg, state, now, events| {
+            events.extend(state.tick(flow_config(cfg), now));
+            Ok(())
+        })
+        .await;
+        match ticked {
+            Ok(_) | Err(StoreError::QueueNotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// An operator forces queue `queue`'s breaker open or closed; the state afterwards.
+pub(crate) async fn force(
+    inner: &Inner,
+    queue: &QueueName,
+    to: BreakerForce,
+) -> Result<FlowStats, StoreError> {
+    // The same refusal as the embedded engine's: the text is part of the answer.
+    let no_breaker = || {
+        StoreError::Conflict(format!(
+            "queue \"{queue}\" has no breaker; give it one first (PUT /v1/queues/{queue} with \
+             {{\"breaker\": {{}}}})"
+        ))
+    };
+    let forced = locked(inner, queue.as_str(), |cfg, state, now, events| {
+        if cfg.breaker.is_none() {
+            return Err(no_breaker());
+        }
+        events.extend(state.force(to, now));
+        Ok(state.stats(flow_config(cfg), now))
+    })
+    .await?;
+    forced.ok_or_else(no_breaker)
+}
+
+/// Whether a failed delivery of governed queue `q` spends the message's attempt: not while
+/// its breaker is open or half-open, as the stored state says with this node's outcomes not
+/// yet handed over applied. Read without a lock, so outcomes that a flush of this node is
+/// writing at that very moment (taken, not yet committed) are not seen: the answer may be a
+/// few milliseconds late, as on another node.
+pub(crate) async fn counts_attempt(
+    c: &impl GenericClient,
+    inner: &Inner,
+    q: &str,
+    cfg: &QueueConfig,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let fc = flow_config(cfg);
+    let at = Timestamp(now);
+    let Some(mut sh) = Shared::load(c, q, fc, at).await? else {
+        return Ok(true);
+    };
+    if let Some(t) = inner.flow.peek(q) {
+        sh.state.observe(fc, &t.at(now), at);
+    }
+    Ok(sh.state.counts_attempt())
+}
+
+/// Queue `q`'s configuration became `cfg` (from `was`), in the caller's transaction, which
+/// holds the lock of the queue's row: the learned state moves into the new bounds (a part
+/// switched on starts afresh, a part switched off is dropped), a queue governed from now on
+/// gets its row, and one no longer governed loses it.
+pub(crate) async fn reconfigure(
+    c: &impl GenericClient,
+    q: &str,
+    was: Option<&QueueConfig>,
+    cfg: &QueueConfig,
+    now: i64,
+    fx: &mut Effects,
+) -> Result<(), StoreError> {
+    let fc = flow_config(cfg);
+    if !fc.is_governed() {
+        if was.is_some_and(governed) {
+            c.execute("DELETE FROM queue_flow WHERE queue = $1", &[&q])
+                .await
+                .map_err(|e| db(&e))?;
+        }
+        return Ok(());
+    }
+    let at = Timestamp(now);
+    let Some(mut sh) = Shared::load(c, q, fc, at).await? else {
+        return Ok(());
+    };
+    let events = if sh.stored.is_some() {
+        sh.state.reconfigure(fc, at)
+    } else {
+        Vec::new()
+    };
+    sh.save(c, q, now).await?;
+    audit(fx, q, &events);
+    Ok(())
+}
+
+/// Queue `q`'s adaptive rate and breaker as stored, when `cfg` governs it.
+pub(crate) async fn stats(
+    c: &impl GenericClient,
+    q: &str,
+    cfg: &QueueConfig,
+    now: i64,
+) -> Result<Option<FlowStats>, StoreError> {
+    let fc = flow_config(cfg);
+    let at = Timestamp(now);
+    Ok(Shared::load(c, q, fc, at)
+        .await?
+        .map(|sh| sh.state.stats(fc, at)))
+}
+
+/// [`stats`] of every governed queue among `names`, in one query.
+pub(crate) async fn stats_many(
+    c: &impl GenericClient,
+    names: &[&str],
+    now: i64,
+) -> Result<HashMap<String, FlowStats>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT f.queue, f.state, q.config FROM queue_flow f JOIN queues q ON q.name = f.queue
+             WHERE f.queue = ANY($1)",
+            &[&names],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    let at = Timestamp(now);
+    let mut out = HashMap::with_capacity(rows.len());
+    for r in &rows {
+        let q: String = r.try_get(0).map_err(corrupt)?;
+        let state: Json<FlowState> = r.try_get(1).map_err(corrupt)?;
+        let cfg: Json<QueueConfig> = r.try_get(2).map_err(corrupt)?;
+        let fc = flow_config(&cfg.0);
+        if fc.is_governed() {
+            out.insert(q, state.0.stats(fc, at));
+        }
+    }
+    Ok(out)
+}
