@@ -478,8 +478,9 @@ pub(crate) async fn force(
     forced.ok_or_else(no_breaker)
 }
 
-/// Whether a failed delivery of governed queue `q` spends the message's attempt: not while
-/// its breaker is open or half-open, as the stored state says with this node's outcomes not
+/// Whether a failed delivery of governed queue `q` ending in `outcome` spends the message's
+/// attempt: never for congestion, and not while its breaker is open or half-open, as the
+/// stored state says with this node's outcomes not
 /// yet handed over applied. Read without a lock, so outcomes that a flush of this node is
 /// writing at that very moment (taken, not yet committed) are not seen: the answer may be a
 /// few milliseconds late, as on another node.
@@ -488,8 +489,12 @@ pub(crate) async fn counts_attempt(
     inner: &Inner,
     q: &str,
     cfg: &QueueConfig,
+    outcome: Outcome,
     now: i64,
 ) -> Result<bool, StoreError> {
+    if matches!(outcome, Outcome::Congestion { .. }) {
+        return Ok(false);
+    }
     let fc = flow_config(cfg);
     let at = Timestamp(now);
     let Some(mut sh) = Shared::load(c, q, fc, at).await? else {
@@ -498,7 +503,7 @@ pub(crate) async fn counts_attempt(
     if let Some(t) = inner.flow.peek(q) {
         sh.state.observe(fc, &t.at(now), at);
     }
-    Ok(sh.state.counts_attempt())
+    Ok(sh.state.counts_attempt(outcome))
 }
 
 /// Queue `q`'s configuration became `cfg` (from `was`), in the caller's transaction, which

@@ -51,16 +51,17 @@ pub(crate) async fn nack(
         apply_failure(row, now, AttemptOutcome::Nacked, &failure);
         fx.counts.add(queue.as_str(), Counter::Nacked, 1);
         // A governed queue: congestion is a nack with the dependency's Retry-After, or one
-        // whose error matches an `errors` signal; while the breaker is open or half-open the
-        // attempt is not spent (asked before the failure is counted).
+        // whose error matches an `errors` signal. It does not spend the attempt, nor does any
+        // nack while the breaker is open or half-open (asked before the failure is counted).
         let counted = if crate::flow::governed(cfg) {
-            let counted = crate::flow::counts_attempt(tx, inner, queue.as_str(), cfg, now).await?;
             let outcome = classify_nack(
                 cfg.adaptive.as_ref(),
                 delay,
                 failure.retry_after,
                 failure.error.as_deref(),
             );
+            let counted =
+                crate::flow::counts_attempt(tx, inner, queue.as_str(), cfg, outcome, now).await?;
             fx.outcome(queue.as_str(), outcome, 1, now);
             counted
         } else {
