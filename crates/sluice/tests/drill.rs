@@ -2,7 +2,7 @@
 //! time scale with a redrive that really moves dead letters; a smaller scenario gives the same
 //! verdict at two time scales; misconfigured runs (no idempotency key, permanent errors retried
 //! without a budget) and a dependency that keeps answering 429 fail the criterion they should,
-//! so the drill can really fail; and
+//! so the drill can really fail; `--adaptive` passes its eight criteria with no redrive; and
 //! `--broker` runs it against a `sluice serve` started here, on the embedded engine and on
 //! PostgreSQL.
 //!
@@ -236,6 +236,59 @@ fn drill_runs_against_a_broker_given_by_url() {
     let list = String::from_utf8_lossy(&list.stdout);
     assert!(list.contains(queue), "{queue} not on the broker:\n{list}");
     assert!(list.contains(&format!("{queue}.dlq")), "{list}");
+}
+
+/// The verdict lines of criteria 1 to 8, all passed.
+fn all_eight_pass() -> Vec<(u8, bool)> {
+    (1..=8).map(|n| (n, true)).collect()
+}
+
+/// `--adaptive`: the worker has no limiter and the queue learns the quota itself; its breaker
+/// keeps the outage from dead-lettering valid tasks, so no redrive is needed, while the tuned
+/// run beside it dead-letters some and redrives them. Criteria 1 to 8 pass.
+#[test]
+fn adaptive_drill_needs_no_redrive_and_passes_every_criterion() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = dir.path().join("drill.svg");
+    let run = small(
+        "100",
+        &[
+            "--adaptive",
+            "--report",
+            report.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.out);
+    assert_eq!(run.verdict(), all_eight_pass(), "{}", run.out);
+    assert!(
+        run.out
+            .contains("PASS 5. the outage dead-lettered no valid task: 0 valid tasks"),
+        "{}",
+        run.out
+    );
+    assert!(run.out.contains("the tuned run beside it"), "{}", run.out);
+    let svg = std::fs::read_to_string(&report).expect("report written");
+    assert!(
+        svg.contains("adapted rate / min") && svg.contains("breaker open"),
+        "the report draws the rate and the breaker"
+    );
+}
+
+/// `--adaptive` against a PostgreSQL-backed broker: the governed queue's state is shared in the
+/// database, and the same criteria pass.
+#[test]
+fn adaptive_drill_passes_on_a_postgres_backed_broker() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    if !rt.block_on(sluice_testkit::postgres::available()) {
+        return;
+    }
+    let schema = sluice_testkit::postgres::unique_schema("drill_adaptive");
+    let _schema = sluice_testkit::postgres::SchemaGuard::new(schema.clone());
+    let store = format!("{}?schema={schema}", sluice_testkit::postgres::url());
+    let (_child, url) = common::serve_store(&store, std::process::Stdio::null());
+    let run = small("100", &["--adaptive", "--broker", &url]);
+    assert_eq!(run.code, 0, "{}", run.out);
+    assert_eq!(run.verdict(), all_eight_pass(), "{}", run.out);
 }
 
 /// `--broker URL` on the PostgreSQL engine: the same drill passes against a `sluice serve`

@@ -224,17 +224,21 @@ impl Breaker {
                 if t.failures > 0 {
                     return Some(self.open(cfg, BreakerReason::ProbeFailed, now));
                 }
-                self.probes_ok = self.probes_ok.saturating_add(answered);
+                // Only a success or a 429 shows the dependency is back: a reject says the
+                // message was wrong, and is often decided without calling the dependency.
+                self.probes_ok = self
+                    .probes_ok
+                    .saturating_add(t.ok.saturating_add(t.congestion));
                 if self.probes_ok >= cfg.probes {
                     self.probes_left = 0;
                     return Some(self.close(BreakerReason::ProbesSucceeded, now));
                 }
-                // A released probe lets another through.
+                // A probe released or rejected lets another through.
                 let outstanding = cfg
                     .probes
                     .saturating_sub(self.probes_ok)
                     .saturating_sub(self.probes_left);
-                self.probes_left += t.neutral.min(outstanding);
+                self.probes_left += t.neutral.saturating_add(t.other).min(outstanding);
                 None
             }
             // Outcomes of deliveries leased before it opened say nothing new.

@@ -49,9 +49,10 @@
 //!   `failure_share`, it opens. Failures are transient ones (nacks, lease expiries);
 //!   congestion and rejects are calls the dependency answered.
 //! - **Open**: nothing is delivered for `probe_every_ms`, then it turns half-open.
-//! - **Half-open**: `probes` deliveries go through. When they have all been answered (a
-//!   success, a reject or a 429: the dependency is up) it closes; a transient failure opens
-//!   it again for another pause. A released probe lets another through.
+//! - **Half-open**: `probes` deliveries go through. When they have all succeeded (a success
+//!   or a 429: the dependency is up) it closes; a transient failure opens it again for
+//!   another pause. A probe released or rejected (a reject says the message was wrong, often
+//!   without a call) lets another through.
 //! - While open or half-open, a nack does not spend the message's attempt
 //!   ([`FlowState::counts_attempt`], [`crate::lifecycle::after_nack_counted`]): an outage
 //!   does not dead-letter valid messages. Rejects still dead-letter at once, and a message

@@ -139,10 +139,17 @@ fn an_open_breaker_probes_after_its_pause_and_closes_when_the_probes_succeed() {
     assert_eq!(s.admit(cfg, at(6_000)).0, Admit::Probe { n: 1 });
     s.leased(cfg, 1, at(6_000));
     assert_eq!(s.admit(cfg, at(6_000)).0, Admit::Shut { until: None });
-    // A released probe lets another through.
+    // A released probe lets another through, and so does a rejected one: a reject is no
+    // sign that the dependency is back.
     s.observe(cfg, &Tally::of(Outcome::Neutral, 1), at(6_100));
     assert_eq!(s.admit(cfg, at(6_100)).0, Admit::Probe { n: 1 });
     s.leased(cfg, 1, at(6_100));
+    assert!(
+        s.observe(cfg, &Tally::of(Outcome::Other, 1), at(6_150))
+            .is_empty()
+    );
+    assert_eq!(s.admit(cfg, at(6_150)).0, Admit::Probe { n: 1 });
+    s.leased(cfg, 1, at(6_150));
     assert!(s.observe(cfg, &tally(2, 0), at(6_200)).is_empty());
     let events = s.observe(cfg, &tally(1, 0), at(6_500));
     assert_eq!(
