@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::json;
 use sluice_client::Client;
-use sluice_client::wire::{FlowView, RatesView, SampleView, StatsView};
+use sluice_client::wire::{RatesView, SampleView, StatsView, TrendView};
 
 use super::args::{fmt_ms, fmt_secs, parse_duration, short_time, time_ago, time_ms};
 use super::output::Table;
@@ -130,7 +130,7 @@ async fn fetch(c: &Client, queue: Option<&str>) -> Result<Vec<StatsView>, Failur
 }
 
 /// A flow as an arrow and its recent slope: `↑ +2.5/s`, `↓ -0.4/s`, `→ flat`.
-fn trend(f: &FlowView) -> String {
+fn trend(f: &TrendView) -> String {
     match f.direction.as_str() {
         "rising" => format!("↑ +{}/s", num(f.slope.max(0.0))),
         "falling" => format!("↓ -{}/s", num((-f.slope).max(0.0))),
@@ -139,7 +139,7 @@ fn trend(f: &FlowView) -> String {
 }
 
 /// Net flows over 1 and 5 minutes: `+0.83/s 1m, +0.17/s 5m`.
-fn slopes(f: &FlowView) -> String {
+fn slopes(f: &TrendView) -> String {
     format!("{} 1m, {} 5m", signed(f.slope_1m), signed(f.slope_5m))
 }
 
@@ -168,7 +168,7 @@ fn num(v: f64) -> String {
 }
 
 /// An ETA, or `-` while nothing is being taken out.
-fn eta(f: &FlowView) -> String {
+fn eta(f: &TrendView) -> String {
     f.eta_ms
         .map_or_else(|| "-".to_owned(), |ms| fmt_secs(ms.div_ceil(1000)))
 }
@@ -503,7 +503,7 @@ mod tests {
 
     #[test]
     fn arrows() {
-        let flow = |direction: &str, slope: f64| FlowView {
+        let flow = |direction: &str, slope: f64| TrendView {
             direction: direction.to_owned(),
             slope,
             slope_1m: slope,
