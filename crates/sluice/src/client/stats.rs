@@ -1,7 +1,8 @@
 //! `sluice stats [QUEUE] [--watch] [--chart]`: backlog, in flight, DLQ depth, rates and the
 //! backlog trend.
 //!
-//! Without a queue, one table row per queue; with one, every gauge and total of that queue.
+//! Without a queue, one table row per queue; with one, every gauge and total of that queue,
+//! and a governed queue's adaptive rate and breaker.
 //! `--watch` redraws every `--interval` until Ctrl-C (and stops by itself after 24 h);
 //! `--chart` draws the queue's backlog and DLQ depth over `--window` from the broker's history
 //! (a sample every 10 s) as plain text, and with `--watch` redraws it.
@@ -15,6 +16,7 @@ use sluice_client::Client;
 use sluice_client::wire::{RatesView, SampleView, StatsView, TrendView};
 
 use super::args::{fmt_ms, fmt_secs, parse_duration, short_time, time_ago, time_ms};
+use super::governance::{breaker_line, last_transition, rate_line};
 use super::output::Table;
 use super::{Conn, Failure};
 
@@ -257,6 +259,18 @@ fn render_one(s: &StatsView) -> String {
         ),
         ("dlq_empty_eta", eta(&s.dlq_trend)),
     ];
+    let mut pairs = pairs.to_vec();
+    if let Some(f) = &s.flow {
+        if let Some(r) = rate_line(f) {
+            pairs.push(("adaptive rate", r));
+        }
+        if let Some(b) = &f.breaker {
+            pairs.push(("breaker", breaker_line(b)));
+            if let Some(t) = last_transition(b) {
+                pairs.push(("breaker change", t));
+            }
+        }
+    }
     details_string(&pairs)
 }
 
