@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import re
@@ -690,8 +691,55 @@ def test_a_nack_may_carry_the_dependencys_retry_after(client: sluice.Client, que
 
 def test_an_operator_forces_a_breaker(client: sluice.Client, queue: str) -> None:
     client.put_queue(queue, breaker={"probe_every_ms": 100})
+    before = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=5)
     flow = client.force_breaker(queue, "open")
-    assert flow["breaker"]["state"] == "open" and flow["breaker"]["forced"]
-    assert client.force_breaker(queue, "closed")["breaker"]["state"] == "closed"
+    assert isinstance(flow, sluice.Flow) and flow.adaptive is None
+    b = flow.breaker
+    assert b is not None and b.state is sluice.BreakerState.OPEN and b.forced
+    assert b.state == "open" and b.opened_total == 1 and b.next_probe_at is None
+    assert b.since.tzinfo is not None and b.since >= before
+    last = b.transitions[-1]
+    assert (last.from_state, last.to, last.reason) == ("closed", "open", sluice.BreakerReason.FORCED)
+    assert [p.breaker for p in flow.history][-1] is sluice.BreakerState.OPEN
+    shown = client.stats(queue).flow
+    assert shown is not None and shown.breaker is not None and shown.breaker.forced
+    closed = client.force_breaker(queue, "closed").breaker
+    assert closed is not None and closed.state is sluice.BreakerState.CLOSED and not closed.forced
     with pytest.raises(ValueError):
         client.force_breaker(queue, "ajar")
+
+
+def test_stats_show_a_governed_queues_rate_and_breaker(client: sluice.Client, queue: str) -> None:
+    client.put_queue(
+        queue,
+        adaptive={"min_per_min": 60, "max_per_min": 6000},
+        breaker={"min_calls": 10},
+        rate_limit=sluice.RateLimit(600, 60),
+    )
+    client.send(queue, 1)
+    d = client.receive(queue, max=1, wait=1)[0]
+    client.nack(queue, d.receipt, retry_after=30)
+    flow = client.stats(queue).flow
+    assert flow is not None and flow.adaptive is not None and flow.breaker is not None
+    a = flow.adaptive
+    assert (a.rate_per_min, a.min_per_min, a.max_per_min, a.ceiling_per_min) == (60, 60, 6000, 600)
+    assert a.congestion_total == 1
+    assert a.hold_until is not None
+    wait = a.hold_until - datetime.datetime.now(datetime.timezone.utc)
+    assert 20 < wait.total_seconds() <= 30, "held for the dependency's Retry-After"
+    assert flow.breaker.state is sluice.BreakerState.CLOSED
+    assert client.put_queue(queue + "-plain") is not None
+    assert client.stats(queue + "-plain").flow is None
+
+
+def test_rfc3339_times_parse_to_utc() -> None:
+    from sluice.models import parse_rfc3339
+
+    utc = datetime.timezone.utc
+    assert parse_rfc3339("2026-01-01T10:00:00Z") == datetime.datetime(2026, 1, 1, 10, tzinfo=utc)
+    assert parse_rfc3339("2026-01-01T10:00:00.25Z").microsecond == 250_000
+    assert parse_rfc3339("2026-01-01T10:00:00.123456789Z").microsecond == 123_456
+    assert parse_rfc3339("2026-01-01T12:00:00+02:00") == datetime.datetime(2026, 1, 1, 10, tzinfo=utc)
+    for bad in ["2026-01-01", "yesterday", "2026-13-01T00:00:00Z"]:
+        with pytest.raises(sluice.DecodeError):
+            parse_rfc3339(bad)

@@ -84,6 +84,7 @@ pub use messages::{NackOptions, ReceiveOptions, SendOptions};
 pub use queues::QueuePut;
 pub use ratelimit::RateLimiter;
 pub use retry::RetryPolicy;
+pub use sluice_core::adaptive::BreakerForce;
 pub use sluice_core::{ErrorCode, TaskStatus};
 /// The JSON wire types of the API, shared with the server.
 pub use sluice_wire as wire;

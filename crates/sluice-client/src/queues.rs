@@ -1,8 +1,12 @@
 //! Queue configuration and administration: `PUT/GET/DELETE /v1/queues/{q}`, `GET /v1/queues`,
-//! `POST /v1/queues/{q}/pause|resume|purge`.
+//! `POST /v1/queues/{q}/pause|resume|purge|breaker`.
 
 use reqwest::Method;
-use sluice_wire::{PurgeResponse, QueueConfigRequest, QueueList, QueueListQuery, QueueView};
+use sluice_core::adaptive::BreakerForce;
+use sluice_wire::{
+    BreakerRequest, FlowView, PurgeResponse, QueueConfigRequest, QueueList, QueueListQuery,
+    QueueView,
+};
 
 use crate::client::{Call, Client, queue};
 use crate::error::{Error, Result};
@@ -164,6 +168,26 @@ impl Client {
     /// `queue_not_found`, and as [`Client::list_queues`].
     pub async fn purge_queue(&self, name: &str) -> Result<PurgeResponse> {
         self.queue_action(name, "purge", Safety::Unsafe).await
+    }
+
+    /// Forces the queue's circuit breaker: [`BreakerForce::Open`] stops deliveries until it
+    /// is forced closed (without probes, across restarts); [`BreakerForce::Closed`] resumes
+    /// them, the breaker judging again from an empty window. Answers the queue's adaptive
+    /// rate and breaker afterwards, as `flow` in its stats. Needs an `operator` or `admin`
+    /// key.
+    ///
+    /// # Errors
+    /// `conflict` when the queue has no `breaker` (set one with [`Client::put_queue`]);
+    /// `queue_not_found`; and as [`Client::list_queues`].
+    pub async fn force_breaker(&self, name: &str, state: BreakerForce) -> Result<FlowView> {
+        let q = queue(name)?;
+        let call = Call::new(
+            Method::POST,
+            format!("/v1/queues/{q}/breaker"),
+            Safety::Idempotent,
+        )
+        .json(&BreakerRequest { state })?;
+        self.call_json(call).await
     }
 
     async fn queue_action<T: serde::de::DeserializeOwned>(

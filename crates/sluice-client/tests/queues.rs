@@ -2,8 +2,10 @@
 
 mod common;
 
-use sluice_client::wire::{QueueConfigRequest, QueueListQuery, RateLimitWire};
-use sluice_client::{Error, ErrorCode, OutgoingMessage};
+use sluice_client::wire::{
+    BreakerReasonView, BreakerStateView, QueueConfigRequest, QueueListQuery, RateLimitWire,
+};
+use sluice_client::{BreakerForce, Error, ErrorCode, OutgoingMessage};
 
 #[tokio::test]
 async fn create_show_update_list_pause_resume_purge_delete() {
@@ -181,5 +183,77 @@ async fn listings_follow_the_cursor_or_answer_one_page() {
     assert!(err.to_string().contains("next_cursor"), "{err}");
     let err = c.list_queues_by_prefix("a b").await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::InvalidArgument), "{err:?}");
+    srv.shutdown().await;
+}
+
+/// A governed queue shows its adaptive rate and breaker in its stats; forcing the breaker
+/// answers the same view, and a queue without a breaker says so.
+#[tokio::test]
+async fn force_breaker_answers_the_flow_view_and_stats_show_it() {
+    let srv = common::start().await;
+    let c = &srv.client;
+    let governed: QueueConfigRequest = serde_json::from_value(serde_json::json!({
+        "adaptive": {"min_per_min": 60, "max_per_min": 6000},
+        "breaker": {"failure_share": 0.5, "min_calls": 10},
+    }))
+    .unwrap();
+    c.create_queue("calls", &governed).await.expect("create");
+    c.create_queue("plain", &QueueConfigRequest::default())
+        .await
+        .expect("create");
+
+    let flow = c.stats("calls").await.unwrap().flow.expect("governed");
+    let rate = flow.adaptive.as_ref().expect("adaptive");
+    assert_eq!(
+        (rate.rate_per_min, rate.min_per_min, rate.max_per_min),
+        (60, 60, 6000)
+    );
+    let breaker = flow.breaker.as_ref().expect("breaker");
+    assert_eq!(breaker.state, BreakerStateView::Closed);
+    assert!(
+        sluice_client::wire::parse_rfc3339("since", &breaker.since).is_ok(),
+        "{breaker:?}"
+    );
+    assert!(c.stats("plain").await.unwrap().flow.is_none());
+
+    let open = c.force_breaker("calls", BreakerForce::Open).await.unwrap();
+    let b = open.breaker.expect("breaker");
+    assert_eq!(
+        (b.state, b.forced, b.opened_total),
+        (BreakerStateView::Open, true, 1)
+    );
+    let last = b.transitions.last().expect("a transition");
+    assert_eq!(
+        (last.from, last.to),
+        (BreakerStateView::Closed, BreakerStateView::Open)
+    );
+    assert_eq!(last.reason, BreakerReasonView::Forced);
+    let shown = c
+        .stats("calls")
+        .await
+        .unwrap()
+        .flow
+        .unwrap()
+        .breaker
+        .unwrap();
+    assert_eq!((shown.state, shown.forced), (BreakerStateView::Open, true));
+
+    let closed = c
+        .force_breaker("calls", BreakerForce::Closed)
+        .await
+        .unwrap();
+    let b = closed.breaker.expect("breaker");
+    assert_eq!((b.state, b.forced), (BreakerStateView::Closed, false));
+
+    let err = c
+        .force_breaker("plain", BreakerForce::Open)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::Conflict), "{err:?}");
+    let err = c
+        .force_breaker("nope", BreakerForce::Open)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::QueueNotFound), "{err:?}");
     srv.shutdown().await;
 }

@@ -62,3 +62,44 @@ export function lineChart(title, points, from, to) {
   box.append(svg);
   return box;
 }
+
+// A band per span of a state (`spans`: [{from, to, cls, label}], ms) from `from` to `to`,
+// titled `title`, each coloured by its class, with a legend of `legend` ([[cls, label]]).
+export function stateStrip(title, spans, from, to, legend) {
+  const W = 380, H = 64, L = 40, R = 8, T = 8, B = 18;
+  const box = document.createElement("div");
+  box.className = "chart strip";
+  const head = document.createElement("div");
+  head.className = "title";
+  const last = spans.length ? spans[spans.length - 1].label : "—";
+  head.textContent = `${title} — now ${last}`;
+  box.append(head);
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img" });
+  svg.setAttribute("aria-label", title);
+  const x = (t) => L + ((Math.max(from, Math.min(to, t)) - from) / Math.max(1, to - from)) * (W - L - R);
+  svg.append(el("rect", { class: "band none", x: L, y: T, width: W - L - R, height: H - T - B }));
+  for (const s of spans) {
+    const band = el("rect", { class: `band ${s.cls || ""}`, x: x(s.from).toFixed(1), y: T, width: Math.max(1, x(s.to) - x(s.from)).toFixed(1), height: H - T - B });
+    const tip = el("title", {});
+    tip.textContent = `${s.label} from ${fmtTime(s.from)}`;
+    band.append(tip);
+    svg.append(band);
+  }
+  for (const f of [0, 0.5, 1]) {
+    const t = from + (to - from) * f;
+    const label = el("text", { x: x(t), y: H - 4, "text-anchor": f === 0 ? "start" : f === 1 ? "end" : "middle" });
+    label.textContent = fmtTime(t);
+    svg.append(label);
+  }
+  box.append(svg);
+  const keys = document.createElement("div");
+  keys.className = "legend";
+  for (const [cls, label] of legend) {
+    const key = document.createElement("span");
+    key.className = `key ${cls}`;
+    key.textContent = label;
+    keys.append(key);
+  }
+  box.append(keys);
+  return box;
+}

@@ -46,6 +46,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ),
     ("pages/dlq.js", JS, include_str!("../console/pages/dlq.js")),
     (
+        "pages/flow.js",
+        JS,
+        include_str!("../console/pages/flow.js"),
+    ),
+    (
         "pages/message.js",
         JS,
         include_str!("../console/pages/message.js"),

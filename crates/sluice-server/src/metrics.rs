@@ -25,6 +25,15 @@ pub struct QueueLabel {
     pub queue: String,
 }
 
+/// Labels of the breaker state set: one series per state, 1 for the current one.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BreakerStateLabel {
+    /// The queue.
+    pub queue: String,
+    /// `closed`, `open` or `half_open`.
+    pub state: &'static str,
+}
+
 /// Labels of the push request counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PushLabel {
@@ -384,6 +393,7 @@ impl Metrics {
                 "Messages dead-lettered, over every queue",
             ),
         ];
+        let governed = FlowFamilies::register(&mut registry);
         let (mut count, mut shown, mut left_out) = (0i64, 0usize, 0i64);
         let mut oldest_age = 0f64;
         let mut walk = crate::walk::StatsWalk::new(store);
@@ -431,6 +441,9 @@ impl Metrics {
                 ] {
                     f.get_or_create(&l).inc_by(v);
                 }
+                if let Some(flow) = &s.flow {
+                    governed.observe(&l, flow);
+                }
             }
         }
         queues.set(count);
@@ -441,5 +454,89 @@ impl Metrics {
             sluice_core::StoreError::unavailable(format!("cannot render metrics: {e}"))
         })?;
         Ok(out)
+    }
+}
+
+/// The series of governed queues: their adaptive rate and circuit breaker.
+struct FlowFamilies {
+    rate: Family<QueueLabel, Gauge>,
+    congestion: Family<QueueLabel, Counter>,
+    decreases: Family<QueueLabel, Counter>,
+    breaker_state: Family<BreakerStateLabel, Gauge>,
+    opened: Family<QueueLabel, Counter>,
+    open_seconds: Family<QueueLabel, Counter<f64, AtomicU64>>,
+}
+
+impl FlowFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let f = FlowFamilies {
+            rate: Family::default(),
+            congestion: Family::default(),
+            decreases: Family::default(),
+            breaker_state: Family::default(),
+            opened: Family::default(),
+            open_seconds: Family::default(),
+        };
+        registry.register(
+            "queue_adaptive_rate_per_min",
+            "The adaptive delivery rate a governed queue is delivered at now, per minute",
+            f.rate.clone(),
+        );
+        registry.register(
+            "queue_adaptive_congestion",
+            "Congestion signals (Retry-After or matching nacks) a governed queue observed",
+            f.congestion.clone(),
+        );
+        registry.register(
+            "queue_adaptive_decreases",
+            "Times a governed queue's adaptive rate was cut",
+            f.decreases.clone(),
+        );
+        registry.register(
+            "queue_breaker_state",
+            "A queue's circuit breaker state: 1 for the current state (closed, open or half_open), 0 for the others",
+            f.breaker_state.clone(),
+        );
+        registry.register(
+            "queue_breaker_opened",
+            "Times a queue's circuit breaker opened",
+            f.opened.clone(),
+        );
+        registry.register(
+            "queue_breaker_open_seconds",
+            "Time a queue's circuit breaker spent open or half-open",
+            f.open_seconds.clone(),
+        );
+        f
+    }
+
+    /// The series of one queue, from its stats.
+    fn observe(&self, l: &QueueLabel, flow: &sluice_core::adaptive::FlowStats) {
+        use sluice_core::adaptive::BreakerState;
+        if let Some(a) = &flow.adaptive {
+            self.rate.get_or_create(l).set(i64::from(a.rate_per_min));
+            self.congestion.get_or_create(l).inc_by(a.congestion_total);
+            self.decreases.get_or_create(l).inc_by(a.decreases_total);
+        }
+        if let Some(b) = &flow.breaker {
+            for state in [
+                BreakerState::Closed,
+                BreakerState::Open,
+                BreakerState::HalfOpen,
+            ] {
+                let label = BreakerStateLabel {
+                    queue: l.queue.clone(),
+                    state: state.as_str(),
+                };
+                self.breaker_state
+                    .get_or_create(&label)
+                    .set(i64::from(b.state == state));
+            }
+            self.opened.get_or_create(l).inc_by(b.opened_total);
+            // Milliseconds to seconds: exact enough for any time a breaker can stay open.
+            #[allow(clippy::cast_precision_loss)]
+            let seconds = b.open_ms_total as f64 / 1000.0;
+            self.open_seconds.get_or_create(l).inc_by(seconds);
+        }
     }
 }

@@ -1101,6 +1101,12 @@ async fn an_operator_forces_a_breaker_open_and_closed() {
         (&json!("open"), &json!(true)),
         "{v}"
     );
+    let since = v["breaker"]["since"].as_str().expect("since is a string");
+    assert!(
+        sluice_core::time::parse_rfc3339("since", since).is_ok(),
+        "{v}"
+    );
+    assert_eq!(v["breaker"]["transitions"][0]["reason"], "forced", "{v}");
     // Forced open: no probes, however long it stays open.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let (_, got) = s

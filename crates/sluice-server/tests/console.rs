@@ -882,3 +882,98 @@ async fn absent_values_sort_last_and_status_events_are_read_whole() {
     b.close().await;
     s.shutdown().await;
 }
+
+/// A governed queue's page shows its adaptive rate and breaker with its transitions and a
+/// chart of both; Force open opens it; a refused force shows the broker's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_governed_queue_shows_its_rate_and_breaker_and_is_forced_open() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    s.put_queue(
+        "calls",
+        json!({
+            "rate_limit": {"limit": 600, "period_ms": 60_000},
+            "adaptive": {"min_per_min": 60, "max_per_min": 6000},
+            "breaker": {"min_calls": 10},
+        }),
+    )
+    .await;
+    // A history: forced open and closed again, and a Retry-After holding deliveries.
+    for state in ["open", "closed"] {
+        let (code, v) = s
+            .call(
+                Method::POST,
+                "/v1/queues/calls/breaker",
+                Some(json!({ "state": state })),
+            )
+            .await;
+        assert_eq!(code, 200, "{v}");
+    }
+    s.send("calls", json!(1)).await;
+    let got = s.receive("calls", json!({"max": 1})).await;
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/calls/nack",
+            Some(json!({"receipt": got[0]["receipt"], "retry_after_ms": 120_000})),
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+
+    b.client
+        .goto(&s.url("/#/queues/calls"))
+        .await
+        .expect("open the queue");
+    b.text_when("#breaker-state", |t| t == "closed").await;
+    // Label and value sit in a grid: one space between words, whatever the layout.
+    let words = |t: String| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    let rate = words(b.text_when("#adaptive", |t| t.contains("/min")).await);
+    assert!(rate.contains("60/min"), "{rate}");
+    assert!(rate.contains("60 – 6,000/min"), "{rate}");
+    assert!(rate.contains("rate_limit ceiling 600/min"), "{rate}");
+    assert!(rate.contains("congestion 1 signal, 0 decreases"), "{rate}");
+    let hold = b.text_when("#adaptive-hold", |t| !t.is_empty()).await;
+    assert!(
+        hold.starts_with("for 1m") || hold.starts_with("for 2m"),
+        "{hold}"
+    );
+    let breaker = words(b.text_when("#breaker", |t| t.contains("opened")).await);
+    assert!(breaker.contains("opened 1 time, "), "{breaker}");
+    assert!(breaker.contains("window 0% of 1 call failed"), "{breaker}");
+    assert_eq!(
+        b.count("#transitions tbody tr").await,
+        2,
+        "open, then closed again"
+    );
+    let newest = b.text_when("#transitions tbody tr", |_| true).await;
+    assert!(newest.contains("open → closed"), "{newest}");
+    assert!(newest.contains("forced by an operator"), "{newest}");
+    assert_eq!(
+        b.count("#flow .chart svg").await,
+        2,
+        "rate and breaker state"
+    );
+    b.screenshot("queue-flow.png").await;
+
+    b.click("#force-open").await;
+    b.text_when("#breaker-state", |t| t == "open").await;
+    b.text_when("#breaker-forced", |t| t == "forced").await;
+    b.text_when("#flow-out .ok", |t| t.contains("forced open"))
+        .await;
+    let st = s.stats("calls").await;
+    assert_eq!(st["flow"]["breaker"]["state"], "open", "{st}");
+    assert_eq!(st["flow"]["breaker"]["forced"], true, "{st}");
+    b.screenshot("queue-flow-open.png").await;
+
+    // Gone under the page's feet: the force is refused and the reason shows.
+    let (code, _) = s.call(Method::DELETE, "/v1/queues/calls", None).await;
+    assert_eq!(code, 204);
+    b.click("#force-closed").await;
+    let err = b.text_when("#flow-out .error", |t| !t.is_empty()).await;
+    assert!(
+        err.contains("calls") && err.contains("does not exist"),
+        "{err}"
+    );
+    b.close().await;
+    s.shutdown().await;
+}

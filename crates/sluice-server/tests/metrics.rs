@@ -171,3 +171,90 @@ async fn only_selected_queues_get_series_and_totals_count_them_all() {
     assert_eq!(total("sluice_all_queues_in_flight"), 2.0);
     assert_eq!(total("sluice_all_queues_messages_sent_total"), 5.0);
 }
+
+/// A governed queue exports its adaptive rate, congestion and decreases, and its breaker as a
+/// state set with its opened count and time open; a queue that is not governed exports none.
+#[tokio::test]
+async fn governed_queues_export_their_rate_and_breaker() {
+    let s = common::start().await;
+    s.put_queue(
+        "calls",
+        json!({
+            "adaptive": {"min_per_min": 60, "max_per_min": 6000},
+            "breaker": {"min_calls": 10},
+        }),
+    )
+    .await;
+    s.put_queue("plain", json!({})).await;
+    s.send("calls", json!(1)).await;
+    let got = s.receive("calls", json!({ "max": 1 })).await;
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/calls/nack",
+            Some(json!({ "receipt": got[0]["receipt"], "retry_after_ms": 100 })),
+        )
+        .await;
+    assert!(st.is_success(), "{v}");
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/calls/breaker",
+            Some(json!({ "state": "open" })),
+        )
+        .await;
+    assert!(st.is_success(), "{v}");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+
+    let (text, scrape) = scrape(&s).await;
+    let get = |metric: &str| {
+        value(&scrape, metric, "calls").unwrap_or_else(|| panic!("{metric} missing:\n{text}"))
+    };
+    assert_eq!(get("sluice_queue_adaptive_rate_per_min"), 60.0, "{text}");
+    assert_eq!(get("sluice_queue_adaptive_congestion_total"), 1.0, "{text}");
+    assert_eq!(get("sluice_queue_adaptive_decreases_total"), 0.0, "{text}");
+    assert_eq!(get("sluice_queue_breaker_opened_total"), 1.0, "{text}");
+    assert!(
+        get("sluice_queue_breaker_open_seconds_total") > 0.0,
+        "{text}"
+    );
+    let states: std::collections::BTreeMap<&str, f64> = scrape
+        .samples
+        .iter()
+        .filter(|x| x.metric == "sluice_queue_breaker_state")
+        .filter(|x| x.labels.get("queue") == Some("calls"))
+        .map(|x| match x.value {
+            prometheus_parse::Value::Gauge(v) => (x.labels.get("state").unwrap_or("?"), v),
+            _ => panic!("sluice_queue_breaker_state is not a gauge:\n{text}"),
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [("closed", 0.0), ("half_open", 0.0), ("open", 1.0)].into(),
+        "{text}"
+    );
+    for (name, kind) in [
+        ("sluice_queue_adaptive_rate_per_min", "gauge"),
+        ("sluice_queue_adaptive_congestion", "counter"),
+        ("sluice_queue_adaptive_decreases", "counter"),
+        ("sluice_queue_breaker_state", "gauge"),
+        ("sluice_queue_breaker_opened", "counter"),
+        ("sluice_queue_breaker_open_seconds", "counter"),
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name}:\n{text}"
+        );
+        assert!(text.contains(&format!("# HELP {name} ")), "{name}:\n{text}");
+    }
+    let plain = scrape
+        .samples
+        .iter()
+        .filter(|x| x.labels.get("queue") == Some("plain"))
+        .filter(|x| x.metric.contains("adaptive") || x.metric.contains("breaker"))
+        .count();
+    assert_eq!(
+        plain, 0,
+        "a queue that is not governed has no such series:\n{text}"
+    );
+}

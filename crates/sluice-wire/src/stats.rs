@@ -3,12 +3,12 @@
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use sluice_core::adaptive::FlowStats;
 use sluice_core::name::QueueName;
 use sluice_core::stats::Totals;
 use sluice_core::time::rfc3339;
 
 use crate::convert::as_ms;
+use crate::flow::FlowView;
 use sluice_core::stats::QueueStats;
 use sluice_core::trend::{Flow, Rates, Trend};
 
@@ -164,25 +164,21 @@ pub struct StatsView {
     pub rates_15m: RatesView,
     /// Where the backlog (visible + delayed + in flight) is heading.
     #[serde(default)]
-    pub backlog_trend: FlowView,
+    pub backlog_trend: TrendView,
     /// Where the DLQ depth is heading; its ETA is the time to empty it while a redrive (or
     /// anything else) takes messages out.
     #[serde(default)]
-    pub dlq_trend: FlowView,
+    pub dlq_trend: TrendView,
     /// The backlog's net flow over the last minute (same as `backlog_trend.slope_1m`).
     #[serde(default)]
     pub backlog_slope_per_sec: f64,
     /// The backlog's drain ETA (same as `backlog_trend.eta_ms`).
     #[serde(default)]
     pub drain_eta_ms: Option<u64>,
-    /// A governed queue's adaptive rate (`adaptive`: `rate_per_min`, its bounds, the
-    /// `rate_limit` ceiling, `hold_until`, congestion and decrease totals), breaker (`breaker`:
-    /// `state`, `since`, `forced`, `failure_share_permille`, `calls_in_window`,
-    /// `opened_total`, `open_ms_total`, `next_probe_at`, `probes_left`, `transitions`) and
-    /// their recent `history`; absent for a queue that is not governed.
+    /// A governed queue's adaptive rate, circuit breaker and their recent history; absent
+    /// for a queue that is not governed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub flow: Option<FlowStats>,
+    pub flow: Option<FlowView>,
 }
 
 /// Events per second over one window.
@@ -222,7 +218,7 @@ impl From<&Rates> for RatesView {
 
 /// Where one depth is heading.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct FlowView {
+pub struct TrendView {
     /// `rising`, `falling` or `flat` (flat when nothing moved since the latest 10-s sample,
     /// or when the last minute's in and out balance).
     pub direction: String,
@@ -239,15 +235,15 @@ pub struct FlowView {
     pub eta_ms: Option<u64>,
 }
 
-impl Default for FlowView {
+impl Default for TrendView {
     fn default() -> Self {
-        FlowView::from(&Flow::default())
+        TrendView::from(&Flow::default())
     }
 }
 
-impl From<&Flow> for FlowView {
+impl From<&Flow> for TrendView {
     fn from(f: &Flow) -> Self {
-        FlowView {
+        TrendView {
             direction: f.direction.as_str().to_owned(),
             slope: f.slope,
             slope_1m: f.slope_1m,
@@ -265,8 +261,8 @@ impl StatsView {
             rates: RatesView::from(m1),
             rates_5m: RatesView::from(m5),
             rates_15m: RatesView::from(m15),
-            backlog_trend: FlowView::from(&trend.backlog),
-            dlq_trend: FlowView::from(&trend.dead_letters),
+            backlog_trend: TrendView::from(&trend.backlog),
+            dlq_trend: TrendView::from(&trend.dead_letters),
             backlog_slope_per_sec: trend.backlog.slope_1m,
             drain_eta_ms: trend.backlog.eta.map(as_ms),
             ..StatsView::new(queue, stats)
@@ -287,11 +283,11 @@ impl StatsView {
             rates: RatesView::default(),
             rates_5m: RatesView::default(),
             rates_15m: RatesView::default(),
-            backlog_trend: FlowView::default(),
-            dlq_trend: FlowView::default(),
+            backlog_trend: TrendView::default(),
+            dlq_trend: TrendView::default(),
             backlog_slope_per_sec: 0.0,
             drain_eta_ms: None,
-            flow: stats.flow.clone(),
+            flow: stats.flow.as_ref().map(FlowView::from),
         }
     }
 }
@@ -320,6 +316,6 @@ mod tests {
         let view = serde_json::to_value(StatsView::new(&q, &stats)).unwrap();
         assert_eq!(view["flow"]["breaker"]["state"], "closed");
         let back: StatsView = serde_json::from_value(view).unwrap();
-        assert_eq!(back.flow, stats.flow);
+        assert_eq!(back.flow, stats.flow.as_ref().map(FlowView::from));
     }
 }

@@ -53,7 +53,26 @@ tests:
         values: '0+2x30'
       - series: 'sluice_messages_dead_lettered_total{queue="emails"}'
         values: '0x30'
+      # A breaker open (or half-open) from minute 5 on; another open for 3 min only.
+      - series: 'sluice_queue_breaker_state{queue="calls", state="closed"}'
+        values: '1x4 0x20'
+      - series: 'sluice_queue_breaker_state{queue="calls", state="open"}'
+        values: '0x4 1x20'
+      - series: 'sluice_queue_breaker_state{queue="hooks", state="closed"}'
+        values: '1x4 0x2 1x20'
     alert_rule_test:
+      - eval_time: 8m
+        alertname: SluiceBreakerOpen
+        exp_alerts: []
+      - eval_time: 12m
+        alertname: SluiceBreakerOpen
+        exp_alerts:
+          - exp_labels:
+              severity: page
+              queue: calls
+            exp_annotations:
+              summary: 'calls: circuit breaker open for more than 5 min'
+              description: '`sluice stats calls` shows its transitions and whether it was forced. Once the dependency is back it closes by itself after its probes; a forced breaker needs `sluice queue breaker calls close`.'
       - eval_time: 5m
         alertname: SluiceConnectionsRefused
         exp_alerts: []
@@ -112,7 +131,8 @@ fn the_shipped_alert_rules_load_fire_and_read_real_metrics() {
         .expect("run promtool");
     assert!(out.status.success(), "promtool test rules:\n{}", text(&out));
 
-    // Every metric a rule reads is exported by a broker that has seen some traffic.
+    // Every metric a rule reads is exported by a broker that has seen some traffic, with a
+    // governed queue.
     let broker = common::broker();
     let exported = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -124,7 +144,10 @@ fn the_shipped_alert_rules_load_fire_and_read_real_metrics() {
                 &c,
                 reqwest::Method::PUT,
                 format!("{}/v1/queues/jobs", broker.url),
-                Some(serde_json::json!({})),
+                Some(serde_json::json!({
+                    "adaptive": {"min_per_min": 60, "max_per_min": 600},
+                    "breaker": {},
+                })),
             )
             .await;
             common::call(

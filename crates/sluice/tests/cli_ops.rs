@@ -1,7 +1,7 @@
 //! The operator commands of the built `sluice` binary against a live
 //! `sluice serve` on an ephemeral port: `dlq list` (and `--group-by`), `dlq summary`, `redrive` (dry
 //! run, rate, detach, show, list, cancel), `stats` (all queues, one queue, `--json`,
-//! `--chart`, `--watch`), `audit` and `schedule`.
+//! `--chart`, `--watch`), `audit`, `schedule`, and a governed queue's flags and breaker.
 
 use std::io::Read;
 use std::process::{Command, Output, Stdio};
@@ -645,4 +645,93 @@ fn schedule_put_list_show_trigger_pause_and_delete() {
     assert!(err.contains("--body must be JSON"), "{err}");
     ok(u, &["schedule", "delete", "nightly"]);
     fails(u, &["schedule", "show", "nightly"], 3);
+}
+
+/// `queue create|update --adaptive/--breaker` (and `--no-…`), `queue breaker Q open|close`,
+/// and a governed queue's rate and breaker in `stats Q`; bad settings say how to write them.
+#[test]
+fn governance_flags_force_the_breaker_and_show_it_in_stats() {
+    let b = broker();
+    let u = b.url.as_str();
+    ok(
+        u,
+        &[
+            "queue",
+            "create",
+            "calls",
+            "--adaptive",
+            "min=60,max=6000,signal=errors:429;503,window=30s",
+            "--breaker",
+            "share=0.25,min_calls=10,probe_every=10s",
+        ],
+    );
+    let shown = ok(u, &["queue", "show", "calls"]);
+    assert!(
+        shown.contains("min=60,max=6000,signal=errors:429;503,window=30s"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("share=0.25,window=1m,min_calls=10,probe_every=10s,probes=3"),
+        "{shown}"
+    );
+    let q = json(u, &["queue", "show", "calls"]);
+    assert_eq!(q["config"]["adaptive"]["signal"]["errors"][1], "503", "{q}");
+    assert_eq!(q["config"]["breaker"]["failure_share"], 0.25, "{q}");
+
+    let stats = ok(u, &["stats", "calls"]);
+    assert!(stats.contains("adaptive rate"), "{stats}");
+    assert!(stats.contains("60/min (bounds 60 – 6000)"), "{stats}");
+    assert!(stats.contains("closed since"), "{stats}");
+
+    let forced = ok(u, &["queue", "breaker", "calls", "open"]);
+    assert!(forced.contains("open (forced) since"), "{forced}");
+    assert!(forced.contains("closed → open (forced)"), "{forced}");
+    let stats = ok(u, &["stats", "calls"]);
+    assert!(stats.contains("open (forced) since"), "{stats}");
+    assert!(stats.contains("opened 1 time,"), "{stats}");
+    let v = json(u, &["stats", "calls"]);
+    assert_eq!(v["flow"]["breaker"]["state"], "open", "{v}");
+    let v = json(u, &["queue", "breaker", "calls", "close"]);
+    assert_eq!(
+        (&v["breaker"]["state"], &v["breaker"]["forced"]),
+        (&Value::from("closed"), &Value::from(false)),
+        "{v}"
+    );
+
+    // A bare --breaker takes the defaults; --no-… removes each.
+    ok(
+        u,
+        &["queue", "update", "calls", "--no-adaptive", "--breaker"],
+    );
+    let q = json(u, &["queue", "show", "calls"]);
+    assert!(q["config"].get("adaptive").is_none(), "{q}");
+    assert_eq!(q["config"]["breaker"]["min_calls"], 20, "{q}");
+    ok(u, &["queue", "update", "calls", "--no-breaker"]);
+    let v = json(u, &["stats", "calls"]);
+    assert!(v.get("flow").is_none(), "not governed any more: {v}");
+    let err = fails(u, &["queue", "breaker", "calls", "open"], 4);
+    assert!(err.contains("has no breaker"), "{err}");
+
+    for (args, says) in [
+        (&["--adaptive", "max=600"][..], "needs min and max"),
+        (
+            &["--adaptive", "min=60,max=600,pace=3"],
+            "no setting \"pace\"",
+        ),
+        (&["--adaptive", "min=600,max=60"], "min_per_min must be"),
+        (
+            &["--adaptive", "min=1,max=9,signal=429"],
+            "'signal=errors:429;503'",
+        ),
+        (&["--breaker", "share=2"], "write it like share=0.5"),
+        (&["--breaker", "probes=0"], "probes must be 1 to 100"),
+        (&["--breaker", "--no-breaker"], "cannot be used with"),
+    ] {
+        let mut all = vec!["queue", "update", "calls"];
+        all.extend_from_slice(args);
+        let err = fails(u, &all, 2);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let err = fails(u, &["queue", "breaker", "calls", "ajar"], 2);
+    assert!(err.contains("open") && err.contains("close"), "{err}");
 }

@@ -31,6 +31,7 @@ from .models import (
     BrowsePage,
     ExtendResult,
     FailureResult,
+    Flow,
     History,
     Message,
     Delivery,
@@ -335,14 +336,16 @@ class Client:
         """Stops deliveries (sends are still accepted)."""
         return Queue.from_wire(self._json("POST", f"/v1/queues/{_queue(name)}/pause"))
 
-    def force_breaker(self, name: str, state: str) -> Dict[str, Any]:
+    def force_breaker(self, name: str, state: str) -> Flow:
         """Forces the queue's circuit breaker ``"open"`` (deliveries stop, without probes,
         until forced closed) or ``"closed"`` (an empty window, automatic from then on);
-        ``conflict`` for a queue without a breaker. Answers the queue's adaptive state (its
-        stats' ``flow``)."""
+        ``conflict`` for a queue without a breaker. Answers the queue's adaptive rate and
+        breaker afterwards (as ``Stats.flow``)."""
         if state not in ("open", "closed"):
             raise ValueError(f'state must be "open" or "closed", got {state!r}')
-        return self._json("POST", f"/v1/queues/{_queue(name)}/breaker", json_body={"state": state})
+        return Flow.from_wire(
+            self._json("POST", f"/v1/queues/{_queue(name)}/breaker", json_body={"state": state})
+        )
 
     def resume_queue(self, name: str) -> Queue:
         """Resumes deliveries."""

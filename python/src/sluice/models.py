@@ -1,7 +1,8 @@
 """What the broker answers, as typed dataclasses.
 
 Durations are seconds (``float``) on the Python side and whole milliseconds on the wire
-(fields ending ``_ms``); times are RFC 3339 strings as the broker sends them.
+(fields ending ``_ms``); times are RFC 3339 strings as the broker sends them, except in a
+governed queue's :class:`Flow`, where they are timezone-aware ``datetime`` values in UTC.
 
 A body (and a task result) comes back in the form it was sent: a JSON value is
 parsed (``kind`` ``json``), a ``text/plain`` body is a ``str`` (``kind`` ``text``), and a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as _dt
 import enum
 import math
 import re
@@ -25,11 +27,18 @@ __all__ = [
     "Attempt",
     "AuditEntry",
     "AuditPage",
+    "AdaptiveRate",
     "BodyKind",
+    "Breaker",
+    "BreakerReason",
+    "BreakerState",
+    "BreakerTransition",
     "BrowsePage",
     "Delivery",
     "ExtendResult",
     "FailureResult",
+    "Flow",
+    "FlowPoint",
     "History",
     "HistorySample",
     "Message",
@@ -78,6 +87,35 @@ def decode_body(obj: Mapping[str, Any], name: str = "body") -> Tuple[Any, Option
 
 def _s(ms: Optional[int]) -> Optional[float]:
     return None if ms is None else ms / 1000.0
+
+
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(?:([Zz])|([+-])(\d{2}):(\d{2}))$"
+)
+
+
+def parse_rfc3339(s: str) -> _dt.datetime:
+    """An RFC 3339 time as the broker writes it (``2026-01-01T10:00:00.25Z``), as a
+    timezone-aware ``datetime`` in UTC. Fractions beyond microseconds are cut."""
+    m = _RFC3339.match(s) if isinstance(s, str) else None
+    if not m:
+        raise DecodeError(f"{s!r} is not an RFC 3339 time (like 2026-01-01T10:00:00Z)")
+    y, mo, d, h, mi, sec, frac, z, sign, oh, om = m.groups()
+    micros = int((frac or "0")[:6].ljust(6, "0"))
+    tz = _dt.timezone.utc
+    if not z:
+        off = _dt.timedelta(hours=int(oh), minutes=int(om))
+        tz = _dt.timezone(off if sign == "+" else -off)
+    try:
+        t = _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), micros, tzinfo=tz)
+    except ValueError as e:
+        raise DecodeError(f"{s!r} is not an RFC 3339 time: {e}") from None
+    return t.astimezone(_dt.timezone.utc)
+
+
+def _t(s: Optional[str]) -> Optional[_dt.datetime]:
+    return None if s is None else parse_rfc3339(s)
 
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S.*?)\s*$")
@@ -596,6 +634,179 @@ class Trend:
         )
 
 
+class BreakerState(str, enum.Enum):
+    """Where a circuit breaker stands. A ``str``: ``BreakerState.OPEN == "open"``."""
+
+    CLOSED = "closed"
+    """Delivering; calls are counted."""
+    OPEN = "open"
+    """Not delivering: too many calls failed, or an operator forced it open."""
+    HALF_OPEN = "half_open"
+    """Letting a few probe deliveries through to see if the dependency is back."""
+
+    @classmethod
+    def from_wire(cls, s: Any) -> "BreakerState":
+        try:
+            return cls(s)
+        except ValueError:
+            raise DecodeError(f"unknown breaker state {s!r}") from None
+
+
+class BreakerReason(str, enum.Enum):
+    """Why a circuit breaker changed state. A ``str``: ``BreakerReason.FORCED == "forced"``."""
+
+    FAILURES = "failures"
+    """The failed share over the window reached ``failure_share`` (closed → open)."""
+    PAUSE_OVER = "pause_over"
+    """The pause of ``probe_every_ms`` is over (open → half-open)."""
+    PROBES_SUCCEEDED = "probes_succeeded"
+    """Every probe succeeded (half-open → closed)."""
+    PROBE_FAILED = "probe_failed"
+    """A probe failed (half-open → open)."""
+    FORCED = "forced"
+    """An operator forced it."""
+
+    @classmethod
+    def from_wire(cls, s: Any) -> "BreakerReason":
+        try:
+            return cls(s)
+        except ValueError:
+            raise DecodeError(f"unknown breaker reason {s!r}") from None
+
+
+@dataclass(frozen=True)
+class AdaptiveRate:
+    """A governed queue's adaptive delivery rate now, in deliveries per minute."""
+
+    rate_per_min: int
+    """The governed rate now."""
+    min_per_min: int
+    max_per_min: int
+    congestion_total: int
+    """Congestion signals observed."""
+    decreases_total: int
+    """Times the rate was cut."""
+    ceiling_per_min: Optional[int] = None
+    """The queue's ``rate_limit`` as a rate per minute, which the rate never exceeds."""
+    hold_until: Optional[_dt.datetime] = None
+    """Nothing is delivered until then: the latest Retry-After a consumer reported."""
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "AdaptiveRate":
+        return cls(
+            rate_per_min=int(d["rate_per_min"]),
+            min_per_min=int(d["min_per_min"]),
+            max_per_min=int(d["max_per_min"]),
+            congestion_total=int(d.get("congestion_total", 0)),
+            decreases_total=int(d.get("decreases_total", 0)),
+            ceiling_per_min=d.get("ceiling_per_min"),
+            hold_until=_t(d.get("hold_until")),
+        )
+
+
+@dataclass(frozen=True)
+class BreakerTransition:
+    """One change of a circuit breaker's state."""
+
+    at: _dt.datetime
+    from_state: BreakerState
+    """The state it left (``from`` on the wire)."""
+    to: BreakerState
+    reason: BreakerReason
+    failure_share: float
+    """The failed share of the calls in the window when it changed, 0 to 1."""
+    calls: int
+    """The calls in the window when it changed."""
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "BreakerTransition":
+        return cls(
+            at=parse_rfc3339(d["at"]),
+            from_state=BreakerState.from_wire(d["from"]),
+            to=BreakerState.from_wire(d["to"]),
+            reason=BreakerReason.from_wire(d["reason"]),
+            failure_share=int(d.get("failure_share_permille", 0)) / 1000.0,
+            calls=int(d.get("calls", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """A governed queue's circuit breaker now."""
+
+    state: BreakerState
+    since: _dt.datetime
+    forced: bool
+    """An operator forced it open: it stays open, without probes, until forced closed."""
+    failure_share: float
+    """The failed share of the calls in the window, 0 to 1."""
+    calls_in_window: int
+    opened_total: int
+    """Times it opened."""
+    open_time: float
+    """Seconds spent open or half-open, the current spell included."""
+    probes_left: int
+    """Probes a half-open breaker may still let through."""
+    transitions: List[BreakerTransition] = field(default_factory=list)
+    """The last transitions, oldest first."""
+    next_probe_at: Optional[_dt.datetime] = None
+    """When an open breaker lets probes through (not when forced open)."""
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "Breaker":
+        return cls(
+            state=BreakerState.from_wire(d["state"]),
+            since=parse_rfc3339(d["since"]),
+            forced=bool(d.get("forced", False)),
+            failure_share=int(d.get("failure_share_permille", 0)) / 1000.0,
+            calls_in_window=int(d.get("calls_in_window", 0)),
+            opened_total=int(d.get("opened_total", 0)),
+            open_time=int(d.get("open_ms_total", 0)) / 1000.0,
+            probes_left=int(d.get("probes_left", 0)),
+            transitions=[BreakerTransition.from_wire(t) for t in d.get("transitions") or []],
+            next_probe_at=_t(d.get("next_probe_at")),
+        )
+
+
+@dataclass(frozen=True)
+class FlowPoint:
+    """One point of a governed queue's recent history: its rate and breaker state from
+    ``at`` on."""
+
+    at: _dt.datetime
+    rate_per_min: Optional[int] = None
+    breaker: Optional[BreakerState] = None
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "FlowPoint":
+        b = d.get("breaker")
+        return cls(
+            at=parse_rfc3339(d["at"]),
+            rate_per_min=d.get("rate_per_min"),
+            breaker=None if b is None else BreakerState.from_wire(b),
+        )
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A governed queue's adaptive rate and circuit breaker (``Stats.flow``, and the answer
+    of :meth:`Client.force_breaker`); each part is ``None`` when the queue does not have it."""
+
+    adaptive: Optional[AdaptiveRate] = None
+    breaker: Optional[Breaker] = None
+    history: List[FlowPoint] = field(default_factory=list)
+    """Changes of the rate (by a tenth or more) and of the breaker state, oldest first."""
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "Flow":
+        a, b = d.get("adaptive"), d.get("breaker")
+        return cls(
+            adaptive=None if a is None else AdaptiveRate.from_wire(a),
+            breaker=None if b is None else Breaker.from_wire(b),
+            history=[FlowPoint.from_wire(p) for p in d.get("history") or []],
+        )
+
+
 @dataclass(frozen=True)
 class Stats:
     """A queue's numbers: backlog, in flight, DLQ depth, totals, rates and trends.
@@ -604,7 +815,8 @@ class Stats:
     ``backlog_trend`` says where the backlog is heading and ``dlq_trend`` where the DLQ depth
     is (its ``eta`` is the time to empty the DLQ while a redrive takes messages out).
     ``backlog_slope_per_sec`` and ``drain_eta`` are ``backlog_trend.slope_1m`` and
-    ``backlog_trend.eta``, kept for older callers.
+    ``backlog_trend.eta``, kept for older callers. ``flow`` is a governed queue's adaptive
+    rate and breaker, ``None`` for a queue that has neither.
     """
 
     queue: str
@@ -622,6 +834,7 @@ class Stats:
     rates_15m: Rates = field(default_factory=Rates)
     backlog_trend: Trend = field(default_factory=Trend)
     dlq_trend: Trend = field(default_factory=Trend)
+    flow: Optional[Flow] = None
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Stats":
@@ -641,6 +854,7 @@ class Stats:
             rates_15m=Rates.from_wire(d.get("rates_15m")),
             backlog_trend=Trend.from_wire(d.get("backlog_trend")),
             dlq_trend=Trend.from_wire(d.get("dlq_trend")),
+            flow=None if d.get("flow") is None else Flow.from_wire(d["flow"]),
         )
 
 

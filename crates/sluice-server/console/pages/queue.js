@@ -1,9 +1,11 @@
-// A queue: its numbers, depth charts over 1 h / 6 h / 24 h, rates, configuration, and pause,
-// resume and purge with a confirmation naming the count.
+// A queue: its numbers, a governed queue's adaptive rate and breaker, depth charts over
+// 1 h / 6 h / 24 h, rates, configuration, and pause, resume and purge with a confirmation
+// naming the count.
 
 import { enc, queuePath } from "../api.js";
 import { lineChart } from "../charts.js";
 import { confirmBox, errorBox, fill, h } from "../dom.js";
+import { flowSection } from "./flow.js";
 import { age, num, rate, trend } from "../format.js";
 import { can, me } from "../session.js";
 
@@ -128,6 +130,7 @@ export async function queuePage(page, name) {
   const cards = h("div", { class: "cards" });
   const rates = h("div");
   const charts = h("div", { class: "charts" });
+  const flow = flowSection(page, name);
   let range = "1h";
   let current = stats;
   const setPaused = (paused) =>
@@ -171,6 +174,7 @@ export async function queuePage(page, name) {
     current = s;
     fill(cards, statCards(s));
     fill(rates, ratesTable(s));
+    flow.draw(s.flow);
     drawActions();
   };
   const drawHistory = async () => {
@@ -211,6 +215,7 @@ export async function queuePage(page, name) {
     actions,
     notice,
     cards,
+    flow.box,
     h("h2", {}, "Depth over time"),
     tabs,
     charts,

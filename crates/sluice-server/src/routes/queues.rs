@@ -4,12 +4,11 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde::Deserialize;
 use sluice_core::QueueConfigPatch;
 use sluice_wire::{
-    ErrorEnvelope, PurgeResponse, QueueConfigRequest, QueueList, QueueListQuery, QueueView,
+    BreakerRequest, ErrorEnvelope, FlowView, PurgeResponse, QueueConfigRequest, QueueList,
+    QueueListQuery, QueueView,
 };
-use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
@@ -242,25 +241,15 @@ pub async fn pause_queue(
     Ok(out)
 }
 
-/// `POST /v1/queues/{q}/breaker`: what an operator forces a queue's breaker to.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BreakerRequest {
-    /// `open`: stays open, without probes, until forced `closed`; `closed`: closes with an
-    /// empty window, automatic from then on.
-    #[schema(value_type = String, pattern = "^(open|closed)$")]
-    pub state: sluice_core::adaptive::BreakerForce,
-}
-
 /// Forces a queue's circuit breaker open (deliveries stop until forced closed) or closed
 /// (deliveries resume; the breaker judges again from an empty window). Answers the queue's
-/// adaptive state, as `flow` in its stats.
+/// adaptive rate and breaker, as `flow` in its stats.
 #[utoipa::path(
     post, path = "/v1/queues/{q}/breaker", tag = "queues",
     params(("q" = String, Path, description = "Queue name")),
     request_body(content = BreakerRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "The queue's adaptive state afterwards", body = Object),
+        (status = 200, description = "The queue's adaptive rate and breaker afterwards", body = FlowView),
         (status = 404, description = "queue_not_found", body = ErrorEnvelope),
         (status = 409, description = "conflict: the queue has no breaker", body = ErrorEnvelope),
     )
@@ -270,7 +259,7 @@ pub async fn force_breaker(
     caller: Caller,
     QueuePath(q): QueuePath,
     JsonBody(req): JsonBody<BreakerRequest>,
-) -> Result<Json<sluice_core::adaptive::FlowStats>, ApiError> {
+) -> Result<Json<FlowView>, ApiError> {
     caller.allow(Action::ManageQueue, &q)?;
     let out = st.store.force_breaker(&q, req.state).await?;
     let to = match req.state {
@@ -285,7 +274,7 @@ pub async fn force_breaker(
         &[("state", to.to_owned())],
     )
     .await;
-    Ok(Json(out))
+    Ok(Json(FlowView::from(&out)))
 }
 
 /// Resumes deliveries.

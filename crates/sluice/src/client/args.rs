@@ -5,12 +5,15 @@
 use std::time::Duration;
 
 use clap::Args;
+use sluice_core::adaptive::{AdaptiveRate, BreakerConfig};
 use sluice_core::{Clock, SystemClock, Timestamp};
 use sluice_wire::{
     ClientErrorActionWire, PushMethodWire, PushTargetRequest, QueueConfigRequest, RateLimitWire,
 };
 
 pub use sluice_core::human::{fmt_ms, parse_duration};
+
+use super::governance::{parse_adaptive, parse_breaker};
 
 /// Parses a rate: `<count>/<period>` where the period is a unit (`s`, `sec`, `min`, `m`,
 /// `h`, `hour`, `d`, `day`) or a duration (`60s`, `500ms`).
@@ -301,6 +304,29 @@ pub struct QueueConfigArgs {
     /// What a 4xx answer other than 429 does: `reject` (dead-letter, default) or `retry`.
     #[arg(long, value_name = "ACTION", requires = "push", value_parser = parse_client_error)]
     pub push_on_client_error: Option<ClientErrorActionWire>,
+    /// An adaptive delivery rate, learned from congestion nacks (Retry-After, or errors
+    /// matching `signal`), per minute: `min=60,max=6000[,signal=retry_after|errors:429;503]
+    /// [,window=60s][,increase=N][,decrease=0.7]` (quote it in a shell: `;` separates the
+    /// error patterns). Replaces the current setting whole.
+    #[arg(long, value_name = "SETTINGS", value_parser = parse_adaptive, conflicts_with = "no_adaptive")]
+    pub adaptive: Option<AdaptiveRate>,
+    /// Remove the adaptive rate.
+    #[arg(long)]
+    pub no_adaptive: bool,
+    /// A circuit breaker: `[share=0.5][,window=60s][,min_calls=20][,probe_every=30s]
+    /// [,probes=3]`; a bare --breaker takes the defaults. Replaces the current setting whole.
+    #[arg(
+        long,
+        value_name = "SETTINGS",
+        num_args = 0..=1,
+        default_missing_value = "",
+        value_parser = parse_breaker,
+        conflicts_with = "no_breaker"
+    )]
+    pub breaker: Option<BreakerConfig>,
+    /// Remove the circuit breaker.
+    #[arg(long)]
+    pub no_breaker: bool,
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
@@ -384,9 +410,16 @@ impl QueueConfigArgs {
             } else {
                 (!self.tag.is_empty()).then(|| self.tag.iter().cloned().collect())
             },
-            // No flags yet: set them with `PUT /v1/queues/{q}` (docs/adaptive.md).
-            adaptive: None,
-            breaker: None,
+            adaptive: if self.no_adaptive {
+                Some(None)
+            } else {
+                self.adaptive.clone().map(Some)
+            },
+            breaker: if self.no_breaker {
+                Some(None)
+            } else {
+                self.breaker.clone().map(Some)
+            },
         }
     }
 }

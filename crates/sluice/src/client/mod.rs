@@ -33,6 +33,7 @@ mod consume;
 mod dlq;
 mod exit;
 mod filter;
+mod governance;
 mod message;
 mod output;
 mod queue;

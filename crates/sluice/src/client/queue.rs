@@ -1,11 +1,13 @@
-//! `sluice queue create|list|show|update|delete|pause|resume|purge`.
+//! `sluice queue create|list|show|update|delete|pause|resume|purge|breaker`.
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
+use sluice_client::BreakerForce;
 use sluice_client::wire::QueueView;
 
 use super::args::{QueueConfigArgs, fmt_ms, fmt_rate};
 use super::confirm::{confirm, messages};
+use super::governance::{breaker_line, fmt_adaptive, fmt_breaker, last_transition, rate_line};
 use super::output::{Table, details, json, or_dash};
 use super::{Conn, Failure};
 
@@ -29,7 +31,7 @@ enum QueueCommand {
         #[arg(long)]
         update: bool,
         #[command(flatten)]
-        config: QueueConfigArgs,
+        config: Box<QueueConfigArgs>,
     },
     /// List the queues, by name (every page of the broker's listing).
     List {
@@ -47,7 +49,7 @@ enum QueueCommand {
         /// Queue name.
         name: String,
         #[command(flatten)]
-        config: QueueConfigArgs,
+        config: Box<QueueConfigArgs>,
     },
     /// Delete a queue and every message in it. A queue holding messages needs confirming:
     /// at a terminal it asks, otherwise pass --yes. Its dead-letter queue is kept unless
@@ -81,6 +83,25 @@ enum QueueCommand {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    /// Force the queue's circuit breaker: `open` stops deliveries until it is forced closed
+    /// (without probes, across restarts); `close` resumes them, the breaker judging again
+    /// from an empty window. Prints the breaker afterwards.
+    Breaker {
+        /// Queue name.
+        name: String,
+        /// `open` or `close`.
+        state: BreakerAction,
+    },
+}
+
+/// What `queue breaker` forces.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BreakerAction {
+    /// Stop deliveries until forced closed.
+    Open,
+    /// Resume deliveries; automatic from then on.
+    #[value(alias = "closed")]
+    Close,
 }
 
 /// Runs a queue subcommand.
@@ -199,6 +220,37 @@ pub async fn run(a: QueueArgs) -> Result<(), Failure> {
             }
             println!("purged {} messages from {name}", p.purged);
         }
+        QueueCommand::Breaker { name, state } => {
+            let force = match state {
+                BreakerAction::Open => BreakerForce::Open,
+                BreakerAction::Close => BreakerForce::Closed,
+            };
+            let flow = match c.force_breaker(&name, force).await {
+                Err(e) if e.code() == Some(sluice_client::ErrorCode::Conflict) => {
+                    return Err(Failure::Code(
+                        super::exit::exit_code(&e),
+                        format!(
+                            "{e}\n  hint: give it one with `sluice queue update {name} --breaker`"
+                        ),
+                    ));
+                }
+                r => r?,
+            };
+            if as_json {
+                return json(&flow);
+            }
+            let mut rows = Vec::new();
+            if let Some(b) = &flow.breaker {
+                rows.push(("breaker", breaker_line(b)));
+                if let Some(t) = last_transition(b) {
+                    rows.push(("last change", t));
+                }
+            }
+            if let Some(r) = rate_line(&flow) {
+                rows.push(("adaptive rate", r));
+            }
+            details(&rows);
+        }
     }
     Ok(())
 }
@@ -308,6 +360,8 @@ fn show(q: &QueueView) {
         ("max_depth", or_dash(c.max_depth)),
         ("result_ttl", fmt_ms(c.result_ttl_ms)),
         ("paused", c.paused.to_string()),
+        ("adaptive", or_dash(c.adaptive.as_ref().map(fmt_adaptive))),
+        ("breaker", or_dash(c.breaker.as_ref().map(fmt_breaker))),
         (
             "push",
             or_dash(c.push.as_ref().map(|p| {

@@ -1,7 +1,8 @@
 //! `sluice stats [QUEUE] [--watch] [--chart]`: backlog, in flight, DLQ depth, rates and the
 //! backlog trend.
 //!
-//! Without a queue, one table row per queue; with one, every gauge and total of that queue.
+//! Without a queue, one table row per queue; with one, every gauge and total of that queue,
+//! and a governed queue's adaptive rate and breaker.
 //! `--watch` redraws every `--interval` until Ctrl-C (and stops by itself after 24 h);
 //! `--chart` draws the queue's backlog and DLQ depth over `--window` from the broker's history
 //! (a sample every 10 s) as plain text, and with `--watch` redraws it.
@@ -12,9 +13,10 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::json;
 use sluice_client::Client;
-use sluice_client::wire::{FlowView, RatesView, SampleView, StatsView};
+use sluice_client::wire::{RatesView, SampleView, StatsView, TrendView};
 
 use super::args::{fmt_ms, fmt_secs, parse_duration, short_time, time_ago, time_ms};
+use super::governance::{breaker_line, last_transition, rate_line};
 use super::output::Table;
 use super::{Conn, Failure};
 
@@ -130,7 +132,7 @@ async fn fetch(c: &Client, queue: Option<&str>) -> Result<Vec<StatsView>, Failur
 }
 
 /// A flow as an arrow and its recent slope: `↑ +2.5/s`, `↓ -0.4/s`, `→ flat`.
-fn trend(f: &FlowView) -> String {
+fn trend(f: &TrendView) -> String {
     match f.direction.as_str() {
         "rising" => format!("↑ +{}/s", num(f.slope.max(0.0))),
         "falling" => format!("↓ -{}/s", num((-f.slope).max(0.0))),
@@ -139,7 +141,7 @@ fn trend(f: &FlowView) -> String {
 }
 
 /// Net flows over 1 and 5 minutes: `+0.83/s 1m, +0.17/s 5m`.
-fn slopes(f: &FlowView) -> String {
+fn slopes(f: &TrendView) -> String {
     format!("{} 1m, {} 5m", signed(f.slope_1m), signed(f.slope_5m))
 }
 
@@ -168,7 +170,7 @@ fn num(v: f64) -> String {
 }
 
 /// An ETA, or `-` while nothing is being taken out.
-fn eta(f: &FlowView) -> String {
+fn eta(f: &TrendView) -> String {
     f.eta_ms
         .map_or_else(|| "-".to_owned(), |ms| fmt_secs(ms.div_ceil(1000)))
 }
@@ -257,6 +259,18 @@ fn render_one(s: &StatsView) -> String {
         ),
         ("dlq_empty_eta", eta(&s.dlq_trend)),
     ];
+    let mut pairs = pairs.to_vec();
+    if let Some(f) = &s.flow {
+        if let Some(r) = rate_line(f) {
+            pairs.push(("adaptive rate", r));
+        }
+        if let Some(b) = &f.breaker {
+            pairs.push(("breaker", breaker_line(b)));
+            if let Some(t) = last_transition(b) {
+                pairs.push(("breaker change", t));
+            }
+        }
+    }
     details_string(&pairs)
 }
 
@@ -503,7 +517,7 @@ mod tests {
 
     #[test]
     fn arrows() {
-        let flow = |direction: &str, slope: f64| FlowView {
+        let flow = |direction: &str, slope: f64| TrendView {
             direction: direction.to_owned(),
             slope,
             slope_1m: slope,

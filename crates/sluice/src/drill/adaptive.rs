@@ -132,7 +132,7 @@ pub fn flow_sample(st: &StatsView, scale: f64) -> FlowSample {
             .adaptive
             .as_ref()
             .map(|a| f64::from(a.rate_per_min) / scale),
-        breaker: flow.breaker.as_ref().map(|b| b.state),
+        breaker: flow.breaker.as_ref().map(|b| b.state.into()),
     }
 }
 
@@ -152,7 +152,10 @@ pub fn merge_transitions(
         .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     let last = into.last().map_or(f64::NEG_INFINITY, |t| t.0);
     for t in &b.transitions {
-        let minute = (t.at.as_millis() as f64 - epoch_ms) / 1000.0 * clock.scale / 60.0;
+        let Ok(at) = sluice_client::wire::parse_rfc3339("at", &t.at) else {
+            continue;
+        };
+        let minute = (at.as_millis() as f64 - epoch_ms) / 1000.0 * clock.scale / 60.0;
         if minute > last {
             into.push((minute, t.to.as_str().to_owned()));
         }
