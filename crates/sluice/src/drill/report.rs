@@ -160,20 +160,18 @@ pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
             .filter_map(|x| x.flow.rate_per_min)
             .collect();
         let open_min = open_minutes(o);
+        let lowest = rates.iter().copied().reduce(f64::min).unwrap_or(0.0);
+        let highest = rates.iter().copied().reduce(f64::max).unwrap_or(0.0);
+        let opened = o
+            .breaker_transitions
+            .iter()
+            .filter(|(_, t)| t == "open")
+            .count();
         let _ = writeln!(
             s,
-            "  flow       adapted rate {:.0} to {:.0}/min (at the end {:.0}); breaker opened {}              times, open or half-open {open_min:.1} min",
-            rates
-                .iter()
-                .copied()
-                .fold(f64::INFINITY, f64::min)
-                .min(rates.first().copied().unwrap_or(0.0)),
-            rates.iter().copied().fold(0.0, f64::max),
+            "  flow       adapted rate {lowest:.0} to {highest:.0}/min (at the end {:.0}); \
+             breaker opened {opened} times, open or half-open {open_min:.1} min",
             rates.last().copied().unwrap_or(0.0),
-            o.breaker_transitions
-                .iter()
-                .filter(|(_, t)| t == "open")
-                .count()
         );
     }
     if let Some((rate, minutes)) = busy_call_rate(o, 50)
