@@ -400,12 +400,12 @@ pub fn chart(
             f64::max,
         ));
         let y = |v: f64| bottom - (bottom - top) * v / vmax;
-        let _ = write!(
-            svg,
-            r##"<rect x="{:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#999" fill-opacity="0.18"/>"##,
-            x(os),
-            (x(oe) - x(os)).max(1.0),
-            bottom - top
+        frame(
+            &mut svg,
+            (x(os), x(oe)),
+            (*top, *bottom),
+            (left, right),
+            vmax,
         );
         if pi == 0 {
             let _ = write!(
@@ -413,17 +413,6 @@ pub fn chart(
                 r##"<text x="{:.1}" y="{:.1}" fill="#555">outage</text>"##,
                 x(os) + 3.0,
                 top + 14.0
-            );
-        }
-        for k in 0..=4 {
-            let v = vmax * f64::from(k) / 4.0;
-            let _ = write!(
-                svg,
-                r##"<line x1="{left}" x2="{right}" y1="{0:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{1}" y="{2:.1}" text-anchor="end">{3}</text>"##,
-                y(v),
-                left - 6.0,
-                y(v) + 4.0,
-                v.round()
             );
         }
         if pi == 1 {
@@ -508,6 +497,33 @@ pub fn chart(
     page
 }
 
+/// A panel's frame: the outage (`from`, `to`) shaded, and grid lines labelled 0 to `vmax`.
+fn frame(
+    svg: &mut String,
+    (from, to): (f64, f64),
+    (top, bottom): (f64, f64),
+    (left, right): (f64, f64),
+    vmax: f64,
+) {
+    let _ = write!(
+        svg,
+        r##"<rect x="{from:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#999" fill-opacity="0.18"/>"##,
+        (to - from).max(1.0),
+        bottom - top
+    );
+    for k in 0..=4 {
+        let v = vmax * f64::from(k) / 4.0;
+        let y = bottom - (bottom - top) * v / vmax;
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{right}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{0}" y="{1:.1}" text-anchor="end">{2}</text>"##,
+            left - 6.0,
+            y + 4.0,
+            v.round()
+        );
+    }
+}
+
 /// The adaptive run's third panel: the adapted rate per scenario minute against the quota,
 /// and the breaker's open (red) and half-open (amber) spans as bands along its foot.
 fn flow_panel(
@@ -527,24 +543,7 @@ fn flow_panel(
     let vmax = nice_max(pts.iter().map(|p| p.1).fold(q * 1.5, f64::max));
     let y = |v: f64| bottom - (bottom - top) * v / vmax;
     let (os, oe) = sc.outage_min();
-    let _ = write!(
-        svg,
-        r##"<rect x="{:.1}" y="{top}" width="{:.1}" height="{:.1}" fill="#999" fill-opacity="0.18"/>"##,
-        x(os),
-        (x(oe) - x(os)).max(1.0),
-        bottom - top
-    );
-    for k in 0..=4 {
-        let v = vmax * f64::from(k) / 4.0;
-        let _ = write!(
-            svg,
-            r##"<line x1="{left}" x2="{right}" y1="{0:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{1}" y="{2:.1}" text-anchor="end">{3}</text>"##,
-            y(v),
-            left - 6.0,
-            y(v) + 4.0,
-            v.round()
-        );
-    }
+    frame(svg, (x(os), x(oe)), (top, bottom), (left, right), vmax);
     let _ = write!(
         svg,
         r##"<line x1="{left}" x2="{right}" y1="{0:.1}" y2="{0:.1}" stroke="#000" stroke-dasharray="5,4"/><text x="{right}" y="{1:.1}" text-anchor="end">quota {q}/min (unknown to the worker)</text>"##,
