@@ -531,9 +531,14 @@ pub(crate) async fn reconfigure(
     let Some(mut sh) = Shared::load(c, q, fc, at).await? else {
         return Ok(());
     };
-    let events = if sh.stored.is_some() {
+    // A queue governed from now on starts afresh, even over a row left behind (by a node of
+    // an earlier version that deleted the queue without it).
+    let events = if was.is_some_and(governed) && sh.stored.is_some() {
         sh.state.reconfigure(fc, at)
     } else {
+        if let Some(fresh) = FlowState::new(fc, at) {
+            sh.state = fresh;
+        }
         Vec::new()
     };
     sh.save(c, q, now).await?;

@@ -163,24 +163,36 @@ impl Breaker {
         self.state == BreakerState::Closed
     }
 
-    /// The time-driven transition: an open breaker whose pause is over turns half-open.
+    /// The time-driven transitions: an open breaker whose pause is over turns half-open; a
+    /// half-open breaker whose probes have all been out for a pause without an answer lets
+    /// the missing ones through again (an answer can be lost: a client gone before its ack
+    /// was counted, a node that stopped before handing its outcomes over).
     pub(super) fn tick(&mut self, cfg: &BreakerConfig, now: Timestamp) -> Option<Transition> {
-        if self.state == BreakerState::Open
-            && !self.forced
-            && self.probe_at.is_some_and(|p| now >= p)
-        {
-            self.probes_left = cfg.probes;
-            self.probes_ok = 0;
-            self.probe_at = None;
-            return Some(self.enter(BreakerState::HalfOpen, BreakerReason::PauseOver, now));
+        let due = self.probe_at.is_some_and(|p| now >= p);
+        match self.state {
+            BreakerState::Open if !self.forced && due => {
+                self.probes_left = cfg.probes;
+                self.probes_ok = 0;
+                self.probe_at = None;
+                Some(self.enter(BreakerState::HalfOpen, BreakerReason::PauseOver, now))
+            }
+            BreakerState::HalfOpen if self.probes_left == 0 && due => {
+                self.probes_left = cfg.probes.saturating_sub(self.probes_ok).max(1);
+                self.probe_at = None;
+                None
+            }
+            _ => None,
         }
-        None
     }
 
-    /// Probe deliveries leased.
-    pub(super) fn leased(&mut self, n: u32) {
-        if self.state == BreakerState::HalfOpen {
+    /// Probe deliveries leased at `now`: when the last one goes out, the pause after which
+    /// they are given up for lost starts.
+    pub(super) fn leased(&mut self, cfg: &BreakerConfig, n: u32, now: Timestamp) {
+        if self.state == BreakerState::HalfOpen && n > 0 {
             self.probes_left = self.probes_left.saturating_sub(n);
+            if self.probes_left == 0 {
+                self.probe_at = Some(now.plus(cfg.probe_every()));
+            }
         }
     }
 

@@ -140,7 +140,7 @@ impl FlowState {
                 BreakerState::HalfOpen => {
                     let admit = match (held, b.probes_left) {
                         (Some(h), _) => Admit::Shut { until: Some(h) },
-                        (None, 0) => Admit::Shut { until: None },
+                        (None, 0) => Admit::Shut { until: b.probe_at },
                         (None, n) => Admit::Probe { n },
                     };
                     return (admit, events);
@@ -166,8 +166,8 @@ impl FlowState {
         if n == 0 {
             return events;
         }
-        if let Some(b) = self.breaker.as_mut() {
-            b.leased(n);
+        if let (Some(c), Some(b)) = (cfg.breaker, self.breaker.as_mut()) {
+            b.leased(c, n, now);
         }
         if let Some(g) = self.governor.as_mut() {
             let step = g.leased(cfg, n, now);

@@ -138,7 +138,14 @@ fn an_open_breaker_probes_after_its_pause_and_closes_when_the_probes_succeed() {
     s.leased(cfg, 2, at(6_000));
     assert_eq!(s.admit(cfg, at(6_000)).0, Admit::Probe { n: 1 });
     s.leased(cfg, 1, at(6_000));
-    assert_eq!(s.admit(cfg, at(6_000)).0, Admit::Shut { until: None });
+    // Every probe is out: nothing more until they are answered, or given up for lost after
+    // a pause.
+    assert_eq!(
+        s.admit(cfg, at(6_000)).0,
+        Admit::Shut {
+            until: Some(at(11_000))
+        }
+    );
     // A released probe lets another through, and so does a rejected one: a reject is no
     // sign that the dependency is back.
     s.observe(cfg, &Tally::of(Outcome::Neutral, 1), at(6_100));
@@ -255,6 +262,36 @@ fn forced_open_is_sticky_and_forced_closed_starts_afresh() {
     // ... and an automatic open probes after its pause.
     s.observe(cfg, &tally(0, 8), at(601_200));
     assert_eq!(s.admit(cfg, at(606_200)).0, Admit::Probe { n: 3 });
+}
+
+#[test]
+fn probes_whose_answers_were_lost_are_let_through_again_after_a_pause() {
+    let b = breaker_cfg();
+    let cfg = only_breaker(&b);
+    let mut s = opened(&b);
+    assert_eq!(s.admit(cfg, at(6_000)).0, Admit::Probe { n: 3 });
+    s.leased(cfg, 3, at(6_000));
+    // One answered, two never are (a client gone before its ack was counted).
+    assert!(s.observe(cfg, &tally(1, 0), at(6_500)).is_empty());
+    assert_eq!(
+        s.admit(cfg, at(10_999)).0,
+        Admit::Shut {
+            until: Some(at(11_000))
+        }
+    );
+    let (admit, events) = s.admit(cfg, at(11_000));
+    assert_eq!(admit, Admit::Probe { n: 2 });
+    assert!(events.is_empty(), "still half-open: {events:?}");
+    s.leased(cfg, 2, at(11_000));
+    let events = s.observe(cfg, &tally(2, 0), at(11_200));
+    assert_eq!(
+        transitions(&events),
+        [(
+            BreakerState::HalfOpen,
+            BreakerState::Closed,
+            BreakerReason::ProbesSucceeded
+        )]
+    );
 }
 
 #[test]
