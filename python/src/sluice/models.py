@@ -7,6 +7,10 @@ governed queue's :class:`Flow`, where they are timezone-aware ``datetime`` value
 A body (and a task result) comes back in the form it was sent: a JSON value is
 parsed (``kind`` ``json``), a ``text/plain`` body is a ``str`` (``kind`` ``text``), and a
 binary body is ``bytes`` (``kind`` ``bytes``), byte-exact.
+
+Over 1,000 lines: one dataclass per view the API answers, each with its parsing, in one module
+so that ``from sluice.models import ...`` names every answer; they share the small parsing
+helpers at the top.
 """
 
 from __future__ import annotations
