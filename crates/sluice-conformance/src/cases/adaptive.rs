@@ -2,26 +2,16 @@
 //! stops deliveries while the dependency fails and keeps the attempts of the messages that
 //! fail meanwhile; an adaptive rate stays within its bounds and under `rate_limit`, and
 //! congestion cuts it.
-//!
-//! An engine that does not govern queues yet refuses such a configuration with
-//! `invalid_argument`; the cases then end early (and say so), since there is nothing to test.
 
 use super::*;
 use sluice_core::adaptive::{AdaptiveRate, BreakerConfig, BreakerState, CongestionSignal};
 use sluice_core::audit::{AuditEvent, AuditQuery};
 
-/// The queue `name` with `patch`, or `None` when the engine refuses governed queues.
+/// The queue `name` with `patch` (every engine governs queues).
 async fn governed(e: &Env, name: &str, patch: QueueConfigPatch) -> Option<QueueName> {
     let q = qn(name);
     match e.store.put_queue(&q, &patch).await {
         Ok(_) => Some(q),
-        Err(err)
-            if err.code() == ErrorCode::InvalidArgument
-                && err.to_string().contains("not yet supported") =>
-        {
-            eprintln!("skipped: this engine does not govern queues yet ({err})");
-            None
-        }
         Err(err) => panic!("put_queue({name}, {patch:?}) failed: {err:?}"),
     }
 }
