@@ -116,8 +116,11 @@ pub async fn run(
     let worker = workload::worker(client.clone(), &queue, &wp)?;
 
     // Go.
-    let clock = Clock::new(sc.scale);
+    // The wall clock is read first, so that a task's `expires_at` is never later than the
+    // instant its delay ends: a worker must not find a hold not over yet and spend an attempt
+    // on it.
     let epoch = SystemTime::now();
+    let clock = Clock::new(sc.scale);
     let deadline = clock.start + deadline_real;
     let plan = workload::plan(sc, &clock, epoch);
     let sent = workload::enqueue(client, &queue, &plan, &clock).await?;
