@@ -196,6 +196,7 @@ macro_rules! __sluice_conformance_cases {
             a_retry_after_holds_the_whole_adaptive_queue,
             a_forced_breaker_stays_open_until_forced_closed,
             a_congestion_nack_keeps_its_attempt,
+            a_failure_under_a_breaker_waits_out_its_window,
         }
     };
 }

@@ -37,6 +37,12 @@ pub fn after_nack(cfg: &QueueConfig, receive_count: u32, delay: Option<Duration>
 /// or half-open (the dependency is down, not the message) leaves the message's budget as it
 /// was before this delivery, as a release does. With `counted` true this is [`after_nack`].
 ///
+/// A counted failure without an explicit delay on a queue with a breaker waits out the
+/// breaker's window before its backoff: the next attempt comes only once the breaker has
+/// judged the window the failure fell in. Without it, the backoff's full jitter can draw
+/// near-zero delays and let a message spend every attempt in the seconds an outage takes to
+/// open the breaker.
+///
 /// Returns what happens to the message and the receive count to store with it:
 /// `receive_count`, or `receive_count - 1` when the attempt is not counted (exhaustion and the
 /// backoff are judged on that count too).
@@ -50,6 +56,14 @@ pub fn after_nack_counted(
         receive_count
     } else {
         receive_count.saturating_sub(1)
+    };
+    let delay = match (&cfg.breaker, delay) {
+        (Some(b), None) if counted => Some(b.window().saturating_add(backoff::retry_delay(
+            cfg.backoff_base,
+            cfg.backoff_max,
+            stored,
+        ))),
+        _ => delay,
     };
     (after_nack(cfg, stored, delay), stored)
 }
@@ -116,6 +130,34 @@ mod tests {
             (AfterFailure::Retry(Duration::from_secs(2)), 0)
         );
         assert_eq!(after_nack_counted(&cfg(3), 2, d, true).1, 2);
+    }
+
+    #[test]
+    fn a_counted_failure_under_a_breaker_waits_out_its_window() {
+        let s = Duration::from_secs;
+        let mut c = cfg(3);
+        c.backoff_base = s(10);
+        c.breaker = Some(crate::adaptive::BreakerConfig {
+            window_ms: 15_000,
+            ..Default::default()
+        });
+        for _ in 0..200 {
+            let (after, _) = after_nack_counted(&c, 1, None, true);
+            let AfterFailure::Retry(d) = after else {
+                panic!("retried: {after:?}")
+            };
+            assert!(d >= s(15) && d <= s(25), "window then backoff: {d:?}");
+        }
+        // An explicit delay is the worker's word; an uncounted nack spends nothing to guard.
+        let d = Some(s(1));
+        assert_eq!(
+            after_nack_counted(&c, 1, d, true).0,
+            AfterFailure::Retry(s(1))
+        );
+        let (AfterFailure::Retry(d), _) = after_nack_counted(&c, 1, None, false) else {
+            panic!("retried")
+        };
+        assert!(d < s(15), "no window for an uncounted nack: {d:?}");
     }
 
     #[test]

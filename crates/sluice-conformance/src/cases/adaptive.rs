@@ -482,3 +482,64 @@ pub async fn a_congestion_nack_keeps_its_attempt(h: &dyn Harness) {
         std::collections::BTreeSet::from([d.id])
     );
 }
+
+/// On a queue with a breaker, a transient failure that spends its attempt waits out the
+/// breaker's window before its backoff: the message's next attempt comes only once the breaker
+/// has judged the failures around it, so it cannot spend its whole budget in the seconds an
+/// outage takes to open the breaker. An explicit delay is kept as given.
+pub async fn a_failure_under_a_breaker_waits_out_its_window(h: &dyn Harness) {
+    let e = env(h).await;
+    let Some(q) = governed(
+        &e,
+        "judged",
+        QueueConfigPatch {
+            max_receive_count: Some(3),
+            visibility_timeout: Some(secs(3600)),
+            backoff_base: Some(secs(1)),
+            backoff_max: Some(secs(1)),
+            breaker: Some(Some(breaker())),
+            ..Default::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    e.send_batch(&q, (0..3).map(|i| text(&i.to_string())).collect())
+        .await;
+    let ds = e.recv(&q, 3).await;
+    assert_eq!(ds.len(), 3);
+    let t = e.now();
+    for d in &ds[..2] {
+        e.nack(&q, d.receipt, None, Some("upstream unavailable (503)"))
+            .await
+            .expect("failure nack");
+    }
+    e.nack(&q, ds[2].receipt, Some(secs(5)), Some("try again in 5 s"))
+        .await
+        .expect("nack with a delay");
+    for m in e.browse(&q, BrowseState::Delayed).await {
+        let at = m
+            .visible_at
+            .expect("a delayed message has visible_at")
+            .since(t);
+        if m.id == ds[2].id {
+            assert_eq!(at, secs(5), "an explicit delay is the worker's word");
+        } else {
+            assert!(
+                at >= ms(60_000) && at <= ms(61_000),
+                "the window (60 s), then the backoff (at most 1 s): +{at:?}"
+            );
+        }
+    }
+    e.advance(secs(5));
+    assert_eq!(e.recv(&q, 3).await.len(), 1, "the delayed one is back");
+    e.advance(ms(54_999));
+    e.recv_none(&q, "the failed ones wait out the window").await;
+    e.advance(ms(1_001));
+    assert_eq!(
+        e.recv(&q, 3).await.len(),
+        2,
+        "after the window and the backoff both failed ones are back"
+    );
+}

@@ -62,11 +62,10 @@ impl Mode {
 }
 
 /// Breaker of the adaptive run: opens when half the calls of the last 15 scenario seconds
-/// failed (5 calls at least), probes every 30 scenario seconds with 3 deliveries. The window
-/// is short enough for the breaker to open before the first retry of a message that failed
-/// when the outage began (backoff 10 s): a breaker that judged a whole minute, most of it
-/// from before the outage, would open only after the first messages of the outage had spent
-/// two or three attempts.
+/// failed (5 calls at least), probes every 30 scenario seconds with 3 deliveries. A failed
+/// message waits out the window before its backoff (10 s), so the window is also the shortest
+/// retry after a failure: 15 s opens the breaker within seconds of the outage's start without
+/// holding the scenario's few lost replies back long.
 pub const BREAKER_MIN_CALLS: u32 = 5;
 /// The breaker's window, scenario seconds.
 pub const BREAKER_WINDOW_SECS: u64 = 15;
