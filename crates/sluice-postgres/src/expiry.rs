@@ -216,7 +216,10 @@ pub(crate) async fn round(inner: &Inner) -> Result<(), StoreError> {
             .await
             .map_err(|e| db(&e))?;
     }
-    crate::flow::tick_all(inner, &**conn).await
+    // The ticks lock queues on connections of their own: this one goes back first, so a
+    // pool of one connection does not wait on itself.
+    drop(conn);
+    crate::flow::tick_all(inner).await
 }
 
 /// Runs [`round`] every `every` while the store lives.

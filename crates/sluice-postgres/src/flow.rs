@@ -423,22 +423,24 @@ pub(crate) async fn run(inner: Weak<Inner>) {
 
 /// The maintenance round's part: time-driven transitions of governed queues (an open breaker
 /// turns half-open while nobody receives). Reads the rows of `queue_flow` only, and locks a
-/// queue only when a tick changes its state.
-pub(crate) async fn tick_all(inner: &Inner, c: &impl GenericClient) -> Result<(), StoreError> {
+/// queue only when a tick changes its state. A row that cannot be read is skipped with a
+/// warning: one queue's damaged state does not stop the others' breakers.
+pub(crate) async fn tick_all(inner: &Inner) -> Result<(), StoreError> {
     let now = Timestamp(inner.now());
-    let rows = c
-        .query(
+    let rows = {
+        let conn = inner.conn().await?;
+        conn.query(
             "SELECT f.queue, f.state, q.config FROM queue_flow f JOIN queues q ON q.name = f.queue",
             &[],
         )
         .await
-        .map_err(|e| db(&e))?;
+        .map_err(|e| db(&e))?
+    };
     for r in &rows {
-        let q: String = r.try_get(0).map_err(corrupt)?;
-        let state: Json<FlowState> = r.try_get(1).map_err(corrupt)?;
-        let cfg: Json<QueueConfig> = r.try_get(2).map_err(corrupt)?;
-        let mut state = state.0;
-        if state.tick(flow_config(&cfg.0), now).is_empty() {
+        let Some((q, mut state, cfg)) = flow_row(r, "its breaker is not ticked") else {
+            continue;
+        };
+        if state.tick(flow_config(&cfg), now).is_empty() {
             continue;
         }
         let ticked = locked(inner, &q, |cfg, state, now, events| {
@@ -452,6 +454,26 @@ pub(crate) async fn tick_all(inner: &Inner, c: &impl GenericClient) -> Result<()
         }
     }
     Ok(())
+}
+
+/// A row of `queue_flow` joined with its queue's configuration (`queue`, `state`, `config`), or
+/// `None` with a warning saying what is `skipped` when it cannot be read: one queue's damaged
+/// state does not fail the others'.
+fn flow_row(r: &tokio_postgres::Row, skipped: &str) -> Option<(String, FlowState, QueueConfig)> {
+    let read = || -> Result<_, StoreError> {
+        let q: String = r.try_get(0).map_err(corrupt)?;
+        let state: Json<FlowState> = r.try_get(1).map_err(corrupt)?;
+        let cfg: Json<QueueConfig> = r.try_get(2).map_err(corrupt)?;
+        Ok((q, state.0, cfg.0))
+    };
+    match read() {
+        Ok(row) => Some(row),
+        Err(e) => {
+            let queue = r.try_get::<_, String>(0).unwrap_or_default();
+            tracing::warn!(%queue, error = %e, "a governed queue's state could not be read; {skipped}");
+            None
+        }
+    }
 }
 
 /// An operator forces queue `queue`'s breaker open or closed; the state afterwards.
@@ -577,12 +599,12 @@ pub(crate) async fn stats_many(
     let at = Timestamp(now);
     let mut out = HashMap::with_capacity(rows.len());
     for r in &rows {
-        let q: String = r.try_get(0).map_err(corrupt)?;
-        let state: Json<FlowState> = r.try_get(1).map_err(corrupt)?;
-        let cfg: Json<QueueConfig> = r.try_get(2).map_err(corrupt)?;
-        let fc = flow_config(&cfg.0);
+        let Some((q, state, cfg)) = flow_row(r, "its flow is left out of stats") else {
+            continue;
+        };
+        let fc = flow_config(&cfg);
         if fc.is_governed() {
-            out.insert(q, state.0.stats(fc, at));
+            out.insert(q, state.stats(fc, at));
         }
     }
     Ok(out)

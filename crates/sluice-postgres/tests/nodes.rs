@@ -1229,3 +1229,93 @@ async fn maintenance_turns_an_open_breaker_half_open_and_a_deleted_queue_keeps_n
         .get(0);
     assert_eq!(left, 0, "the queue's state went with it");
 }
+
+/// Maintenance ticks breakers on a pool of one connection (it gives its own back before a
+/// tick locks a queue), and one governed queue whose stored state cannot be read spoils only
+/// that queue: the other's breaker still turns half-open, and stats of many queues still
+/// answer for the rest.
+#[tokio::test]
+async fn a_damaged_flow_row_spoils_only_its_queue_on_a_pool_of_one() {
+    use sluice_core::adaptive::{BreakerConfig, BreakerState};
+    use sluice_core::{ManualClock, Timestamp};
+    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
+    let Some(n) = common::nodes(
+        "flowbad",
+        PostgresOptions {
+            clock: std::sync::Arc::new(clock.clone()),
+            maintenance_interval: Duration::from_secs(3600),
+            pool_size: 1,
+            ..PostgresOptions::default()
+        },
+    )
+    .await
+    else {
+        return;
+    };
+    let breaker = QueueConfigPatch {
+        visibility_timeout: Some(Duration::from_secs(3600)),
+        breaker: Some(Some(BreakerConfig {
+            failure_share_permille: 500,
+            window_ms: 60_000,
+            min_calls: 2,
+            probe_every_ms: 10_000,
+            probes: 1,
+        })),
+        ..QueueConfigPatch::default()
+    };
+    let (bad, good) = (q("damaged"), q("sound"));
+    for queue in [&bad, &good] {
+        n.a.put_queue(queue, &breaker).await.expect("create");
+    }
+    n.a.send(&good, vec![msg("x"), msg("y")])
+        .await
+        .expect("send");
+    for d in n.a.receive(&good, recv(2)).await.expect("receive") {
+        let failure = sluice_core::Failure {
+            error: Some("503".into()),
+            consumer: None,
+            retry_after: false,
+        };
+        n.a.nack(&good, d.receipt, Some(Duration::from_secs(600)), failure)
+            .await
+            .expect("nack");
+    }
+    let state = |s: &sluice_core::QueueStats| {
+        s.flow
+            .as_ref()
+            .and_then(|f| f.breaker.as_ref())
+            .map(|b| b.state)
+    };
+    assert_eq!(
+        state(&n.a.stats(&good).await.expect("stats")),
+        Some(BreakerState::Open)
+    );
+    n.db()
+        .await
+        .execute(
+            "UPDATE queue_flow SET state = '42' WHERE queue = $1",
+            &[&bad.as_str()],
+        )
+        .await
+        .expect("damage the row");
+    clock.advance(Duration::from_secs(10));
+    tokio::time::timeout(Duration::from_secs(30), n.a.engine().maintain())
+        .await
+        .expect("maintenance on a pool of one does not wait on itself")
+        .expect("maintain");
+    let many =
+        n.a.stats_many(&[bad.clone(), good.clone()])
+            .await
+            .expect("stats of many queues answer despite one damaged row");
+    let good_stats = many[1].as_ref().expect("the sound queue's stats");
+    assert_eq!(
+        state(good_stats),
+        Some(BreakerState::HalfOpen),
+        "maintenance turned the sound queue's breaker half-open"
+    );
+    assert!(
+        many[0].as_ref().is_some_and(|s| s.flow.is_none()),
+        "the damaged queue answers without its flow: {:?}",
+        many[0]
+    );
+}
