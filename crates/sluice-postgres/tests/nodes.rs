@@ -1137,59 +1137,68 @@ async fn an_adaptive_rate_holds_for_both_nodes_together() {
     assert!(total >= 4, "only {total} deliveries in {elapsed:?}");
 }
 
+/// Two nodes on one manual clock whose maintenance runs only when a test calls it.
+async fn ticking_nodes(
+    prefix: &str,
+    pool_size: usize,
+) -> Option<(sluice_core::ManualClock, Nodes)> {
+    let clock = sluice_core::ManualClock::new(sluice_core::Timestamp(1_700_000_000_000));
+    let options = PostgresOptions {
+        clock: std::sync::Arc::new(clock.clone()),
+        maintenance_interval: Duration::from_secs(3600),
+        pool_size,
+        ..PostgresOptions::default()
+    };
+    Some((clock, common::nodes(prefix, options).await?))
+}
+
+/// A queue whose breaker opens when both of two calls fail, probing once after 10 s.
+fn breaker_queue() -> QueueConfigPatch {
+    QueueConfigPatch {
+        visibility_timeout: Some(Duration::from_secs(3600)),
+        breaker: Some(Some(sluice_core::adaptive::BreakerConfig {
+            failure_share_permille: 500,
+            window_ms: 60_000,
+            min_calls: 2,
+            probe_every_ms: 10_000,
+            probes: 1,
+        })),
+        ..QueueConfigPatch::default()
+    }
+}
+
+/// Creates `queue` as [`breaker_queue`] through `node` and fails two deliveries there (nacked
+/// with a 503, back in ten minutes): its breaker opens once the outcomes are handed over.
+async fn opened_breaker(node: &Checked<PostgresStore>, queue: &QueueName) {
+    node.put_queue(queue, &breaker_queue())
+        .await
+        .expect("create");
+    node.send(queue, vec![msg("x"), msg("y")])
+        .await
+        .expect("send");
+    for d in node.receive(queue, recv(2)).await.expect("receive") {
+        let failure = sluice_core::Failure {
+            error: Some("503".into()),
+            consumer: None,
+            retry_after: false,
+        };
+        node.nack(queue, d.receipt, Some(Duration::from_secs(600)), failure)
+            .await
+            .expect("nack");
+    }
+}
+
 /// Time moves a shared breaker on while nobody receives: either node's maintenance turns it
 /// half-open once its pause is over, audited once; deleting the queue deletes its state.
 #[tokio::test]
 async fn maintenance_turns_an_open_breaker_half_open_and_a_deleted_queue_keeps_no_state() {
-    use sluice_core::adaptive::{BreakerConfig, BreakerState};
-    use sluice_core::{AuditQuery, ManualClock, Timestamp};
-    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
-    let Some(n) = common::nodes(
-        "flowtick",
-        PostgresOptions {
-            clock: std::sync::Arc::new(clock.clone()),
-            maintenance_interval: Duration::from_secs(3600),
-            ..PostgresOptions::default()
-        },
-    )
-    .await
-    else {
+    use sluice_core::AuditQuery;
+    use sluice_core::adaptive::BreakerState;
+    let Some((clock, n)) = ticking_nodes("flowtick", 16).await else {
         return;
     };
     let work = q("ticked");
-    n.a.put_queue(
-        &work,
-        &QueueConfigPatch {
-            visibility_timeout: Some(Duration::from_secs(3600)),
-            breaker: Some(Some(BreakerConfig {
-                failure_share_permille: 500,
-                window_ms: 60_000,
-                min_calls: 2,
-                probe_every_ms: 10_000,
-                probes: 1,
-            })),
-            ..QueueConfigPatch::default()
-        },
-    )
-    .await
-    .expect("create");
-    n.a.send(&work, vec![msg("x"), msg("y")])
-        .await
-        .expect("send");
-    for d in n.a.receive(&work, recv(2)).await.expect("receive") {
-        n.a.nack(
-            &work,
-            d.receipt,
-            Some(Duration::from_secs(600)),
-            sluice_core::Failure {
-                error: Some("503".into()),
-                consumer: None,
-                retry_after: false,
-            },
-        )
-        .await
-        .expect("nack");
-    }
+    opened_breaker(&n.a, &work).await;
     let state = |s: sluice_core::QueueStats| s.flow.and_then(|f| f.breaker).map(|b| b.state);
     // Its stats hand a's outcomes over: open.
     assert_eq!(
@@ -1236,50 +1245,13 @@ async fn maintenance_turns_an_open_breaker_half_open_and_a_deleted_queue_keeps_n
 /// answer for the rest.
 #[tokio::test]
 async fn a_damaged_flow_row_spoils_only_its_queue_on_a_pool_of_one() {
-    use sluice_core::adaptive::{BreakerConfig, BreakerState};
-    use sluice_core::{ManualClock, Timestamp};
-    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
-    let Some(n) = common::nodes(
-        "flowbad",
-        PostgresOptions {
-            clock: std::sync::Arc::new(clock.clone()),
-            maintenance_interval: Duration::from_secs(3600),
-            pool_size: 1,
-            ..PostgresOptions::default()
-        },
-    )
-    .await
-    else {
+    use sluice_core::adaptive::BreakerState;
+    let Some((clock, n)) = ticking_nodes("flowbad", 1).await else {
         return;
     };
-    let breaker = QueueConfigPatch {
-        visibility_timeout: Some(Duration::from_secs(3600)),
-        breaker: Some(Some(BreakerConfig {
-            failure_share_permille: 500,
-            window_ms: 60_000,
-            min_calls: 2,
-            probe_every_ms: 10_000,
-            probes: 1,
-        })),
-        ..QueueConfigPatch::default()
-    };
     let (bad, good) = (q("damaged"), q("sound"));
-    for queue in [&bad, &good] {
-        n.a.put_queue(queue, &breaker).await.expect("create");
-    }
-    n.a.send(&good, vec![msg("x"), msg("y")])
-        .await
-        .expect("send");
-    for d in n.a.receive(&good, recv(2)).await.expect("receive") {
-        let failure = sluice_core::Failure {
-            error: Some("503".into()),
-            consumer: None,
-            retry_after: false,
-        };
-        n.a.nack(&good, d.receipt, Some(Duration::from_secs(600)), failure)
-            .await
-            .expect("nack");
-    }
+    n.a.put_queue(&bad, &breaker_queue()).await.expect("create");
+    opened_breaker(&n.a, &good).await;
     let state = |s: &sluice_core::QueueStats| {
         s.flow
             .as_ref()
