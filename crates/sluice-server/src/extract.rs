@@ -135,7 +135,19 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         use serde_json::error::Category;
         match e.classify() {
             Category::Data => {
-                ApiError::invalid(format!("request body has a wrong or unknown field: {e}"))
+                // Parsed again only on this path, to name the field: serde's message says what
+                // is wrong with a value but not where it sits.
+                let text = fixed.as_deref().unwrap_or(bytes);
+                let mut de = serde_json::Deserializer::from_slice(text);
+                match serde_path_to_error::deserialize::<_, T>(&mut de) {
+                    Err(pe) if pe.path().to_string() != "." => ApiError::invalid(format!(
+                        "request body has a wrong or unknown field at `{}`: {e}",
+                        pe.path()
+                    )),
+                    _ => {
+                        ApiError::invalid(format!("request body has a wrong or unknown field: {e}"))
+                    }
+                }
             }
             Category::Eof if bytes.iter().all(u8::is_ascii_whitespace) => {
                 ApiError::invalid("request body is empty; send a JSON object")

@@ -1137,6 +1137,26 @@ async fn an_operator_forces_a_breaker_open_and_closed() {
         .collect();
     assert_eq!(forced, [json!("open"), json!("closed")], "{audit}");
 
+    // A governance that cannot work is refused with what to write instead, never stored.
+    for (config, names) in [
+        (
+            json!({"adaptive": {"min_per_min": 600, "max_per_min": 60}}),
+            "min_per_min",
+        ),
+        (json!({"breaker": {"failure_share": 1.5}}), "failure_share"),
+        (json!({"breaker": {"window_ms": 0}}), "window_ms"),
+        (json!({"adaptive": {"signal": "sometimes"}}), "signal"),
+    ] {
+        let got = s
+            .call(Method::PUT, "/v1/queues/governed", Some(config.clone()))
+            .await;
+        assert_error(&got, 400, "invalid_argument");
+        let message = got.1["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(names), "{config}: {message}");
+    }
+    let (st, _) = s.call(Method::GET, "/v1/queues/governed", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "nothing refused was stored");
+
     for (path, state, status, code) in [
         ("/v1/queues/plain/breaker", "open", 409, "conflict"),
         ("/v1/queues/missing/breaker", "open", 404, "queue_not_found"),
