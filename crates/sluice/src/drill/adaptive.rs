@@ -203,16 +203,8 @@ pub fn judge(o: &Observed, reference: Option<&Observed>) -> Vec<Verdict> {
     };
 
     let n = o.calls.len();
-    let quota_429 = o
-        .calls
-        .iter()
-        .filter(|(_, k)| *k == CallKind::Quota429)
-        .count();
-    let random_429 = o
-        .calls
-        .iter()
-        .filter(|(_, k)| *k == CallKind::Random429)
-        .count();
+    let quota_429 = o.calls_of(CallKind::Quota429);
+    let random_429 = o.calls_of(CallKind::Random429);
     let share = if n == 0 {
         0.0
     } else {

@@ -214,6 +214,13 @@ pub struct Observed {
     pub real_secs: f64,
 }
 
+impl Observed {
+    /// Upstream calls of `kind`.
+    pub fn calls_of(&self, kind: upstream::CallKind) -> usize {
+        self.calls.iter().filter(|(_, k)| *k == kind).count()
+    }
+}
+
 /// Runs `sluice drill`: exit 0 when every criterion passes, 1 when one fails or the drill
 /// could not run.
 pub fn run(args: DrillArgs) -> ExitCode {

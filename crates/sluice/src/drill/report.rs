@@ -55,16 +55,8 @@ pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
     let (os, oe) = sc.outage_min();
     let calls = o.calls.len();
     let n429 = o.calls.iter().filter(|(_, k)| k.is_429()).count();
-    let n503 = o
-        .calls
-        .iter()
-        .filter(|(_, k)| *k == CallKind::Unavailable)
-        .count();
-    let lost = o
-        .calls
-        .iter()
-        .filter(|(_, k)| *k == CallKind::LostReply)
-        .count();
+    let n503 = o.calls_of(CallKind::Unavailable);
+    let lost = o.calls_of(CallKind::LostReply);
     let peak_backlog = o.samples.iter().map(|s| s.visible).max().unwrap_or(0);
     let peak_dlq = o.samples.iter().map(|s| s.dlq).max().unwrap_or(0);
     let peak_retrying = o
