@@ -422,6 +422,7 @@ fn check_tags(tags: &BTreeMap<String, String>) -> Result<(), StoreError> {
             tags.len()
         )));
     }
+    crate::text::refuse_nul_in_map("tag", tags)?;
     for (k, v) in tags {
         let chars = k.chars().count();
         if chars == 0 || chars > MAX_TAG_KEY_CHARS {

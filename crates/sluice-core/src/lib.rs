@@ -30,6 +30,7 @@ pub mod stats;
 pub mod store;
 pub mod summary;
 pub mod task;
+pub mod text;
 pub mod time;
 pub mod trend;
 

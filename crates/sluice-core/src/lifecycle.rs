@@ -86,6 +86,32 @@ pub fn record_attempt(history: &mut Vec<Attempt>, attempt: Attempt) {
     }
 }
 
+/// The history a completed message shows: the attempts kept with its record, then the
+/// delivery that completed it (acknowledged at `completed_at`), the newest
+/// [`limits::MAX_ATTEMPTS_KEPT`] in all. A cancelled task's last delivery is already among
+/// the kept ones (its handler's nack or reject), or it never ran, so it gains none.
+///
+/// Engines keep the acknowledged attempt implicitly: it follows from the completed record's
+/// own time, so an ack writes nothing more than before.
+pub fn completed_history(
+    mut kept: Vec<Attempt>,
+    completed_at: crate::time::Timestamp,
+    cancelled: bool,
+) -> Vec<Attempt> {
+    if !cancelled {
+        record_attempt(
+            &mut kept,
+            Attempt {
+                at: completed_at,
+                outcome: crate::message::AttemptOutcome::Acked,
+                error: None,
+                consumer: None,
+            },
+        );
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

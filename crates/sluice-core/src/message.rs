@@ -165,7 +165,9 @@ impl NewMessage {
                 )));
             }
         }
+        crate::text::refuse_nul_in_map("attribute", &self.attributes)?;
         if let Some(d) = &self.dedup_id {
+            crate::text::refuse_nul("dedup_id", d)?;
             let len = d.chars().count();
             if len == 0 || len > limits::MAX_DEDUP_ID_CHARS {
                 return Err(StoreError::invalid(format!(
@@ -275,9 +277,13 @@ pub enum AttemptOutcome {
     Rejected,
     /// The consumer moved it to another queue.
     Moved,
+    /// The consumer acknowledged it: the delivery that completed the message.
+    Acked,
 }
 
-/// One finished delivery that did not succeed.
+/// One finished delivery: every delivery that ends (acknowledged, nacked, rejected, moved,
+/// or its lease run out) adds one to its message's `attempts`; a delivery handed back with
+/// `release` adds none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {
     /// When it ended.
@@ -322,6 +328,9 @@ impl Progress {
                 "pct must be a number from 0 to 100, got {}",
                 self.pct
             )));
+        }
+        if let Some(d) = &self.detail {
+            crate::text::refuse_nul("progress detail", d)?;
         }
         if self
             .detail

@@ -64,6 +64,20 @@ pub struct RedriveFilter {
 }
 
 impl RedriveFilter {
+    /// Checks the filter's texts ([`crate::text`]).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a text holding U+0000.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if let Some(t) = &self.error_contains {
+            crate::text::refuse_nul("filter.error_contains", t)?;
+        }
+        if let Some(t) = &self.error_is {
+            crate::text::refuse_nul("filter.error_is", t)?;
+        }
+        crate::text::refuse_nul_in_map("filter attribute", &self.attributes)
+    }
+
     /// True when `m` passes every condition. A message without dead-letter information (sent
     /// straight to the DLQ) passes time conditions only if there are none.
     pub fn matches(&self, m: &Message) -> bool {
@@ -202,6 +216,10 @@ impl RedriveSpec {
     /// # Errors
     /// `InvalidArgument` for a zero limit, a rate out of range, or a guard out of range.
     pub fn validate(&self) -> Result<(), StoreError> {
+        self.filter.validate()?;
+        if let Some(t) = self.guard.as_ref().and_then(|g| g.error_contains.as_ref()) {
+            crate::text::refuse_nul("pause_if_failing.error_contains", t)?;
+        }
         if self.limit == Some(0) {
             return Err(StoreError::invalid(
                 "limit must be at least 1 (omit it for no limit)",

@@ -95,11 +95,15 @@ pub struct SummaryRequest {
 }
 
 impl SummaryRequest {
-    /// Checks the limit.
+    /// Checks the limit and the filter's texts.
     ///
     /// # Errors
-    /// `InvalidArgument` for a limit out of range.
+    /// `InvalidArgument` for a limit out of range or a text holding U+0000.
     pub fn validate(&self) -> Result<(), StoreError> {
+        self.filter.validate()?;
+        if let GroupBy::Attribute(name) = &self.group_by {
+            crate::text::refuse_nul("group_by attribute", name)?;
+        }
         if self.limit == 0 || self.limit > MAX_GROUP_LIMIT {
             return Err(StoreError::invalid(format!(
                 "limit must be 1 to {MAX_GROUP_LIMIT} groups, got {}",

@@ -20,7 +20,8 @@ use tokio::sync::watch;
 use crate::catalog::{Catalog, CatalogQueue};
 use crate::journal::log::{self, Durable, Log};
 use crate::journal::record::{
-    Acked, Completion, MessageRecord, Qid, Record, RemoveReason, Rich, UpdateEvent, UpdateRecord,
+    Acked, Completion, MessageRecord, Qid, Record, RemoveReason, Rich, Times, UpdateEvent,
+    UpdateRecord,
 };
 use crate::state::{Msg, Slot, State};
 
@@ -285,9 +286,35 @@ impl Core {
             keep_until: now + ttl,
             cancelled: true,
         };
-        Ok(self
+        let record = self
             .completion(acked, m, None)?
-            .unwrap_or_else(|| Record::Ack(vec![acked])))
+            .unwrap_or_else(|| Record::Ack(vec![acked]));
+        let times = self.times(&acked, m)?.into_iter().collect();
+        Ok(Record::timed(record, times))
+    }
+
+    /// When message `acked.id` (`m`) was sent and entered its queue, for its completed
+    /// record; `None` when no completed record is kept. Only a message that entered its
+    /// queue after its send (dead-lettered, moved, redriven) pays for reading its send time.
+    pub(crate) fn times(&self, acked: &Acked, m: &Msg) -> Result<Option<Times>, StoreError> {
+        if acked.keep_until <= acked.at {
+            return Ok(None);
+        }
+        let enqueued_at = if m.entered_later() {
+            let Some(rec) = self.log.read_sized(m.body, Some(m.body_len))?.into_base() else {
+                return Err(StoreError::unavailable(
+                    "log record is not a message (index out of step)",
+                ));
+            };
+            rec.enqueued_at
+        } else {
+            m.entered_at
+        };
+        Ok(Some(Times {
+            id: acked.id,
+            enqueued_at,
+            entered_at: m.entered_at,
+        }))
     }
 
     /// The record of its own that completes message `id` (`m`) as `acked`, keeping `result`
@@ -469,6 +496,7 @@ pub(crate) fn stored_completion(rec: Record, id: u64) -> Kept {
                 .and_then(|(_, r)| r),
             ..Kept::default()
         },
+        Record::Timed { record, .. } => stored_completion(*record, id),
         Record::KeptFinished { finished } => finished
             .into_iter()
             .find(|c| c.acked.id == id)

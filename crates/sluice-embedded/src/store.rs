@@ -99,7 +99,7 @@ impl QueueAdmin for EmbeddedStore {
         Ok(ops::queues::dead_letter_queues_among(&self.inner, names))
     }
 
-    async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {
+    async fn delete_queue(&self, name: &QueueName) -> Result<u64, StoreError> {
         ops::queues::delete(&self.inner, name)
     }
 

@@ -261,6 +261,11 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
             store.engine().maintain().await.expect("maintain");
         }
     }
+    let mut sent_at = std::collections::HashMap::new();
+    for id in &with_result {
+        let m = store.get_message(*id).await.expect("completed");
+        sent_at.insert(*id, m.enqueued_at);
+    }
     for _ in 0..5 {
         store.engine().maintain().await.expect("maintain");
     }
@@ -293,8 +298,12 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
         let errors: Vec<_> = m.attempts.iter().map(|a| a.error.as_deref()).collect();
         assert_eq!(
             errors,
-            [Some("flaky")],
-            "and the attempt that failed before"
+            [Some("flaky"), None],
+            "and the attempt that failed before, then the acknowledged one"
+        );
+        assert_eq!(
+            m.enqueued_at, sent_at[&id],
+            "its send time survives compaction too"
         );
     }
     for id in kept {

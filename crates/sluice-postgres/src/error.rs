@@ -38,6 +38,17 @@ pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// A database failure as the broker reports it: `unavailable` (503 with `Retry-After`), since
 /// every failure that reaches here is the database's, not the caller's.
 pub(crate) fn db(e: &tokio_postgres::Error) -> StoreError {
+    // Text the database cannot store is the input's fault, not an outage: a retry would fail
+    // the same way. The checking layer refuses the known cases (U+0000) first; this keeps any
+    // other such input a 400 rather than a 503 that clients retry forever.
+    if let Some(d) = e.as_db_error()
+        && matches!(d.code().code(), "22P05" | "22021")
+    {
+        return StoreError::invalid(format!(
+            "the database cannot store this text ({}); remove the character it names",
+            d.message()
+        ));
+    }
     let reason = match e.as_db_error() {
         Some(d) => format!("database error {}: {}", d.code().code(), d.message()),
         None => format!("database unreachable: {e}"),

@@ -223,7 +223,7 @@ impl QueueAdmin for PostgresStore {
         crate::flow::force(&self.inner, queue, force).await
     }
 
-    async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError> {
+    async fn delete_queue(&self, name: &QueueName) -> Result<u64, StoreError> {
         crate::ops::queues::delete(&self.inner, name).await
     }
 

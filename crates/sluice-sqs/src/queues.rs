@@ -391,8 +391,14 @@ pub(crate) async fn delete_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsErr
     let req: QueueUrlInput = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
     call.allow(Action::ManageQueue, &name)?;
-    sqs.store.delete_queue(&name).await?;
-    call.audit(sqs, "queue.delete", &name, Vec::new()).await;
+    let dropped = sqs.store.delete_queue(&name).await?;
+    call.audit(
+        sqs,
+        "queue.delete",
+        &name,
+        vec![("dropped", dropped.to_string())],
+    )
+    .await;
     Ok(json!({}))
 }
 

@@ -202,6 +202,8 @@ pub enum AttemptOutcomeView {
     Rejected,
     /// Moved to another queue.
     Moved,
+    /// Acknowledged: the delivery that completed the message.
+    Acked,
 }
 
 impl From<AttemptOutcome> for AttemptOutcomeView {
@@ -211,11 +213,12 @@ impl From<AttemptOutcome> for AttemptOutcomeView {
             AttemptOutcome::LeaseExpired => AttemptOutcomeView::LeaseExpired,
             AttemptOutcome::Rejected => AttemptOutcomeView::Rejected,
             AttemptOutcome::Moved => AttemptOutcomeView::Moved,
+            AttemptOutcome::Acked => AttemptOutcomeView::Acked,
         }
     }
 }
 
-/// One finished delivery that did not succeed.
+/// One finished delivery (the last 20 are kept, the acknowledged one included).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct AttemptView {
     /// When it ended.

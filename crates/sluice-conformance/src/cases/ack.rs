@@ -117,19 +117,29 @@ pub async fn completed_message_keeps_its_attempts(h: &dyn Harness) {
         assert_eq!(m.state, MessageState::Completed);
         assert_eq!(m.result, Some(Body::json(r#"{"ok":true}"#)));
         let errors: Vec<_> = m.attempts.iter().map(|a| a.error.clone()).collect();
-        let mut want: Vec<_> = (4..=22).map(|i| Some(format!("e{i}"))).collect();
-        want.push(None);
-        assert_eq!(errors, want, "the newest 20 failed attempts, oldest first");
+        let mut want: Vec<_> = (5..=22).map(|i| Some(format!("e{i}"))).collect();
+        want.extend([None, None]);
+        assert_eq!(
+            errors, want,
+            "the newest 20 attempts, oldest first, the acknowledged one last"
+        );
         let outcomes: Vec<_> = m.attempts.iter().map(|a| a.outcome).collect();
-        assert!(outcomes[..19].iter().all(|o| *o == AttemptOutcome::Nacked));
-        assert_eq!(outcomes[19], AttemptOutcome::LeaseExpired);
+        assert!(outcomes[..18].iter().all(|o| *o == AttemptOutcome::Nacked));
+        assert_eq!(outcomes[18], AttemptOutcome::LeaseExpired);
+        assert_eq!(outcomes[19], AttemptOutcome::Acked);
+        assert_eq!(m.completed_at, Some(m.attempts[19].at));
         assert_eq!(
             m.last_error.as_deref(),
             Some("e22"),
             "the last error reported, kept after it completed"
         );
         assert_eq!(c.state, MessageState::Completed);
-        assert!(c.attempts.is_empty(), "no failures, no history");
+        let outcomes: Vec<_> = c.attempts.iter().map(|a| a.outcome).collect();
+        assert_eq!(
+            outcomes,
+            [AttemptOutcome::Acked],
+            "a message that never failed has one attempt: the acknowledged one"
+        );
         assert!(k.cancelled && k.state == MessageState::Completed);
         assert_eq!(
             k.attempts.first().and_then(|a| a.error.as_deref()),
@@ -331,4 +341,77 @@ pub async fn ack_batch_reports_each_receipt(h: &dyn Harness) {
     assert_eq!(e.get(ds[2].id).await.result, Some(Body::text("r2")));
     let s = e.stats(&q).await;
     assert_eq!((s.in_flight, s.totals.acked), (0, 3));
+}
+
+/// A completed record keeps the message's times: `enqueued_at` is its send time forever and
+/// `entered_at` when it entered the queue it completed in — for a message acked in the queue
+/// it was sent to, for one acked after a redrive (plain ack and ack with a result), and for
+/// a cancelled waiting task, before and after a restart and a compaction-free reopen.
+pub async fn ack_keeps_the_times_of_the_completed_message(h: &dyn Harness) {
+    let e = env(h).await;
+    let patch = QueueConfigPatch {
+        result_ttl: Some(secs(3600)),
+        ..Default::default()
+    };
+    let q = e.queue("times", patch.clone()).await;
+    let dlq = e.queue("times.dlq", patch).await;
+    let sent_at = e.now();
+    let plain = e.send_text(&q, "plain").await;
+    let back = e.send_text(&q, "redriven").await;
+    let with_result = e.send_text(&q, "redriven with a result").await;
+    let cancelled = e.send(&q, delayed("cancel me", secs(600))).await.id;
+    e.advance(secs(1));
+    for d in e.recv(&q, 3).await {
+        if d.id == plain {
+            e.ack(&q, d.receipt).await.expect("ack plain");
+        } else {
+            e.store
+                .reject(&q, d.receipt, fail("first"))
+                .await
+                .expect("reject");
+        }
+    }
+    e.advance(secs(1));
+    let job = e
+        .store
+        .create_redrive(redrive::redrive_spec(&dlq))
+        .await
+        .expect("redrive");
+    e.store.redrive_step(job.id, 10).await.expect("step");
+    let redriven_at = e.now();
+    e.advance(secs(1));
+    for d in e.recv(&q, 2).await {
+        let result = (d.id == with_result).then(|| Body::json("1"));
+        let out = e
+            .store
+            .ack(
+                &q,
+                vec![AckRequest {
+                    receipt: d.receipt,
+                    result,
+                }],
+            )
+            .await
+            .expect("ack");
+        assert_eq!(out, vec![Ok(())]);
+    }
+    e.store.cancel(cancelled).await.expect("cancel");
+    let check = async |e: &Env, when: &str| {
+        let m = e.get(plain).await;
+        assert_eq!(m.state, MessageState::Completed, "{when}");
+        assert_eq!((m.enqueued_at, m.entered_at), (sent_at, sent_at), "{when}");
+        for id in [back, with_result] {
+            let m = e.get(id).await;
+            assert_eq!(m.state, MessageState::Completed, "{when}");
+            assert_eq!(m.enqueued_at, sent_at, "{when}: the send time, forever");
+            assert_eq!(m.entered_at, redriven_at, "{when}: when it came back");
+            assert!(m.attempts.iter().all(|a| a.at >= m.enqueued_at), "{when}");
+        }
+        let m = e.get(cancelled).await;
+        assert!(m.cancelled, "{when}");
+        assert_eq!((m.enqueued_at, m.entered_at), (sent_at, sent_at), "{when}");
+    };
+    check(&e, "live").await;
+    let e = e.restart(h).await;
+    check(&e, "after a restart").await;
 }

@@ -1,6 +1,7 @@
 //! Unlimited attempts, and the errors every operation reports.
 
 use super::*;
+use sluice_core::summary::{GroupBy, SummaryRequest};
 
 /// Rule 9: `max_receive_count` 0 never dead-letters, on nack or lease expiry, with or without
 /// a DLQ configured; creating it without a DLQ warns. Attempts keep the newest 20.
@@ -382,4 +383,123 @@ pub async fn invalid_names_and_receipts_fail_to_parse(h: &dyn Harness) {
         .expect("a receipt parses back from its string form");
     assert_eq!(back, d.receipt);
     e.ack(&q, back).await.expect("ack with the parsed receipt");
+}
+
+/// U+0000 in any text a client stores is refused with `invalid_argument` by every engine
+/// (PostgreSQL cannot store it), and the refusal changes nothing; every other character,
+/// control characters and astral planes included, is stored exactly.
+pub async fn nul_in_any_text_is_refused_and_other_characters_are_kept(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e.queue("texts", QueueConfigPatch::default()).await;
+    let bad = "a\u{0}b";
+    let with = |f: &dyn Fn(&mut NewMessage)| {
+        let mut m = text("x");
+        f(&mut m);
+        m
+    };
+    for (what, m) in [
+        (
+            "attribute value",
+            with(&|m| m.attributes = attrs(&[("k", bad)])),
+        ),
+        (
+            "attribute name",
+            with(&|m| m.attributes = attrs(&[(bad, "v")])),
+        ),
+        ("dedup_id", with(&|m| m.dedup_id = Some(bad.into()))),
+    ] {
+        assert_code(
+            e.store.send(&q, vec![m]).await,
+            ErrorCode::InvalidArgument,
+            what,
+        );
+    }
+    assert_eq!(
+        e.stats(&q).await.totals.sent,
+        0,
+        "refused sends store nothing"
+    );
+    assert_code(
+        e.store
+            .receive(
+                &q,
+                ReceiveRequest {
+                    consumer: Some(bad.into()),
+                    ..Default::default()
+                },
+            )
+            .await,
+        ErrorCode::InvalidArgument,
+        "receive consumer",
+    );
+    let odd = "tab\t\u{1}\u{7f}\u{85}\u{2028}\u{fffd}😀𝄞";
+    let kept = e
+        .send(&q, with(&|m| m.attributes = attrs(&[(odd, odd)])))
+        .await
+        .id;
+    let d = e.recv_one(&q).await;
+    for failure in [
+        fail(bad),
+        Failure {
+            consumer: Some(bad.into()),
+            ..Default::default()
+        },
+    ] {
+        assert_code(
+            e.store
+                .nack(&q, d.receipt, Some(Duration::ZERO), failure.clone())
+                .await,
+            ErrorCode::InvalidArgument,
+            "nack",
+        );
+        assert_code(
+            e.store.reject(&q, d.receipt, failure).await,
+            ErrorCode::InvalidArgument,
+            "reject",
+        );
+    }
+    e.nack(&q, d.receipt, Some(Duration::ZERO), Some(odd))
+        .await
+        .expect("the refused settlements left the lease as it was");
+    let m = e.get(kept).await;
+    assert_eq!(m.attributes, attrs(&[(odd, odd)]), "stored exactly");
+    assert_eq!(m.last_error.as_deref(), Some(odd), "stored exactly");
+    let filter = sluice_core::redrive::RedriveFilter {
+        error_contains: Some(bad.into()),
+        ..Default::default()
+    };
+    assert_code(
+        e.store
+            .summarize(
+                &q,
+                SummaryRequest {
+                    group_by: GroupBy::Error,
+                    filter: filter.clone(),
+                    limit: 10,
+                },
+            )
+            .await,
+        ErrorCode::InvalidArgument,
+        "summary filter",
+    );
+    let mut spec = redrive::redrive_spec(&q);
+    spec.filter = filter;
+    assert_code(
+        e.store.create_redrive(spec).await,
+        ErrorCode::InvalidArgument,
+        "redrive filter",
+    );
+    assert_code(
+        e.store
+            .put_queue(
+                &q,
+                &QueueConfigPatch {
+                    tags: Some([("team".to_string(), bad.to_string())].into()),
+                    ..Default::default()
+                },
+            )
+            .await,
+        ErrorCode::InvalidArgument,
+        "tag",
+    );
 }

@@ -102,3 +102,78 @@ pub async fn restart_keeps_messages_leases_dedup_counters_and_config(h: &dyn Har
         (2, Some("retry me"))
     );
 }
+
+/// Deleting a queue never deletes a message of another queue: dead letters and moved
+/// messages of a deleted source stay in their DLQ and in the queue they moved to, with their
+/// attempts, through a restart — also when the source's name is used again. The delete
+/// answers how many messages the source itself held.
+pub async fn restart_keeps_dead_letters_of_a_deleted_source(h: &dyn Harness) {
+    let e = env(h).await;
+    let src = e
+        .queue(
+            "rq",
+            QueueConfigPatch {
+                max_receive_count: Some(1),
+                ..Default::default()
+            },
+        )
+        .await;
+    let dlq = qn("rq.dlq");
+    let side = e
+        .queue("rq.unprocessable", QueueConfigPatch::default())
+        .await;
+    let mut dead = Vec::new();
+    for i in 0..5 {
+        dead.push(e.send_text(&src, &format!("dead {i}")).await);
+    }
+    let moved = e.send_text(&src, "moved").await;
+    let left = e.send_text(&src, "left behind").await;
+    for d in e.recv(&src, 6).await {
+        if d.id == moved {
+            e.store
+                .move_message(&src, d.receipt, &side, fail("not an envelope"))
+                .await
+                .expect("move");
+        } else if d.id == left {
+            e.store.release(&src, d.receipt).await.expect("release");
+        } else {
+            e.store
+                .reject(&src, d.receipt, fail("poison"))
+                .await
+                .expect("reject");
+        }
+    }
+    assert_eq!(
+        e.store.delete_queue(&src).await.expect("delete the source"),
+        1,
+        "the delete counts the one message still in the source"
+    );
+    let check = async |e: &Env, when: &str| {
+        for id in &dead {
+            let m = e.get(*id).await;
+            assert_eq!(m.queue, dlq, "{when}: dead letter {id} is in the DLQ");
+            assert_eq!(m.source_queue.as_ref(), Some(&src), "{when}");
+            assert_eq!(m.attempts.len(), 1, "{when}: its attempt is kept");
+            assert_eq!(m.attempts[0].outcome, AttemptOutcome::Rejected, "{when}");
+            assert_eq!(m.attempts[0].error.as_deref(), Some("poison"), "{when}");
+        }
+        assert_eq!(e.get(moved).await.queue, side, "{when}: the moved message");
+        e.gone(left, "a message in the deleted queue goes with it")
+            .await;
+        assert_eq!(e.stats(&dlq).await.visible, 5, "{when}: DLQ depth");
+        assert_eq!(e.stats(&side).await.visible, 1, "{when}: side queue depth");
+    };
+    check(&e, "before a restart").await;
+    let e = e.restart(h).await;
+    check(&e, "after a restart").await;
+    // The source's name used again, and the store opened once more.
+    let again = e.queue("rq", QueueConfigPatch::default()).await;
+    e.send_text(&again, "new").await;
+    let e = e.restart(h).await;
+    check(&e, "after the name was used again and another restart").await;
+    assert_eq!(
+        e.stats(&again).await.visible,
+        1,
+        "the new queue's own message"
+    );
+}

@@ -90,11 +90,13 @@ pub trait QueueAdmin: Send + Sync + 'static {
         force: crate::adaptive::BreakerForce,
     ) -> Result<crate::adaptive::FlowStats, StoreError>;
 
-    /// Deletes a queue and every message in it.
+    /// Deletes a queue and every message in it. Returns how many messages it held (visible,
+    /// delayed and in flight; completed records not counted), for the audit log. Messages
+    /// that left it earlier (dead-lettered, moved) stay where they are.
     ///
     /// # Errors
     /// `QueueNotFound`; `Conflict` while another queue names it as its dead-letter queue.
-    async fn delete_queue(&self, name: &QueueName) -> Result<(), StoreError>;
+    async fn delete_queue(&self, name: &QueueName) -> Result<u64, StoreError>;
 
     /// Removes every message of a queue (not its completed records). Returns how many.
     ///

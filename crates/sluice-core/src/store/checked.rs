@@ -144,6 +144,17 @@ impl<S: QueueAdmin> Checked<S> {
     }
 }
 
+/// Refuses a failure whose texts cannot be stored ([`crate::text`]).
+fn check_failure(failure: &Failure) -> Result<(), StoreError> {
+    if let Some(e) = &failure.error {
+        crate::text::refuse_nul("error", e)?;
+    }
+    if let Some(c) = &failure.consumer {
+        crate::text::refuse_nul("consumer", c)?;
+    }
+    Ok(())
+}
+
 /// Cuts a failure's error to the stored limit, in place.
 fn clip(failure: &mut Failure) {
     failure.error = failure.error.take().map(clip_error);
@@ -259,7 +270,10 @@ impl<S: QueueAdmin> QueueAdmin for Checked<S> {
         self.engine.force_breaker(queue, force)
     }
 
-    fn delete_queue<'s, 'n, 'a>(&'s self, name: &'n QueueName) -> Answer<'a, Result<(), StoreError>>
+    fn delete_queue<'s, 'n, 'a>(
+        &'s self,
+        name: &'n QueueName,
+    ) -> Answer<'a, Result<u64, StoreError>>
     where
         's: 'a,
         'n: 'a,
@@ -348,6 +362,9 @@ impl<S: Messaging> Messaging for Checked<S> {
                  the dependency asked for",
             ));
         }
+        if let Err(e) = check_failure(&failure) {
+            return refused(e);
+        }
         clip(&mut failure);
         self.engine.nack(queue, receipt, delay, failure)
     }
@@ -363,6 +380,9 @@ impl<S: Messaging> Messaging for Checked<S> {
         'q: 'a,
         Self: 'a,
     {
+        if let Err(e) = check_failure(&failure) {
+            return refused(e);
+        }
         clip(&mut failure);
         self.engine.reject(queue, receipt, failure)
     }
@@ -381,6 +401,9 @@ impl<S: Messaging> Messaging for Checked<S> {
         Self: 'a,
     {
         if let Err(e) = validate_move(queue, to) {
+            return refused(e);
+        }
+        if let Err(e) = check_failure(&failure) {
             return refused(e);
         }
         clip(&mut failure);
@@ -595,6 +618,11 @@ impl<S: Redrives> Redrives for Checked<S> {
         's: 'a,
         Self: 'a,
     {
+        if let RedriveControl::Pause { reason } = &control
+            && let Err(e) = crate::text::refuse_nul("reason", reason)
+        {
+            return refused(e);
+        }
         self.engine.control_redrive(id, control)
     }
 

@@ -248,6 +248,9 @@ pub fn validate_receive(req: &ReceiveRequest) -> Result<(), StoreError> {
     if let Some(v) = req.visibility {
         validate_visibility(v)?;
     }
+    if let Some(c) = &req.consumer {
+        crate::text::refuse_nul("consumer", c)?;
+    }
     Ok(())
 }
 

@@ -17,7 +17,7 @@ use sluice_core::StoreError;
 use crate::core::{Inner, stored_completion};
 use crate::journal::log::SEGMENT_TARGET;
 use crate::journal::record::{
-    Acked, Checkpoint, Completion, GroupTag, JsonSchedule, MessageRecord, Origin, Record,
+    Acked, Checkpoint, Completion, GroupTag, JsonSchedule, MessageRecord, Origin, Record, Times,
     message_ids_in,
 };
 use crate::state::Slot;
@@ -73,7 +73,9 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     receive_count: m.receive_count(),
                     lease: (m.slot() == Slot::Leased).then_some((m.token(), m.at)),
                     rich,
-                    dedup: None,
+                    // Kept for the message's view; the dedup window's entry travels in its
+                    // own record below, so replay registers a copy's key only from that.
+                    dedup: rec.dedup,
                 };
                 // A grouped message keeps its group and its place in the group's line.
                 let group = core.state.members.get(id).map(|p| GroupTag {
@@ -111,6 +113,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
             let mut acked_all = Vec::new();
             let mut results = Vec::new();
             let mut finished = Vec::new();
+            let (mut acked_times, mut finished_times) = (Vec::new(), Vec::new());
             for id in chunk {
                 let Some(d) = core.state.done.get(id).copied() else {
                     continue;
@@ -131,7 +134,13 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                 } else {
                     Default::default()
                 };
+                let times = Times {
+                    id: *id,
+                    enqueued_at: d.enqueued_at,
+                    entered_at: d.entered_at,
+                };
                 if d.has_attempts {
+                    finished_times.push(times);
                     finished.push(Completion {
                         acked,
                         result: kept.result,
@@ -139,19 +148,26 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                         last_error: kept.last_error,
                     });
                 } else {
+                    acked_times.push(times);
                     acked_all.push(acked);
                     results.push(kept.result);
                 }
             }
             let mut records = Vec::new();
             if !acked_all.is_empty() {
-                records.push(Record::Kept {
-                    acked: acked_all,
-                    results,
-                });
+                records.push(Record::timed(
+                    Record::Kept {
+                        acked: acked_all,
+                        results,
+                    },
+                    acked_times,
+                ));
             }
             if !finished.is_empty() {
-                records.push(Record::KeptFinished { finished });
+                records.push(Record::timed(
+                    Record::KeptFinished { finished },
+                    finished_times,
+                ));
             }
             if !records.is_empty() {
                 core.commit(records)?;

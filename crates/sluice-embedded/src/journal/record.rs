@@ -246,6 +246,36 @@ pub(crate) enum Record {
     KeptFinished {
         finished: Vec<Completion>,
     },
+    /// A completion record ([`Record::Ack`], [`Record::Complete`], [`Record::Finished`] or a
+    /// compaction copy of one) with the send time and queue entry time of each message it
+    /// completes, which the completed record keeps. Completion records written before it
+    /// existed stand alone.
+    Timed {
+        record: Box<Record>,
+        times: Vec<Times>,
+    },
+}
+
+/// When a completed message was sent and entered the queue it completed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Times {
+    pub id: u64,
+    pub enqueued_at: i64,
+    pub entered_at: i64,
+}
+
+impl Record {
+    /// `record` with the times of the messages it completes, or as it is when it keeps none
+    /// (a queue without `result_ttl` keeps no completed records).
+    pub(crate) fn timed(record: Record, times: Vec<Times>) -> Record {
+        if times.is_empty() {
+            return record;
+        }
+        Record::Timed {
+            record: Box::new(record),
+            times,
+        }
+    }
 }
 
 /// A completed message with its attempts history.

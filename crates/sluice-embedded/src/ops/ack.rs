@@ -27,6 +27,7 @@ pub(crate) async fn ack(
         let keep_until = now + cfg.result_ttl.as_millis() as i64;
         let mut seen = std::collections::HashSet::new();
         let mut plain = Vec::new();
+        let mut plain_times = Vec::new();
         let mut records = Vec::new();
         let mut out = Vec::with_capacity(acks.len());
         let mut outcomes = Tally::default();
@@ -69,14 +70,18 @@ pub(crate) async fn ack(
                 },
                 1,
             );
+            let times = core.times(&acked, &m)?;
             match core.completion(acked, &m, result)? {
-                Some(rec) => records.push(rec),
-                None => plain.push(acked),
+                Some(rec) => records.push(Record::timed(rec, times.into_iter().collect())),
+                None => {
+                    plain.push(acked);
+                    plain_times.extend(times);
+                }
             }
             out.push(Ok(()));
         }
         if !plain.is_empty() {
-            records.push(Record::Ack(plain));
+            records.push(Record::timed(Record::Ack(plain), plain_times));
         }
         let pos = if records.is_empty() {
             None

@@ -177,8 +177,8 @@ pub(crate) fn dead_letter_queues_among(inner: &Inner, names: &[QueueName]) -> Ve
 }
 
 /// Deletes a queue and its messages (refused while it is another queue's dead-letter
-/// queue).
-pub(crate) fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> {
+/// queue); returns how many messages it held.
+pub(crate) fn delete(inner: &Inner, name: &QueueName) -> Result<u64, StoreError> {
     let mut core = inner.lock();
     let qid = core.qid(name)?;
     if let Some(user) = core
@@ -192,12 +192,13 @@ pub(crate) fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> 
             user.name.as_str()
         )));
     }
+    let held = core.state.queues[&qid].depth();
     core.catalog.append(&Change::Delete { qid })?;
     let notify = core.state.queues[&qid].notify.clone();
     core.state.drop_queue(qid);
     notify.notify_waiters();
     snapshot_if_due(&mut core);
-    Ok(())
+    Ok(held)
 }
 
 /// Writes a new catalog snapshot once the journal has grown to the catalog's size. The change

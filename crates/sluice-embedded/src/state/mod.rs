@@ -15,7 +15,7 @@ mod msg;
 mod queue;
 pub(crate) mod summary;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use sluice_core::stats::Totals;
 use sluice_core::{QueueName, Timestamp};
@@ -41,6 +41,10 @@ pub(crate) struct Done {
     /// The record holds the attempts that failed before it completed.
     pub has_attempts: bool,
     pub cancelled: bool,
+    /// When the message was sent and entered the queue it completed in, in ms. Completion
+    /// records written before they were kept read as completed at both.
+    pub enqueued_at: i64,
+    pub entered_at: i64,
 }
 
 /// A response remembered under an idempotency key.
@@ -85,6 +89,12 @@ pub(crate) struct State {
     /// Responses remembered under idempotency keys (the responses stay on disk).
     pub idem: HashMap<String, Remembered>,
     pub idem_order: VecDeque<(i64, String)>,
+    /// During replay, the queues that no longer exist but whose records the log still holds.
+    /// A message's base record names the queue it was *sent* to; it may since have moved
+    /// (dead-lettered, moved, redriven) into a queue that exists, so its record is followed in
+    /// a stand-in queue until the end of replay, when what is still in one is dropped with it.
+    /// `None` once replay is over.
+    replay_ghosts: Option<BTreeSet<Qid>>,
 }
 
 impl State {
@@ -109,6 +119,7 @@ impl State {
             jobs: BTreeMap::new(),
             schedules: BTreeMap::new(),
             history_segs: BTreeMap::new(),
+            replay_ghosts: Some(BTreeSet::new()),
         };
         for q in queues {
             s.add_queue(q);
@@ -126,7 +137,9 @@ impl State {
     pub fn drop_queue(&mut self, qid: Qid) {
         self.summary.drop_queue(qid);
         if let Some(q) = self.queues.remove(&qid) {
-            self.names.remove(&q.name);
+            if self.names.get(&q.name) == Some(&qid) {
+                self.names.remove(&q.name);
+            }
             for id in q.ids() {
                 self.members.remove(&id);
                 if let Some(m) = self.msgs.remove(&id) {
@@ -171,8 +184,37 @@ impl State {
 
     /// Ends replay: skips every token that was reserved, so a token handed out before a
     /// crash whose lease record was lost is never handed out again.
+    ///
+    /// Then drops the stand-ins of deleted queues with whatever is still in them: the
+    /// messages that were in a queue when it was deleted. Those that had left it first are
+    /// in the queue they moved to.
     pub fn finish_replay(&mut self) {
         self.next_token = self.next_token.max(self.token_limit);
+        for qid in self.replay_ghosts.take().unwrap_or_default() {
+            self.drop_queue(qid);
+        }
+    }
+
+    /// During replay, makes sure a record naming a deleted queue has a stand-in queue to
+    /// land in (see `replay_ghosts`). Live, every record names a queue that exists.
+    fn ghost_for(&mut self, qid: Qid) {
+        let Some(ghosts) = self.replay_ghosts.as_mut() else {
+            return;
+        };
+        if self.queues.contains_key(&qid) {
+            return;
+        }
+        ghosts.insert(qid);
+        // Never entered in `names`: the stand-in cannot be reached by name.
+        let name = QueueName::new(format!("deleted-{qid}")).expect("a valid queue name");
+        let stand_in = CatalogQueue {
+            qid,
+            name: name.clone(),
+            config: sluice_core::QueueConfig::defaults_for(&name),
+            created_at: Timestamp(0),
+            flow: None,
+        };
+        self.queues.insert(qid, QueueState::new(&stand_in));
     }
 
     // Live bytes count body records only: update records are small and their segment is
@@ -285,6 +327,15 @@ impl State {
                 }
             }
             Record::Complete { acked, .. } => self.complete(acked, loc, len, (true, false), true),
+            Record::Timed { record, times } => {
+                self.apply(record, loc, len);
+                for t in times {
+                    if let Some(d) = self.done.get_mut(&t.id) {
+                        d.enqueued_at = t.enqueued_at;
+                        d.entered_at = t.entered_at;
+                    }
+                }
+            }
             Record::Finished(f) => {
                 self.complete(&f.acked, loc, len, (f.result.is_some(), true), true);
             }
@@ -455,6 +506,9 @@ impl State {
         if group.is_some() {
             msg.set_grouped();
         }
+        if m.entered_at != m.enqueued_at {
+            msg.set_entered_later();
+        }
         msg.set_history(!m.rich.attempts.is_empty());
         self.account(&msg);
         self.attach(m.id, msg);
@@ -467,7 +521,9 @@ impl State {
         if m.origin == crate::journal::record::Origin::Send {
             q.totals.sent += 1;
         }
-        if let Some((key, until)) = &m.dedup {
+        if m.origin == crate::journal::record::Origin::Send
+            && let Some((key, until)) = &m.dedup
+        {
             q.register_dedup(
                 key.clone(),
                 DedupEntry {
@@ -511,11 +567,15 @@ impl State {
             self.next_id = self.next_id.max(o.saturating_add(1));
         }
         let Some(old) = self.detach(u.id) else { return };
+        self.ghost_for(u.qid);
         let mut msg = old;
         msg.qid = u.qid;
         msg.set_slot(Slot::Delayed);
         msg.set_receive_count(u.receive_count);
         msg.at = u.visible_at;
+        if u.entered_at != msg.entered_at {
+            msg.set_entered_later();
+        }
         msg.entered_at = u.entered_at;
         msg.aux = loc;
         msg.set_history(!u.rich.attempts.is_empty());
@@ -571,6 +631,8 @@ impl State {
                     has_result,
                     has_attempts,
                     cancelled: a.cancelled,
+                    enqueued_at: a.at,
+                    entered_at: a.at,
                 },
             );
             if let Some(q) = self.queues.get_mut(&a.qid) {

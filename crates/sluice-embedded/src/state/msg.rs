@@ -48,7 +48,11 @@ const GROUP_BIT: u32 = 1 << 28;
 /// Its rich fields hold failed attempts: an ack must carry them into the completed record.
 /// Messages without history (the common case) are acked without reading the log.
 const HISTORY_BIT: u32 = 1 << 27;
-const COUNT_MASK: u32 = HISTORY_BIT - 1;
+/// It entered its queue after it was sent (dead-lettered, moved, redriven): its `entered_at`
+/// is not its send time, which only its base record holds. Messages still in the queue they
+/// were sent to (the common case) complete without reading the log for it.
+const LATER_BIT: u32 = 1 << 26;
+const COUNT_MASK: u32 = LATER_BIT - 1;
 
 impl Msg {
     #[allow(clippy::too_many_arguments)]
@@ -96,8 +100,8 @@ impl Msg {
         };
         // The group and history marks stay; a cancellation request ends with the slot it was
         // made in.
-        self.count_slot =
-            (self.count_slot & (COUNT_MASK | GROUP_BIT | HISTORY_BIT)) | (bits << SLOT_SHIFT);
+        self.count_slot = (self.count_slot & (COUNT_MASK | GROUP_BIT | HISTORY_BIT | LATER_BIT))
+            | (bits << SLOT_SHIFT);
     }
 
     pub fn receive_count(&self) -> u32 {
@@ -125,6 +129,16 @@ impl Msg {
     /// Marks it as a member of a FIFO group.
     pub fn set_grouped(&mut self) {
         self.count_slot |= GROUP_BIT;
+    }
+
+    /// It entered its queue after its send, so `entered_at` is not its send time.
+    pub fn entered_later(&self) -> bool {
+        self.count_slot & LATER_BIT != 0
+    }
+
+    /// Marks it as having entered its queue after its send.
+    pub fn set_entered_later(&mut self) {
+        self.count_slot |= LATER_BIT;
     }
 
     /// Its newest rich fields record failed attempts.

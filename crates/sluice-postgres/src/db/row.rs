@@ -162,7 +162,15 @@ pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
         visible_at: (!done).then_some(Timestamp(row.visible_at)),
         receive_count: row.receive_count,
         last_error: row.last_error,
-        attempts: row.attempts,
+        attempts: if done {
+            sluice_core::lifecycle::completed_history(
+                row.attempts,
+                Timestamp(row.visible_at),
+                row.cancel_requested,
+            )
+        } else {
+            row.attempts
+        },
         dedup_id,
         source_queue: row.source_queue.and_then(|s| QueueName::new(s).ok()),
         dead_letter: row.dead_letter,

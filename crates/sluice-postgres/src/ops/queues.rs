@@ -187,9 +187,9 @@ pub(crate) async fn put(
 }
 
 /// Deletes a queue with its messages, counters, history and governed state.
-pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreError> {
+pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<u64, StoreError> {
     let mut conn = inner.conn().await?;
-    let () = crate::db::tx::transaction(&mut conn, async |tx| {
+    let held = crate::db::tx::transaction(&mut conn, async |tx| {
         config(tx, name.as_str(), true).await?;
         if let Some(user) = tx
             .query_opt(
@@ -207,6 +207,16 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
         tx.batch_execute("SET LOCAL lock_timeout = '10s'")
             .await
             .map_err(|e| db(&e))?;
+        let held: i64 = tx
+            .query_one(
+                "SELECT (SELECT count(*) FROM messages WHERE queue = $1 AND state < 2)
+                      + (SELECT coalesce(sum(pending), 0) FROM packs WHERE queue = $1 AND state < 2)",
+                &[&name.as_str()],
+            )
+            .await
+            .map_err(|e| db(&e))?
+            .try_get(0)
+            .map_err(crate::error::corrupt)?;
         for sql in [
             "DELETE FROM messages WHERE queue = $1",
             "DELETE FROM packs WHERE queue = $1",
@@ -221,7 +231,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
                 .await
                 .map_err(|e| db(&e))?;
         }
-        Ok(())
+        Ok(u64::try_from(held).unwrap_or(0))
     })
     .await?;
     // Everything this node remembers of the queue goes with it. Waiting receives on every
@@ -230,7 +240,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<(), StoreE
         Some(local) => inner.wake_local(&local, usize::MAX),
         None => inner.wake(name.as_str()),
     }
-    Ok(())
+    Ok(held)
 }
 
 /// Removes every message of a queue (not its completed records).

@@ -338,6 +338,43 @@ pub(super) fn apply(doc: &mut Value) {
             .unwrap_or_else(|| panic!("{method} {path} takes a body"));
         body["required"] = json!(false);
     }
+    no_nul(doc);
+}
+
+/// No text the broker stores may hold U+0000 (`sluice_core::text`): every string of the
+/// document that no pattern, format or list of values already confines says so.
+fn no_nul(doc: &mut Value) {
+    const NO_NUL: &str = "^[^\\u0000]*$";
+    fn is_string(s: &Map<String, Value>) -> bool {
+        match s.get("type") {
+            Some(Value::String(t)) => t == "string",
+            Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+            _ => false,
+        }
+    }
+    fn walk(v: &mut Value, names: bool) {
+        match v {
+            Value::Object(s) => {
+                let confined = ["pattern", "format", "enum", "const", "anyOf", "oneOf"]
+                    .iter()
+                    .any(|k| s.contains_key(*k));
+                if (names || is_string(s)) && !confined {
+                    s.insert("pattern".to_owned(), json!(NO_NUL));
+                }
+                for (k, child) in s.iter_mut() {
+                    walk(child, k == "propertyNames");
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, false)),
+            _ => {}
+        }
+    }
+    walk(&mut doc["components"]["schemas"], false);
+    for op in operations_of(doc, None) {
+        if let Some(ps) = op.get_mut("parameters") {
+            walk(ps, false);
+        }
+    }
 }
 
 /// A route that answers one status with two shapes (a single form and a batch form) is

@@ -201,8 +201,15 @@ pub async fn delete_queue(
     QueuePath(q): QueuePath,
 ) -> Result<StatusCode, ApiError> {
     caller.allow(Action::ManageQueue, &q)?;
-    st.store.delete_queue(&q).await?;
-    st.audit(&caller, "queue.delete", Some(&q), None, &[]).await;
+    let dropped = st.store.delete_queue(&q).await?;
+    st.audit(
+        &caller,
+        "queue.delete",
+        Some(&q),
+        None,
+        &[("dropped", dropped.to_string())],
+    )
+    .await;
     Ok(StatusCode::NO_CONTENT)
 }
 

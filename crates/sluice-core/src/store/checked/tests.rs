@@ -80,7 +80,7 @@ impl QueueAdmin for Probe {
     async fn list_queues_page(&self, _: QueuePageRequest) -> Result<QueuePage, StoreError> {
         self.call()
     }
-    async fn delete_queue(&self, _: &QueueName) -> Result<(), StoreError> {
+    async fn delete_queue(&self, _: &QueueName) -> Result<u64, StoreError> {
         self.call()
     }
     async fn force_breaker(
