@@ -54,6 +54,9 @@ pub(crate) struct Core {
     pub(crate) audit: crate::audit::AuditLog,
     /// The queue catalog's journal; changes are appended here before they are applied.
     pub(crate) catalog: crate::catalog::Journal,
+    /// Pending claims on idempotency keys, in memory only: every request holding one runs
+    /// in this process, so a restart ends them all (`crate::ops::records`).
+    pub(crate) claims: crate::ops::records::Claims,
 }
 
 impl Inner {

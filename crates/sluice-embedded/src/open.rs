@@ -127,6 +127,7 @@ impl EmbeddedStore {
                 log,
                 audit,
                 catalog,
+                claims: Default::default(),
             }),
             durable,
             sync,

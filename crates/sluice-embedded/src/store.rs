@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_core::schedule::{Schedule, ScheduleName, ScheduleSpec};
 use sluice_core::store::{
-    Hints, IdempotentResponse, Inspection, LeaseState, Messaging, QueueAdmin, Records, Redrives,
-    ScheduleStep, Schedules, StepOutcome,
+    ClaimOutcome, Hints, IdempotencyClaim, IdempotentResponse, Inspection, LeaseState, Messaging,
+    QueueAdmin, Records, Redrives, ScheduleStep, Schedules, StepOutcome,
 };
 use sluice_core::{
     AckRequest, BrowsePage, BrowseRequest, Delivery, Failure, Message, MessageId, NackOutcome,
@@ -304,6 +304,18 @@ impl Records for EmbeddedStore {
         response: IdempotentResponse,
     ) -> Result<Option<IdempotentResponse>, StoreError> {
         ops::records::idempotency_put(&self.inner, key, response).await
+    }
+
+    async fn idempotency_claim(
+        &self,
+        key: &str,
+        claim: IdempotencyClaim,
+    ) -> Result<ClaimOutcome, StoreError> {
+        ops::records::idempotency_claim(&self.inner, key, claim)
+    }
+
+    async fn idempotency_release(&self, key: &str, token: u64) -> Result<bool, StoreError> {
+        Ok(ops::records::idempotency_release(&self.inner, key, token))
     }
 }
 

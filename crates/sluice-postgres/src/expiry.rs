@@ -203,7 +203,8 @@ pub(crate) async fn round(inner: &Inner) -> Result<(), StoreError> {
         ),
         (
             "DELETE FROM idempotency WHERE ctid IN
-                 (SELECT ctid FROM idempotency WHERE until <= $1 LIMIT $2)",
+                 (SELECT ctid FROM idempotency WHERE until <= $1
+                  AND (claim_until IS NULL OR claim_until <= $1) LIMIT $2)",
             now,
         ),
         (

@@ -10,8 +10,8 @@ use deadpool_postgres::{Object, Pool};
 use sluice_core::schedule::{Schedule, ScheduleName, ScheduleSpec};
 use sluice_core::stats::StatsSample;
 use sluice_core::store::{
-    AckOverlap, Hints, IdempotentResponse, Inspection, LeaseState, Messaging, QueueAdmin, Records,
-    Redrives, ScheduleStep, Schedules, StepOutcome,
+    AckOverlap, ClaimOutcome, Hints, IdempotencyClaim, IdempotentResponse, Inspection, LeaseState,
+    Messaging, QueueAdmin, Records, Redrives, ScheduleStep, Schedules, StepOutcome,
 };
 use sluice_core::{
     AckRequest, AuditEvent, AuditQuery, BrowsePage, BrowseRequest, Clock, Delivery, Failure,
@@ -434,6 +434,18 @@ impl Records for PostgresStore {
         response: IdempotentResponse,
     ) -> Result<Option<IdempotentResponse>, StoreError> {
         crate::ops::records::idempotency_put(&self.inner, key, response).await
+    }
+
+    async fn idempotency_claim(
+        &self,
+        key: &str,
+        claim: IdempotencyClaim,
+    ) -> Result<ClaimOutcome, StoreError> {
+        crate::ops::records::idempotency_claim(&self.inner, key, claim).await
+    }
+
+    async fn idempotency_release(&self, key: &str, token: u64) -> Result<bool, StoreError> {
+        crate::ops::records::idempotency_release(&self.inner, key, token).await
     }
 }
 

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use sluice_core::store::IdempotentResponse;
 use sluice_core::store::prelude::*;
+use sluice_core::store::{ClaimOutcome, IdempotencyClaim, IdempotentResponse};
 use sluice_core::{
     AckRequest, Body, Checked, Clock, Delivery, MessageId, NewMessage, QueueConfigPatch, QueueName,
     RateLimit, ReceiveRequest, StoreError, SystemClock,
@@ -106,6 +106,33 @@ async fn receipts_dedup_and_idempotency_keys_hold_on_every_node() {
         Some(201),
         "the first writer wins across nodes"
     );
+
+    // A claim made on one node holds the key on the other, until answered there.
+    let claim = |token| IdempotencyClaim {
+        fingerprint: [7; 32],
+        token,
+        lease: Duration::from_secs(60),
+    };
+    assert_eq!(
+        n.a.idempotency_claim("c", claim(1))
+            .await
+            .expect("claim on a"),
+        ClaimOutcome::Claimed
+    );
+    assert!(matches!(
+        n.b.idempotency_claim("c", claim(2)).await.expect("claim on b"),
+        ClaimOutcome::Pending { fingerprint, .. } if fingerprint == [7; 32]
+    ));
+    assert_eq!(
+        n.a.idempotency_put("c", response(201))
+            .await
+            .expect("answer on a"),
+        None
+    );
+    assert!(matches!(
+        n.b.idempotency_claim("c", claim(2)).await.expect("claim on b"),
+        ClaimOutcome::Answered(r) if r.status == 201
+    ));
 }
 
 #[tokio::test]

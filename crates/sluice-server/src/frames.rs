@@ -530,6 +530,7 @@ async fn send_idempotent(
     queue: String,
     messages: Vec<GroupedFrameMessage>,
 ) -> Result<Reply, FrameError> {
+    use crate::idempotency::Turn;
     crate::idempotency::check_key(&key).map_err(ApiError::into_frame_error)?;
     let mut request = Vec::new();
     frame::encode_frame(&(&queue, &messages), &mut request);
@@ -537,42 +538,57 @@ async fn send_idempotent(
     let who = caller
         .name()
         .map_or_else(|| "anonymous".to_owned(), |n| format!("key:{n}"));
-    let scope = format!("{who}|FRAME SEND {queue}|{key}");
-    let _one_at_a_time = state.idempotency.lock(&scope).await;
-    if let Some(kept) = state.store.idempotency_get(&scope).await? {
-        return replay(&kept, &fingerprint);
-    }
-    let reply = send(state, caller, queue, messages).await?;
-    let Reply::Sent(sent) = &reply else {
-        return Ok(reply);
+    let scope = crate::idempotency::scope_key(format!("{who}|FRAME SEND {queue}|{key}"));
+    let held = match state
+        .idempotency
+        .take_turn(scope, fingerprint)
+        .await
+        .map_err(ApiError::into_frame_error)?
+    {
+        Turn::Run(held) => held,
+        Turn::Replay(kept) => return replay(&kept, &fingerprint),
+        Turn::Mismatch => return Err(mismatch()),
+    };
+    let reply = match send(state, caller, queue, messages).await {
+        Ok(Reply::Sent(sent)) => sent,
+        // Refused, or not known to be stored: the key is free for a retry.
+        other => {
+            held.release().await;
+            return other;
+        }
     };
     let mut body = Vec::new();
-    frame::encode_frame(sent, &mut body);
+    frame::encode_frame(&reply, &mut body);
     let remembered = IdempotentResponse {
         fingerprint,
         status: 200,
         body: body.into(),
         created_at: sluice_core::SystemClock.now(),
     };
-    match state.store.idempotency_put(&scope, remembered).await {
-        // Another broker node answered the same key first: answer as it did.
+    match held.answer(remembered).await {
+        // Another request answered the key first (it took the claim over): answer as it did.
         Ok(Some(kept)) => replay(&kept, &fingerprint),
-        Ok(None) => Ok(reply),
+        Ok(None) => Ok(Reply::Sent(reply)),
         Err(e) => {
             tracing::warn!(error = %e, "could not remember a frame send under its idempotency key; a retry will send again");
-            Ok(reply)
+            Ok(Reply::Sent(reply))
         }
     }
+}
+
+/// The refusal of a key used with another send.
+fn mismatch() -> FrameError {
+    FrameError::new(
+        ErrorCode::IdempotencyMismatch,
+        "this idempotency key was used with a different send to this queue in the last 24 \
+         hours; use a new key for a new request",
+    )
 }
 
 /// The remembered answer, or `idempotency_mismatch` when the key came with another request.
 fn replay(kept: &IdempotentResponse, fingerprint: &[u8; 32]) -> Result<Reply, FrameError> {
     if &kept.fingerprint != fingerprint {
-        return Err(FrameError::new(
-            ErrorCode::IdempotencyMismatch,
-            "this idempotency key was used with a different send to this queue in the last 24 \
-             hours; use a new key for a new request",
-        ));
+        return Err(mismatch());
     }
     let body = kept.body.get(frame::LENGTH_BYTES..).unwrap_or_default();
     let sent: Vec<SentMessage> = frame::decode_payload(body)?;

@@ -8,16 +8,30 @@
 //! durably, so a replay works across a broker restart and, with the PostgreSQL engine, on any
 //! node.
 //!
+//! **One effect across nodes.** Before a request with a key runs, it claims the key in the
+//! store ([`Records::idempotency_claim`](sluice_core::store::Records::idempotency_claim)),
+//! atomically for every node sharing it. Only the request that gets the claim runs; it then
+//! stores its answer, which ends the claim. A request that finds the key claimed by another
+//! (on this node or any other) waits for that answer, looking again with a growing pause, and
+//! replays it; after [`WAIT_FOR_HOLDER`] without one it answers 503 `unavailable` with
+//! `Retry-After` (outcome unknown: retry with the same key). A claim whose holder died
+//! without answering runs out after [`IDEMPOTENCY_CLAIM_LEASE`] and the next request takes
+//! it over. Once claimed, the request runs to its end in a task of its own, so a client that
+//! hangs up (or the request timeout) does not leave the key claimed without an answer.
+//!
 //! Keys are scoped to the caller (a digest of its credentials), the method and the path, so
 //! two tenants cannot collide. Only definite answers are remembered: a 5xx or 429 means "try
-//! again", so a retry with the same key runs the request again.
+//! again", so such a request releases its claim and a retry with the same key runs the
+//! request again; so does an answer too large to remember (over 1 MiB).
 //!
 //! One window is left open, by design: if the broker dies after applying a request but before
-//! remembering its response, a retry applies it again. For sends, a `dedup_id` closes it.
+//! remembering its response, a retry after the claim's lease applies it again. For sends, a
+//! `dedup_id` closes it.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
 use axum::extract::Request;
@@ -25,9 +39,11 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::future::{BoxFuture, Either};
 use sha2::{Digest, Sha256};
-use sluice_core::store::{IdempotentResponse, MAX_IDEMPOTENT_RESPONSE_BYTES};
-use sluice_core::{Clock, ErrorCode, Store, SystemClock};
-use tokio::sync::Mutex;
+use sluice_core::store::{
+    ClaimOutcome, IDEMPOTENCY_CLAIM_LEASE, IdempotencyClaim, IdempotentResponse,
+    MAX_IDEMPOTENCY_KEY_BYTES, MAX_IDEMPOTENT_RESPONSE_BYTES,
+};
+use sluice_core::{Clock, ErrorCode, Store, StoreError, SystemClock};
 use tower::{Layer, Service, ServiceExt};
 
 use crate::error::ApiError;
@@ -40,34 +56,173 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 /// Longest key accepted.
 pub const MAX_KEY_BYTES: usize = 255;
 
-/// Concurrent requests with one key run one after the other, so the second sees the first's
-/// remembered response instead of racing it. Keys are spread over a fixed set of locks.
-const STRIPES: usize = 64;
+/// How long a request waits for the answer of another request that holds its key.
+pub const WAIT_FOR_HOLDER: Duration = Duration::from_secs(30);
+/// The first pause between looks at a key another request holds; each pause doubles.
+const FIRST_PAUSE: Duration = Duration::from_millis(5);
+/// The longest pause between looks at a key another request holds.
+const LONGEST_PAUSE: Duration = Duration::from_millis(100);
 
 /// The middleware as a layer: requests without a key (nearly all) go straight to the inner
 /// service, with no boxing or cloning, since this sits in front of every request.
 #[derive(Clone)]
 pub struct IdempotencyLayer {
     store: Arc<dyn Store>,
-    stripes: Arc<Vec<Mutex<()>>>,
 }
 
 impl IdempotencyLayer {
-    /// Remembers responses in `store`.
+    /// Claims keys and remembers responses in `store`.
     pub fn new(store: Arc<dyn Store>) -> Self {
-        IdempotencyLayer {
-            store,
-            stripes: Arc::new((0..STRIPES).map(|_| Mutex::new(())).collect()),
+        IdempotencyLayer { store }
+    }
+
+    /// What a request under `scope` (a store key, see [`scope_key`]) with `fingerprint` is to
+    /// do: run (holding the key's claim), replay the key's answer, or be refused because
+    /// the key's first request was another. Waits while another request holds the key.
+    ///
+    /// # Errors
+    /// The store's error (503 when it cannot be reached); 503 `unavailable` when the key's
+    /// holder has not answered within [`WAIT_FOR_HOLDER`].
+    pub(crate) async fn take_turn(
+        &self,
+        scope: String,
+        fingerprint: [u8; 32],
+    ) -> Result<Turn, ApiError> {
+        let claim = IdempotencyClaim {
+            fingerprint,
+            token: rand::random(),
+            lease: IDEMPOTENCY_CLAIM_LEASE,
+        };
+        let deadline = tokio::time::Instant::now() + WAIT_FOR_HOLDER;
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let found = match self.store.idempotency_claim(&scope, claim).await {
+                Ok(found) => found,
+                Err(e) => {
+                    // The claim may have been made all the same: give it up, so that a retry
+                    // does not wait for a lease nobody will answer.
+                    release_in_background(self.store.clone(), scope, claim.token);
+                    return Err(e.into());
+                }
+            };
+            match found {
+                ClaimOutcome::Claimed => {
+                    return Ok(Turn::Run(Held::new(self.store.clone(), scope, claim.token)));
+                }
+                ClaimOutcome::Answered(kept) => return Ok(Turn::Replay(kept)),
+                ClaimOutcome::Pending {
+                    fingerprint: theirs,
+                    ..
+                } if theirs != fingerprint => return Ok(Turn::Mismatch),
+                ClaimOutcome::Pending { .. } => {
+                    let now = tokio::time::Instant::now();
+                    if now >= deadline {
+                        return Err(ApiError::new(
+                            ErrorCode::Unavailable,
+                            "a request with this idempotency key is still running (on this or \
+                             another broker node) and has not answered yet; retry with the same \
+                             key to get its answer",
+                        ));
+                    }
+                    tokio::time::sleep(pause.min(deadline - now)).await;
+                    pause = (pause * 2).min(LONGEST_PAUSE);
+                }
+            }
         }
     }
 }
 
-impl IdempotencyLayer {
-    /// Holds `scope`'s lock: requests under one key run one after the other, so the second
-    /// sees the first's remembered answer instead of racing it.
-    pub(crate) async fn lock(&self, scope: &str) -> tokio::sync::MutexGuard<'_, ()> {
-        self.stripes[stripe_of(scope)].lock().await
+/// What a request under an idempotency key does ([`IdempotencyLayer::take_turn`]).
+pub(crate) enum Turn {
+    /// Run it: it holds the key's claim, which it must answer or release.
+    Run(Held),
+    /// The key's answer, for a request with the same fingerprint (a replay) or another one
+    /// (a mismatch).
+    Replay(IdempotentResponse),
+    /// The key's first request, still running, was another (its fingerprint differs).
+    Mismatch,
+}
+
+/// A claim on an idempotency key held by a running request. Dropped without being answered
+/// or released (a panic, a cancelled request), it is released in the background.
+pub(crate) struct Held {
+    store: Arc<dyn Store>,
+    scope: String,
+    token: u64,
+    settled: bool,
+}
+
+impl Held {
+    fn new(store: Arc<dyn Store>, scope: String, token: u64) -> Self {
+        Held {
+            store,
+            scope,
+            token,
+            settled: false,
+        }
     }
+
+    /// Stores the request's answer under the key, ending the claim. `Some` is the answer
+    /// kept already (another request took the key over after this one's lease ran out and
+    /// answered first): every request with the key is to answer as it did.
+    ///
+    /// # Errors
+    /// The store's, after which the claim is released: a retry runs the request again.
+    pub(crate) async fn answer(
+        mut self,
+        response: IdempotentResponse,
+    ) -> Result<Option<IdempotentResponse>, StoreError> {
+        let out = self.store.idempotency_put(&self.scope, response).await;
+        if out.is_ok() {
+            self.settled = true;
+        }
+        out
+    }
+
+    /// Gives the key up, so that a retry runs the request again.
+    pub(crate) async fn release(mut self) {
+        self.settled = true;
+        if let Err(e) = self
+            .store
+            .idempotency_release(&self.scope, self.token)
+            .await
+        {
+            tracing::warn!(error = %e, "could not release an idempotency key; a retry with it waits until its claim runs out");
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !self.settled {
+            release_in_background(
+                self.store.clone(),
+                std::mem::take(&mut self.scope),
+                self.token,
+            );
+        }
+    }
+}
+
+/// Releases `token`'s claim on `scope` in a task of its own (from `Drop`, or where the caller
+/// does not wait).
+fn release_in_background(store: Arc<dyn Store>, scope: String, token: u64) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            if let Err(e) = store.idempotency_release(&scope, token).await {
+                tracing::warn!(error = %e, "could not release an idempotency key; a retry with it waits until its claim runs out");
+            }
+        });
+    }
+}
+
+/// `scope` as a store key: itself, or its digest when it is longer than a store keeps (a
+/// very long path), so that such a request is still held to its key.
+pub(crate) fn scope_key(scope: String) -> String {
+    if scope.len() <= MAX_IDEMPOTENCY_KEY_BYTES {
+        return scope;
+    }
+    format!("sha256:{}", hex::encode(Sha256::digest(scope.as_bytes())))
 }
 
 /// What an idempotency key may be, said to a client that sent another.
@@ -142,7 +297,8 @@ async fn handle<S>(
     inner: S,
 ) -> Result<Response, Response>
 where
-    S: Service<Request, Response = Response, Error = Infallible>,
+    S: Service<Request, Response = Response, Error = Infallible> + Send + 'static,
+    S::Future: Send + 'static,
 {
     let key = raw
         .to_str()
@@ -171,55 +327,85 @@ where
         .chain_update(&body)
         .finalize()
         .into();
-    let scope = format!("{caller}|POST {}|{key}", parts.uri.path());
+    let scope = scope_key(format!("{caller}|POST {}|{key}", parts.uri.path()));
 
-    let _one_at_a_time = idem.lock(&scope).await;
-    if let Some(kept) = idem.store.idempotency_get(&scope).await.map_err(api)? {
-        return Ok(replay(kept, &fingerprint));
+    let held = match idem.take_turn(scope, fingerprint).await {
+        Ok(Turn::Run(held)) => held,
+        Ok(Turn::Replay(kept)) => return Ok(replay(kept, &fingerprint)),
+        Ok(Turn::Mismatch) => return Err(mismatch().into_response()),
+        Err(e) => return Err(e.into_response()),
+    };
+    // The request runs to its end and its answer is remembered even if this future is
+    // dropped (the client hung up, the request timed out): other requests with the key wait
+    // for that answer.
+    let req = Request::from_parts(parts, Body::from(body));
+    match tokio::spawn(run_holding(held, inner, req, fingerprint)).await {
+        Ok(resp) => Ok(resp),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(api_msg(
+            "the broker is shutting down; retry with the same idempotency key".to_owned(),
+        )),
     }
-    let resp = match inner
-        .oneshot(Request::from_parts(parts, Body::from(body)))
-        .await
-    {
+}
+
+/// Runs a request that holds its key's claim, then remembers its answer or, for an answer
+/// that is not to be remembered, releases the claim.
+async fn run_holding<S>(held: Held, inner: S, req: Request, fingerprint: [u8; 32]) -> Response
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let resp = match inner.oneshot(req).await {
         Ok(resp) => resp,
         Err(never) => match never {},
     };
     let status = resp.status();
     if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-        return Ok(resp);
+        held.release().await;
+        return resp;
     }
     let (rparts, rbody) = resp.into_parts();
-    let bytes = to_bytes(rbody, MAX_IDEMPOTENT_RESPONSE_BYTES + 1)
-        .await
-        .map_err(|e| api_msg(format!("could not read the response to remember it: {e}")))?;
-    if bytes.len() <= MAX_IDEMPOTENT_RESPONSE_BYTES {
-        let remembered = IdempotentResponse {
-            fingerprint,
-            status: status.as_u16(),
-            body: bytes.clone(),
-            created_at: SystemClock.now(),
-        };
-        match idem.store.idempotency_put(&scope, remembered).await {
-            // Another broker node answered the same key first: answer as it did.
-            Ok(Some(kept)) => return Ok(replay(kept, &fingerprint)),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "could not remember a response for its Idempotency-Key; a retry will run the request again")
-            }
+    let bytes = match to_bytes(rbody, MAX_IDEMPOTENT_RESPONSE_BYTES + 1).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            held.release().await;
+            return api_msg(format!("could not read the response to remember it: {e}"));
+        }
+    };
+    if bytes.len() > MAX_IDEMPOTENT_RESPONSE_BYTES {
+        held.release().await;
+        return Response::from_parts(rparts, Body::from(bytes));
+    }
+    let remembered = IdempotentResponse {
+        fingerprint,
+        status: status.as_u16(),
+        body: bytes.clone(),
+        created_at: SystemClock.now(),
+    };
+    match held.answer(remembered).await {
+        // Another request answered the key first (it took the claim over): answer as it did.
+        Ok(Some(kept)) => return replay(kept, &fingerprint),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "could not remember a response for its Idempotency-Key; a retry will run the request again");
         }
     }
-    Ok(Response::from_parts(rparts, Body::from(bytes)))
+    Response::from_parts(rparts, Body::from(bytes))
+}
+
+/// The refusal of a key used with another request.
+fn mismatch() -> ApiError {
+    ApiError::new(
+        ErrorCode::IdempotencyMismatch,
+        "this Idempotency-Key was used with a different request on this route in the last 24 hours; \
+         use a new key for a new request",
+    )
 }
 
 /// The remembered answer, or 422 when the key came with a different request.
 fn replay(kept: IdempotentResponse, fingerprint: &[u8; 32]) -> Response {
     if &kept.fingerprint != fingerprint {
-        return ApiError::new(
-            ErrorCode::IdempotencyMismatch,
-            "this Idempotency-Key was used with a different request on this route in the last 24 hours; \
-             use a new key for a new request",
-        )
-        .into_response();
+        return mismatch().into_response();
     }
     let status = StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK);
     let mut resp = Response::new(Body::from(kept.body.clone()));
@@ -242,15 +428,6 @@ fn caller_tag(headers: &axum::http::HeaderMap) -> String {
         Some(v) => hex::encode(&Sha256::digest(v.as_bytes())[..8]),
         None => "anonymous".to_string(),
     }
-}
-
-fn stripe_of(scope: &str) -> usize {
-    let d = Sha256::digest(scope.as_bytes());
-    usize::from(d[0]) % STRIPES
-}
-
-fn api(e: sluice_core::StoreError) -> Response {
-    ApiError::from(e).into_response()
 }
 
 fn api_msg(m: String) -> Response {

@@ -27,6 +27,9 @@
 //!
 //! **Audit.** The runner records a job's progress at milestones (10, 100, 1,000, … moved, and
 //! a quarter, half and three quarters of its limit), its finish, and a pause by its guard.
+//! Each is written once however many broker nodes run this loop: by the node whose step
+//! passed the milestone or finished the job (judged from that step's own before and after,
+//! never from what the node saw earlier), or whose guard paused it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -36,7 +39,7 @@ use sluice_core::message::{MessageId, MessageState};
 use sluice_core::rate::SlidingWindow;
 use sluice_core::{
     AuditEvent, Clock, ErrorCode, RateLimit, RedriveControl, RedriveGuard, RedriveId, RedriveJob,
-    RedriveState, Store, SystemClock, Timestamp,
+    RedriveState, RedriveStep, Store, SystemClock, Timestamp,
 };
 use tokio::sync::watch;
 
@@ -75,8 +78,6 @@ struct JobPace {
     window: SlidingWindow,
     /// When the next step may happen.
     next_at: Timestamp,
-    /// Moved at the last look, for milestones.
-    moved: u64,
     guard: GuardWatch,
     /// When the guard looks next.
     guard_at: Timestamp,
@@ -155,7 +156,6 @@ impl JobPace {
         JobPace {
             window: SlidingWindow::default(),
             next_at,
-            moved: job.moved,
             guard: GuardWatch::default(),
             guard_at: SystemClock.now(),
         }
@@ -212,8 +212,7 @@ async fn step(store: &dyn Store, job: &RedriveJob, p: &mut JobPace) {
                     p.guard.pending.pop_front();
                 }
             }
-            audit_progress(store, job, p.moved, &step.job).await;
-            p.moved = step.job.moved;
+            audit_progress(store, job, &step).await;
         }
         Err(e) => {
             tracing::warn!(job = %job.id, error = %e, "redrive step failed; retrying");
@@ -318,9 +317,15 @@ async fn outcome(
     Some((counts, (!failure.is_empty()).then_some(failure)))
 }
 
-/// Audit entries for milestones passed between `before` and the job's progress, and for its
-/// finish.
-async fn audit_progress(store: &dyn Store, job: &RedriveJob, before: u64, after: &RedriveJob) {
+/// Audit entries for the milestones `step` itself passed and for the finish it made.
+///
+/// Each entry is written by the node whose step did it, whatever other nodes saw: a step is
+/// atomic with the job's progress, so its own before (the count it started from) and after
+/// are exact, and each milestone and the finish belong to exactly one step. (A node that
+/// does not own the job steps nothing and so writes nothing.)
+async fn audit_progress(store: &dyn Store, job: &RedriveJob, step: &RedriveStep) {
+    let after = &step.job;
+    let before = after.moved.saturating_sub(step.moved_now);
     if let Some(mark) = milestone(before, after.moved, after.spec.limit) {
         audit(
             store,

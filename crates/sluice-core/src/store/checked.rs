@@ -20,6 +20,7 @@ use super::{
     validate_ack_batch, validate_idempotent, validate_limit, validate_move, validate_nack_delay,
     validate_receive, validate_send_batch, validate_visibility,
 };
+use super::{ClaimOutcome, IdempotencyClaim, validate_claim, validate_idempotency_key};
 use crate::audit::{AuditEvent, AuditQuery};
 use crate::config::{PutQueueOutcome, QueueConfigPatch, QueueInfo};
 use crate::error::StoreError;
@@ -52,7 +53,9 @@ use crate::time::Timestamp;
 /// - `browse`: the page size ([`validate_limit`]); `summarize`: the request
 ///   ([`SummaryRequest::validate`]);
 /// - `create_redrive`: the spec ([`RedriveSpec::validate`]);
-/// - `idempotency_put`: the key and the response's size ([`validate_idempotent`]).
+/// - `idempotency_put`: the key and the response's size ([`validate_idempotent`]);
+///   `idempotency_claim`: the key and the lease ([`validate_claim`]); `idempotency_release`:
+///   the key ([`validate_idempotency_key`]).
 ///
 /// What needs the queue's state stays in the engine, which reads that state anyway and must
 /// check against what it reads in the same step: a body or an ack's result against the
@@ -725,6 +728,38 @@ impl<S: Records> Records for Checked<S> {
             return refused(e);
         }
         self.engine.idempotency_put(key, response)
+    }
+
+    fn idempotency_claim<'s, 'k, 'a>(
+        &'s self,
+        key: &'k str,
+        claim: IdempotencyClaim,
+    ) -> Answer<'a, Result<ClaimOutcome, StoreError>>
+    where
+        's: 'a,
+        'k: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_claim(key, &claim) {
+            return refused(e);
+        }
+        self.engine.idempotency_claim(key, claim)
+    }
+
+    fn idempotency_release<'s, 'k, 'a>(
+        &'s self,
+        key: &'k str,
+        token: u64,
+    ) -> Answer<'a, Result<bool, StoreError>>
+    where
+        's: 'a,
+        'k: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = validate_idempotency_key(key) {
+            return refused(e);
+        }
+        self.engine.idempotency_release(key, token)
     }
 }
 

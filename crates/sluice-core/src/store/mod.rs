@@ -205,17 +205,87 @@ pub struct IdempotentResponse {
     pub created_at: crate::time::Timestamp,
 }
 
-/// Checks an idempotency key and response against the limits (run by `Checked`).
+/// How long the broker's claim on an idempotency key holds while its request runs
+/// ([`IdempotencyClaim::lease`]): a claim still unanswered after this is taken to belong to a
+/// request that died, and another request with the key may take it over.
+pub const IDEMPOTENCY_CLAIM_LEASE: Duration = Duration::from_secs(60);
+
+/// Longest lease a claim on an idempotency key may ask for.
+pub const MAX_IDEMPOTENCY_CLAIM_LEASE: Duration = Duration::from_secs(3600);
+
+/// A request's claim on an idempotency key
+/// ([`Records::idempotency_claim`](crate::store::Records::idempotency_claim)): the request
+/// that holds the claim is the only one that runs; every other request with the key waits for
+/// its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdempotencyClaim {
+    /// A digest of the request (as [`IdempotentResponse::fingerprint`]), so a request with the
+    /// same key and another body is told apart while the first one still runs.
+    pub fingerprint: [u8; 32],
+    /// The claimant's token, chosen at random for each request: only the holder's token
+    /// renews or releases a claim.
+    pub token: u64,
+    /// How long the claim holds without an answer before another request may take it over
+    /// (more than zero, at most [`MAX_IDEMPOTENCY_CLAIM_LEASE`]).
+    pub lease: Duration,
+}
+
+/// What [`Records::idempotency_claim`](crate::store::Records::idempotency_claim) found
+/// under a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The key was free (never used, its answer forgotten, its claim released or run out) or
+    /// already held by this token: the caller holds it now, until the lease ends. It runs the
+    /// request, then stores the answer (`idempotency_put`) or gives the key up
+    /// (`idempotency_release`).
+    Claimed,
+    /// Another request holds the key and has not answered yet.
+    Pending {
+        /// The holder's request digest.
+        fingerprint: [u8; 32],
+        /// When the holder's claim runs out unless answered or renewed.
+        until: crate::time::Timestamp,
+    },
+    /// The key's answer, kept for [`IDEMPOTENCY_TTL`].
+    Answered(IdempotentResponse),
+}
+
+/// Checks an idempotency key against the limits (run by `Checked`).
 ///
 /// # Errors
 /// `InvalidArgument` naming the limit.
-pub fn validate_idempotent(key: &str, response: &IdempotentResponse) -> Result<(), StoreError> {
+pub fn validate_idempotency_key(key: &str) -> Result<(), StoreError> {
     if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
         return Err(StoreError::invalid(format!(
             "idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes, got {}",
             key.len()
         )));
     }
+    Ok(())
+}
+
+/// Checks a claim on an idempotency key against the limits (run by `Checked`).
+///
+/// # Errors
+/// `InvalidArgument` naming the limit.
+pub fn validate_claim(key: &str, claim: &IdempotencyClaim) -> Result<(), StoreError> {
+    validate_idempotency_key(key)?;
+    if claim.lease < Duration::from_millis(1) || claim.lease > MAX_IDEMPOTENCY_CLAIM_LEASE {
+        return Err(StoreError::invalid(format!(
+            "an idempotency claim's lease must be 1 ms to {} s, got {} ms",
+            MAX_IDEMPOTENCY_CLAIM_LEASE.as_secs(),
+            claim.lease.as_millis()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an idempotency key and response against the limits (run by `Checked`).
+///
+/// # Errors
+/// `InvalidArgument` naming the limit.
+pub fn validate_idempotent(key: &str, response: &IdempotentResponse) -> Result<(), StoreError> {
+    validate_idempotency_key(key)?;
     if response.body.len() > MAX_IDEMPOTENT_RESPONSE_BYTES {
         return Err(StoreError::invalid(format!(
             "a response of {} bytes is too large to remember for an idempotency key (limit {MAX_IDEMPOTENT_RESPONSE_BYTES})",

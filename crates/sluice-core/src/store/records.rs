@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::IdempotentResponse;
+use super::{ClaimOutcome, IdempotencyClaim, IdempotentResponse};
 use crate::audit::{AuditEvent, AuditQuery};
 use crate::error::StoreError;
 use crate::name::QueueName;
@@ -79,7 +79,8 @@ pub trait Records: Send + Sync + 'static {
     async fn audit_query(&self, query: AuditQuery) -> Result<Vec<AuditEvent>, StoreError>;
 
     /// The response remembered under an idempotency key, while it is kept
-    /// ([`IDEMPOTENCY_TTL`](super::IDEMPOTENCY_TTL) after it was stored).
+    /// ([`IDEMPOTENCY_TTL`](super::IDEMPOTENCY_TTL) after it was stored). A key that is only
+    /// claimed ([`idempotency_claim`](Records::idempotency_claim)) has none.
     ///
     /// # Errors
     /// `Unavailable` when storage cannot be read.
@@ -88,7 +89,7 @@ pub trait Records: Send + Sync + 'static {
     /// Remembers `response` under `key` for [`IDEMPOTENCY_TTL`](super::IDEMPOTENCY_TTL),
     /// durably, unless a response is already kept under it: then nothing changes and the kept
     /// one is returned (first writer wins, so concurrent duplicates on several broker nodes
-    /// agree).
+    /// agree). A pending claim on `key`, whoever holds it, ends: the key is answered.
     ///
     /// # Errors
     /// `InvalidArgument` for a key over
@@ -99,4 +100,46 @@ pub trait Records: Send + Sync + 'static {
         key: &str,
         response: IdempotentResponse,
     ) -> Result<Option<IdempotentResponse>, StoreError>;
+
+    /// Claims `key` for one request before it runs, atomically across every broker node
+    /// sharing the store, so that a key has one effect whatever the timing:
+    /// - a response kept under `key` is returned ([`ClaimOutcome::Answered`]);
+    /// - else a claim by another token whose lease has not ended is returned
+    ///   ([`ClaimOutcome::Pending`], with the holder's fingerprint and lease end);
+    /// - else the key is claimed for `claim.token` until now + `claim.lease` with
+    ///   `claim.fingerprint` ([`ClaimOutcome::Claimed`]). This takes over a claim whose lease
+    ///   has ended (its request is taken to have died), and renews the caller's own claim.
+    ///
+    /// The holder then stores its answer ([`idempotency_put`](Records::idempotency_put)) or
+    /// gives the key up ([`idempotency_release`](Records::idempotency_release)) so that a
+    /// retry runs again. Among concurrent claims of a free key exactly one is `Claimed`.
+    ///
+    /// A claim is not an answer: [`idempotency_get`](Records::idempotency_get) does not see
+    /// it. Whether a claim outlives a restart of the store is the engine's: the embedded
+    /// engine (one process) keeps claims in memory, since every request holding one ends
+    /// with the process; PostgreSQL keeps them in the database until their lease ends, since
+    /// the holder may be another node that is still running.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a key over
+    /// [`MAX_IDEMPOTENCY_KEY_BYTES`](super::MAX_IDEMPOTENCY_KEY_BYTES) bytes or a lease
+    /// outside 1 ms – [`MAX_IDEMPOTENCY_CLAIM_LEASE`](super::MAX_IDEMPOTENCY_CLAIM_LEASE);
+    /// `Unavailable` when storage cannot be written (the claim may or may not be held; a
+    /// retry with the same token settles it).
+    async fn idempotency_claim(
+        &self,
+        key: &str,
+        claim: IdempotencyClaim,
+    ) -> Result<ClaimOutcome, StoreError>;
+
+    /// Gives up the claim `token` holds on `key` (its request failed without an answer to
+    /// remember), so that the next request with the key runs. Returns whether a claim was
+    /// released: nothing changes (false) when the key is answered, free, claimed by another
+    /// token, or `token`'s claim has run out (an ended claim is free already).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a key over
+    /// [`MAX_IDEMPOTENCY_KEY_BYTES`](super::MAX_IDEMPOTENCY_KEY_BYTES) bytes; `Unavailable`
+    /// when storage cannot be written.
+    async fn idempotency_release(&self, key: &str, token: u64) -> Result<bool, StoreError>;
 }

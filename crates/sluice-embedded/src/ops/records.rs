@@ -1,9 +1,9 @@
 //! What the broker keeps beside messages: stats history points, the audit log and
 //! idempotency responses.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use sluice_core::store::{IDEMPOTENCY_TTL, IdempotentResponse};
+use sluice_core::store::{ClaimOutcome, IDEMPOTENCY_TTL, IdempotencyClaim, IdempotentResponse};
 use sluice_core::{QueueName, StoreError, Timestamp};
 
 use crate::core::{Core, Inner};
@@ -102,11 +102,14 @@ pub(crate) async fn idempotency_put(
             return Ok(Some(kept));
         }
         let until = Timestamp(now).plus(IDEMPOTENCY_TTL).as_millis();
-        core.commit(vec![Record::Idempotent {
+        let pos = core.commit(vec![Record::Idempotent {
             key: key.to_string(),
             until,
             response,
-        }])?
+        }])?;
+        // Answered: a pending claim on the key, whoever holds it, is over.
+        core.claims.remove(key);
+        pos
     };
     inner.answerable(pos).await?;
     Ok(None)
@@ -122,5 +125,81 @@ fn remembered(core: &Core, key: &str) -> Result<Option<IdempotentResponse>, Stor
         _ => Err(StoreError::unavailable(
             "log record is not an idempotency response (index out of step)",
         )),
+    }
+}
+
+/// A pending claim on an idempotency key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claim {
+    fingerprint: [u8; 32],
+    token: u64,
+    /// When it runs out, in ms since the epoch.
+    until: i64,
+}
+
+/// Pending claims by key. Kept in memory: the embedded engine serves one process, so every
+/// request holding a claim ends with it, and a restart that forgot them loses nothing a
+/// claim protects (as a claim released by a failed request).
+#[derive(Debug, Default)]
+pub(crate) struct Claims(HashMap<String, Claim>);
+
+/// Claims past this many are swept of the ones that ran out (claims of requests that died
+/// without releasing them; answered and released ones are removed at once).
+const CLAIMS_SWEEP_AT: usize = 1024;
+
+impl Claims {
+    fn remove(&mut self, key: &str) -> Option<Claim> {
+        self.0.remove(key)
+    }
+}
+
+/// Claims an idempotency key for a request, under the state lock: its answer, another
+/// request's live claim, or the key for `claim.token`.
+pub(crate) fn idempotency_claim(
+    inner: &Inner,
+    key: &str,
+    claim: IdempotencyClaim,
+) -> Result<ClaimOutcome, StoreError> {
+    let mut core = inner.lock();
+    let now = inner.now();
+    core.state.prune_idempotent(now);
+    if let Some(kept) = remembered(&core, key)? {
+        return Ok(ClaimOutcome::Answered(kept));
+    }
+    let claims = &mut core.claims.0;
+    if claims.len() >= CLAIMS_SWEEP_AT {
+        claims.retain(|_, c| c.until > now);
+    }
+    if let Some(held) = claims.get(key)
+        && held.token != claim.token
+        && held.until > now
+    {
+        return Ok(ClaimOutcome::Pending {
+            fingerprint: held.fingerprint,
+            until: Timestamp(held.until),
+        });
+    }
+    let lease = i64::try_from(claim.lease.as_millis()).unwrap_or(i64::MAX);
+    claims.insert(
+        key.to_string(),
+        Claim {
+            fingerprint: claim.fingerprint,
+            token: claim.token,
+            until: now.saturating_add(lease),
+        },
+    );
+    Ok(ClaimOutcome::Claimed)
+}
+
+/// Releases `token`'s claim on `key`, if it holds one.
+pub(crate) fn idempotency_release(inner: &Inner, key: &str, token: u64) -> bool {
+    let mut core = inner.lock();
+    let now = inner.now();
+    match core.claims.0.get(key) {
+        Some(c) if c.token == token && c.until > now => {
+            core.claims.remove(key);
+            true
+        }
+        _ => false,
     }
 }

@@ -19,6 +19,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (6, V6),
     (7, V7),
     (8, V8),
+    (9, V9),
 ];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
@@ -246,6 +247,16 @@ CREATE TABLE queue_flow (
     pace        jsonb NOT NULL DEFAULT '[]',
     updated_at  bigint NOT NULL
 );
+"#;
+
+/// Version 9: claims on idempotency keys, so that a key has one effect across nodes. A row
+/// with `claim` set is a request's claim, not an answer: `claim` is the holder's token and
+/// `claim_until` the end of its lease; `status` is 0, `body` empty, and `until` its
+/// `created_at`, so that a node of an earlier version, which reads only `until`, never
+/// takes a claim for an answer (it replaces it with its own answer, or forgets it). An answer
+/// has both columns NULL.
+const V9: &str = r#"
+ALTER TABLE idempotency ADD COLUMN claim bigint, ADD COLUMN claim_until bigint;
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

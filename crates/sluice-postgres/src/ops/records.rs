@@ -1,7 +1,7 @@
 //! Rows kept beside the messages: stats history, the audit table, idempotency responses.
 
 use sluice_core::stats::{HISTORY_HEARTBEAT, HISTORY_KEPT, StatsSample};
-use sluice_core::store::{IDEMPOTENCY_TTL, IdempotentResponse};
+use sluice_core::store::{ClaimOutcome, IDEMPOTENCY_TTL, IdempotencyClaim, IdempotentResponse};
 use sluice_core::{AuditEvent, AuditQuery, QueueName, StoreError, Timestamp};
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
@@ -202,7 +202,7 @@ pub(crate) async fn idempotency_get(
     let conn = inner.conn().await?;
     conn.query_opt(
         "SELECT fingerprint, status, body, created_at FROM idempotency
-         WHERE key = $1 AND until > $2",
+         WHERE key = $1 AND until > $2 AND claim IS NULL",
         &[&key, &inner.now()],
     )
     .await
@@ -221,15 +221,17 @@ pub(crate) async fn idempotency_put(
     let now = inner.now();
     let until = Timestamp(now).plus(IDEMPOTENCY_TTL).as_millis();
     let conn = inner.conn().await?;
-    // Insert, or replace an entry that ran out; a live entry is left as it is.
+    // Insert, or replace an answer that ran out or a claim (anyone's: the key is answered
+    // now); a live answer is left as it is.
     let stored = conn
         .query_opt(
             "INSERT INTO idempotency AS i (key, fingerprint, status, body, created_at, until)
              VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
                  status = EXCLUDED.status, body = EXCLUDED.body,
-                 created_at = EXCLUDED.created_at, until = EXCLUDED.until
-                 WHERE i.until <= $7
+                 created_at = EXCLUDED.created_at, until = EXCLUDED.until,
+                 claim = NULL, claim_until = NULL
+                 WHERE i.claim IS NOT NULL OR i.until <= $7
              RETURNING key",
             &[
                 &key,
@@ -247,7 +249,8 @@ pub(crate) async fn idempotency_put(
         return Ok(None);
     }
     conn.query_opt(
-        "SELECT fingerprint, status, body, created_at FROM idempotency WHERE key = $1",
+        "SELECT fingerprint, status, body, created_at FROM idempotency
+         WHERE key = $1 AND claim IS NULL",
         &[&key],
     )
     .await
@@ -255,4 +258,88 @@ pub(crate) async fn idempotency_put(
     .as_ref()
     .map(response_of)
     .transpose()
+}
+
+/// Claims `key` for `claim.token` unless it is answered or claimed by another token whose
+/// lease has not ended (see `Records::idempotency_claim`).
+///
+/// One `INSERT … ON CONFLICT DO UPDATE … WHERE`: the key's row is locked while the statement
+/// decides, so of concurrent claims on any nodes exactly one inserts or takes over the row.
+/// When it did not, the row is read back; should it vanish in between (released, or swept
+/// as run out), the claim is tried again.
+pub(crate) async fn idempotency_claim(
+    inner: &Inner,
+    key: &str,
+    claim: IdempotencyClaim,
+) -> Result<ClaimOutcome, StoreError> {
+    // The token as stored: the same 64 bits.
+    let token = claim.token as i64;
+    let lease = i64::try_from(claim.lease.as_millis()).unwrap_or(i64::MAX);
+    let conn = inner.conn().await?;
+    loop {
+        let now = inner.now();
+        let claimed = conn
+            .query_opt(
+                "INSERT INTO idempotency AS i
+                     (key, fingerprint, status, body, created_at, until, claim, claim_until)
+                 VALUES ($1, $2, 0, ''::bytea, $3, $3, $4, $5)
+                 ON CONFLICT (key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+                     status = 0, body = ''::bytea, created_at = EXCLUDED.created_at,
+                     until = EXCLUDED.until, claim = EXCLUDED.claim,
+                     claim_until = EXCLUDED.claim_until
+                     WHERE (i.claim IS NULL AND i.until <= $3)
+                        OR (i.claim IS NOT NULL AND (i.claim_until <= $3 OR i.claim = $4))
+                 RETURNING key",
+                &[
+                    &key,
+                    &claim.fingerprint.as_slice(),
+                    &now,
+                    &token,
+                    &now.saturating_add(lease),
+                ],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        if claimed.is_some() {
+            return Ok(ClaimOutcome::Claimed);
+        }
+        let Some(row) = conn
+            .query_opt(
+                "SELECT fingerprint, status, body, created_at, claim_until FROM idempotency
+                 WHERE key = $1",
+                &[&key],
+            )
+            .await
+            .map_err(|e| db(&e))?
+        else {
+            continue;
+        };
+        let held: Option<i64> = row.try_get(4).map_err(corrupt)?;
+        let kept = response_of(&row)?;
+        return Ok(match held {
+            None => ClaimOutcome::Answered(kept),
+            Some(until) => ClaimOutcome::Pending {
+                fingerprint: kept.fingerprint,
+                until: Timestamp(until),
+            },
+        });
+    }
+}
+
+/// Deletes `token`'s live claim on `key`; true when there was one.
+pub(crate) async fn idempotency_release(
+    inner: &Inner,
+    key: &str,
+    token: u64,
+) -> Result<bool, StoreError> {
+    let token = token as i64;
+    let conn = inner.conn().await?;
+    let n = conn
+        .execute(
+            "DELETE FROM idempotency WHERE key = $1 AND claim = $2 AND claim_until > $3",
+            &[&key, &token, &inner.now()],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    Ok(n > 0)
 }

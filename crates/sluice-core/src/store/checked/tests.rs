@@ -23,9 +23,9 @@ use crate::schedule::{Schedule, ScheduleName, ScheduleSpec};
 use crate::stats::{QueueStats, StatsSample};
 use crate::store::prelude::*;
 use crate::store::{
-    AckOverlap, AckRequest, BrowsePage, BrowseRequest, BrowseState, Failure, Hints,
-    IdempotentResponse, LeaseState, NackOutcome, QueuePage, QueuePageRequest, ReceiveRequest,
-    ScheduleStep, SendOutcome, StepOutcome,
+    AckOverlap, AckRequest, BrowsePage, BrowseRequest, BrowseState, ClaimOutcome, Failure, Hints,
+    IdempotencyClaim, IdempotentResponse, LeaseState, NackOutcome, QueuePage, QueuePageRequest,
+    ReceiveRequest, ScheduleStep, SendOutcome, StepOutcome,
 };
 use crate::summary::{GroupBy, Summary, SummaryRequest};
 use crate::time::Timestamp;
@@ -240,6 +240,16 @@ impl Records for Probe {
     ) -> Result<Option<IdempotentResponse>, StoreError> {
         self.call()
     }
+    async fn idempotency_claim(
+        &self,
+        _: &str,
+        _: IdempotencyClaim,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.call()
+    }
+    async fn idempotency_release(&self, _: &str, _: u64) -> Result<bool, StoreError> {
+        self.call()
+    }
 }
 
 #[async_trait]
@@ -449,6 +459,37 @@ fn each_shared_check_refuses_before_the_engine() {
         now(s.idempotency_put("k", idem(1024 * 1024 + 1))),
         InvalidArgument,
     );
+    let long_key = "k".repeat(crate::store::MAX_IDEMPOTENCY_KEY_BYTES + 1);
+    refused(
+        &c,
+        now(s.idempotency_claim("", claim(60_000))),
+        InvalidArgument,
+    );
+    refused(
+        &c,
+        now(s.idempotency_claim(&long_key, claim(60_000))),
+        InvalidArgument,
+    );
+    refused(&c, now(s.idempotency_claim("k", claim(0))), InvalidArgument);
+    refused(
+        &c,
+        now(s.idempotency_claim("k", claim(3_600_001))),
+        InvalidArgument,
+    );
+    refused(&c, now(s.idempotency_release("", 1)), InvalidArgument);
+    refused(
+        &c,
+        now(s.idempotency_release(&long_key, 1)),
+        InvalidArgument,
+    );
+}
+
+fn claim(lease_ms: u64) -> IdempotencyClaim {
+    IdempotencyClaim {
+        fingerprint: [0; 32],
+        token: 1,
+        lease: Duration::from_millis(lease_ms),
+    }
 }
 
 #[test]
@@ -475,7 +516,9 @@ fn calls_that_pass_the_checks_reach_the_engine_once_each() {
     passed(now(s.list_redrives()));
     passed(now(s.idempotency_get("k")));
     passed(now(s.list_queues_page(QueuePageRequest::default())));
-    assert_eq!(calls(&c), 15);
+    passed(now(s.idempotency_claim("k", claim(3_600_000))));
+    passed(now(s.idempotency_release("k", 1)));
+    assert_eq!(calls(&c), 17);
 }
 
 #[test]
