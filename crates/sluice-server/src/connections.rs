@@ -11,6 +11,11 @@
 //! - A connection with no request in progress for [`ConnectionLimits::idle_timeout`] is
 //!   closed. A request in progress (a long poll waiting for messages, an event stream still
 //!   sending) keeps its connection however long it lasts.
+//! - An answer that the client stops reading (an event stream, a long poll's answer, a large
+//!   page) is bounded by [`ConnectionLimits::write_timeout`]: once a write to the connection
+//!   has made no progress for that long, the connection is closed. A client that reads, however
+//!   slowly, is never cut; one that stops reading cannot hold a connection, its buffers and the
+//!   handler feeding it forever.
 //! - Past [`ConnectionLimits::max_connections`] open connections on one listener, a new one
 //!   is accepted and closed at once, counted in `sluice_connections_refused_total` and logged
 //!   at most every ten seconds. Accepting and closing, rather than leaving connections in the
@@ -47,6 +52,10 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// clients keep an idle connection, so the client, not the broker, closes it first and no
 /// request is sent on a connection the broker is closing.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
+/// Default [`ConnectionLimits::write_timeout`]: far longer than any pause of a client that is
+/// reading (a garbage-collection pause, a busy event loop), short enough that a client which
+/// stopped reading gives its connection back within a minute.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default [`ConnectionLimits::max_connections`] (the binary lowers it to fit the process's
 /// open-file limit).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
@@ -63,6 +72,9 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     /// How long a connection may stay open with no request in progress.
     pub idle_timeout: Duration,
+    /// How long a write of an answer may make no progress (the client reads none of it)
+    /// before the connection is closed.
+    pub write_timeout: Duration,
     /// Most connections open at once on each listener; more are closed at once.
     pub max_connections: usize,
 }
@@ -72,6 +84,7 @@ impl Default for ConnectionLimits {
         ConnectionLimits {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
@@ -176,6 +189,15 @@ enum Phase {
 /// begin), its service (which sees it dispatched and answered) and its watchdog.
 struct Activity {
     phase: Mutex<Phase>,
+    /// When the connection was accepted: the origin of `write_blocked`.
+    accepted: Instant,
+    /// Since when a write to the connection has been waiting for the client to read, as
+    /// milliseconds after `accepted` plus one; 0 while writes make progress. An atomic, not
+    /// the mutex: it is touched on every write.
+    write_blocked: AtomicU64,
+    /// Told when a write becomes blocked, so the watchdog starts the write timeout's clock
+    /// from then rather than from its next routine check.
+    write_stalled: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -185,7 +207,38 @@ impl Activity {
                 since: accepted,
                 first: true,
             }),
+            accepted,
+            write_blocked: AtomicU64::new(0),
+            write_stalled: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Notes the outcome of a write (or flush) to the connection: `Pending` means the
+    /// client's receive window is full, so the write waits on it; anything else is progress
+    /// (or an error that ends the connection anyway).
+    fn wrote<T>(&self, r: &Poll<T>) {
+        if r.is_pending() {
+            // Only the first of a run of blocked writes sets the time.
+            let at = u64::try_from(self.accepted.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+            if self
+                .write_blocked
+                .compare_exchange(0, at + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                self.write_stalled.notify_one();
+            }
+        } else if self.write_blocked.load(Ordering::Relaxed) != 0 {
+            self.write_blocked.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// When the connection must be closed because a write has been blocked since long
+    /// enough, or `None` while writes make progress.
+    fn write_deadline(&self, limits: &ConnectionLimits) -> Option<Instant> {
+        match self.write_blocked.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(self.accepted + Duration::from_millis(at - 1) + limits.write_timeout),
+        }
     }
 
     fn phase(&self) -> std::sync::MutexGuard<'_, Phase> {
@@ -274,15 +327,22 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.activity.wrote(&r);
+        r
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        // A TLS stream's flush writes the records it holds: it blocks as a write does.
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        self.activity.wrote(&r);
+        r
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        let r = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.activity.wrote(&r);
+        r
     }
 
     fn poll_write_vectored(
@@ -290,7 +350,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.activity.wrote(&r);
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -476,9 +538,13 @@ impl HttpConnection {
             // Re-checked at least every header_read_timeout: a request's head may begin, or
             // a request end, while the watchdog sleeps.
             let recheck = Instant::now() + self.limits.header_read_timeout;
-            let wake = activity
-                .deadline(&self.limits)
-                .map_or(recheck, |d| d.min(recheck));
+            let wake = [
+                activity.deadline(&self.limits),
+                activity.write_deadline(&self.limits),
+            ]
+            .into_iter()
+            .flatten()
+            .fold(recheck, Instant::min);
             tokio::select! {
                 r = conn.as_mut() => {
                     if let Err(e) = r {
@@ -493,7 +559,16 @@ impl HttpConnection {
                         tracing::debug!(peer = %self.peer, "closing a connection past its header or idle timeout");
                         return;
                     }
+                    if activity.write_deadline(&self.limits).is_some_and(|d| d <= Instant::now()) {
+                        // The client stopped reading its answer: the answer is lost either
+                        // way, and dropping the connection frees its buffers and ends the
+                        // handler (an event stream) that feeds it.
+                        tracing::debug!(peer = %self.peer, "closing a connection whose client has not read its answer within the write timeout");
+                        return;
+                    }
                 }
+                // A write became blocked: sleep until its deadline instead.
+                () = activity.write_stalled.notified() => {}
                 () = stopped_at(&mut stop), if !stopping => {
                     // Idle connections close now; a request in progress finishes first.
                     stopping = true;
@@ -522,6 +597,36 @@ pub(crate) async fn read_within<R: AsyncRead + Unpin>(
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
         }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` to `wr` and flushes it, failing when the client reads nothing for
+/// `stall` (the write timeout): a client that reads slowly is waited for, one that stopped
+/// reading is not.
+pub(crate) async fn write_within<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    buf: &[u8],
+    flush: bool,
+    stall: Duration,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    let timed_out = |_| std::io::Error::from(std::io::ErrorKind::TimedOut);
+    let mut written = 0;
+    while written < buf.len() {
+        match tokio::time::timeout(stall, wr.write(&buf[written..]))
+            .await
+            .map_err(timed_out)?
+        {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => written += n,
+            Err(e) => return Err(e),
+        }
+    }
+    if flush {
+        tokio::time::timeout(stall, wr.flush())
+            .await
+            .map_err(timed_out)??;
     }
     Ok(())
 }

@@ -104,12 +104,14 @@ async fn answer_connection<R, W>(
     let mut wr = BufWriter::with_capacity(BUFFER, wr);
     answer_requests(&mut rd, &mut wr, state, options, accepted).await;
     // However the connection ends, answers already made go out: each may report a change
-    // that is durable. A client that reads nothing for the idle timeout gets no more.
-    let _ = tokio::time::timeout(options.connections.idle_timeout, async {
-        let _ = wr.flush().await;
-        let _ = wr.shutdown().await;
-    })
-    .await;
+    // that is durable. A client that reads nothing for the write timeout gets no more.
+    let stall = options.connections.write_timeout;
+    if connections::write_within(&mut wr, &[], true, stall)
+        .await
+        .is_ok()
+    {
+        let _ = tokio::time::timeout(stall, wr.shutdown()).await;
+    }
 }
 
 /// Reads and answers requests until the connection ends, a frame cannot be read, a timeout
@@ -119,7 +121,7 @@ async fn answer_connection<R, W>(
 /// Timeouts ([`ServerOptions::connections`]): the first frame must begin within the header
 /// timeout of `accepted`, and each later one within the idle timeout of the last answer; a
 /// frame's bytes may pause for at most the header timeout and must all arrive within the
-/// request timeout; an answer the client does not read for the idle timeout ends it.
+/// request timeout; an answer the client does not read for the write timeout ends it.
 async fn answer_requests<R, W>(
     rd: &mut BufReader<R>,
     wr: &mut BufWriter<W>,
@@ -174,7 +176,7 @@ async fn answer_requests<R, W>(
                 },
                 &mut out,
             );
-            let _ = tokio::time::timeout(limits.idle_timeout, wr.write_all(&out)).await;
+            let _ = connections::write_within(wr, &out, false, limits.write_timeout).await;
             return;
         }
         payload.resize(len, 0);
@@ -195,17 +197,12 @@ async fn answer_requests<R, W>(
             },
         };
         frame::encode_frame(&response, &mut out);
-        let written = tokio::time::timeout(limits.idle_timeout, async {
-            wr.write_all(&out).await?;
-            // Requests already received are answered first, so their answers share one
-            // write.
-            if rd.buffer().is_empty() {
-                wr.flush().await?;
-            }
-            std::io::Result::Ok(())
-        })
-        .await;
-        if !matches!(written, Ok(Ok(()))) {
+        // Requests already received are answered first, so their answers share one write.
+        let flush = rd.buffer().is_empty();
+        if connections::write_within(wr, &out, flush, limits.write_timeout)
+            .await
+            .is_err()
+        {
             return;
         }
         next_by = Instant::now() + limits.idle_timeout;

@@ -24,6 +24,7 @@ fn options(header: Duration, idle: Duration, max: usize) -> ServerOptions {
             header_read_timeout: header,
             idle_timeout: idle,
             max_connections: max,
+            ..ConnectionLimits::default()
         },
         ..ServerOptions::default()
     }

@@ -17,6 +17,7 @@
 //! # allow_plaintext = true        # keys off loopback without TLS: a TLS proxy is in front
 //! # header_read_timeout = "10s"   # a request's headers (or a stalled frame), TLS included
 //! # idle_timeout = "75s"          # no request in progress (long polls are in progress)
+//! # write_timeout = "30s"         # an answer (event stream, page) the client stopped reading
 //! # metrics_queues = ["orders*"]  # queues with /metrics series of their own (default all)
 //! # metrics_max_queues = 1000     # at most this many of them
 //! # max_connections = 4096        # per listener; more are closed at once
@@ -83,6 +84,9 @@ pub struct FileConfig {
     pub header_read_timeout: Option<String>,
     /// How long a connection may stay open with no request in progress (e.g. "75s").
     pub idle_timeout: Option<String>,
+    /// How long an answer's write may make no progress before the connection closes (e.g.
+    /// "30s").
+    pub write_timeout: Option<String>,
     /// Most open connections on each listener.
     pub max_connections: Option<usize>,
     /// Queue name patterns with series of their own in /metrics.

@@ -64,6 +64,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_IDLE_TIMEOUT", value_name = "DURATION",
           value_parser = crate::client::args::parse_duration)]
     idle_timeout: Option<std::time::Duration>,
+    /// Close a connection whose client has not read any of its answer for this long: an
+    /// event stream, a long poll's answer or a large page that the client stopped reading
+    /// [default: 30s].
+    #[arg(long, env = "SLUICE_WRITE_TIMEOUT", value_name = "DURATION",
+          value_parser = crate::client::args::parse_duration)]
+    write_timeout: Option<std::time::Duration>,
     /// Most open connections on each listener; past it a new connection is closed at once,
     /// logged and counted in sluice_connections_refused_total [default: 4096, less when
     /// the open-file limit needs it].
@@ -297,6 +303,7 @@ impl Settings {
             "allow_plaintext": self.allow_plaintext,
             "header_read_timeout_ms": self.connections.header_read_timeout.as_millis() as u64,
             "idle_timeout_ms": self.connections.idle_timeout.as_millis() as u64,
+            "write_timeout_ms": self.connections.write_timeout.as_millis() as u64,
             "max_connections": self.connections.max_connections,
             "open_file_limit": open_file_limit(),
             "metrics_queues": self.metrics.queues,
@@ -392,6 +399,7 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         (
             args.header_read_timeout,
             args.idle_timeout,
+            args.write_timeout,
             args.max_connections,
         ),
         &file,
@@ -463,7 +471,8 @@ const MAX_CONNECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 /// defaults. Without a setting, `max_connections` is lowered so that all listeners full
 /// still leave a quarter of the process's open-file limit to the store and push targets.
 fn connection_limits(
-    (header_flag, idle_flag, max_flag): (
+    (header_flag, idle_flag, write_flag, max_flag): (
+        Option<std::time::Duration>,
         Option<std::time::Duration>,
         Option<std::time::Duration>,
         Option<usize>,
@@ -496,6 +505,12 @@ fn connection_limits(
         "idle_timeout",
         connections::DEFAULT_IDLE_TIMEOUT,
     )?;
+    let write_timeout = timeout(
+        write_flag,
+        file.write_timeout.as_deref(),
+        "write_timeout",
+        connections::DEFAULT_WRITE_TIMEOUT,
+    )?;
     let open_files = open_file_limit();
     let max_connections = match max_flag.or(file.max_connections) {
         Some(0) => bail!("--max-connections (max_connections) must be at least 1"),
@@ -523,6 +538,7 @@ fn connection_limits(
     Ok(sluice_server::ConnectionLimits {
         header_read_timeout,
         idle_timeout,
+        write_timeout,
         max_connections,
     })
 }

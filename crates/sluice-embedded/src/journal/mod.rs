@@ -5,6 +5,8 @@
 //! [`compaction`] copies live records forward so old segments can be deleted.
 
 pub(crate) mod compaction;
+#[cfg(test)]
+mod fuzz_tests;
 pub(crate) mod log;
 pub(crate) mod record;
 pub(crate) mod recovery;

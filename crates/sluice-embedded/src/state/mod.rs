@@ -293,7 +293,7 @@ impl State {
             Record::Lease(leases) => {
                 for l in leases {
                     self.progress.remove(&l.id);
-                    self.next_token = self.next_token.max(l.token + 1);
+                    self.next_token = self.next_token.max(l.token.saturating_add(1));
                     let Some(mut m) = self.detach(l.id) else {
                         continue;
                     };
@@ -393,7 +393,8 @@ impl State {
                 }
             }
             Record::Samples { at, entries } => {
-                let keep_from = at - sluice_core::stats::HISTORY_KEPT.as_millis() as i64;
+                let keep_from =
+                    at.saturating_sub(sluice_core::stats::HISTORY_KEPT.as_millis() as i64);
                 for (qid, sample) in entries {
                     if let Some(q) = self.queues.get_mut(qid) {
                         if q.history.back().is_none_or(|last| last.at < sample.at) {
@@ -458,13 +459,16 @@ impl State {
     /// Applies a full message record (a send, a firing's message, a compaction copy), with
     /// its FIFO group if it has one.
     fn apply_message(&mut self, m: &MessageRecord, loc: Loc, len: u32, group: Option<&GroupTag>) {
-        self.next_id = self.next_id.max(m.id + 1);
+        // Saturating: a record that passed its checksum may still hold any number (a bug,
+        // an incompatible version), and replay must not panic on it.
+        self.next_id = self.next_id.max(m.id.saturating_add(1));
         if let Some(g) = group {
             self.next_id = self.next_id.max(g.order.saturating_add(1));
         }
         if let Some((token, _)) = m.lease {
-            self.next_token = self.next_token.max(token + 1);
+            self.next_token = self.next_token.max(token.saturating_add(1));
         }
+        self.ghost_for(m.qid);
         if !self.queues.contains_key(&m.qid) {
             return;
         }
@@ -549,7 +553,7 @@ impl State {
             let order = orders.next_if(|(id, _)| *id == u.id).map(|(_, o)| *o);
             self.apply_update(u, loc, order);
         }
-        self.next_id = self.next_id.max(job.id.0 + 1);
+        self.next_id = self.next_id.max(job.id.0.saturating_add(1));
         self.jobs.insert(job.id.0, job);
     }
 

@@ -124,17 +124,20 @@ pub async fn list(
             .map(|s| sluice_core::human::parse_time("since", s, SystemClock.now()))
             .transpose()?,
         until: until.map(sluice_core::Timestamp),
-        limit: limit + shown + 1,
+        // Saturating: `shown` comes from the client's cursor, and may be any number.
+        limit: limit.saturating_add(shown).saturating_add(1),
     };
     let mut entries = st.store.audit_query(query).await?;
-    // Drop what the page after this one showed already: the newest entries at `until`.
-    for _ in 0..shown {
-        if entries
+    // Drop what the page after this one showed already: the newest entries at `until`, at
+    // most `shown` of them (stopping at the first other one, however large `shown` is).
+    let mut dropped = 0;
+    while dropped < shown
+        && entries
             .last()
             .is_some_and(|e| Some(e.at.as_millis()) == until)
-        {
-            entries.pop();
-        }
+    {
+        entries.pop();
+        dropped += 1;
     }
     let more = entries.len() > limit;
     let entries = entries.split_off(entries.len().saturating_sub(limit));
@@ -145,7 +148,7 @@ pub async fn list(
             .filter(|e| e.at.as_millis() == oldest)
             .count();
         let carried = if Some(oldest) == until { shown } else { 0 };
-        format!("{oldest}.{}", same + carried)
+        format!("{oldest}.{}", same.saturating_add(carried))
     });
     Ok(Json(AuditList {
         entries: entries
