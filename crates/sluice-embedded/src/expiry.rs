@@ -166,8 +166,16 @@ impl Core {
             Some(self.commit(records)?)
         };
         self.flow_observe(qid, &Tally::of(Outcome::Failure, failures), now);
-        if self.state.promote(qid, now) > 0 {
-            self.state.queues[&qid].notify.notify_waiters();
+        // The dead-letter queue too: what was dead-lettered just now is visible there now,
+        // whoever looks next (a lookup of the message reads it where it went).
+        let dlq = cfg
+            .dead_letter_queue
+            .as_ref()
+            .and_then(|n| self.state.names.get(n).copied());
+        for q in std::iter::once(qid).chain(dlq) {
+            if self.state.promote(q, now) > 0 {
+                self.state.queues[&q].notify.notify_waiters();
+            }
         }
         Ok(pos)
     }

@@ -403,10 +403,10 @@ impl<S: Messaging> Messaging for Checked<S> {
         't: 'a,
         Self: 'a,
     {
-        if let Err(e) = validate_move(queue, to) {
+        if let Err(e) = check_failure(&failure) {
             return refused(e);
         }
-        if let Err(e) = check_failure(&failure) {
+        if let Err(e) = validate_move(queue, to) {
             return refused(e);
         }
         clip(&mut failure);
@@ -711,6 +711,9 @@ impl<S: Records> Records for Checked<S> {
         'k: 'a,
         Self: 'a,
     {
+        if let Err(e) = crate::text::refuse_nul("idempotency key", key) {
+            return refused(e);
+        }
         self.engine.idempotency_get(key)
     }
 

@@ -261,7 +261,7 @@ pub fn validate_idempotency_key(key: &str) -> Result<(), StoreError> {
             key.len()
         )));
     }
-    Ok(())
+    crate::text::refuse_nul("idempotency key", key)
 }
 
 /// Checks a claim on an idempotency key against the limits (run by `Checked`).

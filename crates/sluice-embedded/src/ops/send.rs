@@ -68,7 +68,9 @@ pub(crate) async fn send(
                 receive_count: 0,
                 lease: None,
                 rich: Rich::default(),
-                dedup: key.map(|k| (k.to_string(), dedup_until)),
+                // The message keeps the id it was sent with; without a window it dedups
+                // nothing (replay registers no entry whose window ends at its send).
+                dedup: m.dedup_id.as_ref().map(|k| (k.to_string(), dedup_until)),
             };
             // A grouped message's place in its group's line is its id: send order.
             records.push(match &m.group {

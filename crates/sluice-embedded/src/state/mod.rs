@@ -69,7 +69,9 @@ pub(crate) struct State {
     /// The FIFO group membership of grouped live messages (those whose `Msg` is marked).
     pub members: IdMap<u64, Member>,
     pub done: IdMap<u64, Done>,
-    pub done_order: VecDeque<(i64, u64)>,
+    /// Completed records by the time they are forgotten: ordered by that time, not by ack,
+    /// since queues keep them for different `result_ttl`s.
+    pub done_order: BTreeSet<(i64, u64)>,
     pub next_id: u64,
     pub next_token: u64,
     /// Tokens below this are covered by a durable [`Record::Tokens`] reservation.
@@ -107,7 +109,7 @@ impl State {
             msgs: IdMap::default(),
             members: IdMap::default(),
             done: IdMap::default(),
-            done_order: VecDeque::new(),
+            done_order: BTreeSet::new(),
             next_id: 1,
             next_token: 1,
             token_limit: 0,
@@ -424,8 +426,13 @@ impl State {
             } => {
                 let created_at = response.created_at.as_millis();
                 // First writer wins while its entry is kept; an entry that had run out when
-                // this one was written is replaced.
-                if self.idem.get(key).is_some_and(|r| r.until > created_at) {
+                // this one was written is replaced. A compaction copy of the kept entry (the
+                // same end) moves it to where the copy is.
+                if self
+                    .idem
+                    .get(key)
+                    .is_some_and(|r| r.until > created_at && r.until != *until)
+                {
                     return;
                 }
                 if let Some(old) = self.idem.insert(
@@ -527,6 +534,7 @@ impl State {
         }
         if m.origin == crate::journal::record::Origin::Send
             && let Some((key, until)) = &m.dedup
+            && *until > m.enqueued_at
         {
             q.register_dedup(
                 key.clone(),
@@ -643,7 +651,7 @@ impl State {
                 q.completed += 1;
             }
             *self.live.entry(loc.seg).or_default() += u64::from(len);
-            self.done_order.push_back((a.keep_until, a.id));
+            self.done_order.insert((a.keep_until, a.id));
         }
     }
 
@@ -718,12 +726,12 @@ impl State {
 
     /// Forgets completed records past their `result_ttl`.
     pub fn prune_done(&mut self, now: i64) {
-        while let Some(&(until, id)) = self.done_order.front() {
+        while let Some(&(until, id)) = self.done_order.first() {
             // Past the cap the oldest records go early: RAM stays bounded at any ack rate.
             if until > now && self.done.len() <= MAX_COMPLETED {
                 break;
             }
-            self.done_order.pop_front();
+            self.done_order.pop_first();
             if self.done.get(&id).is_some_and(|d| d.keep_until == until) {
                 self.forget_done(id);
             }

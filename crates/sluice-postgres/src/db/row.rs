@@ -181,7 +181,12 @@ pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
         completed_at: done.then_some(Timestamp(row.visible_at)),
         cancelled: row.cancel_requested,
         progress: if done { None } else { progress.map(|p| p.0) },
-        group: row.grp.and_then(|g| GroupName::new(g).ok()),
+        // A completed record keeps what tells its history (times, attempts, result), not
+        // what only routed the message (body, attributes, dedup id, group), on every engine.
+        group: row
+            .grp
+            .filter(|_| !done)
+            .and_then(|g| GroupName::new(g).ok()),
     })
 }
 
