@@ -228,14 +228,29 @@ fn plain_count(core: &Core, qid: Qid) -> u64 {
     depth.saturating_sub(core.state.summary.len(qid) as u64)
 }
 
-/// The plain messages of the queue with the time each entered it (for them, when sent).
+/// The plain messages of the queue with the time each was sent. Most never left the queue
+/// they were sent to, so that is when they entered it; one that was moved here without
+/// dead-letter information (a redrive of a message sent straight to a DLQ) has its send time
+/// read from its record.
 fn plain_messages(core: &Core, qid: Qid) -> Vec<(u64, i64)> {
     let Some(q) = core.state.queues.get(&qid) else {
         return Vec::new();
     };
     q.ids()
         .filter(|id| !core.state.summary.is_indexed(qid, *id))
-        .filter_map(|id| core.state.msgs.get(&id).map(|m| (id, m.entered_at)))
+        .filter_map(|id| {
+            let m = core.state.msgs.get(&id)?;
+            if !m.entered_later() {
+                return Some((id, m.entered_at));
+            }
+            match core.load(id, m) {
+                Ok((rec, _)) => Some((id, rec.enqueued_at)),
+                Err(e) => {
+                    tracing::warn!(id, error = %e, "could not read a message's send time for a summary; counting it by when it entered its queue");
+                    Some((id, m.entered_at))
+                }
+            }
+        })
         .collect()
 }
 
