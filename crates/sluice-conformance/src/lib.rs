@@ -26,6 +26,7 @@ use sluice_core::Store;
 use sluice_core::time::ManualClock;
 
 pub mod cases;
+pub mod differential;
 pub mod model;
 
 /// How the suite gets stores of the engine under test. A [`Store`] is always an engine inside
