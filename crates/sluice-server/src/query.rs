@@ -30,6 +30,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 /// # Errors
 /// `invalid_argument` naming the parameter at fault and what was wrong with it.
 pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    // No text the broker reads may hold U+0000 (`sluice_core::text`), a filter's included.
+    if let Some((name, _)) =
+        form_urlencoded::parse(query.as_bytes()).find(|(_, v)| v.contains('\0'))
+    {
+        return Err(ApiError::invalid(format!(
+            "query parameter {name:?} contains the character U+0000 (NUL), which no text may hold; remove it"
+        )));
+    }
     if form_urlencoded::parse(query.as_bytes()).any(|(_, v)| v.is_empty()) {
         parse_all::<T>(query)?;
         let without_empty = form_urlencoded::Serializer::new(String::new())
@@ -91,6 +99,12 @@ mod tests {
         let e = parse_query::<Q>(query).expect_err(query);
         assert_eq!(e.code(), sluice_core::ErrorCode::InvalidArgument);
         e.message().to_owned()
+    }
+
+    #[test]
+    fn a_value_holding_nul_is_refused_naming_its_parameter() {
+        let e = err("error_contains=a%00b");
+        assert!(e.contains("error_contains") && e.contains("U+0000"), "{e}");
     }
 
     #[test]

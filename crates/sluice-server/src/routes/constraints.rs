@@ -341,10 +341,10 @@ pub(super) fn apply(doc: &mut Value) {
     no_nul(doc);
 }
 
-/// No text the broker stores may hold U+0000 (`sluice_core::text`): every string of the
-/// document that no pattern, format or list of values already confines says so.
+/// No text a request carries may hold U+0000 (`sluice_core::text`; query strings alike):
+/// every string of a request body's schemas, and every query parameter, says so. Response
+/// schemas are left as they are: an error message may quote what it refused.
 fn no_nul(doc: &mut Value) {
-    const NO_NUL: &str = "^[^\\u0000]*$";
     fn is_string(s: &Map<String, Value>) -> bool {
         match s.get("type") {
             Some(Value::String(t)) => t == "string",
@@ -355,25 +355,64 @@ fn no_nul(doc: &mut Value) {
     fn walk(v: &mut Value, names: bool) {
         match v {
             Value::Object(s) => {
-                let confined = ["pattern", "format", "enum", "const", "anyOf", "oneOf"]
-                    .iter()
-                    .any(|k| s.contains_key(*k));
-                if (names || is_string(s)) && !confined {
-                    s.insert("pattern".to_owned(), json!(NO_NUL));
+                if (names || is_string(s)) && !s.contains_key("not") {
+                    s.insert("not".to_owned(), json!({"pattern": "\\u0000"}));
+                }
+                // A map of texts (attributes, tags): its names are texts too.
+                if s.get("additionalProperties").is_some_and(Value::is_object)
+                    && !s.contains_key("propertyNames")
+                {
+                    s.insert("propertyNames".to_owned(), json!({}));
                 }
                 for (k, child) in s.iter_mut() {
-                    walk(child, k == "propertyNames");
+                    if k != "not" {
+                        walk(child, k == "propertyNames");
+                    }
                 }
             }
             Value::Array(items) => items.iter_mut().for_each(|i| walk(i, false)),
             _ => {}
         }
     }
-    walk(&mut doc["components"]["schemas"], false);
-    for op in operations_of(doc, None) {
-        if let Some(ps) = op.get_mut("parameters") {
-            walk(ps, false);
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref")
+                    && let Some(name) = r.strip_prefix("#/components/schemas/")
+                {
+                    out.push(name.to_owned());
+                }
+                m.values().for_each(|c| refs(c, out));
+            }
+            Value::Array(items) => items.iter().for_each(|c| refs(c, out)),
+            _ => {}
         }
+    }
+    // The component schemas a request body reaches, through references.
+    let mut todo = Vec::new();
+    for op in operations_of(doc, None) {
+        // JSON bodies only: a raw body (text or bytes) is a message body, which may hold
+        // anything.
+        if let Some(body) = op
+            .get_mut("requestBody")
+            .and_then(|b| b["content"].get_mut("application/json"))
+        {
+            refs(body, &mut todo);
+            walk(body, false);
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(name) = todo.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        if let Some(schema) = doc["components"]["schemas"].get_mut(&name) {
+            refs(schema, &mut todo);
+            walk(schema, false);
+        }
+    }
+    for p in query_parameters(doc, None) {
+        walk(&mut p["schema"], false);
     }
 }
 
