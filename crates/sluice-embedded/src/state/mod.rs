@@ -69,9 +69,10 @@ pub(crate) struct State {
     /// The FIFO group membership of grouped live messages (those whose `Msg` is marked).
     pub members: IdMap<u64, Member>,
     pub done: IdMap<u64, Done>,
-    /// Completed records by the time they are forgotten: ordered by that time, not by ack,
-    /// since queues keep them for different `result_ttl`s.
-    pub done_order: BTreeSet<(i64, u64)>,
+    /// Completed records by the time they are forgotten, one line per `result_ttl` (in ms):
+    /// within a line that is ack order, so a push and a pop are O(1), while queues with
+    /// different `result_ttl`s do not hold back each other's records.
+    pub done_order: BTreeMap<i64, VecDeque<(i64, u64)>>,
     pub next_id: u64,
     pub next_token: u64,
     /// Tokens below this are covered by a durable [`Record::Tokens`] reservation.
@@ -109,7 +110,7 @@ impl State {
             msgs: IdMap::default(),
             members: IdMap::default(),
             done: IdMap::default(),
-            done_order: BTreeSet::new(),
+            done_order: BTreeMap::new(),
             next_id: 1,
             next_token: 1,
             token_limit: 0,
@@ -651,7 +652,10 @@ impl State {
                 q.completed += 1;
             }
             *self.live.entry(loc.seg).or_default() += u64::from(len);
-            self.done_order.insert((a.keep_until, a.id));
+            self.done_order
+                .entry(a.keep_until - a.at)
+                .or_default()
+                .push_back((a.keep_until, a.id));
         }
     }
 
@@ -726,12 +730,26 @@ impl State {
 
     /// Forgets completed records past their `result_ttl`.
     pub fn prune_done(&mut self, now: i64) {
-        while let Some(&(until, id)) = self.done_order.first() {
+        loop {
+            // The line whose next record is due first.
+            let Some((&ttl, &(until, id))) = self
+                .done_order
+                .iter()
+                .filter_map(|(ttl, line)| line.front().map(|f| (ttl, f)))
+                .min_by_key(|(_, (until, _))| *until)
+            else {
+                break;
+            };
             // Past the cap the oldest records go early: RAM stays bounded at any ack rate.
             if until > now && self.done.len() <= MAX_COMPLETED {
                 break;
             }
-            self.done_order.pop_first();
+            if let Some(line) = self.done_order.get_mut(&ttl) {
+                line.pop_front();
+                if line.is_empty() {
+                    self.done_order.remove(&ttl);
+                }
+            }
             if self.done.get(&id).is_some_and(|d| d.keep_until == until) {
                 self.forget_done(id);
             }
