@@ -730,16 +730,13 @@ impl State {
 
     /// Forgets completed records past their `result_ttl`.
     pub fn prune_done(&mut self, now: i64) {
-        loop {
-            // The line whose next record is due first.
-            let Some((&ttl, &(until, id))) = self
-                .done_order
-                .iter()
-                .filter_map(|(ttl, line)| line.front().map(|f| (ttl, f)))
-                .min_by_key(|(_, (until, _))| *until)
-            else {
-                break;
-            };
+        // Each time, the line whose next record is due first.
+        while let Some((&ttl, &(until, id))) = self
+            .done_order
+            .iter()
+            .filter_map(|(ttl, line)| line.front().map(|f| (ttl, f)))
+            .min_by_key(|(_, (until, _))| *until)
+        {
             // Past the cap the oldest records go early: RAM stays bounded at any ack rate.
             if until > now && self.done.len() <= MAX_COMPLETED {
                 break;
