@@ -653,7 +653,7 @@ impl State {
             }
             *self.live.entry(loc.seg).or_default() += u64::from(len);
             self.done_order
-                .entry(a.keep_until - a.at)
+                .entry(a.keep_until.saturating_sub(a.at))
                 .or_default()
                 .push_back((a.keep_until, a.id));
         }
