@@ -88,6 +88,8 @@ impl Core {
         let mut records = Vec::new();
         let mut ended = Vec::new();
         let mut failures = 0u32;
+        // Whether anything went to the dead-letter queue, which is then brought up to now.
+        let mut dead_lettered = false;
         for id in expired_leases {
             let m = self.state.msgs[&id];
             if m.cancel_requested() {
@@ -116,16 +118,19 @@ impl Core {
                         receive_count: m.receive_count(),
                         rich,
                     },
-                    AfterFailure::DeadLetter(reason) => self.dead_letter(
-                        &cfg,
-                        &name,
-                        id,
-                        &m,
-                        rich,
-                        reason,
-                        UpdateEvent::LeaseExhausted { from: qid },
-                        now,
-                    )?,
+                    AfterFailure::DeadLetter(reason) => {
+                        dead_lettered = true;
+                        self.dead_letter(
+                            &cfg,
+                            &name,
+                            id,
+                            &m,
+                            rich,
+                            reason,
+                            UpdateEvent::LeaseExhausted { from: qid },
+                            now,
+                        )?
+                    }
                 },
             );
         }
@@ -136,6 +141,7 @@ impl Core {
             let m = self.state.msgs[&id];
             if cfg.dead_letter_queue.is_some() {
                 let (_, rich) = self.load(id, &m)?;
+                dead_lettered = true;
                 let u = self.dead_letter(
                     &cfg,
                     &name,
@@ -171,6 +177,7 @@ impl Core {
         let dlq = cfg
             .dead_letter_queue
             .as_ref()
+            .filter(|_| dead_lettered)
             .and_then(|n| self.state.names.get(n).copied());
         for q in std::iter::once(qid).chain(dlq) {
             if self.state.promote(q, now) > 0 {

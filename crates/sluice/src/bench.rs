@@ -20,6 +20,10 @@
 //! schedule (the load generator itself could not keep up) are counted and reported.
 //!
 //! Only the given `--url` (and `--frames`) is ever contacted.
+//!
+//! Longer than this project's files should be: the load's options, its producer and consumer
+//! loops for both protocols and the report live together; the protocols are its seam for a
+//! split.
 
 mod frames;
 mod http;

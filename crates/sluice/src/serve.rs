@@ -1,5 +1,9 @@
 //! `sluice serve`: open the store, apply declared queues, serve the HTTP API until SIGINT or
 //! SIGTERM, then finish in-flight requests and exit 0.
+//!
+//! Longer than this project's files should be: it holds the arguments and their config-file
+//! and environment forms, the resolved settings `--check-config` prints, and the start-up of
+//! the store and every listener. Those three are its seams for a split.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
