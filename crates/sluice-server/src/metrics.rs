@@ -253,6 +253,34 @@ impl Metrics {
     /// # Errors
     /// The store's error when queues cannot be listed.
     pub async fn render(&self, store: &dyn Store) -> Result<String, sluice_core::StoreError> {
+        self.render_for(store, &crate::auth::Caller::anybody())
+            .await
+    }
+
+    /// [`Metrics::render`] as `caller` may see it: a key that does not cover every queue gets
+    /// the series of the queues it covers, and totals (`sluice_queues`, `all_queues_*`) over
+    /// those alone, as every listing is filtered; the node's connection series stay.
+    ///
+    /// # Errors
+    /// The store's error when queues cannot be listed.
+    pub async fn render_for(
+        &self,
+        store: &dyn Store,
+        caller: &crate::auth::Caller,
+    ) -> Result<String, sluice_core::StoreError> {
+        let out = self.render_queues(store, &|q| caller.sees(q)).await?;
+        Ok(if caller.covers_all() {
+            out
+        } else {
+            only_seen(&out, &|q| caller.sees(q))
+        })
+    }
+
+    async fn render_queues(
+        &self,
+        store: &dyn Store,
+        sees: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<String, sluice_core::StoreError> {
         let mut registry = Registry::with_prefix("sluice");
         let gauge = |registry: &mut Registry, name: &str, help: &str| {
             let f = Family::<QueueLabel, Gauge>::default();
@@ -399,6 +427,9 @@ impl Metrics {
         let mut walk = crate::walk::StatsWalk::new(store);
         while let Some(page) = walk.next_page().await? {
             for (q, s) in page {
+                if !sees(q.name.as_str()) {
+                    continue;
+                }
                 count += 1;
                 all_visible.inc_by(i64::try_from(s.visible).unwrap_or(i64::MAX));
                 all_delayed.inc_by(i64::try_from(s.delayed).unwrap_or(i64::MAX));
@@ -455,6 +486,33 @@ impl Metrics {
         })?;
         Ok(out)
     }
+}
+
+/// The lines of `text` (the Prometheus text format) without the samples of queues `sees`
+/// refuses: those of the histograms and counters this node keeps for every queue it served.
+/// Queue names hold no quote, comma or brace, so a `queue="…"` label is read off as it is.
+fn only_seen(text: &str, sees: &dyn Fn(&str) -> bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        if queue_label(line).is_none_or(sees) {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
+/// The value of the `queue` label of a sample line, if it has one.
+fn queue_label(line: &str) -> Option<&str> {
+    if line.starts_with('#') {
+        return None;
+    }
+    let open = line.find('{')?;
+    let close = open + line[open..].find('}')?;
+    line[open + 1..close].split(',').find_map(|pair| {
+        pair.trim()
+            .strip_prefix("queue=\"")
+            .and_then(|v| v.strip_suffix('"'))
+    })
 }
 
 /// The series of governed queues: their adaptive rate and circuit breaker.

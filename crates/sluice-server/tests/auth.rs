@@ -419,7 +419,8 @@ async fn roles_and_patterns() {
         vec!["orders", "orders.dlq", "orders.eu", "orders.eu.dlq"]
     );
 
-    // A message in a queue outside the key's patterns is refused, not shown.
+    // A message in a queue outside the key's patterns answers as if it did not exist: its id
+    // reveals neither the queue nor that it is there.
     let v = expect(
         &s,
         ADMIN,
@@ -430,24 +431,19 @@ async fn roles_and_patterns() {
     )
     .await;
     let billing_id = v["id"].as_str().unwrap().to_owned();
-    expect(
-        &s,
-        OPERATOR,
-        Method::GET,
-        &format!("/v1/messages/{billing_id}"),
-        None,
-        403,
-    )
-    .await;
-    expect(
-        &s,
-        OPERATOR,
-        Method::DELETE,
-        &format!("/v1/messages/{billing_id}"),
-        None,
-        403,
-    )
-    .await;
+    for method in [Method::GET, Method::DELETE] {
+        let v = expect(
+            &s,
+            OPERATOR,
+            method,
+            &format!("/v1/messages/{billing_id}"),
+            None,
+            404,
+        )
+        .await;
+        assert_eq!(v["error"]["code"], "message_not_found", "{v}");
+        assert!(!v.to_string().contains("billing"), "{v}");
+    }
     expect(
         &s,
         CONSUMER,
@@ -532,8 +528,39 @@ async fn redrive_needs_the_operator_role_and_the_queue_pattern() {
         )
         .await;
     common::assert_error(&got, 403, "permission_denied");
-    let (status, job) = s
+    // Without destination each message goes back to its own source queue, which may be
+    // outside the key's patterns: a scoped key must name a destination or a covered source.
+    let got = s
         .call_as(Some(OPERATOR), Method::POST, "/v1/redrives", Some(body))
+        .await;
+    common::assert_error(&got, 403, "permission_denied");
+    assert!(
+        got.1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("destination")),
+        "{}",
+        got.1
+    );
+    let to_billing = json!({ "source": "orders.dlq", "filter": {"source_queue": "billing"} });
+    let got = s
+        .call_as(
+            Some(OPERATOR),
+            Method::POST,
+            "/v1/redrives",
+            Some(to_billing),
+        )
+        .await;
+    common::assert_error(&got, 403, "permission_denied");
+    let to_orders = json!({
+        "source": "orders.dlq", "rate_per_second": 10, "filter": {"source_queue": "orders"}
+    });
+    let (status, job) = s
+        .call_as(
+            Some(OPERATOR),
+            Method::POST,
+            "/v1/redrives",
+            Some(to_orders),
+        )
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{job}");
     let id = job["id"].as_str().expect("id");
@@ -552,4 +579,175 @@ async fn redrive_needs_the_operator_role_and_the_queue_pattern() {
         matches!(v["state"].as_str(), Some("cancelled" | "completed")),
         "{v}"
     );
+}
+
+/// A dead letter of `billing` that landed in `orders.dlq` (the admin pointed `billing` at it):
+/// a redrive by a key scoped to `orders*` must not move it back into `billing`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scoped_redrive_never_writes_outside_its_patterns() {
+    let s = server().await;
+    let (st, v) = s
+        .call_as(
+            Some(ADMIN),
+            Method::PUT,
+            "/v1/queues/billing",
+            Some(json!({"dead_letter_queue": "orders.dlq", "max_receive_count": 1})),
+        )
+        .await;
+    assert!(st.is_success(), "{v}");
+    let (st, v) = s
+        .call_as(
+            Some(ADMIN),
+            Method::POST,
+            "/v1/queues/billing/messages",
+            Some(json!({"body": 1})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (_, got) = s
+        .call_as(
+            Some(ADMIN),
+            Method::POST,
+            "/v1/queues/billing/receive",
+            None,
+        )
+        .await;
+    let receipt = got["messages"][0]["receipt"].as_str().expect("a delivery");
+    let (st, v) = s
+        .call_as(
+            Some(ADMIN),
+            Method::POST,
+            "/v1/queues/billing/reject",
+            Some(json!({"receipt": receipt})),
+        )
+        .await;
+    assert!(st.is_success(), "{v}");
+    let got = s
+        .call_as(
+            Some(OPERATOR),
+            Method::POST,
+            "/v1/redrives",
+            Some(json!({"source": "orders.dlq"})),
+        )
+        .await;
+    common::assert_error(&got, 403, "permission_denied");
+    let (_, billing) = s
+        .call_as(Some(ADMIN), Method::GET, "/v1/queues/billing/stats", None)
+        .await;
+    assert_eq!(billing["visible"], 0, "{billing}");
+    let (_, dlq) = s
+        .call_as(
+            Some(ADMIN),
+            Method::GET,
+            "/v1/queues/orders.dlq/stats",
+            None,
+        )
+        .await;
+    assert_eq!(dlq["visible"], 1, "{dlq}");
+    s.shutdown().await;
+}
+
+/// Ids of messages, tasks and redrive jobs in queues outside a key's patterns answer as ids
+/// that do not exist, and `/metrics` shows a scoped key only the queues it covers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_queues_stay_hidden_behind_ids_and_metrics() {
+    let s = server().await;
+    let (_, v) = s
+        .call_as(
+            Some(ADMIN),
+            Method::POST,
+            "/v1/queues/billing/messages",
+            Some(json!({"body": 1})),
+        )
+        .await;
+    let id = v["id"].as_str().expect("id").to_owned();
+    // Tasks: an unknown task, as for an id never used.
+    let v = expect(
+        &s,
+        PRODUCER,
+        Method::GET,
+        &format!("/v1/tasks/{id}"),
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(v["status"], "UNKNOWN", "{v}");
+    assert!(!v.to_string().contains("billing"), "{v}");
+    let v = expect(
+        &s,
+        PRODUCER,
+        Method::POST,
+        &format!("/v1/tasks/{id}/cancel"),
+        None,
+        404,
+    )
+    .await;
+    assert!(!v.to_string().contains("billing"), "{v}");
+    let events = s
+        .client
+        .get(s.url(&format!("/v1/tasks/{id}/events")))
+        .bearer_auth(PRODUCER)
+        .send()
+        .await
+        .expect("events");
+    assert_eq!(events.status(), StatusCode::OK);
+    let text = events.text().await.expect("the stream ends at unknown");
+    assert!(text.contains("\"UNKNOWN\""), "{text}");
+    assert!(!text.contains("billing"), "{text}");
+    // The message is still there for a key that covers its queue.
+    let v = expect(
+        &s,
+        ADMIN,
+        Method::GET,
+        &format!("/v1/tasks/{id}"),
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(v["status"], "PENDING", "{v}");
+
+    // Redrive jobs.
+    let (st, job) = s
+        .call_as(
+            Some(ADMIN),
+            Method::POST,
+            "/v1/redrives",
+            Some(json!({"source": "billing.dlq", "dry_run": true})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{job}");
+    let job = job["id"].as_str().expect("job id").to_owned();
+    for (method, path) in [
+        (Method::GET, format!("/v1/redrives/{job}")),
+        (Method::POST, format!("/v1/redrives/{job}/cancel")),
+        (Method::POST, format!("/v1/redrives/{job}/pause")),
+    ] {
+        let v = expect(&s, OPERATOR, method, &path, None, 404).await;
+        assert_eq!(v["error"]["code"], "message_not_found", "{path}: {v}");
+        assert!(!v.to_string().contains("billing"), "{path}: {v}");
+    }
+
+    // Metrics: only the covered queues, and totals over them alone.
+    let scrape = |token: &'static str| {
+        let req = s.client.get(s.url("/metrics")).bearer_auth(token);
+        async move {
+            let resp = req.send().await.expect("scrape");
+            assert_eq!(resp.status(), StatusCode::OK);
+            resp.text().await.expect("text")
+        }
+    };
+    let all = scrape(ADMIN).await;
+    assert!(all.contains("queue=\"billing\""), "{all}");
+    for token in [OPERATOR, PRODUCER] {
+        let text = scrape(token).await;
+        assert!(text.contains("queue=\"orders\""), "{text}");
+        assert!(!text.contains("billing"), "{text}");
+        let queues = text
+            .lines()
+            .find_map(|l| l.strip_prefix("sluice_queues "))
+            .expect("sluice_queues");
+        // orders and orders.dlq.
+        assert_eq!(queues.trim(), "2", "{text}");
+    }
+    s.shutdown().await;
 }

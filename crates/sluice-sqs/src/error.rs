@@ -248,6 +248,30 @@ impl SqsError {
         )
     }
 
+    /// A key whose role does not allow the action, on any queue.
+    pub fn access_denied_role(action: &str) -> Self {
+        Self::new(
+            "AccessDeniedException",
+            "AccessDenied",
+            403,
+            format!("Access to the resource is denied: this access key may not {action}."),
+        )
+    }
+
+    /// A move task without destination by a key that does not cover every queue: each
+    /// message would go back to its own source queue, which may be outside the key's patterns.
+    pub fn access_denied_implicit_destination() -> Self {
+        Self::new(
+            "AccessDeniedException",
+            "AccessDenied",
+            403,
+            "Access to the resource is denied: a move task without DestinationArn moves each \
+             message back to its own source queue, and this access key does not cover every \
+             queue. Give a DestinationArn the key covers."
+                .to_owned(),
+        )
+    }
+
     /// The request body is not the JSON of an SQS request.
     pub fn serialization(message: impl Into<String>) -> Self {
         Self::new(

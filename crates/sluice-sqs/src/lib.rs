@@ -105,6 +105,20 @@ impl Call {
         }
     }
 
+    /// Whether the request's key's role may do `action` at all (every key may on an endpoint
+    /// without keys).
+    pub(crate) fn may_role(&self, action: Action) -> bool {
+        self.key.as_ref().is_none_or(|k| action.allowed(k.role))
+    }
+
+    /// Whether the request's key reaches every queue, whatever its name (every key does on an
+    /// endpoint without keys).
+    pub(crate) fn covers_all(&self) -> bool {
+        self.key
+            .as_ref()
+            .is_none_or(|k| k.queues.iter().any(|p| p == "*"))
+    }
+
     /// Whether the request's key may do `action` on the queue named `queue` (every key may
     /// on an endpoint without keys).
     pub(crate) fn may(&self, action: Action, queue: &str) -> bool {

@@ -46,6 +46,9 @@ pub(crate) async fn start(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
             call.allow(Action::Redrive, &d)?;
             Some(d)
         }
+        None if !call.covers_all() => {
+            return Err(SqsError::access_denied_implicit_destination());
+        }
         None => None,
     };
     let per_second = match req.max_number_of_messages_per_second {
@@ -208,7 +211,14 @@ pub(crate) async fn cancel(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
         Err(StoreError::RedriveNotFound(_)) => return Err(unknown()),
         Err(e) => return Err(e.into()),
     };
-    call.allow(Action::Redrive, &job.spec.source)?;
+    // A task of a queue outside the key's patterns reads as one that does not exist.
+    if !call.may(Action::Redrive, job.spec.source.as_str()) {
+        return Err(if call.may_role(Action::Redrive) {
+            unknown()
+        } else {
+            SqsError::access_denied_role(Action::Redrive.describe())
+        });
+    }
     if !matches!(job.state, RedriveState::Running | RedriveState::Paused) {
         return Err(SqsError::unsupported(format!(
             "The move task {} is {} and can no longer be cancelled.",

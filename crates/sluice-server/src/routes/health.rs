@@ -64,7 +64,7 @@ pub async fn metrics(
     caller: crate::auth::Caller,
 ) -> Result<axum::response::Response, crate::error::ApiError> {
     caller.allow_role(crate::auth::Action::Stats)?;
-    let text = st.metrics.render(st.store.as_ref()).await?;
+    let text = st.metrics.render_for(st.store.as_ref(), &caller).await?;
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,

@@ -78,7 +78,9 @@ async fn find(
 ) -> Result<sluice_core::Message, ApiError> {
     caller.allow_role(Action::Inspect)?;
     let m = st.store.get_message(id).await?;
-    caller.allow(Action::Inspect, &m.queue)?;
+    caller.allow_found(Action::Inspect, &m.queue, || {
+        sluice_core::StoreError::MessageNotFound(id).into()
+    })?;
     Ok(m)
 }
 

@@ -39,8 +39,18 @@ pub async fn create(
     caller.allow_role(Action::Redrive)?;
     let spec = req.to_core()?;
     caller.allow(Action::Redrive, &spec.source)?;
-    if let Some(d) = &spec.destination {
-        caller.allow(Action::Redrive, d)?;
+    match (&spec.destination, &spec.filter.source_queue) {
+        (Some(d), _) => caller.allow(Action::Redrive, d)?,
+        // Each message goes back to its own source queue: only to the one the filter names.
+        (None, Some(s)) => caller.allow(Action::Redrive, s)?,
+        (None, None) if !caller.covers_all() => {
+            return Err(ApiError::forbidden(
+                "a redrive without destination moves each message back to its own source \
+                 queue, and this key does not cover every queue; give a destination, or a \
+                 filter.source_queue the key covers",
+            ));
+        }
+        (None, None) => {}
     }
     let job = st.store.create_redrive(spec).await?;
     let details = [
@@ -119,7 +129,9 @@ pub async fn get(
 ) -> Result<Json<RedriveView>, ApiError> {
     caller.allow_role(Action::Redrive)?;
     let job = st.store.get_redrive(job_id(&id)?).await?;
-    caller.allow(Action::Redrive, &job.spec.source)?;
+    caller.allow_found(Action::Redrive, &job.spec.source, || {
+        sluice_core::StoreError::RedriveNotFound(job.id.to_string()).into()
+    })?;
     Ok(Json(RedriveView::from(&job)))
 }
 
@@ -192,7 +204,9 @@ async fn control(
     caller.allow_role(Action::Redrive)?;
     let id = job_id(id)?;
     let before = st.store.get_redrive(id).await?;
-    caller.allow(Action::Redrive, &before.spec.source)?;
+    caller.allow_found(Action::Redrive, &before.spec.source, || {
+        sluice_core::StoreError::RedriveNotFound(id.to_string()).into()
+    })?;
     let job = st.store.control_redrive(id, control.clone()).await?;
     if job != before {
         let mut details = vec![

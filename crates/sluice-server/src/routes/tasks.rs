@@ -49,11 +49,9 @@ pub async fn get_task(
     let until = tokio::time::Instant::now() + wait;
     loop {
         let view = match st.store.get_message(id).await {
-            Ok(m) => {
-                caller.allow(Action::ReadTask, &m.queue)?;
-                TaskView::of(&m)
-            }
-            Err(StoreError::MessageNotFound(_)) => TaskView::unknown(id),
+            // A task in a queue outside the key's patterns reads as one that does not exist.
+            Ok(m) if caller.sees(m.queue.as_str()) => TaskView::of(&m),
+            Ok(_) | Err(StoreError::MessageNotFound(_)) => TaskView::unknown(id),
             Err(e) => return Err(e.into()),
         };
         let done = view.status.is_final() || view.status == TaskStatus::Unknown;
@@ -85,7 +83,9 @@ pub async fn cancel(
 ) -> Result<Json<TaskView>, ApiError> {
     caller.allow_role(Action::CancelTask)?;
     let m = st.store.get_message(id).await?;
-    caller.allow(Action::CancelTask, &m.queue)?;
+    caller.allow_found(Action::CancelTask, &m.queue, || {
+        StoreError::MessageNotFound(id).into()
+    })?;
     let m = st.store.cancel(id).await?;
     st.audit(
         &caller,
@@ -118,9 +118,6 @@ pub async fn events(
     MessagePath(id): MessagePath,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     caller.allow_role(Action::ReadTask)?;
-    if let Ok(m) = st.store.get_message(id).await {
-        caller.allow(Action::ReadTask, &m.queue)?;
-    }
     let until = tokio::time::Instant::now() + EVENT_STREAM_MAX;
     struct Watch {
         st: AppState,
@@ -133,29 +130,34 @@ pub async fn events(
             last: None,
             done: false,
         },
-        move |mut w| async move {
-            loop {
-                if w.done || tokio::time::Instant::now() >= until {
-                    return None;
-                }
-                let view = match w.st.store.get_message(id).await {
-                    Ok(m) => TaskView::of(&m),
-                    Err(StoreError::MessageNotFound(_)) => TaskView::unknown(id),
-                    Err(e) => {
-                        let msg = crate::error::http_message(&e);
-                        w.done = true;
-                        return Some((Ok(Event::default().event("error").data(msg)), w));
+        move |mut w| {
+            let caller = caller.clone();
+            async move {
+                loop {
+                    if w.done || tokio::time::Instant::now() >= until {
+                        return None;
                     }
-                };
-                let json = serde_json::to_string(&view).unwrap_or_default();
-                if w.last.as_deref() != Some(json.as_str()) {
-                    w.done = view.status.is_final() || view.status == TaskStatus::Unknown;
-                    w.last = Some(json.clone());
-                    return Some((Ok(Event::default().event("status").data(json)), w));
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(EVENT_POLL) => {}
-                    () = w.st.shutting_down() => return None,
+                    let view = match w.st.store.get_message(id).await {
+                        // Outside the key's patterns (where it was sent, or where it went since):
+                        // as if it did not exist.
+                        Ok(m) if caller.sees(m.queue.as_str()) => TaskView::of(&m),
+                        Ok(_) | Err(StoreError::MessageNotFound(_)) => TaskView::unknown(id),
+                        Err(e) => {
+                            let msg = crate::error::http_message(&e);
+                            w.done = true;
+                            return Some((Ok(Event::default().event("error").data(msg)), w));
+                        }
+                    };
+                    let json = serde_json::to_string(&view).unwrap_or_default();
+                    if w.last.as_deref() != Some(json.as_str()) {
+                        w.done = view.status.is_final() || view.status == TaskStatus::Unknown;
+                        w.last = Some(json.clone());
+                        return Some((Ok(Event::default().event("status").data(json)), w));
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(EVENT_POLL) => {}
+                        () = w.st.shutting_down() => return None,
+                    }
                 }
             }
         },

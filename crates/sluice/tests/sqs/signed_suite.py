@@ -93,6 +93,38 @@ class Signed(unittest.TestCase):
         got = operator.list_dead_letter_source_queues(QueueUrl=mine)["queueUrls"]
         self.assertEqual([u.rsplit("/", 1)[1] for u in got], ["team-jobs"])
 
+    def test_a_scoped_move_task_writes_only_inside_its_patterns(self):
+        admin = client(*KEYS["admin"])
+        operator = client(*KEYS["operator"])
+
+        def arn(url):
+            got = admin.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+            return got["Attributes"]["QueueArn"]
+
+        def dead_letter_queue(name, source):
+            dlq = admin.create_queue(QueueName=name)["QueueUrl"]
+            policy = f'{{"deadLetterTargetArn":"{arn(dlq)}","maxReceiveCount":"3"}}'
+            admin.create_queue(QueueName=source, Attributes={"RedrivePolicy": policy})
+            return dlq
+
+        # An admin pointed a queue outside the operator's patterns at a DLQ inside them.
+        dlq = dead_letter_queue("team-shared-dlq", "billing-source")
+        jobs = operator.create_queue(QueueName="team-work")["QueueUrl"]
+        # Without DestinationArn each message goes back to its own source queue, which may be
+        # outside the key's patterns.
+        with self.assertRaises(ClientError) as e:
+            operator.start_message_move_task(SourceArn=arn(dlq))
+        self.assertEqual(code(e.exception), "AccessDenied")
+        self.assertIn("DestinationArn", e.exception.response["Error"]["Message"])
+        handle = operator.start_message_move_task(SourceArn=arn(dlq), DestinationArn=arn(jobs))
+        self.assertTrue(handle["TaskHandle"])
+        # A task of a queue outside the patterns reads as one that does not exist.
+        other = dead_letter_queue("audit-moves-dlq", "audit-moves")
+        theirs = admin.start_message_move_task(SourceArn=arn(other))["TaskHandle"]
+        with self.assertRaises(ClientError) as e:
+            operator.cancel_message_move_task(TaskHandle=theirs)
+        self.assertEqual(code(e.exception), "ResourceNotFoundException")
+        self.assertNotIn("audit", e.exception.response["Error"]["Message"])
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
