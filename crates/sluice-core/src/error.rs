@@ -157,6 +157,10 @@ pub enum StoreError {
         /// The source queue.
         queue: String,
     },
+    /// A breaker command for a queue without a breaker. Its code is `conflict`; a variant of
+    /// its own lets a front end add how to give the queue one there.
+    #[error("queue \"{0}\" has no breaker; give it one first in its configuration (breaker)")]
+    NoBreaker(String),
     /// A body or batch is too large.
     #[error("{0}")]
     PayloadTooLarge(String),
@@ -192,6 +196,41 @@ impl StoreError {
         StoreError::InvalidArgument(msg.into())
     }
 
+    /// A dead-lettering (reject, or a move to the DLQ) of a message of `queue`, which has no
+    /// dead-letter queue (code `conflict`).
+    pub fn no_dead_letter_queue(queue: &str) -> Self {
+        StoreError::Conflict(format!(
+            "queue \"{queue}\" has no dead_letter_queue; give it one in its configuration \
+             (dead_letter_queue) or nack instead"
+        ))
+    }
+
+    /// A dead-lettering of a message of `queue` whose dead-letter queue `dlq` does not exist
+    /// (code `conflict`).
+    pub fn dead_letter_queue_missing(dlq: &str, queue: &str) -> Self {
+        StoreError::Conflict(format!(
+            "dead-letter queue \"{dlq}\" of \"{queue}\" does not exist; create it or change \
+             dead_letter_queue"
+        ))
+    }
+
+    /// A delete of `queue` while it is the dead-letter queue of `user` (code `conflict`).
+    pub fn dead_letter_queue_in_use(queue: &str, user: &str) -> Self {
+        StoreError::Conflict(format!(
+            "queue \"{queue}\" is the dead-letter queue of \"{user}\"; change that queue's \
+             dead_letter_queue first"
+        ))
+    }
+
+    /// An acknowledgement whose result of `len` bytes is over `queue`'s `max` (code
+    /// `payload_too_large`).
+    pub fn result_too_large(len: usize, queue: &str, max: u32) -> Self {
+        StoreError::PayloadTooLarge(format!(
+            "result is {len} bytes; queue \"{queue}\" keeps results of at most {max} bytes \
+             (max_message_bytes)"
+        ))
+    }
+
     /// The error of a create-only put of a queue that exists (code `conflict`).
     pub fn queue_exists(name: &str) -> Self {
         StoreError::QueueExists(name.to_owned())
@@ -217,7 +256,8 @@ impl StoreError {
             StoreError::ReceiptStale => ErrorCode::ReceiptStale,
             StoreError::Conflict(_)
             | StoreError::QueueExists(_)
-            | StoreError::RedriveRunning { .. } => ErrorCode::Conflict,
+            | StoreError::RedriveRunning { .. }
+            | StoreError::NoBreaker(_) => ErrorCode::Conflict,
             StoreError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
             StoreError::QueueFull { .. } => ErrorCode::QueueFull,
             StoreError::Unavailable { .. } => ErrorCode::Unavailable,
@@ -272,6 +312,7 @@ mod tests {
                 queue: "tmpq".into(),
             },
             StoreError::PayloadTooLarge("big".into()),
+            StoreError::NoBreaker("tmpq".into()),
             StoreError::ScheduleNotFound("nightly".into()),
             StoreError::QueueFull {
                 queue: "tmpq".into(),
@@ -292,6 +333,7 @@ mod tests {
                 | StoreError::Conflict(_)
                 | StoreError::QueueExists(_)
                 | StoreError::RedriveRunning { .. }
+                | StoreError::NoBreaker(_)
                 | StoreError::PayloadTooLarge(_)
                 | StoreError::QueueFull { .. }
                 | StoreError::Unavailable { .. } => {}

@@ -86,6 +86,15 @@ pub fn record_attempt(history: &mut Vec<Attempt>, attempt: Attempt) {
     }
 }
 
+/// The warning a queue put answers when `max_receive_count` is 0 (set now, or a new queue):
+/// nothing dead-letters its failing messages by count.
+pub fn unlimited_attempts_warning(queue: &str) -> String {
+    format!(
+        "max_receive_count is 0: messages of \"{queue}\" are retried without limit and never \
+         dead-lettered by count"
+    )
+}
+
 /// The history a completed message shows: the attempts kept with its record, then the
 /// delivery that completed it (acknowledged at `completed_at`), the newest
 /// [`limits::MAX_ATTEMPTS_KEPT`] in all. A cancelled task's last delivery is already among

@@ -352,6 +352,12 @@ impl RedriveControl {
     }
 }
 
+/// Why a step stopped at destination `dest`, which holds `max` leased messages, its
+/// `max_in_flight`: moving more would only make them wait there (the job's `blocked`).
+pub fn blocked_at_max_in_flight(dest: &str, max: u32) -> String {
+    format!("destination \"{dest}\" is at its max_in_flight ({max})")
+}
+
 impl RedriveJob {
     /// A new running job.
     pub fn new(id: RedriveId, spec: RedriveSpec, now: Timestamp) -> Self {

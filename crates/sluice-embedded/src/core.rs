@@ -237,16 +237,13 @@ impl Core {
         event: UpdateEvent,
         now: i64,
     ) -> Result<UpdateRecord, StoreError> {
-        let dlq_name = cfg.dead_letter_queue.as_ref().ok_or_else(|| {
-            StoreError::Conflict(format!(
-                "queue \"{name}\" has no dead_letter_queue; give it one in its configuration (dead_letter_queue) or nack instead"
-            ))
-        })?;
-        let dlq = self.qid(dlq_name).map_err(|_| {
-            StoreError::Conflict(format!(
-                "dead-letter queue \"{dlq_name}\" of \"{name}\" does not exist; create it or change dead_letter_queue"
-            ))
-        })?;
+        let dlq_name = cfg
+            .dead_letter_queue
+            .as_ref()
+            .ok_or_else(|| StoreError::no_dead_letter_queue(name.as_str()))?;
+        let dlq = self
+            .qid(dlq_name)
+            .map_err(|_| StoreError::dead_letter_queue_missing(dlq_name.as_str(), name.as_str()))?;
         rich.dead_letter = Some(DeadLetter {
             reason,
             at: Timestamp(now),

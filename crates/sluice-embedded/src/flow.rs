@@ -67,10 +67,7 @@ impl Core {
             None
         };
         let Some((flow, cfg)) = governed else {
-            return Err(StoreError::Conflict(format!(
-                "queue \"{name}\" has no breaker; give it one first (PUT /v1/queues/{name} with \
-                 {{\"breaker\": {{}}}})"
-            )));
+            return Err(StoreError::NoBreaker(name.to_string()));
         };
         let events = flow.force(force, Timestamp(now));
         let stats = flow.stats(cfg, Timestamp(now));

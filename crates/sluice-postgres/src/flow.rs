@@ -482,13 +482,7 @@ pub(crate) async fn force(
     queue: &QueueName,
     to: BreakerForce,
 ) -> Result<FlowStats, StoreError> {
-    // The same refusal as the embedded engine's: the text is part of the answer.
-    let no_breaker = || {
-        StoreError::Conflict(format!(
-            "queue \"{queue}\" has no breaker; give it one first (PUT /v1/queues/{queue} with \
-             {{\"breaker\": {{}}}})"
-        ))
-    };
+    let no_breaker = || StoreError::NoBreaker(queue.to_string());
     let forced = locked(inner, queue.as_str(), |cfg, state, now, events| {
         if cfg.breaker.is_none() {
             return Err(no_breaker());

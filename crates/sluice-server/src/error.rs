@@ -94,6 +94,10 @@ pub fn http_message(e: &StoreError) -> String {
             "queue \"{name}\" already exists and was left unchanged; to change its settings, \
              PUT /v1/queues/{name} without If-None-Match (sluice queue update {name})"
         ),
+        StoreError::NoBreaker(q) => format!(
+            "queue \"{q}\" has no breaker; give it one first (PUT /v1/queues/{q} with \
+             {{\"breaker\": {{}}}})"
+        ),
         StoreError::RedriveRunning { running, queue } => format!(
             "redrive job {running} of \"{queue}\" is still running; wait for it or cancel it \
              (POST /v1/redrives/{running}/cancel)"

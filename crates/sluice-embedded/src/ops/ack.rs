@@ -50,11 +50,11 @@ pub(crate) async fn ack(
             let result = match a.result {
                 Some(result) if result.len() > cfg.max_message_bytes as usize => {
                     seen.remove(&a.receipt.id);
-                    out.push(Err(StoreError::PayloadTooLarge(format!(
-                        "result is {} bytes; queue \"{queue}\" keeps results of at most {} bytes (max_message_bytes)",
+                    out.push(Err(StoreError::result_too_large(
                         result.len(),
-                        cfg.max_message_bytes
-                    ))));
+                        queue.as_str(),
+                        cfg.max_message_bytes,
+                    )));
                     continue;
                 }
                 Some(result) if !acked.cancelled => Some(result),

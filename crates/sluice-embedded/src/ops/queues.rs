@@ -35,9 +35,9 @@ pub(crate) fn put(
     let mut warnings = Vec::new();
     if config.max_receive_count == 0 && existing.is_none_or(|_| patch.max_receive_count == Some(0))
     {
-        warnings.push(format!(
-                "max_receive_count is 0: messages of \"{name}\" are retried without limit and never dead-lettered by count"
-            ));
+        warnings.push(sluice_core::lifecycle::unlimited_attempts_warning(
+            name.as_str(),
+        ));
     }
     warnings.extend(config.advice(name));
     let mut new_queues = Vec::new();
@@ -187,10 +187,10 @@ pub(crate) fn delete(inner: &Inner, name: &QueueName) -> Result<u64, StoreError>
         .values()
         .find(|q| q.name != *name && q.config.dead_letter_queue.as_ref() == Some(name))
     {
-        return Err(StoreError::Conflict(format!(
-            "queue \"{name}\" is the dead-letter queue of \"{}\"; change that queue's dead_letter_queue first",
-            user.name.as_str()
-        )));
+        return Err(StoreError::dead_letter_queue_in_use(
+            name.as_str(),
+            user.name.as_str(),
+        ));
     }
     let held = core.state.queues[&qid].depth();
     core.catalog.append(&Change::Delete { qid })?;

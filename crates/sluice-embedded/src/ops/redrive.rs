@@ -274,9 +274,9 @@ fn plan_step(
                     .count() as u64
                 >= u64::from(mif)
         {
-            job.blocked = Some(format!(
-                "destination \"{}\" is at its max_in_flight ({mif})",
-                dq.name.as_str()
+            job.blocked = Some(sluice_core::redrive::blocked_at_max_in_flight(
+                dq.name.as_str(),
+                mif,
             ));
             stopped_early = true;
             break;

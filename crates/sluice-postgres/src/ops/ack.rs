@@ -36,11 +36,11 @@ pub(crate) async fn ack(
         if let Some(r) = &a.result
             && r.len() > cfg.max_message_bytes as usize
         {
-            out.push(Some(Err(StoreError::PayloadTooLarge(format!(
-                "result is {} bytes; queue \"{queue}\" keeps results of at most {} bytes (max_message_bytes)",
+            out.push(Some(Err(StoreError::result_too_large(
                 r.len(),
-                cfg.max_message_bytes
-            )))));
+                queue.as_str(),
+                cfg.max_message_bytes,
+            ))));
             continue;
         }
         if !seen.insert(a.receipt.id) {

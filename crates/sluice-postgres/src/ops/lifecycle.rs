@@ -24,20 +24,17 @@ pub(crate) async fn dead_letter(
     fx: &mut Effects,
 ) -> Result<(), StoreError> {
     let name = row.queue.clone();
-    let dlq = cfg.dead_letter_queue.as_ref().ok_or_else(|| {
-        StoreError::Conflict(format!(
-            "queue \"{name}\" has no dead_letter_queue; give it one in its configuration (dead_letter_queue) or nack instead"
-        ))
-    })?;
+    let dlq = cfg
+        .dead_letter_queue
+        .as_ref()
+        .ok_or_else(|| StoreError::no_dead_letter_queue(&name))?;
     let exists = c
         .query_opt("SELECT 1 FROM queues WHERE name = $1", &[&dlq.as_str()])
         .await
         .map_err(|e| db(&e))?
         .is_some();
     if !exists {
-        return Err(StoreError::Conflict(format!(
-            "dead-letter queue \"{dlq}\" of \"{name}\" does not exist; create it or change dead_letter_queue"
-        )));
+        return Err(StoreError::dead_letter_queue_missing(dlq.as_str(), &name));
     }
     row.dead_letter = Some(DeadLetter {
         reason,

@@ -138,10 +138,10 @@ pub(crate) async fn put(
             .unwrap_or_else(|| QueueConfig::defaults_for(name));
         let cfg = current.apply(name, patch)?;
         let mut warnings = Vec::new();
-        // The same warning as the embedded engine's `put`: the text is part of the answer.
-        if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0)) {
-            warnings.push(format!(
-                "max_receive_count is 0: messages of \"{name}\" are retried without limit and never dead-lettered by count"
+        if cfg.max_receive_count == 0 && (existing.is_none() || patch.max_receive_count == Some(0))
+        {
+            warnings.push(sluice_core::lifecycle::unlimited_attempts_warning(
+                name.as_str(),
             ));
         }
         if let Some(dlq) = &cfg.dead_letter_queue {
@@ -200,9 +200,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<u64, Store
             .map_err(|e| db(&e))?
         {
             let user: String = user.get(0);
-            return Err(StoreError::Conflict(format!(
-                "queue \"{name}\" is the dead-letter queue of \"{user}\"; change that queue's dead_letter_queue first"
-            )));
+            return Err(StoreError::dead_letter_queue_in_use(name.as_str(), &user));
         }
         tx.batch_execute("SET LOCAL lock_timeout = '10s'")
             .await

@@ -329,9 +329,7 @@ async fn step_moves(
         if let Some(mif) = dcfg.max_in_flight
             && *leased >= i64::from(mif)
         {
-            job.blocked = Some(format!(
-                "destination \"{dest}\" is at its max_in_flight ({mif})"
-            ));
+            job.blocked = Some(sluice_core::redrive::blocked_at_max_in_flight(&dest, mif));
             stopped_early = true;
             break;
         }
