@@ -12,6 +12,19 @@ use crate::error::StoreError;
 /// Longest queue name accepted.
 pub const MAX_QUEUE_NAME_LEN: usize = 80;
 
+/// Queue (and schedule) names as a regular expression: what [`QueueName::new`] accepts,
+/// for schemas; the length is [`MAX_QUEUE_NAME_LEN`].
+pub const NAME_PATTERN: &str = "^[A-Za-z0-9_.-]+$";
+/// Names as new queues may have them ([`QueueName::check_new`]): dot-separated parts.
+pub const NEW_NAME_PATTERN: &str = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)*$";
+/// A name prefix (listings): what a queue name may start with, the empty prefix included.
+pub const PREFIX_PATTERN: &str = "^[A-Za-z0-9_.-]*$";
+
+/// Whether `c` may appear in a queue name: an ASCII letter or digit, `_`, `.` or `-`.
+pub fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
 /// A validated queue name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -31,10 +44,7 @@ impl QueueName {
                 name.len()
             )));
         }
-        if let Some(bad) = name
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
-        {
+        if let Some(bad) = name.chars().find(|c| !is_name_char(*c)) {
             return Err(StoreError::invalid(format!(
                 "queue name \"{name}\" contains '{bad}'; use only letters, digits, '_', '.' and '-'"
             )));
@@ -159,5 +169,23 @@ mod tests {
             QueueName::new("jobs").unwrap().default_dlq().as_str(),
             "jobs.dlq"
         );
+    }
+
+    #[test]
+    fn the_patterns_say_what_the_checks_do() {
+        let class = |p: &str| {
+            p.trim_start_matches('^')
+                .split(['+', '*'])
+                .next()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(class(NAME_PATTERN), "[A-Za-z0-9_.-]");
+        assert_eq!(class(PREFIX_PATTERN), "[A-Za-z0-9_.-]");
+        for c in (0u8..=127).map(char::from) {
+            let in_class = c.is_ascii_alphanumeric() || "_.-".contains(c);
+            assert_eq!(is_name_char(c), in_class, "{c:?}");
+        }
+        assert!(NEW_NAME_PATTERN.starts_with("^[A-Za-z0-9_-]+"));
     }
 }

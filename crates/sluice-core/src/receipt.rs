@@ -13,6 +13,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use crate::error::StoreError;
 use crate::message::MessageId;
 
+/// A receipt as a regular expression, for schemas: 16 bytes in unpadded base64url, whose
+/// last character carries two bits and four of padding.
+pub const RECEIPT_PATTERN: &str = "^[A-Za-z0-9_-]{21}[AQgw]$";
+
 /// Names one delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Receipt {

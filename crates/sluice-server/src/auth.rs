@@ -206,9 +206,8 @@ impl KeyRing {
             }
             for p in &k.queues {
                 let ok = !p.is_empty()
-                    && p.chars().all(|c| {
-                        c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '*' | '?')
-                    });
+                    && p.chars()
+                        .all(|c| sluice_core::name::is_name_char(c) || matches!(c, '*' | '?'));
                 if !ok {
                     return Err(KeyConfigError(format!(
                         "key \"{}\": pattern \"{p}\" may hold only queue-name characters and the \

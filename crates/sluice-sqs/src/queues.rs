@@ -296,9 +296,7 @@ pub(crate) async fn list_queues(sqs: &Sqs, call: &Call) -> Result<Value, SqsErro
     // A prefix no queue name can start with matches nothing, as in SQS (Sluice's own API
     // refuses it instead).
     let nameable = prefix.len() <= sluice_core::name::MAX_QUEUE_NAME_LEN
-        && prefix
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        && prefix.chars().all(sluice_core::name::is_name_char);
     if !nameable {
         return Ok(json!({ "QueueUrls": [] }));
     }

@@ -98,11 +98,9 @@ impl From<&sluice_core::redrive::RedriveFilter> for RedriveFilterView {
 #[serde(deny_unknown_fields)]
 pub struct RedriveRequest {
     /// The dead-letter queue to move from.
-    #[schema(pattern = "^[A-Za-z0-9_.-]+$", min_length = 1, max_length = 80)]
     pub source: String,
     /// Where to; absent sends each message back to its own `source_queue`.
     #[serde(default)]
-    #[schema(pattern = "^[A-Za-z0-9_.-]+$", min_length = 1, max_length = 80)]
     pub destination: Option<String>,
     /// Move at most this many.
     #[serde(default)]

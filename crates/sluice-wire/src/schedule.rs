@@ -63,7 +63,6 @@ wire_struct! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub every_ms: Option<u64>,
         /// The queue each firing is sent to.
-        #[schema(pattern = "^[A-Za-z0-9_.-]+$", min_length = 1, max_length = 80)]
         pub queue: String,
         @request {
             /// The body of each message as any JSON value.

@@ -22,7 +22,6 @@ wire_struct! {
     #[serde(deny_unknown_fields)]
     pub struct AckItem {
         /// The delivery.
-        #[schema(pattern = "^[A-Za-z0-9_-]{21}[AQgw]$")]
         pub receipt: String,
         @request {
             /// A result (any JSON) kept with the completed record for the queue's `result_ttl`.
@@ -69,7 +68,6 @@ wire_struct! {
     pub struct AckRequestWire {
         /// Single form: the delivery. A stale receipt answers 409 `receipt_stale`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schema(pattern = "^[A-Za-z0-9_-]{21}[AQgw]$")]
         pub receipt: Option<String>,
         @request {
             /// Single form: a result (any JSON).
@@ -173,7 +171,6 @@ pub struct AckBatchResponse {
 #[serde(deny_unknown_fields)]
 pub struct NackRequest {
     /// The delivery.
-    #[schema(pattern = "^[A-Za-z0-9_-]{21}[AQgw]$")]
     pub receipt: String,
     /// Retry after this delay (0 – 7 days) instead of the queue's backoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,7 +246,6 @@ impl From<&NackOutcome> for FailureResponse {
 #[serde(deny_unknown_fields)]
 pub struct RejectRequest {
     /// The delivery.
-    #[schema(pattern = "^[A-Za-z0-9_-]{21}[AQgw]$")]
     pub receipt: String,
     /// Why it cannot be processed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -264,7 +260,6 @@ pub struct RejectRequest {
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {
     /// The delivery.
-    #[schema(pattern = "^[A-Za-z0-9_-]{21}[AQgw]$")]
     pub receipt: String,
 }
 
@@ -273,10 +268,8 @@ pub struct ReleaseRequest {
 #[serde(deny_unknown_fields)]
 pub struct MoveRequest {
     /// The delivery.
-    #[schema(pattern = "^[A-Za-z0-9_-]{21}[AQgw]$")]
     pub receipt: String,
     /// The queue to move it to.
-    #[schema(pattern = "^[A-Za-z0-9_.-]+$", min_length = 1, max_length = 80)]
     pub to: String,
     /// Why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -301,7 +294,6 @@ impl MoveRequest {
 #[serde(deny_unknown_fields)]
 pub struct ExtendRequest {
     /// The delivery.
-    #[schema(pattern = "^[A-Za-z0-9_-]{21}[AQgw]$")]
     pub receipt: String,
     /// The lease ends this long from now (0 – 12 h).
     #[schema(minimum = 0, maximum = 43200000)]
@@ -334,7 +326,6 @@ pub struct ExtendResponse {
 #[serde(deny_unknown_fields)]
 pub struct ProgressRequest {
     /// The delivery.
-    #[schema(pattern = "^[A-Za-z0-9_-]{21}[AQgw]$")]
     pub receipt: String,
     /// Percent done, 0 to 100.
     #[schema(minimum = 0, maximum = 100)]

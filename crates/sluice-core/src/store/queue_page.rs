@@ -162,10 +162,7 @@ fn check_prefix(prefix: &str) -> Result<(), StoreError> {
             prefix.len()
         )));
     }
-    if let Some(bad) = prefix
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
-    {
+    if let Some(bad) = prefix.chars().find(|c| !crate::name::is_name_char(*c)) {
         return Err(StoreError::invalid(format!(
             "prefix \"{prefix}\" contains '{bad}', which no queue name holds; use only letters, \
              digits, '_', '.' and '-'"

@@ -14,13 +14,8 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use sluice_core::config::limits;
 
-/// Queue and schedule names: what `QueueName::new` accepts.
-pub(super) const NAME_PATTERN: &str = "^[A-Za-z0-9_.-]+$";
-/// Queue names as new queues may have them (`QueueName::check_new`): dot-separated parts
-/// of `[A-Za-z0-9_-]`. Queues created under the older rule stay reachable by their names.
-pub(super) const NEW_QUEUE_PATTERN: &str = "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)*$";
-/// A receipt: 16 bytes in unpadded base64url.
-const RECEIPT_PATTERN: &str = "^[A-Za-z0-9_-]{21}[AQgw]$";
+use sluice_core::name::{NAME_PATTERN, NEW_NAME_PATTERN as NEW_QUEUE_PATTERN};
+use sluice_core::receipt::RECEIPT_PATTERN;
 /// Standard base64 with padding, canonical (unused bits zero), as the broker decodes it.
 const BASE64_PATTERN: &str =
     "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$";
@@ -273,7 +268,27 @@ pub(super) fn apply(doc: &mut Value) {
     zones.extend(time_zones(true).into_iter().map(Value::from));
     set("ScheduleRequest", "timezone", json!({ "enum": zones }));
 
-    set("AckRequest", "receipt", json!({"pattern": RECEIPT_PATTERN}));
+    // Receipts and queue names where a request gives one on its own; the batch forms' items
+    // are checked one by one (see below).
+    for schema in [
+        "AckRequest",
+        "NackRequest",
+        "RejectRequest",
+        "ReleaseRequest",
+        "MoveRequest",
+        "ExtendRequest",
+        "ProgressRequest",
+    ] {
+        set(schema, "receipt", json!({"pattern": RECEIPT_PATTERN}));
+    }
+    for (schema, field) in [
+        ("MoveRequest", "to"),
+        ("RedriveRequest", "source"),
+        ("RedriveRequest", "destination"),
+        ("ScheduleRequest", "queue"),
+    ] {
+        set(schema, field, name());
+    }
     set(
         "AckRequest",
         "result_base64",
@@ -615,7 +630,7 @@ fn forms(schemas: &mut Map<String, Value>) {
 
 /// Query parameters, by route and name.
 fn parameters(doc: &mut Value) {
-    let prefix = || json!({"pattern": "^[A-Za-z0-9_.-]*$", "maxLength": sluice_core::name::MAX_QUEUE_NAME_LEN});
+    let prefix = || json!({"pattern": sluice_core::name::PREFIX_PATTERN, "maxLength": sluice_core::name::MAX_QUEUE_NAME_LEN});
     let queue_cursor = || json!({"pattern": sluice_core::store::QUEUE_CURSOR_PATTERN});
     let rules: [(&str, &str, Value); 19] = [
         ("/v1/audit", "queue", name()),

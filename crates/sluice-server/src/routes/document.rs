@@ -11,7 +11,7 @@ use utoipa::openapi::{
     ContentBuilder, HeaderBuilder, OpenApi, PathItem, Ref, RefOr, Required, Schema,
 };
 
-use super::constraints::{NAME_PATTERN, NEW_QUEUE_PATTERN};
+use sluice_core::name::{NAME_PATTERN, NEW_NAME_PATTERN as NEW_QUEUE_PATTERN};
 
 /// Message, task and redrive ids: 16 hex digits.
 const ID_PATTERN: &str = "^[0-9a-fA-F]{16}$";
