@@ -3,14 +3,15 @@
 //!
 //! The contract is split by concern, one trait each: [`QueueAdmin`] (queues), [`Messaging`]
 //! (send, receive, settle, running tasks), [`Inspection`] (browse, stats, summaries),
-//! [`Redrives`] (redrive jobs) and [`Records`] (stats history, audit log, idempotent
-//! responses). Every engine (embedded, PostgreSQL) implements all five with the same
+//! [`Redrives`] (redrive jobs), [`Records`] (stats history, audit log, idempotent
+//! responses) and [`Schedules`] (schedules and their steps). Every engine (embedded,
+//! PostgreSQL) implements all six with the same
 //! observable behaviour, which the `sluice-conformance` suite checks. A call that returns
 //! `Ok` for a write has reached stable storage.
 //!
 //! [`Checked`] runs the checks that need no state (batch sizes, limits, durations, each
 //! message's own fields) once for every engine and then calls the engine; [`Store`] names all
-//! five concerns together and is implemented only by `Checked` engines, so whatever holds a
+//! six concerns together and is implemented only by `Checked` engines, so whatever holds a
 //! `dyn Store` goes through those checks. Callers that name a concrete engine type import the
 //! concern traits with [`prelude`].
 //!
