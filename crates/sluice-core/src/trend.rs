@@ -88,7 +88,7 @@ impl Direction {
 
 /// Where one depth (the backlog, or the DLQ) is heading.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Flow {
+pub struct DepthTrend {
     /// Rising, falling or flat (see the module docs).
     pub direction: Direction,
     /// Net flow over the last 10 to 20 s (since the latest sample at least 10 s old),
@@ -108,9 +108,9 @@ pub struct Trend {
     /// Rates over the last 1, 5 and 15 minutes.
     pub rates: [Rates; 3],
     /// The backlog: visible + delayed + in flight.
-    pub backlog: Flow,
+    pub backlog: DepthTrend,
     /// The queue's DLQ depth.
-    pub dead_letters: Flow,
+    pub dead_letters: DepthTrend,
 }
 
 /// One point of a depth's series.
@@ -195,12 +195,12 @@ impl Trend {
             points.push(make(now_ms, current_depth, &current.totals));
             points
         };
-        let backlog = flow(&series(
+        let backlog = depth_trend(&series(
             &backlog_point,
             &|s| s.visible + s.delayed + s.in_flight,
             current.visible + current.delayed + current.in_flight,
         ));
-        let dead_letters = flow(&series(
+        let dead_letters = depth_trend(&series(
             &dlq_point,
             &|s| s.dead_letter_depth,
             current.dead_letter_depth,
@@ -229,8 +229,8 @@ fn rates_between(old: &Totals, new: &Totals, secs: f64) -> Rates {
     }
 }
 
-/// The flow of one series: the creation point first, the current point last.
-fn flow(points: &[Point]) -> Flow {
+/// The trend of one series: the creation point first, the current point last.
+fn depth_trend(points: &[Point]) -> DepthTrend {
     let n = points.len() - 1;
     let cur = points[n];
     let slope_over = |w_ms: i64| {
@@ -268,7 +268,7 @@ fn flow(points: &[Point]) -> Flow {
     } else {
         Direction::Falling
     };
-    Flow {
+    DepthTrend {
         direction,
         slope,
         slope_1m,

@@ -10,7 +10,7 @@ use sluice_core::time::rfc3339;
 use crate::convert::as_ms;
 use crate::flow::FlowView;
 use sluice_core::stats::QueueStats;
-use sluice_core::trend::{Flow, Rates, Trend};
+use sluice_core::trend::{DepthTrend, Rates, Trend};
 
 /// Event totals since the queue was created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -237,12 +237,12 @@ pub struct TrendView {
 
 impl Default for TrendView {
     fn default() -> Self {
-        TrendView::from(&Flow::default())
+        TrendView::from(&DepthTrend::default())
     }
 }
 
-impl From<&Flow> for TrendView {
-    fn from(f: &Flow) -> Self {
+impl From<&DepthTrend> for TrendView {
+    fn from(f: &DepthTrend) -> Self {
         TrendView {
             direction: f.direction.as_str().to_owned(),
             slope: f.slope,

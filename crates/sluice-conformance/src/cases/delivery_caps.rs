@@ -1,4 +1,4 @@
-//! Flow control: pause, rate limits, in-flight caps and depth limits.
+//! Delivery caps: pause, rate limits, in-flight caps and depth limits.
 
 use sluice_core::store::AckOverlap;
 
