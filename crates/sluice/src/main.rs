@@ -62,6 +62,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Client(_) | Command::Key(_) | Command::Completions { .. }
+    ) {
+        end_quietly_when_the_reader_leaves();
+    }
     let result = match cli.command {
         Command::Serve(args) => return serve::run(args),
         Command::Key(cmd) => key::run(cmd),
@@ -81,4 +87,26 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Commands that print end quietly when their reader goes away (`sluice queue show q | head
+/// -1`), with the status of a process that SIGPIPE ended (141), as Unix filters do. Rust
+/// ignores SIGPIPE so that a write to a closed pipe fails instead, and `println!` turns that
+/// failure into a panic: this hook ends such a panic as the signal would have, and leaves
+/// every other panic to the default hook. Not for `serve` and the commands that run a broker
+/// inside, whose panics must all be reported.
+fn end_quietly_when_the_reader_leaves() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }

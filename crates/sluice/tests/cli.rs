@@ -443,3 +443,85 @@ fn exit_codes_for_usage_refused_input_and_a_broker_that_is_down() {
         "{help}"
     );
 }
+
+/// What a user meets at the edges of `send` and of a pipe: a JSON body cut short is refused
+/// (not sent as text), a message over every limit names that limit, standard-input errors
+/// name the input line, and a reader that goes away ends a command quietly.
+#[test]
+fn send_refuses_broken_json_names_limits_and_lines_and_pipes_close_quietly() {
+    let b = broker();
+    let u = b.url.as_str();
+    ok(u, &["queue", "create", "partner"]);
+
+    let err = fails(
+        u,
+        &[
+            "send",
+            "partner",
+            r#"{"task": "call_partner", "kwargs": {"n": 1"#,
+        ],
+        7,
+    );
+    assert!(
+        err.contains("is not JSON") && err.contains("--text"),
+        "{err}"
+    );
+    // On purpose, as text.
+    ok(
+        u,
+        &["send", "partner", "--text", r#"{"task": "call_partner""#],
+    );
+    // Text that does not start as JSON stays text.
+    ok(u, &["send", "partner", "12 monkeys"]);
+
+    let out = sluice(
+        u,
+        &["send", "partner", "-"],
+        Some(b"{\"ok\": 1}\n\n[1, 2\n"),
+    );
+    assert_eq!(out.status.code(), Some(7));
+    let err = text(&out.stderr);
+    assert!(err.contains("input line 3:"), "{err}");
+
+    ok(u, &["queue", "create", "small", "--max-message-bytes", "8"]);
+    let out = sluice(
+        u,
+        &["send", "small", "-"],
+        Some(b"\"ok\"\n\n\"far too long\"\n"),
+    );
+    assert_eq!(out.status.code(), Some(7));
+    let err = text(&out.stderr);
+    assert!(err.contains("input line 3 is"), "{err}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let big = dir.path().join("big.bin");
+    std::fs::write(&big, vec![b'x'; 17 * 1024 * 1024]).expect("write");
+    let err = fails(
+        u,
+        &[
+            "send",
+            "partner",
+            "--file",
+            big.to_str().expect("UTF-8 path"),
+        ],
+        7,
+    );
+    assert!(
+        err.contains("the message is") && err.contains("no queue accepts a body over"),
+        "{err}"
+    );
+
+    // The reader is gone before anything is written: no panic, the status of SIGPIPE.
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(BIN)
+        .args(["queue", "show", "partner"])
+        .env("SLUICE_URL", u)
+        .env_remove("SLUICE_TOKEN")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run sluice");
+    assert_eq!(out.status.code(), Some(141), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "");
+}

@@ -368,6 +368,20 @@ pub fn validate_send_batch(messages: &[crate::message::NewMessage]) -> Result<()
             messages.len()
         )));
     }
+    // One body over what any queue accepts is named as such, not as an oversized batch.
+    let most = crate::config::limits::MAX_MESSAGE_BYTES as usize;
+    if let Some((i, m)) = messages
+        .iter()
+        .enumerate()
+        .find(|(_, m)| m.body.len() > most)
+    {
+        return Err(StoreError::PayloadTooLarge(format!(
+            "{} is {} bytes; no queue accepts a body over {most} bytes (the largest \
+             max_message_bytes)",
+            batch_member(i, messages.len()),
+            m.body.len()
+        )));
+    }
     let total: usize = messages.iter().map(|m| m.body.len()).sum();
     if total > MAX_BATCH_BYTES {
         return Err(StoreError::PayloadTooLarge(format!(
@@ -377,6 +391,16 @@ pub fn validate_send_batch(messages: &[crate::message::NewMessage]) -> Result<()
     messages
         .iter()
         .try_for_each(crate::message::NewMessage::validate)
+}
+
+/// How an error names message `i` of a batch of `len`: by its index (`message 3`, which
+/// clients of a batch map back to their input), or as "the message" when it is alone.
+fn batch_member(i: usize, len: usize) -> String {
+    if len == 1 {
+        "the message".to_owned()
+    } else {
+        format!("message {i}")
+    }
 }
 
 /// Checks that every body of a batch fits the queue's `max_message_bytes`. Run by the engine,
@@ -392,7 +416,8 @@ pub fn validate_bodies_fit(
     for (i, m) in messages.iter().enumerate() {
         if m.body.len() > cfg.max_message_bytes as usize {
             return Err(StoreError::PayloadTooLarge(format!(
-                "message {i} is {} bytes; queue \"{queue}\" accepts at most {} (max_message_bytes)",
+                "{} is {} bytes; queue \"{queue}\" accepts at most {} (max_message_bytes)",
+                batch_member(i, messages.len()),
                 m.body.len(),
                 cfg.max_message_bytes
             )));

@@ -3,9 +3,11 @@
 //!
 //! A body's form is chosen so it comes back as it went: text that parses as JSON is sent as
 //! JSON, other UTF-8 text as text, anything else (or anything with `--raw`) as bytes,
-//! byte-exact. `--text` forces text. Text with `--attr`, and text lines from standard input,
-//! go inside the JSON API, which cannot mark text: they come back as JSON strings. Empty
-//! standard-input lines are skipped.
+//! byte-exact. `--text` forces text. Text that starts as JSON does (`{`, `[` or `"`) but does
+//! not parse is refused rather than sent as text: it is a JSON body cut short or mistyped far
+//! more often than text. Text with `--attr`, and text lines from standard input, go inside the
+//! JSON API, which cannot mark text: they come back as JSON strings. Empty standard-input
+//! lines are skipped; errors name the input line.
 
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
@@ -64,9 +66,34 @@ fn parse_attr(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("\"{s}\" is not an attribute; write it as key=value"))
 }
 
+/// The first character of `text` when it starts as a JSON object, array or string does.
+/// Numbers and words that do not parse (`12abc`, `true story`) read as ordinary text.
+fn json_start(text: &str) -> Option<char> {
+    text.trim_start()
+        .chars()
+        .next()
+        .filter(|c| matches!(c, '{' | '[' | '"'))
+}
+
+/// Where a body came from, for errors: the argument or file, or a line of standard input.
+#[derive(Debug, Clone, Copy)]
+enum Origin {
+    Single,
+    Line(usize),
+}
+
+impl Origin {
+    fn prefix(self) -> String {
+        match self {
+            Origin::Single => String::new(),
+            Origin::Line(n) => format!("input line {n}: "),
+        }
+    }
+}
+
 impl SendArgs {
     /// The message for one body.
-    fn message(&self, bytes: Vec<u8>) -> Result<OutgoingMessage, Failure> {
+    fn message(&self, bytes: Vec<u8>, origin: Origin) -> Result<OutgoingMessage, Failure> {
         let mut m = if self.raw {
             OutgoingMessage::bytes(bytes)
         } else {
@@ -74,7 +101,19 @@ impl SendArgs {
                 Ok(text) if self.text => OutgoingMessage::text(text),
                 Ok(text) => match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
                     Ok(_) => OutgoingMessage::json_text(text.trim().to_owned())?,
-                    Err(_) => OutgoingMessage::text(text),
+                    Err(e) => match json_start(&text) {
+                        Some(c) => {
+                            return Err(Failure::Code(
+                                7,
+                                format!(
+                                    "{}the body starts with '{c}' as JSON does but is not JSON \
+                                     ({e}); fix it, or give --text to send it as text",
+                                    origin.prefix()
+                                ),
+                            ));
+                        }
+                        None => OutgoingMessage::text(text),
+                    },
                 },
                 Err(_) if self.text => {
                     return Err(Failure::Usage(
@@ -120,7 +159,7 @@ pub async fn run(a: SendArgs) -> Result<(), Failure> {
         (None, None) => None,
     };
     if let Some(bytes) = single {
-        let out = c.send(&a.queue, a.message(bytes)?).await?;
+        let out = c.send(&a.queue, a.message(bytes, Origin::Single)?).await?;
         if a.conn.json {
             return json(&out);
         }
@@ -142,10 +181,12 @@ pub async fn run(a: SendArgs) -> Result<(), Failure> {
     std::io::stdin()
         .read_to_end(&mut input)
         .map_err(|e| Failure::Other(format!("cannot read standard input: {e}")))?;
-    let lines: Vec<Vec<u8>> = input
+    let lines: Vec<(usize, Vec<u8>)> = input
         .split(|b| *b == b'\n')
         .map(|l| l.strip_suffix(b"\r").unwrap_or(l).to_vec())
-        .filter(|l| !l.is_empty())
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.is_empty())
         .collect();
     if lines.is_empty() {
         return Err(Failure::Usage(
@@ -159,11 +200,12 @@ pub async fn run(a: SendArgs) -> Result<(), Failure> {
     for chunk in lines.chunks(LINES_PER_BATCH) {
         let msgs = chunk
             .iter()
-            .map(|l| a.message(l.clone()))
+            .map(|(n, l)| a.message(l.clone(), Origin::Line(*n)))
             .collect::<Result<Vec<_>, _>>()?;
         let out = match c.send_batch(&a.queue, msgs).await {
             Ok(out) => out,
             Err(e) => {
+                let e = by_line(e, chunk);
                 if !all.ids.is_empty() {
                     eprintln!(
                         "sluice: {} messages were sent before the failure (ids above)",
@@ -186,4 +228,60 @@ pub async fn run(a: SendArgs) -> Result<(), Failure> {
     }
     eprintln!("sent {} messages to {}", all.ids.len(), a.queue);
     Ok(())
+}
+
+/// The broker names a message of a batch by its index (`message 7 is …`); a send of
+/// standard-input lines names it by its input line instead.
+fn by_line(e: sluice_client::Error, chunk: &[(usize, Vec<u8>)]) -> sluice_client::Error {
+    let sluice_client::Error::Api {
+        status,
+        code,
+        message,
+        retry_after,
+    } = e
+    else {
+        return e;
+    };
+    let line = message
+        .strip_prefix("message ")
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(i, rest)| Some((chunk.get(i.parse::<usize>().ok()?)?.0, rest)));
+    let message = match line {
+        Some((n, rest)) => format!("input line {n} {rest}"),
+        None => message,
+    };
+    sluice_client::Error::Api {
+        status,
+        code,
+        message,
+        retry_after,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_told_from_text_by_its_first_character() {
+        for json in ["{\"a\": 1", "  [1, 2", "\"unterminated"] {
+            assert!(json_start(json).is_some(), "{json}");
+        }
+        for text in ["plain words", "12abc", "true story", ""] {
+            assert_eq!(json_start(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn batch_errors_name_the_input_line() {
+        let chunk = vec![(3, b"a".to_vec()), (7, b"b".to_vec())];
+        let e = sluice_client::Error::Api {
+            status: 413,
+            code: sluice_client::ErrorCode::PayloadTooLarge,
+            message: "message 1 is 9 bytes; queue \"q\" accepts at most 8".into(),
+            retry_after: None,
+        };
+        let got = by_line(e, &chunk).to_string();
+        assert!(got.starts_with("input line 7 is 9 bytes"), "{got}");
+    }
 }
