@@ -7,24 +7,31 @@
 //! does not.
 //!
 //! - **Rate over a window `w`** (1, 5 and 15 minutes): `(counter now − counter at B) / (now −
-//!   B)`, where `B` is the latest point at or before `now − w`. A queue younger than `w` has
-//!   its zero point placed at `now − w`, so the rate is the events of the last `w` divided by
-//!   `w`: 50 sends into a new queue read 0.83/s over the last minute at once.
+//!   B)`, where `B` is the latest point at or before `now − w`. A queue younger than `w`
+//!   counts from zero at its creation, over its age (at least a second): a new queue sent 5
+//!   a second reads 5/s after 5 s. No event in the window reads 0.
 //! - **Backlog** is every message the queue still has to get done: visible + delayed + in
-//!   flight. Its **slope** over `w` is its net flow, in − out, per second: `(backlog now −
-//!   backlog at B) / (now − B)`.
-//! - **Direction**: flat when nothing moved since the latest sample (no counter and no gauge
-//!   changed), so a queue reads flat at most one sample interval after its last change.
-//!   Otherwise the sign of the recent net flow, since the latest point at least one sample
-//!   interval (10 s) old, so a turn shows within 10 to 20 s; flat when that net flow is at
-//!   most one message or at most 5 % of the events in the same span.
-//! - **Drain ETA**, only while messages are being consumed (something left the queue since
-//!   the latest sample, or between the two latest when the latest is recent): the backlog
-//!   divided by its net outflow over the current run of consumption, at most the last minute.
-//!   The run's oldest interval is left out when the run has more than one, since consumption
-//!   may have started part-way through it.
+//!   flight. Its **change** over the last minute is `backlog now − backlog at B` (`B` as for
+//!   the one-minute rate, the creation point of a younger queue), and its **slope** that
+//!   change per second; `slope_5m` is the same over five minutes.
+//! - **Direction**: the sign of that change, flat when it is at most one message or at most
+//!   5 % of the events through the backlog in the same minute: a jump reads rising for the
+//!   minute after it, as the one-minute change and rates that stand beside it do. Unless the
+//!   recent span (since the latest point at least one sample interval, 10 s, old) went the
+//!   other way by the same measure: then that span decides, so a turn shows within 10 to
+//!   20 s. `slope` is the change per second over the span that decided.
+//! - **Drain ETA**: the backlog divided by the rate it leaves at. That rate is its net
+//!   outflow over the current run of consumption (at most the last minute; the run's oldest
+//!   interval is left out when it has others, since consumption may have started part-way
+//!   through it). On a queue with a delivery cap (`rate_limit`, or the adaptive rate of a
+//!   governed queue) that delivered within its period, the rate is at most the cap, and the
+//!   cap itself when the cap's pauses break the run. No ETA while the queue is paused, or
+//!   **stalled**: messages are visible and nothing left for [`STALL`] (10 s) while no cap
+//!   holds them; `stalled_for` says since when (the sample at which the last one left).
 //! - **Dead letters** follow the same rules on the queue's DLQ depth; their ETA is the time
-//!   to empty the DLQ while something (a redrive) takes messages out of it.
+//!   to empty the DLQ while something (a redrive) takes messages out of it. A DLQ is never
+//!   stalled, neither as the queue's `dead_letters` nor as a queue of its own: dead letters
+//!   wait for an operator.
 
 use std::time::Duration;
 
@@ -39,6 +46,47 @@ pub const RATE_WINDOWS: [Duration; 3] = [
     Duration::from_secs(300),
     Duration::from_secs(900),
 ];
+
+/// How long messages may wait visible with nothing leaving before the backlog is stalled.
+pub const STALL: Duration = Duration::from_secs(10);
+
+/// What holds a queue's deliveries back besides its consumers, read by the drain ETA.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Holds {
+    /// The queue is paused: it delivers nothing.
+    pub paused: bool,
+    /// The lowest delivery cap in force: `rate_limit`, or a governed queue's adaptive rate.
+    pub cap: Option<crate::config::RateLimit>,
+    /// The queue is another's dead-letter queue: its messages wait for an operator, so it is
+    /// never stalled.
+    pub dead_letters: bool,
+}
+
+impl Holds {
+    /// The holds of a queue with config `cfg` and stats `current`.
+    pub fn of(cfg: &crate::config::QueueConfig, current: &QueueStats) -> Holds {
+        let adaptive = current
+            .flow
+            .as_ref()
+            .and_then(|f| f.adaptive.as_ref())
+            .map(|a| crate::config::RateLimit {
+                limit: a.rate_per_min.max(1),
+                period: Duration::from_secs(60),
+            });
+        let per_sec = |r: &crate::config::RateLimit| {
+            f64::from(r.limit) / r.period.as_secs_f64().max(f64::MIN_POSITIVE)
+        };
+        let cap = match (cfg.rate_limit, adaptive) {
+            (Some(a), Some(b)) => Some(if per_sec(&a) <= per_sec(&b) { a } else { b }),
+            (a, b) => a.or(b),
+        };
+        Holds {
+            paused: cfg.paused,
+            cap,
+            dead_letters: false,
+        }
+    }
+}
 
 /// How much history the trend reads: the longest rate window plus two samples of slack.
 pub const LOOKBACK: Duration = Duration::from_secs(900 + 20);
@@ -89,17 +137,20 @@ impl Direction {
 /// Where one depth (the backlog, or the DLQ) is heading.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct DepthTrend {
-    /// Rising, falling or flat (see the module docs).
+    /// Rising, falling or flat: the sign of `change_1m`, or of the recent span's change when
+    /// that went the other way (see the module docs).
     pub direction: Direction,
-    /// Net flow over the last 10 to 20 s (since the latest sample at least 10 s old),
-    /// messages per second (positive: growing). The direction is read from it.
+    /// The depth's change over the last minute (positive: growing).
+    pub change_1m: i64,
+    /// The change per second over the span the direction was read from.
     pub slope: f64,
-    /// Net flow over the last minute.
-    pub slope_1m: f64,
-    /// Net flow over the last five minutes.
+    /// The change over the last five minutes, per second.
     pub slope_5m: f64,
     /// While messages are being taken out: when the depth reaches zero at the current pace.
     pub eta: Option<Duration>,
+    /// Messages are visible and nothing has left for this long (at least [`STALL`]), with
+    /// no delivery cap holding them: consumers are gone or stuck.
+    pub stalled_for: Option<Duration>,
 }
 
 /// Rates and trends of a queue.
@@ -120,6 +171,8 @@ struct Point {
     depth: u64,
     /// A counter of what left (for the DLQ: nothing is counted, a fall of depth tells).
     out: u64,
+    /// Deliveries so far (for the DLQ: none counted).
+    received: u64,
     /// Grows with every event that concerns this depth.
     activity: u64,
 }
@@ -137,6 +190,7 @@ impl Trend {
         created_at: Timestamp,
         now: Timestamp,
         history: &[StatsSample],
+        holds: Holds,
     ) -> Trend {
         let now_ms = now.as_millis();
         // Stores keep a point only when the numbers changed: put back the ones left out.
@@ -157,18 +211,23 @@ impl Trend {
             .collect();
         let rates = RATE_WINDOWS.map(|w| {
             let from = now_ms - w.as_millis() as i64;
-            // A queue younger than the window counts from zero at the window's start.
+            // A queue younger than the window counts from zero at its creation, over its age.
             let (at, old) = match samples.iter().rposition(|s| s.at.as_millis() <= from) {
                 Some(i) => (samples[i].at.as_millis(), samples[i].totals),
-                None => (created_at.as_millis().min(from), Totals::default()),
+                None => (created_at.as_millis().max(from), Totals::default()),
             };
-            rates_between(&old, &current.totals, (now_ms - at) as f64 / 1000.0)
+            rates_between(
+                &old,
+                &current.totals,
+                ((now_ms - at) as f64 / 1000.0).max(1.0),
+            )
         });
 
         let backlog_point = |at: i64, depth: u64, t: &Totals| Point {
             at,
             depth,
             out: t.acked + t.dead_lettered + t.expired,
+            received: t.received,
             activity: t.sent
                 + t.received
                 + t.acked
@@ -181,6 +240,7 @@ impl Trend {
             at,
             depth,
             out: 0,
+            received: 0,
             activity: t.dead_lettered + t.redriven,
         };
         let series = |make: &dyn Fn(i64, u64, &Totals) -> Point,
@@ -195,16 +255,24 @@ impl Trend {
             points.push(make(now_ms, current_depth, &current.totals));
             points
         };
-        let backlog = depth_trend(&series(
-            &backlog_point,
-            &|s| s.visible + s.delayed + s.in_flight,
-            current.visible + current.delayed + current.in_flight,
-        ));
-        let dead_letters = depth_trend(&series(
-            &dlq_point,
-            &|s| s.dead_letter_depth,
-            current.dead_letter_depth,
-        ));
+        let backlog = depth_trend(
+            &series(
+                &backlog_point,
+                &|s| s.visible + s.delayed + s.in_flight,
+                current.visible + current.delayed + current.in_flight,
+            ),
+            holds,
+            current.visible > 0 && !holds.dead_letters,
+        );
+        let dead_letters = depth_trend(
+            &series(
+                &dlq_point,
+                &|s| s.dead_letter_depth,
+                current.dead_letter_depth,
+            ),
+            Holds::default(),
+            false,
+        );
         Trend {
             rates,
             backlog,
@@ -229,68 +297,113 @@ fn rates_between(old: &Totals, new: &Totals, secs: f64) -> Rates {
     }
 }
 
-/// The trend of one series: the creation point first, the current point last.
-fn depth_trend(points: &[Point]) -> DepthTrend {
+/// The trend of one series: the creation point first, the current point last. `waiting`:
+/// messages are visible, so a backlog nothing leaves is stalled.
+fn depth_trend(points: &[Point], holds: Holds, waiting: bool) -> DepthTrend {
     let n = points.len() - 1;
     let cur = points[n];
-    let slope_over = |w_ms: i64| {
-        // The creation point stands at `now − w` for a queue younger than the window.
-        let from = cur.at - w_ms;
-        let base = points[..n].iter().rposition(|p| p.at <= from).map_or(
-            Point {
-                at: from,
-                ..points[0]
-            },
-            |i| points[i],
-        );
+    // Which way the depth went since `base`: flat when in and out balance.
+    let heading = |base: &Point| {
+        let change = cur.depth as i64 - base.depth as i64;
+        let through = cur.activity.saturating_sub(base.activity) as f64;
+        let net = change.unsigned_abs() as f64;
+        if net <= 1.0 || net <= 0.05 * through {
+            Direction::Flat
+        } else if change > 0 {
+            Direction::Rising
+        } else {
+            Direction::Falling
+        }
+    };
+    let slope_since = |base: &Point| {
         let dt = (cur.at - base.at) as f64 / 1000.0;
-        let slope = if dt > 0.0 {
+        if dt > 0.0 {
             (cur.depth as f64 - base.depth as f64) / dt
         } else {
             0.0
-        };
-        (slope, base)
+        }
     };
-    let (slope_1m, _) = slope_over(60_000);
-    let (slope_5m, _) = slope_over(300_000);
-
-    // The direction reads the recent net flow: since the latest point at least one sample
-    // interval old, so that a change shows within 10 to 20 s rather than a minute.
-    let (slope, base) = slope_over(SAMPLE_INTERVAL.as_millis() as i64);
-    let latest = points[n - 1];
-    let moved = cur.activity != latest.activity || cur.depth != latest.depth;
-    let net = cur.depth as f64 - base.depth as f64;
-    let through = cur.activity.saturating_sub(base.activity) as f64;
-    let direction = if !moved || net.abs() <= 1.0 || net.abs() <= 0.05 * through {
-        Direction::Flat
-    } else if net > 0.0 {
-        Direction::Rising
-    } else {
-        Direction::Falling
+    let minute = base_of(points, 60_000);
+    let recent = base_of(points, SAMPLE_INTERVAL.as_millis() as i64);
+    // The last minute decides, unless the recent span turned the other way.
+    let (direction, span) = match (heading(&minute), heading(&recent)) {
+        (m, r) if r != Direction::Flat && r != m => (r, recent),
+        (m, _) => (m, minute),
     };
+    let (eta, stalled_for) = drain(points, holds, waiting);
     DepthTrend {
         direction,
-        slope,
-        slope_1m,
-        slope_5m,
-        eta: drain_eta(points),
+        change_1m: cur.depth as i64 - minute.depth as i64,
+        slope: slope_since(&span),
+        slope_5m: slope_since(&base_of(points, 300_000)),
+        eta,
+        stalled_for,
     }
+}
+
+/// The latest point at or before `w_ms` before the current (last) one; the creation point
+/// for a series younger than that.
+fn base_of(points: &[Point], w_ms: i64) -> Point {
+    let n = points.len() - 1;
+    let from = points[n].at - w_ms;
+    points[..n]
+        .iter()
+        .rposition(|p| p.at <= from)
+        .map_or(points[0], |i| points[i])
 }
 
 /// Whether something left between `a` and `b`, in an interval short enough to be one of the
 /// sampler's.
 fn consumed(a: &Point, b: &Point) -> bool {
-    b.at - a.at <= INTERVAL_SLACK_MS && (b.out > a.out || b.depth < a.depth)
+    b.at - a.at <= INTERVAL_SLACK_MS && left(a, b)
 }
 
-fn drain_eta(points: &[Point]) -> Option<Duration> {
+/// Whether something left between `a` and `b`, however far apart.
+fn left(a: &Point, b: &Point) -> bool {
+    b.out > a.out || b.depth < a.depth
+}
+
+/// The drain ETA and how long the backlog has been stalled (see the module docs).
+fn drain(points: &[Point], holds: Holds, waiting: bool) -> (Option<Duration>, Option<Duration>) {
     let n = points.len() - 1;
     let cur = points[n];
-    if cur.depth == 0 || n < 1 {
-        return None;
+    if cur.depth == 0 || n < 1 || holds.paused {
+        return (None, None);
     }
-    // The run of consumption ends now, or at the latest sample when nothing left since
-    // (the current interval may just be too short to show it).
+    // A cap holds the backlog while its consumers took something within the cap's period.
+    let capped = holds.cap.filter(|cap| {
+        let period = i64::try_from(cap.period.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(STALL.as_millis() as i64);
+        cur.received > base_of(points, period).received
+    });
+    let last_left = (1..=n).rev().find(|&i| left(&points[i - 1], &points[i]));
+    let since = last_left.map_or(points[0].at, |i| points[i].at);
+    let idle = cur.at - since;
+    if waiting && capped.is_none() && idle >= STALL.as_millis() as i64 {
+        let stalled = Duration::from_millis(u64::try_from(idle).unwrap_or(0));
+        return (None, Some(stalled));
+    }
+    let run = run_rate(points);
+    let rate = match capped {
+        Some(cap) => {
+            let cap_rate = f64::from(cap.limit) / cap.period.as_secs_f64().max(0.001);
+            Some(run.map_or(cap_rate, |r| r.min(cap_rate)))
+        }
+        None => run,
+    };
+    let eta = rate
+        .filter(|r| *r > 0.0)
+        .map(|r| Duration::from_secs_f64(cur.depth as f64 / r));
+    (eta, None)
+}
+
+/// The net outflow, per second, over the current run of consumption: consecutive sample
+/// intervals in each of which something left, ending now (or at the latest sample when the
+/// current interval is too short to show it).
+fn run_rate(points: &[Point]) -> Option<f64> {
+    let n = points.len() - 1;
+    let cur = points[n];
     let end = if consumed(&points[n - 1], &cur) {
         n
     } else if n >= 2
@@ -315,15 +428,13 @@ fn drain_eta(points: &[Point]) -> Option<Duration> {
     let from = points[start];
     let secs = (cur.at - from.at) as f64 / 1000.0;
     let fell = from.depth as f64 - cur.depth as f64;
-    if secs <= 0.0 || fell <= 0.0 {
-        return None;
-    }
-    Some(Duration::from_secs_f64(cur.depth as f64 / (fell / secs)))
+    (secs > 0.0 && fell > 0.0).then(|| fell / secs)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::RateLimit;
 
     const T0: i64 = 1_000_000_000;
 
@@ -337,6 +448,7 @@ mod tests {
             completed: 0,
             totals: Totals {
                 sent,
+                received: acked,
                 acked,
                 ..Totals::default()
             },
@@ -348,88 +460,175 @@ mod tests {
         StatsSample::of(s, Timestamp(T0 + at_s * 1000))
     }
 
-    #[test]
-    fn a_new_queues_first_sends_count_at_once() {
-        let t = Trend::compute(
-            &stats(50, 0, 50, 0),
+    /// The trend at `now_ms` of a queue created at `T0` whose state at any second is
+    /// `at(t)`, sampled every 10 s as the broker does.
+    fn trend_at(now_ms: i64, at: &dyn Fn(i64) -> QueueStats, holds: Holds) -> Trend {
+        let history: Vec<_> = (1..)
+            .map(|k| 10 * k)
+            .take_while(|t| t * 1000 < now_ms)
+            .map(|t| sample(t, &at(t)))
+            .collect();
+        let now_s = now_ms.div_euclid(1000);
+        Trend::compute(
+            &at(now_s),
             Timestamp(T0),
-            Timestamp(T0 + 2_000),
-            &[],
-        );
-        assert!((t.rates[0].sent - 50.0 / 60.0).abs() < 1e-9, "{t:?}");
-        assert!((t.rates[2].sent - 50.0 / 900.0).abs() < 1e-9, "{t:?}");
-        assert_eq!(t.backlog.direction, Direction::Rising);
-        assert_eq!(t.backlog.eta, None, "nothing is consumed");
-    }
-
-    #[test]
-    fn a_queue_still_since_its_latest_sample_is_flat_with_no_eta() {
-        // A burst of 50 at creation, sampled at 10 s, nothing since.
-        let after = stats(50, 0, 50, 0);
-        let history = [sample(10, &after), sample(20, &after)];
-        let t = Trend::compute(&after, Timestamp(T0), Timestamp(T0 + 25_000), &history);
-        assert_eq!(t.backlog.direction, Direction::Flat, "{t:?}");
-        assert!(
-            t.backlog.slope_1m > 0.0,
-            "the last minute still saw the burst"
-        );
-        assert_eq!(t.backlog.eta, None);
-        // Only one sample after the burst: flat as soon as it is taken.
-        let t = Trend::compute(&after, Timestamp(T0), Timestamp(T0 + 11_000), &history[..1]);
-        assert_eq!(t.backlog.direction, Direction::Flat, "{t:?}");
-    }
-
-    #[test]
-    fn a_steady_drain_reads_its_eta() {
-        // 2,000 messages sent at creation; consumers take 20/s from t = 5 s.
-        let at = |t: i64| {
-            let acked = (20 * (t - 5)).max(0) as u64;
-            stats(2000 - acked, 0, 2000, acked)
-        };
-        let history: Vec<_> = (1..=4).map(|k| sample(10 * k, &at(10 * k))).collect();
-        let now = 43;
-        let t = Trend::compute(
-            &at(now),
-            Timestamp(T0),
-            Timestamp(T0 + now * 1000),
+            Timestamp(T0 + now_ms),
             &history,
-        );
-        let left = (2000 - 20 * (now - 5)) as f64 / 20.0;
-        let eta = t.backlog.eta.expect("draining").as_secs_f64();
-        assert!((eta - left).abs() < left * 0.05, "eta {eta} vs {left}");
-        assert_eq!(t.backlog.direction, Direction::Falling);
+            holds,
+        )
+    }
+
+    fn within(got: f64, want: f64, share: f64) -> bool {
+        (got - want).abs() <= want * share
     }
 
     #[test]
-    fn consumers_that_stopped_leave_no_eta_and_a_resumed_drain_counts_from_its_restart() {
-        // Stores leave out points that repeat the one before: after 20 s nothing changed.
-        let history = [
-            sample(10, &stats(100, 0, 200, 100)),
-            sample(20, &stats(80, 0, 200, 120)),
-        ];
-        // 40 s later, nothing moved since: no ETA and flat.
-        let cur = stats(80, 0, 200, 120);
-        let t = Trend::compute(&cur, Timestamp(T0), Timestamp(T0 + 60_000), &history);
+    fn a_new_queue_reads_its_rate_over_its_age() {
+        // 5 a second for 5 s.
+        let t = trend_at(
+            5_000,
+            &|t| stats(5 * t as u64, 0, 5 * t as u64, 0),
+            Holds::default(),
+        );
+        for w in 0..3 {
+            assert!(within(t.rates[w].sent, 5.0, 0.2), "{:?}", t.rates[w]);
+        }
+        // Then nothing for longer than the window: 0.
+        let t = trend_at(
+            400_000,
+            &|t| stats(25, 0, 5 * t.min(5) as u64, 0),
+            Holds::default(),
+        );
+        assert_eq!(t.rates[0].sent, 0.0, "{t:?}");
+        assert_eq!(t.rates[1].sent, 0.0, "{t:?}");
+    }
+
+    #[test]
+    fn a_steady_drain_reads_its_eta_within_15_s_and_at_every_reading_after() {
+        // 300 waiting; consumers take 3 a second from t = 60 s.
+        let at = |t: i64| {
+            let acked = (3 * (t - 60)).clamp(0, 300) as u64;
+            stats(300 - acked, 0, 300, acked)
+        };
+        for now in (75_000..150_000).step_by(1000) {
+            let t = trend_at(now, &at, Holds::default());
+            let left = at(now / 1000).visible as f64 / 3.0;
+            let eta = t.backlog.eta.map(|d| d.as_secs_f64());
+            assert!(
+                eta.is_some_and(|e| within(e, left, 0.2)),
+                "at {now} ms: eta {eta:?} for {left} s left"
+            );
+            assert_eq!(t.backlog.direction, Direction::Falling, "at {now} ms");
+            assert_eq!(t.backlog.stalled_for, None);
+        }
+    }
+
+    #[test]
+    fn a_backlog_held_by_a_rate_limit_reads_the_cap() {
+        // 500 waiting under 100 a minute: each minute's 100 go in its first two seconds.
+        let at = |t: i64| {
+            let minutes = t / 60;
+            let into = (t % 60).min(2) as u64;
+            let acked = (100 * minutes as u64 + 50 * into).min(500);
+            stats(500 - acked, 0, 500, acked)
+        };
+        let holds = Holds {
+            cap: Some(RateLimit {
+                limit: 100,
+                period: Duration::from_secs(60),
+            }),
+            ..Holds::default()
+        };
+        for now in (65_000..170_000).step_by(5000) {
+            let t = trend_at(now, &at, holds);
+            let left = at(now / 1000).visible as f64 / (100.0 / 60.0);
+            let eta = t.backlog.eta.map(|d| d.as_secs_f64());
+            assert!(
+                eta.is_some_and(|e| within(e, left, 0.2)),
+                "at {now} ms: eta {eta:?} for {left} s left"
+            );
+            assert_eq!(t.backlog.stalled_for, None, "a cap is not a stall");
+        }
+    }
+
+    #[test]
+    fn consumers_that_stopped_leave_a_stall_and_no_eta() {
+        // Draining 2 a second until t = 40 s, then nothing.
+        let at = |t: i64| {
+            let acked = (2 * t.min(40)) as u64;
+            stats(200 - acked, 0, 200, acked)
+        };
+        let t = trend_at(45_000, &at, Holds::default());
+        assert!(
+            t.backlog.eta.is_some(),
+            "5 s after the last ack: still draining"
+        );
+        let t = trend_at(62_000, &at, Holds::default());
         assert_eq!(t.backlog.eta, None, "{t:?}");
-        assert_eq!(t.backlog.direction, Direction::Flat);
-        // Consumption resumed within the last interval, after 30 s of standing still: the
-        // ETA reads that interval alone (10 in 10 s), not the drain before the pause.
-        let cur = stats(70, 0, 200, 130);
-        let t = Trend::compute(&cur, Timestamp(T0), Timestamp(T0 + 60_000), &history);
-        let eta = t.backlog.eta.expect("draining again").as_secs_f64();
-        assert!((eta - 70.0).abs() < 3.5, "{t:?}");
+        let stalled = t.backlog.stalled_for.expect("stalled").as_secs();
+        assert!((10..=30).contains(&stalled), "{stalled}");
+        // A paused queue is neither draining nor stalled.
+        let paused = Holds {
+            paused: true,
+            ..Holds::default()
+        };
+        let t = trend_at(62_000, &at, paused);
+        assert_eq!((t.backlog.eta, t.backlog.stalled_for), (None, None));
+        // Nor is a dead-letter queue's own backlog: its messages wait for an operator.
+        let dlq = Holds {
+            dead_letters: true,
+            ..Holds::default()
+        };
+        let t = trend_at(62_000, &at, dlq);
+        assert_eq!(t.backlog.stalled_for, None);
+        let t = trend_at(35_000, &at, paused);
+        assert_eq!(t.backlog.eta, None, "paused: no ETA");
+    }
+
+    #[test]
+    fn a_dlq_jump_reads_rising_for_the_minute_after_it() {
+        // The DLQ jumps from 10 to 101 between t = 100 s and t = 110 s, then nothing.
+        let at = |t: i64| {
+            let d = if t < 100 {
+                10
+            } else if t < 110 {
+                10 + 9 * (t - 100) as u64
+            } else {
+                101
+            };
+            let mut s = stats(0, d, 0, 0);
+            s.totals.dead_lettered = d;
+            s
+        };
+        for now in (112_000..165_000).step_by(3000) {
+            let t = trend_at(now, &at, Holds::default());
+            assert_eq!(
+                t.dead_letters.direction,
+                Direction::Rising,
+                "at {now} ms: {t:?}"
+            );
+            assert_eq!(t.dead_letters.change_1m, 91, "at {now} ms");
+            assert!(t.dead_letters.slope > 0.0);
+        }
+        let t = trend_at(200_000, &at, Holds::default());
+        assert_eq!(t.dead_letters.direction, Direction::Flat, "a minute later");
+        assert_eq!(
+            t.dead_letters.stalled_for, None,
+            "dead letters wait for an operator"
+        );
     }
 
     #[test]
     fn a_dlq_drained_by_a_redrive_has_a_time_to_empty() {
-        // The main queue's DLQ falls by 1 a second from 100 at t = 0.
-        let dlq = |t: i64| stats(0, (100 - t) as u64, 0, 0);
-        let history: Vec<_> = (1..=3).map(|k| sample(10 * k, &dlq(10 * k))).collect();
+        // The DLQ held 100 for an hour, then falls by 1 a second from t = 0.
+        let dlq = |t: i64| stats(0, (100 - t.max(0)) as u64, 0, 0);
+        let history: Vec<_> = (-6..=3).map(|k| sample(10 * k, &dlq(10 * k))).collect();
         let t = Trend::compute(
             &dlq(35),
             Timestamp(T0 - 3_600_000),
             Timestamp(T0 + 35_000),
             &history,
+            Holds::default(),
         );
         let eta = t.dead_letters.eta.expect("being emptied").as_secs_f64();
         assert!((eta - 65.0).abs() < 3.0, "{eta}");
@@ -441,19 +640,11 @@ mod tests {
     fn balanced_flow_is_flat_and_old_windows_use_the_sample_before() {
         // 10/s in and out for ten minutes, the backlog wobbling around 50.
         let at = |t: i64| stats(50 + (t % 20 == 0) as u64, 0, 10 * t as u64, 10 * t as u64);
-        let history: Vec<_> = (1..=60).map(|k| sample(10 * k, &at(10 * k))).collect();
-        let now = 605;
-        let t = Trend::compute(
-            &at(now),
-            Timestamp(T0 - 1000),
-            Timestamp(T0 + now * 1000),
-            &history,
-        );
+        let t = trend_at(605_000, &at, Holds::default());
         assert_eq!(t.backlog.direction, Direction::Flat, "{t:?}");
-        assert!((t.rates[0].sent - 10.0).abs() < 0.5, "{t:?}");
-        assert!((t.rates[1].sent - 10.0).abs() < 0.5, "{t:?}");
-        // Ten minutes old: the 15-minute rate counts its events over 15 minutes.
-        assert!((t.rates[2].sent - 6050.0 / 900.0).abs() < 0.01, "{t:?}");
+        for w in 0..3 {
+            assert!(within(t.rates[w].sent, 10.0, 0.05), "{:?}", t.rates[w]);
+        }
         assert_eq!(t.backlog.eta, None, "nothing drains");
     }
 }

@@ -32,12 +32,21 @@ export function trend(flow) {
   if (!flow) return h("span", { class: "flat" }, "→");
   const arrow = { rising: "↑", falling: "↓" }[flow.direction] || "→";
   const cls = { rising: "up", falling: "down" }[flow.direction] || "flat";
-  const slope = flow.slope_1m || flow.slope || 0;
-  const label = flow.direction === "flat" ? "flat" : `${slope > 0 ? "+" : ""}${rate(slope)}/s`;
+  // The direction is the sign of the last minute's change, which the label shows.
+  // When the recent span turned against the minute, its pace instead.
+  const change = flow.change_1m || 0;
+  const agrees = (flow.direction === "rising" && change > 0) || (flow.direction === "falling" && change < 0);
+  const label = flow.direction === "flat"
+    ? "flat"
+    : agrees
+      ? `${change > 0 ? "+" : ""}${num(change)} in 1m`
+      : `${flow.slope > 0 ? "+" : ""}${rate(flow.slope)}/s now`;
+  const given = (v) => v !== null && v !== undefined;
   return h(
     "span",
-    { class: cls, title: `1 min ${rate(flow.slope_1m)}/s, 5 min ${rate(flow.slope_5m)}/s` },
+    { class: cls, title: `1 min ${rate(flow.slope)}/s, 5 min ${rate(flow.slope_5m)}/s` },
     `${arrow} ${label}`,
-    flow.eta_ms !== null && flow.eta_ms !== undefined ? h("span", { class: "muted" }, ` empty in ${age(flow.eta_ms)}`) : null,
+    given(flow.eta_ms) ? h("span", { class: "muted" }, ` empty in ${age(flow.eta_ms)}`) : null,
+    given(flow.stalled_for_ms) ? h("span", { class: "stalled" }, ` stalled ${age(flow.stalled_for_ms)}`) : null,
   );
 }

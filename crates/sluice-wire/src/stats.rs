@@ -169,10 +169,10 @@ pub struct StatsView {
     /// anything else) takes messages out.
     #[serde(default)]
     pub dlq_trend: TrendView,
-    /// The backlog's net flow over the last minute (same as `backlog_trend.slope_1m`).
+    /// Deprecated, dropped in 0.2: `backlog_trend.slope`, which it equals.
     #[serde(default)]
     pub backlog_slope_per_sec: f64,
-    /// The backlog's drain ETA (same as `backlog_trend.eta_ms`).
+    /// Deprecated, dropped in 0.2: `backlog_trend.eta_ms`, which it equals.
     #[serde(default)]
     pub drain_eta_ms: Option<u64>,
     /// A governed queue's adaptive rate, circuit breaker and their recent history; absent
@@ -216,23 +216,31 @@ impl From<&Rates> for RatesView {
     }
 }
 
-/// Where one depth is heading.
+/// Where one depth is heading (every reading is defined in docs/readings.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TrendView {
-    /// `rising`, `falling` or `flat` (flat when nothing moved since the latest 10-s sample,
-    /// or when the last minute's in and out balance).
+    /// `rising`, `falling` or `flat`: the sign of `change_1m`, flat when it is at most one
+    /// message or 5 % of the events through the depth in that minute.
     pub direction: String,
-    /// Net flow (in − out) in messages per second over the last 10 to 20 s, which the
-    /// direction reads.
+    /// The depth's change over the last minute (a queue younger than that: since creation).
+    #[serde(default)]
+    pub change_1m: i64,
+    /// That change per second.
     #[serde(default)]
     pub slope: f64,
-    /// Net flow over the last minute.
+    /// Deprecated, dropped in 0.2: `slope`, which it equals.
+    #[serde(default)]
     pub slope_1m: f64,
-    /// Net flow over the last five minutes.
+    /// The change over the last five minutes, per second.
     pub slope_5m: f64,
-    /// While messages are being taken out: how long until none is left at the current pace;
-    /// `null` otherwise.
+    /// While messages are being taken out: how long until none is left at the rate they
+    /// leave at (at most a delivery cap's rate); `null` otherwise, and while paused or
+    /// stalled.
     pub eta_ms: Option<u64>,
+    /// Messages are visible and nothing has left for this long (10 s or more) while no
+    /// delivery cap holds them: consumers are gone or stuck. `null` otherwise.
+    #[serde(default)]
+    pub stalled_for_ms: Option<u64>,
 }
 
 impl Default for TrendView {
@@ -245,10 +253,12 @@ impl From<&DepthTrend> for TrendView {
     fn from(f: &DepthTrend) -> Self {
         TrendView {
             direction: f.direction.as_str().to_owned(),
+            change_1m: f.change_1m,
             slope: f.slope,
-            slope_1m: f.slope_1m,
+            slope_1m: f.slope,
             slope_5m: f.slope_5m,
             eta_ms: f.eta.map(as_ms),
+            stalled_for_ms: f.stalled_for.map(as_ms),
         }
     }
 }
@@ -263,7 +273,7 @@ impl StatsView {
             rates_15m: RatesView::from(m15),
             backlog_trend: TrendView::from(&trend.backlog),
             dlq_trend: TrendView::from(&trend.dead_letters),
-            backlog_slope_per_sec: trend.backlog.slope_1m,
+            backlog_slope_per_sec: trend.backlog.slope,
             drain_eta_ms: trend.backlog.eta.map(as_ms),
             ..StatsView::new(queue, stats)
         }

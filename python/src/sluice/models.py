@@ -610,20 +610,26 @@ class TrendDirection(str, enum.Enum):
 @dataclass(frozen=True)
 class Trend:
     """Where one depth is heading: a queue's backlog (visible + delayed + in flight), or
-    its DLQ depth. Slopes are net flow (in − out) in messages per second, positive while it
-    grows."""
+    its DLQ depth. Every reading is defined in the broker's docs/readings.md."""
 
     direction: TrendDirection = TrendDirection.FLAT
-    """Read from ``slope``: flat when nothing moved since the latest sample."""
+    """The sign of ``change_1m``; flat when it is at most one message or 5 % of the events
+    through the depth in that minute."""
+    change_1m: int = 0
+    """The depth's change over the last minute (positive: growing)."""
     slope: float = 0.0
-    """Net flow over the last 10 to 20 seconds."""
+    """That change per second."""
     slope_1m: float = 0.0
-    """Net flow over the last minute."""
+    """Deprecated, dropped in 0.2: equals ``slope``."""
     slope_5m: float = 0.0
-    """Net flow over the last five minutes."""
+    """The change over the last five minutes, per second."""
     eta: Optional[float] = None
-    """While messages are being taken out: seconds until none is left at the current pace;
-    ``None`` otherwise."""
+    """While messages are being taken out: seconds until none is left at the rate they
+    leave at (at most a delivery cap's rate); ``None`` otherwise, and while paused or
+    stalled."""
+    stalled_for: Optional[float] = None
+    """Messages are visible and nothing has left for this many seconds (10 or more) while no
+    delivery cap holds them: consumers are gone or stuck. ``None`` otherwise."""
 
     @classmethod
     def from_wire(cls, d: Optional[Mapping[str, Any]]) -> "Trend":
@@ -631,10 +637,12 @@ class Trend:
             return cls()
         return cls(
             direction=TrendDirection.from_wire(d.get("direction")),
+            change_1m=int(d.get("change_1m") or 0),
             slope=float(d.get("slope") or 0.0),
             slope_1m=float(d.get("slope_1m") or 0.0),
             slope_5m=float(d.get("slope_5m") or 0.0),
             eta=_s(d.get("eta_ms")),
+            stalled_for=_s(d.get("stalled_for_ms")),
         )
 
 
@@ -818,8 +826,8 @@ class Stats:
     ``rates`` is the last minute, ``rates_5m`` and ``rates_15m`` the last 5 and 15.
     ``backlog_trend`` says where the backlog is heading and ``dlq_trend`` where the DLQ depth
     is (its ``eta`` is the time to empty the DLQ while a redrive takes messages out).
-    ``backlog_slope_per_sec`` and ``drain_eta`` are ``backlog_trend.slope_1m`` and
-    ``backlog_trend.eta``, kept for older callers. ``flow`` is a governed queue's adaptive
+    ``backlog_slope_per_sec`` and ``drain_eta`` are ``backlog_trend.slope`` and
+    ``backlog_trend.eta``, deprecated and dropped in 0.2. ``flow`` is a governed queue's adaptive
     rate and breaker, ``None`` for a queue that has neither.
     """
 

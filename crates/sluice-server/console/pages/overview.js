@@ -41,8 +41,8 @@ const COLUMNS = [
   ["sent", "Sent/s", (r) => r.rates.sent, true],
   ["acked", "Acked/s", (r) => r.rates.acked, true],
   ["dead", "Dead-lettered/s", (r) => r.rates.dead_lettered, true],
-  ["trend", "Backlog trend", (r) => r.backlog_trend.slope_1m, true],
-  ["dlq_trend", "DLQ trend", (r) => (r.dead_letter_queue ? r.dlq_trend.slope_1m : null), true],
+  ["trend", "Backlog trend", (r) => r.backlog_trend.slope, true],
+  ["dlq_trend", "DLQ trend", (r) => (r.dead_letter_queue ? r.dlq_trend.slope : null), true],
 ];
 
 const absent = (v) => v === null || v === undefined || Number.isNaN(v);

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use sluice_core::stats::{SAMPLE_INTERVAL, StatsSample};
-use sluice_core::trend::{LOOKBACK, Trend};
+use sluice_core::trend::{Holds, LOOKBACK, Trend};
 use sluice_core::{Clock, SystemClock, Timestamp};
 use sluice_wire::{
     BrowseQuery, BrowseResponse, ErrorEnvelope, HistoryQuery, HistoryView, MessageView, SampleView,
@@ -151,7 +151,14 @@ pub async fn stats(
         .store
         .stats_history(&q, Timestamp(now.as_millis() - LOOKBACK.as_millis() as i64))
         .await?;
-    let trend = Trend::compute(&s, info.created_at, now, &history);
+    let holds = Holds {
+        dead_letters: st
+            .store
+            .dead_letter_queues_among(std::slice::from_ref(&q))
+            .await?[0],
+        ..Holds::of(&info.config, &s)
+    };
+    let trend = Trend::compute(&s, info.created_at, now, &history, holds);
     Ok(Json(StatsView::with_trend(&q, &s, &trend)))
 }
 

@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::State;
 use serde::Serialize;
-use sluice_core::trend::{LOOKBACK, Trend};
+use sluice_core::trend::{Holds, LOOKBACK, Trend};
 use sluice_core::{Clock, QueueName, SystemClock, Timestamp};
 use sluice_wire::{ErrorEnvelope, QueueListQuery, StatsView};
 use utoipa::ToSchema;
@@ -70,7 +70,11 @@ pub async fn overview(
         .zip(dlqs)
         .filter_map(|(((info, stats), history), is_dlq)| {
             let stats = stats?;
-            let trend = Trend::compute(&stats, info.created_at, now, &history);
+            let holds = Holds {
+                dead_letters: is_dlq,
+                ..Holds::of(&info.config, &stats)
+            };
+            let trend = Trend::compute(&stats, info.created_at, now, &history, holds);
             Some(OverviewRow {
                 stats: StatsView::with_trend(&info.name, &stats, &trend),
                 dead_letter_queue: info

@@ -131,18 +131,22 @@ async fn fetch(c: &Client, queue: Option<&str>) -> Result<Vec<StatsView>, Failur
     Ok(out.into_iter().map(|(_, s)| s).collect())
 }
 
-/// A flow as an arrow and its recent slope: `↑ +2.5/s`, `↓ -0.4/s`, `→ flat`.
+/// A depth's trend as an arrow and its change over the last minute: `↑ +91 in 1m`,
+/// `↓ -24 in 1m`, `→ flat`.
+/// When the recent span turned against the minute, its pace instead: `↓ -20/s now`.
 fn trend(f: &TrendView) -> String {
     match f.direction.as_str() {
-        "rising" => format!("↑ +{}/s", num(f.slope.max(0.0))),
-        "falling" => format!("↓ -{}/s", num((-f.slope).max(0.0))),
+        "rising" if f.change_1m > 0 => format!("↑ +{} in 1m", f.change_1m),
+        "falling" if f.change_1m < 0 => format!("↓ {} in 1m", f.change_1m),
+        "rising" => format!("↑ {} now", signed(f.slope)),
+        "falling" => format!("↓ {} now", signed(f.slope)),
         _ => "→ flat".to_owned(),
     }
 }
 
-/// Net flows over 1 and 5 minutes: `+0.83/s 1m, +0.17/s 5m`.
+/// The change per second over 1 and 5 minutes: `+0.83/s 1m, +0.17/s 5m`.
 fn slopes(f: &TrendView) -> String {
-    format!("{} 1m, {} 5m", signed(f.slope_1m), signed(f.slope_5m))
+    format!("{} 1m, {} 5m", signed(f.slope), signed(f.slope_5m))
 }
 
 fn signed(v: f64) -> String {
@@ -169,10 +173,14 @@ fn num(v: f64) -> String {
     }
 }
 
-/// An ETA, or `-` while nothing is being taken out.
+/// An ETA; `stalled 25s` when messages wait and nothing has left for that long; `-` while
+/// nothing is being taken out.
 fn eta(f: &TrendView) -> String {
-    f.eta_ms
-        .map_or_else(|| "-".to_owned(), |ms| fmt_secs(ms.div_ceil(1000)))
+    match (f.eta_ms, f.stalled_for_ms) {
+        (Some(ms), _) => fmt_secs(ms.div_ceil(1000)),
+        (None, Some(ms)) => format!("stalled {}", fmt_secs(ms / 1000)),
+        (None, None) => "-".to_owned(),
+    }
 }
 
 /// Rates of one window on one line.
@@ -519,15 +527,27 @@ mod tests {
     fn arrows() {
         let flow = |direction: &str, slope: f64| TrendView {
             direction: direction.to_owned(),
+            change_1m: (slope * 60.0) as i64,
             slope,
             slope_1m: slope,
             slope_5m: 0.0,
             eta_ms: None,
+            stalled_for_ms: None,
         };
-        assert_eq!(trend(&flow("rising", 2.5)), "↑ +2.5/s");
-        assert_eq!(trend(&flow("falling", -0.4)), "↓ -0.4/s");
+        assert_eq!(trend(&flow("rising", 1.5)), "↑ +90 in 1m");
+        assert_eq!(trend(&flow("falling", -0.4)), "↓ -24 in 1m");
         assert_eq!(trend(&flow("flat", 0.3)), "→ flat");
+        let turned = TrendView {
+            change_1m: 380,
+            ..flow("falling", -20.0)
+        };
+        assert_eq!(trend(&turned), "↓ -20.0/s now");
         assert_eq!(slopes(&flow("falling", -0.4)), "-0.4/s 1m, 0/s 5m");
+        let stalled = TrendView {
+            stalled_for_ms: Some(25_400),
+            ..flow("flat", 0.0)
+        };
+        assert_eq!(eta(&stalled), "stalled 25s");
         assert_eq!(num(1200.4), "1200");
         assert_eq!(num(12.34), "12.3");
     }
