@@ -62,6 +62,9 @@ pub struct ServerOptions {
     pub connections: ConnectionLimits,
     /// Which queues get series of their own in `/metrics`.
     pub metrics: metrics::MetricsScope,
+    /// Host names besides loopback ones that a broker without keys answers to (the name its
+    /// listen address was given by); see [`origin`].
+    pub hosts: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -74,6 +77,7 @@ impl Default for ServerOptions {
             tls: None,
             connections: ConnectionLimits::default(),
             metrics: metrics::MetricsScope::default(),
+            hosts: Vec::new(),
         }
     }
 }

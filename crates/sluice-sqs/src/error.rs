@@ -272,6 +272,12 @@ impl SqsError {
         )
     }
 
+    /// A request a browser sent for a page of another origin, or one for a host the
+    /// endpoint does not answer to; `why` says which and what to do instead.
+    pub fn refused_origin(why: String) -> Self {
+        Self::new("AccessDeniedException", "AccessDenied", 403, why)
+    }
+
     /// The request body is not the JSON of an SQS request.
     pub fn serialization(message: impl Into<String>) -> Self {
         Self::new(

@@ -34,6 +34,7 @@ use serde::de::DeserializeOwned;
 use sluice_core::QueueName;
 use sluice_core::store::Store;
 use sluice_server::auth::{Action, glob_match};
+use sluice_server::origin::{Hosts, OriginGuardLayer, OriginRules};
 
 pub use error::SqsError;
 pub use queue_url::Identity;
@@ -55,6 +56,9 @@ pub struct SqsOptions {
     /// The access keys requests must be signed with (SigV4); none leaves the endpoint open
     /// (for loopback).
     pub keys: Vec<SqsKey>,
+    /// Host names besides loopback ones that the endpoint answers to without keys (the name
+    /// of its listen address); the host of `public_url` is answered too.
+    pub hosts: Vec<String>,
 }
 
 /// The front end's state: the store and how it names things.
@@ -176,7 +180,25 @@ fn missing_field(message: &str) -> Option<String> {
 }
 
 /// The SQS front end over `store`, as a router serving `POST /`.
+///
+/// Requests from browser pages of other origins are refused, and without keys so are requests
+/// for hosts other than loopback names, the listen address's name and the public URL's
+/// (`sluice_server::origin`), with SQS errors.
 pub fn router(store: Arc<dyn Store>, options: SqsOptions) -> Router {
+    let hosts = if options.keys.is_empty() {
+        Hosts::loopback_and(options.hosts.iter().chain(&options.public_url))
+    } else {
+        Hosts::Any
+    };
+    let guard = OriginGuardLayer::new(
+        OriginRules {
+            hosts,
+            safe_methods_read: false,
+            instead: "use an AWS SDK or the AWS CLI, not a browser page",
+            keys: "configure access keys ([[sqs_keys]])",
+        },
+        refuse,
+    );
     let sqs = Sqs {
         store,
         identity: options.identity,
@@ -189,6 +211,41 @@ pub fn router(store: Arc<dyn Store>, options: SqsOptions) -> Router {
         .route("/", any(handle))
         .fallback(handle)
         .with_state(sqs)
+        .layer(guard)
+}
+
+/// The answer to a request the origin guard refuses: an `AccessDenied` error in the request's
+/// protocol (JSON for the AWS JSON protocol, XML otherwise).
+fn refuse(headers: &HeaderMap, why: String) -> Response {
+    let e = SqsError::refused_origin(why);
+    let id = request_id(0);
+    let mut resp = if is_json(headers) {
+        e.into_response()
+    } else {
+        query::error(&e, &id)
+    };
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-amzn-requestid", v);
+    }
+    resp
+}
+
+/// Whether the request speaks the AWS JSON protocol (else the query protocol).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-amz-json"))
+}
+
+/// A request id: the time in nanoseconds and the request's number.
+fn request_id(n: u64) -> String {
+    format!(
+        "{:016x}-{n:08x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    )
 }
 
 async fn handle(
@@ -198,13 +255,7 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let request_id = format!(
-        "{:016x}-{:08x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-        sqs.requests.fetch_add(1, Ordering::Relaxed)
-    );
+    let request_id = request_id(sqs.requests.fetch_add(1, Ordering::Relaxed));
     let key = if sqs.keys.is_empty() {
         Ok(None)
     } else {
@@ -224,11 +275,7 @@ async fn handle(
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .map(str::to_owned);
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/x-amz-json"));
-    if !json {
+    if !is_json(&headers) {
         return handle_query(&sqs, &uri, body, host, key, &request_id).await;
     }
     let target = headers

@@ -116,17 +116,30 @@ pub fn verify<'k>(keys: &'k [SqsKey], req: &Signed<'_>, now: i64) -> Result<&'k 
         .iter()
         .find(|k| k.access_key_id == auth.access_key_id)
         .ok_or_else(SqsError::unknown_key)?;
-    let amz_date = header_value(req.headers, "x-amz-date")
-        .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is missing"))?;
-    let at = parse_amz_date(&amz_date)
-        .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is not yyyymmddThhmmssZ"))?;
+    // The time of signing is X-Amz-Date, or else a Date header in the same form.
+    let (date_header, amz_date) = match header_value(req.headers, "x-amz-date") {
+        Some(d) => ("x-amz-date", d),
+        None => (
+            "date",
+            header_value(req.headers, "date")
+                .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is missing"))?,
+        ),
+    };
+    let at = parse_amz_date(&amz_date).ok_or_else(|| {
+        SqsError::incomplete_signature(if date_header == "date" {
+            "X-Amz-Date is missing (a Date header stands for it only as yyyymmddThhmmssZ)"
+        } else {
+            "X-Amz-Date is not yyyymmddThhmmssZ"
+        })
+    })?;
     if (at - now).abs() > MAX_SKEW_SECS || !amz_date.starts_with(auth.date) {
         return Err(SqsError::request_expired(&amz_date));
     }
-    if !auth.signed_headers.contains(&"host") {
-        return Err(SqsError::incomplete_signature(
-            "the Host header must be signed",
-        ));
+    if let Some(name) = unsigned_header(req.headers, &auth.signed_headers, date_header) {
+        return Err(SqsError::incomplete_signature(&format!(
+            "the {name} header must be signed (SignedHeaders must list host, the date, \
+             content-type and every x-amz-* header the request carries)"
+        )));
     }
     // The signature covers the body only through its hash, so the hash is always taken of
     // the body received: a stated hash must match it, and an unsigned payload would let
@@ -153,6 +166,24 @@ pub fn verify<'k>(keys: &'k [SqsKey], req: &Signed<'_>, now: i64) -> Result<&'k 
     mac.verify_slice(&given)
         .map_err(|_| SqsError::bad_signature())?;
     Ok(key)
+}
+
+/// The first header the request carries that AWS requires a signature to cover but
+/// `signed` does not name: `host`, the header that dates the request (`date_header`),
+/// `content-type` and every `x-amz-*` header. Were one left out, it could be changed after
+/// signing: `X-Amz-Target` picks the action of a JSON-protocol request, `Content-Type` the
+/// protocol.
+fn unsigned_header<'h>(
+    headers: &'h axum::http::HeaderMap,
+    signed: &[&str],
+    date_header: &'h str,
+) -> Option<&'h str> {
+    let is_signed = |name: &str| signed.iter().any(|s| s.eq_ignore_ascii_case(name));
+    let carried = headers.keys().map(axum::http::HeaderName::as_str);
+    ["host", date_header]
+        .into_iter()
+        .chain(carried.filter(|n| *n == "content-type" || n.starts_with("x-amz-")))
+        .find(|name| !is_signed(name))
 }
 
 /// The HMAC keyed with the request's signing key.
@@ -336,12 +367,175 @@ mod tests {
                 "x-amz-content-sha256",
                 HeaderValue::from_str(stated).unwrap(),
             );
+            let signed = ["content-type", "host", "x-amz-content-sha256", "x-amz-date"];
+            let authorization = sign(
+                &key,
+                &Signed {
+                    headers: &headers,
+                    ..req
+                },
+                &signed,
+            );
+            headers.insert("authorization", authorization);
             let req = Signed {
                 headers: &headers,
                 ..req
             };
             let e = verify(std::slice::from_ref(&key), &req, now).unwrap_err();
             assert_eq!(e.code, "IncompleteSignature", "{stated}");
+            assert!(e.message.contains("X-Amz-Content-SHA256"), "{e}");
+        }
+    }
+
+    const JSON_BODY: &[u8] = br#"{"QueueUrl": "http://localhost:9324/000000000000/jobs"}"#;
+    const SIGNED_AT: &str = "20261130T123258Z";
+
+    fn admin() -> SqsKey {
+        SqsKey {
+            access_key_id: "AKIAADMIN".to_owned(),
+            secret_access_key: "admin-secret".to_owned(),
+            role: Role::Admin,
+            queues: all_queues(),
+        }
+    }
+
+    /// A JSON-protocol request, as an SDK sends it, for `target`.
+    fn json_headers(target: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("localhost:9324"));
+        h.insert(
+            "content-type",
+            HeaderValue::from_static("application/x-amz-json-1.0"),
+        );
+        h.insert("x-amz-date", HeaderValue::from_static(SIGNED_AT));
+        h.insert("x-amz-target", HeaderValue::from_str(target).unwrap());
+        h
+    }
+
+    /// Signs `req` with `key` over the headers `signed` (in this order), setting its
+    /// `Authorization` header, as an SDK would.
+    fn sign(key: &SqsKey, req: &Signed<'_>, signed: &[&str]) -> HeaderValue {
+        let payload = hex(&Sha256::digest(req.body));
+        let canonical = canonical_request(req, signed, &payload);
+        let date = req
+            .headers
+            .get("x-amz-date")
+            .or_else(|| req.headers.get("date"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap();
+        let day = &date[..8];
+        let to_sign = format!(
+            "AWS4-HMAC-SHA256\n{date}\n{day}/us-east-1/sqs/aws4_request\n{}",
+            hex(&Sha256::digest(canonical.as_bytes()))
+        );
+        let mut mac = signing_mac(&key.secret_access_key, day, "us-east-1", "sqs");
+        mac.update(to_sign.as_bytes());
+        let signature = hex(&mac.finalize().into_bytes());
+        HeaderValue::from_str(&format!(
+            "AWS4-HMAC-SHA256 Credential={}/{day}/us-east-1/sqs/aws4_request, \
+             SignedHeaders={}, Signature={signature}",
+            key.access_key_id,
+            signed.join(";")
+        ))
+        .unwrap()
+    }
+
+    /// Verifies a JSON-protocol request for `target` whose signature covers `signed`, after
+    /// `change` alters its headers (as a relay on the way could).
+    fn verify_json(signed: &[&str], change: impl FnOnce(&mut HeaderMap)) -> Result<(), SqsError> {
+        let key = admin();
+        let mut headers = json_headers("AmazonSQS.ListQueues");
+        fn request(headers: &HeaderMap) -> Signed<'_> {
+            Signed {
+                method: "POST",
+                path: "/",
+                query: "",
+                headers,
+                body: JSON_BODY,
+            }
+        }
+        let authorization = sign(&key, &request(&headers), signed);
+        headers.insert("authorization", authorization);
+        change(&mut headers);
+        let req = request(&headers);
+        let now = parse_amz_date(SIGNED_AT).unwrap();
+        verify(std::slice::from_ref(&key), &req, now).map(|_| ())
+    }
+
+    #[test]
+    fn a_signature_must_cover_the_target_and_the_other_headers_aws_requires() {
+        let all = ["content-type", "host", "x-amz-date", "x-amz-target"];
+        assert_eq!(verify_json(&all, |_| {}), Ok(()));
+        // Signed over the target, which is then changed: the signature no longer matches.
+        let e = verify_json(&all, |h| {
+            h.insert(
+                "x-amz-target",
+                HeaderValue::from_static("AmazonSQS.DeleteQueue"),
+            );
+        })
+        .unwrap_err();
+        assert_eq!(e.code, "SignatureDoesNotMatch");
+        // Signed without the target: refused whatever target comes with it, the one signed
+        // for included.
+        for target in ["AmazonSQS.ListQueues", "AmazonSQS.DeleteQueue"] {
+            let e = verify_json(&["content-type", "host", "x-amz-date"], |h| {
+                h.insert("x-amz-target", HeaderValue::from_str(target).unwrap());
+            })
+            .unwrap_err();
+            assert_eq!(e.code, "IncompleteSignature", "{target}");
+            assert!(e.message.contains("x-amz-target"), "{e}");
+        }
+        for (left_out, signed) in [
+            ("content-type", &["host", "x-amz-date", "x-amz-target"][..]),
+            ("x-amz-date", &["content-type", "host", "x-amz-target"][..]),
+            ("host", &["content-type", "x-amz-date", "x-amz-target"][..]),
+        ] {
+            let e = verify_json(signed, |_| {}).unwrap_err();
+            assert_eq!(e.code, "IncompleteSignature", "{left_out}");
+            assert!(e.message.contains(left_out), "{e}");
+        }
+        // Any other x-amz-* header the request carries must be signed too.
+        let e = verify_json(&all, |h| {
+            h.insert("x-amz-security-token", HeaderValue::from_static("t"));
+        })
+        .unwrap_err();
+        assert!(e.message.contains("x-amz-security-token"), "{e}");
+        // Headers outside the rule need not be signed.
+        assert_eq!(
+            verify_json(&all, |h| {
+                h.insert("user-agent", HeaderValue::from_static("Boto3/1.43.11"));
+                h.insert("x-amzn-trace-id", HeaderValue::from_static("Root=1-2-3"));
+            }),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_signed_date_header_stands_for_x_amz_date() {
+        let key = admin();
+        let mut headers = json_headers("AmazonSQS.ListQueues");
+        headers.remove("x-amz-date");
+        headers.insert("date", HeaderValue::from_static(SIGNED_AT));
+        let now = parse_amz_date(SIGNED_AT).unwrap();
+        let req = Signed {
+            method: "POST",
+            path: "/",
+            query: "",
+            headers: &headers,
+            body: JSON_BODY,
+        };
+        for (signed, ok) in [
+            (&["content-type", "date", "host", "x-amz-target"][..], true),
+            (&["content-type", "host", "x-amz-target"][..], false),
+        ] {
+            let mut headers = headers.clone();
+            headers.insert("authorization", sign(&key, &req, signed));
+            let req = Signed {
+                headers: &headers,
+                ..req
+            };
+            let outcome = verify(std::slice::from_ref(&key), &req, now);
+            assert_eq!(outcome.is_ok(), ok, "{signed:?}: {outcome:?}");
         }
     }
 }

@@ -5,6 +5,8 @@
 //! The server's, the client's and the benchmarks' tests all start brokers through this, so
 //! they exercise the same thing the binary serves.
 
+#[cfg(feature = "browser")]
+pub mod browser;
 pub mod pgbouncer;
 pub mod postgres;
 

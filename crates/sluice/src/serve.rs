@@ -722,6 +722,9 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         tls: tls.clone(),
         connections: settings_connections,
         metrics,
+        // Without keys the broker answers requests for loopback names and the name it was
+        // told to listen on.
+        hosts: vec![listen.clone()],
         ..ServerOptions::default()
     };
     if options.keys.is_empty() {
@@ -746,6 +749,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             keys: sqs_keys,
             public_url: sqs_public_url,
             tls: tls.is_some(),
+            hosts: vec![name.clone()],
             ..sluice_sqs::SqsOptions::default()
         };
         broker = broker.with_http("sqs", listener, sluice_sqs::router(store, options));

@@ -2,7 +2,8 @@
 //!
 //! The web console (`/`, `crate::console`) is merged in beside them, outside the OpenAPI
 //! document. The `Idempotency-Key` replay is a layer over every POST route
-//! (`crate::idempotency`); cross-origin writes are refused by another (`crate::origin`).
+//! (`crate::idempotency`); requests from other origins and, without keys, for other hosts are refused
+//! by another (`crate::origin`).
 
 pub mod audit;
 mod constraints;
@@ -190,9 +191,13 @@ pub fn router(state: AppState, options: &ServerOptions) -> Router {
         // Bodies are read by our extractors, which enforce `max_body_bytes` with a 413 in
         // the envelope; axum's own 2 MB default would answer in plain text.
         .layer(DefaultBodyLimit::disable())
-        .layer(crate::origin::OriginGuardLayer {
-            loopback_hosts_only: !options.keys.enabled(),
-        })
+        .layer(crate::origin::OriginGuardLayer::http_api(
+            if options.keys.enabled() {
+                crate::origin::Hosts::Any
+            } else {
+                crate::origin::Hosts::loopback_and(&options.hosts)
+            },
+        ))
         .layer(idempotency)
         .service(routes);
     Router::new().fallback_service(stack)

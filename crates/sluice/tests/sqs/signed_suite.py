@@ -3,11 +3,15 @@ acts with its role and queue patterns. Run by crates/sluice/tests/sqs.rs with SQ
 SLUICE_URL (the broker's own API, for the audit log) set; the
 broker's keys are those of KEYS below."""
 
+import json
 import os
 import unittest
 
 import boto3
 import httpx
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 SQS_URL = os.environ["SQS_URL"]
@@ -125,6 +129,35 @@ class Signed(unittest.TestCase):
             operator.cancel_message_move_task(TaskHandle=theirs)
         self.assertEqual(code(e.exception), "ResourceNotFoundException")
         self.assertNotIn("audit", e.exception.response["Error"]["Message"])
+
+    def test_a_signature_must_cover_the_target(self):
+        # botocore's own signer, as boto3 uses it; X-Amz-Target (which picks the action of a
+        # JSON request) is added before signing, or after it, where a relay could change it.
+        access, secret = KEYS["admin"]
+        url = client(access, secret).create_queue(QueueName="target-kept")["QueueUrl"]
+
+        def send(target, signed_target):
+            request = AWSRequest(
+                method="POST",
+                url=SQS_URL + "/",
+                data=json.dumps({"QueueUrl": url}),
+                headers={"Content-Type": "application/x-amz-json-1.0"},
+            )
+            if signed_target:
+                request.headers["X-Amz-Target"] = target
+            SigV4Auth(Credentials(access, secret), "sqs", "eu-west-1").add_auth(request)
+            request.headers["X-Amz-Target"] = target
+            return httpx.post(request.url, content=request.body, headers=dict(request.headers.items()))
+
+        for target in ("AmazonSQS.GetQueueAttributes", "AmazonSQS.DeleteQueue"):
+            refused = send(target, signed_target=False)
+            self.assertEqual(refused.status_code, 400, refused.text)
+            self.assertEqual(refused.json()["__type"], "com.amazonaws.sqs#IncompleteSignature")
+            self.assertIn("x-amz-target", refused.json()["message"])
+        answered = send("AmazonSQS.GetQueueAttributes", signed_target=True)
+        self.assertEqual(answered.status_code, 200, answered.text)
+        self.assertIn(url, client(access, secret).list_queues()["QueueUrls"], "the queue is still there")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
