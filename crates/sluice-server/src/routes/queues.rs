@@ -50,14 +50,7 @@ pub async fn put_queue(
     }
     if let Some(Some(push)) = &patch.push {
         push.target.validate()?;
-        if !crate::push::allowed(&push.target, st.push_allow_http) {
-            return Err(sluice_core::StoreError::invalid(format!(
-                "push.url \"{}\" is plain http to a host that is not loopback: use https, or \
-                 start the broker with --push-allow-http when the network in between is trusted",
-                push.target.url
-            ))
-            .into());
-        }
+        st.push.check_target(&push.target).await?;
     }
     let out = if create_only {
         st.store.create_queue(&q, &patch).await?
