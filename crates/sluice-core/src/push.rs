@@ -95,7 +95,8 @@ pub enum ClientErrorAction {
 /// Where and how a queue's messages are pushed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PushTarget {
-    /// The endpoint: `https`, or `http` on a loopback host unless the broker allows others.
+    /// The endpoint: `https`, or `http` on a loopback host unless the broker allows others;
+    /// which addresses it may resolve to is the broker's rule (its `push_allow`).
     pub url: String,
     /// The request method.
     #[serde(default)]
