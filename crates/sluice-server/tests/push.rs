@@ -612,76 +612,136 @@ async fn a_redirect_is_an_answer_never_followed() {
     s.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_new_origin_gets_none_of_the_hidden_credentials() {
-    let s = start().await;
-    let (first, second) = (Endpoint::default(), Endpoint::default());
-    let (a, b) = (first.start().await, second.start().await);
-    s.put_queue(
-        "hooks",
-        json!({"push": {"url": a, "secret": SECRET, "headers": {"Authorization": "Bearer t0k"}}}),
-    )
-    .await;
-    // Re-pointed with the header as views show it and no secret: neither comes along.
-    let v = s
-        .put_queue(
-            "hooks",
-            json!({"push": {"url": b, "headers": {"Authorization": "(redacted)"}}}),
+const ADMIN: &str = "sluice_admin_secret";
+const OPERATOR: &str = "sluice_operator_secret";
+const CONSUMER: &str = "sluice_consumer_secret";
+
+/// A broker with an admin, an operator and a consumer key for `hooks*`, whose push may call
+/// 127.0.0.1.
+async fn start_with_keys() -> common::TestServer {
+    use sluice_server::auth::hash_secret;
+    use sluice_server::{ApiKeyConfig, KeyRing, Role};
+    let key = |name: &str, role, secret: &str| ApiKeyConfig {
+        name: name.to_owned(),
+        role,
+        queues: vec!["hooks*".to_owned()],
+        sha256: hash_secret(secret),
+    };
+    let keys = KeyRing::new(vec![
+        key("admin", Role::Admin, ADMIN),
+        key("ops", Role::Operator, OPERATOR),
+        key("worker", Role::Consumer, CONSUMER),
+    ])
+    .expect("keys");
+    common::start_with(ServerOptions {
+        keys,
+        ..allowing(&["127.0.0.1"])
+    })
+    .await
+}
+
+async fn put_as(s: &common::TestServer, token: &str, queue: &str, config: Value) -> Value {
+    let (code, v) = s
+        .call_as(
+            Some(token),
+            Method::PUT,
+            &format!("/v1/queues/{queue}"),
+            Some(config),
         )
         .await;
-    assert_eq!(v["config"]["push"]["signed"], false, "{v}");
-    assert_eq!(v["config"]["push"]["headers"], json!({}), "{v}");
-    let body = json!({"answer": "ok", "n": 1});
-    let id = s.send("hooks", body.clone()).await;
+    assert!(code.is_success(), "PUT {queue}: {code} {v}");
+    v
+}
+
+async fn pushed(s: &common::TestServer, ep: &Endpoint, queue: &str, body: &Value) -> Call {
+    let (code, v) = s
+        .call_as(
+            Some(ADMIN),
+            Method::POST,
+            &format!("/v1/queues/{queue}/messages"),
+            Some(json!({ "body": body })),
+        )
+        .await;
+    assert_eq!(code, 201, "{v}");
     until("the message to be pushed", async || {
-        message(&s, &id).await["state"] == "completed"
+        !ep.calls_with(body).is_empty()
     })
     .await;
-    let call = &second.calls_with(&body)[0];
+    ep.calls_with(body)[0].clone()
+}
+
+#[tokio::test]
+async fn a_new_origin_gets_none_of_the_hidden_credentials() {
+    let s = start_with_keys().await;
+    let (first, second) = (Endpoint::default(), Endpoint::default());
+    let (a, b) = (first.start().await, second.start().await);
+    // Paused until re-pointed, so only the new target is ever pushed to.
+    put_as(
+        &s,
+        ADMIN,
+        "hooks",
+        json!({"paused": true, "push": {"url": a, "secret": SECRET,
+                                         "headers": {"Authorization": "Bearer t0k"}}}),
+    )
+    .await;
+    // The operator re-points the queue with the header as views show it and no secret:
+    // neither comes along.
+    let v = put_as(
+        &s,
+        OPERATOR,
+        "hooks",
+        json!({"push": {"url": b, "headers": {"Authorization": "(redacted)"}}}),
+    )
+    .await;
+    assert_eq!(v["config"]["push"]["signed"], false, "{v}");
+    assert_eq!(v["config"]["push"]["headers"], json!({}), "{v}");
+    put_as(&s, OPERATOR, "hooks", json!({"paused": false})).await;
+    let call = pushed(&s, &second, "hooks", &json!({"answer": "ok", "n": 1})).await;
     assert!(call.headers.get("authorization").is_none(), "{call:?}");
     assert!(call.headers.get("sluice-signature").is_none(), "{call:?}");
     assert_eq!(first.count(), 0);
 
     // Given again in the same change, they are the new target's.
-    let v = s
-        .put_queue(
-            "hooks",
-            json!({"push": {"url": b, "secret": SECRET, "headers": {"Authorization": "Bearer b"}}}),
-        )
-        .await;
+    let v = put_as(
+        &s,
+        ADMIN,
+        "hooks",
+        json!({"push": {"url": b, "secret": SECRET, "headers": {"Authorization": "Bearer b"}}}),
+    )
+    .await;
     assert_eq!(v["config"]["push"]["signed"], true, "{v}");
+    assert_eq!(
+        v["config"]["push"]["headers"]["Authorization"],
+        "(redacted)"
+    );
     s.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_query_token_is_delivered_and_never_shown() {
-    let s = start().await;
+    let s = start_with_keys().await;
     let ep = Endpoint::default();
     let url = format!("{}?token=s3cret-query-value", ep.start().await);
-    let v = s.put_queue("hooks", json!({"push": {"url": url}})).await;
-    let shown = v["config"]["push"]["url"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let v = put_as(&s, ADMIN, "hooks", json!({"push": {"url": url}})).await;
+    let shown = v["config"]["push"]["url"].as_str().unwrap_or_default();
     assert!(shown.ends_with("/hook?token=(redacted)"), "{v}");
-    for path in ["/v1/queues/hooks", "/v1/queues", "/v1/audit"] {
-        let (code, v) = s.call(Method::GET, path, None).await;
+    for (token, path) in [
+        (CONSUMER, "/v1/queues/hooks"),
+        (CONSUMER, "/v1/queues"),
+        (OPERATOR, "/v1/queues/hooks"),
+        (ADMIN, "/v1/audit"),
+    ] {
+        let (code, v) = s.call_as(Some(token), Method::GET, path, None).await;
         assert_eq!(code, 200, "{path}: {v}");
         assert!(!v.to_string().contains("s3cret"), "{path} shows it: {v}");
     }
 
     // Written back as read, the configuration keeps the real URL.
-    let (_, q) = s.call(Method::GET, "/v1/queues/hooks", None).await;
-    s.put_queue("hooks", q["config"].clone()).await;
-    let body = json!({"answer": "ok"});
-    let id = s.send("hooks", body.clone()).await;
-    until("the message to be pushed", async || {
-        message(&s, &id).await["state"] == "completed"
-    })
-    .await;
-    let call = &ep.calls_with(&body)[0];
+    let (_, q) = s
+        .call_as(Some(OPERATOR), Method::GET, "/v1/queues/hooks", None)
+        .await;
+    put_as(&s, OPERATOR, "hooks", q["config"].clone()).await;
+    let call = pushed(&s, &ep, "hooks", &json!({"answer": "ok"})).await;
     assert_eq!(call.uri.query(), Some("token=s3cret-query-value"));
-    let m = message(&s, &id).await;
-    assert!(!m.to_string().contains("s3cret"), "{m}");
     s.shutdown().await;
 }
