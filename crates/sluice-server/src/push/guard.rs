@@ -107,6 +107,16 @@ pub enum Refused {
     },
 }
 
+/// A target's host name resolved only to refused addresses (the last one's reason).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{name} resolves to an address that is refused: {refused}")]
+pub struct RefusedName {
+    /// The host name.
+    pub name: String,
+    /// Why its address is refused.
+    pub refused: Refused,
+}
+
 /// The push rules of one broker: plain `http`, `push_allow`, and its own listeners.
 #[derive(Debug, Default)]
 pub struct PushRules {
@@ -217,8 +227,12 @@ impl PushRules {
             return Ok(());
         };
         for addr in addrs {
-            self.check_addr(Some(name), addr).map_err(|e| {
-                StoreError::invalid(format!("push.url \"{shown}\": {name} resolves to {e}"))
+            self.check_addr(Some(name), addr).map_err(|refused| {
+                let e = RefusedName {
+                    name: name.to_owned(),
+                    refused,
+                };
+                StoreError::invalid(format!("push.url \"{shown}\": {e}"))
             })?;
         }
         Ok(())
@@ -365,7 +379,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
                 }
             }
             match (kept.is_empty(), refused) {
-                (true, Some(e)) => Err(format!("{name} resolves to {e}").into()),
+                (true, Some(refused)) => Err(Box::new(RefusedName { name, refused }) as _),
                 _ => Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs),
             }
         })
