@@ -143,6 +143,16 @@ impl PushTarget {
                  put them in push.headers, e.g. an Authorization header",
             ));
         }
+        if url
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p.rsplit('=').next() == Some(REDACTED)))
+        {
+            return Err(StoreError::invalid(format!(
+                "push.url holds {REDACTED} in place of a query value: views show that instead \
+                 of the real value, and only the URL written back exactly as shown keeps it; \
+                 give the real value"
+            )));
+        }
         if self.timeout < MIN_TIMEOUT || self.timeout > MAX_TIMEOUT {
             return Err(StoreError::invalid(format!(
                 "push.timeout_ms must be {} to {}, got {}",
@@ -396,6 +406,10 @@ mod tests {
         bad(PushTarget::new("ftp://example.com/"), "http or https");
         bad(PushTarget::new("not a url"), "push.url");
         bad(PushTarget::new("https://u:p@example.com/"), "credentials");
+        bad(
+            PushTarget::new("https://example.com/?token=(redacted)"),
+            "real value",
+        );
         let mut t = PushTarget::new("https://example.com/");
         t.timeout = Duration::from_millis(10);
         bad(t, "timeout_ms");

@@ -726,7 +726,10 @@ async fn a_query_token_is_delivered_and_never_shown() {
     let ep = Endpoint::default();
     let url = format!("{}?token=s3cret-query-value", ep.start().await);
     let v = put_as(&s, ADMIN, "hooks", json!({"push": {"url": url}})).await;
-    let shown = v["config"]["push"]["url"].as_str().unwrap_or_default();
+    let shown = v["config"]["push"]["url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(shown.ends_with("/hook?token=(redacted)"), "{v}");
     for (token, path) in [
         (CONSUMER, "/v1/queues/hooks"),
@@ -746,5 +749,16 @@ async fn a_query_token_is_delivered_and_never_shown() {
     put_as(&s, OPERATOR, "hooks", q["config"].clone()).await;
     let call = pushed(&s, &ep, "hooks", &json!({"answer": "ok"})).await;
     assert_eq!(call.uri.query(), Some("token=s3cret-query-value"));
+    // The placeholder anywhere else is not a value to push with.
+    let other = shown.replace("/hook?", "/other?");
+    let got = s
+        .call_as(
+            Some(OPERATOR),
+            Method::PUT,
+            "/v1/queues/hooks",
+            Some(json!({"push": {"url": other}})),
+        )
+        .await;
+    common::assert_error(&got, 400, "invalid_argument");
     s.shutdown().await;
 }
