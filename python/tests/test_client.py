@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import pathlib
 import re
 import threading
 import time
@@ -586,8 +587,14 @@ def test_schedules_put_read_pause_trigger_and_delete(client: sluice.Client, queu
     assert e.value.status == 404
 
 
-def test_a_push_target_receives_signed_messages(client: sluice.Client, queue: str) -> None:
+def test_a_push_target_receives_signed_messages(
+    sluice_bin: str, queue: str, tmp_path: pathlib.Path
+) -> None:
     import http.server
+
+    # The hook below listens on loopback, which push calls only when the broker allows it.
+    broker = Broker(sluice_bin, tmp_path / "data", ["--push-allow", "127.0.0.1"]).start()
+    client = broker.client()
 
     from sluice.push import sign, verify_signature
 
@@ -627,6 +634,8 @@ def test_a_push_target_receives_signed_messages(client: sluice.Client, queue: st
         assert client.put_queue(queue, push=sluice.CLEAR).config.push is None
     finally:
         server.shutdown()
+        client.close()
+        broker.kill()
 
 
 def test_enqueue_many_checks_first_sends_in_batches_and_reports_partial_failures(

@@ -50,8 +50,8 @@ pub const RESERVED_HEADERS: &[&str] = &[
     "te",
     "trailer",
 ];
-/// What views show instead of a header value, and what a header value written back as read
-/// means: keep the current value.
+/// What views show instead of a header value or a URL's query value, and what such a value
+/// written back as read means: keep the current one (on the same origin).
 pub const REDACTED: &str = "(redacted)";
 /// The prefix of the headers that carry a message's metadata.
 pub const HEADER_PREFIX: &str = "sluice-";
@@ -95,7 +95,8 @@ pub enum ClientErrorAction {
 /// Where and how a queue's messages are pushed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PushTarget {
-    /// The endpoint: `https`, or `http` on a loopback host unless the broker allows others.
+    /// The endpoint: `https`, or `http` on a loopback host unless the broker allows others;
+    /// which addresses it may resolve to is the broker's rule (its `push_allow`).
     pub url: String,
     /// The request method.
     #[serde(default)]
@@ -141,6 +142,16 @@ impl PushTarget {
                 "push.url must not carry credentials (they would show in the queue's config); \
                  put them in push.headers, e.g. an Authorization header",
             ));
+        }
+        if url
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p.rsplit('=').next() == Some(REDACTED)))
+        {
+            return Err(StoreError::invalid(format!(
+                "push.url holds {REDACTED} in place of a query value: views show that instead \
+                 of the real value, and only the URL written back exactly as shown keeps it; \
+                 give the real value"
+            )));
         }
         if self.timeout < MIN_TIMEOUT || self.timeout > MAX_TIMEOUT {
             return Err(StoreError::invalid(format!(
@@ -199,16 +210,23 @@ impl PushTarget {
         Ok(url)
     }
 
-    /// The URL without its query and fragment, for errors and attempt history that anyone
-    /// who may browse the queue reads (a query may carry a token).
+    /// The URL as every view, log line, error and audit record shows it: each query value
+    /// (a query may carry a token) and any user information replaced by [`REDACTED`], the
+    /// fragment dropped. The real URL is kept for delivery; this one written back in a
+    /// change keeps it (see [`PushPatch::resolve`]).
     pub fn shown_url(&self) -> String {
         match self.parsed_url() {
-            Ok(mut u) => {
-                u.set_query(None);
-                u.set_fragment(None);
-                u.to_string()
-            }
-            Err(_) => self.url.clone(),
+            Ok(u) => redacted_url(u),
+            Err(_) => REDACTED.to_owned(),
+        }
+    }
+
+    /// Whether `other` calls the same origin (scheme, host and port) as this target: the
+    /// credentials a target holds (header values, signing secret) go to its origin only.
+    pub fn same_origin(&self, other: &PushTarget) -> bool {
+        match (self.parsed_url(), other.parsed_url()) {
+            (Ok(a), Ok(b)) => a.origin() == b.origin(),
+            _ => false,
         }
     }
 
@@ -256,6 +274,29 @@ fn check_header(name: &str, value: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// `url` with its query values, user information and fragment hidden (see
+/// [`PushTarget::shown_url`]). A query part without `=` is hidden whole: it may be a token
+/// itself.
+fn redacted_url(mut url: url::Url) -> String {
+    if !url.username().is_empty() || url.password().is_some() {
+        let _ = url.set_password(None);
+        let _ = url.set_username(REDACTED);
+    }
+    if let Some(query) = url.query().filter(|q| !q.is_empty()) {
+        let hidden: Vec<String> = query
+            .split('&')
+            .map(|part| match part.split_once('=') {
+                Some((key, _)) => format!("{key}={REDACTED}"),
+                None if part.is_empty() => String::new(),
+                None => REDACTED.to_owned(),
+            })
+            .collect();
+        url.set_query(Some(&hidden.join("&")));
+    }
+    url.set_fragment(None);
+    url.to_string()
+}
+
 /// A change to a queue's push target: the target's fields, and what to do with its secret,
 /// which queue views never show (so a configuration read and written back keeps it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -269,10 +310,21 @@ pub struct PushPatch {
 impl PushPatch {
     /// The target this patch makes of `current`.
     ///
-    /// A header whose value is [`REDACTED`] keeps its current value (views never show header
-    /// values, which often carry credentials); with no current value it is dropped.
+    /// A URL written back as views show it ([`PushTarget::shown_url`]) keeps the current
+    /// URL, query values included. A header whose value is [`REDACTED`] keeps its current
+    /// value (views never show header values, which often carry credentials), and an absent
+    /// `secret` keeps the current secret — but only while the target's origin (scheme, host
+    /// and port) stays the same: credentials set for one endpoint never go to another that
+    /// whoever changes the URL names. On a new origin, header values and the secret are the
+    /// ones given in this patch or none; a redacted placeholder does not count as given.
     pub fn resolve(&self, current: Option<&PushTarget>) -> PushTarget {
         let mut t = self.target.clone();
+        if let Some(c) = current
+            && t.url == c.shown_url()
+        {
+            t.url = c.url.clone();
+        }
+        let current = current.filter(|c| c.same_origin(&t));
         t.headers = std::mem::take(&mut t.headers)
             .into_iter()
             .filter_map(|(k, v)| {
@@ -354,6 +406,10 @@ mod tests {
         bad(PushTarget::new("ftp://example.com/"), "http or https");
         bad(PushTarget::new("not a url"), "push.url");
         bad(PushTarget::new("https://u:p@example.com/"), "credentials");
+        bad(
+            PushTarget::new("https://example.com/?token=(redacted)"),
+            "real value",
+        );
         let mut t = PushTarget::new("https://example.com/");
         t.timeout = Duration::from_millis(10);
         bad(t, "timeout_ms");
@@ -376,9 +432,80 @@ mod tests {
     }
 
     #[test]
-    fn the_shown_url_has_no_query() {
-        let t = PushTarget::new("https://example.com/hook?token=s3cret#x");
-        assert_eq!(t.shown_url(), "https://example.com/hook");
+    fn the_shown_url_hides_query_values_and_user_information() {
+        let t = PushTarget::new("https://example.com/hook?token=s3cret&mode=a&bare#x");
+        assert_eq!(
+            t.shown_url(),
+            "https://example.com/hook?token=(redacted)&mode=(redacted)&(redacted)"
+        );
+        let t = PushTarget::new("https://u:pw@example.com/hook");
+        assert!(!t.shown_url().contains("pw"), "{}", t.shown_url());
+        assert!(!t.shown_url().contains("u@"), "{}", t.shown_url());
+        assert_eq!(
+            PushTarget::new("https://example.com/hook").shown_url(),
+            "https://example.com/hook"
+        );
+    }
+
+    #[test]
+    fn a_url_written_back_as_shown_keeps_the_real_one() {
+        let current = PushTarget::new("https://a.example/hook?token=s3cret");
+        let t = PushPatch {
+            target: PushTarget::new(current.shown_url()),
+            secret: None,
+        }
+        .resolve(Some(&current));
+        assert_eq!(t.url, current.url);
+    }
+
+    #[test]
+    fn a_new_origin_drops_the_hidden_credentials() {
+        let mut current = PushTarget::new("https://a.example/hook");
+        current.secret = Some("0123456789abcdef".into());
+        current
+            .headers
+            .insert("Authorization".into(), "Bearer t0k".into());
+        for elsewhere in [
+            "https://b.example/hook",
+            "http://a.example/hook",
+            "https://a.example:8443/hook",
+        ] {
+            let mut target = PushTarget::new(elsewhere);
+            target
+                .headers
+                .insert("Authorization".into(), REDACTED.into());
+            let t = PushPatch {
+                target,
+                secret: None,
+            }
+            .resolve(Some(&current));
+            assert_eq!(t.secret, None, "{elsewhere}");
+            assert!(t.headers.is_empty(), "{elsewhere}: {:?}", t.headers);
+        }
+        // Given again in the same change, they are the new target's.
+        let mut target = PushTarget::new("https://b.example/hook");
+        target
+            .headers
+            .insert("Authorization".into(), "Bearer b".into());
+        let t = PushPatch {
+            target,
+            secret: Some(Some("fedcba9876543210".into())),
+        }
+        .resolve(Some(&current));
+        assert_eq!(t.secret.as_deref(), Some("fedcba9876543210"));
+        assert_eq!(t.headers["Authorization"], "Bearer b");
+        // Another path on the same origin keeps them.
+        let mut target = PushTarget::new("https://A.example:443/other");
+        target
+            .headers
+            .insert("Authorization".into(), REDACTED.into());
+        let t = PushPatch {
+            target,
+            secret: None,
+        }
+        .resolve(Some(&current));
+        assert_eq!(t.secret, current.secret);
+        assert_eq!(t.headers["Authorization"], "Bearer t0k");
     }
 
     #[test]
@@ -416,11 +543,11 @@ mod tests {
         let mut current = PushTarget::new("https://a.example/");
         current.secret = Some("0123456789abcdef".into());
         let keep = PushPatch {
-            target: PushTarget::new("https://b.example/"),
+            target: PushTarget::new("https://a.example/v2"),
             secret: None,
         };
         let t = keep.resolve(Some(&current));
-        assert_eq!(t.url, "https://b.example/");
+        assert_eq!(t.url, "https://a.example/v2");
         assert_eq!(t.secret, current.secret);
         let clear = PushPatch {
             secret: Some(None),

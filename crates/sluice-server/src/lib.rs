@@ -55,6 +55,10 @@ pub struct ServerOptions {
     /// Whether queues may push over plain `http` to hosts that are not loopback (default
     /// false: push targets must be `https`, or `http` on loopback).
     pub push_allow_http: bool,
+    /// Networks and host names push may call although they are not public (loopback,
+    /// private, link-local…); empty by default: push calls public addresses only. The
+    /// broker's own listeners are refused whatever this says.
+    pub push_allow: Vec<push::PushAllow>,
     /// TLS for every listener; `None` serves plain text (default).
     pub tls: Option<tls::TlsConfig>,
     /// Header-read and idle timeouts and the cap on open connections, applied to every
@@ -74,6 +78,7 @@ impl Default for ServerOptions {
             max_body_bytes: extract::DEFAULT_BODY_LIMIT,
             request_timeout: Duration::from_secs(60),
             push_allow_http: false,
+            push_allow: Vec::new(),
             tls: None,
             connections: ConnectionLimits::default(),
             metrics: metrics::MetricsScope::default(),
@@ -93,8 +98,8 @@ pub struct AppState {
     pub shutdown: Arc<watch::Sender<bool>>,
     /// Histograms this node observes, and the `/metrics` renderer.
     pub metrics: Arc<metrics::Metrics>,
-    /// Whether push targets may be plain `http` to any host.
-    pub push_allow_http: bool,
+    /// Which push targets this broker may call.
+    pub push: Arc<push::PushRules>,
     /// Answers remembered under idempotency keys, over HTTP and frames.
     pub(crate) idempotency: idempotency::IdempotencyLayer,
 }
@@ -194,7 +199,10 @@ impl Broker {
             keys: Arc::new(options.keys.clone()),
             shutdown: Arc::new(tx),
             metrics: Arc::new(metrics::Metrics::new(options.metrics.clone())),
-            push_allow_http: options.push_allow_http,
+            push: Arc::new(push::PushRules::new(
+                options.push_allow_http,
+                options.push_allow.clone(),
+            )),
         };
         Broker {
             state,
@@ -208,6 +216,7 @@ impl Broker {
     /// until the same shutdown. Frames may be as large as `max_body_bytes`.
     #[must_use]
     pub fn with_frames(mut self, listener: tokio::net::TcpListener) -> Self {
+        self.own_listener("frames", &listener);
         self.frames = Some(listener);
         self
     }
@@ -222,8 +231,16 @@ impl Broker {
         listener: tokio::net::TcpListener,
         router: Router,
     ) -> Self {
+        self.own_listener(name, &listener);
         self.more_http.push((name, listener, router));
         self
+    }
+
+    /// Records a listener of this broker, which push never calls.
+    fn own_listener(&self, name: &'static str, listener: &tokio::net::TcpListener) {
+        if let Ok(addr) = listener.local_addr() {
+            self.state.push.add_own(name, addr);
+        }
     }
 
     /// The router with every route and layer, for serving or for `tower::ServiceExt::oneshot`.
@@ -253,16 +270,13 @@ impl Broker {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        self.own_listener("http", &listener);
         let router = self.router();
         let tx = self.state.shutdown.clone();
         let runner = tokio::spawn(redrive::run(self.state.store.clone(), tx.subscribe()));
         let sampler = tokio::spawn(sampler::run(self.state.store.clone(), tx.subscribe()));
         let scheduler = tokio::spawn(scheduler::run(self.state.store.clone(), tx.subscribe()));
-        let pusher = tokio::spawn(push::run(
-            self.state.clone(),
-            self.options.push_allow_http,
-            tx.subscribe(),
-        ));
+        let pusher = tokio::spawn(push::run(self.state.clone(), tx.subscribe()));
         let limits = self.options.connections;
         let metrics = &self.state.metrics;
         // The other listeners, in a set so that dropping this future ends them too.

@@ -30,7 +30,9 @@ pub struct RateLimitWire {
 pub struct PushTargetRequest {
     /// The endpoint: `https`, or `http` on a loopback host (`localhost`, `127.0.0.0/8`,
     /// `::1`) unless the broker is started with `--push-allow-http`. At most 2,048 bytes,
-    /// no credentials in it.
+    /// no credentials in it. Its host must resolve to public addresses unless the broker's
+    /// `push_allow` lists it, and never to the broker's own listeners. A new scheme, host or
+    /// port drops the current header values and secret unless given again.
     #[schema(max_length = 2048, example = "https://api.example.com/hooks/release")]
     pub url: String,
     /// `POST` (default), `PUT` or `PATCH`.
@@ -39,7 +41,8 @@ pub struct PushTargetRequest {
     pub method: Option<PushMethodWire>,
     /// Extra request headers (at most 32; not `Host`, `Content-Length`, hop-by-hop headers
     /// or any `Sluice-*` header; values visible ASCII, at most 4,096 bytes). A value of
-    /// `(redacted)`, as views show it, keeps the header's current value.
+    /// `(redacted)`, as views show it, keeps the header's current value while the URL's
+    /// scheme, host and port stay the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
     /// Request timeout, 100 ms – 5 min. Default 10 s.
@@ -51,7 +54,8 @@ pub struct PushTargetRequest {
     #[schema(minimum = 1, maximum = 1000)]
     pub concurrency: Option<u32>,
     /// The HMAC-SHA256 signing key (16 – 512 characters): requests then carry `Sluice-Signature`.
-    /// Absent keeps the current secret (views never show it); `null` removes it.
+    /// Absent keeps the current secret (views never show it) while the URL's scheme, host and
+    /// port stay the same; `null` removes it.
     #[serde(
         default,
         deserialize_with = "present",
@@ -127,7 +131,8 @@ impl PushTargetRequest {
 /// A queue's push target as views show it: everything but the secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PushTargetView {
-    /// The endpoint.
+    /// The endpoint, with every query value and any user information shown as
+    /// `(redacted)` (a query may carry a token); written back as shown, it keeps the real URL.
     pub url: String,
     /// The request method.
     #[schema(value_type = String, pattern = "^(POST|PUT|PATCH)$")]
@@ -149,7 +154,7 @@ pub struct PushTargetView {
 impl From<&PushTarget> for PushTargetView {
     fn from(t: &PushTarget) -> Self {
         PushTargetView {
-            url: t.url.clone(),
+            url: t.shown_url(),
             method: match t.method {
                 PushMethod::Post => PushMethodWire::Post,
                 PushMethod::Put => PushMethodWire::Put,

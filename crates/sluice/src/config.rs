@@ -11,6 +11,7 @@
 //! # sync_interval = "100ms"       # relaxed durability (see `sluice serve --help`)
 //! # min_free_disk = "1GiB"         # refuse new messages below this much free disk
 //! # push_allow_http = true         # push targets may be plain http off loopback
+//! # push_allow = ["10.0.0.0/8", "hooks.internal"]  # push targets that are not public
 //! tls_cert = "/etc/sluice/tls/cert.pem"   # certificate chain; reloaded on SIGHUP
 //! tls_key = "/etc/sluice/tls/key.pem"
 //! # tls_client_ca = "/etc/sluice/tls/clients-ca.pem"  # require client certificates
@@ -68,6 +69,9 @@ pub struct FileConfig {
     pub node_id: Option<String>,
     /// Let queues push over plain `http` to hosts that are not loopback.
     pub push_allow_http: Option<bool>,
+    /// Networks (CIDRs, addresses) and host names push may call although they are not
+    /// public addresses.
+    pub push_allow: Option<Vec<String>>,
     /// Free space kept on the data directory's disk (e.g. "128MiB"); below it new messages
     /// are refused.
     pub min_free_disk: Option<String>,

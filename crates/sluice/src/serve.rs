@@ -118,6 +118,18 @@ pub struct ServeArgs {
     /// network you trust, or a TLS-terminating proxy beside the broker.
     #[arg(long, env = "SLUICE_PUSH_ALLOW_HTTP")]
     push_allow_http: bool,
+    /// Let queues push to these addresses although they are not public: CIDRs
+    /// (10.0.0.0/8), single addresses (127.0.0.1) or host names (hooks.internal, whatever it
+    /// resolves to); repeat the flag or separate with commas [default: none: push targets
+    /// must resolve to public addresses, not loopback, private, link-local, multicast or
+    /// cloud metadata ones]. The broker's own listeners are refused whatever this says.
+    #[arg(
+        long,
+        env = "SLUICE_PUSH_ALLOW",
+        value_name = "CIDR|HOST",
+        value_delimiter = ','
+    )]
+    push_allow: Vec<sluice_server::push::PushAllow>,
     /// Serve TLS on both listeners with this certificate chain (PEM: the broker's
     /// certificate, then intermediates). Sent SIGHUP, the broker reads the certificate and key
     /// again for new connections; open ones are untouched.
@@ -248,6 +260,7 @@ struct Settings {
     sqs_keys: Vec<sluice_sqs::SqsKey>,
     queues: Vec<(sluice_core::QueueName, sluice_core::QueueConfigPatch)>,
     push_allow_http: bool,
+    push_allow: Vec<sluice_server::push::PushAllow>,
     tls: Option<sluice_server::tls::TlsConfig>,
     allow_plaintext: bool,
     connections: sluice_server::ConnectionLimits,
@@ -300,6 +313,7 @@ impl Settings {
             "min_free_disk": matches!(self.store, StoreChoice::Embedded).then_some(self.min_free_disk),
             "node_id": self.node_id,
             "push_allow_http": self.push_allow_http,
+            "push_allow": self.push_allow.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "tls": self.tls.as_ref().map(|t| {
                 let f = t.files();
                 serde_json::json!({"cert": f.cert, "key": f.key, "client_ca": f.client_ca})
@@ -426,22 +440,37 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
              patterns such as orders*"
         );
     }
+    let push_allow = if args.push_allow.is_empty() {
+        file.push_allow
+            .iter()
+            .flatten()
+            .map(|e| e.parse())
+            .collect::<Result<Vec<_>, _>>()
+            .context("push_allow in the config file")?
+    } else {
+        args.push_allow
+    };
+    // The rules the broker will push by, with the listeners it will bind (an ephemeral
+    // port is not known yet: the broker adds it once bound).
+    let rules = sluice_server::push::PushRules::new(push_allow_http, push_allow.clone());
+    let side = frames.iter().map(|f| ("frames", &f.1));
+    let side = side.chain(sqs.iter().map(|s| ("sqs", &s.1)));
+    for (name, list) in std::iter::once(("http", &addrs)).chain(side) {
+        for a in list.iter().filter(|a| a.port() != 0) {
+            rules.add_own(name, *a);
+        }
+    }
     let mut queues = Vec::with_capacity(decls.len());
     for q in decls {
         let patch = q
             .config
             .to_patch()
             .with_context(|| format!("[[queues]] {}", q.name))?;
-        if let Some(Some(p)) = &patch.push
-            && !sluice_server::push::allowed(&p.target, push_allow_http)
-        {
-            bail!(
-                "[[queues]] {}: push.url \"{}\" is plain http to a host that is not loopback; \
-                 use https, or set push_allow_http = true (--push-allow-http) when the network \
-                 in between is trusted",
-                q.name,
-                p.target.url
-            );
+        if let Some(Some(p)) = &patch.push {
+            rules
+                .check_target(&p.target)
+                .await
+                .with_context(|| format!("[[queues]] {}", q.name))?;
         }
         queues.push((q.name, patch));
     }
@@ -461,6 +490,7 @@ async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         sqs_keys: file.sqs_keys,
         queues,
         push_allow_http,
+        push_allow,
         tls,
         allow_plaintext,
         connections,
@@ -651,6 +681,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         keys,
         queues,
         push_allow_http,
+        push_allow,
         tls,
         sqs_keys,
         sqs_public_url,
@@ -719,6 +750,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let options = ServerOptions {
         keys,
         push_allow_http,
+        push_allow,
         tls: tls.clone(),
         connections: settings_connections,
         metrics,

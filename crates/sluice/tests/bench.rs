@@ -93,7 +93,8 @@ fn bench_measures_a_broker_over_http_and_over_frames() {
 
 #[test]
 fn bench_push_times_a_backlog_pushed_to_its_own_endpoint() {
-    let broker = common::broker();
+    // The bench's endpoint listens on 127.0.0.1, which push calls only when allowed.
+    let broker = common::broker_and(&["--push-allow", "127.0.0.1"]);
     let out = bench(
         &broker.url,
         &[

@@ -72,7 +72,8 @@ fn json(url: &str, args: &[&str]) -> Value {
 
 #[test]
 fn queue_lifecycle() {
-    let b = broker();
+    // Its push target below is a loopback port, which push calls only when allowed.
+    let b = common::broker_and(&["--push-allow", "127.0.0.1"]);
     let u = b.url.as_str();
     let out = ok(
         u,

@@ -101,11 +101,12 @@ fn check_config_prints_the_effective_settings_without_secrets() {
             sync_interval = "100ms"
             idle_timeout = "90s"
             max_connections = 500
+            push_allow = ["10.0.0.0/8", "hooks.internal"]
 
             [[queues]]
             name = "hooks"
             max_receive_count = 3
-            push = {{ url = "https://app.example/hook", secret = "push-secret-value", headers = {{ authorization = "Bearer header-secret-value" }} }}
+            push = {{ url = "https://app.example/hook?token=query-secret-value", secret = "push-secret-value", headers = {{ authorization = "Bearer header-secret-value" }} }}
 
             [[keys]]
             name = "ops"
@@ -129,7 +130,12 @@ fn check_config_prints_the_effective_settings_without_secrets() {
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let shown = text(&out.stdout);
-    for secret in ["push-secret-value", "header-secret-value", &"ab".repeat(32)] {
+    for secret in [
+        "push-secret-value",
+        "header-secret-value",
+        "query-secret-value",
+        &"ab".repeat(32),
+    ] {
         assert!(!shown.contains(secret), "{secret} is printed:\n{shown}");
     }
     let v: serde_json::Value = serde_json::from_str(&shown).expect("JSON");
@@ -145,6 +151,14 @@ fn check_config_prints_the_effective_settings_without_secrets() {
     assert_eq!(v["queues"][0]["name"], "hooks");
     assert_eq!(v["queues"][0]["config"]["max_receive_count"], 3);
     assert_eq!(v["queues"][0]["config"]["push"]["signed"], true);
+    assert_eq!(
+        v["queues"][0]["config"]["push"]["url"],
+        "https://app.example/hook?token=(redacted)"
+    );
+    assert_eq!(
+        v["push_allow"],
+        serde_json::json!(["10.0.0.0/8", "hooks.internal"])
+    );
     assert!(!data.exists(), "checking opened the data directory");
 
     // The store's password is redacted; the environment fills in what the flags leave out.
@@ -169,6 +183,60 @@ fn check_config_prints_the_effective_settings_without_secrets() {
     assert!(
         (1..=4096).contains(&max),
         "the default, within the open-file limit: {max}"
+    );
+}
+
+#[test]
+fn check_config_refuses_push_targets_that_are_not_public_or_the_broker_itself() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("sluice.toml");
+    let declare = |url: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                r#"
+                listen = "127.0.0.1:7001"
+                frames_listen = "127.0.0.1:7002"
+
+                [[queues]]
+                name = "hooks"
+                push = {{ url = "{url}" }}
+                "#
+            ),
+        )
+        .expect("write the config");
+        config.to_str().expect("utf-8 path").to_owned()
+    };
+    let config_path = declare("http://127.0.0.1:9/hook");
+    let out = check(&["--config", &config_path]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    for says in ["[[queues]] hooks", "loopback", "--push-allow 127.0.0.1/32"] {
+        assert!(err.contains(says), "the error says {says}: {err}");
+    }
+    let out = check(&["--config", &config_path, "--push-allow", "127.0.0.1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // Its own listeners, whatever push_allow says.
+    for (url, listener) in [
+        (
+            "http://127.0.0.1:7001/v1/queues/billing/purge",
+            "own http listener",
+        ),
+        ("http://127.0.0.1:7002/", "own frames listener"),
+    ] {
+        let config_path = declare(url);
+        let out = check(&["--config", &config_path, "--push-allow", "127.0.0.0/8"]);
+        assert_eq!(out.status.code(), Some(2), "{url}");
+        let err = text(&out.stderr);
+        assert!(err.contains(listener), "{url}: {err}");
+    }
+    let out = check(&["--push-allow", "not a network"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not a CIDR"),
+        "{}",
+        text(&out.stderr)
     );
 }
 

@@ -1,6 +1,7 @@
 //! Push delivery through the real `sluice serve`: a `kill -9` in the middle of pushing loses
-//! nothing (the leases run out and the messages are pushed again), and two nodes on one
-//! PostgreSQL database push each message once.
+//! nothing (the leases run out and the messages are pushed again), two nodes on one
+//! PostgreSQL database push each message once, and push never calls the broker's own SQS
+//! listener. The endpoints listen on loopback, which each broker here allows explicitly.
 
 use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
@@ -14,6 +15,9 @@ use sluice_testkit::postgres;
 mod common;
 
 use common::call;
+
+/// The flags that let push call the tests' endpoints on 127.0.0.1.
+const ALLOW: &[&str] = &["--push-allow", "127.0.0.1"];
 
 /// A local endpoint that counts each message id it is called with, answering 204 after
 /// `delay`.
@@ -94,7 +98,7 @@ async fn a_kill_9_mid_push_loses_nothing() {
     let data = dir.path().join("data");
     let c = reqwest::Client::new();
     let (ep, hook) = Endpoint::start(Duration::from_millis(200)).await;
-    let (mut first, url) = common::serve(&data, Stdio::null());
+    let (mut first, url) = common::serve_and(&data, Stdio::null(), ALLOW);
     call(
         &c,
         reqwest::Method::PUT,
@@ -120,7 +124,7 @@ async fn a_kill_9_mid_push_loses_nothing() {
     let before = ep.seen().len();
     assert!(before < 100, "killed in the middle: {before} pushed");
 
-    let (_second, url) = common::serve(&data, Stdio::null());
+    let (_second, url) = common::serve_and(&data, Stdio::null(), ALLOW);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !(ep.seen().len() == 100 && settled(&c, &url, "hooks").await) {
         assert!(
@@ -157,8 +161,8 @@ async fn two_nodes_on_one_database_push_each_message_once() {
     let schema = postgres::unique_schema("push");
     let _drop = postgres::SchemaGuard::new(schema.clone());
     let store = format!("{}?schema={schema}", postgres::url());
-    let (_a, url_a) = common::serve_store(&store, Stdio::null());
-    let (_b, url_b) = common::serve_store(&store, Stdio::null());
+    let (_a, url_a) = common::serve_store_and(&store, Stdio::null(), ALLOW);
+    let (_b, url_b) = common::serve_store_and(&store, Stdio::null(), ALLOW);
     let c = reqwest::Client::new();
     let (ep, hook) = Endpoint::start(Duration::from_millis(2)).await;
     call(
@@ -181,4 +185,51 @@ async fn two_nodes_on_one_database_push_each_message_once() {
     let seen = ep.seen();
     assert_eq!(seen.len(), ids.len());
     assert!(seen.values().all(|n| *n == 1), "each message pushed once");
+}
+
+#[tokio::test]
+async fn push_never_calls_the_brokers_own_sqs_listener() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Loopback allowed as a whole: the broker's own listeners are refused all the same.
+    let (_broker, url, sqs) = common::serve_with_sqs_and(
+        &dir.path().join("data"),
+        Stdio::null(),
+        &["--push-allow", "127.0.0.0/8,::1,localhost"],
+    );
+    let c = reqwest::Client::new();
+    call(
+        &c,
+        reqwest::Method::PUT,
+        format!("{url}/v1/queues/billing2"),
+        None,
+    )
+    .await;
+    let sqs_port = sqs
+        .rsplit(':')
+        .next()
+        .expect("a port")
+        .trim_end_matches('/');
+    for target in [
+        format!("{sqs}/?Action=DeleteQueue&QueueUrl={sqs}/000000000000/billing2"),
+        format!("http://localhost:{sqs_port}/"),
+    ] {
+        let resp = c
+            .put(format!("{url}/v1/queues/orders-work"))
+            .json(&json!({"push": {"url": target, "headers": {"X-Amz-Target": "AmazonSQS.PurgeQueue"}}}))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{target}");
+        let v: Value = resp.json().await.expect("JSON");
+        let m = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(m.contains("own sqs listener"), "{target}: {m}");
+    }
+    let q = call(
+        &c,
+        reqwest::Method::GET,
+        format!("{url}/v1/queues/billing2"),
+        None,
+    )
+    .await;
+    assert_eq!(q["name"], "billing2", "not deleted: {q}");
 }

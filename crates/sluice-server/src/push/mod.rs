@@ -3,7 +3,8 @@
 //!
 //! A supervisor looks at the queues every second and keeps one delivery loop
 //! ([`deliver`]) per queue whose target this broker may call (`https`, or `http` on
-//! loopback unless plain `http` is allowed) and which is not paused. A loop leases messages
+//! loopback unless plain `http` is allowed; at a public address or one `push_allow` lists,
+//! never this broker's own listeners: see [`guard`]) and which is not paused. A loop leases messages
 //! exactly as a consumer does, so `rate_limit`, `max_in_flight`, retries with backoff,
 //! `max_receive_count` and the DLQ apply unchanged; its leases last the request timeout plus
 //! a margin, so a broker that dies mid-push only lets the lease run out and the message is
@@ -11,14 +12,18 @@
 //! leases make sure only one of them pushes a given message.
 
 mod deliver;
+pub mod guard;
 pub mod signature;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::{PushTarget, QueueName};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+pub use guard::{BadPushAllow, PushAllow, PushRules};
 
 use crate::AppState;
 
@@ -59,30 +64,28 @@ impl PushOutcome {
     }
 }
 
-/// Whether this broker may call `target`.
-pub fn allowed(target: &PushTarget, allow_http: bool) -> bool {
-    if allow_http {
-        target.parsed_url().is_ok()
-    } else {
-        target.is_secure_or_loopback()
-    }
-}
-
-/// The HTTP client push requests go through: connections are kept and reused, redirects are
-/// never followed (a redirect is an answer like any other), and the request timeout is the
-/// target's.
+/// The HTTP client push requests to `target` go through: connections are kept and reused,
+/// redirects are never followed (a redirect is an answer like any other, so it cannot lead
+/// the broker to an address it did not check), names resolve through [`guard`]'s resolver
+/// (the address connected to is the one checked), and the request timeout is the target's.
 ///
 /// # Errors
 /// When the TLS backend cannot be set up.
-pub fn client() -> reqwest::Result<reqwest::Client> {
+pub fn client(rules: Arc<PushRules>, target: &PushTarget) -> reqwest::Result<reqwest::Client> {
+    let port = target
+        .parsed_url()
+        .ok()
+        .and_then(|u| u.port_or_known_default())
+        .unwrap_or(0);
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("sluice/", env!("CARGO_PKG_VERSION")))
         .tcp_nodelay(true)
         .pool_idle_timeout(Duration::from_secs(60))
-        // Straight to the target: a proxy from the environment would carry "loopback only"
-        // requests elsewhere.
+        // Straight to the target: a proxy from the environment would carry requests to an
+        // address that was never checked.
         .no_proxy()
+        .dns_resolver(Arc::new(guard::GuardedResolver::new(rules, port)))
         .build()
 }
 
@@ -94,14 +97,7 @@ struct Running {
 
 /// Runs push delivery until shutdown; then stops leasing and lets requests in flight finish
 /// (each within its timeout) and settle.
-pub async fn run(state: AppState, allow_http: bool, mut shutdown: watch::Receiver<bool>) {
-    let client = match client() {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot set up the HTTP client: push delivery is off");
-            return;
-        }
-    };
+pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
     let mut running: HashMap<QueueName, Running> = HashMap::new();
     // Loops told to stop, still finishing their calls: waited for at shutdown too.
     let mut draining: Vec<JoinHandle<()>> = Vec::new();
@@ -121,9 +117,16 @@ pub async fn run(state: AppState, allow_http: bool, mut shutdown: watch::Receive
                     let Some(t) = q.config.push.filter(|_| !q.config.paused) else {
                         continue;
                     };
-                    if !allowed(&t, allow_http) {
+                    // A target stored before the rules changed (another node, a restart with
+                    // other settings) is checked again here; a name on each connection.
+                    let why = if state.push.scheme_allowed(&t) {
+                        state.push.check_literal(&t).err().map(|e| e.to_string())
+                    } else {
+                        Some("the target is plain http to a non-loopback host; use https, or start the broker with --push-allow-http".to_owned())
+                    };
+                    if let Some(why) = why {
                         if refused.get(&q.name) != Some(&t.url) {
-                            tracing::warn!(queue = %q.name, url = %t.shown_url(), "not pushing: the target is plain http to a non-loopback host; use https, or start the broker with --push-allow-http");
+                            tracing::warn!(queue = %q.name, url = %t.shown_url(), "not pushing: {why}");
                             refused.insert(q.name.clone(), t.url.clone());
                         }
                         continue;
@@ -149,11 +152,18 @@ pub async fn run(state: AppState, allow_http: bool, mut shutdown: watch::Receive
                     if running.contains_key(&name) {
                         continue;
                     }
+                    let client = match client(state.push.clone(), &target) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            tracing::error!(queue = %name, error = %e, "cannot set up the HTTP client: not pushing");
+                            continue;
+                        }
+                    };
                     tracing::info!(queue = %name, url = %target.shown_url(), "pushing");
                     let (stop, stop_rx) = watch::channel(false);
                     let task = tokio::spawn(deliver::run(
                         state.clone(),
-                        client.clone(),
+                        client,
                         name.clone(),
                         target.clone(),
                         stop_rx,

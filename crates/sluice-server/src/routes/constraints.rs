@@ -484,10 +484,13 @@ fn task_events(doc: &mut Value) {
     }});
 }
 
-/// A push target's URL and headers. The URL pattern is what the broker accepts whatever its
-/// flags: `https` to a host name or IPv4 address, or `http` to `localhost`, `127.0.0.0/8` or
-/// `[::1]`, with an optional port (a broker started with `--push-allow-http` accepts more,
-/// and so do URLs with IPv6 or international host names, which the pattern leaves out).
+/// A push target's URL and headers. The URL pattern is what the broker accepts with any
+/// `push_allow`: `https` to a host name or IPv4 address, or `http` to `localhost`,
+/// `127.0.0.0/8` or `[::1]`, with an optional port (a broker started with `--push-allow-http`
+/// accepts more, and so do URLs with IPv6 or international host names, which the pattern
+/// leaves out). Which addresses a broker calls is its operator's setting: without
+/// `push_allow` a URL at an address that is not public is refused, and the broker's own
+/// listeners always are.
 fn push_target(set: &mut impl FnMut(&str, &str, Value)) {
     use sluice_core::push::{HEADER_PREFIX, RESERVED_HEADERS, limits as push};
     // Labels start with a letter (so the last is never read as a number) and are not

@@ -281,8 +281,8 @@ pub struct QueueConfigArgs {
     /// Remove every tag of the queue.
     #[arg(long)]
     pub no_tags: bool,
-    /// Deliver the queue's messages to this endpoint (https, or http on loopback); `none`
-    /// stops pushing. The target is replaced whole: give its other --push-* flags with it.
+    /// Deliver the queue's messages to this endpoint (https, or http on loopback; a public
+    /// address unless the broker's push_allow lists it); `none` stops pushing. The target is replaced whole: give its other --push-* flags with it.
     #[arg(long, value_name = "URL")]
     pub push: Option<String>,
     /// Push request timeout, e.g. 10s (100ms – 5m).

@@ -44,6 +44,7 @@ pub fn sluice() -> Command {
         "SLUICE_SQS_LISTEN",
         "SLUICE_SYNC_INTERVAL",
         "SLUICE_PUSH_ALLOW_HTTP",
+        "SLUICE_PUSH_ALLOW",
         "SLUICE_TLS_CERT",
         "SLUICE_TLS_KEY",
         "SLUICE_TLS_CLIENT_CA",
@@ -68,6 +69,15 @@ pub fn serve(data: &Path, stderr: Stdio) -> (Served, String) {
     (child, url)
 }
 
+/// As [`serve`], with `extra` flags (e.g. `--push-allow 127.0.0.1` for a test that pushes
+/// to an endpoint of its own).
+pub fn serve_and(data: &Path, stderr: Stdio, extra: &[&str]) -> (Served, String) {
+    let mut args = vec![OsStr::new("--data-dir"), data.as_os_str()];
+    args.extend(extra.iter().map(OsStr::new));
+    let (child, url, _) = spawn(&args, stderr);
+    (child, url)
+}
+
 /// As [`serve`], with the frame protocol on another ephemeral port too (`--frames-listen`)
 /// and `extra` flags: returns the child, the base URL and the frame listener's address.
 pub fn serve_with_frames(data: &Path, stderr: Stdio, extra: &[&str]) -> (Served, String, String) {
@@ -86,6 +96,14 @@ pub fn serve_with_frames(data: &Path, stderr: Stdio, extra: &[&str]) -> (Served,
 /// and returns the child with the base URL it printed.
 pub fn serve_store(store: &str, stderr: Stdio) -> (Served, String) {
     let (child, url, _) = spawn(&[OsStr::new("--store"), OsStr::new(store)], stderr);
+    (child, url)
+}
+
+/// As [`serve_store`], with `extra` flags.
+pub fn serve_store_and(store: &str, stderr: Stdio, extra: &[&str]) -> (Served, String) {
+    let mut args = vec![OsStr::new("--store"), OsStr::new(store)];
+    args.extend(extra.iter().map(OsStr::new));
+    let (child, url, _) = spawn(&args, stderr);
     (child, url)
 }
 
@@ -194,8 +212,13 @@ pub struct Broker {
 
 /// Starts a broker over a fresh temporary data directory.
 pub fn broker() -> Broker {
+    broker_and(&[])
+}
+
+/// As [`broker`], with `extra` flags.
+pub fn broker_and(extra: &[&str]) -> Broker {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (child, url) = serve(&dir.path().join("data"), Stdio::null());
+    let (child, url) = serve_and(&dir.path().join("data"), Stdio::null(), extra);
     Broker {
         child,
         url,
