@@ -184,14 +184,16 @@ pub fn routes() -> Vec<Route> {
         r("GET", "/v1/queues/{q}/scaling", &[Stats], Queue),
         // Redrives.
         r("POST", "/v1/redrives", &[Redrive], Queue)
-            .form("naming it as `destination`")
             .body(|f, _| json!({ "source": f.dlq, "destination": f.queue })),
         r("POST", "/v1/redrives", &[Redrive], Queue)
-            .form("naming it as `destination` of a covered source")
+            .form("naming it as `source`")
+            .body(|f, home| json!({ "source": f.dlq, "destination": home.queue })),
+        r("POST", "/v1/redrives", &[Redrive], Queue)
+            .form("naming it as `destination`")
             .body(|f, home| json!({ "source": home.dlq, "destination": f.queue })),
         r("POST", "/v1/redrives", &[Redrive], Queue)
             .form("naming it as `filter.source_queue`")
-            .body(|f, _| json!({ "source": f.dlq, "filter": { "source_queue": f.queue } })),
+            .body(|f, home| json!({ "source": home.dlq, "filter": { "source_queue": f.queue } })),
         r("POST", "/v1/redrives", &[Redrive], EveryQueue)
             .form("without `destination` or `filter.source_queue`")
             .body(|f, _| json!({ "source": f.dlq })),

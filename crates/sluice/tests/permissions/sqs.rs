@@ -163,12 +163,15 @@ pub fn actions() -> Vec<SqsAction> {
         }),
         a("StartMessageMoveTask", &[Redrive], Queue, |f, _, _| {
             json!({ "SourceArn": arn(&f.dlq), "DestinationArn": arn(&f.queue) })
+        }),
+        a("StartMessageMoveTask", &[Redrive], Queue, |f, home, _| {
+            json!({ "SourceArn": arn(&f.dlq), "DestinationArn": arn(&home.queue) })
         })
-        .form("naming it as `DestinationArn`"),
+        .form("naming it as `SourceArn`"),
         a("StartMessageMoveTask", &[Redrive], Queue, |f, home, _| {
             json!({ "SourceArn": arn(&home.dlq), "DestinationArn": arn(&f.queue) })
         })
-        .form("naming it as `DestinationArn` of a covered source"),
+        .form("naming it as `DestinationArn`"),
         a("StartMessageMoveTask", &[Redrive], EveryQueue, |f, _, _| {
             json!({ "SourceArn": arn(&f.dlq) })
         })
