@@ -48,7 +48,7 @@ fn message() -> FrameMessage {
 }
 
 /// One request of every op on the case's fixture `f` (`home` is inside the patterns), with
-/// what the form does differently when an op has more than one.
+/// where it names the queue in question when an op is listed in more than one form.
 pub fn requests(f: &Fixture, home: &Fixture) -> Vec<(Op, &'static str)> {
     let queue = f.queue.clone();
     let grouped = || {

@@ -33,7 +33,8 @@ pub struct Route {
     /// As the OpenAPI document writes it: `{q}` a queue, `{id}` a message, task or redrive
     /// job, `{name}` a schedule.
     pub path: &'static str,
-    /// What this form of the operation does differently, when the table has more than one.
+    /// Where the request names the queue in question, for an operation listed in more than
+    /// one form.
     pub form: &'static str,
     /// The actions it needs.
     pub needs: &'static [Action],

@@ -22,7 +22,8 @@ type InputFn = fn(&Fixture, &Fixture, &str) -> Value;
 pub struct SqsAction {
     /// Its name, as in `X-Amz-Target: AmazonSQS.<name>`.
     pub name: &'static str,
-    /// What this form does differently, when the table has more than one.
+    /// Where the request names the queue in question, for an operation listed in more than
+    /// one form.
     pub form: &'static str,
     /// The actions it needs.
     pub needs: &'static [Action],
