@@ -199,6 +199,10 @@ struct CancelMessageMoveTask {
 
 pub(crate) async fn cancel(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: CancelMessageMoveTask = call.input()?;
+    // The role first: a key that may not cancel tasks learns nothing of which handles exist.
+    if !call.may_role(Action::Redrive) {
+        return Err(SqsError::access_denied_role(Action::Redrive.describe()));
+    }
     let unknown = || {
         SqsError::resource_not_found(format!(
             "There is no move task with the handle \"{}\".",
@@ -213,11 +217,7 @@ pub(crate) async fn cancel(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     };
     // A task of a queue outside the key's patterns reads as one that does not exist.
     if !call.may(Action::Redrive, job.spec.source.as_str()) {
-        return Err(if call.may_role(Action::Redrive) {
-            unknown()
-        } else {
-            SqsError::access_denied_role(Action::Redrive.describe())
-        });
+        return Err(unknown());
     }
     if !matches!(job.state, RedriveState::Running | RedriveState::Paused) {
         return Err(SqsError::unsupported(format!(
