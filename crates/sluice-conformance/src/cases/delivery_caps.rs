@@ -261,4 +261,36 @@ pub async fn max_depth_refuses_sends(h: &dyn Harness) {
         ErrorCode::QueueFull,
         "full again",
     );
+
+    // A send of duplicates alone stores nothing, so it is answered with the first id, even
+    // by a queue whose depth is over a max_depth lowered below it.
+    let q = e
+        .queue(
+            "md2",
+            QueueConfigPatch {
+                max_depth: Some(Some(2)),
+                dedup_window: Some(secs(60)),
+                ..Default::default()
+            },
+        )
+        .await;
+    let first = e.send(&q, dedup("A", "order-1")).await;
+    e.send_text(&q, "B").await;
+    e.store
+        .put_queue(
+            &q,
+            &QueueConfigPatch {
+                max_depth: Some(Some(1)),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("lower max_depth");
+    let again = e.send(&q, dedup("A", "order-1")).await;
+    assert_eq!((again.id, again.duplicate), (first.id, true));
+    assert_code(
+        e.store.send(&q, vec![text("C")]).await,
+        ErrorCode::QueueFull,
+        "a new message does not fit",
+    );
 }

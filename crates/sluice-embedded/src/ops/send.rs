@@ -84,7 +84,10 @@ pub(crate) async fn send(
                 None => Record::Message(message),
             });
         }
+        // A send that stores nothing (its messages all duplicates) is answered as such, even
+        // by a queue over its max_depth (lowered below its depth).
         if let Some(max) = cfg.max_depth
+            && !records.is_empty()
             && core.state.queues[&qid].depth() + records.len() as u64 > max
         {
             return Err(StoreError::QueueFull {

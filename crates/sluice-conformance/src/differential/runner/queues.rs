@@ -241,7 +241,9 @@ impl Run<'_> {
                 }
             }
         }
+        // Duplicates store nothing, so a send of duplicates alone is never refused for depth.
         if let Some(max) = q.config.max_depth
+            && fresh > 0
             && (self.model.depth(name) + fresh) as u64 > max
         {
             return Err(ErrorCode::QueueFull);
