@@ -751,3 +751,60 @@ async fn other_queues_stay_hidden_behind_ids_and_metrics() {
     }
     s.shutdown().await;
 }
+
+/// A new queue's default dead-letter queue is created with it, so a key must cover that one
+/// too: a key scoped to `jobs` alone creates `jobs` only without a DLQ, or with one it covers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_a_queue_creates_no_dead_letter_queue_outside_the_patterns() {
+    const JOBS: &str = "sluice_jobs_operator";
+    let keys = KeyRing::new(vec![
+        key("admin", Role::Admin, &["*"], ADMIN),
+        key("jobs-ops", Role::Operator, &["jobs", "jobs-failed"], JOBS),
+    ])
+    .expect("keys");
+    let s = common::start_with(ServerOptions {
+        keys,
+        ..ServerOptions::default()
+    })
+    .await;
+    let got = s
+        .call_as(Some(JOBS), Method::PUT, "/v1/queues/jobs", Some(json!({})))
+        .await;
+    common::assert_error(&got, 403, "permission_denied");
+    assert!(got.1.to_string().contains("jobs.dlq"), "{}", got.1);
+    let (_, all) = s
+        .call_as(Some(ADMIN), Method::GET, "/v1/queues", None)
+        .await;
+    assert_eq!(all["queues"].as_array().map(Vec::len), Some(0), "{all}");
+
+    let (st, v) = s
+        .call_as(
+            Some(JOBS),
+            Method::PUT,
+            "/v1/queues/jobs",
+            Some(json!({"dead_letter_queue": "jobs-failed"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    // Updating the queue it has creates nothing.
+    let (st, v) = s
+        .call_as(
+            Some(JOBS),
+            Method::PUT,
+            "/v1/queues/jobs",
+            Some(json!({"max_receive_count": 3})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (_, all) = s
+        .call_as(Some(ADMIN), Method::GET, "/v1/queues", None)
+        .await;
+    let names: Vec<&str> = all["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .filter_map(|q| q["name"].as_str())
+        .collect();
+    assert_eq!(names, ["jobs", "jobs-failed"], "{all}");
+    s.shutdown().await;
+}

@@ -48,6 +48,21 @@ pub async fn put_queue(
     if let Some(Some(dlq)) = &patch.dead_letter_queue {
         caller.allow(Action::ManageQueue, dlq)?;
     }
+    // A new queue's default dead-letter queue (`<name>.dlq`) is created with it: a key whose
+    // patterns do not cover it must name one they do (or none, with max_receive_count 0).
+    if patch.dead_letter_queue.is_none() && !caller.covers_all() {
+        let new = match st.store.get_queue(&q).await {
+            Ok(_) => false,
+            Err(sluice_core::StoreError::QueueNotFound(_)) => true,
+            Err(e) => return Err(e.into()),
+        };
+        let implicit = sluice_core::QueueConfig::defaults_for(&q)
+            .apply(&q, &patch)?
+            .dead_letter_queue;
+        if let Some(dlq) = implicit.filter(|_| new) {
+            caller.allow(Action::ManageQueue, &dlq)?;
+        }
+    }
     // The target's other fields are checked by the store once a URL written back as views
     // show it (query values redacted) is resolved to the real one.
     if let Some(Some(push)) = &patch.push {
