@@ -32,7 +32,11 @@ impl Run<'_> {
             g.0 += 1;
             g.1 = g.1.min(at);
             g.2 = g.2.max(at);
-            g.3 = g.3.min(id);
+            // The sample is the member with the lowest id as the engine numbered them: ids
+            // need not follow send order (a PostgreSQL node draws them in blocks per path).
+            if self.ids.engine[id] < self.ids.engine[g.3] {
+                g.3 = id;
+            }
         }
         let total: u64 = groups.values().map(|g| g.0).sum();
         let mut seen = BTreeMap::new();
