@@ -33,7 +33,7 @@ impl Run<'_> {
             g.1 = g.1.min(at);
             g.2 = g.2.max(at);
             // The sample is the member with the lowest id as the engine numbered them: ids
-            // need not follow send order (a PostgreSQL node draws them in blocks per path).
+            // need not follow send order (concurrent sends, and nodes drawing ids in blocks).
             if self.ids.engine[id] < self.ids.engine[g.3] {
                 g.3 = id;
             }
