@@ -163,12 +163,8 @@ async fn answer_requests<R, W>(
         }
         let len = u32::from_le_bytes(prefix) as usize;
         out.clear();
-        if len > max_frame {
+        if let Some(e) = oversized(len, caller.is_some(), max_frame) {
             // The rest of the frame is not read, so the stream cannot go on: answer and close.
-            let e = FrameError::new(
-                ErrorCode::PayloadTooLarge,
-                format!("a frame of {len} bytes; this broker reads at most {max_frame}"),
-            );
             frame::encode_frame(
                 &Response {
                     id: 0,
@@ -179,8 +175,7 @@ async fn answer_requests<R, W>(
             let _ = connections::write_within(wr, &out, false, limits.write_timeout).await;
             return;
         }
-        payload.resize(len, 0);
-        if connections::read_within(rd, &mut payload, stall, frame_by)
+        if connections::read_vec_within(rd, &mut payload, len, stall, frame_by)
             .await
             .is_err()
         {
@@ -207,6 +202,29 @@ async fn answer_requests<R, W>(
         }
         next_by = Instant::now() + limits.idle_timeout;
     }
+}
+
+/// The refusal of a frame of `len` bytes, or `None` when it may be read: at most
+/// `max_frame` bytes once the connection is authenticated, and at most
+/// [`frame::MAX_FRAME_BEFORE_HELLO`] before, so that a client without a key cannot make the
+/// broker hold more than that.
+fn oversized(len: usize, authenticated: bool, max_frame: usize) -> Option<FrameError> {
+    if !authenticated && len > frame::MAX_FRAME_BEFORE_HELLO {
+        return Some(FrameError::new(
+            ErrorCode::Unauthenticated,
+            format!(
+                "a frame of {len} bytes before Hello; this broker requires an API key and reads \
+                 at most {} bytes until Hello with a valid key has succeeded: send Hello first",
+                frame::MAX_FRAME_BEFORE_HELLO
+            ),
+        ));
+    }
+    (len > max_frame).then(|| {
+        FrameError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("a frame of {len} bytes; this broker reads at most {max_frame}"),
+        )
+    })
 }
 
 async fn handle(
