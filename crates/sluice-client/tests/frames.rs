@@ -691,3 +691,65 @@ async fn before_hello_only_a_small_frame_is_read() {
     }
     broker.shutdown().await;
 }
+
+#[tokio::test]
+async fn json_nested_past_the_limit_is_refused_as_a_body_or_a_result() {
+    use sluice_core::config::limits::MAX_JSON_DEPTH;
+    let nested = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+    let srv = common::start().await;
+    queue(&srv, "q", QueueConfigRequest::default()).await;
+    let mut conn = FrameConnection::connect(srv.frames, None).await.unwrap();
+    for levels in [MAX_JSON_DEPTH + 1, 100_000] {
+        let e = conn
+            .send("q", vec![FrameMessage::new(Body::json(nested(levels)))])
+            .await
+            .unwrap_err();
+        match e {
+            FrameClientError::Refused(e) => {
+                assert_eq!(e.code, "invalid_argument");
+                assert!(
+                    e.message.contains(&MAX_JSON_DEPTH.to_string()),
+                    "{}",
+                    e.message
+                );
+            }
+            other => panic!("expected a refusal, got {other}"),
+        }
+    }
+    // At the limit: stored, and a result at the limit is kept; one past it is that ack's
+    // own refusal, and the delivery stays leased.
+    conn.send(
+        "q",
+        vec![
+            FrameMessage::new(Body::json(nested(MAX_JSON_DEPTH))),
+            FrameMessage::new(Body::text("two")),
+        ],
+    )
+    .await
+    .unwrap();
+    let got = conn.receive("q", 2, Duration::ZERO).await.unwrap();
+    assert_eq!(got[0].body, Body::json(nested(MAX_JSON_DEPTH)));
+    let outcomes = conn
+        .ack_with_results(
+            "q",
+            vec![
+                sluice_client::frames::FrameAck {
+                    receipt: got[0].receipt,
+                    result: Some(Body::json(nested(MAX_JSON_DEPTH))),
+                },
+                sluice_client::frames::FrameAck {
+                    receipt: got[1].receipt,
+                    result: Some(Body::json(nested(MAX_JSON_DEPTH + 1))),
+                },
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcomes[0], None);
+    assert_eq!(
+        outcomes[1].as_ref().map(|e| e.code.as_str()),
+        Some("invalid_argument")
+    );
+    conn.ack("q", vec![got[1].receipt]).await.unwrap();
+    srv.shutdown().await;
+}

@@ -514,7 +514,8 @@ async fn ack_with_results(
     let mut valid = Vec::with_capacity(acks.len());
     let mut slots = Vec::with_capacity(acks.len());
     for (i, a) in acks.into_iter().enumerate() {
-        match a.result.map(|b| check_body(b, "result")).transpose() {
+        let result = a.result.map(|b| check_body(b, "result")).transpose();
+        match result.and_then(|r| check_result_depth(r.as_ref()).map(|()| r)) {
             Ok(result) => {
                 valid.push(AckRequest {
                     receipt: a.receipt.into(),
@@ -652,6 +653,15 @@ fn new_message(m: FrameMessage, group: Option<String>) -> Result<NewMessage, Sto
     };
     msg.validate()?;
     Ok(msg)
+}
+
+/// Refuses a JSON result nested too deeply ([`sluice_core::json_depth`]). A body is checked by
+/// the store, with the rest of its message.
+fn check_result_depth(result: Option<&Body>) -> Result<(), StoreError> {
+    match result {
+        Some(r) if r.kind == BodyKind::Json => sluice_core::json_depth::check("result", &r.bytes),
+        _ => Ok(()),
+    }
 }
 
 /// A body (or result) as HTTP consumers will read it: a JSON one must be JSON and a text one
