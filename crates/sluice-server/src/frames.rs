@@ -538,7 +538,8 @@ async fn ack_with_results(
 
 /// A send under an idempotency key, with the HTTP layer's rules (`crate::idempotency`): the
 /// answer to the first request is remembered for 24 hours, per caller, queue and key. Only
-/// stored sends are remembered: a refused send stored nothing, so running it again is safe.
+/// stored sends are remembered: a refused send stored nothing, so running it again is safe;
+/// a caller not allowed to send to the queue is refused before its key claims anything.
 async fn send_idempotent(
     state: &AppState,
     caller: &Caller,
@@ -548,6 +549,8 @@ async fn send_idempotent(
 ) -> Result<Reply, FrameError> {
     use crate::idempotency::Turn;
     crate::idempotency::check_key(&key).map_err(ApiError::into_frame_error)?;
+    // A caller that may not send claims no key: only authorised requests write records.
+    allowed(caller, Action::Send, queue.clone())?;
     let mut request = Vec::new();
     frame::encode_frame(&(&queue, &messages), &mut request);
     let fingerprint: [u8; 32] = Sha256::digest(&request).into();
