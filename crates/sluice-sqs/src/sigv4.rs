@@ -106,28 +106,7 @@ fn parse_authorization(value: &str) -> Result<Authorization<'_>, SqsError> {
 /// one, `InvalidClientTokenId` for an unknown key, `RequestExpired` for a clock too far off,
 /// and `SignatureDoesNotMatch` for a wrong signature (a wrong secret).
 pub fn verify<'k>(keys: &'k [SqsKey], req: &Signed<'_>, now: i64) -> Result<&'k SqsKey, SqsError> {
-    let header = req
-        .headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(SqsError::missing_token)?;
-    let auth = parse_authorization(header)?;
-    let key = keys
-        .iter()
-        .find(|k| k.access_key_id == auth.access_key_id)
-        .ok_or_else(SqsError::unknown_key)?;
-    let amz_date = header_value(req.headers, "x-amz-date")
-        .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is missing"))?;
-    let at = parse_amz_date(&amz_date)
-        .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is not yyyymmddThhmmssZ"))?;
-    if (at - now).abs() > MAX_SKEW_SECS || !amz_date.starts_with(auth.date) {
-        return Err(SqsError::request_expired(&amz_date));
-    }
-    if !auth.signed_headers.contains(&"host") {
-        return Err(SqsError::incomplete_signature(
-            "the Host header must be signed",
-        ));
-    }
+    let (auth, key, amz_date) = signer(keys, req.headers, now)?;
     // The signature covers the body only through its hash, so the hash is always taken of
     // the body received: a stated hash must match it, and an unsigned payload would let
     // anyone who saw one request replay its signature with another body.
@@ -153,6 +132,52 @@ pub fn verify<'k>(keys: &'k [SqsKey], req: &Signed<'_>, now: i64) -> Result<&'k 
     mac.verify_slice(&given)
         .map_err(|_| SqsError::bad_signature())?;
     Ok(key)
+}
+
+/// Checks what the headers alone can say about a request's signature (run before its body
+/// is read, so that a request no key could have signed costs the broker its headers only):
+/// it is signed with a known access key, at a time within 15 minutes of `now` (Unix
+/// seconds), with the `Host` header covered.
+///
+/// # Errors
+/// As [`verify`], but for `SignatureDoesNotMatch`, which needs the body.
+pub fn check_headers(
+    keys: &[SqsKey],
+    headers: &axum::http::HeaderMap,
+    now: i64,
+) -> Result<(), SqsError> {
+    signer(keys, headers, now).map(|_| ())
+}
+
+/// The parsed `Authorization` header, the key it names and the request's `X-Amz-Date`, once
+/// the headers pass [`check_headers`]'s checks.
+fn signer<'h, 'k>(
+    keys: &'k [SqsKey],
+    headers: &'h axum::http::HeaderMap,
+    now: i64,
+) -> Result<(Authorization<'h>, &'k SqsKey, String), SqsError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(SqsError::missing_token)?;
+    let auth = parse_authorization(header)?;
+    let key = keys
+        .iter()
+        .find(|k| k.access_key_id == auth.access_key_id)
+        .ok_or_else(SqsError::unknown_key)?;
+    let amz_date = header_value(headers, "x-amz-date")
+        .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is missing"))?;
+    let at = parse_amz_date(&amz_date)
+        .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is not yyyymmddThhmmssZ"))?;
+    if (at - now).abs() > MAX_SKEW_SECS || !amz_date.starts_with(auth.date) {
+        return Err(SqsError::request_expired(&amz_date));
+    }
+    if !auth.signed_headers.contains(&"host") {
+        return Err(SqsError::incomplete_signature(
+            "the Host header must be signed",
+        ));
+    }
+    Ok((auth, key, amz_date))
 }
 
 /// The HMAC keyed with the request's signing key.

@@ -23,9 +23,9 @@ const ANNOUNCED: usize = 24 << 20;
 /// holding what they announce would take 384 MiB.
 const BOUND_KIB: u64 = 32 * 1024;
 
-/// A broker with one API key and the frame protocol: the child, its base URL and its frame
-/// listener's address; `None` (skipped loudly, failed on CI) without `/proc`.
-fn broker(dir: &Path) -> Option<(common::Served, String, String)> {
+/// Writes a config with one API key (`SECRET`) and one SQS access key, and the queue
+/// `jobs`; `None` (skipped loudly, failed on CI) without `/proc`.
+fn config(dir: &Path) -> Option<String> {
     if !Path::new("/proc/self/status").exists() {
         common::skip_or_fail("reading a process's memory needs Linux's /proc");
         return None;
@@ -35,10 +35,18 @@ fn broker(dir: &Path) -> Option<(common::Served, String, String)> {
     let mut f = std::fs::File::create(&config).expect("config file");
     write!(
         f,
-        "[[queues]]\nname = \"jobs\"\n\n[[keys]]\nname = \"admin\"\nrole = \"admin\"\nsha256 = \"{hash}\"\n"
+        "[[queues]]\nname = \"jobs\"\n\n[[keys]]\nname = \"admin\"\nrole = \"admin\"\n\
+         sha256 = \"{hash}\"\n\n[[sqs_keys]]\naccess_key_id = \"AKIAMEMORY000000\"\n\
+         secret_access_key = \"{SECRET}\"\nrole = \"admin\"\n"
     )
     .expect("write the config");
-    let config = config.to_str().expect("a UTF-8 path").to_owned();
+    Some(config.to_str().expect("a UTF-8 path").to_owned())
+}
+
+/// A broker with [`config`] and the frame protocol: the child, its base URL and its frame
+/// listener's address.
+fn broker(dir: &Path) -> Option<(common::Served, String, String)> {
+    let config = config(dir)?;
     Some(common::serve_with_frames(
         &dir.join("data"),
         Stdio::null(),
@@ -168,6 +176,50 @@ async fn frames_announcing_large_sizes_hold_only_what_they_send() {
     drop(held);
 }
 
+/// Sends `CONNECTIONS` requests to `path` at `addr` that announce a body of `announced`
+/// bytes and send its first 64 KiB, each with one of `auths` (header lines) in turn, and
+/// asserts that each is answered with `status` before the rest is sent: the broker read no
+/// more than it was sent, and nothing it answered is a replay. Returns the connections, open.
+async fn refused_before_the_body(
+    addr: &str,
+    path: &str,
+    auths: &[&str],
+    announced: usize,
+    status: &str,
+) -> Vec<BufReader<TcpStream>> {
+    let mut held = Vec::new();
+    for (i, auth) in auths.iter().cycle().take(CONNECTIONS).enumerate() {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}\
+             Content-Type: application/json\r\nIdempotency-Key: key-{}\r\n\
+             Content-Length: {announced}\r\n\r\n",
+            i / auths.len()
+        );
+        tcp.write_all(head.as_bytes()).await.expect("head");
+        tcp.write_all(&vec![b' '; 64 * 1024]).await.expect("a part");
+        let mut rd = BufReader::new(tcp);
+        let mut line = String::new();
+        // A broker that waits for the body would never answer: fail instead of hanging.
+        tokio::time::timeout(Duration::from_secs(30), rd.read_line(&mut line))
+            .await
+            .expect("an answer before the body was sent")
+            .expect("status line");
+        assert!(line.starts_with(&format!("HTTP/1.1 {status}")), "{line:?}");
+        let mut headers = String::new();
+        loop {
+            let mut line = String::new();
+            if rd.read_line(&mut line).await.expect("a header") <= 2 {
+                break;
+            }
+            headers.push_str(&line.to_ascii_lowercase());
+        }
+        assert!(!headers.contains("idempotent-replayed"), "{headers}");
+        held.push(rd);
+    }
+    held
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unauthenticated_request_is_refused_before_its_body_is_read_whatever_its_headers() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -187,46 +239,43 @@ async fn an_unauthenticated_request_is_refused_before_its_body_is_read_whatever_
         assert_eq!(resp.status(), 200);
     }
     let before = rss_kib(pid);
-
-    // Each announces a body near the limit and sends its first 64 KiB; the 401 comes back
-    // before the rest is sent, so the broker read none of it, and the refusal is no
-    // replay: nothing was remembered under the idempotency key.
-    let mut held = Vec::new();
-    for (i, auth) in ["", "Authorization: Bearer wrong\r\n"]
-        .iter()
-        .cycle()
-        .take(CONNECTIONS)
-        .enumerate()
-    {
-        let mut tcp = TcpStream::connect(&addr).await.expect("connect");
-        let head = format!(
-            "POST /v1/queues/jobs/messages HTTP/1.1\r\nHost: {addr}\r\n{auth}\
-             Content-Type: application/json\r\nIdempotency-Key: key-{}\r\n\
-             Content-Length: {ANNOUNCED}\r\n\r\n",
-            i / 2
-        );
-        tcp.write_all(head.as_bytes()).await.expect("head");
-        tcp.write_all(&vec![b' '; 64 * 1024]).await.expect("a part");
-        let mut rd = BufReader::new(tcp);
-        let mut status = String::new();
-        rd.read_line(&mut status).await.expect("status line");
-        assert!(status.starts_with("HTTP/1.1 401"), "{status:?}");
-        let mut headers = String::new();
-        loop {
-            let mut line = String::new();
-            if rd.read_line(&mut line).await.expect("a header") <= 2 {
-                break;
-            }
-            headers.push_str(&line.to_ascii_lowercase());
-        }
-        assert!(!headers.contains("idempotent-replayed"), "{headers}");
-        held.push(rd);
-    }
+    // The 401 comes back before the body is sent, so the broker read none of it, and it is
+    // no replay: nothing was remembered under the idempotency key.
+    let auths = ["", "Authorization: Bearer wrong\r\n"];
+    let held =
+        refused_before_the_body(&addr, "/v1/queues/jobs/messages", &auths, ANNOUNCED, "401").await;
     let grown = rss_kib(pid).saturating_sub(before);
     assert!(
         grown < BOUND_KIB,
         "{CONNECTIONS} unauthenticated requests grew the broker by {grown} KiB; the bound is \
          {BOUND_KIB} KiB"
     );
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsigned_sqs_request_is_refused_before_its_body_is_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(config) = config(dir.path()) else {
+        return;
+    };
+    let (_child, _url, sqs) = common::serve_with_sqs_and(
+        &dir.path().join("data"),
+        Stdio::null(),
+        &["--config", &config],
+    );
+    let addr = sqs
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    // Unsigned, and signed by a key the broker does not have: refused (403) from the
+    // headers, with 1 MiB announced and 64 KiB of it sent.
+    let auths = [
+        "X-Amz-Target: AmazonSQS.ListQueues\r\n",
+        "X-Amz-Target: AmazonSQS.ListQueues\r\nX-Amz-Date: 20260101T000000Z\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential=AKIAUNKNOWN00000/20260101/us-east-1/sqs/\
+         aws4_request, SignedHeaders=host;x-amz-date, Signature=00\r\n",
+    ];
+    let held = refused_before_the_body(&addr, "/", &auths, 1 << 20, "403").await;
     drop(held);
 }
