@@ -630,3 +630,126 @@ async fn grouped_sends_over_frames_and_http_share_their_group() {
         .unwrap_err();
     assert_eq!(refused(bad), "invalid_argument");
 }
+
+#[tokio::test]
+async fn before_hello_only_a_small_frame_is_read() {
+    let keys = KeyRing::new(vec![key("shop", Role::Producer, "orders", SHOP)]).unwrap();
+    let broker = InProcessBroker::start_with(ServerOptions {
+        keys,
+        ..ServerOptions::default()
+    })
+    .await;
+    // A frame of the stated size is read (and refused for want of Hello); the connection
+    // goes on, and Hello with a key then opens it to frames of any size up to the limit.
+    let mut tcp = tokio::net::TcpStream::connect(broker.frames).await.unwrap();
+    let answer = raw_call(&mut tcp, &[0xff; frame::MAX_FRAME_BEFORE_HELLO]).await;
+    assert_eq!(answer.result.unwrap_err().code, "invalid_argument");
+    let mut hello = Vec::new();
+    frame::encode_frame(
+        &Request {
+            id: 1,
+            op: Op::Hello {
+                key: Some(SHOP.into()),
+            },
+        },
+        &mut hello,
+    );
+    let answer = raw_call(&mut tcp, &hello[4..]).await;
+    assert!(matches!(answer.result, Ok(Reply::Hello { .. })));
+    let big = Op::Send {
+        queue: "orders".into(),
+        messages: vec![FrameMessage::new(Body::binary(vec![7u8; 64 * 1024]))],
+    };
+    let mut out = Vec::new();
+    frame::encode_frame(&Request { id: 2, op: big }, &mut out);
+    let answer = raw_call(&mut tcp, &out[4..]).await;
+    assert_eq!(answer.id, 2);
+    assert_eq!(answer.result.unwrap_err().code, "queue_not_found");
+
+    // A larger announcement before Hello: refused with a frame saying why, then closed,
+    // without waiting for (or making room for) the bytes announced.
+    for announced in [frame::MAX_FRAME_BEFORE_HELLO + 1, 24 << 20] {
+        let mut tcp = tokio::net::TcpStream::connect(broker.frames).await.unwrap();
+        tcp.write_all(&(announced as u32).to_le_bytes())
+            .await
+            .unwrap();
+        tcp.write_all(&[0]).await.unwrap();
+        let len = tcp.read_u32_le().await.unwrap() as usize;
+        let mut buf = vec![0; len];
+        tcp.read_exact(&mut buf).await.unwrap();
+        let r: Response = frame::decode_payload(&buf).unwrap();
+        let e = r.result.unwrap_err();
+        assert_eq!(e.code, "unauthenticated");
+        assert!(
+            e.message.contains("Hello")
+                && e.message
+                    .contains(&frame::MAX_FRAME_BEFORE_HELLO.to_string()),
+            "{}",
+            e.message
+        );
+        assert_eq!(tcp.read(&mut [0u8; 1]).await.unwrap(), 0, "closed after");
+    }
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn json_nested_past_the_limit_is_refused_as_a_body_or_a_result() {
+    use sluice_core::config::limits::MAX_JSON_DEPTH;
+    let nested = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+    let srv = common::start().await;
+    queue(&srv, "q", QueueConfigRequest::default()).await;
+    let mut conn = FrameConnection::connect(srv.frames, None).await.unwrap();
+    for levels in [MAX_JSON_DEPTH + 1, 100_000] {
+        let e = conn
+            .send("q", vec![FrameMessage::new(Body::json(nested(levels)))])
+            .await
+            .unwrap_err();
+        match e {
+            FrameClientError::Refused(e) => {
+                assert_eq!(e.code, "invalid_argument");
+                assert!(
+                    e.message.contains(&MAX_JSON_DEPTH.to_string()),
+                    "{}",
+                    e.message
+                );
+            }
+            other => panic!("expected a refusal, got {other}"),
+        }
+    }
+    // At the limit: stored, and a result at the limit is kept; one past it is that ack's
+    // own refusal, and the delivery stays leased.
+    conn.send(
+        "q",
+        vec![
+            FrameMessage::new(Body::json(nested(MAX_JSON_DEPTH))),
+            FrameMessage::new(Body::text("two")),
+        ],
+    )
+    .await
+    .unwrap();
+    let got = conn.receive("q", 2, Duration::ZERO).await.unwrap();
+    assert_eq!(got[0].body, Body::json(nested(MAX_JSON_DEPTH)));
+    let outcomes = conn
+        .ack_with_results(
+            "q",
+            vec![
+                sluice_client::frames::FrameAck {
+                    receipt: got[0].receipt,
+                    result: Some(Body::json(nested(MAX_JSON_DEPTH))),
+                },
+                sluice_client::frames::FrameAck {
+                    receipt: got[1].receipt,
+                    result: Some(Body::json(nested(MAX_JSON_DEPTH + 1))),
+                },
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcomes[0], None);
+    assert_eq!(
+        outcomes[1].as_ref().map(|e| e.code.as_str()),
+        Some("invalid_argument")
+    );
+    conn.ack("q", vec![got[1].receipt]).await.unwrap();
+    srv.shutdown().await;
+}

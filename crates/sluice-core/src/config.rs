@@ -80,6 +80,8 @@ pub mod limits {
     pub const MAX_TAG_KEY_CHARS: usize = 128;
     /// Longest tag value, in characters.
     pub const MAX_TAG_VALUE_CHARS: usize = 256;
+    /// Deepest nesting of arrays and objects in a JSON body or result ([`crate::json_depth`]).
+    pub const MAX_JSON_DEPTH: usize = 64;
 }
 
 /// A delivery rate limit shared by all consumers of a queue: at most `limit` deliveries in

@@ -18,6 +18,7 @@ pub mod config;
 pub mod error;
 pub mod group;
 pub mod human;
+pub mod json_depth;
 pub mod lifecycle;
 pub mod message;
 pub mod name;

@@ -136,11 +136,15 @@ impl NewMessage {
         self
     }
 
-    /// Checks the parts that do not depend on the queue (attributes, dedup id, delay, group).
+    /// Checks the parts that do not depend on the queue (a JSON body's nesting, attributes,
+    /// dedup id, delay, group).
     ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] naming the offending field.
     pub fn validate(&self) -> Result<(), StoreError> {
+        if self.body.kind == BodyKind::Json {
+            crate::json_depth::check("body", &self.body.bytes)?;
+        }
         if self.attributes.len() > limits::MAX_ATTRIBUTES {
             return Err(StoreError::invalid(format!(
                 "a message may carry at most {} attributes, got {}",

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sluice_core::QueueName;
@@ -393,7 +393,20 @@ impl<S: HasKeys + Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let header = parts.headers.get(header::AUTHORIZATION);
+        Caller::from_headers(&parts.headers, state.keys())
+    }
+}
+
+impl Caller {
+    /// The caller a request's `Authorization` header names. It needs the headers alone, so
+    /// it runs before anything reads the request's body: a client that is not authenticated
+    /// makes the broker read nothing past the headers.
+    ///
+    /// # Errors
+    /// 400 `invalid_argument` for a malformed header (with or without keys); 401
+    /// `unauthenticated` for a missing or unknown key when the broker has keys.
+    pub fn from_headers(headers: &HeaderMap, keys: &KeyRing) -> Result<Caller, ApiError> {
+        let header = headers.get(header::AUTHORIZATION);
         // Malformed headers are refused even with authentication off: they are abuse or a
         // broken client either way, and answering them the same in both modes hides nothing.
         let value = match header {
@@ -408,7 +421,6 @@ impl<S: HasKeys + Send + Sync> FromRequestParts<S> for Caller {
                 ApiError::invalid("Authorization header must be visible ASCII: Bearer <key>")
             })?),
         };
-        let keys = state.keys();
         if !keys.enabled() {
             return Ok(Caller::anybody());
         }

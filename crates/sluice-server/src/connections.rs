@@ -601,6 +601,40 @@ pub(crate) async fn read_within<R: AsyncRead + Unpin>(
     Ok(())
 }
 
+/// The most a buffer grows by before the bytes that fill it have arrived.
+const GROW_STEP: usize = 64 * 1024;
+
+/// Replaces `buf`'s contents with the next `len` bytes of `rd`, with [`read_within`]'s
+/// deadlines. The buffer grows with the bytes that arrive (at most [`GROW_STEP`], or
+/// doubling, ahead of them, never past `len`), not with the length announced: a client that
+/// announces a large request and sends it slowly, or never, holds little memory.
+pub(crate) async fn read_vec_within<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut Vec<u8>,
+    len: usize,
+    stall: Duration,
+    deadline: Instant,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncReadExt as _;
+    buf.clear();
+    while buf.len() < len {
+        if buf.len() == buf.capacity() {
+            let target = (buf.len() + GROW_STEP).max(buf.capacity() * 2).min(len);
+            buf.reserve_exact(target - buf.len());
+        }
+        let want = (len - buf.len()) as u64;
+        let by = (Instant::now() + stall).min(deadline);
+        let mut rest = (&mut *rd).take(want);
+        match tokio::time::timeout_at(by, rest.read_buf(buf)).await {
+            Ok(Ok(0)) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+        }
+    }
+    Ok(())
+}
+
 /// Writes all of `buf` to `wr` and flushes it, failing when the client reads nothing for
 /// `stall` (the write timeout): a client that reads slowly is waited for, one that stopped
 /// reading is not.

@@ -163,12 +163,8 @@ async fn answer_requests<R, W>(
         }
         let len = u32::from_le_bytes(prefix) as usize;
         out.clear();
-        if len > max_frame {
+        if let Some(e) = oversized(len, caller.is_some(), max_frame) {
             // The rest of the frame is not read, so the stream cannot go on: answer and close.
-            let e = FrameError::new(
-                ErrorCode::PayloadTooLarge,
-                format!("a frame of {len} bytes; this broker reads at most {max_frame}"),
-            );
             frame::encode_frame(
                 &Response {
                     id: 0,
@@ -179,8 +175,7 @@ async fn answer_requests<R, W>(
             let _ = connections::write_within(wr, &out, false, limits.write_timeout).await;
             return;
         }
-        payload.resize(len, 0);
-        if connections::read_within(rd, &mut payload, stall, frame_by)
+        if connections::read_vec_within(rd, &mut payload, len, stall, frame_by)
             .await
             .is_err()
         {
@@ -207,6 +202,29 @@ async fn answer_requests<R, W>(
         }
         next_by = Instant::now() + limits.idle_timeout;
     }
+}
+
+/// The refusal of a frame of `len` bytes, or `None` when it may be read: at most
+/// `max_frame` bytes once the connection is authenticated, and at most
+/// [`frame::MAX_FRAME_BEFORE_HELLO`] before, so that a client without a key cannot make the
+/// broker hold more than that.
+fn oversized(len: usize, authenticated: bool, max_frame: usize) -> Option<FrameError> {
+    if !authenticated && len > frame::MAX_FRAME_BEFORE_HELLO {
+        return Some(FrameError::new(
+            ErrorCode::Unauthenticated,
+            format!(
+                "a frame of {len} bytes before Hello; this broker requires an API key and reads \
+                 at most {} bytes until Hello with a valid key has succeeded: send Hello first",
+                frame::MAX_FRAME_BEFORE_HELLO
+            ),
+        ));
+    }
+    (len > max_frame).then(|| {
+        FrameError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("a frame of {len} bytes; this broker reads at most {max_frame}"),
+        )
+    })
 }
 
 async fn handle(
@@ -496,7 +514,8 @@ async fn ack_with_results(
     let mut valid = Vec::with_capacity(acks.len());
     let mut slots = Vec::with_capacity(acks.len());
     for (i, a) in acks.into_iter().enumerate() {
-        match a.result.map(|b| check_body(b, "result")).transpose() {
+        let result = a.result.map(|b| check_body(b, "result")).transpose();
+        match result.and_then(|r| check_result_depth(r.as_ref()).map(|()| r)) {
             Ok(result) => {
                 valid.push(AckRequest {
                     receipt: a.receipt.into(),
@@ -519,7 +538,8 @@ async fn ack_with_results(
 
 /// A send under an idempotency key, with the HTTP layer's rules (`crate::idempotency`): the
 /// answer to the first request is remembered for 24 hours, per caller, queue and key. Only
-/// stored sends are remembered: a refused send stored nothing, so running it again is safe.
+/// stored sends are remembered: a refused send stored nothing, so running it again is safe;
+/// a caller not allowed to send to the queue is refused before its key claims anything.
 async fn send_idempotent(
     state: &AppState,
     caller: &Caller,
@@ -529,6 +549,8 @@ async fn send_idempotent(
 ) -> Result<Reply, FrameError> {
     use crate::idempotency::Turn;
     crate::idempotency::check_key(&key).map_err(ApiError::into_frame_error)?;
+    // A caller that may not send claims no key: only authorised requests write records.
+    allowed(caller, Action::Send, queue.clone())?;
     let mut request = Vec::new();
     frame::encode_frame(&(&queue, &messages), &mut request);
     let fingerprint: [u8; 32] = Sha256::digest(&request).into();
@@ -634,6 +656,15 @@ fn new_message(m: FrameMessage, group: Option<String>) -> Result<NewMessage, Sto
     };
     msg.validate()?;
     Ok(msg)
+}
+
+/// Refuses a JSON result nested too deeply ([`sluice_core::json_depth`]). A body is checked by
+/// the store, with the rest of its message.
+fn check_result_depth(result: Option<&Body>) -> Result<(), StoreError> {
+    match result {
+        Some(r) if r.kind == BodyKind::Json => sluice_core::json_depth::check("result", &r.bytes),
+        _ => Ok(()),
+    }
 }
 
 /// A body (or result) as HTTP consumers will read it: a JSON one must be JSON and a text one

@@ -24,6 +24,13 @@
 //! again", so such a request releases its claim and a retry with the same key runs the
 //! request again; so does an answer too large to remember (over 1 MiB).
 //!
+//! **Only authenticated, authorised requests are remembered.** The caller's API key is
+//! checked from the headers before the body is read or a claim is made, so a request without
+//! a valid key is answered 401 having cost the broker its headers only, and stores nothing. A
+//! 401 or 403 from the route itself is never remembered either (its claim is released): a
+//! refusal changed nothing, and a replayed refusal would outlive the fix of its cause (a key
+//! added, a role widened).
+//!
 //! One window is left open, by design: if the broker dies after applying a request but before
 //! remembering its response, a retry after the claim's lease applies it again. For sends, a
 //! `dedup_id` closes it.
@@ -46,6 +53,7 @@ use sluice_core::store::{
 use sluice_core::{Clock, ErrorCode, Store, StoreError, SystemClock};
 use tower::{Layer, Service, ServiceExt};
 
+use crate::auth::{Caller, KeyRing};
 use crate::error::ApiError;
 use crate::extract::read_body;
 
@@ -68,12 +76,14 @@ const LONGEST_PAUSE: Duration = Duration::from_millis(100);
 #[derive(Clone)]
 pub struct IdempotencyLayer {
     store: Arc<dyn Store>,
+    /// The API keys, checked before a request with a key is read or claims it.
+    keys: Arc<KeyRing>,
 }
 
 impl IdempotencyLayer {
-    /// Claims keys and remembers responses in `store`.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        IdempotencyLayer { store }
+    /// Claims keys and remembers responses in `store`, for callers holding one of `keys`.
+    pub fn new(store: Arc<dyn Store>, keys: Arc<KeyRing>) -> Self {
+        IdempotencyLayer { store, keys }
     }
 
     /// What a request under `scope` (a store key, see [`scope_key`]) with `fingerprint` is to
@@ -300,6 +310,9 @@ where
     S: Service<Request, Response = Response, Error = Infallible> + Send + 'static,
     S::Future: Send + 'static,
 {
+    // Who is calling is known from the headers: a caller without a valid key is refused
+    // before its body is read and before its key claims anything.
+    Caller::from_headers(req.headers(), &idem.keys).map_err(IntoResponse::into_response)?;
     let key = raw
         .to_str()
         .map_err(|_| key_rule())
@@ -360,7 +373,11 @@ where
         Err(never) => match never {},
     };
     let status = resp.status();
-    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+    if status.is_server_error()
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::UNAUTHORIZED
+        || status == StatusCode::FORBIDDEN
+    {
         held.release().await;
         return resp;
     }

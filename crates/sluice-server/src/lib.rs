@@ -193,10 +193,11 @@ impl Broker {
     /// A broker over `store`.
     pub fn new(store: Arc<dyn Store>, options: ServerOptions) -> Self {
         let (tx, _) = watch::channel(false);
+        let keys = Arc::new(options.keys.clone());
         let state = AppState {
-            idempotency: idempotency::IdempotencyLayer::new(store.clone()),
+            idempotency: idempotency::IdempotencyLayer::new(store.clone(), keys.clone()),
             store,
-            keys: Arc::new(options.keys.clone()),
+            keys,
             shutdown: Arc::new(tx),
             metrics: Arc::new(metrics::Metrics::new(options.metrics.clone())),
             push: Arc::new(push::PushRules::new(

@@ -169,3 +169,92 @@ async fn concurrent_duplicates_have_one_effect() {
     assert_eq!(ids.len(), 1, "all eight got the same answer");
     assert_eq!(s.stats("jobs").await["totals"]["sent"], 1);
 }
+
+/// A broker with API keys: `shop` may send to `jobs`, `worker` may only consume.
+async fn keyed() -> common::TestServer {
+    use sluice_server::auth::hash_secret;
+    use sluice_server::{ApiKeyConfig, KeyRing, Role, ServerOptions};
+    let key = |name: &str, role, secret: &str| ApiKeyConfig {
+        name: name.to_owned(),
+        role,
+        queues: vec!["*".to_owned()],
+        sha256: hash_secret(secret),
+    };
+    let keys = KeyRing::new(vec![
+        key("admin", Role::Admin, "admin-secret"),
+        key("shop", Role::Producer, "shop-secret"),
+        key("worker", Role::Consumer, "worker-secret"),
+    ])
+    .expect("keys");
+    let s = common::start_with(ServerOptions {
+        keys,
+        ..ServerOptions::default()
+    })
+    .await;
+    let (st, v) = s
+        .call_as(
+            Some("admin-secret"),
+            reqwest::Method::PUT,
+            "/v1/queues/jobs",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    s
+}
+
+async fn post_as(
+    s: &common::TestServer,
+    token: Option<&str>,
+    key: &str,
+    body: Value,
+) -> (StatusCode, Value, bool) {
+    let mut req = s
+        .client
+        .post(s.url("/v1/queues/jobs/messages"))
+        .header("Idempotency-Key", key)
+        .json(&body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("request");
+    let replayed = resp.headers().get("idempotent-replayed").is_some();
+    let (status, v) = common::parse(resp).await;
+    (status, v, replayed)
+}
+
+#[tokio::test]
+async fn refusals_for_want_of_a_key_or_a_role_are_never_remembered() {
+    let s = keyed().await;
+    let body = json!({ "body": 1 });
+    for token in [None, Some("no-such-secret"), Some("worker-secret")] {
+        let want = if token == Some("worker-secret") {
+            (403, "permission_denied")
+        } else {
+            (401, "unauthenticated")
+        };
+        for attempt in 0..2 {
+            let (status, v, replayed) = post_as(&s, token, "same-key", body.clone()).await;
+            common::assert_error(&(status, v), want.0, want.1);
+            assert!(
+                !replayed,
+                "attempt {attempt} with {token:?}: a refusal is answered afresh, not replayed"
+            );
+        }
+    }
+    // The key still runs the request for a caller allowed to make it, and is then kept.
+    let first = post_as(&s, Some("shop-secret"), "same-key", body.clone()).await;
+    assert_eq!(first.0, StatusCode::CREATED, "{}", first.1);
+    assert!(!first.2);
+    let again = post_as(&s, Some("shop-secret"), "same-key", body).await;
+    assert_eq!((again.0, &again.1, again.2), (first.0, &first.1, true));
+    let (_, stats) = s
+        .call_as(
+            Some("admin-secret"),
+            reqwest::Method::GET,
+            "/v1/queues/jobs/stats",
+            None,
+        )
+        .await;
+    assert_eq!(stats["totals"]["sent"], 1);
+}

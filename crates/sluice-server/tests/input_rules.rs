@@ -229,3 +229,90 @@ async fn a_request_naming_its_own_resource_is_a_conflict() {
         .await;
     assert_error(&zero, 400, "invalid_argument");
 }
+
+/// A JSON request body as text, so that bodies nested deeper than `serde_json::Value` can
+/// hold are sent as written.
+async fn raw_json(
+    s: &common::TestServer,
+    method: Method,
+    path: &str,
+    text: String,
+) -> (StatusCode, serde_json::Value) {
+    let resp = s
+        .client
+        .request(method, s.url(path))
+        .header("content-type", "application/json")
+        .body(text)
+        .send()
+        .await
+        .expect("request");
+    common::parse(resp).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_nested_past_the_limit_is_refused_on_every_path_that_keeps_it() {
+    use sluice_core::config::limits::MAX_JSON_DEPTH;
+    let nested = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+    let deep = nested(MAX_JSON_DEPTH + 1);
+    let refused = |got: &(StatusCode, serde_json::Value)| {
+        assert_error(got, 400, "invalid_argument");
+        let msg = got.1["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(&MAX_JSON_DEPTH.to_string()), "{msg}");
+    };
+    let s = start().await;
+    s.put_queue("jobs", json!({})).await;
+    let send = "/v1/queues/jobs/messages";
+
+    // Sends, one message or a batch, just past the limit or far past it.
+    for levels in [MAX_JSON_DEPTH + 1, 100_000] {
+        let body = nested(levels);
+        refused(&raw_json(&s, Method::POST, send, format!("{{\"body\": {body}}}")).await);
+        let batch = format!("{{\"messages\": [{{\"body\": 1}}, {{\"body\": {body}}}]}}");
+        refused(&raw_json(&s, Method::POST, send, batch).await);
+    }
+    // Brackets in strings are text, not nesting.
+    let wide = format!("{{\"body\": {{\"s\": \"{}\"}}}}", "[".repeat(1000));
+    assert_eq!(
+        raw_json(&s, Method::POST, send, wide).await.0,
+        StatusCode::CREATED
+    );
+    let at_limit = format!("{{\"body\": {}}}", nested(MAX_JSON_DEPTH));
+    assert_eq!(
+        raw_json(&s, Method::POST, send, at_limit).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        s.stats("jobs").await["totals"]["sent"],
+        2,
+        "nothing else stored"
+    );
+
+    // Results: the single form is refused; in a batch, that ack alone.
+    let got = s.receive("jobs", json!({"max": 2})).await;
+    let (r0, r1) = (&got[0]["receipt"], &got[1]["receipt"]);
+    let ack = "/v1/queues/jobs/ack";
+    refused(
+        &raw_json(
+            &s,
+            Method::POST,
+            ack,
+            format!("{{\"receipt\": {r0}, \"result\": {deep}}}"),
+        )
+        .await,
+    );
+    let batch = format!(
+        "{{\"acks\": [{{\"receipt\": {r0}, \"result\": {}}}, {{\"receipt\": {r1}, \"result\": {deep}}}]}}",
+        nested(MAX_JSON_DEPTH)
+    );
+    let (st, v) = raw_json(&s, Method::POST, ack, batch).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["results"][0]["ok"], true, "{v}");
+    assert_eq!(v["results"][1]["ok"], false, "{v}");
+    assert_eq!(v["results"][1]["error"]["code"], "invalid_argument", "{v}");
+
+    // A schedule's body is a message body.
+    let schedule = format!("{{\"cron\": \"0 9 * * *\", \"queue\": \"jobs\", \"body\": {deep}}}");
+    refused(&raw_json(&s, Method::PUT, "/v1/schedules/nightly", schedule).await);
+    let (st, _) = s.call(Method::GET, "/v1/schedules/nightly", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "the schedule was not stored");
+}

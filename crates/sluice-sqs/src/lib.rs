@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use serde::de::DeserializeOwned;
@@ -248,28 +248,44 @@ fn request_id(n: u64) -> String {
     )
 }
 
-async fn handle(
-    State(sqs): State<Sqs>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn handle(State(sqs): State<Sqs>, req: Request) -> Response {
     let request_id = request_id(sqs.requests.fetch_add(1, Ordering::Relaxed));
-    let key = if sqs.keys.is_empty() {
-        Ok(None)
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (method, uri, headers) = (
+        req.method().clone(),
+        req.uri().clone(),
+        req.headers().clone(),
+    );
+    // What the headers say of the signature is checked before the body is read: a request
+    // that no key signed costs the broker its headers only, and is answered as before, with
+    // the refusal in its protocol.
+    let early = if sqs.keys.is_empty() {
+        Ok(())
     } else {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let signed = sigv4::Signed {
-            method: method.as_str(),
-            path: uri.path(),
-            query: uri.query().unwrap_or_default(),
-            headers: &headers,
-            body: &body,
-        };
-        sigv4::verify(&sqs.keys, &signed, now).map(|k| Some(k.clone()))
+        sigv4::check_headers(&sqs.keys, &headers, now)
+    };
+    let body = match early {
+        Ok(()) => match Bytes::from_request(req, &sqs).await {
+            Ok(body) => body,
+            Err(rejection) => return rejection.into_response(),
+        },
+        Err(_) => Bytes::new(),
+    };
+    let key = match early {
+        Err(e) => Err(e),
+        Ok(()) if sqs.keys.is_empty() => Ok(None),
+        Ok(()) => {
+            let signed = sigv4::Signed {
+                method: method.as_str(),
+                path: uri.path(),
+                query: uri.query().unwrap_or_default(),
+                headers: &headers,
+                body: &body,
+            };
+            sigv4::verify(&sqs.keys, &signed, now).map(|k| Some(k.clone()))
+        }
     };
     let host = headers
         .get(header::HOST)

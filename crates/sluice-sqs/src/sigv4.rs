@@ -106,41 +106,7 @@ fn parse_authorization(value: &str) -> Result<Authorization<'_>, SqsError> {
 /// one, `InvalidClientTokenId` for an unknown key, `RequestExpired` for a clock too far off,
 /// and `SignatureDoesNotMatch` for a wrong signature (a wrong secret).
 pub fn verify<'k>(keys: &'k [SqsKey], req: &Signed<'_>, now: i64) -> Result<&'k SqsKey, SqsError> {
-    let header = req
-        .headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(SqsError::missing_token)?;
-    let auth = parse_authorization(header)?;
-    let key = keys
-        .iter()
-        .find(|k| k.access_key_id == auth.access_key_id)
-        .ok_or_else(SqsError::unknown_key)?;
-    // The time of signing is X-Amz-Date, or else a Date header in the same form.
-    let (date_header, amz_date) = match header_value(req.headers, "x-amz-date") {
-        Some(d) => ("x-amz-date", d),
-        None => (
-            "date",
-            header_value(req.headers, "date")
-                .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is missing"))?,
-        ),
-    };
-    let at = parse_amz_date(&amz_date).ok_or_else(|| {
-        SqsError::incomplete_signature(if date_header == "date" {
-            "X-Amz-Date is missing (a Date header stands for it only as yyyymmddThhmmssZ)"
-        } else {
-            "X-Amz-Date is not yyyymmddThhmmssZ"
-        })
-    })?;
-    if (at - now).abs() > MAX_SKEW_SECS || !amz_date.starts_with(auth.date) {
-        return Err(SqsError::request_expired(&amz_date));
-    }
-    if let Some(name) = unsigned_header(req.headers, &auth.signed_headers, date_header) {
-        return Err(SqsError::incomplete_signature(&format!(
-            "the {name} header must be signed (SignedHeaders must list host, the date, \
-             content-type and every x-amz-* header the request carries)"
-        )));
-    }
+    let (auth, key, amz_date) = signer(keys, req.headers, now)?;
     // The signature covers the body only through its hash, so the hash is always taken of
     // the body received: a stated hash must match it, and an unsigned payload would let
     // anyone who saw one request replay its signature with another body.
@@ -166,6 +132,65 @@ pub fn verify<'k>(keys: &'k [SqsKey], req: &Signed<'_>, now: i64) -> Result<&'k 
     mac.verify_slice(&given)
         .map_err(|_| SqsError::bad_signature())?;
     Ok(key)
+}
+
+/// Checks what the headers alone can say about a request's signature (run before its body
+/// is read, so that a request no key could have signed costs the broker its headers only):
+/// it is signed with a known access key, at a time within 15 minutes of `now` (Unix
+/// seconds), with every header AWS requires covered.
+///
+/// # Errors
+/// As [`verify`], but for `SignatureDoesNotMatch`, which needs the body.
+pub fn check_headers(
+    keys: &[SqsKey],
+    headers: &axum::http::HeaderMap,
+    now: i64,
+) -> Result<(), SqsError> {
+    signer(keys, headers, now).map(|_| ())
+}
+
+/// The parsed `Authorization` header, the key it names and the time of signing, once the
+/// headers pass [`check_headers`]'s checks.
+fn signer<'h, 'k>(
+    keys: &'k [SqsKey],
+    headers: &'h axum::http::HeaderMap,
+    now: i64,
+) -> Result<(Authorization<'h>, &'k SqsKey, String), SqsError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(SqsError::missing_token)?;
+    let auth = parse_authorization(header)?;
+    let key = keys
+        .iter()
+        .find(|k| k.access_key_id == auth.access_key_id)
+        .ok_or_else(SqsError::unknown_key)?;
+    // The time of signing is X-Amz-Date, or else a Date header in the same form.
+    let (date_header, amz_date) = match header_value(headers, "x-amz-date") {
+        Some(d) => ("x-amz-date", d),
+        None => (
+            "date",
+            header_value(headers, "date")
+                .ok_or_else(|| SqsError::incomplete_signature("X-Amz-Date is missing"))?,
+        ),
+    };
+    let at = parse_amz_date(&amz_date).ok_or_else(|| {
+        SqsError::incomplete_signature(if date_header == "date" {
+            "X-Amz-Date is missing (a Date header stands for it only as yyyymmddThhmmssZ)"
+        } else {
+            "X-Amz-Date is not yyyymmddThhmmssZ"
+        })
+    })?;
+    if (at - now).abs() > MAX_SKEW_SECS || !amz_date.starts_with(auth.date) {
+        return Err(SqsError::request_expired(&amz_date));
+    }
+    if let Some(name) = unsigned_header(headers, &auth.signed_headers, date_header) {
+        return Err(SqsError::incomplete_signature(&format!(
+            "the {name} header must be signed (SignedHeaders must list host, the date, \
+             content-type and every x-amz-* header the request carries)"
+        )));
+    }
+    Ok((auth, key, amz_date))
 }
 
 /// The first header the request carries that AWS requires a signature to cover but

@@ -24,6 +24,13 @@ pub const LENGTH_BYTES: usize = 4;
 /// The protocol version a broker speaks; [`Reply::Hello`] carries it.
 pub const VERSION: u32 = 1;
 
+/// The largest payload a broker with API keys reads before [`Op::Hello`] has succeeded on
+/// the connection: room for a `Hello` with any key, and no more, so that a client that has
+/// not said who it is cannot make the broker hold large frames. A larger length prefix
+/// before then is answered with `unauthenticated` (response `id` 0) and the connection is
+/// closed.
+pub const MAX_FRAME_BEFORE_HELLO: usize = 4096;
+
 /// One request, named by a client-chosen `id` its answer repeats.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {

@@ -45,14 +45,21 @@ impl AckItem {
     /// The result to keep.
     ///
     /// # Errors
-    /// `InvalidArgument` for both forms at once or bad base64.
+    /// `InvalidArgument` for both forms at once, bad base64, or a JSON result nested deeper
+    /// than [`MAX_JSON_DEPTH`](sluice_core::config::limits::MAX_JSON_DEPTH).
     pub fn take_result(&mut self) -> Result<Option<Body>, StoreError> {
-        body_from(
+        let result = body_from(
             "result",
             self.result.take(),
             self.result_base64.take(),
             false,
-        )
+        )?;
+        if let Some(r) = &result
+            && r.kind == sluice_core::message::BodyKind::Json
+        {
+            sluice_core::json_depth::check("result", &r.bytes)?;
+        }
+        Ok(result)
     }
 }
 

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 
 from ._version import __version__
 from ._transport import RetryPolicy, Transport, api_error, dumps
+from ._deep_json import loads_receive_answer
 from ._messages import OutMessage, TaskSpec, chunks, ms as _ms, spec_of, task_message
 from .errors import (
     ApiError, DecodeError, ErrorCode, InvalidInput, PartialEnqueue, SluiceError, TaskFailed, TaskTimeout,
@@ -258,6 +259,10 @@ class Client:
             return resp.json()
         except ValueError as e:
             raise DecodeError(f"{method} {path}: the answer is not JSON: {e}") from e
+        except RecursionError as e:
+            raise DecodeError(
+                f"{method} {path}: the answer nests deeper than Python's JSON parser follows: {e}"
+            ) from e
 
     # -- queues ----------------------------------------------------------------------------
 
@@ -487,9 +492,14 @@ class Client:
             req["consumer"] = consumer
         if ack:
             req["ack"] = ack
-        d = self._json(
-            "POST", f"/v1/queues/{_queue(queue)}/receive", json_body=req, extra_timeout=wait
-        )
+        path = f"/v1/queues/{_queue(queue)}/receive"
+        resp = self._t.request("POST", path, idempotent=True, json_body=req, extra_timeout=wait)
+        try:
+            # A body too deep to decode is that delivery's own `decode_error`: a receive that
+            # raised would leave the whole batch leased.
+            d = loads_receive_answer(resp.content)
+        except ValueError as e:
+            raise DecodeError(f"POST {path}: the answer is not JSON: {e}") from e
         acked = [_ack_outcome(o) for o in d.get("acked") or []]
         return acked, [Delivery.from_wire(m) for m in d["messages"]]
 

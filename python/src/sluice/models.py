@@ -290,10 +290,24 @@ class Delivery:
     lease_deadline: str
     group: Optional[str] = None
     """Its FIFO message group, if it was sent with one."""
+    decode_error: Optional[str] = None
+    """Set when the JSON body could not be decoded (nested deeper than Python's parser
+    follows, about 1,000 levels; brokers refuse more than 64, but a body stored before that
+    rule may remain): ``body`` is then its exact JSON text as ``bytes``. The rest of the
+    batch is decoded as usual; settle this delivery like any other (e.g. ``reject`` it)."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Delivery":
-        body, kind = decode_body(d)
+        from ._deep_json import RAW_BODY
+
+        raw = d.get(RAW_BODY)
+        decode_error: Optional[str] = None
+        if raw is not None:
+            text, decode_error = raw
+            body: Any = text.encode("utf-8")
+            kind: Optional[BodyKind] = BodyKind.JSON
+        else:
+            body, kind = decode_body(d)
         return cls(
             id=d["id"],
             receipt=d["receipt"],
@@ -306,6 +320,7 @@ class Delivery:
             last_error=d.get("last_error"),
             lease_deadline=d.get("lease_deadline", ""),
             group=d.get("group"),
+            decode_error=decode_error,
         )
 
 

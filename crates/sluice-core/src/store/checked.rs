@@ -21,8 +21,8 @@ use super::{
     AckOverlap, AckRequest, BrowsePage, BrowseRequest, Failure, Hints, IdempotentResponse,
     Inspection, LeaseState, Messaging, NackOutcome, QueueAdmin, QueuePage, QueuePageRequest,
     ReceiveRequest, Records, Redrives, ScheduleStep, Schedules, SendOutcome, StepOutcome,
-    validate_ack_batch, validate_idempotent, validate_limit, validate_move, validate_nack_delay,
-    validate_receive, validate_send_batch, validate_visibility,
+    validate_ack_batch, validate_ack_results, validate_idempotent, validate_limit, validate_move,
+    validate_nack_delay, validate_receive, validate_send_batch, validate_visibility,
 };
 use super::{ClaimOutcome, IdempotencyClaim, validate_claim, validate_idempotency_key};
 use crate::audit::{AuditEvent, AuditQuery};
@@ -42,10 +42,11 @@ use crate::time::Timestamp;
 /// `dyn Store` talk to an engine through these checks, whichever engine it is.
 ///
 /// Checked here, once for every engine, before the engine is called:
-/// - `send`: the batch (1–1000 messages, 16 MiB of bodies) and each message's own fields
-///   ([`validate_send_batch`]);
+/// - `send`: the batch (1–1000 messages, 16 MiB of bodies) and each message's own fields,
+///   a JSON body's nesting included ([`validate_send_batch`]);
 /// - `receive`: `max`, `wait` and `visibility` ([`validate_receive`]);
-/// - `ack`: the batch size ([`validate_ack_batch`]);
+/// - `ack`: the batch size ([`validate_ack_batch`]) and the nesting of JSON results
+///   ([`validate_ack_results`]);
 /// - `nack`: the delay ([`validate_nack_delay`]); `move_message`: a move to the message's own
 ///   queue ([`validate_move`]); for `nack`, `reject` and `move_message`, the failure's error
 ///   is cut to [`MAX_ERROR_BYTES`](crate::config::limits::MAX_ERROR_BYTES) ([`clip_error`]);
@@ -342,7 +343,7 @@ impl<S: Messaging> Messaging for Checked<S> {
         'q: 'a,
         Self: 'a,
     {
-        if let Err(e) = validate_ack_batch(acks.len()) {
+        if let Err(e) = validate_ack_batch(acks.len()).and_then(|()| validate_ack_results(&acks)) {
             return refused(e);
         }
         self.engine.ack(queue, acks)

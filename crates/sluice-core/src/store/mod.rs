@@ -440,6 +440,24 @@ pub fn validate_ack_batch(len: usize) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Checks the results of an ack batch: a JSON result may nest at most
+/// [`MAX_JSON_DEPTH`](crate::config::limits::MAX_JSON_DEPTH) levels (run by `Checked`; the
+/// broker checks each result on its own first, so that one bad result is that ack's outcome).
+///
+/// # Errors
+/// `InvalidArgument` naming the first ack whose result nests too deeply.
+pub fn validate_ack_results(acks: &[AckRequest]) -> Result<(), StoreError> {
+    for (i, a) in acks.iter().enumerate() {
+        if let Some(r) = &a.result
+            && r.kind == crate::message::BodyKind::Json
+        {
+            crate::json_depth::check("result", &r.bytes)
+                .map_err(|e| StoreError::invalid(format!("acks[{i}]: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
 /// Checks the delay of a nack (run by `Checked`).
 ///
 /// # Errors

@@ -501,6 +501,8 @@ class Worker:
 
     def _run_delivery(self, run: _Running) -> Optional[Outcome]:
         d = run.delivery
+        if d.decode_error is not None:
+            return self._unprocessable(run, d.decode_error)
         try:
             env = TaskEnvelope.from_body(d.body, d.kind)
         except EnvelopeError as e:
