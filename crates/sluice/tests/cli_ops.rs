@@ -520,11 +520,10 @@ fn stats_tables_json_chart_and_watch() {
     assert_eq!(v["visible"], 3);
     assert!(v["backlog_slope_per_sec"].is_number(), "{v}");
     assert!(v["rates"]["sent"].is_number(), "{v}");
-    // Three sends into a new queue count at once: 3 in the last minute.
-    assert!(
-        (v["rates"]["sent"].as_f64().expect("rate") - 0.05).abs() < 1e-6,
-        "{v}"
-    );
+    // Three sends into a new queue count at once, over the queue's age (at least a second).
+    let sent = v["rates"]["sent"].as_f64().expect("rate");
+    assert!(sent > 0.0 && sent <= 3.0, "{v}");
+    assert_eq!(v["backlog_trend"]["change_1m"], 3, "{v}");
     // (The direction depends on when the broker last sampled; the server tests pin it down.)
     assert!(v["backlog_trend"]["direction"].is_string(), "{v}");
 
