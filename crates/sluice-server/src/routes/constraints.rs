@@ -247,7 +247,12 @@ pub(super) fn apply(doc: &mut Value) {
         json!({"pattern": BASE64_PATTERN}),
     );
     let mut schedule_attributes = attributes();
-    schedule_attributes["propertyNames"]["not"] = json!({"enum": ["schedule", "scheduled_for"]});
+    // Neither a name the firing sets itself nor one holding U+0000 (the walk that refuses
+    // U+0000 everywhere leaves a schema that already has a `not` alone).
+    schedule_attributes["propertyNames"]["not"] = json!({"anyOf": [
+        {"enum": ["schedule", "scheduled_for"]},
+        {"pattern": "\\u0000"},
+    ]});
     set("ScheduleRequest", "attributes", schedule_attributes);
     set(
         "ScheduleRequest",
