@@ -9,7 +9,7 @@
 //! instead of using `#[async_trait]`: an `async fn` here would box a second future around the
 //! engine's on every call of the hot path.
 //!
-//! The file is long because it mirrors the five contract traits method by method, each in
+//! The file is long because it mirrors the six contract traits method by method, each in
 //! that spelled-out form; it stays one file so that every refusal the engines are spared can
 //! be read in one place, in the order of the traits (the list on [`Checked`]).
 

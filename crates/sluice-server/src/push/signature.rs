@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn the_known_vector_of_the_docs_holds() {
-        // The example in the README: secret "whsec_0123456789abcdef", t 1700000000, body "hello".
+        // The example in docs/push.md: secret "whsec_0123456789abcdef", t 1700000000, body "hello".
         let h = sign(b"whsec_0123456789abcdef", 1_700_000_000, b"hello");
         assert_eq!(
             h,
@@ -100,7 +100,7 @@ mod tests {
         );
     }
 
-    /// The standalone check the README gives endpoint authors, kept compiling and right.
+    /// The standalone check docs/push.md gives endpoint authors, kept compiling and right.
     fn readme_verify(secret: &[u8], header: &str, body: &[u8], now: i64) -> bool {
         let field = |k: &str| header.split(',').find_map(|p| p.strip_prefix(k));
         let (Some(t), Some(sig)) = (field("t="), field("v1=")) else {
