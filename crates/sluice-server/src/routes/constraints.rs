@@ -251,7 +251,7 @@ pub(super) fn apply(doc: &mut Value) {
     // U+0000 everywhere leaves a schema that already has a `not` alone).
     schedule_attributes["propertyNames"]["not"] = json!({"anyOf": [
         {"enum": ["schedule", "scheduled_for"]},
-        {"pattern": "\\u0000"},
+        {"type": "string", "pattern": "\\u0000"},
     ]});
     set("ScheduleRequest", "attributes", schedule_attributes);
     set(
@@ -375,8 +375,13 @@ fn no_nul(doc: &mut Value) {
     fn walk(v: &mut Value, names: bool) {
         match v {
             Value::Object(s) => {
+                // `pattern` holds for any value that is not a string, so the rule names the
+                // type: alone, `not` would refuse the `null` an optional field may be.
                 if (names || is_string(s)) && !s.contains_key("not") {
-                    s.insert("not".to_owned(), json!({"pattern": "\\u0000"}));
+                    s.insert(
+                        "not".to_owned(),
+                        json!({"type": "string", "pattern": "\\u0000"}),
+                    );
                 }
                 // A map of texts (attributes, tags): its names are texts too.
                 if s.get("additionalProperties").is_some_and(Value::is_object)

@@ -262,6 +262,38 @@ mod tests {
         }
     }
 
+    /// Every schema that refuses a text holding U+0000 also names the type: `pattern` holds
+    /// for anything that is not a string, so a bare `not: {pattern}` would refuse the `null`
+    /// an optional field may be (Schemathesis sent `"timezone": null`, which the broker takes).
+    #[test]
+    fn the_nul_rule_refuses_only_texts() {
+        fn walk(v: &serde_json::Value, seen: &mut usize) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    if let Some(rule) = m.get("not") {
+                        let nul = |r: &serde_json::Value| {
+                            r.get("pattern").and_then(|p| p.as_str()) == Some("\\u0000")
+                        };
+                        let rules = rule["anyOf"].as_array().cloned().unwrap_or_default();
+                        for r in std::iter::once(rule).chain(rules.iter()).filter(|r| nul(r)) {
+                            *seen += 1;
+                            assert_eq!(r["type"], "string", "a NUL rule without its type: {r}");
+                        }
+                    }
+                    m.values().for_each(|x| walk(x, seen));
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, seen)),
+                _ => {}
+            }
+        }
+        let mut seen = 0;
+        walk(&openapi_for(true).clone(), &mut seen);
+        assert!(
+            seen > 50,
+            "the document refuses NUL in its texts ({seen} rules)"
+        );
+    }
+
     #[test]
     fn shared_answers_and_formats_are_on_every_operation() {
         let doc = openapi_for(true).clone();
