@@ -41,7 +41,7 @@ pub use error::{ErrorCode, StoreError};
 pub use group::GroupName;
 pub use message::{
     Attempt, AttemptOutcome, Attributes, Body, BodyKind, DeadLetter, DeadLetterReason, Delivery,
-    Message, MessageId, MessageState, NewMessage, Progress,
+    Holder, Message, MessageId, MessageState, NewMessage, Progress,
 };
 pub use name::QueueName;
 pub use push::{PushTarget, PushVerdict};

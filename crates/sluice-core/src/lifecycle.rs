@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::backoff;
 use crate::config::{QueueConfig, limits};
-use crate::message::{Attempt, DeadLetterReason};
+use crate::message::{Attempt, AttemptOutcome, DeadLetterReason, Holder};
+use crate::time::Timestamp;
 
 /// True when a message that has been delivered `receive_count` times may not be tried again.
 pub fn is_exhausted(max_receive_count: u32, receive_count: u32) -> bool {
@@ -95,27 +96,54 @@ pub fn unlimited_attempts_warning(queue: &str) -> String {
     )
 }
 
+/// The attempt a delivery held under `holder` adds when it ends at `at` with `outcome`.
+/// The consumer is the name given when settling (`consumer`), else the one given when
+/// receiving: a lease that ran out was settled by nobody, and still names who let it.
+pub fn ended_attempt(
+    at: Timestamp,
+    outcome: AttemptOutcome,
+    error: Option<String>,
+    consumer: Option<String>,
+    holder: Option<&Holder>,
+) -> Attempt {
+    Attempt {
+        at,
+        outcome,
+        error,
+        consumer: consumer.or_else(|| holder.and_then(|h| h.consumer.clone())),
+        started_at: holder.and_then(|h| h.started_at),
+    }
+}
+
+/// Adds a failed delivery to a history; its error, if any, becomes `last_error`.
+pub fn record_failure(
+    history: &mut Vec<Attempt>,
+    last_error: &mut Option<String>,
+    attempt: Attempt,
+) {
+    if attempt.error.is_some() {
+        last_error.clone_from(&attempt.error);
+    }
+    record_attempt(history, attempt);
+}
+
 /// The history a completed message shows: the attempts kept with its record, then the
-/// delivery that completed it (acknowledged at `completed_at`), the newest
-/// [`limits::MAX_ATTEMPTS_KEPT`] in all. A cancelled task's last delivery is already among
-/// the kept ones (its handler's nack or reject), or it never ran, so it gains none.
+/// delivery that completed it (acknowledged at `completed_at`, held under `holder`), the
+/// newest [`limits::MAX_ATTEMPTS_KEPT`] in all. A cancelled task's last delivery is already
+/// among the kept ones (its handler's nack or reject), or it never ran, so it gains none.
 ///
 /// Engines keep the acknowledged attempt implicitly: it follows from the completed record's
-/// own time, so an ack writes nothing more than before.
+/// own time and the lease it ended, so an ack writes no attempt history.
 pub fn completed_history(
     mut kept: Vec<Attempt>,
-    completed_at: crate::time::Timestamp,
+    completed_at: Timestamp,
     cancelled: bool,
+    holder: Option<&Holder>,
 ) -> Vec<Attempt> {
     if !cancelled {
         record_attempt(
             &mut kept,
-            Attempt {
-                at: completed_at,
-                outcome: crate::message::AttemptOutcome::Acked,
-                error: None,
-                consumer: None,
-            },
+            ended_attempt(completed_at, AttemptOutcome::Acked, None, None, holder),
         );
     }
     kept
@@ -218,11 +246,43 @@ mod tests {
                     outcome: AttemptOutcome::Nacked,
                     error: None,
                     consumer: None,
+                    started_at: None,
                 },
             );
         }
         assert_eq!(h.len(), 20);
         assert_eq!(h[0].at, Timestamp(5));
         assert_eq!(h[19].at, Timestamp(24));
+    }
+
+    #[test]
+    fn an_ended_delivery_names_who_settled_it_else_who_received_it() {
+        let holder = Holder {
+            started_at: Some(Timestamp(10)),
+            consumer: Some("w1".into()),
+        };
+        let end = |consumer: Option<&str>, holder| {
+            ended_attempt(
+                Timestamp(20),
+                AttemptOutcome::Nacked,
+                None,
+                consumer.map(str::to_owned),
+                holder,
+            )
+        };
+        let a = end(Some("w2"), Some(&holder));
+        assert_eq!(
+            (a.consumer.as_deref(), a.started_at),
+            (Some("w2"), Some(Timestamp(10)))
+        );
+        let a = end(None, Some(&holder));
+        assert_eq!(a.consumer.as_deref(), Some("w1"));
+        let a = end(None, None);
+        assert_eq!((a.consumer, a.started_at), (None, None));
+        let done = completed_history(Vec::new(), Timestamp(30), false, Some(&holder));
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].outcome, AttemptOutcome::Acked);
+        assert_eq!(done[0].started_at, Some(Timestamp(10)));
+        assert!(completed_history(Vec::new(), Timestamp(30), true, Some(&holder)).is_empty());
     }
 }

@@ -296,7 +296,23 @@ pub struct Attempt {
     pub outcome: AttemptOutcome,
     /// The error the consumer reported, if any.
     pub error: Option<String>,
-    /// The consumer that held it, if it named itself.
+    /// The consumer that held it: the name it gave when it settled the delivery, else the
+    /// one it gave when it received it; `None` when it named itself neither time.
+    pub consumer: Option<String>,
+    /// When the delivery began (its lease was handed out); `None` for deliveries recorded
+    /// before lease starts were kept.
+    #[serde(default)]
+    pub started_at: Option<Timestamp>,
+}
+
+/// The lease a delivery runs under, as far as its history needs it: when it was handed out
+/// and the name its consumer gave when receiving it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Holder {
+    /// When the lease was handed out; `None` when the engine does not know (a lease granted
+    /// before lease starts were kept).
+    pub started_at: Option<Timestamp>,
+    /// The name given in the receive, if any.
     pub consumer: Option<String>,
 }
 

@@ -105,6 +105,7 @@ impl Core {
                     outcome: AttemptOutcome::LeaseExpired,
                     error: None,
                     consumer: None,
+                    started_at: None,
                 },
             );
             records.push(

@@ -80,6 +80,7 @@ pub(crate) async fn expire_queue(
                     outcome: AttemptOutcome::LeaseExpired,
                     error: None,
                     consumer: None,
+                    started_at: None,
                 },
             );
             match lifecycle::after_lease_expiry(cfg, row.receive_count) {

@@ -69,6 +69,7 @@ fn rich() -> impl Strategy<Value = Rich> + Clone {
         outcome: AttemptOutcome::Nacked,
         error,
         consumer: None,
+        started_at: None,
     });
     (
         proptest::option::of(short()),

@@ -123,6 +123,7 @@ pub(crate) fn get_message(inner: &Inner, id: MessageId) -> Result<Message, Store
             kept.attempts,
             Timestamp(d.at),
             d.cancelled,
+            None,
         ),
         dedup_id: None,
         source_queue: None,

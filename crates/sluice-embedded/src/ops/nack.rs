@@ -218,6 +218,7 @@ fn failure_attempt(now: i64, outcome: AttemptOutcome, failure: &Failure) -> Atte
         outcome,
         error: failure.error.clone(),
         consumer: failure.consumer.clone(),
+        started_at: None,
     }
 }
 

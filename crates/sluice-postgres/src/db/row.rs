@@ -167,6 +167,7 @@ pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
                 row.attempts,
                 Timestamp(row.visible_at),
                 row.cancel_requested,
+                None,
             )
         } else {
             row.attempts

@@ -25,6 +25,7 @@ fn apply_failure(row: &mut Row, now: i64, outcome: AttemptOutcome, failure: &Fai
         outcome,
         error: failure.error.clone(),
         consumer: failure.consumer.clone(),
+        started_at: None,
     };
     if attempt.error.is_some() {
         row.last_error.clone_from(&attempt.error);
