@@ -106,6 +106,7 @@ macro_rules! __sluice_conformance_cases {
             ack_completes_and_keeps_result_for_result_ttl,
             ack_keeps_the_times_of_the_completed_message,
             completed_message_keeps_its_attempts,
+            every_attempt_keeps_its_lease_start_and_consumer,
             ack_with_zero_result_ttl_keeps_nothing,
             ack_result_over_max_message_bytes_fails_only_its_receipt,
             ack_batch_reports_each_receipt,

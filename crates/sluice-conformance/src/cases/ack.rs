@@ -152,6 +152,132 @@ pub async fn completed_message_keeps_its_attempts(h: &dyn Harness) {
     check(e.get(id).await, e.get(clean).await, e.get(cancelled).await);
 }
 
+/// Every delivery ends as one attempt that says when its lease began and who held it: the
+/// name the consumer gave when it settled the delivery, else the one it gave when it received
+/// it (a lease that runs out names its receiver). That holds for the acknowledged delivery,
+/// for a dead letter's attempts, and for a lease granted before a restart.
+pub async fn every_attempt_keeps_its_lease_start_and_consumer(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "held",
+            QueueConfigPatch {
+                result_ttl: Some(secs(600)),
+                max_receive_count: Some(10),
+                ..Default::default()
+            },
+        )
+        .await;
+    let failure = |error: &str, consumer: Option<&str>| Failure {
+        error: Some(error.to_owned()),
+        consumer: consumer.map(str::to_owned),
+        retry_after: false,
+    };
+    let id = e.send_text(&q, "task").await;
+    let mut want = Vec::new();
+
+    // Nacked without a name: the receiver is named.
+    let t = e.now();
+    let d = e.recv_as(&q, Some("w1"), None).await;
+    e.advance(secs(1));
+    e.store
+        .nack(&q, d.receipt, Some(Duration::ZERO), failure("a", None))
+        .await
+        .expect("nack");
+    want.push((AttemptOutcome::Nacked, Some("w1"), t, e.now()));
+
+    // Nacked by a consumer that names itself: that name.
+    let t = e.now();
+    let d = e.recv_as(&q, Some("w2"), None).await;
+    e.advance(secs(2));
+    e.store
+        .nack(
+            &q,
+            d.receipt,
+            Some(Duration::ZERO),
+            failure("b", Some("w3")),
+        )
+        .await
+        .expect("nack");
+    want.push((AttemptOutcome::Nacked, Some("w3"), t, e.now()));
+
+    // A lease that runs out: its receiver, ended at the lease's deadline.
+    let t = e.now();
+    e.recv_as(&q, Some("w4"), Some(secs(3))).await;
+    e.advance(secs(5));
+    want.push((AttemptOutcome::LeaseExpired, Some("w4"), t, t.plus(secs(3))));
+
+    // A receive without a name: nobody is named, the start is still kept.
+    let t = e.now();
+    let d = e.recv_as(&q, None, None).await;
+    e.advance(secs(1));
+    e.nack(&q, d.receipt, Some(Duration::ZERO), Some("c"))
+        .await
+        .expect("nack");
+    want.push((AttemptOutcome::Nacked, None, t, e.now()));
+
+    // Received, the store restarts, then acknowledged: the lease's start and receiver survive.
+    let t = e.now();
+    let d = e.recv_as(&q, Some("w5"), Some(secs(60))).await;
+    e.advance(secs(1));
+    let e = e.restart(h).await;
+    e.advance(secs(1));
+    e.ack(&q, d.receipt).await.expect("ack after a restart");
+    want.push((AttemptOutcome::Acked, Some("w5"), t, e.now()));
+
+    let check = |m: Message| {
+        let got: Vec<_> = m
+            .attempts
+            .iter()
+            .map(|a| (a.outcome, a.consumer.as_deref(), a.started_at, a.at))
+            .collect();
+        let want: Vec<_> = want
+            .iter()
+            .map(|(o, c, start, end)| (*o, *c, Some(*start), *end))
+            .collect();
+        assert_eq!(
+            got, want,
+            "each delivery: outcome, holder, lease start, end"
+        );
+    };
+    check(e.get(id).await);
+
+    // A plain ack (no earlier failure) and a dead letter keep theirs too.
+    let plain = e.send_text(&q, "plain").await;
+    let t = e.now();
+    let d = e.recv_as(&q, Some("w6"), None).await;
+    e.advance(secs(1));
+    e.ack(&q, d.receipt).await.expect("ack");
+    let dlq = e.queue("held.dlq", QueueConfigPatch::default()).await;
+    let dead = e.send_text(&q, "dead").await;
+    let t2 = e.now();
+    let d = e.recv_as(&q, Some("w7"), None).await;
+    e.advance(secs(1));
+    e.store
+        .reject(&q, d.receipt, failure("bad", None))
+        .await
+        .expect("reject");
+    let plain_and_dead = |p: Message, x: Message| {
+        let a = &p.attempts;
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].outcome, a[0].consumer.as_deref(), a[0].started_at),
+            (AttemptOutcome::Acked, Some("w6"), Some(t))
+        );
+        let a = &x.attempts;
+        assert_eq!(a.len(), 1);
+        assert_eq!(x.queue, dlq);
+        assert_eq!(
+            (a[0].outcome, a[0].consumer.as_deref(), a[0].started_at),
+            (AttemptOutcome::Rejected, Some("w7"), Some(t2))
+        );
+    };
+    plain_and_dead(e.get(plain).await, e.get(dead).await);
+    let e = e.restart(h).await;
+    check(e.get(id).await);
+    plain_and_dead(e.get(plain).await, e.get(dead).await);
+}
+
 /// A result over `max_message_bytes` fails its own receipt with `PayloadTooLarge` and changes
 /// nothing: the lease still holds and can be acked afterwards. The other receipts of the batch
 /// are acked.

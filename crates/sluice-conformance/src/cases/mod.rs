@@ -187,6 +187,25 @@ impl Env {
         o.id
     }
 
+    /// Receives the one visible message as consumer `consumer` (lease `vis`, else the
+    /// queue's).
+    async fn recv_as(
+        &self,
+        q: &QueueName,
+        consumer: Option<&str>,
+        vis: Option<Duration>,
+    ) -> Delivery {
+        let req = ReceiveRequest {
+            max: 1,
+            wait: Duration::ZERO,
+            visibility: vis,
+            consumer: consumer.map(str::to_owned),
+        };
+        let mut ds = self.store.receive(q, req).await.expect("receive");
+        assert_eq!(ds.len(), 1, "one message is visible in {q}");
+        ds.remove(0)
+    }
+
     async fn recv_with(&self, q: &QueueName, max: u32, vis: Option<Duration>) -> Vec<Delivery> {
         let req = ReceiveRequest {
             max,
