@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use sluice_core::message::Attempt;
+use sluice_core::message::{Attempt, Holder};
 use sluice_core::{
     Attributes, Body, Clock, DeadLetter, DeadLetterReason, Message, MessageId, MessageState,
     QueueConfig, QueueInfo, QueueName, Receipt, StoreError, Timestamp,
@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use crate::catalog::{Catalog, CatalogQueue};
 use crate::journal::log::{self, Durable, Log};
 use crate::journal::record::{
-    Acked, Completion, MessageRecord, Qid, Record, RemoveReason, Rich, Times, UpdateEvent,
+    Acked, Completion, Hold, MessageRecord, Qid, Record, RemoveReason, Rich, Times, UpdateEvent,
     UpdateRecord,
 };
 use crate::state::{Msg, Slot, State};
@@ -469,6 +469,8 @@ impl Core {
 /// before, and its last error.
 #[derive(Debug, Default)]
 pub(crate) struct Kept {
+    /// The lease of the delivery that completed it, when the record holds it.
+    pub holder: Option<Holder>,
     pub result: Option<Body>,
     pub attempts: Vec<Attempt>,
     pub last_error: Option<String>,
@@ -478,6 +480,7 @@ pub(crate) struct Kept {
 /// of one) keeps of message `id`.
 pub(crate) fn stored_completion(rec: Record, id: u64) -> Kept {
     let of = |c: Completion| Kept {
+        holder: None,
         result: c.result,
         attempts: c.attempts,
         last_error: c.last_error,
@@ -497,6 +500,10 @@ pub(crate) fn stored_completion(rec: Record, id: u64) -> Kept {
             ..Kept::default()
         },
         Record::Timed { record, .. } => stored_completion(*record, id),
+        Record::Held { record, holds } => Kept {
+            holder: holds.iter().find(|h| h.id == id).and_then(Hold::holder),
+            ..stored_completion(*record, id)
+        },
         Record::KeptFinished { finished } => finished
             .into_iter()
             .find(|c| c.acked.id == id)

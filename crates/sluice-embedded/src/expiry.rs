@@ -8,11 +8,11 @@
 
 use sluice_core::adaptive::{Outcome, Tally};
 use sluice_core::lifecycle::{self, AfterFailure};
-use sluice_core::{Attempt, AttemptOutcome, DeadLetterReason, StoreError, Timestamp};
+use sluice_core::{AttemptOutcome, DeadLetterReason, StoreError, Timestamp};
 
 use crate::core::Core;
 use crate::journal::record::{Qid, Record, RemoveReason, UpdateEvent, UpdateRecord};
-use crate::state::{Slot, State};
+use crate::state::{LeaseHolder, Slot, State};
 
 /// Most messages expired for retention per call, to bound the time the lock is held.
 const RETENTION_BATCH: usize = 10_000;
@@ -98,15 +98,16 @@ impl Core {
             }
             failures += 1;
             let (_, mut rich) = self.load(id, &m)?;
+            let holder = self.state.holders.get(&id).map(LeaseHolder::holder);
             lifecycle::record_attempt(
                 &mut rich.attempts,
-                Attempt {
-                    at: Timestamp(m.at),
-                    outcome: AttemptOutcome::LeaseExpired,
-                    error: None,
-                    consumer: None,
-                    started_at: None,
-                },
+                lifecycle::ended_attempt(
+                    Timestamp(m.at),
+                    AttemptOutcome::LeaseExpired,
+                    None,
+                    None,
+                    holder.as_ref(),
+                ),
             );
             records.push(
                 match lifecycle::after_lease_expiry(&cfg, m.receive_count()) {

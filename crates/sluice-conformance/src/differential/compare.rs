@@ -70,6 +70,7 @@ pub fn view_of(ids: &Ids, m: &Message, attempts_known: bool) -> Result<View, Str
                         format!("{:?}", a.outcome),
                         a.error.clone(),
                         a.consumer.clone(),
+                        a.started_at.map(|t| t.as_millis()),
                     )
                 })
                 .collect()

@@ -26,8 +26,8 @@ use sluice_core::stats::Totals;
 /// Attempts kept per message.
 const ATTEMPTS_KEPT: usize = 20;
 
-/// One attempt, as compared: time, outcome (its `Debug` name), error, consumer.
-pub type AttemptView = (i64, String, Option<String>, Option<String>);
+/// One attempt, as compared: time, outcome (its `Debug` name), error, consumer, lease start.
+pub type AttemptView = (i64, String, Option<String>, Option<String>, Option<i64>);
 
 /// A message as browse and get show it, with model ids and plain types.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,12 +148,16 @@ pub struct Queue {
 }
 
 /// One delivery (receive) made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
     /// The message.
     pub msg: usize,
     /// The queue it was leased from.
     pub queue: u8,
+    /// When it was leased.
+    pub at: i64,
+    /// The name its receiver gave.
+    pub consumer: Option<String>,
 }
 
 /// A redrive job as the model follows it.
@@ -301,7 +305,19 @@ impl Model {
                         self.end_cancelled(id, now);
                         continue;
                     }
-                    Self::attempt(m, (until, "LeaseExpired".into(), None, None));
+                    let Place::InFlight { delivery, .. } = m.place else {
+                        unreachable!("matched in flight")
+                    };
+                    let held = &self.deliveries[delivery];
+                    let attempt = (
+                        until,
+                        "LeaseExpired".into(),
+                        None,
+                        held.consumer.clone(),
+                        Some(held.at),
+                    );
+                    let m = self.msgs[id].as_mut().expect("message");
+                    Self::attempt(m, attempt);
                     if sluice_core::lifecycle::is_exhausted(cfg.max_receive_count, m.receive_count)
                     {
                         self.dead_letter(id, DeadLetterReason::LeaseExpired, now);
@@ -478,10 +494,23 @@ impl Model {
         id
     }
 
-    /// Leases message `id` as a new delivery from queue index `queue`.
-    pub fn lease(&mut self, id: usize, queue: u8, until: i64) -> usize {
+    /// Leases message `id` at `now` as a new delivery from queue index `queue` to the
+    /// receiver that named itself `consumer`.
+    pub fn lease(
+        &mut self,
+        id: usize,
+        queue: u8,
+        until: i64,
+        now: i64,
+        consumer: Option<String>,
+    ) -> usize {
         let d = self.deliveries.len();
-        self.deliveries.push(Delivery { msg: id, queue });
+        self.deliveries.push(Delivery {
+            msg: id,
+            queue,
+            at: now,
+            consumer,
+        });
         let m = self.msgs[id].as_mut().expect("message");
         m.receive_count += 1;
         m.place = Place::InFlight { until, delivery: d };
@@ -497,7 +526,9 @@ impl Model {
             self.end_cancelled(id, now);
             return;
         }
-        Self::attempt(m, (now, "Acked".into(), None, None));
+        let (consumer, start) = self.holder(id);
+        let m = self.msgs[id].as_mut().expect("message");
+        Self::attempt(m, (now, "Acked".into(), None, consumer, start));
         let q = self.queues.get_mut(&m.queue).expect("queue");
         q.totals.acked += 1;
         let ttl = ms(q.config.result_ttl);
@@ -521,11 +552,24 @@ impl Model {
         consumer: Option<String>,
         now: i64,
     ) {
+        let (receiver, start) = self.holder(id);
         let m = self.msgs[id].as_mut().expect("message");
         if error.is_some() {
             m.last_error.clone_from(&error);
         }
-        Self::attempt(m, (now, outcome.to_owned(), error, consumer));
+        let consumer = consumer.or(receiver);
+        Self::attempt(m, (now, outcome.to_owned(), error, consumer, start));
+    }
+
+    /// The receiver's name and the lease start of message `id`'s current delivery.
+    fn holder(&self, id: usize) -> (Option<String>, Option<i64>) {
+        match self.msgs[id].as_ref().map(|m| m.place) {
+            Some(Place::InFlight { delivery, .. }) => {
+                let d = &self.deliveries[delivery];
+                (d.consumer.clone(), Some(d.at))
+            }
+            _ => (None, None),
+        }
     }
 
     /// Moves `id` to queue `to` as a fresh visible message there.

@@ -17,10 +17,10 @@ use sluice_core::StoreError;
 use crate::core::{Inner, stored_completion};
 use crate::journal::log::SEGMENT_TARGET;
 use crate::journal::record::{
-    Acked, Checkpoint, Completion, GroupTag, JsonSchedule, MessageRecord, Origin, Record, Times,
-    message_ids_in,
+    Acked, Checkpoint, Completion, GroupTag, Hold, JsonSchedule, MessageRecord, Origin, Record,
+    Times, message_ids_in,
 };
-use crate::state::Slot;
+use crate::state::{LeaseHolder, Slot};
 
 /// Records copied per lock hold, so senders and receivers keep flowing during a compaction.
 const CHUNK: usize = 512;
@@ -82,10 +82,16 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     name: p.group.to_string(),
                     order: p.order,
                 });
-                records.push(match group {
+                let copy = match group {
                     Some(group) => Record::Grouped { message, group },
                     None => Record::Message(message),
-                });
+                };
+                // A leased copy keeps when its lease began and who received it.
+                let holder = (m.slot() == Slot::Leased)
+                    .then(|| core.state.holders.get(id).map(LeaseHolder::holder))
+                    .flatten();
+                let hold = Hold::of_lease(*id, holder.as_ref());
+                records.push(Record::held(copy, hold.into_iter().collect()));
                 if m.cancel_requested() {
                     records.push(Record::Cancel { id: *id });
                 }
@@ -114,6 +120,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
             let mut results = Vec::new();
             let mut finished = Vec::new();
             let (mut acked_times, mut finished_times) = (Vec::new(), Vec::new());
+            let (mut acked_holds, mut finished_holds) = (Vec::new(), Vec::new());
             for id in chunk {
                 let Some(d) = core.state.done.get(id).copied() else {
                     continue;
@@ -129,7 +136,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     keep_until: d.keep_until,
                     cancelled: d.cancelled,
                 };
-                let kept = if d.has_result || d.has_attempts {
+                let kept = if d.has_result || d.has_attempts || d.held {
                     stored_completion(core.log.read(d.loc)?, *id)
                 } else {
                     Default::default()
@@ -139,7 +146,9 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     enqueued_at: d.enqueued_at,
                     entered_at: d.entered_at,
                 };
+                let hold = Hold::of_lease(*id, kept.holder.as_ref());
                 if d.has_attempts {
+                    finished_holds.extend(hold);
                     finished_times.push(times);
                     finished.push(Completion {
                         acked,
@@ -148,6 +157,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                         last_error: kept.last_error,
                     });
                 } else {
+                    acked_holds.extend(hold);
                     acked_times.push(times);
                     acked_all.push(acked);
                     results.push(kept.result);
@@ -155,18 +165,21 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
             }
             let mut records = Vec::new();
             if !acked_all.is_empty() {
-                records.push(Record::timed(
-                    Record::Kept {
-                        acked: acked_all,
-                        results,
-                    },
-                    acked_times,
+                records.push(Record::held(
+                    Record::timed(
+                        Record::Kept {
+                            acked: acked_all,
+                            results,
+                        },
+                        acked_times,
+                    ),
+                    acked_holds,
                 ));
             }
             if !finished.is_empty() {
-                records.push(Record::timed(
-                    Record::KeptFinished { finished },
-                    finished_times,
+                records.push(Record::held(
+                    Record::timed(Record::KeptFinished { finished }, finished_times),
+                    finished_holds,
                 ));
             }
             if !records.is_empty() {

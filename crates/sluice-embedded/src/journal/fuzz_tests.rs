@@ -64,13 +64,18 @@ fn short() -> impl Strategy<Value = String> + Clone {
 }
 
 fn rich() -> impl Strategy<Value = Rich> + Clone {
-    let attempt = (time(), proptest::option::of(short())).prop_map(|(at, error)| Attempt {
-        at: Timestamp(at),
-        outcome: AttemptOutcome::Nacked,
-        error,
-        consumer: None,
-        started_at: None,
-    });
+    let attempt = (
+        time(),
+        proptest::option::of(short()),
+        proptest::option::of(time()),
+    )
+        .prop_map(|(at, error, started)| Attempt {
+            at: Timestamp(at),
+            outcome: AttemptOutcome::Nacked,
+            error,
+            consumer: None,
+            started_at: started.map(Timestamp),
+        });
     (
         proptest::option::of(short()),
         vec(attempt, 0..3),
@@ -182,6 +187,31 @@ fn record() -> impl Strategy<Value = Record> {
             0..3
         )
         .prop_map(Record::Lease),
+        (time(), proptest::option::of(short()), id(), id()).prop_map(
+            |(at, consumer, id, token)| Record::Leased {
+                at,
+                consumer,
+                leases: vec![Lease {
+                    id,
+                    receive_count: 1,
+                    token,
+                    deadline: at,
+                }],
+            }
+        ),
+        (vec(acked(), 1..3), time(), proptest::option::of(short())).prop_map(
+            |(acked, at, consumer)| {
+                let holds = acked
+                    .iter()
+                    .map(|a| crate::journal::record::Hold {
+                        id: a.id,
+                        starts: Vec::new(),
+                        lease: Some((at, consumer.clone())),
+                    })
+                    .collect();
+                Record::held(Record::Ack(acked), holds)
+            }
+        ),
         (id(), id(), time()).prop_map(|(id, token, deadline)| Record::Extend {
             id,
             token,

@@ -9,7 +9,10 @@ use sluice_core::message::{Attempt, Attributes, Body, DeadLetter};
 use sluice_core::stats::Totals;
 use sluice_core::store::IdempotentResponse;
 
+mod held;
 mod legacy;
+pub(crate) use held::Hold;
+use held::{VARIANT_HELD, Written, attempts_v1, unwrap_read};
 pub(crate) use legacy::JobV1;
 
 /// Bytes of the frame header.
@@ -53,6 +56,7 @@ pub(crate) struct MessageRecord {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Rich {
     pub last_error: Option<String>,
+    #[serde(with = "attempts_v1")]
     pub attempts: Vec<Attempt>,
     pub source_queue: Option<String>,
     pub dead_letter: Option<DeadLetter>,
@@ -254,6 +258,22 @@ pub(crate) enum Record {
         record: Box<Record>,
         times: Vec<Times>,
     },
+    /// Leases handed out at `at` to the consumer that named itself `consumer`: a
+    /// [`Record::Lease`] that also says when and to whom, for the attempt each delivery ends
+    /// as.
+    Leased {
+        at: i64,
+        consumer: Option<String>,
+        leases: Vec<Lease>,
+    },
+    /// A record with what it adds about its messages' deliveries: the lease starts of the
+    /// attempts it keeps, and the lease it ends or carries (see `held`). Written by
+    /// `encode_into` whenever the record has such things; read back by `decode_frame`, which
+    /// puts the starts back into the attempts and keeps the wrapper only for leases.
+    Held {
+        record: Box<Record>,
+        holds: Vec<Hold>,
+    },
 }
 
 /// When a completed message was sent and entered the queue it completed in.
@@ -284,6 +304,7 @@ pub(crate) struct Completion {
     pub acked: Acked,
     pub result: Option<Body>,
     /// The attempts that failed before it completed, oldest first.
+    #[serde(with = "attempts_v1")]
     pub attempts: Vec<Attempt>,
     /// The last error a consumer reported (a lease that ran out reports none, so it can
     /// differ from the newest attempt's).
@@ -332,7 +353,25 @@ impl Record {
             Record::Message(m)
             | Record::Firing { message: m, .. }
             | Record::Grouped { message: m, .. } => Some(m),
+            Record::Held { record, .. } => record.into_base(),
             _ => None,
+        }
+    }
+
+    /// The ids of the messages whose base record or update this is (see [`message_ids_in`]).
+    fn message_ids(&self) -> Vec<u64> {
+        match self {
+            Record::Message(m)
+            | Record::Firing { message: m, .. }
+            | Record::Grouped { message: m, .. } => {
+                vec![m.id]
+            }
+            Record::Update(u) | Record::Regrouped { update: u, .. } => vec![u.id],
+            Record::Redrive { moves, .. }
+            | Record::RedriveV1 { moves, .. }
+            | Record::RedriveGrouped { moves, .. } => moves.iter().map(|u| u.id).collect(),
+            Record::Held { record, .. } => record.message_ids(),
+            _ => Vec::new(),
         }
     }
 
@@ -349,6 +388,7 @@ impl Record {
             | Record::RedriveGrouped { moves, .. } => {
                 moves.into_iter().find(|u| u.id == id).map(|u| u.rich)
             }
+            Record::Held { record, .. } => record.into_rich(id),
             _ => None,
         }
     }
@@ -401,7 +441,8 @@ pub(crate) fn encode_into(rec: &Record, out: &mut Vec<u8>) -> usize {
     out.extend_from_slice(&[0u8; HEADER]);
     // Encoding into a Vec cannot fail for these types: every field is serializable.
     let out_vec = std::mem::take(out);
-    let mut out_vec = postcard::to_extend(rec, out_vec).unwrap_or_else(|_| unreachable_encoding());
+    let mut out_vec =
+        postcard::to_extend(&Written::of(rec), out_vec).unwrap_or_else(|_| unreachable_encoding());
     let payload_len = out_vec.len() - start - HEADER;
     let crc = crc32c::crc32c(&out_vec[start + HEADER..]);
     out_vec[start..start + 4].copy_from_slice(&(payload_len as u32).to_le_bytes());
@@ -457,6 +498,12 @@ pub(crate) fn message_ids_in(segment: &[u8]) -> Vec<u64> {
             Ok((VARIANT_UPDATE | VARIANT_REGROUPED, rest)) => {
                 if let Ok((h, _)) = postcard::take_from_bytes::<UpdateHead>(rest) {
                     out.push(h.id);
+                }
+            }
+            // A wrapped record: whatever it wraps.
+            Ok((VARIANT_HELD, _)) => {
+                if let Ok(Record::Held { record, .. }) = postcard::from_bytes(payload) {
+                    out.extend(record.message_ids());
                 }
             }
             Ok((VARIANT_REDRIVE_V1 | VARIANT_REDRIVE | VARIANT_REDRIVE_GROUPED, _)) => {
@@ -529,7 +576,7 @@ pub(crate) fn decode_frame(buf: &[u8]) -> Result<(Record, usize), FrameError> {
         return Err(FrameError::Checksum);
     }
     let rec = postcard::from_bytes(payload).map_err(|e| FrameError::Decode(e.to_string()))?;
-    Ok((rec, end))
+    Ok((unwrap_read(rec), end))
 }
 
 #[cfg(test)]

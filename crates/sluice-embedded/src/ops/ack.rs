@@ -5,7 +5,8 @@ use sluice_core::store::AckOverlap;
 use sluice_core::{AckRequest, QueueName, StoreError};
 
 use crate::core::Inner;
-use crate::journal::record::{Acked, Record};
+use crate::journal::record::{Acked, Hold, Record};
+use crate::state::LeaseHolder;
 
 /// A lease may be granted while an ack of the same queue is under way, on every queue: `ack`
 /// decides and appends under the state lock before its one await (durability).
@@ -28,6 +29,7 @@ pub(crate) async fn ack(
         let mut seen = std::collections::HashSet::new();
         let mut plain = Vec::new();
         let mut plain_times = Vec::new();
+        let mut plain_holds = Vec::new();
         let mut records = Vec::new();
         let mut out = Vec::with_capacity(acks.len());
         let mut outcomes = Tally::default();
@@ -71,17 +73,30 @@ pub(crate) async fn ack(
                 1,
             );
             let times = core.times(&acked, &m)?;
+            // A completed record that is kept shows the delivery that completed it: when its
+            // lease began and who received it.
+            let hold = times
+                .and_then(|_| core.state.holders.get(&acked.id))
+                .map(LeaseHolder::holder)
+                .and_then(|h| Hold::of_lease(acked.id, Some(&h)));
             match core.completion(acked, &m, result)? {
-                Some(rec) => records.push(Record::timed(rec, times.into_iter().collect())),
+                Some(rec) => records.push(Record::held(
+                    Record::timed(rec, times.into_iter().collect()),
+                    hold.into_iter().collect(),
+                )),
                 None => {
                     plain.push(acked);
                     plain_times.extend(times);
+                    plain_holds.extend(hold);
                 }
             }
             out.push(Ok(()));
         }
         if !plain.is_empty() {
-            records.push(Record::timed(Record::Ack(plain), plain_times));
+            records.push(Record::held(
+                Record::timed(Record::Ack(plain), plain_times),
+                plain_holds,
+            ));
         }
         let pos = if records.is_empty() {
             None

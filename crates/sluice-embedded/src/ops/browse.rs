@@ -103,7 +103,7 @@ pub(crate) fn get_message(inner: &Inner, id: MessageId) -> Result<Message, Store
     let Some(d) = core.state.done.get(&id.0).copied() else {
         return Err(StoreError::MessageNotFound(id));
     };
-    let kept = if d.has_result || d.has_attempts {
+    let kept = if d.has_result || d.has_attempts || d.held {
         stored_completion(core.log.read(d.loc)?, id.0)
     } else {
         Default::default()
@@ -123,7 +123,7 @@ pub(crate) fn get_message(inner: &Inner, id: MessageId) -> Result<Message, Store
             kept.attempts,
             Timestamp(d.at),
             d.cancelled,
-            None,
+            kept.holder.as_ref(),
         ),
         dedup_id: None,
         source_queue: None,

@@ -7,12 +7,13 @@ use std::time::Duration;
 use sluice_core::adaptive::{Outcome, classify_nack};
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::{
-    Attempt, AttemptOutcome, DeadLetterReason, Failure, MessageState, NackOutcome, QueueName,
-    Receipt, StoreError, Timestamp,
+    AttemptOutcome, DeadLetterReason, Failure, MessageState, NackOutcome, QueueName, Receipt,
+    StoreError, Timestamp,
 };
 
-use crate::core::Inner;
+use crate::core::{Core, Inner};
 use crate::journal::record::{Record, Rich, UpdateEvent, UpdateRecord};
+use crate::state::LeaseHolder;
 
 /// Hands a lease back as failed: retried after the delay, or dead-lettered after its last
 /// attempt.
@@ -38,7 +39,14 @@ pub(crate) async fn nack(
             }
             let cfg = core.state.queues[&qid].config.clone();
             let (_, mut rich) = core.load(receipt.id.0, &m)?;
-            apply_failure(&mut rich, now, AttemptOutcome::Nacked, &failure);
+            apply_failure(
+                core,
+                receipt.id.0,
+                &mut rich,
+                now,
+                AttemptOutcome::Nacked,
+                &failure,
+            );
             let id = receipt.id.0;
             // Congestion: a nack with the dependency's Retry-After, or one whose error matches
             // an `errors` signal. It does not spend the attempt, nor does any nack while the
@@ -119,7 +127,14 @@ pub(crate) async fn reject(
             }
             let cfg = core.state.queues[&qid].config.clone();
             let (_, mut rich) = core.load(receipt.id.0, &m)?;
-            apply_failure(&mut rich, now, AttemptOutcome::Rejected, &failure);
+            apply_failure(
+                core,
+                receipt.id.0,
+                &mut rich,
+                now,
+                AttemptOutcome::Rejected,
+                &failure,
+            );
             let u = core.dead_letter(
                 &cfg,
                 queue,
@@ -156,7 +171,14 @@ pub(crate) async fn move_message(
                 ));
             }
             let (_, mut rich) = core.load(receipt.id.0, &m)?;
-            apply_failure(&mut rich, now, AttemptOutcome::Moved, &failure);
+            apply_failure(
+                core,
+                receipt.id.0,
+                &mut rich,
+                now,
+                AttemptOutcome::Moved,
+                &failure,
+            );
             rich.source_queue = Some(queue.to_string());
             rich.dead_letter = None;
             let u = UpdateRecord {
@@ -210,23 +232,23 @@ pub(crate) async fn release(
     Ok(())
 }
 
-/// The attempt a failure report adds to a message's history (its error already cut to its
-/// limit by `Checked`).
-fn failure_attempt(now: i64, outcome: AttemptOutcome, failure: &Failure) -> Attempt {
-    Attempt {
-        at: Timestamp(now),
+/// Adds the failure message `id`'s consumer reported to its history (its error already cut
+/// to its limit by `Checked`); the error, if any, becomes the last error.
+fn apply_failure(
+    core: &Core,
+    id: u64,
+    rich: &mut Rich,
+    now: i64,
+    outcome: AttemptOutcome,
+    failure: &Failure,
+) {
+    let holder = core.state.holders.get(&id).map(LeaseHolder::holder);
+    let attempt = lifecycle::ended_attempt(
+        Timestamp(now),
         outcome,
-        error: failure.error.clone(),
-        consumer: failure.consumer.clone(),
-        started_at: None,
-    }
-}
-
-/// Adds a failure to a message's history; its error, if any, becomes the last error.
-fn apply_failure(rich: &mut Rich, now: i64, outcome: AttemptOutcome, failure: &Failure) {
-    let attempt = failure_attempt(now, outcome, failure);
-    if attempt.error.is_some() {
-        rich.last_error.clone_from(&attempt.error);
-    }
-    lifecycle::record_attempt(&mut rich.attempts, attempt);
+        failure.error.clone(),
+        failure.consumer.clone(),
+        holder.as_ref(),
+    );
+    lifecycle::record_failure(&mut rich.attempts, &mut rich.last_error, attempt);
 }

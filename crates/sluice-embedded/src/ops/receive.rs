@@ -195,7 +195,11 @@ fn try_receive(
     }
     let reserved = reservation.is_some();
     let mut records: Vec<Record> = reservation.into_iter().collect();
-    records.push(Record::Lease(leases));
+    records.push(Record::Leased {
+        at: now,
+        consumer: req.consumer.clone(),
+        leases,
+    });
     let pos = core.commit(records)?;
     // The lease itself is not waited for: it becomes durable with the next group commit
     // (at the latest with this consumer's ack, which comes after it in the log), and a

@@ -40,11 +40,30 @@ pub(crate) struct Done {
     pub has_result: bool,
     /// The record holds the attempts that failed before it completed.
     pub has_attempts: bool,
+    /// The record holds the lease its acknowledged delivery ran under (a [`Record::Held`]).
+    pub held: bool,
     pub cancelled: bool,
     /// When the message was sent and entered the queue it completed in, in ms. Completion
     /// records written before they were kept read as completed at both.
     pub enqueued_at: i64,
     pub entered_at: i64,
+}
+
+/// When a lease began and the name its receiver gave: one name shared by the messages of a
+/// receive.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseHolder {
+    pub at: i64,
+    pub consumer: Option<std::sync::Arc<str>>,
+}
+
+impl LeaseHolder {
+    pub(crate) fn holder(&self) -> sluice_core::Holder {
+        sluice_core::Holder {
+            started_at: Some(Timestamp(self.at)),
+            consumer: self.consumer.as_deref().map(str::to_owned),
+        }
+    }
 }
 
 /// A response remembered under an idempotency key.
@@ -83,6 +102,9 @@ pub(crate) struct State {
     pub history_segs: BTreeMap<i64, u32>,
     /// Redrive jobs, running and recently finished.
     pub jobs: BTreeMap<u64, sluice_core::RedriveJob>,
+    /// When each leased message's lease began and who received it (leases recorded before
+    /// lease starts were kept have none).
+    pub holders: IdMap<u64, LeaseHolder>,
     /// The last progress of running tasks; advisory, so kept in memory only.
     pub progress: IdMap<u64, sluice_core::Progress>,
     /// The keys of messages with errors, sources or dead-letter information, for summaries.
@@ -118,6 +140,7 @@ impl State {
             idem: HashMap::new(),
             idem_order: VecDeque::new(),
             progress: IdMap::default(),
+            holders: IdMap::default(),
             summary: Default::default(),
             jobs: BTreeMap::new(),
             schedules: BTreeMap::new(),
@@ -145,6 +168,7 @@ impl State {
             }
             for id in q.ids() {
                 self.members.remove(&id);
+                self.holders.remove(&id);
                 if let Some(m) = self.msgs.remove(&id) {
                     self.unaccount(&m);
                 }
@@ -251,6 +275,7 @@ impl State {
     /// Removes a message entirely.
     pub fn remove(&mut self, id: u64) -> Option<Msg> {
         self.progress.remove(&id);
+        self.holders.remove(&id);
         let m = self.detach(id)?;
         self.msgs.remove(&id);
         if m.grouped() {
@@ -293,23 +318,44 @@ impl State {
             Record::RedriveGrouped { job, moves, orders } => {
                 self.apply_redrive(job.0.clone(), moves, loc, orders);
             }
-            Record::Lease(leases) => {
+            Record::Leased {
+                at,
+                consumer,
+                leases,
+            } => {
+                self.apply_leases(leases);
+                let holder = LeaseHolder {
+                    at: *at,
+                    consumer: consumer.as_deref().map(std::sync::Arc::from),
+                };
                 for l in leases {
-                    self.progress.remove(&l.id);
-                    self.next_token = self.next_token.max(l.token.saturating_add(1));
-                    let Some(mut m) = self.detach(l.id) else {
-                        continue;
-                    };
-                    m.set_slot(Slot::Leased);
-                    m.at = l.deadline;
-                    m.set_token(l.token);
-                    m.set_receive_count(l.receive_count);
-                    self.attach(l.id, m);
-                    if let Some(t) = self.totals(m.qid) {
-                        t.received += 1;
+                    if self.msgs.get(&l.id).is_some_and(|m| m.holds(l.token)) {
+                        self.holders.insert(l.id, holder.clone());
                     }
                 }
             }
+            Record::Held { record, holds } => {
+                self.apply(record, loc, len);
+                for h in holds {
+                    let Some((at, consumer)) = &h.lease else {
+                        continue;
+                    };
+                    if let Some(d) = self.done.get_mut(&h.id) {
+                        d.held = true;
+                    } else if self
+                        .msgs
+                        .get(&h.id)
+                        .is_some_and(|m| m.slot() == Slot::Leased)
+                    {
+                        let holder = LeaseHolder {
+                            at: *at,
+                            consumer: consumer.as_deref().map(std::sync::Arc::from),
+                        };
+                        self.holders.insert(h.id, holder);
+                    }
+                }
+            }
+            Record::Lease(leases) => self.apply_leases(leases),
             Record::Extend {
                 id,
                 token,
@@ -568,6 +614,26 @@ impl State {
 
     /// Applies an update; `order` is the new place in its group's line of a grouped message
     /// that it brings into another queue.
+    /// Applies leases handed out: each message is leased under its new token.
+    fn apply_leases(&mut self, leases: &[crate::journal::record::Lease]) {
+        for l in leases {
+            self.holders.remove(&l.id);
+            self.progress.remove(&l.id);
+            self.next_token = self.next_token.max(l.token.saturating_add(1));
+            let Some(mut m) = self.detach(l.id) else {
+                continue;
+            };
+            m.set_slot(Slot::Leased);
+            m.at = l.deadline;
+            m.set_token(l.token);
+            m.set_receive_count(l.receive_count);
+            self.attach(l.id, m);
+            if let Some(t) = self.totals(m.qid) {
+                t.received += 1;
+            }
+        }
+    }
+
     fn apply_update(
         &mut self,
         u: &crate::journal::record::UpdateRecord,
@@ -575,6 +641,7 @@ impl State {
         order: Option<u64>,
     ) {
         self.progress.remove(&u.id);
+        self.holders.remove(&u.id);
         self.count_update(u.event, u.qid);
         if let Some(o) = order {
             self.next_id = self.next_id.max(o.saturating_add(1));
@@ -643,6 +710,7 @@ impl State {
                     len,
                     has_result,
                     has_attempts,
+                    held: false,
                     cancelled: a.cancelled,
                     enqueued_at: a.at,
                     entered_at: a.at,

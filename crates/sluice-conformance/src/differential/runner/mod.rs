@@ -258,7 +258,7 @@ impl<'a> Run<'a> {
         if !self.model.queues.contains_key(q.as_str()) {
             return Some(Err(ErrorCode::QueueNotFound));
         }
-        let del = self.model.deliveries[d];
+        let del = self.model.deliveries[d].clone();
         let live = self.model.is_live(d)
             && self
                 .model

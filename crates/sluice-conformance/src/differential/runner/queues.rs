@@ -345,7 +345,7 @@ impl Run<'_> {
         &mut self,
         queue: u8,
         visibility_ms: Option<u64>,
-        _consumer: &Option<String>,
+        consumer: &Option<String>,
         ds: Vec<sluice_core::message::Delivery>,
     ) -> Result<(), String> {
         let now = self.now();
@@ -388,7 +388,7 @@ impl Run<'_> {
                 "delivery of {mid} (body, attributes, receive_count, max_receive_count, \
                  enqueued_at, last_error, lease_deadline, group): engine {seen:?}, model {want:?}"
             );
-            let del = self.model.lease(mid, queue, until);
+            let del = self.model.lease(mid, queue, until, now, consumer.clone());
             ensure!(del == self.receipts.len(), "delivery tables out of step");
             self.receipts.push(d.receipt);
         }

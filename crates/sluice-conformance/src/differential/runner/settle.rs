@@ -11,7 +11,7 @@ impl Run<'_> {
                 let Some(d) = self.model.pick(*pick) else {
                     return Ok(());
                 };
-                let del = self.model.deliveries[d];
+                let del = self.model.deliveries[d].clone();
                 let q = qn(del.queue);
                 let res = result.as_ref().map(body);
                 let got = self
@@ -56,7 +56,7 @@ impl Run<'_> {
                 let Some(d) = self.model.pick(*pick) else {
                     return Ok(());
                 };
-                let del = self.model.deliveries[d];
+                let del = self.model.deliveries[d].clone();
                 let q = qn(del.queue);
                 let failure = Failure {
                     error: error.clone(),
@@ -134,7 +134,7 @@ impl Run<'_> {
                 let Some(d) = self.model.pick(*pick) else {
                     return Ok(());
                 };
-                let del = self.model.deliveries[d];
+                let del = self.model.deliveries[d].clone();
                 let q = qn(del.queue);
                 let failure = Failure {
                     error: error.clone(),
@@ -170,7 +170,7 @@ impl Run<'_> {
                 let Some(d) = self.model.pick(*pick) else {
                     return Ok(());
                 };
-                let del = self.model.deliveries[d];
+                let del = self.model.deliveries[d].clone();
                 let q = qn(del.queue);
                 let to = qn(*to);
                 let failure = Failure {
@@ -212,7 +212,7 @@ impl Run<'_> {
                 let Some(d) = self.model.pick(*pick) else {
                     return Ok(());
                 };
-                let del = self.model.deliveries[d];
+                let del = self.model.deliveries[d].clone();
                 let q = qn(del.queue);
                 let got = self
                     .s()
@@ -238,7 +238,7 @@ impl Run<'_> {
                 let Some(d) = self.model.pick(*pick) else {
                     return Ok(());
                 };
-                let del = self.model.deliveries[d];
+                let del = self.model.deliveries[d].clone();
                 let q = qn(del.queue);
                 let got = self.s().release(&q, self.receipts[d]).await;
                 let Some(want) = self.settle_check(d, &q, &None, &None) else {
