@@ -239,6 +239,10 @@ def test_settle_ack_nack_reject_release_move_extend(client: sluice.Client, queue
     assert e.value.code is ErrorCode.RECEIPT_STALE and e.value.status == 409
     done = client.get_message(ids[0])
     assert done.state == "completed" and done.result == {"ok": 1}
+    # The acknowledged delivery is the last attempt: who received it and when its lease began.
+    acked = done.attempts[-1]
+    assert acked.outcome == "acked" and acked.consumer == "py-test"
+    assert acked.started_at is not None and acked.started_at <= acked.at
     t = client.task_status(ids[0])
     assert t.status is TaskStatus.SUCCESS and t.result == {"ok": 1}
 

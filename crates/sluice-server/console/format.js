@@ -28,6 +28,15 @@ export function when(iso) {
   return `${d.toLocaleString()} (${age(Date.now() - d.getTime())} ago)`;
 }
 
+// How long a delivery ran: from its lease's start to its end, finer than `age` below a minute.
+export function span(startIso, endIso) {
+  if (!startIso || !endIso) return "—";
+  const ms = new Date(endIso).getTime() - new Date(startIso).getTime();
+  if (ms < 1000) return `${Math.max(ms, 0)} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  return age(ms);
+}
+
 export function trend(flow) {
   if (!flow) return h("span", { class: "flat" }, "→");
   const arrow = { rising: "↑", falling: "↓" }[flow.direction] || "→";

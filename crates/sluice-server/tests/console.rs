@@ -286,11 +286,29 @@ async fn bodies_are_shown_as_text_and_never_run() {
         .await;
     assert_eq!(code, 201, "{v}");
     let bytes_id = v["ids"][0].as_str().expect("id").to_owned();
+    // One failed delivery, received by a named worker: its attempt says who and how long.
+    let got = s.receive("web", json!({"consumer": "worker-7"})).await;
+    assert_eq!(got[0]["id"], json!(json_id));
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/web/nack",
+            Some(json!({"receipt": got[0]["receipt"], "error": "boom", "delay_ms": 0})),
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
 
     b.client
         .goto(&s.url(&format!("/#/messages/{json_id}")))
         .await
         .expect("open");
+    let attempt = b
+        .text_when("#attempts tbody", |t| t.contains("worker-7"))
+        .await;
+    assert!(
+        attempt.contains("nacked") && attempt.contains("boom") && attempt.contains(" ms"),
+        "the attempt names its worker and how long it ran: {attempt}"
+    );
     let body = b.text_when("#body", |t| t.contains("script")).await;
     assert!(
         body.contains("<script>window.pwned = 1</script>"),

@@ -227,8 +227,13 @@ pub struct AttemptView {
     pub outcome: AttemptOutcomeView,
     /// The error reported.
     pub error: Option<String>,
-    /// The consumer that held it.
+    /// The consumer that held it: the name it gave when it settled the delivery, else the
+    /// one it gave when it received it.
     pub consumer: Option<String>,
+    /// When the delivery began (its lease was handed out); absent for deliveries recorded
+    /// before lease starts were kept. `at` less this is how long the consumer held it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
 }
 
 impl From<&Attempt> for AttemptView {
@@ -238,6 +243,7 @@ impl From<&Attempt> for AttemptView {
             outcome: a.outcome.into(),
             error: a.error.clone(),
             consumer: a.consumer.clone(),
+            started_at: a.started_at.map(rfc3339),
         }
     }
 }

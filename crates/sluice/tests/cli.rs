@@ -357,8 +357,22 @@ fn nack_reject_message_show_and_delete() {
     assert_eq!(m["last_error"], "poison");
     assert_eq!(m["dead_letter_reason"], "rejected");
     assert_eq!(m["attempts"].as_array().map(Vec::len), Some(2));
+    // Each attempt says when its lease began and who held it (the CLI receives by name).
+    for a in m["attempts"].as_array().expect("attempts") {
+        assert!(
+            a["started_at"]
+                .as_str()
+                .is_some_and(|s| s <= a["at"].as_str().unwrap()),
+            "{a}"
+        );
+        assert_eq!(a["consumer"], "sluice-cli", "{a}");
+    }
     let human = ok(u, &["message", "show", &id]);
     assert!(human.contains("q.dlq") && human.contains("boom"), "{human}");
+    assert!(
+        human.contains("rejected (ran ") && human.contains(", sluice-cli): poison"),
+        "{human}"
+    );
 
     // A batch ack reports each receipt; a stale one makes the exit code 4.
     ok(u, &["send", "q", "x"]);

@@ -357,12 +357,15 @@ class ExtendResult:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One finished delivery that did not succeed."""
+    """One finished delivery: when it ended (``at``) and how, the error reported, the
+    consumer that held it, and when its lease began (``started_at``; ``None`` for
+    deliveries recorded before lease starts were kept)."""
 
     at: str
     outcome: str
     error: Optional[str]
     consumer: Optional[str]
+    started_at: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -426,7 +429,13 @@ class Message:
             receive_count=d["receive_count"],
             last_error=d.get("last_error"),
             attempts=[
-                Attempt(a["at"], a["outcome"], a.get("error"), a.get("consumer"))
+                Attempt(
+                    a["at"],
+                    a["outcome"],
+                    a.get("error"),
+                    a.get("consumer"),
+                    a.get("started_at"),
+                )
                 for a in d.get("attempts") or []
             ],
             dedup_id=d.get("dedup_id"),

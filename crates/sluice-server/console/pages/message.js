@@ -3,7 +3,7 @@
 
 import { enc } from "../api.js";
 import { confirmBox, fill, h } from "../dom.js";
-import { num, when } from "../format.js";
+import { num, span, when } from "../format.js";
 import { can } from "../session.js";
 
 const HEX_LIMIT = 4096;
@@ -56,8 +56,8 @@ export async function messagePage(page, id) {
     h(
       "table",
       { id: "attempts" },
-      h("thead", {}, h("tr", {}, ["at", "outcome", "error", "consumer"].map((c) => h("th", {}, c)))),
-      h("tbody", {}, m.attempts.map((a) => h("tr", {}, h("td", {}, when(a.at)), h("td", {}, a.outcome), h("td", {}, a.error || "—"), h("td", {}, a.consumer || "—")))),
+      h("thead", {}, h("tr", {}, ["ended", "ran", "outcome", "error", "consumer"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, m.attempts.map((a) => h("tr", {}, h("td", {}, when(a.at)), h("td", {}, span(a.started_at, a.at)), h("td", {}, a.outcome), h("td", {}, a.error || "—"), h("td", {}, a.consumer || "—")))),
     ),
     h("h2", {}, `Body (${kind})`),
     h("pre", { class: "body", id: "body" }, text),

@@ -79,9 +79,15 @@ pub async fn run(a: MessageArgs) -> Result<(), Failure> {
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default();
+                let held = match (ran(at.started_at.as_deref(), &at.at), &at.consumer) {
+                    (Some(ran), Some(c)) => format!(" (ran {ran}, {c})"),
+                    (Some(ran), None) => format!(" (ran {ran})"),
+                    (None, Some(c)) => format!(" ({c})"),
+                    (None, None) => String::new(),
+                };
                 rows.push((
                     if i == 0 { "attempts" } else { "" },
-                    format!("{} {outcome}: {}", at.at, or_dash(at.error.as_ref())),
+                    format!("{} {outcome}{held}: {}", at.at, or_dash(at.error.as_ref())),
                 ));
             }
             details(&rows);
@@ -95,6 +101,20 @@ pub async fn run(a: MessageArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// How long a delivery ran, from its lease's start to its end: milliseconds below a second.
+fn ran(started_at: Option<&str>, ended_at: &str) -> Option<String> {
+    let start = sluice_core::time::parse_rfc3339("started_at", started_at?).ok()?;
+    let end = sluice_core::time::parse_rfc3339("at", ended_at).ok()?;
+    let ms = u64::try_from(end.as_millis() - start.as_millis()).unwrap_or(0);
+    Some(if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        super::args::fmt_secs(ms / 1000)
+    })
 }
 
 /// The wire form of a serde enum (`visible`, `exhausted`, ...).
