@@ -11,6 +11,7 @@
 //! `async-trait` dependency. A caller of the API (the Rust SDK) turns it off: it needs the
 //! model, not the engine contract.
 
+pub mod access;
 pub mod adaptive;
 pub mod audit;
 pub mod backoff;

@@ -25,87 +25,8 @@ use crate::error::ApiError;
 /// Longest `Authorization` header accepted; anything longer is abuse, not a key.
 pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
 
-/// What a key may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Everything.
-    Admin,
-    /// Queue administration (create, update, delete, pause, resume, purge), browse,
-    /// get and delete messages, stats.
-    Operator,
-    /// Send (plus reading a queue's config and stats).
-    Producer,
-    /// Receive, ack, nack, reject, move, extend (plus reading a queue's config).
-    Consumer,
-}
-
-impl Role {
-    /// The config form, e.g. `operator`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Operator => "operator",
-            Role::Producer => "producer",
-            Role::Consumer => "consumer",
-        }
-    }
-}
-
-/// An action a route performs on a queue, for the permission check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Create, update, delete, pause, resume, purge.
-    ManageQueue,
-    /// Read a queue's config.
-    ReadQueue,
-    /// Send messages.
-    Send,
-    /// Receive, ack, nack, reject, move, extend.
-    Consume,
-    /// Browse, get or delete messages.
-    Inspect,
-    /// Read stats.
-    Stats,
-    /// Read a task's status and result.
-    ReadTask,
-    /// Cancel a task.
-    CancelTask,
-    /// Start, list or cancel redrive jobs.
-    Redrive,
-}
-
-impl Action {
-    /// Whether `role` may do this.
-    pub fn allowed(self, role: Role) -> bool {
-        use Role::*;
-        match self {
-            Action::ManageQueue | Action::Inspect | Action::Redrive => {
-                matches!(role, Admin | Operator)
-            }
-            Action::ReadQueue | Action::ReadTask => true,
-            Action::CancelTask => matches!(role, Admin | Operator | Producer),
-            Action::Send => matches!(role, Admin | Producer),
-            Action::Consume => matches!(role, Admin | Consumer),
-            Action::Stats => matches!(role, Admin | Operator | Producer),
-        }
-    }
-
-    /// What it is, for error messages: "send", "manage queues", ….
-    pub fn describe(self) -> &'static str {
-        match self {
-            Action::ManageQueue => "manage queues",
-            Action::ReadQueue => "read queues",
-            Action::Send => "send",
-            Action::Consume => "consume",
-            Action::Inspect => "browse or change messages",
-            Action::Stats => "read stats",
-            Action::ReadTask => "read task status",
-            Action::CancelTask => "cancel tasks",
-            Action::Redrive => "redrive dead letters",
-        }
-    }
-}
+use sluice_core::access::operations::Operation;
+pub use sluice_core::access::{Action, Denied, Key, Role, glob_match, is_pattern};
 
 /// One key as configured (the `[[keys]]` table of the config file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,24 +63,6 @@ impl std::fmt::Display for KeyConfigError {
 /// The SHA-256 of a secret, in lowercase hex: what a key's `sha256` holds.
 pub fn hash_secret(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
-}
-
-/// An authenticated key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Key {
-    /// Its name.
-    pub name: String,
-    /// Its role.
-    pub role: Role,
-    /// Its queue patterns.
-    pub patterns: Vec<String>,
-}
-
-impl Key {
-    /// True when one of the key's patterns matches `queue`.
-    pub fn covers(&self, queue: &str) -> bool {
-        self.patterns.iter().any(|p| glob_match(p, queue))
-    }
 }
 
 /// The configured keys, by hash.
@@ -205,10 +108,7 @@ impl KeyRing {
                 )));
             }
             for p in &k.queues {
-                let ok = !p.is_empty()
-                    && p.chars()
-                        .all(|c| sluice_core::name::is_name_char(c) || matches!(c, '*' | '?'));
-                if !ok {
+                if !is_pattern(p) {
                     return Err(KeyConfigError(format!(
                         "key \"{}\": pattern \"{p}\" may hold only queue-name characters and the \
                          wildcards * and ?",
@@ -253,33 +153,12 @@ impl KeyRing {
     }
 }
 
-/// Matches `name` against a pattern where `*` is any run of characters and `?` one.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let (p, n) = (pattern.as_bytes(), name.as_bytes());
-    let (mut pi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if pi < p.len() && (p[pi] == b'?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ni));
-            pi += 1;
-        } else if let Some((sp, sn)) = star {
-            pi = sp + 1;
-            ni = sn + 1;
-            star = Some((sp, sn + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == b'*')
-}
-
-/// Who is calling: a key, or anybody when authentication is off.
+/// Who is calling: a key, or anybody when authentication is off; and, once the permission
+/// layer has checked it, the operation it is calling (see `crate::access`).
 #[derive(Debug, Clone)]
 pub struct Caller {
     key: Option<Arc<Key>>,
+    op: Option<&'static Operation>,
 }
 
 impl Caller {
@@ -293,15 +172,9 @@ impl Caller {
     /// # Errors
     /// 403 `permission_denied` naming what is missing.
     pub fn allow(&self, action: Action, queue: &QueueName) -> Result<(), ApiError> {
-        self.allow_role(action)?;
         match &self.key {
-            Some(k) if !k.covers(queue.as_str()) => Err(ApiError::forbidden(format!(
-                "key \"{}\" does not cover queue \"{}\" (its patterns: {})",
-                k.name,
-                queue.as_str(),
-                k.patterns.join(", ")
-            ))),
-            _ => Ok(()),
+            Some(k) => k.permits(action, queue.as_str()).map_err(denied),
+            None => Ok(()),
         }
     }
 
@@ -329,9 +202,7 @@ impl Caller {
     /// True when the caller reaches every queue, whatever its name: authentication is off, or
     /// the key has the pattern `*`.
     pub fn covers_all(&self) -> bool {
-        self.key
-            .as_deref()
-            .is_none_or(|k| k.patterns.iter().any(|p| p == "*"))
+        self.key.as_deref().is_none_or(Key::covers_all)
     }
 
     /// Checks the role alone (before the queue is known).
@@ -340,13 +211,8 @@ impl Caller {
     /// 403 `permission_denied`.
     pub fn allow_role(&self, action: Action) -> Result<(), ApiError> {
         match &self.key {
-            Some(k) if !action.allowed(k.role) => Err(ApiError::forbidden(format!(
-                "key \"{}\" has role {}, which may not {}",
-                k.name,
-                k.role.as_str(),
-                action.describe()
-            ))),
-            _ => Ok(()),
+            Some(k) => k.permits_action(action).map_err(denied),
+            None => Ok(()),
         }
     }
 
@@ -368,16 +234,79 @@ impl Caller {
     }
 }
 
+/// A refusal as the HTTP API answers it: 403 `permission_denied` naming what is missing.
+fn denied(d: Denied) -> ApiError {
+    ApiError::forbidden(d.to_string())
+}
+
 impl Caller {
     /// Anybody: authentication is off.
     pub(crate) fn anybody() -> Caller {
-        Caller { key: None }
+        Caller {
+            key: None,
+            op: None,
+        }
+    }
+
+    /// The caller, calling `op` (its role and path already checked against it).
+    pub(crate) fn doing(self, op: &'static Operation) -> Caller {
+        Caller {
+            op: Some(op),
+            ..self
+        }
+    }
+
+    /// The actions of the operation being called, as the permission table declares them.
+    ///
+    /// # Errors
+    /// 403 `permission_denied` when no operation was checked: a handler reached without
+    /// the permission layer is refused rather than trusted.
+    fn actions(&self) -> Result<&'static [sluice_core::access::Action], ApiError> {
+        self.op.map(|o| o.actions).ok_or_else(|| {
+            ApiError::forbidden("this route is not in the permission table; nothing is allowed")
+        })
+    }
+
+    /// Checks that the caller may do what its operation does on `queue` too: a queue the
+    /// request's body names (a move's destination, a dead-letter queue, a redrive's source
+    /// and destination, a schedule's queue).
+    ///
+    /// # Errors
+    /// 403 `permission_denied` naming what is missing.
+    pub fn allow_also(&self, queue: &QueueName) -> Result<(), ApiError> {
+        for action in self.actions()? {
+            self.allow(*action, queue)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that the caller may do what its operation does on `queue`, the queue of the
+    /// message, task, redrive job or schedule it named by id or name. A key that does not
+    /// cover that queue gets `missing()`, the answer for one that does not exist: an id must
+    /// not reveal which queue outside the key's patterns holds it, nor that it exists.
+    ///
+    /// # Errors
+    /// `missing()` for a queue outside the patterns.
+    pub fn allow_found_op(
+        &self,
+        queue: &QueueName,
+        missing: impl FnOnce() -> ApiError,
+    ) -> Result<(), ApiError> {
+        self.actions()?;
+        if self.sees(queue.as_str()) {
+            Ok(())
+        } else {
+            Err(missing())
+        }
     }
 
     /// The holder of `secret`, or `unauthenticated` when no key has it.
     pub(crate) fn holder_of(keys: &KeyRing, secret: &str) -> Result<Caller, ApiError> {
         match keys.find(secret) {
-            Some(key) => Ok(Caller { key: Some(key) }),
+            Some(key) => Ok(Caller {
+                key: Some(key),
+                op: None,
+            }),
             None => Err(ApiError::unauthenticated("unknown API key")),
         }
     }
@@ -392,8 +321,13 @@ pub trait HasKeys {
 impl<S: HasKeys + Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Caller::from_headers(&parts.headers, state.keys())
+    /// The caller the permission layer (`crate::access`) authenticated and checked. A
+    /// request it did not check (a route missing from the permission table) is refused:
+    /// every handler that acts takes a `Caller`, so none runs unchecked.
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+            ApiError::forbidden("this route is not in the permission table; nothing is allowed")
+        })
     }
 }
 
@@ -443,18 +377,6 @@ impl Caller {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn globs_match_like_shells() {
-        assert!(glob_match("orders.*", "orders.eu"));
-        assert!(!glob_match("orders.*", "orders"));
-        assert!(glob_match("*", "anything"));
-        assert!(glob_match("*.dlq", "a.b.dlq"));
-        assert!(glob_match("a?c", "abc"));
-        assert!(!glob_match("a?c", "ac"));
-        assert!(glob_match("a*b*c", "aXXbYYc"));
-        assert!(!glob_match("a*b*c", "aXXbYY"));
-    }
 
     #[test]
     fn keys_are_found_by_secret() {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+use sluice_core::access::operations;
 use sluice_core::config::limits::MAX_BATCH;
 use sluice_core::store::IdempotentResponse;
 use sluice_core::{
@@ -25,7 +26,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::auth::{Action, Caller};
+use crate::auth::Caller;
 use crate::connections::{self, Gate, Permit};
 use crate::error::ApiError;
 use crate::{AppState, ServerOptions};
@@ -232,25 +233,16 @@ async fn handle(
     caller: &mut Option<Caller>,
     op: Op,
 ) -> Result<Reply, FrameError> {
+    if let Op::Hello { key } = op {
+        return hello(state, caller, key);
+    }
+    let caller = &authorize(caller.as_ref(), &op)?;
     match op {
-        Op::Hello { key } => {
-            let c = match key.as_deref() {
-                _ if !state.keys.enabled() => Caller::anybody(),
-                Some(secret) => {
-                    Caller::holder_of(&state.keys, secret).map_err(ApiError::into_frame_error)?
-                }
-                None => {
-                    return Err(FrameError::new(
-                        ErrorCode::Unauthenticated,
-                        "this broker requires an API key; send it in Hello",
-                    ));
-                }
-            };
-            *caller = Some(c);
-            Ok(Reply::Hello {
-                version: frame::VERSION,
-            })
-        }
+        // Answered above: it authenticates the connection and is no operation.
+        Op::Hello { .. } => Err(FrameError::new(
+            ErrorCode::InvalidArgument,
+            "Hello was already answered",
+        )),
         Op::Send { queue, messages } => {
             let messages = messages
                 .into_iter()
@@ -259,11 +251,9 @@ async fn handle(
                     group: None,
                 })
                 .collect();
-            send(state, authenticated(caller)?, queue, messages).await
+            send(state, caller, queue, messages).await
         }
-        Op::SendGrouped { queue, messages } => {
-            send(state, authenticated(caller)?, queue, messages).await
-        }
+        Op::SendGrouped { queue, messages } => send(state, caller, queue, messages).await,
         Op::Receive {
             queue,
             max,
@@ -277,9 +267,9 @@ async fn handle(
                 visibility: visibility_ms.map(Duration::from_millis),
                 consumer,
             };
-            receive(state, authenticated(caller)?, queue, req).await
+            receive(state, caller, queue, req).await
         }
-        Op::Ack { queue, receipts } => ack(state, authenticated(caller)?, queue, receipts).await,
+        Op::Ack { queue, receipts } => ack(state, caller, queue, receipts).await,
         Op::Nack {
             queue,
             receipt,
@@ -288,7 +278,7 @@ async fn handle(
             consumer,
         } => {
             let wait = delay_ms.map(Duration::from_millis);
-            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let q = allowed(caller, queue)?;
             nack(
                 state,
                 &q,
@@ -310,7 +300,7 @@ async fn handle(
             consumer,
         } => {
             let wait = Some(Duration::from_millis(retry_after_ms));
-            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let q = allowed(caller, queue)?;
             nack(
                 state,
                 &q,
@@ -325,7 +315,7 @@ async fn handle(
             .await
         }
         Op::AckWithResults { queue, acks } => {
-            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let q = allowed(caller, queue)?;
             ack_with_results(state, &q, acks).await
         }
         Op::Reject {
@@ -334,7 +324,7 @@ async fn handle(
             error,
             consumer,
         } => {
-            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let q = allowed(caller, queue)?;
             let failure = Failure {
                 error,
                 consumer,
@@ -348,7 +338,7 @@ async fn handle(
             })
         }
         Op::Release { queue, receipt } => {
-            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let q = allowed(caller, queue)?;
             state.store.release(&q, receipt.into()).await?;
             state.metrics.settled(sluice_core::MessageId(receipt.id));
             Ok(Reply::Nacked {
@@ -363,9 +353,9 @@ async fn handle(
             error,
             consumer,
         } => {
-            let c = authenticated(caller)?;
-            let q = allowed(c, Action::Consume, queue)?;
-            let to = allowed(c, Action::Consume, to)?;
+            let c = caller;
+            let q = allowed(c, queue)?;
+            let to = allowed(c, to)?;
             let failure = Failure {
                 error,
                 consumer,
@@ -386,7 +376,7 @@ async fn handle(
             receipt,
             visibility_ms,
         } => {
-            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let q = allowed(caller, queue)?;
             let visibility = Duration::from_millis(visibility_ms);
             let lease = state.store.extend(&q, receipt.into(), visibility).await?;
             Ok(lease_reply(&lease))
@@ -397,7 +387,7 @@ async fn handle(
             pct,
             detail,
         } => {
-            let q = allowed(authenticated(caller)?, Action::Consume, queue)?;
+            let q = allowed(caller, queue)?;
             let progress = sluice_core::Progress {
                 pct,
                 detail,
@@ -410,7 +400,7 @@ async fn handle(
             key,
             queue,
             messages,
-        } => send_idempotent(state, authenticated(caller)?, key, queue, messages).await,
+        } => send_idempotent(state, caller, key, queue, messages).await,
     }
 }
 
@@ -427,7 +417,7 @@ async fn send(
     queue: String,
     messages: Vec<GroupedFrameMessage>,
 ) -> Result<Reply, FrameError> {
-    let q = allowed(caller, Action::Send, queue)?;
+    let q = allowed(caller, queue)?;
     batch_size("a send", "messages", messages.len())?;
     let batch = messages
         .into_iter()
@@ -454,7 +444,7 @@ async fn receive(
     queue: String,
     req: ReceiveRequest,
 ) -> Result<Reply, FrameError> {
-    let q = allowed(caller, Action::Consume, queue)?;
+    let q = allowed(caller, queue)?;
     sluice_core::store::validate_receive(&req)?;
     let deliveries = state.lease(&q, req).await?;
     state.metrics.delivered(&q, &deliveries);
@@ -485,7 +475,7 @@ async fn ack(
     queue: String,
     receipts: Vec<FrameReceipt>,
 ) -> Result<Reply, FrameError> {
-    let q = allowed(caller, Action::Consume, queue)?;
+    let q = allowed(caller, queue)?;
     batch_size("an ack", "receipts", receipts.len())?;
     let acks = receipts
         .iter()
@@ -550,7 +540,7 @@ async fn send_idempotent(
     use crate::idempotency::Turn;
     crate::idempotency::check_key(&key).map_err(ApiError::into_frame_error)?;
     // A caller that may not send claims no key: only authorised requests write records.
-    allowed(caller, Action::Send, queue.clone())?;
+    allowed(caller, queue.clone())?;
     let mut request = Vec::new();
     frame::encode_frame(&(&queue, &messages), &mut request);
     let fingerprint: [u8; 32] = Sha256::digest(&request).into();
@@ -615,13 +605,60 @@ fn replay(kept: &IdempotentResponse, fingerprint: &[u8; 32]) -> Result<Reply, Fr
 }
 
 /// The connection's caller, once it has said who it is (always, without API keys).
-fn authenticated(caller: &Option<Caller>) -> Result<&Caller, FrameError> {
-    caller.as_ref().ok_or_else(|| {
+fn authenticated(caller: Option<&Caller>) -> Result<&Caller, FrameError> {
+    caller.ok_or_else(|| {
         FrameError::new(
             ErrorCode::Unauthenticated,
             "this broker requires an API key: send Hello with one before other requests",
         )
     })
+}
+
+/// `Hello`: authenticates the connection with its key (any key; none without keys).
+fn hello(
+    state: &AppState,
+    caller: &mut Option<Caller>,
+    key: Option<String>,
+) -> Result<Reply, FrameError> {
+    let c = match key.as_deref() {
+        _ if !state.keys.enabled() => Caller::anybody(),
+        Some(secret) => {
+            Caller::holder_of(&state.keys, secret).map_err(ApiError::into_frame_error)?
+        }
+        None => {
+            return Err(FrameError::new(
+                ErrorCode::Unauthenticated,
+                "this broker requires an API key; send it in Hello",
+            ));
+        }
+    };
+    *caller = Some(c);
+    Ok(Reply::Hello {
+        version: frame::VERSION,
+    })
+}
+
+/// The connection's caller, once the permission table (`sluice_core::access::operations`)
+/// says what `op` does and the caller's role may do it; the queue it names is checked by
+/// [`allowed`] with the same actions.
+fn authorize(caller: Option<&Caller>, op: &Op) -> Result<Caller, FrameError> {
+    let caller = authenticated(caller)?;
+    let declared = operations::frame(op.name()).ok_or_else(|| {
+        FrameError::new(
+            ErrorCode::PermissionDenied,
+            format!(
+                "{} is not in the permission table; nothing is allowed",
+                op.name()
+            ),
+        )
+    })?;
+    let caller = caller.clone().doing(declared);
+    for action in declared.actions {
+        caller
+            .allow_role(*action)
+            .map_err(ApiError::into_frame_error)?;
+    }
+    Ok(caller)
 }
 
 /// Checks that a request carries 1 – [`MAX_BATCH`] items.
@@ -635,12 +672,11 @@ fn batch_size(request: &str, items: &str, n: usize) -> Result<(), FrameError> {
     Ok(())
 }
 
-/// The queue, once the caller may do `action` on it.
-fn allowed(caller: &Caller, action: Action, queue: String) -> Result<QueueName, FrameError> {
+/// The queue, once the caller may do what its op does on it (the permission table's
+/// actions, bound by [`authorize`]).
+fn allowed(caller: &Caller, queue: String) -> Result<QueueName, FrameError> {
     let q = QueueName::new(queue)?;
-    caller
-        .allow(action, &q)
-        .map_err(ApiError::into_frame_error)?;
+    caller.allow_also(&q).map_err(ApiError::into_frame_error)?;
     Ok(q)
 }
 

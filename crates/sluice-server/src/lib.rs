@@ -12,6 +12,7 @@
 //! # }
 //! ```
 
+mod access;
 pub mod auth;
 pub mod connections;
 pub mod console;

@@ -32,8 +32,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use serde::de::DeserializeOwned;
 use sluice_core::QueueName;
+use sluice_core::access::operations::{self, Operation};
+use sluice_core::access::{Action, glob_match};
 use sluice_core::store::Store;
-use sluice_server::auth::{Action, glob_match};
 use sluice_server::origin::{Hosts, OriginGuardLayer, OriginRules};
 
 pub use error::SqsError;
@@ -78,6 +79,8 @@ pub(crate) struct Call {
     host: Option<String>,
     /// The key that signed the request; `None` on an endpoint without keys.
     key: Option<SqsKey>,
+    /// What the action does, from the permission table (`None`: an action not served).
+    op: Option<&'static Operation>,
 }
 
 impl Call {
@@ -100,19 +103,31 @@ impl Call {
         })
     }
 
-    /// Whether the request's key may do `action` on `queue`.
-    pub(crate) fn allow(&self, action: Action, queue: &QueueName) -> Result<(), SqsError> {
-        if self.may(action, queue.as_str()) {
-            Ok(())
-        } else {
-            Err(SqsError::access_denied(action.describe(), queue.as_str()))
+    /// The actions the request's operation needs (the permission table's line).
+    fn actions(&self) -> &'static [Action] {
+        self.op.map_or(&[], |o| o.actions)
+    }
+
+    /// Whether the request's key may do what its action does on `queue`.
+    pub(crate) fn allow(&self, queue: &QueueName) -> Result<(), SqsError> {
+        match self
+            .actions()
+            .iter()
+            .find(|a| !self.may_on(**a, queue.as_str()))
+        {
+            None => Ok(()),
+            Some(a) => Err(SqsError::access_denied(a.describe(), queue.as_str())),
         }
     }
 
-    /// Whether the request's key's role may do `action` at all (every key may on an endpoint
-    /// without keys).
-    pub(crate) fn may_role(&self, action: Action) -> bool {
-        self.key.as_ref().is_none_or(|k| action.allowed(k.role))
+    /// The role check of the permission table, before the action runs: the first action
+    /// the key's role does not allow, if any (every key may on an endpoint without keys).
+    fn refused_role(&self) -> Option<Action> {
+        let key = self.key.as_ref()?;
+        self.actions()
+            .iter()
+            .copied()
+            .find(|a| !a.allowed(key.role))
     }
 
     /// Whether the request's key reaches every queue, whatever its name (every key does on an
@@ -123,9 +138,13 @@ impl Call {
             .is_none_or(|k| k.queues.iter().any(|p| p == "*"))
     }
 
-    /// Whether the request's key may do `action` on the queue named `queue` (every key may
-    /// on an endpoint without keys).
-    pub(crate) fn may(&self, action: Action, queue: &str) -> bool {
+    /// Whether the request's key may do what its action does on the queue named `queue`
+    /// (every key may on an endpoint without keys).
+    pub(crate) fn may(&self, queue: &str) -> bool {
+        self.actions().iter().all(|a| self.may_on(*a, queue))
+    }
+
+    fn may_on(&self, action: Action, queue: &str) -> bool {
         self.key
             .as_ref()
             .is_none_or(|k| action.allowed(k.role) && k.queues.iter().any(|p| glob_match(p, queue)))
@@ -300,13 +319,23 @@ async fn handle(State(sqs): State<Sqs>, req: Request) -> Response {
         .unwrap_or_default();
     let outcome = match key {
         Err(e) => Err(e),
-        Ok(key) => {
-            let call = Call { body, host, key };
-            match target.strip_prefix("AmazonSQS.") {
-                Some(action) => dispatch(&sqs, action, &call).await,
-                None => Err(SqsError::invalid_action(target)),
+        Ok(key) => match target.strip_prefix("AmazonSQS.") {
+            Some(action) => {
+                let op = operations::sqs(action);
+                dispatch(
+                    &sqs,
+                    action,
+                    &Call {
+                        body,
+                        host,
+                        key,
+                        op,
+                    },
+                )
+                .await
             }
-        }
+            None => Err(SqsError::invalid_action(target)),
+        },
     };
     finish(outcome, target, &request_id)
 }
@@ -333,6 +362,7 @@ async fn handle_query(
                 body: Bytes::from(request.input.to_string()),
                 host,
                 key,
+                op: operations::sqs(&request.action),
             };
             match dispatch(sqs, &request.action, &call).await {
                 Ok(value) => query::answer(&request.action, &value, request_id),
@@ -376,6 +406,14 @@ fn finish(
 }
 
 async fn dispatch(sqs: &Sqs, action: &str, call: &Call) -> Result<serde_json::Value, SqsError> {
+    // The permission table first: an action it does not declare is not served, and a key
+    // whose role may not do it learns nothing more (not even whether its input parses).
+    if call.op.is_none() {
+        return Err(SqsError::invalid_action(action));
+    }
+    if let Some(refused) = call.refused_role() {
+        return Err(SqsError::access_denied_role(refused.describe()));
+    }
     match action {
         "CreateQueue" => queues::create_queue(sqs, call).await,
         "GetQueueUrl" => queues::get_queue_url(sqs, call).await,

@@ -22,7 +22,6 @@ use crate::digest::{attributes_md5, md5_hex};
 use crate::error::SqsError;
 use crate::queue_url::queue_of_url;
 use crate::{Call, Sqs};
-use sluice_server::auth::Action;
 
 /// Most entries in one batch.
 const MAX_ENTRIES: usize = 10;
@@ -161,7 +160,7 @@ struct SendMessage {
 pub(crate) async fn send_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: SendMessage = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
-    call.allow(Action::Send, &queue)?;
+    call.allow(&queue)?;
     let kind = QueueKind::of(sqs, &queue).await?;
     let p = prepare(req.entry, kind)?;
     let out = sqs.store.send(&queue, vec![p.message]).await?;
@@ -229,7 +228,7 @@ fn failed(id: &str, e: &SqsError) -> Value {
 pub(crate) async fn send_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: SendMessageBatch = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
-    call.allow(Action::Send, &queue)?;
+    call.allow(&queue)?;
     let ids: Vec<String> = req
         .entries
         .iter()
@@ -284,7 +283,7 @@ struct ReceiveMessage {
 pub(crate) async fn receive_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: ReceiveMessage = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
-    call.allow(Action::Consume, &queue)?;
+    call.allow(&queue)?;
     let max = req.max_number_of_messages.unwrap_or(1);
     if !(1..=10).contains(&max) {
         return Err(SqsError::invalid_parameter(format!(
@@ -443,7 +442,7 @@ async fn delete_many(
 pub(crate) async fn delete_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: DeleteMessage = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
-    call.allow(Action::Consume, &queue)?;
+    call.allow(&queue)?;
     let mut out = delete_many(sqs, &queue, &[req.receipt_handle.as_str()]).await?;
     out.pop().unwrap_or(Ok(()))?;
     Ok(json!({}))
@@ -467,7 +466,7 @@ struct HandleBatch {
 pub(crate) async fn delete_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: HandleBatch = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
-    call.allow(Action::Consume, &queue)?;
+    call.allow(&queue)?;
     check_batch(req.entries.iter().map(|e| e.id.as_str()))?;
     let handles: Vec<&str> = req
         .entries
@@ -518,7 +517,7 @@ struct ChangeVisibility {
 pub(crate) async fn change_message_visibility(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: ChangeVisibility = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
-    call.allow(Action::Consume, &queue)?;
+    call.allow(&queue)?;
     change_one(sqs, &queue, &req.receipt_handle, req.visibility_timeout).await?;
     Ok(json!({}))
 }
@@ -529,7 +528,7 @@ pub(crate) async fn change_message_visibility_batch(
 ) -> Result<Value, SqsError> {
     let req: HandleBatch = call.input()?;
     let queue = queue_of_url(&req.queue_url)?;
-    call.allow(Action::Consume, &queue)?;
+    call.allow(&queue)?;
     check_batch(req.entries.iter().map(|e| e.id.as_str()))?;
     // The store has no batch extend: one at a time.
     let mut outcomes = Vec::with_capacity(req.entries.len());

@@ -18,7 +18,6 @@ use sluice_core::{
 use crate::error::SqsError;
 use crate::queue_url::{check_sqs_name, queue_of_arn, queue_of_url};
 use crate::{Call, Sqs};
-use sluice_server::auth::Action;
 
 /// SQS's defaults for a queue it creates.
 fn sqs_defaults() -> QueueConfigPatch {
@@ -194,7 +193,7 @@ struct CreateQueue {
 /// manage the target.
 fn allow_dead_letter_target(call: &Call, patch: &QueueConfigPatch) -> Result<(), SqsError> {
     match &patch.dead_letter_queue {
-        Some(Some(dlq)) => call.allow(Action::ManageQueue, dlq),
+        Some(Some(dlq)) => call.allow(dlq),
         _ => Ok(()),
     }
 }
@@ -202,7 +201,7 @@ fn allow_dead_letter_target(call: &Call, patch: &QueueConfigPatch) -> Result<(),
 pub(crate) async fn create_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: CreateQueue = call.input()?;
     let name = check_sqs_name(&req.queue_name)?;
-    call.allow(Action::ManageQueue, &name)?;
+    call.allow(&name)?;
     let mut patch = patch_of(&req.attributes, &name, sqs_defaults())?;
     allow_dead_letter_target(call, &patch)?;
     if !req.tags.is_empty() {
@@ -246,7 +245,7 @@ struct QueueNameInput {
 pub(crate) async fn get_queue_url(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: QueueNameInput = call.input()?;
     let name = QueueName::new(req.queue_name).map_err(|_| SqsError::no_queue())?;
-    call.allow(Action::ReadQueue, &name)?;
+    call.allow(&name)?;
     sqs.store.get_queue(&name).await?;
     Ok(json!({ "QueueUrl": call.url(sqs, name.as_str()) }))
 }
@@ -327,7 +326,7 @@ pub(crate) async fn list_queues(sqs: &Sqs, call: &Call) -> Result<Value, SqsErro
             page.queues
                 .into_iter()
                 .map(|q| String::from(q.name))
-                .filter(|n| call.may(Action::ReadQueue, n)),
+                .filter(|n| call.may(n)),
         );
         cursor = page.next_cursor;
         if names.len() >= want || cursor.is_none() || examined >= LIST_SCAN_LIMIT {
@@ -363,7 +362,7 @@ pub(crate) async fn list_dead_letter_source_queues(
 ) -> Result<Value, SqsError> {
     let req: ListDeadLetterSourceQueues = call.input()?;
     let dlq = queue_of_url(&req.queue_url)?;
-    call.allow(Action::ReadQueue, &dlq)?;
+    call.allow(&dlq)?;
     let all = sqs.store.list_queues().await?;
     if !all.iter().any(|q| q.name == dlq) {
         return Err(SqsError::no_queue());
@@ -374,7 +373,7 @@ pub(crate) async fn list_dead_letter_source_queues(
             q.config.dead_letter_queue.as_ref() == Some(&dlq) && q.config.max_receive_count > 0
         })
         .map(|q| q.name.as_str().to_owned())
-        .filter(|n| call.may(Action::ReadQueue, n))
+        .filter(|n| call.may(n))
         .collect();
     let (names, next) = page(names, req.max_results, req.next_token.as_deref())?;
     let urls: Vec<String> = names.iter().map(|n| call.url(sqs, n)).collect();
@@ -388,7 +387,7 @@ pub(crate) async fn list_dead_letter_source_queues(
 pub(crate) async fn delete_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: QueueUrlInput = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
-    call.allow(Action::ManageQueue, &name)?;
+    call.allow(&name)?;
     let dropped = sqs.store.delete_queue(&name).await?;
     call.audit(
         sqs,
@@ -403,7 +402,7 @@ pub(crate) async fn delete_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsErr
 pub(crate) async fn purge_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: QueueUrlInput = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
-    call.allow(Action::ManageQueue, &name)?;
+    call.allow(&name)?;
     let purged = sqs.store.purge(&name).await?;
     call.audit(
         sqs,
@@ -426,7 +425,7 @@ struct GetQueueAttributes {
 pub(crate) async fn get_queue_attributes(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: GetQueueAttributes = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
-    call.allow(Action::ReadQueue, &name)?;
+    call.allow(&name)?;
     let info = sqs.store.get_queue(&name).await?;
     let all = attributes_of(sqs, &info).await?;
     let every = req.attribute_names.iter().any(|n| n == "All");
@@ -452,7 +451,7 @@ struct SetQueueAttributes {
 pub(crate) async fn set_queue_attributes(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: SetQueueAttributes = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
-    call.allow(Action::ManageQueue, &name)?;
+    call.allow(&name)?;
     let patch = patch_of(&req.attributes, &name, QueueConfigPatch::default())?;
     allow_dead_letter_target(call, &patch)?;
     sqs.store.get_queue(&name).await?;
@@ -485,7 +484,7 @@ struct UntagQueue {
 pub(crate) async fn tag_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: TagQueue = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
-    call.allow(Action::ManageQueue, &name)?;
+    call.allow(&name)?;
     let mut tags = sqs.store.get_queue(&name).await?.config.tags;
     let changed: Vec<String> = req.tags.keys().cloned().collect();
     tags.extend(req.tags);
@@ -499,7 +498,7 @@ pub(crate) async fn tag_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError>
 pub(crate) async fn untag_queue(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: UntagQueue = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
-    call.allow(Action::ManageQueue, &name)?;
+    call.allow(&name)?;
     let mut tags = sqs.store.get_queue(&name).await?.config.tags;
     for key in &req.tag_keys {
         tags.remove(key);
@@ -531,7 +530,7 @@ async fn set_tags(
 pub(crate) async fn list_queue_tags(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
     let req: QueueUrlInput = call.input()?;
     let name = queue_of_url(&req.queue_url)?;
-    call.allow(Action::ReadQueue, &name)?;
+    call.allow(&name)?;
     let tags = sqs.store.get_queue(&name).await?.config.tags;
     if tags.is_empty() {
         return Ok(json!({}));

@@ -6,7 +6,7 @@
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use sluice_server::Role;
+use sluice_core::access::Role;
 
 use crate::error::SqsError;
 

@@ -192,6 +192,28 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// The op's name, as the permission table lists it (`Send`, `Receive`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Hello { .. } => "Hello",
+            Op::Send { .. } => "Send",
+            Op::Receive { .. } => "Receive",
+            Op::Ack { .. } => "Ack",
+            Op::Nack { .. } => "Nack",
+            Op::SendGrouped { .. } => "SendGrouped",
+            Op::AckWithResults { .. } => "AckWithResults",
+            Op::Reject { .. } => "Reject",
+            Op::Release { .. } => "Release",
+            Op::Move { .. } => "Move",
+            Op::Extend { .. } => "Extend",
+            Op::Progress { .. } => "Progress",
+            Op::SendIdempotent { .. } => "SendIdempotent",
+            Op::NackRetryAfter { .. } => "NackRetryAfter",
+        }
+    }
+}
+
 /// One delivery to acknowledge with [`Op::AckWithResults`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FrameAck {

@@ -12,7 +12,7 @@ use sluice_wire::{
 };
 
 use crate::AppState;
-use crate::auth::{Action, Caller};
+use crate::auth::Caller;
 use crate::error::{ApiError, http_message};
 use crate::extract::{JsonBody, OptionalJsonBody, QueuePath};
 
@@ -31,11 +31,10 @@ use crate::extract::{JsonBody, OptionalJsonBody, QueuePath};
 )]
 pub async fn receive(
     State(st): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     QueuePath(q): QueuePath,
     OptionalJsonBody(mut req): OptionalJsonBody<ReceiveRequestWire>,
 ) -> Result<Response, ApiError> {
-    caller.allow(Action::Consume, &q)?;
     let acks = req.acks()?;
     let wait_given = req.wait_ms.is_some();
     let mut req = req.to_core()?;
@@ -102,11 +101,10 @@ fn ack_request(item: &mut AckItem) -> Result<sluice_core::AckRequest, StoreError
 )]
 pub async fn ack(
     State(st): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     QueuePath(q): QueuePath,
     JsonBody(req): JsonBody<AckRequestWire>,
 ) -> Result<Response, ApiError> {
-    caller.allow(Action::Consume, &q)?;
     match req.into_form()? {
         AckForm::Single(mut item) => {
             let a = ack_request(&mut item)?;
@@ -185,11 +183,10 @@ async fn ack_batch(
 )]
 pub async fn nack(
     State(st): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     QueuePath(q): QueuePath,
     JsonBody(req): JsonBody<NackRequest>,
 ) -> Result<Json<FailureResponse>, ApiError> {
-    caller.allow(Action::Consume, &q)?;
     let receipt = parse_receipt(&req.receipt)?;
     let delay = req.delay()?;
     let failure = Failure {
@@ -214,11 +211,10 @@ pub async fn nack(
 )]
 pub async fn reject(
     State(st): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     QueuePath(q): QueuePath,
     JsonBody(req): JsonBody<RejectRequest>,
 ) -> Result<Json<FailureResponse>, ApiError> {
-    caller.allow(Action::Consume, &q)?;
     let receipt = parse_receipt(&req.receipt)?;
     let failure = Failure {
         error: req.error,
@@ -246,11 +242,10 @@ pub async fn reject(
 )]
 pub async fn release(
     State(st): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     QueuePath(q): QueuePath,
     JsonBody(req): JsonBody<ReleaseRequest>,
 ) -> Result<Json<FailureResponse>, ApiError> {
-    caller.allow(Action::Consume, &q)?;
     let receipt = parse_receipt(&req.receipt)?;
     st.store.release(&q, receipt).await?;
     st.metrics.settled(receipt.id);
@@ -278,9 +273,8 @@ pub async fn move_message(
     QueuePath(q): QueuePath,
     JsonBody(req): JsonBody<MoveRequest>,
 ) -> Result<Json<FailureResponse>, ApiError> {
-    caller.allow(Action::Consume, &q)?;
     let to = req.to_queue()?;
-    caller.allow(Action::Consume, &to)?;
+    caller.allow_also(&to)?;
     let receipt = parse_receipt(&req.receipt)?;
     let failure = Failure {
         error: req.error,
@@ -307,11 +301,10 @@ pub async fn move_message(
 )]
 pub async fn extend(
     State(st): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     QueuePath(q): QueuePath,
     JsonBody(req): JsonBody<ExtendRequest>,
 ) -> Result<Json<ExtendResponse>, ApiError> {
-    caller.allow(Action::Consume, &q)?;
     let receipt = parse_receipt(&req.receipt)?;
     let visibility = req.visibility()?;
     let lease = st.store.extend(&q, receipt, visibility).await?;
@@ -335,11 +328,10 @@ pub async fn extend(
 )]
 pub async fn progress(
     State(st): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     QueuePath(q): QueuePath,
     JsonBody(req): JsonBody<ProgressRequest>,
 ) -> Result<Json<ExtendResponse>, ApiError> {
-    caller.allow(Action::Consume, &q)?;
     let receipt = parse_receipt(&req.receipt)?;
     let progress = sluice_core::Progress {
         pct: req.pct,

@@ -175,6 +175,7 @@ async fn no_route() -> ApiError {
 pub fn router(state: AppState, options: &ServerOptions) -> Router {
     let (router, _) = api().split_for_parts();
     let idempotency = state.idempotency.clone();
+    let keys = state.keys.clone();
     let routes = router
         .merge(crate::console::routes())
         .fallback(no_route)
@@ -198,6 +199,7 @@ pub fn router(state: AppState, options: &ServerOptions) -> Router {
                 crate::origin::Hosts::loopback_and(&options.hosts)
             },
         ))
+        .layer(crate::access::AccessLayer::new(keys))
         .layer(idempotency)
         .service(routes);
     Router::new().fallback_service(stack)

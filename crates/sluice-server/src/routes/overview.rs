@@ -55,7 +55,6 @@ pub async fn overview(
     caller: Caller,
     ApiQuery(query): ApiQuery<QueueListQuery>,
 ) -> Result<Json<Overview>, ApiError> {
-    caller.allow_role(Action::Stats)?;
     let (queues, next_cursor) = covered_page(&st, &caller, query.to_core()?).await?;
     let names: Vec<QueueName> = queues.iter().map(|q| q.name.clone()).collect();
     let now = SystemClock.now();

@@ -11,7 +11,7 @@ use sluice_wire::{
 };
 
 use crate::AppState;
-use crate::auth::{Action, Caller};
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiQuery, CreateOnly, JsonBody, OptionalJsonBody, QueuePath};
 
@@ -43,10 +43,9 @@ pub async fn put_queue(
     CreateOnly(create_only): CreateOnly,
     OptionalJsonBody(req): OptionalJsonBody<QueueConfigRequest>,
 ) -> Result<(StatusCode, Json<QueueView>), ApiError> {
-    caller.allow(Action::ManageQueue, &q)?;
     let patch = req.to_patch()?;
     if let Some(Some(dlq)) = &patch.dead_letter_queue {
-        caller.allow(Action::ManageQueue, dlq)?;
+        caller.allow_also(dlq)?;
     }
     // A new queue's default dead-letter queue (`<name>.dlq`) is created with it: a key whose
     // patterns do not cover it must name one they do (or none, with max_receive_count 0).
@@ -60,7 +59,7 @@ pub async fn put_queue(
             .apply(&q, &patch)?
             .dead_letter_queue;
         if let Some(dlq) = implicit.filter(|_| new) {
-            caller.allow(Action::ManageQueue, &dlq)?;
+            caller.allow_also(&dlq)?;
         }
     }
     // The target's other fields are checked by the store once a URL written back as views
@@ -115,10 +114,9 @@ pub async fn put_queue(
 )]
 pub async fn get_queue(
     State(st): State<AppState>,
-    caller: Caller,
+    _caller: Caller,
     QueuePath(q): QueuePath,
 ) -> Result<Json<QueueView>, ApiError> {
-    caller.allow(Action::ReadQueue, &q)?;
     let info = st.store.get_queue(&q).await?;
     Ok(Json(QueueView::from(&info)))
 }
@@ -149,7 +147,6 @@ pub async fn list_queues(
     caller: Caller,
     ApiQuery(query): ApiQuery<QueueListQuery>,
 ) -> Result<Json<QueueList>, ApiError> {
-    caller.allow_role(Action::ReadQueue)?;
     let (queues, next_cursor) = covered_page(&st, &caller, query.to_core()?).await?;
     Ok(Json(QueueList {
         queues: queues.iter().map(QueueView::from).collect(),
@@ -209,7 +206,6 @@ pub async fn delete_queue(
     caller: Caller,
     QueuePath(q): QueuePath,
 ) -> Result<StatusCode, ApiError> {
-    caller.allow(Action::ManageQueue, &q)?;
     let dropped = st.store.delete_queue(&q).await?;
     st.audit(
         &caller,
@@ -251,7 +247,6 @@ pub async fn pause_queue(
     caller: Caller,
     QueuePath(q): QueuePath,
 ) -> Result<Json<QueueView>, ApiError> {
-    caller.allow(Action::ManageQueue, &q)?;
     let out = set_paused(&st, &q, true).await?;
     st.audit(&caller, "queue.pause", Some(&q), None, &[]).await;
     Ok(out)
@@ -276,7 +271,6 @@ pub async fn force_breaker(
     QueuePath(q): QueuePath,
     JsonBody(req): JsonBody<BreakerRequest>,
 ) -> Result<Json<FlowView>, ApiError> {
-    caller.allow(Action::ManageQueue, &q)?;
     let out = st.store.force_breaker(&q, req.state).await?;
     let to = match req.state {
         sluice_core::adaptive::BreakerForce::Open => "open",
@@ -307,7 +301,6 @@ pub async fn resume_queue(
     caller: Caller,
     QueuePath(q): QueuePath,
 ) -> Result<Json<QueueView>, ApiError> {
-    caller.allow(Action::ManageQueue, &q)?;
     let out = set_paused(&st, &q, false).await?;
     st.audit(&caller, "queue.resume", Some(&q), None, &[]).await;
     Ok(out)
@@ -327,7 +320,6 @@ pub async fn purge_queue(
     caller: Caller,
     QueuePath(q): QueuePath,
 ) -> Result<Json<PurgeResponse>, ApiError> {
-    caller.allow(Action::ManageQueue, &q)?;
     let purged = st.store.purge(&q).await?;
     st.audit(
         &caller,

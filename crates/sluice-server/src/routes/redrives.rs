@@ -9,7 +9,7 @@ use sluice_core::{RedriveControl, RedriveId};
 use sluice_wire::{ErrorEnvelope, RedriveList, RedriveRequest, RedriveView};
 
 use crate::AppState;
-use crate::auth::{Action, Caller};
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 
@@ -36,13 +36,12 @@ pub async fn create(
     caller: Caller,
     JsonBody(req): JsonBody<RedriveRequest>,
 ) -> Result<(StatusCode, Json<RedriveView>), ApiError> {
-    caller.allow_role(Action::Redrive)?;
     let spec = req.to_core()?;
-    caller.allow(Action::Redrive, &spec.source)?;
+    caller.allow_also(&spec.source)?;
     match (&spec.destination, &spec.filter.source_queue) {
-        (Some(d), _) => caller.allow(Action::Redrive, d)?,
+        (Some(d), _) => caller.allow_also(d)?,
         // Each message goes back to its own source queue: only to the one the filter names.
-        (None, Some(s)) => caller.allow(Action::Redrive, s)?,
+        (None, Some(s)) => caller.allow_also(s)?,
         (None, None) if !caller.covers_all() => {
             return Err(ApiError::forbidden(
                 "a redrive without destination moves each message back to its own source \
@@ -102,7 +101,6 @@ pub async fn list(
     State(st): State<AppState>,
     caller: Caller,
 ) -> Result<Json<RedriveList>, ApiError> {
-    caller.allow_role(Action::Redrive)?;
     let jobs = st.store.list_redrives().await?;
     Ok(Json(RedriveList {
         redrives: jobs
@@ -127,9 +125,8 @@ pub async fn get(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<RedriveView>, ApiError> {
-    caller.allow_role(Action::Redrive)?;
     let job = st.store.get_redrive(job_id(&id)?).await?;
-    caller.allow_found(Action::Redrive, &job.spec.source, || {
+    caller.allow_found_op(&job.spec.source, || {
         sluice_core::StoreError::RedriveNotFound(job.id.to_string()).into()
     })?;
     Ok(Json(RedriveView::from(&job)))
@@ -201,10 +198,9 @@ async fn control(
     id: &str,
     control: RedriveControl,
 ) -> Result<Json<RedriveView>, ApiError> {
-    caller.allow_role(Action::Redrive)?;
     let id = job_id(id)?;
     let before = st.store.get_redrive(id).await?;
-    caller.allow_found(Action::Redrive, &before.spec.source, || {
+    caller.allow_found_op(&before.spec.source, || {
         sluice_core::StoreError::RedriveNotFound(id.to_string()).into()
     })?;
     let job = st.store.control_redrive(id, control.clone()).await?;

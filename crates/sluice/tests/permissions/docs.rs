@@ -111,7 +111,16 @@ pub fn page() -> String {
          key.\n\n\
          The last column says what a key gets for a queue outside its patterns. Where a request \
          names queues in more than one place, a row says which of them is outside (\"naming \
-         it as `to`\"); the others are covered.\n\n## HTTP API\n\n",
+         it as `to`\"); the others are covered.\n\n\
+         Where this is declared and enforced: every operation of the three protocols has one \
+         line in the broker's permission table (`sluice_core::access::operations`), naming \
+         the actions it needs and the queue they apply to. Each protocol looks its operation \
+         up there before anything runs — the HTTP API in one layer in front of every route, \
+         the frame protocol and the SQS endpoint in their dispatchers — and checks the \
+         caller's role and the queue the request's address names; an operation missing from \
+         the table is refused. The queues a request names elsewhere (a body, an id once \
+         found) are checked with the same actions by the operation when it reads them. The \
+         tables below are the test that holds the broker to this page.\n\n## HTTP API\n\n",
     );
     table_head(&mut out, "operation");
     for r in crate::http::routes() {

@@ -417,3 +417,72 @@ fn the_role_table_is_the_servers() {
         }
     }
 }
+
+/// The broker's permission table (`sluice_core::access::operations`, where every operation's
+/// permission is declared) says what this matrix expects: the same actions for every HTTP
+/// route, frame op and SQS action, and no operation the matrix does not try.
+#[test]
+fn the_declared_permissions_are_the_tested_ones() {
+    use sluice_core::access::operations;
+    use std::collections::BTreeSet;
+    let set = |a: &[Action]| a.iter().map(|x| format!("{x:?}")).collect::<BTreeSet<_>>();
+    let mut tried = BTreeSet::new();
+    let mut wrong = Vec::new();
+    let mut check =
+        |what: String, declared: Option<&operations::Operation>, needs: &[Action]| match declared {
+            None => wrong.push(format!("{what} is not in the permission table")),
+            Some(op) if set(op.actions) != set(needs) => wrong.push(format!(
+                "{what}: declared {:?}, tested {:?}",
+                op.actions, needs
+            )),
+            Some(_) => {}
+        };
+    for r in http::routes() {
+        let what = format!("{} {}", r.method, r.path);
+        check(what, operations::http(r.method, r.path), r.needs);
+        tried.insert(format!("{} {}", r.method, r.path));
+    }
+    // Requests are built only to be named: any well-formed fixture does.
+    let fx = Fixture {
+        queue: "q".into(),
+        dlq: "q.dlq".into(),
+        receipt: sluice_core::Receipt {
+            id: sluice_core::MessageId(1),
+            token: 1,
+        }
+        .to_string(),
+        message: "1".into(),
+        job: "1".into(),
+        schedule: "s".into(),
+    };
+    for (op, _) in frames::requests(&fx, &fx) {
+        let (name, needs, _) = frames::rule(&op);
+        if name == "Hello" {
+            assert!(
+                operations::frame(name).is_none(),
+                "Hello authenticates, it is no operation"
+            );
+            continue;
+        }
+        check(format!("frame op {name}"), operations::frame(name), needs);
+        tried.insert(format!("frame {name}"));
+    }
+    for a in sqs::actions() {
+        check(format!("SQS {}", a.name), operations::sqs(a.name), a.needs);
+        tried.insert(format!("sqs {}", a.name));
+    }
+    for op in operations::OPERATIONS {
+        let names = op
+            .http
+            .map(|(m, p)| format!("{m} {p}"))
+            .into_iter()
+            .chain(op.frames.iter().map(|f| format!("frame {f}")))
+            .chain(op.sqs.iter().map(|s| format!("sqs {s}")));
+        for n in names {
+            if !tried.contains(&n) {
+                wrong.push(format!("{} ({n}) is declared but never tried", op.name));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
