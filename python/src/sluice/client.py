@@ -15,6 +15,7 @@ import json
 import re
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -80,6 +81,14 @@ class _NoResult:
 
 #: ``ack`` without a result (``None`` stores a JSON ``null``).
 NO_RESULT: Any = _NoResult()
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"{old} is deprecated and will be dropped in 0.2; use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def _ack_outcome(o: Mapping[str, Any]) -> AckOutcome:
@@ -581,7 +590,7 @@ class Client:
         d = self._json("POST", f"/v1/queues/{_queue(queue)}/release", json_body={"receipt": receipt})
         return FailureResult(d["state"], d["queue"])
 
-    def move(
+    def move_message(
         self, queue: str, receipt: str, to: str, *, error: Optional[str] = None,
         consumer: Optional[str] = None,
     ) -> FailureResult:
@@ -594,6 +603,15 @@ class Client:
             req["consumer"] = consumer
         d = self._json("POST", f"/v1/queues/{_queue(queue)}/move", json_body=req)
         return FailureResult(d.get("state", "visible"), d.get("queue", to))
+
+    def move(
+        self, queue: str, receipt: str, to: str, *, error: Optional[str] = None,
+        consumer: Optional[str] = None,
+    ) -> FailureResult:
+        """Deprecated, dropped in 0.2: :meth:`move_message`, the name the Rust SDK and the
+        API's operation use."""
+        _deprecated("Client.move", "Client.move_message")
+        return self.move_message(queue, receipt, to, error=error, consumer=consumer)
 
     def extend(self, queue: str, receipt: str, visibility: float) -> ExtendResult:
         """Sets the lease to end ``visibility`` seconds from now; the answer says whether the
