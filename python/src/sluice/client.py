@@ -156,8 +156,10 @@ class QueueSettings:
     result_ttl: Optional[float] = None
     paused: Optional[bool] = None
     push: Any = None
-    """A push target as the API takes it (``{"url": ..., "secret": ..., "timeout_ms": ...}``),
-    or :data:`CLEAR` to stop pushing."""
+    """A push target as the API takes it (``{"url": ..., "secret": ..., "concurrency": ...}``),
+    or :data:`CLEAR` to stop pushing. Its request timeout is ``"timeout"``, in seconds like
+    every duration of this SDK; the API's ``"timeout_ms"`` is still accepted, with a
+    ``DeprecationWarning``, until 0.2."""
     max_in_flight_per_group: Optional[int] = None
     """Messages of one FIFO group that may be in flight at once (1 – 1000; default 1)."""
     adaptive: Any = None
@@ -195,10 +197,27 @@ class QueueSettings:
             if v is CLEAR:
                 out[name] = None
             elif isinstance(v, dict):
-                out[name] = dict(v)
+                out[name] = _push_wire(v) if name == "push" else dict(v)
             elif v is not None:
                 raise InvalidInput(f"{name} must be a dict like {example} or CLEAR")
         return out
+
+
+def _push_wire(target: Mapping[str, Any]) -> Dict[str, Any]:
+    """A push target with its ``timeout`` (seconds) as the API's ``timeout_ms``."""
+    out = dict(target)
+    if "timeout" in out:
+        if "timeout_ms" in out:
+            raise InvalidInput("give the push target's timeout (seconds) or timeout_ms, not both")
+        out["timeout_ms"] = _ms(out.pop("timeout"), "push timeout")
+    elif "timeout_ms" in out:
+        warnings.warn(
+            'a push target\'s "timeout_ms" is deprecated and will be dropped in 0.2; give '
+            '"timeout" in seconds',
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    return out
 
 
 class Client:
