@@ -7,6 +7,8 @@
 //! name in it with [`METHODS`], a list that names every method as `Client::name`, so it
 //! stops compiling when one is renamed or removed.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
@@ -201,4 +203,36 @@ fn both_sdks_name_each_operation_alike() {
             );
         }
     }
+}
+
+/// The methods the Rust client gained or split to match the Python SDK, against a broker.
+#[tokio::test]
+async fn overview_whoami_metrics_openapi_and_schedule_pause_resume_answer() {
+    let srv = common::start().await;
+    let c = &srv.client;
+    c.put_queue("ov-jobs", &Default::default()).await.unwrap();
+    let rows = c.overview(Some("ov-")).await.unwrap();
+    let row = rows
+        .iter()
+        .find(|r| r.stats.queue == "ov-jobs")
+        .expect("the queue is in the overview");
+    assert!(!row.paused && !row.is_dead_letter_queue);
+    assert!(rows.iter().all(|r| r.stats.queue.starts_with("ov-")));
+
+    let me = c.whoami().await.unwrap();
+    assert!(!me.auth);
+    assert_eq!(me.role, "admin");
+
+    assert!(c.metrics_text().await.unwrap().contains("sluice_"));
+    let doc = c.openapi().await.unwrap();
+    assert!(doc["paths"]["/v1/whoami"]["get"].is_object());
+
+    let req = serde_json::from_value(serde_json::json!({
+        "queue": "ov-jobs", "every_ms": 60_000, "body": {"tick": true}
+    }))
+    .unwrap();
+    c.put_schedule("ov-tick", &req).await.unwrap();
+    assert!(c.pause_schedule("ov-tick").await.unwrap().paused);
+    assert!(!c.resume_schedule("ov-tick").await.unwrap().paused);
+    srv.shutdown().await;
 }
