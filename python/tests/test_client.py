@@ -263,7 +263,7 @@ def test_settle_ack_nack_reject_release_move_extend(client: sluice.Client, queue
     again = client.receive(queue, max=10, wait=1)
     assert {d.id: d.receive_count for d in again}.get(ids[3]) == 1, "a release does not use an attempt"
 
-    mv = client.move(queue, got[4].receipt, other, error="elsewhere")
+    mv = client.move_message(queue, got[4].receipt, other, error="elsewhere")
     assert mv.queue == other
     assert client.get_message(ids[4]).queue == other
 

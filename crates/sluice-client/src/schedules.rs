@@ -79,14 +79,25 @@ impl Client {
         Ok(())
     }
 
-    /// Pauses (`true`) or resumes (`false`) a schedule. Resumed, it handles what it missed
-    /// by its `catch_up`.
+    /// Stops a schedule firing until [`Client::resume_schedule`]. Pausing a paused schedule
+    /// changes nothing.
     ///
     /// # Errors
     /// `not_found` for an unknown schedule.
-    pub async fn pause_schedule(&self, schedule: &str, paused: bool) -> Result<ScheduleView> {
+    pub async fn pause_schedule(&self, schedule: &str) -> Result<ScheduleView> {
+        self.schedule_action(schedule, "pause").await
+    }
+
+    /// Resumes a paused schedule; what it missed while paused is handled by its `catch_up`.
+    ///
+    /// # Errors
+    /// `not_found` for an unknown schedule.
+    pub async fn resume_schedule(&self, schedule: &str) -> Result<ScheduleView> {
+        self.schedule_action(schedule, "resume").await
+    }
+
+    async fn schedule_action(&self, schedule: &str, verb: &str) -> Result<ScheduleView> {
         let n = name(schedule)?;
-        let verb = if paused { "pause" } else { "resume" };
         self.call_json(Call::new(
             Method::POST,
             format!("/v1/schedules/{n}/{verb}"),

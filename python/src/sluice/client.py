@@ -15,6 +15,7 @@ import json
 import re
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -82,6 +83,14 @@ class _NoResult:
 NO_RESULT: Any = _NoResult()
 
 
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"{old} is deprecated and will be dropped in 0.2; use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
 def _ack_outcome(o: Mapping[str, Any]) -> AckOutcome:
     err = o.get("error") or {}
     return AckOutcome(o["receipt"], bool(o["ok"]), err.get("code"), err.get("message"))
@@ -147,8 +156,10 @@ class QueueSettings:
     result_ttl: Optional[float] = None
     paused: Optional[bool] = None
     push: Any = None
-    """A push target as the API takes it (``{"url": ..., "secret": ..., "timeout_ms": ...}``),
-    or :data:`CLEAR` to stop pushing."""
+    """A push target as the API takes it (``{"url": ..., "secret": ..., "concurrency": ...}``),
+    or :data:`CLEAR` to stop pushing. Its request timeout is ``"timeout"``, in seconds like
+    every duration of this SDK; the API's ``"timeout_ms"`` is still accepted, with a
+    ``DeprecationWarning``, until 0.2."""
     max_in_flight_per_group: Optional[int] = None
     """Messages of one FIFO group that may be in flight at once (1 – 1000; default 1)."""
     adaptive: Any = None
@@ -186,10 +197,27 @@ class QueueSettings:
             if v is CLEAR:
                 out[name] = None
             elif isinstance(v, dict):
-                out[name] = dict(v)
+                out[name] = _push_wire(v) if name == "push" else dict(v)
             elif v is not None:
                 raise InvalidInput(f"{name} must be a dict like {example} or CLEAR")
         return out
+
+
+def _push_wire(target: Mapping[str, Any]) -> Dict[str, Any]:
+    """A push target with its ``timeout`` (seconds) as the API's ``timeout_ms``."""
+    out = dict(target)
+    if "timeout" in out:
+        if "timeout_ms" in out:
+            raise InvalidInput("give the push target's timeout (seconds) or timeout_ms, not both")
+        out["timeout_ms"] = _ms(out.pop("timeout"), "push timeout")
+    elif "timeout_ms" in out:
+        warnings.warn(
+            'a push target\'s "timeout_ms" is deprecated and will be dropped in 0.2; give '
+            '"timeout" in seconds',
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    return out
 
 
 class Client:
@@ -581,7 +609,7 @@ class Client:
         d = self._json("POST", f"/v1/queues/{_queue(queue)}/release", json_body={"receipt": receipt})
         return FailureResult(d["state"], d["queue"])
 
-    def move(
+    def move_message(
         self, queue: str, receipt: str, to: str, *, error: Optional[str] = None,
         consumer: Optional[str] = None,
     ) -> FailureResult:
@@ -594,6 +622,15 @@ class Client:
             req["consumer"] = consumer
         d = self._json("POST", f"/v1/queues/{_queue(queue)}/move", json_body=req)
         return FailureResult(d.get("state", "visible"), d.get("queue", to))
+
+    def move(
+        self, queue: str, receipt: str, to: str, *, error: Optional[str] = None,
+        consumer: Optional[str] = None,
+    ) -> FailureResult:
+        """Deprecated, dropped in 0.2: :meth:`move_message`, the name the Rust SDK and the
+        API's operation use."""
+        _deprecated("Client.move", "Client.move_message")
+        return self.move_message(queue, receipt, to, error=error, consumer=consumer)
 
     def extend(self, queue: str, receipt: str, visibility: float) -> ExtendResult:
         """Sets the lease to end ``visibility`` seconds from now; the answer says whether the

@@ -199,8 +199,8 @@ pub async fn run(a: ScheduleArgs) -> Result<(), Failure> {
             Ok(())
         }
         ScheduleCommand::Show { name } => one(c.get_schedule(&name).await?),
-        ScheduleCommand::Pause { name } => one(c.pause_schedule(&name, true).await?),
-        ScheduleCommand::Resume { name } => one(c.pause_schedule(&name, false).await?),
+        ScheduleCommand::Pause { name } => one(c.pause_schedule(&name).await?),
+        ScheduleCommand::Resume { name } => one(c.resume_schedule(&name).await?),
         ScheduleCommand::Delete { name } => {
             c.delete_schedule(&name).await?;
             if as_json {

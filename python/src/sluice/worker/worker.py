@@ -676,7 +676,7 @@ class Worker:
             try:
                 self._settle(
                     "moving an unprocessable message",
-                    lambda: self.client.move(
+                    lambda: self.client.move_message(
                         self.queue, d.receipt, self.unprocessable_queue, error=reason, consumer=self.consumer
                     ),
                 )
