@@ -7,7 +7,9 @@ use std::time::Duration;
 use sluice_client::TlsOptions;
 use sluice_client::frames::{Body, FrameClientError, FrameConnection, FrameMessage, FrameReceipt};
 
-use super::{Acked, Failed, RECEIVE_WAIT_MS, Shared, stamped_body};
+use super::RECEIVE_WAIT_MS;
+use super::producer::stamped_body;
+use super::state::{Acked, Failed, Shared};
 
 /// Connections to the frame listener that no request is using.
 pub(super) struct Pool {

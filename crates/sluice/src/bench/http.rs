@@ -10,7 +10,9 @@ use sluice_wire::{
     SendMessage, SendRequest,
 };
 
-use super::{Acked, Failed, RECEIVE_WAIT_MS, Shared, stamped_body};
+use super::RECEIVE_WAIT_MS;
+use super::producer::stamped_body;
+use super::state::{Acked, Failed, Shared};
 
 impl Failed {
     fn transport(e: &reqwest::Error) -> Self {

@@ -9,7 +9,9 @@ use anyhow::{Context, bail};
 use axum::http::StatusCode;
 use serde_json::json;
 
-use super::{BenchArgs, check, padding, prepare};
+use super::args::BenchArgs;
+use super::prepare::{check, prepare};
+use super::producer::padding;
 
 /// Messages per send while the backlog is built.
 const SEND_BATCH: u64 = 1000;

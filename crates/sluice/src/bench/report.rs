@@ -1,7 +1,14 @@
 //! The report of a `sluice bench` run: latency percentiles, rates and the text or JSON it
 //! prints.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::args::BenchArgs;
+use super::state::{Shared, TaskStats};
 
 /// Percentiles of a latency histogram, in microseconds.
 #[derive(Debug, Serialize)]
