@@ -465,8 +465,9 @@ pub(crate) async fn ack_in_packs(
 
 /// Turns the packs `WHERE` selects (a condition on `packs`, parameters from `$1`) into message
 /// rows: waiting members waiting, leased members leased under the pack's token, members acked
-/// with a record completed records, members acked without one nothing. Returns the packs
-/// unpacked and the rows made.
+/// with a record completed records, members acked without one nothing; the leased and acked
+/// ones keep the pack's lease start and their own receiver's name (a waiting pack was never
+/// leased and has neither). Returns the packs unpacked and the rows made.
 macro_rules! unpack_sql {
     ($where:literal) => {
         concat!(
@@ -474,10 +475,11 @@ macro_rules! unpack_sql {
                  DELETE FROM packs WHERE ",
             $where,
             " RETURNING id, queue, state, visible_at, enqueued_at, token, done, bodies, kinds,
-                     attrs, acked_at
+                     attrs, acked_at, leased_at, leased_by
              ), rows AS (
                  INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at,
-                     receive_count, token, body, body_kind, attrs, keep_until)
+                     receive_count, token, body, body_kind, attrs, keep_until, leased_at,
+                     leased_by)
                  SELECT p.id + u.o - 1, p.queue,
                      CASE WHEN u.d <> 0 THEN 2 WHEN p.state = 0 THEN 0 ELSE 1 END,
                      CASE WHEN u.d <> 0 THEN p.acked_at ELSE p.visible_at END,
@@ -486,7 +488,10 @@ macro_rules! unpack_sql {
                      CASE WHEN u.d = 0 AND p.state = 1 THEN p.token END,
                      CASE WHEN u.d = 0 THEN u.b END, coalesce(u.k, 0),
                      CASE WHEN u.d = 0 THEN u.a END,
-                     CASE WHEN u.d <> 0 THEN u.d END
+                     CASE WHEN u.d <> 0 THEN u.d END,
+                     p.leased_at,
+                     CASE WHEN cardinality(p.leased_by) = 1 THEN p.leased_by[1]
+                          ELSE p.leased_by[u.o] END
                  FROM p CROSS JOIN LATERAL
                      unnest(p.done, p.bodies, p.kinds, p.attrs) WITH ORDINALITY AS u(d, b, k, a, o)
                  WHERE u.d <> -1
