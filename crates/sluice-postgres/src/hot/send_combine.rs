@@ -218,7 +218,7 @@ fn hand_over(
         })
         .collect();
     let n = deliveries.len();
-    crate::hot::read_ahead::hold(inner, queue, h.lease, deliveries);
+    crate::hot::read_ahead::hold(inner, queue, h.lease, None, deliveries);
     // Only this node's receives: on other nodes nothing became visible.
     queue.waker.wake_some(n);
 }

@@ -12,7 +12,7 @@ use crate::db::effects::Effects;
 use crate::db::tx::transaction;
 use crate::error::pool;
 use crate::expiry::expire_queue;
-use crate::hot::leases::{Attempted, LEASE_SQL, take_leases_limited};
+use crate::hot::leases::{Attempted, LEASE_SQL, Takers, take_leases_limited};
 use crate::hot::wake::FALLBACK_POLL;
 use crate::local::QueueLocal;
 use crate::store::Inner;
@@ -102,7 +102,10 @@ async fn receive_once(
         let outcome = if crate::flow::governed(&cfg) {
             crate::flow::receive(tx, inner, queue, &cfg, req, now, &mut fx, &mut taken).await?
         } else {
-            take_leases_limited(tx, LEASE_SQL, queue, &cfg, req, now).await?
+            let takers = Takers::All(req.consumer.as_deref());
+            take_leases_limited(tx, LEASE_SQL, queue, &cfg, req, now, takers)
+                .await?
+                .untagged()
         };
         fx.write(tx).await?;
         Ok((outcome, fx))
