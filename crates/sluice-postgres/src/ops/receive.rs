@@ -64,7 +64,11 @@ pub(crate) async fn receive(
             Some(lease) => Some(lease),
             None => (inner.config(&local).await.ok()).map(|c| c.visibility_timeout),
         };
-        let _waiting = lease.map(|l| local.handoff.enter(l, req.max as usize));
+        let _waiting = lease.map(|l| {
+            local
+                .handoff
+                .enter(l, req.consumer.clone(), req.max as usize)
+        });
         may_skip = tokio::select! {
             () = &mut notified => !req.wait.is_zero(),
             () = tokio::time::sleep(nap.min(left)) => false,
