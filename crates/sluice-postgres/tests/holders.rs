@@ -306,3 +306,63 @@ async fn group_fronts_limited_queues_and_releases_keep_the_right_holder() {
         "waiting: no holder"
     );
 }
+
+/// A database of the version before lease holders were kept, with a message leased then:
+/// opening it adds the columns, and that lease still ends normally, its attempt without a
+/// start or a receiver, while the next lease keeps both.
+#[tokio::test]
+async fn leases_granted_before_holders_were_kept_end_without_one() {
+    let Some(n) = nodes("holders_old", 0).await else {
+        return;
+    };
+    let db = n.db().await;
+    let work = queue(&n.a, "work", QueueConfigPatch::default()).await;
+    let sent = n.a.send(&work, texts(2)).await.expect("send");
+    let old = receive_as(&n.a, &work, Some("w0"), 1, Duration::ZERO)
+        .await
+        .expect("task");
+    assert_eq!(old.len(), 1);
+    // Back to version 9, as if leased by a node of that version.
+    db.batch_execute(
+        "ALTER TABLE messages DROP COLUMN leased_at, DROP COLUMN leased_by;
+         ALTER TABLE packs DROP COLUMN leased_at, DROP COLUMN leased_by;
+         DELETE FROM migrations WHERE version = 10;",
+    )
+    .await
+    .expect("downgrade");
+    let options = PostgresOptions {
+        schema: n.schema.clone(),
+        pool_size: 2,
+        pack_min: 0,
+        ..PostgresOptions::default()
+    };
+    let c = PostgresStore::open(&sluice_testkit::postgres::url(), options)
+        .await
+        .expect("open and migrate");
+    let out = c.ack(&work, acks([old[0].receipt])).await.expect("ack");
+    assert_eq!(
+        out,
+        vec![Ok(())],
+        "a lease of the earlier version still holds"
+    );
+    let m = c.get_message(old[0].id).await.expect("get");
+    let a = m.attempts.last().expect("acked");
+    assert_eq!(
+        (a.outcome, a.consumer.as_deref(), a.started_at),
+        (AttemptOutcome::Acked, None, None)
+    );
+    let d = receive_as(&c, &work, Some("w1"), 1, Duration::ZERO)
+        .await
+        .expect("task");
+    let other = sent.iter().find(|s| s.id != old[0].id).expect("other");
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].id, other.id);
+    c.nack(&work, d[0].receipt, Some(Duration::ZERO), unnamed("x"))
+        .await
+        .expect("nack");
+    ended_by(
+        &c.get_message(other.id).await.expect("get"),
+        AttemptOutcome::Nacked,
+        Some("w1"),
+    );
+}
