@@ -133,19 +133,13 @@ async fn serve_combined(
         let want = u32::try_from(takers.len()).unwrap_or(u32::MAX);
         let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
         let behind = queue.backlog.has();
-        let consumers = || jobs.iter().map(|j| j.consumer.as_deref());
-        let ahead = queue
-            .read_ahead
-            .extra(jobs.len(), total, vis, consumers(), behind);
-        // Read ahead for the receives' consumers in turn.
-        let mut names: Vec<Option<&str>> = Vec::new();
-        for c in consumers() {
-            if !names.contains(&c) {
-                names.push(c);
-            }
+        let ahead = queue.read_ahead.extra(jobs.len(), total, vis, behind);
+        if ahead > 0 {
+            // Read ahead for the consumers keeping up with the queue here, in turn.
+            let serving = jobs.iter().map(|j| j.consumer.as_deref());
+            let names = queue.read_ahead.readers(vis, serving);
+            takers.extend(names.iter().cycle().take(ahead as usize).cloned());
         }
-        let extra = names.iter().cycle().take(ahead as usize);
-        takers.extend(extra.map(|c| c.map(str::to_owned)));
         let got = take_leases(
             inner,
             queue,

@@ -67,31 +67,45 @@ pub(crate) struct ReadAhead(Mutex<HashMap<Key, Held>>);
 impl ReadAhead {
     /// How many messages a lease for `receives` receives that together ask for `wanted`,
     /// each `lease` long, takes beyond them: [`READ_AHEAD`] for small receives of a queue
-    /// that is `behind`, when several receives wait for this lease or receives of one of its
-    /// `consumers` took everything read ahead for them within [`HOLD`]; else none. Receives
+    /// that is `behind`, when several receives wait for this lease or receives (of any
+    /// consumer) took everything read ahead for them within [`HOLD`]; else none. Receives
     /// one at a time find no statement in their way, and reading ahead would only keep
     /// messages from other nodes.
-    pub(crate) fn extra<'a>(
-        &self,
-        receives: usize,
-        wanted: u32,
-        lease: Duration,
-        mut consumers: impl Iterator<Item = Option<&'a str>>,
-        behind: bool,
-    ) -> u32 {
+    pub(crate) fn extra(&self, receives: usize, wanted: u32, lease: Duration, behind: bool) -> u32 {
         let small = (wanted as usize) < crate::hot::combine::LARGE_CALL && lease >= SHORTEST_LEASE;
         if !(behind && small) {
             return 0;
         }
-        let in_demand = receives > 1 || {
-            let map = self.map();
-            consumers.any(|c| {
-                map.get(&key(lease, c))
-                    .and_then(|h| h.emptied)
-                    .is_some_and(|at| at.elapsed() < HOLD)
-            })
-        };
+        let in_demand = receives > 1
+            || (self.map().iter()).any(|((l, _), h)| *l == lease && recently_emptied(h));
         if in_demand { READ_AHEAD } else { 0 }
+    }
+
+    /// The consumers to read ahead for, in turn, with a lease of `lease`: those of the
+    /// receives the lease serves (`serving`, in their order), then those whose receives took
+    /// everything held for them within [`HOLD`], so each consumer keeping up with the
+    /// queue on this node finds some held. Forgets consumers whose receives have taken
+    /// nothing held for a while and for whom nothing is held.
+    pub(crate) fn readers<'a>(
+        &self,
+        lease: Duration,
+        serving: impl Iterator<Item = Option<&'a str>>,
+    ) -> Vec<Option<String>> {
+        let mut names: Vec<Option<String>> = Vec::new();
+        for c in serving {
+            if !names.iter().any(|n| n.as_deref() == c) {
+                names.push(c.map(str::to_owned));
+            }
+        }
+        let mut map = self.map();
+        map.retain(|_, h| !h.items.is_empty() || recently_emptied(h));
+        let mut recent: Vec<&Option<String>> = (map.iter())
+            .filter(|((l, c), h)| *l == lease && recently_emptied(h) && !names.contains(c))
+            .map(|((_, c), _)| c)
+            .collect();
+        recent.sort_unstable();
+        names.extend(recent.into_iter().cloned());
+        names
     }
 
     /// Up to `max` held deliveries leased for `lease` in the name of `consumer` still fresh
@@ -178,6 +192,11 @@ impl ReadAhead {
     }
 }
 
+/// Whether receives took everything held within [`HOLD`].
+fn recently_emptied(held: &Held) -> bool {
+    held.emptied.is_some_and(|at| at.elapsed() < HOLD)
+}
+
 /// Holds `deliveries` of `queue`, leased for `lease` in the name of `consumer` just now
 /// beyond what its receives asked for, and releases those still held after [`HOLD`].
 pub(crate) fn hold(
@@ -229,19 +248,15 @@ mod tests {
     /// Receives of one consumer, `w1`.
     const W1: Option<&str> = Some("w1");
 
-    fn w1() -> std::iter::Once<Option<&'static str>> {
-        std::iter::once(W1)
-    }
-
     #[test]
     fn only_small_receives_of_a_queue_behind_with_several_waiting_read_ahead() {
         let r = ReadAhead::default();
-        assert_eq!(r.extra(3, 3, LEASE, w1(), true), READ_AHEAD);
-        assert_eq!(r.extra(3, 3, LEASE, w1(), false), 0, "not behind");
-        assert_eq!(r.extra(1, 1, LEASE, w1(), true), 0, "one receive at a time");
-        assert_eq!(r.extra(2, 200, LEASE, w1(), true), 0, "large receives");
+        assert_eq!(r.extra(3, 3, LEASE, true), READ_AHEAD);
+        assert_eq!(r.extra(3, 3, LEASE, false), 0, "not behind");
+        assert_eq!(r.extra(1, 1, LEASE, true), 0, "one receive at a time");
+        assert_eq!(r.extra(2, 200, LEASE, true), 0, "large receives");
         let short = Duration::from_millis(500);
-        assert_eq!(r.extra(3, 3, short, w1(), true), 0, "short leases");
+        assert_eq!(r.extra(3, 3, short, true), 0, "short leases");
     }
 
     fn delivery(id: u64) -> Delivery {
@@ -273,28 +288,19 @@ mod tests {
         let keep = |r: &ReadAhead, ds| r.keep(LEASE, W1.map(str::to_owned), ds);
         keep(&r, vec![delivery(1), delivery(2), delivery(3)]);
         assert_eq!(ids(&r.take(LEASE, W1, 2)), [1, 2]);
-        assert_eq!(
-            r.extra(1, 1, LEASE, w1(), true),
-            0,
-            "not yet taken to the last"
-        );
+        assert_eq!(r.extra(1, 1, LEASE, true), 0, "not yet taken to the last");
         assert_eq!(ids(&r.take(LEASE, W1, 5)), [3]);
         assert_eq!(
-            r.extra(1, 1, LEASE, w1(), true),
+            r.extra(1, 1, LEASE, true),
             READ_AHEAD,
             "receives took all it held: one receive reads ahead again"
-        );
-        assert_eq!(
-            r.extra(1, 1, LEASE, std::iter::once(None), true),
-            0,
-            "not for another consumer's receive"
         );
         keep(&r, vec![delivery(4), delivery(5)]);
         tokio::time::advance(HOLD / 2).await;
         assert!(r.expired(&key).is_empty(), "still fresh");
         tokio::time::advance(HOLD).await;
         assert!(r.take(LEASE, W1, 5).is_empty(), "held too long to hand out");
-        assert_eq!(r.extra(1, 1, LEASE, w1(), true), 0, "demand long gone");
+        assert_eq!(r.extra(1, 1, LEASE, true), 0, "demand long gone");
         assert_eq!(ids(&r.expired(&key)), [4, 5]);
         assert!(r.map().is_empty(), "nothing left to remember");
         keep(&r, vec![delivery(6), delivery(8)]);
@@ -309,6 +315,33 @@ mod tests {
         r.clear();
         assert!(r.take(LEASE, W1, 5).is_empty(), "forgotten with its queue");
         assert_eq!(ids(&r2.take(LEASE, W1, 5)), [7], "other queues kept");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_reads_ahead_for_its_receives_consumers_then_for_those_recently_served() {
+        let r = ReadAhead::default();
+        let keep = |r: &ReadAhead, c: &str, ds| r.keep(LEASE, Some(c.to_owned()), ds);
+        keep(&r, "w3", vec![delivery(1)]);
+        keep(&r, "w2", vec![delivery(2)]);
+        keep(&r, "w4", vec![delivery(3)]);
+        assert_eq!(r.take(LEASE, Some("w3"), 1).len(), 1);
+        assert_eq!(r.take(LEASE, Some("w2"), 1).len(), 1);
+        let names = |serving: &[Option<&str>]| r.readers(LEASE, serving.iter().copied());
+        let owned = |ns: &[Option<&str>]| -> Vec<Option<String>> {
+            ns.iter().map(|n| n.map(str::to_owned)).collect()
+        };
+        assert_eq!(
+            names(&[W1, None, W1, Some("w3")]),
+            owned(&[W1, None, Some("w3"), Some("w2")]),
+            "the lease's own first, then w2 (w4 still has some held)"
+        );
+        tokio::time::advance(HOLD).await;
+        assert_eq!(names(&[W1]), owned(&[W1]), "w2 and w3 took nothing lately");
+        assert_eq!(
+            r.map().len(),
+            1,
+            "only w4, which has some held, is remembered"
+        );
     }
 
     #[test]
