@@ -20,14 +20,25 @@
 //! is held; queues with `rate_limit` or `max_in_flight` never hand off, as those limits
 //! count leases under the queue's row lock.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 /// Of one queue, per lease length and consumer name (or none), how many messages the
 /// receives long-polling on this node wait for (the sum of their `max`), less what sends
 /// handed them since.
 #[derive(Default)]
-pub(crate) struct Waiting(Mutex<Vec<(Duration, Option<String>, usize)>>);
+pub(crate) struct Waiting(Mutex<Vec<Receives>>);
+
+/// The receives of one lease length and consumer name waiting.
+struct Receives {
+    lease: Duration,
+    consumer: Option<String>,
+    wanted: usize,
+    /// Wakes them when messages are handed to them: only they can take those.
+    handed: Arc<Notify>,
+}
 
 /// A receive waiting for messages of a queue: counted in [`Waiting`] until dropped.
 pub(crate) struct Wait<'a> {
@@ -35,6 +46,15 @@ pub(crate) struct Wait<'a> {
     lease: Duration,
     consumer: Option<String>,
     max: usize,
+    handed: Arc<Notify>,
+}
+
+impl Wait<'_> {
+    /// Returns once messages were handed to the receives this one waits with (or were
+    /// before it started waiting, and nobody took that wake-up).
+    pub(crate) async fn handed(&self) {
+        self.handed.notified().await;
+    }
 }
 
 /// Messages a send claimed for waiting receives: their lease length, the name those
@@ -50,18 +70,31 @@ impl Waiting {
     /// Counts a receive of `consumer` waiting for up to `max` messages leased for `lease`.
     pub(crate) fn enter(&self, lease: Duration, consumer: Option<String>, max: usize) -> Wait<'_> {
         let mut list = self.list();
-        match list
+        let handed = match list
             .iter_mut()
-            .find(|(l, c, _)| *l == lease && *c == consumer)
+            .find(|r| r.lease == lease && r.consumer == consumer)
         {
-            Some((_, _, wanted)) => *wanted += max,
-            None => list.push((lease, consumer.clone(), max)),
-        }
+            Some(r) => {
+                r.wanted += max;
+                r.handed.clone()
+            }
+            None => {
+                let handed = Arc::new(Notify::new());
+                list.push(Receives {
+                    lease,
+                    consumer: consumer.clone(),
+                    wanted: max,
+                    handed: handed.clone(),
+                });
+                handed
+            }
+        };
         Wait {
             waiting: self,
             lease,
             consumer,
             max,
+            handed,
         }
     }
 
@@ -70,17 +103,29 @@ impl Waiting {
     /// wait.
     pub(crate) fn claim(&self, n: usize, shortest: Duration) -> Option<Claim> {
         let mut list = self.list();
-        let (lease, consumer, wanted) = list
+        let r = list
             .iter_mut()
-            .filter(|(lease, _, wanted)| *wanted > 0 && *lease >= shortest)
-            .max_by_key(|(_, _, wanted)| *wanted)?;
-        let k = n.min(*wanted);
-        *wanted -= k;
+            .filter(|r| r.wanted > 0 && r.lease >= shortest)
+            .max_by_key(|r| r.wanted)?;
+        let k = n.min(r.wanted);
+        r.wanted -= k;
         (k > 0).then(|| Claim {
-            lease: *lease,
-            consumer: consumer.clone(),
+            lease: r.lease,
+            consumer: r.consumer.clone(),
             count: k,
         })
+    }
+
+    /// Wakes up to `n` receives of `consumer` waiting with leases of `lease`: `n` messages
+    /// were handed to them.
+    pub(crate) fn wake(&self, lease: Duration, consumer: Option<&str>, n: usize) {
+        let list = self.list();
+        if let Some(r) = list
+            .iter()
+            .find(|r| r.lease == lease && r.consumer.as_deref() == consumer)
+        {
+            (0..n).for_each(|_| r.handed.notify_one());
+        }
     }
 
     /// Forgets every waiting receive (the queue was deleted).
@@ -92,10 +137,10 @@ impl Waiting {
         let mut list = self.list();
         if let Some(i) = list
             .iter()
-            .position(|(l, c, _)| *l == lease && c == consumer)
+            .position(|r| r.lease == lease && r.consumer == *consumer)
         {
             // What sends claimed for this receive is already gone from the count.
-            let wanted = &mut list[i].2;
+            let wanted = &mut list[i].wanted;
             *wanted = wanted.saturating_sub(max);
             if *wanted == 0 {
                 // Consumers come and go: their names are not kept once nobody waits.
@@ -104,7 +149,7 @@ impl Waiting {
         }
     }
 
-    fn list(&self) -> MutexGuard<'_, Vec<(Duration, Option<String>, usize)>> {
+    fn list(&self) -> MutexGuard<'_, Vec<Receives>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -185,5 +230,17 @@ mod tests {
         assert_eq!(w.claim(5, ANY), None);
         drop((a, b, c));
         assert!(w.list().is_empty(), "names forgotten once nobody waits");
+    }
+
+    #[tokio::test]
+    async fn handing_off_wakes_the_receives_it_is_for() {
+        let w = Waiting::default();
+        let a = w.enter(LEASE, Some("w1".into()), 1);
+        let b = w.enter(LEASE, Some("w2".into()), 1);
+        w.wake(LEASE, Some("w1"), 1);
+        let woken = tokio::time::timeout(Duration::from_millis(50), a.handed()).await;
+        assert!(woken.is_ok(), "w1's receive is woken");
+        let woken = tokio::time::timeout(Duration::from_millis(50), b.handed()).await;
+        assert!(woken.is_err(), "w2's is not");
     }
 }

@@ -221,8 +221,9 @@ fn hand_over(
         .collect();
     let n = deliveries.len();
     crate::hot::read_ahead::hold(inner, queue, h.lease, h.consumer.clone(), deliveries);
-    // Only this node's receives: on other nodes nothing became visible.
-    queue.waker.wake_some(n);
+    // Only the receives they are for, on this node: no other can take them.
+    queue.waker.handed(n);
+    queue.handoff.wake(h.lease, h.consumer.as_deref(), n);
 }
 
 /// Answers each of `jobs` from one write: `(ids in the jobs' order, rows or packs stored,

@@ -64,13 +64,21 @@ pub(crate) async fn receive(
             Some(lease) => Some(lease),
             None => (inner.config(&local).await.ok()).map(|c| c.visibility_timeout),
         };
-        let _waiting = lease.map(|l| {
+        let waiting = lease.map(|l| {
             local
                 .handoff
                 .enter(l, req.consumer.clone(), req.max as usize)
         });
+        let handed = async {
+            match &waiting {
+                Some(w) => w.handed().await,
+                None => std::future::pending().await,
+            }
+        };
         may_skip = tokio::select! {
             () = &mut notified => !req.wait.is_zero(),
+            // Held for this consumer's receives on this node: taken without a statement.
+            () = handed => false,
             () = tokio::time::sleep(nap.min(left)) => false,
         };
     }
