@@ -133,11 +133,12 @@ async fn serve_combined(
         let want = u32::try_from(takers.len()).unwrap_or(u32::MAX);
         let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
         let behind = queue.backlog.has();
-        let ahead = queue.read_ahead.extra(jobs.len(), total, vis, behind);
+        let mut ahead = queue.read_ahead.extra(jobs.len(), total, vis, behind);
         if ahead > 0 {
             // Read ahead for the consumers keeping up with the queue here, in turn.
             let serving = jobs.iter().map(|j| j.consumer.as_deref());
             let names = queue.read_ahead.readers(vis, serving);
+            ahead = crate::hot::read_ahead::for_readers(ahead, names.len());
             takers.extend(names.iter().cycle().take(ahead as usize).cloned());
         }
         let got = take_leases(
