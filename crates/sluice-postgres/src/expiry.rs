@@ -13,8 +13,7 @@ use std::time::Duration;
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::stats::HISTORY_KEPT;
 use sluice_core::{
-    Attempt, AttemptOutcome, AuditEvent, DeadLetterReason, MessageId, QueueConfig, StoreError,
-    Timestamp,
+    AttemptOutcome, AuditEvent, DeadLetterReason, MessageId, QueueConfig, StoreError, Timestamp,
 };
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
@@ -73,16 +72,15 @@ pub(crate) async fn expire_queue(
                 continue;
             }
             failures += 1;
-            lifecycle::record_attempt(
-                &mut row.attempts,
-                Attempt {
-                    at: Timestamp(row.visible_at),
-                    outcome: AttemptOutcome::LeaseExpired,
-                    error: None,
-                    consumer: None,
-                    started_at: None,
-                },
+            // Settled by nobody: it names its receiver, and ended at its deadline.
+            let attempt = lifecycle::ended_attempt(
+                Timestamp(row.visible_at),
+                AttemptOutcome::LeaseExpired,
+                None,
+                None,
+                Some(&row.holder),
             );
+            lifecycle::record_failure(&mut row.attempts, &mut row.last_error, attempt);
             match lifecycle::after_lease_expiry(cfg, row.receive_count) {
                 AfterFailure::Retry(_) => {
                     row.state = WAITING;

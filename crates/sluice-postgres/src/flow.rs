@@ -41,7 +41,7 @@ use tokio_postgres::types::Json;
 
 use crate::db::effects::Effects;
 use crate::error::{corrupt, db};
-use crate::hot::leases::{Attempted, LEASE_SQL, take_leases_limited};
+use crate::hot::leases::{Attempted, LEASE_SQL, Takers, take_leases_limited};
 use crate::local::QueueLocal;
 use crate::store::Inner;
 
@@ -259,8 +259,13 @@ pub(crate) async fn receive(
     let q = local.name.as_str();
     let fc = flow_config(cfg);
     let at = Timestamp(now);
+    let takers = Takers::All(req.consumer.as_deref());
     let Some(mut sh) = Shared::load(tx, q, fc, at).await? else {
-        return take_leases_limited(tx, LEASE_SQL, local, cfg, req, now).await;
+        return Ok(
+            take_leases_limited(tx, LEASE_SQL, local, cfg, req, now, takers)
+                .await?
+                .untagged(),
+        );
     };
     *taken = inner.flow.take(q);
     let mut counted = taken.unwrap_or_default();
@@ -310,7 +315,9 @@ pub(crate) async fn receive(
                     visibility: req.visibility,
                     consumer: req.consumer.clone(),
                 };
-                let outcome = take_leases_limited(tx, LEASE_SQL, local, cfg, &capped, now).await?;
+                let outcome = take_leases_limited(tx, LEASE_SQL, local, cfg, &capped, now, takers)
+                    .await?
+                    .untagged();
                 if let Attempted::Got(out) = &outcome {
                     let n = u32::try_from(out.len()).unwrap_or(u32::MAX);
                     events.extend(sh.state.leased(fc, n, at));

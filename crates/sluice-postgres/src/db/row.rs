@@ -5,7 +5,7 @@
 //! write the rows back in one batched statement.
 
 use sluice_core::{
-    Attempt, Attributes, Body, BodyKind, DeadLetter, DeadLetterReason, GroupName, Message,
+    Attempt, Attributes, Body, BodyKind, DeadLetter, DeadLetterReason, GroupName, Holder, Message,
     MessageId, MessageState, Progress, QueueName, StoreError, Timestamp,
 };
 use tokio_postgres::Row as PgRow;
@@ -23,12 +23,12 @@ pub(crate) const DONE: i16 = 2;
 /// The columns [`Row::from_pg`] reads, in order.
 pub(crate) const ROW_COLS: &str = "id, queue, state, visible_at, entered_at, enqueued_at, \
     receive_count, token, last_error, attempts, source_queue, dl_reason, dl_at, cancel_requested, \
-    grp";
+    grp, leased_at, leased_by";
 
 /// [`ROW_COLS`] and the columns a full [`Message`] view needs besides.
 pub(crate) const FULL_COLS: &str = "id, queue, state, visible_at, entered_at, enqueued_at, \
     receive_count, token, last_error, attempts, source_queue, dl_reason, dl_at, cancel_requested, \
-    grp, body, body_kind, attrs, dedup_id, progress, result, result_kind";
+    grp, leased_at, leased_by, body, body_kind, attrs, dedup_id, progress, result, result_kind";
 
 /// The lifecycle fields of one message row.
 #[derive(Debug, Clone)]
@@ -48,6 +48,9 @@ pub(crate) struct Row {
     pub cancel_requested: bool,
     /// The FIFO group the message was sent with.
     pub grp: Option<String>,
+    /// The lease it is under (leased), or the one its ack ended (completed); nothing for a
+    /// waiting message.
+    pub holder: Holder,
 }
 
 impl Row {
@@ -79,6 +82,13 @@ impl Row {
             dead_letter,
             cancel_requested: r.try_get(13).map_err(corrupt)?,
             grp: r.try_get(14).map_err(corrupt)?,
+            holder: Holder {
+                started_at: r
+                    .try_get::<_, Option<i64>>(15)
+                    .map_err(corrupt)?
+                    .map(Timestamp),
+                consumer: r.try_get(16).map_err(corrupt)?,
+            },
         })
     }
 
@@ -138,13 +148,13 @@ pub(crate) fn attrs_json(a: &Attributes) -> Option<serde_json::Value> {
 /// Reads the [`FULL_COLS`] of `r` into the message view.
 pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
     let row = Row::from_pg(r)?;
-    let body: Option<Vec<u8>> = r.try_get(15).map_err(corrupt)?;
-    let kind: i16 = r.try_get(16).map_err(corrupt)?;
-    let attrs: Option<Json<Attributes>> = r.try_get(17).map_err(corrupt)?;
-    let dedup_id: Option<String> = r.try_get(18).map_err(corrupt)?;
-    let progress: Option<Json<Progress>> = r.try_get(19).map_err(corrupt)?;
-    let result: Option<Vec<u8>> = r.try_get(20).map_err(corrupt)?;
-    let result_kind: Option<i16> = r.try_get(21).map_err(corrupt)?;
+    let body: Option<Vec<u8>> = r.try_get(17).map_err(corrupt)?;
+    let kind: i16 = r.try_get(18).map_err(corrupt)?;
+    let attrs: Option<Json<Attributes>> = r.try_get(19).map_err(corrupt)?;
+    let dedup_id: Option<String> = r.try_get(20).map_err(corrupt)?;
+    let progress: Option<Json<Progress>> = r.try_get(21).map_err(corrupt)?;
+    let result: Option<Vec<u8>> = r.try_get(22).map_err(corrupt)?;
+    let result_kind: Option<i16> = r.try_get(23).map_err(corrupt)?;
     let queue = QueueName::new(row.queue.clone()).map_err(corrupt)?;
     let state = row.view_state(now);
     let done = state == MessageState::Completed;
@@ -167,7 +177,7 @@ pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
                 row.attempts,
                 Timestamp(row.visible_at),
                 row.cancel_requested,
-                None,
+                Some(&row.holder),
             )
         } else {
             row.attempts
@@ -191,7 +201,8 @@ pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
     })
 }
 
-/// Writes the lifecycle fields of `rows` back, in one statement.
+/// Writes the lifecycle fields of `rows` back, in one statement. A row that waits again
+/// (`WAITING`) loses its lease's holder; any other keeps the one it has.
 pub(crate) async fn write_back(
     tx: &impl tokio_postgres::GenericClient,
     rows: &[Row],
@@ -236,7 +247,9 @@ pub(crate) async fn write_back(
              entered_at = u.entered_at, receive_count = u.receive_count, token = u.token,
              last_error = u.last_error, attempts = u.attempts, source_queue = u.source_queue,
              dl_reason = u.dl_reason, dl_at = u.dl_at, cancel_requested = u.cancel_requested,
-             progress = CASE WHEN u.state = 1 THEN m.progress END
+             progress = CASE WHEN u.state = 1 THEN m.progress END,
+             leased_at = CASE WHEN u.state <> 0 THEN m.leased_at END,
+             leased_by = CASE WHEN u.state <> 0 THEN m.leased_by END
          FROM unnest($1::bigint[], $2::text[], $3::int2[], $4::bigint[], $5::bigint[],
                      $6::int4[], $7::bigint[], $8::text[], $9::jsonb[], $10::text[],
                      $11::text[], $12::bigint[], $13::bool[])

@@ -20,6 +20,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (7, V7),
     (8, V8),
     (9, V9),
+    (10, V10),
 ];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
@@ -257,6 +258,20 @@ CREATE TABLE queue_flow (
 /// has both columns NULL.
 const V9: &str = r#"
 ALTER TABLE idempotency ADD COLUMN claim bigint, ADD COLUMN claim_until bigint;
+"#;
+
+/// Version 10: the lease a delivery runs under, for the attempt it ends as. `leased_at` is
+/// when the lease was granted and `leased_by` the name its receive gave (NULL for none); a
+/// lease sets both, a message waiting again has neither, and a completed record keeps those
+/// of the lease its ack ended (its acknowledged attempt shows them). A leased or completed
+/// pack keeps the start of its one lease and, in `leased_by`, the name of each member's
+/// receive, or one name for every member; unpacking copies them to the member rows. Rows and
+/// packs leased before this version have NULLs: their attempts show neither. Adding nullable
+/// columns without a default rewrites nothing; a node of an earlier version leaves them as
+/// they are, so a lease it grants names the holder of an earlier one or nobody.
+const V10: &str = r#"
+ALTER TABLE messages ADD COLUMN leased_at bigint, ADD COLUMN leased_by text;
+ALTER TABLE packs ADD COLUMN leased_at bigint, ADD COLUMN leased_by text[];
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

@@ -1,15 +1,19 @@
 //! Receives of one queue combined: those that arrive while earlier leases of the queue are
 //! being taken share the next lease statement (see [`crate::hot::combine`]), which leases for all
-//! of them at once and hands each its share, oldest messages first.
+//! of them at once and hands each its share, oldest messages first. Receives of different
+//! consumers share statements too: the lease names, for each message it takes, the consumer
+//! of the receive whose share it falls in (see [`Takers`]), and each receive is handed
+//! messages leased in its consumer's name.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::{QueueConfig, ReceiveRequest, StoreError};
+use sluice_core::{Delivery, QueueConfig, ReceiveRequest, StoreError};
 use tokio::sync::oneshot;
 
 use crate::error::pool;
-use crate::hot::leases::{Attempted, take_leases};
+use crate::hot::leases::{Attempted, Taken, Takers, take_leases};
 use crate::local::QueueLocal;
 use crate::store::Inner;
 
@@ -44,6 +48,8 @@ const BACKLOG_AGE_MS: i64 = 25;
 /// A receive waiting for its queue's next combined lease.
 pub(crate) struct LeaseJob {
     max: u32,
+    /// The name the receive gave, recorded as its leases' holder.
+    consumer: Option<String>,
     reply: oneshot::Sender<Result<Attempted, StoreError>>,
 }
 
@@ -59,7 +65,9 @@ pub(crate) async fn receive_combined(
     // held for them.
     let vis = req.visibility.unwrap_or(cfg.visibility_timeout);
     if !cfg.paused {
-        let held = queue.read_ahead.take(vis, req.max as usize);
+        let held = queue
+            .read_ahead
+            .take(vis, req.consumer.as_deref(), req.max as usize);
         if !held.is_empty() {
             return Ok(Attempted::Got(held));
         }
@@ -67,6 +75,7 @@ pub(crate) async fn receive_combined(
     let (reply, answer) = oneshot::channel();
     let job = LeaseJob {
         max: req.max,
+        consumer: req.consumer.clone(),
         reply,
     };
     let packed = queue.served_by_packs();
@@ -99,48 +108,62 @@ async fn serve_combined(
     let total = jobs.iter().fold(0u32, |n, j| n.saturating_add(j.max));
     let leased = async {
         let cfg = inner.config(queue).await?;
-        let mut held = Vec::new();
-        if !cfg.paused {
-            held = queue.read_ahead.take(vis, total as usize);
+        // What this node holds for each receive's consumer goes first.
+        let shares: Vec<Vec<Delivery>> = jobs
+            .iter()
+            .map(|j| {
+                if cfg.paused {
+                    Vec::new()
+                } else {
+                    let held = &queue.read_ahead;
+                    held.take(vis, j.consumer.as_deref(), j.max as usize)
+                }
+            })
+            .collect();
+        // The lease's places, in the receives' order: each one's consumer for as many
+        // messages as it still wants.
+        let mut takers: Vec<Option<String>> = Vec::new();
+        for (j, share) in jobs.iter().zip(&shares) {
+            let wanted = (j.max as usize).saturating_sub(share.len());
+            takers.extend(std::iter::repeat_n(j.consumer.clone(), wanted));
         }
-        let want = total - held.len() as u32;
-        if want == 0 {
-            return Ok::<_, StoreError>(Attempted::Got(held));
+        if takers.is_empty() {
+            return Ok::<_, StoreError>((shares, Attempted::Got(Vec::new())));
         }
+        let want = u32::try_from(takers.len()).unwrap_or(u32::MAX);
         let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
         let behind = queue.backlog.has();
-        let ahead = queue.read_ahead.extra(jobs.len(), total, vis, behind);
-        match take_leases(inner, queue, &mut conn, &cfg, want + ahead, vis).await? {
-            Attempted::Got(got) => {
-                held.extend(got);
-                Ok(Attempted::Got(held))
-            }
-            empty if held.is_empty() => Ok(empty),
-            Attempted::Empty { .. } => Ok(Attempted::Got(held)),
+        let mut ahead = queue.read_ahead.extra(jobs.len(), total, vis, behind);
+        if ahead > 0 {
+            // Read ahead for the consumers keeping up with the queue here, in turn.
+            let serving = jobs.iter().map(|j| j.consumer.as_deref());
+            let names = queue.read_ahead.readers(vis, serving);
+            ahead = crate::hot::read_ahead::for_readers(ahead, names.len());
+            takers.extend(names.iter().cycle().take(ahead as usize).cloned());
         }
+        let got = take_leases(
+            inner,
+            queue,
+            &mut conn,
+            &cfg,
+            want + ahead,
+            vis,
+            Takers::Each(&takers),
+        )
+        .await?;
+        Ok((shares, got))
     }
     .await;
-    let mut got = match leased {
-        Ok(Attempted::Got(got)) => {
-            // Behind: every receive filled, and even the newest message leased had waited.
-            let newest = got.iter().map(|d| d.enqueued_at.as_millis()).max();
-            let waited = newest.is_some_and(|t| inner.now() - t >= BACKLOG_AGE_MS);
-            queue.backlog.mark(got.len() >= total as usize && waited);
-            if total as usize >= crate::hot::combine::LARGE_CALL {
-                let packs = got
-                    .iter()
-                    .any(|d| crate::hot::packs::is_pack_token(d.receipt.token as i64));
-                queue.mark_served_by_packs(packs);
-            }
-            got
-        }
-        Ok(Attempted::Empty { next_wake }) => {
+    let (shares, got) = match leased {
+        Ok((shares, Attempted::Empty { next_wake })) if shares.iter().all(Vec::is_empty) => {
             queue.backlog.mark(false);
             for j in jobs {
                 let _ = j.reply.send(Ok(Attempted::Empty { next_wake }));
             }
             return;
         }
+        Ok((shares, Attempted::Empty { .. })) => (shares, Vec::new()),
+        Ok((shares, Attempted::Got(got))) => (shares, got),
         Err(e) => {
             for j in jobs {
                 let _ = j.reply.send(Err(e.clone()));
@@ -148,13 +171,39 @@ async fn serve_combined(
             return;
         }
     };
-    if got.len() > total as usize {
-        let ahead = got.split_off(total as usize);
-        crate::hot::read_ahead::hold(inner, queue, vis, ahead);
+    let delivered = || (shares.iter().flatten()).chain(got.iter().map(|t: &Taken| &t.delivery));
+    // Behind: every receive filled, and even the newest message leased had waited.
+    let newest = delivered().map(|d| d.enqueued_at.as_millis()).max();
+    let waited = newest.is_some_and(|t| inner.now() - t >= BACKLOG_AGE_MS);
+    queue
+        .backlog
+        .mark(delivered().count() >= total as usize && waited);
+    if total as usize >= crate::hot::combine::LARGE_CALL {
+        let packs = delivered().any(|d| crate::hot::packs::is_pack_token(d.receipt.token as i64));
+        queue.mark_served_by_packs(packs);
     }
-    let mut got = got.into_iter();
-    for j in jobs {
-        let share: Vec<_> = got.by_ref().take(j.max as usize).collect();
+    // Each receive takes, oldest first, what was leased in its consumer's name.
+    let mut by_name: HashMap<Option<String>, VecDeque<Delivery>> = HashMap::new();
+    for t in got {
+        by_name.entry(t.by).or_default().push_back(t.delivery);
+    }
+    let mut answers = Vec::with_capacity(jobs.len());
+    for (j, mut share) in jobs.into_iter().zip(shares) {
+        if let Some(leased) = by_name.get_mut(&j.consumer) {
+            let n = (j.max as usize)
+                .saturating_sub(share.len())
+                .min(leased.len());
+            share.extend(leased.drain(..n));
+        }
+        answers.push((j.reply, share));
+    }
+    // What is left was read ahead: held for the next receives of its consumer.
+    for (consumer, ahead) in by_name {
+        if !ahead.is_empty() {
+            crate::hot::read_ahead::hold(inner, queue, vis, consumer, ahead.into());
+        }
+    }
+    for (reply, share) in answers {
         // A receive left without messages: those leased took the queue's last ones, so it
         // waits for the next wake-up.
         let answer = if share.is_empty() {
@@ -162,7 +211,7 @@ async fn serve_combined(
         } else {
             Attempted::Got(share)
         };
-        if let Err(Ok(Attempted::Got(unwanted))) = j.reply.send(Ok(answer)) {
+        if let Err(Ok(Attempted::Got(unwanted))) = reply.send(Ok(answer)) {
             // The receive went away meanwhile: its messages go back at once rather than
             // when their leases run out.
             crate::ops::nack::release_unused(inner, &queue.name, unwanted).await;

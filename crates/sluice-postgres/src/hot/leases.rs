@@ -24,17 +24,88 @@ use crate::local::QueueLocal;
 use crate::store::Inner;
 
 /// What one attempt to take leases found.
-pub(crate) enum Attempted {
+pub(crate) enum Attempted<T = Delivery> {
     /// Messages leased.
-    Got(Vec<Delivery>),
+    Got(Vec<T>),
     /// None; when the queue next changes by itself, if known.
     Empty { next_wake: Option<i64> },
 }
 
-/// The lease of a queue without global limits, for up to `max` messages leased for `vis`:
-/// [`FAST_LEASE_SQL`], one statement committed on its own; only when something is due to
-/// expire does it expire that in a transaction and lease again for what is left, so a lease
-/// that just ran out is delivered by this very receive.
+impl Attempted<Taken> {
+    /// The deliveries, without whom they were leased for.
+    pub(crate) fn untagged(self) -> Attempted {
+        match self {
+            Attempted::Got(got) => Attempted::Got(got.into_iter().map(|t| t.delivery).collect()),
+            Attempted::Empty { next_wake } => Attempted::Empty { next_wake },
+        }
+    }
+}
+
+/// A message leased, and the name its lease was taken for (`leased_by`, as stored).
+pub(crate) struct Taken {
+    pub(crate) delivery: Delivery,
+    pub(crate) by: Option<String>,
+}
+
+/// Whom the messages a lease takes are for, by their places among them (oldest first, as
+/// each statement returns them): one consumer's name, or none, for all of them; or a name
+/// per place, when receives of several consumers share the lease. Each lease statement
+/// records the name of its message's place as the lease's holder (`leased_by`), so a
+/// delivery's attempt names its receiver whichever receives its statement served.
+#[derive(Clone, Copy)]
+pub(crate) enum Takers<'a> {
+    /// The same name (or none) for every place.
+    All(Option<&'a str>),
+    /// A name per place; a statement takes at most as many messages.
+    Each(&'a [Option<String>]),
+}
+
+impl<'a> Takers<'a> {
+    /// The places left once `n` messages are leased: those of the next statement.
+    pub(crate) fn after(self, n: usize) -> Takers<'a> {
+        match self {
+            Takers::All(name) => Takers::All(name),
+            Takers::Each(names) => Takers::Each(names.get(n..).unwrap_or_default()),
+        }
+    }
+
+    /// The parameter of a lease statement ([`holder_of!`]): one name when every place has
+    /// the same, else the name of each place.
+    pub(crate) fn param(self) -> Vec<Option<&'a str>> {
+        match self {
+            Takers::All(name) => vec![name],
+            Takers::Each(names) => match names.split_first() {
+                None => vec![None],
+                Some((first, rest)) if rest.iter().all(|n| n == first) => vec![first.as_deref()],
+                Some(_) => names.iter().map(Option::as_deref).collect(),
+            },
+        }
+    }
+}
+
+/// In a lease statement: the name of place `$place` (1-based) among the messages it leases,
+/// from `$takers` ([`Takers::param`]: one name for all, or one per place).
+macro_rules! holder_of {
+    ($takers:literal, $place:literal) => {
+        concat!(
+            "CASE WHEN cardinality(",
+            $takers,
+            "::text[]) = 1 THEN (",
+            $takers,
+            "::text[])[1] ELSE (",
+            $takers,
+            "::text[])[",
+            $place,
+            "] END"
+        )
+    };
+}
+
+/// The lease of a queue without global limits, for up to `max` messages leased for `vis`,
+/// in the names of `takers` (at least `max` places): [`FAST_LEASE_SQL`], one statement
+/// committed on its own; only when something is due to expire does it expire that in a
+/// transaction and lease again for what is left, so a lease that just ran out is delivered
+/// by this very receive. Each statement leases for the places after those leased before it.
 pub(crate) async fn take_leases(
     inner: &Inner,
     queue: &QueueLocal,
@@ -42,7 +113,8 @@ pub(crate) async fn take_leases(
     cfg: &QueueConfig,
     max: u32,
     vis: Duration,
-) -> Result<Attempted, StoreError> {
+    takers: Takers<'_>,
+) -> Result<Attempted<Taken>, StoreError> {
     if cfg.paused {
         return Ok(Attempted::Empty { next_wake: None });
     }
@@ -71,6 +143,7 @@ pub(crate) async fn take_leases(
             now,
             max,
             deadline,
+            takers,
         )
         .await?;
         got = packs.deliveries;
@@ -89,8 +162,10 @@ pub(crate) async fn take_leases(
         let n = i64::from(left);
         let lapsed_after = queue.lapse_checks.after(now);
         let from = queue.backlog.start();
-        let run = async |from: ScanFrom, n: i64| {
+        let before = got.len();
+        let run = async |from: ScanFrom, n: i64, leased: usize| {
             let (after_at, after_id) = from.unwrap_or(crate::hot::backlog::HEAD);
+            let names = takers.after(before + leased).param();
             conn.query(
                 &stmt,
                 &[
@@ -102,19 +177,20 @@ pub(crate) async fn take_leases(
                     &after_at,
                     &after_id,
                     &lapsed_after,
+                    &names,
                 ],
             )
             .await
             .map_err(|e| db(&e))
         };
-        let mut rows = run(from, n).await?;
+        let mut rows = run(from, n, 0).await?;
         queue.lapse_checks.checked(now);
         let (after_cursor, last) = leased_keys(&rows)?;
         queue.backlog.leased(from, last);
         if from.is_some() && (after_cursor as i64) < n {
             // Fewer after the cursor than wanted: the rest, and whether the queue is empty,
             // from the head.
-            let more = run(None, n - after_cursor as i64).await?;
+            let more = run(None, n - after_cursor as i64, after_cursor).await?;
             queue.backlog.leased(None, leased_keys(&more)?.1);
             if let Some(r) = more.first() {
                 due |= r.try_get::<_, bool>(9).map_err(corrupt)?;
@@ -139,7 +215,7 @@ pub(crate) async fn take_leases(
             .map_err(corrupt)?
             .is_some()
         {
-            got.extend(deliveries(&rows, cfg, deadline, None)?);
+            got.extend(deliveries(&rows, cfg, deadline, None, 13)?);
             let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
             if later && left > 0 {
                 // The rows older than the packs are taken: packs fill what is left.
@@ -151,6 +227,7 @@ pub(crate) async fn take_leases(
                     now,
                     left,
                     deadline,
+                    takers.after(got.len()),
                 )
                 .await?;
                 got.extend(packs.deliveries);
@@ -172,7 +249,10 @@ pub(crate) async fn take_leases(
                 .prepare_cached(GROUP_LEASE_SQL)
                 .await
                 .map_err(|e| db(&e))?;
-            got.extend(lease_fronts(&***conn, &stmt, queue, cfg, now, left, deadline).await?);
+            let takers = takers.after(got.len());
+            got.extend(
+                lease_fronts(&***conn, &stmt, queue, cfg, now, left, deadline, takers).await?,
+            );
         }
     }
     if got.is_empty()
@@ -211,8 +291,9 @@ pub(crate) async fn take_leases(
         ..ReceiveRequest::default()
     };
     let stmt = conn.prepare_cached(LEASE_SQL).await.map_err(|e| db(&e))?;
+    let takers = takers.after(got.len());
     Ok(
-        match take_leases_limited(&***conn, &stmt, queue, cfg, &rest, now).await? {
+        match take_leases_limited(&***conn, &stmt, queue, cfg, &rest, now, takers).await? {
             Attempted::Got(more) => {
                 got.extend(more);
                 Attempted::Got(got)
@@ -243,12 +324,13 @@ fn leased_keys(rows: &[tokio_postgres::Row]) -> Result<(usize, Option<(i64, i64)
 }
 
 /// The lease both receive statements share: up to `$3` waiting messages without a group of
-/// queue `$1` (visible at `$2`), skipping rows other receivers hold, leased until `$4`.
+/// queue `$1` (visible at `$2`), skipping rows other receivers hold, leased until `$4` for
+/// `$takers`.
 macro_rules! lease_ctes {
-    () => {
-        lease_ctes!("")
+    ($takers:literal) => {
+        lease_ctes!($takers, "")
     };
-    ($after:literal) => {
+    ($takers:literal, $after:literal) => {
         concat!(
             "WITH picked AS (
              SELECT id, visible_at AS was FROM messages
@@ -258,22 +340,29 @@ macro_rules! lease_ctes {
              ORDER BY visible_at, id LIMIT $3
              FOR UPDATE SKIP LOCKED
          ), ",
-            leased_cte!(""),
+            leased_cte!($takers, ""),
         )
     };
 }
 
-/// The `leased` CTE every lease of message rows ends with: the rows of `picked` leased until
-/// `$4`, returning the columns [`deliveries`] reads, and `$returning` besides.
+/// The `leased` CTE every lease of message rows ends with: the rows of `picked` leased at
+/// `$2` until `$4`, each for the name of its place among them (oldest first) in `$takers`
+/// ([`Takers::param`]), returning the columns [`deliveries`] reads (the holder's name in
+/// column 9), and `$returning` besides.
 macro_rules! leased_cte {
-    ($returning:literal) => {
+    ($takers:literal, $returning:literal) => {
         concat!(
-            "leased AS (
+            "placed AS (
+             SELECT id, was, row_number() OVER (ORDER BY was, id) AS place FROM picked
+         ), leased AS (
              UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
-                 token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL
-             FROM picked WHERE m.id = picked.id
+                 token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL,
+                 leased_at = $2, leased_by = ",
+            holder_of!($takers, "placed.place"),
+            "
+             FROM placed WHERE m.id = placed.id
              RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
-                 m.enqueued_at, m.last_error, picked.was",
+                 m.enqueued_at, m.last_error, placed.was, m.leased_by",
             $returning,
             "
          )"
@@ -289,9 +378,10 @@ macro_rules! leased_cte {
 /// retention cutoff `$5`: column 9); and, when nothing was leased, when the queue next
 /// changes by itself (column 10) and the oldest waiting pack (column 11), which this
 /// receive may unpack; whether messages of FIFO groups are in the queue (column 12), which
-/// this lease leaves to [`GROUP_LEASE_SQL`]. Always at least one row.
+/// this lease leaves to [`GROUP_LEASE_SQL`]; and the name each leased row was leased for,
+/// from `$9` (column 13). Always at least one row.
 const FAST_LEASE_SQL: &str = concat!(
-    lease_ctes!(" AND (visible_at, id) > ($6, $7)"),
+    lease_ctes!("$9", " AND (visible_at, id) > ($6, $7)"),
     ", due AS (
          SELECT EXISTS (SELECT 1 FROM messages
                         WHERE queue = $1 AND state = 1 AND visible_at <= $2 AND visible_at > $8)
@@ -318,16 +408,17 @@ const FAST_LEASE_SQL: &str = concat!(
              (SELECT id FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $2
               ORDER BY visible_at, id LIMIT 1)
          END AS pack,
-         due.grouped
+         due.grouped,
+         leased.leased_by
      FROM due LEFT JOIN leased ON true"
 );
 
-/// The lease of [`take_leases_limited`], on its own.
-pub(crate) const LEASE_SQL: &str = concat!(lease_ctes!(), " SELECT * FROM leased");
+/// The lease of [`take_leases_limited`], on its own, for the names `$5`.
+pub(crate) const LEASE_SQL: &str = concat!(lease_ctes!("$5"), " SELECT * FROM leased");
 
-/// Leases up to `req.max` messages of queue `q` with `stmt` ([`LEASE_SQL`]) in `tx`, within
-/// the queue's global limits (`max_in_flight`, `rate_limit`), which the caller holds the
-/// queue's row lock for.
+/// Leases up to `req.max` messages of queue `q` with `stmt` ([`LEASE_SQL`]) in `tx` for
+/// `takers` (as many places), within the queue's global limits (`max_in_flight`,
+/// `rate_limit`), which the caller holds the queue's row lock for.
 pub(crate) async fn take_leases_limited<S>(
     tx: &impl GenericClient,
     stmt: &S,
@@ -335,7 +426,8 @@ pub(crate) async fn take_leases_limited<S>(
     cfg: &QueueConfig,
     req: &ReceiveRequest,
     now: i64,
-) -> Result<Attempted, StoreError>
+    takers: Takers<'_>,
+) -> Result<Attempted<Taken>, StoreError>
 where
     S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
 {
@@ -388,16 +480,20 @@ where
     }
     let vis = req.visibility.unwrap_or(cfg.visibility_timeout);
     let deadline = Timestamp(now).plus(vis).as_millis();
+    let names = takers.param();
     let rows = tx
-        .query(stmt, &[&q, &now, &n, &deadline])
+        .query(stmt, &[&q, &now, &n, &deadline, &names])
         .await
         .map_err(|e| db(&e))?;
-    let mut out = deliveries(&rows, cfg, deadline, None)?;
+    let mut out = deliveries(&rows, cfg, deadline, None, 9)?;
     let left = u32::try_from(n).unwrap_or(u32::MAX) - u32::try_from(out.len()).unwrap_or(0);
     if left > 0 {
-        out.extend(lease_fronts(tx, GROUP_LEASE_SQL, local, cfg, now, left, deadline).await?);
+        let takers = takers.after(out.len());
+        out.extend(
+            lease_fronts(tx, GROUP_LEASE_SQL, local, cfg, now, left, deadline, takers).await?,
+        );
     }
-    if out.iter().any(|d| d.group.is_some()) {
+    if out.iter().any(|t| t.delivery.group.is_some()) {
         local.mark_grouped();
     }
     if out.is_empty() {
@@ -425,8 +521,8 @@ where
 /// that may go (some may be held by leases running at the same time, which are skipped), so
 /// a lease costs about as many probes as the groups it passes, not all of them. A line's front can only leave it, never gain a member
 /// ahead of it (places are taken at the end, in commit order), so a row seen at the front in
-/// this statement's snapshot is at the front when it is leased. Columns as [`LEASE_SQL`]'s,
-/// and the group (9).
+/// this statement's snapshot is at the front when it is leased. Leased for the names `$7`.
+/// Columns as [`LEASE_SQL`]'s, and the group (10).
 pub(crate) const GROUP_LEASE_SQL: &str = concat!(
     "WITH RECURSIVE lines AS (
          (SELECT grp FROM messages WHERE queue = $1 AND grp IS NOT NULL AND grp > $6
@@ -450,14 +546,15 @@ pub(crate) const GROUP_LEASE_SQL: &str = concat!(
          ORDER BY visible_at, id LIMIT $3
          FOR UPDATE SKIP LOCKED
      ), ",
-    leased_cte!(", m.grp"),
+    leased_cte!("$7", ", m.grp"),
     " SELECT * FROM leased"
 );
 
 /// Leases up to `max` messages at the fronts of `queue`'s group lines with `stmt`
-/// ([`GROUP_LEASE_SQL`]), until `deadline`: the walk starts after the group this node last
-/// leased from and, when it reaches the last group short of `max`, goes round once more
-/// from the first.
+/// ([`GROUP_LEASE_SQL`]), until `deadline`, for `takers`: the walk starts after the group
+/// this node last leased from and, when it reaches the last group short of `max`, goes
+/// round once more from the first.
+#[allow(clippy::too_many_arguments)]
 async fn lease_fronts<S>(
     c: &impl GenericClient,
     stmt: &S,
@@ -466,7 +563,8 @@ async fn lease_fronts<S>(
     now: i64,
     max: u32,
     deadline: i64,
-) -> Result<Vec<Delivery>, StoreError>
+    takers: Takers<'_>,
+) -> Result<Vec<Taken>, StoreError>
 where
     S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
 {
@@ -482,27 +580,33 @@ where
         if want <= 0 {
             break;
         }
+        let names = takers.after(out.len()).param();
         let rows = c
-            .query(stmt, &[&q, &now, &want, &deadline, &per_group, &from])
+            .query(
+                stmt,
+                &[&q, &now, &want, &deadline, &per_group, &from, &names],
+            )
             .await
             .map_err(|e| db(&e))?;
-        out.extend(deliveries(&rows, cfg, deadline, Some(9))?);
+        out.extend(deliveries(&rows, cfg, deadline, Some(10), 9)?);
     }
-    if let Some(last) = out.iter().filter_map(|d| d.group.as_ref()).max() {
+    if let Some(last) = out.iter().filter_map(|t| t.delivery.group.as_ref()).max() {
         queue.set_group_turn(last.as_str());
     }
     Ok(out)
 }
 
-/// The deliveries of leased rows (columns as [`LEASE_SQL`] returns them, and the group in
-/// column `group` when the lease returns one), oldest first.
+/// The deliveries of leased rows (columns as [`LEASE_SQL`] returns them, the group in
+/// column `group` when the lease returns one, the holder's name in column `by`), oldest
+/// first.
 fn deliveries(
     rows: &[tokio_postgres::Row],
     cfg: &QueueConfig,
     deadline: i64,
     group: Option<usize>,
-) -> Result<Vec<Delivery>, StoreError> {
-    let mut out: Vec<(i64, Delivery)> = Vec::with_capacity(rows.len());
+    by: usize,
+) -> Result<Vec<Taken>, StoreError> {
+    let mut out: Vec<(i64, Taken)> = Vec::with_capacity(rows.len());
     for r in rows {
         let id: i64 = r.try_get(0).map_err(corrupt)?;
         let token: i64 = r.try_get(1).map_err(corrupt)?;
@@ -515,30 +619,29 @@ fn deliveries(
             Some(col) => r.try_get(col).map_err(corrupt)?,
             None => None,
         };
-        out.push((
-            was,
-            Delivery {
+        let delivery = Delivery {
+            id: MessageId(id as u64),
+            receipt: Receipt {
                 id: MessageId(id as u64),
-                receipt: Receipt {
-                    id: MessageId(id as u64),
-                    token: token as u64,
-                },
-                body: Body {
-                    kind: kind_of(kind),
-                    bytes: body.unwrap_or_default().into(),
-                },
-                attributes: attrs.map(|a| a.0).unwrap_or_default(),
-                receive_count: u32::try_from(count).unwrap_or(0),
-                max_receive_count: cfg.max_receive_count,
-                enqueued_at: Timestamp(r.try_get(6).map_err(corrupt)?),
-                last_error: r.try_get(7).map_err(corrupt)?,
-                lease_deadline: Timestamp(deadline),
-                group: grp.and_then(|g| GroupName::new(g).ok()),
+                token: token as u64,
             },
-        ));
+            body: Body {
+                kind: kind_of(kind),
+                bytes: body.unwrap_or_default().into(),
+            },
+            attributes: attrs.map(|a| a.0).unwrap_or_default(),
+            receive_count: u32::try_from(count).unwrap_or(0),
+            max_receive_count: cfg.max_receive_count,
+            enqueued_at: Timestamp(r.try_get(6).map_err(corrupt)?),
+            last_error: r.try_get(7).map_err(corrupt)?,
+            lease_deadline: Timestamp(deadline),
+            group: grp.and_then(|g| GroupName::new(g).ok()),
+        };
+        let by = r.try_get(by).map_err(corrupt)?;
+        out.push((was, Taken { delivery, by }));
     }
-    out.sort_by_key(|(was, d)| (*was, d.id));
-    Ok(out.into_iter().map(|(_, d)| d).collect())
+    out.sort_by_key(|(was, t)| (*was, t.delivery.id));
+    Ok(out.into_iter().map(|(_, t)| t).collect())
 }
 
 /// When the queue next changes by itself: a delay ends or a lease runs out.
@@ -554,4 +657,25 @@ async fn next_due(tx: &impl GenericClient, q: &str, now: i64) -> Result<Option<i
         .await
         .map_err(|e| db(&e))?;
     r.try_get(0).map_err(corrupt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_names_one_holder_for_all_or_one_per_place_after_those_leased() {
+        let each: Vec<Option<String>> = ["w1", "w1", "w2"]
+            .iter()
+            .map(|n| Some((*n).to_owned()))
+            .collect();
+        let takers = Takers::Each(&each);
+        assert_eq!(takers.param(), [Some("w1"), Some("w1"), Some("w2")]);
+        assert_eq!(takers.after(1).param(), [Some("w1"), Some("w2")]);
+        assert_eq!(takers.after(2).param(), [Some("w2")], "one name left");
+        assert_eq!(takers.after(5).param(), [None], "no place left");
+        let same = vec![None, None];
+        assert_eq!(Takers::Each(&same).param(), [None], "the same for all");
+        assert_eq!(Takers::All(Some("w3")).after(7).param(), [Some("w3")]);
+    }
 }

@@ -31,6 +31,7 @@ use tokio_postgres::types::{Json, Type};
 
 use crate::db::row::{attrs_json, kind_code, kind_of};
 use crate::error::{corrupt, db};
+use crate::hot::leases::{Taken, Takers};
 use crate::local::QueueLocal;
 
 /// Whether a send of `messages` to a queue whose default delay is `delay` is kept as a pack.
@@ -123,14 +124,17 @@ pub(crate) async fn insert(
 /// `$4`, oldest first, locking at most `$5` packs to choose from. Packs newer than the oldest
 /// waiting message row without a group wait for it, so rows and packs leave in about the order
 /// they became visible (a grouped row may wait behind its line's front, so none holds packs
-/// back). Columns 0 – 7 are the leased packs (none leased: nulls); `due` (8) says whether
-/// something is due to expire (a pack lease ran out, or a pack passed the retention cutoff
-/// `$6`, or the same of a message row, whose lapsed leases are looked for after `$7` as
-/// `crate::hot::lapse_checks` explains); `unfit` (9) names the oldest pack seen when none fit;
-/// `later` (10) says whether visible packs wait behind the oldest message row;
-/// `rows_visible` (11) whether a message row without a group is visible, or the queue holds
-/// grouped ones (their lease decides whether one may go); and when nothing was leased,
-/// `next_due` (12) says when the queue next changes by itself. Always at least one row.
+/// back). Each pack keeps its lease's start (`$2`) and the names of its members' places among
+/// the members leased (oldest pack first) in `$8` (`crate::hot::leases::Takers::param`: one
+/// name kept for every member, or a slice of one per place). Columns 0 – 8 are the leased
+/// packs (none leased: nulls; 8 the names kept); `due` (9) says whether something is due to
+/// expire (a pack lease ran out, or a pack passed the retention cutoff `$6`, or the same of a
+/// message row, whose lapsed leases are looked for after `$7` as `crate::hot::lapse_checks`
+/// explains); `unfit` (10) names the oldest pack seen when none fit; `later` (11) says whether
+/// visible packs wait behind the oldest message row; `rows_visible` (12) whether a message row
+/// without a group is visible, or the queue holds grouped ones (their lease decides whether
+/// one may go); and when nothing was leased, `next_due` (13) says when the queue next changes
+/// by itself. Always at least one row.
 const LEASE_SQL: &str = "WITH head AS (
          SELECT visible_at FROM messages WHERE queue = $1 AND state = 0 AND grp IS NULL
          ORDER BY visible_at, id LIMIT 1
@@ -140,13 +144,18 @@ const LEASE_SQL: &str = "WITH head AS (
          ORDER BY visible_at, id LIMIT $5
          FOR UPDATE SKIP LOCKED
      ), fit AS (
-         SELECT id, was FROM (
-             SELECT id, visible_at AS was, sum(n) OVER (ORDER BY visible_at, id) AS run FROM seen
+         SELECT id, was, run - n AS placed FROM (
+             SELECT id, n, visible_at AS was, sum(n) OVER (ORDER BY visible_at, id) AS run
+             FROM seen
          ) s WHERE run <= $3
      ), leased AS (
-         UPDATE packs p SET state = 1, token = -1 - (random() * 9.2e18)::bigint, visible_at = $4
+         UPDATE packs p SET state = 1, token = -1 - (random() * 9.2e18)::bigint, visible_at = $4,
+             leased_at = $2,
+             leased_by = CASE WHEN cardinality($8::text[]) = 1 THEN $8::text[]
+                              ELSE ($8::text[])[fit.placed + 1 : fit.placed + p.n] END
          FROM fit WHERE p.id = fit.id
-         RETURNING p.id, p.token, p.n, p.bodies, p.kinds, p.attrs, p.enqueued_at, fit.was
+         RETURNING p.id, p.token, p.n, p.bodies, p.kinds, p.attrs, p.enqueued_at, fit.was,
+             p.leased_by
      )
      SELECT leased.*,
          EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state = 1 AND visible_at <= $2)
@@ -172,8 +181,8 @@ const LEASE_SQL: &str = "WITH head AS (
 
 /// What one pack lease found.
 pub(crate) struct Leased {
-    /// The members leased, oldest pack first.
-    pub deliveries: Vec<Delivery>,
+    /// The members leased, oldest pack first, each with the name it was leased for.
+    pub deliveries: Vec<Taken>,
     /// Whether a pack lease ran out or a pack passed retention: expire before trusting the
     /// queue's state.
     pub due: bool,
@@ -187,8 +196,9 @@ pub(crate) struct Leased {
     pub next_due: Option<i64>,
 }
 
-/// Leases whole packs of `queue` for up to `max` messages until `deadline`, choosing among
-/// as many as packs of the size last seen (before any, of `pack_min`) need.
+/// Leases whole packs of `queue` for up to `max` messages until `deadline`, for `takers`,
+/// choosing among as many as packs of the size last seen (before any, of `pack_min`) need.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn lease_from_packs(
     pack_min: usize,
     queue: &QueueLocal,
@@ -197,6 +207,7 @@ pub(crate) async fn lease_from_packs(
     now: i64,
     max: u32,
     deadline: i64,
+    takers: Takers<'_>,
 ) -> Result<Leased, StoreError> {
     let q = queue.name.as_str();
     let cutoff = crate::expiry::retention_cutoff(cfg, now);
@@ -213,15 +224,26 @@ pub(crate) async fn lease_from_packs(
                 Type::INT8,
                 Type::INT8,
                 Type::INT8,
+                Type::TEXT_ARRAY,
             ],
         )
         .await
         .map_err(|e| db(&e))?;
     let lapsed_after = queue.lapse_checks.after(now);
+    let names = takers.param();
     let rows = c
         .query(
             &stmt,
-            &[&q, &now, &max, &deadline, &choose, &cutoff, &lapsed_after],
+            &[
+                &q,
+                &now,
+                &max,
+                &deadline,
+                &choose,
+                &cutoff,
+                &lapsed_after,
+                &names,
+            ],
         )
         .await
         .map_err(|e| db(&e))?;
@@ -236,11 +258,11 @@ pub(crate) async fn lease_from_packs(
     };
     let mut packs = Vec::with_capacity(rows.len());
     for r in &rows {
-        out.due |= r.try_get::<_, bool>(8).map_err(corrupt)?;
-        out.unfit = out.unfit.or(r.try_get(9).map_err(corrupt)?);
-        out.later |= r.try_get::<_, bool>(10).map_err(corrupt)?;
-        out.rows_visible |= r.try_get::<_, bool>(11).map_err(corrupt)?;
-        out.next_due = out.next_due.or(r.try_get(12).map_err(corrupt)?);
+        out.due |= r.try_get::<_, bool>(9).map_err(corrupt)?;
+        out.unfit = out.unfit.or(r.try_get(10).map_err(corrupt)?);
+        out.later |= r.try_get::<_, bool>(11).map_err(corrupt)?;
+        out.rows_visible |= r.try_get::<_, bool>(12).map_err(corrupt)?;
+        out.next_due = out.next_due.or(r.try_get(13).map_err(corrupt)?);
         let Some(id) = r.try_get::<_, Option<i64>>(0).map_err(corrupt)? else {
             continue;
         };
@@ -255,11 +277,20 @@ pub(crate) async fn lease_from_packs(
         let kinds: Vec<i16> = r.try_get(4).map_err(corrupt)?;
         let attrs: Option<Vec<Option<Json<Attributes>>>> = r.try_get(5).map_err(corrupt)?;
         let enqueued_at: i64 = r.try_get(6).map_err(corrupt)?;
+        let names: Vec<Option<String>> = r
+            .try_get::<_, Option<_>>(8)
+            .map_err(corrupt)?
+            .unwrap_or_default();
         sizes.push(bodies.len());
         let mut attrs = attrs.map(Vec::into_iter);
         for (i, (body, kind)) in bodies.into_iter().zip(kinds).enumerate() {
             let member = MessageId((id + i as i64) as u64);
-            out.deliveries.push(Delivery {
+            // One name kept for every member, or each member's own.
+            let by = match names.as_slice() {
+                [one] => one.clone(),
+                each => each.get(i).cloned().flatten(),
+            };
+            let delivery = Delivery {
                 id: member,
                 receipt: Receipt {
                     id: member,
@@ -281,7 +312,8 @@ pub(crate) async fn lease_from_packs(
                 last_error: None,
                 lease_deadline: Timestamp(deadline),
                 group: None,
-            });
+            };
+            out.deliveries.push(Taken { delivery, by });
         }
     }
     queue.pack_sizes.leased(sizes);
@@ -465,8 +497,9 @@ pub(crate) async fn ack_in_packs(
 
 /// Turns the packs `WHERE` selects (a condition on `packs`, parameters from `$1`) into message
 /// rows: waiting members waiting, leased members leased under the pack's token, members acked
-/// with a record completed records, members acked without one nothing. Returns the packs
-/// unpacked and the rows made.
+/// with a record completed records, members acked without one nothing; the leased and acked
+/// ones keep the pack's lease start and their own receiver's name (a waiting pack was never
+/// leased and has neither). Returns the packs unpacked and the rows made.
 macro_rules! unpack_sql {
     ($where:literal) => {
         concat!(
@@ -474,10 +507,11 @@ macro_rules! unpack_sql {
                  DELETE FROM packs WHERE ",
             $where,
             " RETURNING id, queue, state, visible_at, enqueued_at, token, done, bodies, kinds,
-                     attrs, acked_at
+                     attrs, acked_at, leased_at, leased_by
              ), rows AS (
                  INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at,
-                     receive_count, token, body, body_kind, attrs, keep_until)
+                     receive_count, token, body, body_kind, attrs, keep_until, leased_at,
+                     leased_by)
                  SELECT p.id + u.o - 1, p.queue,
                      CASE WHEN u.d <> 0 THEN 2 WHEN p.state = 0 THEN 0 ELSE 1 END,
                      CASE WHEN u.d <> 0 THEN p.acked_at ELSE p.visible_at END,
@@ -486,7 +520,10 @@ macro_rules! unpack_sql {
                      CASE WHEN u.d = 0 AND p.state = 1 THEN p.token END,
                      CASE WHEN u.d = 0 THEN u.b END, coalesce(u.k, 0),
                      CASE WHEN u.d = 0 THEN u.a END,
-                     CASE WHEN u.d <> 0 THEN u.d END
+                     CASE WHEN u.d <> 0 THEN u.d END,
+                     p.leased_at,
+                     CASE WHEN cardinality(p.leased_by) = 1 THEN p.leased_by[1]
+                          ELSE p.leased_by[u.o] END
                  FROM p CROSS JOIN LATERAL
                      unnest(p.done, p.bodies, p.kinds, p.attrs) WITH ORDINALITY AS u(d, b, k, a, o)
                  WHERE u.d <> -1

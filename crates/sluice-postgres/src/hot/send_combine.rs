@@ -153,7 +153,8 @@ async fn write_batch(inner: &Arc<Inner>, queue: &Arc<QueueLocal>, jobs: Vec<Send
 
 /// Claims messages of `items` for the receives waiting on this node for `queue`
 /// (`crate::hot::handoff`), when its config allows: moves those visible at once to the front,
-/// up to as many as are waited for, and says how many and for what lease length.
+/// up to as many as are waited for, and says how many, for what lease length and for which
+/// consumer's receives.
 async fn claim_handoff(
     inner: &Inner,
     queue: &QueueLocal,
@@ -163,7 +164,7 @@ async fn claim_handoff(
     let visible =
         |(m, _, delay): &(&NewMessage, i64, Duration)| m.delay.unwrap_or(*delay).is_zero();
     let ready = items.iter().filter(|i| visible(i)).count();
-    let (lease, count) = queue
+    let claim = queue
         .handoff
         .claim(ready, crate::hot::read_ahead::SHORTEST_LEASE)?;
     // Only a send that found receives waiting reads the config. A claim dropped here is
@@ -174,12 +175,13 @@ async fn claim_handoff(
     }
     // The claimed ones first, in their order (a stable partition).
     items.sort_by_key(|i| !visible(i));
-    let deadline = Timestamp(now).plus(lease).as_millis();
+    let deadline = Timestamp(now).plus(claim.lease).as_millis();
     Some(HandOff {
-        count,
+        count: claim.count,
         deadline,
         at: now,
-        lease,
+        lease: claim.lease,
+        consumer: claim.consumer,
         max_receive_count: cfg.max_receive_count,
     })
 }
@@ -218,9 +220,10 @@ fn hand_over(
         })
         .collect();
     let n = deliveries.len();
-    crate::hot::read_ahead::hold(inner, queue, h.lease, deliveries);
-    // Only this node's receives: on other nodes nothing became visible.
-    queue.waker.wake_some(n);
+    crate::hot::read_ahead::hold(inner, queue, h.lease, h.consumer.clone(), deliveries);
+    // Only the receives they are for, on this node: no other can take them.
+    queue.waker.handed(n);
+    queue.handoff.wake(h.lease, h.consumer.as_deref(), n);
 }
 
 /// Answers each of `jobs` from one write: `(ids in the jobs' order, rows or packs stored,

@@ -176,6 +176,13 @@ impl QueueWaker {
         }
     }
 
+    /// Counts `n` messages a send handed to receives waiting on this node (see
+    /// `crate::hot::handoff`, which wakes those receives) as woken, as the receives that take
+    /// them count them as leased.
+    pub(crate) fn handed(&self, n: usize) {
+        self.woke(Some(n));
+    }
+
     /// Wakes at most `n` of this process's receives waiting on the queue: one per message
     /// that became visible, so a single send does not send every waiting receive to the
     /// database only for all but one to come back empty; all of them past a handful.

@@ -5,8 +5,8 @@ use std::time::Duration;
 use sluice_core::adaptive::{Outcome, classify_nack};
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::{
-    Attempt, AttemptOutcome, DeadLetterReason, Delivery, Failure, MessageState, NackOutcome,
-    QueueName, Receipt, StoreError, Timestamp,
+    AttemptOutcome, DeadLetterReason, Delivery, Failure, MessageState, NackOutcome, QueueName,
+    Receipt, StoreError, Timestamp,
 };
 
 use crate::db::counters::Counter;
@@ -16,21 +16,18 @@ use crate::ops::leased::{Change, change_leased};
 use crate::ops::lifecycle::{dead_letter, end_cancelled};
 use crate::store::Inner;
 
-/// Records a failed attempt on `row`, keeping its error (already cut to its limit by
-/// `Checked`) as the last one.
+/// Records a failed attempt on `row`, ending the lease it is under, keeping its error
+/// (already cut to its limit by `Checked`) as the last one.
 // Near-copy of the embedded engine's `apply_failure`: the same rule on each engine's own row type.
 fn apply_failure(row: &mut Row, now: i64, outcome: AttemptOutcome, failure: &Failure) {
-    let attempt = Attempt {
-        at: Timestamp(now),
+    let attempt = lifecycle::ended_attempt(
+        Timestamp(now),
         outcome,
-        error: failure.error.clone(),
-        consumer: failure.consumer.clone(),
-        started_at: None,
-    };
-    if attempt.error.is_some() {
-        row.last_error.clone_from(&attempt.error);
-    }
-    lifecycle::record_attempt(&mut row.attempts, attempt);
+        failure.error.clone(),
+        failure.consumer.clone(),
+        Some(&row.holder),
+    );
+    lifecycle::record_failure(&mut row.attempts, &mut row.last_error, attempt);
 }
 
 /// Returns a message for another attempt, or dead-letters it when its attempts are used up.

@@ -12,7 +12,7 @@ use crate::db::effects::Effects;
 use crate::db::tx::transaction;
 use crate::error::pool;
 use crate::expiry::expire_queue;
-use crate::hot::leases::{Attempted, LEASE_SQL, take_leases_limited};
+use crate::hot::leases::{Attempted, LEASE_SQL, Takers, take_leases_limited};
 use crate::hot::wake::FALLBACK_POLL;
 use crate::local::QueueLocal;
 use crate::store::Inner;
@@ -64,9 +64,21 @@ pub(crate) async fn receive(
             Some(lease) => Some(lease),
             None => (inner.config(&local).await.ok()).map(|c| c.visibility_timeout),
         };
-        let _waiting = lease.map(|l| local.handoff.enter(l, req.max as usize));
+        let waiting = lease.map(|l| {
+            local
+                .handoff
+                .enter(l, req.consumer.clone(), req.max as usize)
+        });
+        let handed = async {
+            match &waiting {
+                Some(w) => w.handed().await,
+                None => std::future::pending().await,
+            }
+        };
         may_skip = tokio::select! {
             () = &mut notified => !req.wait.is_zero(),
+            // Held for this consumer's receives on this node: taken without a statement.
+            () = handed => false,
             () = tokio::time::sleep(nap.min(left)) => false,
         };
     }
@@ -102,7 +114,10 @@ async fn receive_once(
         let outcome = if crate::flow::governed(&cfg) {
             crate::flow::receive(tx, inner, queue, &cfg, req, now, &mut fx, &mut taken).await?
         } else {
-            take_leases_limited(tx, LEASE_SQL, queue, &cfg, req, now).await?
+            let takers = Takers::All(req.consumer.as_deref());
+            take_leases_limited(tx, LEASE_SQL, queue, &cfg, req, now, takers)
+                .await?
+                .untagged()
         };
         fx.write(tx).await?;
         Ok((outcome, fx))

@@ -189,15 +189,17 @@ pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
 }
 
 /// The insert of [`insert`]: every message of a batch, guarded by the queue's existence. The
-/// first `$9` rows are inserted leased, until their `v`, for receives waiting on this node
-/// (`crate::hot::handoff`). Returns how many rows it inserted, and the ids and tokens of those
-/// leased.
+/// first `$9` rows are inserted leased, at `$2` until their `v`, for receives of consumer
+/// `$10` waiting on this node (`crate::hot::handoff`). Returns how many rows it inserted, and
+/// the ids and tokens of those leased.
 pub(crate) const INSERT_SQL: &str = "WITH ins AS (
                  INSERT INTO messages (id, queue, state, visible_at, entered_at, enqueued_at, body,
-                     body_kind, attrs, dedup_id, receive_count, token)
+                     body_kind, attrs, dedup_id, receive_count, token, leased_at, leased_by)
                  SELECT i, $1, CASE WHEN n <= $9 THEN 1 ELSE 0 END, v, $2, $2, b, k, a, d,
                      CASE WHEN n <= $9 THEN 1 ELSE 0 END,
-                     CASE WHEN n <= $9 THEN (random() * 9.2e18)::bigint END
+                     CASE WHEN n <= $9 THEN (random() * 9.2e18)::bigint END,
+                     CASE WHEN n <= $9 THEN $2::bigint END,
+                     CASE WHEN n <= $9 THEN $10::text END
                  FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[],
                              $8::text[]) WITH ORDINALITY AS u(i, v, b, k, a, d, n)
                  WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)
@@ -217,6 +219,8 @@ pub(crate) struct HandOff {
     pub(crate) at: i64,
     /// The lease length of the receives they are for.
     pub(crate) lease: Duration,
+    /// The name those receives gave, recorded as the leases' holder.
+    pub(crate) consumer: Option<String>,
     /// The queue's `max_receives`, for their deliveries.
     pub(crate) max_receive_count: u32,
 }
@@ -253,6 +257,7 @@ where
         _ => None,
     });
     let leased = i64::try_from(leased).unwrap_or(i64::MAX);
+    let holder = handoff.and_then(|h| h.consumer.as_deref());
     let row = c
         .query_one(
             stmt,
@@ -266,6 +271,7 @@ where
                 &cols.attrs,
                 &cols.dedup,
                 &leased,
+                &holder,
             ],
         )
         .await
