@@ -178,27 +178,6 @@ impl Caller {
         }
     }
 
-    /// Checks that the caller may do `action` on `queue`, the queue of a message, task or
-    /// redrive job the caller named by id. A key that does not cover that queue gets
-    /// `missing()`, the answer for an id that does not exist: an id must not reveal which
-    /// queue outside the key's patterns holds it, nor that it exists at all.
-    ///
-    /// # Errors
-    /// 403 `permission_denied` for the role; `missing()` for a queue outside the patterns.
-    pub fn allow_found(
-        &self,
-        action: Action,
-        queue: &QueueName,
-        missing: impl FnOnce() -> ApiError,
-    ) -> Result<(), ApiError> {
-        self.allow_role(action)?;
-        if self.sees(queue.as_str()) {
-            Ok(())
-        } else {
-            Err(missing())
-        }
-    }
-
     /// True when the caller reaches every queue, whatever its name: authentication is off, or
     /// the key has the pattern `*`.
     pub fn covers_all(&self) -> bool {
@@ -287,7 +266,7 @@ impl Caller {
     ///
     /// # Errors
     /// `missing()` for a queue outside the patterns.
-    pub fn allow_found_op(
+    pub fn allow_found(
         &self,
         queue: &QueueName,
         missing: impl FnOnce() -> ApiError,

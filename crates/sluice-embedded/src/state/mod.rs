@@ -11,6 +11,7 @@
 //! so are the lines of FIFO groups ([`groups`]).
 
 mod groups;
+mod kept;
 mod msg;
 mod queue;
 pub(crate) mod summary;
@@ -24,55 +25,9 @@ use crate::catalog::CatalogQueue;
 use crate::journal::log::Loc;
 use crate::journal::record::{GroupTag, MessageRecord, Qid, Record, RemoveReason, UpdateEvent};
 pub(crate) use groups::Member;
+pub(crate) use kept::{Done, LeaseHolder, Remembered};
 pub(crate) use msg::{Msg, Slot};
 pub(crate) use queue::{DedupEntry, QueueState, flow_config};
-
-/// A completed (acknowledged) message, kept for the queue's `result_ttl`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Done {
-    pub qid: Qid,
-    pub receive_count: u32,
-    pub at: i64,
-    pub keep_until: i64,
-    /// The ack or complete record (the latter holds the result).
-    pub loc: Loc,
-    pub len: u32,
-    pub has_result: bool,
-    /// The record holds the attempts that failed before it completed.
-    pub has_attempts: bool,
-    /// The record holds the lease its acknowledged delivery ran under (a [`Record::Held`]).
-    pub held: bool,
-    pub cancelled: bool,
-    /// When the message was sent and entered the queue it completed in, in ms. Completion
-    /// records written before they were kept read as completed at both.
-    pub enqueued_at: i64,
-    pub entered_at: i64,
-}
-
-/// When a lease began and the name its receiver gave: one name shared by the messages of a
-/// receive.
-#[derive(Debug, Clone)]
-pub(crate) struct LeaseHolder {
-    pub at: i64,
-    pub consumer: Option<std::sync::Arc<str>>,
-}
-
-impl LeaseHolder {
-    pub(crate) fn holder(&self) -> sluice_core::Holder {
-        sluice_core::Holder {
-            started_at: Some(Timestamp(self.at)),
-            consumer: self.consumer.as_deref().map(str::to_owned),
-        }
-    }
-}
-
-/// A response remembered under an idempotency key.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Remembered {
-    pub until: i64,
-    pub loc: Loc,
-    pub len: u32,
-}
 
 /// A map keyed by numbers the engine assigns itself (message ids, queue and segment
 /// numbers): hashed with FxHash, several times cheaper per lookup than the default SipHash,
@@ -336,24 +291,7 @@ impl State {
             }
             Record::Held { record, holds } => {
                 self.apply(record, loc, len);
-                for h in holds {
-                    let Some((at, consumer)) = &h.lease else {
-                        continue;
-                    };
-                    if let Some(d) = self.done.get_mut(&h.id) {
-                        d.held = true;
-                    } else if self
-                        .msgs
-                        .get(&h.id)
-                        .is_some_and(|m| m.slot() == Slot::Leased)
-                    {
-                        let holder = LeaseHolder {
-                            at: *at,
-                            consumer: consumer.as_deref().map(std::sync::Arc::from),
-                        };
-                        self.holders.insert(h.id, holder);
-                    }
-                }
+                self.apply_holds(holds);
             }
             Record::Lease(leases) => self.apply_leases(leases),
             Record::Extend {

@@ -76,7 +76,7 @@ async fn find(
     id: sluice_core::MessageId,
 ) -> Result<sluice_core::Message, ApiError> {
     let m = st.store.get_message(id).await?;
-    caller.allow_found_op(&m.queue, || {
+    caller.allow_found(&m.queue, || {
         sluice_core::StoreError::MessageNotFound(id).into()
     })?;
     Ok(m)

@@ -126,7 +126,7 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<RedriveView>, ApiError> {
     let job = st.store.get_redrive(job_id(&id)?).await?;
-    caller.allow_found_op(&job.spec.source, || {
+    caller.allow_found(&job.spec.source, || {
         sluice_core::StoreError::RedriveNotFound(job.id.to_string()).into()
     })?;
     Ok(Json(RedriveView::from(&job)))
@@ -200,7 +200,7 @@ async fn control(
 ) -> Result<Json<RedriveView>, ApiError> {
     let id = job_id(id)?;
     let before = st.store.get_redrive(id).await?;
-    caller.allow_found_op(&before.spec.source, || {
+    caller.allow_found(&before.spec.source, || {
         sluice_core::StoreError::RedriveNotFound(id.to_string()).into()
     })?;
     let job = st.store.control_redrive(id, control.clone()).await?;

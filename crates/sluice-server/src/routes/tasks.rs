@@ -81,7 +81,7 @@ pub async fn cancel(
     MessagePath(id): MessagePath,
 ) -> Result<Json<TaskView>, ApiError> {
     let m = st.store.get_message(id).await?;
-    caller.allow_found_op(&m.queue, || StoreError::MessageNotFound(id).into())?;
+    caller.allow_found(&m.queue, || StoreError::MessageNotFound(id).into())?;
     let m = st.store.cancel(id).await?;
     st.audit(
         &caller,
