@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sluice_client::wire::StatsView;
 use sluice_core::adaptive::{AdaptiveRate, BreakerConfig, BreakerState, limits};
 
-use super::criteria::{Verdict, max_in_window, valid_dead_lettered};
+use super::criteria::{Verdict, busiest_window, valid_dead_lettered};
 use super::scenario::{Clock, Scenario};
 use super::upstream::CallKind;
 use super::{Observed, ms};
@@ -190,15 +190,16 @@ pub fn judge(o: &Observed, reference: Option<&Observed>) -> Vec<Verdict> {
         .filter(|(m, k)| *m >= 2.0 && !matches!(k, CallKind::Random429 | CallKind::Unavailable))
         .map(|(m, _)| *m)
         .collect();
-    let peak = max_in_window(&counted, 1.0) as u64;
+    let (peak, from) = busiest_window(&counted, 1.0);
+    let peak = peak as u64;
     let allowed = quota + quota.div_ceil(10);
     let c6 = Verdict {
         number: 6,
         name: "upstream calls within the quota after minute 2",
         pass: peak <= allowed,
         figure: format!(
-            "peak {peak} calls counted against the quota in any sliding minute (quota {quota}, \
-             allowed {allowed}: a tenth for calls already in flight)"
+            "peak {peak} calls counted against the quota in any sliding minute (from minute \
+             {from:.1}; quota {quota}, allowed {allowed}: a tenth for calls already in flight)"
         ),
     };
 

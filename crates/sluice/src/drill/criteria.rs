@@ -61,13 +61,21 @@ fn body_bytes(m: &MessageView) -> Option<Vec<u8>> {
 
 /// Most calls in any sliding window of `width` minutes among sorted minutes `t`.
 pub fn max_in_window(t: &[f64], width: f64) -> usize {
-    let mut best = 0;
+    busiest_window(t, width).0
+}
+
+/// Most calls in any sliding window of `width` minutes among sorted minutes `t`, and the
+/// minute the first such window starts at (0 when there are none).
+pub fn busiest_window(t: &[f64], width: f64) -> (usize, f64) {
+    let mut best = (0, 0.0);
     let mut lo = 0;
     for hi in 0..t.len() {
         while t[hi] - t[lo] >= width {
             lo += 1;
         }
-        best = best.max(hi - lo + 1);
+        if hi - lo + 1 > best.0 {
+            best = (hi - lo + 1, t[lo]);
+        }
     }
     best
 }
@@ -328,6 +336,7 @@ mod tests {
     fn sliding_window() {
         assert_eq!(max_in_window(&[0.0, 0.5, 0.99, 1.0, 1.5], 1.0), 3);
         assert_eq!(max_in_window(&[], 1.0), 0);
+        assert_eq!(busiest_window(&[0.0, 2.0, 2.5, 2.9, 4.0], 1.0), (3, 2.0));
     }
 
     #[test]
