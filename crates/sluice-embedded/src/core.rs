@@ -7,6 +7,7 @@
 //! waits for the group commit to make its records durable. The lock is never held across a
 //! sync, so concurrent callers pile up behind one fsync instead of one each.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -20,7 +21,7 @@ use tokio::sync::watch;
 use crate::catalog::{Catalog, CatalogQueue};
 use crate::journal::log::{self, Durable, Log};
 use crate::journal::record::{
-    Acked, Completion, Hold, MessageRecord, Qid, Record, RemoveReason, Rich, Times, UpdateEvent,
+    Acked, Completion, MessageRecord, Qid, Record, RemoveReason, Rich, Times, UpdateEvent,
     UpdateRecord,
 };
 use crate::state::{Msg, Slot, State};
@@ -479,37 +480,58 @@ pub(crate) struct Kept {
 /// What completion record `rec` (an ack, an ack with result or history, or a compaction copy
 /// of one) keeps of message `id`.
 pub(crate) fn stored_completion(rec: Record, id: u64) -> Kept {
-    let of = |c: Completion| Kept {
-        holder: None,
-        result: c.result,
-        attempts: c.attempts,
-        last_error: c.last_error,
+    stored_completions(rec).remove(&id).unwrap_or_default()
+}
+
+/// What completion record `rec` keeps of each message it completes, in one pass: a
+/// compaction copy holds thousands, and reading it once per message would be quadratic.
+pub(crate) fn stored_completions(rec: Record) -> HashMap<u64, Kept> {
+    let mut out = HashMap::new();
+    add_completions(rec, &mut out);
+    out
+}
+
+fn add_completions(rec: Record, out: &mut HashMap<u64, Kept>) {
+    let mut add = |c: Completion| {
+        out.insert(
+            c.acked.id,
+            Kept {
+                holder: None,
+                result: c.result,
+                attempts: c.attempts,
+                last_error: c.last_error,
+            },
+        );
     };
     match rec {
-        Record::Complete { result, .. } => Kept {
+        Record::Complete { acked, result } => add(Completion {
+            acked,
             result: Some(result),
-            ..Kept::default()
-        },
-        Record::Finished(c) => of(c),
-        Record::Kept { acked, results } => Kept {
-            result: acked
-                .iter()
-                .zip(results)
-                .find(|(a, _)| a.id == id)
-                .and_then(|(_, r)| r),
-            ..Kept::default()
-        },
-        Record::Timed { record, .. } => stored_completion(*record, id),
-        Record::Held { record, holds } => Kept {
-            holder: holds.iter().find(|h| h.id == id).and_then(Hold::holder),
-            ..stored_completion(*record, id)
-        },
-        Record::KeptFinished { finished } => finished
-            .into_iter()
-            .find(|c| c.acked.id == id)
-            .map(of)
-            .unwrap_or_default(),
-        _ => Kept::default(),
+            attempts: Vec::new(),
+            last_error: None,
+        }),
+        Record::Finished(c) => add(c),
+        Record::Kept { acked, results } => {
+            for (a, result) in acked.into_iter().zip(results) {
+                add(Completion {
+                    acked: a,
+                    result,
+                    attempts: Vec::new(),
+                    last_error: None,
+                });
+            }
+        }
+        Record::KeptFinished { finished } => finished.into_iter().for_each(add),
+        Record::Timed { record, .. } => add_completions(*record, out),
+        Record::Held { record, holds } => {
+            add_completions(*record, out);
+            for h in holds {
+                if let Some(holder) = h.holder() {
+                    out.entry(h.id).or_default().holder = Some(holder);
+                }
+            }
+        }
+        _ => {}
     }
 }
 

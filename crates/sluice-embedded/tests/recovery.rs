@@ -217,12 +217,14 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
     // ~200 MiB through the log; only the last 100 messages stay live.
     let mut kept = Vec::new();
     let mut with_result = Vec::new();
+    let mut plain = Vec::new();
     for round in 0..130 {
         let msgs = (0..100).map(|_| NewMessage::new(body.clone())).collect();
         let sent = store.send(&q(), msgs).await.expect("send");
         let lease = || ReceiveRequest {
             max: 100,
             visibility: Some(Duration::from_secs(600)),
+            consumer: Some(format!("worker-{}", round % 3)),
             ..Default::default()
         };
         let mut got = store.receive(&q(), lease()).await.expect("receive");
@@ -247,6 +249,8 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
         }
         if round == 0 {
             with_result = got.iter().map(|d| d.id).collect();
+        } else if round % 16 == 1 {
+            plain.extend(got.iter().map(|d| (d.id, format!("worker-{}", round % 3))));
         }
         let acks = got
             .into_iter()
@@ -305,6 +309,15 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
             m.enqueued_at, sent_at[&id],
             "its send time survives compaction too"
         );
+    }
+    // A plain ack keeps the delivery that completed it: who held the lease, and from when.
+    for (id, consumer) in plain {
+        let m = store.get_message(id).await.expect("completed");
+        let [done] = &m.attempts[..] else {
+            panic!("one attempt for {id}: {:?}", m.attempts);
+        };
+        assert_eq!(done.consumer.as_deref(), Some(consumer.as_str()));
+        assert!(done.started_at.is_some_and(|s| s <= done.at), "{done:?}");
     }
     for id in kept {
         let m = store

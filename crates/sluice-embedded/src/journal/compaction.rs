@@ -12,9 +12,11 @@
 //! segment after its live records were copied leaves a log that replays to the same state;
 //! deleting a middle one could drop an update to a message based in an older segment.
 
+use std::collections::HashMap;
+
 use sluice_core::StoreError;
 
-use crate::core::{Inner, stored_completion};
+use crate::core::{Core, Inner, Kept, stored_completions};
 use crate::journal::log::SEGMENT_TARGET;
 use crate::journal::record::{
     Acked, Checkpoint, Completion, GroupTag, Hold, JsonSchedule, MessageRecord, Origin, Record,
@@ -24,6 +26,9 @@ use crate::state::{LeaseHolder, Slot};
 
 /// Records copied per lock hold, so senders and receivers keep flowing during a compaction.
 const CHUNK: usize = 512;
+/// Completed messages per copied record. Reading one completed message back (its result,
+/// history or lease) decodes the whole record it is in, so copies stay small.
+const KEPT_PER_RECORD: usize = 256;
 
 /// Compacts the oldest segment if it is worth it. Returns after the segment is deleted.
 /// One compaction runs at a time: with `wait`, after the one running; without, not at all
@@ -102,85 +107,30 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
         }
         tokio::task::yield_now().await;
     }
-    // Completed records whose ack lives in the segment, likewise.
+    // Completed records whose ack lives in the segment, likewise, in the order of their
+    // records: those sharing one (a batch ack, an earlier copy) are next to each other, so
+    // each record is read once.
     let done_ids: Vec<u64> = {
         let core = inner.lock();
-        core.state
+        let mut found: Vec<(u32, u64)> = core
+            .state
             .done
             .iter()
             .filter(|(_, d)| d.loc.seg == seg)
-            .map(|(id, _)| *id)
-            .collect()
+            .map(|(id, d)| (d.loc.off, *id))
+            .collect();
+        found.sort_unstable();
+        found.into_iter().map(|(_, id)| id).collect()
     };
+    // The record last read, with what it keeps of each message it completes.
+    let mut read: Option<(u32, HashMap<u64, Kept>)> = None;
     for chunk in done_ids.chunks(CHUNK * 8) {
         {
             let mut core = inner.lock();
             let core = &mut *core;
-            let mut acked_all = Vec::new();
-            let mut results = Vec::new();
-            let mut finished = Vec::new();
-            let (mut acked_times, mut finished_times) = (Vec::new(), Vec::new());
-            let (mut acked_holds, mut finished_holds) = (Vec::new(), Vec::new());
-            for id in chunk {
-                let Some(d) = core.state.done.get(id).copied() else {
-                    continue;
-                };
-                if d.loc.seg != seg {
-                    continue;
-                }
-                let acked = Acked {
-                    id: *id,
-                    qid: d.qid,
-                    receive_count: d.receive_count,
-                    at: d.at,
-                    keep_until: d.keep_until,
-                    cancelled: d.cancelled,
-                };
-                let kept = if d.has_result || d.has_attempts || d.held {
-                    stored_completion(core.log.read(d.loc)?, *id)
-                } else {
-                    Default::default()
-                };
-                let times = Times {
-                    id: *id,
-                    enqueued_at: d.enqueued_at,
-                    entered_at: d.entered_at,
-                };
-                let hold = Hold::of_lease(*id, kept.holder.as_ref());
-                if d.has_attempts {
-                    finished_holds.extend(hold);
-                    finished_times.push(times);
-                    finished.push(Completion {
-                        acked,
-                        result: kept.result,
-                        attempts: kept.attempts,
-                        last_error: kept.last_error,
-                    });
-                } else {
-                    acked_holds.extend(hold);
-                    acked_times.push(times);
-                    acked_all.push(acked);
-                    results.push(kept.result);
-                }
-            }
             let mut records = Vec::new();
-            if !acked_all.is_empty() {
-                records.push(Record::held(
-                    Record::timed(
-                        Record::Kept {
-                            acked: acked_all,
-                            results,
-                        },
-                        acked_times,
-                    ),
-                    acked_holds,
-                ));
-            }
-            if !finished.is_empty() {
-                records.push(Record::held(
-                    Record::timed(Record::KeptFinished { finished }, finished_times),
-                    finished_holds,
-                ));
+            for piece in chunk.chunks(KEPT_PER_RECORD) {
+                copy_completed(core, seg, piece, &mut read, &mut records)?;
             }
             if !records.is_empty() {
                 core.commit(records)?;
@@ -276,6 +226,88 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
     }
     core.state.live.remove(&seg);
     tracing::debug!(segment = seg, "compacted log segment");
+    Ok(())
+}
+
+/// Copies the completed records of `ids` (in segment `seg`) as at most two records: plain
+/// completions, and those with a history of failed attempts.
+fn copy_completed(
+    core: &mut Core,
+    seg: u32,
+    ids: &[u64],
+    read: &mut Option<(u32, HashMap<u64, Kept>)>,
+    records: &mut Vec<Record>,
+) -> Result<(), StoreError> {
+    let mut acked_all = Vec::new();
+    let mut results = Vec::new();
+    let mut finished = Vec::new();
+    let (mut acked_times, mut finished_times) = (Vec::new(), Vec::new());
+    let (mut acked_holds, mut finished_holds) = (Vec::new(), Vec::new());
+    for id in ids {
+        let Some(d) = core.state.done.get(id).copied() else {
+            continue;
+        };
+        if d.loc.seg != seg {
+            continue;
+        }
+        let acked = Acked {
+            id: *id,
+            qid: d.qid,
+            receive_count: d.receive_count,
+            at: d.at,
+            keep_until: d.keep_until,
+            cancelled: d.cancelled,
+        };
+        let kept = if d.has_result || d.has_attempts || d.held {
+            if read.as_ref().is_none_or(|(off, _)| *off != d.loc.off) {
+                *read = Some((d.loc.off, stored_completions(core.log.read(d.loc)?)));
+            }
+            read.as_mut()
+                .and_then(|(_, kept)| kept.remove(id))
+                .unwrap_or_default()
+        } else {
+            Kept::default()
+        };
+        let times = Times {
+            id: *id,
+            enqueued_at: d.enqueued_at,
+            entered_at: d.entered_at,
+        };
+        let hold = Hold::of_lease(*id, kept.holder.as_ref());
+        if d.has_attempts {
+            finished_holds.extend(hold);
+            finished_times.push(times);
+            finished.push(Completion {
+                acked,
+                result: kept.result,
+                attempts: kept.attempts,
+                last_error: kept.last_error,
+            });
+        } else {
+            acked_holds.extend(hold);
+            acked_times.push(times);
+            acked_all.push(acked);
+            results.push(kept.result);
+        }
+    }
+    if !acked_all.is_empty() {
+        records.push(Record::held(
+            Record::timed(
+                Record::Kept {
+                    acked: acked_all,
+                    results,
+                },
+                acked_times,
+            ),
+            acked_holds,
+        ));
+    }
+    if !finished.is_empty() {
+        records.push(Record::held(
+            Record::timed(Record::KeptFinished { finished }, finished_times),
+            finished_holds,
+        ));
+    }
     Ok(())
 }
 
