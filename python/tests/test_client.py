@@ -242,7 +242,12 @@ def test_settle_ack_nack_reject_release_move_extend(client: sluice.Client, queue
     # The acknowledged delivery is the last attempt: who received it and when its lease began.
     acked = done.attempts[-1]
     assert acked.outcome == "acked" and acked.consumer == "py-test"
-    assert acked.started_at is not None and acked.started_at <= acked.at
+    # Times are RFC 3339 with as many fraction digits as they need ("…52.26Z"): compare them
+    # as times, not as texts.
+    def when(t: str) -> datetime.datetime:
+        return datetime.datetime.fromisoformat(t.replace("Z", "+00:00"))
+
+    assert acked.started_at is not None and when(acked.started_at) <= when(acked.at)
     t = client.task_status(ids[0])
     assert t.status is TaskStatus.SUCCESS and t.result == {"ok": 1}
 
@@ -450,6 +455,15 @@ def test_redrive_and_audit(client: sluice.Client, queue: str) -> None:
     actions = {e.action for e in client.audit(queue=dlq)}
     assert any(a.startswith("redrive") for a in actions), actions
     assert re.match(r"\d{4}-\d\d-\d\dT", client.audit(limit=1)[0].at)
+    # What people did, under the dead letters the broker recorded after it.
+    done = client.audit(queue=queue, kind="operator", limit=3)
+    assert done and all(e.actor != "sluice" for e in done), done
+    assert [e.action for e in client.audit(queue=queue, actions=["redrive.create", "redrive.cancel"])]
+    dead = client.audit(queue=queue, actions=["message.dead_lettered"], actor="sluice")
+    assert len(dead) == 4 and {e.message_id for e in dead} == set(ids)
+    with pytest.raises(ApiError) as e:
+        client.audit(kind="people")
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT
 
 
 def _dead_letters(client: sluice.Client, queue: str, n: int) -> str:
