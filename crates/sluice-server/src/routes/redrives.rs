@@ -5,7 +5,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use sluice_core::{RedriveControl, RedriveId};
+use sluice_core::{QueueName, RedriveControl, RedriveId, RedriveJob};
 use sluice_wire::{ErrorEnvelope, RedriveList, RedriveRequest, RedriveView};
 
 use crate::AppState;
@@ -105,7 +105,7 @@ pub async fn list(
     Ok(Json(RedriveList {
         redrives: jobs
             .iter()
-            .filter(|j| caller.sees(j.spec.source.as_str()))
+            .filter(|j| queues_of(j).all(|q| caller.sees(q.as_str())))
             .map(RedriveView::from)
             .collect(),
     }))
@@ -126,10 +126,27 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<RedriveView>, ApiError> {
     let job = st.store.get_redrive(job_id(&id)?).await?;
-    caller.allow_found(&job.spec.source, || {
-        sluice_core::StoreError::RedriveNotFound(job.id.to_string()).into()
-    })?;
+    allow_job(&caller, &job)?;
     Ok(Json(RedriveView::from(&job)))
+}
+
+/// Every queue a job names: its source, its destination and the source its filter keeps.
+fn queues_of(job: &RedriveJob) -> impl Iterator<Item = &QueueName> {
+    std::iter::once(&job.spec.source)
+        .chain(&job.spec.destination)
+        .chain(&job.spec.filter.source_queue)
+}
+
+/// A key reaches a job when it covers every queue the job names; a job naming another is
+/// answered as one that does not exist, so that it reveals no queue outside the key's
+/// patterns.
+fn allow_job(caller: &Caller, job: &RedriveJob) -> Result<(), ApiError> {
+    for q in queues_of(job) {
+        caller.allow_found(q, || {
+            sluice_core::StoreError::RedriveNotFound(job.id.to_string()).into()
+        })?;
+    }
+    Ok(())
 }
 
 /// Cancels a running or paused job; moves already made stay. A finished job is returned as
@@ -200,9 +217,7 @@ async fn control(
 ) -> Result<Json<RedriveView>, ApiError> {
     let id = job_id(id)?;
     let before = st.store.get_redrive(id).await?;
-    caller.allow_found(&before.spec.source, || {
-        sluice_core::StoreError::RedriveNotFound(id.to_string()).into()
-    })?;
+    allow_job(caller, &before)?;
     let job = st.store.control_redrive(id, control.clone()).await?;
     if job != before {
         let mut details = vec![
