@@ -22,6 +22,13 @@ pub struct AuditQuery {
     pub queue: Option<String>,
     /// Only entries at or after this time (RFC 3339).
     pub since: Option<String>,
+    /// Only these actions (`queue.purge`, `message.dead_lettered`, …); empty for any.
+    pub actions: Vec<String>,
+    /// Only entries by this actor (an API key's name, `sluice` for the broker itself).
+    pub actor: Option<String>,
+    /// Only entries of this kind: `operator` (actions taken by a key or a person), `message`
+    /// (dead letters and expiries) or `broker` (the broker's other records).
+    pub kind: Option<String>,
     /// At most this many, the newest (the broker's default is 100, its maximum 10000).
     pub limit: Option<usize>,
     /// The page before an earlier answer: its `next_cursor`.
@@ -164,11 +171,11 @@ impl Client {
         .await
     }
 
-    /// The newest audit log entries (oldest first), optionally of one queue and since a time.
+    /// The newest audit log entries (oldest first) that match every condition of `query`.
     ///
     /// # Errors
-    /// `invalid_argument` for a `since` that is not RFC 3339; `permission_denied` without the
-    /// operator role.
+    /// `invalid_argument` for a `since` that is not RFC 3339 or an unknown kind;
+    /// `permission_denied` without the operator role.
     pub async fn audit(&self, query: &AuditQuery) -> Result<AuditList> {
         let mut call = Call::new(Method::GET, "/v1/audit".into(), Safety::Idempotent);
         if let Some(q) = &query.queue {
@@ -176,6 +183,15 @@ impl Client {
         }
         if let Some(s) = &query.since {
             call.query.push(("since", s.clone()));
+        }
+        if !query.actions.is_empty() {
+            call.query.push(("action", query.actions.join(",")));
+        }
+        if let Some(a) = &query.actor {
+            call.query.push(("actor", a.clone()));
+        }
+        if let Some(k) = &query.kind {
+            call.query.push(("kind", k.clone()));
         }
         if let Some(l) = query.limit {
             call.query.push(("limit", l.to_string()));

@@ -163,6 +163,7 @@ macro_rules! __sluice_conformance_cases {
             redrive_pause_resume_and_cancel,
             stats_history_is_stored_once_and_kept_a_day,
             audit_log_records_actions_and_dead_letters,
+            audit_log_filters_by_action_actor_and_kind,
             release_hands_back_without_counting,
             unlimited_receive_count_never_dead_letters,
             nul_in_any_text_is_refused_and_other_characters_are_kept,

@@ -35,12 +35,61 @@ impl AuditEvent {
     pub fn by_broker(at: Timestamp, action: &str) -> Self {
         AuditEvent {
             at,
-            actor: "sluice".to_string(),
+            actor: BROKER_ACTOR.to_string(),
             action: action.to_string(),
             queue: None,
             message_id: None,
             details: BTreeMap::new(),
             outcome: "ok".to_string(),
+        }
+    }
+}
+
+/// The actor of the entries the broker writes itself.
+pub const BROKER_ACTOR: &str = "sluice";
+
+/// What kind of entry, by who wrote it and what about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditKind {
+    /// An action taken by a key or a person: a configuration change, a purge, a delete, a
+    /// redrive, a cancel (every actor but the broker).
+    Operator,
+    /// The broker's record of a message's lifecycle: dead letters, expiries (`message.*` by
+    /// the broker).
+    Message,
+    /// The broker's other records: adaptive rate and breaker changes, schedule firings it
+    /// missed, redrive jobs it ran.
+    Broker,
+}
+
+impl AuditKind {
+    /// The kind's name in queries and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::Operator => "operator",
+            AuditKind::Message => "message",
+            AuditKind::Broker => "broker",
+        }
+    }
+
+    /// The kind named `s`.
+    pub fn parse(s: &str) -> Option<AuditKind> {
+        [AuditKind::Operator, AuditKind::Message, AuditKind::Broker]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+impl AuditEvent {
+    /// Its kind: who wrote it, and what about.
+    pub fn kind(&self) -> AuditKind {
+        if self.actor != BROKER_ACTOR {
+            AuditKind::Operator
+        } else if self.action.starts_with("message.") {
+            AuditKind::Message
+        } else {
+            AuditKind::Broker
         }
     }
 }
@@ -54,15 +103,69 @@ pub struct AuditQuery {
     pub since: Option<Timestamp>,
     /// Only those at or before this time (to page back from an earlier answer).
     pub until: Option<Timestamp>,
+    /// Only these actions (`queue.purge`, `message.dead_lettered`, …); empty for any.
+    pub actions: Vec<String>,
+    /// Only entries by this actor (an API key's name, `sqs:<access key id>`, `sluice`).
+    pub actor: Option<String>,
+    /// Only entries of this kind.
+    pub kind: Option<AuditKind>,
     /// At most this many, the newest.
     pub limit: usize,
 }
 
 impl AuditQuery {
-    /// True when `e` passes the queue and time conditions.
+    /// True when `e` passes every condition.
     pub fn matches(&self, e: &AuditEvent) -> bool {
         (self.queues.is_empty() || e.queue.as_ref().is_some_and(|q| self.queues.contains(q)))
             && self.since.is_none_or(|s| e.at >= s)
             && self.until.is_none_or(|u| e.at <= u)
+            && (self.actions.is_empty() || self.actions.contains(&e.action))
+            && self.actor.as_ref().is_none_or(|a| *a == e.actor)
+            && self.kind.is_none_or(|k| k == e.kind())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_follow_the_actor_then_the_action() {
+        let mut e = AuditEvent::by_broker(Timestamp(1), "message.dead_lettered");
+        assert_eq!(e.kind(), AuditKind::Message);
+        e.action = "queue.rate_adapted".into();
+        assert_eq!(e.kind(), AuditKind::Broker);
+        e.actor = "ops".into();
+        e.action = "message.delete".into();
+        assert_eq!(e.kind(), AuditKind::Operator);
+        for k in [AuditKind::Operator, AuditKind::Message, AuditKind::Broker] {
+            assert_eq!(AuditKind::parse(k.as_str()), Some(k));
+        }
+        assert_eq!(AuditKind::parse("people"), None);
+    }
+
+    #[test]
+    fn every_condition_must_hold() {
+        let mut e = AuditEvent::by_broker(Timestamp(5), "queue.purge");
+        e.actor = "ops".into();
+        e.queue = Some("work".into());
+        let q = |f: fn(&mut AuditQuery)| {
+            let mut q = AuditQuery::default();
+            f(&mut q);
+            q.matches(&e)
+        };
+        assert!(q(|_| {}));
+        assert!(q(
+            |q| q.actions = vec!["queue.delete".into(), "queue.purge".into()]
+        ));
+        assert!(!q(|q| q.actions = vec!["queue.delete".into()]));
+        assert!(q(|q| q.actor = Some("ops".into())));
+        assert!(!q(|q| q.actor = Some("sluice".into())));
+        assert!(q(|q| q.kind = Some(AuditKind::Operator)));
+        assert!(!q(|q| q.kind = Some(AuditKind::Message)));
+        assert!(!q(|q| {
+            q.kind = Some(AuditKind::Operator);
+            q.queues = vec!["other".into()];
+        }));
     }
 }

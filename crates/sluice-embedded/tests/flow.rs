@@ -41,6 +41,7 @@ async fn transitions(store: &Checked<EmbeddedStore>, q: &QueueName) -> Vec<Strin
             since: None,
             until: None,
             limit: 100,
+            ..Default::default()
         })
         .await
         .expect("audit");
@@ -169,6 +170,7 @@ async fn new_bounds_move_the_learned_rate_and_removing_the_setting_drops_it() {
             since: None,
             until: None,
             limit: 100,
+            ..Default::default()
         })
         .await
         .expect("audit");

@@ -1246,6 +1246,7 @@ async fn maintenance_turns_an_open_breaker_half_open_and_a_deleted_queue_keeps_n
             since: None,
             until: None,
             limit: 100,
+            ..Default::default()
         })
         .await
         .expect("audit");

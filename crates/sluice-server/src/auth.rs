@@ -235,6 +235,11 @@ impl Caller {
         }
     }
 
+    /// The operation being called, once the access layer has looked it up.
+    pub(crate) fn operation(&self) -> Option<&'static Operation> {
+        self.op
+    }
+
     /// The actions of the operation being called, as the permission table declares them.
     ///
     /// # Errors

@@ -123,6 +123,11 @@ impl AppState {
         details: &[(&str, String)],
     ) {
         use sluice_core::Clock as _;
+        debug_assert!(
+            caller.operation().is_none_or(|o| o.audit.contains(&action)),
+            "{action} is not among the audit actions the permission table declares for {:?}",
+            caller.operation().map(|o| o.name)
+        );
         let event = sluice_core::AuditEvent {
             at: sluice_core::SystemClock.now(),
             actor: caller.name().unwrap_or("anonymous").to_string(),

@@ -161,6 +161,11 @@ impl Call {
         details: Vec<(&str, String)>,
     ) {
         use sluice_core::Clock as _;
+        debug_assert!(
+            self.op.is_none_or(|o| o.audit.contains(&action)),
+            "{action} is not among the audit actions the permission table declares for {:?}",
+            self.op.map(|o| o.name)
+        );
         let mut event = sluice_core::AuditEvent::by_broker(sluice_core::SystemClock.now(), action);
         event.actor = format!(
             "sqs:{}",

@@ -460,6 +460,46 @@ fn redrive_dry_run_rate_detach_cancel_and_audit() {
     let limited = json(u, &["audit", "--limit", "2"]);
     assert_eq!(limited["entries"].as_array().map(Vec::len), Some(2));
     fails(u, &["audit", "--since", "last tuesday"], 2);
+    // What people did, apart from what the broker recorded itself.
+    let operator = json(u, &["audit", "--operator", "--limit", "1000"]);
+    let entries = operator["entries"].as_array().expect("entries");
+    assert!(
+        !entries.is_empty() && entries.iter().all(|e| e["actor"] != "sluice"),
+        "{operator}"
+    );
+    assert!(entries.iter().any(|e| e["action"] == "redrive.cancel"));
+    let some = json(
+        u,
+        &[
+            "audit",
+            "--action",
+            "redrive.pause,redrive.resume",
+            "--action",
+            "queue.create",
+        ],
+    );
+    let actions: std::collections::BTreeSet<_> = some["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(
+        actions,
+        ["queue.create", "redrive.pause", "redrive.resume"].into(),
+        "{some}"
+    );
+    let lifecycle = json(u, &["audit", "--kind", "message", "--actor", "sluice"]);
+    assert!(
+        lifecycle["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .all(|e| e["action"] == "message.dead_lettered"),
+        "{lifecycle}"
+    );
+    fails(u, &["audit", "--kind", "people"], 2);
+    fails(u, &["audit", "--operator", "--kind", "broker"], 2);
 }
 
 #[test]

@@ -1041,24 +1041,33 @@ class Client:
 
     def audit(
         self, *, queue: Optional[str] = None, since: Optional[str] = None,
-        limit: Optional[int] = None, cursor: Optional[str] = None,
+        actions: Optional[Sequence[str]] = None, actor: Optional[str] = None,
+        kind: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None,
     ) -> List[AuditEntry]:
         """The entries of one page of the audit log, as :meth:`audit_page` answers them,
         without the paging information."""
-        return self.audit_page(queue=queue, since=since, limit=limit, cursor=cursor).entries
+        return self.audit_page(
+            queue=queue, since=since, actions=actions, actor=actor, kind=kind, limit=limit,
+            cursor=cursor,
+        ).entries
 
     def audit_page(
         self, *, queue: Optional[str] = None, since: Optional[str] = None,
-        limit: Optional[int] = None, cursor: Optional[str] = None,
+        actions: Optional[Sequence[str]] = None, actor: Optional[str] = None,
+        kind: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None,
     ) -> AuditPage:
         """One page of the audit log: the newest ``limit`` entries (default 100, at most
-        10,000), oldest first; of one ``queue`` and its DLQ, and at or after ``since`` (RFC
-        3339), when given. When older entries exist the page has ``more`` and
-        ``next_cursor``; pass that as ``cursor`` for the page before. Each entry comes once
-        across the pages, even when entries share a millisecond."""
+        10,000) that match every condition given, oldest first: of one ``queue`` and its DLQ,
+        at or after ``since`` (RFC 3339), of any of ``actions`` (``queue.purge``, …), by
+        ``actor`` (an API key's name, ``sluice`` for the broker), of ``kind`` (``operator``:
+        actions taken by a key or a person; ``message``: dead letters and expiries;
+        ``broker``: the broker's other records). When older entries exist the page has
+        ``more`` and ``next_cursor``; pass that as ``cursor`` for the page before. Each entry
+        comes once across the pages, even when entries share a millisecond."""
         params = {
-            "queue": None if queue is None else _queue(queue), "since": since, "limit": limit,
-            "cursor": cursor,
+            "queue": None if queue is None else _queue(queue), "since": since,
+            "action": ",".join(actions) if actions else None, "actor": actor, "kind": kind,
+            "limit": limit, "cursor": cursor,
         }
         return AuditPage.from_wire(self._json("GET", "/v1/audit", params=params))
 

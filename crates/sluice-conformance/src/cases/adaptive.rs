@@ -88,6 +88,7 @@ async fn audit_of(e: &Env, q: &QueueName) -> Vec<AuditEvent> {
             since: None,
             until: None,
             limit: 1000,
+            ..Default::default()
         })
         .await
         .expect("audit query")

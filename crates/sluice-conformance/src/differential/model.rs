@@ -221,6 +221,9 @@ pub struct Model {
     pub schedules: BTreeMap<String, Sched>,
     /// Idempotent responses: key → (body, expiry).
     pub idem: BTreeMap<String, (Vec<u8>, i64)>,
+    /// The audit entries the scenario appended, oldest first: (actor, action, queue), as
+    /// indexes into `AUDIT_ACTORS`, `AUDIT_ACTIONS` and `QUEUES`.
+    pub audit: Vec<(u8, u8, u8)>,
     /// Pending claims on idempotency keys: key → (token, fingerprint byte, expiry).
     pub claims: BTreeMap<String, (u64, u8, i64)>,
     /// Entry counter for group lines.

@@ -19,6 +19,12 @@ pub fn queue_name(i: u8) -> &'static str {
 /// The schedule names a scenario uses.
 pub const SCHEDULES: [&str; 2] = ["s1", "s2"];
 
+/// The actors of the audit entries a scenario appends (never the broker's own).
+pub const AUDIT_ACTORS: [&str; 3] = ["ops", "deploy", "sqs:AKIA1"];
+
+/// The actions of the audit entries a scenario appends.
+pub const AUDIT_ACTIONS: [&str; 3] = ["queue.purge", "queue.update", "redrive.create"];
+
 /// A body as drawn: each kind of [`sluice_core::message::Body`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BodySpec {
@@ -207,6 +213,19 @@ pub enum Op {
     ConcurrentReceive { queue: u8, max: u32 },
     /// Two sends of one dedup id at the same moment (on two nodes where there are two).
     ConcurrentDedupSend { queue: u8, dedup_id: String },
+    /// `audit_append` of an operator's entry: `AUDIT_ACTORS[actor]` did `AUDIT_ACTIONS[action]`
+    /// on `queue`.
+    AuditAppend { actor: u8, action: u8, queue: u8 },
+    /// `audit_query` with the given conditions. `kind` 0 is `operator`, which the model answers
+    /// (it knows every entry not by the broker); 1 (`message`) and 2 (`broker`) ask for the
+    /// engine's own entries, which are checked for their kind and count.
+    AuditQuery {
+        kind: Option<u8>,
+        actor: Option<u8>,
+        actions: Vec<u8>,
+        queue: Option<u8>,
+        limit: u8,
+    },
     /// Moves the shared clock forward.
     Advance { ms: u64 },
     /// Drops the store(s) and opens the same data again.
@@ -436,6 +455,22 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (any_text(), 0u64..3, prop::sample::select(vec![0u64, 1000, 60_000]))
             .prop_map(|(key, token, lease_ms)| Op::IdemClaim { key, token, lease_ms }),
         1 => (any_text(), 0u64..3).prop_map(|(key, token)| Op::IdemRelease { key, token }),
+        1 => (0u8..3, 0u8..3, queue())
+            .prop_map(|(actor, action, queue)| Op::AuditAppend { actor, action, queue }),
+        1 => (
+            prop::option::weighted(0.8, 0u8..3),
+            prop::option::weighted(0.5, 0u8..3),
+            prop::collection::vec(0u8..3, 0..3),
+            prop::option::weighted(0.3, queue()),
+            1u8..5
+        )
+            .prop_map(|(kind, actor, actions, queue, limit)| Op::AuditQuery {
+                kind,
+                actor,
+                actions,
+                queue,
+                limit
+            }),
         1 => (queue(), 1u32..4).prop_map(|(queue, max)| Op::ConcurrentReceive { queue, max }),
         1 => (queue(), any_text()).prop_map(|(queue, dedup_id)| Op::ConcurrentDedupSend { queue, dedup_id }),
         6 => prop_oneof![

@@ -46,6 +46,11 @@ pub struct Operation {
     /// Other queues the request names that need the same actions (checked by the
     /// operation when it reads them), for the docs: "" when none.
     pub also: &'static str,
+    /// The actions it records in the audit log when it changes something, e.g.
+    /// `queue.purge`, under the name of the caller's key. An operation records nothing else,
+    /// and one that declares none records nothing (reads, and the consumers' and producers'
+    /// traffic, which the message lifecycle tells).
+    pub audit: &'static [&'static str],
 }
 
 const fn op(name: &'static str, actions: &'static [Action], scope: Scope) -> Operation {
@@ -57,6 +62,7 @@ const fn op(name: &'static str, actions: &'static [Action], scope: Scope) -> Ope
         frames: &[],
         sqs: &[],
         also: "",
+        audit: &[],
     }
 }
 
@@ -78,6 +84,11 @@ impl Operation {
 
     const fn also(mut self, what: &'static str) -> Self {
         self.also = what;
+        self
+    }
+
+    const fn audit(mut self, actions: &'static [&'static str]) -> Self {
+        self.audit = actions;
         self
     }
 }
@@ -116,16 +127,25 @@ pub const OPERATIONS: &[Operation] = &[
             "TagQueue",
             "UntagQueue",
         ])
-        .also("its dead-letter queue"),
+        .also("its dead-letter queue")
+        .audit(&["queue.create", "queue.update", "queue.tag", "queue.untag"]),
     op("queue.delete", &[ManageQueue], Queue)
         .http("DELETE", "/v1/queues/{q}")
-        .sqs(&["DeleteQueue"]),
-    op("queue.pause", &[ManageQueue], Queue).http("POST", "/v1/queues/{q}/pause"),
-    op("queue.resume", &[ManageQueue], Queue).http("POST", "/v1/queues/{q}/resume"),
+        .sqs(&["DeleteQueue"])
+        .audit(&["queue.delete"]),
+    op("queue.pause", &[ManageQueue], Queue)
+        .http("POST", "/v1/queues/{q}/pause")
+        .audit(&["queue.pause"]),
+    op("queue.resume", &[ManageQueue], Queue)
+        .http("POST", "/v1/queues/{q}/resume")
+        .audit(&["queue.resume"]),
     op("queue.purge", &[ManageQueue], Queue)
         .http("POST", "/v1/queues/{q}/purge")
-        .sqs(&["PurgeQueue"]),
-    op("queue.breaker", &[ManageQueue], Queue).http("POST", "/v1/queues/{q}/breaker"),
+        .sqs(&["PurgeQueue"])
+        .audit(&["queue.purge"]),
+    op("queue.breaker", &[ManageQueue], Queue)
+        .http("POST", "/v1/queues/{q}/breaker")
+        .audit(&["queue.breaker.force"]),
     // Producers.
     op("message.send", &[Send], Queue)
         .http("POST", "/v1/queues/{q}/messages")
@@ -163,7 +183,9 @@ pub const OPERATIONS: &[Operation] = &[
     // Inspection.
     op("message.browse", &[Inspect], Queue).http("GET", "/v1/queues/{q}/messages"),
     op("message.get", &[Inspect], Found).http("GET", "/v1/messages/{id}"),
-    op("message.delete", &[Inspect], Found).http("DELETE", "/v1/messages/{id}"),
+    op("message.delete", &[Inspect], Found)
+        .http("DELETE", "/v1/messages/{id}")
+        .audit(&["message.delete"]),
     op("queue.summary", &[Inspect], Queue).http("GET", "/v1/queues/{q}/summary"),
     op("queue.stats", &[Stats], Queue).http("GET", "/v1/queues/{q}/stats"),
     op("queue.history", &[Stats], Queue).http("GET", "/v1/queues/{q}/stats/history"),
@@ -171,31 +193,47 @@ pub const OPERATIONS: &[Operation] = &[
     // Tasks.
     op("task.get", &[ReadTask], Found).http("GET", "/v1/tasks/{id}"),
     op("task.events", &[ReadTask], Found).http("GET", "/v1/tasks/{id}/events"),
-    op("task.cancel", &[CancelTask], Found).http("POST", "/v1/tasks/{id}/cancel"),
+    op("task.cancel", &[CancelTask], Found)
+        .http("POST", "/v1/tasks/{id}/cancel")
+        .audit(&["task.cancel"]),
     // Redrives.
     op("redrive.list", &[Redrive], Role).http("GET", "/v1/redrives"),
     op("redrive.list_of_source", &[Redrive], Queue).sqs(&["ListMessageMoveTasks"]),
     op("redrive.create", &[Redrive], Body)
         .http("POST", "/v1/redrives")
         .sqs(&["StartMessageMoveTask"])
-        .also("its source and destination"),
+        .also("its source and destination")
+        .audit(&["redrive.create"]),
     op("redrive.get", &[Redrive], Found).http("GET", "/v1/redrives/{id}"),
     op("redrive.cancel", &[Redrive], Found)
         .http("POST", "/v1/redrives/{id}/cancel")
-        .sqs(&["CancelMessageMoveTask"]),
-    op("redrive.pause", &[Redrive], Found).http("POST", "/v1/redrives/{id}/pause"),
-    op("redrive.resume", &[Redrive], Found).http("POST", "/v1/redrives/{id}/resume"),
+        .sqs(&["CancelMessageMoveTask"])
+        .audit(&["redrive.cancel"]),
+    op("redrive.pause", &[Redrive], Found)
+        .http("POST", "/v1/redrives/{id}/pause")
+        .audit(&["redrive.pause"]),
+    op("redrive.resume", &[Redrive], Found)
+        .http("POST", "/v1/redrives/{id}/resume")
+        .audit(&["redrive.resume"]),
     // Schedules: changing one manages its queue and sends to it.
     op("schedule.list", &[Inspect], Role).http("GET", "/v1/schedules"),
     op("schedule.get", &[Inspect], Role).http("GET", "/v1/schedules/{name}"),
     op("schedule.put", &[ManageQueue, Send], Body)
         .http("PUT", "/v1/schedules/{name}")
-        .also("the queue it replaces, when it changes queue"),
-    op("schedule.delete", &[ManageQueue, Send], Found).http("DELETE", "/v1/schedules/{name}"),
-    op("schedule.pause", &[ManageQueue, Send], Found).http("POST", "/v1/schedules/{name}/pause"),
-    op("schedule.resume", &[ManageQueue, Send], Found).http("POST", "/v1/schedules/{name}/resume"),
+        .also("the queue it replaces, when it changes queue")
+        .audit(&["schedule.put"]),
+    op("schedule.delete", &[ManageQueue, Send], Found)
+        .http("DELETE", "/v1/schedules/{name}")
+        .audit(&["schedule.delete"]),
+    op("schedule.pause", &[ManageQueue, Send], Found)
+        .http("POST", "/v1/schedules/{name}/pause")
+        .audit(&["schedule.pause"]),
+    op("schedule.resume", &[ManageQueue, Send], Found)
+        .http("POST", "/v1/schedules/{name}/resume")
+        .audit(&["schedule.resume"]),
     op("schedule.trigger", &[ManageQueue, Send], Found)
-        .http("POST", "/v1/schedules/{name}/trigger"),
+        .http("POST", "/v1/schedules/{name}/trigger")
+        .audit(&["schedule.trigger"]),
 ];
 
 /// The operation served at HTTP `method` and `path` (a route template, e.g.

@@ -1,5 +1,6 @@
 //! Rows kept beside the messages: stats history, the audit table, idempotency responses.
 
+use sluice_core::audit::{AuditKind, BROKER_ACTOR};
 use sluice_core::stats::{HISTORY_HEARTBEAT, HISTORY_KEPT, StatsSample};
 use sluice_core::store::{ClaimOutcome, IDEMPOTENCY_TTL, IdempotencyClaim, IdempotentResponse};
 use sluice_core::{AuditEvent, AuditQuery, QueueName, StoreError, Timestamp};
@@ -46,14 +47,31 @@ pub(crate) async fn audit_query(
     let limit = i64::try_from(q.limit.clamp(1, 10_000)).unwrap_or(10_000);
     let since = q.since.map(Timestamp::as_millis);
     let until = q.until.map(Timestamp::as_millis);
+    let kind = q.kind.map(AuditKind::as_str);
     let conn = inner.conn().await?;
+    // The kind is `AuditEvent::kind`: the actor first, then the action's prefix.
     let rows = conn
         .query(
             "SELECT event FROM audit
              WHERE (cardinality($1::text[]) = 0 OR queue = ANY($1))
                AND ($2::bigint IS NULL OR at >= $2) AND ($4::bigint IS NULL OR at <= $4)
+               AND (cardinality($5::text[]) = 0 OR event->>'action' = ANY($5))
+               AND ($6::text IS NULL OR event->>'actor' = $6)
+               AND ($7::text IS NULL OR $7 = CASE
+                     WHEN event->>'actor' <> $8 THEN 'operator'
+                     WHEN event->>'action' LIKE 'message.%' THEN 'message'
+                     ELSE 'broker' END)
              ORDER BY seq DESC LIMIT $3",
-            &[&q.queues, &since, &limit, &until],
+            &[
+                &q.queues,
+                &since,
+                &limit,
+                &until,
+                &q.actions,
+                &q.actor,
+                &kind,
+                &BROKER_ACTOR,
+            ],
         )
         .await
         .map_err(|e| db(&e))?;

@@ -8,6 +8,7 @@
 use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
+use sluice_core::audit::AuditKind;
 use sluice_core::{AuditQuery, Clock, QueueName, SystemClock};
 use sluice_wire::{ErrorEnvelope, rfc3339};
 use std::collections::BTreeMap;
@@ -28,6 +29,16 @@ pub struct AuditParams {
     /// Only entries at or after this time: RFC 3339 (`2026-01-01T10:00:00Z`), or how long ago
     /// (`10m`, `1h`, `90s`, `2d`).
     pub since: Option<String>,
+    /// Only these actions, comma-separated (`queue.purge,queue.delete`).
+    pub action: Option<String>,
+    /// Only entries by this actor: an API key's name, `sqs:<access key id>`, `anonymous`, or
+    /// `sluice` for the broker itself.
+    pub actor: Option<String>,
+    /// Only entries of this kind: `operator` (actions taken by a key or a person),
+    /// `message` (the broker's record of dead letters and expiries) or `broker` (its other
+    /// records: adaptive rate and breaker changes, redrive jobs, missed schedule firings).
+    #[param(pattern = "^(operator|message|broker)$")]
+    pub kind: Option<String>,
     /// At most this many, the newest (default 100, at most 10000).
     #[param(default = 100, minimum = 1, maximum = 10_000)]
     pub limit: Option<usize>,
@@ -115,8 +126,33 @@ pub async fn list(
             "limit must be 1 to 10000 entries, got {limit}"
         )));
     }
+    let kind = p
+        .kind
+        .as_deref()
+        .map(|k| {
+            AuditKind::parse(k).ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "kind must be operator, message or broker, got \"{k}\""
+                ))
+            })
+        })
+        .transpose()?;
+    let actions = p
+        .action
+        .as_deref()
+        .map(|a| {
+            a.split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
     let query = AuditQuery {
         queues,
+        actions,
+        actor: p.actor.clone(),
+        kind,
         since: p
             .since
             .as_deref()

@@ -102,7 +102,8 @@ pub fn page() -> String {
     out.push_str(
         "\nThe patterns decide where. A queue a request names outside them is refused; a \
          message, task, redrive job or schedule of such a queue, named by its id, answers as \
-         one that does not exist, so that ids reveal no other queue; lists and counts (queues, \
+         one that does not exist, so that ids reveal no other queue (a redrive job is of every \
+         queue it names: its source, its destination, the source its filter keeps); lists and counts (queues, \
          stats, `/metrics`, audit, redrives, schedules) show only the queues the key covers; \
          and a redrive without destination, which sends each message back to its own source \
          queue, needs a key whose pattern is `*`. A request without a valid key is answered \
@@ -151,6 +152,22 @@ pub fn page() -> String {
             format!("`{shape}`, as an unknown task")
         });
         row(&mut out, a.name, a.form, a.needs, outside);
+    }
+    out.push_str(
+        "\n## The audit log\n\n\
+         The same table declares what each operation records in the audit log, under the name \
+         of the caller's key (`anonymous` without keys, `sqs:<access key id>` over SQS), when \
+         it changes something; the test above checks that every allowed call records nothing \
+         else. The others record nothing: reads, and the producers' and consumers' traffic, \
+         which the broker's own `message.*` entries tell where it matters (dead letters, \
+         expiries).\n\n| operation | records |\n|---|---|\n",
+    );
+    for op in sluice_core::access::operations::OPERATIONS {
+        if op.audit.is_empty() {
+            continue;
+        }
+        let actions: Vec<String> = op.audit.iter().map(|a| format!("`{a}`")).collect();
+        let _ = writeln!(out, "| `{}` | {} |", op.name, actions.join(", "));
     }
     out
 }

@@ -1,6 +1,6 @@
 //! The HTTP API's operations: the table, and the test that tries each with every key.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -359,11 +359,30 @@ async fn the_table_lists_every_operation(b: &Broker) {
     );
 }
 
+/// The audit log's entries, oldest first.
+async fn audit_log(b: &Broker) -> Vec<Value> {
+    let v = b
+        .setup(Method::GET, "/v1/audit?limit=10000", Value::Null)
+        .await;
+    v["entries"].as_array().cloned().unwrap_or_default()
+}
+
 /// Every HTTP operation × every key × a queue inside and outside its patterns, and without a
-/// key or with a wrong one.
+/// key or with a wrong one. Each allowed call records in the audit log, under its key's name,
+/// only what the permission table declares for its operation, and every operation that
+/// declares audit actions records one when it succeeds.
 pub async fn run(b: &Broker) {
     the_table_lists_every_operation(b).await;
+    let mut audited: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut succeeded = BTreeSet::new();
     for route in routes() {
+        let op =
+            sluice_core::access::operations::http(route.method, route.path).unwrap_or_else(|| {
+                panic!(
+                    "{} {} is not in the permission table",
+                    route.method, route.path
+                )
+            });
         let fx = b.fixtures().await;
         let what = label(&route);
         let request = |f: &Fixture| {
@@ -415,8 +434,29 @@ pub async fn run(b: &Broker) {
         for (key, side, expect) in cases(route.needs, route.reach) {
             let f = fx.on(side);
             let (target, body) = request(f);
+            let logged = audit_log(b).await.len();
             let a = call(b, Some(&key.secret()), &route, &target, body).await;
             let case = format!("{what} as {} on {side:?} ({target})", key.name());
+            for e in audit_log(b).await.iter().skip(logged) {
+                if e["actor"] != key.name().as_str() {
+                    continue;
+                }
+                let action = e["action"].as_str().unwrap_or_default();
+                assert!(
+                    op.audit.contains(&action),
+                    "{case} recorded {action} in the audit log, which the permission table does \
+                     not declare for {} (declared: {:?})",
+                    op.name,
+                    op.audit
+                );
+                audited
+                    .entry(op.name)
+                    .or_default()
+                    .insert(action.to_owned());
+            }
+            if a.status.is_success() {
+                succeeded.insert(op.name);
+            }
             match expect {
                 Expect::Refused => assert!(
                     a.status == StatusCode::FORBIDDEN
@@ -451,7 +491,8 @@ pub async fn run(b: &Broker) {
                 }
             }
             // Every queue outside the scoped keys' patterns is `billing-*`: no answer to such a
-            // key names one, but a refusal of the very queue it asked for.
+            // key names one, but a refusal of the very queue it asked for (a redrive job that
+            // names one, as destination or in its filter, is not listed to it).
             if key.scoped && expect != Expect::Refused {
                 assert!(
                     !a.text.contains("billing"),
@@ -461,6 +502,25 @@ pub async fn run(b: &Broker) {
             }
         }
     }
+    let silent: Vec<&str> = sluice_core::access::operations::OPERATIONS
+        .iter()
+        .filter(|op| succeeded.contains(op.name) && !op.audit.is_empty())
+        // A job's controls answer a job that finished before the call as it is, and record
+        // nothing: whether the fixture's job is still running then is the runner's timing.
+        .filter(|op| {
+            !matches!(
+                op.name,
+                "redrive.cancel" | "redrive.pause" | "redrive.resume"
+            )
+        })
+        .filter(|op| !audited.contains_key(op.name))
+        .map(|op| op.name)
+        .collect();
+    assert!(
+        silent.is_empty(),
+        "operations that declare audit actions but recorded none in any call that succeeded: \
+         {silent:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sluice_core::audit::{AuditEvent, AuditKind, AuditQuery};
 use sluice_core::config::QueueConfigPatch;
 use sluice_core::error::{ErrorCode, StoreError};
 use sluice_core::group::GroupName;
@@ -24,7 +25,10 @@ use sluice_core::time::{Clock, ManualClock, Timestamp};
 
 use super::compare::{Ids, diff, view_of};
 use super::model::{Model, Place, has_nul};
-use super::ops::{BodySpec, ControlSpec, GroupBySpec, MsgSpec, Op, PatchSpec, queue_name};
+use super::ops::{
+    AUDIT_ACTIONS, AUDIT_ACTORS, BodySpec, ControlSpec, GroupBySpec, MsgSpec, Op, PatchSpec,
+    queue_name,
+};
 
 /// An engine under test, opened for one scenario.
 #[async_trait]
@@ -217,7 +221,9 @@ impl<'a> Run<'a> {
             | Op::IdemPut { .. }
             | Op::IdemClaim { .. }
             | Op::IdemRelease { .. }
-            | Op::IdemGet { .. } => self.apply_record_op(op).await?,
+            | Op::IdemGet { .. }
+            | Op::AuditAppend { .. }
+            | Op::AuditQuery { .. } => self.apply_record_op(op).await?,
             Op::Advance { ms } => self.clock.advance(dur(*ms)),
             Op::Restart => {
                 self.target.restart().await;

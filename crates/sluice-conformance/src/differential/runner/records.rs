@@ -273,8 +273,125 @@ impl Run<'_> {
                     "idempotency_get answered {got:?}, model kept {kept:?}"
                 );
             }
+            Op::AuditAppend {
+                actor,
+                action,
+                queue,
+            } => {
+                let (actor, action, queue) = (actor % 3, action % 3, queue % 7);
+                let mut e = AuditEvent::by_broker(Timestamp(now), AUDIT_ACTIONS[action as usize]);
+                e.actor = AUDIT_ACTORS[actor as usize].to_owned();
+                e.queue = Some(queue_name(queue).to_owned());
+                self.s()
+                    .audit_append(vec![e])
+                    .await
+                    .map_err(|e| format!("audit_append refused: {e:?}"))?;
+                self.model.audit.push((actor, action, queue));
+            }
+            Op::AuditQuery {
+                kind,
+                actor,
+                actions,
+                queue,
+                limit,
+            } => {
+                self.check_audit(*kind, *actor, actions, *queue, *limit)
+                    .await?
+            }
             _ => unreachable!("apply_record_op is given {op:?}"),
         }
+        Ok(())
+    }
+
+    /// An audit query: the operators' entries as the model kept them, or the engine's own
+    /// entries, each of the kind asked for.
+    async fn check_audit(
+        &mut self,
+        kind: Option<u8>,
+        actor: Option<u8>,
+        actions: &[u8],
+        queue: Option<u8>,
+        limit: u8,
+    ) -> Result<(), String> {
+        let kind = kind.map(|k| match k % 3 {
+            0 => AuditKind::Operator,
+            1 => AuditKind::Message,
+            _ => AuditKind::Broker,
+        });
+        let actor = actor.map(|a| a % 3);
+        let actions: Vec<u8> = actions.iter().map(|a| a % 3).collect();
+        let queue = queue.map(|q| q % 7);
+        let query = AuditQuery {
+            queues: queue
+                .map(|q| queue_name(q).to_owned())
+                .into_iter()
+                .collect(),
+            actions: actions
+                .iter()
+                .map(|a| AUDIT_ACTIONS[*a as usize].to_owned())
+                .collect(),
+            actor: actor.map(|a| AUDIT_ACTORS[a as usize].to_owned()),
+            kind,
+            limit: usize::from(limit),
+            ..AuditQuery::default()
+        };
+        let got = self
+            .s()
+            .audit_query(query.clone())
+            .await
+            .map_err(|e| format!("audit_query refused: {e:?}"))?;
+        ensure!(
+            got.len() <= usize::from(limit),
+            "audit_query {query:?} answered {} entries",
+            got.len()
+        );
+        if kind.is_some_and(|k| k != AuditKind::Operator) {
+            // The engine's own entries, which the model does not keep: none is by an actor of
+            // the scenario's.
+            ensure!(
+                got.iter()
+                    .all(|e| Some(e.kind()) == kind && query.matches(e)),
+                "audit_query {query:?} answered entries of another kind: {got:?}"
+            );
+            if actor.is_some() {
+                ensure!(got.is_empty(), "audit_query {query:?} answered {got:?}");
+            }
+            return Ok(());
+        }
+        if kind.is_none() && actor.is_none() {
+            // Without kind or actor the broker's entries come too: not the model's to say.
+            return Ok(());
+        }
+        let kept: Vec<(u8, u8, u8)> = self
+            .model
+            .audit
+            .iter()
+            .copied()
+            .filter(|(a, act, q)| {
+                actor.is_none_or(|x| x == *a)
+                    && (actions.is_empty() || actions.contains(act))
+                    && queue.is_none_or(|x| x == *q)
+            })
+            .collect();
+        let want: Vec<(String, String, Option<String>)> = kept
+            [kept.len().saturating_sub(usize::from(limit))..]
+            .iter()
+            .map(|(a, act, q)| {
+                (
+                    AUDIT_ACTORS[*a as usize].to_owned(),
+                    AUDIT_ACTIONS[*act as usize].to_owned(),
+                    Some(queue_name(*q).to_owned()),
+                )
+            })
+            .collect();
+        let seen: Vec<(String, String, Option<String>)> = got
+            .into_iter()
+            .map(|e| (e.actor, e.action, e.queue))
+            .collect();
+        ensure!(
+            seen == want,
+            "audit_query {query:?} answered {seen:?}, model kept {want:?}"
+        );
         Ok(())
     }
 
