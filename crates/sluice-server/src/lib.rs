@@ -21,7 +21,6 @@ pub mod extract;
 mod frames;
 pub mod idempotency;
 pub mod metrics;
-pub mod origin;
 pub mod push;
 pub mod query;
 pub mod redrive;

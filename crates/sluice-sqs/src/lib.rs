@@ -35,7 +35,7 @@ use sluice_core::QueueName;
 use sluice_core::access::operations::{self, Operation};
 use sluice_core::access::{Action, glob_match};
 use sluice_core::store::Store;
-use sluice_server::origin::{Hosts, OriginGuardLayer, OriginRules};
+use sluice_origin::{Hosts, OriginGuardLayer, OriginRules};
 
 pub use error::SqsError;
 pub use queue_url::Identity;
@@ -207,7 +207,7 @@ fn missing_field(message: &str) -> Option<String> {
 ///
 /// Requests from browser pages of other origins are refused, and without keys so are requests
 /// for hosts other than loopback names, the listen address's name and the public URL's
-/// (`sluice_server::origin`), with SQS errors.
+/// (`sluice_origin`), with SQS errors.
 pub fn router(store: Arc<dyn Store>, options: SqsOptions) -> Router {
     let hosts = if options.keys.is_empty() {
         Hosts::loopback_and(options.hosts.iter().chain(&options.public_url))

@@ -24,6 +24,8 @@ use std::sync::OnceLock;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use sluice_origin::{Hosts, OriginGuardLayer, OriginRules};
 use tower::util::MapResponseLayer;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -192,15 +194,26 @@ pub fn router(state: AppState, options: &ServerOptions) -> Router {
         // Bodies are read by our extractors, which enforce `max_body_bytes` with a 413 in
         // the envelope; axum's own 2 MB default would answer in plain text.
         .layer(DefaultBodyLimit::disable())
-        .layer(crate::origin::OriginGuardLayer::http_api(
-            if options.keys.enabled() {
-                crate::origin::Hosts::Any
-            } else {
-                crate::origin::Hosts::loopback_and(&options.hosts)
-            },
-        ))
+        .layer(origin_guard(options))
         .layer(crate::access::AccessLayer::new(keys))
         .layer(idempotency)
         .service(routes);
     Router::new().fallback_service(stack)
+}
+
+/// The HTTP API's guard against pages of other origins and, without keys, foreign `Host`
+/// names: safe methods only read, and refusals are 403s in the API's error envelope.
+fn origin_guard(options: &ServerOptions) -> OriginGuardLayer {
+    let hosts = if options.keys.enabled() {
+        Hosts::Any
+    } else {
+        Hosts::loopback_and(&options.hosts)
+    };
+    let rules = OriginRules {
+        hosts,
+        safe_methods_read: true,
+        instead: "use the console served by this broker, or a client that is not a browser page",
+        keys: "configure API keys ([[keys]])",
+    };
+    OriginGuardLayer::new(rules, |_, why| ApiError::forbidden(why).into_response())
 }

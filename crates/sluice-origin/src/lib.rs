@@ -35,8 +35,6 @@ use axum::response::{IntoResponse, Response};
 use futures::future::{Either, Ready, ready};
 use tower::{Layer, Service};
 
-use crate::error::ApiError;
-
 /// How a listener answers a refused request: from the request's headers (to pick a format)
 /// and why it was refused, a 403 in the listener's own error format.
 pub type Refuse = fn(&HeaderMap, String) -> Response;
@@ -103,19 +101,6 @@ pub struct OriginRules {
     pub keys: &'static str,
 }
 
-impl OriginRules {
-    /// The rules of the HTTP API: safe methods only read; keys are `[[keys]]`.
-    pub fn http_api(hosts: Hosts) -> OriginRules {
-        OriginRules {
-            hosts,
-            safe_methods_read: true,
-            instead: "use the console served by this broker, or a client that is not a \
-                      browser page",
-            keys: "configure API keys ([[keys]])",
-        }
-    }
-}
-
 /// The layer: wraps a service with [`OriginGuard`].
 #[derive(Clone)]
 pub struct OriginGuardLayer {
@@ -130,13 +115,6 @@ impl OriginGuardLayer {
             rules: Arc::new(rules),
             refuse,
         }
-    }
-
-    /// The HTTP API's guard: refusals are 403s in the API's error envelope.
-    pub fn http_api(hosts: Hosts) -> OriginGuardLayer {
-        OriginGuardLayer::new(OriginRules::http_api(hosts), |_, why| {
-            ApiError::forbidden(why).into_response()
-        })
     }
 }
 
@@ -278,8 +256,14 @@ mod tests {
         b.body(()).expect("request")
     }
 
+    /// The HTTP API's rules: safe methods only read.
     fn api() -> OriginRules {
-        OriginRules::http_api(Hosts::Any)
+        OriginRules {
+            hosts: Hosts::Any,
+            safe_methods_read: true,
+            instead: "use the console served by this broker",
+            keys: "configure API keys ([[keys]])",
+        }
     }
 
     fn every_method() -> OriginRules {
