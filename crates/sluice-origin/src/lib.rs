@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::http::{HeaderMap, Method, Request, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures::future::{Either, Ready, ready};
 use tower::{Layer, Service};
 

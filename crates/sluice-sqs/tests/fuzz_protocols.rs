@@ -21,9 +21,9 @@ use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use serde_json::{Value, json};
+use sluice_core::access::Role;
 use sluice_core::store::Store;
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
-use sluice_core::access::Role;
 use sluice_sqs::{JSON_CONTENT_TYPE, SqsKey, SqsOptions};
 use tower::ServiceExt as _;
 
