@@ -37,8 +37,8 @@ pub struct AuditParams {
     /// Only entries of this kind: `operator` (actions taken by a key or a person),
     /// `message` (the broker's record of dead letters and expiries) or `broker` (its other
     /// records: adaptive rate and breaker changes, redrive jobs, missed schedule firings).
-    #[param(pattern = "^(operator|message|broker)$")]
-    pub kind: Option<String>,
+    #[param(value_type = Option<String>, pattern = "^(operator|message|broker)$")]
+    pub kind: Option<AuditKind>,
     /// At most this many, the newest (default 100, at most 10000).
     #[param(default = 100, minimum = 1, maximum = 10_000)]
     pub limit: Option<usize>,
@@ -126,17 +126,6 @@ pub async fn list(
             "limit must be 1 to 10000 entries, got {limit}"
         )));
     }
-    let kind = p
-        .kind
-        .as_deref()
-        .map(|k| {
-            AuditKind::parse(k).ok_or_else(|| {
-                ApiError::invalid(format!(
-                    "kind must be operator, message or broker, got \"{k}\""
-                ))
-            })
-        })
-        .transpose()?;
     let actions = p
         .action
         .as_deref()
@@ -152,7 +141,7 @@ pub async fn list(
         queues,
         actions,
         actor: p.actor.clone(),
-        kind,
+        kind: p.kind,
         since: p
             .since
             .as_deref()
