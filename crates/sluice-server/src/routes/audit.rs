@@ -38,12 +38,25 @@ pub struct AuditParams {
     /// `message` (the broker's record of dead letters and expiries) or `broker` (its other
     /// records: adaptive rate and breaker changes, redrive jobs, missed schedule firings).
     #[param(value_type = Option<String>, pattern = "^(operator|message|broker)$")]
+    #[serde(default, deserialize_with = "empty_is_none")]
     pub kind: Option<AuditKind>,
     /// At most this many, the newest (default 100, at most 10000).
     #[param(default = 100, minimum = 1, maximum = 10_000)]
     pub limit: Option<usize>,
     /// The page before an earlier answer: its `next_cursor`.
     pub cursor: Option<String>,
+}
+
+/// A kind, where an empty `?kind=` counts as not given, as for every query parameter.
+fn empty_is_none<'de, D>(d: D) -> Result<Option<AuditKind>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let named: Option<String> = Option::deserialize(d)?;
+    named
+        .filter(|k| !k.is_empty())
+        .map(|k| AuditKind::deserialize(serde::de::value::StrDeserializer::new(&k)))
+        .transpose()
 }
 
 /// One audit entry.
