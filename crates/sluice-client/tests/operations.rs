@@ -103,7 +103,7 @@ fn mapping() -> Vec<Operation> {
 
 /// The document's operations: (method, path) → operationId.
 fn document() -> BTreeMap<(String, String), String> {
-    let doc = sluice_server::routes::openapi();
+    let doc = sluice_server::openapi::openapi();
     let mut ops = BTreeMap::new();
     for (path, item) in doc["paths"].as_object().expect("the document has paths") {
         for (method, op) in item.as_object().expect("a path item is an object") {

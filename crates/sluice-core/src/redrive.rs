@@ -211,6 +211,15 @@ impl RedriveGuard {
 pub const MAX_RATE_PER_SECOND: u32 = 100_000;
 
 impl RedriveSpec {
+    /// Every queue the job names: its source, its destination and its filter's source
+    /// queue. A job belongs to each of them, so a key sees or controls it only when it covers
+    /// all of them (a job naming a queue outside the key would reveal that queue).
+    pub fn queues(&self) -> impl Iterator<Item = &QueueName> {
+        std::iter::once(&self.source)
+            .chain(&self.destination)
+            .chain(&self.filter.source_queue)
+    }
+
     /// Checks the numbers.
     ///
     /// # Errors

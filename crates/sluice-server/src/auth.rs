@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sluice_core::QueueName;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Longest `Authorization` header accepted; anything longer is abuse, not a key.
 pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
@@ -154,7 +154,7 @@ impl KeyRing {
 }
 
 /// Who is calling: a key, or anybody when authentication is off; and, once the permission
-/// layer has checked it, the operation it is calling (see `crate::access`).
+/// layer has checked it, the operation it is calling (see `crate::http::access`).
 #[derive(Debug, Clone)]
 pub struct Caller {
     key: Option<Arc<Key>>,
@@ -305,7 +305,7 @@ pub trait HasKeys {
 impl<S: HasKeys + Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
-    /// The caller the permission layer (`crate::access`) authenticated and checked. A
+    /// The caller the permission layer (`crate::http::access`) authenticated and checked. A
     /// request it did not check (a route missing from the permission table) is refused:
     /// every handler that acts takes a `Caller`, so none runs unchecked.
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {

@@ -16,7 +16,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// The policy every console response carries.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \

@@ -1,8 +1,13 @@
 //! Sluice's HTTP broker: the v1 JSON API over any [`Store`] engine.
 //!
-//! A request goes route → handler (`routes/*`) → one `Store` call → engine; the handler only
-//! translates between the wire types of [`sluice_wire`] and the core types, checks the
-//! caller's key ([`auth`]) and maps errors to the envelope ([`error`]).
+//! A request passes the HTTP layers (origin guard, the caller's key and its permission for
+//! the operation ([`auth`]), idempotency replay, deadline, error envelope), then one
+//! handler, which makes one `Store` call and translates between the wire types of
+//! [`sluice_wire`] and the core types.
+//!
+//! The crate is laid out by kind: `http` (the layers), `routes` (handlers only), [`listen`]
+//! (HTTP, frames, TLS and connection rules), [`jobs`] (redrive runner, scheduler, stats
+//! sampler, push delivery), [`openapi`] (the document) and [`metrics`].
 //!
 //! ```no_run
 //! # async fn run(store: std::sync::Arc<dyn sluice_core::Store>) -> std::io::Result<()> {
@@ -12,23 +17,15 @@
 //! # }
 //! ```
 
-mod access;
 pub mod auth;
-pub mod connections;
-pub mod console;
-pub mod error;
-pub mod extract;
-mod frames;
-pub mod idempotency;
+pub(crate) mod console;
+mod http;
+pub mod jobs;
+pub mod listen;
 pub mod metrics;
-pub mod push;
-pub mod query;
-pub mod redrive;
-pub mod routes;
-pub mod sampler;
-pub mod scheduler;
-pub mod tls;
-pub mod walk;
+pub mod openapi;
+pub(crate) mod routes;
+pub(crate) mod walk;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -36,11 +33,15 @@ use std::time::Duration;
 
 use axum::Router;
 use sluice_core::Store;
+
+use http::{extract, idempotency};
+use jobs::{push, redrive, sampler, scheduler};
+use listen::{connections, frames, tls};
 use tokio::sync::watch;
 
 pub use auth::{ApiKeyConfig, KeyRing, Role};
-pub use connections::ConnectionLimits;
-pub use error::ApiError;
+pub use http::error::ApiError;
+pub use listen::connections::ConnectionLimits;
 
 /// How the broker serves.
 #[derive(Debug, Clone)]
@@ -62,12 +63,12 @@ pub struct ServerOptions {
     /// TLS for every listener; `None` serves plain text (default).
     pub tls: Option<tls::TlsConfig>,
     /// Header-read and idle timeouts and the cap on open connections, applied to every
-    /// listener (see [`connections`]).
+    /// listener (see [`listen::connections`]).
     pub connections: ConnectionLimits,
     /// Which queues get series of their own in `/metrics`.
     pub metrics: metrics::MetricsScope,
     /// Host names besides loopback ones that a broker without keys answers to (the name its
-    /// listen address was given by); see [`origin`].
+    /// listen address was given by); see [`sluice_origin`].
     pub hosts: Vec<String>,
 }
 
@@ -251,7 +252,7 @@ impl Broker {
 
     /// The router with every route and layer, for serving or for `tower::ServiceExt::oneshot`.
     pub fn router(&self) -> Router {
-        routes::router(self.state.clone(), &self.options)
+        http::router(self.state.clone(), &self.options)
     }
 
     /// Begins shutdown: pending long polls answer at once with what they have (nothing), and
@@ -333,9 +334,4 @@ impl Broker {
         self.state.store.close().await;
         Ok(())
     }
-}
-
-/// The OpenAPI document of every route, generated from the handlers, as JSON.
-pub fn openapi() -> serde_json::Value {
-    routes::openapi()
 }

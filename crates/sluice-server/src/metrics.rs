@@ -39,7 +39,7 @@ pub struct BreakerStateLabel {
 pub struct PushLabel {
     /// The queue whose target was called.
     pub queue: String,
-    /// How the request ended (see [`PushOutcome`](crate::push::PushOutcome)).
+    /// How the request ended (see [`PushOutcome`](crate::jobs::push::PushOutcome)).
     pub outcome: &'static str,
 }
 
@@ -206,7 +206,7 @@ impl Metrics {
     }
 
     /// Counts one push request to `queue`'s target and observes how long it took.
-    pub fn pushed(&self, queue: &QueueName, outcome: crate::push::PushOutcome, seconds: f64) {
+    pub fn pushed(&self, queue: &QueueName, outcome: crate::jobs::push::PushOutcome, seconds: f64) {
         let q = queue.to_string();
         self.push_requests
             .get_or_create(&PushLabel {
@@ -220,7 +220,7 @@ impl Metrics {
     }
 
     /// Push requests to `queue`'s target this node made that ended with `outcome`.
-    pub fn push_count(&self, queue: &QueueName, outcome: crate::push::PushOutcome) -> u64 {
+    pub fn push_count(&self, queue: &QueueName, outcome: crate::jobs::push::PushOutcome) -> u64 {
         self.push_requests
             .get_or_create(&PushLabel {
                 queue: queue.to_string(),
@@ -232,11 +232,11 @@ impl Metrics {
     /// The admission gate of the listener named `listener`, of at most `max` connections,
     /// reporting its open and refused connections on `/metrics` (both series appear at 0
     /// from the start).
-    pub fn gate(&self, listener: &'static str, max: usize) -> crate::connections::Gate {
+    pub fn gate(&self, listener: &'static str, max: usize) -> crate::listen::connections::Gate {
         let label = ListenerLabel { listener };
         let open = self.connections_open.get_or_create(&label).clone();
         let refused = self.connections_refused.get_or_create(&label).clone();
-        crate::connections::Gate::new(listener, max, open, refused)
+        crate::listen::connections::Gate::new(listener, max, open, refused)
     }
 
     /// Forgets a delivery that ended another way (nack, reject, move).

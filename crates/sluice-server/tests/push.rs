@@ -194,10 +194,10 @@ async fn pushed_messages_are_acked_signed_and_carry_their_metadata() {
         .as_secs() as i64;
     let sig = h("sluice-signature");
     assert!(
-        sluice_server::push::signature::verify(SECRET.as_bytes(), &sig, &c.body, now, 300),
+        sluice_server::jobs::push::signature::verify(SECRET.as_bytes(), &sig, &c.body, now, 300),
         "the signature verifies: {sig}"
     );
-    assert!(!sluice_server::push::signature::verify(
+    assert!(!sluice_server::jobs::push::signature::verify(
         b"not the secret at all",
         &sig,
         &c.body,

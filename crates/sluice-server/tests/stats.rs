@@ -89,7 +89,7 @@ async fn a_new_queues_first_sends_and_dead_letters_count_in_its_rates_at_once() 
     assert!(st["drain_eta_ms"].is_null(), "nothing is consumed: {st}");
 
     // Sampled now, after the burst: the burst still counts.
-    sluice_server::sampler::sample_once(s.store.as_ref())
+    sluice_server::jobs::sampler::sample_once(s.store.as_ref())
         .await
         .expect("sample");
     let got = s
@@ -142,7 +142,7 @@ async fn a_new_queues_first_sends_and_dead_letters_count_in_its_rates_at_once() 
 /// The broker's own sampler, running until the returned sender is dropped.
 fn sampler(s: &common::TestServer) -> tokio::sync::watch::Sender<bool> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(sluice_server::sampler::run(s.store.clone(), stopped));
+    tokio::spawn(sluice_server::jobs::sampler::run(s.store.clone(), stopped));
     stop
 }
 
@@ -151,7 +151,7 @@ async fn sample_in_next_slot(s: &common::TestServer) {
     let now = SystemClock.now().as_millis();
     let next = StatsSample::slot(SystemClock.now()).as_millis() + 10_000;
     tokio::time::sleep(Duration::from_millis((next - now) as u64 + 5)).await;
-    sluice_server::sampler::sample_once(s.store.as_ref())
+    sluice_server::jobs::sampler::sample_once(s.store.as_ref())
         .await
         .expect("sample");
 }
@@ -235,7 +235,7 @@ async fn the_sampler_records_one_point_per_queue() {
     let s = common::start().await;
     s.put_queue("a", json!({})).await;
     s.send("a", json!(1)).await;
-    let n = sluice_server::sampler::sample_once(s.store.as_ref())
+    let n = sluice_server::jobs::sampler::sample_once(s.store.as_ref())
         .await
         .expect("sample");
     assert_eq!(n, 2, "the queue and its DLQ");

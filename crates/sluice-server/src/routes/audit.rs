@@ -16,8 +16,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::ApiQuery;
+use crate::http::error::ApiError;
+use crate::http::extract::ApiQuery;
 
 /// Query of `GET /v1/audit`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]

@@ -13,8 +13,8 @@ use sluice_wire::{
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, http_message};
-use crate::extract::{JsonBody, OptionalJsonBody, QueuePath};
+use crate::http::error::{ApiError, http_message};
+use crate::http::extract::{JsonBody, OptionalJsonBody, QueuePath};
 
 /// Leases up to `max` messages, waiting up to `wait_ms` (long poll; without it, the queue's
 /// `receive_wait_ms`) for the first; first acknowledges the receipts in `ack`, if any.

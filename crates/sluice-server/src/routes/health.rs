@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use sluice_wire::{ErrorEnvelope, HealthResponse};
 
 use crate::AppState;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Liveness: the process is up.
 #[utoipa::path(
@@ -50,7 +50,7 @@ pub async fn readyz(State(st): State<AppState>) -> Result<Json<HealthResponse>, 
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json"))
 )]
 pub async fn openapi_json(State(st): State<AppState>) -> Json<&'static serde_json::Value> {
-    Json(super::openapi_for(st.keys.enabled()))
+    Json(crate::openapi::openapi_for(st.keys.enabled()))
 }
 
 /// Every queue's gauges and event counters, and this node's queue-wait and processing-time
@@ -62,7 +62,7 @@ pub async fn openapi_json(State(st): State<AppState>) -> Json<&'static serde_jso
 pub async fn metrics(
     State(st): State<AppState>,
     caller: crate::auth::Caller,
-) -> Result<axum::response::Response, crate::error::ApiError> {
+) -> Result<axum::response::Response, crate::http::error::ApiError> {
     let text = st.metrics.render_for(st.store.as_ref(), &caller).await?;
     Ok((
         [(

@@ -13,8 +13,8 @@ use sluice_wire::{
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::{ApiQuery, MessagePath, QueuePath};
+use crate::http::error::ApiError;
+use crate::http::extract::{ApiQuery, MessagePath, QueuePath};
 
 /// Lists a queue's messages (any queue, DLQs included) by state, a page at a time.
 #[utoipa::path(

@@ -11,8 +11,8 @@ use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
-use crate::error::ApiError;
-use crate::extract::ApiQuery;
+use crate::http::error::ApiError;
+use crate::http::extract::ApiQuery;
 use crate::routes::queues::covered_page;
 
 /// One queue in the overview.

@@ -12,8 +12,8 @@ use sluice_wire::{
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::{ApiQuery, CreateOnly, JsonBody, OptionalJsonBody, QueuePath};
+use crate::http::error::ApiError;
+use crate::http::extract::{ApiQuery, CreateOnly, JsonBody, OptionalJsonBody, QueuePath};
 
 /// Creates or updates a queue (idempotent). Unset fields keep their value (or the default).
 /// With `If-None-Match: *` it only creates: an existing queue is answered 409 `conflict` and

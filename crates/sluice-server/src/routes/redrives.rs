@@ -1,17 +1,17 @@
 //! Redrive jobs: `POST /v1/redrives`, `GET /v1/redrives`, `GET /v1/redrives/{id}`,
 //! `POST /v1/redrives/{id}/cancel | /pause | /resume`. Operator role required; the job runs in
-//! the broker (`crate::redrive`).
+//! the broker (`crate::jobs::redrive`).
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use sluice_core::{QueueName, RedriveControl, RedriveId, RedriveJob};
+use sluice_core::{RedriveControl, RedriveId, RedriveJob};
 use sluice_wire::{ErrorEnvelope, RedriveList, RedriveRequest, RedriveView};
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::http::error::ApiError;
+use crate::http::extract::JsonBody;
 
 fn job_id(s: &str) -> Result<RedriveId, ApiError> {
     Ok(s.parse::<RedriveId>()?)
@@ -58,7 +58,10 @@ pub async fn create(
             "limit",
             job.spec.limit.map_or("none".into(), |l| l.to_string()),
         ),
-        ("rate", crate::redrive::rate_text(job.spec.rate.as_ref())),
+        (
+            "rate",
+            crate::jobs::redrive::rate_text(job.spec.rate.as_ref()),
+        ),
         (
             "pause_if_failing",
             job.spec.guard.as_ref().map_or("none".into(), |g| {
@@ -105,7 +108,7 @@ pub async fn list(
     Ok(Json(RedriveList {
         redrives: jobs
             .iter()
-            .filter(|j| queues_of(j).all(|q| caller.sees(q.as_str())))
+            .filter(|j| j.spec.queues().all(|q| caller.sees(q.as_str())))
             .map(RedriveView::from)
             .collect(),
     }))
@@ -131,17 +134,11 @@ pub async fn get(
 }
 
 /// Every queue a job names: its source, its destination and the source its filter keeps.
-fn queues_of(job: &RedriveJob) -> impl Iterator<Item = &QueueName> {
-    std::iter::once(&job.spec.source)
-        .chain(&job.spec.destination)
-        .chain(&job.spec.filter.source_queue)
-}
-
 /// A key reaches a job when it covers every queue the job names; a job naming another is
 /// answered as one that does not exist, so that it reveals no queue outside the key's
 /// patterns.
 fn allow_job(caller: &Caller, job: &RedriveJob) -> Result<(), ApiError> {
-    for q in queues_of(job) {
+    for q in job.spec.queues() {
         caller.allow_found(q, || {
             sluice_core::StoreError::RedriveNotFound(job.id.to_string()).into()
         })?;

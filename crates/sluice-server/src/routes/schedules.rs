@@ -3,7 +3,7 @@
 //! changing or triggering one needs a key that may both manage and send to its queue (the
 //! `admin` role); reading one shows its body, so it needs the role that may browse messages
 //! (`operator`, `admin`) and a key that covers its queue. The scheduler that fires them runs
-//! in the broker (`crate::scheduler`).
+//! in the broker (`crate::jobs::scheduler`).
 
 use axum::Json;
 use axum::extract::State;
@@ -14,8 +14,8 @@ use sluice_wire::{ErrorEnvelope, ScheduleList, ScheduleRequest, ScheduleView, Tr
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::{JsonBody, SchedulePath};
+use crate::http::error::ApiError;
+use crate::http::extract::{JsonBody, SchedulePath};
 
 /// Firings listed in a schedule's view.
 const SHOWN_FIRINGS: usize = 5;
@@ -23,7 +23,7 @@ const SHOWN_FIRINGS: usize = 5;
 fn view(s: &Schedule) -> ScheduleView {
     ScheduleView::new(
         s,
-        &crate::scheduler::upcoming(s, SystemClock.now(), SHOWN_FIRINGS),
+        &crate::jobs::scheduler::upcoming(s, SystemClock.now(), SHOWN_FIRINGS),
     )
 }
 

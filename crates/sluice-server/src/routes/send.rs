@@ -9,8 +9,8 @@ use sluice_wire::{ErrorEnvelope, RawSendParams, SendBatchResponse, SendRequest, 
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::{ApiQuery, QueuePath, RawBody, is_json, media_type, parse_json};
+use crate::http::error::ApiError;
+use crate::http::extract::{ApiQuery, QueuePath, RawBody, is_json, media_type, parse_json};
 
 /// Sends one message or a batch (1–1000, all or nothing).
 ///

@@ -7,8 +7,8 @@ use sluice_wire::{ErrorEnvelope, SummaryQuery, SummaryView};
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::QueuePath;
+use crate::http::error::ApiError;
+use crate::http::extract::QueuePath;
 
 /// Counts every message of a queue by one key. Unlike a browse, which pages, this counts the
 /// whole queue however large, and answers at most `limit` groups (the largest).

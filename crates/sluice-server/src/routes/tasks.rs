@@ -15,8 +15,8 @@ use sluice_wire::{ErrorEnvelope, ScalingQuery, ScalingView, TaskQuery, TaskView}
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::extract::{ApiQuery, MessagePath, QueuePath};
+use crate::http::error::ApiError;
+use crate::http::extract::{ApiQuery, MessagePath, QueuePath};
 
 /// How often a long-polled task status is looked at again.
 const TASK_POLL: Duration = Duration::from_millis(50);
@@ -138,7 +138,7 @@ pub async fn events(
                         Ok(m) if caller.sees(m.queue.as_str()) => TaskView::of(&m),
                         Ok(_) | Err(StoreError::MessageNotFound(_)) => TaskView::unknown(id),
                         Err(e) => {
-                            let msg = crate::error::http_message(&e);
+                            let msg = crate::http::error::http_message(&e);
                             w.done = true;
                             return Some((Ok(Event::default().event("error").data(msg)), w));
                         }

@@ -110,7 +110,7 @@ pub struct ServeArgs {
         value_name = "CIDR|HOST",
         value_delimiter = ','
     )]
-    pub(super) push_allow: Vec<sluice_server::push::PushAllow>,
+    pub(super) push_allow: Vec<sluice_server::jobs::push::PushAllow>,
     /// Serve TLS on both listeners with this certificate chain (PEM: the broker's
     /// certificate, then intermediates). Sent SIGHUP, the broker reads the certificate and key
     /// again for new connections; open ones are untouched.

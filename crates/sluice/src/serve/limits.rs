@@ -22,7 +22,7 @@ pub(super) fn connection_limits(
     file: &FileConfig,
     listeners: usize,
 ) -> anyhow::Result<sluice_server::ConnectionLimits> {
-    use sluice_server::connections;
+    use sluice_server::listen::connections;
     let timeout = |flag: Option<std::time::Duration>, text: Option<&str>, key: &str, default| {
         let d =
             flag_or_file(flag, text, key, crate::client::args::parse_duration)?.unwrap_or(default);

@@ -38,8 +38,8 @@ pub(super) struct Settings {
     pub(super) sqs_keys: Vec<sluice_sqs::SqsKey>,
     pub(super) queues: Vec<(sluice_core::QueueName, sluice_core::QueueConfigPatch)>,
     pub(super) push_allow_http: bool,
-    pub(super) push_allow: Vec<sluice_server::push::PushAllow>,
-    pub(super) tls: Option<sluice_server::tls::TlsConfig>,
+    pub(super) push_allow: Vec<sluice_server::jobs::push::PushAllow>,
+    pub(super) tls: Option<sluice_server::listen::tls::TlsConfig>,
     pub(super) allow_plaintext: bool,
     pub(super) connections: sluice_server::ConnectionLimits,
     pub(super) metrics: sluice_server::metrics::MetricsScope,
@@ -160,7 +160,7 @@ pub(super) async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
     let push_allow = push_allow(args.push_allow, &file)?;
     // The rules the broker will push by, with the listeners it will bind (an ephemeral
     // port is not known yet: the broker adds it once bound).
-    let rules = sluice_server::push::PushRules::new(push_allow_http, push_allow.clone());
+    let rules = sluice_server::jobs::push::PushRules::new(push_allow_http, push_allow.clone());
     let side = frames.iter().map(|f| ("frames", &f.1));
     let side = side.chain(sqs.iter().map(|s| ("sqs", &s.1)));
     for (name, list) in std::iter::once(("http", &addrs)).chain(side) {
@@ -291,9 +291,9 @@ fn metrics_scope(
 
 /// The non-public push targets allowed: the flag's list, else the config file's.
 fn push_allow(
-    flag: Vec<sluice_server::push::PushAllow>,
+    flag: Vec<sluice_server::jobs::push::PushAllow>,
     file: &FileConfig,
-) -> anyhow::Result<Vec<sluice_server::push::PushAllow>> {
+) -> anyhow::Result<Vec<sluice_server::jobs::push::PushAllow>> {
     if !flag.is_empty() {
         return Ok(flag);
     }
@@ -308,7 +308,7 @@ fn push_allow(
 /// The `[[queues]]` declarations as patches, each push target checked against `rules`.
 async fn declared_queues(
     decls: Vec<QueueDecl>,
-    rules: &sluice_server::push::PushRules,
+    rules: &sluice_server::jobs::push::PushRules,
 ) -> anyhow::Result<Vec<(sluice_core::QueueName, sluice_core::QueueConfigPatch)>> {
     let mut queues = Vec::with_capacity(decls.len());
     for q in decls {

@@ -4,7 +4,7 @@
 /// Reads the TLS certificate and key again on each SIGHUP (a reload that fails keeps the
 /// configuration in use and says why); without TLS a SIGHUP only says there is nothing to
 /// reload. The handler is installed before this returns.
-pub(super) fn watch_sighup(tls: Option<sluice_server::tls::TlsConfig>) {
+pub(super) fn watch_sighup(tls: Option<sluice_server::listen::tls::TlsConfig>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

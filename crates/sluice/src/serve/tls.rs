@@ -10,7 +10,7 @@ use crate::config::FileConfig;
 pub(super) fn tls_settings(
     args: &ServeArgs,
     file: &FileConfig,
-) -> anyhow::Result<Option<sluice_server::tls::TlsConfig>> {
+) -> anyhow::Result<Option<sluice_server::listen::tls::TlsConfig>> {
     let cert = args.tls_cert.clone().or(file.tls_cert.clone());
     let key = args.tls_key.clone().or(file.tls_key.clone());
     let client_ca = args.tls_client_ca.clone().or(file.tls_client_ca.clone());
@@ -24,10 +24,10 @@ pub(super) fn tls_settings(
         (Some(_), None) => bail!("--tls-cert (tls_cert) needs --tls-key (tls_key) as well"),
         (None, Some(_)) => bail!("--tls-key (tls_key) needs --tls-cert (tls_cert) as well"),
     };
-    let files = sluice_server::tls::TlsFiles {
+    let files = sluice_server::listen::tls::TlsFiles {
         cert,
         key,
         client_ca,
     };
-    Ok(Some(sluice_server::tls::TlsConfig::load(files)?))
+    Ok(Some(sluice_server::listen::tls::TlsConfig::load(files)?))
 }

@@ -190,7 +190,7 @@ fn idempotency_key() -> Parameter {
                 .schema_type(Type::String)
                 .pattern(Some("^[!-~]+$"))
                 .min_length(Some(1))
-                .max_length(Some(crate::idempotency::MAX_KEY_BYTES))
+                .max_length(Some(crate::http::idempotency::MAX_KEY_BYTES))
                 .build(),
         ))))
         .build()

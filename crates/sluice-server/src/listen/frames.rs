@@ -27,8 +27,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::auth::Caller;
-use crate::connections::{self, Gate, Permit};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::listen::connections::{self, Gate, Permit};
 use crate::{AppState, ServerOptions};
 
 /// Bytes buffered per connection in each direction.
@@ -526,7 +526,7 @@ async fn ack_with_results(
     Ok(Reply::Acked(outcomes))
 }
 
-/// A send under an idempotency key, with the HTTP layer's rules (`crate::idempotency`): the
+/// A send under an idempotency key, with the HTTP layer's rules (`crate::http::idempotency`): the
 /// answer to the first request is remembered for 24 hours, per caller, queue and key. Only
 /// stored sends are remembered: a refused send stored nothing, so running it again is safe;
 /// a caller not allowed to send to the queue is refused before its key claims anything.
@@ -537,8 +537,8 @@ async fn send_idempotent(
     queue: String,
     messages: Vec<GroupedFrameMessage>,
 ) -> Result<Reply, FrameError> {
-    use crate::idempotency::Turn;
-    crate::idempotency::check_key(&key).map_err(ApiError::into_frame_error)?;
+    use crate::http::idempotency::Turn;
+    crate::http::idempotency::check_key(&key).map_err(ApiError::into_frame_error)?;
     // A caller that may not send claims no key: only authorised requests write records.
     allowed(caller, queue.clone())?;
     let mut request = Vec::new();
@@ -547,7 +547,7 @@ async fn send_idempotent(
     let who = caller
         .name()
         .map_or_else(|| "anonymous".to_owned(), |n| format!("key:{n}"));
-    let scope = crate::idempotency::scope_key(format!("{who}|FRAME SEND {queue}|{key}"));
+    let scope = crate::http::idempotency::scope_key(format!("{who}|FRAME SEND {queue}|{key}"));
     let held = match state
         .idempotency
         .take_turn(scope, fingerprint)

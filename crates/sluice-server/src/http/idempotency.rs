@@ -54,8 +54,8 @@ use sluice_core::{Clock, ErrorCode, Store, StoreError, SystemClock};
 use tower::{Layer, Service, ServiceExt};
 
 use crate::auth::{Caller, KeyRing};
-use crate::error::ApiError;
-use crate::extract::read_body;
+use crate::http::error::ApiError;
+use crate::http::extract::read_body;
 
 /// The request header.
 pub const HEADER: &str = "idempotency-key";

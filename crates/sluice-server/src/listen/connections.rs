@@ -44,7 +44,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::tls::TlsConfig;
+use crate::listen::tls::TlsConfig;
 
 /// Default [`ConnectionLimits::header_read_timeout`].
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);

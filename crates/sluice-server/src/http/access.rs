@@ -21,7 +21,7 @@ use sluice_core::access::operations::{OPERATIONS, Operation, Scope};
 use tower::{Layer, Service};
 
 use crate::auth::{Caller, KeyRing};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Checks every request against the permission table (see the module docs).
 #[derive(Clone)]
@@ -176,7 +176,7 @@ mod tests {
     /// cannot be served without one.
     #[test]
     fn every_documented_operation_is_declared() {
-        let doc = crate::routes::openapi();
+        let doc = crate::openapi::openapi();
         let mut n = 0;
         for (path, item) in doc["paths"].as_object().expect("paths") {
             for method in item.as_object().expect("item").keys() {

@@ -6,7 +6,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// Query parameters; unknown or mistyped ones are a 400 that names them.
 #[derive(Debug)]

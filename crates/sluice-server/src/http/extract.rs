@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 use sluice_core::{MessageId, QueueName};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// The largest request body read, set per router (see `ServerOptions::max_body_bytes`).
 #[derive(Debug, Clone, Copy)]
@@ -253,7 +253,7 @@ impl<S: Send + Sync> FromRequest<S> for RawBody {
     }
 }
 
-pub use crate::query::ApiQuery;
+pub use crate::http::query::ApiQuery;
 
 /// `If-None-Match: *` on a PUT: create only, never overwrite. Any other value is a 400 (the
 /// API has no entity tags to match).

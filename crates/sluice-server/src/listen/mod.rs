@@ -1,0 +1,7 @@
+//! The listeners a broker serves on: HTTP (the API, and any router given to it such as the
+//! SQS endpoint), the frame protocol, TLS around either, and the connection rules all of
+//! them share.
+
+pub mod connections;
+pub(crate) mod frames;
+pub mod tls;
