@@ -151,6 +151,9 @@ pub(crate) async fn list(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
         .await?
         .into_iter()
         .filter(|j| j.spec.source == source && !j.spec.dry_run)
+        // As over HTTP, a task belongs to every queue it names: one whose destination the
+        // key does not cover is not listed, so that its ARN is not revealed.
+        .filter(|j| j.spec.queues().all(|q| call.may(q.as_str())))
         .collect();
     jobs.sort_by_key(|j| std::cmp::Reverse((j.created_at, j.id)));
     let results: Vec<Value> = jobs
@@ -210,8 +213,8 @@ pub(crate) async fn cancel(sqs: &Sqs, call: &Call) -> Result<Value, SqsError> {
         Err(StoreError::RedriveNotFound(_)) => return Err(unknown()),
         Err(e) => return Err(e.into()),
     };
-    // A task of a queue outside the key's patterns reads as one that does not exist.
-    if !call.may(job.spec.source.as_str()) {
+    // A task naming a queue outside the key's patterns reads as one that does not exist.
+    if !job.spec.queues().all(|q| call.may(q.as_str())) {
         return Err(unknown());
     }
     if !matches!(job.state, RedriveState::Running | RedriveState::Paused) {

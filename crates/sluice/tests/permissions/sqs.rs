@@ -382,3 +382,102 @@ async fn every_sqs_action_by_every_role_inside_and_outside_its_patterns() {
     run(&b).await;
     b.stop().await;
 }
+
+/// A redrive job belongs to every queue it names. An all-queues admin's job out of a
+/// dead-letter queue a scoped key covers into a queue it does not is hidden from that key on
+/// both protocols: not listed (its destination would be named) and unknown by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_into_a_foreign_queue_is_hidden_from_a_scoped_key_on_both_protocols() {
+    let b = Broker::start().await;
+    let fx = b.fixtures().await;
+    let (inside, outside) = (&fx.inside, &fx.outside);
+    // One job at a time per source: the fixture's own job (of an empty queue) ends first.
+    loop {
+        let job = b
+            .setup(
+                reqwest::Method::GET,
+                &format!("/v1/redrives/{}", inside.job),
+                json!(null),
+            )
+            .await;
+        if job["state"] != "running" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let cross = b
+        .setup(
+            reqwest::Method::POST,
+            "/v1/redrives",
+            json!({"source": inside.dlq, "destination": outside.queue, "rate_per_second": 1}),
+        )
+        .await;
+    let cross = cross["id"].as_str().expect("job id").to_owned();
+    let keys = crate::keys();
+    let redrivers = keys.iter().filter(|k| Redrive.allowed(k.role));
+    let list = json!({ "SourceArn": arn(&inside.dlq), "MaxResults": 10 });
+    for key in redrivers {
+        let (status, listed) = as_key(&b, key, "ListMessageMoveTasks", &list).await;
+        assert_eq!(status, 200, "{}: {listed}", key.name());
+        let handles: Vec<&str> = listed["Results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .filter_map(|t| t["TaskHandle"].as_str())
+            .collect();
+        let (_, cancelled) = as_key(
+            &b,
+            key,
+            "CancelMessageMoveTask",
+            &json!({ "TaskHandle": cross }),
+        )
+        .await;
+        let over_http = b
+            .client
+            .get(format!("{}/v1/redrives", b.http))
+            .bearer_auth(key.secret())
+            .send()
+            .await
+            .expect("list");
+        let over_http: Value = over_http.json().await.expect("a listing");
+        let by_id = b
+            .client
+            .get(format!("{}/v1/redrives/{cross}", b.http))
+            .bearer_auth(key.secret())
+            .send()
+            .await
+            .expect("get");
+        if key.scoped {
+            assert!(
+                !handles.contains(&cross.as_str()),
+                "{}: {listed}",
+                key.name()
+            );
+            assert!(
+                !listed.to_string().contains("billing"),
+                "{}: {listed}",
+                key.name()
+            );
+            assert_eq!(
+                shape(&cancelled),
+                Some(NO_TASK),
+                "{}: {cancelled}",
+                key.name()
+            );
+            assert!(
+                !over_http.to_string().contains("billing"),
+                "{}: {over_http}",
+                key.name()
+            );
+            assert_eq!(by_id.status(), 404, "{}", key.name());
+        } else {
+            assert!(
+                handles.contains(&cross.as_str()),
+                "{}: {listed}",
+                key.name()
+            );
+            assert_eq!(by_id.status(), 200, "{}", key.name());
+        }
+    }
+    b.stop().await;
+}
