@@ -96,3 +96,9 @@ pub use worker::{
     HookError, MetricsSnapshot, Outcome, TaskContext, TaskError, TaskErrorKind, Worker,
     WorkerBuilder, WorkerMetrics,
 };
+
+/// The Rust samples of the HTTP API reference (`docs/http-api.md`), compiled as doctests so
+/// that the documentation keeps up with the client.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/http-api.md")]
+struct HttpApiReference;

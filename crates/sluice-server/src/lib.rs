@@ -335,3 +335,9 @@ impl Broker {
         Ok(())
     }
 }
+
+/// The Rust samples of the push guide (`docs/push.md`: verifying a push signature), compiled
+/// as doctests so that the documentation keeps up with what the broker signs.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/push.md")]
+struct PushGuide;
