@@ -285,6 +285,9 @@ impl QueueConfig {
 
     /// Checks every field against its limit.
     ///
+    /// Long because it is one check per field of the configuration, each naming its limit and the
+    /// value refused, in a list that can be read against `limits` field by field.
+    ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] naming the field, its value and the allowed range.
     pub fn validate(&self, name: &QueueName) -> Result<(), StoreError> {

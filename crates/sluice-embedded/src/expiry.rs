@@ -43,6 +43,10 @@ impl Core {
     /// Brings a queue up to `now`: forgets expired dedup ids and completed records, ends
     /// expired leases, expires messages past retention, makes due messages visible.
     /// Returns the log position of any records written.
+    ///
+    /// Long because all that time alone changes in a queue (leases run out, messages past retention
+    /// dead-lettered or dropped) goes into one list of records and one commit, then the queue and
+    /// its DLQ are promoted.
     pub(crate) fn expire(&mut self, qid: Qid, now: i64) -> Result<Option<u64>, StoreError> {
         self.state.prune_done(now);
         let Some(q) = self.state.queues.get_mut(&qid) else {

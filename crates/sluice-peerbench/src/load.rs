@@ -172,6 +172,10 @@ fn new_histogram() -> anyhow::Result<Histogram<u64>> {
 /// batches of `batch` and acked
 /// by the consumers; stops at `limit` whatever happened. Producers and consumers are handed
 /// back for the next phase (those of a timed-out phase are dropped).
+///
+/// Long because producers, consumers, the watcher and the gathering of results share one set of
+/// counters and one deadline; top to bottom it is a phase's life: spawn, wait for the count or the
+/// limit, stop, gather.
 pub async fn phase<P: Producer, C: Consumer>(
     producers: Vec<P>,
     consumers: Vec<C>,

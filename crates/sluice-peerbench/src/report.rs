@@ -205,6 +205,10 @@ impl Output {
     }
 
     /// A grouped bar chart: one group per batch size, one bar per system.
+    ///
+    /// Long because the layout (axis maximum, group and bar widths, legend rows) is computed once
+    /// and used by every element after it; the SVG is written in drawing order: title, grid, bars,
+    /// legend.
     pub fn svg(&self) -> String {
         let mut batches: Vec<usize> = self.rows.iter().map(|r| r.batch).collect();
         batches.dedup();

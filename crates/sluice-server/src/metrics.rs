@@ -276,6 +276,9 @@ impl Metrics {
         })
     }
 
+    // Long because the registry is built afresh for each scrape: every family is registered with
+    // its help text, and the one walk over the queues' stats fills them, so the families stay
+    // locals of that walk.
     async fn render_queues(
         &self,
         store: &dyn Store,

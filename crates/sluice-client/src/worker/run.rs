@@ -44,6 +44,9 @@ pub(crate) struct Shared {
 /// How long after the grace period the worker waits for nacks to reach the broker.
 const RELEASE_WAIT: Duration = Duration::from_secs(10);
 
+// Long because start-up, the lease loop and shutdown share the pinned shutdown future, the
+// semaphore and the abort channel; the grace period waits for the very permits the loop hands out,
+// read best beside it.
 pub(crate) async fn run(
     cfg: WorkerBuilder,
     shutdown: impl Future<Output = ()> + Send,

@@ -52,6 +52,9 @@ pub(crate) async fn process(shared: Arc<Shared>, d: DeliveryView, permit: OwnedS
     drop(permit);
 }
 
+// Long because it follows one delivery from decoding to settlement: the handler runs while this
+// loop keeps its lease extended and watches for the grace period's end, and how the handler ended
+// picks the settlement.
 async fn run_delivery(shared: &Shared, d: &DeliveryView) -> Outcome {
     let env = match d.decoded_body().and_then(|b| TaskEnvelope::from_body(&b)) {
         Ok(env) => env,

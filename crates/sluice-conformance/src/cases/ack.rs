@@ -156,6 +156,9 @@ pub async fn completed_message_keeps_its_attempts(h: &dyn Harness) {
 /// name the consumer gave when it settled the delivery, else the one it gave when it received
 /// it (a lease that runs out names its receiver). That holds for the acknowledged delivery,
 /// for a dead letter's attempts, and for a lease granted before a restart.
+///
+/// Kept whole: one message is delivered five times, each ending another way, and each step adds the
+/// attempt it expects to `want`; the history is then compared whole, before and after a restart.
 pub async fn every_attempt_keeps_its_lease_start_and_consumer(h: &dyn Harness) {
     let e = env(h).await;
     let q = e

@@ -204,6 +204,10 @@ async fn drive(e: &Env, queues: &[&QueueName], step: Duration, steps: usize) -> 
 /// that is lower, in any minute; it delivers at least `min_per_min` a minute while messages
 /// wait; congestion reported by an `errors` signal cuts it (audited as `queue.rate_adapted`
 /// with reason `congestion`).
+///
+/// Kept whole: the rate is learned over simulated minutes, so the bounds are checked on four driven
+/// minutes, then congestion is reported on the same queue and the cut judged against the rate those
+/// minutes reached.
 pub async fn adaptive_rate_stays_within_bounds_and_congestion_cuts_it(h: &dyn Harness) {
     let e = env(h).await;
     let mut signal = AdaptiveRate::new(30, 60);

@@ -211,6 +211,9 @@ pub async fn unknown_queue_is_queue_not_found(h: &dyn Harness) {
 }
 
 /// Out-of-range values are `InvalidArgument` and change nothing.
+///
+/// Kept whole: each refusal is followed by a check that it changed nothing, on one queue and one
+/// lease, and the lease refused by nack and extend is the one acked at the end.
 pub async fn bad_input_is_invalid_argument(h: &dyn Harness) {
     let e = env(h).await;
     let inv = ErrorCode::InvalidArgument;
@@ -388,6 +391,10 @@ pub async fn invalid_names_and_receipts_fail_to_parse(h: &dyn Harness) {
 /// U+0000 in any text a client stores is refused with `invalid_argument` by every engine
 /// (PostgreSQL cannot store it), and the refusal changes nothing; every other character,
 /// control characters and astral planes included, is stored exactly.
+///
+/// Kept whole: one queue and one lease are taken through every place text enters (send, receive,
+/// nack, reject, summary, redrive, tags); the lease the refusals left alone then stores the odd
+/// characters.
 pub async fn nul_in_any_text_is_refused_and_other_characters_are_kept(h: &dyn Harness) {
     let e = env(h).await;
     let q = e.queue("texts", QueueConfigPatch::default()).await;

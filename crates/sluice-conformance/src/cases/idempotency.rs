@@ -122,6 +122,10 @@ fn claim(fingerprint: u8, token: u64, lease: Duration) -> sluice_core::store::Id
 /// fingerprint and lease end) until the holder answers, releases, or its lease runs out;
 /// the holder's own token renews it; an answer ends any claim and is what every later
 /// claim finds; `get` never sees a claim.
+///
+/// Kept whole: one key goes through its whole life on one clock (claimed, renewed, released, run
+/// out, taken over, answered, forgotten), each step starting from the holder and time the last one
+/// left.
 pub async fn idempotency_claim_holds_a_key_for_one_request(h: &dyn Harness) {
     use sluice_core::store::ClaimOutcome::{Answered, Claimed, Pending};
     let e = env(h).await;

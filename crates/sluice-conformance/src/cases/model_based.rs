@@ -72,6 +72,8 @@ macro_rules! ensure {
     };
 }
 
+// Long because it is one arm per model operation (send, receive, ack, nack, reject, extend,
+// advance), each error labelled with its step, then the model comparison that ends every step.
 pub(super) async fn run_model_sequence(h: &dyn Harness, ops: &[Op]) -> Result<(), String> {
     let e = env(h).await;
     let q = qn(MODEL_QUEUE);

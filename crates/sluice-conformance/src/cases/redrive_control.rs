@@ -5,6 +5,10 @@ use sluice_core::redrive::{RedriveControl, RedriveState};
 
 /// A paused job takes no steps and keeps its source until it is resumed or cancelled; the
 /// pause and its reason survive a restart; each step names the messages it moved.
+///
+/// Kept whole: one job lives its whole life (step, pause, restart, resume, completion, controls
+/// once finished), then a second on the same source is cancelled while paused; each step starts
+/// where the last left it.
 pub async fn redrive_pause_resume_and_cancel(h: &dyn Harness) {
     let e = env(h).await;
     let (q, dlq) = e.queue_and_dlq("work").await;

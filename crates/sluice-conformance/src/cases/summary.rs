@@ -104,6 +104,10 @@ pub async fn summary_counts_every_dead_letter(h: &dyn Harness) {
 /// Grouping by reason, source and attribute; messages without a value are the `null` group,
 /// timed at their send; filters on error text, attributes and dead-lettering time; the group
 /// limit; an empty queue; a missing queue.
+///
+/// Kept whole: one dead-letter queue is filled once at known times, then summarized every way (by
+/// reason, source, error, attribute, filtered, limited), so those checks all count the same six
+/// dead letters.
 pub async fn summary_groups_filters_and_limits(h: &dyn Harness) {
     let e = env(h).await;
     let (a, dlq) = e.queue_and_dlq("a").await;

@@ -345,6 +345,9 @@ fn queue() -> impl Strategy<Value = u8> {
 }
 
 /// One operation. `crashes` allows `Crash` and `Compact` (engines that can be killed).
+///
+/// Long because the weight of every operation is set in this one place, so the mix the differential
+/// test draws is read and tuned as a whole.
 pub fn op_strategy() -> impl Strategy<Value = Op> {
     let queues = prop_oneof![
         3 => (queue(), patch_spec()).prop_map(|(queue, patch)| Op::PutQueue { queue, patch }),

@@ -45,6 +45,9 @@ pub(crate) async fn compact(inner: &Inner, wait: bool) -> Result<(), StoreError>
     compact_oldest(inner).await
 }
 
+// Long because the copy passes (live messages, completed records, then the small records and the
+// checkpoint) and the deletion are one procedure whose order is its correctness: the segment goes
+// only once every copy is durable.
 async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
     let Some(seg) = pick(inner) else {
         return Ok(());

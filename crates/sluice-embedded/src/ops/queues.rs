@@ -15,6 +15,10 @@ use crate::state::flow_config;
 
 /// `put_queue`, or with `create_only` `create_queue`: the existence check and the write
 /// happen under one lock, so of two creates of one name exactly one succeeds.
+///
+/// Long because every part of a put (a new dead-letter queue, the queue itself, a governed queue's
+/// learned state moved to its new bounds) goes into the one catalog line written under that lock,
+/// then into memory.
 pub(crate) fn put(
     inner: &Inner,
     name: &QueueName,

@@ -63,6 +63,10 @@ enum Attempted {
 }
 
 /// One look at the queue under the lock: lease what may be leased now.
+///
+/// Long because each limit (pause, `max_in_flight`, `rate_limit`, breaker and adaptive pace)
+/// narrows how many may go, and exactly that many are then charged to the same windows and leased,
+/// all under one lock hold.
 fn try_receive(
     inner: &Inner,
     queue: &QueueName,

@@ -168,6 +168,10 @@ struct StepOutcome {
 }
 
 /// One step of a running job.
+///
+/// Long because every candidate is skipped, counted (dry run), stops the step (destination paused
+/// or full) or moves, and each branch advances the cursor; cursor, counts and moves become one
+/// record.
 fn plan_step(
     core: &mut Core,
     id: RedriveId,

@@ -246,6 +246,10 @@ impl State {
     }
 
     /// Applies one record found at `loc`.
+    ///
+    /// Long because it is one arm per journal record kind, the old forms kept for replay included;
+    /// the match is exhaustive, so no new kind of record can be written without saying here how
+    /// replay applies it.
     pub fn apply(&mut self, rec: &Record, loc: Loc, len: u32) {
         match rec {
             Record::Message(m) => self.apply_message(m, loc, len, None),

@@ -99,6 +99,10 @@ pub(crate) async fn receive_combined(
 
 /// Takes the leases of the receives `jobs` gathered for `vis` in one statement and hands
 /// each its share, holding what was read ahead for the next ones.
+///
+/// Long because the places named in the one lease statement (each receive's consumer, then the
+/// read-ahead) are laid out at the top and undone at the bottom, where each receive takes its share
+/// and the rest is held.
 async fn serve_combined(
     inner: &Arc<Inner>,
     queue: &Arc<QueueLocal>,

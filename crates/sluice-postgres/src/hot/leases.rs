@@ -106,6 +106,10 @@ macro_rules! holder_of {
 /// committed on its own; only when something is due to expire does it expire that in a
 /// transaction and lease again for what is left, so a lease that just ran out is delivered
 /// by this very receive. Each statement leases for the places after those leased before it.
+///
+/// Long because the sources of one receive (packs, rows after the backlog cursor, FIFO group
+/// fronts, an oversized pack unpacked, expiry then a second lease) go in order, and the flags each
+/// leaves decide the next.
 pub(crate) async fn take_leases(
     inner: &Inner,
     queue: &QueueLocal,

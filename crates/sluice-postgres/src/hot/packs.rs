@@ -198,6 +198,10 @@ pub(crate) struct Leased {
 
 /// Leases whole packs of `queue` for up to `max` messages until `deadline`, for `takers`,
 /// choosing among as many as packs of the size last seen (before any, of `pack_min`) need.
+///
+/// Long because the rows of `LEASE_SQL` are read here column by column, the flags from every row
+/// and each leased pack unrolled into its members, so every column number is checked against the
+/// statement in one place.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn lease_from_packs(
     pack_min: usize,

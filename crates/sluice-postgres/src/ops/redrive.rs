@@ -239,6 +239,10 @@ pub(crate) async fn step(
 }
 
 /// Picks and changes (in memory) the messages one step moves.
+///
+/// Long because it makes the embedded engine's per-row decisions in the same order (skip, count,
+/// stop, move), with each destination's settings and leased count read once and charged as rows
+/// move; one loop keeps them comparable.
 async fn step_moves(
     tx: &impl GenericClient,
     job: &mut RedriveJob,

@@ -55,6 +55,10 @@ pub(crate) async fn send(
 /// visible at once, so that the caller wakes waiting receives (on every node) once the
 /// transaction has committed. The batch has been checked (`validate_send_batch`: by
 /// `Checked` for a send, by [`PostgresStore::send_in`](crate::PostgresStore::send_in) itself).
+///
+/// Long because the dedup claims, each message's outcome, the `max_depth` check under the queue's
+/// row lock and the insert belong to the caller's one transaction and share the ids drawn at its
+/// start.
 pub(crate) async fn send_in_tx(
     inner: &Inner,
     c: &impl GenericClient,

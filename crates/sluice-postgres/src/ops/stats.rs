@@ -82,6 +82,10 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
 /// Gauges and counters of several queues in a few grouped queries, whatever their number:
 /// read as stored (this node's maintenance round brings leases and retention up to date every
 /// half second or so), so a scrape of every queue costs queries per page, not per queue.
+///
+/// Long because its queries must share one snapshot to agree, and merging their rows by queue
+/// name is what that snapshot is for; split, the transaction's results would travel as a tuple
+/// of six.
 pub(crate) async fn stats_many(
     inner: &Inner,
     queues: &[QueueName],

@@ -228,6 +228,8 @@ fn oversized(len: usize, authenticated: bool, max_frame: usize) -> Option<FrameE
     })
 }
 
+// Long because it is one arm per frame operation after the one authorization; the match is
+// exhaustive over `Op`, so no frame can be added without its answer here.
 async fn handle(
     state: &AppState,
     caller: &mut Option<Caller>,

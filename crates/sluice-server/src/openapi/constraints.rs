@@ -129,6 +129,9 @@ fn group() -> Value {
 
 /// Adds the rules to `doc` (the document as JSON).
 ///
+/// Long because it states every limit the document carries, one `set` per field of each request
+/// schema; as one list it can be read against `limits` field by field.
+///
 /// # Panics
 /// When a schema or property named here is missing from the document: a rename in the wire
 /// types must be followed here, and the unit tests build the document.

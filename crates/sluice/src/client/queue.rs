@@ -105,6 +105,9 @@ enum BreakerAction {
 }
 
 /// Runs a queue subcommand.
+///
+/// Long because it is one arm per `sluice queue` subcommand, each the client call and its two
+/// outputs (JSON or text); the dispatch reads as the list of commands.
 pub async fn run(a: QueueArgs) -> Result<(), Failure> {
     let c = a.conn.client()?;
     let as_json = a.conn.json;

@@ -125,6 +125,9 @@ pub fn valid_dead_lettered(o: &Observed) -> u64 {
 }
 
 /// Judges the run.
+///
+/// Long because it holds the four criteria as numbered sections, in the order the report prints
+/// them, so each pass condition can be read against the drill's stated criteria.
 pub fn judge(o: &Observed) -> Vec<Verdict> {
     let sc = &o.scenario;
     let (o_start, o_end) = sc.outage_min();

@@ -50,6 +50,10 @@ pub fn busy_call_rate(o: &Observed, backlog: u64) -> Option<(f64, usize)> {
 }
 
 /// The text summary.
+///
+/// Long because it writes the one-screen summary line by line in the order it prints (scenario,
+/// upstream, retries, run, queue, operator, flow, warning, verdicts), each line with its own
+/// figures.
 pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
     let sc = &o.scenario;
     let (os, oe) = sc.outage_min();
@@ -286,6 +290,10 @@ fn nice_max(v: f64) -> f64 {
 /// The timeline chart: SVG, or an HTML page holding it and the summary with `verdicts`. For
 /// an adaptive run, a third panel draws the adapted rate and the breaker, and the tuned run
 /// beside it (`reference`) has its backlog drawn dashed in the first.
+///
+/// Long because the panels share one time axis, outage span and frame: the series are built, each
+/// panel is drawn with its own extras (outage label, quota line, redrive batches), then the axis
+/// and the HTML page.
 pub fn chart(
     o: &Observed,
     reference: Option<&Observed>,

@@ -101,6 +101,9 @@ macro_rules! check {
 
 const VIS: Duration = Duration::from_secs(10);
 
+// Long because it is one arm per step of a FIFO-group sequence, each making its call and moving the
+// reference's group lines and leases with it, then the gauges compared; a delivery out of turn
+// fails at its step.
 async fn run(h: &dyn Harness, steps: &[Step]) -> Result<(), String> {
     let e = env(h).await;
     let q = e

@@ -114,6 +114,8 @@ impl Run<'_> {
         Ok(())
     }
 
+    // Long because it compares one queue three ways at one `now` (every message browsed, the stats,
+    // a dead-letter queue's summaries); together they are the snapshot taken after each step.
     pub(super) async fn compare_queue(
         &self,
         store: &Arc<dyn Store>,

@@ -4,6 +4,10 @@ use super::*;
 
 impl Run<'_> {
     /// Queue admin, sends and receives (one node or two at once).
+    ///
+    /// Long because beside the single-node arms it holds the two concurrent ones, which receive or
+    /// send on two nodes at once and judge the pair together (no message leased twice, one message
+    /// per dedup id).
     pub(super) async fn apply_queue_op(&mut self, op: &Op) -> Result<(), String> {
         let now = self.now();
         match op {

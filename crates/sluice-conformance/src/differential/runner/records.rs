@@ -4,6 +4,10 @@ use super::*;
 
 impl Run<'_> {
     /// Summaries, redrive jobs, schedules and idempotency records.
+    ///
+    /// Long because it is one arm per record operation (summaries, redrive jobs, schedules,
+    /// idempotency keys, audit); the larger expectations live in helpers, and each arm left keeps
+    /// its call beside the short rule for what it must answer.
     pub(super) async fn apply_record_op(&mut self, op: &Op) -> Result<(), String> {
         let now = self.now();
         match op {

@@ -4,6 +4,10 @@ use super::*;
 
 impl Run<'_> {
     /// Settling a delivery, deleting or cancelling a message.
+    ///
+    /// Long because each arm makes its call, asks whether the receipt or message still holds
+    /// (mostly through `settle_check`), then moves the model as that operation does; the arms
+    /// differ in that last part, so they sit side by side.
     pub(super) async fn apply_settle_op(&mut self, op: &Op) -> Result<(), String> {
         let now = self.now();
         match op {

@@ -348,6 +348,8 @@ fn idem(body: usize) -> IdempotentResponse {
     }
 }
 
+// Kept whole: one refusal per shared check against one probe engine whose call count must stay at
+// zero throughout; the list reads as the catalogue of checks `Checked` makes.
 #[test]
 fn each_shared_check_refuses_before_the_engine() {
     use ErrorCode::{InvalidArgument, PayloadTooLarge};
