@@ -1,9 +1,12 @@
-//! Values as people type them: durations (`500ms`, `30s`, `5m`, `2h`, `4d`, `1h30m`) and
-//! points in time, written either as RFC 3339 or as how long ago (`10m` = ten minutes ago).
-//! The command line and the API's query parameters read them alike.
+//! Values as people type them: durations (`500ms`, `30s`, `5m`, `2h`, `4d`, `1h30m`), rates
+//! (`100/min`, `10/s`), sizes (`4096`, `256KiB`) and points in time, written either as RFC 3339
+//! or as how long ago (`10m` = ten minutes ago). The command line, the API's query parameters
+//! and the console (its `human.js`, held to the same table of cases in
+//! `tests/human_values.json`) read them alike.
 
 use std::time::Duration;
 
+use crate::config::RateLimit;
 use crate::error::StoreError;
 use crate::time::Timestamp;
 
@@ -76,6 +79,83 @@ pub fn fmt_ms(ms: u64) -> String {
 /// Formats a duration compactly, as [`fmt_ms`] does (whole milliseconds).
 pub fn fmt_duration(d: Duration) -> String {
     fmt_ms(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Parses a rate: `<count>/<period>`, where the period is a unit (`s`, `sec`, `second`, `m`,
+/// `min`, `minute`, `h`, `hr`, `hour`, `d`, `day`) or a duration (`60s`, `500ms`, a bare
+/// number of seconds): `100/min`, `10/s`, `1000/60s`.
+///
+/// # Errors
+/// A message saying how to write a rate.
+pub fn parse_rate(s: &str) -> Result<RateLimit, String> {
+    let bad = || format!("\"{s}\" is not a rate; write it like 100/min, 10/s, 5/h or 1000/60s");
+    let (count, period) = s.trim().split_once('/').ok_or_else(bad)?;
+    let limit: u32 = count.trim().parse().map_err(|_| bad())?;
+    let period = match period.trim() {
+        "s" | "sec" | "second" => Duration::from_secs(1),
+        "m" | "min" | "minute" => Duration::from_secs(60),
+        "h" | "hr" | "hour" => Duration::from_secs(3600),
+        "d" | "day" => Duration::from_secs(86_400),
+        other => parse_duration(other).map_err(|_| bad())?,
+    };
+    Ok(RateLimit { limit, period })
+}
+
+/// Formats a rate back: `100/min`, `10/s`, `7/1.5s`.
+pub fn fmt_rate(rate: &RateLimit) -> String {
+    let period = match rate.period.as_millis() {
+        1000 => "s".to_owned(),
+        60_000 => "min".to_owned(),
+        3_600_000 => "h".to_owned(),
+        86_400_000 => "d".to_owned(),
+        _ => fmt_duration(rate.period),
+    };
+    format!("{}/{period}", rate.limit)
+}
+
+/// Parses a size in bytes, at most 4 GiB: a number with an optional unit, decimal (`kB`,
+/// `MB`, `GB`) or binary (`KiB`/`K`, `MiB`/`M`, `GiB`/`G`), in any case: `4096`, `256KiB`.
+///
+/// # Errors
+/// A message saying how to write a size, or that it is too large.
+pub fn parse_size(s: &str) -> Result<u32, String> {
+    parse_bytes(s)
+        .and_then(|v| u32::try_from(v).map_err(|_| format!("\"{s}\" is too large; at most 4 GiB")))
+}
+
+/// Parses a size in bytes as [`parse_size`] does, up to 2^64.
+///
+/// # Errors
+/// A message saying how to write a size.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let bad = || format!("\"{s}\" is not a size; write it like 4096, 256KiB, 1MiB or 2GiB");
+    let text = s.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1000,
+        "k" | "kib" => 1024,
+        "mb" => 1_000_000,
+        "m" | "mib" => 1024 * 1024,
+        "gb" => 1_000_000_000,
+        "g" | "gib" => 1024 * 1024 * 1024,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(scale).ok_or_else(bad)
+}
+
+/// Formats bytes in the largest binary unit that divides them: `4KiB`, `1MiB`, `1000`.
+pub fn fmt_size(n: u64) -> String {
+    for (unit, size) in [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if n >= size && n.is_multiple_of(size) {
+            return format!("{}{unit}", n / size);
+        }
+    }
+    n.to_string()
 }
 
 fn secs_to_duration(secs: f64) -> Option<Duration> {

@@ -31,6 +31,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("api.js", JS, include_str!("../console/api.js")),
     ("dom.js", JS, include_str!("../console/dom.js")),
     ("format.js", JS, include_str!("../console/format.js")),
+    ("human.js", JS, include_str!("../console/human.js")),
     ("page.js", JS, include_str!("../console/page.js")),
     ("session.js", JS, include_str!("../console/session.js")),
     ("charts.js", JS, include_str!("../console/charts.js")),

@@ -7,39 +7,45 @@ import { lineChart } from "../charts.js";
 import { confirmBox, errorBox, fill, h } from "../dom.js";
 import { flowSection } from "./flow.js";
 import { age, num, rate, trend } from "../format.js";
+import { fmtMs, fmtRate, fmtSize, parseDuration, parseRate, parseSize } from "../human.js";
 import { can, me } from "../session.js";
 
 const RANGES = { "1h": 3600e3, "6h": 6 * 3600e3, "24h": 24 * 3600e3 };
 
+// Each field with its label and how it is written: durations as `30s` or `4d`, rates as
+// `100/min`, sizes as `256KiB`, read and shown as the command line reads and shows them.
 const CONFIG_FIELDS = [
-  ["visibility_timeout_ms", "Visibility timeout (ms)"],
+  ["visibility_timeout_ms", "Visibility timeout, e.g. 30s", "duration"],
   ["max_receive_count", "Max receive count (0: unlimited)"],
   ["dead_letter_queue", "Dead-letter queue (empty: none)", "nullable-text"],
-  ["backoff_base_ms", "Backoff base (ms)"],
-  ["backoff_max_ms", "Backoff max (ms)"],
-  ["delay_ms", "Delivery delay (ms)"],
-  ["retention_ms", "Retention (ms)"],
-  ["max_message_bytes", "Max message bytes"],
-  ["dedup_window_ms", "Dedup window (ms)"],
+  ["backoff_base_ms", "Backoff base, e.g. 1s", "duration"],
+  ["backoff_max_ms", "Backoff max, e.g. 15m", "duration"],
+  ["delay_ms", "Delivery delay, e.g. 0s or 5m", "duration"],
+  ["retention_ms", "Retention, e.g. 4d", "duration"],
+  ["max_message_bytes", "Max message size, e.g. 256KiB", "size"],
+  ["dedup_window_ms", "Dedup window, e.g. 5m", "duration"],
   ["max_in_flight", "Max in flight (empty: no limit)", "nullable"],
   ["max_depth", "Max depth (empty: no limit)", "nullable"],
-  ["rate_limit", "Rate limit: deliveries per period, e.g. 100/60000 (empty: none)", "rate"],
-  ["result_ttl_ms", "Result TTL (ms)"],
+  ["rate_limit", "Rate limit, e.g. 100/min or 10/s (empty: none)", "rate"],
+  ["result_ttl_ms", "Result TTL, e.g. 1h", "duration"],
 ];
 
 function configValue(kind, v) {
-  if (kind === "rate") return v ? `${v.limit}/${v.period_ms}` : "";
-  return v === null || v === undefined ? "" : String(v);
+  if (v === null || v === undefined) return "";
+  if (kind === "rate") return fmtRate(v);
+  if (kind === "duration") return fmtMs(v);
+  if (kind === "size") return fmtSize(v);
+  return String(v);
 }
 
+// The value to send for what was typed; throws with the command line's message when it is
+// not one.
 function parseConfig(kind, text) {
   const t = text.trim();
   if (kind === "nullable-text") return t === "" ? null : t;
-  if (kind === "rate") {
-    if (t === "") return null;
-    const [limit, period] = t.split("/");
-    return { limit: Number(limit), period_ms: Number(period) };
-  }
+  if (kind === "rate") return t === "" ? null : parseRate(t);
+  if (kind === "duration") return parseDuration(t);
+  if (kind === "size") return parseSize(t);
   if (kind === "nullable" && t === "") return null;
   return t === "" ? NaN : Number(t);
 }
@@ -58,9 +64,19 @@ function configForm(page, name, view) {
       onsubmit: async (ev) => {
         ev.preventDefault();
         const patch = {};
-        for (const [key, , kind] of CONFIG_FIELDS) {
+        const wrong = [];
+        for (const [key, label, kind] of CONFIG_FIELDS) {
           const now = inputs[key].value;
-          if (now !== configValue(kind, view.config[key])) patch[key] = parseConfig(kind, now);
+          if (now === configValue(kind, view.config[key])) continue;
+          try {
+            patch[key] = parseConfig(kind, now);
+          } catch (e) {
+            wrong.push(h("div", { class: "error", role: "alert" }, `${label.split(",")[0]}: ${e.message}`));
+          }
+        }
+        if (wrong.length > 0) {
+          fill(out, wrong);
+          return;
         }
         if (Object.keys(patch).length === 0) {
           fill(out, h("div", { class: "muted" }, "Nothing changed."));
@@ -69,6 +85,8 @@ function configForm(page, name, view) {
         try {
           const updated = await page.api("PUT", queuePath(name), patch);
           view.config = updated.config;
+          // Shown back as the broker holds it: `96h` reads `4d`.
+          for (const [key, , kind] of CONFIG_FIELDS) inputs[key].value = configValue(kind, view.config[key]);
           fill(out, h("div", { class: "ok" }, "Saved."), (updated.warnings || []).map((w) => h("div", { class: "muted" }, w)));
         } catch (e) {
           if (e.status === 401) page.refused();

@@ -11,39 +11,29 @@ use sluice_wire::{
     ClientErrorActionWire, PushMethodWire, PushTargetRequest, QueueConfigRequest, RateLimitWire,
 };
 
-pub use sluice_core::human::{fmt_ms, parse_duration};
+use sluice_core::config::RateLimit;
+use sluice_core::human;
+pub use sluice_core::human::{fmt_ms, parse_bytes, parse_duration, parse_size};
 
 use super::governance::{parse_adaptive, parse_breaker};
 
-/// Parses a rate: `<count>/<period>` where the period is a unit (`s`, `sec`, `min`, `m`,
-/// `h`, `hour`, `d`, `day`) or a duration (`60s`, `500ms`).
+/// Parses a rate (`100/min`, `10/s`, `1000/60s`) as the console does ([`human::parse_rate`]).
 pub fn parse_rate(s: &str) -> Result<RateLimitWire, String> {
-    let bad = || format!("\"{s}\" is not a rate; write it like 100/min, 10/s, 5/h or 1000/60s");
-    let (count, period) = s.trim().split_once('/').ok_or_else(bad)?;
-    let limit: u32 = count.trim().parse().map_err(|_| bad())?;
-    let period = match period.trim() {
-        "s" | "sec" | "second" => Duration::from_secs(1),
-        "m" | "min" | "minute" => Duration::from_secs(60),
-        "h" | "hr" | "hour" => Duration::from_secs(3600),
-        "d" | "day" => Duration::from_secs(86_400),
-        other => parse_duration(other).map_err(|_| bad())?,
-    };
+    let rate = human::parse_rate(s)?;
     Ok(RateLimitWire {
-        limit,
-        period_ms: i64::try_from(period.as_millis()).map_err(|_| bad())?,
+        limit: rate.limit,
+        period_ms: i64::try_from(rate.period.as_millis()).map_err(|_| {
+            format!("\"{s}\" is not a rate; write it like 100/min, 10/s, 5/h or 1000/60s")
+        })?,
     })
 }
 
-/// Formats a rate limit back: `100/min`, `10/s`, `7/1500ms`.
+/// Formats a rate limit back: `100/min`, `10/s`, `7/1.5s`.
 pub fn fmt_rate(r: &RateLimitWire) -> String {
-    let period = match r.period_ms {
-        1000 => "s".to_owned(),
-        60_000 => "min".to_owned(),
-        3_600_000 => "h".to_owned(),
-        86_400_000 => "d".to_owned(),
-        ms => fmt_ms(u64::try_from(ms).unwrap_or(0)),
-    };
-    format!("{}/{period}", r.limit)
+    human::fmt_rate(&RateLimit {
+        limit: r.limit,
+        period: Duration::from_millis(u64::try_from(r.period_ms).unwrap_or(0)),
+    })
 }
 
 /// The most messages per second a redrive job may move (the broker's limit).
@@ -133,35 +123,6 @@ pub fn parse_attr(s: &str) -> Result<(String, String), String> {
             "\"{s}\" is not an attribute filter; write it like key=value"
         )),
     }
-}
-
-/// Parses a size in bytes: a plain number, or a number with `B`, `KB`/`MB` (powers of
-/// 1000) or `KiB`/`MiB` (powers of 1024; `K`/`M` too).
-pub fn parse_size(s: &str) -> Result<u32, String> {
-    parse_bytes(s)
-        .and_then(|v| u32::try_from(v).map_err(|_| format!("\"{s}\" is too large; at most 4 GiB")))
-}
-
-/// Parses a size in bytes as [`parse_size`] does, and also `GB`/`GiB` (`G`), up to 2^64.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let bad = || format!("\"{s}\" is not a size; write it like 4096, 256KiB, 1MiB or 2GiB");
-    let text = s.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (num, unit) = text.split_at(split);
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kb" => 1000,
-        "k" | "kib" => 1024,
-        "mb" => 1_000_000,
-        "m" | "mib" => 1024 * 1024,
-        "gb" => 1_000_000_000,
-        "g" | "gib" => 1024 * 1024 * 1024,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(scale).ok_or_else(bad)
 }
 
 /// A value that `none` clears.
