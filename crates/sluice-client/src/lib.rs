@@ -82,7 +82,6 @@ pub use envelope::TaskEnvelope;
 pub use error::{Error, Result};
 pub use idempotency::idempotency_key;
 pub use messages::{NackOptions, ReceiveOptions, SendOptions};
-pub use overview::{OverviewRow, WhoAmI};
 pub use queues::QueuePut;
 pub use ratelimit::RateLimiter;
 pub use retry::RetryPolicy;
@@ -90,6 +89,7 @@ pub use sluice_core::adaptive::BreakerForce;
 pub use sluice_core::{ErrorCode, TaskStatus};
 /// The JSON wire types of the API, shared with the server.
 pub use sluice_wire as wire;
+pub use sluice_wire::{AuditEntryView, AuditList, Overview, OverviewRow, WhoAmI};
 pub use tasks::TaskEvents;
 pub use tls::TlsOptions;
 pub use worker::{

@@ -4,12 +4,9 @@
 //! acts (it moves messages), so [`Client::create_redrive`] always sends an `Idempotency-Key`:
 //! a retry after a lost answer replays the first job instead of starting a second one.
 
-use std::collections::BTreeMap;
-
 use reqwest::Method;
-use serde::{Deserialize, Serialize};
 use sluice_core::RedriveId;
-use sluice_wire::{HistoryView, RedriveList, RedriveRequest, RedriveView};
+use sluice_wire::{AuditList, HistoryView, RedriveList, RedriveRequest, RedriveView};
 
 use crate::client::{Call, Client, new_idempotency_key, queue};
 use crate::error::{Error, Result};
@@ -33,39 +30,6 @@ pub struct AuditQuery {
     pub limit: Option<usize>,
     /// The page before an earlier answer: its `next_cursor`.
     pub cursor: Option<String>,
-}
-
-/// One entry of the audit log (`GET /v1/audit`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditEntry {
-    /// When (RFC 3339).
-    pub at: String,
-    /// Who: an API key's name, `anonymous`, or `sluice` for the broker itself.
-    pub actor: String,
-    /// What, e.g. `queue.purge`, `redrive.create`, `message.dead_lettered`.
-    pub action: String,
-    /// The queue concerned.
-    pub queue: Option<String>,
-    /// The message concerned.
-    pub message_id: Option<String>,
-    /// Further keys.
-    #[serde(default)]
-    pub details: BTreeMap<String, String>,
-    /// `ok`, or what went wrong.
-    pub outcome: String,
-}
-
-/// The answer of `GET /v1/audit`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditList {
-    /// The entries, oldest first.
-    pub entries: Vec<AuditEntry>,
-    /// Older entries match too: ask again with `cursor` = `next_cursor`.
-    #[serde(default)]
-    pub more: bool,
-    /// The cursor of the page before this one, when `more`.
-    #[serde(default)]
-    pub next_cursor: Option<String>,
 }
 
 /// Validates a redrive job id (16 hex digits) before it goes into a path.

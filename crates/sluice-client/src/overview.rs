@@ -2,49 +2,11 @@
 //! the broker serves beside the API (its metrics and its OpenAPI document).
 
 use reqwest::Method;
-use serde::Deserialize;
-use sluice_wire::StatsView;
+use sluice_wire::{Overview, OverviewRow, WhoAmI};
 
 use crate::client::{Call, Client};
 use crate::error::{Error, Result};
 use crate::retry::Safety;
-
-/// One queue of [`Client::overview`]: its stats, as [`Client::stats`] answers them, and
-/// what the overview adds.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct OverviewRow {
-    /// The queue's stats.
-    #[serde(flatten)]
-    pub stats: StatsView,
-    /// Where its dead letters go, if anywhere.
-    pub dead_letter_queue: Option<String>,
-    /// Whether deliveries are paused.
-    pub paused: bool,
-    /// Whether it is some queue's dead-letter queue.
-    pub is_dead_letter_queue: bool,
-}
-
-/// One page of `GET /v1/stats`.
-#[derive(Deserialize)]
-struct OverviewPage {
-    queues: Vec<OverviewRow>,
-    next_cursor: Option<String>,
-}
-
-/// The caller's key and what it may do ([`Client::whoami`]).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct WhoAmI {
-    /// Whether the broker checks API keys at all.
-    pub auth: bool,
-    /// The key's name (`None` without authentication).
-    pub name: Option<String>,
-    /// The key's role; `admin` without authentication.
-    pub role: String,
-    /// The queue patterns the key covers (`["*"]` without authentication).
-    pub queues: Vec<String>,
-    /// What the role allows (`manage_queues`, `read_queues`, `send`, `consume`, ...).
-    pub may: Vec<String>,
-}
 
 impl Client {
     /// Every queue the token may see whose name starts with `prefix` (all of them for
@@ -65,7 +27,7 @@ impl Client {
             if let Some(c) = &cursor {
                 call.query.push(("cursor", c.clone()));
             }
-            let page: OverviewPage = self.call_json(call).await?;
+            let page: Overview = self.call_json(call).await?;
             rows.extend(page.queues);
             match page.next_cursor {
                 Some(next) if cursor.as_ref() == Some(&next) => {

@@ -28,6 +28,7 @@
 //! So a consumer can always tell a JSON string body (`"body": "hi"`) from a text body
 //! (`"body": "hi", "body_encoding": "text"`), and every body round-trips byte-exact.
 
+mod audit;
 mod body;
 mod browse;
 mod convert;
@@ -35,6 +36,7 @@ mod error;
 mod flow;
 pub mod frame;
 mod health;
+mod overview;
 mod queues;
 mod receive;
 pub mod receive_answer;
@@ -46,12 +48,14 @@ mod stats;
 mod summary;
 mod task;
 
+pub use audit::{AuditEntryView, AuditList};
 pub use body::{BodyEncoding, BodyForm, JsonText};
 pub use browse::*;
 pub use convert::{as_ms, millis};
 pub use error::*;
 pub use flow::*;
 pub use health::*;
+pub use overview::{Overview, OverviewRow, WhoAmI};
 pub use queues::*;
 pub use receive::*;
 pub use redrive::*;

@@ -7,12 +7,11 @@
 
 use axum::Json;
 use axum::extract::State;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sluice_core::audit::AuditKind;
 use sluice_core::{AuditQuery, Clock, QueueName, SystemClock};
-use sluice_wire::{ErrorEnvelope, rfc3339};
-use std::collections::BTreeMap;
-use utoipa::{IntoParams, ToSchema};
+use sluice_wire::{AuditEntryView, AuditList, ErrorEnvelope, rfc3339};
+use utoipa::IntoParams;
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -57,40 +56,6 @@ where
         .filter(|k| !k.is_empty())
         .map(|k| AuditKind::deserialize(serde::de::value::StrDeserializer::new(&k)))
         .transpose()
-}
-
-/// One audit entry.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct AuditEntryView {
-    /// When (RFC 3339).
-    pub at: String,
-    /// Who: an API key's name, `anonymous`, or `sluice` for the broker itself.
-    pub actor: String,
-    /// What, e.g. `queue.purge`, `redrive.create`, `message.dead_lettered`.
-    pub action: String,
-    /// The queue concerned, when one is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue: Option<String>,
-    /// The message concerned, when one is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message_id: Option<String>,
-    /// Further keys.
-    pub details: BTreeMap<String, String>,
-    /// `ok`, or what went wrong.
-    pub outcome: String,
-}
-
-/// `GET /v1/audit`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct AuditList {
-    /// The entries, oldest first.
-    pub entries: Vec<AuditEntryView>,
-    /// Older entries match too: ask again with `cursor` = `next_cursor`.
-    #[serde(default)]
-    pub more: bool,
-    /// The cursor of the page before this one, when `more`.
-    #[serde(default)]
-    pub next_cursor: Option<String>,
 }
 
 /// Where a page ends: entries at or before `until` ms, less the `shown` newest of those at

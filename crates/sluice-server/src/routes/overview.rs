@@ -3,40 +3,15 @@
 
 use axum::Json;
 use axum::extract::State;
-use serde::Serialize;
 use sluice_core::trend::{Holds, LOOKBACK, Trend};
 use sluice_core::{Clock, QueueName, SystemClock, Timestamp};
-use sluice_wire::{ErrorEnvelope, QueueListQuery, StatsView};
-use utoipa::ToSchema;
+use sluice_wire::{ErrorEnvelope, Overview, OverviewRow, QueueListQuery, StatsView, WhoAmI};
 
 use crate::AppState;
 use crate::auth::{Action, Caller};
 use crate::http::error::ApiError;
 use crate::http::extract::ApiQuery;
 use crate::routes::queues::covered_page;
-
-/// One queue in the overview.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct OverviewRow {
-    /// The queue's stats, as `GET /v1/queues/{q}/stats` answers them.
-    #[serde(flatten)]
-    pub stats: StatsView,
-    /// Where its dead letters go, if anywhere.
-    pub dead_letter_queue: Option<String>,
-    /// Whether deliveries are paused.
-    pub paused: bool,
-    /// Whether it is some queue's dead-letter queue.
-    pub is_dead_letter_queue: bool,
-}
-
-/// `GET /v1/stats`: one page of the queues the caller may see, by name.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Overview {
-    /// The queues.
-    pub queues: Vec<OverviewRow>,
-    /// Pass this as `cursor` for the next page while more queues remain; `null` at the end.
-    pub next_cursor: Option<String>,
-}
 
 /// Queues' stats with their rates and trends, for a dashboard: one call per page instead of
 /// one per queue. Paged like `GET /v1/queues` (`prefix`, `limit` 1 – 1000 default 1000,
@@ -90,22 +65,6 @@ pub async fn overview(
         queues: rows,
         next_cursor,
     }))
-}
-
-/// `GET /v1/whoami`: the caller's key and what it may do.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct WhoAmI {
-    /// Whether the broker checks API keys at all.
-    pub auth: bool,
-    /// The key's name (`null` without authentication).
-    pub name: Option<String>,
-    /// The key's role; `admin` without authentication.
-    pub role: String,
-    /// The queue patterns the key covers (`["*"]` without authentication).
-    pub queues: Vec<String>,
-    /// What the role allows: any of `manage_queues`, `read_queues`, `send`, `consume`,
-    /// `inspect`, `stats`, `read_tasks`, `cancel_tasks`, `redrive`.
-    pub may: Vec<String>,
 }
 
 /// Who the caller is, so a client can offer only what the key may do (the broker checks
