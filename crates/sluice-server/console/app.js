@@ -3,6 +3,7 @@
 
 import { errorBox, h } from "./dom.js";
 import { enter, leave, onRefused } from "./page.js";
+import { auditPage } from "./pages/audit.js";
 import { dlqPage } from "./pages/dlq.js";
 import { messagePage } from "./pages/message.js";
 import { overview } from "./pages/overview.js";
@@ -19,6 +20,7 @@ const ROUTES = [
   [/^#\/redrives$/, redrivesPage],
   [/^#\/redrives\/([^/]+)$/, redrivePage],
   [/^#\/tasks(?:\/([^/]*))?$/, taskPage],
+  [/^#\/audit$/, auditPage],
 ];
 
 async function route() {

@@ -27,6 +27,8 @@ export async function identify() {
       ? h("a", { href: "#/", id: "sign-out", onclick: () => { sessionStorage.removeItem(KEY); location.reload(); } }, " sign out")
       : null,
   );
+  // The audit log needs the inspect permission; the link goes for roles without it.
+  document.getElementById("nav-audit")?.toggleAttribute("hidden", !can("inspect"));
   return true;
 }
 

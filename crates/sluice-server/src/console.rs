@@ -67,6 +67,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../console/pages/tasks.js"),
     ),
     (
+        "pages/audit.js",
+        JS,
+        include_str!("../console/pages/audit.js"),
+    ),
+    (
         "style.css",
         "text/css; charset=utf-8",
         include_str!("../console/style.css"),

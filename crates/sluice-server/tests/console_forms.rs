@@ -1,6 +1,7 @@
-//! The console reads and shows durations, rates and sizes as the command line does (`4d`,
-//! `100/min`, `256KiB`), in a real browser: its `human.js` against the table that
-//! `sluice_core::human` is held to, and the queue page's configuration form end to end.
+//! The console's forms in a real browser: durations, rates and sizes read and shown as the
+//! command line does (`4d`, `100/min`, `256KiB`: its `human.js` against the table that
+//! `sluice_core::human` is held to, and the queue page's configuration form end to end), and
+//! the audit log's page with its filters and pages.
 //!
 //! Without Chromium and ChromeDriver these tests say so loudly and pass, unless `CI=true`.
 
@@ -143,6 +144,130 @@ async fn the_configuration_form_takes_durations_rates_and_sizes() {
     assert_eq!(value("rate_limit").await, "100/min");
     assert_eq!(value("visibility_timeout_ms").await, "1m30s");
     assert_eq!(value("max_message_bytes").await, "1MiB");
+    b.close().await;
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_page_filters_by_kind_actor_and_action_a_page_at_a_time() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    // An operator's actions, and a dead letter the broker records.
+    let put = |name: String, body: Value| {
+        let s = &s;
+        async move {
+            let (code, v) = s
+                .call(Method::PUT, &format!("/v1/queues/{name}"), Some(body))
+                .await;
+            assert!(code.is_success(), "{v}");
+        }
+    };
+    put("orders".into(), json!({"max_receive_count": 1})).await;
+    let (_, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/orders/messages",
+            Some(json!({"body": 1})),
+        )
+        .await;
+    let id = v["id"].as_str().expect("id").to_owned();
+    let (_, got) = s
+        .call(Method::POST, "/v1/queues/orders/receive", Some(json!({})))
+        .await;
+    let receipt = got["messages"][0]["receipt"].as_str().expect("receipt");
+    s.call(
+        Method::POST,
+        "/v1/queues/orders/reject",
+        Some(json!({"receipt": receipt, "error": "bad input"})),
+    )
+    .await;
+    s.call(Method::POST, "/v1/queues/orders/purge", None).await;
+
+    b.client.goto(&s.url("/#/audit")).await.expect("open");
+    let all = b
+        .text_when("#audit tbody", |t| t.contains("queue.purge"))
+        .await;
+    assert!(all.contains("message.dead_lettered"), "{all}");
+    // Newest first.
+    let first = b.text_when("#audit tbody tr", |_| true).await;
+    assert!(first.contains("queue.purge"), "{first}");
+
+    let kind = b
+        .client
+        .find(Locator::Css("#audit-kind option[value='message']"))
+        .await
+        .expect("kind");
+    kind.click().await.expect("choose");
+    b.click("#audit-filter button[type='submit']").await;
+    let messages = b
+        .text_when("#audit tbody", |t| !t.contains("queue.purge"))
+        .await;
+    assert!(messages.contains("message.dead_lettered"), "{messages}");
+    assert!(messages.contains(&id), "the dead letter's id: {messages}");
+    assert!(messages.contains("orders"), "{messages}");
+
+    // Operators' purges only.
+    b.client
+        .find(Locator::Css("#audit-kind option[value='operator']"))
+        .await
+        .expect("kind")
+        .click()
+        .await
+        .expect("choose");
+    b.client
+        .find(Locator::Css("#audit-action"))
+        .await
+        .expect("action")
+        .send_keys("queue.purge")
+        .await
+        .expect("type");
+    b.click("#audit-filter button[type='submit']").await;
+    b.text_when("#audit tbody", |t| !t.contains("queue.create"))
+        .await;
+    assert_eq!(b.count("#audit tbody tr").await, 1);
+    b.screenshot("audit.png").await;
+
+    // A hundred entries a page, then the older ones on request.
+    for i in 0..120 {
+        put(format!("q{i}"), json!({})).await;
+    }
+    let action = b
+        .client
+        .find(Locator::Css("#audit-action"))
+        .await
+        .expect("action");
+    action.clear().await.expect("clear");
+    action.send_keys("queue.create").await.expect("type");
+    b.click("#audit-filter button[type='submit']").await;
+    b.text_when("#audit tbody", |t| t.contains("q119")).await;
+    assert_eq!(b.count("#audit tbody tr").await, 100);
+    b.click("#audit-older").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while b.count("#audit tbody tr").await < 121 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the older entries did not come"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        b.count("#audit tbody tr").await,
+        121,
+        "120 queues and orders"
+    );
+    assert_eq!(b.count("#audit-older[hidden]").await, 1, "nothing older");
+
+    // What the broker refuses shows its reason.
+    b.client
+        .find(Locator::Css("#audit-since"))
+        .await
+        .expect("since")
+        .send_keys("yesterday")
+        .await
+        .expect("type");
+    b.click("#audit-filter button[type='submit']").await;
+    let err = b.text_when("#audit-out .error", |t| !t.is_empty()).await;
+    assert!(err.contains("since"), "{err}");
     b.close().await;
     s.shutdown().await;
 }

@@ -4,6 +4,7 @@
 import { enc, queuePath } from "../api.js";
 import { fill, h, progressBar } from "../dom.js";
 import { num, trend, when } from "../format.js";
+import { fmtRate } from "../human.js";
 import { can } from "../session.js";
 import { describeFilter } from "./dlq.js";
 
@@ -22,7 +23,7 @@ async function sourcesOf(page, dlq) {
 }
 
 function redriveRate(j) {
-  if (j.rate) return j.rate.period_ms === 60000 ? `${j.rate.limit}/min` : `${j.rate.limit} per ${j.rate.period_ms} ms`;
+  if (j.rate) return fmtRate(j.rate);
   return j.rate_per_second ? `${j.rate_per_second}/s` : "unlimited";
 }
 
