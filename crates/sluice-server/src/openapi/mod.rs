@@ -4,6 +4,7 @@
 
 mod constraints;
 mod document;
+mod fields;
 
 use std::sync::OnceLock;
 
