@@ -32,6 +32,10 @@
 //!   to empty the DLQ while something (a redrive) takes messages out of it. A DLQ is never
 //!   stalled, neither as the queue's `dead_letters` nor as a queue of its own: dead letters
 //!   wait for an operator.
+//! - **Under a redrive** ([`Outlook`]), a DLQ's ETA (on its own row and as its source queue's
+//!   dead-letter trend) is the time to move what the active jobs will still move — their
+//!   matching messages within what is left of their limits — not the whole depth; there is
+//!   none while every job is paused, or once they have nothing left to move.
 
 use std::time::Duration;
 
@@ -60,6 +64,21 @@ pub struct Holds {
     /// The queue is another's dead-letter queue: its messages wait for an operator, so it is
     /// never stalled.
     pub dead_letters: bool,
+    /// What the active redrive jobs out of this queue will still move, when any runs or is
+    /// paused: the drain ETA is the time to move that, not the whole depth.
+    pub redrive: Option<Outlook>,
+    /// The same for the queue's dead-letter queue, read by its dead-letter trend.
+    pub dlq_redrive: Option<Outlook>,
+}
+
+/// What the active redrive jobs out of one queue will still move.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outlook {
+    /// Messages they will still move: each job's matching messages still in the queue,
+    /// within what is left of its limit.
+    pub remaining: u64,
+    /// Every one of them is paused: nothing leaves until one is resumed, so there is no ETA.
+    pub paused: bool,
 }
 
 impl Holds {
@@ -84,6 +103,8 @@ impl Holds {
             paused: cfg.paused,
             cap,
             dead_letters: false,
+            redrive: None,
+            dlq_redrive: None,
         }
     }
 }
@@ -270,7 +291,10 @@ impl Trend {
                 &|s| s.dead_letter_depth,
                 current.dead_letter_depth,
             ),
-            Holds::default(),
+            Holds {
+                redrive: holds.dlq_redrive,
+                ..Holds::default()
+            },
             false,
         );
         Trend {
@@ -367,7 +391,15 @@ fn left(a: &Point, b: &Point) -> bool {
 fn drain(points: &[Point], holds: Holds, waiting: bool) -> (Option<Duration>, Option<Duration>) {
     let n = points.len() - 1;
     let cur = points[n];
-    if cur.depth == 0 || n < 1 || holds.paused {
+    if cur.depth == 0 || n < 1 || holds.paused || holds.redrive.is_some_and(|o| o.paused) {
+        return (None, None);
+    }
+    // Under a redrive, what is left is what its jobs will still move (a limit or a filter
+    // leaves the rest where it is).
+    let left_to_move = holds
+        .redrive
+        .map_or(cur.depth, |o| o.remaining.min(cur.depth));
+    if left_to_move == 0 {
         return (None, None);
     }
     // A cap holds the backlog while its consumers took something within the cap's period.
@@ -394,7 +426,7 @@ fn drain(points: &[Point], holds: Holds, waiting: bool) -> (Option<Duration>, Op
     };
     let eta = rate
         .filter(|r| *r > 0.0)
-        .map(|r| Duration::from_secs_f64(cur.depth as f64 / r));
+        .map(|r| Duration::from_secs_f64(left_to_move as f64 / r));
     (eta, None)
 }
 
@@ -634,6 +666,56 @@ mod tests {
         assert!((eta - 65.0).abs() < 3.0, "{eta}");
         assert_eq!(t.dead_letters.direction, Direction::Falling);
         assert_eq!(t.backlog.eta, None);
+    }
+
+    #[test]
+    fn under_a_redrive_the_eta_is_of_what_its_jobs_will_still_move() {
+        // 82 dead letters falling by 1 a second from t = 0; the job will move 20 of them in
+        // all (its limit), 10 more are excluded by its filter.
+        // The same numbers serve as the DLQ's own backlog and as its source's dead letters.
+        let dlq = |t: i64| {
+            let d = (82 - t.clamp(0, 20)) as u64;
+            stats(d, d, 0, 0)
+        };
+        let history: Vec<_> = (-6..=1).map(|k| sample(10 * k, &dlq(10 * k))).collect();
+        let now = dlq(15);
+        let at = |outlook| {
+            let holds = Holds {
+                dlq_redrive: Some(outlook),
+                redrive: Some(outlook),
+                dead_letters: true,
+                ..Holds::default()
+            };
+            Trend::compute(
+                &now,
+                Timestamp(T0 - 3_600_000),
+                Timestamp(T0 + 15_000),
+                &history,
+                holds,
+            )
+        };
+        // 5 left to move at 1 a second: about 5 s, on the DLQ's own row and as the source
+        // queue's dead-letter trend; not the 67 left in the DLQ.
+        let t = at(Outlook {
+            remaining: 5,
+            paused: false,
+        });
+        for eta in [t.dead_letters.eta, t.backlog.eta] {
+            let eta = eta.expect("being emptied").as_secs_f64();
+            assert!((eta - 5.0).abs() < 1.0, "{eta}");
+        }
+        // Paused: nothing leaves until it is resumed.
+        let t = at(Outlook {
+            remaining: 5,
+            paused: true,
+        });
+        assert_eq!((t.dead_letters.eta, t.backlog.eta), (None, None));
+        // Nothing left to move: what stays is not being emptied.
+        let t = at(Outlook {
+            remaining: 0,
+            paused: false,
+        });
+        assert_eq!((t.dead_letters.eta, t.backlog.eta), (None, None));
     }
 
     #[test]

@@ -281,3 +281,83 @@ async fn audit_pages_say_when_more_exist_and_continue_without_gaps() {
     let (code, v) = s.call(Method::GET, "/v1/audit?cursor=nonsense", None).await;
     common::assert_error(&(code, v), 400, "invalid_argument");
 }
+
+/// A job limited to 5 of the 20 dead letters its filter matches, beside 10 it excludes: it
+/// will move 5 in all, whatever it matched so far; while it is paused, neither the DLQ nor
+/// its source queue reads an ETA, and once it is resumed and done the rest stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_reads_what_it_will_move_within_its_limit_and_filter() {
+    let s = common::start().await;
+    dead_letters(&s, "partner", 20, "upstream 503").await;
+    dead_letters(&s, "partner", 10, "bad input").await;
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/redrives",
+            Some(json!({
+                "source": "partner.dlq",
+                "filter": {"error_contains": "503"},
+                "limit": 5,
+                "rate": {"limit": 1, "period_ms": 60_000},
+            })),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    assert_eq!(v["to_move"], 5, "{v}");
+    let id = v["id"].as_str().expect("id").to_owned();
+    let (code, v) = s
+        .call(
+            Method::POST,
+            &format!("/v1/redrives/{id}/pause"),
+            Some(json!({"reason": "checking"})),
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+    let j = job(&s, &id).await;
+    assert_eq!(j["state"], "paused");
+    assert_eq!(j["to_move"], 5, "{j}");
+    let (_, listed) = s.call(Method::GET, "/v1/redrives", None).await;
+    assert_eq!(listed["redrives"][0]["to_move"], 5, "{listed}");
+    // Paused: nothing leaves the DLQ, so no ETA on its row or as its source's dead letters.
+    let dlq = s.stats("partner.dlq").await;
+    assert_eq!(dlq["backlog_trend"]["eta_ms"], Value::Null, "{dlq}");
+    let source = s.stats("partner").await;
+    assert_eq!(source["dlq_trend"]["eta_ms"], Value::Null, "{source}");
+    let (_, overview) = s.call(Method::GET, "/v1/stats", None).await;
+    for row in overview["queues"].as_array().expect("rows") {
+        assert_eq!(row["backlog_trend"]["eta_ms"], Value::Null, "{row}");
+        assert_eq!(row["dlq_trend"]["eta_ms"], Value::Null, "{row}");
+    }
+
+    // Cancelled, it reads what it moved; a new job without pacing moves its 5 and stops,
+    // leaving the other matches and what its filter excludes.
+    let (code, v) = s
+        .call(Method::POST, &format!("/v1/redrives/{id}/cancel"), None)
+        .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        v.get("to_move"),
+        None,
+        "a finished job has moved what it moved: {v}"
+    );
+    let first = v["moved"].as_u64().expect("moved");
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/redrives",
+            Some(json!({
+                "source": "partner.dlq",
+                "filter": {"error_contains": "503"},
+                "limit": 5,
+            })),
+        )
+        .await;
+    assert_eq!(code, 202, "{v}");
+    let id = v["id"].as_str().expect("id").to_owned();
+    let done = wait_job(&s, &id, Duration::from_secs(30), |j| {
+        j["state"] == "completed"
+    })
+    .await;
+    assert_eq!(done["moved"], 5, "{done}");
+    assert_eq!(s.stats("partner.dlq").await["visible"], 30 - first - 5);
+}

@@ -179,6 +179,11 @@ pub struct RedriveView {
     pub matched: u64,
     /// Messages moved so far.
     pub moved: u64,
+    /// How many it will move in all, as far as is known now: what it moved, plus its source's
+    /// messages that match its filter, within its limit. Given while it runs or is paused;
+    /// once it has finished `moved` is the answer, and for a dry run `matched` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_move: Option<u64>,
     /// Matching messages left in place: no `source_queue` and no destination, or their
     /// destination no longer exists.
     pub skipped: u64,
@@ -218,6 +223,7 @@ impl From<&sluice_core::redrive::RedriveJob> for RedriveView {
             destination: j.spec.destination.as_ref().map(|d| d.to_string()),
             matched: j.matched,
             moved: j.moved,
+            to_move: None,
             skipped: j.skipped,
             blocked: j.blocked.clone(),
             limit: j.spec.limit,

@@ -1038,7 +1038,9 @@ class Redrive:
     ``state`` is ``running``, ``paused`` (by an operator, or by its guard: ``paused_reason``
     says which and why), ``completed`` or ``cancelled``; see :attr:`finished`. ``rate`` is the
     pace asked for (at most ``rate.limit`` moves in any sliding ``rate.period`` seconds);
-    ``rate_per_second`` repeats it when its period is one second.
+    ``rate_per_second`` repeats it when its period is one second. ``to_move`` is how many it
+    will move in all while it runs or is paused (what it moved, plus its source's messages
+    that match its filter, within its limit); ``None`` once it has finished and for a dry run.
     """
 
     id: str
@@ -1060,6 +1062,7 @@ class Redrive:
     rate: Optional[RateLimit] = None
     pause_if_failing: Optional[RedriveGuard] = None
     paused_reason: Optional[str] = None
+    to_move: Optional[int] = None
 
     RUNNING = "running"
     PAUSED = "paused"
@@ -1106,6 +1109,7 @@ class Redrive:
             rate=RateLimit.from_wire(rate) if rate else None,
             pause_if_failing=RedriveGuard.from_wire(guard) if guard else None,
             paused_reason=d.get("paused_reason"),
+            to_move=d.get("to_move"),
         )
 
 

@@ -83,13 +83,16 @@ export async function redrivePage(page, id) {
     while (seen.length > 1 && now - seen[0][0] > 60000) seen.shift();
     const [t0, m0] = seen[0];
     const live = now > t0 ? ((j.moved - m0) / (now - t0)) * 60000 : 0;
-    const total = j.limit !== null && j.limit !== undefined ? Math.min(j.limit, Math.max(j.matched, j.moved)) : Math.max(j.matched, j.moved);
+    // What it will move in all, as the broker counts it while the job is active (its
+    // matching messages still in the source, within its limit); once it has finished, what
+    // it moved (a dry run: what matched).
+    const total = j.to_move ?? (j.dry_run ? j.matched : j.moved);
     const pct = total ? Math.min(100, (100 * j.moved) / total) : j.state === "running" ? 0 : 100;
     fill(
       head,
       h("p", { id: "redrive-state" }, `State: ${j.state}`, j.paused_reason ? ` — ${j.paused_reason}` : "", j.blocked ? ` — ${j.blocked}` : ""),
       h("p", {}, `From ${j.source} to ${j.destination || "each message's source queue"}; where ${describeFilter(j.filter)}; rate ${redriveRate(j)}`, j.pause_if_failing ? `; pauses if ${j.pause_if_failing.percent}% fail again` : ""),
-      h("div", { class: "row" }, progressBar(pct), h("span", { id: "redrive-moved" }, `${num(j.moved)} moved of ${num(total)} matched`), h("span", { class: "muted" }, `live ${live.toFixed(1)}/min`)),
+      h("div", { class: "row" }, progressBar(pct), h("span", { id: "redrive-moved" }, j.dry_run ? `${num(j.matched)} match` : `${num(j.moved)} moved of ${num(total)}`), h("span", { class: "muted" }, `live ${live.toFixed(1)}/min`)),
     );
     const active = j.state === "running" || j.state === "paused";
     fill(

@@ -148,11 +148,18 @@ pub async fn stats(
         .store
         .stats_history(&q, Timestamp(now.as_millis() - LOOKBACK.as_millis() as i64))
         .await?;
+    let jobs = st.store.list_redrives().await?;
+    let dlq_redrive = match &info.config.dead_letter_queue {
+        Some(dlq) => crate::routes::redrives::outlook(&st, &jobs, dlq).await?,
+        None => None,
+    };
     let holds = Holds {
         dead_letters: st
             .store
             .dead_letter_queues_among(std::slice::from_ref(&q))
             .await?[0],
+        redrive: crate::routes::redrives::outlook(&st, &jobs, &q).await?,
+        dlq_redrive,
         ..Holds::of(&info.config, &s)
     };
     let trend = Trend::compute(&s, info.created_at, now, &history, holds);

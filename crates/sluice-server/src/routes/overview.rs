@@ -37,6 +37,18 @@ pub async fn overview(
     let stats = st.store.stats_many(&names).await?;
     let histories = st.store.stats_history_many(&names, since).await?;
     let dlqs = st.store.dead_letter_queues_among(&names).await?;
+    // What active redrives will still move, by the queue they move out of: the drain ETA of
+    // a dead-letter queue under a redrive (few jobs run at once, so this is a few summaries).
+    let jobs = st.store.list_redrives().await?;
+    let mut outlooks = std::collections::HashMap::new();
+    for job in jobs.iter().filter(|j| j.state.is_active()) {
+        let source = &job.spec.source;
+        if !outlooks.contains_key(source) {
+            let outlook = crate::routes::redrives::outlook(&st, &jobs, source).await?;
+            outlooks.insert(source.clone(), outlook);
+        }
+    }
+    let outlook_of = |q: &QueueName| outlooks.get(q).copied().flatten();
     let rows = queues
         .into_iter()
         .zip(stats)
@@ -46,6 +58,8 @@ pub async fn overview(
             let stats = stats?;
             let holds = Holds {
                 dead_letters: is_dlq,
+                redrive: outlook_of(&info.name),
+                dlq_redrive: info.config.dead_letter_queue.as_ref().and_then(outlook_of),
                 ..Holds::of(&info.config, &stats)
             };
             let trend = Trend::compute(&stats, info.created_at, now, &history, holds);

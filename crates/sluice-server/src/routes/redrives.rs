@@ -5,13 +5,68 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use sluice_core::{RedriveControl, RedriveId, RedriveJob};
+use sluice_core::summary::{GroupBy, SummaryRequest};
+use sluice_core::trend::Outlook;
+use sluice_core::{QueueName, RedriveControl, RedriveId, RedriveJob, RedriveState, StoreError};
 use sluice_wire::{ErrorEnvelope, RedriveList, RedriveRequest, RedriveView};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
+
+/// What an active job will still move: its source's messages that match its filter, within
+/// what is left of its limit. A DLQ summary counts them, however many there are.
+async fn still_to_move(st: &AppState, job: &RedriveJob) -> Result<u64, ApiError> {
+    let req = SummaryRequest {
+        group_by: GroupBy::Reason,
+        filter: job.spec.filter.clone(),
+        limit: 1,
+    };
+    let matching = match st.store.summarize(&job.spec.source, req).await {
+        Ok(s) => s.total,
+        // A source deleted under the job: nothing is left to move.
+        Err(StoreError::QueueNotFound(_)) => 0,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(job
+        .spec
+        .limit
+        .map_or(matching, |l| l.saturating_sub(job.moved).min(matching)))
+}
+
+/// A job as the API shows it, with how many it will move in all while it is active.
+async fn view(st: &AppState, job: &RedriveJob) -> Result<RedriveView, ApiError> {
+    let mut view = RedriveView::from(job);
+    if job.state.is_active() && !job.spec.dry_run {
+        view.to_move = Some(job.moved + still_to_move(st, job).await?);
+    }
+    Ok(view)
+}
+
+/// What the active jobs out of `queue` among `jobs` will still move, for the drain ETA of a
+/// dead-letter queue; `None` when none is active.
+pub(crate) async fn outlook(
+    st: &AppState,
+    jobs: &[RedriveJob],
+    queue: &QueueName,
+) -> Result<Option<Outlook>, ApiError> {
+    let active: Vec<&RedriveJob> = jobs
+        .iter()
+        .filter(|j| j.state.is_active() && !j.spec.dry_run && &j.spec.source == queue)
+        .collect();
+    if active.is_empty() {
+        return Ok(None);
+    }
+    let mut remaining = 0;
+    for job in &active {
+        remaining += still_to_move(st, job).await?;
+    }
+    Ok(Some(Outlook {
+        remaining,
+        paused: active.iter().all(|j| j.state == RedriveState::Paused),
+    }))
+}
 
 fn job_id(s: &str) -> Result<RedriveId, ApiError> {
     Ok(s.parse::<RedriveId>()?)
@@ -92,7 +147,7 @@ pub async fn create(
         &details,
     )
     .await;
-    Ok((StatusCode::ACCEPTED, Json(RedriveView::from(&job))))
+    Ok((StatusCode::ACCEPTED, Json(view(&st, &job).await?)))
 }
 
 /// Lists running jobs and the most recent finished ones, newest first.
@@ -105,13 +160,14 @@ pub async fn list(
     caller: Caller,
 ) -> Result<Json<RedriveList>, ApiError> {
     let jobs = st.store.list_redrives().await?;
-    Ok(Json(RedriveList {
-        redrives: jobs
-            .iter()
-            .filter(|j| j.spec.queues().all(|q| caller.sees(q.as_str())))
-            .map(RedriveView::from)
-            .collect(),
-    }))
+    let mut redrives = Vec::new();
+    for job in jobs
+        .iter()
+        .filter(|j| j.spec.queues().all(|q| caller.sees(q.as_str())))
+    {
+        redrives.push(view(&st, job).await?);
+    }
+    Ok(Json(RedriveList { redrives }))
 }
 
 /// One job and its progress.
@@ -130,7 +186,7 @@ pub async fn get(
 ) -> Result<Json<RedriveView>, ApiError> {
     let job = st.store.get_redrive(job_id(&id)?).await?;
     allow_job(&caller, &job)?;
-    Ok(Json(RedriveView::from(&job)))
+    Ok(Json(view(&st, &job).await?))
 }
 
 /// Every queue a job names: its source, its destination and the source its filter keeps.
@@ -233,5 +289,5 @@ async fn control(
         )
         .await;
     }
-    Ok(Json(RedriveView::from(&job)))
+    Ok(Json(view(st, &job).await?))
 }

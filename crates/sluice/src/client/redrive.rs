@@ -282,6 +282,7 @@ fn show(j: &RedriveView) {
         ("destination", destination(j)),
         ("matched", j.matched.to_string()),
         ("moved", j.moved.to_string()),
+        ("to_move", or_dash(j.to_move)),
         ("skipped", j.skipped.to_string()),
         ("blocked", or_dash(j.blocked.as_ref())),
         ("limit", or_dash(j.limit)),
@@ -435,8 +436,15 @@ impl Watch {
 
     fn update(&self, j: &RedriveView) {
         let pos = if self.dry_run { j.matched } else { j.moved };
-        if self.bar.length().is_some_and(|l| pos > l) || self.bar.length().is_none() {
-            self.bar.set_length(pos.max(j.matched));
+        // The broker counts what an active job will move in all (its limit and filter
+        // applied); past that, or once it finished, the bar's length is what it did.
+        let total = j.to_move.unwrap_or(pos).max(pos);
+        if self.dry_run {
+            if self.bar.length().is_some_and(|l| pos > l) || self.bar.length().is_none() {
+                self.bar.set_length(pos.max(j.matched));
+            }
+        } else {
+            self.bar.set_length(total);
         }
         self.bar.set_position(pos);
         let secs = self.started.elapsed().as_secs_f64().max(0.001);
