@@ -103,7 +103,9 @@ pub fn page() -> String {
         "\nThe patterns decide where. A queue a request names outside them is refused; a \
          message, task, redrive job or schedule of such a queue, named by its id, answers as \
          one that does not exist, so that ids reveal no other queue (a redrive job is of every \
-         queue it names: its source, its destination, the source its filter keeps); lists and counts (queues, \
+         queue it names: its source, its destination, the source its filter keeps; over SQS a \
+         message move task is such a job, so `ListMessageMoveTasks` leaves out a task whose \
+         destination the key does not cover); lists and counts (queues, \
          stats, `/metrics`, audit, redrives, schedules) show only the queues the key covers; \
          and a redrive without destination, which sends each message back to its own source \
          queue, needs a key whose pattern is `*`. A request without a valid key is answered \
