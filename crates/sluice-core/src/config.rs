@@ -74,6 +74,9 @@ pub mod limits {
     pub const MAX_IN_FLIGHT_PER_GROUP: u32 = 1000;
     /// Longest FIFO group name, in characters.
     pub const MAX_GROUP_CHARS: usize = crate::group::MAX_GROUP_CHARS;
+    /// Longest consumer name (given at receive and when settling), in characters: it is kept
+    /// with each of a message's last attempts.
+    pub const MAX_CONSUMER_CHARS: usize = 128;
     /// Most tags on one queue.
     pub const MAX_TAGS: usize = 50;
     /// Longest tag key, in characters.

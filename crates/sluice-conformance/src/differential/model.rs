@@ -235,6 +235,11 @@ pub fn has_nul(s: &str) -> bool {
     s.contains('\0')
 }
 
+/// Whether a consumer name is refused: a NUL, or longer than the limit in characters.
+pub fn bad_consumer(s: &str) -> bool {
+    has_nul(s) || s.chars().count() > sluice_core::config::limits::MAX_CONSUMER_CHARS
+}
+
 /// The name of a dead-letter reason as the wire says it.
 pub fn reason_str(r: DeadLetterReason) -> &'static str {
     r.as_str()

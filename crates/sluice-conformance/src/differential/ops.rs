@@ -266,6 +266,17 @@ fn opt_text() -> impl Strategy<Value = Option<String>> {
     prop::option::weighted(0.6, any_text())
 }
 
+/// A consumer name: mostly short texts, sometimes one a character past the limit (refused)
+/// or exactly at it (kept).
+fn opt_consumer() -> impl Strategy<Value = Option<String>> {
+    use sluice_core::config::limits::MAX_CONSUMER_CHARS;
+    prop_oneof![
+        8 => opt_text(),
+        1 => Just(Some("é".repeat(MAX_CONSUMER_CHARS + 1))),
+        1 => Just(Some("w".repeat(MAX_CONSUMER_CHARS))),
+    ]
+}
+
 fn body_spec() -> impl Strategy<Value = BodySpec> {
     prop_oneof![
         (0u32..100).prop_map(BodySpec::Json),
@@ -362,7 +373,7 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
             queue(),
             1u32..4,
             prop::option::weighted(0.3, prop::sample::select(vec![0u64, 1000, 8000])),
-            opt_text()
+            opt_consumer()
         )
             .prop_map(|(queue, max, visibility_ms, consumer)| Op::Receive {
                 queue,
@@ -372,7 +383,7 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
             }),
         4 => (pick(), prop::option::weighted(0.4, body_spec()))
             .prop_map(|(pick, result)| Op::Ack { pick, result }),
-        4 => (pick(), prop::sample::select(vec![0u64, 1000, 6000]), opt_text(), opt_text())
+        4 => (pick(), prop::sample::select(vec![0u64, 1000, 6000]), opt_text(), opt_consumer())
             .prop_map(|(pick, delay_ms, error, consumer)| Op::Nack {
                 pick,
                 delay_ms,

@@ -158,7 +158,7 @@ fn check_failure(failure: &Failure) -> Result<(), StoreError> {
         crate::text::refuse_nul("error", e)?;
     }
     if let Some(c) = &failure.consumer {
-        crate::text::refuse_nul("consumer", c)?;
+        super::validate_consumer(c)?;
     }
     Ok(())
 }

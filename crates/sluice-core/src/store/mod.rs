@@ -320,7 +320,24 @@ pub fn validate_receive(req: &ReceiveRequest) -> Result<(), StoreError> {
         validate_visibility(v)?;
     }
     if let Some(c) = &req.consumer {
-        crate::text::refuse_nul("consumer", c)?;
+        validate_consumer(c)?;
+    }
+    Ok(())
+}
+
+/// Checks a consumer name, given at receive or when settling: storable text of at most
+/// [`MAX_CONSUMER_CHARS`](crate::config::limits::MAX_CONSUMER_CHARS) characters.
+///
+/// # Errors
+/// `InvalidArgument` naming `consumer`.
+pub fn validate_consumer(c: &str) -> Result<(), StoreError> {
+    use crate::config::limits::MAX_CONSUMER_CHARS;
+    crate::text::refuse_nul("consumer", c)?;
+    let chars = c.chars().count();
+    if chars > MAX_CONSUMER_CHARS {
+        return Err(StoreError::invalid(format!(
+            "consumer must be at most {MAX_CONSUMER_CHARS} characters long, got {chars}"
+        )));
     }
     Ok(())
 }

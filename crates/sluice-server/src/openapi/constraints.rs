@@ -42,6 +42,18 @@ pub(super) fn apply(doc: &mut Value) {
         merge(target, rules);
     };
 
+    for schema in [
+        "ReceiveRequest",
+        "NackRequest",
+        "RejectRequest",
+        "MoveRequest",
+    ] {
+        set(
+            schema,
+            "consumer",
+            json!({"maxLength": limits::MAX_CONSUMER_CHARS}),
+        );
+    }
     set(
         "QueueConfigRequest",
         "visibility_timeout_ms",

@@ -24,7 +24,7 @@ use sluice_core::summary::{GroupBy, SummaryRequest};
 use sluice_core::time::{Clock, ManualClock, Timestamp};
 
 use super::compare::{Ids, diff, view_of};
-use super::model::{Model, Place, has_nul};
+use super::model::{Model, Place, bad_consumer, has_nul};
 use super::ops::{
     AUDIT_ACTIONS, AUDIT_ACTORS, BodySpec, ControlSpec, GroupBySpec, MsgSpec, Op, PatchSpec,
     queue_name,
@@ -258,7 +258,7 @@ impl<'a> Run<'a> {
         error: &Option<String>,
         consumer: &Option<String>,
     ) -> Option<Result<(), ErrorCode>> {
-        if error.as_deref().is_some_and(has_nul) || consumer.as_deref().is_some_and(has_nul) {
+        if error.as_deref().is_some_and(has_nul) || consumer.as_deref().is_some_and(bad_consumer) {
             return Some(Err(ErrorCode::InvalidArgument));
         }
         if !self.model.queues.contains_key(q.as_str()) {

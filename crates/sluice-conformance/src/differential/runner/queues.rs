@@ -326,7 +326,7 @@ impl Run<'_> {
         exact: bool,
     ) -> Result<(), String> {
         let name = queue_name(queue);
-        if consumer.as_deref().is_some_and(has_nul) {
+        if consumer.as_deref().is_some_and(bad_consumer) {
             return same_code("receive", &got, Some(ErrorCode::InvalidArgument));
         }
         if !self.model.queues.contains_key(name) {

@@ -595,3 +595,49 @@ fn ack_overlap_is_answered_from_the_hints_and_per_queue_only_by_the_engine() {
         assert_eq!(calls(&c), asked, "{overlap:?}");
     }
 }
+
+#[test]
+fn a_consumer_name_is_at_most_128_characters() {
+    use crate::config::limits::MAX_CONSUMER_CHARS;
+    let jobs = q("jobs");
+    let named = |n: usize| Some("é".repeat(n));
+    let receive = |n| ReceiveRequest {
+        consumer: named(n),
+        ..ReceiveRequest::default()
+    };
+    let failure = |n| Failure {
+        error: Some("upstream 503".into()),
+        consumer: named(n),
+        retry_after: false,
+    };
+    let (c, s) = store(AckOverlap::Never);
+    refused(
+        &c,
+        now(s.receive(&jobs, receive(MAX_CONSUMER_CHARS + 1))),
+        ErrorCode::InvalidArgument,
+    );
+    refused(
+        &c,
+        now(s.nack(&jobs, receipt(), None, failure(MAX_CONSUMER_CHARS + 1))),
+        ErrorCode::InvalidArgument,
+    );
+    refused(
+        &c,
+        now(s.reject(&jobs, receipt(), failure(MAX_CONSUMER_CHARS + 1))),
+        ErrorCode::InvalidArgument,
+    );
+    let e = now(s.receive(&jobs, receive(MAX_CONSUMER_CHARS + 1))).expect_err("refused");
+    assert!(
+        e.to_string()
+            .contains("consumer must be at most 128 characters"),
+        "{e}"
+    );
+    // Characters, not bytes: 128 two-byte characters pass.
+    passed(now(s.receive(&jobs, receive(MAX_CONSUMER_CHARS))));
+    passed(now(s.nack(
+        &jobs,
+        receipt(),
+        None,
+        failure(MAX_CONSUMER_CHARS),
+    )));
+}
