@@ -368,6 +368,14 @@ pub fn blocked_at_max_in_flight(dest: &str, max: u32) -> String {
 }
 
 impl RedriveJob {
+    /// What the job will still move, given the `matching` messages still in its source:
+    /// those, within what is left of its limit.
+    pub fn left_to_move(&self, matching: u64) -> u64 {
+        self.spec
+            .limit
+            .map_or(matching, |l| l.saturating_sub(self.moved).min(matching))
+    }
+
     /// A new running job.
     pub fn new(id: RedriveId, spec: RedriveSpec, now: Timestamp) -> Self {
         RedriveJob {

@@ -37,13 +37,17 @@ pub async fn overview(
     let stats = st.store.stats_many(&names).await?;
     let histories = st.store.stats_history_many(&names, since).await?;
     let dlqs = st.store.dead_letter_queues_among(&names).await?;
-    // What active redrives will still move, by the queue they move out of: the drain ETA of
-    // a dead-letter queue under a redrive (few jobs run at once, so this is a few summaries).
+    // What active redrives will still move, for the queues of this page and their DLQs that
+    // one moves out of: their drain ETA (few jobs run at once, so this is a few summaries).
     let jobs = st.store.list_redrives().await?;
+    let shown: std::collections::HashSet<&QueueName> = queues
+        .iter()
+        .flat_map(|q| std::iter::once(&q.name).chain(&q.config.dead_letter_queue))
+        .collect();
     let mut outlooks = std::collections::HashMap::new();
     for job in jobs.iter().filter(|j| j.state.is_active()) {
         let source = &job.spec.source;
-        if !outlooks.contains_key(source) {
+        if shown.contains(source) && !outlooks.contains_key(source) {
             let outlook = crate::routes::redrives::outlook(&st, &jobs, source).await?;
             outlooks.insert(source.clone(), outlook);
         }

@@ -15,8 +15,8 @@ use crate::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
 
-/// What an active job will still move: its source's messages that match its filter, within
-/// what is left of its limit. A DLQ summary counts them, however many there are.
+/// What an active job will still move ([`RedriveJob::left_to_move`]): a DLQ summary counts
+/// its source's messages that match its filter, however many there are.
 async fn still_to_move(st: &AppState, job: &RedriveJob) -> Result<u64, ApiError> {
     let req = SummaryRequest {
         group_by: GroupBy::Reason,
@@ -29,10 +29,7 @@ async fn still_to_move(st: &AppState, job: &RedriveJob) -> Result<u64, ApiError>
         Err(StoreError::QueueNotFound(_)) => 0,
         Err(e) => return Err(e.into()),
     };
-    Ok(job
-        .spec
-        .limit
-        .map_or(matching, |l| l.saturating_sub(job.moved).min(matching)))
+    Ok(job.left_to_move(matching))
 }
 
 /// A job as the API shows it, with how many it will move in all while it is active.
@@ -189,8 +186,8 @@ pub async fn get(
     Ok(Json(view(&st, &job).await?))
 }
 
-/// Every queue a job names: its source, its destination and the source its filter keeps.
-/// A key reaches a job when it covers every queue the job names; a job naming another is
+/// A key reaches a job when it covers every queue the job names
+/// ([`sluice_core::RedriveSpec::queues`]); a job naming another is
 /// answered as one that does not exist, so that it reveals no queue outside the key's
 /// patterns.
 fn allow_job(caller: &Caller, job: &RedriveJob) -> Result<(), ApiError> {
