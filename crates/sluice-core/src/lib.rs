@@ -25,6 +25,7 @@ pub mod message;
 pub mod name;
 pub mod push;
 pub mod rate;
+pub mod reading;
 pub mod receipt;
 pub mod redrive;
 pub mod schedule;

@@ -61,8 +61,9 @@ pub struct Holds {
     pub paused: bool,
     /// The lowest delivery cap in force: `rate_limit`, or a governed queue's adaptive rate.
     pub cap: Option<crate::config::RateLimit>,
-    /// The queue is another's dead-letter queue: its messages wait for an operator, so it is
-    /// never stalled.
+    /// The depth is of dead letters (a dead-letter queue's own, or a queue's DLQ depth):
+    /// they wait for an operator, so they are never stalled and are emptied only by a redrive:
+    /// an ETA only while one is active ([`Holds::redrive`]).
     pub dead_letters: bool,
     /// What the active redrive jobs out of this queue will still move, when any runs or is
     /// paused: the drain ETA is the time to move that, not the whole depth.
@@ -293,6 +294,7 @@ impl Trend {
             ),
             Holds {
                 redrive: holds.dlq_redrive,
+                dead_letters: true,
                 ..Holds::default()
             },
             false,
@@ -392,6 +394,11 @@ fn drain(points: &[Point], holds: Holds, waiting: bool) -> (Option<Duration>, Op
     let n = points.len() - 1;
     let cur = points[n];
     if cur.depth == 0 || n < 1 || holds.paused || holds.redrive.is_some_and(|o| o.paused) {
+        return (None, None);
+    }
+    // Dead letters leave only through a redrive: no job, no time to empty (a job that just
+    // finished leaves the depth's recent fall behind it).
+    if holds.dead_letters && holds.redrive.is_none() {
         return (None, None);
     }
     // Under a redrive, what is left is what its jobs will still move (a limit or a filter
@@ -655,17 +662,30 @@ mod tests {
         // The DLQ held 100 for an hour, then falls by 1 a second from t = 0.
         let dlq = |t: i64| stats(0, (100 - t.max(0)) as u64, 0, 0);
         let history: Vec<_> = (-6..=3).map(|k| sample(10 * k, &dlq(10 * k))).collect();
-        let t = Trend::compute(
-            &dlq(35),
-            Timestamp(T0 - 3_600_000),
-            Timestamp(T0 + 35_000),
-            &history,
-            Holds::default(),
-        );
+        let under = |outlook: Option<Outlook>| {
+            Trend::compute(
+                &dlq(35),
+                Timestamp(T0 - 3_600_000),
+                Timestamp(T0 + 35_000),
+                &history,
+                Holds {
+                    dlq_redrive: outlook,
+                    ..Holds::default()
+                },
+            )
+        };
+        let t = under(Some(Outlook {
+            remaining: 65,
+            paused: false,
+        }));
         let eta = t.dead_letters.eta.expect("being emptied").as_secs_f64();
         assert!((eta - 65.0).abs() < 3.0, "{eta}");
         assert_eq!(t.dead_letters.direction, Direction::Falling);
         assert_eq!(t.backlog.eta, None);
+        // The same fall with no job left: nothing empties the DLQ any more.
+        let t = under(None);
+        assert_eq!(t.dead_letters.eta, None);
+        assert_eq!(t.dead_letters.direction, Direction::Falling);
     }
 
     #[test]

@@ -408,6 +408,8 @@ mod browse;
 pub use browse::*;
 mod stats;
 pub use stats::*;
+mod readings;
+pub use readings::*;
 mod restart;
 pub use restart::*;
 mod errors;

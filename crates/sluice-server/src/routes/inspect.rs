@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use sluice_core::stats::{SAMPLE_INTERVAL, StatsSample};
-use sluice_core::trend::{Holds, LOOKBACK, Trend};
+
 use sluice_core::{Clock, SystemClock, Timestamp};
 use sluice_wire::{
     BrowseQuery, BrowseResponse, ErrorEnvelope, HistoryQuery, HistoryView, MessageView, SampleView,
@@ -141,29 +141,8 @@ pub async fn stats(
     _caller: Caller,
     QueuePath(q): QueuePath,
 ) -> Result<Json<StatsView>, ApiError> {
-    let info = st.store.get_queue(&q).await?;
-    let s = st.store.stats(&q).await?;
-    let now = SystemClock.now();
-    let history = st
-        .store
-        .stats_history(&q, Timestamp(now.as_millis() - LOOKBACK.as_millis() as i64))
-        .await?;
-    let jobs = st.store.list_redrives().await?;
-    let dlq_redrive = match &info.config.dead_letter_queue {
-        Some(dlq) => crate::routes::redrives::outlook(&st, &jobs, dlq).await?,
-        None => None,
-    };
-    let holds = Holds {
-        dead_letters: st
-            .store
-            .dead_letter_queues_among(std::slice::from_ref(&q))
-            .await?[0],
-        redrive: crate::routes::redrives::outlook(&st, &jobs, &q).await?,
-        dlq_redrive,
-        ..Holds::of(&info.config, &s)
-    };
-    let trend = Trend::compute(&s, info.created_at, now, &history, holds);
-    Ok(Json(StatsView::with_trend(&q, &s, &trend)))
+    let r = sluice_core::reading::read(st.store.as_ref(), &q, SystemClock.now()).await?;
+    Ok(Json(StatsView::with_trend(&q, &r.stats, &r.trend)))
 }
 
 /// Most messages one filtered browse examines; the answer's cursor continues from there, so a

@@ -3,8 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use sluice_core::trend::{Holds, LOOKBACK, Trend};
-use sluice_core::{Clock, QueueName, SystemClock, Timestamp};
+use sluice_core::{Clock, SystemClock};
 use sluice_wire::{ErrorEnvelope, Overview, OverviewRow, QueueListQuery, StatsView, WhoAmI};
 
 use crate::AppState;
@@ -31,52 +30,21 @@ pub async fn overview(
     ApiQuery(query): ApiQuery<QueueListQuery>,
 ) -> Result<Json<Overview>, ApiError> {
     let (queues, next_cursor) = covered_page(&st, &caller, query.to_core()?).await?;
-    let names: Vec<QueueName> = queues.iter().map(|q| q.name.clone()).collect();
-    let now = SystemClock.now();
-    let since = Timestamp(now.as_millis() - LOOKBACK.as_millis() as i64);
-    let stats = st.store.stats_many(&names).await?;
-    let histories = st.store.stats_history_many(&names, since).await?;
-    let dlqs = st.store.dead_letter_queues_among(&names).await?;
-    // What active redrives will still move, for the queues of this page and their DLQs that
-    // one moves out of: their drain ETA (few jobs run at once, so this is a few summaries).
-    let jobs = st.store.list_redrives().await?;
-    let shown: std::collections::HashSet<&QueueName> = queues
-        .iter()
-        .flat_map(|q| std::iter::once(&q.name).chain(&q.config.dead_letter_queue))
-        .collect();
-    let mut outlooks = std::collections::HashMap::new();
-    for job in jobs.iter().filter(|j| j.state.is_active()) {
-        let source = &job.spec.source;
-        if shown.contains(source) && !outlooks.contains_key(source) {
-            let outlook = crate::routes::redrives::outlook(&st, &jobs, source).await?;
-            outlooks.insert(source.clone(), outlook);
-        }
-    }
-    let outlook_of = |q: &QueueName| outlooks.get(q).copied().flatten();
-    let rows = queues
+    let readings =
+        sluice_core::reading::read_many(st.store.as_ref(), queues, SystemClock.now()).await?;
+    let rows = readings
         .into_iter()
-        .zip(stats)
-        .zip(histories)
-        .zip(dlqs)
-        .filter_map(|(((info, stats), history), is_dlq)| {
-            let stats = stats?;
-            let holds = Holds {
-                dead_letters: is_dlq,
-                redrive: outlook_of(&info.name),
-                dlq_redrive: info.config.dead_letter_queue.as_ref().and_then(outlook_of),
-                ..Holds::of(&info.config, &stats)
-            };
-            let trend = Trend::compute(&stats, info.created_at, now, &history, holds);
-            Some(OverviewRow {
-                stats: StatsView::with_trend(&info.name, &stats, &trend),
-                dead_letter_queue: info
-                    .config
-                    .dead_letter_queue
-                    .as_ref()
-                    .map(ToString::to_string),
-                paused: info.config.paused,
-                is_dead_letter_queue: is_dlq,
-            })
+        .flatten()
+        .map(|r| OverviewRow {
+            stats: StatsView::with_trend(&r.info.name, &r.stats, &r.trend),
+            dead_letter_queue: r
+                .info
+                .config
+                .dead_letter_queue
+                .as_ref()
+                .map(ToString::to_string),
+            paused: r.info.config.paused,
+            is_dead_letter_queue: r.is_dead_letter_queue,
         })
         .collect();
     Ok(Json(Overview {

@@ -5,9 +5,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use sluice_core::summary::{GroupBy, SummaryRequest};
-use sluice_core::trend::Outlook;
-use sluice_core::{QueueName, RedriveControl, RedriveId, RedriveJob, RedriveState, StoreError};
+use sluice_core::{RedriveControl, RedriveId, RedriveJob};
 use sluice_wire::{ErrorEnvelope, RedriveList, RedriveRequest, RedriveView};
 
 use crate::AppState;
@@ -15,54 +13,14 @@ use crate::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
 
-/// What an active job will still move ([`RedriveJob::left_to_move`]): a DLQ summary counts
-/// its source's messages that match its filter, however many there are.
-async fn still_to_move(st: &AppState, job: &RedriveJob) -> Result<u64, ApiError> {
-    let req = SummaryRequest {
-        group_by: GroupBy::Reason,
-        filter: job.spec.filter.clone(),
-        limit: 1,
-    };
-    let matching = match st.store.summarize(&job.spec.source, req).await {
-        Ok(s) => s.total,
-        // A source deleted under the job: nothing is left to move.
-        Err(StoreError::QueueNotFound(_)) => 0,
-        Err(e) => return Err(e.into()),
-    };
-    Ok(job.left_to_move(matching))
-}
-
 /// A job as the API shows it, with how many it will move in all while it is active.
 async fn view(st: &AppState, job: &RedriveJob) -> Result<RedriveView, ApiError> {
     let mut view = RedriveView::from(job);
     if job.state.is_active() && !job.spec.dry_run {
-        view.to_move = Some(job.moved + still_to_move(st, job).await?);
+        view.to_move =
+            Some(job.moved + sluice_core::reading::still_to_move(st.store.as_ref(), job).await?);
     }
     Ok(view)
-}
-
-/// What the active jobs out of `queue` among `jobs` will still move, for the drain ETA of a
-/// dead-letter queue; `None` when none is active.
-pub(crate) async fn outlook(
-    st: &AppState,
-    jobs: &[RedriveJob],
-    queue: &QueueName,
-) -> Result<Option<Outlook>, ApiError> {
-    let active: Vec<&RedriveJob> = jobs
-        .iter()
-        .filter(|j| j.state.is_active() && !j.spec.dry_run && &j.spec.source == queue)
-        .collect();
-    if active.is_empty() {
-        return Ok(None);
-    }
-    let mut remaining = 0;
-    for job in &active {
-        remaining += still_to_move(st, job).await?;
-    }
-    Ok(Some(Outlook {
-        remaining,
-        paused: active.iter().all(|j| j.state == RedriveState::Paused),
-    }))
 }
 
 fn job_id(s: &str) -> Result<RedriveId, ApiError> {
