@@ -442,6 +442,11 @@ def test_redrive_and_audit(client: sluice.Client, queue: str) -> None:
     dry = client.create_redrive(dlq, dry_run=True)
     wait_until(lambda: client.get_redrive(dry.id).state == "completed", what="the dry run")
     assert client.get_redrive(dry.id).matched == 4 and client.get_redrive(dry.id).moved == 0
+    limited = client.create_redrive(dlq, dry_run=True, limit=1, filter=sluice.RedriveFilter(error_contains="(1)"))
+    wait_until(lambda: client.get_redrive(limited.id).state == "completed", what="the limited dry run")
+    limited = client.get_redrive(limited.id)
+    assert (limited.matched, limited.would_move, limited.skips.filtered) == (2, 1, 2), limited
+    assert limited.skip_reasons == ("2 would stay: the filter leaves them out", "1 would stay: beyond the limit of 1")
     job = client.create_redrive(dlq, rate_per_second=100, filter=sluice.RedriveFilter(error_contains="(1)"))
     wait_until(lambda: client.get_redrive(job.id).state == "completed", what="the redrive")
     assert client.get_redrive(job.id).moved == 2

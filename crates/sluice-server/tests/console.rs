@@ -9,6 +9,8 @@
 //! ```
 
 mod common;
+#[path = "console/redrive_skips.rs"]
+mod redrive_skips;
 
 use std::time::{Duration, Instant};
 

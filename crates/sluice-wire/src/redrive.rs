@@ -187,6 +187,16 @@ pub struct RedriveView {
     /// Matching messages left in place: no `source_queue` and no destination, or their
     /// destination no longer exists.
     pub skipped: u64,
+    /// For a dry run: what it would move, matches with a queue to go to within the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_move: Option<u64>,
+    /// What its scan passed without moving, by reason.
+    #[serde(default)]
+    pub skips: RedriveSkipsView,
+    /// Why it leaves dead letters where they are, one sentence per reason, each saying what
+    /// to do about it.
+    #[serde(default)]
+    pub skip_reasons: Vec<String>,
     /// Why it is waiting, while it is.
     pub blocked: Option<String>,
     /// The limit asked for.
@@ -225,6 +235,9 @@ impl From<&sluice_core::redrive::RedriveJob> for RedriveView {
             moved: j.moved,
             to_move: None,
             skipped: j.skipped,
+            would_move: j.spec.dry_run.then(|| j.would_move()),
+            skips: RedriveSkipsView::from(&j.skips),
+            skip_reasons: j.skip_reasons(),
             blocked: j.blocked.clone(),
             limit: j.spec.limit,
             rate: j.spec.rate.as_ref().map(rate_to_wire),
@@ -240,6 +253,30 @@ impl From<&sluice_core::redrive::RedriveJob> for RedriveView {
             created_at: rfc3339(j.created_at),
             updated_at: rfc3339(j.updated_at),
             finished_at: j.finished_at.map(rfc3339),
+        }
+    }
+}
+
+/// What a redrive's scan passed without moving, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RedriveSkipsView {
+    /// Dead letters its filter left out.
+    pub filtered: u64,
+    /// Matching dead letters with no source queue recorded and no destination named.
+    pub no_destination: u64,
+    /// Matching dead letters whose destination queue does not exist.
+    pub missing_destination: u64,
+    /// Those missing queues, in the order met (at most 8).
+    pub missing_queues: Vec<String>,
+}
+
+impl From<&sluice_core::redrive::RedriveSkips> for RedriveSkipsView {
+    fn from(s: &sluice_core::redrive::RedriveSkips) -> Self {
+        RedriveSkipsView {
+            filtered: s.filtered,
+            no_destination: s.no_destination,
+            missing_destination: s.missing_destination,
+            missing_queues: s.missing_queues.iter().map(ToString::to_string).collect(),
         }
     }
 }

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
+#[path = "cli_ops/redrive_skips.rs"]
+mod redrive_skips;
 
 use common::{BIN, broker};
 

@@ -1032,6 +1032,28 @@ class RedriveGuard:
 
 
 @dataclass(frozen=True)
+class RedriveSkips:
+    """What a redrive's scan passed without moving, by reason: left out by its ``filtered``,
+    matching with ``no_destination`` (no source queue recorded and none named), or matching
+    with a ``missing_destination`` (their queue no longer exists; ``missing_queues`` names up
+    to 8)."""
+
+    filtered: int = 0
+    no_destination: int = 0
+    missing_destination: int = 0
+    missing_queues: Tuple[str, ...] = ()
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "RedriveSkips":
+        return cls(
+            int(d.get("filtered", 0)),
+            int(d.get("no_destination", 0)),
+            int(d.get("missing_destination", 0)),
+            tuple(d.get("missing_queues") or ()),
+        )
+
+
+@dataclass(frozen=True)
 class Redrive:
     """A redrive job and its progress.
 
@@ -1041,6 +1063,9 @@ class Redrive:
     ``rate_per_second`` repeats it when its period is one second. ``to_move`` is how many it
     will move in all while it runs or is paused (what it moved, plus its source's messages
     that match its filter, within its limit); ``None`` once it has finished and for a dry run.
+    ``would_move`` is, for a dry run, what it would move (matches with a queue to go to,
+    within the limit). ``skips`` counts what its scan passed without moving, by reason, and
+    ``skip_reasons`` says each reason in a sentence with what to do about it.
     """
 
     id: str
@@ -1063,6 +1088,9 @@ class Redrive:
     pause_if_failing: Optional[RedriveGuard] = None
     paused_reason: Optional[str] = None
     to_move: Optional[int] = None
+    would_move: Optional[int] = None
+    skips: RedriveSkips = RedriveSkips()
+    skip_reasons: Tuple[str, ...] = ()
 
     RUNNING = "running"
     PAUSED = "paused"
@@ -1110,6 +1138,9 @@ class Redrive:
             pause_if_failing=RedriveGuard.from_wire(guard) if guard else None,
             paused_reason=d.get("paused_reason"),
             to_move=d.get("to_move"),
+            would_move=d.get("would_move"),
+            skips=RedriveSkips.from_wire(d.get("skips") or {}),
+            skip_reasons=tuple(d.get("skip_reasons") or ()),
         )
 
 

@@ -24,6 +24,9 @@ use crate::message::{Attributes, DeadLetterReason, Message, MessageId};
 use crate::name::QueueName;
 use crate::time::Timestamp;
 
+mod skips;
+pub use skips::{MISSING_NAMED, RedriveSkips};
+
 /// A redrive job's id: 16 hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RedriveId(pub u64);
@@ -314,7 +317,8 @@ pub struct RedriveJob {
     pub spec: RedriveSpec,
     /// Where it is.
     pub state: RedriveState,
-    /// Messages that matched the filter so far (for a dry run: what would move).
+    /// Messages that matched the filter so far, the skipped ones among them (for a dry run,
+    /// [`RedriveJob::would_move`] says what would move).
     pub matched: u64,
     /// Messages moved so far.
     pub moved: u64,
@@ -334,6 +338,9 @@ pub struct RedriveJob {
     /// Why it is paused, while it is.
     #[serde(default)]
     pub paused_reason: Option<String>,
+    /// What its scan passed without moving, by reason ([`RedriveJob::skip_reasons`]).
+    #[serde(default)]
+    pub skips: RedriveSkips,
 }
 
 /// What an operator (or a job's guard) does to a job.
@@ -391,6 +398,7 @@ impl RedriveJob {
             finished_at: None,
             cursor: None,
             paused_reason: None,
+            skips: RedriveSkips::default(),
         }
     }
 
@@ -439,17 +447,12 @@ impl RedriveJob {
         self.finished_at = Some(now);
     }
 
-    /// Ends the job after a step when it is done: its `limit` reached (messages matched for a
-    /// dry run, moved otherwise), or the DLQ scanned to its end (`scanned_to_end`) with
+    /// Ends the job after a step when it is done: its `limit` of moves reached, or the DLQ scanned to its end (`scanned_to_end`) with
     /// nothing held back (`stopped_early`: the step stopped for its batch size or quota;
     /// `blocked`: a message could not move).
     pub fn finish_if_done(&mut self, scanned_to_end: bool, stopped_early: bool, now: Timestamp) {
-        let done = if self.spec.dry_run {
-            self.matched
-        } else {
-            self.moved
-        };
-        let limit_reached = self.spec.limit.is_some_and(|l| done >= l);
+        // A dry run counts past its limit, to say how many lie beyond it.
+        let limit_reached = !self.spec.dry_run && self.spec.limit.is_some_and(|l| self.moved >= l);
         if limit_reached || (scanned_to_end && !stopped_early && self.blocked.is_none()) {
             self.finish(now);
         }

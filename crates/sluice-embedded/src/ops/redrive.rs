@@ -181,15 +181,7 @@ fn plan_step(
     let mut job = job(core, id)?;
     job.check_running()?;
     let max = max.clamp(1, 1000) as u64;
-    let done_so_far = if job.spec.dry_run {
-        job.matched
-    } else {
-        job.moved
-    };
-    let want = job
-        .spec
-        .limit
-        .map_or(max, |l| max.min(l.saturating_sub(done_so_far)));
+    let want = job.step_budget(max);
     job.updated_at = Timestamp(now);
     job.blocked = None;
     let Ok(src) = core.qid(&job.spec.source) else {
@@ -243,14 +235,11 @@ fn plan_step(
             continue;
         }
         let view = core.message_view(mid, &m)?;
+        // Past this message unless it stops the step (its destination paused or full).
+        let cursor = Some((at, mid));
         if !job.spec.filter.matches(&view) {
-            job.cursor = Some((at, mid));
-            continue;
-        }
-        if job.spec.dry_run {
-            job.matched += 1;
-            taken += 1;
-            job.cursor = Some((at, mid));
+            job.pass_filtered();
+            job.cursor = cursor;
             continue;
         }
         let dest_name: Option<QueueName> =
@@ -259,11 +248,16 @@ fn plan_step(
             .as_ref()
             .and_then(|d| core.state.names.get(d).copied())
         else {
-            job.matched += 1;
-            job.skipped += 1;
-            job.cursor = Some((at, mid));
+            job.skip(dest_name.as_ref());
+            job.cursor = cursor;
             continue;
         };
+        if job.spec.dry_run {
+            job.matched += 1;
+            taken += 1;
+            job.cursor = cursor;
+            continue;
+        }
         let dq = &core.state.queues[&dest];
         if dq.config.paused {
             job.blocked = Some(format!("destination \"{}\" is paused", dq.name.as_str()));

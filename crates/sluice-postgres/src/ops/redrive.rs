@@ -185,15 +185,8 @@ pub(crate) async fn step(
             };
             return Ok((step, Effects::default()));
         }
-        let max = i64::from(max.clamp(1, 1000));
-        let done_so_far = if job.spec.dry_run {
-            job.matched
-        } else {
-            job.moved
-        };
-        let want = job.spec.limit.map_or(max, |l| {
-            max.min(i64::try_from(l.saturating_sub(done_so_far)).unwrap_or(i64::MAX))
-        });
+        let want = i64::try_from(job.step_budget(u64::from(max.clamp(1, 1000))))
+            .unwrap_or(i64::MAX);
         job.updated_at = Timestamp(now);
         job.blocked = None;
         let mut fx = Effects::default();
@@ -281,12 +274,7 @@ async fn step_moves(
         let cursor = Some((row.visible_at, row.id as u64));
         let view = message_of(r, now)?;
         if !job.spec.filter.matches(&view) {
-            job.cursor = cursor;
-            continue;
-        }
-        if job.spec.dry_run {
-            job.matched += 1;
-            taken += 1;
+            job.pass_filtered();
             job.cursor = cursor;
             continue;
         }
@@ -320,11 +308,20 @@ async fn step_moves(
             }
         };
         let Some((dest, (dcfg, leased))) = dest else {
-            job.matched += 1;
-            job.skipped += 1;
+            let missing = dest_name
+                .as_deref()
+                .map(sluice_core::QueueName::new)
+                .transpose();
+            job.skip(missing.map_err(corrupt)?.as_ref());
             job.cursor = cursor;
             continue;
         };
+        if job.spec.dry_run {
+            job.matched += 1;
+            taken += 1;
+            job.cursor = cursor;
+            continue;
+        }
         if dcfg.paused {
             job.blocked = Some(format!("destination \"{dest}\" is paused"));
             stopped_early = true;

@@ -110,12 +110,16 @@ function redriveForm(page, name, filter, count, detail) {
       fill(out, errorBox(`The dry run ended ${job.state}${job.paused_reason ? `: ${job.paused_reason}` : ""}${job.blocked ? `: ${job.blocked}` : ""}; nothing was counted for sure.`));
       return;
     }
+    // What would move: the matches that have a queue to go to, within the limit; the rest
+    // stay, for the reasons the broker gives.
     const n = job.matched;
-    if (!body.limit || body.limit > n) body.limit = n;
+    const w = job.would_move ?? n;
+    if (!body.limit || body.limit > w) body.limit = w;
     fill(
       out,
-      h("p", { id: "dry-run-count" }, `Dry run: ${num(n)} messages match.`),
-      n > 0
+      h("p", { id: "dry-run-count" }, `Dry run: ${num(n)} messages match.${w !== n ? ` ${num(w)} would move.` : ""}`),
+      (job.skip_reasons || []).length ? h("ul", { id: "dry-run-skips" }, job.skip_reasons.map((r) => h("li", {}, r))) : null,
+      w > 0
         ? confirmBox(`Move ${num(body.limit)} messages from ${said}?`, `Redrive ${num(body.limit)} messages`, async () => {
             const started = await page.api("POST", "/v1/redrives", body);
             location.hash = `#/redrives/${enc(started.id)}`;

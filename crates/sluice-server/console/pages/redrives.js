@@ -92,7 +92,8 @@ export async function redrivePage(page, id) {
       head,
       h("p", { id: "redrive-state" }, `State: ${j.state}`, j.paused_reason ? ` — ${j.paused_reason}` : "", j.blocked ? ` — ${j.blocked}` : ""),
       h("p", {}, `From ${j.source} to ${j.destination || "each message's source queue"}; where ${describeFilter(j.filter)}; rate ${redriveRate(j)}`, j.pause_if_failing ? `; pauses if ${j.pause_if_failing.percent}% fail again` : ""),
-      h("div", { class: "row" }, progressBar(pct), h("span", { id: "redrive-moved" }, j.dry_run ? `${num(j.matched)} match` : `${num(j.moved)} moved of ${num(total)}`), h("span", { class: "muted" }, `live ${live.toFixed(1)}/min`)),
+      h("div", { class: "row" }, progressBar(pct), h("span", { id: "redrive-moved" }, j.dry_run ? `${num(j.matched)} match, ${num(j.would_move ?? j.matched)} would move` : `${num(j.moved)} moved of ${num(total)}`), h("span", { class: "muted" }, `live ${live.toFixed(1)}/min`)),
+      (j.skip_reasons || []).length ? h("ul", { id: "redrive-skips" }, j.skip_reasons.map((r) => h("li", {}, r))) : null,
     );
     const active = j.state === "running" || j.state === "paused";
     fill(

@@ -340,17 +340,20 @@ async fn audit_progress(store: &dyn Store, job: &RedriveJob, step: &RedriveStep)
         .await;
     }
     if job.state == RedriveState::Running && after.state == RedriveState::Completed {
-        audit(
-            store,
-            "redrive.finish",
-            after,
-            vec![
-                ("moved", after.moved.to_string()),
-                ("matched", after.matched.to_string()),
-                ("skipped", after.skipped.to_string()),
-            ],
-        )
-        .await;
+        let mut details = vec![
+            ("moved", after.moved.to_string()),
+            ("matched", after.matched.to_string()),
+            ("skipped", after.skipped.to_string()),
+            ("filtered", after.skips.filtered.to_string()),
+        ];
+        if after.spec.dry_run {
+            details.push(("would_move", after.would_move().to_string()));
+        }
+        let reasons = after.skip_reasons();
+        if !reasons.is_empty() {
+            details.push(("skip_reasons", reasons.join("; ")));
+        }
+        audit(store, "redrive.finish", after, details).await;
     }
 }
 

@@ -274,6 +274,15 @@ fn filter_text(f: &RedriveFilterView) -> String {
     }
 }
 
+/// The job's skip reasons on one line, or a dash.
+fn reasons_text(j: &RedriveView) -> String {
+    if j.skip_reasons.is_empty() {
+        "-".to_owned()
+    } else {
+        j.skip_reasons.join("; ")
+    }
+}
+
 fn show(j: &RedriveView) {
     details(&[
         ("id", j.id.clone()),
@@ -284,6 +293,8 @@ fn show(j: &RedriveView) {
         ("moved", j.moved.to_string()),
         ("to_move", or_dash(j.to_move)),
         ("skipped", j.skipped.to_string()),
+        ("would_move", or_dash(j.would_move)),
+        ("skip_reasons", reasons_text(j)),
         ("blocked", or_dash(j.blocked.as_ref())),
         ("limit", or_dash(j.limit)),
         ("paused_reason", or_dash(j.paused_reason.as_ref())),
@@ -504,8 +515,11 @@ fn finish(w: &Watch, j: &RedriveView, as_json: bool) -> Result<(), Failure> {
         let secs = w.started.elapsed().as_secs_f64();
         if j.dry_run {
             println!(
-                "dry run {}: {} dead letters in {} match; nothing was moved",
-                j.id, j.matched, j.source
+                "dry run {}: {} dead letters in {} match; {} would move; nothing was moved",
+                j.id,
+                j.matched,
+                j.source,
+                j.would_move.unwrap_or(j.matched)
             );
         } else {
             println!(
@@ -518,12 +532,8 @@ fn finish(w: &Watch, j: &RedriveView, as_json: bool) -> Result<(), Failure> {
                 destination(j)
             );
         }
-        if j.skipped > 0 {
-            eprintln!(
-                "warning: {} matching messages were left in {}: they have no source queue \
-                 (or it no longer exists); move them with --to QUEUE",
-                j.skipped, j.source
-            );
+        for reason in &j.skip_reasons {
+            eprintln!("note: {reason}");
         }
     }
     if j.state == "paused" {

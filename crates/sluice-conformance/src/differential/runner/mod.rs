@@ -145,6 +145,8 @@ pub struct Run<'a> {
     receipts: Vec<Receipt>,
     /// Engine job ids by model job.
     jobs: Vec<RedriveId>,
+    /// Each job as the engine last answered it: what a restart must give back.
+    jobs_seen: Vec<sluice_core::redrive::RedriveJob>,
     /// The step counter, which also picks the node a call goes to.
     step: usize,
 }
@@ -159,6 +161,7 @@ impl<'a> Run<'a> {
             ids: Ids::default(),
             receipts: Vec::new(),
             jobs: Vec::new(),
+            jobs_seen: Vec::new(),
             step: 0,
         }
     }
@@ -228,14 +231,17 @@ impl<'a> Run<'a> {
             Op::Restart => {
                 self.target.restart().await;
                 self.forget_claims();
+                self.check_jobs_kept().await?;
             }
             Op::Compact => {
                 self.target.compact().await;
                 self.forget_claims();
+                self.check_jobs_kept().await?;
             }
             Op::Crash { junk } => {
                 self.target.crash(junk).await;
                 self.forget_claims();
+                self.check_jobs_kept().await?;
             }
         }
         Ok(())

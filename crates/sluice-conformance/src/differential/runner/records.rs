@@ -82,6 +82,7 @@ impl Run<'_> {
                         "new job {job:?}"
                     );
                     self.jobs.push(job.id);
+                    self.jobs_seen.push(job.clone());
                     self.model.jobs.push(crate::differential::model::Job {
                         source: spec.source.to_string(),
                         destination: spec.destination.as_ref().map(ToString::to_string),
@@ -113,6 +114,9 @@ impl Run<'_> {
                     ControlSpec::Resume => RedriveControl::Resume,
                 };
                 let got = self.s().control_redrive(self.jobs[j], c).await;
+                if let Ok(job) = &got {
+                    self.jobs_seen[j] = job.clone();
+                }
                 let mj = &mut self.model.jobs[j];
                 let finished =
                     matches!(mj.state, RedriveState::Completed | RedriveState::Cancelled);
@@ -411,6 +415,8 @@ impl Run<'_> {
             return same_code("redrive_step", &got, Some(ErrorCode::Conflict));
         }
         let step = got.map_err(|e| format!("redrive_step refused: {e:?}"))?;
+        self.check_skips(j, max, &step.job)?;
+        self.jobs_seen[j] = step.job.clone();
         let Some(_) = self.model.queues.get(&mj.source) else {
             ensure!(
                 step.moved_now == 0 && step.job.state == RedriveState::Completed,
@@ -474,6 +480,101 @@ impl Run<'_> {
         );
         // Whether a step that found nothing left completes at once is the engine's choice.
         mj.state = step.job.state;
+        Ok(())
+    }
+
+    /// What a step says it passed over is what the model's source holds: each reason's count
+    /// grows by at most the visible dead letters that reason fits, skips add up, a missing
+    /// queue it names is missing, and a dry run counts at most `max` movable matches a step.
+    fn check_skips(
+        &self,
+        j: usize,
+        max: u32,
+        after: &sluice_core::redrive::RedriveJob,
+    ) -> Result<(), String> {
+        let before = &self.jobs_seen[j];
+        let mj = &self.model.jobs[j];
+        let (b, a) = (&before.skips, &after.skips);
+        ensure!(
+            after.skipped == a.no_destination + a.missing_destination,
+            "skipped {} is not no_destination + missing_destination: {a:?}",
+            after.skipped
+        );
+        let now = self.now();
+        let (mut filtered, mut no_dest, mut missing) = (0u64, 0u64, 0u64);
+        for m in self.model.msgs.iter().flatten() {
+            let visible = matches!(m.place, Place::Waiting { at } if at <= now);
+            if m.queue != mj.source || !visible {
+                continue;
+            }
+            if !Model::matches(m, mj.error_contains.as_deref()) {
+                filtered += 1;
+                continue;
+            }
+            match mj.destination.clone().or(m.source_queue.clone()) {
+                None => no_dest += 1,
+                Some(d) if !self.model.queues.contains_key(&d) => missing += 1,
+                Some(_) => {}
+            }
+        }
+        let grew = |what: &str, a: u64, b: u64, bound: u64| {
+            let d = a
+                .checked_sub(b)
+                .ok_or(format!("{what} fell from {b} to {a}"))?;
+            ensure!(
+                d <= bound,
+                "{what} grew by {d}; the source holds {bound} such"
+            );
+            Ok::<(), String>(())
+        };
+        grew("skips.filtered", a.filtered, b.filtered, filtered)?;
+        grew(
+            "skips.no_destination",
+            a.no_destination,
+            b.no_destination,
+            no_dest,
+        )?;
+        grew(
+            "skips.missing_destination",
+            a.missing_destination,
+            b.missing_destination,
+            missing,
+        )?;
+        for q in a
+            .missing_queues
+            .iter()
+            .filter(|q| !b.missing_queues.contains(q))
+        {
+            ensure!(
+                !self.model.queues.contains_key(q.as_str()),
+                "named {q} missing, which exists"
+            );
+        }
+        if mj.dry_run {
+            let movable = |x: &sluice_core::redrive::RedriveJob| x.matched - x.skipped;
+            grew(
+                "a dry run's movable matches",
+                movable(after),
+                movable(before),
+                u64::from(max),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// After a restart, every job reads as the engine last answered it.
+    pub(super) async fn check_jobs_kept(&mut self) -> Result<(), String> {
+        for (id, seen) in self.jobs.clone().into_iter().zip(self.jobs_seen.clone()) {
+            let got = self
+                .s()
+                .get_redrive(id)
+                .await
+                .map_err(|e| format!("job {id} after a restart: {e:?}"))?;
+            ensure!(
+                got == seen,
+                "job {id} after a restart reads {got:?}, last answered {seen:?}"
+            );
+        }
         Ok(())
     }
 

@@ -90,6 +90,7 @@ impl From<JobV1> for RedriveJob {
             finished_at: j.finished_at,
             cursor: j.cursor,
             paused_reason: None,
+            skips: Default::default(),
         }
     }
 }
