@@ -17,6 +17,7 @@
 //! [`PostgresStore::send_in`] enqueues inside the caller's own transaction: the business
 //! write and its follow-up task commit or roll back together.
 
+mod coverage;
 mod db;
 mod error;
 mod expiry;

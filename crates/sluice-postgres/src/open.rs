@@ -193,7 +193,8 @@ impl PostgresStore {
         )?;
         let channel = crate::hot::wake::channel(&schema);
         let locals = Arc::new(Locals::default());
-        let wakers = Arc::new(Wakers::new(locals.clone()));
+        let (coverage, coverage_requests) = crate::coverage::Signals::new();
+        let wakers = Arc::new(Wakers::new(locals.clone(), coverage.clone()));
         let node = options.node_id.clone().unwrap_or_else(|| {
             format!("node-{}-{:08x}", std::process::id(), rand::random::<u32>())
         });
@@ -218,6 +219,9 @@ impl PostgresStore {
             ids: Ids::default(),
             pending: std::sync::Mutex::default(),
             flushing: tokio::sync::Mutex::new(()),
+            counting: tokio::sync::RwLock::new(()),
+            coverage,
+            origin,
             locals,
             flow: crate::flow::Pending::default(),
             node,
@@ -230,6 +234,10 @@ impl PostgresStore {
             Arc::downgrade(&wakers),
         ));
         tokio::spawn(crate::db::counters::run(Arc::downgrade(&inner)));
+        tokio::spawn(crate::coverage::answer_requests(
+            Arc::downgrade(&inner),
+            coverage_requests,
+        ));
         tokio::spawn(crate::flow::run(Arc::downgrade(&inner)));
         tokio::spawn(crate::expiry::run(
             Arc::downgrade(&inner),

@@ -63,6 +63,14 @@ pub(crate) struct Inner {
     /// before reading totals waits for a flush already under way instead of reading without
     /// the counts it took.
     pub(crate) flushing: tokio::sync::Mutex<()>,
+    /// Held (shared) by a hot path from before its change commits until it has counted it,
+    /// and (exclusive) by a flush that must include every change committed before it
+    /// (`crate::coverage`).
+    pub(crate) counting: tokio::sync::RwLock<()>,
+    /// Other nodes' coverage requests and answers (`crate::coverage`).
+    pub(crate) coverage: Arc<crate::coverage::Signals>,
+    /// This store's origin on the wake-up channel.
+    pub(crate) origin: u64,
     /// Each queue's node-local memories.
     pub(crate) locals: Arc<Locals>,
     /// Outcomes of governed queues' deliveries counted on this node, not yet handed to the

@@ -17,6 +17,8 @@ use sluice_postgres::{PostgresOptions, PostgresStore};
 use sluice_testkit::postgres;
 
 mod common;
+#[path = "nodes/totals.rs"]
+mod totals;
 
 use common::{Nodes, created, q, recv};
 

@@ -9,8 +9,9 @@
 //! The hot paths (send, receive, ack) do not bump rows at all: each node adds their counts in
 //! memory and writes them every [`FLUSH_EVERY`], before it answers a stats call, and when the
 //! store is dropped. Bumping a row in every send halved unbatched throughput. The price: a
-//! node that dies loses at most the last [`FLUSH_EVERY`] of its send/receive/ack counts, and
-//! another node's stats may lag by as much. Counts of rarer events (nack, dead letter,
+//! node that dies loses at most the last [`FLUSH_EVERY`] of its send/receive/ack counts. A
+//! stats answer asks every node to write its counts first, so its totals never lag the
+//! depths it shows (`crate::coverage`). Counts of rarer events (nack, dead letter,
 //! redrive, expiry) are written in the transaction that made them.
 
 use std::collections::BTreeMap;
@@ -144,6 +145,15 @@ pub(crate) async fn totals_many(
 pub(crate) async fn flush_pending(inner: &crate::store::Inner) -> Result<(), StoreError> {
     let _flushing = inner.flushing.lock().await;
     let pending = std::mem::take(&mut *inner.pending());
+    write_pending(inner, pending).await
+}
+
+/// Writes `pending`, taken from the node's pending counts by a caller holding
+/// [`Inner::flushing`](crate::store::Inner::flushing); on failure they go back.
+pub(crate) async fn write_pending(
+    inner: &crate::store::Inner,
+    pending: Counts,
+) -> Result<(), StoreError> {
     if pending.is_empty() {
         return Ok(());
     }

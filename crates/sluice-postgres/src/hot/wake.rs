@@ -44,6 +44,8 @@ const TRUST_AFTER: Duration = Duration::from_millis(500);
 pub(crate) struct Wakers {
     queues: Arc<Locals>,
     presence: Mutex<Presence>,
+    /// What is said on the channel about counts (`crate::coverage`).
+    coverage: Arc<crate::coverage::Signals>,
 }
 
 #[derive(Default)]
@@ -53,6 +55,8 @@ struct Presence {
     listening_since: Option<Instant>,
     /// When another node was last heard on the channel.
     peer_heard: Option<Instant>,
+    /// When each other node (by origin) was last heard.
+    peers: std::collections::HashMap<u64, Instant>,
 }
 
 /// The wake-ups of one queue, and what the last empty lease of it showed.
@@ -201,11 +205,27 @@ impl QueueWaker {
 
 impl Wakers {
     /// The wake-ups of the queues of `queues`.
-    pub(crate) fn new(queues: Arc<Locals>) -> Self {
+    pub(crate) fn new(queues: Arc<Locals>, coverage: Arc<crate::coverage::Signals>) -> Self {
         Wakers {
             queues,
             presence: Mutex::default(),
+            coverage,
         }
+    }
+
+    /// The other nodes heard within [`PRESENCE_TIMEOUT`]; `None` when this node cannot tell:
+    /// its LISTEN connection is down, or came up too recently for every other node's
+    /// presence to have been heard.
+    pub(crate) fn peers(&self) -> Option<Vec<u64>> {
+        let mut p = self.presence();
+        if p.listening_since
+            .is_none_or(|t| t.elapsed() < PRESENCE_EVERY + TRUST_AFTER)
+        {
+            return None;
+        }
+        p.peers
+            .retain(|_, heard| heard.elapsed() < PRESENCE_TIMEOUT);
+        Some(p.peers.keys().copied().collect())
     }
 
     /// Whether other nodes' wake-ups arrive, so that [`QueueWaker::known_empty`] holds: the
@@ -231,8 +251,11 @@ impl Wakers {
         self.presence.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn peer_heard(&self) {
-        self.presence().peer_heard = Some(Instant::now());
+    fn peer_heard(&self, from: u64) {
+        let mut p = self.presence();
+        let now = Instant::now();
+        p.peer_heard = Some(now);
+        p.peers.insert(from, now);
     }
 
     /// The LISTEN connection is down: notifications sent meanwhile are lost.
@@ -422,10 +445,16 @@ pub(crate) async fn listen(
                                 }
                             }
                             Some(Some(Ok(AsyncMessage::Notification(n)))) => {
-                                if is_peer(origin, n.payload()) {
-                                    w.peer_heard();
+                                let payload = n.payload();
+                                if is_peer(origin, payload)
+                                    && let Some((from, _)) = parse(payload)
+                                {
+                                    w.peer_heard(from);
                                 }
-                                if let Some(q) = foreign_queue(origin, n.payload()) {
+                                let about_counts = parse(payload).is_some_and(|(from, said)| {
+                                    said.is_some_and(|s| w.coverage.heard(origin, from, s))
+                                });
+                                if !about_counts && let Some(q) = foreign_queue(origin, payload) {
                                     w.wake(q);
                                 }
                             }

@@ -69,6 +69,8 @@ pub(crate) async fn ack(
         }
     }
     if !ids.is_empty() {
+        // From before the acks commit until they are counted (`crate::coverage`).
+        let _counting = inner.counting.read().await;
         let (reply, answer) = oneshot::channel();
         let job = AckJob {
             ids,

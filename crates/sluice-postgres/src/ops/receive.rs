@@ -17,6 +17,21 @@ use crate::hot::wake::FALLBACK_POLL;
 use crate::local::QueueLocal;
 use crate::store::Inner;
 
+/// One lease attempt, counted: the counting gate is held from before the leases commit until
+/// they are counted (`crate::coverage`), never while a long poll waits.
+async fn counted_receive(
+    inner: &Arc<Inner>,
+    local: &Arc<crate::local::QueueLocal>,
+    req: &ReceiveRequest,
+) -> Result<Attempted, StoreError> {
+    let _counting = inner.counting.read().await;
+    let attempted = receive_once(inner, local, req).await?;
+    if let Attempted::Got(out) = &attempted {
+        inner.tally(local.name.as_str(), Counter::Received, out.len() as i64);
+    }
+    Ok(attempted)
+}
+
 /// Leases up to `req.max` messages, waiting up to `req.wait` for the first.
 pub(crate) async fn receive(
     inner: &Arc<Inner>,
@@ -41,10 +56,9 @@ pub(crate) async fn receive(
             .flatten()
         {
             Some(nap) => nap,
-            None => match receive_once(inner, &local, &req).await? {
+            None => match counted_receive(inner, &local, &req).await? {
                 Attempted::Got(out) => {
                     waker.leased(stamp, out.len());
-                    inner.tally(queue.as_str(), Counter::Received, out.len() as i64);
                     return Ok(out);
                 }
                 Attempted::Empty { next_wake } => {

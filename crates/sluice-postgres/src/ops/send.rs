@@ -26,6 +26,8 @@ pub(crate) async fn send(
     let local = inner.locals.of(queue);
     let cfg = inner.config(&local).await?;
     cfg.fill_content_dedup(&mut messages);
+    // From before the batch commits until it is counted (`crate::coverage`).
+    let _counting = inner.counting.read().await;
     let messages_grouped = messages.iter().any(|m| m.group.is_some());
     let (out, wake) = if is_plain(&cfg, &messages) {
         crate::hot::send_combine::send_combined(inner, &local, &cfg, messages).await?

@@ -11,13 +11,11 @@ use crate::store::Inner;
 
 /// Gauges and counters of one queue.
 pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats, StoreError> {
-    // This node's own recent sends, receives and acks are in the totals it answers, and the
-    // outcomes it counted for a governed queue in its state.
-    crate::db::counters::flush_pending(inner).await?;
+    // The outcomes this node counted for a governed queue are in its state.
     let q = queue.as_str();
     crate::flow::flush_queue(inner, q).await?;
     let mut conn = inner.conn().await?;
-    let (r, packs, dead_letter_depth, totals, flow, fx, now) =
+    let (r, packs, dead_letter_depth, flow, fx, now) =
         crate::db::tx::transaction(&mut conn, async |tx| {
             let cfg = crate::db::catalog::config(tx, q, false).await?;
             let now = inner.now();
@@ -56,12 +54,16 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
                 .map_err(|e| db(&e))?;
             // The expiry passes above counted what they did; the totals include it.
             fx.write(tx).await?;
-            let totals = crate::db::counters::totals(tx, q).await?;
             let flow = crate::flow::stats(tx, q, &cfg, now).await?;
-            Ok((r, packs, dead_letter_depth, totals, flow, fx, now))
+            Ok((r, packs, dead_letter_depth, flow, fx, now))
         })
         .await?;
     fx.after_commit(inner);
+    // The totals are read once every node has written the counts of what these depths show.
+    // (A pool may hold one connection: this one goes back first.)
+    drop(conn);
+    crate::coverage::cover(inner).await?;
+    let totals = crate::db::counters::totals(&**inner.conn().await?, q).await?;
     let n = |i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0);
     let p = |i: usize| u64::try_from(packs.get::<_, i64>(i)).unwrap_or(0);
     let oldest_row: Option<i64> = r.try_get(4).map_err(corrupt)?;
@@ -83,9 +85,10 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
 /// read as stored (this node's maintenance round brings leases and retention up to date every
 /// half second or so), so a scrape of every queue costs queries per page, not per queue.
 ///
-/// Long because its queries must share one snapshot to agree, and merging their rows by queue
-/// name is what that snapshot is for; split, the transaction's results would travel as a tuple
-/// of six.
+/// Long because its queries must share one snapshot to agree (the totals, read after every
+/// node's counts are written, excepted: `crate::coverage`), and merging their rows by queue
+/// name is what that snapshot is for; split, the transaction's results would travel as a
+/// tuple of five.
 pub(crate) async fn stats_many(
     inner: &Inner,
     queues: &[QueueName],
@@ -95,54 +98,55 @@ pub(crate) async fn stats_many(
     if queues.is_empty() {
         return Ok(Vec::new());
     }
-    crate::db::counters::flush_pending(inner).await?;
     crate::flow::flush(inner).await?;
     let names: Vec<&str> = queues.iter().map(QueueName::as_str).collect();
     let mut conn = inner.conn().await?;
     let now = inner.now();
     // One snapshot for every query, so the numbers agree with each other.
-    let (catalog, rows, packs, depths, totals, flows) =
-        crate::db::tx::transaction(&mut conn, async |tx| {
-            let catalog = tx
-                .query(
-                    "SELECT name, dlq FROM queues WHERE name = ANY($1)",
-                    &[&names],
-                )
-                .await
-                .map_err(|e| db(&e))?;
-            let rows = tx
-                .query(
-                    "SELECT queue,
+    let (catalog, rows, packs, depths, flows) = crate::db::tx::transaction(&mut conn, async |tx| {
+        let catalog = tx
+            .query(
+                "SELECT name, dlq FROM queues WHERE name = ANY($1)",
+                &[&names],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        let rows = tx
+            .query(
+                "SELECT queue,
                         count(*) FILTER (WHERE state = 0 AND visible_at <= $2),
                         count(*) FILTER (WHERE state = 0 AND visible_at > $2),
                         count(*) FILTER (WHERE state = 1),
                         count(*) FILTER (WHERE state = 2 AND keep_until > $2),
                         min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2)
                  FROM messages WHERE queue = ANY($1) GROUP BY queue",
-                    &[&names, &now],
-                )
+                &[&names, &now],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        let packs = tx
+            .query(crate::hot::packs::STATS_MANY_SQL, &[&names, &now])
+            .await
+            .map_err(|e| db(&e))?;
+        let dlqs: Vec<String> = catalog
+            .iter()
+            .filter_map(|r| r.get::<_, Option<String>>(1))
+            .collect();
+        let depths = if dlqs.is_empty() {
+            Vec::new()
+        } else {
+            tx.query(crate::hot::packs::DEPTH_MANY_SQL, &[&dlqs])
                 .await
-                .map_err(|e| db(&e))?;
-            let packs = tx
-                .query(crate::hot::packs::STATS_MANY_SQL, &[&names, &now])
-                .await
-                .map_err(|e| db(&e))?;
-            let dlqs: Vec<String> = catalog
-                .iter()
-                .filter_map(|r| r.get::<_, Option<String>>(1))
-                .collect();
-            let depths = if dlqs.is_empty() {
-                Vec::new()
-            } else {
-                tx.query(crate::hot::packs::DEPTH_MANY_SQL, &[&dlqs])
-                    .await
-                    .map_err(|e| db(&e))?
-            };
-            let totals = crate::db::counters::totals_many(tx, &names).await?;
-            let flows = crate::flow::stats_many(tx, &names, now).await?;
-            Ok((catalog, rows, packs, depths, totals, flows))
-        })
-        .await?;
+                .map_err(|e| db(&e))?
+        };
+        let flows = crate::flow::stats_many(tx, &names, now).await?;
+        Ok((catalog, rows, packs, depths, flows))
+    })
+    .await?;
+    // The totals are read once every node has written the counts of what these depths show.
+    drop(conn);
+    crate::coverage::cover(inner).await?;
+    let totals = crate::db::counters::totals_many(&**inner.conn().await?, &names).await?;
 
     let count = |r: &tokio_postgres::Row, i: usize| -> Result<u64, StoreError> {
         let v: i64 = r.try_get(i).map_err(corrupt)?;
