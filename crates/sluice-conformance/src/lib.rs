@@ -130,6 +130,7 @@ macro_rules! __sluice_conformance_cases {
             long_poll_times_out_empty,
             pause_holds_deliveries,
             rate_limit_bounds_deliveries_per_window,
+            rate_limit_holds_across_a_restart,
             max_in_flight_bounds_leases,
             lease_overlapping_an_ack_sees_it,
             max_depth_refuses_sends,

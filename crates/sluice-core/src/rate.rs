@@ -40,6 +40,25 @@ impl SlidingWindow {
         self.events.get(over).map(|t| t.plus(limit.period))
     }
 
+    /// A window holding `events` (oldest first), as one kept them ([`SlidingWindow::events`]).
+    pub fn restore(events: impl IntoIterator<Item = Timestamp>) -> Self {
+        SlidingWindow {
+            events: events.into_iter().collect(),
+        }
+    }
+
+    /// The events it holds, oldest first: some may have left the window already.
+    pub fn events(&self) -> impl Iterator<Item = Timestamp> + '_ {
+        self.events.iter().copied()
+    }
+
+    /// Records `n` events at `now` and forgets those that left `limit`'s window by then: for
+    /// a window rebuilt from a history, which no `available` call trims meanwhile.
+    pub fn record_within(&mut self, limit: &RateLimit, now: Timestamp, n: usize) {
+        self.record(now, n);
+        self.forget_before(limit, now);
+    }
+
     fn forget_before(&mut self, limit: &RateLimit, now: Timestamp) {
         while let Some(&t) = self.events.front() {
             if t.plus(limit.period) <= now {

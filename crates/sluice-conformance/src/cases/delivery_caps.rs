@@ -49,6 +49,49 @@ pub async fn pause_holds_deliveries(h: &dyn Harness) {
     assert_eq!(e.recv_one(&q).await.id, id, "resume delivers");
 }
 
+/// A restart forgets no delivery that still counts against `rate_limit`: 3 per 10 s, 2 taken
+/// before the restart, 1 after it, then none until the first two leave the window.
+pub async fn rate_limit_holds_across_a_restart(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "rlr",
+            QueueConfigPatch {
+                rate_limit: Some(Some(RateLimit {
+                    limit: 3,
+                    period: secs(10),
+                })),
+                visibility_timeout: Some(secs(3600)),
+                ..Default::default()
+            },
+        )
+        .await;
+    e.send_batch(&q, (0..12).map(|i| text(&i.to_string())).collect())
+        .await;
+    assert_eq!(e.recv(&q, 2).await.len(), 2);
+    e.advance(secs(4));
+    let e = e.restart(h).await;
+    assert_eq!(
+        e.recv(&q, 10).await.len(),
+        1,
+        "one slot left after the restart"
+    );
+    e.recv_none(&q, "the two from before the restart still count")
+        .await;
+    let e = e.restart(h).await;
+    e.recv_none(
+        &q,
+        "nor does a second restart forget the one after the first",
+    )
+    .await;
+    e.advance(ms(6_001));
+    assert_eq!(
+        e.recv(&q, 10).await.len(),
+        2,
+        "the first two left the window"
+    );
+}
+
 /// `rate_limit` 3 per 10 s: never more than 3 deliveries in any 10 s window (a sliding
 /// window), and deliveries resume as the window slides.
 pub async fn rate_limit_bounds_deliveries_per_window(h: &dyn Harness) {

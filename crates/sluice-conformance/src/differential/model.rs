@@ -145,6 +145,8 @@ pub struct Queue {
     pub totals: Totals,
     /// Dedup ids: id → (first message, expiry).
     pub dedup: BTreeMap<String, (usize, i64)>,
+    /// When each delivery made while it had a `rate_limit` was made: its sliding window.
+    pub rate_events: Vec<i64>,
 }
 
 /// One delivery (receive) made.
@@ -450,6 +452,13 @@ impl Model {
                 .count();
             n = n.min((cap as usize).saturating_sub(flying));
         }
+        if let Some(rl) = cfg.rate_limit {
+            // Never more than `limit` deliveries in any sliding `period`.
+            let period = i64::try_from(rl.period.as_millis()).unwrap_or(i64::MAX);
+            let q = &self.queues[q];
+            let counted = q.rate_events.iter().filter(|t| **t + period > now).count();
+            n = n.min((rl.limit as usize).saturating_sub(counted));
+        }
         n
     }
 
@@ -524,6 +533,9 @@ impl Model {
         m.place = Place::InFlight { until, delivery: d };
         let q = self.queues.get_mut(&m.queue).expect("queue");
         q.totals.received += 1;
+        if q.config.rate_limit.is_some() {
+            q.rate_events.push(now);
+        }
         d
     }
 
@@ -686,6 +698,7 @@ impl Model {
                     created_at: now,
                     totals: Totals::default(),
                     dedup: BTreeMap::new(),
+                    rate_events: Vec::new(),
                 },
             );
         }
@@ -699,6 +712,7 @@ impl Model {
                         created_at: now,
                         totals: Totals::default(),
                         dedup: BTreeMap::new(),
+                        rate_events: Vec::new(),
                     },
                 );
             }

@@ -76,7 +76,14 @@ pub struct PatchSpec {
     pub max_message_bytes: Option<u32>,
     /// `max_in_flight_per_group`.
     pub max_in_flight_per_group: Option<u32>,
+    /// `rate_limit`, that many per [`RATE_PERIOD_MS`] (`Some(None)` clears). One period for
+    /// every queue: how events older than a shorter earlier period are forgotten is the
+    /// engine's choice.
+    pub rate_limit: Option<Option<u32>>,
 }
+
+/// The period of every `rate_limit` the differential test sets.
+pub const RATE_PERIOD_MS: u64 = 10_000;
 
 /// Which delivery a settling operation names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,20 +337,24 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
         prop::option::weighted(0.15, prop::option::of(1u32..3)),
         prop::option::weighted(0.1, prop::sample::select(vec![8u32, 262_144])),
         prop::option::weighted(0.15, 1u32..3),
+        prop::option::weighted(0.12, prop::option::of(1u32..4)),
     );
-    (a, b).prop_map(|((v, m, d, de, dw, rt), (p, md, mi, mb, mg))| PatchSpec {
-        visibility_ms: v,
-        max_receive_count: m,
-        dead_letter_queue: d,
-        delay_ms: de,
-        dedup_window_ms: dw,
-        result_ttl_ms: rt,
-        paused: p,
-        max_depth: md,
-        max_in_flight: mi,
-        max_message_bytes: mb,
-        max_in_flight_per_group: mg,
-    })
+    (a, b).prop_map(
+        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl))| PatchSpec {
+            visibility_ms: v,
+            max_receive_count: m,
+            dead_letter_queue: d,
+            delay_ms: de,
+            dedup_window_ms: dw,
+            result_ttl_ms: rt,
+            paused: p,
+            max_depth: md,
+            max_in_flight: mi,
+            max_message_bytes: mb,
+            max_in_flight_per_group: mg,
+            rate_limit: rl,
+        },
+    )
 }
 
 fn pick() -> impl Strategy<Value = Pick> {

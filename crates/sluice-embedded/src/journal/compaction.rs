@@ -214,6 +214,11 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     schedule: JsonSchedule(schedule.clone()),
                 });
             }
+            // The rate windows may have been counted from leases in the segment about to go.
+            let windows = core.state.rate_windows();
+            if !windows.is_empty() {
+                records.push(Record::RateWindows(windows));
+            }
             records.push(Record::Checkpoint(checkpoint));
             // The token reservation may live in the segment about to go.
             records.push(Record::Tokens {

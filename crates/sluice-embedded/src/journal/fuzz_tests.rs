@@ -274,6 +274,7 @@ fn record() -> impl Strategy<Value = Record> {
         }),
         id().prop_map(|id| Record::Cancel { id }),
         id().prop_map(|upto| Record::Tokens { upto }),
+        vec((0u32..4, vec(any::<i64>(), 0..4)), 0..3).prop_map(Record::RateWindows),
         (id(), vec(update(), 0..3)).prop_map(|(job, moves)| {
             let job = sluice_core::RedriveJob::new(
                 sluice_core::RedriveId(job),

@@ -274,6 +274,11 @@ pub(crate) enum Record {
         record: Box<Record>,
         holds: Vec<Hold>,
     },
+    /// The recent deliveries (times, ms) of rate-limited queues, as their sliding windows
+    /// hold them: written by compaction, which may drop the lease records they were counted
+    /// from; replay sets each queue's window to it, so a restart forgets no delivery that
+    /// still counts against `rate_limit`.
+    RateWindows(Vec<(Qid, Vec<i64>)>),
 }
 
 /// When a completed message was sent and entered the queue it completed in.

@@ -108,6 +108,7 @@ pub(crate) fn put(
     let core = &mut *core;
     let q = core.state.queues.get_mut(&qid).expect("just ensured");
     let regroup = q.config.max_in_flight_per_group != config.max_in_flight_per_group;
+    let limited_anew = config.rate_limit.is_some() && q.config.rate_limit != config.rate_limit;
     q.config = config;
     q.flow = flow;
     crate::flow::audit(&mut core.audit, q, &flow_events);
@@ -117,6 +118,12 @@ pub(crate) fn put(
     if regroup {
         // More (or fewer) members at the front of each FIFO group's line may be delivered.
         core.state.regroup_queue(qid);
+    }
+    if limited_anew {
+        // Replay reads every lease under the queue's configuration of now: from here on
+        // its window is what it holds now, not the leases made before it was limited.
+        let window = core.state.rate_window(qid);
+        core.commit(vec![Record::RateWindows(vec![(qid, window)])])?;
     }
     snapshot_if_due(core);
     Ok(PutQueueOutcome {

@@ -143,9 +143,8 @@ fn try_receive(
     }
     let vis = req.visibility.unwrap_or(q.config.visibility_timeout);
     let max_receive_count = q.config.max_receive_count;
-    if let Some(_rl) = q.config.rate_limit {
-        q.window.record(Timestamp(now), ids.len());
-    }
+    // The rate window counts these leases when their record is applied (`state/rate_windows.rs`),
+    // as replay does.
     if paced.is_some() {
         q.flow_pace.record(Timestamp(now), ids.len());
     }

@@ -14,6 +14,7 @@ mod groups;
 mod kept;
 mod msg;
 mod queue;
+mod rate_windows;
 pub(crate) mod summary;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -283,6 +284,7 @@ impl State {
                 leases,
             } => {
                 self.apply_leases(leases);
+                self.count_in_rate_windows(*at, leases);
                 let holder = LeaseHolder {
                     at: *at,
                     consumer: consumer.as_deref().map(std::sync::Arc::from),
@@ -298,6 +300,7 @@ impl State {
                 self.apply_holds(holds);
             }
             Record::Lease(leases) => self.apply_leases(leases),
+            Record::RateWindows(windows) => self.restore_rate_windows(windows),
             Record::Extend {
                 id,
                 token,

@@ -81,6 +81,12 @@ fn patch(p: &PatchSpec) -> QueueConfigPatch {
         max_in_flight: p.max_in_flight,
         max_message_bytes: p.max_message_bytes,
         max_in_flight_per_group: p.max_in_flight_per_group,
+        rate_limit: p.rate_limit.map(|l| {
+            l.map(|limit| sluice_core::config::RateLimit {
+                limit,
+                period: dur(crate::differential::ops::RATE_PERIOD_MS),
+            })
+        }),
         ..QueueConfigPatch::default()
     }
 }
