@@ -295,10 +295,31 @@ mod tests {
             include_str!("cases/retention.rs"),
             include_str!("cases/schedules.rs"),
             include_str!("cases/send.rs"),
+            include_str!("cases/readings.rs"),
             include_str!("cases/stats.rs"),
             include_str!("cases/summary.rs"),
             include_str!("cases/tasks.rs"),
         ];
+        // Every file of `cases/` is read above: a new one must join the list.
+        fn rs_files(dir: &std::path::Path) -> usize {
+            std::fs::read_dir(dir)
+                .expect("cases directory")
+                .map(|e| e.expect("entry").path())
+                .map(|p| {
+                    if p.is_dir() {
+                        rs_files(&p)
+                    } else {
+                        usize::from(p.extension().is_some_and(|e| e == "rs"))
+                    }
+                })
+                .sum()
+        }
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cases");
+        assert_eq!(
+            rs_files(&dir),
+            src.len(),
+            "a file of src/cases is not read here"
+        );
         let defined: Vec<&str> = src
             .iter()
             .flat_map(|s| s.lines())

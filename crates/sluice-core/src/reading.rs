@@ -80,7 +80,9 @@ pub async fn redrive_outlook(
 /// `queue_not_found`, or the store's error.
 pub async fn read(store: &dyn Store, q: &QueueName, now: Timestamp) -> Result<Reading, StoreError> {
     let info = store.get_queue(q).await?;
-    let mut readings = read_many(store, vec![info], now).await?;
+    // One queue's own stats: an engine may bring its leases and retention up to date first.
+    let stats = store.stats(q).await?;
+    let mut readings = read_with(store, vec![info], vec![Some(stats)], now).await?;
     readings
         .pop()
         .flatten()
@@ -98,8 +100,19 @@ pub async fn read_many(
     now: Timestamp,
 ) -> Result<Vec<Option<Reading>>, StoreError> {
     let names: Vec<QueueName> = queues.iter().map(|q| q.name.clone()).collect();
-    let since = Timestamp(now.as_millis() - LOOKBACK.as_millis() as i64);
     let stats = store.stats_many(&names).await?;
+    read_with(store, queues, stats, now).await
+}
+
+/// The readings of `queues` whose `stats` were read.
+async fn read_with(
+    store: &dyn Store,
+    queues: Vec<QueueInfo>,
+    stats: Vec<Option<QueueStats>>,
+    now: Timestamp,
+) -> Result<Vec<Option<Reading>>, StoreError> {
+    let names: Vec<QueueName> = queues.iter().map(|q| q.name.clone()).collect();
+    let since = Timestamp(now.as_millis() - LOOKBACK.as_millis() as i64);
     let histories = store.stats_history_many(&names, since).await?;
     let dlqs = store.dead_letter_queues_among(&names).await?;
     // What active redrives will still move, for these queues and the DLQs one moves out of:

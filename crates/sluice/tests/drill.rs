@@ -35,6 +35,23 @@ const SMALL: &[&str] = &[
     "27m",
 ];
 
+/// The adaptive drills run at a gentle time scale (see there), so they take a shorter scenario
+/// of the same shape: 800 reservations over 14 minutes (the default's 56 expirations a
+/// minute), a 2-minute hold, and the default 5-minute outage mid-run, which still
+/// dead-letters dozens of valid tasks in the tuned run beside them.
+const SMALL_ADAPTIVE: &[&str] = &[
+    "--reservations",
+    "800",
+    "--poison",
+    "10",
+    "--undecodable",
+    "5",
+    "--hold",
+    "2m",
+    "--arrival-window",
+    "14m",
+];
+
 /// What a run printed and how it ended.
 struct Run {
     code: i32,
@@ -109,6 +126,14 @@ fn drill(args: &[&str]) -> Run {
 fn small(scale: &str, extra: &[&str]) -> Run {
     let mut args = SMALL.to_vec();
     args.extend(["--time-scale", scale]);
+    args.extend(extra);
+    drill(&args)
+}
+
+/// [`SMALL_ADAPTIVE`] with `--adaptive` at time scale 25.
+fn small_adaptive(extra: &[&str]) -> Run {
+    let mut args = SMALL_ADAPTIVE.to_vec();
+    args.extend(["--time-scale", "25", "--adaptive"]);
     args.extend(extra);
     drill(&args)
 }
@@ -238,7 +263,7 @@ fn drill_runs_against_a_broker_given_by_url() {
     assert!(list.contains(&format!("{queue}.dlq")), "{list}");
 }
 
-/// Judges an adaptive run of the small scenario: every criterion passes (the outage
+/// Judges an adaptive run of the shorter scenario: every criterion passes (the outage
 /// dead-lettered no valid task), where the tuned run beside it dead-lettered dozens.
 fn assert_adaptive(run: &Run) {
     let verdict = run.verdict();
@@ -270,14 +295,7 @@ fn adaptive_drill_learns_the_quota_and_rides_out_the_outage() {
     // and the breaker's window 15, which at 100 are 50 and 150 ms of real time, near what a
     // busy machine's scheduler can hold up; at 50, the eight drills running beside this one
     // still pushed the quota's peak from its usual 105 to 111 calls a minute once.
-    let run = small(
-        "25",
-        &[
-            "--adaptive",
-            "--report",
-            report.to_str().expect("utf-8 path"),
-        ],
-    );
+    let run = small_adaptive(&["--report", report.to_str().expect("utf-8 path")]);
     assert_adaptive(&run);
     let svg = std::fs::read_to_string(&report).expect("report written");
     assert!(
@@ -300,7 +318,7 @@ fn adaptive_drill_on_a_postgres_backed_broker() {
     let (_child, url) = common::serve_store(&store, std::process::Stdio::null());
     // Time scale 25 as above; here every governed receive is also a transaction that takes
     // its turn on the queue's row.
-    let run = small("25", &["--adaptive", "--broker", &url]);
+    let run = small_adaptive(&["--broker", &url]);
     assert_adaptive(&run);
 }
 

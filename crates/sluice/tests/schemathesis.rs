@@ -106,7 +106,7 @@ fn the_document_matches_the_broker() {
             "20261203",
             // Bounded so the whole suite stays within its CI budget; longer runs find more.
             "--max-time",
-            "90",
+            "60",
             "--workers",
             "2",
             "--header",

@@ -447,8 +447,8 @@ impl RedriveJob {
         self.finished_at = Some(now);
     }
 
-    /// Ends the job after a step when it is done: its `limit` of moves reached, or the DLQ scanned to its end (`scanned_to_end`) with
-    /// nothing held back (`stopped_early`: the step stopped for its batch size or quota;
+    /// Ends the job after a step when it is done: its `limit` of moves reached, or the DLQ
+    /// scanned to its end (`scanned_to_end`) with nothing held back (`stopped_early`: the step stopped for its batch size or quota;
     /// `blocked`: a message could not move).
     pub fn finish_if_done(&mut self, scanned_to_end: bool, stopped_early: bool, now: Timestamp) {
         // A dry run counts past its limit, to say how many lie beyond it.

@@ -25,13 +25,9 @@ pub struct RedriveSkips {
     /// The missing destination queues, in the order met (at most [`MISSING_NAMED`]).
     #[serde(default)]
     pub missing_queues: Vec<QueueName>,
-}
-
-impl RedriveSkips {
-    /// Nothing passed over.
-    pub fn is_empty(&self) -> bool {
-        *self == RedriveSkips::default()
-    }
+    /// More missing queues were met than are named.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more_missing: bool,
 }
 
 impl RedriveJob {
@@ -51,8 +47,12 @@ impl RedriveJob {
             Some(q) => {
                 self.skips.missing_destination += 1;
                 let named = &mut self.skips.missing_queues;
-                if named.len() < MISSING_NAMED && !named.contains(q) {
-                    named.push(q.clone());
+                if !named.contains(q) {
+                    if named.len() < MISSING_NAMED {
+                        named.push(q.clone());
+                    } else {
+                        self.skips.more_missing = true;
+                    }
                 }
             }
         }
@@ -95,13 +95,14 @@ impl RedriveJob {
                 .iter()
                 .map(|q| format!("\"{}\"", q.as_str()))
                 .collect();
-            let more = if s.missing_destination > 0 && names.len() == MISSING_NAMED {
-                " and others"
+            let (queues, exist) = if names.len() > 1 || s.more_missing {
+                ("queues", "exist")
             } else {
-                ""
+                ("queue", "exists")
             };
+            let more = if s.more_missing { " and others" } else { "" };
             out.push(format!(
-                "{} {verb}: their queue {}{more} no longer exists (create it again, or name a destination)",
+                "{} {verb}: their {queues} {}{more} no longer {exist} (create it again, or name a destination)",
                 s.missing_destination,
                 names.join(", ")
             ));
@@ -210,6 +211,19 @@ mod tests {
             (20, 1)
         );
         assert_eq!(j.skipped, 21);
-        assert!(j.skip_reasons()[0].contains("and others"));
+        assert!(
+            j.skip_reasons()[0].starts_with("20 stayed: their queues \"q0\", ")
+                && j.skip_reasons()[0].contains("\"q7\" and others no longer exist"),
+            "{:?}",
+            j.skip_reasons()
+        );
+        let mut eight = job(false, None);
+        for i in 0..8 {
+            eight.skip(Some(&QueueName::new(format!("q{i}")).unwrap()));
+        }
+        assert!(
+            !eight.skip_reasons()[0].contains("others"),
+            "exactly eight are all named"
+        );
     }
 }

@@ -4,7 +4,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use sluice_core::stats::{SAMPLE_INTERVAL, StatsSample};
-
 use sluice_core::{Clock, SystemClock, Timestamp};
 use sluice_wire::{
     BrowseQuery, BrowseResponse, ErrorEnvelope, HistoryQuery, HistoryView, MessageView, SampleView,
