@@ -9,8 +9,8 @@
 //! ```
 
 mod common;
-#[path = "console/redrive_skips.rs"]
-mod redrive_skips;
+#[path = "console/redrive.rs"]
+mod redrive;
 
 use std::time::{Duration, Instant};
 
@@ -151,119 +151,6 @@ async fn overview_and_queue_page_show_the_numbers_and_act_with_confirmation() {
     b.text_when("#config-out .ok", |t| t == "Saved.").await;
     let (_, q) = s.call(Method::GET, "/v1/queues/payments", None).await;
     assert_eq!(q["config"]["max_receive_count"], 3);
-    b.close().await;
-    s.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dlq_group_is_drilled_into_and_redriven_at_the_chosen_rate() {
-    let Some(b) = browser().await else { return };
-    let s = common::start().await;
-    s.put_queue("payments", json!({"max_receive_count": 1}))
-        .await;
-    dead_letters(&s, "payments", 6, "upstream timeout after 30s").await;
-    dead_letters(&s, "payments", 4, "HTTP 429 Too Many Requests").await;
-
-    b.client
-        .goto(&s.url("/#/dlq/payments.dlq"))
-        .await
-        .expect("open");
-    b.text_when("#groups", |t| t.contains("HTTP 429")).await;
-    b.screenshot("dlq.png").await;
-    b.click("tr[data-group='HTTP 429 Too Many Requests'] button.show")
-        .await;
-    b.text_when("#messages tbody", |t| t.contains("HTTP 429"))
-        .await;
-    assert_eq!(b.count("#messages tbody tr").await, 4);
-
-    // Redrive the 429s at 120 a minute: a dry run counts them first.
-    b.click("tr[data-group='HTTP 429 Too Many Requests'] button.redrive")
-        .await;
-    let rate = b.client.find(Locator::Css("#rate")).await.expect("rate");
-    rate.clear().await.expect("clear");
-    rate.send_keys("120").await.expect("type");
-    b.client
-        .find(Locator::Css("#rate-unit option[value='60000']"))
-        .await
-        .expect("per minute")
-        .click()
-        .await
-        .expect("choose");
-    b.client
-        .find(Locator::Css("#guard"))
-        .await
-        .expect("guard")
-        .send_keys("50")
-        .await
-        .expect("type");
-    b.click("#dry-run").await;
-    let count = b.text_when("#dry-run-count", |t| t.contains("match")).await;
-    assert_eq!(count, "Dry run: 4 messages match.");
-    b.screenshot("redrive-confirm.png").await;
-    let started = Instant::now();
-    b.click("#confirm").await;
-    b.text_when("#redrive-state", |t| t.contains("completed"))
-        .await;
-    let took = started.elapsed();
-    b.screenshot("redrive.png").await;
-
-    let (_, jobs) = s.call(Method::GET, "/v1/redrives", None).await;
-    let job = jobs["redrives"]
-        .as_array()
-        .expect("jobs")
-        .iter()
-        .find(|j| j["dry_run"] == false)
-        .expect("the redrive")
-        .clone();
-    assert_eq!(job["moved"], 4, "{job}");
-    assert_eq!(job["rate"], json!({"limit": 120, "period_ms": 60000}));
-    assert_eq!(job["pause_if_failing"]["percent"], 50);
-    assert_eq!(
-        job["filter"]["error_is"], "HTTP 429 Too Many Requests",
-        "a group is its exact error, not every error containing it"
-    );
-    // Four moves spaced 0.5 s apart take at least 1.5 s.
-    assert!(took >= Duration::from_millis(1500), "{took:?}");
-    assert_eq!(s.stats("payments").await["visible"], 4);
-    assert_eq!(
-        s.stats("payments.dlq").await["visible"],
-        6,
-        "the timeouts stay"
-    );
-
-    // Any filter, not only a group: the timeouts dead-lettered in the last hour.
-    b.client
-        .goto(&s.url("/#/dlq/payments.dlq"))
-        .await
-        .expect("open");
-    b.text_when("#groups", |t| t.contains("timeout")).await;
-    // Grouped by reason: the group's messages are listed, not only a sample.
-    b.click("#group-by option[value='reason']").await;
-    b.text_when("#groups", |t| t.contains("rejected")).await;
-    b.click("tr[data-group='rejected'] button.show").await;
-    b.text_when("#messages tbody", |t| t.contains("timeout"))
-        .await;
-    assert_eq!(b.count("#messages tbody tr").await, 6);
-    for (field, value) in [("#f-error", "timeout"), ("#f-after", "1h")] {
-        b.client
-            .find(Locator::Css(field))
-            .await
-            .expect("filter field")
-            .send_keys(value)
-            .await
-            .expect("type");
-    }
-    b.click("#filter-show").await;
-    b.text_when("#messages tbody", |t| t.contains("timeout"))
-        .await;
-    assert_eq!(b.count("#messages tbody tr").await, 6);
-    b.click("#filter-redrive").await;
-    b.click("#dry-run").await;
-    let count = b.text_when("#dry-run-count", |t| t.contains("match")).await;
-    assert_eq!(
-        count, "Dry run: 6 messages match.",
-        "a relative time works in a redrive too"
-    );
     b.close().await;
     s.shutdown().await;
 }
