@@ -49,13 +49,11 @@ pub async fn pause_holds_deliveries(h: &dyn Harness) {
     assert_eq!(e.recv_one(&q).await.id, id, "resume delivers");
 }
 
-/// A restart forgets no delivery that still counts against `rate_limit`: 3 per 10 s, 2 taken
-/// before the restart, 1 after it, then none until the first two leave the window.
-pub async fn rate_limit_holds_across_a_restart(h: &dyn Harness) {
-    let e = env(h).await;
+/// Queue `name` with `rate_limit` 3 per 10 s, hour-long leases and 12 messages waiting.
+async fn three_per_ten_seconds(e: &Env, name: &str) -> QueueName {
     let q = e
         .queue(
-            "rlr",
+            name,
             QueueConfigPatch {
                 rate_limit: Some(Some(RateLimit {
                     limit: 3,
@@ -68,6 +66,14 @@ pub async fn rate_limit_holds_across_a_restart(h: &dyn Harness) {
         .await;
     e.send_batch(&q, (0..12).map(|i| text(&i.to_string())).collect())
         .await;
+    q
+}
+
+/// A restart forgets no delivery that still counts against `rate_limit`: 3 per 10 s, 2 taken
+/// before the restart, 1 after it, then none until the first two leave the window.
+pub async fn rate_limit_holds_across_a_restart(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = three_per_ten_seconds(&e, "rlr").await;
     assert_eq!(e.recv(&q, 2).await.len(), 2);
     e.advance(secs(4));
     let e = e.restart(h).await;
@@ -96,21 +102,7 @@ pub async fn rate_limit_holds_across_a_restart(h: &dyn Harness) {
 /// window), and deliveries resume as the window slides.
 pub async fn rate_limit_bounds_deliveries_per_window(h: &dyn Harness) {
     let e = env(h).await;
-    let q = e
-        .queue(
-            "rl",
-            QueueConfigPatch {
-                rate_limit: Some(Some(RateLimit {
-                    limit: 3,
-                    period: secs(10),
-                })),
-                visibility_timeout: Some(secs(3600)),
-                ..Default::default()
-            },
-        )
-        .await;
-    e.send_batch(&q, (0..12).map(|i| text(&i.to_string())).collect())
-        .await;
+    let q = three_per_ten_seconds(&e, "rl").await;
     assert_eq!(e.recv(&q, 2).await.len(), 2, "t=0: 2 of 3 allowed");
     e.advance(secs(5));
     assert_eq!(
