@@ -289,6 +289,8 @@ async fn step_moves(
             Some(d) => {
                 if !dests.contains_key(d) {
                     let found = match crate::db::catalog::config(tx, d, false).await {
+                        // A dry run asks only whether the queue exists.
+                        Ok(cfg) if job.spec.dry_run => Some((cfg, 0)),
                         Ok(cfg) => {
                             let leased = tx
                                 .query_one(crate::hot::packs::IN_FLIGHT_SQL, &[d])
