@@ -180,6 +180,8 @@ pub struct OutgoingMessage {
     pub(crate) delay: Option<Duration>,
     pub(crate) dedup_id: Option<String>,
     pub(crate) group: Option<String>,
+    pub(crate) key: Option<String>,
+    pub(crate) priority: Option<u8>,
 }
 
 impl OutgoingMessage {
@@ -190,6 +192,8 @@ impl OutgoingMessage {
             delay: None,
             dedup_id: None,
             group: None,
+            key: None,
+            priority: None,
         }
     }
 
@@ -255,6 +259,22 @@ impl OutgoingMessage {
         self
     }
 
+    /// Gives the message a key: the tenant, customer or account it belongs to (1 – 128
+    /// characters, no control characters; checked by the broker). Deliveries go round-robin
+    /// across a queue's keys, so one key's backlog does not hold the others back.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the priority, 0 – 9 (9 most urgent; checked by the broker): a visible message of a
+    /// higher priority is delivered before any of a lower one. The queue's `default_priority`
+    /// otherwise.
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
     /// The JSON-API form of this message.
     pub(crate) fn to_wire(&self) -> Result<SendMessage> {
         let (body, body_base64) = match &self.body {
@@ -269,6 +289,8 @@ impl OutgoingMessage {
             delay_ms: self.delay.map(crate::client::ms),
             dedup_id: self.dedup_id.clone(),
             group: self.group.clone(),
+            key: self.key.clone(),
+            priority: self.priority,
         })
     }
 }

@@ -164,6 +164,12 @@ impl Client {
                 if let Some(g) = &message.group {
                     call.query.push(("group", g.clone()));
                 }
+                if let Some(k) = &message.key {
+                    call.query.push(("key", k.clone()));
+                }
+                if let Some(p) = message.priority {
+                    call.query.push(("priority", p.to_string()));
+                }
                 call.body = Some(ReqBody::Raw {
                     bytes,
                     content_type,
@@ -179,6 +185,8 @@ impl Client {
                     dedup_id: m.dedup_id,
                     group: m.group,
                     messages: None,
+                    key: m.key,
+                    priority: m.priority,
                 };
                 call = call.json(&req)?;
             }
@@ -229,6 +237,8 @@ impl Client {
             dedup_id: None,
             group: None,
             messages: Some(wire),
+            key: None,
+            priority: None,
         };
         let call = self
             .send_call(format!("/v1/queues/{q}/messages"), options, dedup)

@@ -54,8 +54,16 @@ impl Client {
         Ok(self.enqueue_envelope(queue_name, &env).await?.id)
     }
 
-    /// Enqueues a prepared envelope. For a delay or dedup id, use
-    /// [`TaskEnvelope::to_message`] and [`Client::send`].
+    /// Enqueues a prepared envelope. For a delay, dedup id, key or priority, use
+    /// [`TaskEnvelope::to_message`] and [`Client::send`]:
+    ///
+    /// ```no_run
+    /// # async fn f(client: sluice_client::Client) -> Result<(), sluice_client::Error> {
+    /// use sluice_client::TaskEnvelope;
+    /// let env = TaskEnvelope::new("charge", &("order-7",))?;
+    /// client.send("billing", env.to_message()?.key("acme").priority(9)).await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// As [`Client::enqueue`].

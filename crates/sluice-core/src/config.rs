@@ -172,6 +172,19 @@ pub struct QueueConfig {
     /// ([`crate::adaptive`]). Configs stored before it existed read as none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker: Option<BreakerConfig>,
+    /// The priority of messages sent without one (0 – 9, 9 most urgent). Configs stored
+    /// before priorities existed read as 4.
+    #[serde(default = "default_priority")]
+    pub default_priority: u8,
+    /// Fairness weights by key pattern (see [`crate::fair`]): a key of weight 3 is delivered
+    /// three times as often as one of weight 1 while both have messages waiting. Keys no
+    /// pattern matches weigh 1.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub key_weights: BTreeMap<String, u32>,
+}
+
+fn default_priority() -> u8 {
+    crate::fair::DEFAULT_PRIORITY
 }
 
 /// The default of [`QueueConfig::max_in_flight_per_group`]: strict FIFO, one at a time.
@@ -201,6 +214,8 @@ impl QueueConfig {
             paused: false,
             push: None,
             max_in_flight_per_group: DEFAULT_IN_FLIGHT_PER_GROUP,
+            default_priority: crate::fair::DEFAULT_PRIORITY,
+            key_weights: BTreeMap::new(),
             receive_wait: Duration::ZERO,
             content_dedup: false,
             tags: BTreeMap::new(),
@@ -266,7 +281,9 @@ impl QueueConfig {
             content_dedup,
             tags,
             adaptive,
-            breaker
+            breaker,
+            default_priority,
+            key_weights
         );
         if let Some(push) = &patch.push {
             c.push = push.as_ref().map(|p| p.resolve(self.push.as_ref()));
@@ -391,6 +408,8 @@ impl QueueConfig {
         }
         dur_range("receive_wait", self.receive_wait, Duration::ZERO, MAX_WAIT)?;
         check_tags(&self.tags)?;
+        crate::fair::check_priority("default_priority", self.default_priority)?;
+        crate::fair::check_weights(&self.key_weights)?;
         if let Some(a) = &self.adaptive {
             a.validate()?;
         }
@@ -494,6 +513,11 @@ pub struct QueueConfigPatch {
     /// Replaces the breaker whole; `Some(None)` removes it.
     #[serde(default)]
     pub breaker: Option<Option<BreakerConfig>>,
+    #[serde(default)]
+    pub default_priority: Option<u8>,
+    /// Replaces the weights whole.
+    #[serde(default)]
+    pub key_weights: Option<BTreeMap<String, u32>>,
 }
 
 /// A queue as the store reports it.

@@ -17,6 +17,7 @@ pub mod audit;
 pub mod backoff;
 pub mod config;
 pub mod error;
+pub mod fair;
 pub mod group;
 pub mod human;
 pub mod json_depth;
@@ -40,6 +41,7 @@ pub mod trend;
 pub use audit::{AuditEvent, AuditQuery};
 pub use config::{PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, RateLimit};
 pub use error::{ErrorCode, StoreError};
+pub use fair::MessageKey;
 pub use group::GroupName;
 pub use message::{
     Attempt, AttemptOutcome, Attributes, Body, BodyKind, DeadLetter, DeadLetterReason, Delivery,

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::limits;
 use crate::error::StoreError;
+use crate::fair::MessageKey;
 use crate::group::GroupName;
 use crate::name::QueueName;
 use crate::time::Timestamp;
@@ -115,6 +116,11 @@ pub struct NewMessage {
     /// The FIFO group: messages of one group are delivered in send order, at most the
     /// queue's `max_in_flight_per_group` at a time (see [`crate::group`]).
     pub group: Option<GroupName>,
+    /// The tenant, customer or account it belongs to: deliveries are shared fairly among a
+    /// queue's keys (see [`crate::fair`]). `None` joins the implicit key.
+    pub key: Option<MessageKey>,
+    /// 0 – 9, 9 most urgent; `None` takes the queue's `default_priority`.
+    pub priority: Option<u8>,
 }
 
 impl NewMessage {
@@ -126,6 +132,8 @@ impl NewMessage {
             delay: None,
             dedup_id: None,
             group: None,
+            key: None,
+            priority: None,
         }
     }
 
@@ -133,6 +141,20 @@ impl NewMessage {
     #[must_use]
     pub fn in_group(mut self, group: GroupName) -> Self {
         self.group = Some(group);
+        self
+    }
+
+    /// The same message under key `key`.
+    #[must_use]
+    pub fn with_key(mut self, key: MessageKey) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// The same message at priority `p` (0 – 9, checked by [`NewMessage::validate`]).
+    #[must_use]
+    pub fn with_priority(mut self, p: u8) -> Self {
+        self.priority = Some(p);
         self
     }
 
@@ -193,6 +215,12 @@ impl NewMessage {
             // A `GroupName` is valid when made; checked again because it is cheap and the
             // contract promises that no engine ever stores an invalid one.
             GroupName::new(g.as_str())?;
+        }
+        if let Some(k) = &self.key {
+            MessageKey::new(k.as_str())?;
+        }
+        if let Some(p) = self.priority {
+            crate::fair::check_priority("priority", p)?;
         }
         Ok(())
     }
@@ -408,6 +436,11 @@ pub struct Message {
     /// Its FIFO group, if it was sent with one (kept through dead-lettering, moves and
     /// redrives).
     pub group: Option<GroupName>,
+    /// Its key, if it was sent with one (kept through dead-lettering, moves and redrives).
+    pub key: Option<MessageKey>,
+    /// The priority it was sent with; `None` when it named none and so takes its queue's
+    /// `default_priority`.
+    pub priority: Option<u8>,
 }
 
 /// A leased message handed to a consumer.
@@ -433,6 +466,10 @@ pub struct Delivery {
     pub lease_deadline: Timestamp,
     /// Its FIFO group, if it was sent with one.
     pub group: Option<GroupName>,
+    /// Its key, if it was sent with one.
+    pub key: Option<MessageKey>,
+    /// The priority it was delivered at: its own, else its queue's `default_priority`.
+    pub priority: u8,
 }
 
 /// Cuts an error text to [`limits::MAX_ERROR_BYTES`] on a character boundary.

@@ -97,6 +97,8 @@ mod tests {
             cancelled: false,
             progress: None,
             group: None,
+            key: None,
+            priority: None,
         }
     }
 

@@ -422,6 +422,8 @@ impl Core {
             } else {
                 None
             },
+            key: self.state.key_of(m, id),
+            priority: self.state.tag_of(m, id).and_then(|t| t.priority),
         })
     }
 

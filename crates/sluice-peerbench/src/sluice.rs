@@ -196,6 +196,8 @@ impl Producer for SluiceConn {
                 dedup_id: None,
                 group: None,
                 messages: None,
+                key: None,
+                priority: None,
             }
         } else {
             let messages = bodies
@@ -208,6 +210,8 @@ impl Producer for SluiceConn {
                         delay_ms: None,
                         dedup_id: None,
                         group: None,
+                        key: None,
+                        priority: None,
                     })
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
@@ -219,6 +223,8 @@ impl Producer for SluiceConn {
                 dedup_id: None,
                 group: None,
                 messages: Some(messages),
+                key: None,
+                priority: None,
             }
         };
         self.http.post_json(&self.send_url, &req, "send").await?;

@@ -107,6 +107,9 @@ pub(crate) struct QueueLocal {
     /// Whether this node has seen messages of FIFO groups in the queue: then a message
     /// leaving a line (an ack, a reject, a delete) wakes the receives waiting for the next.
     grouped: AtomicBool,
+    /// Whether this node has seen messages with keys or priorities in the queue: its receives
+    /// then rank and lease in a transaction (`crate::hot::ranks`).
+    ordered: AtomicBool,
     /// The group this node's last lease of grouped messages reached: the next starts after
     /// it, so groups take turns.
     group_turn: Mutex<String>,
@@ -132,6 +135,7 @@ impl QueueLocal {
             handoff: Waiting::default(),
             read_ahead: ReadAhead::default(),
             grouped: AtomicBool::new(false),
+            ordered: AtomicBool::new(false),
             group_turn: Mutex::new(String::new()),
         }
     }
@@ -157,6 +161,22 @@ impl QueueLocal {
     /// Notes that the queue holds messages of FIFO groups.
     pub(crate) fn mark_grouped(&self) {
         self.grouped.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether this node has seen messages with keys or priorities (or ranked ones) in the
+    /// queue.
+    pub(crate) fn ordered(&self) -> bool {
+        self.ordered.load(Ordering::Relaxed)
+    }
+
+    /// Notes whether the queue holds messages with keys or priorities, or ranked ones.
+    pub(crate) fn set_ordered(&self, ordered: bool) {
+        self.ordered.store(ordered, Ordering::Relaxed);
+    }
+
+    /// Notes that the queue holds messages with keys or priorities.
+    pub(crate) fn mark_ordered(&self) {
+        self.set_ordered(true);
     }
 
     /// The configuration when read less than [`CONFIG_TTL`] ago.

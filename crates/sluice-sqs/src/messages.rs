@@ -131,11 +131,23 @@ fn prepare(entry: SendEntry, kind: QueueKind) -> Result<Prepared, SqsError> {
     let typed = attributes::typed_from_wire(entry.message_attributes)?;
     let mut stored = sluice_core::message::Attributes::new();
     attributes::to_sluice(&typed, &mut stored);
-    let group = entry
-        .message_group_id
-        .map(GroupName::new)
-        .transpose()
-        .map_err(|e| SqsError::invalid_parameter(e.to_string()))?;
+    // On a FIFO queue `MessageGroupId` is the FIFO group; on a standard queue it is the key
+    // of fair delivery, as SQS fair queues use it: the group's messages may go in parallel,
+    // and one group's backlog does not hold the others back.
+    let (group, key) = match entry.message_group_id {
+        Some(id) if kind.fifo => (
+            Some(GroupName::new(id).map_err(|e| SqsError::invalid_parameter(e.to_string()))?),
+            None,
+        ),
+        Some(id) => (
+            None,
+            Some(
+                sluice_core::MessageKey::new(id)
+                    .map_err(|e| SqsError::invalid_parameter(e.to_string()))?,
+            ),
+        ),
+        None => (None, None),
+    };
     Ok(Prepared {
         body_md5: md5_hex(body.as_bytes()),
         attributes_md5: attributes_md5(&typed),
@@ -145,6 +157,8 @@ fn prepare(entry: SendEntry, kind: QueueKind) -> Result<Prepared, SqsError> {
             delay,
             dedup_id: entry.message_deduplication_id,
             group,
+            key,
+            priority: None,
         },
     })
 }
@@ -367,6 +381,8 @@ fn message_view(d: &Delivery, system: &[String], wanted: &[String], fifo: bool) 
         if fifo {
             put("SequenceNumber", sequence_number(&d.id));
         }
+    } else if let Some(k) = &d.key {
+        put("MessageGroupId", k.as_str().to_owned());
     }
     if !attrs.is_empty() {
         m["Attributes"] = Value::Object(attrs);

@@ -314,6 +314,16 @@ wire_struct! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(min_length = 1, max_length = 128)]
         pub group: Option<String>,
+        /// Its key; absent for a message sent without one. Kept through dead-lettering, moves
+        /// and redrives.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 128)]
+        pub key: Option<String>,
+        /// The priority it was sent with (0 – 9); absent when it named none and so is
+        /// delivered at its queue's `default_priority`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 9)]
+        pub priority: Option<u8>,
     }
 }
 
@@ -347,6 +357,8 @@ impl From<&Message> for MessageView {
             cancelled: m.cancelled,
             progress: m.progress.as_ref().map(ProgressView::from),
             group: m.group.as_ref().map(|g| g.to_string()),
+            key: m.key.as_ref().map(|k| k.to_string()),
+            priority: m.priority,
         }
     }
 }

@@ -295,6 +295,17 @@ pub struct QueueConfigRequest {
     )]
     #[schema(value_type = Option<Object>)]
     pub breaker: Option<Option<BreakerConfig>>,
+    /// The priority of messages sent without one, 0 – 9 (9 most urgent). Default 4.
+    /// Changing it re-ranks the waiting messages that named none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 9)]
+    pub default_priority: Option<u8>,
+    /// Fairness weights by key pattern (`*` any run of characters, `?` any one), 1 – 1000
+    /// each, at most 100 patterns: a key of weight 3 is delivered three times as often as one
+    /// of weight 1 while both have messages waiting. A key takes its own entry, else the
+    /// longest pattern that matches it, else 1. Replaces the weights whole; `{}` removes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_weights: Option<BTreeMap<String, u32>>,
 }
 
 impl QueueConfigRequest {
@@ -344,6 +355,8 @@ impl QueueConfigRequest {
             tags: self.tags.clone(),
             adaptive: self.adaptive.clone(),
             breaker: self.breaker.clone(),
+            default_priority: self.default_priority,
+            key_weights: self.key_weights.clone(),
         })
     }
 }
@@ -402,6 +415,13 @@ pub struct QueueConfigView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub breaker: Option<BreakerConfig>,
+    /// The priority of messages sent without one (0 – 9).
+    #[serde(default = "crate::receive::default_priority")]
+    #[schema(minimum = 0, maximum = 9, default = 4)]
+    pub default_priority: u8,
+    /// Fairness weights by key pattern; keys no pattern matches weigh 1.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub key_weights: BTreeMap<String, u32>,
 }
 
 /// What a view from a broker without FIFO groups means: one at a time.
@@ -436,6 +456,8 @@ impl From<&QueueConfig> for QueueConfigView {
             tags: c.tags.clone(),
             adaptive: c.adaptive.clone(),
             breaker: c.breaker.clone(),
+            default_priority: c.default_priority,
+            key_weights: c.key_weights.clone(),
         }
     }
 }

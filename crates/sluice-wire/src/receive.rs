@@ -112,7 +112,21 @@ wire_struct! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(min_length = 1, max_length = 128)]
         pub group: Option<String>,
+        /// Its key; absent for a message sent without one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 128)]
+        pub key: Option<String>,
+        /// The priority it was delivered at (0 – 9): its own, else the queue's
+        /// `default_priority`. Read as 4 from a broker that has no priorities.
+        #[serde(default = "crate::receive::default_priority")]
+        #[schema(minimum = 0, maximum = 9)]
+        pub priority: u8,
     }
+}
+
+/// The priority of a delivery from a broker that has none.
+pub(crate) fn default_priority() -> u8 {
+    sluice_core::fair::DEFAULT_PRIORITY
 }
 
 impl From<&Delivery> for DeliveryView {
@@ -131,6 +145,8 @@ impl From<&Delivery> for DeliveryView {
             last_error: d.last_error.clone(),
             lease_deadline: rfc3339(d.lease_deadline),
             group: d.group.as_ref().map(|g| g.to_string()),
+            key: d.key.as_ref().map(|k| k.to_string()),
+            priority: d.priority,
         }
     }
 }

@@ -70,6 +70,11 @@ fn delivery(out: &mut Vec<u8>, d: &Delivery) {
         out.extend_from_slice(b",\"group\":");
         json(out, g.as_str());
     }
+    if let Some(k) = &d.key {
+        out.extend_from_slice(b",\"key\":");
+        json(out, k.as_str());
+    }
+    let _ = write!(out, ",\"priority\":{}", d.priority);
     out.push(b'}');
 }
 
@@ -141,9 +146,10 @@ mod tests {
             -1_000_000_000_000_i64..4_000_000_000_000,
             proptest::option::of("[a-z\"\n]{0,10}"),
             proptest::option::of("[a-z\"é\\ ]{1,10}"),
+            (proptest::option::of("[a-z\"é\\ ]{1,10}"), 0u8..10),
         )
             .prop_map(
-                |(id, token, body, attributes, rc, max, at, last_error, group)| {
+                |(id, token, body, attributes, rc, max, at, last_error, group, (key, priority))| {
                     let attributes: Attributes = attributes;
                     Delivery {
                         id: MessageId(id),
@@ -159,6 +165,8 @@ mod tests {
                         last_error,
                         lease_deadline: Timestamp(at / 2),
                         group: group.map(|g| sluice_core::GroupName::new(g).expect("valid group")),
+                        key: key.map(|k| sluice_core::MessageKey::new(k).expect("valid key")),
+                        priority,
                     }
                 },
             )

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use sluice_core::error::StoreError;
+use sluice_core::fair::MessageKey;
 use sluice_core::group::GroupName;
 use sluice_core::message::{Attributes, Body, NewMessage};
 
@@ -39,6 +40,17 @@ wire_struct! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(min_length = 1, max_length = 128)]
         pub group: Option<String>,
+        /// The tenant, customer or account the message belongs to (1 – 128 characters, no
+        /// control characters): deliveries go round-robin across a queue's keys, so one key's
+        /// backlog does not hold the others back. Messages without one share an implicit key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 128)]
+        pub key: Option<String>,
+        /// 0 – 9, 9 most urgent: a visible message of a higher priority is delivered before
+        /// any of a lower one. Default the queue's `default_priority` (4).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 9)]
+        pub priority: Option<u8>,
     }
 }
 
@@ -57,10 +69,17 @@ impl SendMessage {
             delay: opt_millis("delay_ms", self.delay_ms)?,
             dedup_id: self.dedup_id,
             group: group_from(self.group)?,
+            key: key_from(self.key)?,
+            priority: self.priority,
         };
         m.validate()?;
         Ok(m)
     }
+}
+
+/// A wire key as the core's, checked.
+fn key_from(key: Option<String>) -> Result<Option<MessageKey>, StoreError> {
+    key.map(MessageKey::new).transpose()
 }
 
 /// A wire group name as the core's, checked.
@@ -93,6 +112,14 @@ wire_struct! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(min_length = 1, max_length = 128)]
         pub group: Option<String>,
+        /// One message: its key (1 – 128 characters, no control characters).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(min_length = 1, max_length = 128)]
+        pub key: Option<String>,
+        /// One message: its priority, 0 – 9 (9 most urgent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 9)]
+        pub priority: Option<u8>,
         /// A batch of 1 – 1000 messages (16 MiB of bodies in all), stored all or nothing.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub messages: Option<Vec<SendMessage>>,
@@ -114,10 +141,13 @@ impl SendRequest {
                     || self.delay_ms.is_some()
                     || self.dedup_id.is_some()
                     || self.group.is_some()
+                    || self.key.is_some()
+                    || self.priority.is_some()
                 {
                     return Err(StoreError::invalid(
                         "a batch send holds everything inside \"messages\"; body, body_base64, \
-                         attributes, delay_ms, dedup_id and group are not allowed beside it",
+                         attributes, delay_ms, dedup_id, group, key and priority are not allowed \
+                         beside it",
                     ));
                 }
                 if batch.is_empty() || batch.len() > MAX_BATCH {
@@ -148,6 +178,8 @@ impl SendRequest {
                     delay_ms: self.delay_ms,
                     dedup_id: self.dedup_id,
                     group: self.group,
+                    key: self.key,
+                    priority: self.priority,
                 }
                 .into_new_message()?;
                 Ok((vec![m], false))
@@ -157,7 +189,7 @@ impl SendRequest {
 }
 
 /// Options of a raw send (`application/octet-stream` or `text/plain` body), as query
-/// parameters: `?delay_ms=&dedup_id=&group=`.
+/// parameters: `?delay_ms=&dedup_id=&group=&key=&priority=`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -170,23 +202,40 @@ pub struct RawSendParams {
     /// JSON, of each message without its own.
     #[param(min_length = 1, max_length = 128)]
     pub group: Option<String>,
+    /// Key of a raw send (1 – 128 characters); with JSON, of each message without its own.
+    #[param(min_length = 1, max_length = 128)]
+    pub key: Option<String>,
+    /// Priority of a raw send (0 – 9, 9 most urgent); with JSON, of each message without
+    /// its own.
+    #[param(minimum = 0, maximum = 9)]
+    pub priority: Option<u8>,
 }
 
 impl RawSendParams {
     /// True when no option is given.
     pub fn is_empty(&self) -> bool {
-        self.delay_ms.is_none() && self.dedup_id.is_none() && self.group.is_none()
+        self.delay_ms.is_none()
+            && self.dedup_id.is_none()
+            && self.group.is_none()
+            && self.key.is_none()
+            && self.priority.is_none()
     }
 
     /// Gives each of `messages` the options it does not set itself: with a JSON body, the
     /// query string's options are defaults for its messages.
     ///
     /// # Errors
-    /// `InvalidArgument` for a negative or too long delay, a bad dedup id or a bad group.
+    /// `InvalidArgument` for a negative or too long delay, a bad dedup id, group, key or
+    /// priority.
     pub fn fill(self, messages: &mut [NewMessage]) -> Result<(), StoreError> {
         let delay = opt_millis("delay_ms", self.delay_ms)?;
         let group = group_from(self.group)?;
+        let key = key_from(self.key)?;
         for m in messages {
+            if m.key.is_none() {
+                m.key.clone_from(&key);
+            }
+            m.priority = m.priority.or(self.priority);
             m.delay = m.delay.or(delay);
             if m.dedup_id.is_none() {
                 m.dedup_id.clone_from(&self.dedup_id);
@@ -210,6 +259,8 @@ impl RawSendParams {
             delay: opt_millis("delay_ms", self.delay_ms)?,
             dedup_id: self.dedup_id,
             group: group_from(self.group)?,
+            key: key_from(self.key)?,
+            priority: self.priority,
         };
         m.validate()?;
         Ok(m)

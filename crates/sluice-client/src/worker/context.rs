@@ -42,6 +42,8 @@ struct Inner {
     receive_count: u32,
     max_receive_count: u32,
     attributes: BTreeMap<String, String>,
+    key: Option<String>,
+    priority: u8,
     cancel: watch::Sender<bool>,
 }
 
@@ -66,6 +68,8 @@ pub(crate) struct ContextParts {
     pub receive_count: u32,
     pub max_receive_count: u32,
     pub attributes: BTreeMap<String, String>,
+    pub key: Option<String>,
+    pub priority: u8,
 }
 
 impl TaskContext {
@@ -82,6 +86,8 @@ impl TaskContext {
                 receive_count: p.receive_count,
                 max_receive_count: p.max_receive_count,
                 attributes: p.attributes,
+                key: p.key,
+                priority: p.priority,
                 cancel,
             }),
         }
@@ -105,6 +111,16 @@ impl TaskContext {
     /// This attempt's number, from 1.
     pub fn attempt(&self) -> u32 {
         self.inner.receive_count
+    }
+
+    /// The key the task was sent with (its tenant, customer or account), if any.
+    pub fn key(&self) -> Option<&str> {
+        self.inner.key.as_deref()
+    }
+
+    /// The priority it was delivered at (0 – 9, 9 most urgent).
+    pub fn priority(&self) -> u8 {
+        self.inner.priority
     }
 
     /// The queue's attempt limit (0 = unlimited).

@@ -250,6 +250,9 @@ fn view(d: FrameDelivery) -> DeliveryView {
         last_error: d.last_error,
         lease_deadline: Timestamp(d.lease_deadline_ms),
         group: None,
+        key: None,
+        // The frame protocol carries neither key nor priority yet.
+        priority: sluice_core::fair::DEFAULT_PRIORITY,
     };
     DeliveryView::from(&delivery)
 }

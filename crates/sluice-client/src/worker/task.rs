@@ -81,6 +81,8 @@ async fn run_delivery(shared: &Shared, d: &DeliveryView) -> Outcome {
         receive_count: d.receive_count,
         max_receive_count: d.max_receive_count,
         attributes: d.attributes.clone(),
+        key: d.key.clone(),
+        priority: d.priority,
     });
     let fut = match handler(ctx.clone(), &env) {
         Ok(f) => f,

@@ -410,6 +410,8 @@ mod stats;
 pub use stats::*;
 mod readings;
 pub use readings::*;
+mod fairness;
+pub use fairness::*;
 mod restart;
 pub use restart::*;
 mod errors;

@@ -85,6 +85,8 @@ pub fn view_of(ids: &Ids, m: &Message, attempts_known: bool) -> Result<View, Str
         completed_at: m.completed_at.map(|t| t.as_millis()),
         cancelled: m.cancelled,
         group: m.group.as_ref().map(ToString::to_string),
+        key: m.key.as_ref().map(ToString::to_string),
+        priority: m.priority,
     })
 }
 
@@ -119,7 +121,9 @@ pub fn diff(engine: &View, model: &View) -> String {
         result,
         completed_at,
         cancelled,
-        group
+        group,
+        key,
+        priority
     );
     if engine.attempts.is_some() && model.attempts.is_some() && engine.attempts != model.attempts {
         out.push(format!(

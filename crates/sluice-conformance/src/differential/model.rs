@@ -68,6 +68,10 @@ pub struct View {
     pub cancelled: bool,
     /// FIFO group.
     pub group: Option<String>,
+    /// Key.
+    pub key: Option<String>,
+    /// The priority it was sent with.
+    pub priority: Option<u8>,
 }
 
 /// Where a message is.
@@ -132,6 +136,10 @@ pub struct Msg {
     pub cancelled: bool,
     /// Group.
     pub group: Option<String>,
+    /// Key.
+    pub key: Option<String>,
+    /// The priority it was sent with (`None`: the queue's default when delivered).
+    pub priority: Option<u8>,
 }
 
 /// A queue of the model.
@@ -476,7 +484,7 @@ impl Model {
         attributes: BTreeMap<String, String>,
         delay: i64,
         dedup_id: Option<String>,
-        group: Option<String>,
+        (group, key, priority): (Option<String>, Option<String>, Option<u8>),
         now: i64,
     ) -> usize {
         let entry = self.next_entry();
@@ -499,6 +507,8 @@ impl Model {
             result: None,
             cancelled: false,
             group,
+            key,
+            priority,
         }));
         let q = self.queues.get_mut(queue).expect("queue");
         q.totals.sent += 1;
@@ -663,6 +673,8 @@ impl Model {
             },
             cancelled: m.cancelled,
             group: if done { None } else { m.group.clone() },
+            key: if done { None } else { m.key.clone() },
+            priority: if done { None } else { m.priority },
         })
     }
 

@@ -49,6 +49,10 @@ pub struct MsgSpec {
     pub dedup_id: Option<String>,
     /// A FIFO group (names with control characters cannot be expressed and are dropped).
     pub group: Option<String>,
+    /// A key (keys that are not valid are dropped, as groups are).
+    pub key: Option<String>,
+    /// A priority; 10 is out of range, for the refusal.
+    pub priority: Option<u8>,
 }
 
 /// A queue configuration change as drawn: `None` leaves the field out of the patch.
@@ -80,6 +84,10 @@ pub struct PatchSpec {
     /// every queue: how events older than a shorter earlier period are forgotten is the
     /// engine's choice.
     pub rate_limit: Option<Option<u32>>,
+    /// `default_priority`.
+    pub default_priority: Option<u8>,
+    /// `key_weights`, replaced whole: key `k1` weighs this much (`Some(None)`: no weights).
+    pub key_weights: Option<Option<u32>>,
 }
 
 /// The period of every `rate_limit` the differential test sets.
@@ -306,14 +314,25 @@ fn msg_spec() -> impl Strategy<Value = MsgSpec> {
             0.3,
             prop_oneof![4 => prop::sample::select(vec!["g1", "g2"]).prop_map(str::to_owned), 1 => any_text()],
         ),
+        (
+            prop::option::weighted(
+                0.4,
+                prop_oneof![6 => prop::sample::select(vec!["k1", "k2", "k3"]).prop_map(str::to_owned), 1 => any_text()],
+            ),
+            prop::option::weighted(0.35, prop_oneof![12 => 0u8..10, 1 => Just(10u8)]),
+        ),
     )
-        .prop_map(|(body, attributes, delay_ms, dedup_id, group)| MsgSpec {
-            body,
-            attributes,
-            delay_ms,
-            dedup_id,
-            group,
-        })
+        .prop_map(
+            |(body, attributes, delay_ms, dedup_id, group, (key, priority))| MsgSpec {
+                body,
+                attributes,
+                delay_ms,
+                dedup_id,
+                group,
+                key,
+                priority,
+            },
+        )
 }
 
 fn patch_spec() -> impl Strategy<Value = PatchSpec> {
@@ -339,8 +358,12 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
         prop::option::weighted(0.15, 1u32..3),
         prop::option::weighted(0.12, prop::option::of(1u32..4)),
     );
-    (a, b).prop_map(
-        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl))| PatchSpec {
+    let c = (
+        prop::option::weighted(0.1, prop::sample::select(vec![0u8, 4, 9])),
+        prop::option::weighted(0.1, prop::option::of(prop::sample::select(vec![1u32, 3]))),
+    );
+    (a, b, c).prop_map(
+        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw))| PatchSpec {
             visibility_ms: v,
             max_receive_count: m,
             dead_letter_queue: d,
@@ -353,6 +376,8 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
             max_message_bytes: mb,
             max_in_flight_per_group: mg,
             rate_limit: rl,
+            default_priority: dp,
+            key_weights: kw,
         },
     )
 }

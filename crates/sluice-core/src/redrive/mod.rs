@@ -528,6 +528,8 @@ mod tests {
             cancelled: false,
             progress: None,
             group: None,
+            key: None,
+            priority: None,
         }
     }
 

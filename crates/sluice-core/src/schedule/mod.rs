@@ -181,7 +181,7 @@ impl Schedule {
             attributes,
             delay: Some(std::time::Duration::ZERO),
             dedup_id: Some(format!("schedule:{}:{kind}:{}", self.name, at.as_millis())),
-            group: None,
+            ..NewMessage::new(self.spec.body.clone())
         }
     }
 }
@@ -209,11 +209,8 @@ pub enum FireOutcome {
 /// `InvalidArgument` naming the field.
 pub fn validate_spec(spec: &ScheduleSpec) -> Result<(), StoreError> {
     NewMessage {
-        body: spec.body.clone(),
         attributes: spec.attributes.clone(),
-        delay: None,
-        dedup_id: None,
-        group: None,
+        ..NewMessage::new(spec.body.clone())
     }
     .validate()?;
     for reserved in ["schedule", "scheduled_for"] {

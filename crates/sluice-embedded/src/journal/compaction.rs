@@ -90,10 +90,13 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     name: p.group.to_string(),
                     order: p.order,
                 });
-                let copy = match group {
-                    Some(group) => Record::Grouped { message, group },
-                    None => Record::Message(message),
-                };
+                let tag = core.state.tag_of(&m, *id);
+                let copy = Record::base(
+                    message,
+                    group,
+                    tag.and_then(|t| t.key.as_deref()),
+                    tag.and_then(|t| t.priority),
+                );
                 // A leased copy keeps when its lease began and who received it.
                 let holder = (m.slot() == Slot::Leased)
                     .then(|| core.state.holders.get(id).map(LeaseHolder::holder))

@@ -279,6 +279,24 @@ pub(crate) enum Record {
     /// from; replay sets each queue's window to it, so a restart forgets no delivery that
     /// still counts against `rate_limit`.
     RateWindows(Vec<(Qid, Vec<i64>)>),
+    /// The base record of a message with a key or a priority (its send, or a compaction copy
+    /// of it), and its FIFO group if it has one. Messages without either keep
+    /// [`Record::Message`] and [`Record::Grouped`], so a store that never sees a key or a
+    /// priority writes nothing an older version could not read.
+    Tagged {
+        message: MessageRecord,
+        tag: TagRecord,
+    },
+}
+
+/// What a [`Record::Tagged`] message carries besides its record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TagRecord {
+    pub group: Option<GroupTag>,
+    /// Its key (checked at send).
+    pub key: Option<String>,
+    /// The priority it was sent with (checked at send).
+    pub priority: Option<u8>,
 }
 
 /// When a completed message was sent and entered the queue it completed in.
@@ -327,6 +345,28 @@ pub(crate) struct GroupTag {
 }
 
 impl Record {
+    /// The base record of a message: the plainest form that keeps its group, key and
+    /// priority.
+    pub(crate) fn base(
+        message: MessageRecord,
+        group: Option<GroupTag>,
+        key: Option<&str>,
+        priority: Option<u8>,
+    ) -> Record {
+        match (group, key, priority) {
+            (None, None, None) => Record::Message(message),
+            (Some(group), None, None) => Record::Grouped { message, group },
+            (group, key, priority) => Record::Tagged {
+                message,
+                tag: TagRecord {
+                    group,
+                    key: key.map(str::to_owned),
+                    priority,
+                },
+            },
+        }
+    }
+
     /// A redrive record of `job` and the moves of its step.
     pub(crate) fn redrive(job: sluice_core::RedriveJob, moves: Vec<UpdateRecord>) -> Record {
         Record::Redrive {
@@ -357,7 +397,8 @@ impl Record {
         match self {
             Record::Message(m)
             | Record::Firing { message: m, .. }
-            | Record::Grouped { message: m, .. } => Some(m),
+            | Record::Grouped { message: m, .. }
+            | Record::Tagged { message: m, .. } => Some(m),
             Record::Held { record, .. } => record.into_base(),
             _ => None,
         }
@@ -368,7 +409,8 @@ impl Record {
         match self {
             Record::Message(m)
             | Record::Firing { message: m, .. }
-            | Record::Grouped { message: m, .. } => {
+            | Record::Grouped { message: m, .. }
+            | Record::Tagged { message: m, .. } => {
                 vec![m.id]
             }
             Record::Update(u) | Record::Regrouped { update: u, .. } => vec![u.id],
@@ -387,7 +429,8 @@ impl Record {
             Record::Update(u) | Record::Regrouped { update: u, .. } => Some(u.rich),
             Record::Message(r)
             | Record::Firing { message: r, .. }
-            | Record::Grouped { message: r, .. } => Some(r.rich),
+            | Record::Grouped { message: r, .. }
+            | Record::Tagged { message: r, .. } => Some(r.rich),
             Record::Redrive { moves, .. }
             | Record::RedriveV1 { moves, .. }
             | Record::RedriveGrouped { moves, .. } => {
@@ -493,8 +536,8 @@ pub(crate) fn message_ids_in(segment: &[u8]) -> Vec<u64> {
         let payload = &segment[off + HEADER..end];
         // postcard writes an enum's variant index first, as a varint.
         match postcard::take_from_bytes::<u32>(payload) {
-            // A firing's and a grouped message's first field is its message record.
-            Ok((VARIANT_MESSAGE | VARIANT_FIRING | VARIANT_GROUPED, rest)) => {
+            // A firing's, a grouped and a tagged message's first field is its message record.
+            Ok((VARIANT_MESSAGE | VARIANT_FIRING | VARIANT_GROUPED | VARIANT_TAGGED, rest)) => {
                 if let Ok((h, _)) = postcard::take_from_bytes::<MessageHead>(rest) {
                     out.push(h.id);
                 }
@@ -537,6 +580,7 @@ const VARIANT_FIRING: u32 = 19;
 const VARIANT_GROUPED: u32 = 20;
 const VARIANT_REGROUPED: u32 = 21;
 const VARIANT_REDRIVE_GROUPED: u32 = 22;
+const VARIANT_TAGGED: u32 = 29;
 
 /// Why a frame could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]

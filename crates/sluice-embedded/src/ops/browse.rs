@@ -133,6 +133,8 @@ pub(crate) fn get_message(inner: &Inner, id: MessageId) -> Result<Message, Store
         cancelled: d.cancelled,
         progress: None,
         group: None,
+        key: None,
+        priority: None,
     })
 }
 

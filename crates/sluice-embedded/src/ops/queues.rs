@@ -109,7 +109,13 @@ pub(crate) fn put(
     let q = core.state.queues.get_mut(&qid).expect("just ensured");
     let regroup = q.config.max_in_flight_per_group != config.max_in_flight_per_group;
     let limited_anew = config.rate_limit.is_some() && q.config.rate_limit != config.rate_limit;
+    let relane = q.config.default_priority != config.default_priority
+        || q.config.key_weights != config.key_weights;
     q.config = config;
+    if relane {
+        // Messages without a priority of their own move to the new default; keys weigh anew.
+        q.relane(&core.state.msgs, &core.state.tags);
+    }
     q.flow = flow;
     crate::flow::audit(&mut core.audit, q, &flow_events);
     // Written with the configuration just now.

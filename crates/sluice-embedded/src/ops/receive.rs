@@ -137,7 +137,8 @@ fn try_receive(
             Admit::Free => {}
         }
     }
-    let ids: Vec<u64> = q.ready.iter().take(n).map(|(_, id)| *id).collect();
+    let ids = q.next_deliveries(n);
+    let default_priority = q.config.default_priority;
     if ids.is_empty() {
         return Ok(Attempted::Empty { next_wake });
     }
@@ -194,6 +195,8 @@ fn try_receive(
             } else {
                 None
             },
+            key: core.state.key_of(&m, id),
+            priority: core.state.priority_of(&m, id, default_priority),
         });
     }
     let reserved = reservation.is_some();

@@ -73,16 +73,16 @@ pub(crate) async fn send(
                 dedup: m.dedup_id.as_ref().map(|k| (k.to_string(), dedup_until)),
             };
             // A grouped message's place in its group's line is its id: send order.
-            records.push(match &m.group {
-                Some(g) => Record::Grouped {
-                    message,
-                    group: GroupTag {
-                        name: g.as_str().to_string(),
-                        order: id,
-                    },
-                },
-                None => Record::Message(message),
+            let group = m.group.as_ref().map(|g| GroupTag {
+                name: g.as_str().to_string(),
+                order: id,
             });
+            records.push(Record::base(
+                message,
+                group,
+                m.key.as_ref().map(|k| k.as_str()),
+                m.priority,
+            ));
         }
         // A send that stores nothing (its messages all duplicates) is answered as such, even
         // by a queue over its max_depth (lowered below its depth).

@@ -42,27 +42,31 @@ fn in_front(line: &BTreeSet<(u64, u64)>, key: (u64, u64), n: usize) -> bool {
 
 /// Makes a parked member deliverable, and wakes the queue's long-polling receives: whatever
 /// let the group move on (an ack, a dead-lettering, a move) does not wake them itself.
-fn unpark(q: &mut QueueState, msgs: &mut super::IdMap<u64, Msg>, id: u64) {
+fn unpark(q: &mut QueueState, msgs: &mut super::IdMap<u64, Msg>, tags: &Tags, id: u64) {
     if let Some(m) = msgs.get_mut(&id)
         && m.slot() == Slot::Parked
     {
-        q.parked.remove(&(m.at, id));
-        q.ready.insert((m.at, id));
+        let tag = super::tag_in(tags, m, id);
+        q.take(Slot::Parked, m.at, id, tag);
+        q.put(Slot::Ready, m.at, id, tag);
         m.set_slot(Slot::Ready);
         q.notify.notify_waiters();
     }
 }
 
 /// Makes a deliverable member wait for its group.
-fn park(q: &mut QueueState, msgs: &mut super::IdMap<u64, Msg>, id: u64) {
+fn park(q: &mut QueueState, msgs: &mut super::IdMap<u64, Msg>, tags: &Tags, id: u64) {
     if let Some(m) = msgs.get_mut(&id)
         && m.slot() == Slot::Ready
     {
-        q.ready.remove(&(m.at, id));
-        q.parked.insert((m.at, id));
+        let tag = super::tag_in(tags, m, id);
+        q.take(Slot::Ready, m.at, id, tag);
+        q.put(Slot::Parked, m.at, id, tag);
         m.set_slot(Slot::Parked);
     }
 }
+
+type Tags = super::IdMap<u64, super::Tag>;
 
 /// Whether due message `id` of `q` may be delivered: it has no group, or it is at the front of
 /// its group's line.
@@ -107,7 +111,9 @@ impl State {
 
     /// Puts message `id`, attached in queue `qid`, in its group's line at `order`.
     pub(super) fn join(&mut self, id: u64, qid: Qid, group: Arc<str>, order: u64) {
-        let State { queues, msgs, .. } = self;
+        let State {
+            queues, msgs, tags, ..
+        } = self;
         let Some(q) = queues.get_mut(&qid) else {
             return;
         };
@@ -126,7 +132,7 @@ impl State {
             .then(|| line.iter().nth(n).map(|(_, id)| *id))
             .flatten();
         if let Some(out) = pushed_out {
-            park(q, msgs, out);
+            park(q, msgs, tags, out);
         }
         self.members.insert(id, Member { group, order });
     }
@@ -135,7 +141,9 @@ impl State {
     /// member that moves up into the window becomes deliverable if it is due.
     pub(super) fn leave(&mut self, id: u64, qid: Qid) -> Option<Member> {
         let member = self.members.remove(&id)?;
-        let State { queues, msgs, .. } = self;
+        let State {
+            queues, msgs, tags, ..
+        } = self;
         let Some(q) = queues.get_mut(&qid) else {
             return Some(member);
         };
@@ -157,7 +165,7 @@ impl State {
             q.groups.remove(&*member.group);
         }
         if let Some(next) = moved_up {
-            unpark(q, msgs, next);
+            unpark(q, msgs, tags, next);
         }
         Some(member)
     }
@@ -167,7 +175,9 @@ impl State {
     /// Leased members stay leased. Runs on a config change only, so it may visit every
     /// grouped message of the queue.
     pub fn regroup_queue(&mut self, qid: Qid) {
-        let State { queues, msgs, .. } = self;
+        let State {
+            queues, msgs, tags, ..
+        } = self;
         let Some(q) = queues.get_mut(&qid) else {
             return;
         };
@@ -184,10 +194,10 @@ impl State {
             }
         }
         for id in up {
-            unpark(q, msgs, id);
+            unpark(q, msgs, tags, id);
         }
         for id in down {
-            park(q, msgs, id);
+            park(q, msgs, tags, id);
         }
     }
 }

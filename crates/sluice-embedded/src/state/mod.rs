@@ -12,6 +12,7 @@
 
 mod groups;
 mod kept;
+mod lanes;
 mod msg;
 mod queue;
 mod rate_windows;
@@ -24,9 +25,12 @@ use sluice_core::{QueueName, Timestamp};
 
 use crate::catalog::CatalogQueue;
 use crate::journal::log::Loc;
-use crate::journal::record::{GroupTag, MessageRecord, Qid, Record, RemoveReason, UpdateEvent};
+use crate::journal::record::{
+    GroupTag, MessageRecord, Qid, Record, RemoveReason, TagRecord, UpdateEvent,
+};
 pub(crate) use groups::Member;
 pub(crate) use kept::{Done, LeaseHolder, Remembered};
+pub(crate) use lanes::Tag;
 pub(crate) use msg::{Msg, Slot};
 pub(crate) use queue::{DedupEntry, QueueState, flow_config};
 
@@ -43,6 +47,8 @@ pub(crate) struct State {
     pub msgs: IdMap<u64, Msg>,
     /// The FIFO group membership of grouped live messages (those whose `Msg` is marked).
     pub members: IdMap<u64, Member>,
+    /// The key and priority of live messages that carry one (those whose `Msg` is marked).
+    pub tags: IdMap<u64, Tag>,
     pub done: IdMap<u64, Done>,
     /// Completed records by the time they are forgotten, one line per `result_ttl` (in ms):
     /// within a line that is ack order, so a push and a pop are O(1), while queues with
@@ -87,6 +93,7 @@ impl State {
             next_qid,
             msgs: IdMap::default(),
             members: IdMap::default(),
+            tags: IdMap::default(),
             done: IdMap::default(),
             done_order: BTreeMap::new(),
             next_id: 1,
@@ -124,6 +131,7 @@ impl State {
             }
             for id in q.ids() {
                 self.members.remove(&id);
+                self.tags.remove(&id);
                 self.holders.remove(&id);
                 if let Some(m) = self.msgs.remove(&id) {
                     self.unaccount(&m);
@@ -214,18 +222,36 @@ impl State {
     fn detach(&mut self, id: u64) -> Option<Msg> {
         let m = *self.msgs.get(&id)?;
         if let Some(q) = self.queues.get_mut(&m.qid) {
-            q.index(m.slot()).remove(&(m.at, id));
+            q.take(m.slot(), m.at, id, tag_in(&self.tags, &m, id));
         }
         Some(m)
     }
 
     fn attach(&mut self, id: u64, m: Msg) {
         if let Some(q) = self.queues.get_mut(&m.qid) {
-            q.index(m.slot()).insert((m.at, id));
+            q.put(m.slot(), m.at, id, tag_in(&self.tags, &m, id));
             self.msgs.insert(id, m);
         } else {
             self.msgs.remove(&id);
         }
+    }
+
+    /// The key and priority of message `m` (id `id`), when it carries any.
+    pub fn tag_of(&self, m: &Msg, id: u64) -> Option<&Tag> {
+        tag_in(&self.tags, m, id)
+    }
+
+    /// The key of live message `m` (id `id`), if it carries one.
+    pub fn key_of(&self, m: &Msg, id: u64) -> Option<sluice_core::MessageKey> {
+        let key = self.tag_of(m, id)?.key.as_deref()?;
+        sluice_core::MessageKey::new(key).ok()
+    }
+
+    /// The priority live message `m` (id `id`) is delivered at: its own, else `default`.
+    pub fn priority_of(&self, m: &Msg, id: u64, default: u8) -> u8 {
+        self.tag_of(m, id)
+            .and_then(|t| t.priority)
+            .unwrap_or(default)
     }
 
     /// Removes a message entirely.
@@ -234,6 +260,9 @@ impl State {
         self.holders.remove(&id);
         let m = self.detach(id)?;
         self.msgs.remove(&id);
+        if m.tagged() {
+            self.tags.remove(&id);
+        }
         if m.grouped() {
             self.leave(id, m.qid);
         }
@@ -253,12 +282,15 @@ impl State {
     /// replay applies it.
     pub fn apply(&mut self, rec: &Record, loc: Loc, len: u32) {
         match rec {
-            Record::Message(m) => self.apply_message(m, loc, len, None),
+            Record::Message(m) => self.apply_message(m, loc, len, None, None),
             Record::Grouped { message, group } => {
-                self.apply_message(message, loc, len, Some(group));
+                self.apply_message(message, loc, len, Some(group), None);
+            }
+            Record::Tagged { message, tag } => {
+                self.apply_message(message, loc, len, tag.group.as_ref(), Some(tag));
             }
             Record::Firing { message, schedule } => {
-                self.apply_message(message, loc, len, None);
+                self.apply_message(message, loc, len, None, None);
                 self.schedules
                     .insert(schedule.0.name.to_string(), schedule.0.clone());
             }
@@ -457,7 +489,14 @@ impl State {
 
     /// Applies a full message record (a send, a firing's message, a compaction copy), with
     /// its FIFO group if it has one.
-    fn apply_message(&mut self, m: &MessageRecord, loc: Loc, len: u32, group: Option<&GroupTag>) {
+    fn apply_message(
+        &mut self,
+        m: &MessageRecord,
+        loc: Loc,
+        len: u32,
+        group: Option<&GroupTag>,
+        tag: Option<&TagRecord>,
+    ) {
         // Saturating: a record that passed its checksum may still hold any number (a bug,
         // an incompatible version), and replay must not panic on it.
         self.next_id = self.next_id.max(m.id.saturating_add(1));
@@ -488,6 +527,7 @@ impl State {
             }
             self.unaccount(&old);
             self.summary.remove(old.qid, m.id);
+            self.tags.remove(&m.id);
         }
         self.summary
             .on_message(m.qid, m.id, &m.rich, m.enqueued_at, &m.attributes);
@@ -508,6 +548,16 @@ impl State {
         );
         if group.is_some() {
             msg.set_grouped();
+        }
+        if let Some(t) = tag.filter(|t| t.key.is_some() || t.priority.is_some()) {
+            msg.set_tagged();
+            self.tags.insert(
+                m.id,
+                Tag {
+                    key: t.key.as_deref().map(std::sync::Arc::from),
+                    priority: t.priority,
+                },
+            );
         }
         if m.entered_at != m.enqueued_at {
             msg.set_entered_later();
@@ -565,6 +615,14 @@ impl State {
             self.holders.remove(&l.id);
             self.progress.remove(&l.id);
             self.next_token = self.next_token.max(l.token.saturating_add(1));
+            // A delivery takes its key's turn (leases are applied in the order they were
+            // picked, so this is the order `next_deliveries` gave).
+            if let Some(m) = self.msgs.get(&l.id)
+                && m.slot() == Slot::Ready
+                && let Some(q) = self.queues.get_mut(&m.qid)
+            {
+                q.serve(tag_in(&self.tags, m, l.id));
+            }
             let Some(mut m) = self.detach(l.id) else {
                 continue;
             };
@@ -701,6 +759,7 @@ impl State {
             queues,
             msgs,
             members,
+            tags,
             ..
         } = self;
         let Some(q) = queues.get_mut(&qid) else {
@@ -711,14 +770,16 @@ impl State {
             if at > now {
                 break;
             }
-            q.delayed.pop_first();
             let Some(m) = msgs.get_mut(&id) else {
+                q.delayed.pop_first();
                 continue;
             };
+            let tag = tag_in(tags, m, id);
+            q.take(Slot::Delayed, at, id, tag);
             // A grouped message behind the front of its line waits for its group.
             let slot = groups::due_slot(q, members, m, id);
             m.set_slot(slot);
-            q.index(slot).insert((at, id));
+            q.put(slot, at, id, tag);
             if slot == Slot::Ready {
                 n += 1;
             }
@@ -784,6 +845,11 @@ pub(crate) const TOKEN_BLOCK: u64 = 1 << 16;
 /// Most completed records kept in memory (about 50 MB); beyond it the oldest are forgotten
 /// before their `result_ttl`, so a high ack rate cannot exhaust RAM.
 pub(crate) const MAX_COMPLETED: usize = 1_000_000;
+
+/// The tag of message `m` (id `id`) in `tags`, when it carries one.
+fn tag_in<'a>(tags: &'a IdMap<u64, Tag>, m: &Msg, id: u64) -> Option<&'a Tag> {
+    if m.tagged() { tags.get(&id) } else { None }
+}
 
 fn sub_live(live: &mut IdMap<u32, u64>, loc: Loc, len: u32) {
     if let Some(v) = live.get_mut(&loc.seg) {

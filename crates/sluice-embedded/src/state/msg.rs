@@ -52,7 +52,10 @@ const HISTORY_BIT: u32 = 1 << 27;
 /// is not its send time, which only its base record holds. Messages still in the queue they
 /// were sent to (the common case) complete without reading the log for it.
 const LATER_BIT: u32 = 1 << 26;
-const COUNT_MASK: u32 = LATER_BIT - 1;
+/// It carries a key or a priority (its [`Tag`](super::lanes::Tag) is in `State::tags`):
+/// only such messages pay for a tag lookup.
+const TAG_BIT: u32 = 1 << 25;
+const COUNT_MASK: u32 = TAG_BIT - 1;
 
 impl Msg {
     #[allow(clippy::too_many_arguments)]
@@ -100,7 +103,8 @@ impl Msg {
         };
         // The group and history marks stay; a cancellation request ends with the slot it was
         // made in.
-        self.count_slot = (self.count_slot & (COUNT_MASK | GROUP_BIT | HISTORY_BIT | LATER_BIT))
+        self.count_slot = (self.count_slot
+            & (COUNT_MASK | GROUP_BIT | HISTORY_BIT | LATER_BIT | TAG_BIT))
             | (bits << SLOT_SHIFT);
     }
 
@@ -129,6 +133,16 @@ impl Msg {
     /// Marks it as a member of a FIFO group.
     pub fn set_grouped(&mut self) {
         self.count_slot |= GROUP_BIT;
+    }
+
+    /// It carries a key or a priority.
+    pub fn tagged(&self) -> bool {
+        self.count_slot & TAG_BIT != 0
+    }
+
+    /// Marks it as carrying a key or a priority.
+    pub fn set_tagged(&mut self) {
+        self.count_slot |= TAG_BIT;
     }
 
     /// It entered its queue after its send, so `entered_at` is not its send time.

@@ -41,6 +41,11 @@ pub(crate) struct QueueState {
     /// the order they entered the queue. Only the first `max_in_flight_per_group` may be in
     /// `ready` or `leased`. A group leaves the map with its last member.
     pub groups: HashMap<Arc<str>, BTreeSet<(u64, u64)>>,
+    /// The delivery order by priority and key, once the queue holds messages with either
+    /// (see `lanes`); `None` while `ready` is the order.
+    pub lanes: Option<super::lanes::Lanes>,
+    /// Live messages of the queue with a key or priority, in any slot.
+    pub tagged: u64,
     /// When the last retention sweep of the whole queue started.
     pub retention_scan: i64,
     /// The retention sweep under way: the index it is in and the last entry it looked at.
@@ -78,6 +83,8 @@ impl QueueState {
             leased: BTreeSet::new(),
             parked: BTreeSet::new(),
             groups: HashMap::new(),
+            lanes: None,
+            tagged: 0,
             retention_scan: i64::MIN,
             sweep: None,
             overdue: Vec::new(),

@@ -28,7 +28,8 @@ pub(crate) const ROW_COLS: &str = "id, queue, state, visible_at, entered_at, enq
 /// [`ROW_COLS`] and the columns a full [`Message`] view needs besides.
 pub(crate) const FULL_COLS: &str = "id, queue, state, visible_at, entered_at, enqueued_at, \
     receive_count, token, last_error, attempts, source_queue, dl_reason, dl_at, cancel_requested, \
-    grp, leased_at, leased_by, body, body_kind, attrs, dedup_id, progress, result, result_kind";
+    grp, leased_at, leased_by, body, body_kind, attrs, dedup_id, progress, result, result_kind, \
+    fkey, prio";
 
 /// The lifecycle fields of one message row.
 #[derive(Debug, Clone)]
@@ -155,6 +156,8 @@ pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
     let progress: Option<Json<Progress>> = r.try_get(21).map_err(corrupt)?;
     let result: Option<Vec<u8>> = r.try_get(22).map_err(corrupt)?;
     let result_kind: Option<i16> = r.try_get(23).map_err(corrupt)?;
+    let key: Option<String> = r.try_get(24).map_err(corrupt)?;
+    let prio: Option<i16> = r.try_get(25).map_err(corrupt)?;
     let queue = QueueName::new(row.queue.clone()).map_err(corrupt)?;
     let state = row.view_state(now);
     let done = state == MessageState::Completed;
@@ -198,11 +201,16 @@ pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
             .grp
             .filter(|_| !done)
             .and_then(|g| GroupName::new(g).ok()),
+        key: key
+            .filter(|_| !done)
+            .and_then(|k| sluice_core::MessageKey::new(k).ok()),
+        priority: prio.filter(|_| !done).and_then(|p| u8::try_from(p).ok()),
     })
 }
 
 /// Writes the lifecycle fields of `rows` back, in one statement. A row that waits again
-/// (`WAITING`) loses its lease's holder; any other keeps the one it has.
+/// (`WAITING`) loses its lease's holder; any other keeps the one it has. Every row loses its
+/// rank: it is ranked again when it is deliverable again (`crate::hot::ranks`).
 pub(crate) async fn write_back(
     tx: &impl tokio_postgres::GenericClient,
     rows: &[Row],
@@ -247,7 +255,7 @@ pub(crate) async fn write_back(
              entered_at = u.entered_at, receive_count = u.receive_count, token = u.token,
              last_error = u.last_error, attempts = u.attempts, source_queue = u.source_queue,
              dl_reason = u.dl_reason, dl_at = u.dl_at, cancel_requested = u.cancel_requested,
-             progress = CASE WHEN u.state = 1 THEN m.progress END,
+             progress = CASE WHEN u.state = 1 THEN m.progress END, rank = NULL,
              leased_at = CASE WHEN u.state <> 0 THEN m.leased_at END,
              leased_by = CASE WHEN u.state <> 0 THEN m.leased_by END
          FROM unnest($1::bigint[], $2::text[], $3::int2[], $4::bigint[], $5::bigint[],

@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (8, V8),
     (9, V9),
     (10, V10),
+    (11, V11),
 ];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
@@ -272,6 +273,30 @@ ALTER TABLE idempotency ADD COLUMN claim bigint, ADD COLUMN claim_until bigint;
 const V10: &str = r#"
 ALTER TABLE messages ADD COLUMN leased_at bigint, ADD COLUMN leased_by text;
 ALTER TABLE packs ADD COLUMN leased_at bigint, ADD COLUMN leased_by text[];
+"#;
+
+/// Version 11: keys and priorities (`sluice_core::fair`). `fkey` is the key a message was sent
+/// with and `prio` its own priority (NULL: the queue's default). `rank` orders the deliverable
+/// messages of a queue that holds keys or priorities: priority in its top bits, then the pass
+/// of its key's round-robin (`sluice_core::fair::rank`). A receive of such a queue ranks the
+/// messages that became deliverable since the last one, under the queue's row lock, and leases
+/// by rank; a lease, and every lifecycle change written back, clears it. `messages_tagged`
+/// says whether a queue holds keys or priorities at all (a plain queue's receive asks it, and
+/// finds nothing); `messages_ranked` is the order of the ranked messages, `messages_key_ranks`
+/// each key's last rank. `messages_plain` now holds only unranked rows, so the common lease
+/// and the ranking both start from the oldest unranked waiting row; in a queue without keys or
+/// priorities that is every waiting row without a group, as before. Rebuilding it holds writes
+/// to `messages` while it builds.
+const V11: &str = r#"
+ALTER TABLE messages ADD COLUMN fkey text, ADD COLUMN prio smallint, ADD COLUMN rank bigint;
+CREATE INDEX messages_tagged ON messages (queue)
+    WHERE (fkey IS NOT NULL OR prio IS NOT NULL) AND state < 2;
+CREATE INDEX messages_ranked ON messages (queue, rank, id) WHERE state = 0 AND rank IS NOT NULL;
+CREATE INDEX messages_key_ranks ON messages (queue, (coalesce(fkey, '')), rank)
+    WHERE state = 0 AND rank IS NOT NULL;
+DROP INDEX IF EXISTS messages_plain;
+CREATE INDEX messages_plain ON messages (queue, visible_at, id)
+    WHERE state = 0 AND grp IS NULL AND rank IS NULL;
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

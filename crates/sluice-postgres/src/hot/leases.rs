@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use sluice_core::rate::SlidingWindow;
 use sluice_core::{
-    Attributes, Body, Delivery, GroupName, MessageId, QueueConfig, Receipt, ReceiveRequest,
-    StoreError, Timestamp,
+    Attributes, Body, Delivery, GroupName, MessageId, MessageKey, QueueConfig, Receipt,
+    ReceiveRequest, StoreError, Timestamp,
 };
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Json;
@@ -81,24 +81,6 @@ impl<'a> Takers<'a> {
             },
         }
     }
-}
-
-/// In a lease statement: the name of place `$place` (1-based) among the messages it leases,
-/// from `$takers` ([`Takers::param`]: one name for all, or one per place).
-macro_rules! holder_of {
-    ($takers:literal, $place:literal) => {
-        concat!(
-            "CASE WHEN cardinality(",
-            $takers,
-            "::text[]) = 1 THEN (",
-            $takers,
-            "::text[])[1] ELSE (",
-            $takers,
-            "::text[])[",
-            $place,
-            "] END"
-        )
-    };
 }
 
 /// The lease of a queue without global limits, for up to `max` messages leased for `vis`,
@@ -214,12 +196,20 @@ pub(crate) async fn take_leases(
         };
         due |= first.try_get::<_, bool>(9).map_err(corrupt)?;
         grouped = first.try_get::<_, bool>(12).map_err(corrupt)?;
+        if first.try_get::<_, bool>(14).map_err(corrupt)? {
+            // Keys or priorities: this statement leased nothing, and the receive goes by rank
+            // in a transaction (`crate::ops::receive`).
+            queue.mark_ordered();
+            return Ok(Attempted::Empty {
+                next_wake: Some(now),
+            });
+        }
         if first
             .try_get::<_, Option<i64>>(0)
             .map_err(corrupt)?
             .is_some()
         {
-            got.extend(deliveries(&rows, cfg, deadline, None, 13)?);
+            got.extend(deliveries(&rows, cfg, deadline, None, 13, 15)?);
             let left = max.saturating_sub(u32::try_from(got.len()).unwrap_or(u32::MAX));
             if later && left > 0 {
                 // The rows older than the packs are taken: packs fill what is left.
@@ -327,49 +317,25 @@ fn leased_keys(rows: &[tokio_postgres::Row]) -> Result<(usize, Option<(i64, i64)
     Ok((n, last))
 }
 
-/// The lease both receive statements share: up to `$3` waiting messages without a group of
-/// queue `$1` (visible at `$2`), skipping rows other receivers hold, leased until `$4` for
-/// `$takers`.
+/// The lease both receive statements share: up to `$3` waiting messages without a group or
+/// rank of queue `$1` (visible at `$2`), skipping rows other receivers hold, leased until `$4`
+/// for `$takers`.
 macro_rules! lease_ctes {
     ($takers:literal) => {
         lease_ctes!($takers, "")
     };
-    ($takers:literal, $after:literal) => {
+    ($takers:literal, $($after:expr),+) => {
         concat!(
             "WITH picked AS (
-             SELECT id, visible_at AS was FROM messages
-             WHERE queue = $1 AND state = 0 AND visible_at <= $2 AND grp IS NULL",
-            $after,
+             SELECT id, visible_at AS was, rank FROM messages
+             WHERE queue = $1 AND state = 0 AND visible_at <= $2 AND grp IS NULL
+                 AND rank IS NULL",
+            $($after),+,
             "
              ORDER BY visible_at, id LIMIT $3
              FOR UPDATE SKIP LOCKED
          ), ",
             leased_cte!($takers, ""),
-        )
-    };
-}
-
-/// The `leased` CTE every lease of message rows ends with: the rows of `picked` leased at
-/// `$2` until `$4`, each for the name of its place among them (oldest first) in `$takers`
-/// ([`Takers::param`]), returning the columns [`deliveries`] reads (the holder's name in
-/// column 9), and `$returning` besides.
-macro_rules! leased_cte {
-    ($takers:literal, $returning:literal) => {
-        concat!(
-            "placed AS (
-             SELECT id, was, row_number() OVER (ORDER BY was, id) AS place FROM picked
-         ), leased AS (
-             UPDATE messages m SET state = 1, receive_count = m.receive_count + 1,
-                 token = (random() * 9.2e18)::bigint, visible_at = $4, progress = NULL,
-                 leased_at = $2, leased_by = ",
-            holder_of!($takers, "placed.place"),
-            "
-             FROM placed WHERE m.id = placed.id
-             RETURNING m.id, m.token, m.body, m.body_kind, m.attrs, m.receive_count,
-                 m.enqueued_at, m.last_error, placed.was, m.leased_by",
-            $returning,
-            "
-         )"
         )
     };
 }
@@ -382,10 +348,16 @@ macro_rules! leased_cte {
 /// retention cutoff `$5`: column 9); and, when nothing was leased, when the queue next
 /// changes by itself (column 10) and the oldest waiting pack (column 11), which this
 /// receive may unpack; whether messages of FIFO groups are in the queue (column 12), which
-/// this lease leaves to [`GROUP_LEASE_SQL`]; and the name each leased row was leased for,
-/// from `$9` (column 13). Always at least one row.
+/// this lease leaves to [`GROUP_LEASE_SQL`]; the name each leased row was leased for,
+/// from `$9` (column 13); whether the queue holds keys or priorities (column 14: then this
+/// statement leases nothing, and the receive goes by rank, `crate::hot::ranks`); and the key,
+/// priority and rank of each leased row (columns 15 – 17). Always at least one row.
 const FAST_LEASE_SQL: &str = concat!(
-    lease_ctes!("$9", " AND (visible_at, id) > ($6, $7)"),
+    lease_ctes!(
+        "$9",
+        " AND (visible_at, id) > ($6, $7) AND NOT ",
+        ordered_sql!()
+    ),
     ", due AS (
          SELECT EXISTS (SELECT 1 FROM messages
                         WHERE queue = $1 AND state = 1 AND visible_at <= $2 AND visible_at > $8)
@@ -396,7 +368,10 @@ const FAST_LEASE_SQL: &str = concat!(
              OR EXISTS (SELECT 1 FROM packs
                         WHERE queue = $1 AND state = 0 AND visible_at <= $5) AS due,
              EXISTS (SELECT 1 FROM messages
-                     WHERE queue = $1 AND grp IS NOT NULL AND state < 2) AS grouped
+                     WHERE queue = $1 AND grp IS NOT NULL AND state < 2) AS grouped,
+             ",
+    ordered_sql!(),
+    " AS ordered
      )
      SELECT leased.id, leased.token, leased.body, leased.body_kind, leased.attrs,
          leased.receive_count, leased.enqueued_at, leased.last_error, leased.was,
@@ -413,7 +388,9 @@ const FAST_LEASE_SQL: &str = concat!(
               ORDER BY visible_at, id LIMIT 1)
          END AS pack,
          due.grouped,
-         leased.leased_by
+         leased.leased_by,
+         due.ordered,
+         leased.fkey, leased.prio, leased.rank
      FROM due LEFT JOIN leased ON true"
 );
 
@@ -484,12 +461,18 @@ where
     }
     let vis = req.visibility.unwrap_or(cfg.visibility_timeout);
     let deadline = Timestamp(now).plus(vis).as_millis();
-    let names = takers.param();
-    let rows = tx
-        .query(stmt, &[&q, &now, &n, &deadline, &names])
-        .await
-        .map_err(|e| db(&e))?;
-    let mut out = deliveries(&rows, cfg, deadline, None, 9)?;
+    let ordered = crate::hot::ranks::holds_ranks(tx, q).await?;
+    local.set_ordered(ordered);
+    let mut out = if ordered {
+        crate::hot::ranks::lease_ranked(tx, q, cfg, now, n, deadline, takers).await?
+    } else {
+        let names = takers.param();
+        let rows = tx
+            .query(stmt, &[&q, &now, &n, &deadline, &names])
+            .await
+            .map_err(|e| db(&e))?;
+        deliveries(&rows, cfg, deadline, None, 9, 10)?
+    };
     let left = u32::try_from(n).unwrap_or(u32::MAX) - u32::try_from(out.len()).unwrap_or(0);
     if left > 0 {
         let takers = takers.after(out.len());
@@ -526,7 +509,7 @@ where
 /// a lease costs about as many probes as the groups it passes, not all of them. A line's front can only leave it, never gain a member
 /// ahead of it (places are taken at the end, in commit order), so a row seen at the front in
 /// this statement's snapshot is at the front when it is leased. Leased for the names `$7`.
-/// Columns as [`LEASE_SQL`]'s, and the group (10).
+/// Columns as [`LEASE_SQL`]'s, and the group (13).
 pub(crate) const GROUP_LEASE_SQL: &str = concat!(
     "WITH RECURSIVE lines AS (
          (SELECT grp FROM messages WHERE queue = $1 AND grp IS NOT NULL AND grp > $6
@@ -545,7 +528,7 @@ pub(crate) const GROUP_LEASE_SQL: &str = concat!(
          WHERE l.grp IS NOT NULL AND f.state = 0 AND f.visible_at <= $2
          LIMIT $3::bigint * 2 + 16
      ), picked AS (
-         SELECT id, visible_at AS was FROM messages
+         SELECT id, visible_at AS was, rank FROM messages
          WHERE id IN (SELECT id FROM fronts) AND state = 0 AND visible_at <= $2
          ORDER BY visible_at, id LIMIT $3
          FOR UPDATE SKIP LOCKED
@@ -592,7 +575,7 @@ where
             )
             .await
             .map_err(|e| db(&e))?;
-        out.extend(deliveries(&rows, cfg, deadline, Some(10), 9)?);
+        out.extend(deliveries(&rows, cfg, deadline, Some(13), 9, 10)?);
     }
     if let Some(last) = out.iter().filter_map(|t| t.delivery.group.as_ref()).max() {
         queue.set_group_turn(last.as_str());
@@ -601,16 +584,18 @@ where
 }
 
 /// The deliveries of leased rows (columns as [`LEASE_SQL`] returns them, the group in
-/// column `group` when the lease returns one, the holder's name in column `by`), oldest
-/// first.
-fn deliveries(
+/// column `group` when the lease returns one, the holder's name in column `by`, the key,
+/// priority and rank from column `tag` on), in delivery order: by rank, then oldest first.
+pub(crate) fn deliveries(
     rows: &[tokio_postgres::Row],
     cfg: &QueueConfig,
     deadline: i64,
     group: Option<usize>,
     by: usize,
+    tag: usize,
 ) -> Result<Vec<Taken>, StoreError> {
-    let mut out: Vec<(i64, Taken)> = Vec::with_capacity(rows.len());
+    type Order = (Option<i64>, Option<String>, i64);
+    let mut out: Vec<(Order, Taken)> = Vec::with_capacity(rows.len());
     for r in rows {
         let id: i64 = r.try_get(0).map_err(corrupt)?;
         let token: i64 = r.try_get(1).map_err(corrupt)?;
@@ -623,6 +608,9 @@ fn deliveries(
             Some(col) => r.try_get(col).map_err(corrupt)?,
             None => None,
         };
+        let key: Option<String> = r.try_get(tag).map_err(corrupt)?;
+        let prio: Option<i16> = r.try_get(tag + 1).map_err(corrupt)?;
+        let rank: Option<i64> = r.try_get(tag + 2).map_err(corrupt)?;
         let delivery = Delivery {
             id: MessageId(id as u64),
             receipt: Receipt {
@@ -640,11 +628,15 @@ fn deliveries(
             last_error: r.try_get(7).map_err(corrupt)?,
             lease_deadline: Timestamp(deadline),
             group: grp.and_then(|g| GroupName::new(g).ok()),
+            key: key.as_deref().and_then(|k| MessageKey::new(k).ok()),
+            priority: prio
+                .and_then(|p| u8::try_from(p).ok())
+                .unwrap_or(cfg.default_priority),
         };
         let by = r.try_get(by).map_err(corrupt)?;
-        out.push((was, Taken { delivery, by }));
+        out.push(((rank, key, was), Taken { delivery, by }));
     }
-    out.sort_by_key(|(was, t)| (*was, t.delivery.id));
+    out.sort_by(|(a, t), (b, u)| (a, t.delivery.id).cmp(&(b, u.delivery.id)));
     Ok(out.into_iter().map(|(_, t)| t).collect())
 }
 

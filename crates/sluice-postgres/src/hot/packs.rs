@@ -133,14 +133,20 @@ pub(crate) async fn insert(
 /// explains); `unfit` (10) names the oldest pack seen when none fit; `later` (11) says whether
 /// visible packs wait behind the oldest message row; `rows_visible` (12) whether a message row
 /// without a group is visible, or the queue holds grouped ones (their lease decides whether
-/// one may go); and when nothing was leased, `next_due` (13) says when the queue next changes
+/// one may go) or keys and priorities (then no pack is leased here: the queue's receives rank
+/// its messages, packs unpacked, `crate::hot::ranks`); and when nothing was leased, `next_due` (13) says when the queue next changes
 /// by itself. Always at least one row.
-const LEASE_SQL: &str = "WITH head AS (
-         SELECT visible_at FROM messages WHERE queue = $1 AND state = 0 AND grp IS NULL
+const LEASE_SQL: &str = concat!(
+    "WITH head AS (
+         SELECT visible_at FROM messages
+         WHERE queue = $1 AND state = 0 AND grp IS NULL AND rank IS NULL
          ORDER BY visible_at, id LIMIT 1
      ), seen AS (
          SELECT id, n, visible_at FROM packs
          WHERE queue = $1 AND state = 0 AND visible_at <= least($2, (SELECT visible_at FROM head))
+             AND NOT ",
+    ordered_sql!(),
+    "
          ORDER BY visible_at, id LIMIT $5
          FOR UPDATE SKIP LOCKED
      ), fit AS (
@@ -170,14 +176,18 @@ const LEASE_SQL: &str = "WITH head AS (
                  AND visible_at > (SELECT visible_at FROM head)) AS later,
          coalesce((SELECT visible_at FROM head) <= $2, false)
              OR EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND grp IS NOT NULL
-                        AND state < 2) AS rows_visible,
+                        AND state < 2)
+             OR ",
+    ordered_sql!(),
+    " AS rows_visible,
          CASE WHEN leased.id IS NULL THEN least(
              (SELECT visible_at FROM head WHERE visible_at > $2),
              (SELECT min(visible_at) FROM messages
               WHERE queue = $1 AND state = 1 AND visible_at > $7),
              (SELECT min(visible_at) FROM packs WHERE queue = $1 AND state = 1))
          END AS next_due
-     FROM (SELECT 1) one LEFT JOIN leased ON true";
+     FROM (SELECT 1) one LEFT JOIN leased ON true"
+);
 
 /// What one pack lease found.
 pub(crate) struct Leased {
@@ -316,6 +326,8 @@ pub(crate) async fn lease_from_packs(
                 last_error: None,
                 lease_deadline: Timestamp(deadline),
                 group: None,
+                key: None,
+                priority: cfg.default_priority,
             };
             out.deliveries.push(Taken { delivery, by });
         }

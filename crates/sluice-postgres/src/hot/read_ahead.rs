@@ -292,6 +292,8 @@ mod tests {
             last_error: None,
             lease_deadline: sluice_core::Timestamp(30_000),
             group: None,
+            key: None,
+            priority: 4,
         }
     }
 

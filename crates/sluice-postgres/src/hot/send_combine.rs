@@ -183,6 +183,7 @@ async fn claim_handoff(
         lease: claim.lease,
         consumer: claim.consumer,
         max_receive_count: cfg.max_receive_count,
+        default_priority: cfg.default_priority,
     })
 }
 
@@ -216,6 +217,8 @@ fn hand_over(
                 last_error: None,
                 lease_deadline: Timestamp(h.deadline),
                 group: None,
+                key: None,
+                priority: h.default_priority,
             })
         })
         .collect();

@@ -168,6 +168,13 @@ pub(crate) async fn put(
         // queue's row taken above), audited with the change.
         let mut fx = crate::db::effects::Effects::default();
         crate::flow::reconfigure(tx, name.as_str(), existing.as_ref(), &cfg, now, &mut fx).await?;
+        if existing.as_ref().is_some_and(|e| {
+            e.default_priority != cfg.default_priority || e.key_weights != cfg.key_weights
+        }) {
+            // Messages without a priority of their own move to the new default; keys weigh
+            // anew. Under the queue's row lock, as every ranking.
+            crate::hot::ranks::rerank(tx, name.as_str()).await?;
+        }
         fx.write(tx).await?;
         Ok((existing, row, warnings, fx))
     })

@@ -111,16 +111,20 @@ async fn receive_once(
 ) -> Result<Attempted, StoreError> {
     let q = queue.name.as_str();
     let cfg = inner.config(queue).await?;
-    if !crate::flow::limited(&cfg) {
+    if !crate::flow::limited(&cfg) && !queue.ordered() {
         // Receives of one queue arriving together share one statement.
-        return crate::hot::lease_combine::receive_combined(inner, queue, &cfg, req).await;
+        let got = crate::hot::lease_combine::receive_combined(inner, queue, &cfg, req).await?;
+        // Unless the statement found keys or priorities: then by rank, below.
+        if !queue.ordered() {
+            return Ok(got);
+        }
     }
     let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
     // The outcomes this node counted for a governed queue, taken into the transaction.
     let mut taken = None;
     let done = transaction(&mut conn, async |tx| {
-        // Global limits or a governed queue: receives of this queue take turns on its row,
-        // on every node.
+        // Global limits, a governed queue, or keys and priorities: receives of this queue take
+        // turns on its row, on every node.
         let cfg = crate::db::catalog::config(tx, q, true).await?;
         let now = inner.now();
         let mut fx = Effects::default();

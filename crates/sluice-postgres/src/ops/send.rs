@@ -29,6 +29,7 @@ pub(crate) async fn send(
     // From before the batch commits until it is counted (`crate::coverage`).
     let _counting = inner.counting.read().await;
     let messages_grouped = messages.iter().any(|m| m.group.is_some());
+    let messages_tagged = messages.iter().any(is_tagged);
     let (out, wake) = if is_plain(&cfg, &messages) {
         crate::hot::send_combine::send_combined(inner, &local, &cfg, messages).await?
     } else {
@@ -49,6 +50,9 @@ pub(crate) async fn send(
     }
     if messages_grouped {
         local.mark_grouped();
+    }
+    if messages_tagged {
+        local.mark_ordered();
     }
     Ok(out)
 }
@@ -174,7 +178,10 @@ pub(crate) async fn send_in_tx(
         }
     }
     let items = fresh.iter().map(|&i| (&messages[i], ids[i], cfg.delay));
-    let visible_now = if fresh.iter().any(|&i| messages[i].group.is_some()) {
+    let visible_now = if fresh
+        .iter()
+        .any(|&i| messages[i].group.is_some() || is_tagged(&messages[i]))
+    {
         insert_grouped(c, queue, now, items).await?
     } else {
         insert(c, INSERT_SQL, queue, now, items, None)
@@ -190,8 +197,13 @@ pub(crate) async fn send_in_tx(
 /// keep no lines).
 pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
     cfg.max_depth.is_none()
-        && messages.iter().all(|m| m.group.is_none())
+        && messages.iter().all(|m| m.group.is_none() && !is_tagged(m))
         && (cfg.dedup_window.is_zero() || messages.iter().all(|m| m.dedup_id.is_none()))
+}
+
+/// Whether `m` carries a key or a priority: stored as a row of its own, ranked on delivery.
+pub(crate) fn is_tagged(m: &NewMessage) -> bool {
+    m.key.is_some() || m.priority.is_some()
 }
 
 /// The insert of [`insert`]: every message of a batch, guarded by the queue's existence. The
@@ -229,6 +241,9 @@ pub(crate) struct HandOff {
     pub(crate) consumer: Option<String>,
     /// The queue's `max_receives`, for their deliveries.
     pub(crate) max_receive_count: u32,
+    /// The queue's `default_priority`: the priority of their deliveries (a hand-off is only
+    /// of plain messages).
+    pub(crate) default_priority: u8,
 }
 
 /// What [`insert`] stored: how many rows, whether one is visible at once, and the `(id,
@@ -305,6 +320,8 @@ struct Columns<'a> {
     attrs: Vec<Option<serde_json::Value>>,
     dedup: Vec<Option<&'a str>>,
     groups: Vec<Option<&'a str>>,
+    keys: Vec<Option<&'a str>>,
+    prios: Vec<Option<i16>>,
 }
 
 impl<'a> Columns<'a> {
@@ -333,25 +350,29 @@ impl<'a> Columns<'a> {
             cols.attrs.push(attrs_json(&m.attributes));
             cols.dedup.push(m.dedup_id.as_deref());
             cols.groups.push(m.group.as_ref().map(|g| g.as_str()));
+            cols.keys.push(m.key.as_ref().map(|k| k.as_str()));
+            cols.prios.push(m.priority.map(i16::from));
         }
         (cols, visible_now)
     }
 }
 
-/// The insert of a batch in which messages join their groups' lines: as [`INSERT_SQL`]
-/// without hand-offs, with each message's group (`$9`) and, for a grouped one, its place:
-/// `$10` · 2^20 plus its position in the batch.
+/// The insert of a batch in which messages join their groups' lines or carry keys or
+/// priorities: as [`INSERT_SQL`] without hand-offs, with each message's group (`$9`), key
+/// (`$11`) and priority (`$12`) and, for a grouped one, its place: `$10` · 2^20 plus its
+/// position in the batch.
 const GROUPED_INSERT_SQL: &str = "INSERT INTO messages (id, queue, state, visible_at,
-                 entered_at, enqueued_at, body, body_kind, attrs, dedup_id, grp, line)
+                 entered_at, enqueued_at, body, body_kind, attrs, dedup_id, grp, line, fkey, prio)
              SELECT i, $1, 0, v, $2, $2, b, k, a, d, g,
-                 CASE WHEN g IS NOT NULL THEN $10::bigint * 1048576 + n END
+                 CASE WHEN g IS NOT NULL THEN $10::bigint * 1048576 + n END, fk, p
              FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[],
-                         $8::text[], $9::text[]) WITH ORDINALITY AS u(i, v, b, k, a, d, g, n)
+                         $8::text[], $9::text[], $11::text[], $12::int2[])
+                  WITH ORDINALITY AS u(i, v, b, k, a, d, g, fk, p, n)
              WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)";
 
-/// Inserts `items` into queue `queue` as [`insert`] does, the grouped ones at the end of
-/// their groups' lines: the transaction takes the lock of each line first and holds it to
-/// its commit. Returns whether a message is visible at once.
+/// Inserts `items` into queue `queue` as [`insert`] does, with their keys and priorities, the
+/// grouped ones at the end of their groups' lines: the transaction takes the lock of each line
+/// first and holds it to its commit. Returns whether a message is visible at once.
 async fn insert_grouped<'a>(
     c: &impl GenericClient,
     queue: &QueueName,
@@ -363,17 +384,20 @@ async fn insert_grouped<'a>(
     let mut lines: Vec<&str> = cols.groups.iter().flatten().copied().collect();
     lines.sort_unstable();
     lines.dedup();
-    let queues = vec![q; lines.len()];
-    c.query_one(crate::db::row::LOCK_LINES_SQL, &[&queues, &lines])
-        .await
-        .map_err(|e| db(&e))?;
-    // Taken under the locks: a line's places follow its commits.
-    let base: i64 = c
-        .query_one("SELECT nextval('group_lines')", &[])
-        .await
-        .map_err(|e| db(&e))?
-        .try_get(0)
-        .map_err(corrupt)?;
+    let base: i64 = if lines.is_empty() {
+        0
+    } else {
+        let queues = vec![q; lines.len()];
+        c.query_one(crate::db::row::LOCK_LINES_SQL, &[&queues, &lines])
+            .await
+            .map_err(|e| db(&e))?;
+        // Taken under the locks: a line's places follow its commits.
+        c.query_one("SELECT nextval('group_lines')", &[])
+            .await
+            .map_err(|e| db(&e))?
+            .try_get(0)
+            .map_err(corrupt)?
+    };
     c.execute(
         GROUPED_INSERT_SQL,
         &[
@@ -387,6 +411,8 @@ async fn insert_grouped<'a>(
             &cols.dedup,
             &cols.groups,
             &base,
+            &cols.keys,
+            &cols.prios,
         ],
     )
     .await

@@ -691,6 +691,8 @@ fn new_message(m: FrameMessage, group: Option<String>) -> Result<NewMessage, Sto
         delay: m.delay_ms.map(Duration::from_millis),
         dedup_id: m.dedup_id,
         group: group.map(sluice_core::GroupName::new).transpose()?,
+        key: None,
+        priority: None,
     };
     msg.validate()?;
     Ok(msg)

@@ -81,6 +81,8 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
             dedup_id: None,
             group: shared.next_group(),
             messages: None,
+            key: None,
+            priority: None,
         });
     }
     let message = |t| -> Result<SendMessage, Failed> {
@@ -91,6 +93,8 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
             delay_ms: None,
             dedup_id: None,
             group: shared.next_group(),
+            key: None,
+            priority: None,
         })
     };
     Ok(SendRequest {
@@ -101,6 +105,8 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
         dedup_id: None,
         group: None,
         messages: Some((0..n).map(|_| message(t_us)).collect::<Result<_, _>>()?),
+        key: None,
+        priority: None,
     })
 }
 

@@ -241,6 +241,21 @@ pub struct QueueConfigArgs {
     /// Remove every tag of the queue.
     #[arg(long)]
     pub no_tags: bool,
+    /// The priority of messages sent without one, 0 – 9 (9 most urgent) [default: 4].
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u8).range(0..=9))]
+    pub default_priority: Option<u8>,
+    /// A fairness weight, `PATTERN=WEIGHT` (repeatable; `*` matches any run of characters,
+    /// weights 1 – 1000): the queue's key weights become exactly those given.
+    #[arg(
+        long,
+        value_name = "PATTERN=WEIGHT",
+        value_parser = parse_weight,
+        conflicts_with = "no_key_weights"
+    )]
+    pub key_weight: Vec<(String, u32)>,
+    /// Remove every key weight of the queue (every key weighs 1).
+    #[arg(long)]
+    pub no_key_weights: bool,
     /// Deliver the queue's messages to this endpoint (https, or http on loopback; a public
     /// address unless the broker's push_allow lists it); `none` stops pushing. The target is replaced whole: give its other --push-* flags with it.
     #[arg(long, value_name = "URL")]
@@ -380,8 +395,26 @@ impl QueueConfigArgs {
             } else {
                 self.breaker.clone().map(Some)
             },
+            default_priority: self.default_priority,
+            key_weights: if self.no_key_weights {
+                Some(Default::default())
+            } else {
+                (!self.key_weight.is_empty()).then(|| self.key_weight.iter().cloned().collect())
+            },
         }
     }
+}
+
+/// A `PATTERN=WEIGHT` of `--key-weight`.
+fn parse_weight(s: &str) -> Result<(String, u32), String> {
+    let (pattern, w) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("\"{s}\" is not a key weight; write it as PATTERN=WEIGHT"))?;
+    let w = w
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| format!("the weight in \"{s}\" is not a whole number from 1 to 1000"))?;
+    Ok((pattern.to_owned(), w))
 }
 
 #[cfg(test)]

@@ -52,6 +52,13 @@ pub struct SendArgs {
     /// lines, every line goes to this group, in line order.
     #[arg(long, value_name = "GROUP")]
     group: Option<String>,
+    /// The key the message belongs to (a tenant, customer or account; 1 – 128 characters):
+    /// deliveries go round-robin across a queue's keys.
+    #[arg(long, value_name = "KEY")]
+    key: Option<String>,
+    /// Priority 0 – 9 (9 most urgent) [default: the queue's default-priority].
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u8).range(0..=9))]
+    priority: Option<u8>,
     /// Send the body as bytes, even if it is text or JSON.
     #[arg(long, conflicts_with = "text")]
     raw: bool,
@@ -134,6 +141,12 @@ impl SendArgs {
         }
         if let Some(g) = &self.group {
             m = m.group(g);
+        }
+        if let Some(k) = &self.key {
+            m = m.key(k);
+        }
+        if let Some(p) = self.priority {
+            m = m.priority(p);
         }
         Ok(m)
     }

@@ -354,6 +354,30 @@ class Sqs(unittest.TestCase):
             self.sqs.set_queue_attributes(QueueUrl=standard, Attributes={"ContentBasedDeduplication": "true"})
         self.assertEqual(error_code(e.exception), "InvalidAttributeName")
 
+    def test_message_group_id_on_a_standard_queue_is_the_fair_key(self):
+        # SQS fair queues: on a standard queue MessageGroupId names the tenant. One tenant's
+        # backlog must not hold another's message back, and a group's messages may go at once.
+        url = self.queue("fair")
+        self.sqs.send_message_batch(
+            QueueUrl=url,
+            Entries=[{"Id": f"n{i}", "MessageBody": f"noisy-{i}", "MessageGroupId": "noisy"} for i in range(10)],
+        )
+        for _ in range(3):
+            self.sqs.send_message_batch(
+                QueueUrl=url,
+                Entries=[{"Id": f"n{i}", "MessageBody": "noisy", "MessageGroupId": "noisy"} for i in range(10)],
+            )
+        self.sqs.send_message(QueueUrl=url, MessageBody="quiet-1", MessageGroupId="quiet")
+        got = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=3, **{SYSTEM_NAMES: ["All"]})["Messages"]
+        self.assertEqual(len(got), 3, "a group's messages go in parallel on a standard queue")
+        bodies = [m["Body"] for m in got]
+        self.assertIn("quiet-1", bodies, "the quiet tenant is not behind 40 of the noisy one")
+        groups = {m["Body"]: m["Attributes"]["MessageGroupId"] for m in got}
+        self.assertEqual(groups["quiet-1"], "quiet")
+        view = httpx.get(f"{SLUICE_URL}/v1/queues/fair/messages?state=visible&limit=1").json()["messages"][0]
+        self.assertEqual(view.get("key"), "noisy")
+        self.assertNotIn("group", view, "a key, not a FIFO group")
+
     def test_tags_are_the_queues_tags(self):
         url = self.sqs.create_queue(QueueName="tagged", tags={"team": "core", "env": "test"})["QueueUrl"]
         self.assertEqual(self.sqs.list_queue_tags(QueueUrl=url)["Tags"], {"team": "core", "env": "test"})

@@ -87,6 +87,10 @@ fn patch(p: &PatchSpec) -> QueueConfigPatch {
                 period: dur(crate::differential::ops::RATE_PERIOD_MS),
             })
         }),
+        default_priority: p.default_priority,
+        key_weights: p
+            .key_weights
+            .map(|w| w.map(|w| [("k1".to_owned(), w)].into()).unwrap_or_default()),
         ..QueueConfigPatch::default()
     }
 }
@@ -101,6 +105,11 @@ fn new_message(m: &MsgSpec) -> NewMessage {
             .group
             .as_ref()
             .and_then(|g| GroupName::new(g.clone()).ok()),
+        key: m
+            .key
+            .as_ref()
+            .and_then(|k| sluice_core::MessageKey::new(k.clone()).ok()),
+        priority: m.priority,
     }
 }
 

@@ -139,6 +139,8 @@ impl Run<'_> {
                     delay_ms: None,
                     dedup_id: Some(dedup_id.clone()),
                     group: None,
+                    key: None,
+                    priority: None,
                 };
                 let nm = new_message(&m);
                 let (ra, rb) =
@@ -303,7 +305,11 @@ impl Run<'_> {
                         nm.attributes,
                         i64::try_from(delay.as_millis()).unwrap_or(0),
                         nm.dedup_id.clone(),
-                        nm.group.map(|g| g.to_string()),
+                        (
+                            nm.group.map(|g| g.to_string()),
+                            nm.key.map(|k| k.to_string()),
+                            nm.priority,
+                        ),
                         now,
                     );
                     ensure!(got == mid, "model id {got} for engine's {mid}");
@@ -345,6 +351,37 @@ impl Run<'_> {
         self.follow_deliveries(queue, visibility_ms, consumer, ds)
     }
 
+    /// Higher priority first: no message without a group that stays visible has a higher
+    /// priority than one without a group that the receive delivered. (How a FIFO group's
+    /// front ranks against messages without a group is the engine's choice.)
+    fn check_priority_order(
+        &self,
+        name: &str,
+        eligible: &BTreeSet<usize>,
+        ds: &[sluice_core::message::Delivery],
+        default: u8,
+    ) -> Result<(), String> {
+        let prio = |id: usize| {
+            let m = self.model.live(id).expect("live");
+            (m.group.is_none()).then(|| m.priority.unwrap_or(default))
+        };
+        let delivered: BTreeSet<usize> = ds.iter().filter_map(|d| self.ids.of(d.id).ok()).collect();
+        let lowest_taken = delivered.iter().filter_map(|id| prio(*id)).min();
+        let highest_left = eligible
+            .iter()
+            .filter(|id| !delivered.contains(id))
+            .filter_map(|id| prio(*id).map(|p| (p, *id)))
+            .max();
+        if let (Some(low), Some((high, left))) = (lowest_taken, highest_left) {
+            ensure!(
+                high <= low,
+                "receive of {name} left {left} at priority {high} and delivered one at {low} \
+                 (delivered {delivered:?})"
+            );
+        }
+        Ok(())
+    }
+
     pub(super) fn follow_deliveries(
         &mut self,
         queue: u8,
@@ -356,6 +393,7 @@ impl Run<'_> {
         let name = queue_name(queue);
         let eligible = self.model.eligible(name, now);
         let cfg = self.model.queues[name].config.clone();
+        self.check_priority_order(name, &eligible, &ds, cfg.default_priority)?;
         let vis = visibility_ms
             .map(|v| i64::try_from(v).unwrap_or(0))
             .unwrap_or(i64::try_from(cfg.visibility_timeout.as_millis()).unwrap_or(0));
@@ -376,6 +414,8 @@ impl Run<'_> {
                 &m.last_error,
                 until,
                 m.group.clone(),
+                m.key.clone(),
+                m.priority.unwrap_or(cfg.default_priority),
             );
             let seen = (
                 &d.body,
@@ -386,11 +426,14 @@ impl Run<'_> {
                 &d.last_error,
                 d.lease_deadline.as_millis(),
                 d.group.as_ref().map(ToString::to_string),
+                d.key.as_ref().map(ToString::to_string),
+                d.priority,
             );
             ensure!(
                 seen == want,
                 "delivery of {mid} (body, attributes, receive_count, max_receive_count, \
-                 enqueued_at, last_error, lease_deadline, group): engine {seen:?}, model {want:?}"
+                 enqueued_at, last_error, lease_deadline, group, key, priority): engine \
+                 {seen:?}, model {want:?}"
             );
             let del = self.model.lease(mid, queue, until, now, consumer.clone());
             ensure!(del == self.receipts.len(), "delivery tables out of step");

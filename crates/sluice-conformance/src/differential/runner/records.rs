@@ -760,7 +760,7 @@ impl Run<'_> {
             attributes,
             0,
             Some(dedup),
-            None,
+            (None, None, None),
             now,
         );
         ensure!(got_mid == mid, "model id {got_mid} for engine's {mid}");

@@ -105,7 +105,8 @@ impl Record {
         match self {
             Record::Message(m)
             | Record::Firing { message: m, .. }
-            | Record::Grouped { message: m, .. } => {
+            | Record::Grouped { message: m, .. }
+            | Record::Tagged { message: m, .. } => {
                 out.push((m.id, &m.rich.attempts));
             }
             Record::Update(u) | Record::Regrouped { update: u, .. } => {
@@ -132,7 +133,8 @@ impl Record {
         match self {
             Record::Message(m)
             | Record::Firing { message: m, .. }
-            | Record::Grouped { message: m, .. } => {
+            | Record::Grouped { message: m, .. }
+            | Record::Tagged { message: m, .. } => {
                 out.push((m.id, &mut m.rich.attempts));
             }
             Record::Update(u) | Record::Regrouped { update: u, .. } => {

@@ -161,7 +161,7 @@ fn a_firing_is_a_message_base_record_and_reads_back_whole() {
 }
 
 #[test]
-fn grouped_records_read_back_and_name_their_messages() {
+fn grouped_and_tagged_records_read_back_and_name_their_messages() {
     let Record::Message(message) = sample() else {
         unreachable!()
     };
@@ -190,7 +190,10 @@ fn grouped_records_read_back_and_name_their_messages() {
     );
     let records = [
         Record::Grouped {
-            message: MessageRecord { id: 30, ..message },
+            message: MessageRecord {
+                id: 30,
+                ..message.clone()
+            },
             group: GroupTag {
                 name: "g-é".into(),
                 order: 30,
@@ -199,6 +202,20 @@ fn grouped_records_read_back_and_name_their_messages() {
         Record::Regrouped {
             update: update.clone(),
             order: 99,
+        },
+        Record::Tagged {
+            message: MessageRecord {
+                id: 33,
+                ..message.clone()
+            },
+            tag: TagRecord {
+                group: Some(GroupTag {
+                    name: "g".into(),
+                    order: 33,
+                }),
+                key: Some("tenant-ü".into()),
+                priority: Some(9),
+            },
         },
         Record::redrive_grouped(
             job.clone(),
@@ -210,7 +227,7 @@ fn grouped_records_read_back_and_name_their_messages() {
     for r in &records {
         encode_into(r, &mut buf);
     }
-    assert_eq!(message_ids_in(&buf), vec![30, 31, 32]);
+    assert_eq!(message_ids_in(&buf), vec![30, 31, 33, 32]);
     let mut off = 0;
     for r in &records {
         let (back, len) = decode_frame(&buf[off..]).unwrap();

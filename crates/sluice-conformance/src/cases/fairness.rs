@@ -1,0 +1,255 @@
+//! Keys and priorities (`sluice_core::fair`): higher priority first, round-robin across keys
+//! weighted by `key_weights`, by visible time within a key; both carried by deliveries and
+//! views, through retries, dead-lettering, redrives and restarts.
+
+use std::collections::BTreeMap;
+
+use sluice_core::fair::MessageKey;
+
+use super::*;
+
+fn key(k: &str) -> MessageKey {
+    MessageKey::new(k).unwrap_or_else(|e| panic!("test key {k:?} invalid: {e}"))
+}
+
+/// A text message under key `k`.
+fn keyed(s: &str, k: &str) -> NewMessage {
+    text(s).with_key(key(k))
+}
+
+/// Receives one message at a time until the queue has nothing visible (at most `max`),
+/// returning them in the order delivered.
+async fn drain_one_by_one(e: &Env, q: &QueueName, max: usize) -> Vec<Delivery> {
+    let mut out = Vec::new();
+    while out.len() < max {
+        let mut ds = e.recv(q, 1).await;
+        match ds.pop() {
+            Some(d) => out.push(d),
+            None => break,
+        }
+    }
+    out
+}
+
+fn bodies(ds: &[Delivery]) -> Vec<String> {
+    ds.iter()
+        .map(|d| String::from_utf8_lossy(&d.body.bytes).into_owned())
+        .collect()
+}
+
+/// A message of a higher priority goes before any of a lower one, whenever it was sent;
+/// a message without one takes the queue's `default_priority`, as the queue has it when the
+/// message is delivered. Deliveries carry the priority they went at; views the one sent.
+pub async fn priority_orders_deliveries(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e.queue("urgent", QueueConfigPatch::default()).await;
+    let out = e
+        .send_batch(
+            &q,
+            vec![
+                text("p0").with_priority(0),
+                text("default"),
+                text("p9").with_priority(9),
+                text("p7").with_priority(7),
+                text("p9-later").with_priority(9),
+            ],
+        )
+        .await;
+    let ds = drain_one_by_one(&e, &q, 10).await;
+    assert_eq!(
+        bodies(&ds),
+        ["p9", "p9-later", "p7", "default", "p0"],
+        "higher priority first, by visible time within one"
+    );
+    let prios: Vec<u8> = ds.iter().map(|d| d.priority).collect();
+    assert_eq!(prios, [9, 9, 7, 4, 0], "deliveries carry their priority");
+    assert_eq!(e.get(out[2].id).await.priority, Some(9));
+    assert_eq!(e.get(out[1].id).await.priority, None, "none named");
+
+    // The default re-ranks the messages that named none, waiting ones included.
+    let q2 = e.queue("urgent2", QueueConfigPatch::default()).await;
+    e.send_batch(
+        &q2,
+        vec![
+            text("plain"),
+            text("p6").with_priority(6),
+            text("p3").with_priority(3),
+        ],
+    )
+    .await;
+    let raise = QueueConfigPatch {
+        default_priority: Some(8),
+        ..QueueConfigPatch::default()
+    };
+    e.store
+        .put_queue(&q2, &raise)
+        .await
+        .expect("raise the default");
+    let ds = drain_one_by_one(&e, &q2, 10).await;
+    assert_eq!(bodies(&ds), ["plain", "p6", "p3"]);
+    assert_eq!(ds[0].priority, 8);
+}
+
+/// One key's backlog does not hold the others back: with K keys active, a quiet key's
+/// message waits for about K deliveries, not for the backlog. Messages without a key share
+/// one implicit key.
+pub async fn a_quiet_key_is_not_starved_by_a_backlog(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e.queue("tenants", QueueConfigPatch::default()).await;
+    let noisy: Vec<NewMessage> = (0..200).map(|i| keyed(&format!("n{i}"), "noisy")).collect();
+    e.send_batch(&q, noisy).await;
+    for d in drain_one_by_one(&e, &q, 3).await {
+        assert_eq!(d.key, Some(key("noisy")));
+    }
+    e.advance(ms(10));
+    let quiet = ["q1", "q2", "q3", "q4"];
+    for k in quiet {
+        e.send(&q, keyed(&format!("from-{k}"), k)).await;
+    }
+    e.send(&q, text("unkeyed")).await;
+    // Six keys active (noisy, four quiet ones, the implicit key): each quiet message within
+    // about one round of them.
+    let next = drain_one_by_one(&e, &q, 7).await;
+    let names = bodies(&next);
+    for k in quiet {
+        assert!(
+            names.contains(&format!("from-{k}")),
+            "{k}'s message waited behind the backlog: next deliveries {names:?}"
+        );
+    }
+    assert!(names.contains(&"unkeyed".to_owned()), "{names:?}");
+    let quiet_key = next.iter().find(|d| d.key == Some(key("q1"))).expect("q1");
+    assert_eq!(
+        e.get(quiet_key.id).await.key,
+        Some(key("q1")),
+        "views carry the key"
+    );
+    // The backlog goes on, in send order.
+    let rest = drain_one_by_one(&e, &q, 300).await;
+    let noisy_rest: Vec<String> = bodies(&rest);
+    assert_eq!(noisy_rest.len() + next.len() + 3, 205);
+    let numbers: Vec<u32> = bodies(&next)
+        .iter()
+        .chain(&noisy_rest)
+        .filter_map(|b| b.strip_prefix('n').and_then(|n| n.parse().ok()))
+        .collect();
+    assert!(
+        numbers.windows(2).all(|w| w[0] < w[1]),
+        "by time within a key"
+    );
+}
+
+/// `key_weights` shares deliveries in proportion while both keys have messages waiting;
+/// keys no pattern matches weigh 1.
+pub async fn key_weights_share_deliveries(h: &dyn Harness) {
+    let e = env(h).await;
+    let weights = QueueConfigPatch {
+        key_weights: Some(BTreeMap::from([("gold-*".to_owned(), 3)])),
+        ..QueueConfigPatch::default()
+    };
+    let q = e.queue("weighted", weights).await;
+    let mut batch = Vec::new();
+    for i in 0..40 {
+        batch.push(keyed(&format!("g{i}"), "gold-1"));
+        batch.push(keyed(&format!("b{i}"), "basic"));
+    }
+    e.send_batch(&q, batch).await;
+    let first = drain_one_by_one(&e, &q, 40).await;
+    let gold = first
+        .iter()
+        .filter(|d| d.key == Some(key("gold-1")))
+        .count();
+    assert!(
+        (29..=31).contains(&gold),
+        "gold-1 weighs 3, basic 1: {gold} of the first 40 were gold-1"
+    );
+    assert_eq!(e.stats(&q).await.visible, 40);
+}
+
+/// A retried message goes to the back of its key's line; a dead-lettered, redriven or
+/// restarted message keeps its key and priority.
+pub async fn keys_and_priorities_outlive_retries_dead_letters_and_restarts(h: &dyn Harness) {
+    let e = env(h).await;
+    let patch = QueueConfigPatch {
+        max_receive_count: Some(2),
+        ..QueueConfigPatch::default()
+    };
+    let q = e.queue("kept", patch).await;
+    let dlq = qn("kept.dlq");
+    let a = e.send(&q, keyed("a1", "acme").with_priority(6)).await.id;
+    e.send(&q, keyed("a2", "acme").with_priority(6)).await;
+    e.send(&q, text("low").with_priority(1)).await;
+    let d = e.recv_one(&q).await;
+    assert_eq!((d.id, d.priority), (a, 6));
+    e.advance(ms(5));
+    e.nack(&q, d.receipt, Some(Duration::ZERO), Some("boom"))
+        .await
+        .expect("nack");
+    // a1 is visible again after a2 became visible: a2 first within the key.
+    let d = e.recv_one(&q).await;
+    assert_eq!(String::from_utf8_lossy(&d.body.bytes), "a2");
+    let e = e.restart(h).await;
+    let d = e.recv_one(&q).await;
+    assert_eq!(d.id, a, "after a restart, priority 6 still before 1");
+    assert_eq!(d.key, Some(key("acme")));
+    e.nack(&q, d.receipt, Some(Duration::ZERO), Some("boom again"))
+        .await
+        .expect("nack");
+    let dead = e.get(a).await;
+    assert_eq!(dead.queue, dlq, "dead-lettered on its last attempt");
+    assert_eq!((dead.key, dead.priority), (Some(key("acme")), Some(6)));
+    let job = e
+        .store
+        .create_redrive(super::redrive::redrive_spec(&dlq))
+        .await
+        .expect("create");
+    let step = e.store.redrive_step(job.id, 10).await.expect("step");
+    assert_eq!(step.moved_now, 1);
+    let back = e.get(a).await;
+    assert_eq!(back.queue, q);
+    assert_eq!((back.key, back.priority), (Some(key("acme")), Some(6)));
+    let d = e.recv_one(&q).await;
+    assert_eq!(
+        (d.id, d.priority),
+        (a, 6),
+        "redriven, it goes before priority 1"
+    );
+}
+
+/// Keys, priorities and the settings that rank them are checked: a key of 1 – 128
+/// characters without control characters, a priority and a default of 0 – 9, weights of
+/// 1 – 1000.
+pub async fn keys_and_priorities_are_checked(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e.queue("checked", QueueConfigPatch::default()).await;
+    assert_code(
+        e.store
+            .send(&q, vec![keyed("fine", "k"), text("x").with_priority(10)])
+            .await,
+        ErrorCode::InvalidArgument,
+        "priority 10",
+    );
+    assert!(MessageKey::new("k".repeat(129)).is_err());
+    assert!(MessageKey::new("a\u{7}").is_err());
+    for bad in [
+        QueueConfigPatch {
+            default_priority: Some(10),
+            ..QueueConfigPatch::default()
+        },
+        QueueConfigPatch {
+            key_weights: Some(BTreeMap::from([("k".to_owned(), 0)])),
+            ..QueueConfigPatch::default()
+        },
+        QueueConfigPatch {
+            key_weights: Some(BTreeMap::from([("k".to_owned(), 1001)])),
+            ..QueueConfigPatch::default()
+        },
+    ] {
+        assert_code(
+            e.store.put_queue(&q, &bad).await,
+            ErrorCode::InvalidArgument,
+            "bad ranking setting",
+        );
+    }
+    assert_eq!(e.stats(&q).await.visible, 0, "nothing stored");
+}

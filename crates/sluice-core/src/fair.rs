@@ -1,0 +1,240 @@
+//! Fair, prioritized delivery: the key and priority a message may carry, and the weights that
+//! share a queue's deliveries among its keys.
+//!
+//! The rule every engine follows (and the conformance suite checks):
+//! - A visible message of a higher priority is delivered before any of a lower one. A message
+//!   sent without a priority takes its queue's `default_priority`, as the queue has it when the
+//!   message is delivered (changing the default re-ranks the messages that named none).
+//! - Within one priority, deliveries go round-robin across the keys that have deliverable
+//!   messages, weighted by `key_weights`: each key has a *pass*, and the key with the lowest
+//!   pass delivers next, its pass then growing by [`step`] of its weight (a key of weight 3
+//!   delivers three times for one of a key of weight 1). A key that had nothing deliverable and
+//!   gets something starts where the next delivery of its priority is, so with K active
+//!   keys of equal weight the head of a quiet key waits for at most about K deliveries, however
+//!   large another key's backlog. Ties go to the key that sorts first.
+//! - Within a key, messages go by the time they became visible, as without keys. Messages sent
+//!   without a key share one implicit key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+
+/// Longest key, in characters (the same rule as a FIFO group's name).
+pub const MAX_KEY_CHARS: usize = 128;
+
+/// Lowest priority.
+pub const MIN_PRIORITY: u8 = 0;
+/// Highest (most urgent) priority.
+pub const MAX_PRIORITY: u8 = 9;
+/// The priority of a queue that sets no `default_priority`.
+pub const DEFAULT_PRIORITY: u8 = 4;
+
+/// Most entries of a queue's `key_weights`.
+pub const MAX_KEY_WEIGHTS: usize = 100;
+/// Largest weight of a key.
+pub const MAX_KEY_WEIGHT: u32 = 1000;
+
+/// What a key's pass grows by per delivery at weight 1; at weight `w` it grows by this over
+/// `w`, rounded down (every weight from 1 to 10 exactly). Small, so that a priority and a
+/// pass fit one 64-bit number ([`rank`]) for thousands of years of deliveries.
+pub const PASS_UNIT: u64 = 2520;
+
+/// Bits of a [`rank`] below its priority.
+pub const PASS_BITS: u32 = 56;
+
+/// One number that sorts deliverable messages in delivery order: higher priority first, then
+/// lower pass.
+pub fn rank(priority: u8, pass: u64) -> i64 {
+    let level = u64::from(MAX_PRIORITY.saturating_sub(priority));
+    i64::try_from((level << PASS_BITS) | (pass & ((1 << PASS_BITS) - 1))).unwrap_or(i64::MAX)
+}
+
+/// The tenant, customer or account a message belongs to: 1 to 128 characters, none of them a
+/// control character.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct MessageKey(String);
+
+impl MessageKey {
+    /// Validates `key`.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] naming the field `key` and its rule.
+    pub fn new(key: impl Into<String>) -> Result<Self, StoreError> {
+        let key = key.into();
+        let chars = key.chars().count();
+        if chars == 0 || chars > MAX_KEY_CHARS {
+            return Err(StoreError::invalid(format!(
+                "key must be 1 to {MAX_KEY_CHARS} characters long, got {chars}"
+            )));
+        }
+        if let Some(bad) = key.chars().find(|c| c.is_control()) {
+            return Err(StoreError::invalid(format!(
+                "key must not contain control characters, got {bad:?} in {key:?}"
+            )));
+        }
+        Ok(MessageKey(key))
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for MessageKey {
+    type Error = StoreError;
+    fn try_from(s: String) -> Result<Self, StoreError> {
+        MessageKey::new(s)
+    }
+}
+
+impl From<MessageKey> for String {
+    fn from(k: MessageKey) -> String {
+        k.0
+    }
+}
+
+impl fmt::Display for MessageKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for MessageKey {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self, StoreError> {
+        MessageKey::new(s)
+    }
+}
+
+/// Checks a priority given with a message or as a queue's default.
+///
+/// # Errors
+/// [`StoreError::InvalidArgument`] naming `field` when `p` is above 9.
+pub fn check_priority(field: &str, p: u8) -> Result<(), StoreError> {
+    if p > MAX_PRIORITY {
+        return Err(StoreError::invalid(format!(
+            "{field} must be {MIN_PRIORITY} to {MAX_PRIORITY} (9 most urgent), got {p}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a queue's `key_weights`: at most 100 patterns of 1 to 128 characters (`*` any run of
+/// characters, `?` any one), each weighing 1 to 1000.
+///
+/// # Errors
+/// [`StoreError::InvalidArgument`] naming the offending pattern or weight.
+pub fn check_weights(weights: &BTreeMap<String, u32>) -> Result<(), StoreError> {
+    if weights.len() > MAX_KEY_WEIGHTS {
+        return Err(StoreError::invalid(format!(
+            "key_weights may have at most {MAX_KEY_WEIGHTS} patterns, got {}",
+            weights.len()
+        )));
+    }
+    for (pattern, w) in weights {
+        if MessageKey::new(pattern.as_str()).is_err() {
+            return Err(StoreError::invalid(format!(
+                "key_weights pattern {pattern:?} must be 1 to {MAX_KEY_CHARS} characters \
+                 without control characters"
+            )));
+        }
+        if *w == 0 || *w > MAX_KEY_WEIGHT {
+            return Err(StoreError::invalid(format!(
+                "key_weights[{pattern:?}] must be 1 to {MAX_KEY_WEIGHT}, got {w}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The weight of `key` (`None`: the implicit key of messages sent without one) under
+/// `weights`: the weight of the key's own entry, else of the longest pattern that matches it
+/// (the first in sort order among patterns of one length), else 1. The implicit key weighs 1.
+pub fn weight_of(weights: &BTreeMap<String, u32>, key: Option<&str>) -> u32 {
+    let Some(key) = key else { return 1 };
+    if let Some(w) = weights.get(key) {
+        return *w;
+    }
+    let mut best: Option<(usize, u32)> = None;
+    for (pattern, w) in weights {
+        if crate::access::glob_match(pattern, key)
+            && best.is_none_or(|(len, _)| pattern.len() > len)
+        {
+            best = Some((pattern.len(), *w));
+        }
+    }
+    best.map_or(1, |(_, w)| w.clamp(1, MAX_KEY_WEIGHT))
+}
+
+/// What a key's pass grows by per delivery at weight `w`.
+pub fn step(w: u32) -> u64 {
+    PASS_UNIT / u64::from(w.clamp(1, MAX_KEY_WEIGHT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_group_rule() {
+        assert!(MessageKey::new("tenant-42").is_ok());
+        assert!(MessageKey::new("é".repeat(128)).is_ok());
+        for bad in [String::new(), "x".repeat(129), "a\nb".to_string()] {
+            let e = MessageKey::new(bad).unwrap_err().to_string();
+            assert!(e.contains("key must"), "{e}");
+        }
+    }
+
+    #[test]
+    fn priorities_are_zero_to_nine() {
+        assert!(check_priority("priority", 0).is_ok());
+        assert!(check_priority("priority", 9).is_ok());
+        let e = check_priority("priority", 10).unwrap_err().to_string();
+        assert!(e.contains("priority must be 0 to 9"), "{e}");
+    }
+
+    #[test]
+    fn a_key_weighs_its_own_entry_then_its_longest_pattern() {
+        let w: BTreeMap<String, u32> = [("acme".into(), 7), ("a*".into(), 2), ("acm*".into(), 3)]
+            .into_iter()
+            .collect();
+        assert_eq!(weight_of(&w, Some("acme")), 7);
+        assert_eq!(weight_of(&w, Some("acmf")), 3);
+        assert_eq!(weight_of(&w, Some("ab")), 2);
+        assert_eq!(weight_of(&w, Some("zeta")), 1);
+        assert_eq!(weight_of(&w, None), 1);
+    }
+
+    #[test]
+    fn weights_are_checked() {
+        let bad: BTreeMap<String, u32> = [("a".into(), 0)].into_iter().collect();
+        assert!(check_weights(&bad).is_err());
+        let bad: BTreeMap<String, u32> = [("a".into(), 1001)].into_iter().collect();
+        assert!(check_weights(&bad).is_err());
+        let bad: BTreeMap<String, u32> = [(String::new(), 1)].into_iter().collect();
+        assert!(check_weights(&bad).is_err());
+        let many: BTreeMap<String, u32> = (0..101).map(|i| (format!("k{i}"), 1)).collect();
+        assert!(check_weights(&many).is_err());
+    }
+
+    #[test]
+    fn weights_step_in_proportion() {
+        assert_eq!(step(1), PASS_UNIT);
+        for w in 1..=10 {
+            assert_eq!(step(w) * u64::from(w), PASS_UNIT);
+        }
+        assert!(step(1000) >= 1);
+    }
+
+    #[test]
+    fn ranks_sort_by_priority_then_pass() {
+        assert!(rank(9, 1 << 40) < rank(8, 0));
+        assert!(rank(4, 5) < rank(4, 6));
+        assert!(rank(0, 0) > 0);
+    }
+}

@@ -1,0 +1,364 @@
+//! Fair, prioritized delivery order in the index: the deliverable messages of a queue sorted
+//! by priority, then by key in weighted round-robin, then by visible time (the rule is
+//! `sluice_core::fair`'s).
+//!
+//! A queue whose messages carry neither key nor priority has no lanes: its `ready` index is
+//! the delivery order, as it always was, and costs nothing more. The first message with a key
+//! or priority gives the queue lanes, built once from `ready`; from then on every deliverable
+//! message is in `ready` (by time, for stats, browse and retention) and in its lane (for
+//! delivery). The lanes go when the queue holds no such message and nothing is deliverable.
+//!
+//! A lane is one priority: its keys with deliverable messages, each with a pass, in a set
+//! ordered by `(pass, key)`. The next delivery is the head of the key with the lowest pass in
+//! the highest lane; the key's pass then grows by its step. A key that gets a deliverable
+//! message when it had none starts at the lane's latest delivered pass. Every change costs
+//! O(log keys + log messages of the key); a key's state lives only while it has deliverable
+//! messages.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use sluice_core::fair;
+
+use super::{IdMap, Msg, QueueState, Slot};
+
+/// What a message carries beyond a plain one: its key and the priority it was sent with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tag {
+    /// Shared with the lane's entry for the key.
+    pub key: Option<Arc<str>>,
+    pub priority: Option<u8>,
+}
+
+/// A queue's delivery order, when its messages carry keys or priorities.
+#[derive(Default)]
+pub(crate) struct Lanes {
+    /// Lanes with deliverable messages, highest priority first.
+    by_priority: BTreeMap<Reverse<u8>, Lane>,
+    /// The name the implicit key goes by here: empty, which no key can be.
+    implicit: Arc<str>,
+}
+
+#[derive(Default)]
+struct Lane {
+    /// `(pass, key)` of every key of the lane.
+    turn: BTreeSet<(u64, Arc<str>)>,
+    keys: HashMap<Arc<str>, KeyLine>,
+    /// The pass of the lane's latest delivery, where a newly active key starts.
+    latest: u64,
+}
+
+struct KeyLine {
+    pass: u64,
+    /// What the pass grows by per delivery (from the key's weight).
+    step: u64,
+    /// The key's deliverable messages by `(visible time, id)`.
+    ready: BTreeSet<(i64, u64)>,
+}
+
+/// Where a message sorts: its priority and its key (`None`: the implicit key).
+type Place<'a> = (u8, Option<&'a Arc<str>>);
+
+impl Lanes {
+    /// Lanes holding `ready`, all of it plain (a queue gets lanes before its first tagged
+    /// message is deliverable).
+    fn of_plain(ready: &BTreeSet<(i64, u64)>, q_default: u8) -> Self {
+        let mut l = Lanes::default();
+        if !ready.is_empty() {
+            let lane = l.by_priority.entry(Reverse(q_default)).or_default();
+            lane.turn.insert((0, l.implicit.clone()));
+            lane.keys.insert(
+                l.implicit.clone(),
+                KeyLine {
+                    pass: 0,
+                    step: fair::step(1),
+                    ready: ready.clone(),
+                },
+            );
+        }
+        l
+    }
+
+    fn insert(&mut self, (priority, key): Place<'_>, at: i64, id: u64, weights: &Weights<'_>) {
+        let key = key.unwrap_or(&self.implicit);
+        let lane = self.by_priority.entry(Reverse(priority)).or_default();
+        let line = match lane.keys.get_mut(key) {
+            Some(line) => line,
+            None => {
+                // Where the lane's next delivery is: among the first few, however long the
+                // other keys' lines.
+                let start = lane.turn.first().map_or(lane.latest, |(pass, _)| *pass);
+                lane.turn.insert((start, key.clone()));
+                lane.keys.entry(key.clone()).or_insert(KeyLine {
+                    pass: start,
+                    step: weights.step(key),
+                    ready: BTreeSet::new(),
+                })
+            }
+        };
+        line.ready.insert((at, id));
+    }
+
+    fn remove(&mut self, (priority, key): Place<'_>, at: i64, id: u64) {
+        let key = key.unwrap_or(&self.implicit);
+        let Some(lane) = self.by_priority.get_mut(&Reverse(priority)) else {
+            return;
+        };
+        let Some(line) = lane.keys.get_mut(key) else {
+            return;
+        };
+        line.ready.remove(&(at, id));
+        if line.ready.is_empty() {
+            lane.turn.remove(&(line.pass, key.clone()));
+            lane.keys.remove(key);
+            if lane.keys.is_empty() {
+                self.by_priority.remove(&Reverse(priority));
+            }
+        }
+    }
+
+    /// Counts a delivery of `key`'s head: its pass moves on by its step.
+    fn serve(&mut self, (priority, key): Place<'_>) {
+        let key = key.unwrap_or(&self.implicit);
+        let Some(lane) = self.by_priority.get_mut(&Reverse(priority)) else {
+            return;
+        };
+        let Some(line) = lane.keys.get_mut(key) else {
+            return;
+        };
+        lane.latest = lane.latest.max(line.pass);
+        lane.turn.remove(&(line.pass, key.clone()));
+        line.pass = line.pass.saturating_add(line.step);
+        lane.turn.insert((line.pass, key.clone()));
+    }
+
+    /// The next `n` deliveries, in order, without changing anything: applying their leases
+    /// serves their keys in this same order.
+    pub fn pick(&self, n: usize) -> Vec<u64> {
+        let mut out = Vec::with_capacity(n);
+        for lane in self.by_priority.values() {
+            if out.len() == n {
+                break;
+            }
+            // Only the first `n` keys by pass can deliver within `n` deliveries: every key
+            // after them waits until each of them has delivered once.
+            let mut heap = BinaryHeap::new();
+            let mut heads = Vec::new();
+            for (i, (pass, key)) in lane.turn.iter().take(n - out.len()).enumerate() {
+                let line = &lane.keys[key];
+                heads.push((line.ready.iter(), line.step));
+                heap.push(Reverse((*pass, key, i)));
+            }
+            while out.len() < n {
+                let Some(Reverse((pass, key, i))) = heap.pop() else {
+                    break;
+                };
+                let (it, step) = &mut heads[i];
+                let Some((_, id)) = it.next() else { continue };
+                out.push(*id);
+                heap.push(Reverse((pass.saturating_add(*step), key, i)));
+            }
+        }
+        out
+    }
+
+    /// Keys with deliverable messages, over all priorities.
+    #[cfg(test)]
+    fn active_keys(&self) -> usize {
+        self.by_priority.values().map(|l| l.keys.len()).sum()
+    }
+}
+
+/// A queue's weights, looked up as keys become active.
+struct Weights<'a>(&'a BTreeMap<String, u32>);
+
+impl Weights<'_> {
+    fn step(&self, key: &str) -> u64 {
+        let key = (!key.is_empty()).then_some(key);
+        fair::step(fair::weight_of(self.0, key))
+    }
+}
+
+impl QueueState {
+    /// Where a message of this queue with `tag` sorts.
+    fn place_of<'a>(&self, tag: Option<&'a Tag>) -> Place<'a> {
+        (
+            tag.and_then(|t| t.priority)
+                .unwrap_or(self.config.default_priority),
+            tag.and_then(|t| t.key.as_ref()),
+        )
+    }
+
+    /// Puts message `id`, at `at` in `slot`, into the queue's indexes (and its lane when it
+    /// is deliverable and the queue has lanes). A tagged message gives the queue lanes.
+    pub(super) fn put(&mut self, slot: Slot, at: i64, id: u64, tag: Option<&Tag>) {
+        self.index(slot).insert((at, id));
+        if tag.is_some() {
+            self.tagged += 1;
+            if self.lanes.is_none() {
+                // `ready` is all plain until now, including this message if it is deliverable.
+                let mut plain = std::mem::take(&mut self.ready);
+                if slot == Slot::Ready {
+                    plain.remove(&(at, id));
+                }
+                self.lanes = Some(Lanes::of_plain(&plain, self.config.default_priority));
+                self.ready = plain;
+                if slot == Slot::Ready {
+                    self.ready.insert((at, id));
+                }
+            }
+        }
+        if slot == Slot::Ready {
+            let place = self.place_of(tag);
+            let weights = Weights(&self.config.key_weights);
+            if let Some(l) = &mut self.lanes {
+                l.insert(place, at, id, &weights);
+            }
+        }
+    }
+
+    /// Takes message `id` out of the queue's indexes (see [`QueueState::put`]).
+    pub(super) fn take(&mut self, slot: Slot, at: i64, id: u64, tag: Option<&Tag>) {
+        self.index(slot).remove(&(at, id));
+        if tag.is_some() {
+            self.tagged = self.tagged.saturating_sub(1);
+        }
+        if slot == Slot::Ready {
+            let place = self.place_of(tag);
+            if let Some(l) = &mut self.lanes {
+                l.remove(place, at, id);
+            }
+        }
+        if self.tagged == 0 && self.ready.is_empty() {
+            self.lanes = None;
+        }
+    }
+
+    /// Counts the delivery of deliverable message `id` in its key's turn; called before the
+    /// lease takes it out of `ready`.
+    pub(super) fn serve(&mut self, tag: Option<&Tag>) {
+        let place = self.place_of(tag);
+        if let Some(l) = &mut self.lanes {
+            l.serve(place);
+        }
+    }
+
+    /// The next `n` deliverable messages in delivery order.
+    pub fn next_deliveries(&self, n: usize) -> Vec<u64> {
+        match &self.lanes {
+            Some(l) => l.pick(n),
+            None => self.ready.iter().take(n).map(|(_, id)| *id).collect(),
+        }
+    }
+
+    /// Sorts the deliverable messages again after `default_priority` or `key_weights`
+    /// changed. Runs on a config change only, so it may visit every deliverable message.
+    pub(crate) fn relane(&mut self, msgs: &IdMap<u64, Msg>, tags: &IdMap<u64, Tag>) {
+        if self.lanes.is_none() {
+            return;
+        }
+        let mut lanes = Lanes::default();
+        let weights = Weights(&self.config.key_weights);
+        for (at, id) in &self.ready {
+            let tag = msgs
+                .get(id)
+                .filter(|m| m.tagged())
+                .and_then(|_| tags.get(id));
+            lanes.insert(self.place_of(tag), *at, *id, &weights);
+        }
+        self.lanes = Some(lanes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(k: &str) -> Arc<str> {
+        Arc::from(k)
+    }
+
+    /// Delivers `n` from `l` as a receive and its leases would.
+    fn deliver(
+        l: &mut Lanes,
+        places: &HashMap<u64, (u8, Option<Arc<str>>, i64)>,
+        n: usize,
+    ) -> Vec<u64> {
+        let ids = l.pick(n);
+        for id in &ids {
+            let (p, k, at) = &places[id];
+            l.serve((*p, k.as_ref()));
+            l.remove((*p, k.as_ref()), *at, *id);
+        }
+        ids
+    }
+
+    #[test]
+    fn a_quiet_key_waits_for_one_round_not_for_a_backlog() {
+        let empty = BTreeMap::new();
+        let w = Weights(&empty);
+        let mut l = Lanes::default();
+        let mut places = HashMap::new();
+        let noisy = key("noisy");
+        for id in 0..1000 {
+            l.insert((4, Some(&noisy)), id as i64, id, &w);
+            places.insert(id, (4, Some(noisy.clone()), id as i64));
+        }
+        assert_eq!(deliver(&mut l, &places, 10).len(), 10);
+        let quiet: Vec<Arc<str>> = (0..5).map(|i| key(&format!("q{i}"))).collect();
+        for (i, k) in quiet.iter().enumerate() {
+            let id = 10_000 + i as u64;
+            l.insert((4, Some(k)), 5000, id, &w);
+            places.insert(id, (4, Some(k.clone()), 5000));
+        }
+        let next = deliver(&mut l, &places, 6);
+        let quiet_seen = next.iter().filter(|id| **id >= 10_000).count();
+        assert_eq!(quiet_seen, 5, "{next:?}");
+        assert_eq!(l.active_keys(), 1);
+    }
+
+    #[test]
+    fn weights_share_deliveries_and_priorities_go_first() {
+        let weights: BTreeMap<String, u32> = [("heavy".to_string(), 3)].into_iter().collect();
+        let w = Weights(&weights);
+        let mut l = Lanes::default();
+        let mut places = HashMap::new();
+        let (heavy, light) = (key("heavy"), key("light"));
+        for id in 0..100u64 {
+            let k = if id % 2 == 0 { &heavy } else { &light };
+            l.insert((4, Some(k)), id as i64, id, &w);
+            places.insert(id, (4, Some(k.clone()), id as i64));
+        }
+        l.insert((9, None), 500, 500, &w);
+        places.insert(500, (9, None, 500));
+        let got = deliver(&mut l, &places, 41);
+        assert_eq!(got[0], 500, "the urgent message first");
+        let heavy_n = got[1..].iter().filter(|id| *id % 2 == 0).count();
+        assert_eq!(heavy_n, 30, "3 of every 4: {got:?}");
+        // Within a key, by visible time.
+        let heavy_ids: Vec<u64> = got[1..].iter().copied().filter(|id| id % 2 == 0).collect();
+        assert!(heavy_ids.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn a_picked_order_is_the_served_order() {
+        let empty = BTreeMap::new();
+        let w = Weights(&empty);
+        let mut l = Lanes::default();
+        let mut places = HashMap::new();
+        let keys: Vec<Arc<str>> = (0..7).map(|i| key(&format!("k{i}"))).collect();
+        for id in 0..200u64 {
+            let k = &keys[(id * id % 7) as usize];
+            l.insert((4, Some(k)), id as i64, id, &w);
+            places.insert(id, (4, Some(k.clone()), id as i64));
+        }
+        let all = l.pick(200);
+        let mut one_by_one = Vec::new();
+        for _ in 0..200 {
+            one_by_one.extend(deliver(&mut l, &places, 1));
+        }
+        assert_eq!(all, one_by_one);
+        assert_eq!(l.active_keys(), 0);
+    }
+}

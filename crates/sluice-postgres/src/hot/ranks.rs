@@ -1,0 +1,221 @@
+//! Fair, prioritized delivery on PostgreSQL: the rank that orders a queue's deliverable
+//! messages once it holds keys or priorities (`sluice_core::fair` states the rule).
+//!
+//! A message's rank is its priority (top bits) and its pass in its key's round-robin
+//! (`sluice_core::fair::rank`). Messages get one when they are deliverable, at the first
+//! receive after that: the receive of such a queue runs under the queue's row lock, on every
+//! node, and first ranks the rows that became deliverable since the last one, oldest first. A
+//! key's next pass is its last ranked row's plus its step; a key with no ranked row starts at
+//! the lowest rank of its priority (where the next delivery is), or at 0 when the priority has
+//! none. Then the lease takes the lowest ranks. A lease clears a row's rank, and so does every
+//! lifecycle change written back (a nack, a release, a move, a dead-lettering, a redrive): the
+//! message is ranked again when it is deliverable again, at the end of its key's line. Packs
+//! hold only plain messages; a queue with ranks unpacks its visible ones before ranking.
+//!
+//! Costs: a probe per priority and per key among the rows being ranked, an update of those
+//! rows, and a lease by the rank index; the ranking is paid once per message.
+
+use std::collections::HashMap;
+
+use sluice_core::fair;
+use sluice_core::{QueueConfig, StoreError};
+use tokio_postgres::GenericClient;
+
+use crate::error::{corrupt, db};
+use crate::hot::leases::{Taken, Takers, deliveries};
+
+/// Most rows one receive ranks; any left are ranked by the next.
+const RANK_BATCH: i64 = 10_000;
+
+/// Whether queue `$1` holds messages with keys or priorities, or ranked ones.
+const ORDERED_SQL: &str = concat!("SELECT ", ordered_sql!());
+
+/// Whether queue `q` holds messages with keys or priorities, or ranked ones: its receives then
+/// go by rank.
+pub(crate) async fn holds_ranks(c: &impl GenericClient, q: &str) -> Result<bool, StoreError> {
+    c.query_one(ORDERED_SQL, &[&q])
+        .await
+        .map_err(|e| db(&e))?
+        .try_get(0)
+        .map_err(corrupt)
+}
+
+/// Leases up to `n` messages of queue `q` by rank until `deadline`, for `takers`, after
+/// ranking what became deliverable. The caller holds the queue's row lock.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn lease_ranked(
+    tx: &impl GenericClient,
+    q: &str,
+    cfg: &QueueConfig,
+    now: i64,
+    n: i64,
+    deadline: i64,
+    takers: Takers<'_>,
+) -> Result<Vec<Taken>, StoreError> {
+    unpack_visible(tx, q, now).await?;
+    rank_fresh(tx, q, cfg, now).await?;
+    let names = takers.param();
+    let rows = tx
+        .query(RANKED_LEASE_SQL, &[&q, &now, &n, &deadline, &names])
+        .await
+        .map_err(|e| db(&e))?;
+    deliveries(&rows, cfg, deadline, None, 9, 10)
+}
+
+/// The lease by rank: up to `$3` ranked messages of queue `$1`, lowest rank first (then by
+/// key, then id), leased until `$4` for `$5`. Columns as `crate::hot::leases::LEASE_SQL`'s.
+const RANKED_LEASE_SQL: &str = concat!(
+    "WITH picked AS (
+         SELECT id, visible_at AS was, rank FROM messages
+         WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
+         ORDER BY rank, coalesce(fkey, ''), id LIMIT $3
+         FOR UPDATE SKIP LOCKED
+     ), ",
+    leased_cte!("$5", ""),
+    " SELECT * FROM leased"
+);
+
+/// Turns the visible packs of queue `q` into message rows, so that their members are ranked
+/// with the rest.
+async fn unpack_visible(tx: &impl GenericClient, q: &str, now: i64) -> Result<(), StoreError> {
+    let packs = tx
+        .query(
+            "SELECT id FROM packs WHERE queue = $1 AND state = 0 AND visible_at <= $2
+             ORDER BY visible_at, id",
+            &[&q, &now],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    for p in packs {
+        crate::hot::packs::unpack_waiting(tx, p.try_get(0).map_err(corrupt)?).await?;
+    }
+    Ok(())
+}
+
+/// Ranks the deliverable rows of queue `q` that have no rank yet, oldest first.
+async fn rank_fresh(
+    tx: &impl GenericClient,
+    q: &str,
+    cfg: &QueueConfig,
+    now: i64,
+) -> Result<(), StoreError> {
+    let fresh = tx
+        .query(
+            "SELECT id, coalesce(fkey, ''), prio FROM messages
+             WHERE queue = $1 AND state = 0 AND grp IS NULL AND rank IS NULL
+                 AND visible_at <= $2
+             ORDER BY visible_at, id LIMIT $3",
+            &[&q, &now, &RANK_BATCH],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    if fresh.is_empty() {
+        return Ok(());
+    }
+    let mut rows = Vec::with_capacity(fresh.len());
+    for r in &fresh {
+        let id: i64 = r.try_get(0).map_err(corrupt)?;
+        let key: String = r.try_get(1).map_err(corrupt)?;
+        let prio: Option<i16> = r.try_get(2).map_err(corrupt)?;
+        let prio = prio
+            .and_then(|p| u8::try_from(p).ok())
+            .unwrap_or(cfg.default_priority);
+        rows.push((id, key, prio));
+    }
+    // Where each priority's next delivery is, and each key's last ranked pass.
+    let mut levels: Vec<i64> = rows.iter().map(|(_, _, p)| level(*p)).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    let mut starts: HashMap<i64, u64> = HashMap::new();
+    for r in tx
+        .query(
+            "SELECT u.l, (SELECT min(rank) FROM messages
+                          WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
+                              AND rank >= u.l * $3 AND rank < (u.l + 1) * $3)
+             FROM unnest($2::bigint[]) AS u(l)",
+            &[&q, &levels, &LEVEL_SPAN],
+        )
+        .await
+        .map_err(|e| db(&e))?
+    {
+        let l: i64 = r.try_get(0).map_err(corrupt)?;
+        let min: Option<i64> = r.try_get(1).map_err(corrupt)?;
+        starts.insert(l, min.map_or(0, pass_of));
+    }
+    let mut pairs: Vec<(i64, &str)> = rows
+        .iter()
+        .map(|(_, k, p)| (level(*p), k.as_str()))
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let (pl, pk): (Vec<i64>, Vec<&str>) = pairs.iter().copied().unzip();
+    let mut next: HashMap<(i64, String), u64> = HashMap::new();
+    let weights = &cfg.key_weights;
+    let step_of =
+        |key: &str| fair::step(fair::weight_of(weights, (!key.is_empty()).then_some(key)));
+    for r in tx
+        .query(
+            "SELECT u.l, u.k, (SELECT max(rank) FROM messages
+                               WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
+                                   AND coalesce(fkey, '') = u.k
+                                   AND rank >= u.l * $4 AND rank < (u.l + 1) * $4)
+             FROM unnest($2::bigint[], $3::text[]) AS u(l, k)",
+            &[&q, &pl, &pk, &LEVEL_SPAN],
+        )
+        .await
+        .map_err(|e| db(&e))?
+    {
+        let l: i64 = r.try_get(0).map_err(corrupt)?;
+        let k: String = r.try_get(1).map_err(corrupt)?;
+        let last: Option<i64> = r.try_get(2).map_err(corrupt)?;
+        let pass = match last {
+            Some(rank) => pass_of(rank).saturating_add(step_of(&k)),
+            None => starts.get(&l).copied().unwrap_or(0),
+        };
+        next.insert((l, k), pass);
+    }
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut ranks = Vec::with_capacity(rows.len());
+    for (id, key, prio) in &rows {
+        let l = level(*prio);
+        let step = step_of(key);
+        let pass = next.entry((l, key.clone())).or_insert(0);
+        ids.push(*id);
+        ranks.push(fair::rank(*prio, *pass));
+        *pass = pass.saturating_add(step);
+    }
+    tx.execute(
+        "UPDATE messages m SET rank = u.r
+         FROM unnest($1::bigint[], $2::bigint[]) AS u(i, r)
+         WHERE m.id = u.i AND m.state = 0 AND m.rank IS NULL",
+        &[&ids, &ranks],
+    )
+    .await
+    .map_err(|e| db(&e))?;
+    Ok(())
+}
+
+/// Ranks of one priority span this much: the priority's level times it, plus a pass.
+const LEVEL_SPAN: i64 = 1 << fair::PASS_BITS;
+
+/// The level of priority `p`: ranks of level `l` lie in `[l · LEVEL_SPAN, (l + 1) · LEVEL_SPAN)`.
+fn level(p: u8) -> i64 {
+    i64::from(fair::MAX_PRIORITY.saturating_sub(p))
+}
+
+/// The pass within a rank.
+fn pass_of(rank: i64) -> u64 {
+    u64::try_from(rank).unwrap_or(0) & ((1 << fair::PASS_BITS) - 1)
+}
+
+/// Takes the ranks of queue `q`'s waiting messages away, so that its next receive ranks them
+/// anew: after its `default_priority` or `key_weights` changed.
+pub(crate) async fn rerank(c: &impl GenericClient, q: &str) -> Result<(), StoreError> {
+    c.execute(
+        "UPDATE messages SET rank = NULL WHERE queue = $1 AND state = 0 AND rank IS NOT NULL",
+        &[&q],
+    )
+    .await
+    .map_err(|e| db(&e))?;
+    Ok(())
+}
