@@ -37,16 +37,16 @@ def test_flaky_handler_succeeds_on_retry(client: sluice.Client, queue: str) -> N
         calls.append(ctx.attempt)
         if ctx.attempt == 1:
             raise ConnectionError("payment API: 503")
-        return {"order": order, "amount": amount, "attempt": ctx.attempt}
+        return {"order": order, "amount": amount, "attempt": ctx.attempt, "key": ctx.key, "priority": ctx.priority}
 
     w.start()
     try:
-        tid = client.enqueue(queue, "charge", [7], {"amount": 9.5})
+        tid = client.enqueue(queue, "charge", [7], {"amount": 9.5}, key="acme", priority=8)
         info = client.wait_for(tid, timeout=20)
     finally:
         w.stop()
     assert info.status is TaskStatus.SUCCESS
-    assert info.result == {"order": 7, "amount": 9.5, "attempt": 2}
+    assert info.result == {"order": 7, "amount": 9.5, "attempt": 2, "key": "acme", "priority": 8}
     assert info.receive_count == 2 and calls == [1, 2]
     snap = w.metrics.snapshot()
     assert snap.count(Outcome.RETRY) == 1 and snap.count(Outcome.SUCCESS) == 1

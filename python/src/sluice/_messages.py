@@ -26,9 +26,13 @@ def task_message(
     delay: Optional[float],
     dedup_id: Optional[str],
     group: Optional[str],
+    key: Optional[str] = None,
+    priority: Optional[int] = None,
 ) -> Dict[str, Any]:
     """The send of one task, as the broker reads it."""
-    return with_options({"body": envelope_wire(task, args, kwargs)}, attributes, delay, dedup_id, group)
+    return with_options(
+        {"body": envelope_wire(task, args, kwargs)}, attributes, delay, dedup_id, group, key, priority
+    )
 
 
 def with_options(
@@ -37,6 +41,8 @@ def with_options(
     delay: Optional[float],
     dedup_id: Optional[str],
     group: Optional[str],
+    key: Optional[str] = None,
+    priority: Optional[int] = None,
 ) -> Dict[str, Any]:
     """``msg`` with a send's options, those that are given."""
     if attributes:
@@ -47,7 +53,18 @@ def with_options(
         msg["dedup_id"] = dedup_id
     if group is not None:
         msg["group"] = group
+    if key is not None:
+        msg["key"] = key
+    if priority is not None:
+        msg["priority"] = check_priority(priority)
     return msg
+
+
+def check_priority(priority: Any) -> int:
+    """A priority as the broker takes it: a whole number 0 – 9 (9 most urgent)."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise InvalidInput(f"priority must be a whole number from 0 to 9 (9 most urgent), got {priority!r}")
+    return priority
 
 
 def spec_of(item: Any, index: int) -> "TaskSpec":
@@ -82,13 +99,17 @@ class OutMessage:
     """One message of a batch send. ``body`` is any JSON value, or ``bytes`` (sent as
     base64 and kept byte-exact). ``group`` puts it in a FIFO message group (1 – 128
     characters): messages of one group are delivered in send order, at most the queue's
-    ``max_in_flight_per_group`` (default 1) at a time."""
+    ``max_in_flight_per_group`` (default 1) at a time. ``key`` names the tenant it belongs to
+    (deliveries go round-robin across a queue's keys) and ``priority`` (0 – 9, 9 most urgent)
+    sends it ahead of lower ones."""
 
     body: Any
     attributes: Dict[str, str] = field(default_factory=dict)
     delay: Optional[float] = None
     dedup_id: Optional[str] = None
     group: Optional[str] = None
+    key: Optional[str] = None
+    priority: Optional[int] = None
 
     def to_wire(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -97,7 +118,9 @@ class OutMessage:
         else:
             dumps(self.body, "the body")
             out["body"] = self.body
-        return with_options(out, self.attributes, self.delay, self.dedup_id, self.group)
+        return with_options(
+            out, self.attributes, self.delay, self.dedup_id, self.group, self.key, self.priority
+        )
 
 
 @dataclass(frozen=True)
@@ -111,3 +134,5 @@ class TaskSpec:
     dedup_id: Optional[str] = None
     attributes: Mapping[str, str] = field(default_factory=dict)
     group: Optional[str] = None
+    key: Optional[str] = None
+    priority: Optional[int] = None

@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 from ._version import __version__
 from ._transport import RetryPolicy, Transport, api_error, dumps
 from ._deep_json import loads_receive_answer
-from ._messages import OutMessage, TaskSpec, chunks, ms as _ms, spec_of, task_message
+from ._messages import OutMessage, TaskSpec, check_priority, chunks, ms as _ms, spec_of, task_message
 from .errors import (
     ApiError, DecodeError, ErrorCode, InvalidInput, PartialEnqueue, SluiceError, TaskFailed, TaskTimeout,
 )
@@ -162,6 +162,10 @@ class QueueSettings:
     ``DeprecationWarning``, until 0.2."""
     max_in_flight_per_group: Optional[int] = None
     """Messages of one FIFO group that may be in flight at once (1 – 1000; default 1)."""
+    default_priority: Optional[int] = None
+    """The priority of messages sent without one (0 – 9; default 4)."""
+    key_weights: Optional[Dict[str, int]] = None
+    """Fairness weights by key pattern (``{"gold-*": 3}``), replaced whole; ``{}`` removes them."""
     adaptive: Any = None
     """An adaptive delivery rate as the API takes it (``{"min_per_min": 10, "max_per_min":
     600}``), or :data:`CLEAR`."""
@@ -175,7 +179,8 @@ class QueueSettings:
             v = getattr(self, name)
             if v is not None:
                 out[f"{name}_ms"] = _ms(v, name)
-        for name in ("max_receive_count", "max_message_bytes", "paused", "max_in_flight_per_group"):
+        for name in ("max_receive_count", "max_message_bytes", "paused", "max_in_flight_per_group",
+                     "default_priority"):
             v = getattr(self, name)
             if v is not None:
                 out[name] = v
@@ -185,6 +190,8 @@ class QueueSettings:
                 out[name] = None
             elif v is not None:
                 out[name] = v
+        if self.key_weights is not None:
+            out["key_weights"] = dict(self.key_weights)
         if self.rate_limit is CLEAR:
             out["rate_limit"] = None
         elif isinstance(self.rate_limit, RateLimit):
@@ -405,11 +412,15 @@ class Client:
         dedup_id: Optional[str] = None,
         idempotency_key: Optional[str] = None,
         group: Optional[str] = None,
+        key: Optional[str] = None,
+        priority: Optional[int] = None,
     ) -> SendResult:
         """Sends one message. ``body`` is any JSON value (refused with
         :class:`InvalidInput` before sending when JSON cannot hold it), or ``bytes`` (kept
-        byte-exact and delivered as ``bytes``). ``group`` puts it in a FIFO message group."""
-        m = OutMessage(body, dict(attributes or {}), delay, dedup_id, group).to_wire()
+        byte-exact and delivered as ``bytes``). ``group`` puts it in a FIFO message group;
+        ``key`` names its tenant (deliveries go round-robin across keys); ``priority`` (0 – 9,
+        9 most urgent) sends it ahead of lower ones."""
+        m = OutMessage(body, dict(attributes or {}), delay, dedup_id, group, key, priority).to_wire()
         headers, safe = self._send_headers(idempotency_key, dedup_id is not None)
         d = self._json(
             "POST", f"/v1/queues/{_queue(queue)}/messages", idempotent=safe, json_body=m,
@@ -425,9 +436,13 @@ class Client:
         delay: Optional[float] = None,
         dedup_id: Optional[str] = None,
         group: Optional[str] = None,
+        key: Optional[str] = None,
+        priority: Optional[int] = None,
     ) -> SendResult:
         """Sends UTF-8 text as ``text/plain``; it is delivered as text (``BodyKind.TEXT``)."""
-        params: Dict[str, Any] = {"dedup_id": dedup_id, "group": group}
+        params: Dict[str, Any] = {"dedup_id": dedup_id, "group": group, "key": key}
+        if priority is not None:
+            params["priority"] = check_priority(priority)
         if delay is not None:
             params["delay_ms"] = _ms(delay, "delay")
         headers, safe = self._send_headers(None, dedup_id is not None)
@@ -766,12 +781,16 @@ class Client:
         attributes: Optional[Mapping[str, str]] = None,
         idempotency_key: Optional[str] = None,
         group: Optional[str] = None,
+        key: Optional[str] = None,
+        priority: Optional[int] = None,
     ) -> str:
         """Enqueues task ``task`` with ``args`` and ``kwargs`` and returns the task id.
         Arguments JSON cannot hold (a NaN, an object, a set) are refused with
         :class:`InvalidInput` before anything is sent. Tasks of one ``group`` run in
-        enqueue order (see FIFO message groups)."""
-        msg = task_message(task, args, kwargs, attributes, delay, dedup_id, group)
+        enqueue order (see FIFO message groups); ``key`` names the tenant the task is for
+        (one tenant's backlog does not hold back another's) and ``priority`` (0 – 9, 9 most
+        urgent) runs it before lower ones."""
+        msg = task_message(task, args, kwargs, attributes, delay, dedup_id, group, key, priority)
         body = dumps(msg, f"the arguments of task {task!r}")
         headers, safe = self._send_headers(idempotency_key, dedup_id is not None)
         d = self._json(
@@ -801,7 +820,8 @@ class Client:
         for i, item in enumerate(tasks):
             spec = item if isinstance(item, TaskSpec) else spec_of(item, i)
             msg = task_message(
-                spec.task, spec.args, spec.kwargs, spec.attributes, spec.delay, spec.dedup_id, spec.group
+                spec.task, spec.args, spec.kwargs, spec.attributes, spec.delay, spec.dedup_id,
+                spec.group, spec.key, spec.priority,
             )
             bodies.append(dumps(msg, f"task #{i} ({spec.task!r})"))
             dedup = dedup and spec.dedup_id is not None

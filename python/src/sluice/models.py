@@ -219,6 +219,10 @@ class QueueConfig:
     push: Optional[Dict[str, Any]] = None
     """The push target (without its secret: ``signed`` says whether there is one), or None."""
     max_in_flight_per_group: int = 1
+    default_priority: int = 4
+    """The priority of messages sent without one."""
+    key_weights: Dict[str, int] = field(default_factory=dict)
+    """Fairness weights by key pattern; keys no pattern matches weigh 1."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "QueueConfig":
@@ -240,6 +244,8 @@ class QueueConfig:
             paused=bool(d.get("paused", False)),
             push=d.get("push"),
             max_in_flight_per_group=int(d.get("max_in_flight_per_group", 1)),
+            default_priority=int(d.get("default_priority", 4)),
+            key_weights=dict(d.get("key_weights") or {}),
         )
 
 
@@ -290,6 +296,10 @@ class Delivery:
     lease_deadline: str
     group: Optional[str] = None
     """Its FIFO message group, if it was sent with one."""
+    key: Optional[str] = None
+    """Its key (the tenant it belongs to), if it was sent with one."""
+    priority: int = 4
+    """The priority it was delivered at (0 – 9): its own, else its queue's default."""
     decode_error: Optional[str] = None
     """Set when the JSON body could not be decoded (nested deeper than Python's parser
     follows, about 1,000 levels; brokers refuse more than 64, but a body stored before that
@@ -320,6 +330,8 @@ class Delivery:
             last_error=d.get("last_error"),
             lease_deadline=d.get("lease_deadline", ""),
             group=d.get("group"),
+            key=d.get("key"),
+            priority=int(d.get("priority", 4)),
             decode_error=decode_error,
         )
 
@@ -413,6 +425,10 @@ class Message:
     there (usually ``visible``) and ``dead_letter_reason`` says why."""
     group: Optional[str] = None
     """Its FIFO message group, if it was sent with one (kept in a dead-letter queue)."""
+    key: Optional[str] = None
+    """Its key, if it was sent with one (kept in a dead-letter queue)."""
+    priority: Optional[int] = None
+    """The priority it was sent with; None when it named none (its queue's default applies)."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Message":
@@ -451,6 +467,8 @@ class Message:
             entered_at=d.get("entered_at"),
             dead_lettered=bool(d.get("dead_lettered", False)),
             group=d.get("group"),
+            key=d.get("key"),
+            priority=d.get("priority"),
         )
 
 

@@ -47,6 +47,8 @@ class TaskContext:
         attempt: int,
         max_attempts: int,
         attributes: Dict[str, str],
+        key: Optional[str] = None,
+        priority: int = 4,
     ) -> None:
         self.client = client
         """The worker's client, e.g. to enqueue follow-up tasks."""
@@ -59,6 +61,10 @@ class TaskContext:
         self.max_attempts = max_attempts
         """The queue's attempt limit (0 = unlimited)."""
         self.attributes = dict(attributes)
+        self.key = key
+        """The key the task was sent with (its tenant, customer or account), or None."""
+        self.priority = priority
+        """The priority it was delivered at (0 – 9, 9 most urgent)."""
         self._receipt = receipt
         self._cancel = threading.Event()
 
