@@ -212,6 +212,13 @@ def test_keys_and_priorities_order_deliveries(client: sluice.Client, queue: str)
     assert e.value.code is ErrorCode.INVALID_ARGUMENT and "key" in e.value.message
 
 
+def test_rate_limit_burst_round_trips_and_spreads(client: sluice.Client, queue: str) -> None:
+    q = client.put_queue(queue, rate_limit=sluice.RateLimit(10, 10.0, burst=2))
+    assert q.config.rate_limit == sluice.RateLimit(10, 10.0, 2)
+    client.send_batch(queue, list(range(5)))
+    assert len(client.receive(queue, max=10)) == 2, "the burst, then one a second"
+
+
 def test_non_json_values_fail_at_enqueue_and_nothing_is_sent(client: sluice.Client, queue: str) -> None:
     client.put_queue(queue)
     for args in ([math.nan], [math.inf], [object()], [{1, 2}], [b"bytes"]):

@@ -525,6 +525,7 @@ async fn queue_limits_hold_over_frames() {
             rate_limit: Some(Some(RateLimitWire {
                 limit: 1,
                 period_ms: 60_000,
+                burst: None,
             })),
             ..QueueConfigRequest::default()
         },

@@ -21,6 +21,7 @@ async fn create_show_update_list_pause_resume_purge_delete() {
                 rate_limit: Some(Some(RateLimitWire {
                     limit: 100,
                     period_ms: 60_000,
+                    burst: None,
                 })),
                 ..Default::default()
             },

@@ -131,6 +131,7 @@ macro_rules! __sluice_conformance_cases {
             pause_holds_deliveries,
             rate_limit_bounds_deliveries_per_window,
             rate_limit_holds_across_a_restart,
+            rate_limit_spreads_deliveries_after_a_burst,
             max_in_flight_bounds_leases,
             lease_overlapping_an_ack_sees_it,
             max_depth_refuses_sends,

@@ -95,15 +95,33 @@ pub struct RateLimit {
     pub limit: u32,
     /// The window length.
     pub period: Duration,
+    /// How many deliveries may go at once after a quiet spell; the rest are spread evenly,
+    /// one per `period / limit` ([`crate::rate`]). `None`: a tenth of `limit`, at least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
 }
 
 impl RateLimit {
-    /// `limit` per second.
-    pub fn per_second(limit: u32) -> Self {
+    /// `limit` per `period`, with the default burst.
+    pub fn new(limit: u32, period: Duration) -> Self {
         RateLimit {
             limit,
-            period: Duration::from_secs(1),
+            period,
+            burst: None,
         }
+    }
+
+    /// `limit` per second.
+    pub fn per_second(limit: u32) -> Self {
+        RateLimit::new(limit, Duration::from_secs(1))
+    }
+
+    /// The burst in force: the one set, else a tenth of the limit (at least 1), never above
+    /// the limit.
+    pub fn burst(&self) -> u32 {
+        self.burst
+            .unwrap_or(self.limit / 10)
+            .clamp(1, self.limit.max(1))
     }
 
     /// The even spacing between two events at this rate.
@@ -374,6 +392,14 @@ impl QueueConfig {
                 MIN_RATE_PERIOD,
                 MAX_RATE_PERIOD,
             )?;
+            if let Some(b) = r.burst
+                && (b == 0 || b > r.limit)
+            {
+                return Err(StoreError::invalid(format!(
+                    "rate_limit.burst must be 1 to the limit ({}), got {b}",
+                    r.limit
+                )));
+            }
         }
         if let Some(m) = self.max_in_flight
             && (m == 0 || m > MAX_IN_FLIGHT)
@@ -610,6 +636,7 @@ mod tests {
                 rate_limit: Some(Some(RateLimit {
                     limit: 0,
                     period: SECOND,
+                    burst: None,
                 })),
                 ..Default::default()
             },

@@ -98,7 +98,7 @@ pub fn parse_rate(s: &str) -> Result<RateLimit, String> {
         "d" | "day" => Duration::from_secs(86_400),
         other => parse_duration(other).map_err(|_| bad())?,
     };
-    Ok(RateLimit { limit, period })
+    Ok(RateLimit::new(limit, period))
 }
 
 /// Formats a rate back: `100/min`, `10/s`, `7/1.5s`.

@@ -92,6 +92,7 @@ impl Holds {
             .map(|a| crate::config::RateLimit {
                 limit: a.rate_per_min.max(1),
                 period: Duration::from_secs(60),
+                burst: None,
             });
         let per_sec = |r: &crate::config::RateLimit| {
             f64::from(r.limit) / r.period.as_secs_f64().max(f64::MIN_POSITIVE)
@@ -575,6 +576,7 @@ mod tests {
             cap: Some(RateLimit {
                 limit: 100,
                 period: Duration::from_secs(60),
+                burst: None,
             }),
             ..Holds::default()
         };

@@ -197,17 +197,23 @@ fn run(sc: &Scenario) -> Run {
         // Workers take what the governor allows.
         let (admit, _) = state.admit(cfg(&adaptive), Timestamp(now));
         let free = sc.workers.saturating_sub(in_flight.len()) as u32;
-        let n = match admit {
-            Admit::Shut { .. } => 0,
-            Admit::Probe { n } => n.min(free),
+        let (n, paced) = match admit {
+            Admit::Shut { .. } => (0, None),
+            Admit::Probe { n } => (n.min(free), None),
             Admit::Paced { pace, per_min } => {
                 out.max_rate_seen = out.max_rate_seen.max(per_min);
-                pace_window.available(&pace, Timestamp(now)).min(free)
+                (
+                    pace_window.available(&pace, Timestamp(now)).min(free),
+                    Some(pace),
+                )
             }
-            Admit::Free => free,
+            Admit::Free => (free, None),
         };
         if n > 0 {
-            pace_window.record(Timestamp(now), n as usize);
+            match paced {
+                Some(pace) => pace_window.record(&pace, Timestamp(now), n as usize),
+                None => pace_window.note(Timestamp(now), n as usize),
+            }
             for _ in 0..n {
                 let outcome = up.call(now);
                 let lat = rng.gen_range(sc.latency_ms.0..=sc.latency_ms.1) / s;

@@ -58,6 +58,7 @@ fn rates_read_as_the_table_says() {
         let rate = RateLimit {
             limit: case[0]["limit"].as_u64().expect("limit") as u32,
             period: Duration::from_millis(case[0]["period_ms"].as_u64().expect("period")),
+            burst: None,
         };
         assert_eq!(fmt_rate(&rate), case[1].as_str().expect("text"), "{rate:?}");
     }

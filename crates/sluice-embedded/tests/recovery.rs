@@ -159,6 +159,7 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
             rate: Some(sluice_core::RateLimit {
                 limit: 50,
                 period: Duration::from_secs(60),
+                burst: None,
             }),
             filter: sluice_core::RedriveFilter::default(),
             reset_receive_count: true,
@@ -547,31 +548,47 @@ async fn a_queue_named_under_the_old_rule_stays_usable() {
 
 /// A rate-limited queue's deliveries of the current period survive both a restart and the
 /// compaction of the segment their leases were written in: 3 an hour, 2 taken, then 1 more
-/// after both, not 3.
+/// after both, not 3; and a queue paced at one per 20 minutes keeps its pace.
 #[tokio::test]
 async fn compaction_keeps_what_a_rate_limited_queue_delivered_this_period() {
     let dir = tempfile::tempdir().expect("temp dir");
     let limited = QueueName::new("limited").expect("valid name");
+    let paced = QueueName::new("paced").expect("valid name");
     let first = {
         let store = open(dir.path()).expect("open");
-        let patch = QueueConfigPatch {
+        // A burst of the whole limit: the window alone.
+        let patch = |burst| QueueConfigPatch {
             rate_limit: Some(Some(sluice_core::RateLimit {
                 limit: 3,
                 period: Duration::from_secs(3600),
+                burst: Some(burst),
             })),
             visibility_timeout: Some(Duration::from_secs(3600)),
             ..QueueConfigPatch::default()
         };
-        store.put_queue(&limited, &patch).await.expect("create");
-        let msgs = (0..5).map(|i| NewMessage::new(Body::text(format!("r{i}"))));
-        store.send(&limited, msgs.collect()).await.expect("send");
+        store.put_queue(&limited, &patch(3)).await.expect("create");
+        // A burst of 1: one every 20 minutes.
+        store.put_queue(&paced, &patch(1)).await.expect("create");
+        for queue in [&limited, &paced] {
+            let msgs = (0..5).map(|i| NewMessage::new(Body::text(format!("r{i}"))));
+            store.send(queue, msgs.collect()).await.expect("send");
+        }
         let req = ReceiveRequest {
             max: 2,
             ..ReceiveRequest::default()
         };
         assert_eq!(
-            store.receive(&limited, req).await.expect("receive").len(),
+            store
+                .receive(&limited, req.clone())
+                .await
+                .expect("receive")
+                .len(),
             2
+        );
+        assert_eq!(
+            store.receive(&paced, req).await.expect("receive").len(),
+            1,
+            "one, then the spacing"
         );
         // Enough sent and acked elsewhere that the segment is mostly dead, worth compacting.
         store
@@ -614,8 +631,20 @@ async fn compaction_keeps_what_a_rate_limited_queue_delivered_this_period() {
         ..ReceiveRequest::default()
     };
     assert_eq!(
-        store.receive(&limited, req).await.expect("receive").len(),
+        store
+            .receive(&limited, req.clone())
+            .await
+            .expect("receive")
+            .len(),
         1,
         "2 of the hour's 3 were delivered before the compaction"
+    );
+    assert!(
+        store
+            .receive(&paced, req)
+            .await
+            .expect("receive")
+            .is_empty(),
+        "the pace was kept through the compaction: the next is 20 minutes away"
     );
 }

@@ -290,8 +290,10 @@ pub(crate) async fn receive(
                 let period = i64::try_from(pace.period.as_millis()).unwrap_or(i64::MAX);
                 sh.pace.retain(|(t, _)| t.saturating_add(period) > now);
                 let mut window = SlidingWindow::default();
+                // The pace's burst is its whole limit: the window alone spaces deliveries,
+                // and it is rebuilt from the deliveries that still count.
                 for (t, n) in &sh.pace {
-                    window.record(Timestamp(*t), *n as usize);
+                    window.record(&pace, Timestamp(*t), *n as usize);
                 }
                 match window.available(&pace, at) {
                     0 => Err(window.next_free(&pace, at).map(Timestamp::as_millis)),

@@ -144,9 +144,12 @@ async fn rate_limit_and_max_in_flight_are_global() {
     n.a.put_queue(
         &limited,
         &QueueConfigPatch {
+            // A burst of the whole limit: the window alone decides (the pace is a
+            // conformance case).
             rate_limit: Some(Some(RateLimit {
                 limit: 7,
                 period: Duration::from_secs(600),
+                burst: Some(7),
             })),
             ..QueueConfigPatch::default()
         },
@@ -177,6 +180,33 @@ async fn rate_limit_and_max_in_flight_are_global() {
         total += t.await.expect("task");
     }
     assert_eq!(total, 7, "rate_limit counts deliveries of every node");
+
+    // The pace is shared too: 10 per 10 s with a burst of 2, one node takes the burst and the
+    // other finds the spacing.
+    let paced = q("paced");
+    n.a.put_queue(
+        &paced,
+        &QueueConfigPatch {
+            rate_limit: Some(Some(RateLimit {
+                limit: 10,
+                period: Duration::from_secs(10),
+                burst: Some(2),
+            })),
+            ..QueueConfigPatch::default()
+        },
+    )
+    .await
+    .expect("create");
+    n.a.send(&paced, (0..5).map(|i| msg(&i.to_string())).collect())
+        .await
+        .expect("send");
+    let first = n.a.receive(&paced, recv(10)).await.expect("receive");
+    let second = n.b.receive(&paced, recv(10)).await.expect("receive");
+    assert_eq!(
+        (first.len(), second.len()),
+        (2, 0),
+        "the other node sees the pace the first moved on"
+    );
 
     let capped = q("capped");
     n.b.put_queue(

@@ -21,6 +21,11 @@ pub struct RateLimitWire {
     pub limit: u32,
     /// The window, in milliseconds (100 ms – 24 h).
     pub period_ms: i64,
+    /// How many may go at once after a quiet spell (1 – `limit`); the rest are spread
+    /// evenly, one per `period_ms / limit`. Default a tenth of `limit`, at least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub burst: Option<u32>,
 }
 
 /// A push target as `PUT /v1/queues/{q}` takes it: the broker delivers the queue's messages
@@ -322,6 +327,7 @@ impl QueueConfigRequest {
             Some(Some(r)) => Some(Some(RateLimit {
                 limit: r.limit,
                 period: millis("rate_limit.period_ms", r.period_ms)?,
+                burst: r.burst,
             })),
         };
         let dead_letter_queue = match &self.dead_letter_queue {
@@ -446,6 +452,7 @@ impl From<&QueueConfig> for QueueConfigView {
             rate_limit: c.rate_limit.map(|r| RateLimitWire {
                 limit: r.limit,
                 period_ms: i64::try_from(r.period.as_millis()).unwrap_or(i64::MAX),
+                burst: r.burst,
             }),
             result_ttl_ms: as_ms(c.result_ttl),
             paused: c.paused,

@@ -303,6 +303,7 @@ pub(super) fn rate_to_core(r: &RateLimitWire) -> Result<RateLimit, StoreError> {
     Ok(RateLimit {
         limit: r.limit,
         period,
+        burst: r.burst,
     })
 }
 
@@ -311,6 +312,7 @@ pub(super) fn rate_to_wire(r: &RateLimit) -> RateLimitWire {
     RateLimitWire {
         limit: r.limit,
         period_ms: i64::try_from(r.period.as_millis()).unwrap_or(i64::MAX),
+        burst: r.burst,
     }
 }
 

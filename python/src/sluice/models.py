@@ -140,13 +140,20 @@ class RateLimit:
 
     limit: int
     period: float
+    burst: Optional[int] = None
+    """How many may go at once after a quiet spell (1 – ``limit``); the rest are spread one per
+    ``period / limit``. None: a tenth of ``limit``, at least 1."""
 
     def to_wire(self) -> Dict[str, int]:
-        return {"limit": self.limit, "period_ms": int(round(self.period * 1000))}
+        out = {"limit": self.limit, "period_ms": int(round(self.period * 1000))}
+        if self.burst is not None:
+            out["burst"] = self.burst
+        return out
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "RateLimit":
-        return cls(int(d["limit"]), d["period_ms"] / 1000.0)
+        burst = d.get("burst")
+        return cls(int(d["limit"]), d["period_ms"] / 1000.0, int(burst) if burst is not None else None)
 
     @classmethod
     def parse(cls, text: str) -> "RateLimit":

@@ -219,6 +219,7 @@ pub async fn adaptive_rate_stays_within_bounds_and_congestion_cuts_it(h: &dyn Ha
             rate_limit: Some(Some(RateLimit {
                 limit: 100,
                 period: secs(60),
+                burst: None,
             })),
             visibility_timeout: Some(secs(3600)),
             adaptive: Some(Some(signal)),
@@ -237,6 +238,7 @@ pub async fn adaptive_rate_stays_within_bounds_and_congestion_cuts_it(h: &dyn Ha
                 rate_limit: Some(Some(RateLimit {
                     limit: 40,
                     period: secs(60),
+                    burst: None,
                 })),
                 visibility_timeout: Some(secs(3600)),
                 adaptive: Some(Some(AdaptiveRate::new(10, 600))),

@@ -49,7 +49,8 @@ pub async fn pause_holds_deliveries(h: &dyn Harness) {
     assert_eq!(e.recv_one(&q).await.id, id, "resume delivers");
 }
 
-/// Queue `name` with `rate_limit` 3 per 10 s, hour-long leases and 12 messages waiting.
+/// Queue `name` with `rate_limit` 3 per 10 s (a burst of all 3: the window alone decides),
+/// hour-long leases and 12 messages waiting.
 async fn three_per_ten_seconds(e: &Env, name: &str) -> QueueName {
     let q = e
         .queue(
@@ -58,6 +59,7 @@ async fn three_per_ten_seconds(e: &Env, name: &str) -> QueueName {
                 rate_limit: Some(Some(RateLimit {
                     limit: 3,
                     period: secs(10),
+                    burst: Some(3),
                 })),
                 visibility_timeout: Some(secs(3600)),
                 ..Default::default()
@@ -138,6 +140,98 @@ pub async fn rate_limit_bounds_deliveries_per_window(h: &dyn Harness) {
         (s.in_flight, s.visible),
         (9, 3),
         "rate-limited receives lease only what they return"
+    );
+}
+
+/// `rate_limit` 10 per 10 s with a burst of 2: after a quiet spell 2 go at once, then one a
+/// second (the even spacing), never more than 2 at once nor 10 in any 10 s, at the full rate;
+/// the spacing holds across a restart.
+pub async fn rate_limit_spreads_deliveries_after_a_burst(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "spread",
+            QueueConfigPatch {
+                rate_limit: Some(Some(RateLimit {
+                    limit: 10,
+                    period: secs(10),
+                    burst: Some(2),
+                })),
+                visibility_timeout: Some(secs(3600)),
+                ..Default::default()
+            },
+        )
+        .await;
+    e.send_batch(&q, (0..40).map(|i| text(&i.to_string())).collect())
+        .await;
+    assert_eq!(e.recv(&q, 10).await.len(), 2, "t=0: the burst");
+    e.recv_none(&q, "t=0: the rest waits for the spacing").await;
+    e.advance(ms(999));
+    e.recv_none(&q, "t=0.999s: not yet").await;
+    e.advance(ms(1));
+    assert_eq!(e.recv(&q, 10).await.len(), 1, "t=1s: one");
+    e.advance(ms(500));
+    let e = e.restart(h).await;
+    e.recv_none(&q, "t=1.5s, after a restart: the spacing holds")
+        .await;
+    e.advance(ms(500));
+    assert_eq!(e.recv(&q, 10).await.len(), 1, "t=2s: one");
+    // Steady demand for 20 s: one a second, never more than 10 in any 10 s.
+    let mut taken = vec![(0i64, 2usize), (1_000, 1), (2_000, 1)];
+    for t in (2_100..22_000).step_by(100) {
+        e.advance(ms(100));
+        let n = e.recv(&q, 10).await.len();
+        if n > 0 {
+            taken.push((t, n));
+        }
+    }
+    for (start, _) in &taken {
+        let inside: usize = taken
+            .iter()
+            .filter(|(t, _)| t >= start && *t < start + 10_000)
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            inside <= 10,
+            "{inside} deliveries in the 10 s from t={start} ms"
+        );
+    }
+    assert!(
+        taken.iter().all(|(_, n)| *n <= 2),
+        "never more than the burst at once: {taken:?}"
+    );
+    let moments = taken
+        .iter()
+        .filter(|(t, _)| (2_000..22_000).contains(t))
+        .count();
+    let total: usize = taken
+        .iter()
+        .filter(|(t, _)| (2_000..22_000).contains(t))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        total >= 19 && moments >= 17,
+        "the full rate, spread: {total} deliveries at {moments} moments in 20 s: {taken:?}"
+    );
+    // A quiet spell gives back the burst, not the whole limit.
+    e.advance(secs(30));
+    assert_eq!(
+        e.recv(&q, 10).await.len(),
+        2,
+        "after a quiet spell: the burst"
+    );
+    let bad = QueueConfigPatch {
+        rate_limit: Some(Some(RateLimit {
+            limit: 10,
+            period: secs(10),
+            burst: Some(11),
+        })),
+        ..Default::default()
+    };
+    assert_code(
+        e.store.put_queue(&q, &bad).await,
+        ErrorCode::InvalidArgument,
+        "a burst above the limit",
     );
 }
 

@@ -40,6 +40,7 @@ pub async fn queue_put_creates_with_defaults_and_dlq(h: &dyn Harness) {
         rate_limit: Some(Some(RateLimit {
             limit: 5,
             period: secs(1),
+            burst: None,
         })),
         ..Default::default()
     };

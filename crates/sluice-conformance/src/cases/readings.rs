@@ -131,6 +131,7 @@ pub async fn reading_of_a_backlog_held_by_a_rate_limit(h: &dyn Harness) {
                 rate_limit: Some(Some(RateLimit {
                     limit: 100,
                     period: secs(60),
+                    burst: None,
                 })),
                 ..QueueConfigPatch::default()
             },

@@ -199,6 +199,7 @@ pub async fn redrive_one_job_per_source_and_cancel(h: &dyn Harness) {
     bad.rate = Some(RateLimit {
         limit: 0,
         period: Duration::from_secs(60),
+        burst: None,
     });
     assert_code(
         e.store.create_redrive(bad).await,

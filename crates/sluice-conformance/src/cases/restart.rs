@@ -13,6 +13,7 @@ pub async fn restart_keeps_messages_leases_dedup_counters_and_config(h: &dyn Har
         rate_limit: Some(Some(RateLimit {
             limit: 1000,
             period: secs(1),
+            burst: None,
         })),
         max_in_flight: Some(Some(100)),
         dedup_window: Some(secs(300)),

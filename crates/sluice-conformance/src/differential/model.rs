@@ -155,6 +155,14 @@ pub struct Queue {
     pub dedup: BTreeMap<String, (usize, i64)>,
     /// When each delivery made while it had a `rate_limit` was made: its sliding window.
     pub rate_events: Vec<i64>,
+    /// The rate limit's pace: when (ns) the next delivery is due at the even spacing, once
+    /// one was made.
+    pub rate_due: Option<i64>,
+}
+
+/// The even spacing of deliveries under `rl`, in ns, rounded down (at least 1).
+fn spacing_ns(rl: &sluice_core::config::RateLimit) -> i64 {
+    (i64::try_from(rl.period.as_nanos()).unwrap_or(i64::MAX) / i64::from(rl.limit.max(1))).max(1)
 }
 
 /// One delivery (receive) made.
@@ -466,6 +474,23 @@ impl Model {
             let q = &self.queues[q];
             let counted = q.rate_events.iter().filter(|t| **t + period > now).count();
             n = n.min((rl.limit as usize).saturating_sub(counted));
+            // Spread evenly: `burst` at once, then one per spacing, counting from when the
+            // last delivery was due.
+            let burst = i64::from(rl.burst.unwrap_or(rl.limit / 10).clamp(1, rl.limit));
+            let spacing = spacing_ns(&rl);
+            let mut paced = if burst >= i64::from(rl.limit) {
+                burst
+            } else {
+                0
+            };
+            let mut due = q.rate_due.unwrap_or(i64::MIN);
+            while paced < burst
+                && due.max(now * 1_000_000) + spacing - now * 1_000_000 <= burst * spacing
+            {
+                due = due.max(now * 1_000_000) + spacing;
+                paced += 1;
+            }
+            n = n.min(usize::try_from(paced).unwrap_or(0));
         }
         n
     }
@@ -543,8 +568,12 @@ impl Model {
         m.place = Place::InFlight { until, delivery: d };
         let q = self.queues.get_mut(&m.queue).expect("queue");
         q.totals.received += 1;
-        if q.config.rate_limit.is_some() {
+        if let Some(rl) = q.config.rate_limit {
             q.rate_events.push(now);
+            let spacing = spacing_ns(&rl);
+            if rl.burst.is_none_or(|b| b < rl.limit) && rl.limit > 1 {
+                q.rate_due = Some(q.rate_due.unwrap_or(i64::MIN).max(now * 1_000_000) + spacing);
+            }
         }
         d
     }
@@ -711,6 +740,7 @@ impl Model {
                     totals: Totals::default(),
                     dedup: BTreeMap::new(),
                     rate_events: Vec::new(),
+                    rate_due: None,
                 },
             );
         }
@@ -725,6 +755,7 @@ impl Model {
                         totals: Totals::default(),
                         dedup: BTreeMap::new(),
                         rate_events: Vec::new(),
+                        rate_due: None,
                     },
                 );
             }

@@ -460,6 +460,7 @@ mod tests {
         let rl = |limit, ms| RateLimit {
             limit,
             period: Duration::from_millis(ms),
+            burst: None,
         };
         assert_eq!(ceiling_per_min(&rl(30, 60_000)), 30);
         assert_eq!(ceiling_per_min(&rl(10, 1_000)), 600);

@@ -417,8 +417,8 @@ pub(super) fn per_min(mpm: u64) -> u32 {
     u32::try_from(mpm.saturating_add(MILLI / 2) / MILLI).unwrap_or(u32::MAX)
 }
 
-/// The sliding-window limit that paces deliveries at `mpm` thousandths per minute: an even
-/// spacing, in small bursts of a 32nd of what the rate delivers in a quota window (1 to
+/// The sliding-window limit that paces deliveries at `mpm` thousandths per minute (its burst
+/// is its whole limit, so the window alone spaces them): an even spacing, in small bursts of a 32nd of what the rate delivers in a quota window (1 to
 /// [`PACE_BURST`]), or of what it delivers in 10 ms when that is more (so that a very high
 /// rate does not wake the engine for each delivery). Counts keep the pace the same on a clock
 /// run faster.
@@ -430,9 +430,12 @@ pub(super) fn pace_of(mpm: u64, round_ms: i64) -> RateLimit {
         .clamp(1, PACE_BURST)
         .max(mpm.div_ceil(6_000_000));
     let period_ms = (burst * MINUTE_MS * MILLI / mpm).max(1);
+    let limit = u32::try_from(burst).unwrap_or(u32::MAX);
     RateLimit {
-        limit: u32::try_from(burst).unwrap_or(u32::MAX),
+        limit,
         period: std::time::Duration::from_millis(period_ms),
+        // Already a small window: its whole limit may go at once, as before the pace existed.
+        burst: Some(limit),
     }
 }
 

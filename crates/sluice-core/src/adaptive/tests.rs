@@ -374,14 +374,16 @@ fn drive(
         let now = at(t);
         let (admit, mut e) = s.admit(cfg, now);
         events.append(&mut e);
-        let n = match admit {
-            Admit::Paced { pace, .. } => window.available(&pace, now).min(1),
-            Admit::Probe { n } => n.min(1),
-            Admit::Free => 1,
-            Admit::Shut { .. } => 0,
+        let (n, pace) = match admit {
+            Admit::Paced { pace, .. } => (window.available(&pace, now).min(1), Some(pace)),
+            Admit::Probe { n } => (n.min(1), None),
+            Admit::Free => (1, None),
+            Admit::Shut { .. } => (0, None),
         };
         if n > 0 {
-            window.record(now, 1);
+            if let Some(pace) = pace {
+                window.record(&pace, now, 1);
+            }
             events.append(&mut s.leased(cfg, 1, now));
             events.append(&mut s.observe(cfg, &Tally::of(answer, 1), now));
         }

@@ -598,6 +598,7 @@ mod tests {
             rate: rate.map(|(limit, ms)| RateLimit {
                 limit,
                 period: std::time::Duration::from_millis(ms),
+                burst: None,
             }),
             filter: RedriveFilter::default(),
             reset_receive_count: true,

@@ -217,10 +217,11 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     schedule: JsonSchedule(schedule.clone()),
                 });
             }
-            // The rate windows may have been counted from leases in the segment about to go.
-            let windows = core.state.rate_windows();
-            if !windows.is_empty() {
-                records.push(Record::RateWindows(windows));
+            // The rate windows and paces may have been counted from leases in the segment
+            // about to go.
+            let paces = core.state.rate_paces();
+            if !paces.is_empty() {
+                records.push(Record::RatePaces(paces));
             }
             records.push(Record::Checkpoint(checkpoint));
             // The token reservation may live in the segment about to go.

@@ -275,6 +275,17 @@ fn record() -> impl Strategy<Value = Record> {
         id().prop_map(|id| Record::Cancel { id }),
         id().prop_map(|upto| Record::Tokens { upto }),
         vec((0u32..4, vec(any::<i64>(), 0..4)), 0..3).prop_map(Record::RateWindows),
+        vec(
+            (0u32..4, vec(any::<i64>(), 0..4), any::<Option<i64>>()),
+            0..3
+        )
+        .prop_map(|v| {
+            Record::RatePaces(
+                v.into_iter()
+                    .map(|(qid, events, tat)| crate::journal::record::RatePace { qid, events, tat })
+                    .collect(),
+            )
+        }),
         (id(), vec(update(), 0..3)).prop_map(|(job, moves)| {
             let job = sluice_core::RedriveJob::new(
                 sluice_core::RedriveId(job),

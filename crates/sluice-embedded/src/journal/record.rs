@@ -287,6 +287,19 @@ pub(crate) enum Record {
         message: MessageRecord,
         tag: TagRecord,
     },
+    /// A [`Record::RateWindows`] with each queue's pace (its theoretical arrival time of the
+    /// next delivery, ns; see `sluice_core::rate`), which replay sets as it finds it.
+    RatePaces(Vec<RatePace>),
+}
+
+/// One queue's rate window and pace, as a [`Record::RatePaces`] keeps them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RatePace {
+    pub qid: Qid,
+    /// Delivery times (ms) that still count.
+    pub events: Vec<i64>,
+    /// The pace's arrival time of the next delivery (ns), once one was paced.
+    pub tat: Option<i64>,
 }
 
 /// What a [`Record::Tagged`] message carries besides its record.

@@ -127,9 +127,10 @@ pub(crate) fn put(
     }
     if limited_anew {
         // Replay reads every lease under the queue's configuration of now: from here on
-        // its window is what it holds now, not the leases made before it was limited.
-        let window = core.state.rate_window(qid);
-        core.commit(vec![Record::RateWindows(vec![(qid, window)])])?;
+        // its window and pace are what it holds now, not what the leases made before it
+        // was limited (or under another limit) would make of them.
+        let pace = core.state.rate_pace(qid);
+        core.commit(vec![Record::RatePaces(vec![pace])])?;
     }
     snapshot_if_due(core);
     Ok(PutQueueOutcome {

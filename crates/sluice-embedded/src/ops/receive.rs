@@ -146,8 +146,8 @@ fn try_receive(
     let max_receive_count = q.config.max_receive_count;
     // The rate window counts these leases when their record is applied (`state/rate_windows.rs`),
     // as replay does.
-    if paced.is_some() {
-        q.flow_pace.record(Timestamp(now), ids.len());
+    if let Some(pace) = &paced {
+        q.flow_pace.record(pace, Timestamp(now), ids.len());
     }
     if let Some((flow, cfg)) = q.govern(Timestamp(now)) {
         let leased = u32::try_from(ids.len()).unwrap_or(u32::MAX);

@@ -333,6 +333,7 @@ impl State {
             }
             Record::Lease(leases) => self.apply_leases(leases),
             Record::RateWindows(windows) => self.restore_rate_windows(windows),
+            Record::RatePaces(paces) => self.restore_rate_paces(paces),
             Record::Extend {
                 id,
                 token,

@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (9, V9),
     (10, V10),
     (11, V11),
+    (12, V12),
 ];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
@@ -297,6 +298,17 @@ CREATE INDEX messages_key_ranks ON messages (queue, (coalesce(fkey, '')), rank)
 DROP INDEX IF EXISTS messages_plain;
 CREATE INDEX messages_plain ON messages (queue, visible_at, id)
     WHERE state = 0 AND grp IS NULL AND rank IS NULL;
+"#;
+
+/// Version 12: the pace of each rate-limited queue (`sluice_core::rate`): the theoretical
+/// arrival time of its next delivery, in ns, moved on by every lease under the queue's row
+/// lock with the `rate_events` row of that lease. A queue without a row has not been paced
+/// yet: its first deliveries may go as one burst.
+const V12: &str = r#"
+CREATE TABLE rate_paces (
+    queue  text PRIMARY KEY,
+    tat    bigint NOT NULL
+);
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

@@ -417,6 +417,8 @@ where
         return Ok(Attempted::Empty { next_wake: None });
     }
     let mut n = i64::from(req.max);
+    // The rate limit's pace before this lease, which the lease moves on.
+    let mut paced_from = None;
     if let Some(mif) = cfg.max_in_flight {
         let row = tx
             .query_one(crate::hot::packs::IN_FLIGHT_SQL, &[&q])
@@ -432,7 +434,7 @@ where
         )
         .await
         .map_err(|e| db(&e))?;
-        let mut window = SlidingWindow::default();
+        let mut events = Vec::new();
         for r in tx
             .query(
                 "SELECT at, n FROM rate_events WHERE queue = $1 ORDER BY at",
@@ -442,8 +444,18 @@ where
             .map_err(|e| db(&e))?
         {
             let n: i32 = r.get(1);
-            window.record(Timestamp(r.get(0)), usize::try_from(n).unwrap_or(0));
+            events.extend(std::iter::repeat_n(
+                Timestamp(r.get(0)),
+                usize::try_from(n).unwrap_or(0),
+            ));
         }
+        let tat: Option<i64> = tx
+            .query_opt("SELECT tat FROM rate_paces WHERE queue = $1", &[&q])
+            .await
+            .map_err(|e| db(&e))?
+            .map(|r| r.get(0));
+        paced_from = tat;
+        let mut window = SlidingWindow::restore(events, tat);
         let avail = window.available(&rl, Timestamp(now));
         if avail == 0 {
             let free = window.next_free(&rl, Timestamp(now)).map(|t| t.as_millis());
@@ -490,10 +502,16 @@ where
     }
     let got = i32::try_from(out.len()).unwrap_or(i32::MAX);
     // Counted by the caller once the lease has committed.
-    if cfg.rate_limit.is_some() {
+    if let Some(rl) = cfg.rate_limit {
+        // The window's event and the pace, moved on by these deliveries (`sluice_core::rate`).
+        let mut pace = SlidingWindow::restore([], paced_from);
+        pace.record(&rl, Timestamp(now), out.len());
+        // A limit that does not spread (its burst is its limit) keeps no pace.
         tx.execute(
-            "INSERT INTO rate_events (queue, at, n) VALUES ($1, $2, $3)",
-            &[&q, &now, &got],
+            "WITH ev AS (INSERT INTO rate_events (queue, at, n) VALUES ($1, $2, $3))
+             INSERT INTO rate_paces (queue, tat) SELECT $1, $4::bigint WHERE $4::bigint IS NOT NULL
+             ON CONFLICT (queue) DO UPDATE SET tat = EXCLUDED.tat",
+            &[&q, &now, &got, &pace.pace()],
         )
         .await
         .map_err(|e| db(&e))?;

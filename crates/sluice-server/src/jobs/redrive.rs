@@ -188,7 +188,9 @@ async fn step(store: &dyn Store, job: &RedriveJob, p: &mut JobPace) {
     }
     match store.redrive_step(job.id, allowed).await {
         Ok(step) => {
-            p.window.record(step.at, step.moved_ids.len());
+            if let Some(rate) = &job.spec.rate {
+                p.window.record(rate, step.at, step.moved_ids.len());
+            }
             let now = SystemClock.now();
             p.next_at = match (&job.spec.rate, step.moved_now) {
                 _ if step.job.blocked.is_some() => now.plus(BLOCKED_PAUSE),
@@ -400,6 +402,7 @@ mod tests {
         let per = |limit, secs| RateLimit {
             limit,
             period: Duration::from_secs(secs),
+            burst: None,
         };
         assert_eq!(step_size(&per(50, 60)), 1);
         assert_eq!(step_size(&per(1000, 1)), 50);

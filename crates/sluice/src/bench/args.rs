@@ -86,6 +86,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", conflicts_with = "frames",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub(super) groups: Option<u32>,
+    /// Spread the messages over this many keys (`k0`, `k1`, …, in turn): deliveries go
+    /// round-robin across them (over HTTP), which measures what fair delivery costs.
+    #[arg(long, value_name = "N", conflicts_with = "frames",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) keys: Option<u32>,
 }
 
 /// A rate in messages per second, with or without a `/s` or `/sec` suffix.

@@ -81,7 +81,7 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
             dedup_id: None,
             group: shared.next_group(),
             messages: None,
-            key: None,
+            key: shared.next_key(),
             priority: None,
         });
     }
@@ -93,7 +93,7 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
             delay_ms: None,
             dedup_id: None,
             group: shared.next_group(),
-            key: None,
+            key: shared.next_key(),
             priority: None,
         })
     };

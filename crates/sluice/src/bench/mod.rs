@@ -202,6 +202,7 @@ fn shared_state(
         sent_measured: AtomicU64::new(0),
         acked_measured: AtomicU64::new(0),
         groups: args.groups.map(|n| (n, AtomicU64::new(0))),
+        keys: args.keys.map(|n| (n, AtomicU64::new(0))),
     }
 }
 

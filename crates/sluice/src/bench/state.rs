@@ -45,6 +45,8 @@ pub(super) struct Shared {
     pub(super) acked_measured: AtomicU64,
     /// With `--groups`: how many, and the count that picks the next message's group.
     pub(super) groups: Option<(u32, AtomicU64)>,
+    /// With `--keys`: how many, and the count that picks the next message's key.
+    pub(super) keys: Option<(u32, AtomicU64)>,
 }
 
 impl Shared {
@@ -57,6 +59,13 @@ impl Shared {
         self.groups
             .as_ref()
             .map(|(n, next)| format!("g{}", next.fetch_add(1, Ordering::Relaxed) % u64::from(*n)))
+    }
+
+    /// The key of the next message sent, with `--keys`.
+    pub(super) fn next_key(&self) -> Option<String> {
+        self.keys
+            .as_ref()
+            .map(|(n, next)| format!("k{}", next.fetch_add(1, Ordering::Relaxed) % u64::from(*n)))
     }
 
     pub(super) fn in_window(&self, t_us: u64) -> bool {

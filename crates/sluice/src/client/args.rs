@@ -24,6 +24,7 @@ pub fn parse_rate(s: &str) -> Result<RateLimitWire, String> {
     Ok(RateLimitWire {
         limit: rate.limit,
         period_ms: i64::try_from(rate.period.as_millis()).unwrap_or(i64::MAX),
+        burst: None,
     })
 }
 
@@ -32,6 +33,7 @@ pub fn fmt_rate(r: &RateLimitWire) -> String {
     human::fmt_rate(&RateLimit {
         limit: r.limit,
         period: Duration::from_millis(u64::try_from(r.period_ms).unwrap_or(0)),
+        burst: None,
     })
 }
 
