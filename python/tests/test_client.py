@@ -212,6 +212,18 @@ def test_keys_and_priorities_order_deliveries(client: sluice.Client, queue: str)
     assert e.value.code is ErrorCode.INVALID_ARGUMENT and "key" in e.value.message
 
 
+def test_key_limits_hold_a_key_not_the_others(client: sluice.Client, queue: str) -> None:
+    q = client.put_queue(queue, key_limits={"max_in_flight": 1})
+    assert q.config.key_limits == {"max_in_flight": 1}
+    for k in ("a", "a", "a", "b"):
+        client.send(queue, k, key=k)
+    got = client.receive(queue, max=10)
+    assert sorted(d.key for d in got) == ["a", "b"], "one of each key at a time"
+    cleared = client.put_queue(queue, key_limits=sluice.CLEAR)
+    assert cleared.config.key_limits is None
+    assert len(client.receive(queue, max=10)) == 2
+
+
 def test_rate_limit_burst_round_trips_and_spreads(client: sluice.Client, queue: str) -> None:
     q = client.put_queue(queue, rate_limit=sluice.RateLimit(10, 10.0, burst=2))
     assert q.config.rate_limit == sluice.RateLimit(10, 10.0, 2)

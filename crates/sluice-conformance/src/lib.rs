@@ -169,6 +169,7 @@ macro_rules! __sluice_conformance_cases {
             key_weights_share_deliveries,
             keys_and_priorities_outlive_retries_dead_letters_and_restarts,
             keys_and_priorities_are_checked,
+            key_limits_hold_a_key_not_the_others,
             reading_of_a_steady_drain,
             reading_of_a_backlog_held_by_a_rate_limit,
             reading_of_consumers_gone,

@@ -199,6 +199,10 @@ pub struct QueueConfig {
     /// pattern matches weigh 1.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub key_weights: BTreeMap<String, u32>,
+    /// What each key may have at once (see [`crate::fair::KeyLimits`]); a key at its limit
+    /// waits, and never holds other keys back. Configs stored before it existed read as none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_limits: Option<crate::fair::KeyLimits>,
 }
 
 fn default_priority() -> u8 {
@@ -234,6 +238,7 @@ impl QueueConfig {
             max_in_flight_per_group: DEFAULT_IN_FLIGHT_PER_GROUP,
             default_priority: crate::fair::DEFAULT_PRIORITY,
             key_weights: BTreeMap::new(),
+            key_limits: None,
             receive_wait: Duration::ZERO,
             content_dedup: false,
             tags: BTreeMap::new(),
@@ -301,7 +306,8 @@ impl QueueConfig {
             adaptive,
             breaker,
             default_priority,
-            key_weights
+            key_weights,
+            key_limits
         );
         if let Some(push) = &patch.push {
             c.push = push.as_ref().map(|p| p.resolve(self.push.as_ref()));
@@ -436,6 +442,9 @@ impl QueueConfig {
         check_tags(&self.tags)?;
         crate::fair::check_priority("default_priority", self.default_priority)?;
         crate::fair::check_weights(&self.key_weights)?;
+        if let Some(l) = &self.key_limits {
+            l.validate()?;
+        }
         if let Some(a) = &self.adaptive {
             a.validate()?;
         }
@@ -544,6 +553,9 @@ pub struct QueueConfigPatch {
     /// Replaces the weights whole.
     #[serde(default)]
     pub key_weights: Option<BTreeMap<String, u32>>,
+    /// Replaces the per-key limits whole; `Some(None)` removes them.
+    #[serde(default)]
+    pub key_limits: Option<Option<crate::fair::KeyLimits>>,
 }
 
 /// A queue as the store reports it.

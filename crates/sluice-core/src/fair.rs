@@ -171,6 +171,95 @@ pub fn weight_of(weights: &BTreeMap<String, u32>, key: Option<&str>) -> u32 {
     best.map_or(1, |(_, w)| w.clamp(1, MAX_KEY_WEIGHT))
 }
 
+/// Per-key limits of a queue (`key_limits`): what every key may have at once, with overrides
+/// by key pattern. Messages without a key are one key (no pattern names it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyLimits {
+    /// Most messages of one key in flight at once, across all consumers (and broker nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u32>,
+    /// Limits of the keys a pattern matches, in place of the ones above: a key takes its own
+    /// entry, else the longest pattern that matches it (the first in sort order among
+    /// patterns of one length).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overrides: BTreeMap<String, KeyLimit>,
+}
+
+/// The limits of the keys one pattern of [`KeyLimits::overrides`] matches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyLimit {
+    /// Most messages of one such key in flight at once; `None`: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u32>,
+}
+
+impl KeyLimits {
+    /// The limit of `key` (`None`: the implicit key).
+    pub fn of(&self, key: Option<&str>) -> KeyLimit {
+        let default = KeyLimit {
+            max_in_flight: self.max_in_flight,
+        };
+        let Some(key) = key else { return default };
+        best_match(&self.overrides, key).copied().unwrap_or(default)
+    }
+
+    /// Checks the limits and patterns: each `max_in_flight` 1 to 1,000,000, at most 100
+    /// overrides, patterns as `key_weights`'.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] naming the field.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let check = |field: &str, m: Option<u32>| match m {
+            Some(m) if m == 0 || m > crate::config::limits::MAX_IN_FLIGHT => {
+                Err(StoreError::invalid(format!(
+                    "{field} must be 1 to {}, got {m}",
+                    crate::config::limits::MAX_IN_FLIGHT
+                )))
+            }
+            _ => Ok(()),
+        };
+        check("key_limits.max_in_flight", self.max_in_flight)?;
+        if self.overrides.len() > MAX_KEY_WEIGHTS {
+            return Err(StoreError::invalid(format!(
+                "key_limits.overrides may have at most {MAX_KEY_WEIGHTS} patterns, got {}",
+                self.overrides.len()
+            )));
+        }
+        for (pattern, l) in &self.overrides {
+            if MessageKey::new(pattern.as_str()).is_err() {
+                return Err(StoreError::invalid(format!(
+                    "key_limits.overrides pattern {pattern:?} must be 1 to {MAX_KEY_CHARS} \
+                     characters without control characters"
+                )));
+            }
+            check(
+                &format!("key_limits.overrides[{pattern:?}].max_in_flight"),
+                l.max_in_flight,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The entry of `map` for `key`: its own, else the longest pattern that matches it (the
+/// first in sort order among patterns of one length).
+fn best_match<'a, V>(map: &'a BTreeMap<String, V>, key: &str) -> Option<&'a V> {
+    if let Some(v) = map.get(key) {
+        return Some(v);
+    }
+    let mut best: Option<(usize, &V)> = None;
+    for (pattern, v) in map {
+        if crate::access::glob_match(pattern, key)
+            && best.is_none_or(|(len, _)| pattern.len() > len)
+        {
+            best = Some((pattern.len(), v));
+        }
+    }
+    best.map(|(_, v)| v)
+}
+
 /// What a key's pass grows by per delivery at weight `w`.
 pub fn step(w: u32) -> u64 {
     PASS_UNIT / u64::from(w.clamp(1, MAX_KEY_WEIGHT))
@@ -208,6 +297,39 @@ mod tests {
         assert_eq!(weight_of(&w, Some("ab")), 2);
         assert_eq!(weight_of(&w, Some("zeta")), 1);
         assert_eq!(weight_of(&w, None), 1);
+    }
+
+    #[test]
+    fn key_limits_take_the_best_override() {
+        let l = KeyLimits {
+            max_in_flight: Some(2),
+            overrides: [
+                (
+                    "vip-*".to_owned(),
+                    KeyLimit {
+                        max_in_flight: Some(10),
+                    },
+                ),
+                (
+                    "vip-free".to_owned(),
+                    KeyLimit {
+                        max_in_flight: None,
+                    },
+                ),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        assert_eq!(l.of(Some("acme")).max_in_flight, Some(2));
+        assert_eq!(l.of(None).max_in_flight, Some(2), "the implicit key too");
+        assert_eq!(l.of(Some("vip-1")).max_in_flight, Some(10));
+        assert_eq!(l.of(Some("vip-free")).max_in_flight, None);
+        assert!(l.validate().is_ok());
+        let bad = KeyLimits {
+            max_in_flight: Some(0),
+            ..KeyLimits::default()
+        };
+        assert!(bad.validate().is_err());
     }
 
     #[test]

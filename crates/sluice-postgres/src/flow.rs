@@ -68,7 +68,7 @@ pub(crate) fn governed(c: &QueueConfig) -> bool {
 /// queue. Such a queue's messages are leased as rows only (never in packs, never handed
 /// over by a send).
 pub(crate) fn limited(c: &QueueConfig) -> bool {
-    c.rate_limit.is_some() || c.max_in_flight.is_some() || governed(c)
+    c.rate_limit.is_some() || c.max_in_flight.is_some() || c.key_limits.is_some() || governed(c)
 }
 
 /// Outcomes counted before they are observed: a [`Tally`], with the longest Retry-After

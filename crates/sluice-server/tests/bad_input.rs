@@ -323,6 +323,22 @@ fn cases(stale: &str) -> Vec<Case> {
             "invalid_argument",
         ),
         case(
+            "queue key_limits of 0 in flight",
+            M::PUT,
+            q,
+            r#"{"key_limits": {"max_in_flight": 0}}"#,
+            400,
+            "invalid_argument",
+        ),
+        case(
+            "queue key_limits with a field it does not have",
+            M::PUT,
+            q,
+            r#"{"key_limits": {"max_in_flight": 1, "rate_limit": {"limit": 1, "period_ms": 1000}}}"#,
+            400,
+            "invalid_argument",
+        ),
+        case(
             "queue key weight of 0",
             M::PUT,
             q,

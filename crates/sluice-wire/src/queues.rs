@@ -311,6 +311,18 @@ pub struct QueueConfigRequest {
     /// longest pattern that matches it, else 1. Replaces the weights whole; `{}` removes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_weights: Option<BTreeMap<String, u32>>,
+    /// What each key may have at once, or `null` for no limits: `{"max_in_flight": 2,
+    /// "overrides": {"vip-*": {"max_in_flight": 10}}}` (each 1 – 1,000,000; at most 100
+    /// override patterns; a key takes its own entry, else the longest pattern that matches
+    /// it, else the defaults; messages without a key are one key). A key at its limit waits
+    /// and never holds other keys back. Replaces the setting whole.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<Object>)]
+    pub key_limits: Option<Option<sluice_core::fair::KeyLimits>>,
 }
 
 impl QueueConfigRequest {
@@ -363,6 +375,7 @@ impl QueueConfigRequest {
             breaker: self.breaker.clone(),
             default_priority: self.default_priority,
             key_weights: self.key_weights.clone(),
+            key_limits: self.key_limits.clone(),
         })
     }
 }
@@ -428,6 +441,10 @@ pub struct QueueConfigView {
     /// Fairness weights by key pattern; keys no pattern matches weigh 1.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub key_weights: BTreeMap<String, u32>,
+    /// What each key may have at once, absent when the queue has no per-key limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub key_limits: Option<sluice_core::fair::KeyLimits>,
 }
 
 /// What a view from a broker without FIFO groups means: one at a time.
@@ -465,6 +482,7 @@ impl From<&QueueConfig> for QueueConfigView {
             breaker: c.breaker.clone(),
             default_priority: c.default_priority,
             key_weights: c.key_weights.clone(),
+            key_limits: c.key_limits.clone(),
         }
     }
 }

@@ -166,6 +166,9 @@ class QueueSettings:
     """The priority of messages sent without one (0 – 9; default 4)."""
     key_weights: Optional[Dict[str, int]] = None
     """Fairness weights by key pattern (``{"gold-*": 3}``), replaced whole; ``{}`` removes them."""
+    key_limits: Any = None
+    """What each key may have at once, as the API takes it (``{"max_in_flight": 2,
+    "overrides": {"vip-*": {"max_in_flight": 10}}}``), or :data:`CLEAR`."""
     adaptive: Any = None
     """An adaptive delivery rate as the API takes it (``{"min_per_min": 10, "max_per_min":
     600}``), or :data:`CLEAR`."""
@@ -199,7 +202,8 @@ class QueueSettings:
         elif self.rate_limit is not None:
             raise InvalidInput("rate_limit must be a RateLimit(limit, period_seconds) or CLEAR")
         for name, example in (("push", '{"url": "https://..."}'), ("adaptive", '{"min_per_min": 10, '
-                              '"max_per_min": 600}'), ("breaker", '{"failure_share": 0.5}')):
+                              '"max_per_min": 600}'), ("breaker", '{"failure_share": 0.5}'),
+                              ("key_limits", '{"max_in_flight": 2}')):
             v = getattr(self, name)
             if v is CLEAR:
                 out[name] = None

@@ -230,6 +230,8 @@ class QueueConfig:
     """The priority of messages sent without one."""
     key_weights: Dict[str, int] = field(default_factory=dict)
     """Fairness weights by key pattern; keys no pattern matches weigh 1."""
+    key_limits: Optional[Dict[str, Any]] = None
+    """What each key may have at once (``{"max_in_flight": 2, "overrides": {...}}``), or None."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "QueueConfig":
@@ -253,6 +255,7 @@ class QueueConfig:
             max_in_flight_per_group=int(d.get("max_in_flight_per_group", 1)),
             default_priority=int(d.get("default_priority", 4)),
             key_weights=dict(d.get("key_weights") or {}),
+            key_limits=d.get("key_limits"),
         )
 
 

@@ -216,6 +216,99 @@ pub async fn keys_and_priorities_outlive_retries_dead_letters_and_restarts(h: &d
     );
 }
 
+/// `key_limits` caps each key's deliveries in flight (overrides by pattern); a key at its
+/// limit waits without holding the others back, an ack or a lease that runs out gives its
+/// room back, and a restart counts the leases it finds.
+pub async fn key_limits_hold_a_key_not_the_others(h: &dyn Harness) {
+    let e = env(h).await;
+    let limits = sluice_core::fair::KeyLimits {
+        max_in_flight: Some(2),
+        overrides: BTreeMap::from([(
+            "vip-*".to_owned(),
+            sluice_core::fair::KeyLimit {
+                max_in_flight: Some(4),
+            },
+        )]),
+    };
+    let q = e
+        .queue(
+            "quota",
+            QueueConfigPatch {
+                key_limits: Some(Some(limits)),
+                visibility_timeout: Some(secs(60)),
+                ..QueueConfigPatch::default()
+            },
+        )
+        .await;
+    let mut batch = Vec::new();
+    for i in 0..10 {
+        batch.push(keyed(&format!("a{i}"), "acme"));
+        batch.push(keyed(&format!("v{i}"), "vip-1").with_priority(9));
+    }
+    batch.push(text("plain-1"));
+    batch.push(text("plain-2"));
+    batch.push(text("plain-3"));
+    e.send_batch(&q, batch).await;
+    let first = e.recv(&q, 50).await;
+    let count = |ds: &[Delivery], k: Option<&str>| {
+        ds.iter()
+            .filter(|d| d.key.as_ref().map(MessageKey::as_str) == k)
+            .count()
+    };
+    assert_eq!(
+        (
+            count(&first, Some("acme")),
+            count(&first, Some("vip-1")),
+            count(&first, None)
+        ),
+        (2, 4, 2),
+        "each key up to its limit, the urgent vip key held at 4 without blocking the rest"
+    );
+    e.recv_none(&q, "every key at its limit").await;
+    let acme = first
+        .iter()
+        .find(|d| d.key == Some(key("acme")))
+        .expect("an acme delivery");
+    e.ack(&q, acme.receipt).await.expect("ack");
+    let next = e.recv(&q, 50).await;
+    assert_eq!(
+        (next.len(), count(&next, Some("acme"))),
+        (1, 1),
+        "an ack gives its key one place back"
+    );
+    let e = e.restart(h).await;
+    e.recv_none(&q, "a restart counts the leases it finds")
+        .await;
+    // Past the leases and the retry backoff after them.
+    e.advance(secs(120));
+    let after = e.recv(&q, 50).await;
+    assert_eq!(
+        (
+            count(&after, Some("acme")),
+            count(&after, Some("vip-1")),
+            count(&after, None)
+        ),
+        (2, 4, 2),
+        "leases that ran out give their places back"
+    );
+    // Lifting the limit lets the rest go.
+    e.store
+        .put_queue(
+            &q,
+            &QueueConfigPatch {
+                key_limits: Some(None),
+                ..QueueConfigPatch::default()
+            },
+        )
+        .await
+        .expect("lift");
+    assert_eq!(
+        e.recv(&q, 50).await.len(),
+        22 - 8,
+        "22 left after the ack, 8 in flight: the other 14 go"
+    );
+}
+
 /// Keys, priorities and the settings that rank them are checked: a key of 1 – 128
 /// characters without control characters, a priority and a default of 0 – 9, weights of
 /// 1 – 1000.

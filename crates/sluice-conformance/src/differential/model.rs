@@ -459,7 +459,24 @@ impl Model {
         if cfg.paused {
             return 0;
         }
-        let mut n = (max as usize).min(self.eligible(q, now).len());
+        let eligible = self.eligible(q, now);
+        let deliverable = match &cfg.key_limits {
+            // Each key at most its room: its limit less what it has in flight.
+            Some(_) => {
+                let mut by_key: BTreeMap<Option<String>, usize> = BTreeMap::new();
+                for id in &eligible {
+                    *by_key
+                        .entry(self.live(*id).expect("live").key.clone())
+                        .or_default() += 1;
+                }
+                by_key
+                    .into_iter()
+                    .map(|(k, n)| n.min(self.key_room(q, k.as_deref())))
+                    .sum()
+            }
+            None => eligible.len(),
+        };
+        let mut n = (max as usize).min(deliverable);
         if let Some(cap) = cfg.max_in_flight {
             let flying = self
                 .in_queue(q)
@@ -493,6 +510,27 @@ impl Model {
             n = n.min(usize::try_from(paced).unwrap_or(0));
         }
         n
+    }
+
+    /// How many more deliveries key `key` (`None`: the implicit key) of queue `q` may have
+    /// under its `key_limits`.
+    pub fn key_room(&self, q: &str, key: Option<&str>) -> usize {
+        let Some(limits) = &self.queues[q].config.key_limits else {
+            return usize::MAX;
+        };
+        let Some(max) = limits.of(key).max_in_flight else {
+            return usize::MAX;
+        };
+        (max as usize).saturating_sub(self.key_in_flight(q, key))
+    }
+
+    /// Deliveries of key `key` of queue `q` in flight.
+    pub fn key_in_flight(&self, q: &str, key: Option<&str>) -> usize {
+        self.in_queue(q)
+            .iter()
+            .filter_map(|id| self.live(*id))
+            .filter(|m| matches!(m.place, Place::InFlight { .. }) && m.key.as_deref() == key)
+            .count()
     }
 
     /// Messages counted against `max_depth`: visible, delayed and in flight.

@@ -88,6 +88,9 @@ pub struct PatchSpec {
     pub default_priority: Option<u8>,
     /// `key_weights`, replaced whole: key `k1` weighs this much (`Some(None)`: no weights).
     pub key_weights: Option<Option<u32>>,
+    /// `key_limits`, replaced whole: every key at most this many in flight, `k1` one more
+    /// (`Some(None)`: no limits).
+    pub key_limits: Option<Option<u32>>,
 }
 
 /// The period of every `rate_limit` the differential test sets.
@@ -361,9 +364,10 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
     let c = (
         prop::option::weighted(0.1, prop::sample::select(vec![0u8, 4, 9])),
         prop::option::weighted(0.1, prop::option::of(prop::sample::select(vec![1u32, 3]))),
+        prop::option::weighted(0.15, prop::option::of(1u32..3)),
     );
     (a, b, c).prop_map(
-        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw))| PatchSpec {
+        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw, kl))| PatchSpec {
             visibility_ms: v,
             max_receive_count: m,
             dead_letter_queue: d,
@@ -378,6 +382,7 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
             rate_limit: rl,
             default_priority: dp,
             key_weights: kw,
+            key_limits: kl,
         },
     )
 }

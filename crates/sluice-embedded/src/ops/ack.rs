@@ -104,6 +104,10 @@ pub(crate) async fn ack(
             Some(core.commit(records)?)
         };
         core.flow_observe(qid, &outcomes, now);
+        // A slot freed under an in-flight cap: waiting receives may take the next.
+        if cfg.max_in_flight.is_some() || cfg.key_limits.is_some() {
+            core.state.queues[&qid].notify.notify_waiters();
+        }
         (out, pos)
     };
     if let Some(pos) = pos {

@@ -109,11 +109,17 @@ pub(crate) fn put(
     let q = core.state.queues.get_mut(&qid).expect("just ensured");
     let regroup = q.config.max_in_flight_per_group != config.max_in_flight_per_group;
     let limited_anew = config.rate_limit.is_some() && q.config.rate_limit != config.rate_limit;
+    let limits_changed = q.config.key_limits != config.key_limits;
     let relane = q.config.default_priority != config.default_priority
-        || q.config.key_weights != config.key_weights;
+        || q.config.key_weights != config.key_weights
+        || limits_changed;
     q.config = config;
+    if limits_changed {
+        q.recount_flight(&core.state.msgs, &core.state.tags);
+    }
     if relane {
-        // Messages without a priority of their own move to the new default; keys weigh anew.
+        // Messages without a priority of their own move to the new default; keys weigh anew,
+        // and those at their new limits wait.
         q.relane(&core.state.msgs, &core.state.tags);
     }
     q.flow = flow;

@@ -42,7 +42,8 @@ pub(crate) struct Lanes {
 
 #[derive(Default)]
 struct Lane {
-    /// `(pass, key)` of every key of the lane.
+    /// `(pass, key)` of every key of the lane that may deliver: not the keys held at their
+    /// `key_limits`, so a receive never steps over them.
     turn: BTreeSet<(u64, Arc<str>)>,
     keys: HashMap<Arc<str>, KeyLine>,
     /// The pass of the lane's latest delivery, where a newly active key starts.
@@ -55,6 +56,8 @@ struct KeyLine {
     step: u64,
     /// The key's deliverable messages by `(visible time, id)`.
     ready: BTreeSet<(i64, u64)>,
+    /// At its `key_limits`: out of the turn until a delivery of it ends.
+    held: bool,
 }
 
 /// Where a message sorts: its priority and its key (`None`: the implicit key).
@@ -74,13 +77,23 @@ impl Lanes {
                     pass: 0,
                     step: fair::step(1),
                     ready: ready.clone(),
+                    held: false,
                 },
             );
         }
         l
     }
 
-    fn insert(&mut self, (priority, key): Place<'_>, at: i64, id: u64, weights: &Weights<'_>) {
+    /// Adds a deliverable message; `held` says whether its key is at its limit (for a key
+    /// new to the lane).
+    fn insert(
+        &mut self,
+        (priority, key): Place<'_>,
+        at: i64,
+        id: u64,
+        weights: &Weights<'_>,
+        held: bool,
+    ) {
         let key = key.unwrap_or(&self.implicit);
         let lane = self.by_priority.entry(Reverse(priority)).or_default();
         let line = match lane.keys.get_mut(key) {
@@ -89,15 +102,41 @@ impl Lanes {
                 // Where the lane's next delivery is: among the first few, however long the
                 // other keys' lines.
                 let start = lane.turn.first().map_or(lane.latest, |(pass, _)| *pass);
-                lane.turn.insert((start, key.clone()));
+                if !held {
+                    lane.turn.insert((start, key.clone()));
+                }
                 lane.keys.entry(key.clone()).or_insert(KeyLine {
                     pass: start,
                     step: weights.step(key),
                     ready: BTreeSet::new(),
+                    held,
                 })
             }
         };
         line.ready.insert((at, id));
+    }
+
+    /// Takes `key` out of the turn of every lane (it reached its limit), or puts it back.
+    fn hold(&mut self, key: Option<&Arc<str>>, held: bool) {
+        let key = key.unwrap_or(&self.implicit);
+        for lane in self.by_priority.values_mut() {
+            let Some(line) = lane.keys.get_mut(key) else {
+                continue;
+            };
+            if line.held == held {
+                continue;
+            }
+            line.held = held;
+            if held {
+                lane.turn.remove(&(line.pass, key.clone()));
+            } else {
+                // Not ahead of the lane's next delivery: a key held back catches up at the
+                // pace of the others, not in a burst of its own.
+                let floor = lane.turn.first().map_or(line.pass, |(pass, _)| *pass);
+                line.pass = line.pass.max(floor);
+                lane.turn.insert((line.pass, key.clone()));
+            }
+        }
     }
 
     fn remove(&mut self, (priority, key): Place<'_>, at: i64, id: u64) {
@@ -110,7 +149,9 @@ impl Lanes {
         };
         line.ready.remove(&(at, id));
         if line.ready.is_empty() {
-            lane.turn.remove(&(line.pass, key.clone()));
+            if !line.held {
+                lane.turn.remove(&(line.pass, key.clone()));
+            }
             lane.keys.remove(key);
             if lane.keys.is_empty() {
                 self.by_priority.remove(&Reverse(priority));
@@ -128,35 +169,54 @@ impl Lanes {
             return;
         };
         lane.latest = lane.latest.max(line.pass);
-        lane.turn.remove(&(line.pass, key.clone()));
+        let held = !lane.turn.remove(&(line.pass, key.clone()));
         line.pass = line.pass.saturating_add(line.step);
-        lane.turn.insert((line.pass, key.clone()));
+        if !held {
+            lane.turn.insert((line.pass, key.clone()));
+        }
     }
 
     /// The next `n` deliveries, in order, without changing anything: applying their leases
-    /// serves their keys in this same order.
-    pub fn pick(&self, n: usize) -> Vec<u64> {
+    /// serves their keys in this same order. `room` says how many more deliveries a key may
+    /// have now (its `key_limits`); keys with none are not in the turn.
+    pub fn pick(&self, n: usize, room: &dyn Fn(Option<&Arc<str>>) -> usize) -> Vec<u64> {
         let mut out = Vec::with_capacity(n);
+        // What each key has taken in this pick, over all lanes (a key's room is one).
+        let mut taken: HashMap<&Arc<str>, usize> = HashMap::new();
         for lane in self.by_priority.values() {
             if out.len() == n {
                 break;
             }
             // Only the first `n` keys by pass can deliver within `n` deliveries: every key
-            // after them waits until each of them has delivered once.
+            // after them waits until each of them has delivered once. A key whose room this
+            // pick used up (in a higher lane) gives its place to the next.
             let mut heap = BinaryHeap::new();
             let mut heads = Vec::new();
-            for (i, (pass, key)) in lane.turn.iter().take(n - out.len()).enumerate() {
-                let line = &lane.keys[key];
-                heads.push((line.ready.iter(), line.step));
-                heap.push(Reverse((*pass, key, i)));
+            let mut turn = lane.turn.iter();
+            let mut enter = |heap: &mut BinaryHeap<_>, heads: &mut Vec<_>| {
+                if let Some((pass, key)) = turn.next() {
+                    let line = &lane.keys[key];
+                    heads.push((line.ready.iter(), line.step));
+                    heap.push(Reverse((*pass, key, heads.len() - 1)));
+                }
+            };
+            for _ in 0..n - out.len() {
+                enter(&mut heap, &mut heads);
             }
             while out.len() < n {
                 let Some(Reverse((pass, key, i))) = heap.pop() else {
                     break;
                 };
+                let name = (**key != *self.implicit).then_some(key);
+                let used = taken.entry(key).or_insert(0);
+                if *used >= room(name) {
+                    enter(&mut heap, &mut heads);
+                    continue;
+                }
                 let (it, step) = &mut heads[i];
                 let Some((_, id)) = it.next() else { continue };
                 out.push(*id);
+                *used += 1;
                 heap.push(Reverse((pass.saturating_add(*step), key, i)));
             }
         }
@@ -211,10 +271,14 @@ impl QueueState {
         }
         if slot == Slot::Ready {
             let place = self.place_of(tag);
+            let held = self.key_room(place.1) == 0;
             let weights = Weights(&self.config.key_weights);
             if let Some(l) = &mut self.lanes {
-                l.insert(place, at, id, &weights);
+                l.insert(place, at, id, &weights, held);
             }
+        }
+        if slot == Slot::Leased && self.config.key_limits.is_some() {
+            self.count_flight(tag.and_then(|t| t.key.as_ref()), true);
         }
     }
 
@@ -230,6 +294,9 @@ impl QueueState {
                 l.remove(place, at, id);
             }
         }
+        if slot == Slot::Leased && self.config.key_limits.is_some() {
+            self.count_flight(tag.and_then(|t| t.key.as_ref()), false);
+        }
         if self.tagged == 0 && self.ready.is_empty() {
             self.lanes = None;
         }
@@ -244,16 +311,77 @@ impl QueueState {
         }
     }
 
-    /// The next `n` deliverable messages in delivery order.
+    /// The next `n` deliverable messages in delivery order, within each key's room.
     pub fn next_deliveries(&self, n: usize) -> Vec<u64> {
         match &self.lanes {
-            Some(l) => l.pick(n),
-            None => self.ready.iter().take(n).map(|(_, id)| *id).collect(),
+            Some(l) => l.pick(n, &|key| self.key_room(key)),
+            None => {
+                let n = n.min(self.key_room(None));
+                self.ready.iter().take(n).map(|(_, id)| *id).collect()
+            }
         }
     }
 
-    /// Sorts the deliverable messages again after `default_priority` or `key_weights`
-    /// changed. Runs on a config change only, so it may visit every deliverable message.
+    /// How many more deliveries `key` (`None`: the implicit key) may have now under the
+    /// queue's `key_limits`.
+    fn key_room(&self, key: Option<&Arc<str>>) -> usize {
+        let Some(limits) = &self.config.key_limits else {
+            return usize::MAX;
+        };
+        let flying = self.key_flight.get(&key.cloned()).copied().unwrap_or(0);
+        match limits.of(key.map(|k| &**k)).max_in_flight {
+            Some(max) => (max as usize).saturating_sub(flying as usize),
+            None => usize::MAX,
+        }
+    }
+
+    /// Counts a delivery of `key` starting (`up`) or ending, and holds the key out of its
+    /// lanes' turns while it is at its limit.
+    fn count_flight(&mut self, key: Option<&Arc<str>>, up: bool) {
+        let entry = self.key_flight.entry(key.cloned()).or_insert(0);
+        let before = *entry;
+        *entry = if up {
+            before + 1
+        } else {
+            before.saturating_sub(1)
+        };
+        if *entry == 0 {
+            self.key_flight.remove(&key.cloned());
+        }
+        let room = self.key_room(key);
+        let was_full = {
+            let limits = self.config.key_limits.as_ref();
+            let max = limits.and_then(|l| l.of(key.map(|k| &**k)).max_in_flight);
+            max.is_some_and(|m| before >= m)
+        };
+        if let Some(l) = &mut self.lanes {
+            match (was_full, room == 0) {
+                (false, true) => l.hold(key, true),
+                (true, false) => l.hold(key, false),
+                _ => {}
+            }
+        }
+    }
+
+    /// Counts the deliveries in flight of each key again, after `key_limits` changed.
+    pub(crate) fn recount_flight(&mut self, msgs: &IdMap<u64, Msg>, tags: &IdMap<u64, Tag>) {
+        self.key_flight.clear();
+        if self.config.key_limits.is_none() {
+            return;
+        }
+        for (_, id) in &self.leased {
+            let key = msgs
+                .get(id)
+                .filter(|m| m.tagged())
+                .and_then(|_| tags.get(id))
+                .and_then(|t| t.key.clone());
+            *self.key_flight.entry(key).or_insert(0) += 1;
+        }
+    }
+
+    /// Sorts the deliverable messages again after `default_priority`, `key_weights` or
+    /// `key_limits` changed. Runs on a config change only, so it may visit every deliverable
+    /// message.
     pub(crate) fn relane(&mut self, msgs: &IdMap<u64, Msg>, tags: &IdMap<u64, Tag>) {
         if self.lanes.is_none() {
             return;
@@ -265,7 +393,9 @@ impl QueueState {
                 .get(id)
                 .filter(|m| m.tagged())
                 .and_then(|_| tags.get(id));
-            lanes.insert(self.place_of(tag), *at, *id, &weights);
+            let place = self.place_of(tag);
+            let held = self.key_room(place.1) == 0;
+            lanes.insert(place, *at, *id, &weights, held);
         }
         self.lanes = Some(lanes);
     }
@@ -285,7 +415,7 @@ mod tests {
         places: &HashMap<u64, (u8, Option<Arc<str>>, i64)>,
         n: usize,
     ) -> Vec<u64> {
-        let ids = l.pick(n);
+        let ids = l.pick(n, &|_| usize::MAX);
         for id in &ids {
             let (p, k, at) = &places[id];
             l.serve((*p, k.as_ref()));
@@ -302,14 +432,14 @@ mod tests {
         let mut places = HashMap::new();
         let noisy = key("noisy");
         for id in 0..1000 {
-            l.insert((4, Some(&noisy)), id as i64, id, &w);
+            l.insert((4, Some(&noisy)), id as i64, id, &w, false);
             places.insert(id, (4, Some(noisy.clone()), id as i64));
         }
         assert_eq!(deliver(&mut l, &places, 10).len(), 10);
         let quiet: Vec<Arc<str>> = (0..5).map(|i| key(&format!("q{i}"))).collect();
         for (i, k) in quiet.iter().enumerate() {
             let id = 10_000 + i as u64;
-            l.insert((4, Some(k)), 5000, id, &w);
+            l.insert((4, Some(k)), 5000, id, &w, false);
             places.insert(id, (4, Some(k.clone()), 5000));
         }
         let next = deliver(&mut l, &places, 6);
@@ -327,10 +457,10 @@ mod tests {
         let (heavy, light) = (key("heavy"), key("light"));
         for id in 0..100u64 {
             let k = if id % 2 == 0 { &heavy } else { &light };
-            l.insert((4, Some(k)), id as i64, id, &w);
+            l.insert((4, Some(k)), id as i64, id, &w, false);
             places.insert(id, (4, Some(k.clone()), id as i64));
         }
-        l.insert((9, None), 500, 500, &w);
+        l.insert((9, None), 500, 500, &w, false);
         places.insert(500, (9, None, 500));
         let got = deliver(&mut l, &places, 41);
         assert_eq!(got[0], 500, "the urgent message first");
@@ -350,10 +480,10 @@ mod tests {
         let keys: Vec<Arc<str>> = (0..7).map(|i| key(&format!("k{i}"))).collect();
         for id in 0..200u64 {
             let k = &keys[(id * id % 7) as usize];
-            l.insert((4, Some(k)), id as i64, id, &w);
+            l.insert((4, Some(k)), id as i64, id, &w, false);
             places.insert(id, (4, Some(k.clone()), id as i64));
         }
-        let all = l.pick(200);
+        let all = l.pick(200, &|_| usize::MAX);
         let mut one_by_one = Vec::new();
         for _ in 0..200 {
             one_by_one.extend(deliver(&mut l, &places, 1));

@@ -46,6 +46,9 @@ pub(crate) struct QueueState {
     pub lanes: Option<super::lanes::Lanes>,
     /// Live messages of the queue with a key or priority, in any slot.
     pub tagged: u64,
+    /// Deliveries in flight per key (`None`: the implicit key), kept while the queue has
+    /// `key_limits`; a key leaves the map with its last delivery.
+    pub key_flight: HashMap<Option<Arc<str>>, u32>,
     /// When the last retention sweep of the whole queue started.
     pub retention_scan: i64,
     /// The retention sweep under way: the index it is in and the last entry it looked at.
@@ -85,6 +88,7 @@ impl QueueState {
             groups: HashMap::new(),
             lanes: None,
             tagged: 0,
+            key_flight: HashMap::new(),
             retention_scan: i64::MIN,
             sweep: None,
             overdue: Vec::new(),

@@ -20,6 +20,7 @@ use crate::db::tx::transaction;
 use crate::error::{corrupt, db};
 use crate::expiry::expire_queue;
 use crate::hot::backlog::ScanFrom;
+use crate::hot::key_rooms::Rooms;
 use crate::local::QueueLocal;
 use crate::store::Inner;
 
@@ -475,22 +476,37 @@ where
     let deadline = Timestamp(now).plus(vis).as_millis();
     let ordered = crate::hot::ranks::holds_ranks(tx, q).await?;
     local.set_ordered(ordered);
+    // Per-key limits: what each key has in flight, exact under the row lock.
+    let mut rooms = match &cfg.key_limits {
+        Some(limits) => Some(Rooms::read(tx, q, limits).await?),
+        None => None,
+    };
     let mut out = if ordered {
-        crate::hot::ranks::lease_ranked(tx, q, cfg, now, n, deadline, takers).await?
+        crate::hot::ranks::lease_ranked(tx, q, cfg, now, n, deadline, takers, rooms.as_mut())
+            .await?
     } else {
+        // Only the implicit key's messages are here: its room caps the lease.
+        let n = rooms.as_ref().map_or(n, |r| n.min(r.room("")));
         let names = takers.param();
         let rows = tx
             .query(stmt, &[&q, &now, &n, &deadline, &names])
             .await
             .map_err(|e| db(&e))?;
-        deliveries(&rows, cfg, deadline, None, 9, 10)?
+        let got = deliveries(&rows, cfg, deadline, None, 9, 10)?;
+        if let Some(r) = rooms.as_mut() {
+            got.iter().for_each(|_| r.take(""));
+        }
+        got
     };
     let left = u32::try_from(n).unwrap_or(u32::MAX) - u32::try_from(out.len()).unwrap_or(0);
     if left > 0 {
         let takers = takers.after(out.len());
-        out.extend(
-            lease_fronts(tx, GROUP_LEASE_SQL, local, cfg, now, left, deadline, takers).await?,
-        );
+        out.extend(match rooms.as_mut() {
+            Some(r) => fronts_within(tx, local, cfg, now, left, deadline, takers, r).await?,
+            None => {
+                lease_fronts(tx, GROUP_LEASE_SQL, local, cfg, now, left, deadline, takers).await?
+            }
+        });
     }
     if out.iter().any(|t| t.delivery.group.is_some()) {
         local.mark_grouped();
@@ -554,6 +570,59 @@ pub(crate) const GROUP_LEASE_SQL: &str = concat!(
     leased_cte!("$7", ", m.grp"),
     " SELECT * FROM leased"
 );
+
+/// The fronts of queue `$1`'s group lines that may go at `$2` (the first `$4` of each line),
+/// as `(id, key)` oldest first, stepping over the keys `$5`: at most `$3` · 2 + 16 of them.
+const FRONTS_SQL: &str = "WITH RECURSIVE lines AS (
+         (SELECT grp FROM messages WHERE queue = $1 AND grp IS NOT NULL AND state < 2
+          ORDER BY grp LIMIT 1)
+         UNION ALL
+         SELECT (SELECT m.grp FROM messages m
+                 WHERE m.queue = $1 AND m.grp IS NOT NULL AND m.grp > l.grp AND m.state < 2
+                 ORDER BY m.grp LIMIT 1)
+         FROM lines l WHERE l.grp IS NOT NULL
+     ), fronts AS (
+         SELECT f.id, f.k, f.visible_at FROM lines l CROSS JOIN LATERAL (
+             SELECT m.id, m.state, m.visible_at, coalesce(m.fkey, '') AS k FROM messages m
+             WHERE m.queue = $1 AND m.grp IS NOT NULL AND m.grp = l.grp AND m.state < 2
+             ORDER BY m.line LIMIT $4) f
+         WHERE l.grp IS NOT NULL AND f.state = 0 AND f.visible_at <= $2
+             AND f.k <> ALL($5)
+         LIMIT $3::bigint * 2 + 16
+     )
+     SELECT id, k FROM fronts ORDER BY visible_at, id";
+
+/// Leases up to `max` fronts of `queue`'s group lines that fit the keys' `rooms`, until
+/// `deadline`, for `takers`. Every group is looked at from the first: the turn kept by
+/// [`lease_fronts`] is for queues without key limits.
+#[allow(clippy::too_many_arguments)]
+async fn fronts_within(
+    c: &impl GenericClient,
+    queue: &QueueLocal,
+    cfg: &QueueConfig,
+    now: i64,
+    max: u32,
+    deadline: i64,
+    takers: Takers<'_>,
+    rooms: &mut Rooms<'_>,
+) -> Result<Vec<Taken>, StoreError> {
+    let q = queue.name.as_str();
+    let per_group = i64::from(cfg.max_in_flight_per_group);
+    let full = rooms.full();
+    let rows = c
+        .query(FRONTS_SQL, &[&q, &now, &i64::from(max), &per_group, &full])
+        .await
+        .map_err(|e| db(&e))?;
+    let mut candidates = Vec::with_capacity(rows.len());
+    for r in &rows {
+        candidates.push((
+            r.try_get::<_, i64>(0).map_err(corrupt)?,
+            r.try_get::<_, String>(1).map_err(corrupt)?,
+        ));
+    }
+    let ids = rooms.fit(&candidates, max as usize);
+    crate::hot::ranks::lease_ids(c, cfg, now, &ids, deadline, takers).await
+}
 
 /// Leases up to `max` messages at the fronts of `queue`'s group lines with `stmt`
 /// ([`GROUP_LEASE_SQL`]), until `deadline`, for `takers`: the walk starts after the group

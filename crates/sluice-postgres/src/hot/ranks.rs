@@ -22,6 +22,7 @@ use sluice_core::{QueueConfig, StoreError};
 use tokio_postgres::GenericClient;
 
 use crate::error::{corrupt, db};
+use crate::hot::key_rooms::Rooms;
 use crate::hot::leases::{Taken, Takers, deliveries};
 
 /// Most rows one receive ranks; any left are ranked by the next.
@@ -42,6 +43,8 @@ pub(crate) async fn holds_ranks(c: &impl GenericClient, q: &str) -> Result<bool,
 
 /// Leases up to `n` messages of queue `q` by rank until `deadline`, for `takers`, after
 /// ranking what became deliverable. The caller holds the queue's row lock.
+/// With `rooms` (the queue has `key_limits`), only what fits each key's room, stepping over
+/// the keys at their limit.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn lease_ranked(
     tx: &impl GenericClient,
@@ -51,16 +54,84 @@ pub(crate) async fn lease_ranked(
     n: i64,
     deadline: i64,
     takers: Takers<'_>,
+    rooms: Option<&mut Rooms<'_>>,
 ) -> Result<Vec<Taken>, StoreError> {
     unpack_visible(tx, q, now).await?;
     rank_fresh(tx, q, cfg, now).await?;
     let names = takers.param();
+    let Some(rooms) = rooms else {
+        let rows = tx
+            .query(RANKED_LEASE_SQL, &[&q, &now, &n, &deadline, &names])
+            .await
+            .map_err(|e| db(&e))?;
+        return deliveries(&rows, cfg, deadline, None, 9, 10);
+    };
+    let want = usize::try_from(n).unwrap_or(0);
+    let full = rooms.full();
+    let mut ids = Vec::new();
+    let mut after = (i64::MIN, String::new(), i64::MIN);
+    while ids.len() < want {
+        let rows = tx
+            .query(
+                "SELECT id, coalesce(fkey, ''), rank FROM messages
+                 WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
+                     AND coalesce(fkey, '') <> ALL($2)
+                     AND (rank, coalesce(fkey, ''), id) > ($3, $4, $5)
+                 ORDER BY rank, coalesce(fkey, ''), id LIMIT $6",
+                &[&q, &full, &after.0, &after.1, &after.2, &CANDIDATES],
+            )
+            .await
+            .map_err(|e| db(&e))?;
+        let mut page = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let id: i64 = r.try_get(0).map_err(corrupt)?;
+            let key: String = r.try_get(1).map_err(corrupt)?;
+            after = (r.try_get(2).map_err(corrupt)?, key.clone(), id);
+            page.push((id, key));
+        }
+        ids.extend(rooms.fit(&page, want - ids.len()));
+        if i64::try_from(rows.len()).unwrap_or(0) < CANDIDATES {
+            break;
+        }
+    }
+    lease_ids(tx, cfg, now, &ids, deadline, takers).await
+}
+
+/// Candidate rows one look of a lease within key rooms reads.
+const CANDIDATES: i64 = 256;
+
+/// Leases the waiting rows `ids` (chosen under the queue's row lock) until `deadline` for
+/// `takers`.
+pub(crate) async fn lease_ids(
+    tx: &impl GenericClient,
+    cfg: &QueueConfig,
+    now: i64,
+    ids: &[i64],
+    deadline: i64,
+    takers: Takers<'_>,
+) -> Result<Vec<Taken>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names = takers.param();
     let rows = tx
-        .query(RANKED_LEASE_SQL, &[&q, &now, &n, &deadline, &names])
+        .query(IDS_LEASE_SQL, &[&ids, &now, &names, &deadline])
         .await
         .map_err(|e| db(&e))?;
-    deliveries(&rows, cfg, deadline, None, 9, 10)
+    deliveries(&rows, cfg, deadline, Some(13), 9, 10)
 }
+
+/// The lease of the waiting rows `$1` at `$2`, until `$4`, for `$3`. Columns as
+/// `crate::hot::leases::LEASE_SQL`'s, and the group (13).
+const IDS_LEASE_SQL: &str = concat!(
+    "WITH picked AS (
+         SELECT id, visible_at AS was, rank FROM messages
+         WHERE id = ANY($1) AND state = 0
+         FOR UPDATE SKIP LOCKED
+     ), ",
+    leased_cte!("$3", ", m.grp"),
+    " SELECT * FROM leased"
+);
 
 /// The lease by rank: up to `$3` ranked messages of queue `$1`, lowest rank first (then by
 /// key, then id), leased until `$4` for `$5`. Columns as `crate::hot::leases::LEASE_SQL`'s.

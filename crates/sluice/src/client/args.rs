@@ -258,6 +258,14 @@ pub struct QueueConfigArgs {
     /// Remove every key weight of the queue (every key weighs 1).
     #[arg(long)]
     pub no_key_weights: bool,
+    /// Most messages of one key in flight at once (1 – 1,000,000): the queue's key limits
+    /// become exactly this (per-pattern overrides are set with the HTTP API).
+    #[arg(long, value_name = "N", conflicts_with = "no_key_limits",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub key_max_in_flight: Option<u32>,
+    /// Remove the queue's per-key limits.
+    #[arg(long)]
+    pub no_key_limits: bool,
     /// Deliver the queue's messages to this endpoint (https, or http on loopback; a public
     /// address unless the broker's push_allow lists it); `none` stops pushing. The target is replaced whole: give its other --push-* flags with it.
     #[arg(long, value_name = "URL")]
@@ -402,6 +410,16 @@ impl QueueConfigArgs {
                 Some(Default::default())
             } else {
                 (!self.key_weight.is_empty()).then(|| self.key_weight.iter().cloned().collect())
+            },
+            key_limits: if self.no_key_limits {
+                Some(None)
+            } else {
+                self.key_max_in_flight.map(|m| {
+                    Some(sluice_core::fair::KeyLimits {
+                        max_in_flight: Some(m),
+                        ..Default::default()
+                    })
+                })
             },
         }
     }

@@ -92,6 +92,18 @@ fn patch(p: &PatchSpec) -> QueueConfigPatch {
         key_weights: p
             .key_weights
             .map(|w| w.map(|w| [("k1".to_owned(), w)].into()).unwrap_or_default()),
+        key_limits: p.key_limits.map(|l| {
+            l.map(|max| sluice_core::fair::KeyLimits {
+                max_in_flight: Some(max),
+                overrides: [(
+                    "k1".to_owned(),
+                    sluice_core::fair::KeyLimit {
+                        max_in_flight: Some(max + 1),
+                    },
+                )]
+                .into(),
+            })
+        }),
         ..QueueConfigPatch::default()
     }
 }

@@ -366,10 +366,22 @@ impl Run<'_> {
             (m.group.is_none()).then(|| m.priority.unwrap_or(default))
         };
         let delivered: BTreeSet<usize> = ds.iter().filter_map(|d| self.ids.of(d.id).ok()).collect();
+        // A key's room after this receive (before the model leases them): a message its key's
+        // limit holds back may stay behind lower ones.
+        let room_left = |id: usize| {
+            let key = self.model.live(id).expect("live").key.clone();
+            let taken = delivered
+                .iter()
+                .filter(|d| self.model.live(**d).is_some_and(|m| m.key == key))
+                .count();
+            self.model
+                .key_room(name, key.as_deref())
+                .saturating_sub(taken)
+        };
         let lowest_taken = delivered.iter().filter_map(|id| prio(*id)).min();
         let highest_left = eligible
             .iter()
-            .filter(|id| !delivered.contains(id))
+            .filter(|id| !delivered.contains(id) && room_left(**id) > 0)
             .filter_map(|id| prio(*id).map(|p| (p, *id)))
             .max();
         if let (Some(low), Some((high, left))) = (lowest_taken, highest_left) {
@@ -438,6 +450,18 @@ impl Run<'_> {
             let del = self.model.lease(mid, queue, until, now, consumer.clone());
             ensure!(del == self.receipts.len(), "delivery tables out of step");
             self.receipts.push(d.receipt);
+            let key = m.key.as_deref();
+            if let Some(max) = cfg
+                .key_limits
+                .as_ref()
+                .and_then(|l| l.of(key).max_in_flight)
+            {
+                let flying = self.model.key_in_flight(name, key);
+                ensure!(
+                    flying <= max as usize,
+                    "key {key:?} of {name} has {flying} in flight, its limit is {max}"
+                );
+            }
         }
         Ok(())
     }

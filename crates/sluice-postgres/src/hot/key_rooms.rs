@@ -1,0 +1,93 @@
+//! Per-key limits on PostgreSQL (`key_limits`, `sluice_core::fair::KeyLimits`): how many more
+//! deliveries each key may have now.
+//!
+//! A queue with per-key limits receives under its row lock on every node (it is *limited*,
+//! `crate::flow::limited`), so the deliveries in flight that a receive counts cannot change
+//! under it: the limits are exact across nodes. The receive counts each key's leased rows
+//! (one grouped count of the queue's leased rows), then leases only what fits: by rank,
+//! stepping over the keys at their limit, and the fronts of FIFO groups the same way.
+//!
+//! Cost: the count reads every leased row of the queue, and a receive steps over the waiting
+//! messages of the keys at their limit that come first in rank order.
+
+use std::collections::HashMap;
+
+use sluice_core::StoreError;
+use sluice_core::fair::KeyLimits;
+use tokio_postgres::GenericClient;
+
+use crate::error::{corrupt, db};
+
+/// Each key's room under a queue's `key_limits`, as a receive uses it up.
+pub(crate) struct Rooms<'a> {
+    limits: &'a KeyLimits,
+    /// Deliveries in flight per key (`""`: the implicit key), this receive's included.
+    flying: HashMap<String, i64>,
+}
+
+impl<'a> Rooms<'a> {
+    /// The rooms of queue `q` now. The caller holds the queue's row lock.
+    pub(crate) async fn read(
+        c: &impl GenericClient,
+        q: &str,
+        limits: &'a KeyLimits,
+    ) -> Result<Rooms<'a>, StoreError> {
+        let mut flying = HashMap::new();
+        for r in c
+            .query(
+                "SELECT coalesce(fkey, ''), count(*) FROM messages
+                 WHERE queue = $1 AND state = 1 GROUP BY 1
+                 UNION ALL
+                 SELECT '', coalesce(sum(pending), 0) FROM packs
+                 WHERE queue = $1 AND state = 1",
+                &[&q],
+            )
+            .await
+            .map_err(|e| db(&e))?
+        {
+            let key: String = r.try_get(0).map_err(corrupt)?;
+            let n: i64 = r.try_get(1).map_err(corrupt)?;
+            *flying.entry(key).or_insert(0) += n;
+        }
+        Ok(Rooms { limits, flying })
+    }
+
+    /// How many more deliveries `key` (`""`: the implicit key) may have.
+    pub(crate) fn room(&self, key: &str) -> i64 {
+        let name = (!key.is_empty()).then_some(key);
+        match self.limits.of(name).max_in_flight {
+            Some(max) => (i64::from(max) - self.flying.get(key).copied().unwrap_or(0)).max(0),
+            None => i64::MAX,
+        }
+    }
+
+    /// Counts one more delivery of `key`.
+    pub(crate) fn take(&mut self, key: &str) {
+        *self.flying.entry(key.to_owned()).or_insert(0) += 1;
+    }
+
+    /// The keys with no room left, for a statement to step over.
+    pub(crate) fn full(&self) -> Vec<String> {
+        self.flying
+            .keys()
+            .filter(|k| self.room(k) == 0)
+            .cloned()
+            .collect()
+    }
+
+    /// Of `candidates` (`(id, key)` in delivery order), the ids that fit, up to `n`; each
+    /// taken counts in its key's room.
+    pub(crate) fn fit(&mut self, candidates: &[(i64, String)], n: usize) -> Vec<i64> {
+        let mut out = Vec::new();
+        for (id, key) in candidates {
+            if out.len() == n {
+                break;
+            }
+            if self.room(key) > 0 {
+                self.take(key);
+                out.push(*id);
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,111 @@
+//! `key_limits` are exact across nodes: 64 consumers on two nodes, each leasing one message at
+//! a time and acknowledging it, never hold more of one key than its limit. The check is over
+//! the whole run: a delivery is surely held from the moment its receive answered until its
+//! ack was called, and at no instant do more of those intervals of one key overlap than the
+//! limit allows.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use sluice_core::fair::{KeyLimit, KeyLimits, MessageKey};
+
+use super::*;
+
+#[tokio::test]
+async fn key_limits_hold_across_nodes_under_64_consumers() {
+    let Some(n) = nodes().await else { return };
+    let work = q("key-limits");
+    let limits = KeyLimits {
+        max_in_flight: Some(2),
+        overrides: BTreeMap::from([(
+            "wide".to_owned(),
+            KeyLimit {
+                max_in_flight: Some(5),
+            },
+        )]),
+    };
+    n.a.put_queue(
+        &work,
+        &QueueConfigPatch {
+            key_limits: Some(Some(limits.clone())),
+            ..QueueConfigPatch::default()
+        },
+    )
+    .await
+    .expect("create");
+    let keys = ["k0", "k1", "k2", "k3", "wide"];
+    let per_key = 30;
+    let batch: Vec<NewMessage> = (0..per_key)
+        .flat_map(|i| {
+            keys.iter()
+                .map(move |k| msg(&format!("{k}-{i}")).with_key(MessageKey::new(*k).expect("key")))
+        })
+        .collect();
+    n.a.send(&work, batch).await.expect("send");
+    let start = Instant::now();
+    // (key, surely held from, surely held until) per delivery, in µs since the start.
+    let held: Arc<Mutex<Vec<(String, u128, u128)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for c in 0..64 {
+        let store = if c % 2 == 0 { n.a.clone() } else { n.b.clone() };
+        let (work, held) = (work.clone(), held.clone());
+        tasks.push(tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut idle = 0;
+            while Instant::now() < deadline && idle < 20 {
+                let got = store.receive(&work, poll(50)).await.expect("receive");
+                let Some(d) = got.into_iter().next() else {
+                    idle += 1;
+                    continue;
+                };
+                idle = 0;
+                let from = start.elapsed().as_micros();
+                tokio::time::sleep(Duration::from_millis(200 + (d.id.0 % 100))).await;
+                let until = start.elapsed().as_micros();
+                let key = d.key.as_ref().map(ToString::to_string).unwrap_or_default();
+                held.lock().expect("held").push((key, from, until));
+                let out = store
+                    .ack(
+                        &work,
+                        vec![AckRequest {
+                            receipt: d.receipt,
+                            result: None,
+                        }],
+                    )
+                    .await
+                    .expect("ack");
+                assert_eq!(out, vec![Ok(())], "a lease held for milliseconds is acked");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("consumer");
+    }
+    let held = held.lock().expect("held").clone();
+    assert_eq!(
+        held.len(),
+        keys.len() * per_key,
+        "every message delivered once"
+    );
+    for key in keys {
+        let limit = limits.of(Some(key)).max_in_flight.expect("limited") as i64;
+        let mut edges: Vec<(u128, i64)> = held
+            .iter()
+            .filter(|(k, ..)| k == key)
+            .flat_map(|(_, from, until)| [(*from, 1), (*until, -1)])
+            .collect();
+        // An end before a start at the same instant: touching intervals do not overlap.
+        edges.sort_unstable();
+        let (mut now, mut most) = (0i64, 0i64);
+        for (_, step) in edges {
+            now += step;
+            most = most.max(now);
+        }
+        assert!(
+            most <= limit,
+            "key {key}: {most} deliveries surely held at once, limit {limit}"
+        );
+        assert!(most >= 1, "key {key} was delivered");
+    }
+}
