@@ -193,12 +193,36 @@ async fn rank_fresh(
             .unwrap_or(cfg.default_priority);
         rows.push((id, key, prio));
     }
+    let ranks = ranks_of(tx, q, cfg, &rows).await?;
+    let ids: Vec<i64> = rows.iter().map(|(id, ..)| *id).collect();
+    tx.execute(
+        "UPDATE messages m SET rank = u.r
+         FROM unnest($1::bigint[], $2::bigint[]) AS u(i, r)
+         WHERE m.id = u.i AND m.state = 0 AND m.rank IS NULL",
+        &[&ids, &ranks],
+    )
+    .await
+    .map_err(|e| db(&e))?;
+    Ok(())
+}
+
+/// The ranks of `rows` (`(id, key, priority)`, `""` the implicit key), deliverable now and in
+/// the order they became so, in queue `q`: each key goes on from its last ranked row, a key
+/// with none starts where its priority's next delivery is. Ranks given by sends running at
+/// once may tie (the key, then the id, breaks a tie): the order within a priority is fair, not
+/// exact, across concurrent sends.
+pub(crate) async fn ranks_of(
+    c: &impl GenericClient,
+    q: &str,
+    cfg: &QueueConfig,
+    rows: &[(i64, String, u8)],
+) -> Result<Vec<i64>, StoreError> {
     // Where each priority's next delivery is, and each key's last ranked pass.
     let mut levels: Vec<i64> = rows.iter().map(|(_, _, p)| level(*p)).collect();
     levels.sort_unstable();
     levels.dedup();
     let mut starts: HashMap<i64, u64> = HashMap::new();
-    for r in tx
+    for r in c
         .query(
             "SELECT u.l, (SELECT min(rank) FROM messages
                           WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
@@ -224,7 +248,7 @@ async fn rank_fresh(
     let weights = &cfg.key_weights;
     let step_of =
         |key: &str| fair::step(fair::weight_of(weights, (!key.is_empty()).then_some(key)));
-    for r in tx
+    for r in c
         .query(
             "SELECT u.l, u.k, (SELECT max(rank) FROM messages
                                WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
@@ -245,25 +269,15 @@ async fn rank_fresh(
         };
         next.insert((l, k), pass);
     }
-    let mut ids = Vec::with_capacity(rows.len());
     let mut ranks = Vec::with_capacity(rows.len());
-    for (id, key, prio) in &rows {
+    for (_, key, prio) in rows {
         let l = level(*prio);
         let step = step_of(key);
         let pass = next.entry((l, key.clone())).or_insert(0);
-        ids.push(*id);
         ranks.push(fair::rank(*prio, *pass));
         *pass = pass.saturating_add(step);
     }
-    tx.execute(
-        "UPDATE messages m SET rank = u.r
-         FROM unnest($1::bigint[], $2::bigint[]) AS u(i, r)
-         WHERE m.id = u.i AND m.state = 0 AND m.rank IS NULL",
-        &[&ids, &ranks],
-    )
-    .await
-    .map_err(|e| db(&e))?;
-    Ok(())
+    Ok(ranks)
 }
 
 /// Ranks of one priority span this much: the priority's level times it, plus a pass.

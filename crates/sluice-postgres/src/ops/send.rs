@@ -182,7 +182,7 @@ pub(crate) async fn send_in_tx(
         .iter()
         .any(|&i| messages[i].group.is_some() || is_tagged(&messages[i]))
     {
-        insert_grouped(c, queue, now, items).await?
+        insert_grouped(c, queue, &cfg, now, items).await?
     } else {
         insert(c, INSERT_SQL, queue, now, items, None)
             .await?
@@ -359,15 +359,16 @@ impl<'a> Columns<'a> {
 
 /// The insert of a batch in which messages join their groups' lines or carry keys or
 /// priorities: as [`INSERT_SQL`] without hand-offs, with each message's group (`$9`), key
-/// (`$11`) and priority (`$12`) and, for a grouped one, its place: `$10` · 2^20 plus its
-/// position in the batch.
+/// (`$11`), priority (`$12`) and rank (`$13`, `crate::hot::ranks`) and, for a grouped one,
+/// its place: `$10` · 2^20 plus its position in the batch.
 const GROUPED_INSERT_SQL: &str = "INSERT INTO messages (id, queue, state, visible_at,
-                 entered_at, enqueued_at, body, body_kind, attrs, dedup_id, grp, line, fkey, prio)
+                 entered_at, enqueued_at, body, body_kind, attrs, dedup_id, grp, line, fkey, prio,
+                 rank)
              SELECT i, $1, 0, v, $2, $2, b, k, a, d, g,
-                 CASE WHEN g IS NOT NULL THEN $10::bigint * 1048576 + n END, fk, p
+                 CASE WHEN g IS NOT NULL THEN $10::bigint * 1048576 + n END, fk, p, r
              FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[],
-                         $8::text[], $9::text[], $11::text[], $12::int2[])
-                  WITH ORDINALITY AS u(i, v, b, k, a, d, g, fk, p, n)
+                         $8::text[], $9::text[], $11::text[], $12::int2[], $13::int8[])
+                  WITH ORDINALITY AS u(i, v, b, k, a, d, g, fk, p, r, n)
              WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)";
 
 /// Inserts `items` into queue `queue` as [`insert`] does, with their keys and priorities, the
@@ -376,11 +377,36 @@ const GROUPED_INSERT_SQL: &str = "INSERT INTO messages (id, queue, state, visibl
 async fn insert_grouped<'a>(
     c: &impl GenericClient,
     queue: &QueueName,
+    cfg: &QueueConfig,
     now: i64,
     items: impl Iterator<Item = (&'a NewMessage, i64, Duration)>,
 ) -> Result<bool, StoreError> {
     let q = queue.as_str();
     let (cols, visible_now) = Columns::of(now, items, |_| None);
+    // With keys or priorities in the batch, its messages without a group that are deliverable
+    // at once are ranked as they are stored, so a receive finds them in order without ranking
+    // them itself. (A batch with neither leaves them to the receives of a queue that has
+    // ranks, and a queue without any out of ranking altogether.)
+    let tagged = cols.keys.iter().any(Option::is_some) || cols.prios.iter().any(Option::is_some);
+    let deliverable: Vec<usize> = (0..cols.ids.len())
+        .filter(|&i| tagged && cols.groups[i].is_none() && cols.visible[i] <= now)
+        .collect();
+    let mut ranks: Vec<Option<i64>> = vec![None; cols.ids.len()];
+    if !deliverable.is_empty() {
+        let rows: Vec<(i64, String, u8)> = deliverable
+            .iter()
+            .map(|&i| {
+                let prio = cols.prios[i]
+                    .and_then(|p| u8::try_from(p).ok())
+                    .unwrap_or(cfg.default_priority);
+                (cols.ids[i], cols.keys[i].unwrap_or("").to_owned(), prio)
+            })
+            .collect();
+        let got = crate::hot::ranks::ranks_of(c, q, cfg, &rows).await?;
+        for (&i, r) in deliverable.iter().zip(got) {
+            ranks[i] = Some(r);
+        }
+    }
     let mut lines: Vec<&str> = cols.groups.iter().flatten().copied().collect();
     lines.sort_unstable();
     lines.dedup();
@@ -413,6 +439,7 @@ async fn insert_grouped<'a>(
             &base,
             &cols.keys,
             &cols.prios,
+            &ranks,
         ],
     )
     .await
