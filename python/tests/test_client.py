@@ -193,44 +193,6 @@ def test_fifo_groups_deliver_in_send_order(client: sluice.Client, queue: str) ->
     assert e.value.code is ErrorCode.INVALID_ARGUMENT and "group" in e.value.message
 
 
-def test_keys_and_priorities_order_deliveries(client: sluice.Client, queue: str) -> None:
-    q = client.put_queue(queue, default_priority=3, key_weights={"gold-*": 2})
-    assert (q.config.default_priority, q.config.key_weights) == (3, {"gold-*": 2})
-    low = client.send(queue, "low", key="acme").id
-    text = client.send_text(queue, "text", key="acme", priority=6).id
-    urgent = client.enqueue(queue, "t", [], key="beta", priority=9)
-    batch = client.enqueue_many(queue, [sluice.TaskSpec("t", key="gold-1", priority=7)])
-    got = [client.receive(queue, max=1)[0] for _ in range(4)]
-    assert [d.id for d in got] == [urgent, batch[0], text, low], "by priority"
-    assert [(d.key, d.priority) for d in got] == [("beta", 9), ("gold-1", 7), ("acme", 6), ("acme", 3)]
-    view = client.get_message(low)
-    assert (view.key, view.priority) == ("acme", None), "a view shows the priority sent, none here"
-    with pytest.raises(sluice.InvalidInput):
-        client.send(queue, 1, priority=10)
-    with pytest.raises(ApiError) as e:
-        client.send(queue, 1, key="")
-    assert e.value.code is ErrorCode.INVALID_ARGUMENT and "key" in e.value.message
-
-
-def test_key_limits_hold_a_key_not_the_others(client: sluice.Client, queue: str) -> None:
-    q = client.put_queue(queue, key_limits={"max_in_flight": 1})
-    assert q.config.key_limits == {"max_in_flight": 1}
-    for k in ("a", "a", "a", "b"):
-        client.send(queue, k, key=k)
-    got = client.receive(queue, max=10)
-    assert sorted(d.key for d in got) == ["a", "b"], "one of each key at a time"
-    cleared = client.put_queue(queue, key_limits=sluice.CLEAR)
-    assert cleared.config.key_limits is None
-    assert len(client.receive(queue, max=10)) == 2
-
-
-def test_rate_limit_burst_round_trips_and_spreads(client: sluice.Client, queue: str) -> None:
-    q = client.put_queue(queue, rate_limit=sluice.RateLimit(10, 10.0, burst=2))
-    assert q.config.rate_limit == sluice.RateLimit(10, 10.0, 2)
-    client.send_batch(queue, list(range(5)))
-    assert len(client.receive(queue, max=10)) == 2, "the burst, then one a second"
-
-
 def test_non_json_values_fail_at_enqueue_and_nothing_is_sent(client: sluice.Client, queue: str) -> None:
     client.put_queue(queue)
     for args in ([math.nan], [math.inf], [object()], [{1, 2}], [b"bytes"]):

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::StoreError;
 
 /// Longest key, in characters (the same rule as a FIFO group's name).
-pub const MAX_KEY_CHARS: usize = 128;
+pub const MAX_KEY_CHARS: usize = crate::group::MAX_GROUP_CHARS;
 
 /// Lowest priority.
 pub const MIN_PRIORITY: u8 = 0;
@@ -65,17 +65,7 @@ impl MessageKey {
     /// [`StoreError::InvalidArgument`] naming the field `key` and its rule.
     pub fn new(key: impl Into<String>) -> Result<Self, StoreError> {
         let key = key.into();
-        let chars = key.chars().count();
-        if chars == 0 || chars > MAX_KEY_CHARS {
-            return Err(StoreError::invalid(format!(
-                "key must be 1 to {MAX_KEY_CHARS} characters long, got {chars}"
-            )));
-        }
-        if let Some(bad) = key.chars().find(|c| c.is_control()) {
-            return Err(StoreError::invalid(format!(
-                "key must not contain control characters, got {bad:?} in {key:?}"
-            )));
-        }
+        crate::group::check_label("key", &key)?;
         Ok(MessageKey(key))
     }
 

@@ -31,18 +31,7 @@ impl GroupName {
     /// empty, longer than 128 characters, or holds a control character.
     pub fn new(name: impl Into<String>) -> Result<Self, StoreError> {
         let name = name.into();
-        let chars = name.chars().count();
-        if chars == 0 || chars > MAX_GROUP_CHARS {
-            return Err(StoreError::invalid(format!(
-                "group must be 1 to {MAX_GROUP_CHARS} characters long, got {chars}"
-            )));
-        }
-        if let Some(bad) = name.chars().find(|c| c.is_control()) {
-            return Err(StoreError::invalid(format!(
-                "group must not contain control characters, got {:?} in {name:?}",
-                bad
-            )));
-        }
+        check_label("group", &name)?;
         Ok(GroupName(name))
     }
 
@@ -50,6 +39,26 @@ impl GroupName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// Checks a name a message carries (`field`: `group` or `key`): 1 to 128 characters, none of
+/// them a control character.
+///
+/// # Errors
+/// [`StoreError::InvalidArgument`] naming `field` and the rule broken.
+pub(crate) fn check_label(field: &str, name: &str) -> Result<(), StoreError> {
+    let chars = name.chars().count();
+    if chars == 0 || chars > MAX_GROUP_CHARS {
+        return Err(StoreError::invalid(format!(
+            "{field} must be 1 to {MAX_GROUP_CHARS} characters long, got {chars}"
+        )));
+    }
+    if let Some(bad) = name.chars().find(|c| c.is_control()) {
+        return Err(StoreError::invalid(format!(
+            "{field} must not contain control characters, got {bad:?} in {name:?}"
+        )));
+    }
+    Ok(())
 }
 
 impl TryFrom<String> for GroupName {

@@ -10,6 +10,7 @@
 //! sources or dead-letter information is kept beside it and changed in the same `apply`, and
 //! so are the lines of FIFO groups ([`groups`]).
 
+mod due;
 mod groups;
 mod kept;
 mod lanes;
@@ -17,6 +18,7 @@ mod msg;
 mod queue;
 mod rate_windows;
 pub(crate) mod summary;
+mod tags;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -33,6 +35,7 @@ pub(crate) use kept::{Done, LeaseHolder, Remembered};
 pub(crate) use lanes::Tag;
 pub(crate) use msg::{Msg, Slot};
 pub(crate) use queue::{DedupEntry, QueueState, flow_config};
+use tags::tag_in;
 
 /// A map keyed by numbers the engine assigns itself (message ids, queue and segment
 /// numbers): hashed with FxHash, several times cheaper per lookup than the default SipHash,
@@ -234,24 +237,6 @@ impl State {
         } else {
             self.msgs.remove(&id);
         }
-    }
-
-    /// The key and priority of message `m` (id `id`), when it carries any.
-    pub fn tag_of(&self, m: &Msg, id: u64) -> Option<&Tag> {
-        tag_in(&self.tags, m, id)
-    }
-
-    /// The key of live message `m` (id `id`), if it carries one.
-    pub fn key_of(&self, m: &Msg, id: u64) -> Option<sluice_core::MessageKey> {
-        let key = self.tag_of(m, id)?.key.as_deref()?;
-        sluice_core::MessageKey::new(key).ok()
-    }
-
-    /// The priority live message `m` (id `id`) is delivered at: its own, else `default`.
-    pub fn priority_of(&self, m: &Msg, id: u64, default: u8) -> u8 {
-        self.tag_of(m, id)
-            .and_then(|t| t.priority)
-            .unwrap_or(default)
     }
 
     /// Removes a message entirely.
@@ -550,16 +535,7 @@ impl State {
         if group.is_some() {
             msg.set_grouped();
         }
-        if let Some(t) = tag.filter(|t| t.key.is_some() || t.priority.is_some()) {
-            msg.set_tagged();
-            self.tags.insert(
-                m.id,
-                Tag {
-                    key: t.key.as_deref().map(std::sync::Arc::from),
-                    priority: t.priority,
-                },
-            );
-        }
+        self.keep_tag(&mut msg, m.id, tag);
         if m.entered_at != m.enqueued_at {
             msg.set_entered_later();
         }
@@ -753,41 +729,6 @@ impl State {
         }
     }
 
-    /// Makes delayed messages whose time has come visible: deliverable, or parked behind the
-    /// front of their FIFO group's line. Returns how many became deliverable.
-    pub fn promote(&mut self, qid: Qid, now: i64) -> usize {
-        let State {
-            queues,
-            msgs,
-            members,
-            tags,
-            ..
-        } = self;
-        let Some(q) = queues.get_mut(&qid) else {
-            return 0;
-        };
-        let mut n = 0;
-        while let Some(&(at, id)) = q.delayed.first() {
-            if at > now {
-                break;
-            }
-            let Some(m) = msgs.get_mut(&id) else {
-                q.delayed.pop_first();
-                continue;
-            };
-            let tag = tag_in(tags, m, id);
-            q.take(Slot::Delayed, at, id, tag);
-            // A grouped message behind the front of its line waits for its group.
-            let slot = groups::due_slot(q, members, m, id);
-            m.set_slot(slot);
-            q.put(slot, at, id, tag);
-            if slot == Slot::Ready {
-                n += 1;
-            }
-        }
-        n
-    }
-
     /// Forgets idempotency responses past their time.
     pub fn prune_idempotent(&mut self, now: i64) {
         while let Some((until, _)) = self.idem_order.front() {
@@ -846,11 +787,6 @@ pub(crate) const TOKEN_BLOCK: u64 = 1 << 16;
 /// Most completed records kept in memory (about 50 MB); beyond it the oldest are forgotten
 /// before their `result_ttl`, so a high ack rate cannot exhaust RAM.
 pub(crate) const MAX_COMPLETED: usize = 1_000_000;
-
-/// The tag of message `m` (id `id`) in `tags`, when it carries one.
-fn tag_in<'a>(tags: &'a IdMap<u64, Tag>, m: &Msg, id: u64) -> Option<&'a Tag> {
-    if m.tagged() { tags.get(&id) } else { None }
-}
 
 fn sub_live(live: &mut IdMap<u32, u64>, loc: Loc, len: u32) {
     if let Some(v) = live.get_mut(&loc.seg) {

@@ -520,8 +520,7 @@ class Worker:
         ctx = TaskContext(
             client=self.client, queue=self.queue, task_id=d.id, task=env.task, receipt=d.receipt,
             attempt=d.receive_count, max_attempts=d.max_receive_count, attributes=d.attributes,
-            key=d.key, priority=d.priority,
-        )
+            key=d.key, priority=d.priority)
         run.ctx = ctx
         log.debug("task %s (%s) started, attempt %d", d.id, env.task, d.receive_count)
         started = time.monotonic()
