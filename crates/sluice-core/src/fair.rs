@@ -11,7 +11,8 @@
 //!   delivers three times for one of a key of weight 1). A key that had nothing deliverable and
 //!   gets something starts where the next delivery of its priority is, so with K active
 //!   keys of equal weight the head of a quiet key waits for at most about K deliveries, however
-//!   large another key's backlog. Ties go to the key that sorts first.
+//!   large another key's backlog. A tie goes to the key that sorts first (the embedded engine)
+//!   or to the message sent first (PostgreSQL, whose lease reads its rank index in order).
 //! - Within a key, messages go by the time they became visible, as without keys. Messages sent
 //!   without a key share one implicit key.
 

@@ -69,16 +69,16 @@ pub(crate) async fn lease_ranked(
     let want = usize::try_from(n).unwrap_or(0);
     let full = rooms.full();
     let mut ids = Vec::new();
-    let mut after = (i64::MIN, String::new(), i64::MIN);
+    let mut after = (i64::MIN, i64::MIN);
     while ids.len() < want {
         let rows = tx
             .query(
                 "SELECT id, coalesce(fkey, ''), rank FROM messages
                  WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
                      AND coalesce(fkey, '') <> ALL($2)
-                     AND (rank, coalesce(fkey, ''), id) > ($3, $4, $5)
-                 ORDER BY rank, coalesce(fkey, ''), id LIMIT $6",
-                &[&q, &full, &after.0, &after.1, &after.2, &CANDIDATES],
+                     AND (rank, id) > ($3, $4)
+                 ORDER BY rank, id LIMIT $5",
+                &[&q, &full, &after.0, &after.1, &CANDIDATES],
             )
             .await
             .map_err(|e| db(&e))?;
@@ -86,7 +86,7 @@ pub(crate) async fn lease_ranked(
         for r in &rows {
             let id: i64 = r.try_get(0).map_err(corrupt)?;
             let key: String = r.try_get(1).map_err(corrupt)?;
-            after = (r.try_get(2).map_err(corrupt)?, key.clone(), id);
+            after = (r.try_get(2).map_err(corrupt)?, id);
             page.push((id, key));
         }
         ids.extend(rooms.fit(&page, want - ids.len()));
@@ -133,13 +133,14 @@ const IDS_LEASE_SQL: &str = concat!(
     " SELECT * FROM leased"
 );
 
-/// The lease by rank: up to `$3` ranked messages of queue `$1`, lowest rank first (then by
-/// key, then id), leased until `$4` for `$5`. Columns as `crate::hot::leases::LEASE_SQL`'s.
+/// The lease by rank: up to `$3` ranked messages of queue `$1`, lowest rank first (a tie to
+/// the message sent first: the order `messages_ranked` holds, so the lease reads no more of it
+/// than it takes), leased until `$4` for `$5`. Columns as `crate::hot::leases::LEASE_SQL`'s.
 const RANKED_LEASE_SQL: &str = concat!(
     "WITH picked AS (
          SELECT id, visible_at AS was, rank FROM messages
          WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
-         ORDER BY rank, coalesce(fkey, ''), id LIMIT $3
+         ORDER BY rank, id LIMIT $3
          FOR UPDATE SKIP LOCKED
      ), ",
     leased_cte!("$5", ""),
