@@ -16,7 +16,8 @@ use sluice_core::name::NEW_NAME_PATTERN as NEW_QUEUE_PATTERN;
 use sluice_core::receipt::RECEIPT_PATTERN;
 
 use super::fields::{
-    adaptive, attributes, breaker, dedup_id, delay, group, ms, name, range, rate, time,
+    adaptive, attributes, breaker, dedup_id, delay, group, key_limits, key_weights, ms, name,
+    range, rate, time,
 };
 /// Standard base64 with padding, canonical (unused bits zero), as the broker decodes it.
 const BASE64_PATTERN: &str =
@@ -137,6 +138,8 @@ pub(super) fn apply(doc: &mut Value) {
     );
     push_target(&mut set);
     set("QueueConfigRequest", "adaptive", adaptive());
+    set("QueueConfigRequest", "key_weights", key_weights());
+    set("QueueConfigRequest", "key_limits", key_limits());
     set("QueueConfigRequest", "breaker", breaker());
 
     for schema in ["SendRequest", "SendMessage"] {
@@ -145,6 +148,8 @@ pub(super) fn apply(doc: &mut Value) {
         set(schema, "delay_ms", delay());
         set(schema, "dedup_id", dedup_id());
         set(schema, "group", group());
+        // A key follows the group rule.
+        set(schema, "key", group());
     }
     set(
         "SendRequest",
@@ -495,7 +500,14 @@ fn forms(schemas: &mut Map<String, Value>) {
             .or_insert_with(|| json!([]));
         all.as_array_mut().expect("allOf is a list").push(rule);
     };
-    let single_only = ["attributes", "delay_ms", "dedup_id", "group"];
+    let single_only = [
+        "attributes",
+        "delay_ms",
+        "dedup_id",
+        "group",
+        "key",
+        "priority",
+    ];
     let mut batch = json!({"required": ["messages"], "properties": {"body_base64": null_only(), "messages": {"not": {"type": "null"}}}});
     for f in single_only {
         batch["properties"][f] = null_only();
@@ -555,7 +567,7 @@ fn forms(schemas: &mut Map<String, Value>) {
 fn parameters(doc: &mut Value) {
     let prefix = || json!({"pattern": sluice_core::name::PREFIX_PATTERN, "maxLength": sluice_core::name::MAX_QUEUE_NAME_LEN});
     let queue_cursor = || json!({"pattern": sluice_core::store::QUEUE_CURSOR_PATTERN});
-    let rules: [(&str, &str, Value); 19] = [
+    let rules: [(&str, &str, Value); 20] = [
         ("/v1/audit", "queue", name()),
         ("/v1/queues", "prefix", prefix()),
         ("/v1/queues", "cursor", queue_cursor()),
@@ -581,6 +593,7 @@ fn parameters(doc: &mut Value) {
         ("/v1/queues/{q}/messages", "delay_ms", delay()),
         ("/v1/queues/{q}/messages", "dedup_id", dedup_id()),
         ("/v1/queues/{q}/messages", "group", group()),
+        ("/v1/queues/{q}/messages", "key", group()),
         ("/v1/queues/{q}/stats/history", "since", time()),
         (
             "/v1/queues/{q}/summary",

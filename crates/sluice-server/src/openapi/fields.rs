@@ -34,6 +34,42 @@ pub(super) fn rate(description: &str, max_limit: u32, min_period_ms: u64) -> Val
             "limit": {"type": "integer", "minimum": 1, "maximum": max_limit},
             "period_ms": {"type": "integer", "minimum": min_period_ms,
                 "maximum": ms(limits::MAX_RATE_PERIOD)},
+            "burst": {"type": ["integer", "null"], "minimum": 1, "maximum": max_limit,
+                "description": "How many may go at once after a quiet spell, at most `limit` \
+                    (no keyword states that); default a tenth of `limit`, at least 1."},
+        },
+    }]})
+}
+
+/// A queue's `key_weights`: patterns of the key rule, each weighing 1 – 1000.
+pub(super) fn key_weights() -> Value {
+    json!({
+        "maxProperties": sluice_core::fair::MAX_KEY_WEIGHTS,
+        "propertyNames": group(),
+        "additionalProperties": {"type": "integer", "minimum": 1,
+            "maximum": sluice_core::fair::MAX_KEY_WEIGHT},
+    })
+}
+
+/// A queue's `key_limits`, or `null`.
+pub(super) fn key_limits() -> Value {
+    let in_flight = json!({"type": ["integer", "null"], "minimum": 1,
+        "maximum": limits::MAX_IN_FLIGHT});
+    json!({"oneOf": [{"type": "null"}, {
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "max_in_flight": in_flight,
+            "overrides": {
+                "type": "object",
+                "maxProperties": sluice_core::fair::MAX_KEY_WEIGHTS,
+                "propertyNames": group(),
+                "additionalProperties": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "properties": {"max_in_flight": in_flight},
+                },
+            },
         },
     }]})
 }

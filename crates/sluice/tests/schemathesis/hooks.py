@@ -1,9 +1,9 @@
 """Schemathesis hooks for Sluice's API test (loaded through SCHEMATHESIS_HOOKS).
 
 The document names one format JSON Schema has no keyword for: `cron`, a cron expression the
-broker can fire. Schemathesis is told how to make valid ones, and how to keep the two rules
-between fields of a queue's `adaptive` setting; everything else it derives from the document
-alone.
+broker can fire. Schemathesis is told how to make valid ones, and how to keep the rules between
+fields of a queue's `adaptive` setting and of a rate limit's `burst`; everything else it
+derives from the document alone.
 """
 
 import schemathesis
@@ -53,8 +53,19 @@ def _per_min(v):
     return whole and not isinstance(v, bool) and 1 <= v <= _MAX_PER_MIN
 
 
+def _keep_burst(rate):
+    # A rate limit's `burst` is at most its `limit`, which no keyword states either.
+    if isinstance(rate, dict):
+        limit, burst = rate.get("limit"), rate.get("burst")
+        if _per_min(limit) and _per_min(burst) and burst > limit:
+            rate["burst"] = limit
+
+
 @schemathesis.hook
 def map_body(ctx, body):
+    if isinstance(body, dict):
+        _keep_burst(body.get("rate_limit"))
+        _keep_burst(body.get("rate"))
     adaptive = body.get("adaptive") if isinstance(body, dict) else None
     if not isinstance(adaptive, dict):
         return body
