@@ -91,6 +91,8 @@ pub struct PatchSpec {
     /// `key_limits`, replaced whole: every key at most this many in flight, `k1` one more
     /// (`Some(None)`: no limits).
     pub key_limits: Option<Option<u32>>,
+    /// The `burst` of a `rate_limit` the patch sets (above the limit: refused).
+    pub rate_burst: Option<u32>,
 }
 
 /// The period of every `rate_limit` the differential test sets.
@@ -365,9 +367,10 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
         prop::option::weighted(0.1, prop::sample::select(vec![0u8, 4, 9])),
         prop::option::weighted(0.1, prop::option::of(prop::sample::select(vec![1u32, 3]))),
         prop::option::weighted(0.15, prop::option::of(1u32..3)),
+        prop::option::weighted(0.4, 1u32..5),
     );
     (a, b, c).prop_map(
-        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw, kl))| PatchSpec {
+        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw, kl, rb))| PatchSpec {
             visibility_ms: v,
             max_receive_count: m,
             dead_letter_queue: d,
@@ -383,6 +386,7 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
             default_priority: dp,
             key_weights: kw,
             key_limits: kl,
+            rate_burst: rb,
         },
     )
 }

@@ -85,7 +85,7 @@ fn patch(p: &PatchSpec) -> QueueConfigPatch {
             l.map(|limit| sluice_core::config::RateLimit {
                 limit,
                 period: dur(crate::differential::ops::RATE_PERIOD_MS),
-                burst: None,
+                burst: p.rate_burst,
             })
         }),
         default_priority: p.default_priority,
