@@ -65,19 +65,21 @@ type Place<'a> = (u8, Option<&'a Arc<str>>);
 
 impl Lanes {
     /// Lanes holding `ready`, all of it plain (a queue gets lanes before its first tagged
-    /// message is deliverable).
-    fn of_plain(ready: &BTreeSet<(i64, u64)>, q_default: u8) -> Self {
+    /// message is deliverable); `held`: the implicit key is at its limit.
+    fn of_plain(ready: &BTreeSet<(i64, u64)>, q_default: u8, held: bool) -> Self {
         let mut l = Lanes::default();
         if !ready.is_empty() {
             let lane = l.by_priority.entry(Reverse(q_default)).or_default();
-            lane.turn.insert((0, l.implicit.clone()));
+            if !held {
+                lane.turn.insert((0, l.implicit.clone()));
+            }
             lane.keys.insert(
                 l.implicit.clone(),
                 KeyLine {
                     pass: 0,
                     step: fair::step(1),
                     ready: ready.clone(),
-                    held: false,
+                    held,
                 },
             );
         }
@@ -262,7 +264,8 @@ impl QueueState {
                 if slot == Slot::Ready {
                     plain.remove(&(at, id));
                 }
-                self.lanes = Some(Lanes::of_plain(&plain, self.config.default_priority));
+                let held = self.key_room(None) == 0;
+                self.lanes = Some(Lanes::of_plain(&plain, self.config.default_priority, held));
                 self.ready = plain;
                 if slot == Slot::Ready {
                     self.ready.insert((at, id));
