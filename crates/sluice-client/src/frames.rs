@@ -24,7 +24,7 @@ pub use sluice_core::message::Body;
 use sluice_wire::frame::{self, Request, Response};
 pub use sluice_wire::frame::{
     FrameAck, FrameDelivery, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op,
-    Reply, SentMessage,
+    Reply, SentMessage, TaggedFrameDelivery, TaggedFrameMessage,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpStream, ToSocketAddrs};
@@ -85,6 +85,8 @@ pub struct FrameConnection {
     payload: Vec<u8>,
     /// A call was dropped between its request and its answer: the stream is out of step.
     broken: bool,
+    /// The protocol version the broker answered `Hello` with.
+    version: u32,
 }
 
 impl FrameConnection {
@@ -144,6 +146,7 @@ impl FrameConnection {
             out: Vec::with_capacity(4096),
             payload: Vec::new(),
             broken: false,
+            version: 1,
         };
         match conn
             .call(Op::Hello {
@@ -151,9 +154,83 @@ impl FrameConnection {
             })
             .await?
         {
-            Reply::Hello { .. } => Ok(conn),
+            Reply::Hello { version } => {
+                conn.version = version;
+                Ok(conn)
+            }
             other => Err(unexpected(&other)),
         }
+    }
+
+    /// The protocol version the broker speaks ([`frame::VERSION`] of its build): version 2
+    /// and later take [`FrameConnection::send_tagged`] and [`FrameConnection::receive_tagged`].
+    pub fn broker_version(&self) -> u32 {
+        self.version
+    }
+
+    /// Sends messages (1 – 1000, all or nothing), each with an optional group, key and
+    /// priority, under an optional idempotency key (see [`FrameConnection::send_idempotent`]);
+    /// returns their ids in order. Needs a broker of protocol version 2.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`]; `invalid_argument` for a bad group, key or priority, and
+    /// `Protocol` from a broker of version 1, which does not know the request.
+    pub async fn send_tagged(
+        &mut self,
+        idempotency_key: Option<&str>,
+        queue: &str,
+        messages: Vec<TaggedFrameMessage>,
+    ) -> Result<Vec<SentMessage>, FrameClientError> {
+        self.needs_version(2, "SendTagged")?;
+        match self
+            .call(Op::SendTagged {
+                idempotency_key: idempotency_key.map(str::to_owned),
+                queue: queue.to_owned(),
+                messages,
+            })
+            .await?
+        {
+            Reply::Sent(ids) => Ok(ids),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Leases as [`FrameConnection::receive_with`] does, each delivery with its group, key
+    /// and priority. Needs a broker of protocol version 2.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`]; `Protocol` from a broker of version 1.
+    pub async fn receive_tagged(
+        &mut self,
+        queue: &str,
+        options: &ReceiveOptions,
+    ) -> Result<Vec<TaggedFrameDelivery>, FrameClientError> {
+        self.needs_version(2, "ReceiveTagged")?;
+        match self
+            .call(Op::ReceiveTagged {
+                queue: queue.to_owned(),
+                max: options.max,
+                wait_ms: millis(options.wait),
+                visibility_ms: options.visibility.map(millis),
+                consumer: options.consumer.clone(),
+            })
+            .await?
+        {
+            Reply::TaggedMessages(d) => Ok(d),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Refuses, before anything is written, a request the broker's version does not know.
+    fn needs_version(&self, version: u32, op: &str) -> Result<(), FrameClientError> {
+        if self.version < version {
+            return Err(FrameClientError::Protocol(format!(
+                "{op} needs a broker of frame protocol version {version} or later; this one \
+                 speaks version {}: upgrade the broker",
+                self.version
+            )));
+        }
+        Ok(())
     }
 
     /// Sends messages (1 – 1000, all or nothing); returns their ids in order.

@@ -570,3 +570,6 @@ async fn an_idempotent_send_is_remembered_across_a_restart() {
     assert_eq!(got.len(), 1, "stored once");
     broker.shutdown().await;
 }
+
+#[path = "frame_settle/tagged.rs"]
+mod tagged;

@@ -22,7 +22,10 @@ use sluice_core::message::{Attributes, Body};
 pub const LENGTH_BYTES: usize = 4;
 
 /// The protocol version a broker speaks; [`Reply::Hello`] carries it.
-pub const VERSION: u32 = 1;
+///
+/// Version 2 added [`Op::SendTagged`] and [`Op::ReceiveTagged`]; a client that needs them
+/// checks the version before using them, and a version-1 broker is answered by the others.
+pub const VERSION: u32 = 2;
 
 /// The largest payload a broker with API keys reads before [`Op::Hello`] has succeeded on
 /// the connection: room for a `Hello` with any key, and no more, so that a client that has
@@ -190,6 +193,31 @@ pub enum Op {
         /// Who is reporting it.
         consumer: Option<String>,
     },
+    /// Sends 1 – 1000 messages, each with an optional group, key and priority, all or
+    /// nothing, under an optional idempotency key (as [`Op::SendIdempotent`]). Answered with
+    /// [`Reply::Sent`]. Since protocol version 2.
+    SendTagged {
+        /// An idempotency key, 1 – 255 visible ASCII characters, or none.
+        idempotency_key: Option<String>,
+        /// The queue.
+        queue: String,
+        /// The messages.
+        messages: Vec<TaggedFrameMessage>,
+    },
+    /// [`Op::Receive`] answered with [`Reply::TaggedMessages`]: each delivery with its group,
+    /// key and priority. Since protocol version 2.
+    ReceiveTagged {
+        /// The queue.
+        queue: String,
+        /// 1 – 1000.
+        max: u32,
+        /// Long poll, 0 – 30,000 ms.
+        wait_ms: u64,
+        /// Lease length; `None` takes the queue's `visibility_timeout`.
+        visibility_ms: Option<u64>,
+        /// Who is receiving, for the attempt history.
+        consumer: Option<String>,
+    },
 }
 
 impl Op {
@@ -210,6 +238,8 @@ impl Op {
             Op::Progress { .. } => "Progress",
             Op::SendIdempotent { .. } => "SendIdempotent",
             Op::NackRetryAfter { .. } => "NackRetryAfter",
+            Op::SendTagged { .. } => "SendTagged",
+            Op::ReceiveTagged { .. } => "ReceiveTagged",
         }
     }
 }
@@ -230,6 +260,32 @@ pub struct GroupedFrameMessage {
     pub message: FrameMessage,
     /// Its FIFO message group (1 – 128 characters, no control characters), or none.
     pub group: Option<String>,
+}
+
+/// One message to send with [`Op::SendTagged`]: a [`FrameMessage`], its group, the key it
+/// belongs to and its priority.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaggedFrameMessage {
+    /// The message.
+    pub message: FrameMessage,
+    /// Its FIFO message group (1 – 128 characters, no control characters), or none.
+    pub group: Option<String>,
+    /// The key (tenant, customer, account) it is delivered fairly under, by the group's
+    /// rule; none shares the queue's one implicit key.
+    pub key: Option<String>,
+    /// 0 – 9, 9 the most urgent; none takes the queue's `default_priority` at delivery.
+    pub priority: Option<u8>,
+}
+
+impl From<FrameMessage> for TaggedFrameMessage {
+    fn from(message: FrameMessage) -> Self {
+        TaggedFrameMessage {
+            message,
+            group: None,
+            key: None,
+            priority: None,
+        }
+    }
 }
 
 /// One message to send.
@@ -323,6 +379,8 @@ pub enum Reply {
         /// True when the task was cancelled: the handler should stop.
         cancel_requested: bool,
     },
+    /// The leased messages of [`Op::ReceiveTagged`] (possibly none).
+    TaggedMessages(Vec<TaggedFrameDelivery>),
 }
 
 /// One stored message.
@@ -369,6 +427,33 @@ impl From<sluice_core::message::Delivery> for FrameDelivery {
             enqueued_at_ms: d.enqueued_at.0,
             lease_deadline_ms: d.lease_deadline.0,
             last_error: d.last_error,
+        }
+    }
+}
+
+/// One leased message with what [`FrameDelivery`] leaves out: its group, key and priority.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaggedFrameDelivery {
+    /// The delivery.
+    pub delivery: FrameDelivery,
+    /// Its FIFO message group, if any.
+    pub group: Option<String>,
+    /// Its key, if it was sent with one.
+    pub key: Option<String>,
+    /// The priority it was delivered at (its own, or the queue's default).
+    pub priority: u8,
+}
+
+impl From<sluice_core::message::Delivery> for TaggedFrameDelivery {
+    fn from(mut d: sluice_core::message::Delivery) -> Self {
+        let group = d.group.take().map(|g| g.as_str().to_owned());
+        let key = d.key.take().map(|k| k.as_str().to_owned());
+        let priority = d.priority;
+        TaggedFrameDelivery {
+            delivery: d.into(),
+            group,
+            key,
+            priority,
         }
     }
 }

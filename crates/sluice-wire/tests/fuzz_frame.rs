@@ -16,7 +16,8 @@ use proptest::test_runner::Config as ProptestConfig;
 use sluice_core::message::{Body, BodyKind};
 use sluice_wire::frame::{
     self, FrameAck, FrameDelivery, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage,
-    LENGTH_BYTES, Op, Reply, Request, Response, SentMessage,
+    LENGTH_BYTES, Op, Reply, Request, Response, SentMessage, TaggedFrameDelivery,
+    TaggedFrameMessage,
 };
 
 /// `cases` in the ordinary suite, or `SLUICE_FUZZ_CASES` for a long run.
@@ -74,6 +75,21 @@ fn message() -> impl Strategy<Value = FrameMessage> {
         })
 }
 
+fn tagged() -> impl Strategy<Value = TaggedFrameMessage> {
+    (
+        message(),
+        proptest::option::of(text()),
+        proptest::option::of(text()),
+        any::<Option<u8>>(),
+    )
+        .prop_map(|(message, group, key, priority)| TaggedFrameMessage {
+            message,
+            group,
+            key,
+            priority,
+        })
+}
+
 fn grouped() -> impl Strategy<Value = GroupedFrameMessage> {
     (message(), proptest::option::of(text()))
         .prop_map(|(message, group)| GroupedFrameMessage { message, group })
@@ -102,6 +118,29 @@ fn op() -> impl Strategy<Value = Op> {
         )
             .prop_map(
                 |(queue, max, wait_ms, visibility_ms, consumer)| Op::Receive {
+                    queue,
+                    max,
+                    wait_ms,
+                    visibility_ms,
+                    consumer,
+                }
+            ),
+        (s(), text(), vec(tagged(), 0..3)).prop_map(|(idempotency_key, queue, messages)| {
+            Op::SendTagged {
+                idempotency_key,
+                queue,
+                messages,
+            }
+        }),
+        (
+            text(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<Option<u64>>(),
+            s()
+        )
+            .prop_map(
+                |(queue, max, wait_ms, visibility_ms, consumer)| Op::ReceiveTagged {
                     queue,
                     max,
                     wait_ms,
@@ -211,6 +250,25 @@ fn response() -> impl Strategy<Value = Response> {
                 .collect()
         )),
         vec(delivery(), 0..3).prop_map(Reply::Messages),
+        vec(
+            (
+                delivery(),
+                proptest::option::of(text()),
+                proptest::option::of(text()),
+                any::<u8>()
+            ),
+            0..3
+        )
+        .prop_map(|v| Reply::TaggedMessages(
+            v.into_iter()
+                .map(|(delivery, group, key, priority)| TaggedFrameDelivery {
+                    delivery,
+                    group,
+                    key,
+                    priority,
+                })
+                .collect()
+        )),
         vec(proptest::option::of(frame_error()), 0..4).prop_map(Reply::Acked),
         (text(), any::<bool>()).prop_map(|(queue, dead_lettered)| Reply::Nacked {
             queue,
@@ -382,13 +440,14 @@ fn huge_length_fields_allocate_nothing_like_what_they_claim() {
     let before = vm_peak_kib();
     let huge = [u64::from(u32::MAX), u64::MAX >> 1, u64::MAX, 1 << 40];
     // Request id 7, then each operation's variant index and a queue name "q" where it has one.
-    let ops: [(u8, bool); 6] = [
+    let ops: [(u8, bool); 7] = [
         (0, false), // Hello: Option<String> tag, then the string length.
         (1, true),  // Send: messages.
         (3, true),  // Ack: receipts.
         (5, true),  // SendGrouped: messages.
         (6, true),  // AckWithResults: acks.
         (12, true), // SendIdempotent: its key is the first field.
+        (14, true), // SendTagged: messages, after no idempotency key.
     ];
     let mut cases = Vec::new();
     let mut responses = Vec::new();
@@ -399,6 +458,8 @@ fn huge_length_fields_allocate_nothing_like_what_they_claim() {
                 p.push(1); // Some(key)
             } else if variant == 12 {
                 // The key's length is the huge one.
+            } else if variant == 14 {
+                p.extend_from_slice(&[0, 1, b'q']);
             } else if queue {
                 p.extend_from_slice(&[1, b'q']);
             }
@@ -422,6 +483,10 @@ fn huge_length_fields_allocate_nothing_like_what_they_claim() {
         resp.extend(varint(n));
         resp.extend_from_slice(&[0u8; 16]);
         responses.push(resp);
+        let mut tagged = vec![7u8, 0, 6];
+        tagged.extend(varint(n));
+        tagged.extend_from_slice(&[0u8; 16]);
+        responses.push(tagged);
         let mut refusal = vec![7u8, 1];
         refusal.extend(varint(n));
         refusal.extend_from_slice(b"invalid_argument");

@@ -13,7 +13,7 @@ use sluice_wire::{AckItem, AckRequestWire, DeliveryView, FailureState};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::frames::{FrameAck, FrameDelivery, FramePool, FrameReceipt};
+use crate::frames::{FrameAck, FrameDelivery, FramePool, FrameReceipt, TaggedFrameDelivery};
 use crate::messages::{NackOptions, ReceiveOptions};
 use crate::worker::settle::AckJob;
 
@@ -36,8 +36,18 @@ impl Lane {
         match self {
             Lane::Http(c) => c.receive(queue, options).await,
             Lane::Frames(p) => {
-                let got = p.get().await?.receive_with(queue, options).await?;
-                Ok(got.into_iter().map(view).collect())
+                let mut conn = p.get().await?;
+                if conn.broker_version() >= 2 {
+                    let got = conn.receive_tagged(queue, options).await?;
+                    return Ok(got.into_iter().map(tagged_view).collect());
+                }
+                // A broker older than tagged deliveries: the task is told no key and the
+                // default priority.
+                let got = conn.receive_with(queue, options).await?;
+                Ok(got
+                    .into_iter()
+                    .map(|d| view(d, None, None, sluice_core::fair::DEFAULT_PRIORITY))
+                    .collect())
             }
         }
     }
@@ -238,7 +248,18 @@ fn receipt(s: &str) -> Result<FrameReceipt> {
 }
 
 /// A frame delivery as the HTTP API shows it, so a task runs the same whichever way it came.
-fn view(d: FrameDelivery) -> DeliveryView {
+fn tagged_view(d: TaggedFrameDelivery) -> DeliveryView {
+    let group = d.group.and_then(|g| sluice_core::GroupName::new(g).ok());
+    let key = d.key.and_then(|k| sluice_core::MessageKey::new(k).ok());
+    view(d.delivery, group, key, d.priority)
+}
+
+fn view(
+    d: FrameDelivery,
+    group: Option<sluice_core::GroupName>,
+    key: Option<sluice_core::MessageKey>,
+    priority: u8,
+) -> DeliveryView {
     let delivery = Delivery {
         id: MessageId(d.id),
         receipt: d.receipt.into(),
@@ -249,10 +270,9 @@ fn view(d: FrameDelivery) -> DeliveryView {
         enqueued_at: Timestamp(d.enqueued_at_ms),
         last_error: d.last_error,
         lease_deadline: Timestamp(d.lease_deadline_ms),
-        group: None,
-        key: None,
-        // The frame protocol carries neither key nor priority yet.
-        priority: sluice_core::fair::DEFAULT_PRIORITY,
+        group,
+        key,
+        priority,
     };
     DeliveryView::from(&delivery)
 }

@@ -149,12 +149,12 @@ pub const OPERATIONS: &[Operation] = &[
     // Producers.
     op("message.send", &[Send], Queue)
         .http("POST", "/v1/queues/{q}/messages")
-        .frames(&["Send", "SendGrouped", "SendIdempotent"])
+        .frames(&["Send", "SendGrouped", "SendIdempotent", "SendTagged"])
         .sqs(&["SendMessage", "SendMessageBatch"]),
     // Consumers.
     op("message.receive", &[Consume], Queue)
         .http("POST", "/v1/queues/{q}/receive")
-        .frames(&["Receive"])
+        .frames(&["Receive", "ReceiveTagged"])
         .sqs(&["ReceiveMessage"]),
     op("message.ack", &[Consume], Queue)
         .http("POST", "/v1/queues/{q}/ack")

@@ -18,8 +18,8 @@ use sluice_core::{
     StoreError,
 };
 use sluice_wire::frame::{
-    self, FrameAck, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply,
-    Request, Response, SentMessage,
+    self, FrameAck, FrameError, FrameReceipt, GroupedFrameMessage, Op, Reply, Request, Response,
+    SentMessage, TaggedFrameMessage,
 };
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
@@ -246,16 +246,29 @@ async fn handle(
             "Hello was already answered",
         )),
         Op::Send { queue, messages } => {
-            let messages = messages
-                .into_iter()
-                .map(|message| GroupedFrameMessage {
-                    message,
-                    group: None,
-                })
-                .collect();
+            let messages = messages.into_iter().map(Into::into).collect();
             send(state, caller, queue, messages).await
         }
-        Op::SendGrouped { queue, messages } => send(state, caller, queue, messages).await,
+        Op::SendGrouped { queue, messages } => send(state, caller, queue, grouped(messages)).await,
+        Op::SendTagged {
+            idempotency_key: None,
+            queue,
+            messages,
+        } => send(state, caller, queue, messages).await,
+        Op::SendTagged {
+            idempotency_key: Some(key),
+            queue,
+            messages,
+        } => {
+            let mut request = Vec::new();
+            frame::encode_frame(&(&queue, &messages), &mut request);
+            let idem = Idempotent {
+                key,
+                queue,
+                request,
+            };
+            send_idempotent(state, caller, idem, messages).await
+        }
         Op::Receive {
             queue,
             max,
@@ -269,7 +282,26 @@ async fn handle(
                 visibility: visibility_ms.map(Duration::from_millis),
                 consumer,
             };
-            receive(state, caller, queue, req).await
+            let got = receive(state, caller, queue, req).await?;
+            Ok(Reply::Messages(got.into_iter().map(Into::into).collect()))
+        }
+        Op::ReceiveTagged {
+            queue,
+            max,
+            wait_ms,
+            visibility_ms,
+            consumer,
+        } => {
+            let req = ReceiveRequest {
+                max,
+                wait: Duration::from_millis(wait_ms),
+                visibility: visibility_ms.map(Duration::from_millis),
+                consumer,
+            };
+            let got = receive(state, caller, queue, req).await?;
+            Ok(Reply::TaggedMessages(
+                got.into_iter().map(Into::into).collect(),
+            ))
         }
         Op::Ack { queue, receipts } => ack(state, caller, queue, receipts).await,
         Op::Nack {
@@ -402,8 +434,30 @@ async fn handle(
             key,
             queue,
             messages,
-        } => send_idempotent(state, caller, key, queue, messages).await,
+        } => {
+            // The fingerprint of the request as sent, so that a key remembered by an older
+            // broker still answers its retry.
+            let mut request = Vec::new();
+            frame::encode_frame(&(&queue, &messages), &mut request);
+            let idem = Idempotent {
+                key,
+                queue,
+                request,
+            };
+            send_idempotent(state, caller, idem, grouped(messages)).await
+        }
     }
+}
+
+/// Grouped messages as tagged ones without key or priority.
+fn grouped(messages: Vec<GroupedFrameMessage>) -> Vec<TaggedFrameMessage> {
+    messages
+        .into_iter()
+        .map(|m| TaggedFrameMessage {
+            group: m.group,
+            ..m.message.into()
+        })
+        .collect()
 }
 
 fn lease_reply(lease: &sluice_core::store::LeaseState) -> Reply {
@@ -417,7 +471,7 @@ async fn send(
     state: &AppState,
     caller: &Caller,
     queue: String,
-    messages: Vec<GroupedFrameMessage>,
+    messages: Vec<TaggedFrameMessage>,
 ) -> Result<Reply, FrameError> {
     let q = allowed(caller, queue)?;
     batch_size("a send", "messages", messages.len())?;
@@ -425,8 +479,7 @@ async fn send(
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
-            new_message(m.message, m.group)
-                .map_err(|e| StoreError::invalid(format!("messages[{i}]: {e}")))
+            new_message(m).map_err(|e| StoreError::invalid(format!("messages[{i}]: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let out = state.store.send(&q, batch).await?;
@@ -445,14 +498,12 @@ async fn receive(
     caller: &Caller,
     queue: String,
     req: ReceiveRequest,
-) -> Result<Reply, FrameError> {
+) -> Result<Vec<sluice_core::Delivery>, FrameError> {
     let q = allowed(caller, queue)?;
     sluice_core::store::validate_receive(&req)?;
     let deliveries = state.lease(&q, req).await?;
     state.metrics.delivered(&q, &deliveries);
-    Ok(Reply::Messages(
-        deliveries.into_iter().map(Into::into).collect(),
-    ))
+    Ok(deliveries)
 }
 
 /// A nack over frames: where the delivery went.
@@ -535,16 +586,18 @@ async fn ack_with_results(
 async fn send_idempotent(
     state: &AppState,
     caller: &Caller,
-    key: String,
-    queue: String,
-    messages: Vec<GroupedFrameMessage>,
+    idem: Idempotent,
+    messages: Vec<TaggedFrameMessage>,
 ) -> Result<Reply, FrameError> {
     use crate::http::idempotency::Turn;
+    let Idempotent {
+        key,
+        queue,
+        request,
+    } = idem;
     crate::http::idempotency::check_key(&key).map_err(ApiError::into_frame_error)?;
     // A caller that may not send claims no key: only authorised requests write records.
     allowed(caller, queue.clone())?;
-    let mut request = Vec::new();
-    frame::encode_frame(&(&queue, &messages), &mut request);
     let fingerprint: [u8; 32] = Sha256::digest(&request).into();
     let who = caller
         .name()
@@ -585,6 +638,14 @@ async fn send_idempotent(
             Ok(Reply::Sent(reply))
         }
     }
+}
+
+/// A send under an idempotency key: the key, the queue and the request's encoding (what its
+/// fingerprint is taken of).
+struct Idempotent {
+    key: String,
+    queue: String,
+    request: Vec<u8>,
 }
 
 /// The refusal of a key used with another send.
@@ -683,16 +744,23 @@ fn allowed(caller: &Caller, queue: String) -> Result<QueueName, FrameError> {
 }
 
 /// A message to store, checked as the HTTP API checks one: a JSON body must be JSON and a
-/// text body UTF-8, since HTTP consumers receive them as such; a group must be a valid name.
-fn new_message(m: FrameMessage, group: Option<String>) -> Result<NewMessage, StoreError> {
+/// text body UTF-8, since HTTP consumers receive them as such; a group and a key must be valid
+/// names and a priority 0 – 9.
+fn new_message(m: TaggedFrameMessage) -> Result<NewMessage, StoreError> {
+    let TaggedFrameMessage {
+        message,
+        group,
+        key,
+        priority,
+    } = m;
     let msg = NewMessage {
-        body: check_body(m.body, "body")?,
-        attributes: m.attributes,
-        delay: m.delay_ms.map(Duration::from_millis),
-        dedup_id: m.dedup_id,
+        body: check_body(message.body, "body")?,
+        attributes: message.attributes,
+        delay: message.delay_ms.map(Duration::from_millis),
+        dedup_id: message.dedup_id,
         group: group.map(sluice_core::GroupName::new).transpose()?,
-        key: None,
-        priority: None,
+        key: key.map(sluice_core::MessageKey::new).transpose()?,
+        priority,
     };
     msg.validate()?;
     Ok(msg)

@@ -7,7 +7,7 @@ use sluice_core::message::Body;
 use sluice_server::auth::Action::{self, *};
 use sluice_wire::frame::{
     self, FrameAck, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply,
-    Request, Response,
+    Request, Response, TaggedFrameMessage,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -23,7 +23,9 @@ pub fn rule(op: &Op) -> (&'static str, &'static [Action], Reach<()>) {
         Op::Send { .. } => ("Send", &[Send], Queue),
         Op::SendGrouped { .. } => ("SendGrouped", &[Send], Queue),
         Op::SendIdempotent { .. } => ("SendIdempotent", &[Send], Queue),
+        Op::SendTagged { .. } => ("SendTagged", &[Send], Queue),
         Op::Receive { .. } => ("Receive", &[Consume], Queue),
+        Op::ReceiveTagged { .. } => ("ReceiveTagged", &[Consume], Queue),
         Op::Ack { .. } => ("Ack", &[Consume], Queue),
         Op::AckWithResults { .. } => ("AckWithResults", &[Consume], Queue),
         Op::Nack { .. } => ("Nack", &[Consume], Queue),
@@ -83,7 +85,29 @@ pub fn requests(f: &Fixture, home: &Fixture) -> Vec<(Op, &'static str)> {
             "",
         ),
         (
+            Op::SendTagged {
+                idempotency_key: Some("matrix-tagged".to_owned()),
+                queue: queue.clone(),
+                messages: vec![TaggedFrameMessage {
+                    key: Some("tenant".to_owned()),
+                    priority: Some(7),
+                    ..message().into()
+                }],
+            },
+            "",
+        ),
+        (
             Op::Receive {
+                queue: queue.clone(),
+                max: 1,
+                wait_ms: 0,
+                visibility_ms: None,
+                consumer: None,
+            },
+            "",
+        ),
+        (
+            Op::ReceiveTagged {
                 queue: queue.clone(),
                 max: 1,
                 wait_ms: 0,
