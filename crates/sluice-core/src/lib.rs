@@ -26,6 +26,7 @@ pub mod message;
 pub mod name;
 pub mod push;
 pub mod rate;
+#[cfg(feature = "store")]
 pub mod reading;
 pub mod receipt;
 pub mod redrive;
