@@ -44,3 +44,29 @@ def test_rate_limit_burst_round_trips_and_spreads(client: sluice.Client, queue: 
     assert q.config.rate_limit == sluice.RateLimit(10, 10.0, 2)
     client.send_batch(queue, list(range(5)))
     assert len(client.receive(queue, max=10)) == 2, "the burst, then one a second"
+
+
+def test_keys_lists_what_each_tenant_holds(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue, key_weights={"vip-*": 4}, key_limits={"max_in_flight": 5})
+    for _ in range(3):
+        client.send(queue, 1, key="acme")
+    client.send(queue, 1, key="vip-beta")
+    client.send(queue, 1)
+    client.receive(queue, max=1)
+    assert client.stats(queue).active_keys == 2
+    page = client.keys(queue)
+    assert [k.key for k in page.keys][0] == "acme", "most waiting first"
+    by_key = {k.key: k for k in page.keys}
+    assert set(by_key) == {"acme", "vip-beta", None}, "None is the messages sent without a key"
+    assert by_key["vip-beta"].weight == 4 and by_key["acme"].weight == 1
+    assert by_key["acme"].max_in_flight == 5
+    assert sum(k.in_flight for k in page.keys) == 1
+    assert sum(k.delivered_1m or 0 for k in page.keys) == 1
+    assert page.active_keys == 2 and page.next_cursor is None
+    first = client.keys(queue, order="oldest", limit=1)
+    assert len(first.keys) == 1 and first.next_cursor is not None
+    rest = client.keys(queue, order="oldest", limit=10, cursor=first.next_cursor)
+    assert len(rest.keys) == 2
+    with pytest.raises(ApiError) as e:
+        client.keys(queue, order="backlog", cursor=first.next_cursor)
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use reqwest::Method;
 use sluice_wire::{
-    BrowseQuery, BrowseResponse, BrowseStateWire, HealthResponse, MessageView, ScalingView,
-    StatsView, TaskView,
+    BrowseQuery, BrowseResponse, BrowseStateWire, HealthResponse, KeyOrderView, KeysQuery,
+    KeysResponse, MessageView, ScalingView, StatsView, TaskView,
 };
 
 use crate::client::{Call, Client, message_id, queue};
@@ -33,6 +33,36 @@ impl Client {
                 BrowseStateWire::All => "all",
             };
             call.query.push(("state", s.to_owned()));
+        }
+        if let Some(l) = query.limit {
+            call.query.push(("limit", l.to_string()));
+        }
+        if let Some(c) = &query.cursor {
+            call.query.push(("cursor", c.clone()));
+        }
+        self.call_json(call).await
+    }
+
+    /// One page of a queue's keys with messages waiting or in flight: what each holds, its
+    /// deliveries in the last minute, weight and limit, in `query.order` (most waiting first
+    /// by default). Pass the answer's `next_cursor` as `query.cursor` for the next page.
+    ///
+    /// # Errors
+    /// `queue_not_found`; `invalid_argument` for a bad limit or cursor.
+    pub async fn keys(&self, name: &str, query: &KeysQuery) -> Result<KeysResponse> {
+        let q = queue(name)?;
+        let mut call = Call::new(
+            Method::GET,
+            format!("/v1/queues/{q}/keys"),
+            Safety::Idempotent,
+        );
+        if let Some(o) = query.order {
+            let o = match o {
+                KeyOrderView::Backlog => "backlog",
+                KeyOrderView::InFlight => "in_flight",
+                KeyOrderView::Oldest => "oldest",
+            };
+            call.query.push(("order", o.to_owned()));
         }
         if let Some(l) = query.limit {
             call.query.push(("limit", l.to_string()));

@@ -56,6 +56,7 @@ fn methods() -> &'static [&'static str] {
         scaling,
         stats,
         stats_history,
+        keys,
         summary,
         overview,
         whoami,

@@ -21,6 +21,7 @@ pub mod fair;
 pub mod group;
 pub mod human;
 pub mod json_depth;
+pub mod key_stats;
 pub mod lifecycle;
 pub mod message;
 pub mod name;

@@ -44,6 +44,8 @@ pub struct QueueStats {
     pub totals: Totals,
     /// The adaptive rate and the breaker of a governed queue; `None` for others.
     pub flow: Option<crate::adaptive::FlowStats>,
+    /// Named keys with messages waiting or in flight (the implicit key not counted).
+    pub active_keys: u64,
 }
 
 /// How often the broker samples every queue's stats for its history.

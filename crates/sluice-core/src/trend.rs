@@ -493,6 +493,7 @@ mod tests {
                 ..Totals::default()
             },
             flow: None,
+            active_keys: 0,
         }
     }
 

@@ -53,6 +53,7 @@ impl Core {
             return Ok(None);
         };
         q.prune_dedup(now);
+        q.key_counts.forget_idle(now);
         let expired_leases: Vec<u64> = q
             .leased
             .iter()

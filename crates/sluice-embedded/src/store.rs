@@ -211,6 +211,14 @@ impl Inspection for EmbeddedStore {
         ops::browse::browse(&self.inner, queue, req)
     }
 
+    async fn keys(
+        &self,
+        queue: &QueueName,
+        req: sluice_core::key_stats::KeysRequest,
+    ) -> Result<sluice_core::key_stats::KeysPage, StoreError> {
+        ops::keys::keys(&self.inner, queue, &req)
+    }
+
     async fn get_message(&self, id: MessageId) -> Result<Message, StoreError> {
         ops::browse::get_message(&self.inner, id)
     }

@@ -211,6 +211,11 @@ pub(crate) async fn round(inner: &Inner) -> Result<(), StoreError> {
                  (SELECT ctid FROM stats_history WHERE at < $1 LIMIT $2)",
             history_from,
         ),
+        (
+            "DELETE FROM key_tallies WHERE ctid IN
+                 (SELECT ctid FROM key_tallies WHERE minute < $1 LIMIT $2)",
+            sluice_core::key_stats::MinuteTally::minute_of(now) - 1,
+        ),
     ] {
         conn.execute(sql, &[&at, &PRUNE_BATCH])
             .await

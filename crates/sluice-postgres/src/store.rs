@@ -467,6 +467,14 @@ impl Inspection for PostgresStore {
         crate::ops::browse::browse(&self.inner, queue, req).await
     }
 
+    async fn keys(
+        &self,
+        queue: &QueueName,
+        req: sluice_core::key_stats::KeysRequest,
+    ) -> Result<sluice_core::key_stats::KeysPage, StoreError> {
+        crate::ops::keys::keys(&self.inner, queue, &req).await
+    }
+
     async fn get_message(&self, id: MessageId) -> Result<Message, StoreError> {
         crate::ops::browse::get_message(&self.inner, id).await
     }

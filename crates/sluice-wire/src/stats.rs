@@ -179,6 +179,10 @@ pub struct StatsView {
     /// for a queue that is not governed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow: Option<FlowView>,
+    /// Named keys with messages waiting or in flight (messages sent without a key are not
+    /// counted as a key); `GET /v1/queues/{q}/keys` lists them.
+    #[serde(default)]
+    pub active_keys: u64,
 }
 
 /// Events per second over one window.
@@ -298,6 +302,7 @@ impl StatsView {
             backlog_slope_per_sec: 0.0,
             drain_eta_ms: None,
             flow: stats.flow.as_ref().map(FlowView::from),
+            active_keys: stats.active_keys,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The operator commands of the built `sluice` binary against a live
 //! `sluice serve` on an ephemeral port: `dlq list` (and `--group-by`), `dlq summary`, `redrive` (dry
 //! run, rate, detach, show, list, cancel), `stats` (all queues, one queue, `--json`,
-//! `--chart`, `--watch`), `audit`, `schedule`, and a governed queue's flags and breaker.
+//! `--chart`, `--watch`), `keys`, `audit`, `schedule`, and a governed queue's flags and breaker.
 
 use std::io::Read;
 use std::process::{Command, Output, Stdio};
@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
+#[path = "cli_ops/keys.rs"]
+mod keys;
 #[path = "cli_ops/redrive_skips.rs"]
 mod redrive_skips;
 

@@ -12,6 +12,7 @@ task-processor adapter.
     task_id = client.enqueue("jobs", "add", [2, 3])
 """
 
+from ._keys import KeyInfo, KeysPage
 from ._transport import RetryPolicy
 from ._version import __version__
 from .client import CLEAR, NO_RESULT, Client, OutMessage, QueueSettings, TaskSpec
@@ -113,6 +114,8 @@ __all__ = [
     "History",
     "HistorySample",
     "InvalidInput",
+    "KeyInfo",
+    "KeysPage",
     "Message",
     "MetricsSnapshot",
     "OutMessage",

@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 from ._version import __version__
 from ._transport import RetryPolicy, Transport, api_error, dumps
 from ._deep_json import loads_receive_answer
+from ._keys import KeysPage
 from ._messages import OutMessage, TaskSpec, check_priority, chunks, ms as _ms, spec_of, task_message
 from .errors import (
     ApiError, DecodeError, ErrorCode, InvalidInput, PartialEnqueue, SluiceError, TaskFailed, TaskTimeout,
@@ -715,6 +716,22 @@ class Client:
     def stats(self, queue: str) -> Stats:
         """Backlog, in flight, DLQ depth, totals, rates and trend of a queue."""
         return Stats.from_wire(self._json("GET", f"/v1/queues/{_queue(queue)}/stats"))
+
+    def keys(
+        self,
+        queue: str,
+        *,
+        order: str = "backlog",
+        limit: int = 100,
+        cursor: Optional[str] = None,
+    ) -> KeysPage:
+        """One page of a queue's keys with messages waiting or in flight: each one's backlog,
+        in flight, oldest visible age, deliveries in the last minute, weight and limit.
+        ``order`` is ``backlog`` (most waiting first), ``in_flight`` or ``oldest``."""
+        params = {"order": order, "limit": limit, "cursor": cursor}
+        return KeysPage.from_wire(
+            self._json("GET", f"/v1/queues/{_queue(queue)}/keys", params=params)
+        )
 
     def overview(self, prefix: Optional[str] = None) -> List[QueueOverview]:
         """Every queue the key may see (whose name starts with ``prefix``, if given), by name,

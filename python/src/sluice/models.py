@@ -880,7 +880,8 @@ class Stats:
     is (its ``eta`` is the time to empty the DLQ while a redrive takes messages out).
     ``backlog_slope_per_sec`` and ``drain_eta`` are ``backlog_trend.slope`` and
     ``backlog_trend.eta``, deprecated and dropped in 0.2. ``flow`` is a governed queue's adaptive
-    rate and breaker, ``None`` for a queue that has neither.
+    rate and breaker, ``None`` for a queue that has neither. ``active_keys`` counts the named
+    keys with messages waiting or in flight (:meth:`Client.keys` lists them).
     """
 
     queue: str
@@ -899,6 +900,7 @@ class Stats:
     backlog_trend: Trend = field(default_factory=Trend)
     dlq_trend: Trend = field(default_factory=Trend)
     flow: Optional[Flow] = None
+    active_keys: int = 0
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Stats":
@@ -919,6 +921,7 @@ class Stats:
             backlog_trend=Trend.from_wire(d.get("backlog_trend")),
             dlq_trend=Trend.from_wire(d.get("dlq_trend")),
             flow=None if d.get("flow") is None else Flow.from_wire(d["flow"]),
+            active_keys=d.get("active_keys", 0),
         )
 
 

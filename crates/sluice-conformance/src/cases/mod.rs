@@ -412,6 +412,8 @@ mod readings;
 pub use readings::*;
 mod fairness;
 pub use fairness::*;
+mod key_stats;
+pub use key_stats::*;
 mod restart;
 pub use restart::*;
 mod errors;

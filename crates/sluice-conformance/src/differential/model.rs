@@ -15,6 +15,7 @@
 //! runner checks the engine's choice is allowed and the model follows it.
 
 mod delivery;
+mod keys;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -186,6 +186,9 @@ pub enum Op {
         group_by: GroupBySpec,
         error_contains: Option<String>,
     },
+    /// `keys` of a queue, walked page by page in one order (`0` backlog, `1` in flight, `2`
+    /// oldest), `limit` keys a page (0 is refused).
+    Keys { queue: u8, order: u8, limit: u32 },
     /// `create_redrive` from a queue.
     CreateRedrive {
         source: u8,
@@ -444,6 +447,8 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (0usize..16).prop_map(|msg| Op::Cancel { msg }),
     ];
     let dlq = prop_oneof![
+        1 => (queue(), 0u8..3, prop_oneof![1 => Just(0u32), 8 => 1u32..4])
+            .prop_map(|(queue, order, limit)| Op::Keys { queue, order, limit }),
         2 => (
             queue(),
             prop::sample::select(vec![

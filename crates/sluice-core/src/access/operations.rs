@@ -189,6 +189,7 @@ pub const OPERATIONS: &[Operation] = &[
     op("queue.summary", &[Inspect], Queue).http("GET", "/v1/queues/{q}/summary"),
     op("queue.stats", &[Stats], Queue).http("GET", "/v1/queues/{q}/stats"),
     op("queue.history", &[Stats], Queue).http("GET", "/v1/queues/{q}/stats/history"),
+    op("queue.keys", &[Stats], Queue).http("GET", "/v1/queues/{q}/keys"),
     op("queue.scaling", &[Stats], Queue).http("GET", "/v1/queues/{q}/scaling"),
     // Tasks.
     op("task.get", &[ReadTask], Found).http("GET", "/v1/tasks/{id}"),

@@ -344,6 +344,22 @@ impl<S: Inspection> Inspection for Checked<S> {
         self.engine.browse(queue, req)
     }
 
+    fn keys<'s, 'q, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        req: crate::key_stats::KeysRequest,
+    ) -> Answer<'a, Result<crate::key_stats::KeysPage, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        Self: 'a,
+    {
+        if let Err(e) = crate::key_stats::validate(&req) {
+            return refused(e);
+        }
+        self.engine.keys(queue, req)
+    }
+
     fn get_message<'s, 'a>(&'s self, id: MessageId) -> Answer<'a, Result<Message, StoreError>>
     where
         's: 'a,

@@ -4,6 +4,7 @@ use async_trait::async_trait;
 
 use super::{BrowsePage, BrowseRequest};
 use crate::error::StoreError;
+use crate::key_stats::{KeysPage, KeysRequest};
 use crate::message::{Message, MessageId};
 use crate::name::QueueName;
 use crate::stats::QueueStats;
@@ -64,6 +65,16 @@ pub trait Inspection: Send + Sync + 'static {
     /// # Errors
     /// `MessageNotFound`.
     async fn delete_message(&self, id: MessageId) -> Result<(), StoreError>;
+
+    /// What each key of a queue holds — visible, delayed, in flight, its oldest visible
+    /// message and its deliveries in the last minute — one page in the request's order
+    /// ([`crate::key_stats::page`] orders and pages the numbers, so every engine lists alike).
+    /// Only keys with messages waiting or in flight are listed; the implicit key (messages
+    /// without one) is `key: None`. Reads every message of the queue, as a summary does.
+    ///
+    /// # Errors
+    /// `QueueNotFound`; `InvalidArgument` for a bad limit or cursor.
+    async fn keys(&self, queue: &QueueName, req: KeysRequest) -> Result<KeysPage, StoreError>;
 
     /// Every message of a queue (any queue, typically a DLQ) that passes the request's filter,
     /// counted by the request's key (see [`crate::summary`] for the rules). Answered from an

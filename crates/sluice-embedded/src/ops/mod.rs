@@ -8,6 +8,7 @@
 
 pub(crate) mod ack;
 pub(crate) mod browse;
+pub(crate) mod keys;
 pub(crate) mod nack;
 pub(crate) mod queues;
 pub(crate) mod receive;

@@ -62,6 +62,7 @@ fn snapshot(core: &Core, qid: Qid, now: i64) -> QueueStats {
         completed: q.completed,
         totals: q.totals,
         flow: flow_stats(q, Timestamp(now)),
+        active_keys: q.key_counts.active(),
     }
 }
 

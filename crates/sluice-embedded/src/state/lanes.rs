@@ -256,8 +256,11 @@ impl QueueState {
     /// is deliverable and the queue has lanes). A tagged message gives the queue lanes.
     pub(super) fn put(&mut self, slot: Slot, at: i64, id: u64, tag: Option<&Tag>) {
         self.index(slot).insert((at, id));
-        if tag.is_some() {
+        if let Some(t) = tag {
             self.tagged += 1;
+            if let Some(k) = &t.key {
+                self.key_counts.enter(k);
+            }
             if self.lanes.is_none() {
                 // `ready` is all plain until now, including this message if it is deliverable.
                 let mut plain = std::mem::take(&mut self.ready);
@@ -288,8 +291,11 @@ impl QueueState {
     /// Takes message `id` out of the queue's indexes (see [`QueueState::put`]).
     pub(super) fn take(&mut self, slot: Slot, at: i64, id: u64, tag: Option<&Tag>) {
         self.index(slot).remove(&(at, id));
-        if tag.is_some() {
+        if let Some(t) = tag {
             self.tagged = self.tagged.saturating_sub(1);
+            if let Some(k) = &t.key {
+                self.key_counts.leave(k);
+            }
         }
         if slot == Slot::Ready {
             let place = self.place_of(tag);

@@ -13,6 +13,7 @@
 mod due;
 mod groups;
 mod kept;
+mod key_counts;
 mod lanes;
 mod msg;
 mod queue;
@@ -302,6 +303,7 @@ impl State {
             } => {
                 self.apply_leases(leases);
                 self.count_in_rate_windows(*at, leases);
+                self.tally_deliveries(*at, leases);
                 let holder = LeaseHolder {
                     at: *at,
                     consumer: consumer.as_deref().map(std::sync::Arc::from),

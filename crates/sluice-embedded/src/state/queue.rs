@@ -49,6 +49,8 @@ pub(crate) struct QueueState {
     /// Deliveries in flight per key (`None`: the implicit key), kept while the queue has
     /// `key_limits`; a key leaves the map with its last delivery.
     pub key_flight: HashMap<Option<Arc<str>>, u32>,
+    /// Messages and deliveries per named key (see `key_counts`).
+    pub key_counts: super::key_counts::KeyCounts,
     /// When the last retention sweep of the whole queue started.
     pub retention_scan: i64,
     /// The retention sweep under way: the index it is in and the last entry it looked at.
@@ -89,6 +91,7 @@ impl QueueState {
             lanes: None,
             tagged: 0,
             key_flight: HashMap::new(),
+            key_counts: Default::default(),
             retention_scan: i64::MIN,
             sweep: None,
             overdue: Vec::new(),

@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (10, V10),
     (11, V11),
     (12, V12),
+    (13, V13),
 ];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
@@ -309,6 +310,20 @@ CREATE TABLE rate_paces (
     queue  text PRIMARY KEY,
     tat    bigint NOT NULL
 );
+"#;
+
+/// Version 13: deliveries per key and minute (`sluice_core::key_stats::MinuteTally`) of
+/// queues that deliver by key, added to by the lease by rank, for the keys listing's rates.
+/// Rows older than the minute before are pruned by the background round.
+const V13: &str = r#"
+CREATE TABLE key_tallies (
+    queue   text NOT NULL,
+    fkey    text NOT NULL,
+    minute  bigint NOT NULL,
+    n       bigint NOT NULL,
+    PRIMARY KEY (queue, fkey, minute)
+);
+CREATE INDEX key_tallies_minute ON key_tallies (minute);
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

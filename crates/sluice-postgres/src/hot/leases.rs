@@ -516,6 +516,9 @@ where
             next_wake: next_due(tx, q, now).await?,
         });
     }
+    if ordered {
+        crate::hot::ranks::tally(tx, q, now, &out).await?;
+    }
     let got = i32::try_from(out.len()).unwrap_or(i32::MAX);
     // Counted by the caller once the lease has committed.
     if let Some(rl) = cfg.rate_limit {

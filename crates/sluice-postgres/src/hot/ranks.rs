@@ -294,6 +294,32 @@ fn pass_of(rank: i64) -> u64 {
     u64::try_from(rank).unwrap_or(0) & ((1 << fair::PASS_BITS) - 1)
 }
 
+/// Adds the deliveries `taken` at `now` to their keys' tallies of the minute (`key_tallies`,
+/// read by the keys listing): one row per key delivered.
+pub(crate) async fn tally(
+    tx: &impl GenericClient,
+    q: &str,
+    now: i64,
+    taken: &[Taken],
+) -> Result<(), StoreError> {
+    let mut per_key: HashMap<&str, i64> = HashMap::new();
+    for t in taken {
+        let key = t.delivery.key.as_ref().map_or("", |k| k.as_str());
+        *per_key.entry(key).or_insert(0) += 1;
+    }
+    let (keys, counts): (Vec<&str>, Vec<i64>) = per_key.into_iter().unzip();
+    let minute = sluice_core::key_stats::MinuteTally::minute_of(now);
+    tx.execute(
+        "INSERT INTO key_tallies (queue, fkey, minute, n)
+         SELECT $1, k, $2, c FROM unnest($3::text[], $4::bigint[]) AS u(k, c)
+         ON CONFLICT (queue, fkey, minute) DO UPDATE SET n = key_tallies.n + EXCLUDED.n",
+        &[&q, &minute, &keys, &counts],
+    )
+    .await
+    .map_err(|e| db(&e))?;
+    Ok(())
+}
+
 /// Takes the ranks of queue `q`'s waiting messages away, so that its next receive ranks them
 /// anew: after its `default_priority` or `key_weights` changed.
 pub(crate) async fn rerank(c: &impl GenericClient, q: &str) -> Result<(), StoreError> {

@@ -7,6 +7,7 @@
 
 pub(crate) mod ack;
 pub(crate) mod browse;
+pub(crate) mod keys;
 pub(crate) mod leased;
 pub(crate) mod lifecycle;
 pub(crate) mod nack;

@@ -229,6 +229,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<u64, Store
             "DELETE FROM dedup WHERE queue = $1",
             "DELETE FROM rate_events WHERE queue = $1",
             "DELETE FROM rate_paces WHERE queue = $1",
+            "DELETE FROM key_tallies WHERE queue = $1",
             "DELETE FROM queue_flow WHERE queue = $1",
             "DELETE FROM stats_history WHERE queue = $1",
             "DELETE FROM queues WHERE name = $1",

@@ -42,7 +42,8 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
                         count(*) FILTER (WHERE state = 0 AND visible_at > $2),
                         count(*) FILTER (WHERE state = 1),
                         count(*) FILTER (WHERE state = 2 AND keep_until > $2),
-                        min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2)
+                        min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2),
+                        count(DISTINCT fkey) FILTER (WHERE state < 2)
                  FROM messages WHERE queue = $1",
                     &[&q, &now],
                 )
@@ -78,6 +79,7 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
         completed: n(3) + p(2),
         totals,
         flow,
+        active_keys: n(5),
     })
 }
 
@@ -118,7 +120,8 @@ pub(crate) async fn stats_many(
                         count(*) FILTER (WHERE state = 0 AND visible_at > $2),
                         count(*) FILTER (WHERE state = 1),
                         count(*) FILTER (WHERE state = 2 AND keep_until > $2),
-                        min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2)
+                        min(visible_at) FILTER (WHERE state = 0 AND visible_at <= $2),
+                        count(DISTINCT fkey) FILTER (WHERE state < 2)
                  FROM messages WHERE queue = ANY($1) GROUP BY queue",
                 &[&names, &now],
             )
@@ -172,6 +175,7 @@ pub(crate) async fn stats_many(
         s.delayed += count(r, 2)?;
         s.in_flight += count(r, 3)?;
         s.completed += count(r, 4)?;
+        s.active_keys = count(r, 6)?;
         if let Some(at) = r.try_get::<_, Option<i64>>(5).map_err(corrupt)? {
             oldest.insert(q, at);
         }

@@ -9,6 +9,7 @@ pub mod audit;
 pub mod consume;
 pub mod health;
 pub mod inspect;
+pub mod keys;
 pub mod overview;
 pub mod queues;
 pub mod redrives;
@@ -46,6 +47,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(consume::extend))
         .routes(routes!(inspect::get_message, inspect::delete_message))
         .routes(routes!(inspect::stats))
+        .routes(routes!(keys::keys))
         .routes(routes!(overview::overview))
         .routes(routes!(overview::whoami))
         .routes(routes!(summary::summary))

@@ -34,6 +34,7 @@ mod dlq;
 mod exit;
 mod filter;
 mod governance;
+mod keys;
 mod message;
 mod output;
 mod queue;
@@ -122,6 +123,8 @@ pub enum Command {
     Message(message::MessageArgs),
     /// Queue gauges, rates and backlog trend: every queue, or one (`--watch`, `--chart`).
     Stats(stats::StatsArgs),
+    /// What each key (tenant) of a queue holds: waiting, in flight, oldest, delivery rate.
+    Keys(keys::KeysArgs),
     /// Task status by id.
     Task(task::TaskArgs),
     /// Browse dead-letter queues: why messages failed, grouped by error.
@@ -175,6 +178,7 @@ pub fn run(cmd: Command) -> ExitCode {
             Command::Reject(a) => consume::reject(a).await,
             Command::Message(a) => message::run(a).await,
             Command::Stats(a) => stats::run(a).await,
+            Command::Keys(a) => keys::run(a).await,
             Command::Task(a) => task::run(a).await,
             Command::Dlq(a) => dlq::run(a).await,
             Command::Redrive(a) => redrive::run(a).await,

@@ -171,6 +171,7 @@ pub fn routes() -> Vec<Route> {
         r("GET", "/v1/queues/{q}/summary", &[Inspect], Queue),
         r("GET", "/v1/queues/{q}/stats", &[Stats], Queue),
         r("GET", "/v1/queues/{q}/stats/history", &[Stats], Queue),
+        r("GET", "/v1/queues/{q}/keys", &[Stats], Queue),
         r("GET", "/v1/stats", &[Stats], Global),
         r("GET", "/v1/audit", &[Inspect], Global),
         r("GET", "/v1/audit", &[Inspect], Queue)

@@ -1,6 +1,7 @@
 //! The runner's comparison after every step: every message, queue, stats and DLQ summary against the model.
 
 use super::*;
+use sluice_core::key_stats::{KeysPage, KeysRequest};
 
 impl Run<'_> {
     pub(super) fn check_summary(
@@ -114,6 +115,40 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Compares one page of queue `q`'s keys with the model's: every number but the delivery
+    /// estimate, which must stay within the deliveries of the last two minutes.
+    pub(super) async fn check_keys(
+        &self,
+        store: &Arc<dyn Store>,
+        q: &QueueName,
+        req: KeysRequest,
+        now: i64,
+    ) -> Result<KeysPage, String> {
+        let got = store
+            .keys(q, req.clone())
+            .await
+            .map_err(|e| format!("keys of {q}: {e:?}"))?;
+        let mut want = sluice_core::key_stats::page(self.model.key_stats(q.as_str(), now), &req);
+        let mut seen = got.clone();
+        for k in &mut seen.keys {
+            let name = k.key.as_ref().map(|k| k.as_str());
+            if let Some(n) = k.delivered_1m.take() {
+                let bound = self.model.delivered_bound(q.as_str(), name, now);
+                ensure!(
+                    n <= bound,
+                    "keys of {q}: {name:?} delivered {n} in the last minute, the model made \
+                     {bound} deliveries of it in the last two"
+                );
+            }
+        }
+        want.keys.iter_mut().for_each(|k| k.delivered_1m = None);
+        ensure!(
+            seen == want,
+            "keys of {q} ({req:?}): engine {seen:?}, model {want:?}"
+        );
+        Ok(got)
+    }
+
     // Long because it compares one queue three ways at one `now` (every message browsed, the stats,
     // a dead-letter queue's summaries); together they are the snapshot taken after each step.
     pub(super) async fn compare_queue(
@@ -221,6 +256,7 @@ impl Run<'_> {
             s.completed,
             u64::try_from(s.oldest_visible_age.as_millis()).unwrap_or(u64::MAX),
             got_totals,
+            s.active_keys,
         );
         let want = (
             counts[0],
@@ -230,12 +266,15 @@ impl Run<'_> {
             completed,
             oldest.map_or(0, |o| u64::try_from(now - o).unwrap_or(0)),
             want_totals,
+            self.model.active_keys(q.as_str()),
         );
         ensure!(
             seen == want,
             "stats of {q} (visible, delayed, in_flight, dead_letter_depth, completed, \
-             oldest_visible_age_ms, totals): engine {seen:?}, model {want:?}"
+             oldest_visible_age_ms, totals, active_keys): engine {seen:?}, model {want:?}"
         );
+        self.check_keys(store, q, KeysRequest::default(), now)
+            .await?;
         // The dead-letter summary of a dead-letter queue, by reason and by source.
         if q.as_str().ends_with("dlq") || q.as_str() == "dl" {
             for group_by in [GroupBy::Reason, GroupBy::Source, GroupBy::Error] {

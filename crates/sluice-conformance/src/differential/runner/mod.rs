@@ -243,6 +243,7 @@ impl<'a> Run<'a> {
             | Op::DeleteMessage { .. }
             | Op::Cancel { .. } => self.apply_settle_op(op).await?,
             Op::Summarize { .. }
+            | Op::Keys { .. }
             | Op::CreateRedrive { .. }
             | Op::RedriveStep { .. }
             | Op::ControlRedrive { .. }

@@ -178,6 +178,13 @@ impl Inspection for Probe {
     async fn browse(&self, _: &QueueName, _: BrowseRequest) -> Result<BrowsePage, StoreError> {
         self.call()
     }
+    async fn keys(
+        &self,
+        _: &QueueName,
+        _: crate::key_stats::KeysRequest,
+    ) -> Result<crate::key_stats::KeysPage, StoreError> {
+        self.call()
+    }
     async fn get_message(&self, _: MessageId) -> Result<Message, StoreError> {
         self.call()
     }
@@ -432,6 +439,11 @@ fn each_shared_check_refuses_before_the_engine() {
         cursor: None,
     };
     refused(&c, now(s.browse(&jobs, browse)), InvalidArgument);
+    let keys = crate::key_stats::KeysRequest {
+        limit: 0,
+        ..Default::default()
+    };
+    refused(&c, now(s.keys(&jobs, keys)), InvalidArgument);
     for page in [
         QueuePageRequest {
             limit: 1001,

@@ -1,0 +1,73 @@
+//! What each key of a queue holds, in the model: the numbers the keys listing and stats'
+//! `active_keys` must show.
+
+use std::collections::BTreeMap;
+
+use sluice_core::fair::MessageKey;
+use sluice_core::key_stats::KeyStats;
+use sluice_core::time::Timestamp;
+
+use super::{Model, Place};
+
+/// The longest a delivery counts in an engine's estimate of a key's last minute: the
+/// minute it was made in and the next.
+const TALLY_SPAN_MS: i64 = 120_000;
+
+impl Model {
+    /// Each key of queue `q` with messages waiting or in flight (the implicit key `None`),
+    /// `delivered_1m` left out: engines estimate it, [`Model::delivered_bound`] bounds it.
+    pub fn key_stats(&self, q: &str, now: i64) -> Vec<KeyStats> {
+        let mut by_key: BTreeMap<Option<&str>, KeyStats> = BTreeMap::new();
+        for id in self.in_queue(q) {
+            let m = self.live(id).expect("live");
+            let k = by_key.entry(m.key.as_deref()).or_insert_with(|| KeyStats {
+                key: m
+                    .key
+                    .as_deref()
+                    .map(|k| MessageKey::new(k).expect("a kept key")),
+                visible: 0,
+                delayed: 0,
+                in_flight: 0,
+                oldest_visible_at: None,
+                delivered_1m: None,
+            });
+            match (Model::state_of(m, now), m.place) {
+                ("visible", Place::Waiting { at }) => {
+                    k.visible += 1;
+                    let at = Timestamp(at);
+                    k.oldest_visible_at = Some(k.oldest_visible_at.map_or(at, |o| o.min(at)));
+                }
+                ("delayed", _) => k.delayed += 1,
+                ("in_flight", _) => k.in_flight += 1,
+                _ => {}
+            }
+        }
+        by_key.into_values().collect()
+    }
+
+    /// Named keys of queue `q` with messages waiting or in flight.
+    pub fn active_keys(&self, q: &str) -> u64 {
+        let mut keys: Vec<&str> = self
+            .in_queue(q)
+            .into_iter()
+            .filter_map(|id| self.live(id).and_then(|m| m.key.as_deref()))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys.len() as u64
+    }
+
+    /// The most deliveries of `key` from queue `q` an engine's last-minute estimate at `now`
+    /// may count: those of the last two minutes.
+    pub fn delivered_bound(&self, q: &str, key: Option<&str>, now: i64) -> u64 {
+        self.deliveries
+            .iter()
+            .filter(|d| d.at > now - TALLY_SPAN_MS && super::super::ops::queue_name(d.queue) == q)
+            .filter(|d| {
+                self.msgs[d.msg]
+                    .as_ref()
+                    .is_none_or(|m| m.key.as_deref() == key)
+            })
+            .count() as u64
+    }
+}

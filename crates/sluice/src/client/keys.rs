@@ -1,0 +1,91 @@
+//! `sluice keys QUEUE [--order backlog|in_flight|oldest] [--limit N] [--cursor C]`: what each
+//! key (tenant, customer, account) of a queue holds — waiting, in flight, its oldest visible
+//! message's age, deliveries in the last minute — with its weight and limit, most waiting
+//! first. Messages sent without a key are listed as `(no key)`.
+
+use clap::Args;
+use sluice_client::wire::{KeyOrderView, KeysQuery};
+
+use super::args::fmt_ms;
+use super::output::{Table, json};
+use super::{Conn, Failure};
+
+/// `sluice keys`.
+#[derive(Debug, Args)]
+pub struct KeysArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// The queue.
+    queue: String,
+    /// Most waiting first (backlog), most in flight first (in_flight), or the longest-waiting
+    /// visible message first (oldest).
+    #[arg(long, default_value = "backlog", value_parser = ["backlog", "in_flight", "oldest"])]
+    order: String,
+    /// At most this many keys.
+    #[arg(long, default_value_t = 20, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    limit: u32,
+    /// The next page: the cursor the previous one's notice gave.
+    #[arg(long, value_name = "CURSOR")]
+    cursor: Option<String>,
+}
+
+/// Runs `sluice keys`.
+pub async fn run(a: KeysArgs) -> Result<(), Failure> {
+    let c = a.conn.client()?;
+    let order = match a.order.as_str() {
+        "in_flight" => KeyOrderView::InFlight,
+        "oldest" => KeyOrderView::Oldest,
+        _ => KeyOrderView::Backlog,
+    };
+    let page = c
+        .keys(
+            &a.queue,
+            &KeysQuery {
+                order: Some(order),
+                limit: Some(a.limit),
+                cursor: a.cursor.clone(),
+            },
+        )
+        .await?;
+    if a.conn.json {
+        return json(&page);
+    }
+    let mut t = Table::new(&[
+        "KEY",
+        "BACKLOG",
+        "VISIBLE",
+        "IN FLIGHT",
+        "OLDEST",
+        "DELIVERED/MIN",
+        "WEIGHT",
+        "MAX IN FLIGHT",
+    ]);
+    for k in &page.keys {
+        t.row(vec![
+            k.key.clone().unwrap_or_else(|| "(no key)".to_owned()),
+            k.backlog.to_string(),
+            k.visible.to_string(),
+            k.in_flight.to_string(),
+            if k.visible == 0 {
+                "-".to_owned()
+            } else {
+                fmt_ms(k.oldest_visible_age_ms)
+            },
+            k.delivered_1m
+                .map_or_else(|| "-".to_owned(), |d| d.to_string()),
+            k.weight.to_string(),
+            k.max_in_flight
+                .map_or_else(|| "-".to_owned(), |m| m.to_string()),
+        ]);
+    }
+    t.print();
+    if page.keys.is_empty() {
+        eprintln!("no key of {} has messages waiting or in flight", a.queue);
+    }
+    eprintln!("{} active keys", page.active_keys);
+    if let Some(cursor) = &page.next_cursor {
+        eprintln!("more keys follow: add --cursor {cursor} for the next page");
+    }
+    Ok(())
+}

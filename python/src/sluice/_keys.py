@@ -1,0 +1,57 @@
+"""What each key (tenant, customer, account) of a queue holds: :meth:`Client.keys`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """One key of a queue with messages waiting or in flight. ``key`` is ``None`` for the
+    messages sent without one, which share one implicit key. ``oldest_visible_age`` is in
+    seconds (0 when nothing is visible); ``delivered_1m`` estimates the key's deliveries in
+    the last minute (``None`` where the broker does not count them); ``weight`` and
+    ``max_in_flight`` are what the queue's ``key_weights`` and ``key_limits`` give it."""
+
+    key: Optional[str]
+    backlog: int
+    visible: int
+    delayed: int
+    in_flight: int
+    oldest_visible_age: float
+    delivered_1m: Optional[int]
+    weight: int
+    max_in_flight: Optional[int]
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "KeyInfo":
+        return cls(
+            key=d.get("key"),
+            backlog=d["backlog"],
+            visible=d["visible"],
+            delayed=d["delayed"],
+            in_flight=d["in_flight"],
+            oldest_visible_age=d.get("oldest_visible_age_ms", 0) / 1000.0,
+            delivered_1m=d.get("delivered_1m"),
+            weight=d.get("weight", 1),
+            max_in_flight=d.get("max_in_flight"),
+        )
+
+
+@dataclass(frozen=True)
+class KeysPage:
+    """One page of :meth:`Client.keys`; pass ``next_cursor`` for the next (``None`` at the
+    end). ``active_keys`` counts the queue's named keys with messages waiting or in flight."""
+
+    keys: List[KeyInfo]
+    next_cursor: Optional[str]
+    active_keys: int
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "KeysPage":
+        return cls(
+            [KeyInfo.from_wire(k) for k in d["keys"]],
+            d.get("next_cursor"),
+            d.get("active_keys", 0),
+        )
