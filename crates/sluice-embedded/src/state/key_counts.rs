@@ -109,21 +109,6 @@ impl KeyCounts {
     }
 }
 
-impl super::State {
-    /// Counts each lease of `leases`, made at `at`, as a delivery of its message's key.
-    pub(super) fn tally_deliveries(&mut self, at: i64, leases: &[crate::journal::record::Lease]) {
-        for l in leases {
-            let Some(m) = self.msgs.get(&l.id) else {
-                continue;
-            };
-            let key = super::tag_in(&self.tags, m, l.id).and_then(|t| t.key.as_ref());
-            if let Some(q) = self.queues.get_mut(&m.qid) {
-                q.key_counts.delivered(key, at, 1);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

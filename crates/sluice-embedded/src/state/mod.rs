@@ -301,9 +301,8 @@ impl State {
                 consumer,
                 leases,
             } => {
-                self.apply_leases(leases);
+                self.apply_leases(leases, Some(*at));
                 self.count_in_rate_windows(*at, leases);
-                self.tally_deliveries(*at, leases);
                 let holder = LeaseHolder {
                     at: *at,
                     consumer: consumer.as_deref().map(std::sync::Arc::from),
@@ -318,7 +317,8 @@ impl State {
                 self.apply(record, loc, len);
                 self.apply_holds(holds);
             }
-            Record::Lease(leases) => self.apply_leases(leases),
+            // Leases recorded before their time was kept: not counted as deliveries per key.
+            Record::Lease(leases) => self.apply_leases(leases, None),
             Record::RateWindows(windows) => self.restore_rate_windows(windows),
             Record::RatePaces(paces) => self.restore_rate_paces(paces),
             Record::Extend {
@@ -588,8 +588,9 @@ impl State {
 
     /// Applies an update; `order` is the new place in its group's line of a grouped message
     /// that it brings into another queue.
-    /// Applies leases handed out: each message is leased under its new token.
-    fn apply_leases(&mut self, leases: &[crate::journal::record::Lease]) {
+    /// Applies leases handed out (at `at`, when the record says): each message is leased under
+    /// its new token, and counted as a delivery of its key.
+    fn apply_leases(&mut self, leases: &[crate::journal::record::Lease], at: Option<i64>) {
         for l in leases {
             self.holders.remove(&l.id);
             self.progress.remove(&l.id);
@@ -600,7 +601,12 @@ impl State {
                 && m.slot() == Slot::Ready
                 && let Some(q) = self.queues.get_mut(&m.qid)
             {
-                q.serve(tag_in(&self.tags, m, l.id));
+                let tag = tag_in(&self.tags, m, l.id);
+                q.serve(tag);
+                if let Some(at) = at {
+                    q.key_counts
+                        .delivered(tag.and_then(|t| t.key.as_ref()), at, 1);
+                }
             }
             let Some(mut m) = self.detach(l.id) else {
                 continue;
