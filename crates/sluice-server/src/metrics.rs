@@ -25,6 +25,16 @@ pub struct QueueLabel {
     pub queue: String,
 }
 
+/// Labels of the series of one key of a queue; the implicit key (messages sent without one) is
+/// `key=""`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyLabel {
+    /// The queue.
+    pub queue: String,
+    /// The key.
+    pub key: String,
+}
+
 /// Labels of the breaker state set: one series per state, 1 for the current one.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BreakerStateLabel {
@@ -68,16 +78,23 @@ pub struct MetricsScope {
     pub queues: Vec<String>,
     /// Most queues with series of their own, the first in name order among those matching.
     pub max_queues: usize,
+    /// Keys of each such queue with series of their own (`sluice_key_*`), the most waiting
+    /// first; 0 for none. A queue without keys costs nothing more; a queue with keys costs a
+    /// keys listing per scrape.
+    pub top_keys: usize,
 }
 
 /// Default [`MetricsScope::max_queues`].
 pub const DEFAULT_METRICS_MAX_QUEUES: usize = 1_000;
+/// Default [`MetricsScope::top_keys`].
+pub const DEFAULT_METRICS_TOP_KEYS: usize = 5;
 
 impl Default for MetricsScope {
     fn default() -> Self {
         MetricsScope {
             queues: vec!["*".to_owned()],
             max_queues: DEFAULT_METRICS_MAX_QUEUES,
+            top_keys: DEFAULT_METRICS_TOP_KEYS,
         }
     }
 }
@@ -424,7 +441,14 @@ impl Metrics {
                 "Messages dead-lettered, over every queue",
             ),
         ];
+        let active_keys = gauge(
+            &mut registry,
+            "queue_active_keys",
+            "Keys with messages waiting or in flight (messages without a key not counted)",
+        );
         let governed = FlowFamilies::register(&mut registry);
+        let keyed_families = KeyFamilies::register(&mut registry);
+        let mut keyed: Vec<QueueName> = Vec::new();
         let (mut count, mut shown, mut left_out) = (0i64, 0usize, 0i64);
         let mut oldest_age = 0f64;
         let mut walk = crate::walk::StatsWalk::new(store);
@@ -461,6 +485,10 @@ impl Metrics {
                 set(&delayed, s.delayed);
                 set(&in_flight, s.in_flight);
                 set(&dlq, s.dead_letter_depth);
+                set(&active_keys, s.active_keys);
+                if s.active_keys > 0 && self.scope.top_keys > 0 {
+                    keyed.push(q.name.clone());
+                }
                 age.get_or_create(&l)
                     .set(s.oldest_visible_age.as_secs_f64());
                 let t = s.totals;
@@ -479,6 +507,9 @@ impl Metrics {
                     governed.observe(&l, flow);
                 }
             }
+        }
+        for q in &keyed {
+            keyed_families.observe(store, q, self.scope.top_keys).await;
         }
         queues.set(count);
         without_series.set(left_out);
@@ -516,6 +547,84 @@ fn queue_label(line: &str) -> Option<&str> {
             .strip_prefix("queue=\"")
             .and_then(|v| v.strip_suffix('"'))
     })
+}
+
+/// The series of the keys with the most waiting of each queue with keys.
+struct KeyFamilies {
+    backlog: Family<KeyLabel, Gauge>,
+    in_flight: Family<KeyLabel, Gauge>,
+    oldest: Family<KeyLabel, Gauge<f64, AtomicU64>>,
+    delivered: Family<KeyLabel, Gauge>,
+}
+
+impl KeyFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let f = KeyFamilies {
+            backlog: Family::default(),
+            in_flight: Family::default(),
+            oldest: Family::default(),
+            delivered: Family::default(),
+        };
+        registry.register(
+            "key_backlog",
+            "Visible and delayed messages of a key, for the keys with the most waiting (metrics_top_keys)",
+            f.backlog.clone(),
+        );
+        registry.register(
+            "key_in_flight",
+            "Deliveries of a key in flight, for the keys with the most waiting",
+            f.in_flight.clone(),
+        );
+        registry.register(
+            "key_oldest_visible_age_seconds",
+            "How long a key's longest-waiting visible message has been ready",
+            f.oldest.clone(),
+        );
+        registry.register(
+            "key_delivered_last_minute",
+            "A key's deliveries in the last minute, estimated from per-minute counts",
+            f.delivered.clone(),
+        );
+        f
+    }
+
+    /// The `top` keys of queue `q` with the most waiting. A queue gone since its stats were
+    /// read, or a store that does not answer, leaves its keys out of this scrape.
+    async fn observe(&self, store: &dyn Store, q: &QueueName, top: usize) {
+        let req = sluice_core::key_stats::KeysRequest {
+            order: sluice_core::key_stats::KeyOrder::Backlog,
+            limit: u32::try_from(top).unwrap_or(u32::MAX),
+            after: None,
+        };
+        let page = match store.keys(q, req).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(queue = %q, error = %e, "keys of a queue left out of /metrics");
+                return;
+            }
+        };
+        let now = sluice_core::SystemClock.now();
+        for k in &page.keys {
+            let l = KeyLabel {
+                queue: q.to_string(),
+                key: k
+                    .key
+                    .as_ref()
+                    .map(|k| k.as_str().to_owned())
+                    .unwrap_or_default(),
+            };
+            let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            self.backlog.get_or_create(&l).set(int(k.backlog()));
+            self.in_flight.get_or_create(&l).set(int(k.in_flight));
+            let age = k
+                .oldest_visible_at
+                .map_or(0.0, |at| now.since(at).as_secs_f64());
+            self.oldest.get_or_create(&l).set(age);
+            if let Some(d) = k.delivered_1m {
+                self.delivered.get_or_create(&l).set(int(d));
+            }
+        }
+    }
 }
 
 /// The series of governed queues: their adaptive rate and circuit breaker.

@@ -120,6 +120,7 @@ async fn only_selected_queues_get_series_and_totals_count_them_all() {
         metrics: sluice_server::metrics::MetricsScope {
             queues: vec!["orders*".to_owned()],
             max_queues: 2,
+            ..Default::default()
         },
         ..Default::default()
     })
@@ -256,5 +257,78 @@ async fn governed_queues_export_their_rate_and_breaker() {
     assert_eq!(
         plain, 0,
         "a queue that is not governed has no such series:\n{text}"
+    );
+}
+
+/// A queue with keys exports how many are active and, for the `top_keys` with the most waiting,
+/// each one's backlog, in flight and age; the implicit key is `key=""`.
+#[tokio::test]
+async fn the_keys_with_the_most_waiting_get_series_of_their_own() {
+    let s = common::start_with(sluice_server::ServerOptions {
+        metrics: sluice_server::metrics::MetricsScope {
+            top_keys: 2,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    s.put_queue("tenants", json!({})).await;
+    s.put_queue("plain", json!({})).await;
+    s.send("plain", json!(0)).await;
+    for (key, n) in [("acme", 3), ("globex", 1)] {
+        for i in 0..n {
+            let (st, v) = s
+                .call(
+                    Method::POST,
+                    "/v1/queues/tenants/messages",
+                    Some(json!({ "body": i, "key": key })),
+                )
+                .await;
+            assert_eq!(st, reqwest::StatusCode::CREATED, "{v}");
+        }
+    }
+    for _ in 0..2 {
+        s.send("tenants", json!("no key")).await;
+    }
+    assert_eq!(s.receive("tenants", json!({ "max": 1 })).await.len(), 1);
+    let (text, scrape) = scrape(&s).await;
+    assert_eq!(
+        value(&scrape, "sluice_queue_active_keys", "tenants"),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&scrape, "sluice_queue_active_keys", "plain"),
+        Some(0.0)
+    );
+    let keyed: Vec<(&str, &str, f64)> = scrape
+        .samples
+        .iter()
+        .filter(|x| x.metric == "sluice_key_backlog")
+        .map(|x| {
+            let v = match x.value {
+                prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            };
+            (
+                x.labels.get("queue").unwrap_or_default(),
+                x.labels.get("key").unwrap_or_default(),
+                v,
+            )
+        })
+        .collect();
+    // Two keys, the most waiting: acme (3, or 2 and one in flight) and the implicit key (2, or
+    // 1); globex (1) is left out, and so is the queue without keys.
+    assert_eq!(keyed.len(), 2, "{text}");
+    assert!(keyed.iter().all(|(q, _, _)| *q == "tenants"), "{text}");
+    let total: f64 = keyed.iter().map(|(_, _, v)| v).sum();
+    assert_eq!(
+        total, 4.0,
+        "five waiting of which globex's one is not shown:\n{text}"
+    );
+    assert!(keyed.iter().any(|(_, k, _)| *k == "acme"), "{text}");
+    assert!(text.contains("sluice_key_in_flight{"), "{text}");
+    assert!(
+        text.contains("sluice_key_oldest_visible_age_seconds{"),
+        "{text}"
     );
 }

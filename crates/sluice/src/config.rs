@@ -21,6 +21,7 @@
 //! # write_timeout = "30s"         # an answer (event stream, page) the client stopped reading
 //! # metrics_queues = ["orders*"]  # queues with /metrics series of their own (default all)
 //! # metrics_max_queues = 1000     # at most this many of them
+//! # metrics_top_keys = 5          # and of each, the keys with the most waiting
 //! # max_connections = 4096        # per listener; more are closed at once
 //! # or, for several broker nodes sharing one database:
 //! # store = "postgres://sluice@db.internal:5432/sluice"
@@ -97,6 +98,8 @@ pub struct FileConfig {
     pub metrics_queues: Option<Vec<String>>,
     /// Most queues with series of their own in /metrics.
     pub metrics_max_queues: Option<usize>,
+    /// Keys of each queue with series of their own in /metrics.
+    pub metrics_top_keys: Option<usize>,
     /// Queues to create or update at start-up.
     #[serde(default)]
     pub queues: Vec<toml::Table>,

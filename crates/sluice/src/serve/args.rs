@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// those --metrics-queues selects [default: 1000].
     #[arg(long, env = "SLUICE_METRICS_MAX_QUEUES", value_name = "N")]
     pub(super) metrics_max_queues: Option<usize>,
+    /// Keys of each queue with series of their own in /metrics, the most waiting first
+    /// (0: none) [default: 5].
+    #[arg(long, env = "SLUICE_METRICS_TOP_KEYS", value_name = "N")]
+    pub(super) metrics_top_keys: Option<usize>,
     /// TOML config file: `listen`, `frames_listen`, `data_dir`, `sync_interval`, `store`,
     /// `node_id`, `[[queues]]`, `[[keys]]`.
     #[arg(long, env = "SLUICE_CONFIG", value_name = "FILE")]

@@ -104,6 +104,7 @@ impl Settings {
             "open_file_limit": open_file_limit(),
             "metrics_queues": self.metrics.queues,
             "metrics_max_queues": self.metrics.max_queues,
+            "metrics_top_keys": self.metrics.top_keys,
             "authentication": !self.keys.is_empty(),
             "keys": keys,
             "sqs_keys": sqs_keys,
@@ -279,7 +280,19 @@ fn metrics_scope(
             .metrics_max_queues
             .or(file.metrics_max_queues)
             .unwrap_or(sluice_server::metrics::DEFAULT_METRICS_MAX_QUEUES),
+        top_keys: args
+            .metrics_top_keys
+            .or(file.metrics_top_keys)
+            .unwrap_or(sluice_server::metrics::DEFAULT_METRICS_TOP_KEYS),
     };
+    if metrics.top_keys > sluice_core::key_stats::MAX_KEYS_PAGE as usize {
+        bail!(
+            "--metrics-top-keys (metrics_top_keys) is {}; at most {} keys of a queue get series \
+             of their own",
+            metrics.top_keys,
+            sluice_core::key_stats::MAX_KEYS_PAGE
+        );
+    }
     if metrics.queues.iter().any(|p| p.trim().is_empty()) {
         bail!(
             "--metrics-queues (metrics_queues) holds an empty pattern; give queue names or \
