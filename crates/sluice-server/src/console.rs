@@ -52,6 +52,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         include_str!("../console/pages/flow.js"),
     ),
     (
+        "pages/keys.js",
+        JS,
+        include_str!("../console/pages/keys.js"),
+    ),
+    (
         "pages/message.js",
         JS,
         include_str!("../console/pages/message.js"),

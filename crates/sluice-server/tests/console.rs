@@ -9,6 +9,8 @@
 //! ```
 
 mod common;
+#[path = "console/keys.rs"]
+mod keys;
 #[path = "console/redrive.rs"]
 mod redrive;
 

@@ -1,4 +1,5 @@
-// A queue: its numbers, a governed queue's adaptive rate and breaker, depth charts over
+// A queue: its numbers, a governed queue's adaptive rate and breaker, its keys with the most
+// waiting, depth charts over
 // 1 h / 6 h / 24 h, rates, configuration, and pause, resume and purge with a confirmation
 // naming the count.
 
@@ -6,6 +7,7 @@ import { enc, queuePath } from "../api.js";
 import { lineChart } from "../charts.js";
 import { confirmBox, errorBox, fill, h } from "../dom.js";
 import { flowSection } from "./flow.js";
+import { keysSection } from "./keys.js";
 import { age, num, rate, trend } from "../format.js";
 import { fmtMs, fmtRate, fmtSize, parseDuration, parseRate, parseSize } from "../human.js";
 import { can, me } from "../session.js";
@@ -136,6 +138,7 @@ function statCards(s) {
     card("Dead letters", num(s.dead_letter_depth), "dead_letter_depth"),
     card("Oldest waiting", s.visible ? age(s.oldest_visible_age_ms) : "—", "oldest"),
     card("Completed (kept)", num(s.completed), "completed"),
+    s.active_keys ? card("Active keys", num(s.active_keys), "active_keys") : null,
     h("div", { class: "card" }, h("div", { class: "label" }, "Backlog trend"), h("div", {}, trend(s.backlog_trend))),
     h("div", { class: "card" }, h("div", { class: "label" }, "DLQ trend"), h("div", {}, trend(s.dlq_trend))),
   ];
@@ -149,6 +152,7 @@ export async function queuePage(page, name) {
   const rates = h("div");
   const charts = h("div", { class: "charts" });
   const flow = flowSection(page, name);
+  const keys = keysSection(page, name);
   let range = "1h";
   let current = stats;
   const setPaused = (paused) =>
@@ -194,6 +198,7 @@ export async function queuePage(page, name) {
     fill(rates, ratesTable(s));
     flow.draw(s.flow);
     drawActions();
+    return keys.draw(s);
   };
   const drawHistory = async () => {
     const shown = range;
@@ -234,6 +239,7 @@ export async function queuePage(page, name) {
     notice,
     cards,
     flow.box,
+    keys.box,
     h("h2", {}, "Depth over time"),
     tabs,
     charts,
@@ -242,7 +248,7 @@ export async function queuePage(page, name) {
     h("h2", {}, "Configuration"),
     configForm(page, name, view),
   );
-  drawStats(stats);
+  await drawStats(stats);
   // The charts fail on their own: the numbers above stay live.
   page.every(10000, drawHistory, chartsFailed);
   await page.every(3000, async () => drawStats(await page.api("GET", `${queuePath(name)}/stats`)));
