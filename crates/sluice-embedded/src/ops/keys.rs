@@ -47,14 +47,17 @@ pub(crate) fn keys(
         }
     }
     let counts = &q.key_counts;
+    // Deliveries without a key are counted only while the queue delivers by key, as on
+    // PostgreSQL: on a queue that has not, in this minute or the last, they are not known.
+    let named = by_key.keys().any(Option::is_some);
+    let implicit = counts.implicit.last_minute(now) > 0 || named || q.lanes.is_some();
     let all = by_key
         .into_iter()
         .map(|(key, mut k)| {
-            let tally = match &key {
-                None => Some(&counts.implicit),
-                Some(name) => counts.get(name).map(|e| &e.delivered),
+            k.delivered_1m = match &key {
+                None => implicit.then(|| counts.implicit.last_minute(now)),
+                Some(name) => Some(counts.get(name).map_or(0, |e| e.delivered.last_minute(now))),
             };
-            k.delivered_1m = Some(tally.map_or(0, |t| t.last_minute(now)));
             k
         })
         .collect();

@@ -603,7 +603,11 @@ impl State {
             {
                 let tag = tag_in(&self.tags, m, l.id);
                 q.serve(tag);
-                if let Some(at) = at {
+                // Counted while the queue delivers by key: a queue without keys or
+                // priorities pays nothing per lease.
+                if let Some(at) = at
+                    && (tag.is_some() || q.lanes.is_some())
+                {
                     q.key_counts
                         .delivered(tag.and_then(|t| t.key.as_ref()), at, 1);
                 }

@@ -313,15 +313,18 @@ CREATE TABLE rate_paces (
 "#;
 
 /// Version 13: deliveries per key and minute (`sluice_core::key_stats::MinuteTally`) of
-/// queues that deliver by key, added to by the lease by rank, for the keys listing's rates.
-/// Rows older than the minute before are pruned by the background round.
+/// queues that deliver by key, added to by the lease by rank, for the keys listing's rates:
+/// a row per connection shard (backend pid mod 16), as `counters` has, so that receives
+/// running at once do not wait on each other's count. Rows older than the minute before are
+/// pruned by the background round.
 const V13: &str = r#"
 CREATE TABLE key_tallies (
     queue   text NOT NULL,
     fkey    text NOT NULL,
     minute  bigint NOT NULL,
+    shard   smallint NOT NULL,
     n       bigint NOT NULL,
-    PRIMARY KEY (queue, fkey, minute)
+    PRIMARY KEY (queue, fkey, minute, shard)
 );
 CREATE INDEX key_tallies_minute ON key_tallies (minute);
 "#;

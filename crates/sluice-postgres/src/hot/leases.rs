@@ -482,8 +482,8 @@ where
         None => None,
     };
     let mut out = if ordered {
-        crate::hot::ranks::lease_ranked(tx, q, cfg, now, n, deadline, takers, rooms.as_mut())
-            .await?
+        let rooms = rooms.as_mut();
+        crate::hot::ranks::lease_ranked(tx, q, cfg, now, n, deadline, takers, rooms, true).await?
     } else {
         // Only the implicit key's messages are here: its room caps the lease.
         let n = rooms.as_ref().map_or(n, |r| n.min(r.room("")));
@@ -632,7 +632,7 @@ async fn fronts_within(
 /// this node last leased from and, when it reaches the last group short of `max`, goes
 /// round once more from the first.
 #[allow(clippy::too_many_arguments)]
-async fn lease_fronts<S>(
+pub(crate) async fn lease_fronts<S>(
     c: &impl GenericClient,
     stmt: &S,
     queue: &QueueLocal,
@@ -731,7 +731,11 @@ pub(crate) fn deliveries(
 }
 
 /// When the queue next changes by itself: a delay ends or a lease runs out.
-async fn next_due(tx: &impl GenericClient, q: &str, now: i64) -> Result<Option<i64>, StoreError> {
+pub(crate) async fn next_due(
+    tx: &impl GenericClient,
+    q: &str,
+    now: i64,
+) -> Result<Option<i64>, StoreError> {
     let r = tx
         .query_one(
             "SELECT least(

@@ -70,6 +70,7 @@ pub(crate) mod leases;
 pub(crate) mod memo;
 pub(crate) mod pack_sizes;
 pub(crate) mod packs;
+pub(crate) mod rank_receive;
 pub(crate) mod ranks;
 pub(crate) mod read_ahead;
 pub(crate) mod send_combine;

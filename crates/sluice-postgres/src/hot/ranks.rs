@@ -2,9 +2,12 @@
 //! messages once it holds keys or priorities (`sluice_core::fair` states the rule).
 //!
 //! A message's rank is its priority (top bits) and its pass in its key's round-robin
-//! (`sluice_core::fair::rank`). Messages get one when they are deliverable, at the first
-//! receive after that: the receive of such a queue runs under the queue's row lock, on every
-//! node, and first ranks the rows that became deliverable since the last one, oldest first. A
+//! (`sluice_core::fair::rank`). A send ranks the messages it makes deliverable; a message
+//! that becomes deliverable later (a delay, a retry, a lease that ran out) is ranked by the
+//! first receive after that, which first ranks the rows that became deliverable since, oldest
+//! first. Receives run side by side, each ranking the fresh rows it locks (the others skip
+//! them), unless the queue has limits to count (`key_limits`, `max_in_flight`, a rate
+//! limit, a governed queue): then they take turns on the queue's row, on every node. A
 //! key's next pass is its last ranked row's plus its step; a key with no ranked row starts at
 //! the lowest rank of its priority (where the next delivery is), or at 0 when the priority has
 //! none. Then the lease takes the lowest ranks. A lease clears a row's rank, and so does every
@@ -27,6 +30,10 @@ use crate::hot::leases::{Taken, Takers, deliveries};
 
 /// Most rows one receive ranks; any left are ranked by the next.
 const RANK_BATCH: i64 = 10_000;
+/// Rows a receive ranks at least (and eight times what it leases, up to [`RANK_BATCH`]):
+/// enough to keep ranking ahead of the sends, few enough that receives running side by side
+/// share the ranking rather than one of them ranking everything while the others wait.
+const RANK_FLOOR: i64 = 256;
 
 /// Whether queue `$1` holds messages with keys or priorities, or ranked ones.
 const ORDERED_SQL: &str = concat!("SELECT ", ordered_sql!());
@@ -42,7 +49,9 @@ pub(crate) async fn holds_ranks(c: &impl GenericClient, q: &str) -> Result<bool,
 }
 
 /// Leases up to `n` messages of queue `q` by rank until `deadline`, for `takers`, after
-/// ranking what became deliverable. The caller holds the queue's row lock.
+/// ranking what became deliverable (after turning the queue's visible packs into rows, with
+/// `unpack`). With `rooms` the caller holds the queue's row lock; without, receives run side
+/// by side, each ranking and leasing the rows it locks.
 /// With `rooms` (the queue has `key_limits`), only what fits each key's room, stepping over
 /// the keys at their limit.
 #[allow(clippy::too_many_arguments)]
@@ -55,9 +64,12 @@ pub(crate) async fn lease_ranked(
     deadline: i64,
     takers: Takers<'_>,
     rooms: Option<&mut Rooms<'_>>,
+    unpack: bool,
 ) -> Result<Vec<Taken>, StoreError> {
-    unpack_visible(tx, q, now).await?;
-    rank_fresh(tx, q, cfg, now).await?;
+    if unpack {
+        unpack_visible(tx, q, now).await?;
+    }
+    rank_fresh(tx, q, cfg, now, (n * 8).clamp(RANK_FLOOR, RANK_BATCH)).await?;
     let names = takers.param();
     let Some(rooms) = rooms else {
         let rows = tx
@@ -164,20 +176,24 @@ async fn unpack_visible(tx: &impl GenericClient, q: &str, now: i64) -> Result<()
     Ok(())
 }
 
-/// Ranks the deliverable rows of queue `q` that have no rank yet, oldest first.
+/// Ranks up to `most` deliverable rows of queue `q` that have no rank yet, oldest first.
 async fn rank_fresh(
     tx: &impl GenericClient,
     q: &str,
     cfg: &QueueConfig,
     now: i64,
+    most: i64,
 ) -> Result<(), StoreError> {
+    // Rows another receive is ranking are left to it, so that two receives never wait on
+    // each other's rows (nor deadlock over them).
     let fresh = tx
         .query(
             "SELECT id, coalesce(fkey, ''), prio FROM messages
              WHERE queue = $1 AND state = 0 AND grp IS NULL AND rank IS NULL
                  AND visible_at <= $2
-             ORDER BY visible_at, id LIMIT $3",
-            &[&q, &now, &RANK_BATCH],
+             ORDER BY visible_at, id LIMIT $3
+             FOR UPDATE SKIP LOCKED",
+            &[&q, &now, &most],
         )
         .await
         .map_err(|e| db(&e))?;
@@ -218,16 +234,20 @@ pub(crate) async fn ranks_of(
     cfg: &QueueConfig,
     rows: &[(i64, String, u8)],
 ) -> Result<Vec<i64>, StoreError> {
-    // Where each priority's next delivery is, and each key's last ranked pass.
+    // Where each priority's next delivery is, and each key's last ranked pass. Each as the
+    // first row of an index walk (`ORDER BY rank … LIMIT 1`), not as `min`/`max`: before the
+    // table's statistics know its keys (a new table, minutes of autovacuum away), an
+    // aggregate was planned over another index of the queue, reading its whole backlog.
     let mut levels: Vec<i64> = rows.iter().map(|(_, _, p)| level(*p)).collect();
     levels.sort_unstable();
     levels.dedup();
     let mut starts: HashMap<i64, u64> = HashMap::new();
     for r in c
         .query(
-            "SELECT u.l, (SELECT min(rank) FROM messages
+            "SELECT u.l, (SELECT rank FROM messages
                           WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
-                              AND rank >= u.l * $3 AND rank < (u.l + 1) * $3)
+                              AND rank >= u.l * $3 AND rank < (u.l + 1) * $3
+                          ORDER BY rank LIMIT 1)
              FROM unnest($2::bigint[]) AS u(l)",
             &[&q, &levels, &LEVEL_SPAN],
         )
@@ -251,10 +271,11 @@ pub(crate) async fn ranks_of(
         |key: &str| fair::step(fair::weight_of(weights, (!key.is_empty()).then_some(key)));
     for r in c
         .query(
-            "SELECT u.l, u.k, (SELECT max(rank) FROM messages
+            "SELECT u.l, u.k, (SELECT rank FROM messages
                                WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
                                    AND coalesce(fkey, '') = u.k
-                                   AND rank >= u.l * $4 AND rank < (u.l + 1) * $4)
+                                   AND rank >= u.l * $4 AND rank < (u.l + 1) * $4
+                               ORDER BY rank DESC LIMIT 1)
              FROM unnest($2::bigint[], $3::text[]) AS u(l, k)",
             &[&q, &pl, &pk, &LEVEL_SPAN],
         )
@@ -310,9 +331,10 @@ pub(crate) async fn tally(
     let (keys, counts): (Vec<&str>, Vec<i64>) = per_key.into_iter().unzip();
     let minute = sluice_core::key_stats::MinuteTally::minute_of(now);
     tx.execute(
-        "INSERT INTO key_tallies (queue, fkey, minute, n)
-         SELECT $1, k, $2, c FROM unnest($3::text[], $4::bigint[]) AS u(k, c)
-         ON CONFLICT (queue, fkey, minute) DO UPDATE SET n = key_tallies.n + EXCLUDED.n",
+        "INSERT INTO key_tallies (queue, fkey, minute, shard, n)
+         SELECT $1, k, $2, (pg_backend_pid() % 16)::smallint, c
+         FROM unnest($3::text[], $4::bigint[]) AS u(k, c)
+         ON CONFLICT (queue, fkey, minute, shard) DO UPDATE SET n = key_tallies.n + EXCLUDED.n",
         &[&q, &minute, &keys, &counts],
     )
     .await

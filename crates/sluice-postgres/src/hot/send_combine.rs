@@ -20,9 +20,12 @@ use crate::store::Inner;
 use crate::ops::send::{HandOff, INSERT_SQL, insert};
 
 /// Whether a plain send of `messages` is stored as a pack. Not on queues with global limits
-/// or governed ones, which count and lease rows only.
+/// or governed ones, which count and lease rows only, nor with keys or priorities, which
+/// packs do not hold.
 fn packed(inner: &Inner, cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
-    !crate::flow::limited(cfg) && crate::hot::packs::packable(inner.pack_min, cfg.delay, messages)
+    !crate::flow::limited(cfg)
+        && !messages.iter().any(crate::ops::send::is_tagged)
+        && crate::hot::packs::packable(inner.pack_min, cfg.delay, messages)
 }
 
 /// Plain insert statements of one queue a node runs at the same time. Two: a send waits
@@ -115,7 +118,13 @@ async fn write_batch(inner: &Arc<Inner>, queue: &Arc<QueueLocal>, jobs: Vec<Send
         .await;
         answer(queue, packed, written);
     }
-    if !rows.is_empty() {
+    let tagged = rows
+        .iter()
+        .any(|j| j.messages.iter().any(crate::ops::send::is_tagged));
+    if tagged {
+        let written = write_tagged(inner, queue, &rows).await;
+        answer(queue, rows, written);
+    } else if !rows.is_empty() {
         let written = async {
             let total: usize = rows.iter().map(|j| j.messages.len()).sum();
             let conn = inner.conn().await?;
@@ -149,6 +158,36 @@ async fn write_batch(inner: &Arc<Inner>, queue: &Arc<QueueLocal>, jobs: Vec<Send
         .await;
         answer(queue, rows, written);
     }
+}
+
+/// Writes the sends of `rows`, some with keys or priorities, as one statement that ranks the
+/// messages deliverable at once (`crate::ops::send::insert_grouped`); no hand-off, so that a
+/// waiting receive takes them in rank order.
+async fn write_tagged(
+    inner: &Inner,
+    queue: &QueueLocal,
+    rows: &[SendJob],
+) -> Result<(Vec<i64>, i64, bool), StoreError> {
+    let cfg = inner.config(queue).await?;
+    let total: usize = rows.iter().map(|j| j.messages.len()).sum();
+    let conn = inner.conn().await?;
+    let ids = inner.ids.draw(&**conn, total).await?;
+    let mut next_id = ids.iter().copied();
+    let mut items = Vec::with_capacity(total);
+    for j in rows {
+        for m in &j.messages {
+            items.push((m, next_id.next().unwrap_or_default(), j.delay));
+        }
+    }
+    let (stored, visible_now) = crate::ops::send::insert_grouped(
+        &**conn,
+        &queue.name,
+        &cfg,
+        inner.now(),
+        items.into_iter(),
+    )
+    .await?;
+    Ok((ids, i64::try_from(stored).unwrap_or(i64::MAX), visible_now))
 }
 
 /// Claims messages of `items` for the receives waiting on this node for `queue`

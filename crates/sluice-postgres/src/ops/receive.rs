@@ -119,12 +119,16 @@ async fn receive_once(
             return Ok(got);
         }
     }
+    if !crate::flow::limited(&cfg) {
+        // Keys and priorities alone need no turn on the queue's row.
+        return crate::hot::rank_receive::receive_ranked(inner, queue, &cfg, req).await;
+    }
     let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
     // The outcomes this node counted for a governed queue, taken into the transaction.
     let mut taken = None;
     let done = transaction(&mut conn, async |tx| {
-        // Global limits, a governed queue, or keys and priorities: receives of this queue take
-        // turns on its row, on every node.
+        // Global limits or a governed queue: receives of this queue take turns on its row, on
+        // every node, so that what they count is exact.
         let cfg = crate::db::catalog::config(tx, q, true).await?;
         let now = inner.now();
         let mut fx = Effects::default();

@@ -182,7 +182,7 @@ pub(crate) async fn send_in_tx(
         .iter()
         .any(|&i| messages[i].group.is_some() || is_tagged(&messages[i]))
     {
-        insert_grouped(c, queue, &cfg, now, items).await?
+        insert_grouped(c, queue, &cfg, now, items).await?.1
     } else {
         insert(c, INSERT_SQL, queue, now, items, None)
             .await?
@@ -194,10 +194,11 @@ pub(crate) async fn send_in_tx(
 /// Whether a batch can take
 /// [`send_combined`](crate::hot::send_combine::send_combined): nothing to check against
 /// other rows, and no message joins a group's line (packs, combined sends and hand-offs
-/// keep no lines).
+/// keep no lines). Messages with keys or priorities may: a combined write that holds any is
+/// ranked as it is stored, neither packed nor handed off.
 pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
     cfg.max_depth.is_none()
-        && messages.iter().all(|m| m.group.is_none() && !is_tagged(m))
+        && messages.iter().all(|m| m.group.is_none())
         && (cfg.dedup_window.is_zero() || messages.iter().all(|m| m.dedup_id.is_none()))
 }
 
@@ -373,14 +374,15 @@ const GROUPED_INSERT_SQL: &str = "INSERT INTO messages (id, queue, state, visibl
 
 /// Inserts `items` into queue `queue` as [`insert`] does, with their keys and priorities, the
 /// grouped ones at the end of their groups' lines: the transaction takes the lock of each line
-/// first and holds it to its commit. Returns whether a message is visible at once.
-async fn insert_grouped<'a>(
+/// first and holds it to its commit. Returns how many rows it inserted (none when the queue no
+/// longer exists) and whether a message is visible at once.
+pub(crate) async fn insert_grouped<'a>(
     c: &impl GenericClient,
     queue: &QueueName,
     cfg: &QueueConfig,
     now: i64,
     items: impl Iterator<Item = (&'a NewMessage, i64, Duration)>,
-) -> Result<bool, StoreError> {
+) -> Result<(u64, bool), StoreError> {
     let q = queue.as_str();
     let (cols, visible_now) = Columns::of(now, items, |_| None);
     // With keys or priorities in the batch, its messages without a group that are deliverable
@@ -424,25 +426,26 @@ async fn insert_grouped<'a>(
             .try_get(0)
             .map_err(corrupt)?
     };
-    c.execute(
-        GROUPED_INSERT_SQL,
-        &[
-            &q,
-            &now,
-            &cols.ids,
-            &cols.visible,
-            &cols.bodies,
-            &cols.kinds,
-            &cols.attrs,
-            &cols.dedup,
-            &cols.groups,
-            &base,
-            &cols.keys,
-            &cols.prios,
-            &ranks,
-        ],
-    )
-    .await
-    .map_err(|e| db(&e))?;
-    Ok(visible_now)
+    let rows = c
+        .execute(
+            GROUPED_INSERT_SQL,
+            &[
+                &q,
+                &now,
+                &cols.ids,
+                &cols.visible,
+                &cols.bodies,
+                &cols.kinds,
+                &cols.attrs,
+                &cols.dedup,
+                &cols.groups,
+                &base,
+                &cols.keys,
+                &cols.prios,
+                &ranks,
+            ],
+        )
+        .await
+        .map_err(|e| db(&e))?;
+    Ok((rows, visible_now))
 }
