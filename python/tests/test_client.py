@@ -32,6 +32,7 @@ def test_every_route_of_the_openapi_document_has_a_client_method(client: sluice.
         ("post", "/v1/queues/{q}/extend"), ("post", "/v1/queues/{q}/progress"),
         ("get", "/v1/messages/{id}"), ("delete", "/v1/messages/{id}"),
         ("get", "/v1/queues/{q}/stats"), ("get", "/v1/queues/{q}/stats/history"),
+        ("get", "/v1/queues/{q}/keys"),
         ("get", "/v1/stats"), ("get", "/v1/whoami"), ("post", "/v1/queues/{q}/breaker"),
         ("get", "/v1/queues/{q}/summary"),
         ("get", "/v1/tasks/{id}"), ("post", "/v1/tasks/{id}/cancel"),

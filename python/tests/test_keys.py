@@ -67,6 +67,9 @@ def test_keys_lists_what_each_tenant_holds(client: sluice.Client, queue: str) ->
     assert len(first.keys) == 1 and first.next_cursor is not None
     rest = client.keys(queue, order="oldest", limit=10, cursor=first.next_cursor)
     assert len(rest.keys) == 2
+    assert len(client.keys(queue, order="backlog", cursor=first.next_cursor).keys) == 3, (
+        "a cursor of another order starts over"
+    )
     with pytest.raises(ApiError) as e:
-        client.keys(queue, order="backlog", cursor=first.next_cursor)
+        client.keys(queue, limit=0)
     assert e.value.code is ErrorCode.INVALID_ARGUMENT

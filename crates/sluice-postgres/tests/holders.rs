@@ -329,6 +329,7 @@ async fn leases_granted_before_holders_were_kept_end_without_one() {
          ALTER TABLE packs DROP COLUMN leased_at, DROP COLUMN leased_by;
          ALTER TABLE messages DROP COLUMN fkey, DROP COLUMN prio, DROP COLUMN rank;
          DROP TABLE rate_paces;
+         DROP TABLE key_tallies;
          DELETE FROM migrations WHERE version >= 10;",
     )
     .await

@@ -17,8 +17,9 @@ pub struct KeysQuery {
     /// Page size, 1 – 1000. Default 100.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
-    /// `next_cursor` of the previous page (of a listing in the same order).
-    #[param(min_length = 1)]
+    /// `next_cursor` of the previous page, of a listing in the same order (a cursor of
+    /// another order starts at the first key).
+    #[param(pattern = r"^[bfo]\.-?[0-9]{1,18}\.(-|([0-9a-f]{2}){1,512})$")]
     pub cursor: Option<String>,
 }
 

@@ -28,10 +28,10 @@ pub async fn keys(
     QueuePath(q): QueuePath,
     ApiQuery(query): ApiQuery<KeysQuery>,
 ) -> Result<Json<KeysResponse>, ApiError> {
+    // A queue that does not exist is named first, whatever the query (as a browse does).
+    let info = st.store.get_queue(&q).await?;
     let req = query.to_core()?;
     let page = st.store.keys(&q, req).await?;
-    // The limits and weights as configured now, beside numbers read a moment before.
-    let info = st.store.get_queue(&q).await?;
     Ok(Json(KeysResponse::new(
         &page,
         &info.config,
