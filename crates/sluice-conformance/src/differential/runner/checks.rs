@@ -115,6 +115,50 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Walks every page of queue index `queue`'s keys in `order`, each compared with the
+    /// model's; an unknown queue and a limit of 0 are refused.
+    pub(super) async fn walk_keys(
+        &self,
+        queue: u8,
+        order: u8,
+        limit: u32,
+        now: i64,
+    ) -> Result<(), String> {
+        use sluice_core::key_stats::{KeyOrder, KeysRequest};
+        let q = qn(queue);
+        let order = match order {
+            0 => KeyOrder::Backlog,
+            1 => KeyOrder::InFlight,
+            _ => KeyOrder::Oldest,
+        };
+        let mut req = KeysRequest {
+            order,
+            limit,
+            after: None,
+        };
+        if limit == 0 {
+            let got = self.s().keys(&q, req).await;
+            return same_code("keys with limit 0", &got, Some(ErrorCode::InvalidArgument));
+        }
+        if !self.model.queues.contains_key(q.as_str()) {
+            let got = self.s().keys(&q, req).await;
+            return same_code(
+                "keys of a missing queue",
+                &got,
+                Some(ErrorCode::QueueNotFound),
+            );
+        }
+        let store = self.s();
+        for _ in 0..100 {
+            let page = self.check_keys(&store, &q, req.clone(), now).await?;
+            match page.next {
+                Some(c) => req.after = Some(c),
+                None => return Ok(()),
+            }
+        }
+        Err(format!("keys of {q}: more than 100 pages"))
+    }
+
     /// Compares one page of queue `q`'s keys with the model's: every number but the delivery
     /// estimate, which must stay within the deliveries of the last two minutes.
     pub(super) async fn check_keys(
