@@ -239,6 +239,8 @@ async fn handle(
         return hello(state, caller, key);
     }
     let caller = &authorize(caller.as_ref(), &op)?;
+    // Whether a receive answers each delivery with its group, key and priority.
+    let tagged = matches!(op, Op::ReceiveTagged { .. });
     match op {
         // Answered above: it authenticates the connection and is no operation.
         Op::Hello { .. } => Err(FrameError::new(
@@ -275,17 +277,8 @@ async fn handle(
             wait_ms,
             visibility_ms,
             consumer,
-        } => {
-            let req = ReceiveRequest {
-                max,
-                wait: Duration::from_millis(wait_ms),
-                visibility: visibility_ms.map(Duration::from_millis),
-                consumer,
-            };
-            let got = receive(state, caller, queue, req).await?;
-            Ok(Reply::Messages(got.into_iter().map(Into::into).collect()))
         }
-        Op::ReceiveTagged {
+        | Op::ReceiveTagged {
             queue,
             max,
             wait_ms,
@@ -299,9 +292,11 @@ async fn handle(
                 consumer,
             };
             let got = receive(state, caller, queue, req).await?;
-            Ok(Reply::TaggedMessages(
-                got.into_iter().map(Into::into).collect(),
-            ))
+            Ok(if tagged {
+                Reply::TaggedMessages(got.into_iter().map(Into::into).collect())
+            } else {
+                Reply::Messages(got.into_iter().map(Into::into).collect())
+            })
         }
         Op::Ack { queue, receipts } => ack(state, caller, queue, receipts).await,
         Op::Nack {
