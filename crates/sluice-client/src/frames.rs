@@ -206,16 +206,7 @@ impl FrameConnection {
         options: &ReceiveOptions,
     ) -> Result<Vec<TaggedFrameDelivery>, FrameClientError> {
         self.needs_version(2, "ReceiveTagged")?;
-        match self
-            .call(Op::ReceiveTagged {
-                queue: queue.to_owned(),
-                max: options.max,
-                wait_ms: millis(options.wait),
-                visibility_ms: options.visibility.map(millis),
-                consumer: options.consumer.clone(),
-            })
-            .await?
-        {
+        match self.call(receive_op(queue, options, true)).await? {
             Reply::TaggedMessages(d) => Ok(d),
             other => Err(unexpected(&other)),
         }
@@ -303,16 +294,7 @@ impl FrameConnection {
         queue: &str,
         options: &ReceiveOptions,
     ) -> Result<Vec<FrameDelivery>, FrameClientError> {
-        match self
-            .call(Op::Receive {
-                queue: queue.to_owned(),
-                max: options.max,
-                wait_ms: millis(options.wait),
-                visibility_ms: options.visibility.map(millis),
-                consumer: options.consumer.clone(),
-            })
-            .await?
-        {
+        match self.call(receive_op(queue, options, false)).await? {
             Reply::Messages(d) => Ok(d),
             other => Err(unexpected(&other)),
         }
@@ -767,5 +749,29 @@ fn nacked(reply: Reply) -> Result<(String, bool), FrameClientError> {
             dead_lettered,
         } => Ok((queue, dead_lettered)),
         other => Err(unexpected(&other)),
+    }
+}
+
+/// The receive of `queue` with `options`, answered with each delivery's group, key and priority
+/// when `tagged`.
+fn receive_op(queue: &str, options: &ReceiveOptions, tagged: bool) -> Op {
+    let (queue, max, wait_ms) = (queue.to_owned(), options.max, millis(options.wait));
+    let (visibility_ms, consumer) = (options.visibility.map(millis), options.consumer.clone());
+    if tagged {
+        Op::ReceiveTagged {
+            queue,
+            max,
+            wait_ms,
+            visibility_ms,
+            consumer,
+        }
+    } else {
+        Op::Receive {
+            queue,
+            max,
+            wait_ms,
+            visibility_ms,
+            consumer,
+        }
     }
 }

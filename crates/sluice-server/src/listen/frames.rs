@@ -262,13 +262,7 @@ async fn handle(
             queue,
             messages,
         } => {
-            let mut request = Vec::new();
-            frame::encode_frame(&(&queue, &messages), &mut request);
-            let idem = Idempotent {
-                key,
-                queue,
-                request,
-            };
+            let idem = Idempotent::of(key, queue, &messages);
             send_idempotent(state, caller, idem, messages).await
         }
         Op::Receive {
@@ -432,13 +426,7 @@ async fn handle(
         } => {
             // The fingerprint of the request as sent, so that a key remembered by an older
             // broker still answers its retry.
-            let mut request = Vec::new();
-            frame::encode_frame(&(&queue, &messages), &mut request);
-            let idem = Idempotent {
-                key,
-                queue,
-                request,
-            };
+            let idem = Idempotent::of(key, queue, &messages);
             send_idempotent(state, caller, idem, grouped(messages)).await
         }
     }
@@ -641,6 +629,19 @@ struct Idempotent {
     key: String,
     queue: String,
     request: Vec<u8>,
+}
+
+impl Idempotent {
+    /// A send of `messages` to `queue` under `key`, fingerprinted by its encoding.
+    fn of<M: serde::Serialize>(key: String, queue: String, messages: &M) -> Self {
+        let mut request = Vec::new();
+        frame::encode_frame(&(&queue, messages), &mut request);
+        Idempotent {
+            key,
+            queue,
+            request,
+        }
+    }
 }
 
 /// The refusal of a key used with another send.
