@@ -191,6 +191,7 @@ macro_rules! __sluice_conformance_cases {
             summary_groups_filters_and_limits,
             summary_by_attribute_through_restart_and_redrive,
             summary_group_filters_select_exactly_one_group,
+            summary_and_redrive_by_key,
             schedule_put_get_list_delete,
             schedule_changed_trigger_reanchors,
             schedule_bad_specs_and_unknown_queue_are_refused,

@@ -1,9 +1,10 @@
 //! Queue summaries: every message of a queue (typically a DLQ) counted by one key — its last
-//! error, its dead-letter reason, its source queue or one attribute — however many there are.
+//! error, its dead-letter reason, its source queue, its message key or one attribute — however
+//! many there are.
 //!
 //! Rules every engine follows:
 //! - a message's key is `None` (JSON `null`) when it has no value for it: no last error, no
-//!   dead-letter information, no source queue, no such attribute. `None` is its own group; an
+//!   dead-letter information, no source queue, no message key, no such attribute. `None` is its own group; an
 //!   empty error string is the group `""`, distinct from it;
 //! - a message's time is when it was dead-lettered, or, without dead-letter information, when
 //!   it was first sent; a group's `first_at` and `last_at` are the earliest and latest of these;
@@ -36,6 +37,8 @@ pub enum GroupBy {
     Reason,
     /// The queue it was dead-lettered or moved from.
     Source,
+    /// The key it was sent with (its tenant, customer or account).
+    Key,
     /// The value of this attribute.
     Attribute(String),
 }
@@ -47,6 +50,7 @@ impl GroupBy {
             GroupBy::Error => m.last_error.clone(),
             GroupBy::Reason => m.dead_letter.as_ref().map(|d| d.reason.as_str().to_owned()),
             GroupBy::Source => m.source_queue.as_ref().map(|q| q.as_str().to_owned()),
+            GroupBy::Key => m.key.as_ref().map(|k| k.as_str().to_owned()),
             GroupBy::Attribute(name) => m.attributes.get(name).cloned(),
         }
     }
@@ -58,6 +62,7 @@ impl fmt::Display for GroupBy {
             GroupBy::Error => f.write_str("error"),
             GroupBy::Reason => f.write_str("reason"),
             GroupBy::Source => f.write_str("source"),
+            GroupBy::Key => f.write_str("key"),
             GroupBy::Attribute(name) => write!(f, "attribute:{name}"),
         }
     }
@@ -70,13 +75,14 @@ impl FromStr for GroupBy {
             "error" => Ok(GroupBy::Error),
             "reason" => Ok(GroupBy::Reason),
             "source" => Ok(GroupBy::Source),
+            "key" => Ok(GroupBy::Key),
             _ => match s.strip_prefix("attribute:") {
                 Some(name) if !name.is_empty() => Ok(GroupBy::Attribute(name.to_owned())),
                 Some(_) => Err(StoreError::invalid(
                     "group_by attribute:NAME needs the attribute's name, e.g. attribute:tenant",
                 )),
                 None => Err(StoreError::invalid(format!(
-                    "group_by must be error, reason, source or attribute:NAME, got {s:?}"
+                    "group_by must be error, reason, source, key or attribute:NAME, got {s:?}"
                 ))),
             },
         }
@@ -244,9 +250,12 @@ mod tests {
             GroupBy::Attribute("tenant".into())
         );
         let e = "colour".parse::<GroupBy>().unwrap_err().to_string();
-        assert!(e.contains("error, reason, source or attribute:NAME"), "{e}");
+        assert!(
+            e.contains("error, reason, source, key or attribute:NAME"),
+            "{e}"
+        );
         assert!("attribute:".parse::<GroupBy>().is_err());
-        for g in ["error", "reason", "source", "attribute:a:b"] {
+        for g in ["error", "reason", "source", "key", "attribute:a:b"] {
             assert_eq!(g.parse::<GroupBy>().unwrap().to_string(), g);
         }
     }

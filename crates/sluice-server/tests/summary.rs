@@ -1,4 +1,4 @@
-//! `GET /v1/queues/{q}/summary`: the whole DLQ counted by error, reason, source or attribute,
+//! `GET /v1/queues/{q}/summary`: the whole DLQ counted by error, reason, source, key or attribute,
 //! with the browse's filters; bad input is a 400 that says what is allowed.
 
 mod common;
@@ -157,7 +157,10 @@ async fn summary_refuses_bad_input_with_what_is_allowed() {
     s.put_queue("work", json!({})).await;
     let bad = |query: &'static str, says: &'static str| (query, says);
     for (query, says) in [
-        bad("group_by=colour", "error, reason, source or attribute:NAME"),
+        bad(
+            "group_by=colour",
+            "error, reason, source, key or attribute:NAME",
+        ),
         bad("group_by=attribute:", "attribute's name"),
         bad("limit=0", "1 to 1000"),
         bad("limit=1001", "1 to 1000"),

@@ -68,6 +68,9 @@ pub struct BrowseQuery {
     /// Only messages dead-lettered or moved from this queue.
     #[serde(default)]
     pub source_queue: Option<String>,
+    /// Only messages sent with this key.
+    #[serde(default)]
+    pub key: Option<String>,
     /// Only messages with this attribute value, written `key=value`.
     #[serde(default)]
     pub attribute: Option<String>,
@@ -106,6 +109,7 @@ impl BrowseQuery {
             error_is: self.error_is.clone(),
             reason: self.reason,
             source_queue: self.source_queue.clone(),
+            key: self.key.clone(),
             attributes,
             dead_lettered_before: time("dead_lettered_before", &self.dead_lettered_before)?,
             dead_lettered_after: time("dead_lettered_after", &self.dead_lettered_after)?,

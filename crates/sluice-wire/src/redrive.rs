@@ -32,6 +32,9 @@ pub struct RedriveFilterView {
     /// Dead-lettered or moved from this queue (one group of a summary by source).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_queue: Option<String>,
+    /// Sent with this key (one group of a summary by key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// Every one of these attributes has exactly this value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: BTreeMap<String, String>,
@@ -64,6 +67,14 @@ impl RedriveFilterView {
                         .map_err(|e| StoreError::invalid(format!("filter.source_queue: {e}")))
                 })
                 .transpose()?,
+            key: self
+                .key
+                .as_deref()
+                .map(|k| {
+                    sluice_core::fair::MessageKey::new(k)
+                        .map_err(|e| StoreError::invalid(format!("filter.key: {e}")))
+                })
+                .transpose()?,
             attributes: self.attributes.clone(),
             dead_lettered_before: self
                 .dead_lettered_before
@@ -86,6 +97,7 @@ impl From<&sluice_core::redrive::RedriveFilter> for RedriveFilterView {
             error_is: f.error_is.clone(),
             reason: f.reason.map(Into::into),
             source_queue: f.source_queue.as_ref().map(|q| q.as_str().to_owned()),
+            key: f.key.as_ref().map(|k| k.as_str().to_owned()),
             attributes: f.attributes.clone(),
             dead_lettered_before: f.dead_lettered_before.map(rfc3339),
             dead_lettered_after: f.dead_lettered_after.map(rfc3339),

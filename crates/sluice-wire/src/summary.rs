@@ -11,11 +11,11 @@ use sluice_core::name::QueueName;
 use sluice_core::summary::{DEFAULT_GROUP_LIMIT, GroupBy, Summary, SummaryGroup, SummaryRequest};
 use sluice_core::time::rfc3339;
 
-/// `GET /v1/queues/{q}/summary?group_by=&limit=&error_contains=&error_is=&reason=&source_queue=&attribute=&dead_lettered_before=&dead_lettered_after=`.
+/// `GET /v1/queues/{q}/summary?group_by=&limit=&error_contains=&error_is=&reason=&source_queue=&key=&attribute=&dead_lettered_before=&dead_lettered_after=`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct SummaryQuery {
-    /// `error` (default), `reason`, `source` or `attribute:NAME`.
+    /// `error` (default), `reason`, `source`, `key` or `attribute:NAME`.
     pub group_by: Option<String>,
     /// Most groups to answer, 1 – 1000. Default 100.
     pub limit: Option<u32>,
@@ -28,6 +28,8 @@ pub struct SummaryQuery {
     pub reason: Option<String>,
     /// Only messages dead-lettered or moved from this queue.
     pub source_queue: Option<String>,
+    /// Only messages sent with this key.
+    pub key: Option<String>,
     /// Only messages with this attribute value, written `key=value`; repeat the parameter for
     /// several (all must match).
     #[serde(default)]
@@ -65,6 +67,7 @@ impl SummaryQuery {
                 "error_is" => once(&mut q.error_is)?,
                 "reason" => once(&mut q.reason)?,
                 "source_queue" => once(&mut q.source_queue)?,
+                "key" => once(&mut q.key)?,
                 "dead_lettered_before" => once(&mut q.dead_lettered_before)?,
                 "dead_lettered_after" => once(&mut q.dead_lettered_after)?,
                 "attribute" if v.is_empty() => {}
@@ -84,7 +87,7 @@ impl SummaryQuery {
                 _ => {
                     return Err(StoreError::invalid(format!(
                         "unknown query parameter {k:?}; expected group_by, limit, \
-                         error_contains, error_is, reason, source_queue, attribute, \
+                         error_contains, error_is, reason, source_queue, key, attribute, \
                          dead_lettered_before or dead_lettered_after"
                     )));
                 }
@@ -107,6 +110,7 @@ impl SummaryQuery {
         put("error_is", &self.error_is);
         put("reason", &self.reason);
         put("source_queue", &self.source_queue);
+        put("key", &self.key);
         put("dead_lettered_before", &self.dead_lettered_before);
         put("dead_lettered_after", &self.dead_lettered_after);
         for a in &self.attribute {
@@ -139,6 +143,7 @@ impl SummaryQuery {
             error_is: self.error_is.clone(),
             reason: reason.map(Into::into),
             source_queue: self.source_queue.clone(),
+            key: self.key.clone(),
             attributes,
             dead_lettered_before: self.dead_lettered_before.clone(),
             dead_lettered_after: self.dead_lettered_after.clone(),
@@ -157,7 +162,7 @@ impl SummaryQuery {
 /// One group of a summary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SummaryGroupView {
-    /// The key: the error text, reason, source queue or attribute value; `null` for messages
+    /// The key: the error text, reason, source queue, message key or attribute value; `null` for messages
     /// without one.
     pub key: Option<String>,
     /// Messages in the group.

@@ -162,9 +162,55 @@ fn summary_and_grouped_list_count_the_whole_dlq() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("error, reason, source or attribute:NAME"),
+        err.contains("error, reason, source, key or attribute:NAME"),
         "{err}"
     );
     let out = sluice(u, &["dlq", "summary", "nope"]);
     assert_eq!(out.status.code(), Some(3), "a missing queue is not found");
+}
+
+#[test]
+fn dead_letters_counted_listed_and_redriven_by_key() {
+    let b = broker();
+    let u = b.url.as_str();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let c = Client::new(u).expect("client");
+        c.put_queue("tenants", &QueueConfigRequest::default())
+            .await
+            .expect("queue");
+        let msgs = ["acme", "acme", "globex"]
+            .into_iter()
+            .map(|k| OutgoingMessage::json(&k).expect("json").key(k))
+            .chain([OutgoingMessage::json(&"none").expect("json")])
+            .collect();
+        c.send_batch("tenants", msgs).await.expect("send");
+        let got = c
+            .receive("tenants", &ReceiveOptions::new(4, Duration::ZERO))
+            .await
+            .expect("receive");
+        for d in got {
+            c.reject("tenants", &d.receipt, Some("refused"))
+                .await
+                .expect("reject");
+        }
+    });
+    let (table, _) = ok2(u, &["dlq", "summary", "tenants", "--group-by", "key"]);
+    assert_eq!(
+        rows(&table),
+        [
+            ("acme".to_owned(), 2),
+            ("globex".to_owned(), 1),
+            ("(no key)".to_owned(), 1)
+        ],
+        "{table}"
+    );
+    let v = json(u, &["dlq", "summary", "tenants", "--key", "globex"]);
+    assert_eq!(v["total"], 1);
+    let v = json(u, &["dlq", "list", "tenants", "--key", "acme"]);
+    let listed = v["messages"].as_array().map_or(0, Vec::len);
+    assert_eq!(listed, 2, "{v}");
+    let dry = json(u, &["redrive", "tenants", "--dry-run", "--key", "acme"]);
+    assert_eq!(dry["matched"], 2, "{dry}");
+    assert_eq!(dry["filter"]["key"], "acme", "{dry}");
 }

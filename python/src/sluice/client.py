@@ -688,15 +688,16 @@ class Client:
         error_is: Optional[str] = None,
         reason: Optional[str] = None,
         source_queue: Optional[str] = None,
+        key: Optional[str] = None,
     ) -> BrowsePage:
         """One page of a queue's messages without leasing them; ``state`` is ``visible``,
-        ``delayed``, ``in_flight`` or ``all``."""
+        ``delayed``, ``in_flight`` or ``all``; ``key`` keeps the messages sent with that key."""
         params = {
             "state": state, "limit": limit, "cursor": cursor, "error_contains": error_contains,
             "attribute": f"{attribute[0]}={attribute[1]}" if attribute else None,
             "dead_lettered_before": dead_lettered_before,
             "dead_lettered_after": dead_lettered_after,
-            "error_is": error_is, "reason": reason, "source_queue": source_queue,
+            "error_is": error_is, "reason": reason, "source_queue": source_queue, "key": key,
         }
         d = self._json("GET", f"/v1/queues/{_queue(queue)}/messages", params=params)
         return BrowsePage([Message.from_wire(m) for m in d["messages"]], d.get("next_cursor"))
@@ -768,17 +769,18 @@ class Client:
         error_is: Optional[str] = None,
         reason: Optional[str] = None,
         source_queue: Optional[str] = None,
+        key: Optional[str] = None,
     ) -> Summary:
         """Every message of a queue (typically a DLQ) counted by ``group_by``: ``error``,
-        ``reason``, ``source`` or ``attribute:NAME``, with the browse's filters (every
-        attribute given must match; ``error_is``, ``reason`` and ``source_queue`` select one
-        group exactly); the largest ``limit`` groups (at most 1000) come back."""
+        ``reason``, ``source``, ``key`` or ``attribute:NAME``, with the browse's filters (every
+        attribute given must match; ``error_is``, ``reason``, ``source_queue`` and ``key``
+        select one group exactly); the largest ``limit`` groups (at most 1000) come back."""
         params = {
             "group_by": group_by, "limit": limit, "error_contains": error_contains,
             "attribute": [f"{k}={v}" for k, v in (attributes or {}).items()] or None,
             "dead_lettered_before": dead_lettered_before,
             "dead_lettered_after": dead_lettered_after,
-            "error_is": error_is, "reason": reason, "source_queue": source_queue,
+            "error_is": error_is, "reason": reason, "source_queue": source_queue, "key": key,
         }
         return Summary.from_wire(self._json("GET", f"/v1/queues/{_queue(queue)}/summary", params=params))
 

@@ -1020,10 +1020,12 @@ class RedriveFilter:
     reason: Optional[str] = None
     #: Dead-lettered or moved from this queue.
     source_queue: Optional[str] = None
+    #: Sent with this key (one group of a summary by key).
+    key: Optional[str] = None
 
     def to_wire(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
-        for name in ("error_contains", "error_is", "reason", "source_queue"):
+        for name in ("error_contains", "error_is", "reason", "source_queue", "key"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.attributes:
@@ -1159,6 +1161,10 @@ class Redrive:
                 attributes=dict(f.get("attributes") or {}),
                 dead_lettered_before=f.get("dead_lettered_before"),
                 dead_lettered_after=f.get("dead_lettered_after"),
+                error_is=f.get("error_is"),
+                reason=f.get("reason"),
+                source_queue=f.get("source_queue"),
+                key=f.get("key"),
             ),
             reset_receive_count=bool(d.get("reset_receive_count", True)),
             dry_run=bool(d.get("dry_run", False)),

@@ -54,8 +54,9 @@ pub use schedules::{
 
 mod summary;
 pub use summary::{
-    summary_by_attribute_through_restart_and_redrive, summary_counts_every_dead_letter,
-    summary_group_filters_select_exactly_one_group, summary_groups_filters_and_limits,
+    summary_and_redrive_by_key, summary_by_attribute_through_restart_and_redrive,
+    summary_counts_every_dead_letter, summary_group_filters_select_exactly_one_group,
+    summary_groups_filters_and_limits,
 };
 
 fn ms(n: u64) -> Duration {

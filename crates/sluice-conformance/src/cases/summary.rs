@@ -456,3 +456,75 @@ pub async fn summary_group_filters_select_exactly_one_group(h: &dyn Harness) {
     assert_eq!(counts(&s), [(Some("rejected"), 3), (None, 1)]);
     assert_eq!(e.store.stats(&b).await.expect("stats").visible, 2);
 }
+
+/// A message with body `body` sent with key `k`.
+fn keyed(body: &str, k: &str) -> NewMessage {
+    text(body).with_key(sluice_core::MessageKey::new(k).expect("a valid key"))
+}
+
+/// The key summaries of `summary_and_redrive_by_key`.
+async fn check_key_summaries(e: &Env, dlq: &QueueName, what: &str) {
+    let only = |group_by: GroupBy, k: &str| {
+        let mut req = by(group_by);
+        req.filter.key = Some(sluice_core::MessageKey::new(k).expect("a valid key"));
+        req
+    };
+    let s = summary(e, dlq, by(GroupBy::Key)).await;
+    assert_eq!(
+        counts(&s),
+        [(Some("acme"), 4), (None, 2), (Some("globex"), 1)],
+        "{what}: by key"
+    );
+    let s = summary(e, dlq, only(GroupBy::Reason, "acme")).await;
+    assert_eq!(
+        counts(&s),
+        [(Some("rejected"), 3), (None, 1)],
+        "{what}: one key's dead letters and the one sent by hand, by reason"
+    );
+    let s = summary(e, dlq, only(GroupBy::Key, "globex")).await;
+    assert_eq!(counts(&s), [(Some("globex"), 1)], "{what}: one key");
+    let s = summary(e, dlq, only(GroupBy::Error, "nobody")).await;
+    assert_eq!(
+        (s.total, s.group_count),
+        (0, 0),
+        "{what}: a key no message has"
+    );
+}
+
+/// Dead letters counted by the key each was sent with (messages without one are the `null`
+/// group), a key filter narrowing another grouping, over dead letters and messages sent to the
+/// DLQ by hand alike; the same after a restart; a redrive by key moves only that key's
+/// messages, which keep their key.
+pub async fn summary_and_redrive_by_key(h: &dyn Harness) {
+    let e = env(h).await;
+    let (q, dlq) = e.queue_and_dlq("work").await;
+    for m in [
+        keyed("a1", "acme"),
+        keyed("a2", "acme"),
+        keyed("a3", "acme"),
+        keyed("g1", "globex"),
+        text("plain"),
+    ] {
+        e.send(&q, m).await;
+    }
+    dead_letter_all(&e, &q, &["boom"; 5]).await;
+    e.send(&dlq, keyed("h1", "acme")).await;
+    e.send_text(&dlq, "by hand").await;
+    check_key_summaries(&e, &dlq, "dead-lettered").await;
+    let e = e.restart(h).await;
+    check_key_summaries(&e, &dlq, "after a restart").await;
+
+    let mut spec = redrive_spec(&dlq);
+    spec.destination = Some(q.clone());
+    spec.filter.key = Some(sluice_core::MessageKey::new("acme").expect("a valid key"));
+    let job = e.store.create_redrive(spec).await.expect("redrive");
+    e.store.redrive_step(job.id, 1000).await.expect("step");
+    let s = summary(&e, &q, by(GroupBy::Key)).await;
+    assert_eq!(counts(&s), [(Some("acme"), 4)], "moved by key");
+    let s = summary(&e, &dlq, by(GroupBy::Key)).await;
+    assert_eq!(
+        counts(&s),
+        [(None, 2), (Some("globex"), 1)],
+        "left behind by a redrive of another key"
+    );
+}

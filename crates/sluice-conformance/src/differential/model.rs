@@ -176,6 +176,15 @@ pub struct Delivery {
     pub consumer: Option<String>,
 }
 
+/// The conditions of a summary or a redrive the test uses: every given one must hold.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// `last_error` contains this text.
+    pub error_contains: Option<String>,
+    /// Sent with this key.
+    pub key: Option<String>,
+}
+
 /// A redrive job as the model follows it.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -185,8 +194,8 @@ pub struct Job {
     pub destination: Option<String>,
     /// Limit.
     pub limit: Option<u64>,
-    /// Error filter.
-    pub error_contains: Option<String>,
+    /// Which dead letters it moves.
+    pub filter: Filter,
     /// Reset receive counts.
     pub reset: bool,
     /// Dry run.
@@ -591,9 +600,12 @@ impl Model {
         self.queues.get_mut(to).expect("queue").totals.redriven += 1;
     }
 
-    /// Whether dead letter `m` passes a redrive's error filter.
-    pub fn matches(m: &Msg, error_contains: Option<&str>) -> bool {
-        error_contains.is_none_or(|n| m.last_error.as_deref().is_some_and(|e| e.contains(n)))
+    /// Whether message `m` passes a summary's or a redrive's filter.
+    pub fn matches(m: &Msg, f: &Filter) -> bool {
+        f.error_contains
+            .as_deref()
+            .is_none_or(|n| m.last_error.as_deref().is_some_and(|e| e.contains(n)))
+            && f.key.as_ref().is_none_or(|k| m.key.as_ref() == Some(k))
     }
 
     /// The view of message `id` at `now`, if it exists.

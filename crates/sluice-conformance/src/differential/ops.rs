@@ -116,6 +116,8 @@ pub enum GroupBySpec {
     Reason,
     /// By source queue.
     Source,
+    /// By message key.
+    Key,
     /// By an attribute.
     Attribute(String),
 }
@@ -185,6 +187,8 @@ pub enum Op {
         queue: u8,
         group_by: GroupBySpec,
         error_contains: Option<String>,
+        /// Only messages sent with this key.
+        key: Option<String>,
     },
     /// `keys` of a queue, walked page by page in one order (`0` backlog, `1` in flight, `2`
     /// oldest), `limit` keys a page (0 is refused).
@@ -195,6 +199,8 @@ pub enum Op {
         destination: Option<u8>,
         limit: Option<u64>,
         error_contains: Option<String>,
+        /// Only messages sent with this key.
+        key: Option<String>,
         reset_receive_count: bool,
         dry_run: bool,
     },
@@ -310,6 +316,15 @@ fn body_spec() -> impl Strategy<Value = BodySpec> {
 
 fn attrs() -> impl Strategy<Value = Vec<(String, String)>> {
     prop::collection::vec((any_text(), any_text()), 0..3)
+}
+
+/// A key filter: mostly none, else one of the keys messages are sent with or one no message
+/// has.
+fn filter_key() -> impl Strategy<Value = Option<String>> {
+    prop::option::weighted(
+        0.25,
+        prop::sample::select(vec!["k1", "k2", "k9"]).prop_map(str::to_owned),
+    )
 }
 
 fn msg_spec() -> impl Strategy<Value = MsgSpec> {
@@ -455,30 +470,34 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
                 GroupBySpec::Error,
                 GroupBySpec::Reason,
                 GroupBySpec::Source,
+                GroupBySpec::Key,
                 GroupBySpec::Attribute("x".into())
             ]),
-            prop::option::weighted(0.2, any_text())
+            prop::option::weighted(0.2, any_text()),
+            filter_key()
         )
-            .prop_map(|(queue, group_by, error_contains)| Op::Summarize {
+            .prop_map(|(queue, group_by, error_contains, key)| Op::Summarize {
                 queue,
                 group_by,
-                error_contains
+                error_contains,
+                key
             }),
         2 => (
             3u8..7,
             prop::option::weighted(0.3, 0u8..3),
             prop::option::weighted(0.3, 1u64..3),
-            prop::option::weighted(0.2, any_text()),
+            (prop::option::weighted(0.2, any_text()), filter_key()),
             any::<bool>(),
             prop::bool::weighted(0.2)
         )
             .prop_map(
-                |(source, destination, limit, error_contains, reset_receive_count, dry_run)| {
+                |(source, destination, limit, (error_contains, key), reset_receive_count, dry_run)| {
                     Op::CreateRedrive {
                         source,
                         destination,
                         limit,
                         error_contains,
+                        key,
                         reset_receive_count,
                         dry_run,
                     }

@@ -58,6 +58,10 @@ pub struct RedriveFilter {
     /// Dead-lettered or moved from this queue: one group of a summary by source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_queue: Option<QueueName>,
+    /// Sent with this key: one group of a summary by key (messages without a key are not
+    /// selected by any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<crate::fair::MessageKey>,
     /// Every one of these attributes has exactly this value.
     pub attributes: Attributes,
     /// Dead-lettered before this time.
@@ -110,6 +114,9 @@ impl RedriveFilter {
             .as_ref()
             .is_some_and(|q| m.source_queue.as_ref() != Some(q))
         {
+            return false;
+        }
+        if self.key.as_ref().is_some_and(|k| m.key.as_ref() != Some(k)) {
             return false;
         }
         if !self

@@ -1,6 +1,8 @@
-//! Summaries of a queue (`summarize`): counts by error, reason, source or attribute, with
+//! Summaries of a queue (`summarize`): counts by error, reason, source, key or attribute, with
 //! filters, answered from the summary index in memory ([`crate::state::summary`]); attributes
-//! the index does not keep are read from the log a chunk per hold of the lock.
+//! the index does not keep are read from the log a chunk per hold of the lock. A message's key
+//! comes from the queue state's tags, so a grouping by key, or a key filter, walks the queue's
+//! messages in memory.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,6 +23,19 @@ type Candidate = (u64, i64, Key);
 
 fn reason_key(r: Option<DeadLetterReason>) -> Key {
     r.map(|r| Arc::from(r.as_str()))
+}
+
+/// The key message `id` was sent with.
+fn message_key(core: &Core, id: u64) -> Key {
+    let m = core.state.msgs.get(&id)?;
+    core.state.tag_of(m, id)?.key.clone()
+}
+
+/// Whether message `id` passes the filter's key condition.
+fn key_passes(core: &Core, f: &RedriveFilter, id: u64) -> bool {
+    f.key
+        .as_ref()
+        .is_none_or(|want| message_key(core, id).as_deref() == Some(want.as_str()))
 }
 
 fn needs_attributes(req: &SummaryRequest) -> bool {
@@ -101,8 +116,12 @@ fn from_kept_attributes(
     let mut groups: HashMap<Key, Agg> = HashMap::new();
     let mut unread = Vec::new();
     if let Some(q) = core.state.summary.queues.get(&qid) {
-        for (&id, e) in q.entries.iter().filter(|(_, e)| passes(&req.filter, e)) {
-            let key = entry_key(&req.group_by, e);
+        for (&id, e) in q
+            .entries
+            .iter()
+            .filter(|&(&id, e)| passes(&req.filter, e) && key_passes(core, &req.filter, id))
+        {
+            let key = entry_key(core, &req.group_by, id, e);
             let Attrs::Kept(pairs) = &e.attrs else {
                 unread.push((id, e.at, key));
                 continue;
@@ -122,11 +141,7 @@ fn from_kept_attributes(
         }
     }
     if plain_count(core, qid) > 0 && plain_pass(&req.filter) {
-        unread.extend(
-            plain_messages(core, qid)
-                .into_iter()
-                .map(|(id, at)| (id, at, None)),
-        );
+        unread.extend(plain_candidates(core, qid, req));
     }
     (groups, unread)
 }
@@ -142,7 +157,7 @@ fn add(groups: &mut HashMap<Key, Agg>, key: Key, at: i64, id: u64) {
 
 /// A summary that needs no attributes, answered under the lock (queue brought up to date).
 fn without_attributes(core: &mut Core, qid: Qid, req: &SummaryRequest) -> Summary {
-    if req.filter == RedriveFilter::default() {
+    if req.filter == RedriveFilter::default() && req.group_by != GroupBy::Key {
         let plain = plain_count(core, qid);
         return from_aggregates(core, qid, req, plain);
     }
@@ -199,25 +214,38 @@ fn candidates(core: &Core, qid: Qid, req: &SummaryRequest) -> Vec<Candidate> {
         out.extend(
             q.entries
                 .iter()
-                .filter(|(_, e)| passes(&req.filter, e))
-                .map(|(&id, e)| (id, e.at, entry_key(&req.group_by, e))),
+                .filter(|&(&id, e)| passes(&req.filter, e) && key_passes(core, &req.filter, id))
+                .map(|(&id, e)| (id, e.at, entry_key(core, &req.group_by, id, e))),
         );
     }
     if plain_count(core, qid) > 0 && plain_pass(&req.filter) {
-        out.extend(
-            plain_messages(core, qid)
-                .into_iter()
-                .map(|(id, at)| (id, at, None)),
-        );
+        out.extend(plain_candidates(core, qid, req));
     }
     out
 }
 
-fn entry_key(by: &GroupBy, e: &Entry) -> Key {
+/// The plain messages passing the filter's key condition, each with its time and its key
+/// under the request's grouping (plain messages have no error, reason or source).
+fn plain_candidates(core: &Core, qid: Qid, req: &SummaryRequest) -> Vec<Candidate> {
+    plain_messages(core, qid)
+        .into_iter()
+        .filter(|&(id, _)| key_passes(core, &req.filter, id))
+        .map(|(id, at)| {
+            let key = match req.group_by {
+                GroupBy::Key => message_key(core, id),
+                _ => None,
+            };
+            (id, at, key)
+        })
+        .collect()
+}
+
+fn entry_key(core: &Core, by: &GroupBy, id: u64, e: &Entry) -> Key {
     match by {
         GroupBy::Error => e.error.clone(),
         GroupBy::Reason => reason_key(e.reason),
         GroupBy::Source => e.source.clone(),
+        GroupBy::Key => message_key(core, id),
         GroupBy::Attribute(_) => None,
     }
 }
@@ -274,7 +302,7 @@ fn from_aggregates(core: &mut Core, qid: Qid, req: &SummaryRequest, plain: u64) 
             GroupBy::Error => q.errors.stale(),
             GroupBy::Reason => q.reasons.stale(),
             GroupBy::Source => q.sources.stale(),
-            GroupBy::Attribute(_) => false,
+            GroupBy::Key | GroupBy::Attribute(_) => false,
         };
         if stale {
             q.recount(&req.group_by);
@@ -308,7 +336,7 @@ fn from_aggregates(core: &mut Core, qid: Qid, req: &SummaryRequest, plain: u64) 
                 merge_none(q.sources.none);
                 list.extend(q.sources.by_key.iter().map(|(k, a)| (Some(&**k), *a)));
             }
-            GroupBy::Attribute(_) => {}
+            GroupBy::Key | GroupBy::Attribute(_) => {}
         }
     }
     if let Some(n) = none {

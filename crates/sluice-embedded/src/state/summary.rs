@@ -288,7 +288,7 @@ impl QueueIndex {
                     self.sources.add(e.source.as_ref(), e.at, *id);
                 }
             }
-            GroupBy::Attribute(_) => {}
+            GroupBy::Key | GroupBy::Attribute(_) => {}
         }
     }
 }

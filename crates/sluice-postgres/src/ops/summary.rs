@@ -21,7 +21,7 @@ use crate::store::Inner;
 /// Counts the queue's messages by the request's key.
 ///
 /// Long because the statement is assembled from the request (grouping key, the dead letters, the
-/// other rows only when the queue holds some) and its placeholders `$1` to `$9` are bound here too,
+/// other rows only when the queue holds some) and its placeholders `$1` to `$10` are bound here too,
 /// beside their use.
 pub(crate) async fn summarize(
     inner: &Inner,
@@ -38,7 +38,8 @@ pub(crate) async fn summarize(
         GroupBy::Error => "last_error",
         GroupBy::Reason => "dl_reason",
         GroupBy::Source => "source_queue",
-        GroupBy::Attribute(_) => "attrs ->> $9",
+        GroupBy::Key => "fkey",
+        GroupBy::Attribute(_) => "attrs ->> $10",
     };
     let filters = "($2::text IS NULL OR strpos(last_error, $2) > 0)
                AND ($3::jsonb IS NULL OR attrs @> $3)
@@ -46,7 +47,8 @@ pub(crate) async fn summarize(
                AND ($5::bigint IS NULL OR dl_at >= $5)
                AND ($6::text IS NULL OR last_error = $6)
                AND ($7::text IS NULL OR dl_reason = $7)
-               AND ($8::text IS NULL OR source_queue = $8)";
+               AND ($8::text IS NULL OR source_queue = $8)
+               AND ($9::text IS NULL OR fkey = $9)";
     let dead = format!(
         "SELECT {key} AS k, dl_at AS at, id FROM messages
          WHERE queue = $1 AND dl_at IS NOT NULL AND state < 2 AND {filters}"
@@ -61,6 +63,7 @@ pub(crate) async fn summarize(
     let source = req.filter.source_queue.as_ref().map(|q| q.as_str());
     let before = req.filter.dead_lettered_before.map(|t| t.as_millis());
     let after = req.filter.dead_lettered_after.map(|t| t.as_millis());
+    let key_filter = req.filter.key.as_ref().map(|k| k.as_str());
     let mut conn = inner.conn().await?;
     let (rows, fx) = crate::db::tx::transaction(&mut conn, async |tx| {
         let cfg = crate::db::catalog::config(tx, q, false).await?;
@@ -105,6 +108,7 @@ pub(crate) async fn summarize(
             &req.filter.error_is,
             &reason,
             &source,
+            &key_filter,
         ];
         if let Some(name) = &attr_name {
             params.push(name);

@@ -1,5 +1,5 @@
 // A queue's messages by cause (typically a dead-letter queue): the server-side summary by
-// error, reason, source or attribute; a group's or any filter's messages; and a redrive of
+// error, reason, source, key or attribute; a group's or any filter's messages; and a redrive of
 // them, counted by a dry run first and confirmed as counted.
 
 import { enc, queuePath } from "../api.js";
@@ -10,7 +10,7 @@ import { can, me } from "../session.js";
 // The filter's query parameters, as browse and summary take them.
 function filterQuery(f) {
   const p = new URLSearchParams();
-  for (const k of ["error_contains", "error_is", "reason", "source_queue", "dead_lettered_after", "dead_lettered_before"]) {
+  for (const k of ["error_contains", "error_is", "reason", "source_queue", "key", "dead_lettered_after", "dead_lettered_before"]) {
     if (f[k]) p.set(k, f[k]);
   }
   for (const [k, v] of Object.entries(f.attributes || {})) p.append("attribute", `${k}=${v}`);
@@ -23,6 +23,7 @@ export function describeFilter(f) {
   if (f.error_is) parts.push(`error is "${f.error_is}"`);
   if (f.reason) parts.push(`reason ${f.reason}`);
   if (f.source_queue) parts.push(`from ${f.source_queue}`);
+  if (f.key) parts.push(`key "${f.key}"`);
   for (const [k, v] of Object.entries(f.attributes || {})) parts.push(`${k} = "${v}"`);
   if (f.dead_lettered_after) parts.push(`dead-lettered after ${f.dead_lettered_after}`);
   if (f.dead_lettered_before) parts.push(`dead-lettered before ${f.dead_lettered_before}`);
@@ -30,13 +31,14 @@ export function describeFilter(f) {
 }
 
 // The filter that selects exactly one summary group, or null for the group of messages
-// without the key (no error, never dead-lettered, no source, no such attribute): the
+// without the key (no error, never dead-lettered, no source, no key, no such attribute): the
 // console shows a sample of that one.
 function groupFilter(groupBy, key) {
   if (key === null) return null;
   if (groupBy === "error") return { error_is: key };
   if (groupBy === "reason") return { reason: key };
   if (groupBy === "source") return { source_queue: key };
+  if (groupBy === "key") return { key };
   if (groupBy.startsWith("attribute:")) return { attributes: { [groupBy.slice(10)]: key } };
   return null;
 }
@@ -82,6 +84,7 @@ function redriveForm(page, name, filter, count, detail) {
         error_is: filter.error_is || null,
         reason: filter.reason || null,
         source_queue: filter.source_queue || null,
+        key: filter.key || null,
         attributes: filter.attributes || {},
         dead_lettered_after: filter.dead_lettered_after || null,
         dead_lettered_before: filter.dead_lettered_before || null,
@@ -205,7 +208,7 @@ export async function dlqPage(page, name) {
         await load();
       }),
     },
-    ["error", "reason", "source", "attribute"].map((g) => h("option", { value: g }, g)),
+    ["error", "reason", "source", "key", "attribute"].map((g) => h("option", { value: g }, g)),
   );
   // Any filter, not only a group's: error text, one attribute, a dead-lettering window.
   const fErr = h("input", { id: "f-error", placeholder: "timeout", size: 18 });

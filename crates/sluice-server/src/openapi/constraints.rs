@@ -256,6 +256,7 @@ pub(super) fn apply(doc: &mut Value) {
     set("RedriveGuardView", "percent", range(1, 100));
     set("RedriveGuardView", "window", range(1, 10_000));
     set("RedriveFilterView", "source_queue", name());
+    set("RedriveFilterView", "key", group());
     set("RedriveFilterView", "dead_lettered_before", time());
     set("RedriveFilterView", "dead_lettered_after", time());
 
@@ -567,7 +568,7 @@ fn forms(schemas: &mut Map<String, Value>) {
 fn parameters(doc: &mut Value) {
     let prefix = || json!({"pattern": sluice_core::name::PREFIX_PATTERN, "maxLength": sluice_core::name::MAX_QUEUE_NAME_LEN});
     let queue_cursor = || json!({"pattern": sluice_core::store::QUEUE_CURSOR_PATTERN});
-    let rules: [(&str, &str, Value); 20] = [
+    let rules: [(&str, &str, Value); 21] = [
         ("/v1/audit", "queue", name()),
         ("/v1/queues", "prefix", prefix()),
         ("/v1/queues", "cursor", queue_cursor()),
@@ -598,10 +599,11 @@ fn parameters(doc: &mut Value) {
         (
             "/v1/queues/{q}/summary",
             "group_by",
-            json!({"pattern": "^(?:error|reason|source|attribute:[\\s\\S]+)$"}),
+            json!({"pattern": "^(?:error|reason|source|key|attribute:[\\s\\S]+)$"}),
         ),
         ("/v1/queues/{q}/summary", "limit", range(1, 1000)),
         ("/v1/queues/{q}/summary", "source_queue", name()),
+        ("/v1/queues/{q}/summary", "key", group()),
         (
             "/v1/queues/{q}/summary",
             "attribute",

@@ -165,3 +165,59 @@ async fn a_redrive_whose_queue_is_gone_says_why_nothing_would_move() {
     b.close().await;
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_dead_letters_are_grouped_by_key_and_redriven_alone() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    s.put_queue("tenants", json!({"max_receive_count": 1}))
+        .await;
+    let msgs: Vec<Value> = ["acme", "acme", "acme", "globex"]
+        .iter()
+        .map(|k| json!({"body": {"tenant": k}, "key": k}))
+        .collect();
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/tenants/messages",
+            Some(json!({"messages": msgs})),
+        )
+        .await;
+    assert_eq!(code, 201, "{v}");
+    for m in s
+        .receive(
+            "tenants",
+            json!({"max": 4, "visibility_timeout_ms": 60_000}),
+        )
+        .await
+    {
+        let (code, v) = s
+            .call(
+                Method::POST,
+                "/v1/queues/tenants/reject",
+                Some(json!({"receipt": m["receipt"], "error": "account suspended"})),
+            )
+            .await;
+        assert_eq!(code, 200, "{v}");
+    }
+
+    b.client
+        .goto(&s.url("/#/dlq/tenants.dlq"))
+        .await
+        .expect("open");
+    b.text_when("#groups", |t| t.contains("account suspended"))
+        .await;
+    b.click("#group-by option[value='key']").await;
+    b.text_when("#groups", |t| t.contains("globex")).await;
+    b.click("tr[data-group='acme'] button.show").await;
+    b.text_when("#messages tbody", |t| t.contains("account suspended"))
+        .await;
+    assert_eq!(b.count("#messages tbody tr").await, 3);
+    b.click("tr[data-group='acme'] button.redrive").await;
+    b.click("#dry-run").await;
+    let count = b.text_when("#dry-run-count", |t| t.contains("match")).await;
+    assert_eq!(count, "Dry run: 3 messages match.");
+    b.screenshot("dlq-by-key.png").await;
+    b.close().await;
+    s.shutdown().await;
+}

@@ -1,6 +1,6 @@
 //! `sluice dlq list QUEUE`: the dead letters of a DLQ and why they failed, one row
 //! each; `sluice dlq summary QUEUE` (and `dlq list --group-by`): all of them counted by error,
-//! reason, source queue or attribute.
+//! reason, source queue, key or attribute.
 //!
 //! A listing pages through the broker's browse route, applying the filters here, up to
 //! `--limit` matches. A summary is counted by the broker over the whole queue, however large.
@@ -30,7 +30,7 @@ pub struct DlqArgs {
 enum DlqCommand {
     /// List dead letters with their reason, last error, attempts and source queue.
     List(ListArgs),
-    /// Count every dead letter of a DLQ by error, reason, source queue or attribute.
+    /// Count every dead letter of a DLQ by error, reason, source queue, key or attribute.
     Summary(SummaryArgs),
 }
 
@@ -39,7 +39,7 @@ struct ListArgs {
     /// The dead-letter queue, or a source queue (then its DLQ is listed).
     queue: String,
     /// Count every dead letter by this key instead of listing them (as `dlq summary`):
-    /// error, reason, source or attribute:NAME.
+    /// error, reason, source, key or attribute:NAME.
     #[arg(long, value_name = "KEY", value_parser = parse_group_by)]
     group_by: Option<String>,
     #[command(flatten)]
@@ -56,7 +56,8 @@ struct SummaryArgs {
     /// The dead-letter queue, or a source queue (then its DLQ is counted).
     queue: String,
     /// What to count by: error (the last error), reason (exhausted, rejected, lease_expired,
-    /// expired), source (the queue it failed in) or attribute:NAME.
+    /// expired), source (the queue it failed in), key (the key it was sent with) or
+    /// attribute:NAME.
     #[arg(long, default_value = "error", value_name = "KEY", value_parser = parse_group_by)]
     group_by: String,
     #[command(flatten)]

@@ -27,6 +27,9 @@ pub struct DlqFilterArgs {
     /// Only dead letters that came from this queue.
     #[arg(long, value_name = "QUEUE")]
     pub source_queue: Option<String>,
+    /// Only dead letters sent with this key (one group of `dlq summary --by key`).
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
     /// Only dead letters with this attribute value (repeat for several: all must match).
     #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attr)]
     pub attrs: Vec<(String, String)>,
@@ -48,6 +51,7 @@ impl DlqFilterArgs {
             error_is: self.error_is.clone(),
             reason: self.reason,
             source_queue: self.source_queue.clone(),
+            key: self.key.clone(),
             attributes: self.attrs.iter().cloned().collect::<BTreeMap<_, _>>(),
             dead_lettered_before: self.before.clone(),
             dead_lettered_after: self.since.clone(),
@@ -64,6 +68,7 @@ impl DlqFilterArgs {
             error_is: self.error_is.clone(),
             reason: self.reason.map(|r| reason_text(r).to_owned()),
             source_queue: self.source_queue.clone(),
+            key: self.key.clone(),
             attribute: self.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             dead_lettered_before: self.before.clone(),
             dead_lettered_after: self.since.clone(),
@@ -90,6 +95,10 @@ impl DlqFilterArgs {
                 .source_queue
                 .as_deref()
                 .is_some_and(|q| m.source_queue.as_deref() != Some(q))
+            || self
+                .key
+                .as_deref()
+                .is_some_and(|k| m.key.as_deref() != Some(k))
         {
             return false;
         }

@@ -19,13 +19,18 @@ impl Run<'_> {
         for id in self.model.in_queue(q.as_str()) {
             let v = self.model.view(id, now).expect("view");
             let m = self.model.live(id).expect("live");
-            if !Model::matches(m, req.filter.error_contains.as_deref()) {
+            let filter = Filter {
+                error_contains: req.filter.error_contains.clone(),
+                key: req.filter.key.as_ref().map(|k| k.as_str().to_owned()),
+            };
+            if !Model::matches(m, &filter) {
                 continue;
             }
             let key = match &req.group_by {
                 GroupBy::Error => v.last_error.clone(),
                 GroupBy::Reason => v.dead_letter.map(|(r, _)| r.to_owned()),
                 GroupBy::Source => v.source_queue.clone(),
+                GroupBy::Key => m.key.clone(),
                 GroupBy::Attribute(a) => v.attributes.get(a).cloned(),
             };
             let at = v.dead_letter.map_or(v.enqueued_at, |(_, at)| at);

@@ -24,7 +24,7 @@ use sluice_core::summary::{GroupBy, SummaryRequest};
 use sluice_core::time::{Clock, ManualClock, Timestamp};
 
 use super::compare::{Ids, diff, view_of};
-use super::model::{Model, Place, bad_consumer, has_nul};
+use super::model::{Filter, Model, Place, bad_consumer, has_nul};
 use super::ops::{
     AUDIT_ACTIONS, AUDIT_ACTORS, BodySpec, ControlSpec, GroupBySpec, MsgSpec, Op, PatchSpec,
     queue_name,

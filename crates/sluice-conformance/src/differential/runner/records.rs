@@ -15,6 +15,7 @@ impl Run<'_> {
                 queue,
                 group_by,
                 error_contains,
+                key,
             } => {
                 let q = qn(*queue);
                 let req = SummaryRequest {
@@ -22,10 +23,12 @@ impl Run<'_> {
                         GroupBySpec::Error => GroupBy::Error,
                         GroupBySpec::Reason => GroupBy::Reason,
                         GroupBySpec::Source => GroupBy::Source,
+                        GroupBySpec::Key => GroupBy::Key,
                         GroupBySpec::Attribute(a) => GroupBy::Attribute(a.clone()),
                     },
                     filter: RedriveFilter {
                         error_contains: error_contains.clone(),
+                        key: key_filter(key.as_deref()),
                         ..RedriveFilter::default()
                     },
                     limit: 100,
@@ -46,6 +49,7 @@ impl Run<'_> {
                 destination,
                 limit,
                 error_contains,
+                key,
                 reset_receive_count,
                 dry_run,
             } => {
@@ -56,6 +60,7 @@ impl Run<'_> {
                     rate: None,
                     filter: RedriveFilter {
                         error_contains: error_contains.clone(),
+                        key: key_filter(key.as_deref()),
                         ..RedriveFilter::default()
                     },
                     reset_receive_count: *reset_receive_count,
@@ -92,7 +97,10 @@ impl Run<'_> {
                         source: spec.source.to_string(),
                         destination: spec.destination.as_ref().map(ToString::to_string),
                         limit: *limit,
-                        error_contains: error_contains.clone(),
+                        filter: Filter {
+                            error_contains: error_contains.clone(),
+                            key: key.clone(),
+                        },
                         reset: *reset_receive_count,
                         dry_run: *dry_run,
                         state: RedriveState::Running,
@@ -453,7 +461,7 @@ impl Run<'_> {
                 .ok_or_else(|| format!("redrive moved {mid}, which is gone"))?
                 .clone();
             ensure!(
-                m.queue == mj.source && Model::matches(&m, mj.error_contains.as_deref()),
+                m.queue == mj.source && Model::matches(&m, &mj.filter),
                 "redrive moved {mid} from {} (error {:?}), which the job does not match",
                 m.queue,
                 m.last_error
@@ -512,7 +520,7 @@ impl Run<'_> {
             if m.queue != mj.source || !visible {
                 continue;
             }
-            if !Model::matches(m, mj.error_contains.as_deref()) {
+            if !Model::matches(m, &mj.filter) {
                 filtered += 1;
                 continue;
             }
@@ -772,4 +780,9 @@ impl Run<'_> {
         advance(&mut self.model, true);
         Ok(())
     }
+}
+
+/// The store's key filter for a key the test names (always a valid key).
+fn key_filter(key: Option<&str>) -> Option<sluice_core::MessageKey> {
+    key.map(|k| sluice_core::MessageKey::new(k).expect("the test's filter keys are valid"))
 }
