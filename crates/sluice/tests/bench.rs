@@ -1,7 +1,8 @@
 //! `sluice bench` end to end against a live `sluice serve`: a bounded run over HTTP and one
 //! over the frame protocol, each of which must send its budget, acknowledge all of it and
 //! measure latencies (also spread over FIFO groups); a push run whose backlog all reaches the
-//! bench's endpoint; and a frame address with nothing behind it fails before the run.
+//! bench's endpoint; a noisy-neighbour comparison whose quiet keys are all delivered with keys
+//! and none without; and a frame address with nothing behind it fails before the run.
 
 use std::process::{Command, Output, Stdio};
 
@@ -119,6 +120,65 @@ fn bench_push_times_a_backlog_pushed_to_its_own_endpoint() {
     assert!(
         report["pushed_per_s"].as_f64().is_some_and(|r| r > 0.0),
         "{report}"
+    );
+}
+
+#[test]
+fn noisy_neighbour_measures_quiet_keys_with_and_without_keys() {
+    let broker = common::broker();
+    // A backlog far larger than two consumers working 20 ms a message get through in the
+    // window: without keys no quiet message can be delivered, with keys every one is.
+    let out = bench(
+        &broker.url,
+        &[
+            "--noisy-neighbour",
+            "--queue",
+            "nn",
+            "--noisy-backlog",
+            "2000",
+            "--quiet-keys",
+            "5",
+            "--consumers",
+            "2",
+            "--work",
+            "20ms",
+            "--duration",
+            "2s",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let runs = report.as_array().expect("one outcome per mode");
+    assert_eq!(runs.len(), 2, "{report:#}");
+    let (keyed, unkeyed) = (&runs[0], &runs[1]);
+    assert_eq!(
+        (&keyed["mode"], &unkeyed["mode"]),
+        (&"keyed".into(), &"unkeyed".into())
+    );
+    let sent = keyed["quiet_sent"].as_u64().expect("a count");
+    assert!(sent >= 5, "{report:#}");
+    assert_eq!(keyed["quiet_delivered"], sent, "{report:#}");
+    assert_eq!(keyed["quiet_undelivered"], 0, "{report:#}");
+    assert_eq!(unkeyed["quiet_delivered"], 0, "{report:#}");
+    assert!(
+        unkeyed["wait_p50_ms"].as_f64() > keyed["wait_max_ms"].as_f64(),
+        "{report:#}"
+    );
+    // Its queues are gone afterwards.
+    let listed = Command::new(common::BIN)
+        .args(["queue", "list", "--url", &broker.url])
+        .env_remove("SLUICE_TOKEN")
+        .output()
+        .expect("run sluice queue list");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        !listed.contains("nn-keyed") && !listed.contains("nn-unkeyed"),
+        "{listed}"
     );
 }
 

@@ -91,6 +91,27 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", conflicts_with = "frames",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub(super) keys: Option<u32>,
+    /// Measure fair delivery instead of throughput: one key with --noisy-backlog messages
+    /// waiting, --quiet-keys keys sending one message a second each for --duration [default
+    /// 20s], --consumers consumers receiving up to --batch at a time and spending --work on
+    /// each message. Run with keys, then without them (on new queues NAME-keyed and
+    /// NAME-unkeyed, deleted afterwards), and report how long the quiet keys' messages waited
+    /// (send → delivery).
+    #[arg(long, conflicts_with_all = ["frames", "rate", "push", "groups", "keys", "messages"])]
+    pub(super) noisy_neighbour: bool,
+    /// Messages waiting on the noisy key when --noisy-neighbour's window starts.
+    #[arg(long, default_value_t = 100_000, value_name = "N", requires = "noisy_neighbour",
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub(super) noisy_backlog: u64,
+    /// Keys sending one message a second each in --noisy-neighbour's window.
+    #[arg(long, default_value_t = 100, value_name = "N", requires = "noisy_neighbour",
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(super) quiet_keys: u32,
+    /// Time a --noisy-neighbour consumer spends on each message before acknowledging it (the
+    /// task's own work), e.g. `2ms`.
+    #[arg(long, default_value = "2ms", value_parser = parse_duration, value_name = "DURATION",
+          requires = "noisy_neighbour")]
+    pub(super) work: Duration,
 }
 
 /// A rate in messages per second, with or without a `/s` or `/sec` suffix.

@@ -23,13 +23,14 @@
 //! This module holds the entry point and the run's phases; its parts hold the options
 //! (`args`), what the tasks share and measure (`state`), the producers (`producer`) and
 //! consumers (`consumer`), the two protocols (`http`, `frames`), the queue's preparation
-//! (`prepare`), the progress line (`progress`), the report (`report`) and the push mode
-//! (`push`).
+//! (`prepare`), the progress line (`progress`), the report (`report`), the push mode
+//! (`push`) and the noisy-neighbour comparison (`noisy`).
 
 mod args;
 mod consumer;
 mod frames;
 mod http;
+mod noisy;
 mod prepare;
 mod producer;
 mod progress;
@@ -78,6 +79,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         return push::bench(args).await;
     }
     let (base, https, tls, client) = http_client(&args)?;
+    if args.noisy_neighbour {
+        return noisy::bench(args, base, client).await;
+    }
     let body_bytes = usize::try_from(args.body_bytes).context("--body-bytes is too large")?;
     let run_id = format!("{:016x}", rand::random::<u64>());
 

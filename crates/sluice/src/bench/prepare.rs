@@ -18,6 +18,25 @@ pub(crate) async fn prepare(
         Some(t) => r.bearer_auth(t),
         None => r,
     };
+    check_health(client, base).await?;
+    let queue_url = format!("{base}/v1/queues/{}", args.queue);
+    // An empty patch creates the queue with defaults and leaves an existing one as it is.
+    let resp = auth(client.put(&queue_url))
+        .json(&QueueConfigRequest::default())
+        .send()
+        .await
+        .with_context(|| format!("creating queue {}", args.queue))?;
+    check(resp, &format!("creating queue {}", args.queue)).await?;
+    let resp = auth(client.post(format!("{queue_url}/purge")))
+        .send()
+        .await
+        .with_context(|| format!("purging queue {}", args.queue))?;
+    check(resp, &format!("purging queue {}", args.queue)).await?;
+    Ok(())
+}
+
+/// Checks the broker at `base` answers `GET /healthz` with a 2xx.
+pub(crate) async fn check_health(client: &reqwest::Client, base: &str) -> anyhow::Result<()> {
     let health = client
         .get(format!("{base}/healthz"))
         .timeout(Duration::from_secs(5))
@@ -35,19 +54,6 @@ pub(crate) async fn prepare(
             health.status()
         );
     }
-    let queue_url = format!("{base}/v1/queues/{}", args.queue);
-    // An empty patch creates the queue with defaults and leaves an existing one as it is.
-    let resp = auth(client.put(&queue_url))
-        .json(&QueueConfigRequest::default())
-        .send()
-        .await
-        .with_context(|| format!("creating queue {}", args.queue))?;
-    check(resp, &format!("creating queue {}", args.queue)).await?;
-    let resp = auth(client.post(format!("{queue_url}/purge")))
-        .send()
-        .await
-        .with_context(|| format!("purging queue {}", args.queue))?;
-    check(resp, &format!("purging queue {}", args.queue)).await?;
     Ok(())
 }
 
