@@ -629,6 +629,16 @@ def test_schedules_put_read_pause_trigger_and_delete(client: sluice.Client, queu
     assert got[0].id == sent and got[0].attributes["schedule"] == "py-nightly"
     with pytest.raises(sluice.InvalidInput):
         client.put_schedule("x", queue, 1)
+    # A tenant's schedule: every message it enqueues carries its key and priority.
+    t = client.put_schedule("py-tenant", queue, {"task": "sync"}, every=60, key="acme", priority=7)
+    assert (t.key, t.priority) == ("acme", 7)
+    client.trigger_schedule("py-tenant")
+    [d] = client.receive(queue, max=1, wait=1)
+    assert (d.key, d.priority) == ("acme", 7)
+    with pytest.raises(ApiError) as e:
+        client.put_schedule("py-bad", queue, 1, every=60, priority=12)
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT
+    client.delete_schedule("py-tenant")
     client.delete_schedule("py-nightly")
     with pytest.raises(ApiError) as e:
         client.get_schedule("py-nightly")

@@ -202,6 +202,7 @@ macro_rules! __sluice_conformance_cases {
             schedule_full_queue_refuses_the_step,
             schedule_duplicate_firing_answers_the_first,
             schedule_survives_restart,
+            schedule_firings_carry_key_and_priority,
             group_delivers_in_send_order_one_at_a_time,
             group_max_in_flight_per_group_allows_n,
             group_nack_blocks_group_through_backoff,

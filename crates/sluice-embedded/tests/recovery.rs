@@ -193,6 +193,8 @@ async fn compaction_reclaims_space_and_keeps_live_state() {
         queue: queue.clone(),
         body: Body::text("tick"),
         attributes: Default::default(),
+        key: None,
+        priority: None,
         catch_up: CatchUp::All,
         paused: false,
     };

@@ -51,6 +51,8 @@ async fn a_torn_firing_leaves_both_or_neither() {
             queue: q.clone(),
             body: Body::json(r#"{"n":1}"#),
             attributes: [("k".to_string(), "v".to_string())].into(),
+            key: None,
+            priority: None,
             catch_up: CatchUp::All,
             paused: false,
         };

@@ -73,6 +73,14 @@ wire_struct! {
         /// Attributes of each message; `schedule` and `scheduled_for` are added.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub attributes: Option<BTreeMap<String, String>>,
+        /// The key of each message (the tenant it runs for), 1 – 128 characters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub key: Option<String>,
+        /// The priority of each message, 0 – 9 (9 most urgent); default the queue's
+        /// `default_priority`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(minimum = 0, maximum = 9)]
+        pub priority: Option<u8>,
         /// What happens to firings missed while no broker ran or the schedule was paused
         /// (default `none`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,6 +128,8 @@ impl ScheduleRequest {
             queue,
             body,
             attributes: self.attributes.unwrap_or_default(),
+            key: self.key.map(sluice_core::MessageKey::new).transpose()?,
+            priority: self.priority,
             catch_up: self.catch_up.unwrap_or_default().into(),
             paused: self.paused.unwrap_or(false),
         })
@@ -153,6 +163,12 @@ wire_struct! {
         }
         /// Attributes of each message (besides `schedule` and `scheduled_for`).
         pub attributes: BTreeMap<String, String>,
+        /// The key of each message, when it has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub key: Option<String>,
+        /// The priority of each message, when it names one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub priority: Option<u8>,
         /// What happens to missed firings.
         pub catch_up: CatchUpWire,
         /// Whether it is paused.
@@ -193,6 +209,8 @@ impl ScheduleView {
             body_base64: body.base64,
             body_encoding: body.encoding,
             attributes: s.spec.attributes.clone(),
+            key: s.spec.key.as_ref().map(|k| k.as_str().to_owned()),
+            priority: s.spec.priority,
             catch_up: s.spec.catch_up.into(),
             paused: s.spec.paused,
             created_at: rfc3339(s.created_at),

@@ -1035,13 +1035,14 @@ class Client:
         self, name: str, queue: str, body: Any, *, cron: Optional[str] = None,
         timezone: Optional[str] = None, every: Optional[float] = None,
         attributes: Optional[Mapping[str, str]] = None, catch_up: str = "none",
-        paused: bool = False,
+        paused: bool = False, key: Optional[str] = None, priority: Optional[int] = None,
     ) -> Schedule:
         """Creates schedule ``name`` or replaces it: ``body`` is enqueued into ``queue`` on
         ``cron`` (5 fields, read in ``timezone``, default UTC) or ``every`` seconds (at least
         1). ``catch_up`` is ``none``, ``one`` or ``all``: what happens to firings missed while
         no broker ran or the schedule was paused. Needs a key that may manage and send to
-        the queue. The same trigger keeps its progress; a new one starts counting now."""
+        the queue. The same trigger keeps its progress; a new one starts counting now.
+        ``key`` and ``priority`` (0 – 9) are those of every message it enqueues."""
         if (cron is None) == (every is None):
             raise InvalidInput("give either cron or every")
         req: Dict[str, Any] = {"queue": _queue(queue), "catch_up": catch_up, "paused": paused}
@@ -1054,6 +1055,10 @@ class Client:
             req["every_ms"] = _ms(every, "every")
         if attributes:
             req["attributes"] = dict(attributes)
+        if key is not None:
+            req["key"] = key
+        if priority is not None:
+            req["priority"] = priority
         return Schedule.from_wire(self._json("PUT", f"/v1/schedules/{_schedule(name)}", json_body=req))
 
     def list_schedules(self) -> List[Schedule]:

@@ -1238,6 +1238,10 @@ class Schedule:
     timezone: Optional[str] = None
     every_ms: Optional[int] = None
     last_fired: Optional[str] = None
+    #: The key of every message it enqueues, if it gives one.
+    key: Optional[str] = None
+    #: The priority of every message it enqueues, if it names one.
+    priority: Optional[int] = None
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Schedule":
@@ -1262,4 +1266,6 @@ class Schedule:
             timezone=d.get("timezone"),
             every_ms=d.get("every_ms"),
             last_fired=d.get("last_fired"),
+            key=d.get("key"),
+            priority=d.get("priority"),
         )

@@ -47,9 +47,10 @@ mod schedules;
 pub use schedules::{
     schedule_bad_specs_and_unknown_queue_are_refused, schedule_changed_trigger_reanchors,
     schedule_duplicate_firing_answers_the_first, schedule_fire_step_enqueues_the_firing,
-    schedule_full_queue_refuses_the_step, schedule_put_get_list_delete,
-    schedule_skip_step_counts_missed, schedule_stale_step_changes_nothing,
-    schedule_step_for_a_deleted_queue_is_missed, schedule_survives_restart,
+    schedule_firings_carry_key_and_priority, schedule_full_queue_refuses_the_step,
+    schedule_put_get_list_delete, schedule_skip_step_counts_missed,
+    schedule_stale_step_changes_nothing, schedule_step_for_a_deleted_queue_is_missed,
+    schedule_survives_restart,
 };
 
 mod summary;

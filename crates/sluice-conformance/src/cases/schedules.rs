@@ -17,6 +17,8 @@ fn every(queue: &QueueName, every_ms: u64) -> ScheduleSpec {
         queue: queue.clone(),
         body: Body::json(r#"{"report":"daily"}"#),
         attributes: attrs(&[("tenant", "t1")]),
+        key: None,
+        priority: None,
         catch_up: CatchUp::None,
         paused: false,
     }
@@ -445,4 +447,56 @@ pub async fn schedule_survives_restart(h: &dyn Harness) {
     let s = get(&e, "tick").await;
     assert_eq!((s.last_fired, s.fired, s.missed), (Some(t2), 2, 1));
     assert_eq!(depth(&e, &q).await, 2);
+}
+
+/// A schedule's `key` and `priority` are those of every message it enqueues: the message
+/// shows them, before and after a restart, and a firing at priority 9 is delivered ahead of an
+/// older message at the queue's default; a priority out of range is refused at put.
+pub async fn schedule_firings_carry_key_and_priority(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e.queue("reports", QueueConfigPatch::default()).await;
+    let older = e.send_text(&q, "older").await;
+    let acme = sluice_core::MessageKey::new("acme").expect("a valid key");
+    let spec = ScheduleSpec {
+        key: Some(acme.clone()),
+        priority: Some(9),
+        ..every(&q, 60_000)
+    };
+    let (s, _) = put(&e, "tenant-sync", spec.clone()).await;
+    assert_eq!(s.spec, spec);
+    e.advance(secs(60));
+    let StepOutcome::Fired { id } = step(&e, "tenant-sync", fire(None, e.now())).await else {
+        panic!("a fire step answers Fired");
+    };
+    let m = e.store.get_message(id).await.expect("the firing's message");
+    assert_eq!((m.key.as_ref(), m.priority), (Some(&acme), Some(9)));
+
+    let e = e.restart(h).await;
+    let m = e
+        .store
+        .get_message(id)
+        .await
+        .expect("the firing after a restart");
+    assert_eq!(
+        (m.key.as_ref(), m.priority),
+        (Some(&acme), Some(9)),
+        "after a restart"
+    );
+    let ds = e.recv(&q, 1).await;
+    assert_eq!(
+        ds[0].id, id,
+        "priority 9 goes before the older message at 4"
+    );
+    assert_eq!((ds[0].key.as_ref(), ds[0].priority), (Some(&acme), 9));
+    assert_eq!(e.recv(&q, 1).await[0].id, older);
+
+    let bad = ScheduleSpec {
+        priority: Some(10),
+        ..every(&q, 60_000)
+    };
+    assert_code(
+        e.store.put_schedule(&sn("too-urgent"), bad).await,
+        ErrorCode::InvalidArgument,
+        "a priority above 9",
+    );
 }

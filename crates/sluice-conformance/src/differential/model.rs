@@ -217,6 +217,10 @@ pub struct Sched {
     pub body: Body,
     /// Attributes.
     pub attributes: BTreeMap<String, String>,
+    /// The key of its messages.
+    pub key: Option<String>,
+    /// The priority of its messages.
+    pub priority: Option<u8>,
     /// Created.
     pub created_at: i64,
     /// Updated.

@@ -215,6 +215,8 @@ pub enum Op {
         queue: u8,
         body: BodySpec,
         attributes: Vec<(String, String)>,
+        /// The key and priority of its messages (priority 10 is refused).
+        tag: (Option<String>, Option<u8>),
     },
     /// `delete_schedule`.
     DeleteSchedule { name: u8 },
@@ -515,13 +517,24 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(job, control)| Op::ControlRedrive { job, control }),
     ];
     let rest = prop_oneof![
-        1 => (0u8..2, prop::sample::select(vec![1000u64, 60_000]), queue(), body_spec(), attrs())
-            .prop_map(|(name, every_ms, queue, body, attributes)| Op::PutSchedule {
+        1 => (
+            0u8..2,
+            prop::sample::select(vec![1000u64, 60_000]),
+            queue(),
+            body_spec(),
+            attrs(),
+            (
+                prop::option::weighted(0.4, prop::sample::select(vec!["k1", "k2"]).prop_map(str::to_owned)),
+                prop::option::weighted(0.3, prop_oneof![8 => 0u8..10, 1 => Just(10u8)]),
+            )
+        )
+            .prop_map(|(name, every_ms, queue, body, attributes, tag)| Op::PutSchedule {
                 name,
                 every_ms,
                 queue,
                 body,
-                attributes
+                attributes,
+                tag
             }),
         1 => (0u8..2).prop_map(|name| Op::DeleteSchedule { name }),
         2 => (0u8..2, prop::sample::select(vec![1u64, 1000, 5000]), any::<bool>(), 0u64..3, prop::bool::weighted(0.15))

@@ -136,6 +136,13 @@ pub struct ScheduleSpec {
     pub body: Body,
     /// Attributes of each message (besides `schedule` and `scheduled_for`).
     pub attributes: Attributes,
+    /// The key of each message (the tenant it runs for): fair delivery and the queue's
+    /// per-key limits treat it as any message of that key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<crate::fair::MessageKey>,
+    /// The priority of each message, 0 – 9; `None`: the queue's `default_priority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
     /// What happens to missed firings.
     pub catch_up: CatchUp,
     /// A paused schedule fires nothing.
@@ -181,6 +188,8 @@ impl Schedule {
             attributes,
             delay: Some(std::time::Duration::ZERO),
             dedup_id: Some(format!("schedule:{}:{kind}:{}", self.name, at.as_millis())),
+            key: self.spec.key.clone(),
+            priority: self.spec.priority,
             ..NewMessage::new(self.spec.body.clone())
         }
     }
@@ -210,6 +219,8 @@ pub enum FireOutcome {
 pub fn validate_spec(spec: &ScheduleSpec) -> Result<(), StoreError> {
     NewMessage {
         attributes: spec.attributes.clone(),
+        key: spec.key.clone(),
+        priority: spec.priority,
         ..NewMessage::new(spec.body.clone())
     }
     .validate()?;

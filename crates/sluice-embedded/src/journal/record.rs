@@ -312,6 +312,19 @@ pub(crate) struct TagRecord {
     pub priority: Option<u8>,
 }
 
+impl TagRecord {
+    /// The tag of a firing's message: the key and priority its schedule gives it (a
+    /// [`Record::Firing`] carries the schedule as it was when it fired, so replay finds them
+    /// there), or `None` when it gives neither.
+    pub(crate) fn of_firing(s: &sluice_core::schedule::Schedule) -> Option<TagRecord> {
+        (s.spec.key.is_some() || s.spec.priority.is_some()).then(|| TagRecord {
+            group: None,
+            key: s.spec.key.as_ref().map(|k| k.as_str().to_owned()),
+            priority: s.spec.priority,
+        })
+    }
+}
+
 /// When a completed message was sent and entered the queue it completed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Times {

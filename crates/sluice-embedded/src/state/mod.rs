@@ -277,7 +277,8 @@ impl State {
                 self.apply_message(message, loc, len, tag.group.as_ref(), Some(tag));
             }
             Record::Firing { message, schedule } => {
-                self.apply_message(message, loc, len, None, None);
+                let tag = TagRecord::of_firing(&schedule.0);
+                self.apply_message(message, loc, len, None, tag.as_ref());
                 self.schedules
                     .insert(schedule.0.name.to_string(), schedule.0.clone());
             }

@@ -169,6 +169,7 @@ pub(super) fn apply(doc: &mut Value) {
         {"type": "string", "pattern": "\\u0000"},
     ]});
     set("ScheduleRequest", "attributes", schedule_attributes);
+    set("ScheduleRequest", "key", group());
     set(
         "ScheduleRequest",
         "every_ms",

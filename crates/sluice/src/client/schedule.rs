@@ -84,6 +84,14 @@ struct PutArgs {
     /// An attribute of each message (repeatable).
     #[arg(long = "attr", value_name = "KEY=VALUE", value_parser = parse_attr)]
     attrs: Vec<(String, String)>,
+    /// The key of each message (the tenant it runs for; 1 – 128 characters): fair delivery
+    /// and per-key limits treat it as any message of that key.
+    #[arg(long, value_name = "KEY")]
+    key: Option<String>,
+    /// The priority of each message, 0 – 9 (9 most urgent) [default: the queue's
+    /// default-priority].
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u8).range(0..=9))]
+    priority: Option<u8>,
     /// What to do with firings missed while no broker ran or the schedule was paused.
     #[arg(long, value_enum, default_value = "none")]
     catch_up: CatchUpArg,
@@ -107,6 +115,8 @@ impl PutArgs {
             body: Some(body),
             body_base64: None,
             attributes: (!self.attrs.is_empty()).then(|| self.attrs.iter().cloned().collect()),
+            key: self.key.clone(),
+            priority: self.priority,
             catch_up: Some(match self.catch_up {
                 CatchUpArg::None => CatchUpWire::None,
                 CatchUpArg::One => CatchUpWire::One,
@@ -133,6 +143,8 @@ fn show(s: &ScheduleView) {
         ("name", s.name.clone()),
         ("trigger", trigger(s)),
         ("queue", s.queue.clone()),
+        ("key", or_dash(s.key.clone())),
+        ("priority", or_dash(s.priority.map(|p| p.to_string()))),
         ("catch up", format!("{:?}", s.catch_up).to_lowercase()),
         ("paused", s.paused.to_string()),
         (

@@ -164,8 +164,9 @@ impl Run<'_> {
                 queue,
                 body: b,
                 attributes,
+                tag,
             } => {
-                self.put_schedule(*name, *every_ms, *queue, b, attributes)
+                self.put_schedule(*name, *every_ms, *queue, b, attributes, tag)
                     .await?
             }
             Op::DeleteSchedule { name } => {
@@ -598,6 +599,7 @@ impl Run<'_> {
         queue: u8,
         b: &BodySpec,
         attributes: &[(String, String)],
+        (key, priority): &(Option<String>, Option<u8>),
     ) -> Result<(), String> {
         let now = self.now();
         let n = ScheduleName::new(crate::differential::ops::SCHEDULES[name as usize % 2])
@@ -607,12 +609,15 @@ impl Run<'_> {
             queue: qn(queue),
             body: body(b),
             attributes: attributes.iter().cloned().collect(),
+            key: key_filter(key.as_deref()),
+            priority: *priority,
             catch_up: CatchUp::None,
             paused: false,
         };
         let got = self.s().put_schedule(&n, spec.clone()).await;
         let probe = NewMessage {
             attributes: spec.attributes.clone(),
+            priority: *priority,
             ..NewMessage::new(spec.body.clone())
         };
         let reserved = spec.attributes.contains_key("schedule")
@@ -640,6 +645,8 @@ impl Run<'_> {
                 queue: spec.queue.to_string(),
                 body: spec.body.clone(),
                 attributes: spec.attributes.clone(),
+                key: key.clone(),
+                priority: *priority,
                 updated_at: now,
                 ..p
             },
@@ -648,6 +655,8 @@ impl Run<'_> {
                 queue: spec.queue.to_string(),
                 body: spec.body.clone(),
                 attributes: spec.attributes.clone(),
+                key: key.clone(),
+                priority: *priority,
                 created_at: p.as_ref().map_or(now, |p| p.created_at),
                 updated_at: now,
                 anchor: now,
@@ -773,7 +782,7 @@ impl Run<'_> {
             attributes,
             0,
             Some(dedup),
-            (None, None, None),
+            (None, sched.key.clone(), sched.priority),
             now,
         );
         ensure!(got_mid == mid, "model id {got_mid} for engine's {mid}");
@@ -782,7 +791,7 @@ impl Run<'_> {
     }
 }
 
-/// The store's key filter for a key the test names (always a valid key).
+/// The store's key for a key the test names (always a valid key).
 fn key_filter(key: Option<&str>) -> Option<sluice_core::MessageKey> {
     key.map(|k| sluice_core::MessageKey::new(k).expect("the test's filter keys are valid"))
 }

@@ -122,6 +122,8 @@ pub(crate) fn schedule() -> sluice_core::schedule::Schedule {
             queue: sluice_core::QueueName::new("jobs").unwrap(),
             body: Body::binary(vec![1u8, 2, 255]),
             attributes: [("k".to_string(), "v".to_string())].into(),
+            key: None,
+            priority: None,
             catch_up: CatchUp::One,
             paused: false,
         },
