@@ -434,30 +434,6 @@ def test_summary_counts_the_whole_dlq(client: sluice.Client, queue: str) -> None
     assert e.value.code is ErrorCode.INVALID_ARGUMENT and "attribute:NAME" in str(e.value)
 
 
-def test_dead_letters_by_key_counted_listed_and_redriven(client: sluice.Client, queue: str) -> None:
-    client.put_queue(queue, max_receive_count=1)
-    for i, tenant in enumerate(["acme", "acme", "acme", "globex", None]):
-        client.send(queue, {"n": i}, key=tenant)
-    for d in client.receive(queue, max=5, wait=1):
-        client.reject(queue, d.receipt, error="upstream refused")
-    dlq = f"{queue}.dlq"
-    s = client.summary(dlq, group_by="key")
-    assert [(g.key, g.count) for g in s.groups] == [("acme", 3), ("globex", 1), (None, 1)]
-    assert client.summary(dlq, group_by="reason", key="globex").total == 1
-    page = client.browse(dlq, key="acme")
-    assert sorted(m.body["n"] for m in page.messages) == [0, 1, 2]
-    job = client.create_redrive(dlq, filter=sluice.RedriveFilter(key="acme"))
-    assert job.filter.key == "acme"
-    wait_until(lambda: client.get_redrive(job.id).state == "completed", what="the redrive by key")
-    assert client.get_redrive(job.id).moved == 3
-    assert [(g.key, g.count) for g in client.summary(dlq, group_by="key").groups] == [
-        ("globex", 1), (None, 1)
-    ]
-    with pytest.raises(ApiError) as e:
-        client.browse(dlq, key="a\u0001b")
-    assert e.value.code is ErrorCode.INVALID_ARGUMENT and "key" in str(e.value)
-
-
 def test_redrive_and_audit(client: sluice.Client, queue: str) -> None:
     client.put_queue(queue, max_receive_count=1)
     ids = [r.id for r in client.send_batch(queue, [{"n": i} for i in range(4)])]
@@ -629,16 +605,6 @@ def test_schedules_put_read_pause_trigger_and_delete(client: sluice.Client, queu
     assert got[0].id == sent and got[0].attributes["schedule"] == "py-nightly"
     with pytest.raises(sluice.InvalidInput):
         client.put_schedule("x", queue, 1)
-    # A tenant's schedule: every message it enqueues carries its key and priority.
-    t = client.put_schedule("py-tenant", queue, {"task": "sync"}, every=60, key="acme", priority=7)
-    assert (t.key, t.priority) == ("acme", 7)
-    client.trigger_schedule("py-tenant")
-    [d] = client.receive(queue, max=1, wait=1)
-    assert (d.key, d.priority) == ("acme", 7)
-    with pytest.raises(ApiError) as e:
-        client.put_schedule("py-bad", queue, 1, every=60, priority=12)
-    assert e.value.code is ErrorCode.INVALID_ARGUMENT
-    client.delete_schedule("py-tenant")
     client.delete_schedule("py-nightly")
     with pytest.raises(ApiError) as e:
         client.get_schedule("py-nightly")

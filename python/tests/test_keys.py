@@ -6,6 +6,7 @@ import pytest
 
 import sluice
 from sluice import ApiError, ErrorCode
+from conftest import wait_until
 
 
 def test_keys_and_priorities_order_deliveries(client: sluice.Client, queue: str) -> None:
@@ -73,3 +74,40 @@ def test_keys_lists_what_each_tenant_holds(client: sluice.Client, queue: str) ->
     with pytest.raises(ApiError) as e:
         client.keys(queue, limit=0)
     assert e.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_dead_letters_by_key_counted_listed_and_redriven(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue, max_receive_count=1)
+    for i, tenant in enumerate(["acme", "acme", "acme", "globex", None]):
+        client.send(queue, {"n": i}, key=tenant)
+    for d in client.receive(queue, max=5, wait=1):
+        client.reject(queue, d.receipt, error="upstream refused")
+    dlq = f"{queue}.dlq"
+    s = client.summary(dlq, group_by="key")
+    assert [(g.key, g.count) for g in s.groups] == [("acme", 3), ("globex", 1), (None, 1)]
+    assert client.summary(dlq, group_by="reason", key="globex").total == 1
+    page = client.browse(dlq, key="acme")
+    assert sorted(m.body["n"] for m in page.messages) == [0, 1, 2]
+    job = client.create_redrive(dlq, filter=sluice.RedriveFilter(key="acme"))
+    assert job.filter.key == "acme"
+    wait_until(lambda: client.get_redrive(job.id).state == "completed", what="the redrive by key")
+    assert client.get_redrive(job.id).moved == 3
+    assert [(g.key, g.count) for g in client.summary(dlq, group_by="key").groups] == [
+        ("globex", 1), (None, 1)
+    ]
+    with pytest.raises(ApiError) as e:
+        client.browse(dlq, key="a\u0001b")
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT and "key" in str(e.value)
+
+
+def test_a_schedules_messages_carry_its_key_and_priority(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue)
+    t = client.put_schedule("py-tenant", queue, {"task": "sync"}, every=60, key="acme", priority=7)
+    assert (t.key, t.priority) == ("acme", 7)
+    client.trigger_schedule("py-tenant")
+    [d] = client.receive(queue, max=1, wait=1)
+    assert (d.key, d.priority) == ("acme", 7)
+    with pytest.raises(ApiError) as e:
+        client.put_schedule("py-bad", queue, 1, every=60, priority=12)
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT
+    client.delete_schedule("py-tenant")

@@ -4,8 +4,8 @@
 //!
 //! Rules every engine follows:
 //! - a message's key is `None` (JSON `null`) when it has no value for it: no last error, no
-//!   dead-letter information, no source queue, no message key, no such attribute. `None` is its own group; an
-//!   empty error string is the group `""`, distinct from it;
+//!   dead-letter information, no source queue, no message key, no such attribute. `None` is
+//!   its own group; an empty error string is the group `""`, distinct from it;
 //! - a message's time is when it was dead-lettered, or, without dead-letter information, when
 //!   it was first sent; a group's `first_at` and `last_at` are the earliest and latest of these;
 //! - a group's `sample_id` is its smallest message id (ids grow with send time);

@@ -27,6 +27,13 @@ async fn dead_letters(s: &common::TestServer, queue: &str, n: usize, error: &str
     let msgs: Vec<Value> = (0..n)
         .map(|i| json!({"body": {"n": i}, "attributes": {"tenant": format!("t{}", i % 2)}}))
         .collect();
+    reject_sent(s, queue, msgs, error).await;
+}
+
+/// `msgs` (send request messages) sent to `queue` (one attempt allowed), received and rejected
+/// with `error`.
+async fn reject_sent(s: &common::TestServer, queue: &str, msgs: Vec<Value>, error: &str) {
+    let n = msgs.len();
     let (code, v) = s
         .call(
             Method::POST,

@@ -162,8 +162,8 @@ impl SummaryQuery {
 /// One group of a summary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SummaryGroupView {
-    /// The key: the error text, reason, source queue, message key or attribute value; `null` for messages
-    /// without one.
+    /// The key: the error text, reason, source queue, message key or attribute value; `null`
+    /// for messages without one.
     pub key: Option<String>,
     /// Messages in the group.
     pub count: u64,

@@ -23,6 +23,16 @@ fn bench(url: &str, args: &[&str]) -> Output {
         .expect("run sluice bench")
 }
 
+/// The JSON report of a run that must have succeeded.
+fn json_report(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
+}
+
 /// A run of 3,000 messages in batches of 10, all of it measured; returns its JSON report.
 fn bounded_run(url: &str, extra: &[&str]) -> Value {
     let mut args = vec![
@@ -109,12 +119,7 @@ fn bench_push_times_a_backlog_pushed_to_its_own_endpoint() {
             "--json",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let report = json_report(&out);
     assert_eq!(report["mode"], "push", "{report}");
     assert_eq!(report["messages"], 500, "{report}");
     assert!(
@@ -147,12 +152,7 @@ fn noisy_neighbour_measures_quiet_keys_with_and_without_keys() {
             "--json",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let report = json_report(&out);
     let runs = report.as_array().expect("one outcome per mode");
     assert_eq!(runs.len(), 2, "{report:#}");
     let (keyed, unkeyed) = (&runs[0], &runs[1]);

@@ -686,46 +686,6 @@ fn schedule_put_list_show_trigger_pause_and_delete() {
         2,
     );
     assert!(err.contains("--body must be JSON"), "{err}");
-    // A tenant's schedule: its messages carry its key and priority.
-    let v = json(
-        u,
-        &[
-            "schedule",
-            "put",
-            "acme-sync",
-            "--queue",
-            "sweeps",
-            "--every",
-            "15m",
-            "--key",
-            "acme",
-            "--priority",
-            "6",
-        ],
-    );
-    assert_eq!(
-        (&v["key"], &v["priority"]),
-        (&"acme".into(), &6.into()),
-        "{v}"
-    );
-    let shown = ok(u, &["schedule", "show", "acme-sync"]);
-    assert!(shown.contains("acme"), "{shown}");
-    fails(
-        u,
-        &[
-            "schedule",
-            "put",
-            "x",
-            "--queue",
-            "sweeps",
-            "--every",
-            "1m",
-            "--priority",
-            "10",
-        ],
-        2,
-    );
-    ok(u, &["schedule", "delete", "acme-sync"]);
     ok(u, &["schedule", "delete", "nightly"]);
     fails(u, &["schedule", "show", "nightly"], 3);
 }

@@ -20,9 +20,9 @@ use crate::store::Inner;
 
 /// Counts the queue's messages by the request's key.
 ///
-/// Long because the statement is assembled from the request (grouping key, the dead letters, the
-/// other rows only when the queue holds some) and its placeholders `$1` to `$10` are bound here too,
-/// beside their use.
+/// Long because the statement is assembled from the request (grouping key, the dead letters,
+/// the other rows only when the queue holds some) and its placeholders `$1` to `$10` are bound
+/// here too, beside their use.
 pub(crate) async fn summarize(
     inner: &Inner,
     queue: &QueueName,

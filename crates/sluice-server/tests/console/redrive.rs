@@ -176,30 +176,7 @@ async fn a_tenants_dead_letters_are_grouped_by_key_and_redriven_alone() {
         .iter()
         .map(|k| json!({"body": {"tenant": k}, "key": k}))
         .collect();
-    let (code, v) = s
-        .call(
-            Method::POST,
-            "/v1/queues/tenants/messages",
-            Some(json!({"messages": msgs})),
-        )
-        .await;
-    assert_eq!(code, 201, "{v}");
-    for m in s
-        .receive(
-            "tenants",
-            json!({"max": 4, "visibility_timeout_ms": 60_000}),
-        )
-        .await
-    {
-        let (code, v) = s
-            .call(
-                Method::POST,
-                "/v1/queues/tenants/reject",
-                Some(json!({"receipt": m["receipt"], "error": "account suspended"})),
-            )
-            .await;
-        assert_eq!(code, 200, "{v}");
-    }
+    reject_sent(&s, "tenants", msgs, "account suspended").await;
 
     b.client
         .goto(&s.url("/#/dlq/tenants.dlq"))

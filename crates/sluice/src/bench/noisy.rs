@@ -121,7 +121,8 @@ pub(super) async fn bench(
         return Ok(());
     }
     println!(
-        "noisy neighbour: {} waiting on one key, {} quiet keys at 1/s, {} consumers, batch {}, {:?} of work a message",
+        "noisy neighbour: {} waiting on one key, {} quiet keys at 1/s, {} consumers, \
+         batch {}, {:?} of work a message",
         args.noisy_backlog, args.quiet_keys, args.consumers, args.batch, args.work
     );
     println!(

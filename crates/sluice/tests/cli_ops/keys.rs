@@ -74,3 +74,73 @@ fn keys_lists_each_tenant_with_its_weight_and_limit() {
     let err = fails(u, &["keys", "nope"], 3);
     assert!(err.contains("nope"), "{err}");
 }
+
+/// `schedule put --key --priority`: every message the schedule enqueues carries them.
+#[test]
+fn a_schedule_gives_its_messages_a_key_and_a_priority() {
+    let b = broker();
+    let u = b.url.as_str();
+    ok(u, &["queue", "create", "sweeps"]);
+    let v = json(
+        u,
+        &[
+            "schedule",
+            "put",
+            "acme-sync",
+            "--queue",
+            "sweeps",
+            "--every",
+            "15m",
+            "--key",
+            "acme",
+            "--priority",
+            "6",
+        ],
+    );
+    assert_eq!(
+        (&v["key"], &v["priority"]),
+        (&"acme".into(), &6.into()),
+        "{v}"
+    );
+    let shown = ok(u, &["schedule", "show", "acme-sync"]);
+    assert!(shown.contains("acme"), "{shown}");
+    fails(
+        u,
+        &[
+            "schedule",
+            "put",
+            "x",
+            "--queue",
+            "sweeps",
+            "--every",
+            "1m",
+            "--priority",
+            "10",
+        ],
+        2,
+    );
+    ok(u, &["schedule", "delete", "acme-sync"]);
+    ok(
+        u,
+        &[
+            "schedule",
+            "put",
+            "acme-now",
+            "--queue",
+            "sweeps",
+            "--every",
+            "1h",
+            "--key",
+            "acme",
+            "--priority",
+            "6",
+        ],
+    );
+    ok(u, &["schedule", "trigger", "acme-now"]);
+    let got = json(u, &["receive", "sweeps"]);
+    assert_eq!(
+        (&got["messages"][0]["key"], &got["messages"][0]["priority"]),
+        (&"acme".into(), &6.into()),
+        "{got}"
+    );
+}
