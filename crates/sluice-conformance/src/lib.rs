@@ -170,6 +170,7 @@ macro_rules! __sluice_conformance_cases {
             keys_and_priorities_outlive_retries_dead_letters_and_restarts,
             keys_and_priorities_are_checked,
             key_limits_hold_a_key_not_the_others,
+            a_held_keys_backlog_does_not_hide_another_key,
             keys_listing_counts_each_key,
             reading_of_a_steady_drain,
             reading_of_a_backlog_held_by_a_rate_limit,

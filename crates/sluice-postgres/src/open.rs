@@ -92,12 +92,16 @@ fn pool_of(
         .map_err(|e| OpenError::Pool(e.to_string()))
 }
 
-/// The `SET` statements a new connection runs before its first use: the schema, then the
-/// `settings` of its pool. They are set after connecting rather than passed as the startup
-/// `options` parameter, which connection poolers such as PgBouncer refuse or drop.
+/// The `SET` statements a new connection runs before its first use: the schema, JIT off,
+/// then the `settings` of its pool. They are set after connecting rather than passed as the
+/// startup `options` parameter, which connection poolers such as PgBouncer refuse or drop.
+///
+/// JIT compilation is for long analytical queries: the engine's statements run in well under
+/// a millisecond, and compiling one whose estimated cost crosses `jit_above_cost` (a skip scan
+/// over a large queue's groups or keys, planned for the worst case) took 10 – 25 ms each time.
 fn session_setup(schema: &str, settings: &[(&str, &str)]) -> String {
     let mut sql = format!(
-        "SET search_path TO {}",
+        "SET search_path TO {}; SET jit TO off",
         crate::db::schema::quote_ident(schema)
     );
     for (name, value) in settings {

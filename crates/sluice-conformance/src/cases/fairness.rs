@@ -309,6 +309,55 @@ pub async fn key_limits_hold_a_key_not_the_others(h: &dyn Harness) {
     );
 }
 
+/// A key at its limit whose long backlog ranks ahead of another key's message does not hide
+/// it: the other key's message is delivered, once, and nothing more of the held key.
+pub async fn a_held_keys_backlog_does_not_hide_another_key(h: &dyn Harness) {
+    let e = env(h).await;
+    let q = e
+        .queue(
+            "held",
+            QueueConfigPatch {
+                key_limits: Some(Some(sluice_core::fair::KeyLimits {
+                    max_in_flight: Some(1),
+                    overrides: BTreeMap::new(),
+                })),
+                // The noisy key's messages go 2 passes apart, the quiet key's 2,520: the quiet
+                // key's second message ranks behind about 1,260 of the noisy key's.
+                key_weights: Some(BTreeMap::from([("noisy".to_owned(), 1000)])),
+                visibility_timeout: Some(secs(600)),
+                ..QueueConfigPatch::default()
+            },
+        )
+        .await;
+    for part in 0..3 {
+        e.send_batch(
+            &q,
+            (0..500)
+                .map(|i| keyed(&format!("n{}", part * 500 + i), "noisy"))
+                .collect(),
+        )
+        .await;
+    }
+    e.send_batch(&q, vec![keyed("q1", "quiet"), keyed("q2", "quiet")])
+        .await;
+    let first = e.recv(&q, 10).await;
+    let mut got = bodies(&first);
+    got.sort();
+    assert_eq!(got, ["n0", "q1"], "each key up to its limit of one");
+    let q1 = first
+        .iter()
+        .find(|d| d.key == Some(key("quiet")))
+        .expect("the quiet key's delivery");
+    e.ack(&q, q1.receipt).await.expect("ack");
+    let next = e.recv(&q, 10).await;
+    assert_eq!(
+        bodies(&next),
+        ["q2"],
+        "the quiet key's second message, behind the held key's backlog"
+    );
+    e.recv_none(&q, "both keys at their limit").await;
+}
+
 /// Keys, priorities and the settings that rank them are checked: a key of 1 – 128
 /// characters without control characters, a priority and a default of 0 – 9, weights of
 /// 1 – 1000.

@@ -8,7 +8,8 @@
 //! stepping over the keys at their limit, and the fronts of FIFO groups the same way.
 //!
 //! Cost: the count reads every leased row of the queue, and a receive steps over the waiting
-//! messages of the keys at their limit that come first in rank order.
+//! messages of the keys at their limit that come first in rank order: a page of them at most,
+//! then it goes on from the first row of a key with room (a probe per waiting key).
 
 use std::collections::HashMap;
 

@@ -79,38 +79,105 @@ pub(crate) async fn lease_ranked(
         return deliveries(&rows, cfg, deadline, None, 9, 10);
     };
     let want = usize::try_from(n).unwrap_or(0);
-    let full = rooms.full();
+    let mut full = rooms.full();
     let mut ids = Vec::new();
     let mut after = (i64::MIN, i64::MIN);
     while ids.len() < want {
         let rows = tx
             .query(
-                "SELECT id, coalesce(fkey, ''), rank FROM messages
-                 WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
-                     AND coalesce(fkey, '') <> ALL($2)
-                     AND (rank, id) > ($3, $4)
-                 ORDER BY rank, id LIMIT $5",
+                CANDIDATES_SQL,
                 &[&q, &full, &after.0, &after.1, &CANDIDATES],
             )
             .await
             .map_err(|e| db(&e))?;
+        let Some(last) = rows.first() else { break };
+        after = (
+            last.try_get(3).map_err(corrupt)?,
+            last.try_get(4).map_err(corrupt)?,
+        );
+        let scanned: i64 = last.try_get(5).map_err(corrupt)?;
         let mut page = Vec::with_capacity(rows.len());
         for r in &rows {
-            let id: i64 = r.try_get(0).map_err(corrupt)?;
-            let key: String = r.try_get(1).map_err(corrupt)?;
-            after = (r.try_get(2).map_err(corrupt)?, id);
-            page.push((id, key));
+            if let Some(id) = r.try_get::<_, Option<i64>>(0).map_err(corrupt)? {
+                page.push((id, r.try_get::<_, String>(1).map_err(corrupt)?));
+            }
         }
-        ids.extend(rooms.fit(&page, want - ids.len()));
-        if i64::try_from(rows.len()).unwrap_or(0) < CANDIDATES {
+        let fitted = rooms.fit(&page, want - ids.len());
+        let none_fit = fitted.is_empty();
+        ids.extend(fitted);
+        if scanned < CANDIDATES {
             break;
+        }
+        full = rooms.full();
+        if none_fit {
+            // A whole page of keys at their limit: the rows behind may be theirs for a long
+            // way (one key's backlog, ranked closer together than a lighter key's). Go on from
+            // the first row of a key with room instead of reading the rest of theirs.
+            match first_rank_with_room(tx, q, &full, after.0).await? {
+                Some(rank) if rank > after.0 => after = (rank, i64::MIN),
+                Some(_) => {}
+                None => break,
+            }
         }
     }
     lease_ids(tx, cfg, now, &ids, deadline, takers).await
 }
 
-/// Candidate rows one look of a lease within key rooms reads.
+/// Rows one look of a lease within key rooms reads.
 const CANDIDATES: i64 = 256;
+
+/// The next `$5` waiting ranked rows of queue `$1` after `($3, $4)` in rank order, as
+/// `(id, key)` of those whose key is not in `$2`, each with the rank and id of the last row
+/// read and how many were read; one row of NULL candidates when every row read was of a key
+/// in `$2`, none when there was nothing to read. The read is bounded, so a long run of rows of
+/// keys at their limit costs a page, not the run.
+const CANDIDATES_SQL: &str = "
+    WITH scanned AS MATERIALIZED (
+        SELECT id, coalesce(fkey, '') AS k, rank FROM messages
+        WHERE queue = $1 AND state = 0 AND rank IS NOT NULL AND (rank, id) > ($3, $4)
+        ORDER BY rank, id LIMIT $5
+    ), last AS (
+        SELECT rank, id, count(*) OVER () AS n FROM scanned
+        ORDER BY rank DESC, id DESC LIMIT 1
+    )
+    SELECT s.id, s.k, s.rank, l.rank, l.id, l.n
+    FROM last l LEFT JOIN scanned s ON s.k <> ALL($2)
+    ORDER BY s.rank, s.id";
+
+/// The lowest rank at or after `from` among the waiting ranked rows of queue `q` whose key is
+/// not in `full`; `None` when there is none. One probe per key with such rows (a skip scan of
+/// `messages_key_ranks`), so it costs what the number of waiting keys costs, not what the
+/// backlogs of the keys in `full` do.
+async fn first_rank_with_room(
+    tx: &impl GenericClient,
+    q: &str,
+    full: &[String],
+    from: i64,
+) -> Result<Option<i64>, StoreError> {
+    tx.query_one(
+        "WITH RECURSIVE keys(k) AS (
+             (SELECT coalesce(fkey, '') FROM messages
+              WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
+              ORDER BY coalesce(fkey, '') LIMIT 1)
+             UNION ALL
+             SELECT (SELECT coalesce(fkey, '') FROM messages
+                     WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
+                         AND coalesce(fkey, '') > keys.k
+                     ORDER BY coalesce(fkey, '') LIMIT 1)
+             FROM keys WHERE keys.k IS NOT NULL
+         )
+         SELECT min((SELECT rank FROM messages
+                     WHERE queue = $1 AND state = 0 AND rank IS NOT NULL
+                         AND coalesce(fkey, '') = keys.k AND rank >= $3
+                     ORDER BY rank LIMIT 1))
+         FROM keys WHERE keys.k IS NOT NULL AND keys.k <> ALL($2)",
+        &[&q, &full, &from],
+    )
+    .await
+    .map_err(|e| db(&e))?
+    .try_get(0)
+    .map_err(corrupt)
+}
 
 /// Leases the waiting rows `ids` (chosen under the queue's row lock) until `deadline` for
 /// `takers`.
