@@ -92,16 +92,12 @@ fn pool_of(
         .map_err(|e| OpenError::Pool(e.to_string()))
 }
 
-/// The `SET` statements a new connection runs before its first use: the schema, JIT off,
-/// then the `settings` of its pool. They are set after connecting rather than passed as the
-/// startup `options` parameter, which connection poolers such as PgBouncer refuse or drop.
-///
-/// JIT compilation is for long analytical queries: the engine's statements run in well under
-/// a millisecond, and compiling one whose estimated cost crosses `jit_above_cost` (a skip scan
-/// over a large queue's groups or keys, planned for the worst case) took 10 – 25 ms each time.
+/// The `SET` statements a new connection runs before its first use: the schema, then the
+/// `settings` of its pool. They are set after connecting rather than passed as the startup
+/// `options` parameter, which connection poolers such as PgBouncer refuse or drop.
 fn session_setup(schema: &str, settings: &[(&str, &str)]) -> String {
     let mut sql = format!(
-        "SET search_path TO {}; SET jit TO off",
+        "SET search_path TO {}",
         crate::db::schema::quote_ident(schema)
     );
     for (name, value) in settings {
@@ -175,10 +171,13 @@ impl PostgresStore {
             options.connect_timeout,
         )?;
         // Leases commit without waiting for the WAL flush (see `hot/leases.rs`): their own
-        // connections have that as their session default, so a lease is one statement.
+        // connections have that as their session default, so a lease is one statement. And
+        // without JIT compilation: a receive's statements run in well under a millisecond, and
+        // compiling one whose estimated cost crossed `jit_above_cost` (the skip scan over a
+        // large queue's group lines, planned for the worst case) took 10 – 25 ms each time.
         let lease_pool = pool_of(
             config.clone(),
-            session_setup(&schema, &[("synchronous_commit", "off")]),
+            session_setup(&schema, &[("synchronous_commit", "off"), ("jit", "off")]),
             options.pool_size,
             options.connect_timeout,
         )?;
