@@ -196,6 +196,14 @@ impl StoreError {
         StoreError::InvalidArgument(msg.into())
     }
 
+    /// A page cursor that no page handed out (`InvalidArgument`), for every paged listing:
+    /// `also` says what else the caller may do, if anything.
+    pub fn bad_cursor(also: &str) -> Self {
+        StoreError::invalid(format!(
+            "cursor is malformed; pass next_cursor exactly as the previous page returned it{also}"
+        ))
+    }
+
     /// A dead-lettering (reject, or a move to the DLQ) of a message of `queue`, which has no
     /// dead-letter queue (code `conflict`).
     pub fn no_dead_letter_queue(queue: &str) -> Self {

@@ -148,11 +148,7 @@ impl fmt::Display for KeyCursor {
 impl std::str::FromStr for KeyCursor {
     type Err = StoreError;
     fn from_str(c: &str) -> Result<Self, StoreError> {
-        let bad = || {
-            StoreError::invalid(
-                "cursor is malformed; pass next_cursor exactly as the previous page returned it",
-            )
-        };
+        let bad = || StoreError::bad_cursor("");
         let mut parts = c.splitn(3, '.');
         let (Some(order), Some(measure), Some(key)) = (parts.next(), parts.next(), parts.next())
         else {

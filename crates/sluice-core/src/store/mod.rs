@@ -525,11 +525,7 @@ impl std::fmt::Display for BrowseCursor {
 impl std::str::FromStr for BrowseCursor {
     type Err = StoreError;
     fn from_str(c: &str) -> Result<Self, StoreError> {
-        let bad = || {
-            StoreError::invalid(
-                "cursor is malformed; pass next_cursor exactly as the previous page returned it",
-            )
-        };
+        let bad = || StoreError::bad_cursor("");
         let mut parts = c.splitn(3, '.');
         let (Some(part), Some(at), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(bad());

@@ -131,12 +131,7 @@ pub fn queue_cursor(last: &QueueName) -> String {
 /// The queue name a cursor continues after; anything [`queue_cursor`] does not hand out is
 /// refused (upper-case hex too, so the document's pattern is exact).
 fn decode_cursor(cursor: &str) -> Result<QueueName, StoreError> {
-    let bad = || {
-        StoreError::invalid(
-            "cursor is malformed; pass next_cursor exactly as the previous page returned it, \
-             or leave it out to start at the first queue",
-        )
-    };
+    let bad = || StoreError::bad_cursor(", or leave it out to start at the first queue");
     let digit = |c: u8| match c {
         b'0'..=b'9' => Some(c - b'0'),
         b'a'..=b'f' => Some(c - b'a' + 10),
