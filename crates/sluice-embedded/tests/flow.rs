@@ -14,17 +14,24 @@ use sluice_core::{
 };
 use sluice_embedded::{EmbeddedOptions, EmbeddedStore};
 
-fn open(dir: &std::path::Path, clock: &ManualClock) -> Checked<EmbeddedStore> {
-    EmbeddedStore::open(
-        dir,
-        EmbeddedOptions {
-            clock: Arc::new(clock.clone()),
-            maintenance_interval: Duration::from_secs(3600),
-            ..EmbeddedOptions::default()
-        },
-    )
-    .expect("open")
-    .0
+/// Opens the store in `dir`, waiting while the previous store's background task still holds
+/// the directory (it lets go a moment after the store is dropped).
+async fn open(dir: &std::path::Path, clock: &ManualClock) -> Checked<EmbeddedStore> {
+    let options = || EmbeddedOptions {
+        clock: Arc::new(clock.clone()),
+        maintenance_interval: Duration::from_secs(3600),
+        ..EmbeddedOptions::default()
+    };
+    for _ in 0..100 {
+        match EmbeddedStore::open(dir, options()) {
+            Ok((store, _)) => return store,
+            Err(sluice_embedded::OpenError::Locked(_)) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("open: {e}"),
+        }
+    }
+    panic!("data directory still locked after 2 s");
 }
 
 fn receive(max: u32) -> ReceiveRequest {
@@ -59,7 +66,7 @@ async fn an_open_breaker_survives_a_restart_and_turns_half_open_in_the_maintenan
     let clock = ManualClock::new(Timestamp(1_000_000_000));
     let q = QueueName::new("calls").expect("name");
     {
-        let store = open(dir.path(), &clock);
+        let store = open(dir.path(), &clock).await;
         store
             .put_queue(
                 &q,
@@ -99,7 +106,7 @@ async fn an_open_breaker_survives_a_restart_and_turns_half_open_in_the_maintenan
         // The round writes the state that changed to the catalog.
         store.engine().maintain().await.expect("maintain");
     }
-    let store = open(dir.path(), &clock);
+    let store = open(dir.path(), &clock).await;
     assert!(
         store
             .receive(&q, receive(10))
@@ -140,7 +147,7 @@ async fn new_bounds_move_the_learned_rate_and_removing_the_setting_drops_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let clock = ManualClock::new(Timestamp(1_000_000_000));
     let q = QueueName::new("paced").expect("name");
-    let store = open(dir.path(), &clock);
+    let store = open(dir.path(), &clock).await;
     let put = |a: Option<AdaptiveRate>| QueueConfigPatch {
         adaptive: Some(a),
         ..Default::default()
