@@ -98,6 +98,9 @@ def test_dead_letters_by_key_counted_listed_and_redriven(client: sluice.Client, 
     with pytest.raises(ApiError) as e:
         client.browse(dlq, key="a\u0001b")
     assert e.value.code is ErrorCode.INVALID_ARGUMENT and "key" in str(e.value)
+    with pytest.raises(ApiError) as e:
+        client.create_redrive(dlq, filter=sluice.RedriveFilter(key="a\u0001b"))
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT and "filter.key" in str(e.value)
 
 
 def test_a_schedules_messages_carry_its_key_and_priority(client: sluice.Client, queue: str) -> None:
@@ -110,4 +113,7 @@ def test_a_schedules_messages_carry_its_key_and_priority(client: sluice.Client, 
     with pytest.raises(ApiError) as e:
         client.put_schedule("py-bad", queue, 1, every=60, priority=12)
     assert e.value.code is ErrorCode.INVALID_ARGUMENT
+    with pytest.raises(ApiError) as e:
+        client.put_schedule("py-bad", queue, 1, every=60, key="")
+    assert e.value.code is ErrorCode.INVALID_ARGUMENT and "key" in str(e.value)
     client.delete_schedule("py-tenant")

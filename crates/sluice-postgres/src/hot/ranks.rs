@@ -92,10 +92,10 @@ pub(crate) async fn lease_ranked(
             .map_err(|e| db(&e))?;
         let Some(last) = rows.first() else { break };
         after = (
+            last.try_get(2).map_err(corrupt)?,
             last.try_get(3).map_err(corrupt)?,
-            last.try_get(4).map_err(corrupt)?,
         );
-        let scanned: i64 = last.try_get(5).map_err(corrupt)?;
+        let scanned: i64 = last.try_get(4).map_err(corrupt)?;
         let mut page = Vec::with_capacity(rows.len());
         for r in &rows {
             if let Some(id) = r.try_get::<_, Option<i64>>(0).map_err(corrupt)? {
@@ -140,7 +140,7 @@ const CANDIDATES_SQL: &str = "
         SELECT rank, id, count(*) OVER () AS n FROM scanned
         ORDER BY rank DESC, id DESC LIMIT 1
     )
-    SELECT s.id, s.k, s.rank, l.rank, l.id, l.n
+    SELECT s.id, s.k, l.rank, l.id, l.n
     FROM last l LEFT JOIN scanned s ON s.k <> ALL($2)
     ORDER BY s.rank, s.id";
 

@@ -12,6 +12,7 @@ use sluice_core::{
     Delivery, MessageId, NewMessage, QueueConfig, Receipt, SendOutcome, StoreError, Timestamp,
 };
 use tokio::sync::oneshot;
+use tokio_postgres::GenericClient;
 
 use crate::error::db;
 use crate::local::QueueLocal;
@@ -22,9 +23,9 @@ use crate::ops::send::{HandOff, INSERT_SQL, insert};
 /// Whether a plain send of `messages` is stored as a pack. Not on queues with global limits
 /// or governed ones, which count and lease rows only, nor with keys or priorities, which
 /// packs do not hold.
-fn packed(inner: &Inner, cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
+fn packed(inner: &Inner, cfg: &QueueConfig, messages: &[NewMessage], tagged: bool) -> bool {
     !crate::flow::limited(cfg)
-        && !messages.iter().any(crate::ops::send::is_tagged)
+        && !tagged
         && crate::hot::packs::packable(inner.pack_min, cfg.delay, messages)
 }
 
@@ -46,6 +47,8 @@ pub(crate) struct SendJob {
     delay: Duration,
     /// Whether it is stored as a pack.
     pack: bool,
+    /// Whether a message carries a key or a priority.
+    tagged: bool,
     reply: oneshot::Sender<Result<(Vec<SendOutcome>, bool), StoreError>>,
 }
 
@@ -62,8 +65,10 @@ pub(crate) async fn send_combined(
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
     validate_bodies_fit(cfg, &queue.name, &messages)?;
     let (reply, answer) = oneshot::channel();
+    let tagged = messages.iter().any(crate::ops::send::is_tagged);
     let job = SendJob {
-        pack: packed(inner, cfg, &messages),
+        pack: packed(inner, cfg, &messages, tagged),
+        tagged,
         messages,
         delay: cfg.delay,
         reply,
@@ -118,25 +123,14 @@ async fn write_batch(inner: &Arc<Inner>, queue: &Arc<QueueLocal>, jobs: Vec<Send
         .await;
         answer(queue, packed, written);
     }
-    let tagged = rows
-        .iter()
-        .any(|j| j.messages.iter().any(crate::ops::send::is_tagged));
-    if tagged {
+    if rows.iter().any(|j| j.tagged) {
         let written = write_tagged(inner, queue, &rows).await;
         answer(queue, rows, written);
     } else if !rows.is_empty() {
         let written = async {
-            let total: usize = rows.iter().map(|j| j.messages.len()).sum();
             let conn = inner.conn().await?;
-            let ids = inner.ids.draw(&**conn, total).await?;
+            let (ids, mut items) = numbered(inner, &**conn, &rows).await?;
             let stmt = conn.prepare_cached(INSERT_SQL).await.map_err(|e| db(&e))?;
-            let mut items = Vec::with_capacity(total);
-            let mut next_id = ids.iter().copied();
-            for j in &rows {
-                for m in &j.messages {
-                    items.push((m, next_id.next().unwrap_or_default(), j.delay));
-                }
-            }
             let now = inner.now();
             let handoff = claim_handoff(inner, queue, now, &mut items).await;
             let inserted = insert(
@@ -160,6 +154,24 @@ async fn write_batch(inner: &Arc<Inner>, queue: &Arc<QueueLocal>, jobs: Vec<Send
     }
 }
 
+/// The messages of `rows` in order, each with a fresh id and its send's delay, and the ids.
+async fn numbered<'a>(
+    inner: &Inner,
+    c: &impl GenericClient,
+    rows: &'a [SendJob],
+) -> Result<(Vec<i64>, Vec<(&'a NewMessage, i64, Duration)>), StoreError> {
+    let total: usize = rows.iter().map(|j| j.messages.len()).sum();
+    let ids = inner.ids.draw(c, total).await?;
+    let mut next_id = ids.iter().copied();
+    let mut items = Vec::with_capacity(total);
+    for j in rows {
+        for m in &j.messages {
+            items.push((m, next_id.next().unwrap_or_default(), j.delay));
+        }
+    }
+    Ok((ids, items))
+}
+
 /// Writes the sends of `rows`, some with keys or priorities, as one statement that ranks the
 /// messages deliverable at once (`crate::ops::send::insert_grouped`); no hand-off, so that a
 /// waiting receive takes them in rank order.
@@ -169,16 +181,8 @@ async fn write_tagged(
     rows: &[SendJob],
 ) -> Result<(Vec<i64>, i64, bool), StoreError> {
     let cfg = inner.config(queue).await?;
-    let total: usize = rows.iter().map(|j| j.messages.len()).sum();
     let conn = inner.conn().await?;
-    let ids = inner.ids.draw(&**conn, total).await?;
-    let mut next_id = ids.iter().copied();
-    let mut items = Vec::with_capacity(total);
-    for j in rows {
-        for m in &j.messages {
-            items.push((m, next_id.next().unwrap_or_default(), j.delay));
-        }
-    }
+    let (ids, items) = numbered(inner, &**conn, rows).await?;
     let (stored, visible_now) = crate::ops::send::insert_grouped(
         &**conn,
         &queue.name,
