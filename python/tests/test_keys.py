@@ -117,3 +117,21 @@ def test_a_schedules_messages_carry_its_key_and_priority(client: sluice.Client, 
         client.put_schedule("py-bad", queue, 1, every=60, key="")
     assert e.value.code is ErrorCode.INVALID_ARGUMENT and "key" in str(e.value)
     client.delete_schedule("py-tenant")
+
+
+def test_key_rates_hold_a_spent_key_not_the_others(client: sluice.Client, queue: str) -> None:
+    rate = {"limit": 2, "period_ms": 60000, "burst": 2}
+    q = client.put_queue(queue, key_limits={"rate_limit": rate})
+    assert q.config.key_limits == {"rate_limit": rate}
+    for k in ("a", "a", "a", "b"):
+        client.send(queue, k, key=k)
+    got = client.receive(queue, max=10)
+    assert sorted(d.key for d in got) == ["a", "a", "b"], "two of a in the minute, b its own"
+    for d in got:
+        client.ack(queue, d.receipt)
+    assert client.receive(queue, max=10) == [], "a spent its rate; acks do not give it back"
+    listed = {k.key: k for k in client.keys(queue).keys}
+    assert listed["a"].rate_limit == sluice.RateLimit(2, 60.0, 2)
+    with pytest.raises(ApiError) as e:
+        client.put_queue(queue, key_limits={"rate_limit": {"limit": 0, "period_ms": 1000}})
+    assert "key_limits.rate_limit.limit" in e.value.message

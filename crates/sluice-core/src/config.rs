@@ -124,6 +124,36 @@ impl RateLimit {
             .clamp(1, self.limit.max(1))
     }
 
+    /// Checks the limit (1 to 1,000,000), the period (100 ms to a day) and the burst (1 to
+    /// the limit) of the rate named `field`.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] naming `field` and the part out of range.
+    pub fn check(&self, field: &str) -> Result<(), StoreError> {
+        use limits::{MAX_RATE_LIMIT, MAX_RATE_PERIOD, MIN_RATE_PERIOD};
+        if self.limit == 0 || self.limit > MAX_RATE_LIMIT {
+            return Err(StoreError::invalid(format!(
+                "{field}.limit must be 1 to {MAX_RATE_LIMIT}, got {}",
+                self.limit
+            )));
+        }
+        dur_range(
+            &format!("{field}.period"),
+            self.period,
+            MIN_RATE_PERIOD,
+            MAX_RATE_PERIOD,
+        )?;
+        if let Some(b) = self.burst
+            && (b == 0 || b > self.limit)
+        {
+            return Err(StoreError::invalid(format!(
+                "{field}.burst must be 1 to the limit ({}), got {b}",
+                self.limit
+            )));
+        }
+        Ok(())
+    }
+
     /// The even spacing between two events at this rate.
     pub fn spacing(&self) -> Duration {
         self.period / self.limit.max(1)
@@ -385,27 +415,8 @@ impl QueueConfig {
             Duration::ZERO,
             MAX_DEDUP_WINDOW,
         )?;
-        if let Some(r) = self.rate_limit {
-            if r.limit == 0 || r.limit > MAX_RATE_LIMIT {
-                return Err(StoreError::invalid(format!(
-                    "rate_limit.limit must be 1 to {MAX_RATE_LIMIT}, got {}",
-                    r.limit
-                )));
-            }
-            dur_range(
-                "rate_limit.period",
-                r.period,
-                MIN_RATE_PERIOD,
-                MAX_RATE_PERIOD,
-            )?;
-            if let Some(b) = r.burst
-                && (b == 0 || b > r.limit)
-            {
-                return Err(StoreError::invalid(format!(
-                    "rate_limit.burst must be 1 to the limit ({}), got {b}",
-                    r.limit
-                )));
-            }
+        if let Some(r) = &self.rate_limit {
+            r.check("rate_limit")?;
         }
         if let Some(m) = self.max_in_flight
             && (m == 0 || m > MAX_IN_FLIGHT)

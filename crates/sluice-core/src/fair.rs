@@ -21,6 +21,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::RateLimit;
 use crate::error::StoreError;
 
 /// Longest key, in characters (the same rule as a FIFO group's name).
@@ -162,14 +163,20 @@ pub fn weight_of(weights: &BTreeMap<String, u32>, key: Option<&str>) -> u32 {
     best.map_or(1, |(_, w)| w.clamp(1, MAX_KEY_WEIGHT))
 }
 
-/// Per-key limits of a queue (`key_limits`): what every key may have at once, with overrides
-/// by key pattern. Messages without a key are one key (no pattern names it).
+/// Per-key limits of a queue (`key_limits`): what every key may have at once and how fast it
+/// may be delivered, with overrides by key pattern. Messages without a key are one key (no
+/// pattern names it).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyLimits {
     /// Most messages of one key in flight at once, across all consumers (and broker nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<u32>,
+    /// Most deliveries of one key in any window of the period, spread by its burst as a
+    /// queue's `rate_limit` is ([`crate::rate`]); on the wire `{"limit", "period_ms",
+    /// "burst"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rate_ms")]
+    pub rate_limit: Option<RateLimit>,
     /// Limits of the keys a pattern matches, in place of the ones above: a key takes its own
     /// entry, else the longest pattern that matches it (the first in sort order among
     /// patterns of one length).
@@ -184,6 +191,47 @@ pub struct KeyLimit {
     /// Most messages of one such key in flight at once; `None`: unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<u32>,
+    /// Most deliveries of one such key per window; `None`: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rate_ms")]
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A rate as the API writes it, `{"limit", "period_ms", "burst"}`, for the limits of keys
+/// (the queue's own `rate_limit` has its wire type in the API crate).
+mod rate_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::config::RateLimit;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RateMs {
+        limit: u32,
+        period_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        burst: Option<u32>,
+    }
+
+    pub(super) fn serialize<S: Serializer>(r: &Option<RateLimit>, s: S) -> Result<S::Ok, S::Error> {
+        r.map(|r| RateMs {
+            limit: r.limit,
+            period_ms: u64::try_from(r.period.as_millis()).unwrap_or(u64::MAX),
+            burst: r.burst,
+        })
+        .serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<RateLimit>, D::Error> {
+        Ok(Option::<RateMs>::deserialize(d)?.map(|r| RateLimit {
+            limit: r.limit,
+            period: Duration::from_millis(r.period_ms),
+            burst: r.burst,
+        }))
+    }
 }
 
 impl KeyLimits {
@@ -191,13 +239,19 @@ impl KeyLimits {
     pub fn of(&self, key: Option<&str>) -> KeyLimit {
         let default = KeyLimit {
             max_in_flight: self.max_in_flight,
+            rate_limit: self.rate_limit,
         };
         let Some(key) = key else { return default };
         best_match(&self.overrides, key).copied().unwrap_or(default)
     }
 
-    /// Checks the limits and patterns: each `max_in_flight` 1 to 1,000,000, at most 100
-    /// overrides, patterns as `key_weights`'.
+    /// Whether some key has a rate limit: deliveries are then counted per key.
+    pub fn rates(&self) -> bool {
+        self.rate_limit.is_some() || self.overrides.values().any(|l| l.rate_limit.is_some())
+    }
+
+    /// Checks the limits and patterns: each `max_in_flight` 1 to 1,000,000, each rate as a
+    /// queue's `rate_limit`, at most 100 overrides, patterns as `key_weights`'.
     ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] naming the field.
@@ -212,6 +266,9 @@ impl KeyLimits {
             _ => Ok(()),
         };
         check("key_limits.max_in_flight", self.max_in_flight)?;
+        if let Some(r) = &self.rate_limit {
+            r.check("key_limits.rate_limit")?;
+        }
         if self.overrides.len() > MAX_KEY_WEIGHTS {
             return Err(StoreError::invalid(format!(
                 "key_limits.overrides may have at most {MAX_KEY_WEIGHTS} patterns, got {}",
@@ -229,6 +286,9 @@ impl KeyLimits {
                 &format!("key_limits.overrides[{pattern:?}].max_in_flight"),
                 l.max_in_flight,
             )?;
+            if let Some(r) = &l.rate_limit {
+                r.check(&format!("key_limits.overrides[{pattern:?}].rate_limit"))?;
+            }
         }
         Ok(())
     }
@@ -294,17 +354,20 @@ mod tests {
     fn key_limits_take_the_best_override() {
         let l = KeyLimits {
             max_in_flight: Some(2),
+            rate_limit: None,
             overrides: [
                 (
                     "vip-*".to_owned(),
                     KeyLimit {
                         max_in_flight: Some(10),
+                        rate_limit: None,
                     },
                 ),
                 (
                     "vip-free".to_owned(),
                     KeyLimit {
                         max_in_flight: None,
+                        rate_limit: Some(RateLimit::per_second(5)),
                     },
                 ),
             ]
@@ -321,6 +384,32 @@ mod tests {
             ..KeyLimits::default()
         };
         assert!(bad.validate().is_err());
+        assert!(l.rates(), "an override's rate counts");
+        assert_eq!(
+            l.of(Some("vip-free")).rate_limit,
+            Some(RateLimit::per_second(5))
+        );
+    }
+
+    #[test]
+    fn key_rates_read_and_write_milliseconds() {
+        let l: KeyLimits = serde_json::from_str(
+            r#"{"rate_limit": {"limit": 10, "period_ms": 60000, "burst": 2}}"#,
+        )
+        .unwrap();
+        let r = l.rate_limit.unwrap();
+        assert_eq!((r.limit, r.period.as_secs(), r.burst), (10, 60, Some(2)));
+        let back = serde_json::to_value(&l).unwrap();
+        assert_eq!(back["rate_limit"]["period_ms"], 60000);
+        assert!(l.validate().is_ok());
+        let bad: KeyLimits =
+            serde_json::from_str(r#"{"rate_limit": {"limit": 10, "period_ms": 10}}"#).unwrap();
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("key_limits.rate_limit.period"), "{e}");
+        assert!(
+            serde_json::from_str::<KeyLimits>(r#"{"rate_limit": {"limit": 1, "period": 1}}"#)
+                .is_err()
+        );
     }
 
     #[test]

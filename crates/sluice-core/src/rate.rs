@@ -59,6 +59,27 @@ impl SlidingWindow {
         window.min(self.paced(limit, now))
     }
 
+    /// What [`SlidingWindow::available`] says, without forgetting the events that left the
+    /// window: for a look that may not change it.
+    pub fn room(&self, limit: &RateLimit, now: Timestamp) -> u32 {
+        let gone = self.events.partition_point(|t| t.plus(limit.period) <= now);
+        let counted = u32::try_from(self.events.len() - gone).unwrap_or(u32::MAX);
+        limit
+            .limit
+            .saturating_sub(counted)
+            .min(self.paced(limit, now))
+    }
+
+    /// From when the window is as good as new under `limit` (its events all left it and its
+    /// pace is no longer ahead), so it may be forgotten; `None` when it never held an event.
+    pub fn idle_from(&self, limit: &RateLimit) -> Option<Timestamp> {
+        let window = self.events.back().map(|t| t.plus(limit.period));
+        let pace = self
+            .tat
+            .map(|tat| Timestamp((tat + NS_PER_MS - 1).div_euclid(NS_PER_MS)));
+        [window, pace].into_iter().flatten().max()
+    }
+
     /// How many events the pace allows at `now`.
     fn paced(&self, limit: &RateLimit, now: Timestamp) -> u32 {
         if !spreads(limit) {
@@ -190,6 +211,31 @@ mod tests {
         );
         assert_eq!(w.available(&rl, t0.plus(Duration::from_secs(10))), 2);
         assert_eq!(w.available(&rl, t0.plus(Duration::from_secs(15))), 3);
+    }
+
+    #[test]
+    fn a_look_without_forgetting_agrees_and_idle_windows_are_new() {
+        let rl = limit(4, Duration::from_secs(10), None);
+        let mut w = SlidingWindow::default();
+        let t0 = Timestamp(5_000_000);
+        assert_eq!(w.idle_from(&rl), None);
+        for k in 0..6 {
+            let t = t0.plus(Duration::from_millis(1700 * k));
+            if w.room(&rl, t) > 0 {
+                w.record(&rl, t, 1);
+            }
+        }
+        for k in 0..40 {
+            let t = t0.plus(Duration::from_millis(500 * k));
+            let looked = w.room(&rl, t);
+            assert_eq!(looked, w.clone().available(&rl, t), "at {k}");
+        }
+        let idle = w.idle_from(&rl).unwrap();
+        assert_eq!(w.room(&rl, idle), rl.burst(), "a whole burst again");
+        assert_eq!(
+            w.clone().available(&rl, idle),
+            SlidingWindow::default().available(&rl, idle)
+        );
     }
 
     #[test]

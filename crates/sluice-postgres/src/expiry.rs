@@ -221,6 +221,7 @@ pub(crate) async fn round(inner: &Inner) -> Result<(), StoreError> {
             .await
             .map_err(|e| db(&e))?;
     }
+    crate::hot::key_rates::prune(&**conn, now, PRUNE_BATCH).await?;
     // The ticks lock queues on connections of their own: this one goes back first, so a
     // pool of one connection does not wait on itself.
     drop(conn);

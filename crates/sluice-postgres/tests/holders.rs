@@ -330,6 +330,8 @@ async fn leases_granted_before_holders_were_kept_end_without_one() {
          ALTER TABLE messages DROP COLUMN fkey, DROP COLUMN prio, DROP COLUMN rank;
          DROP TABLE rate_paces;
          DROP TABLE key_tallies;
+         DROP TABLE key_rate_events;
+         DROP TABLE key_paces;
          DELETE FROM migrations WHERE version >= 10;",
     )
     .await

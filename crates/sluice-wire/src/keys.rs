@@ -102,6 +102,9 @@ pub struct KeyView {
     /// Its most deliveries in flight at once under `key_limits`; absent when unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<u32>,
+    /// Its most deliveries per period under `key_limits`; absent when unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<crate::queues::RateLimitWire>,
 }
 
 impl KeysResponse {
@@ -138,6 +141,15 @@ impl KeyView {
                 .key_limits
                 .as_ref()
                 .and_then(|l| l.of(name).max_in_flight),
+            rate_limit: cfg
+                .key_limits
+                .as_ref()
+                .and_then(|l| l.of(name).rate_limit)
+                .map(|r| crate::queues::RateLimitWire {
+                    limit: r.limit,
+                    period_ms: i64::try_from(r.period.as_millis()).unwrap_or(i64::MAX),
+                    burst: r.burst,
+                }),
         }
     }
 }

@@ -311,11 +311,13 @@ pub struct QueueConfigRequest {
     /// longest pattern that matches it, else 1. Replaces the weights whole; `{}` removes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_weights: Option<BTreeMap<String, u32>>,
-    /// What each key may have at once, or `null` for no limits: `{"max_in_flight": 2,
-    /// "overrides": {"vip-*": {"max_in_flight": 10}}}` (each 1 – 1,000,000; at most 100
-    /// override patterns; a key takes its own entry, else the longest pattern that matches
-    /// it, else the defaults; messages without a key are one key). A key at its limit waits
-    /// and never holds other keys back. Replaces the setting whole.
+    /// What each key may have at once and how fast, or `null` for no limits:
+    /// `{"max_in_flight": 2, "rate_limit": {"limit": 60, "period_ms": 60000},
+    /// "overrides": {"vip-*": {"max_in_flight": 10}}}` (each `max_in_flight` 1 – 1,000,000,
+    /// each `rate_limit` as the queue's, `burst` included; at most 100 override patterns; a
+    /// key takes its own entry whole, else the longest pattern that matches it, else the
+    /// defaults; messages without a key are one key). A key at its limit waits and never
+    /// holds other keys back. Replaces the setting whole.
     #[serde(
         default,
         deserialize_with = "present",

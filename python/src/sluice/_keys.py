@@ -5,14 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional
 
+from .models import RateLimit
+
 
 @dataclass(frozen=True)
 class KeyInfo:
     """One key of a queue with messages waiting or in flight. ``key`` is ``None`` for the
     messages sent without one, which share one implicit key. ``oldest_visible_age`` is in
     seconds (0 when nothing is visible); ``delivered_1m`` estimates the key's deliveries in
-    the last minute (``None`` where the broker does not count them); ``weight`` and
-    ``max_in_flight`` are what the queue's ``key_weights`` and ``key_limits`` give it."""
+    the last minute (``None`` where the broker does not count them); ``weight``,
+    ``max_in_flight`` and ``rate_limit`` are what the queue's ``key_weights`` and
+    ``key_limits`` give it."""
 
     key: Optional[str]
     backlog: int
@@ -23,6 +26,7 @@ class KeyInfo:
     delivered_1m: Optional[int]
     weight: int
     max_in_flight: Optional[int]
+    rate_limit: Optional[RateLimit] = None
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "KeyInfo":
@@ -36,6 +40,7 @@ class KeyInfo:
             delivered_1m=d.get("delivered_1m"),
             weight=d.get("weight", 1),
             max_in_flight=d.get("max_in_flight"),
+            rate_limit=RateLimit.from_wire(d["rate_limit"]) if d.get("rate_limit") else None,
         )
 
 

@@ -223,10 +223,12 @@ pub async fn key_limits_hold_a_key_not_the_others(h: &dyn Harness) {
     let e = env(h).await;
     let limits = sluice_core::fair::KeyLimits {
         max_in_flight: Some(2),
+        rate_limit: None,
         overrides: BTreeMap::from([(
             "vip-*".to_owned(),
             sluice_core::fair::KeyLimit {
                 max_in_flight: Some(4),
+                rate_limit: None,
             },
         )]),
     };
@@ -319,6 +321,7 @@ pub async fn a_held_keys_backlog_does_not_hide_another_key(h: &dyn Harness) {
             QueueConfigPatch {
                 key_limits: Some(Some(sluice_core::fair::KeyLimits {
                     max_in_flight: Some(1),
+                    rate_limit: None,
                     overrides: BTreeMap::new(),
                 })),
                 // The noisy key's messages go 2 passes apart, the quiet key's 2,520: the quiet

@@ -161,6 +161,9 @@ pub struct Queue {
     /// The rate limit's pace: when (ns) the next delivery is due at the even spacing, once
     /// one was made.
     pub rate_due: Option<i64>,
+    /// Each key's window and pace while `key_limits` has rates (`None`: the implicit key),
+    /// as `rate_events` and `rate_due` are the queue's.
+    pub key_rates: BTreeMap<Option<String>, (Vec<i64>, Option<i64>)>,
 }
 
 /// One delivery (receive) made.
@@ -514,11 +517,16 @@ impl Model {
         let q = self.queues.get_mut(&m.queue).expect("queue");
         q.totals.received += 1;
         if let Some(rl) = q.config.rate_limit {
-            q.rate_events.push(now);
-            let spacing = delivery::spacing_ns(&rl);
-            if rl.burst.is_none_or(|b| b < rl.limit) && rl.limit > 1 {
-                q.rate_due = Some(q.rate_due.unwrap_or(i64::MIN).max(now * 1_000_000) + spacing);
-            }
+            delivery::count_delivery(&rl, &mut q.rate_events, &mut q.rate_due, now);
+        }
+        let key_rate = q
+            .config
+            .key_limits
+            .as_ref()
+            .and_then(|l| l.of(m.key.as_deref()).rate_limit);
+        if let Some(rl) = key_rate {
+            let (events, due) = q.key_rates.entry(m.key.clone()).or_default();
+            delivery::count_delivery(&rl, events, due, now);
         }
         d
     }
@@ -689,11 +697,22 @@ impl Model {
                     dedup: BTreeMap::new(),
                     rate_events: Vec::new(),
                     rate_due: None,
+                    key_rates: BTreeMap::new(),
                 },
             );
         }
         match self.queues.get_mut(name.as_str()) {
-            Some(q) => q.config = cfg,
+            Some(q) => {
+                // Key windows live while the queue has key rates.
+                if !cfg
+                    .key_limits
+                    .as_ref()
+                    .is_some_and(sluice_core::fair::KeyLimits::rates)
+                {
+                    q.key_rates.clear();
+                }
+                q.config = cfg;
+            }
             None => {
                 self.queues.insert(
                     name.to_string(),
@@ -704,6 +723,7 @@ impl Model {
                         dedup: BTreeMap::new(),
                         rate_events: Vec::new(),
                         rate_due: None,
+                        key_rates: BTreeMap::new(),
                     },
                 );
             }

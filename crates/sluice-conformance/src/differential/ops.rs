@@ -93,6 +93,9 @@ pub struct PatchSpec {
     pub key_limits: Option<Option<u32>>,
     /// The `burst` of a `rate_limit` the patch sets (above the limit: refused).
     pub rate_burst: Option<u32>,
+    /// With `key_limits` set: every key at most this many deliveries per
+    /// [`RATE_PERIOD_MS`] (its default burst), `k1` one more.
+    pub key_rate: Option<u32>,
 }
 
 /// The period of every `rate_limit` the differential test sets.
@@ -388,9 +391,10 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
         prop::option::weighted(0.1, prop::option::of(prop::sample::select(vec![1u32, 3]))),
         prop::option::weighted(0.15, prop::option::of(1u32..3)),
         prop::option::weighted(0.4, 1u32..5),
+        prop::option::weighted(0.5, 1u32..4),
     );
     (a, b, c).prop_map(
-        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw, kl, rb))| PatchSpec {
+        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw, kl, rb, kr))| PatchSpec {
             visibility_ms: v,
             max_receive_count: m,
             dead_letter_queue: d,
@@ -407,6 +411,7 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
             key_weights: kw,
             key_limits: kl,
             rate_burst: rb,
+            key_rate: kr,
         },
     )
 }

@@ -223,6 +223,10 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
             if !paces.is_empty() {
                 records.push(Record::RatePaces(paces));
             }
+            let key_paces = core.state.all_key_paces();
+            if !key_paces.is_empty() {
+                records.push(Record::KeyPaces(key_paces));
+            }
             records.push(Record::Checkpoint(checkpoint));
             // The token reservation may live in the segment about to go.
             records.push(Record::Tokens {

@@ -286,6 +286,34 @@ fn record() -> impl Strategy<Value = Record> {
                     .collect(),
             )
         }),
+        vec(
+            (
+                0u32..4,
+                vec(
+                    (
+                        proptest::option::of("[a-z]{1,3}"),
+                        vec(any::<i64>(), 0..4),
+                        any::<Option<i64>>()
+                    ),
+                    0..3
+                )
+            ),
+            0..3
+        )
+        .prop_map(|v| {
+            use crate::journal::record::{KeyPace, KeyPaces};
+            Record::KeyPaces(
+                v.into_iter()
+                    .map(|(qid, keys)| KeyPaces {
+                        qid,
+                        keys: keys
+                            .into_iter()
+                            .map(|(key, events, tat)| KeyPace { key, events, tat })
+                            .collect(),
+                    })
+                    .collect(),
+            )
+        }),
         (id(), vec(update(), 0..3)).prop_map(|(job, moves)| {
             let job = sluice_core::RedriveJob::new(
                 sluice_core::RedriveId(job),

@@ -290,6 +290,28 @@ pub(crate) enum Record {
     /// A [`Record::RateWindows`] with each queue's pace (its theoretical arrival time of the
     /// next delivery, ns; see `sluice_core::rate`), which replay sets as it finds it.
     RatePaces(Vec<RatePace>),
+    /// The windows and paces of the keys of queues with per-key rate limits
+    /// (`key_limits.rate_limit`): replay sets each queue's key windows to its entry, whole.
+    /// Written by compaction, and when a queue's key rates are set or changed.
+    KeyPaces(Vec<KeyPaces>),
+}
+
+/// One queue's key windows, as a [`Record::KeyPaces`] keeps them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct KeyPaces {
+    pub qid: Qid,
+    pub keys: Vec<KeyPace>,
+}
+
+/// One key's rate window and pace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct KeyPace {
+    /// The key; `None`: the implicit key of messages sent without one.
+    pub key: Option<String>,
+    /// Delivery times (ms) that may still count.
+    pub events: Vec<i64>,
+    /// The pace's arrival time of the next delivery (ns), once one was paced.
+    pub tat: Option<i64>,
 }
 
 /// One queue's rate window and pace, as a [`Record::RatePaces`] keeps them.

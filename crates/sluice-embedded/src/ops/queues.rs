@@ -3,6 +3,7 @@
 
 use std::ops::Bound;
 
+use sluice_core::fair::KeyLimits;
 use sluice_core::{
     PutQueueOutcome, QueueConfig, QueueConfigPatch, QueueInfo, QueueName, QueuePage,
     QueuePageRequest, StoreError,
@@ -113,9 +114,11 @@ pub(crate) fn put(
     let relane = q.config.default_priority != config.default_priority
         || q.config.key_weights != config.key_weights
         || limits_changed;
+    let key_rates_anew = limits_changed && config.key_limits.as_ref().is_some_and(KeyLimits::rates);
     q.config = config;
     if limits_changed {
         q.recount_flight(&core.state.msgs, &core.state.tags);
+        q.relimit_key_rates();
     }
     if relane {
         // Messages without a priority of their own move to the new default; keys weigh anew,
@@ -137,6 +140,11 @@ pub(crate) fn put(
         // was limited (or under another limit) would make of them.
         let pace = core.state.rate_pace(qid);
         core.commit(vec![Record::RatePaces(vec![pace])])?;
+    }
+    if key_rates_anew {
+        // The same for the keys' windows: replay sets them to what they are now.
+        let kept = core.state.key_paces(qid);
+        core.commit(vec![Record::KeyPaces(vec![kept])])?;
     }
     snapshot_if_due(core);
     Ok(PutQueueOutcome {

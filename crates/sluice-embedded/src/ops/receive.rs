@@ -78,6 +78,7 @@ fn try_receive(
     core.expire(qid, now)?;
     let core = &mut *core;
     let q = core.state.queues.get_mut(&qid).expect("queue exists");
+    q.release_rate_holds(now);
     let next_wake = [
         q.delayed.first().map(|e| e.0),
         q.leased.first().map(|e| e.0),
@@ -137,10 +138,18 @@ fn try_receive(
             Admit::Free => {}
         }
     }
-    let ids = q.next_deliveries(n);
+    let (ids, starved) = q.next_deliveries(n, now);
+    for key in &starved {
+        q.hold_for_rate(key, now);
+    }
     let default_priority = q.config.default_priority;
     if ids.is_empty() {
-        return Ok(Attempted::Empty { next_wake });
+        return Ok(Attempted::Empty {
+            next_wake: [next_wake, q.key_rates.next_release()]
+                .into_iter()
+                .flatten()
+                .min(),
+        });
     }
     let vis = req.visibility.unwrap_or(q.config.visibility_timeout);
     let max_receive_count = q.config.max_receive_count;

@@ -119,7 +119,7 @@ impl Lanes {
     }
 
     /// Takes `key` out of the turn of every lane (it reached its limit), or puts it back.
-    fn hold(&mut self, key: Option<&Arc<str>>, held: bool) {
+    pub(super) fn hold(&mut self, key: Option<&Arc<str>>, held: bool) {
         let key = key.unwrap_or(&self.implicit);
         for lane in self.by_priority.values_mut() {
             let Some(line) = lane.keys.get_mut(key) else {
@@ -180,9 +180,15 @@ impl Lanes {
 
     /// The next `n` deliveries, in order, without changing anything: applying their leases
     /// serves their keys in this same order. `room` says how many more deliveries a key may
-    /// have now (its `key_limits`); keys with none are not in the turn.
-    pub fn pick(&self, n: usize, room: &dyn Fn(Option<&Arc<str>>) -> usize) -> Vec<u64> {
+    /// have now (its `key_limits`); keys held at their limits are not in the turn. Also the
+    /// keys in the turn found with no room at all (their rate spent), for the caller to hold.
+    pub fn pick(
+        &self,
+        n: usize,
+        room: &dyn Fn(Option<&Arc<str>>) -> usize,
+    ) -> (Vec<u64>, Vec<Option<Arc<str>>>) {
         let mut out = Vec::with_capacity(n);
+        let mut starved = Vec::new();
         // What each key has taken in this pick, over all lanes (a key's room is one).
         let mut taken: HashMap<&Arc<str>, usize> = HashMap::new();
         for lane in self.by_priority.values() {
@@ -212,6 +218,9 @@ impl Lanes {
                 let name = (**key != *self.implicit).then_some(key);
                 let used = taken.entry(key).or_insert(0);
                 if *used >= room(name) {
+                    if *used == 0 {
+                        starved.push(name.cloned());
+                    }
                     enter(&mut heap, &mut heads);
                     continue;
                 }
@@ -222,7 +231,9 @@ impl Lanes {
                 heap.push(Reverse((pass.saturating_add(*step), key, i)));
             }
         }
-        out
+        starved.sort_unstable();
+        starved.dedup();
+        (out, starved)
     }
 
     /// Keys with deliverable messages, over all priorities.
@@ -267,7 +278,7 @@ impl QueueState {
                 if slot == Slot::Ready {
                     plain.remove(&(at, id));
                 }
-                let held = self.key_room(None) == 0;
+                let held = self.held_back(None);
                 self.lanes = Some(Lanes::of_plain(&plain, self.config.default_priority, held));
                 self.ready = plain;
                 if slot == Slot::Ready {
@@ -277,7 +288,7 @@ impl QueueState {
         }
         if slot == Slot::Ready {
             let place = self.place_of(tag);
-            let held = self.key_room(place.1) == 0;
+            let held = self.held_back(place.1);
             let weights = Weights(&self.config.key_weights);
             if let Some(l) = &mut self.lanes {
                 l.insert(place, at, id, &weights, held);
@@ -320,20 +331,47 @@ impl QueueState {
         }
     }
 
-    /// The next `n` deliverable messages in delivery order, within each key's room.
-    pub fn next_deliveries(&self, n: usize) -> Vec<u64> {
+    /// The next `n` deliverable messages at `now` in delivery order, within each key's room;
+    /// and the keys found with no rate room, which the caller holds back
+    /// ([`QueueState::hold_for_rate`]).
+    pub fn next_deliveries(&self, n: usize, now: i64) -> (Vec<u64>, Vec<Option<Arc<str>>>) {
+        let rated = self
+            .config
+            .key_limits
+            .as_ref()
+            .is_some_and(sluice_core::fair::KeyLimits::rates);
+        let room = |key: Option<&Arc<str>>| {
+            let flight = self.flight_room(key);
+            if rated {
+                flight.min(self.rate_room(&key.cloned(), now))
+            } else {
+                flight
+            }
+        };
         match &self.lanes {
-            Some(l) => l.pick(n, &|key| self.key_room(key)),
+            Some(l) => l.pick(n, &room),
             None => {
-                let n = n.min(self.key_room(None));
-                self.ready.iter().take(n).map(|(_, id)| *id).collect()
+                let room = room(None);
+                let starved = if room == 0 && rated && !self.ready.is_empty() {
+                    vec![None]
+                } else {
+                    Vec::new()
+                };
+                let ids = self.ready.iter().take(n.min(room)).map(|(_, id)| *id);
+                (ids.collect(), starved)
             }
         }
     }
 
-    /// How many more deliveries `key` (`None`: the implicit key) may have now under the
-    /// queue's `key_limits`.
-    fn key_room(&self, key: Option<&Arc<str>>) -> usize {
+    /// Whether `key` is out of its lanes' turns: at its `max_in_flight`, or held back by its
+    /// rate.
+    fn held_back(&self, key: Option<&Arc<str>>) -> bool {
+        self.flight_room(key) == 0 || self.key_rates.is_held(&key.cloned())
+    }
+
+    /// How many more deliveries `key` (`None`: the implicit key) may have in flight now under
+    /// the queue's `key_limits`.
+    pub(super) fn flight_room(&self, key: Option<&Arc<str>>) -> usize {
         let Some(limits) = &self.config.key_limits else {
             return usize::MAX;
         };
@@ -357,7 +395,11 @@ impl QueueState {
         if *entry == 0 {
             self.key_flight.remove(&key.cloned());
         }
-        let room = self.key_room(key);
+        if self.key_rates.is_held(&key.cloned()) {
+            // Out of the turn for its rate: the release looks at the flight again.
+            return;
+        }
+        let room = self.flight_room(key);
         let was_full = {
             let limits = self.config.key_limits.as_ref();
             let max = limits.and_then(|l| l.of(key.map(|k| &**k)).max_in_flight);
@@ -403,7 +445,7 @@ impl QueueState {
                 .filter(|m| m.tagged())
                 .and_then(|_| tags.get(id));
             let place = self.place_of(tag);
-            let held = self.key_room(place.1) == 0;
+            let held = self.held_back(place.1);
             lanes.insert(place, *at, *id, &weights, held);
         }
         self.lanes = Some(lanes);
@@ -424,7 +466,7 @@ mod tests {
         places: &HashMap<u64, (u8, Option<Arc<str>>, i64)>,
         n: usize,
     ) -> Vec<u64> {
-        let ids = l.pick(n, &|_| usize::MAX);
+        let (ids, _) = l.pick(n, &|_| usize::MAX);
         for id in &ids {
             let (p, k, at) = &places[id];
             l.serve((*p, k.as_ref()));
@@ -492,7 +534,7 @@ mod tests {
             l.insert((4, Some(k)), id as i64, id, &w, false);
             places.insert(id, (4, Some(k.clone()), id as i64));
         }
-        let all = l.pick(200, &|_| usize::MAX);
+        let (all, _) = l.pick(200, &|_| usize::MAX);
         let mut one_by_one = Vec::new();
         for _ in 0..200 {
             one_by_one.extend(deliver(&mut l, &places, 1));

@@ -14,6 +14,7 @@ mod due;
 mod groups;
 mod kept;
 mod key_counts;
+mod key_rates;
 mod lanes;
 mod leasing;
 mod msg;
@@ -323,6 +324,7 @@ impl State {
             Record::Lease(leases) => self.apply_leases(leases, None),
             Record::RateWindows(windows) => self.restore_rate_windows(windows),
             Record::RatePaces(paces) => self.restore_rate_paces(paces),
+            Record::KeyPaces(kept) => self.restore_key_paces(kept),
             Record::Extend {
                 id,
                 token,

@@ -49,6 +49,8 @@ pub(crate) struct QueueState {
     /// Deliveries in flight per key (`None`: the implicit key), kept while the queue has
     /// `key_limits`; a key leaves the map with its last delivery.
     pub key_flight: HashMap<Option<Arc<str>>, u32>,
+    /// The rate windows of its keys, while `key_limits` has rates (see `key_rates`).
+    pub key_rates: super::key_rates::KeyRates,
     /// Messages and deliveries per named key (see `key_counts`).
     pub key_counts: super::key_counts::KeyCounts,
     /// When the last retention sweep of the whole queue started.
@@ -92,6 +94,7 @@ impl QueueState {
             tagged: 0,
             key_flight: HashMap::new(),
             key_counts: Default::default(),
+            key_rates: Default::default(),
             retention_scan: i64::MIN,
             sweep: None,
             overdue: Vec::new(),

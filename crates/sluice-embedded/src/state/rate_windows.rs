@@ -24,6 +24,7 @@ impl State {
         else {
             return;
         };
+        self.count_in_key_windows(qid, at, leases);
         let Some(limit) = self.queues.get(&qid).and_then(|q| q.config.rate_limit) else {
             return;
         };

@@ -24,6 +24,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (11, V11),
     (12, V12),
     (13, V13),
+    (14, V14),
 ];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
@@ -327,6 +328,31 @@ CREATE TABLE key_tallies (
     PRIMARY KEY (queue, fkey, minute, shard)
 );
 CREATE INDEX key_tallies_minute ON key_tallies (minute);
+"#;
+
+/// Version 14: per-key rate limits (`key_limits.rate_limit`, `sluice_core::rate`). Each key's
+/// sliding window is its rows of `key_rate_events` (deliveries of one lease) and its row of
+/// `key_paces`: the pace's arrival time of its next delivery (ns), until when it has no room
+/// (`held_until`, so that receives step over it without reading its window), and from when its
+/// window is as good as new (`idle_from`, when the background round forgets both).
+const V14: &str = r#"
+CREATE TABLE key_rate_events (
+    queue  text NOT NULL,
+    fkey   text NOT NULL,
+    at     bigint NOT NULL,
+    n      integer NOT NULL
+);
+CREATE INDEX key_rate_events_key ON key_rate_events (queue, fkey, at);
+CREATE TABLE key_paces (
+    queue       text NOT NULL,
+    fkey        text NOT NULL,
+    tat         bigint,
+    held_until  bigint,
+    idle_from   bigint NOT NULL,
+    PRIMARY KEY (queue, fkey)
+);
+CREATE INDEX key_paces_held ON key_paces (queue, held_until) WHERE held_until IS NOT NULL;
+CREATE INDEX key_paces_idle ON key_paces (idle_from);
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

@@ -7,6 +7,8 @@
 //! (one grouped count of the queue's leased rows), then leases only what fits: by rank,
 //! stepping over the keys at their limit, and the fronts of FIFO groups the same way.
 //!
+//! A key's rate (`key_limits.rate_limit`) narrows its room further (`crate::hot::key_rates`).
+//!
 //! Cost: the count reads every leased row of the queue, and a receive steps over the waiting
 //! messages of the keys at their limit that come first in rank order: a page of them at most,
 //! then it goes on from the first row of a key with room (a probe per waiting key).
@@ -18,21 +20,29 @@ use sluice_core::fair::KeyLimits;
 use tokio_postgres::GenericClient;
 
 use crate::error::{corrupt, db};
+use crate::hot::key_rates::KeyRates;
 
 /// Each key's room under a queue's `key_limits`, as a receive uses it up.
 pub(crate) struct Rooms<'a> {
     limits: &'a KeyLimits,
     /// Deliveries in flight per key (`""`: the implicit key), this receive's included.
     flying: HashMap<String, i64>,
+    /// The keys' rates, when some key has one.
+    rates: Option<KeyRates<'a>>,
 }
 
 impl<'a> Rooms<'a> {
-    /// The rooms of queue `q` now. The caller holds the queue's row lock.
+    /// The rooms of queue `q` at `now`. The caller holds the queue's row lock.
     pub(crate) async fn read(
         c: &impl GenericClient,
         q: &str,
         limits: &'a KeyLimits,
+        now: i64,
     ) -> Result<Rooms<'a>, StoreError> {
+        let rates = match limits.rates() {
+            true => Some(KeyRates::read(c, q, limits, now).await?),
+            false => None,
+        };
         let mut flying = HashMap::new();
         for r in c
             .query(
@@ -50,11 +60,29 @@ impl<'a> Rooms<'a> {
             let n: i64 = r.try_get(1).map_err(corrupt)?;
             *flying.entry(key).or_insert(0) += n;
         }
-        Ok(Rooms { limits, flying })
+        Ok(Rooms {
+            limits,
+            flying,
+            rates,
+        })
     }
 
-    /// How many more deliveries `key` (`""`: the implicit key) may have.
-    pub(crate) fn room(&self, key: &str) -> i64 {
+    /// Reads what the rooms of `keys` need before [`Rooms::room`] or [`Rooms::fit`] asks
+    /// about them: their rate windows.
+    pub(crate) async fn load<'k>(
+        &mut self,
+        c: &impl GenericClient,
+        q: &str,
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> Result<(), StoreError> {
+        match &mut self.rates {
+            Some(r) => r.load(c, q, keys).await,
+            None => Ok(()),
+        }
+    }
+
+    /// How many more deliveries `key` (`""`: the implicit key) may have in flight.
+    fn flight_room(&self, key: &str) -> i64 {
         let name = (!key.is_empty()).then_some(key);
         match self.limits.of(name).max_in_flight {
             Some(max) => (i64::from(max) - self.flying.get(key).copied().unwrap_or(0)).max(0),
@@ -62,22 +90,66 @@ impl<'a> Rooms<'a> {
         }
     }
 
+    /// How many more deliveries `key` (`""`: the implicit key) may have: in flight, and by
+    /// its rate once [loaded](Rooms::load).
+    pub(crate) fn room(&self, key: &str) -> i64 {
+        let flight = self.flight_room(key);
+        match &self.rates {
+            Some(r) => flight.min(r.room(key)),
+            None => flight,
+        }
+    }
+
     /// Counts one more delivery of `key`.
     pub(crate) fn take(&mut self, key: &str) {
         *self.flying.entry(key.to_owned()).or_insert(0) += 1;
+        if let Some(r) = &mut self.rates {
+            r.take(key);
+        }
     }
 
     /// The keys with no room left, for a statement to step over.
     pub(crate) fn full(&self) -> Vec<String> {
-        self.flying
+        let mut full: Vec<String> = self
+            .flying
             .keys()
-            .filter(|k| self.room(k) == 0)
+            .filter(|k| self.flight_room(k) == 0)
             .cloned()
-            .collect()
+            .collect();
+        if let Some(r) = &self.rates {
+            full.extend(r.spent().cloned());
+        }
+        full.sort_unstable();
+        full.dedup();
+        full
     }
 
-    /// Of `candidates` (`(id, key)` in delivery order), the ids that fit, up to `n`; each
-    /// taken counts in its key's room.
+    /// When a key held by its rate may deliver again, for a receive that found nothing.
+    pub(crate) fn next_free(&mut self) -> Option<i64> {
+        self.rates.as_mut().and_then(KeyRates::next_free)
+    }
+
+    /// Writes the rate windows of the keys delivered in `taken` (and of those found spent)
+    /// to queue `q`.
+    pub(crate) async fn finish(
+        &mut self,
+        c: &impl GenericClient,
+        q: &str,
+        taken: &[crate::hot::leases::Taken],
+    ) -> Result<(), StoreError> {
+        let Some(r) = &mut self.rates else {
+            return Ok(());
+        };
+        let mut delivered: HashMap<String, i32> = HashMap::new();
+        for t in taken {
+            let key = t.delivery.key.as_ref().map_or("", |k| k.as_str());
+            *delivered.entry(key.to_owned()).or_insert(0) += 1;
+        }
+        r.write(c, q, &delivered).await
+    }
+
+    /// Of `candidates` (`(id, key)` in delivery order, their keys [loaded](Rooms::load)), the
+    /// ids that fit, up to `n`; each taken counts in its key's room.
     pub(crate) fn fit(&mut self, candidates: &[(i64, String)], n: usize) -> Vec<i64> {
         let mut out = Vec::new();
         for (id, key) in candidates {

@@ -478,7 +478,7 @@ where
     local.set_ordered(ordered);
     // Per-key limits: what each key has in flight, exact under the row lock.
     let mut rooms = match &cfg.key_limits {
-        Some(limits) => Some(Rooms::read(tx, q, limits).await?),
+        Some(limits) => Some(Rooms::read(tx, q, limits, now).await?),
         None => None,
     };
     let mut out = if ordered {
@@ -486,6 +486,9 @@ where
         crate::hot::ranks::lease_ranked(tx, q, cfg, now, n, deadline, takers, rooms, true).await?
     } else {
         // Only the implicit key's messages are here: its room caps the lease.
+        if let Some(r) = rooms.as_mut() {
+            r.load(tx, q, [""]).await?;
+        }
         let n = rooms.as_ref().map_or(n, |r| n.min(r.room("")));
         let names = takers.param();
         let rows = tx
@@ -511,9 +514,16 @@ where
     if out.iter().any(|t| t.delivery.group.is_some()) {
         local.mark_grouped();
     }
+    if let Some(r) = rooms.as_mut() {
+        r.finish(tx, q, &out).await?;
+    }
     if out.is_empty() {
+        let rate_free = rooms.as_mut().and_then(Rooms::next_free);
         return Ok(Attempted::Empty {
-            next_wake: next_due(tx, q, now).await?,
+            next_wake: [next_due(tx, q, now).await?, rate_free]
+                .into_iter()
+                .flatten()
+                .min(),
         });
     }
     if ordered {
@@ -623,6 +633,9 @@ async fn fronts_within(
             r.try_get::<_, String>(1).map_err(corrupt)?,
         ));
     }
+    rooms
+        .load(c, q, candidates.iter().map(|(_, k)| k.as_str()))
+        .await?;
     let ids = rooms.fit(&candidates, max as usize);
     crate::hot::ranks::lease_ids(c, cfg, now, &ids, deadline, takers).await
 }

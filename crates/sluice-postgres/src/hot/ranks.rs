@@ -102,6 +102,9 @@ pub(crate) async fn lease_ranked(
                 page.push((id, r.try_get::<_, String>(1).map_err(corrupt)?));
             }
         }
+        rooms
+            .load(tx, q, page.iter().map(|(_, k)| k.as_str()))
+            .await?;
         let fitted = rooms.fit(&page, want - ids.len());
         let none_fit = fitted.is_empty();
         ids.extend(fitted);

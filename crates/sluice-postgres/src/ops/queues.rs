@@ -175,6 +175,12 @@ pub(crate) async fn put(
             // anew. Under the queue's row lock, as every ranking.
             crate::hot::ranks::rerank(tx, name.as_str()).await?;
         }
+        if existing
+            .as_ref()
+            .is_some_and(|e| e.key_limits != cfg.key_limits)
+        {
+            crate::hot::key_rates::reconfigure(tx, name.as_str(), cfg.key_limits.as_ref()).await?;
+        }
         fx.write(tx).await?;
         Ok((existing, row, warnings, fx))
     })
@@ -230,6 +236,8 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<u64, Store
             "DELETE FROM rate_events WHERE queue = $1",
             "DELETE FROM rate_paces WHERE queue = $1",
             "DELETE FROM key_tallies WHERE queue = $1",
+            "DELETE FROM key_rate_events WHERE queue = $1",
+            "DELETE FROM key_paces WHERE queue = $1",
             "DELETE FROM queue_flow WHERE queue = $1",
             "DELETE FROM stats_history WHERE queue = $1",
             "DELETE FROM queues WHERE name = $1",

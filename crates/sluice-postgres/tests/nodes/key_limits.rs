@@ -18,10 +18,12 @@ async fn key_limits_hold_across_nodes_under_64_consumers() {
     let work = q("key-limits");
     let limits = KeyLimits {
         max_in_flight: Some(2),
+        rate_limit: None,
         overrides: BTreeMap::from([(
             "wide".to_owned(),
             KeyLimit {
                 max_in_flight: Some(5),
+                rate_limit: None,
             },
         )]),
     };
@@ -107,5 +109,110 @@ async fn key_limits_hold_across_nodes_under_64_consumers() {
             "key {key}: {most} deliveries surely held at once, limit {limit}"
         );
         assert!(most >= 1, "key {key} was delivered");
+    }
+}
+
+/// Per-key rates are exact across nodes: 16 consumers on two nodes deliver no key more than
+/// its rate in any sliding second, by the times the broker leased them (a lease's deadline less
+/// the visibility timeout), and every key gets its whole rate.
+#[tokio::test]
+async fn key_rates_hold_across_nodes() {
+    let Some(n) = nodes().await else { return };
+    let work = q("key-rates");
+    let rate = |limit| sluice_core::config::RateLimit {
+        limit,
+        period: Duration::from_secs(1),
+        burst: Some(limit),
+    };
+    let limits = KeyLimits {
+        max_in_flight: None,
+        rate_limit: Some(rate(4)),
+        overrides: BTreeMap::from([(
+            "wide".to_owned(),
+            KeyLimit {
+                max_in_flight: None,
+                rate_limit: Some(rate(10)),
+            },
+        )]),
+    };
+    let vis = Duration::from_secs(60);
+    n.a.put_queue(
+        &work,
+        &QueueConfigPatch {
+            key_limits: Some(Some(limits.clone())),
+            visibility_timeout: Some(vis),
+            ..QueueConfigPatch::default()
+        },
+    )
+    .await
+    .expect("create");
+    let keys = ["k0", "k1", "wide"];
+    let batch: Vec<NewMessage> = (0..40)
+        .flat_map(|i| {
+            keys.iter()
+                .map(move |k| msg(&format!("{k}-{i}")).with_key(MessageKey::new(*k).expect("key")))
+        })
+        .collect();
+    n.a.send(&work, batch).await.expect("send");
+    let leased: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for c in 0..16 {
+        let store = if c % 2 == 0 { n.a.clone() } else { n.b.clone() };
+        let (work, leased) = (work.clone(), leased.clone());
+        tasks.push(tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_millis(3_500);
+            while Instant::now() < deadline {
+                let got = store.receive(&work, poll(5)).await.expect("receive");
+                for d in got {
+                    let at = d.lease_deadline.as_millis() - vis.as_millis() as i64;
+                    let key = d.key.as_ref().map(ToString::to_string).unwrap_or_default();
+                    leased.lock().expect("leased").push((key, at));
+                    let out = store
+                        .ack(
+                            &work,
+                            vec![AckRequest {
+                                receipt: d.receipt,
+                                result: None,
+                            }],
+                        )
+                        .await
+                        .expect("ack");
+                    assert_eq!(out, vec![Ok(())]);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("consumer");
+    }
+    let leased = leased.lock().expect("leased").clone();
+    for key in keys {
+        let limit = limits.of(Some(key)).rate_limit.expect("rated").limit as usize;
+        let times: Vec<i64> = leased
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, t)| *t)
+            .collect();
+        let most = times
+            .iter()
+            .map(|s| {
+                times
+                    .iter()
+                    .filter(|t| **t >= *s && **t < s + 1_000)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(
+            most <= limit,
+            "key {key}: {most} leased in one second, rate {limit}"
+        );
+        // Three whole windows at least fit in the run.
+        assert!(
+            times.len() >= 3 * limit,
+            "key {key}: {} leased in 3.5 s at {limit} a second",
+            times.len()
+        );
     }
 }

@@ -55,11 +55,17 @@ pub(super) fn key_weights() -> Value {
 pub(super) fn key_limits() -> Value {
     let in_flight = json!({"type": ["integer", "null"], "minimum": 1,
         "maximum": limits::MAX_IN_FLIGHT});
+    let rate_limit = rate(
+        "Most deliveries of one key in any window of period_ms, spread by burst.",
+        limits::MAX_RATE_LIMIT,
+        ms(limits::MIN_RATE_PERIOD),
+    );
     json!({"oneOf": [{"type": "null"}, {
         "type": "object",
         "additionalProperties": false,
         "properties": {
             "max_in_flight": in_flight,
+            "rate_limit": rate_limit,
             "overrides": {
                 "type": "object",
                 "maxProperties": sluice_core::fair::MAX_KEY_WEIGHTS,
@@ -67,7 +73,7 @@ pub(super) fn key_limits() -> Value {
                 "additionalProperties": {
                     "type": "object",
                     "additionalProperties": false,
-                    "properties": {"max_in_flight": in_flight},
+                    "properties": {"max_in_flight": in_flight, "rate_limit": rate_limit},
                 },
             },
         },

@@ -259,10 +259,14 @@ pub struct QueueConfigArgs {
     #[arg(long)]
     pub no_key_weights: bool,
     /// Most messages of one key in flight at once (1 – 1,000,000): the queue's key limits
-    /// become exactly this (per-pattern overrides are set with the HTTP API).
+    /// become exactly this and `--key-rate` (per-pattern overrides are set with the HTTP API).
     #[arg(long, value_name = "N", conflicts_with = "no_key_limits",
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub key_max_in_flight: Option<u32>,
+    /// Most deliveries of one key per period, e.g. 100/min or 10/s, spread evenly after a
+    /// burst of a tenth: the queue's key limits become exactly this and `--key-max-in-flight`.
+    #[arg(long, value_name = "RATE", conflicts_with = "no_key_limits", value_parser = parse_rate)]
+    pub key_rate: Option<RateLimitWire>,
     /// Remove the queue's per-key limits.
     #[arg(long)]
     pub no_key_limits: bool,
@@ -413,13 +417,18 @@ impl QueueConfigArgs {
             },
             key_limits: if self.no_key_limits {
                 Some(None)
+            } else if self.key_max_in_flight.is_some() || self.key_rate.is_some() {
+                Some(Some(sluice_core::fair::KeyLimits {
+                    max_in_flight: self.key_max_in_flight,
+                    rate_limit: self.key_rate.map(|r| RateLimit {
+                        limit: r.limit,
+                        period: Duration::from_millis(u64::try_from(r.period_ms).unwrap_or(0)),
+                        burst: None,
+                    }),
+                    ..Default::default()
+                }))
             } else {
-                self.key_max_in_flight.map(|m| {
-                    Some(sluice_core::fair::KeyLimits {
-                        max_in_flight: Some(m),
-                        ..Default::default()
-                    })
-                })
+                None
             },
         }
     }

@@ -60,6 +60,7 @@ pub async fn run(a: KeysArgs) -> Result<(), Failure> {
         "DELIVERED/MIN",
         "WEIGHT",
         "MAX IN FLIGHT",
+        "RATE",
     ]);
     for k in &page.keys {
         t.row(vec![
@@ -77,6 +78,9 @@ pub async fn run(a: KeysArgs) -> Result<(), Failure> {
             k.weight.to_string(),
             k.max_in_flight
                 .map_or_else(|| "-".to_owned(), |m| m.to_string()),
+            k.rate_limit
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), super::args::fmt_rate),
         ]);
     }
     t.print();

@@ -1,5 +1,5 @@
 //! `sluice keys QUEUE`: each key's backlog, in flight, oldest age, deliveries, weight and
-//! limit, most waiting first, page by page; `--json` is the server's answer.
+//! limits, most waiting first, page by page; `--json` is the server's answer.
 
 use super::*;
 
@@ -17,6 +17,8 @@ fn keys_lists_each_tenant_with_its_weight_and_limit() {
             "vip-*=5",
             "--key-max-in-flight",
             "2",
+            "--key-rate",
+            "100/min",
         ],
     );
     for i in 0..4 {
@@ -41,9 +43,9 @@ fn keys_lists_each_tenant_with_its_weight_and_limit() {
     assert!(lines[0].starts_with("KEY"), "{out}");
     assert!(lines[1].starts_with("acme "), "most waiting first: {out}");
     let acme: Vec<&str> = lines[1].split_whitespace().collect();
-    // KEY BACKLOG VISIBLE IN-FLIGHT OLDEST DELIVERED/MIN WEIGHT MAX-IN-FLIGHT
+    // KEY BACKLOG VISIBLE IN-FLIGHT OLDEST DELIVERED/MIN WEIGHT MAX-IN-FLIGHT RATE
     assert_eq!(acme[1..4], ["2", "2", "2"], "{out}");
-    assert_eq!(acme[acme.len() - 2..], ["1", "2"], "{out}");
+    assert_eq!(acme[acme.len() - 3..], ["1", "2", "100/min"], "{out}");
     assert!(out.contains("(no key)"), "{out}");
     let vip = lines
         .iter()

@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use sluice_core::config::RateLimit;
+
 use super::{Model, Place};
 
 impl Model {
@@ -49,7 +51,10 @@ impl Model {
                 }
                 by_key
                     .into_iter()
-                    .map(|(k, n)| n.min(self.key_room(q, k.as_deref())))
+                    .map(|(k, n)| {
+                        n.min(self.key_room(q, k.as_deref()))
+                            .min(self.key_rate_room(q, k.as_deref(), now))
+                    })
                     .sum()
             }
             None => eligible.len(),
@@ -64,28 +69,8 @@ impl Model {
             n = n.min((cap as usize).saturating_sub(flying));
         }
         if let Some(rl) = cfg.rate_limit {
-            // Never more than `limit` deliveries in any sliding `period`.
-            let period = i64::try_from(rl.period.as_millis()).unwrap_or(i64::MAX);
             let q = &self.queues[q];
-            let counted = q.rate_events.iter().filter(|t| **t + period > now).count();
-            n = n.min((rl.limit as usize).saturating_sub(counted));
-            // Spread evenly: `burst` at once, then one per spacing, counting from when the
-            // last delivery was due.
-            let burst = i64::from(rl.burst.unwrap_or(rl.limit / 10).clamp(1, rl.limit));
-            let spacing = spacing_ns(&rl);
-            let mut paced = if burst >= i64::from(rl.limit) {
-                burst
-            } else {
-                0
-            };
-            let mut due = q.rate_due.unwrap_or(i64::MIN);
-            while paced < burst
-                && due.max(now * 1_000_000) + spacing - now * 1_000_000 <= burst * spacing
-            {
-                due = due.max(now * 1_000_000) + spacing;
-                paced += 1;
-            }
-            n = n.min(usize::try_from(paced).unwrap_or(0));
+            n = n.min(rate_room(&rl, &q.rate_events, q.rate_due, now));
         }
         n
     }
@@ -102,6 +87,36 @@ impl Model {
         (max as usize).saturating_sub(self.key_in_flight(q, key))
     }
 
+    /// How many more deliveries key `key` of queue `q` may have at `now` under the rate its
+    /// `key_limits` give it.
+    pub fn key_rate_room(&self, q: &str, key: Option<&str>, now: i64) -> usize {
+        let q = &self.queues[q];
+        let Some(rl) = q
+            .config
+            .key_limits
+            .as_ref()
+            .and_then(|l| l.of(key).rate_limit)
+        else {
+            return usize::MAX;
+        };
+        match q.key_rates.get(&key.map(str::to_owned)) {
+            Some((events, due)) => rate_room(&rl, events, *due, now),
+            None => rate_room(&rl, &[], None, now),
+        }
+    }
+
+    /// Deliveries of key `key` of queue `q` within the last period of its rate at `now`.
+    pub fn key_rate_count(&self, q: &str, key: Option<&str>, now: i64) -> Option<(usize, u32)> {
+        let q = &self.queues[q];
+        let rl = q.config.key_limits.as_ref()?.of(key).rate_limit?;
+        let period = i64::try_from(rl.period.as_millis()).unwrap_or(i64::MAX);
+        let (events, _) = q.key_rates.get(&key.map(str::to_owned))?;
+        Some((
+            events.iter().filter(|t| **t + period > now).count(),
+            rl.limit,
+        ))
+    }
+
     /// Deliveries of key `key` of queue `q` in flight.
     pub fn key_in_flight(&self, q: &str, key: Option<&str>) -> usize {
         self.in_queue(q)
@@ -112,7 +127,43 @@ impl Model {
     }
 }
 
+/// How many deliveries `rl` allows at `now` after the deliveries at `events` (ms) with the
+/// pace due at `due` (ns): never more than `limit` in any sliding `period`, and spread
+/// evenly, `burst` at once, then one per spacing, counting from when the last delivery was
+/// due.
+fn rate_room(rl: &RateLimit, events: &[i64], due: Option<i64>, now: i64) -> usize {
+    let period = i64::try_from(rl.period.as_millis()).unwrap_or(i64::MAX);
+    let counted = events.iter().filter(|t| **t + period > now).count();
+    let window = (rl.limit as usize).saturating_sub(counted);
+    let burst = i64::from(rl.burst());
+    let spacing = spacing_ns(rl);
+    let mut paced = if burst >= i64::from(rl.limit) {
+        burst
+    } else {
+        0
+    };
+    let mut due = due.unwrap_or(i64::MIN);
+    while paced < burst && due.max(now * 1_000_000) + spacing - now * 1_000_000 <= burst * spacing {
+        due = due.max(now * 1_000_000) + spacing;
+        paced += 1;
+    }
+    window.min(usize::try_from(paced).unwrap_or(0))
+}
+
+/// Counts a delivery at `now` in a window `events` and pace `due` under `rl`.
+pub(super) fn count_delivery(
+    rl: &RateLimit,
+    events: &mut Vec<i64>,
+    due: &mut Option<i64>,
+    now: i64,
+) {
+    events.push(now);
+    if rl.burst() < rl.limit {
+        *due = Some(due.unwrap_or(i64::MIN).max(now * 1_000_000) + spacing_ns(rl));
+    }
+}
+
 /// The even spacing of deliveries under `rl`, in ns, rounded down (at least 1).
-pub(super) fn spacing_ns(rl: &sluice_core::config::RateLimit) -> i64 {
+pub(super) fn spacing_ns(rl: &RateLimit) -> i64 {
     (i64::try_from(rl.period.as_nanos()).unwrap_or(i64::MAX) / i64::from(rl.limit.max(1))).max(1)
 }

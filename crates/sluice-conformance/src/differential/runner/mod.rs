@@ -93,12 +93,19 @@ fn patch(p: &PatchSpec) -> QueueConfigPatch {
             .key_weights
             .map(|w| w.map(|w| [("k1".to_owned(), w)].into()).unwrap_or_default()),
         key_limits: p.key_limits.map(|l| {
+            let rate = |limit| sluice_core::config::RateLimit {
+                limit,
+                period: dur(crate::differential::ops::RATE_PERIOD_MS),
+                burst: None,
+            };
             l.map(|max| sluice_core::fair::KeyLimits {
                 max_in_flight: Some(max),
+                rate_limit: p.key_rate.map(rate),
                 overrides: [(
                     "k1".to_owned(),
                     sluice_core::fair::KeyLimit {
                         max_in_flight: Some(max + 1),
+                        rate_limit: p.key_rate.map(|r| rate(r + 1)),
                     },
                 )]
                 .into(),

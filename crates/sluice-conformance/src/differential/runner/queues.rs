@@ -462,6 +462,12 @@ impl Run<'_> {
                     "key {key:?} of {name} has {flying} in flight, its limit is {max}"
                 );
             }
+            if let Some((n, limit)) = self.model.key_rate_count(name, key, now) {
+                ensure!(
+                    n <= limit as usize,
+                    "key {key:?} of {name} had {n} deliveries in one period, its rate is {limit}"
+                );
+            }
         }
         Ok(())
     }
