@@ -48,6 +48,20 @@ pub async fn nodes_at(url: &str, prefix: &str, options: PostgresOptions) -> Node
 }
 
 impl Nodes {
+    /// One more node named `node` on the nodes' schema (default options); drop it before the
+    /// nodes.
+    pub async fn another(&self, node: &str) -> Checked<PostgresStore> {
+        let options = PostgresOptions {
+            schema: self.schema.clone(),
+            pool_size: 4,
+            node_id: Some(node.to_string()),
+            ..PostgresOptions::default()
+        };
+        PostgresStore::open(&postgres::url(), options)
+            .await
+            .expect("open another node")
+    }
+
     /// A connection of its own, with the nodes' schema on its search path.
     pub async fn db(&self) -> tokio_postgres::Client {
         let (db, conn) = tokio_postgres::connect(&postgres::url(), tokio_postgres::NoTls)

@@ -1,4 +1,4 @@
-//! `key_limits` are exact across nodes: 64 consumers on two nodes, each leasing one message at
+//! `key_limits` are exact across nodes: 64 consumers on three nodes, each leasing one message at
 //! a time and acknowledging it, never hold more of one key than its limit. The check is over
 //! the whole run: a delivery is surely held from the moment its receive answered until its
 //! ack was called, and at no instant do more of those intervals of one key overlap than the
@@ -15,6 +15,7 @@ use super::*;
 #[tokio::test]
 async fn key_limits_hold_across_nodes_under_64_consumers() {
     let Some(n) = nodes().await else { return };
+    let c3 = Arc::new(n.another("c").await);
     let work = q("key-limits");
     let limits = KeyLimits {
         max_in_flight: Some(2),
@@ -50,7 +51,11 @@ async fn key_limits_hold_across_nodes_under_64_consumers() {
     let held: Arc<Mutex<Vec<(String, u128, u128)>>> = Arc::default();
     let mut tasks = Vec::new();
     for c in 0..64 {
-        let store = if c % 2 == 0 { n.a.clone() } else { n.b.clone() };
+        let store: Arc<dyn Store> = match c % 3 {
+            0 => Arc::new(n.a.clone()),
+            1 => Arc::new(n.b.clone()),
+            _ => c3.clone(),
+        };
         let (work, held) = (work.clone(), held.clone());
         tasks.push(tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -112,12 +117,13 @@ async fn key_limits_hold_across_nodes_under_64_consumers() {
     }
 }
 
-/// Per-key rates are exact across nodes: 16 consumers on two nodes deliver no key more than
+/// Per-key rates are exact across nodes: 16 consumers on three nodes deliver no key more than
 /// its rate in any sliding second, by the times the broker leased them (a lease's deadline less
 /// the visibility timeout), and every key gets its whole rate.
 #[tokio::test]
 async fn key_rates_hold_across_nodes() {
     let Some(n) = nodes().await else { return };
+    let c3 = Arc::new(n.another("c").await);
     let work = q("key-rates");
     let rate = |limit| sluice_core::config::RateLimit {
         limit,
@@ -157,7 +163,11 @@ async fn key_rates_hold_across_nodes() {
     let leased: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
     let mut tasks = Vec::new();
     for c in 0..16 {
-        let store = if c % 2 == 0 { n.a.clone() } else { n.b.clone() };
+        let store: Arc<dyn Store> = match c % 3 {
+            0 => Arc::new(n.a.clone()),
+            1 => Arc::new(n.b.clone()),
+            _ => c3.clone(),
+        };
         let (work, leased) = (work.clone(), leased.clone());
         tasks.push(tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_millis(3_500);
