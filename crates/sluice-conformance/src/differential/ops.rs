@@ -89,7 +89,7 @@ pub struct PatchSpec {
     /// `key_weights`, replaced whole: key `k1` weighs this much (`Some(None)`: no weights).
     pub key_weights: Option<Option<u32>>,
     /// `key_limits`, replaced whole: every key at most this many in flight, `k1` one more
-    /// (`Some(None)`: no limits).
+    /// (0: no in-flight limit, for `key_rate` alone; `Some(None)`: no limits).
     pub key_limits: Option<Option<u32>>,
     /// The `burst` of a `rate_limit` the patch sets (above the limit: refused).
     pub rate_burst: Option<u32>,
@@ -389,7 +389,7 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
     let c = (
         prop::option::weighted(0.1, prop::sample::select(vec![0u8, 4, 9])),
         prop::option::weighted(0.1, prop::option::of(prop::sample::select(vec![1u32, 3]))),
-        prop::option::weighted(0.15, prop::option::of(1u32..3)),
+        prop::option::weighted(0.3, prop::option::of(0u32..3)),
         prop::option::weighted(0.4, 1u32..5),
         prop::option::weighted(0.5, 1u32..4),
     );

@@ -99,12 +99,12 @@ fn patch(p: &PatchSpec) -> QueueConfigPatch {
                 burst: None,
             };
             l.map(|max| sluice_core::fair::KeyLimits {
-                max_in_flight: Some(max),
+                max_in_flight: (max > 0).then_some(max),
                 rate_limit: p.key_rate.map(rate),
                 overrides: [(
                     "k1".to_owned(),
                     sluice_core::fair::KeyLimit {
-                        max_in_flight: Some(max + 1),
+                        max_in_flight: (max > 0).then_some(max + 1),
                         rate_limit: p.key_rate.map(|r| rate(r + 1)),
                     },
                 )]
