@@ -212,6 +212,7 @@ macro_rules! __sluice_conformance_cases {
             group_nack_blocks_group_through_backoff,
             group_lease_expiry_redelivers_the_front_first,
             group_poison_head_dead_letters_and_group_continues,
+            group_keyed_message_is_delivered_after_a_restart,
             group_reject_or_move_of_head_lets_group_continue,
             group_delayed_head_blocks_group,
             group_order_and_leases_survive_restart,

@@ -526,3 +526,28 @@ pub async fn group_names_are_checked_and_unsupported_engines_refuse(h: &dyn Harn
 
 mod model;
 pub use model::group_model_random_sequences;
+
+/// A message of a FIFO group that also has a key is delivered after a restart, as before one:
+/// a broker just started knows the queue's groups by what it holds, not by what it saw sent.
+pub async fn group_keyed_message_is_delivered_after_a_restart(h: &dyn Harness) {
+    let e = env(h).await;
+    if !supported(&e, "group_keyed_message_is_delivered_after_a_restart") {
+        return;
+    }
+    let q = e.queue("keyed-groups", QueueConfigPatch::default()).await;
+    let key = sluice_core::fair::MessageKey::new("acme").expect("key");
+    e.send_batch(
+        &q,
+        vec![
+            grouped("first", "g1").with_key(key.clone()),
+            grouped("second", "g1").with_key(key),
+        ],
+    )
+    .await;
+    let e = e.restart(h).await;
+    let d = e.recv_one(&q).await;
+    assert_eq!(d.body.bytes.as_ref(), b"first", "the group's front");
+    e.recv_none(&q, "the second waits for the first").await;
+    e.ack(&q, d.receipt).await.expect("ack");
+    assert_eq!(e.recv_one(&q).await.body.bytes.as_ref(), b"second");
+}

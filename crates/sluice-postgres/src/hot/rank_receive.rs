@@ -4,9 +4,10 @@
 //!
 //! Its chores are asked first in one statement: whether a lease ran out since this node's
 //! previous look (`crate::hot::lapse_checks`), whether a message outlived retention, and
-//! whether the queue has packs. Only then does it run the expiry pass or unpack: without them
-//! a receive is the probe, the ranking of fresh rows (a probe when there are none), the lease
-//! and the count of its keys' deliveries.
+//! whether the queue has packs (and, until this node has seen them, FIFO groups: a node just
+//! started leases group fronts sent before it). Only then does it run the expiry pass or
+//! unpack: without them a receive is the probe, the ranking of fresh rows (a probe when there
+//! are none), the lease and the count of its keys' deliveries.
 
 use std::sync::Arc;
 
@@ -21,12 +22,16 @@ use crate::local::QueueLocal;
 use crate::store::Inner;
 
 /// Whether queue `$1` has a lease that ran out at `$2` after `$3`, a waiting message that
-/// entered it at or before `$4` (past retention), or packs.
+/// entered it at or before `$4` (past retention), or packs; and, when `$5`, messages of FIFO
+/// groups.
 const CHORES_SQL: &str = "SELECT
         EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 1
                     AND visible_at <= $2 AND visible_at > $3),
         EXISTS (SELECT 1 FROM messages WHERE queue = $1 AND state = 0 AND entered_at <= $4),
-        EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state < 2)";
+        EXISTS (SELECT 1 FROM packs WHERE queue = $1 AND state < 2),
+        CASE WHEN $5 THEN EXISTS (SELECT 1 FROM messages
+                                  WHERE queue = $1 AND grp IS NOT NULL AND state < 2)
+             ELSE false END";
 
 /// Leases up to `req.max` messages of `queue` (configured `cfg`, which has no global limits
 /// and is not governed) by rank.
@@ -46,12 +51,18 @@ pub(crate) async fn receive_ranked(
         let mut fx = Effects::default();
         let cutoff = crate::expiry::retention_cutoff(cfg, now);
         let after = queue.lapse_checks.after(now);
+        // A node that has not seen the queue's groups (one just started) asks whether it has
+        // any, once: its messages sent before are leased by their group's rules too.
+        let ask_groups = !queue.grouped();
         let chores = tx
-            .query_one(CHORES_SQL, &[&q, &now, &after, &cutoff])
+            .query_one(CHORES_SQL, &[&q, &now, &after, &cutoff, &ask_groups])
             .await
             .map_err(|e| db(&e))?;
         let flag = |i: usize| -> Result<bool, StoreError> { chores.try_get(i).map_err(corrupt) };
         let (lapsed, overdue, packs) = (flag(0)?, flag(1)?, flag(2)?);
+        if flag(3)? {
+            queue.mark_grouped();
+        }
         queue.lapse_checks.checked(now);
         if lapsed || overdue || packs {
             expire_queue(tx, q, cfg, now, &mut fx).await?;
