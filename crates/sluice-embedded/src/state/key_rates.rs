@@ -54,7 +54,8 @@ impl KeyRates {
 
     /// Whether `key` is held back by its rate.
     pub(crate) fn is_held(&self, key: &Key) -> bool {
-        self.held_until.contains_key(key)
+        // Most queues hold no key for its rate: no hashing then.
+        !self.held_until.is_empty() && self.held_until.contains_key(key)
     }
 
     /// Counts `n` deliveries of `key` at `at`.
