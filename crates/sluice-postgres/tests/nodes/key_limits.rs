@@ -12,6 +12,15 @@ use sluice_core::fair::{KeyLimit, KeyLimits, MessageKey};
 
 use super::*;
 
+/// The node consumer `c` uses: the three in turn.
+fn node_of(n: &Nodes, third: &Arc<Checked<PostgresStore>>, c: usize) -> Arc<dyn Store> {
+    match c % 3 {
+        0 => Arc::new(n.a.clone()),
+        1 => Arc::new(n.b.clone()),
+        _ => third.clone(),
+    }
+}
+
 #[tokio::test]
 async fn key_limits_hold_across_nodes_under_64_consumers() {
     let Some(n) = nodes().await else { return };
@@ -51,11 +60,7 @@ async fn key_limits_hold_across_nodes_under_64_consumers() {
     let held: Arc<Mutex<Vec<(String, u128, u128)>>> = Arc::default();
     let mut tasks = Vec::new();
     for c in 0..64 {
-        let store: Arc<dyn Store> = match c % 3 {
-            0 => Arc::new(n.a.clone()),
-            1 => Arc::new(n.b.clone()),
-            _ => c3.clone(),
-        };
+        let store = node_of(&n, &c3, c);
         let (work, held) = (work.clone(), held.clone());
         tasks.push(tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -163,11 +168,7 @@ async fn key_rates_hold_across_nodes() {
     let leased: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
     let mut tasks = Vec::new();
     for c in 0..16 {
-        let store: Arc<dyn Store> = match c % 3 {
-            0 => Arc::new(n.a.clone()),
-            1 => Arc::new(n.b.clone()),
-            _ => c3.clone(),
-        };
+        let store = node_of(&n, &c3, c);
         let (work, leased) = (work.clone(), leased.clone());
         tasks.push(tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_millis(3_500);
