@@ -39,9 +39,10 @@ impl<'a> Rooms<'a> {
         limits: &'a KeyLimits,
         now: i64,
     ) -> Result<Rooms<'a>, StoreError> {
-        let rates = match limits.rates() {
-            true => Some(KeyRates::read(c, q, limits, now).await?),
-            false => None,
+        let rates = if limits.rates() {
+            Some(KeyRates::read(c, q, limits, now).await?)
+        } else {
+            None
         };
         let mut flying = HashMap::new();
         for r in c

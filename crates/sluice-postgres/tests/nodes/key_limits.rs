@@ -78,13 +78,7 @@ async fn key_limits_hold_across_nodes_under_64_consumers() {
                 let key = d.key.as_ref().map(ToString::to_string).unwrap_or_default();
                 held.lock().expect("held").push((key, from, until));
                 let out = store
-                    .ack(
-                        &work,
-                        vec![AckRequest {
-                            receipt: d.receipt,
-                            result: None,
-                        }],
-                    )
+                    .ack(&work, common::acks([d.receipt]))
                     .await
                     .expect("ack");
                 assert_eq!(out, vec![Ok(())], "a lease held for milliseconds is acked");
@@ -179,13 +173,7 @@ async fn key_rates_hold_across_nodes() {
                     let key = d.key.as_ref().map(ToString::to_string).unwrap_or_default();
                     leased.lock().expect("leased").push((key, at));
                     let out = store
-                        .ack(
-                            &work,
-                            vec![AckRequest {
-                                receipt: d.receipt,
-                                result: None,
-                            }],
-                        )
+                        .ack(&work, common::acks([d.receipt]))
                         .await
                         .expect("ack");
                     assert_eq!(out, vec![Ok(())]);
