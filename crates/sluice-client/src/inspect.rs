@@ -61,6 +61,7 @@ impl Client {
                 KeyOrderView::Backlog => "backlog",
                 KeyOrderView::InFlight => "in_flight",
                 KeyOrderView::Oldest => "oldest",
+                KeyOrderView::Breaker => "breaker",
             };
             call.query.push(("order", o.to_owned()));
         }

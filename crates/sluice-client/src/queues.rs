@@ -4,11 +4,18 @@
 use reqwest::Method;
 use sluice_core::adaptive::BreakerForce;
 use sluice_wire::{
-    BreakerRequest, FlowView, PurgeResponse, QueueConfigRequest, QueueList, QueueListQuery,
-    QueueView,
+    BreakerRequest, FlowView, KeyFlowView, PurgeResponse, QueueConfigRequest, QueueList,
+    QueueListQuery, QueueView,
 };
 
 use crate::client::{Call, Client, queue};
+
+/// What a key must escape to be one path segment: everything but unreserved characters.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 use crate::error::{Error, Result};
 use crate::retry::Safety;
 
@@ -184,6 +191,34 @@ impl Client {
         let call = Call::new(
             Method::POST,
             format!("/v1/queues/{q}/breaker"),
+            Safety::Idempotent,
+        )
+        .json(&BreakerRequest { state })?;
+        self.call_json(call).await
+    }
+
+    /// Forces the breaker of one key of a queue whose breaker is per key (`"scope": "key"`):
+    /// [`BreakerForce::Open`] stops that key's deliveries until it is forced closed (other
+    /// keys go on); [`BreakerForce::Closed`] resumes them. Answers the key's rate and breaker.
+    /// Needs an `operator` or `admin` key.
+    ///
+    /// # Errors
+    /// `invalid_argument` for a key that is not one (empty, too long, control characters);
+    /// `conflict` when the queue's breaker is not per key; `queue_not_found`; and as
+    /// [`Client::list_queues`].
+    pub async fn force_key_breaker(
+        &self,
+        name: &str,
+        key: &str,
+        state: BreakerForce,
+    ) -> Result<KeyFlowView> {
+        let q = queue(name)?;
+        let key =
+            sluice_core::MessageKey::new(key).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let key = percent_encoding::utf8_percent_encode(key.as_str(), SEGMENT);
+        let call = Call::new(
+            Method::POST,
+            format!("/v1/queues/{q}/keys/{key}/breaker"),
             Safety::Idempotent,
         )
         .json(&BreakerRequest { state })?;

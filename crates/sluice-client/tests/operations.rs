@@ -43,6 +43,7 @@ fn methods() -> &'static [&'static str] {
         resume_queue,
         purge_queue,
         force_breaker,
+        force_key_breaker,
         send,
         browse,
         receive,

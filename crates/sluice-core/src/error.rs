@@ -161,6 +161,13 @@ pub enum StoreError {
     /// its own lets a front end add how to give the queue one there.
     #[error("queue \"{0}\" has no breaker; give it one first in its configuration (breaker)")]
     NoBreaker(String),
+    /// A key breaker command for a queue whose breaker is not per key. Its code is
+    /// `conflict`.
+    #[error(
+        "queue \"{0}\" has no per-key breaker; give it one first in its configuration \
+         (breaker with \"scope\": \"key\"), or force the queue's own breaker"
+    )]
+    NoKeyBreaker(String),
     /// A body or batch is too large.
     #[error("{0}")]
     PayloadTooLarge(String),
@@ -265,7 +272,8 @@ impl StoreError {
             StoreError::Conflict(_)
             | StoreError::QueueExists(_)
             | StoreError::RedriveRunning { .. }
-            | StoreError::NoBreaker(_) => ErrorCode::Conflict,
+            | StoreError::NoBreaker(_)
+            | StoreError::NoKeyBreaker(_) => ErrorCode::Conflict,
             StoreError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
             StoreError::QueueFull { .. } => ErrorCode::QueueFull,
             StoreError::Unavailable { .. } => ErrorCode::Unavailable,
@@ -321,6 +329,7 @@ mod tests {
             },
             StoreError::PayloadTooLarge("big".into()),
             StoreError::NoBreaker("tmpq".into()),
+            StoreError::NoKeyBreaker("tmpq".into()),
             StoreError::ScheduleNotFound("nightly".into()),
             StoreError::QueueFull {
                 queue: "tmpq".into(),
@@ -342,6 +351,7 @@ mod tests {
                 | StoreError::QueueExists(_)
                 | StoreError::RedriveRunning { .. }
                 | StoreError::NoBreaker(_)
+                | StoreError::NoKeyBreaker(_)
                 | StoreError::PayloadTooLarge(_)
                 | StoreError::QueueFull { .. }
                 | StoreError::Unavailable { .. } => {}

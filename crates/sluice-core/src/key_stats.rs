@@ -11,6 +11,9 @@ use crate::error::StoreError;
 use crate::fair::MessageKey;
 use crate::time::Timestamp;
 
+/// In the `breaker` order, a key's breaker state ranks above its backlog: open keys first.
+const BREAKER_RANK_SHIFT: u32 = 48;
+
 /// The most keys one page lists.
 pub const MAX_KEYS_PAGE: u32 = 1000;
 
@@ -25,6 +28,9 @@ pub enum KeyOrder {
     InFlight,
     /// The age of the key's longest-waiting visible message; keys with none last.
     Oldest,
+    /// Keys whose own breaker is open first, then half-open ones, each by backlog (on a queue
+    /// with a per-key breaker; elsewhere as `backlog`).
+    Breaker,
 }
 
 impl KeyOrder {
@@ -33,6 +39,7 @@ impl KeyOrder {
             KeyOrder::Backlog => 'b',
             KeyOrder::InFlight => 'f',
             KeyOrder::Oldest => 'o',
+            KeyOrder::Breaker => 'k',
         }
     }
 }
@@ -76,6 +83,8 @@ pub struct KeyStats {
     /// [`MinuteTally`]); `None` where the engine does not count the key's deliveries: on a
     /// queue that has not delivered by key since the engine started counting it.
     pub delivered_1m: Option<u64>,
+    /// The key's own adaptive rate and breaker, on a queue that governs keys one by one.
+    pub flow: Option<crate::adaptive::KeyFlowStats>,
 }
 
 impl KeyStats {
@@ -91,6 +100,16 @@ impl KeyStats {
             KeyOrder::InFlight => i64::try_from(self.in_flight).unwrap_or(i64::MAX),
             // Older first; a key with nothing visible after every key with something.
             KeyOrder::Oldest => self.oldest_visible_at.map_or(i64::MIN, |t| -t.0),
+            KeyOrder::Breaker => {
+                use crate::adaptive::BreakerState;
+                let rank = match self.flow.as_ref().and_then(|f| f.breaker) {
+                    Some(BreakerState::Open) => 2,
+                    Some(BreakerState::HalfOpen) => 1,
+                    _ => 0,
+                };
+                let backlog = i64::try_from(self.backlog()).unwrap_or(i64::MAX);
+                (rank << BREAKER_RANK_SHIFT) | backlog.min((1 << BREAKER_RANK_SHIFT) - 1)
+            }
         }
     }
 
@@ -158,6 +177,7 @@ impl std::str::FromStr for KeyCursor {
             "b" => KeyOrder::Backlog,
             "f" => KeyOrder::InFlight,
             "o" => KeyOrder::Oldest,
+            "k" => KeyOrder::Breaker,
             _ => return Err(bad()),
         };
         let key = match key {
@@ -348,6 +368,7 @@ mod tests {
             in_flight,
             oldest_visible_at: oldest.map(Timestamp),
             delivered_1m: None,
+            flow: None,
         }
     }
 

@@ -46,6 +46,8 @@ pub struct QueueStats {
     pub flow: Option<crate::adaptive::FlowStats>,
     /// Named keys with messages waiting or in flight (the implicit key not counted).
     pub active_keys: u64,
+    /// The keys' own states, on a queue that governs keys one by one; `None` for others.
+    pub key_flows: Option<crate::adaptive::KeyFlowSummary>,
 }
 
 /// How often the broker samples every queue's stats for its history.

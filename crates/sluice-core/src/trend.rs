@@ -494,6 +494,7 @@ mod tests {
             },
             flow: None,
             active_keys: 0,
+            key_flows: None,
         }
     }
 

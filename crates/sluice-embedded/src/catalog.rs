@@ -39,6 +39,10 @@ pub(crate) struct CatalogQueue {
     /// changes in a way worth keeping; catalogs written before it existed read as none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flow: Option<FlowState>,
+    /// The states of keys governed one by one that are worth keeping (breakers not closed,
+    /// or forced by an operator); catalogs written before it existed read as none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_flows: Vec<crate::state::KeptKeyFlow>,
 }
 
 /// The catalog file's content.
@@ -266,6 +270,7 @@ mod tests {
             name,
             created_at: Timestamp(qid.into()),
             flow: None,
+            key_flows: Vec::new(),
         }
     }
 

@@ -545,5 +545,6 @@ pub(crate) fn catalog_entry(qid: Qid, q: &crate::state::QueueState) -> CatalogQu
         config: q.config.clone(),
         created_at: q.created_at,
         flow: q.flow.clone(),
+        key_flows: q.kept_key_flows(),
     }
 }

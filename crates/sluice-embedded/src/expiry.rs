@@ -6,7 +6,7 @@
 //! Nothing runs on a timer per message: every call brings the queue it touches up to now
 //! first ([`Core::expire`]), and the maintenance task does the same for every queue.
 
-use sluice_core::adaptive::{Outcome, Tally};
+use sluice_core::adaptive::Outcome;
 use sluice_core::lifecycle::{self, AfterFailure};
 use sluice_core::{AttemptOutcome, DeadLetterReason, StoreError, Timestamp};
 
@@ -92,7 +92,7 @@ impl Core {
         let name = q.name.clone();
         let mut records = Vec::new();
         let mut ended = Vec::new();
-        let mut failures = 0u32;
+        let mut failures = crate::flow::Outcomes::of(q);
         // Whether anything went to the dead-letter queue, which is then brought up to now.
         let mut dead_lettered = false;
         for id in expired_leases {
@@ -101,7 +101,7 @@ impl Core {
                 ended.push(self.end_cancelled(qid, id, &m, now)?);
                 continue;
             }
-            failures += 1;
+            failures.add(|| self.key_arc(&m, id), Outcome::Failure);
             let (_, mut rich) = self.load(id, &m)?;
             let holder = self.state.holders.get(&id).map(LeaseHolder::holder);
             lifecycle::record_attempt(
@@ -178,7 +178,7 @@ impl Core {
         } else {
             Some(self.commit(records)?)
         };
-        self.flow_observe(qid, &Tally::of(Outcome::Failure, failures), now);
+        self.flow_settle(qid, failures, now);
         // The dead-letter queue too: what was dead-lettered just now is visible there now,
         // whoever looks next (a lookup of the message reads it where it went).
         let dlq = cfg

@@ -95,6 +95,23 @@ impl QueueAdmin for EmbeddedStore {
         core.flow_force(qid, force, now)
     }
 
+    async fn force_key_breaker(
+        &self,
+        queue: &QueueName,
+        key: Option<&sluice_core::MessageKey>,
+        force: sluice_core::adaptive::BreakerForce,
+    ) -> Result<sluice_core::adaptive::KeyFlowStats, StoreError> {
+        let mut core = self.inner.lock();
+        let now = self.inner.now();
+        let qid = core.qid(queue)?;
+        core.force_key_breaker(
+            qid,
+            key.map(|k| std::sync::Arc::from(k.as_str())),
+            force,
+            now,
+        )
+    }
+
     async fn dead_letter_queues_among(&self, names: &[QueueName]) -> Result<Vec<bool>, StoreError> {
         Ok(ops::queues::dead_letter_queues_among(&self.inner, names))
     }

@@ -190,3 +190,130 @@ async fn new_bounds_move_the_learned_rate_and_removing_the_setting_drops_it() {
     store.put_queue(&q, &put(None)).await.expect("remove");
     assert_eq!(store.stats(&q).await.expect("stats").flow, None);
 }
+
+/// The resident memory of this process, in bytes (Linux).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// A key whose own breaker opened is kept by the maintenance round and is still open after a
+/// restart; another key's learned state is not kept (it starts afresh), and a queue governing
+/// 100,000 keys delivers each of them and keeps one state per key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_states_worth_keeping_survive_a_restart_and_100_000_keys_are_governed() {
+    use sluice_core::adaptive::{AdaptiveRate, BreakerState, FlowScope};
+    use sluice_core::fair::MessageKey;
+    use sluice_core::key_stats::{KeyOrder, KeysRequest};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::default();
+    let q = QueueName::new("tenants").expect("name");
+    let keyed = |i: usize, key: &str| {
+        NewMessage::new(Body::text(i.to_string())).with_key(MessageKey::new(key).expect("key"))
+    };
+    let mut adaptive = AdaptiveRate::new(600_000, 600_000);
+    adaptive.scope = FlowScope::Key;
+    {
+        let store = open(dir.path(), &clock).await;
+        store
+            .put_queue(
+                &q,
+                &QueueConfigPatch {
+                    visibility_timeout: Some(Duration::from_secs(3600)),
+                    breaker: Some(Some(BreakerConfig {
+                        min_calls: 3,
+                        probe_every_ms: 3_600_000,
+                        probes: 1,
+                        scope: FlowScope::Key,
+                        ..BreakerConfig::default()
+                    })),
+                    adaptive: Some(Some(adaptive)),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("queue");
+        store
+            .send(&q, (0..3).map(|i| keyed(i, "down")).collect())
+            .await
+            .expect("send");
+        for d in store.receive(&q, receive(10)).await.expect("receive") {
+            let failure = Failure {
+                error: Some("503".into()),
+                consumer: None,
+                retry_after: false,
+            };
+            store
+                .nack(&q, d.receipt, Some(Duration::from_secs(1)), failure)
+                .await
+                .expect("nack");
+        }
+        let before = resident_bytes();
+        const KEYS: usize = 100_000;
+        for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
+            let batch = chunk.iter().map(|i| keyed(*i, &format!("t{i}"))).collect();
+            store.send(&q, batch).await.expect("send");
+        }
+        let mut delivered = 0;
+        loop {
+            let got = store.receive(&q, receive(1000)).await.expect("receive");
+            if got.is_empty() {
+                break;
+            }
+            delivered += got.len();
+            let acks = got
+                .into_iter()
+                .map(|d| sluice_core::AckRequest {
+                    receipt: d.receipt,
+                    result: None,
+                })
+                .collect();
+            store.ack(&q, acks).await.expect("ack");
+        }
+        assert_eq!(
+            delivered, KEYS,
+            "every key delivered once, the open one not at all"
+        );
+        if let (Some(b), Some(a)) = (before, resident_bytes()) {
+            // A reading for docs/adaptive.md, not a limit.
+            eprintln!(
+                "resident memory grew by {} bytes for {KEYS} keys ({} per key, their messages' \
+                 records included)",
+                a.saturating_sub(b),
+                a.saturating_sub(b) / KEYS as u64
+            );
+        }
+        store.engine().maintain().await.expect("maintain");
+    }
+    clock.advance(Duration::from_secs(2));
+    let store = open(dir.path(), &clock).await;
+    let page = store
+        .keys(
+            &q,
+            KeysRequest {
+                order: KeyOrder::Breaker,
+                limit: 10,
+                after: None,
+            },
+        )
+        .await
+        .expect("keys");
+    let first = &page.keys[0];
+    assert_eq!(first.key.as_ref().map(|k| k.as_str()), Some("down"));
+    let flow = first.flow.clone().expect("a key's flow");
+    assert_eq!(
+        flow.breaker,
+        Some(BreakerState::Open),
+        "kept across the restart"
+    );
+    assert!(
+        store
+            .receive(&q, receive(10))
+            .await
+            .expect("receive")
+            .is_empty(),
+        "the open key's messages still wait"
+    );
+}

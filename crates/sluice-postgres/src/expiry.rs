@@ -72,6 +72,13 @@ pub(crate) async fn expire_queue(
                 continue;
             }
             failures += 1;
+            fx.key_outcome(
+                cfg,
+                queue,
+                row.fkey.as_deref(),
+                sluice_core::adaptive::Outcome::Failure,
+                now,
+            );
             // Settled by nobody: it names its receiver, and ended at its deadline.
             let attempt = lifecycle::ended_attempt(
                 Timestamp(row.visible_at),
@@ -222,6 +229,7 @@ pub(crate) async fn round(inner: &Inner) -> Result<(), StoreError> {
             .map_err(|e| db(&e))?;
     }
     crate::hot::key_rates::prune(&**conn, now, PRUNE_BATCH).await?;
+    crate::hot::key_flows::prune(&**conn, now, PRUNE_BATCH).await?;
     // The ticks lock queues on connections of their own: this one goes back first, so a
     // pool of one connection does not wait on itself.
     drop(conn);

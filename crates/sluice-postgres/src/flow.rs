@@ -32,7 +32,8 @@ use std::sync::{Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use sluice_core::adaptive::{
-    self, Admit, BreakerForce, FlowConfig, FlowEvent, FlowState, FlowStats, Outcome, Tally,
+    Admit, BreakerForce, FlowConfig, FlowEvent, FlowState, FlowStats, KeyAuditBudget, KeyFlowStats,
+    Outcome, Tally,
 };
 use sluice_core::rate::SlidingWindow;
 use sluice_core::{QueueConfig, QueueName, ReceiveRequest, StoreError, Timestamp};
@@ -41,6 +42,7 @@ use tokio_postgres::types::Json;
 
 use crate::db::effects::Effects;
 use crate::error::{corrupt, db};
+use crate::hot::key_flows::{KeyFlows, KeyTurn};
 use crate::hot::leases::{Attempted, LEASE_SQL, Takers, take_leases_limited};
 use crate::local::QueueLocal;
 use crate::store::Inner;
@@ -50,16 +52,12 @@ use crate::store::Inner;
 /// while no governed queue had outcomes on this node.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
-/// What governs a queue with configuration `c`.
+/// What governs a queue with configuration `c` as a whole (its parts of `scope: queue`).
 pub(crate) fn flow_config(c: &QueueConfig) -> FlowConfig<'_> {
-    FlowConfig {
-        adaptive: c.adaptive.as_ref(),
-        breaker: c.breaker.as_ref(),
-        ceiling_per_min: c.rate_limit.as_ref().map(adaptive::ceiling_per_min),
-    }
+    FlowConfig::of_queue(c)
 }
 
-/// Whether a queue with configuration `c` is governed.
+/// Whether a queue with configuration `c` is governed, as a whole or key by key.
 pub(crate) fn governed(c: &QueueConfig) -> bool {
     c.adaptive.is_some() || c.breaker.is_some()
 }
@@ -116,7 +114,7 @@ impl Counted {
     }
 
     /// The tally to observe at `now`: its longest Retry-After is what is left of it.
-    fn at(&self, now: i64) -> Tally {
+    pub(crate) fn at(&self, now: i64) -> Tally {
         let mut t = self.tally;
         if let Some(h) = self.hold_until {
             let left = u64::try_from(h.saturating_sub(now)).unwrap_or(0);
@@ -126,9 +124,21 @@ impl Counted {
     }
 }
 
-/// The outcomes this node counted, per governed queue, not yet handed to the shared state.
+/// What this node counted and keeps per governed queue, not yet handed to the shared state.
 #[derive(Default)]
-pub(crate) struct Pending(Mutex<HashMap<String, Counted>>);
+struct Counts {
+    /// Per queue.
+    queues: HashMap<String, Counted>,
+    /// Per queue that governs keys, per key (`""`: the implicit key).
+    keys: HashMap<String, HashMap<String, Counted>>,
+    /// Per queue, this node's allowance of key breaker audit entries.
+    budgets: HashMap<String, KeyAuditBudget>,
+}
+
+/// The outcomes this node counted, per governed queue (and per key of a queue that governs
+/// keys), not yet handed to the shared state.
+#[derive(Default)]
+pub(crate) struct Pending(Mutex<Counts>);
 
 impl Pending {
     /// Counts `c` for `queue`.
@@ -137,31 +147,116 @@ impl Pending {
             return;
         }
         let mut map = self.map();
-        match map.get_mut(queue) {
+        match map.queues.get_mut(queue) {
             Some(mine) => mine.merge(c),
             None => {
-                map.insert(queue.to_string(), *c);
+                map.queues.insert(queue.to_string(), *c);
             }
+        }
+    }
+
+    /// Counts `counted` (key → outcomes) for the keys of `queue`.
+    pub(crate) fn add_keys(&self, queue: &str, counted: &HashMap<String, Counted>) {
+        if counted.is_empty() {
+            return;
+        }
+        let mut map = self.map();
+        let keys = map.keys.entry(queue.to_string()).or_default();
+        for (key, c) in counted {
+            keys.entry(key.clone()).or_default().merge(c);
         }
     }
 
     /// Takes what was counted for `queue`.
     pub(crate) fn take(&self, queue: &str) -> Option<Counted> {
-        self.map().remove(queue)
+        self.map().queues.remove(queue)
+    }
+
+    /// Takes what was counted for the keys of `queue`.
+    pub(crate) fn take_keys(&self, queue: &str) -> HashMap<String, Counted> {
+        self.map().keys.remove(queue).unwrap_or_default()
     }
 
     /// What was counted for `queue`, left counted.
     pub(crate) fn peek(&self, queue: &str) -> Option<Counted> {
-        self.map().get(queue).copied()
+        self.map().queues.get(queue).copied()
+    }
+
+    /// Whether anything was counted for the keys of `queue`.
+    pub(crate) fn has_keys(&self, queue: &str) -> bool {
+        self.map().keys.contains_key(queue)
+    }
+
+    /// What was counted for `key` of `queue`, left counted.
+    pub(crate) fn peek_key(&self, queue: &str, key: &str) -> Option<Counted> {
+        self.map().keys.get(queue).and_then(|k| k.get(key)).copied()
+    }
+
+    /// The audit entries of `events` of `queue`'s keys at `now`, within this node's
+    /// allowance for the queue (with an entry saying how many the last minute left out).
+    pub(crate) fn key_audits(
+        &self,
+        queue: &str,
+        now: i64,
+        events: &[(String, FlowEvent)],
+    ) -> Vec<sluice_core::AuditEvent> {
+        let mut map = self.map();
+        let budget = map.budgets.entry(queue.to_string()).or_default();
+        budget.entries(
+            queue,
+            Timestamp(now),
+            events
+                .iter()
+                .map(|(k, e)| ((!k.is_empty()).then_some(k.as_str()), *e)),
+        )
     }
 
     /// The queues with outcomes counted.
     fn queues(&self) -> Vec<String> {
-        self.map().keys().cloned().collect()
+        let map = self.map();
+        let mut out: Vec<String> = map.queues.keys().chain(map.keys.keys()).cloned().collect();
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Counted>> {
+    fn map(&self) -> MutexGuard<'_, Counts> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What a receive or flush took of this node's counts, to count again if its transaction
+/// fails.
+#[derive(Default)]
+pub(crate) struct Taken {
+    /// The queue's outcomes.
+    pub(crate) queue: Option<Counted>,
+    /// Its keys' outcomes.
+    pub(crate) keys: HashMap<String, Counted>,
+}
+
+impl Taken {
+    /// Counts again what was taken for `q`.
+    pub(crate) fn give_back(self, inner: &Inner, q: &str) {
+        if let Some(t) = self.queue {
+            inner.flow.add(q, &t);
+        }
+        inner.flow.add_keys(q, &self.keys);
+    }
+}
+
+/// Writes `events` of queue `q`'s keys to the audit log with the transaction (within this
+/// node's allowance), and wakes the queue's receives once it has committed.
+pub(crate) fn audit_keys(
+    inner: &Inner,
+    fx: &mut Effects,
+    q: &str,
+    now: i64,
+    events: &[(String, FlowEvent)],
+) {
+    fx.audit.extend(inner.flow.key_audits(q, now, events));
+    if !events.is_empty() {
+        fx.wake.insert(q.to_string());
     }
 }
 
@@ -243,8 +338,8 @@ fn audit(fx: &mut Effects, q: &str, events: &[FlowEvent]) {
 
 /// The receive of a governed queue, in the caller's transaction, which holds the lock of the
 /// queue's row and has expired what was due (its lease expiries counted in `fx`). The
-/// outcomes this node counted for the queue are taken into `taken`, for the caller to count
-/// again if the transaction fails.
+/// outcomes this node counted for the queue and its keys are taken into `taken`, for the
+/// caller to count again if the transaction fails.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn receive(
     tx: &tokio_postgres::Transaction<'_>,
@@ -254,7 +349,45 @@ pub(crate) async fn receive(
     req: &ReceiveRequest,
     now: i64,
     fx: &mut Effects,
-    taken: &mut Option<Counted>,
+    taken: &mut Taken,
+) -> Result<Attempted, StoreError> {
+    let q = local.name.as_str();
+    let mut turn = KeyTurn::default();
+    // Lease expiries of this transaction, handed over with the node's counts.
+    let expired = fx.key_flow.remove(q).unwrap_or_default();
+    if sluice_core::adaptive::governs_keys(cfg) {
+        taken.keys = inner.flow.take_keys(q);
+        turn.counted = taken.keys.clone();
+        for (key, c) in &expired {
+            turn.counted.entry(key.clone()).or_default().merge(c);
+        }
+    }
+    let outcome = receive_governed(tx, inner, local, cfg, req, now, fx, taken, &mut turn).await?;
+    if turn.consumed {
+        audit_keys(inner, fx, q, now, &turn.events);
+    } else {
+        // Not handed to the keys' states (nothing was leased by key): counted again, for the
+        // next receive or flush.
+        inner.flow.add_keys(q, &std::mem::take(&mut taken.keys));
+        if !expired.is_empty() {
+            fx.key_flow.insert(q.to_string(), expired);
+        }
+    }
+    Ok(outcome)
+}
+
+/// [`receive`], with what the keys' states are handed and give in `turn`.
+#[allow(clippy::too_many_arguments)]
+async fn receive_governed(
+    tx: &tokio_postgres::Transaction<'_>,
+    inner: &Inner,
+    local: &QueueLocal,
+    cfg: &QueueConfig,
+    req: &ReceiveRequest,
+    now: i64,
+    fx: &mut Effects,
+    taken: &mut Taken,
+    turn: &mut KeyTurn,
 ) -> Result<Attempted, StoreError> {
     let q = local.name.as_str();
     let fc = flow_config(cfg);
@@ -262,13 +395,13 @@ pub(crate) async fn receive(
     let takers = Takers::All(req.consumer.as_deref());
     let Some(mut sh) = Shared::load(tx, q, fc, at).await? else {
         return Ok(
-            take_leases_limited(tx, LEASE_SQL, local, cfg, req, now, takers)
+            take_leases_limited(tx, LEASE_SQL, local, cfg, req, now, takers, turn)
                 .await?
                 .untagged(),
         );
     };
-    *taken = inner.flow.take(q);
-    let mut counted = taken.unwrap_or_default();
+    taken.queue = inner.flow.take(q);
+    let mut counted = taken.queue.unwrap_or_default();
     if let Some(expired) = fx.flow.remove(q) {
         counted.merge(&expired);
     }
@@ -317,9 +450,10 @@ pub(crate) async fn receive(
                     visibility: req.visibility,
                     consumer: req.consumer.clone(),
                 };
-                let outcome = take_leases_limited(tx, LEASE_SQL, local, cfg, &capped, now, takers)
-                    .await?
-                    .untagged();
+                let outcome =
+                    take_leases_limited(tx, LEASE_SQL, local, cfg, &capped, now, takers, turn)
+                        .await?
+                        .untagged();
                 if let Attempted::Got(out) = &outcome {
                     let n = u32::try_from(out.len()).unwrap_or(u32::MAX);
                     events.extend(sh.state.leased(fc, n, at));
@@ -350,48 +484,58 @@ async fn locked<T>(
     ) -> Result<T, StoreError>,
 ) -> Result<Option<T>, StoreError> {
     let mut conn = inner.conn().await?;
-    let mut taken = None;
+    let mut taken = Taken::default();
     let done = crate::db::tx::transaction(&mut conn, async |tx| {
         let cfg = crate::db::catalog::config(tx, q, true).await?;
         // Taken under the lock: a receive of the queue waiting for it then finds them
         // observed, never taken and not yet written.
-        taken = inner.flow.take(q);
-        let fc = flow_config(&cfg);
+        taken.queue = inner.flow.take(q);
+        taken.keys = inner.flow.take_keys(q);
         let now = Timestamp(inner.now());
-        let Some(mut sh) = Shared::load(tx, q, fc, now).await? else {
-            return Ok(None);
-        };
-        let mut events = match &taken {
-            Some(t) => sh.state.observe(fc, &t.at(now.as_millis()), now),
-            None => Vec::new(),
-        };
-        let out = f(&cfg, &mut sh.state, now, &mut events)?;
-        sh.save(tx, q, now.as_millis()).await?;
         let mut fx = Effects::default();
-        audit(&mut fx, q, &events);
+        if !taken.keys.is_empty() && sluice_core::adaptive::governs_keys(&cfg) {
+            let mut keys = KeyFlows::read(tx, q, &cfg, now.as_millis()).await?;
+            let mut events = keys.observe(tx, q, &taken.keys).await?;
+            events.extend(keys.write(tx, q, &HashMap::new()).await?);
+            audit_keys(inner, &mut fx, q, now.as_millis(), &events);
+        }
+        let fc = flow_config(&cfg);
+        let out = match Shared::load(tx, q, fc, now).await? {
+            Some(mut sh) => {
+                let mut events = match &taken.queue {
+                    Some(t) => sh.state.observe(fc, &t.at(now.as_millis()), now),
+                    None => Vec::new(),
+                };
+                let out = f(&cfg, &mut sh.state, now, &mut events)?;
+                sh.save(tx, q, now.as_millis()).await?;
+                audit(&mut fx, q, &events);
+                Some(out)
+            }
+            // Not governed as a whole (any more): what was counted has nowhere to go.
+            None => None,
+        };
         fx.write(tx).await?;
-        Ok(Some((out, fx)))
+        Ok((out, fx))
     })
     .await;
     match done {
-        Ok(Some((out, fx))) => {
+        Ok((out, fx)) => {
             fx.after_commit(inner);
-            Ok(Some(out))
+            Ok(out)
         }
-        // Not governed (any more): what was counted has nowhere to go.
-        Ok(None) => Ok(None),
         Err(e) => {
-            if let (Some(t), false) = (taken, matches!(e, StoreError::QueueNotFound(_))) {
-                inner.flow.add(q, &t);
+            if !matches!(e, StoreError::QueueNotFound(_)) {
+                taken.give_back(inner, q);
             }
             Err(e)
         }
     }
 }
 
-/// Hands the outcomes this node counted for `q` to its shared state, if it counted any.
+/// Hands the outcomes this node counted for `q` (and its keys) to their shared state, if it
+/// counted any.
 pub(crate) async fn flush_queue(inner: &Inner, q: &str) -> Result<(), StoreError> {
-    if inner.flow.peek(q).is_none() {
+    if inner.flow.peek(q).is_none() && !inner.flow.has_keys(q) {
         return Ok(());
     }
     match locked(inner, q, |_, _, _, _| Ok(())).await {
@@ -399,6 +543,7 @@ pub(crate) async fn flush_queue(inner: &Inner, q: &str) -> Result<(), StoreError
         Err(StoreError::QueueNotFound(_)) => {
             // Deleted: what was counted has nowhere to go.
             inner.flow.take(q);
+            inner.flow.take_keys(q);
             Ok(())
         }
         Err(e) => Err(e),
@@ -493,7 +638,7 @@ pub(crate) async fn force(
 ) -> Result<FlowStats, StoreError> {
     let no_breaker = || StoreError::NoBreaker(queue.to_string());
     let forced = locked(inner, queue.as_str(), |cfg, state, now, events| {
-        if cfg.breaker.is_none() {
+        if flow_config(cfg).breaker.is_none() {
             return Err(no_breaker());
         }
         events.extend(state.force(to, now));
@@ -503,8 +648,40 @@ pub(crate) async fn force(
     forced.ok_or_else(no_breaker)
 }
 
-/// Whether a failed delivery of governed queue `q` ending in `outcome` spends the message's
-/// attempt: never for congestion, and not while its breaker is open or half-open, as the
+/// An operator forces the breaker of `key` (`None`: the implicit key) of `queue` open or
+/// closed; the key's state afterwards.
+pub(crate) async fn force_key(
+    inner: &Inner,
+    queue: &QueueName,
+    key: Option<&sluice_core::MessageKey>,
+    to: BreakerForce,
+) -> Result<KeyFlowStats, StoreError> {
+    let q = queue.as_str();
+    let key = key.map_or("", |k| k.as_str());
+    let mut conn = inner.conn().await?;
+    let (stats, fx) = crate::db::tx::transaction(&mut conn, async |tx| {
+        let cfg = crate::db::catalog::config(tx, q, true).await?;
+        let now = inner.now();
+        let Some((stats, events)) = crate::hot::key_flows::force(tx, q, &cfg, key, to, now).await?
+        else {
+            return Err(StoreError::NoKeyBreaker(q.to_string()));
+        };
+        let mut fx = Effects::default();
+        let events: Vec<(String, FlowEvent)> =
+            events.into_iter().map(|e| (key.to_owned(), e)).collect();
+        audit_keys(inner, &mut fx, q, now, &events);
+        fx.wake.insert(q.to_string());
+        fx.write(tx).await?;
+        Ok((stats, fx))
+    })
+    .await?;
+    fx.after_commit(inner);
+    Ok(stats)
+}
+
+/// Whether a failed delivery of `key` of governed queue `q` ending in `outcome` spends the
+/// message's attempt: never for congestion, and not while the queue's or the key's breaker is
+/// open or half-open, as the
 /// stored state says with this node's outcomes not
 /// yet handed over applied. Read without a lock, so outcomes that a flush of this node is
 /// writing at that very moment (taken, not yet committed) are not seen: the answer may be a
@@ -514,11 +691,22 @@ pub(crate) async fn counts_attempt(
     inner: &Inner,
     q: &str,
     cfg: &QueueConfig,
+    key: Option<&str>,
     outcome: Outcome,
     now: i64,
 ) -> Result<bool, StoreError> {
     if matches!(outcome, Outcome::Congestion { .. }) {
         return Ok(false);
+    }
+    if sluice_core::adaptive::governs_keys(cfg) {
+        let key = key.unwrap_or_default();
+        let pending = inner.flow.peek_key(q, key);
+        let by_key =
+            crate::hot::key_flows::counts_attempt(c, q, cfg, key, pending.as_ref(), outcome, now)
+                .await?;
+        if !by_key {
+            return Ok(false);
+        }
     }
     let fc = flow_config(cfg);
     let at = Timestamp(now);

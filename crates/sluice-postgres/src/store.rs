@@ -231,6 +231,15 @@ impl QueueAdmin for PostgresStore {
         crate::flow::force(&self.inner, queue, force).await
     }
 
+    async fn force_key_breaker(
+        &self,
+        queue: &QueueName,
+        key: Option<&sluice_core::MessageKey>,
+        force: sluice_core::adaptive::BreakerForce,
+    ) -> Result<sluice_core::adaptive::KeyFlowStats, StoreError> {
+        crate::flow::force_key(&self.inner, queue, key, force).await
+    }
+
     async fn delete_queue(&self, name: &QueueName) -> Result<u64, StoreError> {
         crate::ops::queues::delete(&self.inner, name).await
     }

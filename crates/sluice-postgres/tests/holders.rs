@@ -332,6 +332,7 @@ async fn leases_granted_before_holders_were_kept_end_without_one() {
          DROP TABLE key_tallies;
          DROP TABLE key_rate_events;
          DROP TABLE key_paces;
+         DROP TABLE key_flow;
          DELETE FROM migrations WHERE version >= 10;",
     )
     .await

@@ -1088,6 +1088,7 @@ async fn a_breaker_opened_through_one_node_stops_the_other() {
                 // Long enough not to turn half-open during the test.
                 probe_every_ms: 600_000,
                 probes: 1,
+                ..Default::default()
             })),
             ..QueueConfigPatch::default()
         },
@@ -1223,6 +1224,7 @@ fn breaker_queue() -> QueueConfigPatch {
             min_calls: 2,
             probe_every_ms: 10_000,
             probes: 1,
+            ..Default::default()
         })),
         ..QueueConfigPatch::default()
     }

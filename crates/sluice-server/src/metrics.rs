@@ -506,6 +506,10 @@ impl Metrics {
                 if let Some(flow) = &s.flow {
                     governed.observe(&l, flow);
                 }
+                if let Some(k) = &s.key_flows {
+                    let breakers = sluice_core::adaptive::key_breaker(&q.config).is_some();
+                    governed.observe_keys(&l, k, breakers, self.scope.top_keys);
+                }
             }
         }
         for q in &keyed {
@@ -627,8 +631,11 @@ impl KeyFamilies {
     }
 }
 
-/// The series of governed queues: their adaptive rate and circuit breaker.
+/// The series of governed queues: their adaptive rate and circuit breaker, and the keys' own
+/// of queues that govern keys one by one.
 struct FlowFamilies {
+    key_breakers: Family<BreakerStateLabel, Gauge>,
+    key_rate: Family<KeyLabel, Gauge>,
     rate: Family<QueueLabel, Gauge>,
     congestion: Family<QueueLabel, Counter>,
     decreases: Family<QueueLabel, Counter>,
@@ -640,6 +647,8 @@ struct FlowFamilies {
 impl FlowFamilies {
     fn register(registry: &mut Registry) -> Self {
         let f = FlowFamilies {
+            key_breakers: Family::default(),
+            key_rate: Family::default(),
             rate: Family::default(),
             congestion: Family::default(),
             decreases: Family::default(),
@@ -677,7 +686,50 @@ impl FlowFamilies {
             "Time a queue's circuit breaker spent open or half-open",
             f.open_seconds.clone(),
         );
+        registry.register(
+            "queue_keys_breaker",
+            "Keys of a queue with per-key breakers (scope key) whose breaker is in each state (closed, open, half_open)",
+            f.key_breakers.clone(),
+        );
+        registry.register(
+            "key_adaptive_rate_per_min",
+            "The learned rate of a key of a queue with per-key adaptive rates (scope key), for the keys with the highest rates",
+            f.key_rate.clone(),
+        );
         f
+    }
+
+    /// The series of the keys of one queue that governs keys, from its stats: its keys by
+    /// breaker state, and the `top` keys' learned rates.
+    fn observe_keys(
+        &self,
+        l: &QueueLabel,
+        k: &sluice_core::adaptive::KeyFlowSummary,
+        breakers: bool,
+        top: usize,
+    ) {
+        let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        if breakers {
+            let closed = k.keys.saturating_sub(k.open + k.half_open);
+            for (state, n) in [
+                ("closed", closed),
+                ("open", k.open),
+                ("half_open", k.half_open),
+            ] {
+                let label = BreakerStateLabel {
+                    queue: l.queue.clone(),
+                    state,
+                };
+                self.key_breakers.get_or_create(&label).set(int(n));
+            }
+        }
+        for (key, rate) in k.top_rates.iter().take(top) {
+            let label = KeyLabel {
+                queue: l.queue.clone(),
+                key: key.clone().unwrap_or_default(),
+            };
+            self.key_rate.get_or_create(&label).set(i64::from(*rate));
+        }
     }
 
     /// The series of one queue, from its stats.

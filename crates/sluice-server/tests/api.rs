@@ -944,6 +944,7 @@ async fn health_readiness_routing_errors_and_openapi() {
         ("/v1/queues/{q}/extend", vec!["post"]),
         ("/v1/queues/{q}/stats", vec!["get"]),
         ("/v1/queues/{q}/keys", vec!["get"]),
+        ("/v1/queues/{q}/keys/{key}/breaker", vec!["post"]),
         ("/v1/queues/{q}/summary", vec!["get"]),
         ("/v1/messages/{id}", vec!["get", "delete"]),
         ("/v1/tasks/{id}", vec!["get"]),

@@ -10,8 +10,9 @@ use utoipa::{IntoParams, ToSchema};
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct KeysQuery {
-    /// `backlog` (default: most waiting first), `in_flight` (most in flight first) or `oldest`
-    /// (longest-waiting visible message first).
+    /// `backlog` (default: most waiting first), `in_flight` (most in flight first), `oldest`
+    /// (longest-waiting visible message first) or `breaker` (keys whose own breaker is open
+    /// first, then half-open ones, each by backlog).
     #[param(inline)]
     pub order: Option<KeyOrderView>,
     /// Page size, 1 – 1000. Default 100.
@@ -19,7 +20,7 @@ pub struct KeysQuery {
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page, of a listing in the same order (a cursor of
     /// another order starts at the first key).
-    #[param(pattern = r"^[bfo]\.-?[0-9]{1,18}\.(-|([0-9a-f]{2}){1,512})$")]
+    #[param(pattern = r"^[bfok]\.-?[0-9]{1,18}\.(-|([0-9a-f]{2}){1,512})$")]
     pub cursor: Option<String>,
 }
 
@@ -34,6 +35,8 @@ pub enum KeyOrderView {
     InFlight,
     /// The longest-waiting visible message first; keys with nothing visible last.
     Oldest,
+    /// Keys whose own breaker is open first, then half-open ones, each by backlog.
+    Breaker,
 }
 
 impl From<KeyOrderView> for KeyOrder {
@@ -42,6 +45,7 @@ impl From<KeyOrderView> for KeyOrder {
             KeyOrderView::Backlog => KeyOrder::Backlog,
             KeyOrderView::InFlight => KeyOrder::InFlight,
             KeyOrderView::Oldest => KeyOrder::Oldest,
+            KeyOrderView::Breaker => KeyOrder::Breaker,
         }
     }
 }
@@ -105,6 +109,43 @@ pub struct KeyView {
     /// Its most deliveries per period under `key_limits`; absent when unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<crate::queues::RateLimitWire>,
+    /// Its own adaptive rate and breaker, on a queue whose `adaptive` or `breaker` has
+    /// `"scope": "key"`; absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<KeyFlowView>,
+}
+
+/// A key's own adaptive rate and breaker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct KeyFlowView {
+    /// Its governed rate, per minute (with a per-key adaptive rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_min: Option<u32>,
+    /// Its deliveries are held until then (RFC 3339): its dependency's Retry-After.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_until: Option<String>,
+    /// Its breaker: `closed`, `open` or `half_open` (with a per-key breaker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub breaker: Option<sluice_core::adaptive::BreakerState>,
+    /// Since when the breaker is in that state (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker_since: Option<String>,
+    /// Whether an operator forced the breaker open.
+    #[serde(default)]
+    pub forced: bool,
+}
+
+impl From<&sluice_core::adaptive::KeyFlowStats> for KeyFlowView {
+    fn from(f: &sluice_core::adaptive::KeyFlowStats) -> Self {
+        KeyFlowView {
+            rate_per_min: f.rate_per_min,
+            hold_until: f.hold_until.map(sluice_core::time::rfc3339),
+            breaker: f.breaker,
+            breaker_since: f.breaker_since.map(sluice_core::time::rfc3339),
+            forced: f.forced,
+        }
+    }
 }
 
 impl KeysResponse {
@@ -150,6 +191,7 @@ impl KeyView {
                     period_ms: i64::try_from(r.period.as_millis()).unwrap_or(i64::MAX),
                     burst: r.burst,
                 }),
+            flow: k.flow.as_ref().map(KeyFlowView::from),
         }
     }
 }

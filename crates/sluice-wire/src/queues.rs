@@ -291,8 +291,9 @@ pub struct QueueConfigRequest {
     #[schema(value_type = Option<Object>)]
     pub adaptive: Option<Option<AdaptiveRate>>,
     /// A circuit breaker, or `null` for none: `{"failure_share", "window_ms", "min_calls",
-    /// "probe_every_ms", "probes"}`. While it is open or half-open a nack does not spend the
-    /// message's attempt. Replaces the current setting whole.
+    /// "probe_every_ms", "probes", "scope", "key_idle_ms"}`. While it is open or half-open a
+    /// nack does not spend the message's attempt. With `"scope": "key"` each message key has
+    /// its own. Replaces the current setting whole.
     #[serde(
         default,
         deserialize_with = "present",

@@ -183,6 +183,51 @@ pub struct StatsView {
     /// counted as a key); `GET /v1/queues/{q}/keys` lists them.
     #[serde(default)]
     pub active_keys: u64,
+    /// On a queue that governs keys one by one (`"scope": "key"`): how many keys have a state
+    /// of their own, how many of those have their breaker open or half-open, and the keys with
+    /// the highest learned rates; absent for other queues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_flows: Option<KeyFlowsView>,
+}
+
+/// The keys of a queue that governs keys one by one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct KeyFlowsView {
+    /// Keys with a state of their own.
+    pub keys: u64,
+    /// Keys whose breaker is open.
+    pub open: u64,
+    /// Keys whose breaker is half-open.
+    pub half_open: u64,
+    /// The keys with the highest learned rates, highest first (at most 10).
+    pub top_rates: Vec<KeyRateView>,
+}
+
+/// One key's learned rate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct KeyRateView {
+    /// The key; `null` for messages sent without one.
+    pub key: Option<String>,
+    /// Its learned rate, per minute.
+    pub rate_per_min: u32,
+}
+
+impl From<&sluice_core::adaptive::KeyFlowSummary> for KeyFlowsView {
+    fn from(s: &sluice_core::adaptive::KeyFlowSummary) -> Self {
+        KeyFlowsView {
+            keys: s.keys,
+            open: s.open,
+            half_open: s.half_open,
+            top_rates: s
+                .top_rates
+                .iter()
+                .map(|(key, r)| KeyRateView {
+                    key: key.clone(),
+                    rate_per_min: *r,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Events per second over one window.
@@ -303,6 +348,7 @@ impl StatsView {
             drain_eta_ms: None,
             flow: stats.flow.as_ref().map(FlowView::from),
             active_keys: stats.active_keys,
+            key_flows: stats.key_flows.as_ref().map(KeyFlowsView::from),
         }
     }
 }

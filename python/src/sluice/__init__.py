@@ -12,7 +12,7 @@ task-processor adapter.
     task_id = client.enqueue("jobs", "add", [2, 3])
 """
 
-from ._keys import KeyInfo, KeysPage
+from ._keys import KeyFlow, KeyInfo, KeysPage
 from ._transport import RetryPolicy
 from ._version import __version__
 from .client import CLEAR, NO_RESULT, Client, OutMessage, QueueSettings, TaskSpec
@@ -114,6 +114,7 @@ __all__ = [
     "History",
     "HistorySample",
     "InvalidInput",
+    "KeyFlow",
     "KeyInfo",
     "KeysPage",
     "Message",

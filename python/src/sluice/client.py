@@ -18,11 +18,12 @@ import uuid
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from urllib.parse import quote
 
 from ._version import __version__
 from ._transport import RetryPolicy, Transport, api_error, dumps
 from ._deep_json import loads_receive_answer
-from ._keys import KeysPage
+from ._keys import KeyFlow, KeysPage
 from ._messages import OutMessage, TaskSpec, check_priority, chunks, ms as _ms, spec_of, task_message
 from .errors import (
     ApiError, DecodeError, ErrorCode, InvalidInput, PartialEnqueue, SluiceError, TaskFailed, TaskTimeout,
@@ -392,6 +393,18 @@ class Client:
             self._json("POST", f"/v1/queues/{_queue(name)}/breaker", json_body={"state": state})
         )
 
+    def force_key_breaker(self, name: str, key: str, state: str) -> KeyFlow:
+        """Forces the breaker of one key of a queue whose breaker is per key (``"scope":
+        "key"``) ``"open"`` (that key's deliveries stop until forced closed; other keys go on)
+        or ``"closed"``; ``conflict`` for a queue whose breaker is not per key. Answers the
+        key's rate and breaker afterwards."""
+        if state not in ("open", "closed"):
+            raise ValueError(f'state must be "open" or "closed", got {state!r}')
+        if not isinstance(key, str) or not key:
+            raise InvalidInput(f"key must be a non-empty string, got {key!r}")
+        path = f"/v1/queues/{_queue(name)}/keys/{quote(key, safe='')}/breaker"
+        return KeyFlow.from_wire(self._json("POST", path, json_body={"state": state}))
+
     def resume_queue(self, name: str) -> Queue:
         """Resumes deliveries."""
         return Queue.from_wire(self._json("POST", f"/v1/queues/{_queue(name)}/resume"))
@@ -727,8 +740,9 @@ class Client:
         cursor: Optional[str] = None,
     ) -> KeysPage:
         """One page of a queue's keys with messages waiting or in flight: each one's backlog,
-        in flight, oldest visible age, deliveries in the last minute, weight and limit.
-        ``order`` is ``backlog`` (most waiting first), ``in_flight`` or ``oldest``."""
+        in flight, oldest visible age, deliveries in the last minute, weight, limit and (on a
+        queue that governs keys one by one) own rate and breaker. ``order`` is ``backlog``
+        (most waiting first), ``in_flight``, ``oldest`` or ``breaker`` (open breakers first)."""
         params = {"order": order, "limit": limit, "cursor": cursor}
         return KeysPage.from_wire(
             self._json("GET", f"/v1/queues/{_queue(queue)}/keys", params=params)

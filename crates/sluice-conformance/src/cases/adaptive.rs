@@ -24,6 +24,7 @@ fn breaker() -> BreakerConfig {
         min_calls: 4,
         probe_every_ms: 10_000,
         probes: 1,
+        ..Default::default()
     }
 }
 

@@ -60,6 +60,24 @@ impl Plan {
 /// `rt`. A failing scenario is shrunk to a minimal one, and the test panics with it, the
 /// seed and the disagreement.
 pub fn check(name: &str, rt: &tokio::runtime::Runtime, plan: Plan, factory: &Factory<'_>) {
+    // A scenario's future is large and deep, and a debug build polls it on the calling
+    // thread's stack: the scenarios run on a thread of their own with room for it (a test
+    // thread has 2 MiB).
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name(format!("differential {name}"))
+            .stack_size(SCENARIO_STACK)
+            .spawn_scoped(s, || check_here(name, rt, plan, factory))
+            .expect("a thread for the scenarios")
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    });
+}
+
+/// The stack of the thread that runs the scenarios.
+const SCENARIO_STACK: usize = 16 << 20;
+
+fn check_here(name: &str, rt: &tokio::runtime::Runtime, plan: Plan, factory: &Factory<'_>) {
     eprintln!(
         "differential {name}: {} scenarios of up to {} steps, SLUICE_DIFF_SEED={}",
         plan.cases, plan.max_len, plan.seed

@@ -17,7 +17,7 @@
 mod delivery;
 mod keys;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use sluice_core::config::{QueueConfig, QueueConfigPatch};
@@ -164,6 +164,9 @@ pub struct Queue {
     /// Each key's window and pace while `key_limits` has rates (`None`: the implicit key),
     /// as `rate_events` and `rate_due` are the queue's.
     pub key_rates: BTreeMap<Option<String>, (Vec<i64>, Option<i64>)>,
+    /// The keys whose own breaker an operator forced open (`None`: the implicit key), while
+    /// the queue's breaker is per key.
+    pub forced_keys: BTreeSet<Option<String>>,
 }
 
 /// One delivery (receive) made.
@@ -698,6 +701,7 @@ impl Model {
                     rate_events: Vec::new(),
                     rate_due: None,
                     key_rates: BTreeMap::new(),
+                    forced_keys: BTreeSet::new(),
                 },
             );
         }
@@ -710,6 +714,10 @@ impl Model {
                     .is_some_and(sluice_core::fair::KeyLimits::rates)
                 {
                     q.key_rates.clear();
+                }
+                // Forced key breakers live while the breaker is per key.
+                if sluice_core::adaptive::key_breaker(&cfg).is_none() {
+                    q.forced_keys.clear();
                 }
                 q.config = cfg;
             }
@@ -724,11 +732,49 @@ impl Model {
                         rate_events: Vec::new(),
                         rate_due: None,
                         key_rates: BTreeMap::new(),
+                        forced_keys: BTreeSet::new(),
                     },
                 );
             }
         }
         Ok(!exists)
+    }
+
+    /// An operator forces the breaker of `key` of queue `name` open or closed: the key's
+    /// breaker state and whether it is forced afterwards.
+    ///
+    /// # Errors
+    /// The code the engines must answer.
+    pub fn force_key_breaker(
+        &mut self,
+        name: &str,
+        key: Option<&str>,
+        open: bool,
+    ) -> Result<(sluice_core::adaptive::BreakerState, bool), sluice_core::ErrorCode> {
+        use sluice_core::adaptive::BreakerState;
+        let q = self
+            .queues
+            .get_mut(name)
+            .ok_or(sluice_core::ErrorCode::QueueNotFound)?;
+        if sluice_core::adaptive::key_breaker(&q.config).is_none() {
+            return Err(sluice_core::ErrorCode::Conflict);
+        }
+        let key = key.map(str::to_owned);
+        if open {
+            q.forced_keys.insert(key);
+            Ok((BreakerState::Open, true))
+        } else {
+            q.forced_keys.remove(&key);
+            Ok((BreakerState::Closed, false))
+        }
+    }
+
+    /// Whether `key` of queue `q` is forced open: none of its messages is delivered, and a
+    /// nack of one in flight keeps its attempt.
+    pub fn key_forced(&self, q: &str, key: Option<&str>) -> bool {
+        self.queues
+            .get(q)
+            .is_some_and(|q| q.forced_keys.contains(&key.map(str::to_owned)))
     }
 
     /// Deletes a queue and every message in it (completed records too).

@@ -96,6 +96,12 @@ pub struct PatchSpec {
     /// With `key_limits` set: every key at most this many deliveries per
     /// [`RATE_PERIOD_MS`] (its default burst), `k1` one more.
     pub key_rate: Option<u32>,
+    /// A breaker per key (`Some(true)`), one for the queue (`Some(false)`), or none
+    /// (`None` inside: `Some(None)`). Its `min_calls` is more than a scenario makes, so a
+    /// breaker here opens only when forced ([`Op::ForceKeyBreaker`]): how failures open one is
+    /// `sluice_core::adaptive`'s, tested there; here what a forced key does to deliveries,
+    /// attempts, restarts and reconfiguration.
+    pub breaker: Option<Option<bool>>,
 }
 
 /// The period of every `rate_limit` the differential test sets.
@@ -194,7 +200,7 @@ pub enum Op {
         key: Option<String>,
     },
     /// `keys` of a queue, walked page by page in one order (`0` backlog, `1` in flight, `2`
-    /// oldest), `limit` keys a page (0 is refused).
+    /// oldest, `3` breaker), `limit` keys a page (0 is refused).
     Keys { queue: u8, order: u8, limit: u32 },
     /// `create_redrive` from a queue.
     CreateRedrive {
@@ -260,6 +266,9 @@ pub enum Op {
         queue: Option<u8>,
         limit: u8,
     },
+    /// `force_key_breaker` of key `k1`, `k2` or the implicit key (`key` 0, 1, 2) of a queue,
+    /// open or closed.
+    ForceKeyBreaker { queue: u8, key: u8, open: bool },
     /// Moves the shared clock forward.
     Advance { ms: u64 },
     /// Drops the store(s) and opens the same data again.
@@ -392,9 +401,13 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
         prop::option::weighted(0.3, prop::option::of(0u32..3)),
         prop::option::weighted(0.4, 1u32..5),
         prop::option::weighted(0.5, 1u32..4),
+        prop::option::weighted(
+            0.35,
+            prop_oneof![4 => Just(Some(true)), 1 => Just(Some(false)), 1 => Just(None)],
+        ),
     );
     (a, b, c).prop_map(
-        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw, kl, rb, kr))| PatchSpec {
+        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw, kl, rb, kr, br))| PatchSpec {
             visibility_ms: v,
             max_receive_count: m,
             dead_letter_queue: d,
@@ -412,6 +425,7 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
             key_limits: kl,
             rate_burst: rb,
             key_rate: kr,
+            breaker: br,
         },
     )
 }
@@ -435,6 +449,8 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (queue(), patch_spec()).prop_map(|(queue, patch)| Op::CreateQueue { queue, patch }),
         1 => queue().prop_map(|queue| Op::DeleteQueue { queue }),
         1 => queue().prop_map(|queue| Op::Purge { queue }),
+        2 => (0u8..3, 0u8..3, prop::bool::weighted(0.7))
+            .prop_map(|(queue, key, open)| Op::ForceKeyBreaker { queue, key, open }),
     ];
     let messaging = prop_oneof![
         8 => (queue(), prop::collection::vec(msg_spec(), 1..4))
@@ -469,7 +485,7 @@ pub fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (0usize..16).prop_map(|msg| Op::Cancel { msg }),
     ];
     let dlq = prop_oneof![
-        1 => (queue(), 0u8..3, prop_oneof![1 => Just(0u32), 8 => 1u32..4])
+        1 => (queue(), 0u8..4, prop_oneof![1 => Just(0u32), 8 => 1u32..4])
             .prop_map(|(queue, order, limit)| Op::Keys { queue, order, limit }),
         2 => (
             queue(),

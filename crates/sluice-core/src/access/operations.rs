@@ -146,6 +146,9 @@ pub const OPERATIONS: &[Operation] = &[
     op("queue.breaker", &[ManageQueue], Queue)
         .http("POST", "/v1/queues/{q}/breaker")
         .audit(&["queue.breaker.force"]),
+    op("queue.key_breaker", &[ManageQueue], Queue)
+        .http("POST", "/v1/queues/{q}/keys/{key}/breaker")
+        .audit(&["key.breaker.force"]),
     // Producers.
     op("message.send", &[Send], Queue)
         .http("POST", "/v1/queues/{q}/messages")

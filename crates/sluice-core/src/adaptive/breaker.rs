@@ -185,6 +185,25 @@ impl Breaker {
         }
     }
 
+    /// The state, probes left and time of the next probe that [`Breaker::tick`] would leave
+    /// at `now`, without ticking.
+    pub(super) fn after_tick(
+        &self,
+        cfg: &BreakerConfig,
+        now: Timestamp,
+    ) -> (BreakerState, u32, Option<Timestamp>) {
+        let due = self.probe_at.is_some_and(|p| now >= p);
+        match self.state {
+            BreakerState::Open if !self.forced && due => (BreakerState::HalfOpen, cfg.probes, None),
+            BreakerState::HalfOpen if self.probes_left == 0 && due => (
+                BreakerState::HalfOpen,
+                cfg.probes.saturating_sub(self.probes_ok).max(1),
+                None,
+            ),
+            s => (s, self.probes_left, self.probe_at),
+        }
+    }
+
     /// Probe deliveries leased at `now`: when the last one goes out, the pause after which
     /// they are given up for lost starts.
     pub(super) fn leased(&mut self, cfg: &BreakerConfig, n: u32, now: Timestamp) {

@@ -33,6 +33,8 @@ pub mod limits {
     pub const MAX_MIN_CALLS: u32 = 10_000;
     /// Largest `probes`.
     pub const MAX_PROBES: u32 = 100;
+    /// Longest `key_idle_ms`: a week.
+    pub const MAX_KEY_IDLE_MS: u64 = 7 * 86_400_000;
 }
 
 /// Default quota window of an adaptive rate's dependency, in ms: a minute.
@@ -80,6 +82,32 @@ pub struct AdaptiveRate {
         skip_serializing_if = "Option::is_none"
     )]
     pub decrease_permille: Option<u16>,
+    /// Whether the queue has one rate (`queue`, the default) or each key its own (`key`).
+    #[serde(default, skip_serializing_if = "FlowScope::is_queue")]
+    pub scope: FlowScope,
+    /// With `scope: key`, how long a key may go without deliveries before its rate is
+    /// forgotten (it starts again at `min_per_min`), in ms; `None`: ten quota windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_idle_ms: Option<u64>,
+}
+
+/// What a queue's adaptive rate or breaker governs: the queue as a whole, or each key of it
+/// on its own (learned only from the outcomes of that key's deliveries).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowScope {
+    /// One state for the whole queue.
+    #[default]
+    Queue,
+    /// One state per key; the queue's `rate_limit` and `key_limits` stay ceilings.
+    Key,
+}
+
+impl FlowScope {
+    /// Whether this is the default, queue-wide scope.
+    pub fn is_queue(&self) -> bool {
+        *self == FlowScope::Queue
+    }
 }
 
 /// Which nacks of an adaptive queue are congestion. A nack marked as carrying the
@@ -118,6 +146,14 @@ pub struct BreakerConfig {
     /// How many probe deliveries a half-open breaker lets through; all must succeed to close.
     #[serde(default = "default_probes")]
     pub probes: u32,
+    /// Whether the queue has one breaker (`queue`, the default) or each key its own (`key`).
+    #[serde(default, skip_serializing_if = "FlowScope::is_queue")]
+    pub scope: FlowScope,
+    /// With `scope: key`, how long a key may go without deliveries before its breaker is
+    /// forgotten (closed and empty again, unless an operator forced it open), in ms; `None`:
+    /// ten windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_idle_ms: Option<u64>,
 }
 
 fn default_failure_share() -> u16 {
@@ -144,6 +180,8 @@ impl Default for BreakerConfig {
             min_calls: DEFAULT_MIN_CALLS,
             probe_every_ms: DEFAULT_PROBE_EVERY_MS,
             probes: DEFAULT_PROBES,
+            scope: FlowScope::Queue,
+            key_idle_ms: None,
         }
     }
 }
@@ -158,7 +196,17 @@ impl AdaptiveRate {
             window_ms: None,
             increase_per_min: None,
             decrease_permille: None,
+            scope: FlowScope::Queue,
+            key_idle_ms: None,
         }
+    }
+
+    /// With `scope: key`, how long an idle key keeps its rate.
+    pub fn key_idle(&self) -> Duration {
+        Duration::from_millis(
+            self.key_idle_ms
+                .unwrap_or_else(|| self.window_ms.unwrap_or(DEFAULT_QUOTA_WINDOW_MS) * 10),
+        )
     }
 
     /// The dependency's quota window.
@@ -217,6 +265,7 @@ impl AdaptiveRate {
                 permille_text(d)
             )));
         }
+        check_key_idle("adaptive", self.scope, self.key_idle_ms)?;
         if let CongestionSignal::Errors(patterns) = &self.signal {
             if patterns.is_empty() || patterns.len() > MAX_PATTERNS {
                 return Err(StoreError::invalid(format!(
@@ -248,6 +297,14 @@ impl BreakerConfig {
     /// The pause of an open breaker as a duration.
     pub fn probe_every(&self) -> Duration {
         Duration::from_millis(self.probe_every_ms)
+    }
+
+    /// With `scope: key`, how long an idle key keeps its breaker.
+    pub fn key_idle(&self) -> Duration {
+        Duration::from_millis(
+            self.key_idle_ms
+                .unwrap_or(self.window_ms.saturating_mul(10)),
+        )
     }
 
     /// Checks every field.
@@ -284,7 +341,7 @@ impl BreakerConfig {
                 self.probes
             )));
         }
-        Ok(())
+        check_key_idle("breaker", self.scope, self.key_idle_ms)
     }
 }
 
@@ -297,6 +354,23 @@ pub fn ceiling_per_min(limit: &RateLimit) -> u32 {
         .max(1);
     let per_min = (u64::from(limit.limit) * 60_000).div_ceil(period_ms);
     u32::try_from(per_min).unwrap_or(u32::MAX).max(1)
+}
+
+/// `key_idle_ms` is for per-key state only, and within its limits.
+fn check_key_idle(part: &str, scope: FlowScope, idle: Option<u64>) -> Result<(), StoreError> {
+    use limits::*;
+    match (scope, idle) {
+        (_, None) => Ok(()),
+        (FlowScope::Queue, Some(_)) => Err(StoreError::invalid(format!(
+            "{part}.key_idle_ms applies to per-key state: set \"scope\": \"key\" or leave it out"
+        ))),
+        (FlowScope::Key, Some(ms)) if !(MIN_WINDOW_MS..=MAX_KEY_IDLE_MS).contains(&ms) => {
+            Err(StoreError::invalid(format!(
+                "{part}.key_idle_ms must be {MIN_WINDOW_MS} to {MAX_KEY_IDLE_MS} ms (a week), got {ms}"
+            )))
+        }
+        (FlowScope::Key, Some(_)) => Ok(()),
+    }
 }
 
 fn permille_text(p: u16) -> String {

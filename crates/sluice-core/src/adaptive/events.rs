@@ -93,4 +93,75 @@ impl FlowEvent {
         e.details = details;
         e
     }
+
+    /// The audit entry of this event of `key` (`None`: the implicit key) of `queue`, when a
+    /// key's event is audited: a breaker transition, as `key.breaker` with the key among its
+    /// details. A key's rate changes are not audited (a queue may govern 100,000 keys); the
+    /// keys listing shows each key's rate.
+    pub fn audit_key(&self, queue: &str, key: Option<&str>) -> Option<AuditEvent> {
+        let FlowEvent::Breaker(_) = self else {
+            return None;
+        };
+        let mut e = self.audit(queue);
+        e.action = "key.breaker".into();
+        e.details
+            .insert("key".into(), key.unwrap_or_default().to_owned());
+        Some(e)
+    }
+}
+
+/// Most audit entries of key breaker transitions per queue per minute; the rest are counted
+/// and said in one `key.breaker_suppressed` entry when the minute is over, so a storm of
+/// keys opening at once cannot flood the audit log.
+pub const KEY_AUDITS_PER_MIN: u32 = 60;
+
+/// A queue's allowance of key breaker audit entries ([`KEY_AUDITS_PER_MIN`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyAuditBudget {
+    minute: i64,
+    used: u32,
+    suppressed: u64,
+}
+
+impl KeyAuditBudget {
+    /// Of `events` of `queue`'s keys at `now` (`(key, event)`), the audit entries to write:
+    /// the first [`KEY_AUDITS_PER_MIN`] of each minute, then one entry saying how many of the
+    /// last minute were left out.
+    pub fn entries<'k>(
+        &mut self,
+        queue: &str,
+        now: Timestamp,
+        events: impl IntoIterator<Item = (Option<&'k str>, FlowEvent)>,
+    ) -> Vec<AuditEvent> {
+        let mut out = Vec::new();
+        let minute = now.as_millis().div_euclid(60_000);
+        if minute != self.minute {
+            if self.suppressed > 0 {
+                let mut e = AuditEvent::by_broker(now, "key.breaker_suppressed");
+                e.queue = Some(queue.to_owned());
+                e.details
+                    .insert("suppressed".into(), self.suppressed.to_string());
+                e.details
+                    .insert("per_min".into(), KEY_AUDITS_PER_MIN.to_string());
+                out.push(e);
+            }
+            *self = KeyAuditBudget {
+                minute,
+                used: 0,
+                suppressed: 0,
+            };
+        }
+        for (key, event) in events {
+            let Some(e) = event.audit_key(queue, key) else {
+                continue;
+            };
+            if self.used < KEY_AUDITS_PER_MIN {
+                self.used += 1;
+                out.push(e);
+            } else {
+                self.suppressed += 1;
+            }
+        }
+        out
+    }
 }

@@ -89,6 +89,7 @@ mod config;
 mod events;
 mod governor;
 mod outcome;
+mod scope;
 mod state;
 mod stats;
 #[cfg(test)]
@@ -98,10 +99,15 @@ pub use breaker::{BreakerForce, BreakerReason, BreakerState, TRANSITIONS_KEPT, T
 pub use config::{
     AdaptiveRate, BreakerConfig, CongestionSignal, DEFAULT_BREAKER_WINDOW_MS,
     DEFAULT_DECREASE_PERMILLE, DEFAULT_FAILURE_SHARE_PERMILLE, DEFAULT_MIN_CALLS,
-    DEFAULT_PROBE_EVERY_MS, DEFAULT_PROBES, DEFAULT_QUOTA_WINDOW_MS, ceiling_per_min, limits,
+    DEFAULT_PROBE_EVERY_MS, DEFAULT_PROBES, DEFAULT_QUOTA_WINDOW_MS, FlowScope, ceiling_per_min,
+    limits,
 };
-pub use events::{FlowEvent, RateReason};
+pub use events::{FlowEvent, KEY_AUDITS_PER_MIN, KeyAuditBudget, RateReason};
 pub use governor::{DECREASE_SIGNALS, RECENT_OUTCOMES, ROUNDS_PER_WINDOW};
 pub use outcome::{Outcome, Tally, classify_nack};
+pub use scope::{
+    KeyFlowStats, KeyFlowSummary, TOP_KEY_RATES, UNTIL_CHANGED, governs_keys, key_adaptive,
+    key_breaker, key_idle, key_room,
+};
 pub use state::{Admit, FlowConfig, FlowState, HISTORY_KEPT};
 pub use stats::{BreakerStats, FlowPoint, FlowStats, RateStats};

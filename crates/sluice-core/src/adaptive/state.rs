@@ -71,6 +71,9 @@ pub struct FlowState {
     breaker: Option<Breaker>,
     #[serde(default)]
     history: VecDeque<FlowPoint>,
+    /// A key's state ([`FlowState::for_key`]): no history, no breaker transitions kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    lean: bool,
 }
 
 impl FlowState {
@@ -86,6 +89,7 @@ impl FlowState {
                 .map(|a| Governor::new(a, cfg.ceiling_per_min, now)),
             breaker: cfg.breaker.map(|b| Breaker::new(b, now)),
             history: VecDeque::new(),
+            lean: false,
         };
         s.note(now, false);
         Some(s)
@@ -129,34 +133,39 @@ impl FlowState {
     /// [`FlowState::leased`].
     pub fn admit(&mut self, cfg: FlowConfig<'_>, now: Timestamp) -> (Admit, Vec<FlowEvent>) {
         let events = self.tick(cfg, now);
+        (self.allowance(cfg, now), events)
+    }
+
+    /// What [`FlowState::admit`] would answer at `now`, without changing anything: for an
+    /// engine that weighs many keys before leasing from a few of them.
+    pub fn allowance(&self, cfg: FlowConfig<'_>, now: Timestamp) -> Admit {
         let held = self
             .governor
             .as_ref()
             .filter(|_| cfg.adaptive.is_some())
             .and_then(|g| g.held(now));
-        if let (Some(_), Some(b)) = (cfg.breaker, self.breaker.as_ref()) {
-            match b.state {
-                BreakerState::Open => return (Admit::Shut { until: b.probe_at }, events),
+        if let (Some(c), Some(b)) = (cfg.breaker, self.breaker.as_ref()) {
+            let (state, probes_left, probe_at) = b.after_tick(c, now);
+            match state {
+                BreakerState::Open => return Admit::Shut { until: probe_at },
                 BreakerState::HalfOpen => {
-                    let admit = match (held, b.probes_left) {
+                    return match (held, probes_left) {
                         (Some(h), _) => Admit::Shut { until: Some(h) },
-                        (None, 0) => Admit::Shut { until: b.probe_at },
+                        (None, 0) => Admit::Shut { until: probe_at },
                         (None, n) => Admit::Probe { n },
                     };
-                    return (admit, events);
                 }
                 BreakerState::Closed => {}
             }
         }
-        let admit = match (cfg.adaptive, self.governor.as_ref()) {
+        match (cfg.adaptive, self.governor.as_ref()) {
             (Some(_), Some(_)) if held.is_some() => Admit::Shut { until: held },
             (Some(_), Some(g)) => Admit::Paced {
                 per_min: g.per_min(),
                 pace: g.pace(),
             },
             _ => Admit::Free,
-        };
-        (admit, events)
+        }
     }
 
     /// `n` deliveries were leased at `now` after [`FlowState::admit`]: probes are used up,
@@ -275,6 +284,13 @@ impl FlowState {
     /// Adds a history point when the breaker changed state, the rate moved by a tenth or
     /// more since the last point, or a rate event was reported.
     fn note(&mut self, now: Timestamp, rate_event: bool) {
+        if self.lean {
+            // Dropped, not cleared: a cleared queue would keep its memory.
+            if let Some(b) = self.breaker.as_mut().filter(|b| !b.transitions.is_empty()) {
+                b.transitions = VecDeque::new();
+            }
+            return;
+        }
         let point = FlowPoint {
             at: now,
             rate_per_min: self.governor.as_ref().map(Governor::per_min),
@@ -296,6 +312,24 @@ impl FlowState {
                 self.history.pop_front();
             }
         }
+    }
+
+    /// Keeps no history from now on ([`FlowState::for_key`]).
+    pub(super) fn make_lean(&mut self) {
+        self.lean = true;
+        self.history.clear();
+        self.note(Timestamp(0), false);
+    }
+
+    /// Where the breaker stands, if there is one (a pause that is over still reads `Open`
+    /// until the next call that ticks).
+    pub fn breaker_state(&self) -> Option<BreakerState> {
+        self.breaker.as_ref().map(|b| b.state)
+    }
+
+    /// When the breaker, forced open by an operator, must be kept whatever else is forgotten.
+    pub fn forced_open(&self) -> bool {
+        self.breaker.as_ref().is_some_and(|b| b.forced)
     }
 
     /// The governed rate in thousandths per minute, for tests.

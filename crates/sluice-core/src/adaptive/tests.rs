@@ -20,6 +20,7 @@ fn breaker_cfg() -> BreakerConfig {
         min_calls: 10,
         probe_every_ms: 5_000,
         probes: 3,
+        ..Default::default()
     }
 }
 

@@ -90,6 +90,20 @@ pub trait QueueAdmin: Send + Sync + 'static {
         force: crate::adaptive::BreakerForce,
     ) -> Result<crate::adaptive::FlowStats, StoreError>;
 
+    /// An operator's order to the breaker of one key (`None`: the implicit key) of a queue
+    /// whose breaker is per key (`"scope": "key"`), as [`Admin::force_breaker`] orders a
+    /// queue's: kept durably before it answers, the transition written to the audit log.
+    /// Returns the key's rate and breaker afterwards.
+    ///
+    /// # Errors
+    /// `QueueNotFound`; `Conflict` when the queue has no per-key breaker.
+    async fn force_key_breaker(
+        &self,
+        queue: &QueueName,
+        key: Option<&crate::MessageKey>,
+        force: crate::adaptive::BreakerForce,
+    ) -> Result<crate::adaptive::KeyFlowStats, StoreError>;
+
     /// Deletes a queue and every message in it. Returns how many messages it held (visible,
     /// delayed and in flight; completed records not counted), for the audit log. Messages
     /// that left it earlier (dead-lettered, moved) stay where they are.

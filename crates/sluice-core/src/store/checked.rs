@@ -278,6 +278,21 @@ impl<S: QueueAdmin> QueueAdmin for Checked<S> {
         self.engine.force_breaker(queue, force)
     }
 
+    fn force_key_breaker<'s, 'q, 'k, 'a>(
+        &'s self,
+        queue: &'q QueueName,
+        key: Option<&'k crate::MessageKey>,
+        force: crate::adaptive::BreakerForce,
+    ) -> Answer<'a, Result<crate::adaptive::KeyFlowStats, StoreError>>
+    where
+        's: 'a,
+        'q: 'a,
+        'k: 'a,
+        Self: 'a,
+    {
+        self.engine.force_key_breaker(queue, key, force)
+    }
+
     fn delete_queue<'s, 'n, 'a>(
         &'s self,
         name: &'n QueueName,

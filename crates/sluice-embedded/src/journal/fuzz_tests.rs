@@ -345,6 +345,7 @@ fn state() -> State {
             name,
             created_at: Timestamp(0),
             flow: None,
+            key_flows: Vec::new(),
         }
     };
     State::new(&[queue(1, "jobs"), queue(2, "jobs.dlq")], 3)

@@ -1,6 +1,6 @@
 //! `ack`: completes leased messages, keeping results for the queue's `result_ttl`.
 
-use sluice_core::adaptive::{Outcome, Tally};
+use sluice_core::adaptive::Outcome;
 use sluice_core::store::AckOverlap;
 use sluice_core::{AckRequest, QueueName, StoreError};
 
@@ -32,7 +32,7 @@ pub(crate) async fn ack(
         let mut plain_holds = Vec::new();
         let mut records = Vec::new();
         let mut out = Vec::with_capacity(acks.len());
-        let mut outcomes = Tally::default();
+        let mut outcomes = crate::flow::Outcomes::of(&core.state.queues[&qid]);
         for a in acks {
             let m = match core.leased(qid, &a.receipt) {
                 Ok(m) if seen.insert(a.receipt.id) => m,
@@ -65,12 +65,12 @@ pub(crate) async fn ack(
             // Plain acks share one record; the rest say more (a result, the attempts
             // history) and get their own.
             outcomes.add(
+                || core.key_arc(&m, acked.id),
                 if acked.cancelled {
                     Outcome::Neutral
                 } else {
                     Outcome::Success
                 },
-                1,
             );
             let times = core.times(&acked, &m)?;
             // A completed record that is kept shows the delivery that completed it: when its
@@ -103,7 +103,7 @@ pub(crate) async fn ack(
         } else {
             Some(core.commit(records)?)
         };
-        core.flow_observe(qid, &outcomes, now);
+        core.flow_settle(qid, outcomes, now);
         // A slot freed under an in-flight cap: waiting receives may take the next.
         if cfg.max_in_flight.is_some() || cfg.key_limits.is_some() {
             core.state.queues[&qid].notify.notify_waiters();

@@ -35,6 +35,7 @@ pub(crate) fn keys(
             in_flight: 0,
             oldest_visible_at: None,
             delivered_1m: None,
+            flow: None,
         });
         match m.slot() {
             Slot::Ready | Slot::Parked => {
@@ -54,6 +55,7 @@ pub(crate) fn keys(
     let all = by_key
         .into_iter()
         .map(|(key, mut k)| {
+            k.flow = q.key_flow_stats(&key, now);
             k.delivered_1m = match &key {
                 None => implicit.then(|| counts.implicit.last_minute(now)),
                 Some(name) => Some(counts.get(name).map_or(0, |e| e.delivered.last_minute(now))),

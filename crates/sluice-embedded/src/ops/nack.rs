@@ -57,7 +57,7 @@ pub(crate) async fn nack(
                 failure.retry_after,
                 failure.error.as_deref(),
             );
-            let counted = core.flow_counts_attempt(qid, outcome, now);
+            let counted = core.flow_counts_attempt(qid, &m, id, outcome, now);
             let (after, receive_count) =
                 lifecycle::after_nack_counted(&cfg, m.receive_count(), delay, counted);
             let (update, state) = match after {
@@ -94,7 +94,7 @@ pub(crate) async fn nack(
                     )
                 }
             };
-            core.flow_outcome(qid, outcome, now);
+            core.flow_outcome(qid, &m, id, outcome, now);
             let to = update.qid;
             let notify = core.state.queues[&to].notify.clone();
             let q = core.state.queues[&to].name.clone();
@@ -145,7 +145,7 @@ pub(crate) async fn reject(
                 UpdateEvent::Rejected { from: qid },
                 now,
             )?;
-            core.flow_outcome(qid, Outcome::Other, now);
+            core.flow_outcome(qid, &m, receipt.id.0, Outcome::Other, now);
             let dlq = core.state.queues[&u.qid].name.clone();
             Ok((vec![core.update(u, now)], dlq))
         })
@@ -190,7 +190,7 @@ pub(crate) async fn move_message(
                 receive_count: 0,
                 rich,
             };
-            core.flow_outcome(qid, Outcome::Neutral, now);
+            core.flow_outcome(qid, &m, receipt.id.0, Outcome::Neutral, now);
             let notify = core.state.queues[&to_qid].notify.clone();
             Ok((vec![core.update(u, now)], notify))
         })
@@ -224,7 +224,7 @@ pub(crate) async fn release(
                 receive_count: m.receive_count().saturating_sub(1),
                 rich,
             };
-            core.flow_outcome(qid, Outcome::Neutral, now);
+            core.flow_outcome(qid, &m, receipt.id.0, Outcome::Neutral, now);
             Ok((vec![Record::Update(u)], notify))
         })
         .await?;

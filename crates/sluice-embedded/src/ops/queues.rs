@@ -56,6 +56,7 @@ pub(crate) fn put(
             config: QueueConfig::dead_letter_defaults(dlq),
             created_at: now,
             flow: None,
+            key_flows: Vec::new(),
         });
         next_qid += 1;
     }
@@ -68,6 +69,7 @@ pub(crate) fn put(
                 config: config.clone(),
                 created_at: now,
                 flow: None,
+                key_flows: Vec::new(),
             });
             next_qid += 1;
             next_qid - 1
@@ -96,6 +98,7 @@ pub(crate) fn put(
             config: config.clone(),
             created_at: core.state.queues[&qid].created_at,
             flow: flow.clone(),
+            key_flows: core.state.queues[&qid].kept_key_flows(),
         }),
     }
     core.catalog.append(&Change::Put {
@@ -115,7 +118,14 @@ pub(crate) fn put(
         || q.config.key_weights != config.key_weights
         || limits_changed;
     let key_rates_anew = limits_changed && config.key_limits.as_ref().is_some_and(KeyLimits::rates);
+    let reflow_keys = q.config.adaptive != config.adaptive
+        || q.config.breaker != config.breaker
+        || q.config.rate_limit != config.rate_limit
+        || limits_changed;
     q.config = config;
+    if reflow_keys {
+        q.reconfigure_key_flows(now.as_millis());
+    }
     if limits_changed {
         q.recount_flight(&core.state.msgs, &core.state.tags);
         q.relimit_key_rates();

@@ -79,6 +79,7 @@ fn try_receive(
     let core = &mut *core;
     let q = core.state.queues.get_mut(&qid).expect("queue exists");
     q.release_rate_holds(now);
+    q.release_flow_holds(now);
     let next_wake = [
         q.delayed.first().map(|e| e.0),
         q.leased.first().map(|e| e.0),
@@ -141,14 +142,20 @@ fn try_receive(
     let (ids, starved) = q.next_deliveries(n, now);
     for key in &starved {
         q.hold_for_rate(key, now);
+        q.hold_for_flow(key, now);
     }
     let default_priority = q.config.default_priority;
+    let governs_keys = q.governs_keys();
     if ids.is_empty() {
         return Ok(Attempted::Empty {
-            next_wake: [next_wake, q.key_rates.next_release()]
-                .into_iter()
-                .flatten()
-                .min(),
+            next_wake: [
+                next_wake,
+                q.key_rates.next_release(),
+                q.key_flows.next_release(),
+            ]
+            .into_iter()
+            .flatten()
+            .min(),
         });
     }
     let vis = req.visibility.unwrap_or(q.config.visibility_timeout);
@@ -172,8 +179,12 @@ fn try_receive(
     // The newest records the deliveries depend on (their send, the nack or move that made
     // them visible here): nobody is shown a change that a crash could still take back.
     let mut depends = 0;
+    let mut per_key: std::collections::HashMap<crate::flow::Key, u32> = Default::default();
     for id in ids {
         let m = core.state.msgs[&id];
+        if governs_keys {
+            *per_key.entry(core.key_arc(&m, id)).or_insert(0) += 1;
+        }
         depends = depends
             .max(core.log.position_of(m.body))
             .max(core.log.position_of(m.aux));
@@ -207,6 +218,11 @@ fn try_receive(
             key: core.state.key_of(&m, id),
             priority: core.state.priority_of(&m, id, default_priority),
         });
+    }
+    if governs_keys {
+        let q = core.state.queues.get_mut(&qid).expect("queue exists");
+        let events = q.key_flows_leased(&per_key, now);
+        crate::flow::audit_keys(&mut core.audit, q, events, now);
     }
     let reserved = reservation.is_some();
     let mut records: Vec<Record> = reservation.into_iter().collect();

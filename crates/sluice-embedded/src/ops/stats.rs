@@ -63,6 +63,7 @@ fn snapshot(core: &Core, qid: Qid, now: i64) -> QueueStats {
         totals: q.totals,
         flow: flow_stats(q, Timestamp(now)),
         active_keys: q.key_counts.active(),
+        key_flows: q.key_flow_summary(now),
     }
 }
 

@@ -172,7 +172,7 @@ impl QueueState {
     /// `max_in_flight` still holds them.
     pub(crate) fn release_rate_holds(&mut self, now: i64) {
         for key in self.key_rates.release(now) {
-            if self.flight_room(key.as_ref()) > 0
+            if !self.held_back(key.as_ref())
                 && let Some(l) = &mut self.lanes
             {
                 l.hold(key.as_ref(), false);

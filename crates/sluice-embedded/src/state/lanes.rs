@@ -340,19 +340,22 @@ impl QueueState {
             .key_limits
             .as_ref()
             .is_some_and(sluice_core::fair::KeyLimits::rates);
+        let governed = self.governs_keys();
         let room = |key: Option<&Arc<str>>| {
-            let flight = self.flight_room(key);
+            let mut room = self.flight_room(key);
             if rated {
-                flight.min(self.rate_room(&key.cloned(), now))
-            } else {
-                flight
+                room = room.min(self.rate_room(&key.cloned(), now));
             }
+            if governed && room > 0 {
+                room = room.min(self.flow_room(&key.cloned(), now));
+            }
+            room
         };
         match &self.lanes {
             Some(l) => l.pick(n, &room),
             None => {
                 let room = room(None);
-                let starved = if room == 0 && rated && !self.ready.is_empty() {
+                let starved = if room == 0 && (rated || governed) && !self.ready.is_empty() {
                     vec![None]
                 } else {
                     Vec::new()
@@ -363,10 +366,17 @@ impl QueueState {
         }
     }
 
-    /// Whether `key` is out of its lanes' turns: at its `max_in_flight`, or held back by its
-    /// rate.
-    fn held_back(&self, key: Option<&Arc<str>>) -> bool {
-        self.flight_room(key) == 0 || self.key_rates.is_held(&key.cloned())
+    /// Whether `key` is out of its lanes' turns: at its `max_in_flight`, held back by its
+    /// rate, or by its own adaptive rate or breaker.
+    pub(super) fn held_back(&self, key: Option<&Arc<str>>) -> bool {
+        self.flight_room(key) == 0 || self.held_for_time(key)
+    }
+
+    /// Whether `key` is held back by its rate or its own flow state (until a time, not by
+    /// its deliveries in flight).
+    fn held_for_time(&self, key: Option<&Arc<str>>) -> bool {
+        let key = key.cloned();
+        self.key_rates.is_held(&key) || self.key_flows.is_held(&key)
     }
 
     /// How many more deliveries `key` (`None`: the implicit key) may have in flight now under
@@ -395,8 +405,8 @@ impl QueueState {
         if *entry == 0 {
             self.key_flight.remove(&key.cloned());
         }
-        if self.key_rates.is_held(&key.cloned()) {
-            // Out of the turn for its rate: the release looks at the flight again.
+        if self.held_for_time(key) {
+            // Out of the turn for its rate or flow: the release looks at the flight again.
             return;
         }
         let room = self.flight_room(key);

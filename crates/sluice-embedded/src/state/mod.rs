@@ -14,6 +14,7 @@ mod due;
 mod groups;
 mod kept;
 mod key_counts;
+mod key_flows;
 mod key_rates;
 mod lanes;
 mod leasing;
@@ -35,6 +36,7 @@ use crate::journal::record::{
 };
 pub(crate) use groups::Member;
 pub(crate) use kept::{Done, LeaseHolder, Remembered};
+pub(crate) use key_flows::KeptKeyFlow;
 pub(crate) use lanes::Tag;
 pub(crate) use msg::{Msg, Slot};
 pub(crate) use queue::{DedupEntry, QueueState, flow_config};
@@ -210,6 +212,7 @@ impl State {
             config: sluice_core::QueueConfig::defaults_for(&name),
             created_at: Timestamp(0),
             flow: None,
+            key_flows: Vec::new(),
         };
         self.queues.insert(qid, QueueState::new(&stand_in));
     }

@@ -51,6 +51,9 @@ pub(crate) struct QueueState {
     pub key_flight: HashMap<Option<Arc<str>>, u32>,
     /// The rate windows of its keys, while `key_limits` has rates (see `key_rates`).
     pub key_rates: super::key_rates::KeyRates,
+    /// Each key's own adaptive rate and breaker, while the queue governs keys (see
+    /// `key_flows`).
+    pub key_flows: super::key_flows::KeyFlows,
     /// Messages and deliveries per named key (see `key_counts`).
     pub key_counts: super::key_counts::KeyCounts,
     /// When the last retention sweep of the whole queue started.
@@ -79,6 +82,10 @@ pub(crate) struct QueueState {
 
 impl QueueState {
     pub(super) fn new(q: &CatalogQueue) -> Self {
+        let mut key_flows = super::key_flows::KeyFlows::default();
+        if adaptive::governs_keys(&q.config) {
+            key_flows.restore(&q.key_flows);
+        }
         QueueState {
             name: q.name.clone(),
             config: q.config.clone(),
@@ -95,6 +102,7 @@ impl QueueState {
             key_flight: HashMap::new(),
             key_counts: Default::default(),
             key_rates: Default::default(),
+            key_flows,
             retention_scan: i64::MIN,
             sweep: None,
             overdue: Vec::new(),
@@ -192,11 +200,7 @@ impl QueueState {
     }
 }
 
-/// What governs a queue with configuration `c`.
+/// What governs a queue with configuration `c` as a whole (its parts of `scope: queue`).
 pub(crate) fn flow_config(c: &QueueConfig) -> FlowConfig<'_> {
-    FlowConfig {
-        adaptive: c.adaptive.as_ref(),
-        breaker: c.breaker.as_ref(),
-        ceiling_per_min: c.rate_limit.as_ref().map(adaptive::ceiling_per_min),
-    }
+    FlowConfig::of_queue(c)
 }

@@ -22,6 +22,8 @@ pub(crate) struct Effects {
     /// Outcomes of leases of governed queues that the transaction ended, handed to the
     /// node's tallies once it has committed (`crate::flow`).
     pub flow: BTreeMap<String, crate::flow::Counted>,
+    /// The same per key, for queues that govern keys (queue → key → outcomes).
+    pub key_flow: BTreeMap<String, std::collections::HashMap<String, crate::flow::Counted>>,
 }
 
 impl Effects {
@@ -41,6 +43,26 @@ impl Effects {
         }
     }
 
+    /// Counts `outcome` at `now` of a lease of `key` (`None`: the implicit key) of `queue`,
+    /// when its configuration `cfg` governs keys.
+    pub(crate) fn key_outcome(
+        &mut self,
+        cfg: &sluice_core::QueueConfig,
+        queue: &str,
+        key: Option<&str>,
+        outcome: Outcome,
+        now: i64,
+    ) {
+        if sluice_core::adaptive::governs_keys(cfg) {
+            self.key_flow
+                .entry(queue.to_string())
+                .or_default()
+                .entry(key.unwrap_or_default().to_owned())
+                .or_default()
+                .add(outcome, 1, now);
+        }
+    }
+
     /// After the commit: wakes the waiters of every queue named, on every node, and hands
     /// the outcomes counted to the node's tallies.
     pub(crate) fn after_commit(&self, inner: &Inner) {
@@ -49,6 +71,9 @@ impl Effects {
         }
         for (q, t) in &self.flow {
             inner.flow.add(q, t);
+        }
+        for (q, keys) in &self.key_flow {
+            inner.flow.add_keys(q, keys);
         }
     }
 }

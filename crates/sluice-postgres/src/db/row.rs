@@ -23,13 +23,13 @@ pub(crate) const DONE: i16 = 2;
 /// The columns [`Row::from_pg`] reads, in order.
 pub(crate) const ROW_COLS: &str = "id, queue, state, visible_at, entered_at, enqueued_at, \
     receive_count, token, last_error, attempts, source_queue, dl_reason, dl_at, cancel_requested, \
-    grp, leased_at, leased_by";
+    grp, leased_at, leased_by, fkey";
 
 /// [`ROW_COLS`] and the columns a full [`Message`] view needs besides.
 pub(crate) const FULL_COLS: &str = "id, queue, state, visible_at, entered_at, enqueued_at, \
     receive_count, token, last_error, attempts, source_queue, dl_reason, dl_at, cancel_requested, \
-    grp, leased_at, leased_by, body, body_kind, attrs, dedup_id, progress, result, result_kind, \
-    fkey, prio";
+    grp, leased_at, leased_by, fkey, body, body_kind, attrs, dedup_id, progress, result, \
+    result_kind, prio";
 
 /// The lifecycle fields of one message row.
 #[derive(Debug, Clone)]
@@ -52,6 +52,8 @@ pub(crate) struct Row {
     /// The lease it is under (leased), or the one its ack ended (completed); nothing for a
     /// waiting message.
     pub holder: Holder,
+    /// The key the message was sent with.
+    pub fkey: Option<String>,
 }
 
 impl Row {
@@ -90,6 +92,7 @@ impl Row {
                     .map(Timestamp),
                 consumer: r.try_get(16).map_err(corrupt)?,
             },
+            fkey: r.try_get(17).map_err(corrupt)?,
         })
     }
 
@@ -149,14 +152,14 @@ pub(crate) fn attrs_json(a: &Attributes) -> Option<serde_json::Value> {
 /// Reads the [`FULL_COLS`] of `r` into the message view.
 pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
     let row = Row::from_pg(r)?;
-    let body: Option<Vec<u8>> = r.try_get(17).map_err(corrupt)?;
-    let kind: i16 = r.try_get(18).map_err(corrupt)?;
-    let attrs: Option<Json<Attributes>> = r.try_get(19).map_err(corrupt)?;
-    let dedup_id: Option<String> = r.try_get(20).map_err(corrupt)?;
-    let progress: Option<Json<Progress>> = r.try_get(21).map_err(corrupt)?;
-    let result: Option<Vec<u8>> = r.try_get(22).map_err(corrupt)?;
-    let result_kind: Option<i16> = r.try_get(23).map_err(corrupt)?;
-    let key: Option<String> = r.try_get(24).map_err(corrupt)?;
+    let body: Option<Vec<u8>> = r.try_get(18).map_err(corrupt)?;
+    let kind: i16 = r.try_get(19).map_err(corrupt)?;
+    let attrs: Option<Json<Attributes>> = r.try_get(20).map_err(corrupt)?;
+    let dedup_id: Option<String> = r.try_get(21).map_err(corrupt)?;
+    let progress: Option<Json<Progress>> = r.try_get(22).map_err(corrupt)?;
+    let result: Option<Vec<u8>> = r.try_get(23).map_err(corrupt)?;
+    let result_kind: Option<i16> = r.try_get(24).map_err(corrupt)?;
+    let key = row.fkey.clone();
     let prio: Option<i16> = r.try_get(25).map_err(corrupt)?;
     let queue = QueueName::new(row.queue.clone()).map_err(corrupt)?;
     let state = row.view_state(now);

@@ -25,6 +25,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (12, V12),
     (13, V13),
     (14, V14),
+    (15, V15),
 ];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
@@ -353,6 +354,26 @@ CREATE TABLE key_paces (
 );
 CREATE INDEX key_paces_held ON key_paces (queue, held_until) WHERE held_until IS NOT NULL;
 CREATE INDEX key_paces_idle ON key_paces (idle_from);
+"#;
+
+/// Version 15: per-key adaptive rates and breakers (`"scope": "key"`, `sluice_core::adaptive`).
+/// Each governed key's flow state (`state`, JSON), its recent deliveries at its governed pace
+/// (`pace`, JSON), until when its state admits nothing (`held_until`, so that receives step
+/// over it without reading it; `i64::MAX` until something changes it), and when it lapses
+/// unless used again (`lapses_at`: its last delivery or outcome plus the queue's
+/// `key_idle_ms`; NULL while an operator forces it open), when the background round forgets it.
+const V15: &str = r#"
+CREATE TABLE key_flow (
+    queue       text NOT NULL,
+    fkey        text NOT NULL,
+    state       jsonb NOT NULL,
+    pace        jsonb NOT NULL,
+    held_until  bigint,
+    lapses_at   bigint,
+    PRIMARY KEY (queue, fkey)
+);
+CREATE INDEX key_flow_held ON key_flow (queue, held_until) WHERE held_until IS NOT NULL;
+CREATE INDEX key_flow_lapses ON key_flow (lapses_at) WHERE lapses_at IS NOT NULL;
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

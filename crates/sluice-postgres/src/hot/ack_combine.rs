@@ -27,8 +27,17 @@ pub(crate) struct AckJob {
     pub(crate) results: Vec<Option<Bytes>>,
     /// Per receipt, the kind of its result.
     pub(crate) kinds: Vec<Option<i16>>,
-    /// Per receipt: `Some(cancel_requested)` when acked, `None` when stale.
-    pub(crate) reply: oneshot::Sender<Result<Vec<Option<bool>>, StoreError>>,
+    /// Per receipt: `Some(acked)` when acked, `None` when stale.
+    pub(crate) reply: oneshot::Sender<Result<Vec<Option<Acked>>, StoreError>>,
+}
+
+/// What an ack found of a message it acked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Acked {
+    /// A cancel was requested: the task's end is neutral.
+    pub(crate) cancelled: bool,
+    /// The message's key, for a queue that governs keys.
+    pub(crate) key: Option<String>,
 }
 
 /// Writes `jobs` in as few statements as receipts named twice allow.
@@ -51,21 +60,21 @@ pub(crate) async fn write_acks(
             let answer = done
                 .as_ref()
                 .map_err(Clone::clone)
-                .map(|acked| j.ids.iter().map(|id| acked.get(id).copied()).collect());
+                .map(|acked| j.ids.iter().map(|id| acked.get(id).cloned()).collect());
             let _ = j.reply.send(answer);
         }
         jobs = later;
     }
 }
 
-/// One ack statement, committed on its own, for every receipt of `jobs`: the acked ids and
-/// whether each had a cancel requested.
+/// One ack statement, committed on its own, for every receipt of `jobs`: the acked ids, each
+/// with whether it had a cancel requested and its key.
 async fn ack_statement(
     inner: &Inner,
     queue: &QueueName,
     ttl: Duration,
     jobs: &[AckJob],
-) -> Result<HashMap<i64, bool>, StoreError> {
+) -> Result<HashMap<i64, Acked>, StoreError> {
     let q = queue.as_str();
     let conn = inner.ack_pool.get().await.map_err(|e| pool(&e))?;
     let now = inner.now();
@@ -87,7 +96,13 @@ async fn ack_statement(
         for id in crate::hot::packs::ack_in_packs(&conn, queue, &pack_ids, &pack_tokens, now, kept)
             .await?
         {
-            acked.insert(id, false);
+            acked.insert(
+                id,
+                Acked {
+                    cancelled: false,
+                    key: None,
+                },
+            );
         }
     }
     let (mut ids, mut tokens, mut results, mut kinds) = (vec![], vec![], vec![], vec![]);
@@ -139,10 +154,13 @@ async fn ack_statement(
             .await
             .map_err(|e| db(&e))?
     };
-    acked.extend(
-        rows.iter()
-            .map(|r| (r.get::<_, i64>(0), r.get::<_, bool>(1))),
-    );
+    acked.extend(rows.iter().map(|r| {
+        let acked = Acked {
+            cancelled: r.get(1),
+            key: r.get(2),
+        };
+        (r.get::<_, i64>(0), acked)
+    }));
     Ok(acked)
 }
 
@@ -204,7 +222,7 @@ macro_rules! small_ack_where {
 const SMALL_ACK_DELETE_SQL: &str = concat!(
     "DELETE FROM messages m",
     small_ack_where!(),
-    " RETURNING m.id, m.cancel_requested"
+    " RETURNING m.id, m.cancel_requested, m.fkey"
 );
 
 /// [`ACK_COMPLETE_SQL`] for at most [`SMALL_ACK`] receipts, planned once per connection.
@@ -214,7 +232,7 @@ const SMALL_ACK_COMPLETE_SQL: &str = concat!(
         "$5[array_position($2, m.id)]"
     ),
     small_ack_where!(),
-    " RETURNING m.id, m.cancel_requested"
+    " RETURNING m.id, m.cancel_requested, m.fkey"
 );
 
 /// An ack of a queue without `result_ttl`: the rows go at once. `$1` queue, `$2` ids, `$3`
@@ -224,7 +242,7 @@ const ACK_DELETE_SQL: &str = "DELETE FROM messages m
      WHERE m.id = ANY($2) AND m.id = a.id AND m.queue = $1 AND m.state = 1
            AND m.token = a.token
            AND m.visible_at > $6 AND $7::bigint IS NOT NULL
-     RETURNING m.id, m.cancel_requested";
+     RETURNING m.id, m.cancel_requested, m.fkey";
 
 /// An ack that keeps a completed record (and its result) until `$7`; parameters as
 /// [`ACK_DELETE_SQL`].
@@ -234,5 +252,5 @@ const ACK_COMPLETE_SQL: &str = concat!(
      WHERE m.id = ANY($2) AND m.id = a.id AND m.queue = $1 AND m.state = 1
            AND m.token = a.token
            AND m.visible_at > $6
-     RETURNING m.id, m.cancel_requested"
+     RETURNING m.id, m.cancel_requested, m.fkey"
 );

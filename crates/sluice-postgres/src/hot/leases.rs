@@ -20,7 +20,8 @@ use crate::db::tx::transaction;
 use crate::error::{corrupt, db};
 use crate::expiry::expire_queue;
 use crate::hot::backlog::ScanFrom;
-use crate::hot::key_rooms::Rooms;
+use crate::hot::key_flows::KeyTurn;
+use crate::hot::key_rooms::{Rooms, by_rooms};
 use crate::local::QueueLocal;
 use crate::store::Inner;
 
@@ -288,7 +289,18 @@ pub(crate) async fn take_leases(
     let stmt = conn.prepare_cached(LEASE_SQL).await.map_err(|e| db(&e))?;
     let takers = takers.after(got.len());
     Ok(
-        match take_leases_limited(&***conn, &stmt, queue, cfg, &rest, now, takers).await? {
+        match take_leases_limited(
+            &***conn,
+            &stmt,
+            queue,
+            cfg,
+            &rest,
+            now,
+            takers,
+            &mut KeyTurn::default(),
+        )
+        .await?
+        {
             Attempted::Got(more) => {
                 got.extend(more);
                 Attempted::Got(got)
@@ -401,6 +413,7 @@ pub(crate) const LEASE_SQL: &str = concat!(lease_ctes!("$5"), " SELECT * FROM le
 /// Leases up to `req.max` messages of queue `q` with `stmt` ([`LEASE_SQL`]) in `tx` for
 /// `takers` (as many places), within the queue's global limits (`max_in_flight`,
 /// `rate_limit`), which the caller holds the queue's row lock for.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn take_leases_limited<S>(
     tx: &impl GenericClient,
     stmt: &S,
@@ -409,6 +422,7 @@ pub(crate) async fn take_leases_limited<S>(
     req: &ReceiveRequest,
     now: i64,
     takers: Takers<'_>,
+    turn: &mut KeyTurn,
 ) -> Result<Attempted<Taken>, StoreError>
 where
     S: tokio_postgres::ToStatement + Sync + Send + ?Sized,
@@ -476,10 +490,12 @@ where
     let deadline = Timestamp(now).plus(vis).as_millis();
     let ordered = crate::hot::ranks::holds_ranks(tx, q).await?;
     local.set_ordered(ordered);
-    // Per-key limits: what each key has in flight, exact under the row lock.
-    let mut rooms = match &cfg.key_limits {
-        Some(limits) => Some(Rooms::read(tx, q, limits, now).await?),
-        None => None,
+    // Per-key limits and key states: what each key has in flight, exact under the row lock.
+    let mut rooms = if by_rooms(cfg) {
+        turn.consumed = sluice_core::adaptive::governs_keys(cfg);
+        Some(Rooms::read(tx, q, cfg, &turn.counted, now).await?)
+    } else {
+        None
     };
     let mut out = if ordered {
         let rooms = rooms.as_mut();
@@ -516,6 +532,7 @@ where
     }
     if let Some(r) = rooms.as_mut() {
         r.finish(tx, q, &out).await?;
+        turn.events.append(&mut r.events);
     }
     if out.is_empty() {
         let rate_free = rooms.as_mut().and_then(Rooms::next_free);

@@ -63,6 +63,7 @@ pub(crate) mod ack_combine;
 pub(crate) mod backlog;
 pub(crate) mod combine;
 pub(crate) mod handoff;
+pub(crate) mod key_flows;
 pub(crate) mod key_rates;
 pub(crate) mod key_rooms;
 pub(crate) mod lapse_checks;

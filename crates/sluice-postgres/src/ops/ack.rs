@@ -95,21 +95,34 @@ pub(crate) async fn ack(
             .await
             .map_err(|_| StoreError::unavailable("the ack was dropped before it was written"))??;
         let (mut acked, mut cancelled_n) = (0, 0);
-        for (slot, cancelled) in slots.into_iter().zip(done) {
-            if let Some(cancelled) = cancelled {
-                acked += i64::from(!cancelled);
-                cancelled_n += u32::from(cancelled);
+        let by_key = sluice_core::adaptive::governs_keys(&cfg);
+        let mut keys: HashMap<String, crate::flow::Counted> = HashMap::new();
+        let now = inner.now();
+        for (slot, done) in slots.into_iter().zip(done) {
+            if let Some(done) = done {
+                acked += i64::from(!done.cancelled);
+                cancelled_n += u32::from(done.cancelled);
                 out[slot] = Some(Ok(()));
+                if by_key {
+                    let outcome = if done.cancelled {
+                        Outcome::Neutral
+                    } else {
+                        Outcome::Success
+                    };
+                    keys.entry(done.key.unwrap_or_default())
+                        .or_default()
+                        .add(outcome, 1, now);
+                }
             }
         }
         inner.tally(q, Counter::Acked, acked);
         if crate::flow::governed(&cfg) {
             // Successes (a cancelled task's end is neutral), for the next receive or flush.
-            let now = inner.now();
             let ok = u32::try_from(acked).unwrap_or(u32::MAX);
             let mut c = crate::flow::Counted::of(Outcome::Success, ok, now);
             c.add(Outcome::Neutral, cancelled_n, now);
             inner.flow.add(q, &c);
+            inner.flow.add_keys(q, &keys);
         }
         if local.grouped() {
             // Members left their groups' lines: the next ones may go.

@@ -30,27 +30,42 @@ pub(crate) async fn keys(
     req: &KeysRequest,
 ) -> Result<KeysPage, StoreError> {
     let q = queue.as_str();
+    // This node's outcomes first, so that a key's state shows what its deliveries did.
+    crate::flow::flush_queue(inner, q).await?;
     let mut conn = inner.conn().await?;
-    let (rows, packs, tallies, fx, now) = crate::db::tx::transaction(&mut conn, async |tx| {
-        let cfg = crate::db::catalog::config(tx, q, false).await?;
-        let now = inner.now();
-        let mut fx = Effects::default();
-        expire_queue(tx, q, &cfg, now, &mut fx).await?;
-        let rows = tx.query(KEYS_SQL, &[&q, &now]).await.map_err(|e| db(&e))?;
-        // Packs hold only messages without a key.
-        let packs = tx
-            .query_one(crate::hot::packs::STATS_SQL, &[&q, &now])
-            .await
-            .map_err(|e| db(&e))?;
-        let minute = MinuteTally::minute_of(now);
-        let tallies = tx
-            .query(TALLIES_SQL, &[&q, &minute])
-            .await
-            .map_err(|e| db(&e))?;
-        fx.write(tx).await?;
-        Ok((rows, packs, tallies, fx, now))
-    })
-    .await?;
+    let (rows, packs, tallies, flows, fx, now) =
+        crate::db::tx::transaction(&mut conn, async |tx| {
+            let cfg = crate::db::catalog::config(tx, q, false).await?;
+            let now = inner.now();
+            let mut fx = Effects::default();
+            expire_queue(tx, q, &cfg, now, &mut fx).await?;
+            let rows = tx.query(KEYS_SQL, &[&q, &now]).await.map_err(|e| db(&e))?;
+            // Packs hold only messages without a key.
+            let packs = tx
+                .query_one(crate::hot::packs::STATS_SQL, &[&q, &now])
+                .await
+                .map_err(|e| db(&e))?;
+            let minute = MinuteTally::minute_of(now);
+            let tallies = tx
+                .query(TALLIES_SQL, &[&q, &minute])
+                .await
+                .map_err(|e| db(&e))?;
+            // Each listed key's own rate and breaker, on a queue that governs keys.
+            let flows = if sluice_core::adaptive::governs_keys(&cfg) {
+                let mut keys: Vec<String> = Vec::with_capacity(rows.len() + 1);
+                for r in &rows {
+                    keys.push(r.try_get(0).map_err(corrupt)?);
+                }
+                keys.push(String::new());
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                crate::hot::key_flows::stats(tx, q, &cfg, &keys, now).await?
+            } else {
+                HashMap::new()
+            };
+            fx.write(tx).await?;
+            Ok((rows, packs, tallies, flows, fx, now))
+        })
+        .await?;
     fx.after_commit(inner);
 
     let minute = MinuteTally::minute_of(now);
@@ -82,6 +97,7 @@ pub(crate) async fn keys(
             in_flight: count(r, 3)?,
             oldest_visible_at: oldest.map(Timestamp),
             delivered_1m: Some(tally.map_or(0, |(c, p)| MinuteTally::estimate(now, c, p))),
+            flow: flows.get(&key).cloned(),
         };
         if key.is_empty() {
             implicit = Some(stats);
@@ -102,6 +118,7 @@ pub(crate) async fn keys(
             in_flight: 0,
             oldest_visible_at: None,
             delivered_1m: Some(0),
+            flow: flows.get("").cloned(),
         });
         k.visible += pv;
         k.in_flight += pf;

@@ -58,9 +58,12 @@ pub(crate) async fn nack(
                 failure.retry_after,
                 failure.error.as_deref(),
             );
+            let key = row.fkey.as_deref();
             let counted =
-                crate::flow::counts_attempt(tx, inner, queue.as_str(), cfg, outcome, now).await?;
+                crate::flow::counts_attempt(tx, inner, queue.as_str(), cfg, key, outcome, now)
+                    .await?;
             fx.outcome(queue.as_str(), outcome, 1, now);
+            fx.key_outcome(cfg, queue.as_str(), key, outcome, now);
             counted
         } else {
             true
@@ -114,6 +117,13 @@ pub(crate) async fn reject(
         if crate::flow::governed(cfg) {
             // The dependency answered: the message was wrong.
             fx.outcome(queue.as_str(), Outcome::Other, 1, now);
+            fx.key_outcome(
+                cfg,
+                queue.as_str(),
+                row.fkey.as_deref(),
+                Outcome::Other,
+                now,
+            );
         }
         Ok(Change::Row(
             QueueName::new(row.queue.clone()).map_err(corrupt)?,
@@ -139,6 +149,13 @@ pub(crate) async fn move_to(
         apply_failure(row, now, AttemptOutcome::Moved, &failure);
         if crate::flow::governed(cfg) {
             fx.outcome(queue.as_str(), Outcome::Neutral, 1, now);
+            fx.key_outcome(
+                cfg,
+                queue.as_str(),
+                row.fkey.as_deref(),
+                Outcome::Neutral,
+                now,
+            );
         }
         row.source_queue = Some(queue.to_string());
         row.dead_letter = None;
@@ -171,6 +188,13 @@ pub(crate) async fn release(
         }
         if crate::flow::governed(cfg) {
             fx.outcome(queue.as_str(), Outcome::Neutral, 1, now);
+            fx.key_outcome(
+                cfg,
+                queue.as_str(),
+                row.fkey.as_deref(),
+                Outcome::Neutral,
+                now,
+            );
         }
         row.state = WAITING;
         row.visible_at = now;

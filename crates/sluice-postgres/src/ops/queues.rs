@@ -181,6 +181,14 @@ pub(crate) async fn put(
         {
             crate::hot::key_rates::reconfigure(tx, name.as_str(), cfg.key_limits.as_ref()).await?;
         }
+        if existing.as_ref().is_some_and(|e| {
+            e.adaptive != cfg.adaptive
+                || e.breaker != cfg.breaker
+                || e.rate_limit != cfg.rate_limit
+                || e.key_limits != cfg.key_limits
+        }) {
+            crate::hot::key_flows::reconfigure(tx, name.as_str(), &cfg, now).await?;
+        }
         fx.write(tx).await?;
         Ok((existing, row, warnings, fx))
     })
@@ -238,6 +246,7 @@ pub(crate) async fn delete(inner: &Inner, name: &QueueName) -> Result<u64, Store
             "DELETE FROM key_tallies WHERE queue = $1",
             "DELETE FROM key_rate_events WHERE queue = $1",
             "DELETE FROM key_paces WHERE queue = $1",
+            "DELETE FROM key_flow WHERE queue = $1",
             "DELETE FROM queue_flow WHERE queue = $1",
             "DELETE FROM stats_history WHERE queue = $1",
             "DELETE FROM queues WHERE name = $1",

@@ -125,7 +125,7 @@ async fn receive_once(
     }
     let mut conn = inner.lease_pool.get().await.map_err(|e| pool(&e))?;
     // The outcomes this node counted for a governed queue, taken into the transaction.
-    let mut taken = None;
+    let mut taken = crate::flow::Taken::default();
     let done = transaction(&mut conn, async |tx| {
         // Global limits or a governed queue: receives of this queue take turns on its row, on
         // every node, so that what they count is exact.
@@ -137,7 +137,8 @@ async fn receive_once(
             crate::flow::receive(tx, inner, queue, &cfg, req, now, &mut fx, &mut taken).await?
         } else {
             let takers = Takers::All(req.consumer.as_deref());
-            take_leases_limited(tx, LEASE_SQL, queue, &cfg, req, now, takers)
+            let mut turn = crate::hot::key_flows::KeyTurn::default();
+            take_leases_limited(tx, LEASE_SQL, queue, &cfg, req, now, takers, &mut turn)
                 .await?
                 .untagged()
         };
@@ -149,9 +150,7 @@ async fn receive_once(
         Ok(done) => done,
         Err(e) => {
             // Counted again, for the next receive or flush.
-            if let Some(t) = taken {
-                inner.flow.add(q, &t);
-            }
+            taken.give_back(inner, q);
             return Err(e);
         }
     };

@@ -56,7 +56,10 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
             // The expiry passes above counted what they did; the totals include it.
             fx.write(tx).await?;
             let flow = crate::flow::stats(tx, q, &cfg, now).await?;
-            Ok((r, packs, dead_letter_depth, flow, fx, now))
+            let key_flows = crate::hot::key_flows::summaries(tx, &[q], now)
+                .await?
+                .remove(q);
+            Ok((r, packs, dead_letter_depth, (flow, key_flows), fx, now))
         })
         .await?;
     fx.after_commit(inner);
@@ -78,8 +81,9 @@ pub(crate) async fn stats(inner: &Inner, queue: &QueueName) -> Result<QueueStats
         oldest_visible_age: oldest.map_or(Duration::ZERO, |at| Timestamp(now).since(Timestamp(at))),
         completed: n(3) + p(2),
         totals,
-        flow,
+        flow: flow.0,
         active_keys: n(5),
+        key_flows: flow.1,
     })
 }
 
@@ -143,7 +147,8 @@ pub(crate) async fn stats_many(
                 .map_err(|e| db(&e))?
         };
         let flows = crate::flow::stats_many(tx, &names, now).await?;
-        Ok((catalog, rows, packs, depths, flows))
+        let keys = crate::hot::key_flows::summaries(tx, &names, now).await?;
+        Ok((catalog, rows, packs, depths, (flows, keys)))
     })
     .await?;
     // The totals are read once every node has written the counts of what these depths show.
@@ -191,7 +196,7 @@ pub(crate) async fn stats_many(
             *o = (*o).min(at);
         }
     }
-    let (mut totals, mut flows) = (totals, flows);
+    let (mut totals, (mut flows, mut key_flows)) = (totals, flows);
     Ok(queues
         .iter()
         .map(|q| {
@@ -206,6 +211,7 @@ pub(crate) async fn stats_many(
                 .map_or(Duration::ZERO, |at| Timestamp(now).since(Timestamp(*at)));
             s.totals = totals.remove(q.as_str()).unwrap_or_default();
             s.flow = flows.remove(q.as_str());
+            s.key_flows = key_flows.remove(q.as_str());
             Some(s)
         })
         .collect())

@@ -1,6 +1,8 @@
 // A queue's keys on its page: the keys (tenants) with the most waiting, each with what is in
 // flight, its oldest visible message, its deliveries in the last minute, and the weight and
-// limit the queue gives it. Shown while the queue has keys.
+// limit the queue gives it. Shown while the queue has keys. On a queue that governs keys one
+// by one (scope key), the keys whose own breaker is open come first, with each key's learned
+// rate and breaker.
 
 import { queuePath } from "../api.js";
 import { fill, h } from "../dom.js";
@@ -9,7 +11,17 @@ import { age, num } from "../format.js";
 // Keys shown: the most waiting; `sluice keys QUEUE` pages through the rest.
 const SHOWN = 10;
 
-function keysTable(page) {
+// A key's own breaker: its state, and whether an operator forced it.
+function breakerCell(flow) {
+  if (!flow || !flow.breaker) {
+    return "—";
+  }
+  const text = flow.forced ? `${flow.breaker} (forced)` : flow.breaker.replace("_", "-");
+  return flow.breaker === "closed" ? text : h("span", { class: "badge bad" }, text);
+}
+
+function keysTable(page, governed) {
+  const own = governed ? ["learned rate", "breaker"] : [];
   return h(
     "table",
     { id: "keys" },
@@ -20,7 +32,7 @@ function keysTable(page) {
         "tr",
         {},
         h("th", {}, "key"),
-        ["backlog", "in flight", "oldest", "delivered / min", "weight", "max in flight"].map((c) => h("th", { class: "num" }, c)),
+        ["backlog", "in flight", "oldest", "delivered / min", "weight", "max in flight", ...own].map((c) => h("th", { class: "num" }, c)),
       ),
     ),
     h(
@@ -38,6 +50,8 @@ function keysTable(page) {
           h("td", { class: "num" }, k.delivered_1m === undefined ? "—" : num(k.delivered_1m)),
           h("td", { class: "num" }, num(k.weight)),
           h("td", { class: "num" }, k.max_in_flight === undefined ? "—" : num(k.max_in_flight)),
+          governed ? h("td", { class: "num" }, k.flow && k.flow.rate_per_min !== undefined ? `${num(k.flow.rate_per_min)} / min` : "—") : null,
+          governed ? h("td", { class: "num" }, breakerCell(k.flow)) : null,
         ),
       ),
     ),
@@ -52,13 +66,18 @@ export function keysSection(page, name) {
       fill(box);
       return;
     }
-    const got = await page.api("GET", `${queuePath(name)}/keys?limit=${SHOWN}`);
-    const more = got.next_cursor ? ` — the ${SHOWN} with the most waiting; sluice keys ${name} lists them all` : "";
+    // A queue that governs keys lists the keys whose breaker is open first.
+    const kf = stats.key_flows;
+    const order = kf ? "breaker" : "backlog";
+    const got = await page.api("GET", `${queuePath(name)}/keys?order=${order}&limit=${SHOWN}`);
+    const which = kf ? "open breakers first, then the most waiting" : "the most waiting";
+    const more = got.next_cursor ? ` — the ${SHOWN} with ${which}; sluice keys ${name} lists them all` : "";
+    const broken = kf && (kf.open || kf.half_open) ? `; ${num(kf.open)} with an open breaker, ${num(kf.half_open)} half-open` : "";
     fill(
       box,
       h("h2", {}, "Keys"),
-      h("p", { class: "muted", id: "keys-count" }, `${num(got.active_keys)} active ${got.active_keys === 1 ? "key" : "keys"}${more}`),
-      keysTable(got),
+      h("p", { class: "muted", id: "keys-count" }, `${num(got.active_keys)} active ${got.active_keys === 1 ? "key" : "keys"}${broken}${more}`),
+      keysTable(got, Boolean(kf)),
     );
   };
   return { box, draw };

@@ -98,6 +98,11 @@ pub fn http_message(e: &StoreError) -> String {
             "queue \"{q}\" has no breaker; give it one first (PUT /v1/queues/{q} with \
              {{\"breaker\": {{}}}})"
         ),
+        StoreError::NoKeyBreaker(q) => format!(
+            "queue \"{q}\" has no per-key breaker; give it one first (PUT /v1/queues/{q} with \
+             {{\"breaker\": {{\"scope\": \"key\"}}}}), or force the queue's own breaker \
+             (POST /v1/queues/{q}/breaker)"
+        ),
         StoreError::RedriveRunning { running, queue } => format!(
             "redrive job {running} of \"{queue}\" is still running; wait for it or cancel it \
              (POST /v1/redrives/{running}/cancel)"

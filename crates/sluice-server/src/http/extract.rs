@@ -292,6 +292,24 @@ impl<S: Send + Sync> FromRequestParts<S> for QueuePath {
     }
 }
 
+/// The `{q}` and `{key}` path segments, validated as a queue name and a message key.
+#[derive(Debug)]
+pub struct QueueKeyPath(pub QueueName, pub sluice_core::MessageKey);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueueKeyPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path((queue, key)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("bad path: {}", e.body_text())))?;
+        Ok(QueueKeyPath(
+            QueueName::new(queue)?,
+            sluice_core::MessageKey::new(key)?,
+        ))
+    }
+}
+
 /// The `{name}` path segment, validated as a schedule name.
 #[derive(Debug)]
 pub struct SchedulePath(pub sluice_core::schedule::ScheduleName);

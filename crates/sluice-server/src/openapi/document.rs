@@ -172,6 +172,12 @@ fn path_schema(path: &str, name: &str) -> Option<RefOr<Schema>> {
             Some(text(NAME_PATTERN, 1, sluice_core::name::MAX_QUEUE_NAME_LEN))
         }
         "id" => Some(text(ID_PATTERN, 16, 16)),
+        // A message key: no control character (`char::is_control`: C0, DEL and C1).
+        "key" => Some(text(
+            "^[^\\u0000-\\u001f\\u007f-\\u009f]+$",
+            1,
+            sluice_core::fair::MAX_KEY_CHARS,
+        )),
         _ => None,
     }
 }

@@ -108,6 +108,8 @@ pub(super) fn adaptive() -> Value {
             "decrease": {"type": "number",
                 "minimum": f64::from(a::MIN_DECREASE_PERMILLE) / 1000.0,
                 "maximum": f64::from(a::MAX_DECREASE_PERMILLE) / 1000.0},
+            "scope": scope(),
+            "key_idle_ms": key_idle(),
         },
     }]})
 }
@@ -127,8 +129,25 @@ pub(super) fn breaker() -> Value {
             "min_calls": {"type": "integer", "minimum": 1, "maximum": a::MAX_MIN_CALLS},
             "probe_every_ms": window,
             "probes": {"type": "integer", "minimum": 1, "maximum": a::MAX_PROBES},
+            "scope": scope(),
+            "key_idle_ms": key_idle(),
         },
     }]})
+}
+
+/// Whether an adaptive rate or breaker governs the queue as a whole or each key on its own.
+fn scope() -> Value {
+    json!({"type": "string", "enum": ["queue", "key"],
+        "description": "queue (default): one state for the queue; key: one per message key, \
+            learned from that key's deliveries only."})
+}
+
+/// How long an idle key keeps its own state (with `"scope": "key"` only).
+fn key_idle() -> Value {
+    use sluice_core::adaptive::limits as a;
+    json!({"type": "integer", "minimum": a::MIN_WINDOW_MS, "maximum": a::MAX_KEY_IDLE_MS,
+        "description": "With scope key: a key without deliveries or outcomes for this long \
+            starts afresh (default: ten windows)."})
 }
 
 /// A point in time: RFC 3339, or how long before now.

@@ -48,6 +48,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(inspect::get_message, inspect::delete_message))
         .routes(routes!(inspect::stats))
         .routes(routes!(keys::keys))
+        .routes(routes!(keys::force_key_breaker))
         .routes(routes!(overview::overview))
         .routes(routes!(overview::whoami))
         .routes(routes!(summary::summary))

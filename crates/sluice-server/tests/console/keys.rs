@@ -71,3 +71,63 @@ async fn a_queue_with_keys_lists_its_tenants_with_the_most_waiting_first() {
     b.close().await;
     s.shutdown().await;
 }
+
+/// On a queue with per-key breakers, the keys whose breaker is open come first, each key with
+/// its learned rate and breaker state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_with_per_key_breakers_lists_the_open_keys_first() {
+    let Some(b) = browser().await else { return };
+    let s = common::start().await;
+    s.put_queue(
+        "partner",
+        json!({"breaker": {"scope": "key"},
+               "adaptive": {"min_per_min": 60, "max_per_min": 600, "scope": "key"}}),
+    )
+    .await;
+    for (key, n) in [("busy", 8), ("down", 1)] {
+        for i in 0..n {
+            let (code, v) = s
+                .call(
+                    Method::POST,
+                    "/v1/queues/partner/messages",
+                    Some(json!({"body": i, "key": key})),
+                )
+                .await;
+            assert_eq!(code, 201, "{v}");
+        }
+    }
+    let (code, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/partner/keys/down/breaker",
+            Some(json!({"state": "open"})),
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+
+    b.client
+        .goto(&s.url("/#/queues/partner"))
+        .await
+        .expect("open the queue");
+    let count = b
+        .text_when("#keys-count", |t| t.contains("open breaker"))
+        .await;
+    assert!(count.contains("1 with an open breaker"), "{count}");
+    let first = b.text_when("#keys tbody tr", |_| true).await;
+    assert!(
+        first.starts_with("down") && first.contains("open (forced)"),
+        "the open key first, though busy has more waiting: {first}"
+    );
+    let table = b.text_when("#keys", |t| t.contains("busy")).await;
+    let busy = table
+        .lines()
+        .find(|l| l.starts_with("busy"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        busy.contains("60 / min") && busy.ends_with("closed"),
+        "{busy}"
+    );
+    b.screenshot("queue-key-breakers.png").await;
+    b.close().await;
+    s.shutdown().await;
+}

@@ -3,18 +3,18 @@
 //!
 //! Both flags take comma-separated `key=value` settings:
 //! - `--adaptive min=60,max=6000[,signal=retry_after|errors:429;503][,window=60s]
-//!   [,increase=N][,decrease=0.7]`;
-//! - `--breaker [share=0.5][,window=60s][,min_calls=20][,probe_every=30s][,probes=3]`, a
-//!   bare `--breaker` taking every default.
+//!   [,increase=N][,decrease=0.7][,scope=key][,key_idle=10m]`;
+//! - `--breaker [share=0.5][,window=60s][,min_calls=20][,probe_every=30s][,probes=3]
+//!   [,scope=key][,key_idle=10m]`, a bare `--breaker` taking every default.
 
-use sluice_core::adaptive::{AdaptiveRate, BreakerConfig, CongestionSignal};
+use sluice_core::adaptive::{AdaptiveRate, BreakerConfig, CongestionSignal, FlowScope};
 use sluice_wire::{BreakerView, FlowView};
 
 use super::args::{fmt_ms, parse_duration, short_time};
 
-const ADAPTIVE_KEYS: &str = "min, max, signal, window, increase, decrease";
+const ADAPTIVE_KEYS: &str = "min, max, signal, window, increase, decrease, scope, key_idle";
 const ADAPTIVE_EXAMPLE: &str = "--adaptive 'min=60,max=6000,signal=errors:429;503,window=60s'";
-const BREAKER_KEYS: &str = "share, window, min_calls, probe_every, probes";
+const BREAKER_KEYS: &str = "share, window, min_calls, probe_every, probes, scope, key_idle";
 const BREAKER_EXAMPLE: &str = "--breaker share=0.5,window=60s,min_calls=10,probe_every=30s";
 
 /// The `key=value` pairs of a compound flag, in order.
@@ -70,6 +70,18 @@ fn share(flag: &str, key: &str, v: &str) -> Result<u16, String> {
     Ok(p)
 }
 
+/// `scope=queue|key`.
+fn scope(flag: &str, v: &str) -> Result<FlowScope, String> {
+    match v {
+        "queue" => Ok(FlowScope::Queue),
+        "key" => Ok(FlowScope::Key),
+        _ => Err(format!(
+            "--{flag} scope=\"{v}\" is not a scope; write scope=queue (one state for the \
+             queue) or scope=key (one per message key)"
+        )),
+    }
+}
+
 /// Parses `--adaptive`.
 ///
 /// # Errors
@@ -87,6 +99,8 @@ pub fn parse_adaptive(s: &str) -> Result<AdaptiveRate, String> {
             "window" => a.window_ms = Some(millis(F, k, v)?),
             "increase" => a.increase_per_min = Some(number(F, k, v)?),
             "decrease" => a.decrease_permille = Some(share(F, k, v)?),
+            "scope" => a.scope = scope(F, v)?,
+            "key_idle" => a.key_idle_ms = Some(millis(F, k, v)?),
             _ => {
                 return Err(format!(
                     "--adaptive has no setting \"{k}\"; use {ADAPTIVE_KEYS}, e.g. {ADAPTIVE_EXAMPLE}"
@@ -136,6 +150,8 @@ pub fn parse_breaker(s: &str) -> Result<BreakerConfig, String> {
             "min_calls" => b.min_calls = number(F, k, v)?,
             "probe_every" => b.probe_every_ms = millis(F, k, v)?,
             "probes" => b.probes = number(F, k, v)?,
+            "scope" => b.scope = scope(F, v)?,
+            "key_idle" => b.key_idle_ms = Some(millis(F, k, v)?),
             _ => {
                 return Err(format!(
                     "--breaker has no setting \"{k}\"; use {BREAKER_KEYS}, e.g. {BREAKER_EXAMPLE}"
@@ -166,7 +182,17 @@ pub fn fmt_adaptive(a: &AdaptiveRate) -> String {
     if let Some(d) = a.decrease_permille {
         s.push_str(&format!(",decrease={}", permille(d)));
     }
+    s.push_str(&fmt_scope(a.scope, a.key_idle_ms));
     s
+}
+
+/// `,scope=key[,key_idle=…]` for per-key state; nothing for the queue's.
+fn fmt_scope(scope: FlowScope, idle: Option<u64>) -> String {
+    match (scope, idle) {
+        (FlowScope::Queue, _) => String::new(),
+        (FlowScope::Key, None) => ",scope=key".into(),
+        (FlowScope::Key, Some(ms)) => format!(",scope=key,key_idle={}", fmt_ms(ms)),
+    }
 }
 
 /// A queue's breaker setting on one line, as `--breaker` takes it.
@@ -178,7 +204,7 @@ pub fn fmt_breaker(b: &BreakerConfig) -> String {
         b.min_calls,
         fmt_ms(b.probe_every_ms),
         b.probes
-    )
+    ) + &fmt_scope(b.scope, b.key_idle_ms)
 }
 
 /// The adaptive rate now: `120/min (60 – 6000, ceiling 600), held until …`.
@@ -295,10 +321,20 @@ mod tests {
             fmt_breaker(&b),
             "share=0.25,window=2m,min_calls=10,probe_every=30s,probes=2"
         );
+        let k = parse_breaker("min_calls=10,scope=key,key_idle=10m").unwrap();
+        assert_eq!((k.scope, k.key_idle_ms), (FlowScope::Key, Some(600_000)));
+        assert_eq!(
+            fmt_breaker(&k),
+            "share=0.5,window=1m,min_calls=10,probe_every=30s,probes=3,scope=key,key_idle=10m"
+        );
+        let a = parse_adaptive("min=20,max=300,scope=key").unwrap();
+        assert_eq!(fmt_adaptive(&a), "min=20,max=300,scope=key");
         for (bad, says) in [
             ("share=2", "not a share"),
             ("probes=0", "breaker.probes must be"),
             ("calls=3", "no setting \"calls\""),
+            ("scope=tenant", "not a scope"),
+            ("key_idle=10m", "key_idle_ms applies to per-key state"),
         ] {
             let err = parse_breaker(bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");

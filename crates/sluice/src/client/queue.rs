@@ -85,12 +85,16 @@ enum QueueCommand {
     },
     /// Force the queue's circuit breaker: `open` stops deliveries until it is forced closed
     /// (without probes, across restarts); `close` resumes them, the breaker judging again
-    /// from an empty window. Prints the breaker afterwards.
+    /// from an empty window. With --key, the breaker of that one key (a queue whose breaker
+    /// has scope=key). Prints the breaker afterwards.
     Breaker {
         /// Queue name.
         name: String,
         /// `open` or `close`.
         state: BreakerAction,
+        /// The message key whose own breaker to force.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
     },
 }
 
@@ -223,11 +227,30 @@ pub async fn run(a: QueueArgs) -> Result<(), Failure> {
             }
             println!("purged {} messages from {name}", p.purged);
         }
-        QueueCommand::Breaker { name, state } => {
+        QueueCommand::Breaker { name, state, key } => {
             let force = match state {
                 BreakerAction::Open => BreakerForce::Open,
                 BreakerAction::Close => BreakerForce::Closed,
             };
+            if let Some(key) = key {
+                let flow = match c.force_key_breaker(&name, &key, force).await {
+                    Err(e) if e.code() == Some(sluice_client::ErrorCode::Conflict) => {
+                        return Err(Failure::Code(
+                            super::exit::exit_code(&e),
+                            format!(
+                                "{e}\n  hint: give it one with `sluice queue update {name} \
+                                 --breaker scope=key`"
+                            ),
+                        ));
+                    }
+                    r => r?,
+                };
+                if as_json {
+                    return json(&flow);
+                }
+                details(&[("key", key), ("breaker", super::keys::flow_line(&flow))]);
+                return Ok(());
+            }
             let flow = match c.force_breaker(&name, force).await {
                 Err(e) if e.code() == Some(sluice_client::ErrorCode::Conflict) => {
                     return Err(Failure::Code(

@@ -94,6 +94,7 @@ pub fn governance(sc: &Scenario, clock: &Clock) -> (AdaptiveRate, BreakerConfig)
         min_calls: BREAKER_MIN_CALLS,
         probe_every_ms: real_ms(30),
         probes: 3,
+        ..BreakerConfig::default()
     };
     (rate, breaker)
 }

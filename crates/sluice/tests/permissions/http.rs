@@ -108,6 +108,7 @@ impl Route {
             .replace("{q}", &on.queue)
             .replace("{id}", id)
             .replace("{name}", &on.schedule)
+            .replace("{key}", "tenant-a")
             .replace("{*path}", "app.js");
         if !self.query.is_empty() {
             t = format!("{t}?{}", self.query.replace("{q}", &f.queue));
@@ -148,6 +149,13 @@ pub fn routes() -> Vec<Route> {
         r("POST", "/v1/queues/{q}/resume", &[ManageQueue], Queue),
         r("POST", "/v1/queues/{q}/breaker", &[ManageQueue], Queue)
             .body(|_, _| json!({ "state": "closed" })),
+        r(
+            "POST",
+            "/v1/queues/{q}/keys/{key}/breaker",
+            &[ManageQueue],
+            Queue,
+        )
+        .body(|_, _| json!({ "state": "closed" })),
         r("POST", "/v1/queues/{q}/purge", &[ManageQueue], Queue),
         // Messages.
         r("POST", "/v1/queues/{q}/messages", &[Send], Queue).body(|_, _| json!({ "body": 1 })),

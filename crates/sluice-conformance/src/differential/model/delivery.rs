@@ -1,6 +1,6 @@
-//! What a receive may hand out now, in the model: the messages eligible (group lines
-//! considered), how many a receive takes (pause, `max_in_flight`, `rate_limit` and its pace,
-//! each key's room under `key_limits`).
+//! What a receive may hand out now, in the model: the messages eligible (group lines and keys
+//! forced open considered), how many a receive takes (pause, `max_in_flight`, `rate_limit` and
+//! its pace, each key's room under `key_limits`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,10 +25,13 @@ impl Model {
             line.sort_unstable();
             allowed.extend(line.iter().take(per_group).map(|(_, id)| *id));
         }
+        // A key whose breaker an operator forced open is delivered nothing.
         ids.into_iter()
             .filter(|id| {
                 let m = self.live(*id).expect("live");
-                Self::state_of(m, now) == "visible" && (m.group.is_none() || allowed.contains(id))
+                Self::state_of(m, now) == "visible"
+                    && (m.group.is_none() || allowed.contains(id))
+                    && !self.key_forced(q, m.key.as_deref())
             })
             .collect()
     }

@@ -15,8 +15,28 @@ const TALLY_SPAN_MS: i64 = 120_000;
 
 impl Model {
     /// Each key of queue `q` with messages waiting or in flight (the implicit key `None`),
-    /// `delivered_1m` left out: engines estimate it, [`Model::delivered_bound`] bounds it.
+    /// `delivered_1m` left out: engines estimate it, [`Model::delivered_bound`] bounds it; and,
+    /// on a queue whose breaker is per key, its breaker (open while forced), since when left
+    /// out.
     pub fn key_stats(&self, q: &str, now: i64) -> Vec<KeyStats> {
+        use sluice_core::adaptive::{BreakerState, KeyFlowStats};
+        let per_key = sluice_core::adaptive::key_breaker(&self.queues[q].config).is_some();
+        let flow = |key: Option<&str>| {
+            per_key.then(|| {
+                let forced = self.key_forced(q, key);
+                KeyFlowStats {
+                    rate_per_min: None,
+                    hold_until: None,
+                    breaker: Some(if forced {
+                        BreakerState::Open
+                    } else {
+                        BreakerState::Closed
+                    }),
+                    breaker_since: None,
+                    forced,
+                }
+            })
+        };
         let mut by_key: BTreeMap<Option<&str>, KeyStats> = BTreeMap::new();
         for id in self.in_queue(q) {
             let m = self.live(id).expect("live");
@@ -30,6 +50,7 @@ impl Model {
                 in_flight: 0,
                 oldest_visible_at: None,
                 delivered_1m: None,
+                flow: flow(m.key.as_deref()),
             });
             match (Model::state_of(m, now), m.place) {
                 ("visible", Place::Waiting { at }) => {

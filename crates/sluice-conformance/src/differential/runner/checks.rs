@@ -134,7 +134,8 @@ impl Run<'_> {
         let order = match order {
             0 => KeyOrder::Backlog,
             1 => KeyOrder::InFlight,
-            _ => KeyOrder::Oldest,
+            2 => KeyOrder::Oldest,
+            _ => KeyOrder::Breaker,
         };
         let mut req = KeysRequest {
             order,
@@ -165,7 +166,8 @@ impl Run<'_> {
     }
 
     /// Compares one page of queue `q`'s keys with the model's: every number but the delivery
-    /// estimate, which must stay within the deliveries of the last two minutes.
+    /// estimate, which must stay within the deliveries of the last two minutes, and each key's
+    /// breaker but since when it is in its state.
     pub(super) async fn check_keys(
         &self,
         store: &Arc<dyn Store>,
@@ -180,6 +182,10 @@ impl Run<'_> {
         let mut want = sluice_core::key_stats::page(self.model.key_stats(q.as_str(), now), &req);
         let mut seen = got.clone();
         for k in &mut seen.keys {
+            // Of a key's own state the model knows the breaker (forced or not), not since when.
+            if let Some(f) = &mut k.flow {
+                f.breaker_since = None;
+            }
             let name = k.key.as_ref().map(|k| k.as_str());
             if let Some(n) = k.delivered_1m.take() {
                 let bound = self.model.delivered_bound(q.as_str(), name, now);

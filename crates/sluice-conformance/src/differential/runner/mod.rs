@@ -111,6 +111,17 @@ fn patch(p: &PatchSpec) -> QueueConfigPatch {
                 .into(),
             })
         }),
+        breaker: p.breaker.map(|b| {
+            b.map(|per_key| sluice_core::adaptive::BreakerConfig {
+                min_calls: sluice_core::adaptive::limits::MAX_MIN_CALLS,
+                scope: if per_key {
+                    sluice_core::adaptive::FlowScope::Key
+                } else {
+                    sluice_core::adaptive::FlowScope::Queue
+                },
+                ..sluice_core::adaptive::BreakerConfig::default()
+            })
+        }),
         ..QueueConfigPatch::default()
     }
 }
@@ -237,6 +248,7 @@ impl<'a> Run<'a> {
             | Op::CreateQueue { .. }
             | Op::DeleteQueue { .. }
             | Op::Purge { .. }
+            | Op::ForceKeyBreaker { .. }
             | Op::Send { .. }
             | Op::Receive { .. }
             | Op::ConcurrentReceive { .. }

@@ -69,6 +69,25 @@ impl Run<'_> {
                     self.model.msgs[id] = None;
                 }
             }
+            Op::ForceKeyBreaker { queue, key, open } => {
+                let name = qn(*queue);
+                let key = ["k1", "k2"].get(usize::from(*key)).copied();
+                let mk = key.map(|k| sluice_core::MessageKey::new(k).expect("a key"));
+                let force = if *open {
+                    sluice_core::adaptive::BreakerForce::Open
+                } else {
+                    sluice_core::adaptive::BreakerForce::Closed
+                };
+                let got = self.s().force_key_breaker(&name, mk.as_ref(), force).await;
+                let want = self.model.force_key_breaker(name.as_str(), key, *open);
+                same_code("force_key_breaker", &got, want.err())?;
+                if let (Ok(out), Ok((state, forced))) = (&got, want) {
+                    ensure!(
+                        (out.breaker, out.forced) == (Some(state), forced),
+                        "force_key_breaker answered {out:?}, model ({state:?}, {forced})"
+                    );
+                }
+            }
             Op::Send { queue, messages } => self.send(*queue, messages).await?,
             Op::Receive {
                 queue,

@@ -97,9 +97,16 @@ impl Run<'_> {
                     .nacked += 1;
                 self.model
                     .fail(del.msg, "Nacked", error.clone(), consumer.clone(), now);
+                // While the key's breaker is forced open, a nack keeps its attempt.
+                let mut receive_count = m.receive_count;
+                if self.model.key_forced(q.as_str(), m.key.as_deref()) {
+                    receive_count = receive_count.saturating_sub(1);
+                    let mm = self.model.msgs[del.msg].as_mut().expect("message");
+                    mm.receive_count = receive_count;
+                }
                 let cfg = &self.model.queues[q.as_str()].config;
                 let exhausted =
-                    sluice_core::lifecycle::is_exhausted(cfg.max_receive_count, m.receive_count);
+                    sluice_core::lifecycle::is_exhausted(cfg.max_receive_count, receive_count);
                 if exhausted {
                     if !self.model.has_dlq(q.as_str()) {
                         return same_code("nack", &got, Some(ErrorCode::Conflict));

@@ -91,6 +91,15 @@ impl QueueAdmin for Probe {
         self.call()?;
         Err(StoreError::Conflict("no breaker".into()))
     }
+    async fn force_key_breaker(
+        &self,
+        _: &QueueName,
+        _: Option<&crate::MessageKey>,
+        _: crate::adaptive::BreakerForce,
+    ) -> Result<crate::adaptive::KeyFlowStats, StoreError> {
+        self.call()?;
+        Err(StoreError::Conflict("no breaker".into()))
+    }
     async fn purge(&self, _: &QueueName) -> Result<u64, StoreError> {
         self.call()
     }
