@@ -162,28 +162,31 @@ async fn each_tenant_learns_its_own_quota(url: &str) {
         .concurrency(16)
         .batch(16)
         .poll_wait(Duration::from_millis(200))
-        .handler("call", move |_ctx: TaskContext, (tenant, _i): (String, usize)| {
-            let (http, upstream) = (http.clone(), upstream.clone());
-            async move {
-                let resp = http
-                    .post(format!("{upstream}/{tenant}"))
-                    .send()
-                    .await
-                    .map_err(|e| TaskError::transient(format!("upstream: {e}")))?;
-                if resp.status() == StatusCode::TOO_MANY_REQUESTS {
-                    let wait = resp
-                        .headers()
-                        .get("retry-after-ms")
-                        .and_then(|v| v.to_str().ok()?.parse().ok())
-                        .map_or(Duration::from_secs(1), Duration::from_millis);
-                    return Err(TaskError::retry_after("upstream said 429", wait));
+        .handler(
+            "call",
+            move |_ctx: TaskContext, (tenant, _i): (String, usize)| {
+                let (http, upstream) = (http.clone(), upstream.clone());
+                async move {
+                    let resp = http
+                        .post(format!("{upstream}/{tenant}"))
+                        .send()
+                        .await
+                        .map_err(|e| TaskError::transient(format!("upstream: {e}")))?;
+                    if resp.status() == StatusCode::TOO_MANY_REQUESTS {
+                        let wait = resp
+                            .headers()
+                            .get("retry-after-ms")
+                            .and_then(|v| v.to_str().ok()?.parse().ok())
+                            .map_or(Duration::from_secs(1), Duration::from_millis);
+                        return Err(TaskError::retry_after("upstream said 429", wait));
+                    }
+                    if !resp.status().is_success() {
+                        return Err(TaskError::transient(format!("upstream: {}", resp.status())));
+                    }
+                    Ok(())
                 }
-                if !resp.status().is_success() {
-                    return Err(TaskError::transient(format!("upstream: {}", resp.status())));
-                }
-                Ok(())
-            }
-        })
+            },
+        )
         .build()
         .expect("worker");
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
