@@ -745,31 +745,6 @@ def test_an_operator_forces_a_breaker(client: sluice.Client, queue: str) -> None
         client.force_breaker(queue, "ajar")
 
 
-def test_an_operator_forces_one_keys_breaker(client: sluice.Client, queue: str) -> None:
-    client.put_queue(queue, breaker={"scope": "key"}, adaptive={"min_per_min": 60, "max_per_min": 600, "scope": "key"})
-    tenant = "acme/eu west"  # a slash and a space: the key travels as one path segment
-    client.send(queue, 1, key=tenant)
-    client.send(queue, 2, key="other")
-    f = client.force_key_breaker(queue, tenant, "open")
-    assert isinstance(f, sluice.KeyFlow) and (f.breaker, f.forced) == ("open", True)
-    assert f.rate_per_min == 60
-    got = client.receive(queue, max=10, wait=1)
-    assert [d.key for d in got] == ["other"], "the forced key waits, the other goes"
-    keys = {k.key: k for k in client.keys(queue, order="breaker").keys}
-    assert keys[tenant].flow is not None and keys[tenant].flow.breaker == "open"
-    assert client.keys(queue, order="breaker").keys[0].key == tenant, "open breakers first"
-    closed = client.force_key_breaker(queue, tenant, "closed")
-    assert (closed.breaker, closed.forced) == ("closed", False)
-    assert [d.key for d in client.receive(queue, max=10, wait=1)] == [tenant]
-    plain = queue + "-plain"
-    client.put_queue(plain, breaker={})
-    with pytest.raises(sluice.ApiError) as e:
-        client.force_key_breaker(plain, tenant, "open")
-    assert e.value.code.value == "conflict" and "per-key breaker" in str(e.value)
-    with pytest.raises(ValueError):
-        client.force_key_breaker(queue, tenant, "ajar")
-
-
 def test_stats_show_a_governed_queues_rate_and_breaker(client: sluice.Client, queue: str) -> None:
     client.put_queue(
         queue,

@@ -1,4 +1,5 @@
-"""Keys, priorities, per-key limits and spread rate limits against a real broker."""
+"""Keys, priorities, per-key limits, spread rate limits and per-key breakers against a real
+broker."""
 
 from __future__ import annotations
 
@@ -135,3 +136,28 @@ def test_key_rates_hold_a_spent_key_not_the_others(client: sluice.Client, queue:
     with pytest.raises(ApiError) as e:
         client.put_queue(queue, key_limits={"rate_limit": {"limit": 0, "period_ms": 1000}})
     assert "key_limits.rate_limit.limit" in e.value.message
+
+
+def test_an_operator_forces_one_keys_breaker(client: sluice.Client, queue: str) -> None:
+    client.put_queue(queue, breaker={"scope": "key"}, adaptive={"min_per_min": 60, "max_per_min": 600, "scope": "key"})
+    tenant = "acme/eu west"  # a slash and a space: the key travels as one path segment
+    client.send(queue, 1, key=tenant)
+    client.send(queue, 2, key="other")
+    f = client.force_key_breaker(queue, tenant, "open")
+    assert isinstance(f, sluice.KeyFlow) and (f.breaker, f.forced) == ("open", True)
+    assert f.rate_per_min == 60
+    got = client.receive(queue, max=10, wait=1)
+    assert [d.key for d in got] == ["other"], "the forced key waits, the other goes"
+    keys = {k.key: k for k in client.keys(queue, order="breaker").keys}
+    assert keys[tenant].flow is not None and keys[tenant].flow.breaker == "open"
+    assert client.keys(queue, order="breaker").keys[0].key == tenant, "open breakers first"
+    closed = client.force_key_breaker(queue, tenant, "closed")
+    assert (closed.breaker, closed.forced) == ("closed", False)
+    assert [d.key for d in client.receive(queue, max=10, wait=1)] == [tenant]
+    plain = queue + "-plain"
+    client.put_queue(plain, breaker={})
+    with pytest.raises(ApiError) as e:
+        client.force_key_breaker(plain, tenant, "open")
+    assert e.value.code is ErrorCode.CONFLICT and "per-key breaker" in str(e.value)
+    with pytest.raises(ValueError):
+        client.force_key_breaker(queue, tenant, "ajar")

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use sluice_client::wire::QueueConfigRequest;
-use sluice_client::{Client, TaskContext, TaskEnvelope, TaskError, Worker};
+use sluice_client::{Client, TaskContext, TaskEnvelope, Worker};
 use sluice_core::adaptive::AdaptiveRate;
 
 /// A scenario minute in real time.
@@ -131,25 +131,7 @@ async fn converges(url: &str) {
         .poll_wait(Duration::from_millis(200))
         .handler("call", move |_ctx: TaskContext, _n: usize| {
             let (http, upstream) = (http.clone(), upstream.clone());
-            async move {
-                let resp = http
-                    .post(&upstream)
-                    .send()
-                    .await
-                    .map_err(|e| TaskError::transient(format!("upstream: {e}")))?;
-                if resp.status() == StatusCode::TOO_MANY_REQUESTS {
-                    let wait = resp
-                        .headers()
-                        .get("retry-after-ms")
-                        .and_then(|v| v.to_str().ok()?.parse().ok())
-                        .map_or(Duration::from_secs(1), Duration::from_millis);
-                    return Err(TaskError::retry_after("upstream said 429", wait));
-                }
-                if !resp.status().is_success() {
-                    return Err(TaskError::transient(format!("upstream: {}", resp.status())));
-                }
-                Ok(())
-            }
+            async move { common::upstream::call(&http, &upstream).await }
         })
         .build()
         .expect("worker");

@@ -20,7 +20,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use sluice_client::wire::QueueConfigRequest;
-use sluice_client::{Client, OutgoingMessage, TaskContext, TaskEnvelope, TaskError, Worker};
+use sluice_client::{Client, OutgoingMessage, TaskContext, TaskEnvelope, Worker};
 use sluice_core::adaptive::{AdaptiveRate, BreakerConfig, FlowScope};
 
 /// A scenario minute in real time.
@@ -164,27 +164,9 @@ async fn each_tenant_learns_its_own_quota(url: &str) {
         .poll_wait(Duration::from_millis(200))
         .handler(
             "call",
-            move |_ctx: TaskContext, (tenant, _i): (String, usize)| {
-                let (http, upstream) = (http.clone(), upstream.clone());
-                async move {
-                    let resp = http
-                        .post(format!("{upstream}/{tenant}"))
-                        .send()
-                        .await
-                        .map_err(|e| TaskError::transient(format!("upstream: {e}")))?;
-                    if resp.status() == StatusCode::TOO_MANY_REQUESTS {
-                        let wait = resp
-                            .headers()
-                            .get("retry-after-ms")
-                            .and_then(|v| v.to_str().ok()?.parse().ok())
-                            .map_or(Duration::from_secs(1), Duration::from_millis);
-                        return Err(TaskError::retry_after("upstream said 429", wait));
-                    }
-                    if !resp.status().is_success() {
-                        return Err(TaskError::transient(format!("upstream: {}", resp.status())));
-                    }
-                    Ok(())
-                }
+            move |_ctx: TaskContext, (tenant, _): (String, usize)| {
+                let (http, url) = (http.clone(), format!("{upstream}/{tenant}"));
+                async move { common::upstream::call(&http, &url).await }
             },
         )
         .build()
@@ -207,11 +189,20 @@ async fn each_tenant_learns_its_own_quota(url: &str) {
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), running).await;
 
-    let all = books.lock().expect("books");
-    let minutes: BTreeMap<&str, Vec<(usize, usize)>> = QUOTAS
-        .iter()
-        .map(|(name, _)| (*name, per_minute(&all[*name], start)))
-        .collect();
+    // Read off the books at once: the lock is not held across the awaits below.
+    let (minutes, down_calls) = {
+        let all = books.lock().expect("books");
+        let minutes: BTreeMap<&str, Vec<(usize, usize)>> = QUOTAS
+            .iter()
+            .map(|(name, _)| (*name, per_minute(&all[*name], start)))
+            .collect();
+        let down_calls = all[DOWN]
+            .calls
+            .iter()
+            .filter(|(_, s)| *s == StatusCode::SERVICE_UNAVAILABLE)
+            .count();
+        (minutes, down_calls)
+    };
     let table: String = (0..MINUTES)
         .map(|m| {
             let row: Vec<String> = minutes
@@ -239,18 +230,12 @@ async fn each_tenant_learns_its_own_quota(url: &str) {
         }
     }
     // While its upstream was down the tenant's breaker held its calls to probes.
-    let down_calls = all[DOWN]
-        .calls
-        .iter()
-        .filter(|(_, s)| *s == StatusCode::SERVICE_UNAVAILABLE)
-        .count();
     let quota_down = QUOTAS.iter().find(|(n, _)| *n == DOWN).expect("down").1;
     assert!(
         down_calls * 4 <= quota_down * (OUTAGE.end - OUTAGE.start),
         "{down_calls} calls reached the tenant's upstream while it was down: its breaker should \
          have held them to probes\n{table}"
     );
-    drop(all);
     let dlq = client
         .stats("partner.dlq")
         .await

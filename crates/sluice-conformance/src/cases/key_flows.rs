@@ -123,6 +123,14 @@ pub async fn key_breakers_open_for_the_failing_key_only(h: &dyn Harness) {
         Some(BreakerState::Closed),
         "{flows:?}"
     );
+    let kf = e
+        .stats(&q)
+        .await
+        .key_flows
+        .expect("the stats of a queue with per-key breakers count its keys");
+    assert_eq!((kf.open, kf.half_open), (1, 0), "{kf:?}");
+    assert!(kf.keys >= 2, "down and up at least have a state: {kf:?}");
+    assert!(kf.top_rates.is_empty(), "no per-key rate: {kf:?}");
     let order = key_order(&e, &q).await;
     assert_eq!(
         order.first().map(|(k, _)| k.as_str()),
@@ -297,6 +305,20 @@ pub async fn key_rates_hold_only_the_congested_key(h: &dyn Harness) {
     assert!(hot_flow.hold_until.is_some(), "hot is held: {hot_flow:?}");
     assert_eq!(cold_flow.hold_until, None, "cold is not: {cold_flow:?}");
     assert_eq!(cold_flow.rate_per_min, Some(600));
+    let kf = e
+        .stats(&q)
+        .await
+        .key_flows
+        .expect("the stats of a queue with per-key rates count its keys");
+    assert_eq!((kf.keys, kf.open), (2, 0), "{kf:?}");
+    assert_eq!(
+        kf.top_rates,
+        [
+            (Some("cold".to_owned()), 600),
+            (Some("hot".to_owned()), 600)
+        ],
+        "the highest learned rates, ties by key"
+    );
     let mut delivered = Vec::new();
     for _ in 0..19 {
         e.advance(secs(1));

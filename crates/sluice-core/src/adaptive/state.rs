@@ -327,6 +327,11 @@ impl FlowState {
         self.breaker.as_ref().map(|b| b.state)
     }
 
+    /// The governed rate per minute, if there is an adaptive rate.
+    pub fn rate_per_min(&self) -> Option<u32> {
+        self.governor.as_ref().map(Governor::per_min)
+    }
+
     /// When the breaker, forced open by an operator, must be kept whatever else is forgotten.
     pub fn forced_open(&self) -> bool {
         self.breaker.as_ref().is_some_and(|b| b.forced)

@@ -362,18 +362,24 @@ CREATE INDEX key_paces_idle ON key_paces (idle_from);
 /// over it without reading it; `i64::MAX` until something changes it), and when it lapses
 /// unless used again (`lapses_at`: its last delivery or outcome plus the queue's
 /// `key_idle_ms`; NULL while an operator forces it open), when the background round forgets it.
+/// Beside the JSON, what stats count of it: its breaker's state (`breaker`: 0 closed, 1 open,
+/// 2 half-open) and its learned rate per minute (`rate_per_min`), NULL without that part.
 const V15: &str = r#"
 CREATE TABLE key_flow (
-    queue       text NOT NULL,
-    fkey        text NOT NULL,
-    state       jsonb NOT NULL,
-    pace        jsonb NOT NULL,
-    held_until  bigint,
-    lapses_at   bigint,
+    queue         text NOT NULL,
+    fkey          text NOT NULL,
+    state         jsonb NOT NULL,
+    pace          jsonb NOT NULL,
+    held_until    bigint,
+    lapses_at     bigint,
+    breaker       smallint,
+    rate_per_min  integer,
     PRIMARY KEY (queue, fkey)
 );
 CREATE INDEX key_flow_held ON key_flow (queue, held_until) WHERE held_until IS NOT NULL;
 CREATE INDEX key_flow_lapses ON key_flow (lapses_at) WHERE lapses_at IS NOT NULL;
+CREATE INDEX key_flow_rates ON key_flow (queue, rate_per_min DESC, fkey)
+    WHERE rate_per_min IS NOT NULL;
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

@@ -89,21 +89,14 @@ impl<'a> KeyFlows<'a> {
         cfg: &'a QueueConfig,
         now: i64,
     ) -> Result<KeyFlows<'a>, StoreError> {
-        let mut held = HashMap::new();
-        for r in c
-            .query(
-                "SELECT fkey, held_until FROM key_flow WHERE queue = $1 AND held_until > $2
-                 AND coalesce(lapses_at > $2, true)",
-                &[&q, &now],
-            )
-            .await
-            .map_err(|e| db(&e))?
-        {
-            held.insert(
-                r.try_get(0).map_err(corrupt)?,
-                r.try_get(1).map_err(corrupt)?,
-            );
-        }
+        let held = crate::hot::key_rates::held_keys(
+            c,
+            "SELECT fkey, held_until FROM key_flow WHERE queue = $1 AND held_until > $2
+             AND coalesce(lapses_at > $2, true)",
+            q,
+            now,
+        )
+        .await?;
         Ok(KeyFlows {
             cfg,
             now,
@@ -333,27 +326,48 @@ async fn save(
     if rows.is_empty() {
         return Ok(());
     }
-    let (mut keys, mut states, mut paces, mut helds, mut lapses) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut keys = Vec::with_capacity(rows.len());
+    let (mut states, mut paces) = (Vec::new(), Vec::new());
+    let (mut helds, mut lapses, mut breakers, mut rates) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (key, row) in rows {
         keys.push(key.as_str());
         states.push(Json(&row.state));
         paces.push(Json(&row.pace));
         helds.push(row.held_until);
         lapses.push((!row.state.forced_open()).then(|| now.saturating_add(idle)));
+        breakers.push(row.state.breaker_state().map(breaker_code));
+        rates.push(
+            row.state
+                .rate_per_min()
+                .map(|r| i32::try_from(r).unwrap_or(i32::MAX)),
+        );
     }
     c.execute(
-        "INSERT INTO key_flow (queue, fkey, state, pace, held_until, lapses_at)
-         SELECT $1, k, s, p, h, l
-         FROM unnest($2::text[], $3::jsonb[], $4::jsonb[], $5::bigint[], $6::bigint[])
-             AS u(k, s, p, h, l)
+        "INSERT INTO key_flow (queue, fkey, state, pace, held_until, lapses_at, breaker,
+                               rate_per_min)
+         SELECT $1, k, s, p, h, l, b, r
+         FROM unnest($2::text[], $3::jsonb[], $4::jsonb[], $5::bigint[], $6::bigint[],
+                     $7::int2[], $8::int4[]) AS u(k, s, p, h, l, b, r)
          ON CONFLICT (queue, fkey) DO UPDATE SET state = EXCLUDED.state, pace = EXCLUDED.pace,
-             held_until = EXCLUDED.held_until, lapses_at = EXCLUDED.lapses_at",
-        &[&q, &keys, &states, &paces, &helds, &lapses],
+             held_until = EXCLUDED.held_until, lapses_at = EXCLUDED.lapses_at,
+             breaker = EXCLUDED.breaker, rate_per_min = EXCLUDED.rate_per_min",
+        &[
+            &q, &keys, &states, &paces, &helds, &lapses, &breakers, &rates,
+        ],
     )
     .await
     .map_err(|e| db(&e))?;
     Ok(())
+}
+
+/// A breaker state as the `breaker` column keeps it.
+fn breaker_code(s: adaptive::BreakerState) -> i16 {
+    match s {
+        adaptive::BreakerState::Closed => 0,
+        adaptive::BreakerState::Open => 1,
+        adaptive::BreakerState::HalfOpen => 2,
+    }
 }
 
 /// An operator's order to `key`'s breaker of queue `q` (`cfg`) at `now`, in the caller's
@@ -493,57 +507,76 @@ pub(crate) async fn prune(c: &impl GenericClient, now: i64, most: i64) -> Result
     Ok(())
 }
 
-/// The key states of each of `names` that governs keys, for stats at `now`: the queues'
-/// configurations in one query, then every live row of theirs in another (a queue governing
-/// 100,000 keys reads 100,000 rows: stats of such a queue cost that much more).
+/// The key states of each of `names` that governs keys, for stats at `now`: counted by the
+/// database from the narrow `breaker` and `rate_per_min` columns every write keeps beside the
+/// JSON (one grouped count over the queues' live rows, and the top rates of each by an index),
+/// so a queue governing 100,000 keys costs a scan of small columns, not of its states.
 pub(crate) async fn summaries(
     c: &impl GenericClient,
     names: &[&str],
     now: i64,
 ) -> Result<HashMap<String, adaptive::KeyFlowSummary>, StoreError> {
-    let mut configs: HashMap<String, QueueConfig> = HashMap::new();
-    for r in c
+    let governed: Vec<String> = c
         .query(
-            "SELECT name, config FROM queues WHERE name = ANY($1)
+            "SELECT name FROM queues WHERE name = ANY($1)
              AND (config->'adaptive'->>'scope' = 'key' OR config->'breaker'->>'scope' = 'key')",
             &[&names],
         )
         .await
         .map_err(|e| db(&e))?
-    {
-        let cfg: Json<QueueConfig> = r.try_get(1).map_err(corrupt)?;
-        configs.insert(r.try_get(0).map_err(corrupt)?, cfg.0);
-    }
-    if configs.is_empty() {
+        .iter()
+        .map(|r| r.try_get(0).map_err(corrupt))
+        .collect::<Result<_, _>>()?;
+    if governed.is_empty() {
         return Ok(HashMap::new());
     }
-    let governed: Vec<&str> = configs.keys().map(String::as_str).collect();
-    let mut states: HashMap<String, Vec<(String, FlowState)>> = HashMap::new();
+    let mut out: HashMap<String, adaptive::KeyFlowSummary> = governed
+        .iter()
+        .map(|q| (q.clone(), adaptive::KeyFlowSummary::default()))
+        .collect();
+    let count = |r: &tokio_postgres::Row, i: usize| -> Result<u64, StoreError> {
+        Ok(u64::try_from(r.try_get::<_, i64>(i).map_err(corrupt)?).unwrap_or(0))
+    };
     for r in c
         .query(
-            "SELECT queue, fkey, state FROM key_flow WHERE queue = ANY($1)
-             AND coalesce(lapses_at > $2, true)",
+            "SELECT queue, count(*), count(*) FILTER (WHERE breaker = 1),
+                    count(*) FILTER (WHERE breaker = 2)
+             FROM key_flow WHERE queue = ANY($1) AND coalesce(lapses_at > $2, true)
+             GROUP BY queue",
             &[&governed, &now],
         )
         .await
         .map_err(|e| db(&e))?
     {
-        let state: Json<FlowState> = r.try_get(2).map_err(corrupt)?;
-        states
-            .entry(r.try_get(0).map_err(corrupt)?)
-            .or_default()
-            .push((r.try_get(1).map_err(corrupt)?, state.0));
+        let q: String = r.try_get(0).map_err(corrupt)?;
+        if let Some(s) = out.get_mut(&q) {
+            (s.keys, s.open, s.half_open) = (count(&r, 1)?, count(&r, 2)?, count(&r, 3)?);
+        }
     }
-    let mut out = HashMap::with_capacity(configs.len());
-    for (q, cfg) in &configs {
-        let rows = states.remove(q).unwrap_or_default();
-        let live = rows
-            .iter()
-            .map(|(k, s)| ((!k.is_empty()).then_some(k.as_str()), s));
-        out.insert(
-            q.clone(),
-            adaptive::KeyFlowSummary::of(cfg, live, Timestamp(now)),
-        );
+    let top = i64::try_from(adaptive::TOP_KEY_RATES).unwrap_or(10);
+    for r in c
+        .query(
+            "SELECT g.q, t.fkey, t.rate_per_min FROM unnest($1::text[]) AS g(q)
+             CROSS JOIN LATERAL (
+                 SELECT fkey, rate_per_min FROM key_flow
+                 WHERE queue = g.q AND rate_per_min IS NOT NULL
+                     AND coalesce(lapses_at > $2, true)
+                 ORDER BY rate_per_min DESC, fkey LIMIT $3
+             ) t",
+            &[&governed, &now, &top],
+        )
+        .await
+        .map_err(|e| db(&e))?
+    {
+        let q: String = r.try_get(0).map_err(corrupt)?;
+        let key: String = r.try_get(1).map_err(corrupt)?;
+        let rate: i32 = r.try_get(2).map_err(corrupt)?;
+        if let Some(s) = out.get_mut(&q) {
+            s.top_rates.push((
+                (!key.is_empty()).then_some(key),
+                u32::try_from(rate).unwrap_or(0),
+            ));
+        }
     }
     Ok(out)
 }

@@ -44,20 +44,13 @@ impl<'a> KeyRates<'a> {
         limits: &'a KeyLimits,
         now: i64,
     ) -> Result<KeyRates<'a>, StoreError> {
-        let mut held = HashMap::new();
-        for r in c
-            .query(
-                "SELECT fkey, held_until FROM key_paces WHERE queue = $1 AND held_until > $2",
-                &[&q, &now],
-            )
-            .await
-            .map_err(|e| db(&e))?
-        {
-            held.insert(
-                r.try_get(0).map_err(corrupt)?,
-                r.try_get(1).map_err(corrupt)?,
-            );
-        }
+        let held = held_keys(
+            c,
+            "SELECT fkey, held_until FROM key_paces WHERE queue = $1 AND held_until > $2",
+            q,
+            now,
+        )
+        .await?;
         Ok(KeyRates {
             limits,
             now,
@@ -231,6 +224,24 @@ impl<'a> KeyRates<'a> {
         .map_err(|e| db(&e))?;
         Ok(())
     }
+}
+
+/// The keys of queue `q` that `sql` (`$1` the queue, `$2` now; columns key and until when)
+/// finds held at `now`, with until when.
+pub(crate) async fn held_keys(
+    c: &impl GenericClient,
+    sql: &str,
+    q: &str,
+    now: i64,
+) -> Result<HashMap<String, i64>, StoreError> {
+    let mut held = HashMap::new();
+    for r in c.query(sql, &[&q, &now]).await.map_err(|e| db(&e))? {
+        held.insert(
+            r.try_get(0).map_err(corrupt)?,
+            r.try_get(1).map_err(corrupt)?,
+        );
+    }
+    Ok(held)
 }
 
 /// After queue `q`'s `key_limits` changed: its key windows go when it has no key rates left
