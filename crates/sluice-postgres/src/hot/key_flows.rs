@@ -142,10 +142,12 @@ impl<'a> KeyFlows<'a> {
                     else {
                         continue;
                     };
+                    // Written only once the key is delivered or an outcome of it arrives, as
+                    // the embedded engine makes a key's state.
                     Row {
                         state,
                         pace: Vec::new(),
-                        changed: true,
+                        changed: false,
                         held_until: None,
                     }
                 }
