@@ -17,6 +17,8 @@ use sluice_postgres::{PostgresOptions, PostgresStore};
 use sluice_testkit::postgres;
 
 mod common;
+#[path = "nodes/key_flows.rs"]
+mod key_flows;
 #[path = "nodes/key_limits.rs"]
 mod key_limits;
 #[path = "nodes/totals.rs"]
