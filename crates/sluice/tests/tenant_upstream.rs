@@ -4,7 +4,8 @@
 //! tenant's messages. A real `sluice serve`, a worker of the Rust SDK with no rate limiter, and
 //! an upstream simulator (a real HTTP server here) whose quotas the worker is never told: it
 //! allows each tenant `quota` calls in any sliding minute and answers 429 with Retry-After
-//! beyond; one tenant's upstream answers 503 for a few minutes mid-run.
+//! beyond; one tenant's upstream answers 503 for a few minutes mid-run. Each tenant gets most
+//! of its quota and never much more, through the other's outage.
 //!
 //! Time is compressed: a minute lasts [`MINUTE`] of real time, and the queue's rates and
 //! windows are scaled with it, as `sluice drill` does. Runs on the embedded engine and on
@@ -213,16 +214,30 @@ async fn each_tenant_learns_its_own_quota(url: &str) {
         })
         .collect();
     eprintln!("{table}");
+    // From minute 4 on (the outage tenant's outage and the three minutes after it left out for
+    // it), each tenant gets at least 80 % of its quota on average and 60 % in every minute (one
+    // tenant's outage slows no other), and no minute sends it more than 130 % (429s included).
+    // Averages and a lower floor per minute keep a machine busy with other tests from failing
+    // a minute that a scheduler hiccup cut short.
     for (name, quota) in QUOTAS {
         let v = &minutes[name];
-        for (m, (sent, ok)) in v.iter().enumerate().take(MINUTES).skip(4) {
-            let outage = name == DOWN && (OUTAGE.start..OUTAGE.end + 3).contains(&m);
-            if !outage {
-                assert!(
-                    *ok * 10 >= quota * 8,
-                    "{name}, minute {m}: {ok} accepted, below 80% of its quota {quota}\n{table}"
-                );
-            }
+        let steady: Vec<usize> = (4..MINUTES)
+            .filter(|m| !(name == DOWN && (OUTAGE.start..OUTAGE.end + 3).contains(m)))
+            .collect();
+        let accepted: usize = steady.iter().map(|m| v[*m].1).sum();
+        assert!(
+            accepted * 10 >= quota * 8 * steady.len(),
+            "{name}: {accepted} accepted over {} minutes, below 80% of its quota {quota}\n{table}",
+            steady.len()
+        );
+        for m in &steady {
+            let ok = v[*m].1;
+            assert!(
+                ok * 10 >= quota * 6,
+                "{name}, minute {m}: {ok} accepted, below 60% of its quota {quota}\n{table}"
+            );
+        }
+        for (m, (sent, _)) in v.iter().enumerate().take(MINUTES).skip(4) {
             assert!(
                 *sent * 10 <= quota * 13,
                 "{name}, minute {m}: {sent} calls counted, above 130% of its quota {quota}\n{table}"
