@@ -32,8 +32,8 @@ use std::sync::{Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use sluice_core::adaptive::{
-    Admit, BreakerForce, FlowConfig, FlowEvent, FlowState, FlowStats, KeyAuditBudget, KeyFlowStats,
-    Outcome, Tally,
+    Admit, BreakerForce, FlowConfig, FlowEvent, FlowState, FlowStats, KeyAuditBudget, Outcome,
+    Tally,
 };
 use sluice_core::rate::SlidingWindow;
 use sluice_core::{QueueConfig, QueueName, ReceiveRequest, StoreError, Timestamp};
@@ -646,37 +646,6 @@ pub(crate) async fn force(
     })
     .await?;
     forced.ok_or_else(no_breaker)
-}
-
-/// An operator forces the breaker of `key` (`None`: the implicit key) of `queue` open or
-/// closed; the key's state afterwards.
-pub(crate) async fn force_key(
-    inner: &Inner,
-    queue: &QueueName,
-    key: Option<&sluice_core::MessageKey>,
-    to: BreakerForce,
-) -> Result<KeyFlowStats, StoreError> {
-    let q = queue.as_str();
-    let key = key.map_or("", |k| k.as_str());
-    let mut conn = inner.conn().await?;
-    let (stats, fx) = crate::db::tx::transaction(&mut conn, async |tx| {
-        let cfg = crate::db::catalog::config(tx, q, true).await?;
-        let now = inner.now();
-        let Some((stats, events)) = crate::hot::key_flows::force(tx, q, &cfg, key, to, now).await?
-        else {
-            return Err(StoreError::NoKeyBreaker(q.to_string()));
-        };
-        let mut fx = Effects::default();
-        let events: Vec<(String, FlowEvent)> =
-            events.into_iter().map(|e| (key.to_owned(), e)).collect();
-        audit_keys(inner, &mut fx, q, now, &events);
-        fx.wake.insert(q.to_string());
-        fx.write(tx).await?;
-        Ok((stats, fx))
-    })
-    .await?;
-    fx.after_commit(inner);
-    Ok(stats)
 }
 
 /// Whether a failed delivery of `key` of governed queue `q` ending in `outcome` spends the

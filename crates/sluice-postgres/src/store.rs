@@ -237,7 +237,7 @@ impl QueueAdmin for PostgresStore {
         key: Option<&sluice_core::MessageKey>,
         force: sluice_core::adaptive::BreakerForce,
     ) -> Result<sluice_core::adaptive::KeyFlowStats, StoreError> {
-        crate::flow::force_key(&self.inner, queue, key, force).await
+        crate::hot::key_flows::force_key(&self.inner, queue, key, force).await
     }
 
     async fn delete_queue(&self, name: &QueueName) -> Result<u64, StoreError> {

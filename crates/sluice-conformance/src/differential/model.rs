@@ -740,43 +740,6 @@ impl Model {
         Ok(!exists)
     }
 
-    /// An operator forces the breaker of `key` of queue `name` open or closed: the key's
-    /// breaker state and whether it is forced afterwards.
-    ///
-    /// # Errors
-    /// The code the engines must answer.
-    pub fn force_key_breaker(
-        &mut self,
-        name: &str,
-        key: Option<&str>,
-        open: bool,
-    ) -> Result<(sluice_core::adaptive::BreakerState, bool), sluice_core::ErrorCode> {
-        use sluice_core::adaptive::BreakerState;
-        let q = self
-            .queues
-            .get_mut(name)
-            .ok_or(sluice_core::ErrorCode::QueueNotFound)?;
-        if sluice_core::adaptive::key_breaker(&q.config).is_none() {
-            return Err(sluice_core::ErrorCode::Conflict);
-        }
-        let key = key.map(str::to_owned);
-        if open {
-            q.forced_keys.insert(key);
-            Ok((BreakerState::Open, true))
-        } else {
-            q.forced_keys.remove(&key);
-            Ok((BreakerState::Closed, false))
-        }
-    }
-
-    /// Whether `key` of queue `q` is forced open: none of its messages is delivered, and a
-    /// nack of one in flight keeps its attempt.
-    pub fn key_forced(&self, q: &str, key: Option<&str>) -> bool {
-        self.queues
-            .get(q)
-            .is_some_and(|q| q.forced_keys.contains(&key.map(str::to_owned)))
-    }
-
     /// Deletes a queue and every message in it (completed records too).
     ///
     /// # Errors

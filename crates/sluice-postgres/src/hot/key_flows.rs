@@ -402,6 +402,36 @@ pub(crate) async fn force(
     Ok(Some((stats, events)))
 }
 
+/// An operator forces the breaker of `key` (`None`: the implicit key) of `queue` open or
+/// closed; the key's state afterwards.
+pub(crate) async fn force_key(
+    inner: &crate::store::Inner,
+    queue: &sluice_core::QueueName,
+    key: Option<&sluice_core::MessageKey>,
+    to: BreakerForce,
+) -> Result<KeyFlowStats, StoreError> {
+    let q = queue.as_str();
+    let key = key.map_or("", |k| k.as_str());
+    let mut conn = inner.conn().await?;
+    let (stats, fx) = crate::db::tx::transaction(&mut conn, async |tx| {
+        let cfg = crate::db::catalog::config(tx, q, true).await?;
+        let now = inner.now();
+        let Some((stats, events)) = force(tx, q, &cfg, key, to, now).await? else {
+            return Err(StoreError::NoKeyBreaker(q.to_string()));
+        };
+        let mut fx = crate::db::effects::Effects::default();
+        let events: Vec<(String, FlowEvent)> =
+            events.into_iter().map(|e| (key.to_owned(), e)).collect();
+        crate::flow::audit_keys(inner, &mut fx, q, now, &events);
+        fx.wake.insert(q.to_string());
+        fx.write(tx).await?;
+        Ok((stats, fx))
+    })
+    .await?;
+    fx.after_commit(inner);
+    Ok(stats)
+}
+
 /// Whether a failed delivery of `key` of queue `q` ending in `outcome` spends the message's
 /// attempt, as the key's stored state says with this node's outcomes not yet handed over
 /// (`pending`) applied; read without a lock, as the queue-wide state's.

@@ -288,27 +288,17 @@ pub(crate) async fn take_leases(
     };
     let stmt = conn.prepare_cached(LEASE_SQL).await.map_err(|e| db(&e))?;
     let takers = takers.after(got.len());
-    Ok(
-        match take_leases_limited(
-            &***conn,
-            &stmt,
-            queue,
-            cfg,
-            &rest,
-            now,
-            takers,
-            &mut KeyTurn::default(),
-        )
-        .await?
-        {
-            Attempted::Got(more) => {
-                got.extend(more);
-                Attempted::Got(got)
-            }
-            empty if got.is_empty() => empty,
-            Attempted::Empty { .. } => Attempted::Got(got),
-        },
-    )
+    // Not limited (`by_rooms` is false here): no key states to hand over.
+    let mut none = KeyTurn::default();
+    let more = take_leases_limited(&***conn, &stmt, queue, cfg, &rest, now, takers, &mut none);
+    Ok(match more.await? {
+        Attempted::Got(more) => {
+            got.extend(more);
+            Attempted::Got(got)
+        }
+        empty if got.is_empty() => empty,
+        Attempted::Empty { .. } => Attempted::Got(got),
+    })
 }
 
 /// Whether a row of [`FAST_LEASE_SQL`] carries a leased message (column 0 set).
