@@ -31,8 +31,10 @@ const GAP_FRACTION: u64 = 4;
 /// At or above it, the step is this much (permille) of that rate per quota window, doubling
 /// every half window...
 const PROBE_PERMILLE: u64 = 100;
-/// ... up to this fraction (1/n) of the rate per round.
-const PROBE_STEP_FRACTION: u64 = 8;
+/// ... up to this fraction (1/n) of the rate per round (half the rate a window): the rate
+/// runs ahead of what the dependency counted over its window by at most that much when its
+/// first refusals come.
+const PROBE_STEP_FRACTION: u64 = 24;
 /// A rate unused for a round comes down towards this multiple of what the dependency
 /// accepted over its last quota window...
 const USED_MULTIPLE: u64 = 2;
@@ -88,6 +90,10 @@ pub(super) struct Governor {
     /// Transient failures in the current round.
     #[serde(default)]
     round_failures: u32,
+    /// Whether the last round that ended was held back by the rate: only then is what the
+    /// dependency accepted a measure of what it takes, rather than of the work there was.
+    #[serde(default)]
+    bound: bool,
     /// No decrease before this: a quota window after the last one, so that a decrease is
     /// judged on calls made after it.
     calm_until: Option<Timestamp>,
@@ -155,6 +161,7 @@ impl Governor {
             round_congestion: 0,
             round_ok: 0,
             round_failures: 0,
+            bound: false,
             calm_until: None,
             congestion_total: 0,
             decreases_total: 0,
@@ -221,6 +228,7 @@ impl Governor {
             > u64::from(self.round_ok) + u64::from(self.round_failures);
         let quiet = self.round_congestion == 0 && self.held(now).is_none();
         let grow = binding && !failing && self.round_congestion < 2 && self.held(now).is_none();
+        self.bound = binding;
         self.round_start = Some(now);
         self.round_leased = n;
         self.round_congestion = 0;
@@ -329,17 +337,25 @@ impl Governor {
         }
         // The first cut ends slow start, whose last doublings the dependency only felt as its
         // window filled: it is cut from what the dependency accepted over its window, when
-        // that is less than the rate.
+        // that is less than the rate and the rate was what held deliveries back (otherwise
+        // what was accepted is only the work there was, and says nothing of the dependency).
         let b = Bounds::of(a, cfg.ceiling_per_min);
         let from = self.rate_mpm;
-        let base = if self.slow_start {
+        let base = if self.slow_start && self.bound {
             from.min(self.accepted_mpm(now))
         } else {
             from
         };
         // The rate to return to fast is what the dependency took over its window: Retry-After
         // holds may have kept a rate above it from being used.
-        self.last_congestion_mpm = base.min(self.accepted_mpm(now)).max(b.lower);
+        // (Only when the rate bound: a queue with less work than its rate returns to its rate,
+        // or random refusals would ratchet it down under its own traffic, cut after cut.)
+        self.last_congestion_mpm = if self.bound {
+            base.min(self.accepted_mpm(now))
+        } else {
+            base
+        }
+        .max(b.lower);
         self.rate_mpm = b.clamp(base * u64::from(a.decrease()) / MILLI);
         self.slow_start = false;
         self.probe_from = None;

@@ -27,15 +27,19 @@
 //! - **Additive increase.** After that, each growing round adds a step: below the rate of
 //!   the last decrease, a quarter of the gap at least, so the rate returns fast to where it
 //!   was; beyond it, a tenth of that rate per quota window (or `increase_per_min` per round),
-//!   the step doubling every half window, so a dependency that now takes more is found
-//!   within minutes.
+//!   the step doubling every half window up to half the rate a window (so the rate is never
+//!   far ahead of what the dependency counted over its window when the first refusals come),
+//!   and a dependency that now takes more is found within minutes.
 //! - **Multiplicative decrease.** The rate is cut to `decrease` (70%) of itself when at least
 //!   4 of the last 32 outcomes were congestion; fewer (a dependency shedding a little load
 //!   at random) only hold deliveries for their Retry-After. The first cut, which ends slow
 //!   start, is taken from the rate the dependency accepted over its last quota window if
-//!   that is lower: the last doublings of slow start reach the dependency faster than its
-//!   window fills. For a quota window after a cut, calls made before it still count at the
-//!   dependency, so only a rate grown beyond the one cut is cut again.
+//!   that is lower and the rate was what held deliveries back: the last doublings of slow
+//!   start reach the dependency faster than its window fills. (A queue fed more slowly than
+//!   its rate learns nothing of the dependency from what it accepted: it is cut from its
+//!   rate, and returns to it, so that random 429s never pull it under its own traffic.) For
+//!   a quota window after a cut, calls made before it still count at the dependency, so
+//!   only a rate grown beyond the one cut is cut again.
 //!
 //! Every time span is a fraction of the quota window and every hold comes from the
 //! dependency, so the governor behaves the same on a clock run a hundred times faster with
@@ -89,6 +93,8 @@ mod config;
 mod events;
 mod governor;
 mod outcome;
+#[cfg(test)]
+mod quota_tests;
 mod scope;
 mod state;
 mod stats;

@@ -709,3 +709,30 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn random_refusals_do_not_cut_a_queue_under_its_own_traffic() {
+    // 30 deliveries a minute of work: slow start grows the rate past it, then stops growing
+    // (the rate no longer holds deliveries back), so what was accepted is the work there was.
+    let a = AdaptiveRate::new(10, 6_000);
+    let cfg = FlowConfig {
+        adaptive: Some(&a),
+        ..FlowConfig::default()
+    };
+    let mut s = FlowState::new(cfg, T0).expect("governed");
+    drive(&mut s, cfg, 0, 60_000, 2_000, Outcome::Success);
+    let grown = s.rate_mpm().expect("rate");
+    assert!(grown > 45_000, "slow start grew past the work: {grown}");
+    // Four random 429s among the last outcomes cut the rate, but from the rate, not from the
+    // 30 a minute the queue happened to need: it stays above its own traffic.
+    let congestion = Tally::of(Outcome::Congestion { retry_after: None }, 1);
+    for i in 0..4 {
+        s.observe(cfg, &congestion, at(60_000 + i));
+    }
+    let cut = s.rate_mpm().expect("rate");
+    assert!(cut < grown, "cut: {grown} -> {cut}");
+    assert!(
+        cut >= 30_000,
+        "cut under the queue's own traffic: {grown} -> {cut}"
+    );
+}
