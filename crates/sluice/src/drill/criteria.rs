@@ -43,7 +43,8 @@ pub struct Verdict {
     pub figure: String,
 }
 
-fn reservation_id(m: &MessageView) -> Option<String> {
+/// The reservation id of a task message (None for any other body).
+pub fn reservation_id(m: &MessageView) -> Option<String> {
     let body = m.body.as_ref()?;
     let v: serde_json::Value = serde_json::from_str(body.get()).ok()?;
     v.get("kwargs")?

@@ -14,17 +14,18 @@
 //! default three times the expected run plus a minute of real time).
 
 pub mod adaptive;
+pub mod broker;
 pub mod criteria;
 pub mod operator;
 pub mod report;
 pub mod scenario;
 pub mod session;
+pub mod tenants;
 pub mod upstream;
 pub mod workload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -34,6 +35,7 @@ use sluice_client::wire::{BrowseQuery, MessageView};
 
 use crate::client::args::parse_duration;
 use adaptive::Mode;
+use broker::DrillBroker;
 use scenario::{Clock, Scenario};
 
 /// Options of `sluice drill`. Durations and rates are in scenario time.
@@ -57,20 +59,22 @@ pub struct DrillArgs {
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Scenario seconds per real second: 60 turns minutes into seconds; 1 is real time. The
-    /// default runs the default scenario (about 205 scenario minutes) in about two minutes.
-    #[arg(long, default_value_t = 100.0, value_name = "N")]
-    pub time_scale: f64,
-    /// Reservations (valid expiry tasks).
-    #[arg(long, default_value_t = 10_000, value_name = "N")]
-    pub reservations: u32,
-    /// How long a seat is held before its expiry task runs.
-    #[arg(long, default_value = "20m", value_parser = parse_duration, value_name = "DURATION")]
-    pub hold: Duration,
+    /// default runs the default scenario (about 205 scenario minutes) in about two minutes
+    /// [default: 100; with --tenants 30, as it runs four scenarios at once].
+    #[arg(long, value_name = "N")]
+    pub time_scale: Option<f64>,
+    /// Reservations (valid expiry tasks) [default: 10000; with --tenants 9000].
+    #[arg(long, value_name = "N")]
+    pub reservations: Option<u32>,
+    /// How long a seat is held before its expiry task runs [default: 20m; with --tenants 5m].
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub hold: Option<Duration>,
     /// Reservations are made evenly (with jitter) over this window. The default, 3 h, makes
     /// 56 expirations a minute: a system sized with headroom under the upstream's quota, as a
-    /// team would size it, so retries are not stuck behind a standing backlog.
-    #[arg(long, default_value = "3h", value_parser = parse_duration, value_name = "DURATION")]
-    pub arrival_window: Duration,
+    /// team would size it, so retries are not stuck behind a standing backlog [default: 3h;
+    /// with --tenants 1h, 150 a minute over 20 tenants].
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub arrival_window: Option<Duration>,
     /// Upstream calls allowed per minute (429 with Retry-After beyond).
     #[arg(long, default_value_t = 100, value_name = "CALLS")]
     pub quota: u32,
@@ -145,6 +149,19 @@ pub struct DrillArgs {
     /// With --adaptive, skip the tuned run beside it (criterion 8 then has no yardstick).
     #[arg(long)]
     pub no_reference: bool,
+    /// Many tenants on one queue, each with its own upstream quota (N tenants, 20 by default,
+    /// at least 4): the scenario runs with per-key adaptive rates and breakers
+    /// (`"scope": "key"`) and with one queue-wide rate and breaker, each with and without one
+    /// tenant's outage, and the two are judged side by side. Quotas come from the tenants'
+    /// shares of the traffic, so it takes neither --quota nor --adaptive.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        default_missing_value = "20",
+        value_name = "N",
+        conflicts_with_all = ["quota", "adaptive", "no_reference", "worker_share"]
+    )]
+    pub tenants: Option<u32>,
     /// Misconfiguration on purpose: send releases without an idempotency key (criterion 1
     /// should fail).
     #[arg(long)]
@@ -274,49 +291,14 @@ fn ms(d: Duration) -> i64 {
 
 async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
     let sc = Scenario::from_args(&args)?;
-    // The broker: given, or in-process on a temporary data dir. It stops last.
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let mut _data_dir = None;
-    let url = match &args.broker {
-        Some(u) => u.clone(),
-        None => {
-            let dir = tempfile::Builder::new()
-                .prefix("sluice-drill-")
-                .tempdir()
-                .context("creating a temporary data dir")?;
-            let (store, _) = sluice_embedded::EmbeddedStore::open(
-                dir.path(),
-                sluice_embedded::EmbeddedOptions::default(),
-            )
-            .context("opening the temporary store")?;
-            let store: Arc<dyn sluice_core::Store> = Arc::new(store);
-            let broker = sluice_server::Broker::new(store, sluice_server::ServerOptions::default());
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-            let addr = listener.local_addr()?;
-            tokio::spawn(async move {
-                let stopped = async move {
-                    let _ = stop_rx.wait_for(|v| *v).await;
-                };
-                if let Err(e) = broker.serve(listener, stopped).await {
-                    tracing::error!(error = %e, "drill broker stopped");
-                }
-            });
-            _data_dir = Some(dir);
-            format!("http://{addr}")
-        }
-    };
-    let mut cb = Client::builder(&url)
-        .idempotent_sends(true)
-        .tls(args.tls.options().map_err(anyhow::Error::msg)?);
-    if let Some(t) = &args.token {
-        cb = cb.token(t.clone());
+    // The broker stops last.
+    let broker = DrillBroker::start(&args).await?;
+    let (client, url) = (&broker.client, &broker.url);
+    if let Some(n) = args.tenants {
+        let passed = tenants::run(client, url, &sc, n, &args).await;
+        broker.stop();
+        return passed;
     }
-    let client = cb.build()?;
-    client
-        .healthz()
-        .await
-        .with_context(|| format!("reaching the broker at {url}"))?;
-
     let expected_real =
         Clock::new(sc.scale).real(Duration::from_secs_f64(sc.expected_minutes() * 60.0));
     let deadline_real = args
@@ -324,23 +306,23 @@ async fn drill(args: DrillArgs) -> anyhow::Result<bool> {
         .unwrap_or(expected_real * 3 + Duration::from_secs(60));
     let (main, reference) = if !sc.adaptive {
         (
-            session::run(&client, &url, &sc, Mode::Tuned, deadline_real).await?,
+            session::run(client, url, &sc, Mode::Tuned, deadline_real).await?,
             None,
         )
     } else if sc.reference {
         // The tuned run beside it, on its own queue and upstream, as the yardstick.
         let (a, t) = tokio::join!(
-            session::run(&client, &url, &sc, Mode::Adaptive, deadline_real),
-            session::run(&client, &url, &sc, Mode::Tuned, deadline_real),
+            session::run(client, url, &sc, Mode::Adaptive, deadline_real),
+            session::run(client, url, &sc, Mode::Tuned, deadline_real),
         );
         (a?, Some(t?))
     } else {
         (
-            session::run(&client, &url, &sc, Mode::Adaptive, deadline_real).await?,
+            session::run(client, url, &sc, Mode::Adaptive, deadline_real).await?,
             None,
         )
     };
-    let _ = stop_tx.send(true);
+    broker.stop();
 
     let mut verdicts = criteria::judge(&main);
     if main.mode == Mode::Adaptive {

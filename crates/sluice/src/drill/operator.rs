@@ -2,7 +2,10 @@
 //! the quota, and pause when 429s rise again.
 //!
 //! Only dead letters whose last error names the upstream (`upstream unavailable`, `upstream
-//! rate limited`) are redriven: poison messages stay isolated in the DLQ. Each batch is one
+//! rate limited`) are redriven: poison messages stay isolated in the DLQ. The operator looks
+//! at them before each job and the job moves only those dead-lettered before that look, so
+//! its log holds every message it redrove (`sluice drill --tenants` counts the valid tasks
+//! a tenant's outage dead-lettered from it). Each batch is one
 //! server-side redrive job (`limit` = batch, `rate_per_second` = the redrive rate); after a
 //! batch ends the operator waits `--redrive-pause` (a scenario minute), looks at the
 //! upstream's 429 share over the last minute, and waits another minute while it is above the
@@ -15,18 +18,32 @@
 //! sliding scenario minute under the quota at any time scale — and it is what a careful
 //! operator does anyway: move a few, watch the dependency, move a few more.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluice_client::Client;
-use sluice_client::wire::{BrowseQuery, RedriveFilterView, RedriveRequest};
+use sluice_client::wire::{BrowseQuery, MessageView, RedriveFilterView, RedriveRequest};
 
+use super::criteria::reservation_id;
 use super::scenario::{Clock, Scenario};
 use super::upstream::Upstream;
 
 /// The redrive filter: dead letters of upstream trouble.
 pub const REDRIVE_ERROR: &str = "upstream";
+
+/// The dependency as the operator watches it: the share of its recent calls answered 429.
+pub trait Watched: Clone + Send + Sync + 'static {
+    /// 429 share among the calls of the last `window` (0 when none).
+    fn recent_429_share(&self, window: Duration) -> f64;
+}
+
+impl Watched for Upstream {
+    fn recent_429_share(&self, window: Duration) -> f64 {
+        Upstream::recent_429_share(self, window)
+    }
+}
 
 /// One redrive job as the operator ran it.
 #[derive(Debug, Clone)]
@@ -54,6 +71,9 @@ pub struct OperatorLog {
     pub pauses: u32,
     /// Errors it met (logged, not fatal).
     pub errors: Vec<String>,
+    /// Reservation ids of the dead letters it found before its jobs. Each job moves only
+    /// dead letters older than its look, so every message it redrove is among them.
+    pub seen: BTreeSet<String>,
 }
 
 /// Redrive rate per real second (at least 1: the broker's floor).
@@ -62,8 +82,10 @@ pub fn rate_per_second(sc: &Scenario) -> u32 {
     (r.floor() as u32).clamp(1, 100_000)
 }
 
-async fn upstream_dead_letters(client: &Client, dlq: &str) -> anyhow::Result<bool> {
-    // Filtered here too: a broker without browse filters answers every dead letter.
+/// The dead letters of upstream trouble in `dlq`, each page filtered here too (a broker
+/// without browse filters answers every dead letter).
+async fn upstream_dead_letters(client: &Client, dlq: &str) -> anyhow::Result<Vec<MessageView>> {
+    let mut out = Vec::new();
     let mut cursor = None;
     for _ in 0..100 {
         let page = client
@@ -77,19 +99,25 @@ async fn upstream_dead_letters(client: &Client, dlq: &str) -> anyhow::Result<boo
                 },
             )
             .await?;
-        if page.messages.iter().any(|m| {
+        out.extend(page.messages.into_iter().filter(|m| {
             m.last_error
                 .as_deref()
                 .is_some_and(|e| e.contains(REDRIVE_ERROR))
-        }) {
-            return Ok(true);
-        }
+        }));
         match page.next_cursor {
             Some(c) => cursor = Some(c),
             None => break,
         }
     }
-    Ok(false)
+    Ok(out)
+}
+
+/// Now, as the API writes times.
+fn now_rfc3339() -> String {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    sluice_core::time::rfc3339(sluice_core::time::Timestamp(ms))
 }
 
 /// Runs until `stop` is set or `deadline` passes. Starts after the outage ends.
@@ -98,7 +126,7 @@ pub async fn run(
     dlq: String,
     sc: Scenario,
     clock: Clock,
-    upstream: Upstream,
+    upstream: impl Watched,
     stop: Arc<AtomicBool>,
     deadline: Instant,
 ) -> OperatorLog {
@@ -112,9 +140,12 @@ pub async fn run(
     let poll = (minute / 10).clamp(Duration::from_millis(20), Duration::from_millis(200));
     let mut moved_before = 0;
     while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        let looked = now_rfc3339();
         match upstream_dead_letters(&client, &dlq).await {
-            Ok(true) => {}
-            Ok(false) => {
+            Ok(found) if !found.is_empty() => {
+                log.seen.extend(found.iter().filter_map(reservation_id));
+            }
+            Ok(_) => {
                 tokio::time::sleep(minute).await;
                 continue;
             }
@@ -137,6 +168,7 @@ pub async fn run(
             rate_per_second: Some(rate),
             filter: Some(RedriveFilterView {
                 error_contains: Some(REDRIVE_ERROR.to_owned()),
+                dead_lettered_before: Some(looked),
                 ..RedriveFilterView::default()
             }),
             reset_receive_count: Some(true),

@@ -255,13 +255,15 @@ fn breaker_spans(o: &Observed) -> Vec<(f64, f64, &str)> {
     spans
 }
 
-fn esc(s: &str) -> String {
+/// Escapes text for SVG and HTML.
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
 
-fn polyline(
+/// A polyline of `pts` in `color`, through the axes `x` and `y`.
+pub(crate) fn polyline(
     pts: &[(f64, f64)],
     color: &str,
     x: impl Fn(f64) -> f64,
@@ -274,7 +276,8 @@ fn polyline(
     format!(r#"<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{d}"/>"#)
 }
 
-fn nice_max(v: f64) -> f64 {
+/// The next round number (1, 2 or 5 times a power of ten) at or above `v`.
+pub(crate) fn nice_max(v: f64) -> f64 {
     if v <= 1.0 {
         return 1.0;
     }

@@ -115,7 +115,17 @@ pub struct Scenario {
 impl Scenario {
     /// Validates the flags.
     pub fn from_args(a: &DrillArgs) -> anyhow::Result<Self> {
-        if !(a.time_scale.is_finite() && a.time_scale > 0.0 && a.time_scale <= 10_000.0) {
+        let tenants = a.tenants.is_some();
+        let time_scale = a.time_scale.unwrap_or(if tenants { 30.0 } else { 100.0 });
+        let reservations = a
+            .reservations
+            .unwrap_or(if tenants { 9_000 } else { 10_000 });
+        let minutes = |m: u64| Duration::from_secs(m * 60);
+        let hold = a.hold.unwrap_or(minutes(if tenants { 5 } else { 20 }));
+        let arrival_window = a
+            .arrival_window
+            .unwrap_or(minutes(if tenants { 60 } else { 180 }));
+        if !(time_scale.is_finite() && time_scale > 0.0 && time_scale <= 10_000.0) {
             bail!("--time-scale must be above 0 and at most 10000");
         }
         if a.quota == 0 {
@@ -130,24 +140,28 @@ impl Scenario {
         if a.max_receive_count > 1000 {
             bail!("--max-receive-count must be 0 (unlimited) to 1000");
         }
-        if a.reservations == 0 {
+        if reservations == 0 {
             bail!("--reservations must be at least 1");
         }
-        if a.adaptive && !(1..=a.adaptive_max).contains(&a.adaptive_min) {
+        if (a.adaptive || tenants) && !(1..=a.adaptive_max).contains(&a.adaptive_min) {
             bail!("--adaptive-min must be at least 1 and at most --adaptive-max");
         }
-        if a.adaptive && f64::from(a.adaptive_max) * a.time_scale > 60_000_000.0 {
+        if (a.adaptive || tenants) && f64::from(a.adaptive_max) * time_scale > 60_000_000.0 {
             bail!("--adaptive-max times --time-scale must be at most 60,000,000 a minute");
         }
+        if a.tenants.is_some_and(|n| !(4..=50).contains(&n)) {
+            bail!("--tenants must be 4 to 50");
+        }
+        // With tenants the outage comes earlier, so that the quota raise after it has room.
         let outage_at = a
             .outage_at
-            .unwrap_or(a.hold + a.arrival_window.mul_f64(0.5));
+            .unwrap_or(hold + arrival_window.mul_f64(if tenants { 0.3 } else { 0.5 }));
         Ok(Scenario {
-            reservations: a.reservations,
+            reservations,
             poison: a.poison,
             undecodable: a.undecodable,
-            hold: a.hold,
-            arrival_window: a.arrival_window,
+            hold,
+            arrival_window,
             quota_per_min: a.quota,
             random_429_pct: a.random_429,
             random_retry_after: a.random_retry_after,
@@ -163,7 +177,7 @@ impl Scenario {
             redrive_per_min: a.redrive_rate.max(1),
             redrive_stop_429_pct: a.redrive_stop_429,
             redrive_pause: a.redrive_pause,
-            scale: a.time_scale,
+            scale: time_scale,
             seed: a.seed,
             adaptive: a.adaptive,
             adaptive_min_per_min: a.adaptive_min,

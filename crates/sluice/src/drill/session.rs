@@ -120,7 +120,7 @@ pub async fn run(
 }
 
 /// Resolves once `rx` says stop.
-async fn stopped(mut rx: watch::Receiver<bool>) {
+pub(crate) async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|v| *v).await;
 }
 
@@ -294,7 +294,10 @@ async fn pending_at_recovery(outage: JoinHandle<u64>, valid: usize) -> u64 {
 }
 
 /// Stops the worker and waits for it, at most 10 s, so that it hands back unfinished tasks.
-async fn stop_worker(stop: &watch::Sender<bool>, worker: JoinHandle<sluice_client::Result<()>>) {
+pub(crate) async fn stop_worker(
+    stop: &watch::Sender<bool>,
+    worker: JoinHandle<sluice_client::Result<()>>,
+) {
     let _ = stop.send(true);
     match tokio::time::timeout(Duration::from_secs(10), worker).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "worker"),

@@ -183,7 +183,8 @@ impl Upstream {
     }
 }
 
-fn too_many(wait: Duration) -> Response {
+/// A 429 asking to wait `wait`, in whole seconds and in milliseconds.
+pub fn too_many(wait: Duration) -> Response {
     let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
     let ms = (wait.as_millis() as u64).max(1);
     (

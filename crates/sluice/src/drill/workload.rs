@@ -32,6 +32,10 @@ pub struct Expiry {
     pub student_id: u64,
     /// When the hold ends, Unix ms (real time).
     pub expires_at: i64,
+    /// The tenant it belongs to (`sluice drill --tenants`): the message's key, and the
+    /// upstream path its release is posted to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// One planned message.
@@ -84,6 +88,7 @@ pub fn plan(sc: &Scenario, clock: &Clock, epoch: SystemTime) -> Plan {
                 reservation_id: id,
                 student_id: u64::from(slot),
                 expires_at,
+                tenant: None,
             })
         } else if nr < sc.undecodable && slot % re == re / 3 && nv + np + nr < total {
             nr += 1;
@@ -100,6 +105,7 @@ pub fn plan(sc: &Scenario, clock: &Clock, epoch: SystemTime) -> Plan {
                 reservation_id: id,
                 student_id: 100_000 + u64::from(slot),
                 expires_at,
+                tenant: None,
             })
         } else if np < sc.poison {
             np += 1;
@@ -109,6 +115,7 @@ pub fn plan(sc: &Scenario, clock: &Clock, epoch: SystemTime) -> Plan {
                 reservation_id: id,
                 student_id: u64::from(slot),
                 expires_at,
+                tenant: None,
             })
         } else {
             nr += 1;
@@ -135,7 +142,13 @@ pub async fn enqueue(
         for (due, item) in chunk {
             let delay = clock.instant_of(*due).saturating_duration_since(now);
             let msg = match item {
-                Item::Task(e) => TaskEnvelope::new(TASK, e)?.to_message()?,
+                Item::Task(e) => {
+                    let m = TaskEnvelope::new(TASK, e)?.to_message()?;
+                    match &e.tenant {
+                        Some(t) => m.key(t.clone()),
+                        None => m,
+                    }
+                }
                 Item::Raw(b) => OutgoingMessage::bytes(b.clone()),
             };
             batch.push(msg.delay(delay));
@@ -153,7 +166,7 @@ pub struct WorkerPlan {
     /// The shared limiter; `None`: the worker calls as fast as deliveries come (the queue
     /// paces them).
     pub limiter: Option<RateLimiter>,
-    /// The upstream's release URL.
+    /// The upstream's release URL (a task with a tenant posts to `<url>/<tenant>`).
     pub upstream_url: String,
     /// Send `Idempotency-Key: expire:<id>`.
     pub idempotency_key: bool,
@@ -223,7 +236,11 @@ pub fn worker(client: Client, queue: &str, wp: &WorkerPlan) -> anyhow::Result<Wo
                 if let Some(l) = &limiter {
                     l.acquire().await;
                 }
-                let mut req = http.post(&url).json(&BTreeMap::from([(
+                let target = match &e.tenant {
+                    Some(t) => format!("{url}/{t}"),
+                    None => url.clone(),
+                };
+                let mut req = http.post(&target).json(&BTreeMap::from([(
                     "reservation_id",
                     e.reservation_id.as_str(),
                 )]));
