@@ -102,6 +102,14 @@ pub struct PatchSpec {
     /// `sluice_core::adaptive`'s, tested there; here what a forced key does to deliveries,
     /// attempts, restarts and reconfiguration.
     pub breaker: Option<Option<bool>>,
+    /// An adaptive rate per key (`Some(true)`, with a `key_idle_ms`), one for the queue
+    /// (`Some(false)`), or none (`Some(None)`). Its rate is pinned at the most a queue may
+    /// have (`min_per_min` = `max_per_min`), and no nack here carries a Retry-After, so it
+    /// never holds a delivery back: what is compared is the setting itself (kept across
+    /// restarts and reconfiguration) and each key's rate in the keys listing (the ceiling of
+    /// `rate_limit` and `key_limits`, as `sluice_core::adaptive` computes it). How congestion
+    /// moves a rate is `sluice_core::adaptive`'s, tested there in virtual time.
+    pub adaptive: Option<Option<bool>>,
 }
 
 /// The period of every `rate_limit` the differential test sets.
@@ -405,27 +413,34 @@ fn patch_spec() -> impl Strategy<Value = PatchSpec> {
             0.35,
             prop_oneof![4 => Just(Some(true)), 1 => Just(Some(false)), 1 => Just(None)],
         ),
+        prop::option::weighted(
+            0.25,
+            prop_oneof![3 => Just(Some(true)), 1 => Just(Some(false)), 1 => Just(None)],
+        ),
     );
     (a, b, c).prop_map(
-        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw, kl, rb, kr, br))| PatchSpec {
-            visibility_ms: v,
-            max_receive_count: m,
-            dead_letter_queue: d,
-            delay_ms: de,
-            dedup_window_ms: dw,
-            result_ttl_ms: rt,
-            paused: p,
-            max_depth: md,
-            max_in_flight: mi,
-            max_message_bytes: mb,
-            max_in_flight_per_group: mg,
-            rate_limit: rl,
-            default_priority: dp,
-            key_weights: kw,
-            key_limits: kl,
-            rate_burst: rb,
-            key_rate: kr,
-            breaker: br,
+        |((v, m, d, de, dw, rt), (p, md, mi, mb, mg, rl), (dp, kw, kl, rb, kr, br, ad))| {
+            PatchSpec {
+                visibility_ms: v,
+                max_receive_count: m,
+                dead_letter_queue: d,
+                delay_ms: de,
+                dedup_window_ms: dw,
+                result_ttl_ms: rt,
+                paused: p,
+                max_depth: md,
+                max_in_flight: mi,
+                max_message_bytes: mb,
+                max_in_flight_per_group: mg,
+                rate_limit: rl,
+                default_priority: dp,
+                key_weights: kw,
+                key_limits: kl,
+                rate_burst: rb,
+                key_rate: kr,
+                breaker: br,
+                adaptive: ad,
+            }
         },
     )
 }

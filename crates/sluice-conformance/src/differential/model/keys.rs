@@ -15,19 +15,28 @@ const TALLY_SPAN_MS: i64 = 120_000;
 
 impl Model {
     /// Each key of queue `q` with messages waiting or in flight (the implicit key `None`),
-    /// `delivered_1m` left out: engines estimate it, [`Model::delivered_bound`] bounds it; and,
-    /// on a queue whose breaker is per key, its breaker (open while forced), since when left
-    /// out.
+    /// `delivered_1m` left out: engines estimate it, [`Model::delivered_bound`] bounds it; on
+    /// a queue whose breaker is per key, its breaker (open while forced), since when left out;
+    /// and on a queue whose adaptive rate is per key, its rate.
     pub fn key_stats(&self, q: &str, now: i64) -> Vec<KeyStats> {
-        use sluice_core::adaptive::{BreakerState, KeyFlowStats};
-        let per_key = sluice_core::adaptive::key_breaker(&self.queues[q].config).is_some();
+        use sluice_core::adaptive::{BreakerState, FlowConfig, FlowState, KeyFlowStats};
+        let config = &self.queues[q].config;
+        let per_key = sluice_core::adaptive::key_breaker(config).is_some();
+        let rates = sluice_core::adaptive::key_adaptive(config).is_some();
         let flow = |key: Option<&str>| {
-            per_key.then(|| {
-                let forced = self.key_forced(q, key);
+            (per_key || rates).then(|| {
+                let forced = per_key && self.key_forced(q, key);
+                // No nack here is congestion: a key's rate is a fresh state's, pinned at
+                // its bounds, under the ceiling of the queue's and the key's rate limits.
+                let cfg = FlowConfig::of_key(config, key);
+                let rate_per_min = rates
+                    .then(|| FlowState::for_key(cfg, Timestamp(now)))
+                    .flatten()
+                    .and_then(|s| s.key_stats(cfg, Timestamp(now)).rate_per_min);
                 KeyFlowStats {
-                    rate_per_min: None,
+                    rate_per_min,
                     hold_until: None,
-                    breaker: Some(if forced {
+                    breaker: per_key.then_some(if forced {
                         BreakerState::Open
                     } else {
                         BreakerState::Closed

@@ -122,6 +122,17 @@ fn patch(p: &PatchSpec) -> QueueConfigPatch {
                 ..sluice_core::adaptive::BreakerConfig::default()
             })
         }),
+        adaptive: p.adaptive.map(|a| {
+            a.map(|per_key| {
+                let most = sluice_core::adaptive::limits::MAX_PER_MIN;
+                let mut rate = sluice_core::adaptive::AdaptiveRate::new(most, most);
+                if per_key {
+                    rate.scope = sluice_core::adaptive::FlowScope::Key;
+                    rate.key_idle_ms = Some(60_000);
+                }
+                rate
+            })
+        }),
         ..QueueConfigPatch::default()
     }
 }
