@@ -1170,3 +1170,64 @@ async fn an_operator_forces_a_breaker_open_and_closed() {
         assert_error(&got, status, code);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_breaker_is_forced_through_its_path_and_a_bad_key_is_a_400() {
+    let s = start().await;
+    s.put_queue("tenants", json!({"breaker": {"scope": "key"}}))
+        .await;
+    s.put_queue("whole", json!({"breaker": {}})).await;
+    // The key is one percent-encoded path segment: a slash and a space in it are the key's.
+    let (st, v) = s
+        .call(
+            Method::POST,
+            "/v1/queues/tenants/keys/acme%2Feu%20west/breaker",
+            Some(json!({"state": "open"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (&v["breaker"], &v["forced"]),
+        (&json!("open"), &json!(true)),
+        "{v}"
+    );
+    let (_, audit) = s.call(Method::GET, "/v1/audit?queue=tenants", None).await;
+    let forced = audit["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .find(|e| e["action"] == "key.breaker.force")
+        .unwrap_or_else(|| panic!("audited: {audit}"));
+    assert_eq!(forced["details"]["key"], "acme/eu west", "{forced}");
+
+    let long = "k".repeat(129);
+    for (path, status, code) in [
+        // A control character, and a key over 128 characters: refused, never stored.
+        (
+            "/v1/queues/tenants/keys/a%01b/breaker".to_owned(),
+            400,
+            "invalid_argument",
+        ),
+        (
+            format!("/v1/queues/tenants/keys/{long}/breaker"),
+            400,
+            "invalid_argument",
+        ),
+        // A queue whose breaker is queue-wide has no key breakers.
+        (
+            "/v1/queues/whole/keys/acme/breaker".to_owned(),
+            409,
+            "conflict",
+        ),
+        (
+            "/v1/queues/missing/keys/acme/breaker".to_owned(),
+            404,
+            "queue_not_found",
+        ),
+    ] {
+        let got = s
+            .call(Method::POST, &path, Some(json!({"state": "open"})))
+            .await;
+        assert_error(&got, status, code);
+    }
+}
