@@ -348,8 +348,8 @@ fn drill_runs_against_a_postgres_backed_broker() {
 /// verdict (90 % of the new quota within 3 minutes) are judged and printed, not asserted here:
 /// the governor keeps a quota of 50 within a tenth with a call or two to spare and finds a raise
 /// in 2 to 5 minutes (`sluice-core`'s `quota_tests` assert what it holds to in virtual time).
-/// A shorter scenario of the default's shape (150 expirations a minute over 20 minutes, a
-/// 2-minute hold), four runs side by side at time scale 30: about a minute.
+/// A shorter scenario of the default's shape (150 expirations a minute over 15 minutes, a
+/// 2-minute hold), four runs side by side at time scale 30: under a minute.
 #[test]
 fn tenants_drill_learns_each_tenant_on_its_own() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -357,9 +357,9 @@ fn tenants_drill_learns_each_tenant_on_its_own() {
     let run = drill(&[
         "--tenants",
         "--reservations",
-        "3000",
+        "2250",
         "--arrival-window",
-        "20m",
+        "15m",
         "--hold",
         "2m",
         "--report",
