@@ -500,6 +500,22 @@ pub fn chart(
     page
 }
 
+/// A span of a breaker's state as a band from `x0` to `x1` at `y`, `height` tall: red while
+/// open, amber while half-open.
+pub(crate) fn breaker_band(
+    svg: &mut String,
+    (x0, x1): (f64, f64),
+    (y, height): (f64, f64),
+    open: bool,
+) {
+    let color = if open { "#d62728" } else { "#ffbf00" };
+    let _ = write!(
+        svg,
+        r#"<rect x="{x0:.1}" y="{y:.1}" width="{:.1}" height="{height}" fill="{color}"/>"#,
+        (x1 - x0).max(1.5)
+    );
+}
+
 /// A panel's frame: the outage (`from`, `to`) shaded, and grid lines labelled 0 to `vmax`.
 fn frame(
     svg: &mut String,
@@ -554,18 +570,7 @@ fn flow_panel(
         y(q) - 4.0
     );
     for (a, b, state) in breaker_spans(o) {
-        let color = if state == "open" {
-            "#d62728"
-        } else {
-            "#ffbf00"
-        };
-        let _ = write!(
-            svg,
-            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="10" fill="{color}"/>"#,
-            x(a),
-            bottom - 10.0,
-            (x(b) - x(a)).max(1.5)
-        );
+        breaker_band(svg, (x(a), x(b)), (bottom - 10.0, 10.0), state == "open");
     }
     svg.push_str(&polyline(&pts, "#8c564b", x, y));
     let legend: [(&str, &str); 3] = [

@@ -134,19 +134,22 @@ async fn start_upstream(
     Upstream::start(
         upstream::UpstreamConfig {
             quota: sc.quota_per_min,
-            window: minute_real,
-            random_429: sc.random_429_pct / 100.0,
-            lost_every: if sc.lost_reply_pct > 0.0 {
-                (100.0 / sc.lost_reply_pct).round().max(1.0) as u64
-            } else {
-                0
-            },
-            random_retry_after: clock_probe.real(sc.random_retry_after),
+            terms: terms(sc, clock_probe, minute_real),
             seed: sc.seed,
         },
         stopped(stop),
     )
     .await
+}
+
+/// The scenario's faults, and a quota window of a scenario minute (`minute_real`).
+pub(crate) fn terms(sc: &Scenario, clock_probe: &Clock, minute_real: Duration) -> upstream::Terms {
+    upstream::Terms {
+        window: minute_real,
+        random_429: sc.random_429_pct / 100.0,
+        lost_every: upstream::lost_every(sc.lost_reply_pct),
+        random_retry_after: clock_probe.real(sc.random_retry_after),
+    }
 }
 
 /// Creates the run's queue under a fresh name, with the scenario's retry settings and, in
@@ -255,7 +258,7 @@ fn spawn_outage(
         let b = upstream.books();
         valid
             .iter()
-            .filter(|id| b.applied.get(*id).copied().unwrap_or(0) == 0)
+            .filter(|id| b.ledger.applied.get(*id).copied().unwrap_or(0) == 0)
             .count() as u64
     })
 }
@@ -321,8 +324,8 @@ fn upstream_record(
             .iter()
             .map(|c| (clock.minutes_at(c.at), c.kind))
             .collect(),
-        b.applied.clone(),
-        b.repeats,
+        b.ledger.applied.clone(),
+        b.ledger.repeats,
     )
 }
 
@@ -422,7 +425,7 @@ impl Watching<'_> {
         self.plan
             .valid_ids
             .iter()
-            .filter(|id| b.applied.get(*id).copied().unwrap_or(0) > 0)
+            .filter(|id| b.ledger.applied.get(*id).copied().unwrap_or(0) > 0)
             .count()
     }
 

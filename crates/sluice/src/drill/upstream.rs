@@ -63,23 +63,17 @@ pub struct CallRecord {
 pub struct Books {
     /// Every call, in arrival order.
     pub calls: Vec<CallRecord>,
-    /// Releases applied per reservation id.
-    pub applied: HashMap<String, u32>,
-    /// Repeats absorbed by an idempotency key.
-    pub repeats: u64,
-    accepted: VecDeque<Instant>,
-    keys: HashSet<String>,
-    applies: u64,
+    /// The releases applied.
+    pub ledger: Ledger,
+    window: QuotaWindow,
     paused: bool,
     rng: StdRng,
 }
 
-/// The upstream's settings (real time).
+/// How a dependency serves calls (real time): its quota window and its faults.
 #[derive(Debug, Clone, Copy)]
-pub struct UpstreamConfig {
-    /// Calls allowed per window.
-    pub quota: u32,
-    /// The window (a scenario minute in real time).
+pub struct Terms {
+    /// The quota window (a scenario minute in real time).
     pub window: Duration,
     /// Probability of a random 429.
     pub random_429: f64,
@@ -87,8 +81,121 @@ pub struct UpstreamConfig {
     pub lost_every: u64,
     /// Retry-After of a random 429 (real).
     pub random_retry_after: Duration,
+}
+
+/// Every how many applied releases one loses its reply, for a percentage (0: never).
+pub fn lost_every(pct: f64) -> u64 {
+    if pct > 0.0 {
+        (100.0 / pct).round().max(1.0) as u64
+    } else {
+        0
+    }
+}
+
+/// The upstream's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamConfig {
+    /// Calls allowed per window.
+    pub quota: u32,
+    /// Its window and faults.
+    pub terms: Terms,
     /// Seed.
     pub seed: u64,
+}
+
+/// The calls an account accepted over its last quota window.
+#[derive(Debug, Default)]
+pub struct QuotaWindow(VecDeque<Instant>);
+
+impl QuotaWindow {
+    /// Counts a call at `now` against `quota` calls per `window`: accepted, or refused with
+    /// the wait until the oldest accepted call leaves the window.
+    pub fn admit(&mut self, quota: u32, window: Duration, now: Instant) -> Result<(), Duration> {
+        while self
+            .0
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= window)
+        {
+            self.0.pop_front();
+        }
+        if self.0.len() >= quota as usize {
+            return Err(self
+                .0
+                .front()
+                .map_or(window, |t| window.saturating_sub(now.duration_since(*t))));
+        }
+        self.0.push_back(now);
+        Ok(())
+    }
+}
+
+/// Releases applied, and the idempotency keys seen.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// Releases applied per reservation id.
+    pub applied: HashMap<String, u32>,
+    /// When each reservation was first released.
+    pub first_applied: HashMap<String, Instant>,
+    /// Repeats absorbed by an idempotency key.
+    pub repeats: u64,
+    keys: HashSet<String>,
+    applies: u64,
+}
+
+/// Serves a call that reached a working account, with its quota and the dependency's
+/// faults: a random 429, a 429 for the quota, a 422 for a malformed id, a repeat absorbed
+/// by its idempotency key, a release whose reply is lost (502 after applying), or a release.
+pub fn serve(
+    terms: &Terms,
+    rng: &mut StdRng,
+    quota: (u32, &mut QuotaWindow),
+    ledger: &mut Ledger,
+    headers: &HeaderMap,
+    body: &str,
+    now: Instant,
+) -> (CallKind, Response) {
+    if terms.random_429 > 0.0 && rng.gen_bool(terms.random_429) {
+        return (CallKind::Random429, too_many(terms.random_retry_after));
+    }
+    if let Err(wait) = quota.1.admit(quota.0, terms.window, now) {
+        return (CallKind::Quota429, too_many(wait));
+    }
+    let id = match serde_json::from_str::<Release>(body) {
+        Ok(r) if well_formed(&r.reservation_id) => r.reservation_id,
+        _ => {
+            return (
+                CallKind::Malformed,
+                (StatusCode::UNPROCESSABLE_ENTITY, "malformed reservation id").into_response(),
+            );
+        }
+    };
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(k) = key
+        && !ledger.keys.insert(k)
+    {
+        ledger.repeats += 1;
+        return (
+            CallKind::Repeat,
+            (StatusCode::OK, "already released").into_response(),
+        );
+    }
+    *ledger.applied.entry(id.clone()).or_insert(0) += 1;
+    ledger.first_applied.entry(id).or_insert(now);
+    ledger.applies += 1;
+    let every = terms.lost_every;
+    if every > 0 && ledger.applies % every == every / 2 {
+        return (
+            CallKind::LostReply,
+            (StatusCode::BAD_GATEWAY, "reply lost").into_response(),
+        );
+    }
+    (
+        CallKind::Applied,
+        (StatusCode::OK, "released").into_response(),
+    )
 }
 
 /// A running upstream.
@@ -126,11 +233,8 @@ impl Upstream {
     ) -> anyhow::Result<Upstream> {
         let books = Arc::new(Mutex::new(Books {
             calls: Vec::new(),
-            applied: HashMap::new(),
-            repeats: 0,
-            accepted: VecDeque::new(),
-            keys: HashSet::new(),
-            applies: 0,
+            ledger: Ledger::default(),
+            window: QuotaWindow::default(),
             paused: false,
             rng: StdRng::seed_from_u64(cfg.seed),
         }));
@@ -200,57 +304,25 @@ pub fn too_many(wait: Duration) -> Response {
 
 async fn release(State(up): State<Upstream>, headers: HeaderMap, body: String) -> Response {
     let now = Instant::now();
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
     let cfg = up.cfg;
     let mut b = up.books();
-    let record = |b: &mut Books, kind| b.calls.push(CallRecord { at: now, kind });
-    if b.paused {
-        record(&mut b, CallKind::Unavailable);
-        return (StatusCode::SERVICE_UNAVAILABLE, "down for maintenance").into_response();
-    }
-    if cfg.random_429 > 0.0 && b.rng.gen_bool(cfg.random_429) {
-        record(&mut b, CallKind::Random429);
-        return too_many(cfg.random_retry_after);
-    }
-    while b
-        .accepted
-        .front()
-        .is_some_and(|t| now.duration_since(*t) >= cfg.window)
-    {
-        b.accepted.pop_front();
-    }
-    if b.accepted.len() >= cfg.quota as usize {
-        let wait = b.accepted.front().map_or(cfg.window, |t| {
-            cfg.window.saturating_sub(now.duration_since(*t))
-        });
-        record(&mut b, CallKind::Quota429);
-        return too_many(wait);
-    }
-    b.accepted.push_back(now);
-    let id = match serde_json::from_str::<Release>(&body) {
-        Ok(r) if well_formed(&r.reservation_id) => r.reservation_id,
-        _ => {
-            record(&mut b, CallKind::Malformed);
-            return (StatusCode::UNPROCESSABLE_ENTITY, "malformed reservation id").into_response();
-        }
+    let b = &mut *b;
+    let (kind, response) = if b.paused {
+        (
+            CallKind::Unavailable,
+            (StatusCode::SERVICE_UNAVAILABLE, "down for maintenance").into_response(),
+        )
+    } else {
+        serve(
+            &cfg.terms,
+            &mut b.rng,
+            (cfg.quota, &mut b.window),
+            &mut b.ledger,
+            &headers,
+            &body,
+            now,
+        )
     };
-    if let Some(k) = key
-        && !b.keys.insert(k)
-    {
-        b.repeats += 1;
-        record(&mut b, CallKind::Repeat);
-        return (StatusCode::OK, "already released").into_response();
-    }
-    *b.applied.entry(id).or_insert(0) += 1;
-    b.applies += 1;
-    let lost = cfg.lost_every > 0 && b.applies % cfg.lost_every == cfg.lost_every / 2;
-    if lost {
-        record(&mut b, CallKind::LostReply);
-        return (StatusCode::BAD_GATEWAY, "reply lost").into_response();
-    }
-    record(&mut b, CallKind::Applied);
-    (StatusCode::OK, "released").into_response()
+    b.calls.push(CallRecord { at: now, kind });
+    response
 }

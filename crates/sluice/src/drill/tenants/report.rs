@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use sluice_core::adaptive::BreakerState;
 
 use super::super::criteria::Verdict;
-use super::super::report::{esc, nice_max, polyline};
+use super::super::report::{breaker_band, esc, nice_max, polyline};
 use super::super::scenario::Scenario;
 use super::plan::{OUTAGE, RAISED, Tenants};
 use super::verdicts::{latencies, quantile};
@@ -289,17 +289,11 @@ pub fn panels(sc: &Scenario, tenants: &Tenants, runs: &Runs) -> String {
             (7.0, breaker_spans(&runs.queue, None)),
         ] {
             for (a, b, state) in spans {
-                let color = if state == BreakerState::Open {
-                    "#d62728"
-                } else {
-                    "#ffbf00"
-                };
-                let _ = write!(
-                    svg,
-                    r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="5" fill="{color}"/>"#,
-                    x(a),
-                    bottom + 4.0 + band,
-                    (x(b) - x(a)).max(1.5)
+                breaker_band(
+                    &mut svg,
+                    (x(a), x(b)),
+                    (bottom + 4.0 + band, 5.0),
+                    state == BreakerState::Open,
                 );
             }
         }

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use super::super::adaptive::{self, FlowSample};
 use super::super::scenario::{Clock, Scenario};
-use super::super::session::{stop_worker, stopped};
+use super::super::session::{stop_worker, stopped, terms};
 use super::super::upstream::CallKind;
 use super::super::workload::{self, WorkerPlan};
 use super::super::{browse_all, ms, operator};
@@ -80,14 +80,7 @@ pub async fn run(
         PartnerConfig {
             tenants: tenants.names(),
             quotas: tenants.list.iter().map(|t| t.quota).collect(),
-            window: minute_real,
-            random_429: sc.random_429_pct / 100.0,
-            lost_every: if sc.lost_reply_pct > 0.0 {
-                (100.0 / sc.lost_reply_pct).round().max(1.0) as u64
-            } else {
-                0
-            },
-            random_retry_after: probe.real(sc.random_retry_after),
+            terms: terms(sc, &probe, minute_real),
             seed: sc.seed,
         },
         stopped(stop_rx),
@@ -215,6 +208,7 @@ pub async fn run(
         .map(|c| (clock.minutes_at(c.at), c.tenant, c.kind))
         .collect();
     let first_applied: HashMap<String, f64> = b
+        .ledger
         .first_applied
         .iter()
         .map(|(id, at)| (id.clone(), clock.minutes_at(*at)))
@@ -231,9 +225,9 @@ pub async fn run(
         setup,
         queue,
         calls,
-        applied: b.applied.clone(),
+        applied: b.ledger.applied.clone(),
         first_applied,
-        repeats: b.repeats,
+        repeats: b.ledger.repeats,
         valid_ids: plan.valid_ids.clone(),
         owner,
         due,
@@ -286,7 +280,7 @@ fn released(partner: &Partner, valid: &[String]) -> usize {
     let b = partner.books();
     valid
         .iter()
-        .filter(|id| b.applied.get(*id).copied().unwrap_or(0) > 0)
+        .filter(|id| b.ledger.applied.get(*id).copied().unwrap_or(0) > 0)
         .count()
 }
 

@@ -9,7 +9,7 @@
 //! (503 to its calls only) and a tenant's quota can be raised while it runs. Every call is
 //! recorded with its tenant, and the first release of each id with its time.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -18,12 +18,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-use serde::Deserialize;
 
 use super::super::operator::Watched;
-use super::super::upstream::{CallKind, too_many, well_formed};
+use super::super::upstream::{CallKind, Ledger, QuotaWindow, Terms, serve};
 
 /// One recorded call.
 #[derive(Debug, Clone, Copy)]
@@ -40,7 +39,7 @@ pub struct TenantCall {
 #[derive(Debug)]
 struct Account {
     quota: u32,
-    accepted: VecDeque<Instant>,
+    window: QuotaWindow,
     down: bool,
 }
 
@@ -49,35 +48,21 @@ struct Account {
 pub struct Books {
     /// Every call, in arrival order.
     pub calls: Vec<TenantCall>,
-    /// Releases applied per reservation id.
-    pub applied: HashMap<String, u32>,
-    /// When each reservation was first released.
-    pub first_applied: HashMap<String, Instant>,
-    /// Repeats absorbed by an idempotency key.
-    pub repeats: u64,
-    /// Quota changes: (when, tenant, new quota).
-    pub quota_changes: Vec<(Instant, usize, u32)>,
+    /// The releases applied, over all tenants (reservation ids are unique).
+    pub ledger: Ledger,
     accounts: Vec<Account>,
-    keys: HashSet<String>,
-    applies: u64,
     rng: StdRng,
 }
 
-/// The partner's settings (real time).
+/// The partner's settings.
 #[derive(Debug, Clone)]
 pub struct PartnerConfig {
     /// Tenant names, in table order.
     pub tenants: Vec<String>,
     /// Each tenant's quota per window at the start.
     pub quotas: Vec<u32>,
-    /// The quota window (a scenario minute in real time).
-    pub window: Duration,
-    /// Probability of a random 429.
-    pub random_429: f64,
-    /// Every how many applied releases one loses its reply (0: never).
-    pub lost_every: u64,
-    /// Retry-After of a random 429 (real).
-    pub random_retry_after: Duration,
+    /// Its quota window and faults, the same for every tenant.
+    pub terms: Terms,
     /// Seed.
     pub seed: u64,
 }
@@ -98,11 +83,6 @@ impl std::fmt::Debug for Partner {
     }
 }
 
-#[derive(Deserialize)]
-struct Release {
-    reservation_id: String,
-}
-
 impl Partner {
     /// Starts the server on 127.0.0.1 (a free port); it runs until `shutdown` resolves.
     pub async fn start(
@@ -114,19 +94,14 @@ impl Partner {
             .iter()
             .map(|&quota| Account {
                 quota,
-                accepted: VecDeque::new(),
+                window: QuotaWindow::default(),
                 down: false,
             })
             .collect();
         let books = Arc::new(Mutex::new(Books {
             calls: Vec::new(),
-            applied: HashMap::new(),
-            first_applied: HashMap::new(),
-            repeats: 0,
-            quota_changes: Vec::new(),
+            ledger: Ledger::default(),
             accounts,
-            keys: HashSet::new(),
-            applies: 0,
             rng: StdRng::seed_from_u64(cfg.seed),
         }));
         let index = cfg
@@ -176,10 +151,8 @@ impl Partner {
 
     /// Gives a tenant a new quota, from now on.
     pub fn set_quota(&self, tenant: usize, quota: u32) {
-        let mut b = self.books();
-        if let Some(a) = b.accounts.get_mut(tenant) {
+        if let Some(a) = self.books().accounts.get_mut(tenant) {
             a.quota = quota;
-            b.quota_changes.push((Instant::now(), tenant, quota));
         }
     }
 }
@@ -212,65 +185,29 @@ async fn release(
     let Some(&t) = p.index.get(&tenant) else {
         return (StatusCode::NOT_FOUND, "no such tenant").into_response();
     };
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let cfg = &p.cfg;
     let mut b = p.books();
-    let record = |b: &mut Books, kind| {
-        b.calls.push(TenantCall {
-            at: now,
-            tenant: t,
-            kind,
-        });
-    };
-    if b.accounts[t].down {
-        record(&mut b, CallKind::Unavailable);
-        return (StatusCode::SERVICE_UNAVAILABLE, "account suspended").into_response();
-    }
-    if cfg.random_429 > 0.0 && b.rng.gen_bool(cfg.random_429) {
-        record(&mut b, CallKind::Random429);
-        return too_many(cfg.random_retry_after);
-    }
+    let b = &mut *b;
     let account = &mut b.accounts[t];
-    while account
-        .accepted
-        .front()
-        .is_some_and(|at| now.duration_since(*at) >= cfg.window)
-    {
-        account.accepted.pop_front();
-    }
-    if account.accepted.len() >= account.quota as usize {
-        let wait = account.accepted.front().map_or(cfg.window, |at| {
-            cfg.window.saturating_sub(now.duration_since(*at))
-        });
-        record(&mut b, CallKind::Quota429);
-        return too_many(wait);
-    }
-    account.accepted.push_back(now);
-    let id = match serde_json::from_str::<Release>(&body) {
-        Ok(r) if well_formed(&r.reservation_id) => r.reservation_id,
-        _ => {
-            record(&mut b, CallKind::Malformed);
-            return (StatusCode::UNPROCESSABLE_ENTITY, "malformed reservation id").into_response();
-        }
+    let (kind, response) = if account.down {
+        (
+            CallKind::Unavailable,
+            (StatusCode::SERVICE_UNAVAILABLE, "account suspended").into_response(),
+        )
+    } else {
+        serve(
+            &p.cfg.terms,
+            &mut b.rng,
+            (account.quota, &mut account.window),
+            &mut b.ledger,
+            &headers,
+            &body,
+            now,
+        )
     };
-    if let Some(k) = key
-        && !b.keys.insert(k)
-    {
-        b.repeats += 1;
-        record(&mut b, CallKind::Repeat);
-        return (StatusCode::OK, "already released").into_response();
-    }
-    *b.applied.entry(id.clone()).or_insert(0) += 1;
-    b.first_applied.entry(id).or_insert(now);
-    b.applies += 1;
-    let lost = cfg.lost_every > 0 && b.applies % cfg.lost_every == cfg.lost_every / 2;
-    if lost {
-        record(&mut b, CallKind::LostReply);
-        return (StatusCode::BAD_GATEWAY, "reply lost").into_response();
-    }
-    record(&mut b, CallKind::Applied);
-    (StatusCode::OK, "released").into_response()
+    b.calls.push(TenantCall {
+        at: now,
+        tenant: t,
+        kind,
+    });
+    response
 }
