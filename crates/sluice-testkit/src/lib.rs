@@ -7,6 +7,7 @@
 
 #[cfg(feature = "browser")]
 pub mod browser;
+pub mod faults;
 pub mod pgbouncer;
 pub mod postgres;
 

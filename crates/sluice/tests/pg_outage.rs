@@ -1,6 +1,6 @@
 //! A broker on PostgreSQL loses its database mid-load and gets it back.
 //!
-//! The broker reaches the database through a TCP proxy in this test; cutting the proxy drops
+//! The broker reaches the database through the test kit's fault proxy; its `Drop` fault closes
 //! every connection and refuses new ones, as a database restart or a network partition would,
 //! without disturbing the shared server. Meanwhile the broker answers 503 with `Retry-After`;
 //! afterwards it serves again by itself, and every send it acknowledged is there.
@@ -8,64 +8,15 @@
 use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sluice_testkit::faults::{Fault, FaultProxy};
 use sluice_testkit::postgres;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 mod common;
-
-/// A loopback TCP proxy to the database that can be cut and restored.
-struct Proxy {
-    addr: std::net::SocketAddr,
-    up: Arc<AtomicBool>,
-    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    async fn start(upstream: String) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy address");
-        let up = Arc::new(AtomicBool::new(true));
-        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (up2, links2) = (up.clone(), links.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut client, _)) = listener.accept().await else {
-                    return;
-                };
-                if !up2.load(Ordering::SeqCst) {
-                    drop(client); // refused: closed at once
-                    continue;
-                }
-                let upstream = upstream.clone();
-                let link = tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-                links2.lock().expect("links").push(link);
-            }
-        });
-        Proxy { addr, up, links }
-    }
-
-    /// Drops every connection and refuses new ones.
-    fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        for l in self.links.lock().expect("links").drain(..) {
-            l.abort();
-        }
-    }
-
-    fn restore(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_outage_answers_503_and_loses_no_acknowledged_send() {
@@ -79,14 +30,19 @@ async fn database_outage_answers_503_and_loses_no_acknowledged_send() {
         tokio_postgres::config::Host::Unix(_) => "127.0.0.1".to_string(),
     };
     let port = real.get_ports().first().copied().unwrap_or(5432);
-    let proxy = Proxy::start(format!("{host}:{port}")).await;
+    let target = tokio::net::lookup_host(format!("{host}:{port}"))
+        .await
+        .expect("the test database's address")
+        .next()
+        .expect("an address");
+    let proxy = FaultProxy::start(target).await.expect("proxy");
     let schema = postgres::unique_schema("outage");
     // Dropped also when an assertion fails, so a failed run leaves no schema behind.
     let _schema = postgres::SchemaGuard::new(schema.clone());
     let store = format!(
         "postgres://{}@{}/{}?schema={schema}",
         real.get_user().unwrap_or("postgres"),
-        proxy.addr,
+        proxy.addr(),
         real.get_dbname().unwrap_or("postgres")
     );
     let (_child, url) = common::serve_store(&store, Stdio::null());
@@ -134,7 +90,7 @@ async fn database_outage_answers_503_and_loses_no_acknowledged_send() {
         })
     };
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    proxy.cut();
+    proxy.set(Fault::Drop);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let ready_during = c
         .get(format!("{url}/readyz"))
@@ -143,7 +99,7 @@ async fn database_outage_answers_503_and_loses_no_acknowledged_send() {
         .expect("readyz")
         .status()
         .as_u16();
-    proxy.restore();
+    proxy.set(Fault::None);
     let restored = Instant::now();
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::SeqCst);
