@@ -188,7 +188,7 @@ pub fn judge(o: &Observed, reference: Option<&Observed>) -> Vec<Verdict> {
     let counted: Vec<f64> = o
         .calls
         .iter()
-        .filter(|(m, k)| *m >= 2.0 && !matches!(k, CallKind::Random429 | CallKind::Unavailable))
+        .filter(|(m, k)| *m >= 2.0 && k.counts_against_quota())
         .map(|(m, _)| *m)
         .collect();
     let (peak, from) = busiest_window(&counted, 1.0);

@@ -47,6 +47,18 @@ impl CallKind {
     pub fn is_429(self) -> bool {
         matches!(self, CallKind::Quota429 | CallKind::Random429)
     }
+
+    /// Whether the dependency counted the call against its quota: every call but the
+    /// injected random 429s and the outage's 503s (a call refused for the quota counts: it
+    /// was one too many).
+    pub fn counts_against_quota(self) -> bool {
+        !matches!(self, CallKind::Random429 | CallKind::Unavailable)
+    }
+
+    /// Whether the call got through to the account (it was not refused or unavailable).
+    pub fn got_through(self) -> bool {
+        self.counts_against_quota() && self != CallKind::Quota429
+    }
 }
 
 /// One recorded call.

@@ -134,11 +134,7 @@ fn calls_per_minute(r: &TenantRun, tenant: usize, until: f64) -> Vec<(f64, f64)>
     let mut per = vec![0u32; n];
     for (m, t, k) in &r.calls {
         if *t == tenant
-            && !matches!(
-                k,
-                super::super::upstream::CallKind::Random429
-                    | super::super::upstream::CallKind::Unavailable
-            )
+            && k.counts_against_quota()
             && let Some(slot) = per.get_mut(*m as usize)
         {
             *slot += 1;

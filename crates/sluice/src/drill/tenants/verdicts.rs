@@ -18,32 +18,18 @@
 //!    absorb repeats).
 
 use super::super::criteria::{Verdict, busiest_window};
-use super::super::upstream::CallKind;
 use super::TenantRun;
 use super::plan::{OUTAGE, RAISED, Tenants};
 
 /// Tolerance of verdict 3, scenario seconds.
 const LATENCY_SLACK_SECS: f64 = 5.0;
 
-/// Whether a call counts against the quota.
-fn counted(kind: CallKind) -> bool {
-    !matches!(kind, CallKind::Random429 | CallKind::Unavailable)
-}
-
-/// Whether the partner accepted the call (it reached the tenant's account).
-fn accepted(kind: CallKind) -> bool {
-    !matches!(
-        kind,
-        CallKind::Random429 | CallKind::Quota429 | CallKind::Unavailable
-    )
-}
-
 /// A tenant's worst minute against its quota: (calls, allowed, minute it started).
 pub fn worst_minute(run: &TenantRun, tenants: &Tenants, i: usize) -> Option<(usize, u32, f64)> {
     let mine: Vec<f64> = run
         .calls
         .iter()
-        .filter(|(_, t, k)| *t == i && counted(*k))
+        .filter(|(_, t, k)| *t == i && k.counts_against_quota())
         .map(|(m, _, _)| *m)
         .collect();
     let first = *mine.first()?;
@@ -161,7 +147,7 @@ pub fn judge(run: &TenantRun, calm: &TenantRun, tenants: &Tenants) -> Vec<Verdic
     let raised: Vec<f64> = run
         .calls
         .iter()
-        .filter(|(m, t, k)| *t == RAISED && accepted(*k) && *m < tenants.raise_at + 3.0)
+        .filter(|(m, t, k)| *t == RAISED && k.got_through() && *m < tenants.raise_at + 3.0)
         .map(|(m, _, _)| *m)
         .filter(|m| *m >= tenants.raise_at - 1.0)
         .collect();
