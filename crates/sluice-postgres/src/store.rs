@@ -343,6 +343,16 @@ impl Messaging for PostgresStore {
         crate::ops::ack::may_overlap_lease(&self.inner, queue).await
     }
 
+    /// Commits a transaction that holds a transaction id: it fails on a standby (read only)
+    /// and waits, as every write would, on a primary that cannot commit (its synchronous
+    /// standby gone), so that readiness says what a send would meet.
+    async fn writable(&self) -> Result<(), StoreError> {
+        let conn = self.inner.conn().await?;
+        conn.batch_execute("BEGIN; SELECT txid_current(); COMMIT")
+            .await
+            .map_err(|e| crate::error::db(&e))
+    }
+
     async fn close(&self) {
         crate::hot::read_ahead::release_all(&self.inner).await;
         // Outcomes of governed queues counted here go to their shared state now rather than

@@ -40,8 +40,14 @@ use listen::{connections, frames, tls};
 use tokio::sync::watch;
 
 pub use auth::{ApiKeyConfig, KeyRing, Role};
+pub use http::deadline::{Deadline, DeadlineLayer};
 pub use http::error::ApiError;
 pub use listen::connections::ConnectionLimits;
+
+/// How long a request may take beyond its long-poll wait by default: well past what a
+/// healthy store needs for the largest batch, and short of the 30 s clients commonly give
+/// up after, so that they hear a 503 rather than time out on their own.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How the broker serves.
 #[derive(Debug, Clone)]
@@ -50,8 +56,8 @@ pub struct ServerOptions {
     pub keys: KeyRing,
     /// Largest request body read (default 24 MiB: a 16 MiB batch in base64 plus JSON).
     pub max_body_bytes: usize,
-    /// Longest a request may take before it is answered 503 (default 60 s; must exceed the
-    /// 30 s long-poll limit).
+    /// Longest a request may take beyond its own long-poll wait before it is answered 503
+    /// with `Retry-After` ([`DEFAULT_REQUEST_TIMEOUT`]); see [`DeadlineLayer`].
     pub request_timeout: Duration,
     /// Whether queues may push over plain `http` to hosts that are not loopback (default
     /// false: push targets must be `https`, or `http` on loopback).
@@ -77,7 +83,7 @@ impl Default for ServerOptions {
         ServerOptions {
             keys: KeyRing::open(),
             max_body_bytes: extract::DEFAULT_BODY_LIMIT,
-            request_timeout: Duration::from_secs(60),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             push_allow_http: false,
             push_allow: Vec::new(),
             tls: None,

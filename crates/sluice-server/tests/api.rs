@@ -1015,10 +1015,12 @@ async fn health_readiness_routing_errors_and_openapi() {
     s.shutdown().await;
 }
 
-/// A request that outlives `request_timeout` is answered 503 in the error envelope, like every
-/// other error, so clients parse one shape and retry; the broker keeps serving.
+/// The request deadline counts beyond a long poll's own wait: a receive that waits longer
+/// than `request_timeout` is answered when its wait ends, not cut at the deadline. (A request
+/// past its deadline is a 503 with `Retry-After`: the layer's own tests and the PostgreSQL
+/// blackhole test in the `sluice` crate show it.)
 #[tokio::test]
-async fn a_request_past_the_timeout_is_a_503_in_the_envelope() {
+async fn a_long_poll_may_wait_past_the_request_timeout() {
     let s = common::start_with(sluice_server::ServerOptions {
         request_timeout: Duration::from_millis(300),
         ..Default::default()
@@ -1026,17 +1028,18 @@ async fn a_request_past_the_timeout_is_a_503_in_the_envelope() {
     .await;
     s.put_queue("slow", json!({})).await;
     let started = Instant::now();
-    let got = s
+    let (st, v) = s
         .call(
             Method::POST,
             "/v1/queues/slow/receive",
-            Some(json!({ "wait_ms": 5000 })),
+            Some(json!({ "wait_ms": 1500 })),
         )
         .await;
-    assert_error(&got, 503, "unavailable");
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["messages"], json!([]), "{v}");
     assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "answered after {:?}, not at the timeout",
+        started.elapsed() >= Duration::from_millis(1400),
+        "answered after {:?}, before its wait ended",
         started.elapsed()
     );
     let id = s.send("slow", json!("after")).await;

@@ -23,6 +23,7 @@ mod sigv4;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -44,8 +45,8 @@ pub use sigv4::SqsKey;
 /// The content type of the AWS JSON 1.0 protocol.
 pub const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 
-/// How the front end names itself.
-#[derive(Debug, Clone, Default)]
+/// How the front end names itself, whom it answers and how long it may take.
+#[derive(Debug, Clone)]
 pub struct SqsOptions {
     /// Account and region in queue URLs and ARNs.
     pub identity: Identity,
@@ -60,7 +61,27 @@ pub struct SqsOptions {
     /// Host names besides loopback ones that the endpoint answers to without keys (the name
     /// of its listen address); the host of `public_url` is answered too.
     pub hosts: Vec<String>,
+    /// Longest an action may take beyond a `ReceiveMessage`'s longest wait (20 s) before
+    /// it is answered `ServiceUnavailable` (503), which SDKs retry (default 10 s, as the
+    /// main API's `request_timeout`).
+    pub request_timeout: Duration,
 }
+
+impl Default for SqsOptions {
+    fn default() -> Self {
+        SqsOptions {
+            identity: Identity::default(),
+            public_url: None,
+            tls: false,
+            keys: Vec::new(),
+            hosts: Vec::new(),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The longest wait of a `ReceiveMessage`, which every action's deadline allows for.
+const MAX_RECEIVE_WAIT: Duration = Duration::from_secs(20);
 
 /// The front end's state: the store and how it names things.
 #[derive(Clone)]
@@ -71,6 +92,8 @@ pub(crate) struct Sqs {
     tls: bool,
     keys: Arc<Vec<SqsKey>>,
     requests: Arc<AtomicU64>,
+    /// How long any action may take (see [`SqsOptions::request_timeout`]).
+    deadline: Duration,
 }
 
 /// One request: its input and where it came from.
@@ -230,6 +253,7 @@ pub fn router(store: Arc<dyn Store>, options: SqsOptions) -> Router {
         tls: options.tls,
         keys: Arc::new(options.keys),
         requests: Arc::new(AtomicU64::new(0)),
+        deadline: options.request_timeout.saturating_add(MAX_RECEIVE_WAIT),
     };
     Router::new()
         .route("/", any(handle))
@@ -410,7 +434,27 @@ fn finish(
     resp
 }
 
+/// Runs the action, or answers `ServiceUnavailable` once it outlives its deadline: a store
+/// that cannot commit costs a client a bounded wait, never a hang. A write so answered may
+/// still have been applied; SQS clients retry it, and a FIFO queue's deduplication id makes
+/// that retry safe.
 async fn dispatch(sqs: &Sqs, action: &str, call: &Call) -> Result<serde_json::Value, SqsError> {
+    match tokio::time::timeout(sqs.deadline, dispatch_now(sqs, action, call)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            tracing::warn!(action, "an SQS action was not answered within its deadline");
+            Err(SqsError::from(sluice_core::StoreError::unavailable(
+                format!(
+                    "the action was not answered within {} (the store is slow or unreachable); \
+                 a write may or may not have been applied: retry it",
+                    sluice_core::human::fmt_duration(sqs.deadline)
+                ),
+            )))
+        }
+    }
+}
+
+async fn dispatch_now(sqs: &Sqs, action: &str, call: &Call) -> Result<serde_json::Value, SqsError> {
     // The permission table first: an action it does not declare is not served, and a key
     // whose role may not do it learns nothing more (not even whether its input parses).
     if call.op.is_none() {

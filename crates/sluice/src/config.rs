@@ -19,6 +19,7 @@
 //! # header_read_timeout = "10s"   # a request's headers (or a stalled frame), TLS included
 //! # idle_timeout = "75s"          # no request in progress (long polls are in progress)
 //! # write_timeout = "30s"         # an answer (event stream, page) the client stopped reading
+//! # request_timeout = "10s"       # beyond a long poll's wait: then a 503 with Retry-After
 //! # metrics_queues = ["orders*"]  # queues with /metrics series of their own (default all)
 //! # metrics_max_queues = 1000     # at most this many of them
 //! # metrics_top_keys = 5          # and of each, the keys with the most waiting
@@ -92,6 +93,9 @@ pub struct FileConfig {
     /// How long an answer's write may make no progress before the connection closes (e.g.
     /// "30s").
     pub write_timeout: Option<String>,
+    /// How long a request may take beyond its long-poll wait before it is answered 503
+    /// (e.g. "10s").
+    pub request_timeout: Option<String>,
     /// Most open connections on each listener.
     pub max_connections: Option<usize>,
     /// Queue name patterns with series of their own in /metrics.

@@ -100,6 +100,7 @@ fn check_config_prints_the_effective_settings_without_secrets() {
             data_dir = "{}"
             sync_interval = "100ms"
             idle_timeout = "90s"
+            request_timeout = "4s"
             max_connections = 500
             push_allow = ["10.0.0.0/8", "hooks.internal"]
 
@@ -144,6 +145,7 @@ fn check_config_prints_the_effective_settings_without_secrets() {
     assert_eq!(v["sync_interval_ms"], 100);
     assert_eq!(v["header_read_timeout_ms"], 5000);
     assert_eq!(v["idle_timeout_ms"], 90_000);
+    assert_eq!(v["request_timeout_ms"], 4000);
     assert_eq!(v["max_connections"], 500);
     assert_eq!(v["authentication"], true);
     assert_eq!(v["keys"][0]["name"], "ops");
@@ -179,11 +181,27 @@ fn check_config_prints_the_effective_settings_without_secrets() {
     assert_eq!(v["authentication"], false);
     assert_eq!(v["header_read_timeout_ms"], 10_000, "the default");
     assert_eq!(v["idle_timeout_ms"], 75_000, "the default");
+    assert_eq!(v["request_timeout_ms"], 10_000, "the default");
     let max = v["max_connections"].as_u64().expect("max_connections");
     assert!(
         (1..=4096).contains(&max),
         "the default, within the open-file limit: {max}"
     );
+}
+
+/// A request timeout that would cut every request, or outlast every client, is refused
+/// with what is allowed.
+#[test]
+fn check_config_refuses_a_request_timeout_out_of_range() {
+    for bad in ["50ms", "11m"] {
+        let out = check(&["--request-timeout", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out.stdout));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("--request-timeout (request_timeout) must be between 100ms and 600 s"),
+            "{err}"
+        );
+    }
 }
 
 #[test]

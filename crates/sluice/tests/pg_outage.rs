@@ -7,13 +7,12 @@
 
 use std::collections::BTreeSet;
 use std::process::Stdio;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_testkit::faults::{Fault, FaultProxy};
+use sluice_testkit::faults::Fault;
 use sluice_testkit::postgres;
 
 mod common;
@@ -23,28 +22,10 @@ async fn database_outage_answers_503_and_loses_no_acknowledged_send() {
     if !postgres::available().await {
         return;
     }
-    let real = tokio_postgres::Config::from_str(&postgres::url()).expect("test database URL");
-    let host = match &real.get_hosts()[0] {
-        tokio_postgres::config::Host::Tcp(h) => h.clone(),
-        #[cfg(unix)]
-        tokio_postgres::config::Host::Unix(_) => "127.0.0.1".to_string(),
-    };
-    let port = real.get_ports().first().copied().unwrap_or(5432);
-    let target = tokio::net::lookup_host(format!("{host}:{port}"))
-        .await
-        .expect("the test database's address")
-        .next()
-        .expect("an address");
-    let proxy = FaultProxy::start(target).await.expect("proxy");
     let schema = postgres::unique_schema("outage");
     // Dropped also when an assertion fails, so a failed run leaves no schema behind.
     let _schema = postgres::SchemaGuard::new(schema.clone());
-    let store = format!(
-        "postgres://{}@{}/{}?schema={schema}",
-        real.get_user().unwrap_or("postgres"),
-        proxy.addr(),
-        real.get_dbname().unwrap_or("postgres")
-    );
+    let (proxy, store) = common::pg::proxied_store(&schema).await;
     let (_child, url) = common::serve_store(&store, Stdio::null());
     let c = reqwest::Client::builder()
         .timeout(Duration::from_secs(20))

@@ -3,6 +3,7 @@
 //! (`extract`, `query`), the request deadline and the error envelope (`error`).
 
 pub(crate) mod access;
+pub mod deadline;
 pub(crate) mod error;
 pub(crate) mod extract;
 pub(crate) mod idempotency;
@@ -10,15 +11,14 @@ pub(crate) mod query;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use sluice_core::ErrorCode;
 use sluice_origin::{Hosts, OriginGuardLayer, OriginRules};
 use tower::util::MapResponseLayer;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::http::deadline::DeadlineLayer;
 use crate::http::error::{ApiError, ensure_envelope};
 use crate::http::extract::BodyLimit;
 use crate::{AppState, ServerOptions};
@@ -47,11 +47,8 @@ pub fn router(state: AppState, options: &ServerOptions) -> Router {
         .with_state(state);
     let stack = tower::ServiceBuilder::new()
         .layer(TraceLayer::new_for_http())
+        .layer(DeadlineLayer::new(options.request_timeout))
         .layer(MapResponseLayer::new(ensure_envelope))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            options.request_timeout,
-        ))
         .layer(CatchPanicLayer::new())
         .layer(axum::Extension(BodyLimit(options.max_body_bytes)))
         // Bodies are read by our extractors, which enforce `max_body_bytes` with a 413 in

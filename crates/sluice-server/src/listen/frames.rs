@@ -183,10 +183,19 @@ async fn answer_requests<R, W>(
             return;
         }
         let response = match frame::decode_payload::<Request>(&payload) {
-            Ok(req) => Response {
-                id: req.id,
-                result: handle(state, &mut caller, req.op).await,
-            },
+            Ok(req) => {
+                let wait = match &req.op {
+                    Op::Receive { wait_ms, .. } | Op::ReceiveTagged { wait_ms, .. } => {
+                        Duration::from_millis(*wait_ms)
+                    }
+                    _ => Duration::ZERO,
+                };
+                let answer = handle(state, &mut caller, req.op);
+                Response {
+                    id: req.id,
+                    result: within_deadline(options.request_timeout, wait, answer).await,
+                }
+            }
             Err(e) => Response {
                 id: 0,
                 result: Err(e),
@@ -202,6 +211,27 @@ async fn answer_requests<R, W>(
             return;
         }
         next_by = Instant::now() + limits.idle_timeout;
+    }
+}
+
+/// `answer`, or `unavailable` once it has taken `request_timeout` beyond its long-poll `wait`,
+/// as over HTTP (see [`crate::DeadlineLayer`]).
+async fn within_deadline(
+    request_timeout: Duration,
+    wait: Duration,
+    answer: impl Future<Output = Result<Reply, FrameError>>,
+) -> Result<Reply, FrameError> {
+    match tokio::time::timeout(request_timeout.saturating_add(wait), answer).await {
+        Ok(r) => r,
+        Err(_) => Err(FrameError::new(
+            ErrorCode::Unavailable,
+            format!(
+                "the request was not answered within {} beyond its wait (the store is slow or \
+                 unreachable); a send may or may not have been applied: retry it with the \
+                 same idempotency key or dedup id",
+                sluice_core::human::fmt_duration(request_timeout)
+            ),
+        )),
     }
 }
 

@@ -13,6 +13,7 @@ use sluice_wire::{
 
 use crate::AppState;
 use crate::auth::Caller;
+use crate::http::deadline::Deadline;
 use crate::http::error::{ApiError, http_message};
 use crate::http::extract::{JsonBody, OptionalJsonBody, QueuePath};
 
@@ -33,6 +34,7 @@ pub async fn receive(
     State(st): State<AppState>,
     _caller: Caller,
     QueuePath(q): QueuePath,
+    deadline: Deadline,
     OptionalJsonBody(mut req): OptionalJsonBody<ReceiveRequestWire>,
 ) -> Result<Response, ApiError> {
     let acks = req.acks()?;
@@ -45,6 +47,7 @@ pub async fn receive(
             req.wait = info.config.receive_wait;
         }
     }
+    deadline.allow(req.wait);
     // The acks are applied before anything is leased, so a worker that hands back its last
     // batch here never holds more than one batch at a time; each outcome is durable.
     let acks_given = acks.is_some();

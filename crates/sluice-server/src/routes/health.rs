@@ -5,6 +5,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::response::IntoResponse;
+use sluice_core::StoreError;
 use sluice_wire::{ErrorEnvelope, HealthResponse};
 
 use crate::AppState;
@@ -31,18 +32,35 @@ pub async fn healthz() -> Json<HealthResponse> {
     )
 )]
 pub async fn readyz(State(st): State<AppState>) -> Result<Json<HealthResponse>, ApiError> {
-    // One queue's worth of a read: a probe must cost the same with 100,000 queues as with one.
-    st.store
-        .list_queues_page(sluice_core::store::QueuePageRequest {
-            limit: 1,
-            ..Default::default()
-        })
-        .await?;
-    st.store.writable().await?;
-    Ok(Json(HealthResponse {
-        status: "ready".to_owned(),
-    }))
+    let probe = async {
+        // One queue's worth of a read: a probe must cost the same with 100,000 queues as
+        // with one.
+        st.store
+            .list_queues_page(sluice_core::store::QueuePageRequest {
+                limit: 1,
+                ..Default::default()
+            })
+            .await?;
+        st.store.writable().await
+    };
+    match tokio::time::timeout(READY_WITHIN, probe).await {
+        Ok(Ok(())) => Ok(Json(HealthResponse {
+            status: "ready".to_owned(),
+        })),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(StoreError::unavailable(format!(
+            "the store did not answer a read and a commit within {}: it is unreachable or \
+             cannot commit",
+            sluice_core::human::fmt_duration(READY_WITHIN)
+        ))
+        .into()),
+    }
 }
+
+/// How long readiness waits for the store: shorter than the usual probe timeouts of load
+/// balancers and orchestrators, so that a store that hangs reads as "not ready" with a reason
+/// rather than as a probe that timed out.
+const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// This API's OpenAPI 3.1 document.
 #[utoipa::path(

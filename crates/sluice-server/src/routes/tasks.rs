@@ -15,6 +15,7 @@ use sluice_wire::{ErrorEnvelope, ScalingQuery, ScalingView, TaskQuery, TaskView}
 
 use crate::AppState;
 use crate::auth::Caller;
+use crate::http::deadline::Deadline;
 use crate::http::error::ApiError;
 use crate::http::extract::{ApiQuery, MessagePath, QueuePath};
 
@@ -35,6 +36,7 @@ pub async fn get_task(
     State(st): State<AppState>,
     caller: Caller,
     MessagePath(id): MessagePath,
+    deadline: Deadline,
     ApiQuery(query): ApiQuery<TaskQuery>,
 ) -> Result<Json<TaskView>, ApiError> {
     let wait = Duration::from_millis(query.wait_ms.unwrap_or(0));
@@ -45,6 +47,7 @@ pub async fn get_task(
             wait.as_millis()
         )));
     }
+    deadline.allow(wait);
     let until = tokio::time::Instant::now() + wait;
     loop {
         let view = match st.store.get_message(id).await {

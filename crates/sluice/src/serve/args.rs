@@ -55,6 +55,13 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICE_WRITE_TIMEOUT", value_name = "DURATION",
           value_parser = crate::client::args::parse_duration)]
     pub(super) write_timeout: Option<std::time::Duration>,
+    /// Answer 503 with Retry-After to a request not answered within this long beyond its
+    /// own long-poll wait (a store that cannot commit or cannot be reached), on every
+    /// listener; a write so answered may or may not have been applied, and a retry with the
+    /// same idempotency key or dedup id is safe [default: 10s].
+    #[arg(long, env = "SLUICE_REQUEST_TIMEOUT", value_name = "DURATION",
+          value_parser = crate::client::args::parse_duration)]
+    pub(super) request_timeout: Option<std::time::Duration>,
     /// Most open connections on each listener; past it a new connection is closed at once,
     /// logged and counted in sluice_connections_refused_total [default: 4096, less when
     /// the open-file limit needs it].

@@ -85,6 +85,32 @@ pub(super) fn connection_limits(
     })
 }
 
+/// The longest request timeout accepted: past it a client has long given up.
+const MAX_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How long a request may take beyond its long-poll wait before it is answered 503, from
+/// the flag, the file or the default.
+pub(super) fn request_timeout(
+    flag: Option<std::time::Duration>,
+    file: &FileConfig,
+) -> anyhow::Result<std::time::Duration> {
+    let d = flag_or_file(
+        flag,
+        file.request_timeout.as_deref(),
+        "request_timeout",
+        crate::client::args::parse_duration,
+    )?
+    .unwrap_or(sluice_server::DEFAULT_REQUEST_TIMEOUT);
+    if d < std::time::Duration::from_millis(100) || d > MAX_REQUEST_TIMEOUT {
+        bail!(
+            "--request-timeout (request_timeout) must be between 100ms and {} s, got {}",
+            MAX_REQUEST_TIMEOUT.as_secs(),
+            sluice_core::human::fmt_duration(d)
+        );
+    }
+    Ok(d)
+}
+
 /// Highest soft open-file limit the broker raises itself to (Linux refuses "unlimited").
 #[cfg(unix)]
 const MOST_OPEN_FILES: u64 = 1 << 20;

@@ -15,6 +15,8 @@ pub(super) struct SqsListener {
     pub(super) keys: Vec<sluice_sqs::SqsKey>,
     pub(super) public_url: Option<String>,
     pub(super) tls: bool,
+    /// How long an action may take beyond a receive's longest wait.
+    pub(super) request_timeout: std::time::Duration,
 }
 
 /// Binds the SQS listener and has the broker serve the SQS API on it, beside its own API,
@@ -43,6 +45,7 @@ pub(super) async fn with_sqs(
         public_url: sqs.public_url,
         tls: sqs.tls,
         hosts: vec![name.clone()],
+        request_timeout: sqs.request_timeout,
         ..sluice_sqs::SqsOptions::default()
     };
     Ok(broker.with_http("sqs", listener, sluice_sqs::router(store, options)))

@@ -97,6 +97,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         sqs_keys,
         sqs_public_url,
         connections: settings_connections,
+        request_timeout,
         metrics,
         ..
     } = settings;
@@ -113,6 +114,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         push_allow,
         tls: tls.clone(),
         connections: settings_connections,
+        request_timeout,
         metrics,
         // Without keys the broker answers requests for loopback names and the name it was
         // told to listen on.
@@ -128,6 +130,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             addr,
             keys: sqs_keys,
             public_url: sqs_public_url,
+            request_timeout,
             tls: tls.is_some(),
         };
         broker = listeners::with_sqs(broker, store, sqs, scheme).await?;

@@ -10,7 +10,7 @@ use sluice_server::KeyRing;
 
 use super::addresses::{Exposure, public_url, resolve, sqs_addresses};
 use super::args::ServeArgs;
-use super::limits::{connection_limits, open_file_limit};
+use super::limits::{connection_limits, open_file_limit, request_timeout};
 use super::store::{StoreChoice, parse_store, redacted};
 use super::tls::tls_settings;
 use crate::config::{FileConfig, QueueDecl};
@@ -42,6 +42,8 @@ pub(super) struct Settings {
     pub(super) tls: Option<sluice_server::listen::tls::TlsConfig>,
     pub(super) allow_plaintext: bool,
     pub(super) connections: sluice_server::ConnectionLimits,
+    /// How long a request may take beyond its long-poll wait before it is answered 503.
+    pub(super) request_timeout: std::time::Duration,
     pub(super) metrics: sluice_server::metrics::MetricsScope,
 }
 
@@ -100,6 +102,7 @@ impl Settings {
             "header_read_timeout_ms": self.connections.header_read_timeout.as_millis() as u64,
             "idle_timeout_ms": self.connections.idle_timeout.as_millis() as u64,
             "write_timeout_ms": self.connections.write_timeout.as_millis() as u64,
+            "request_timeout_ms": self.request_timeout.as_millis() as u64,
             "max_connections": self.connections.max_connections,
             "open_file_limit": open_file_limit(),
             "metrics_queues": self.metrics.queues,
@@ -156,6 +159,7 @@ pub(super) async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         &file,
         listeners,
     )?;
+    let request_timeout = request_timeout(args.request_timeout, &file)?;
     let push_allow_http = args.push_allow_http || file.push_allow_http.unwrap_or(false);
     let metrics = metrics_scope(&args, &file)?;
     let push_allow = push_allow(args.push_allow, &file)?;
@@ -190,6 +194,7 @@ pub(super) async fn settle(args: ServeArgs) -> anyhow::Result<Settings> {
         tls,
         allow_plaintext,
         connections,
+        request_timeout,
         metrics,
     })
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod ca;
+pub mod pg;
 pub mod upstream;
 
 use std::ffi::OsStr;
