@@ -343,12 +343,12 @@ impl Messaging for PostgresStore {
         crate::ops::ack::may_overlap_lease(&self.inner, queue).await
     }
 
-    /// Commits a transaction that holds a transaction id: it fails on a standby (read only)
-    /// and waits, as every write would, on a primary that cannot commit (its synchronous
-    /// standby gone), so that readiness says what a send would meet.
+    /// Commits a one-row write: it fails on a standby (read only) and waits, as every send
+    /// would, on a primary that cannot commit (its synchronous standby gone), so that
+    /// readiness says what a send would meet.
     async fn writable(&self) -> Result<(), StoreError> {
         let conn = self.inner.conn().await?;
-        conn.batch_execute("BEGIN; SELECT txid_current(); COMMIT")
+        conn.batch_execute("UPDATE readiness SET checked_at = now() WHERE id = 1")
             .await
             .map_err(|e| crate::error::db(&e))
     }

@@ -333,6 +333,7 @@ async fn leases_granted_before_holders_were_kept_end_without_one() {
          DROP TABLE key_rate_events;
          DROP TABLE key_paces;
          DROP TABLE key_flow;
+         DROP TABLE readiness;
          DELETE FROM migrations WHERE version >= 10;",
     )
     .await

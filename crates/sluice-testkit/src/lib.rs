@@ -8,6 +8,8 @@
 #[cfg(feature = "browser")]
 pub mod browser;
 pub mod faults;
+pub mod host;
+pub mod patroni;
 pub mod pgbouncer;
 pub mod postgres;
 

@@ -5,7 +5,9 @@
 //! `pgbouncer` binary is missing, a test on a developer's machine is skipped with a loud
 //! message; under `CI=true` it fails (`.ci/run` installs it).
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+
+use crate::host::{free_port, running_as_root};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,12 +27,7 @@ impl PgBouncer {
     /// cannot be found; panics when `CI=true`, or when it is found but does not start.
     pub fn start() -> Option<PgBouncer> {
         let Some(binary) = find() else {
-            let msg = "pgbouncer is not installed (apt-get install pgbouncer)";
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{msg} (CI=true: the PgBouncer test must run)");
-            }
-            eprintln!("\n!!!! SKIPPED: {msg} !!!!\n");
-            return None;
+            return crate::host::missing("pgbouncer is not installed (apt-get install pgbouncer)");
         };
         let server: tokio_postgres::Config = crate::postgres::url()
             .parse()
@@ -129,25 +126,4 @@ fn find() -> Option<PathBuf> {
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/sbin")])
         .map(|dir| dir.join("pgbouncer"))
         .find(|candidate| candidate.is_file())
-}
-
-/// A loopback port nothing listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .expect("an ephemeral port")
-        .port()
-}
-
-/// True when this process's effective user is root (read from `/proc`, Linux only).
-fn running_as_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
-        })
-        .unwrap_or(false)
 }

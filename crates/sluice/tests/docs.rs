@@ -211,7 +211,9 @@ fn samples() -> Vec<Sample> {
 }
 
 /// What each language of sample is, so that none goes unchecked by being unlabelled.
-const LANGUAGES: [&str; 7] = ["sh", "python", "toml", "text", "rust", "http", "json"];
+const LANGUAGES: [&str; 8] = [
+    "sh", "python", "toml", "text", "rust", "http", "json", "yaml",
+];
 
 #[test]
 fn every_sample_says_its_language() {
@@ -578,6 +580,21 @@ async fn the_http_samples_are_answered_2xx_by_a_real_broker() {
         serde_json::from_str::<serde_json::Value>(&sample.text)
             .unwrap_or_else(|e| panic!("{}:{}: not JSON: {e}", sample.page, sample.line));
     }
+}
+
+/// The one YAML the docs show is the Patroni configuration the failover test runs with, so
+/// what they recommend is what was measured.
+#[test]
+fn the_patroni_settings_shown_are_the_failover_tests() {
+    let yaml: Vec<Sample> = samples().into_iter().filter(|s| s.lang == "yaml").collect();
+    assert_eq!(yaml.len(), 1, "one YAML sample, in postgres-ha.md");
+    assert_eq!(
+        yaml[0].text,
+        sluice_testkit::patroni::DCS,
+        "{}:{}: not the settings of sluice_testkit::patroni",
+        yaml[0].page,
+        yaml[0].line
+    );
 }
 
 #[test]

@@ -26,6 +26,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (13, V13),
     (14, V14),
     (15, V15),
+    (16, V16),
 ];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
@@ -380,6 +381,16 @@ CREATE INDEX key_flow_held ON key_flow (queue, held_until) WHERE held_until IS N
 CREATE INDEX key_flow_lapses ON key_flow (lapses_at) WHERE lapses_at IS NOT NULL;
 CREATE INDEX key_flow_rates ON key_flow (queue, rate_per_min DESC, fkey)
     WHERE rate_per_min IS NOT NULL;
+"#;
+
+/// Version 16: the row readiness probes write, so that `/readyz` commits what a send would
+/// (a transaction that writes nothing does not wait for a synchronous standby).
+const V16: &str = r#"
+CREATE TABLE readiness (
+    id         smallint PRIMARY KEY,
+    checked_at timestamptz NOT NULL
+);
+INSERT INTO readiness VALUES (1, now());
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

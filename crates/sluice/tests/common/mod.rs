@@ -4,6 +4,7 @@
 
 pub mod ca;
 pub mod pg;
+pub mod soak;
 pub mod upstream;
 
 use std::ffi::OsStr;
