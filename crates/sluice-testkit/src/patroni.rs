@@ -152,11 +152,21 @@ impl HaPostgres {
     /// A multi-host connection string for the test database that connects to whichever
     /// member takes writes (`target_session_attrs=read-write`), as a broker node would.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .members
+        self.url_via(&self.addrs())
+    }
+
+    /// Every member's PostgreSQL address, for putting something between them and a node.
+    pub fn addrs(&self) -> Vec<std::net::SocketAddr> {
+        self.members
             .iter()
-            .map(|m| format!("127.0.0.1:{}", m.pg_port))
-            .collect();
+            .map(|m| std::net::SocketAddr::from(([127, 0, 0, 1], m.pg_port)))
+            .collect()
+    }
+
+    /// As [`HaPostgres::url`], naming `addrs` (one per member, in order) instead of the
+    /// members' own addresses.
+    pub fn url_via(&self, addrs: &[std::net::SocketAddr]) -> String {
+        let hosts: Vec<String> = addrs.iter().map(ToString::to_string).collect();
         format!(
             "postgres://postgres@{}/{DATABASE}?target_session_attrs=read-write",
             hosts.join(",")

@@ -2,17 +2,23 @@
 //!
 //! The database is two Patroni-managed servers with synchronous replication and one etcd
 //! member (`sluice_testkit::patroni`); the nodes reach it through a multi-host connection
-//! string with `target_session_attrs=read-write`. Under load — producers and consumers spread
-//! over both nodes, some leases abandoned, a redrive job moving dead letters at a bounded rate,
-//! a schedule firing every second — the synchronous standby's machine dies once in strict
-//! synchronous mode (the primary commits nothing until the standby is back: sends answer 503
-//! by their deadline, never hang), then the primary's machine (SIGKILL of its Patroni and postmaster) three times, back
-//! and forth. Afterwards, with the soak's accounting: every
-//! acknowledged send was delivered and acknowledged, no acknowledged ack came back, no message
-//! was leased to two consumers at once except where the dead primary lost a lease (leases
-//! commit without waiting for the WAL: the message comes back and the lost lease's ack is
-//! refused as stale), the redrive moved every dead letter exactly once, and the schedule fired
-//! each second once, none twice and none skipped.
+//! string with `target_session_attrs=read-write`, node 0 through the test kit's fault proxies.
+//! Under load — producers and consumers spread over both nodes, some leases abandoned, a
+//! redrive job moving dead letters at a bounded rate, a schedule firing every second:
+//!
+//! - the synchronous standby's machine dies once in strict synchronous mode: the primary
+//!   commits nothing until the standby is back, and sends answer 503 by their deadline,
+//!   never hang, while `/readyz` says not ready;
+//! - node 0's network to the database blackholes, then goes half-open, for 8 s each;
+//! - the primary's machine (SIGKILL of its Patroni and postmaster) dies three times, back and
+//!   forth.
+//!
+//! Afterwards, with the soak's accounting: every acknowledged send was delivered and
+//! acknowledged, no acknowledged ack came back, no message was leased to two consumers at once
+//! except where the dead primary lost a lease (leases commit without waiting for the WAL: the
+//! message comes back and the lost lease's ack is refused as stale), the redrive moved every
+//! dead letter exactly once, and the schedule fired each second once, none twice and none
+//! skipped.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -21,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use common::soak::call;
 use serde_json::{Value, json};
+use sluice_testkit::faults::{Fault, FaultProxy};
 use sluice_testkit::patroni::HaPostgres;
 
 mod common;
@@ -34,9 +41,19 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
     let Some(mut db) = HaPostgres::start().await else {
         return;
     };
-    let store = format!("{}&schema=failover", db.url());
-    let nodes: Vec<(common::Served, String)> = (0..2)
-        .map(|_| common::serve_store_and(&store, Stdio::null(), &["--request-timeout", "3s"]))
+    // Node 0 reaches the members through fault proxies, node 1 directly.
+    let mut proxies = Vec::new();
+    for addr in db.addrs() {
+        proxies.push(FaultProxy::start(addr).await.expect("proxy"));
+    }
+    let proxied: Vec<_> = proxies.iter().map(FaultProxy::addr).collect();
+    let stores = [db.url_via(&proxied), db.url()];
+    let nodes: Vec<(common::Served, String)> = stores
+        .iter()
+        .map(|url| {
+            let store = format!("{url}&schema=failover");
+            common::serve_store_and(&store, Stdio::null(), &["--request-timeout", "3s"])
+        })
         .collect();
     let urls: Vec<String> = nodes.iter().map(|(_, u)| u.clone()).collect();
     let c = reqwest::Client::builder()
@@ -138,6 +155,41 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
          after {longest:?}; standby restarted after {restarted:?}, commits resumed after \
          {stalled:?}"
     );
+
+    // Node 0's network to the database blackholes, then goes half-open, for a while each:
+    // it answers 503 by its deadline and is not ready; the load goes on through node 1.
+    for fault in [Fault::Blackhole, Fault::HalfOpen] {
+        let before = load.sent_batches();
+        for p in &proxies {
+            p.set(fault);
+        }
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let ready = c.get(format!("{}/readyz", urls[0])).send().await;
+        let ready = ready.expect("readyz answers").status().as_u16();
+        assert_eq!(ready, 503, "node 0 behind a {fault:?} is not ready");
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        for p in &proxies {
+            p.set(Fault::None);
+        }
+        let healed = Instant::now();
+        loop {
+            let ready = c.get(format!("{}/readyz", urls[0])).send().await;
+            if ready.is_ok_and(|r| r.status() == 200) {
+                break;
+            }
+            assert!(
+                healed.elapsed() < Duration::from_secs(30),
+                "node 0 did not rejoin"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!(
+            "node 0 behind a {fault:?} for 8 s: {} batches acknowledged meanwhile (through \
+             node 1); ready again {:?} after the network returned",
+            load.sent_batches() - before,
+            healed.elapsed()
+        );
+    }
 
     let mut outages = Vec::new();
     for round in 0..FAILOVERS {
@@ -255,6 +307,7 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
         fired.len()
     );
     drop(nodes);
+    drop(proxies);
     drop(db);
 }
 
