@@ -139,6 +139,7 @@ async fn three_nodes_survive_losing_one_and_hand_over_its_redrive() {
         batches: Some(BATCHES),
         pause: Duration::from_millis(20),
         visibility_ms: VISIBILITY_MS,
+        dedup: false,
     };
     let mut load = common::soak::Load::start(&c, cluster.clone(), shape);
 

@@ -67,7 +67,10 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
     );
     let n0 = &urls[0];
     for (q, cfg) in [
-        ("work", json!({"visibility_timeout_ms": VISIBILITY_MS})),
+        (
+            "work",
+            json!({"visibility_timeout_ms": VISIBILITY_MS, "dedup_window_ms": 3_600_000}),
+        ),
         ("dead", json!({})),
         ("revived", json!({})),
         ("ticks", json!({})),
@@ -101,6 +104,7 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
         batches: None,
         pause: Duration::from_millis(50),
         visibility_ms: VISIBILITY_MS,
+        dedup: true,
     };
     let mut load = common::soak::Load::start(&c, Arc::new(urls.clone()), shape);
 
@@ -118,7 +122,7 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
     let stalled = loop {
         let sent = Instant::now();
         let url = format!("{}/v1/queues/work/messages", urls[0]);
-        let probe = json!({"messages": [{"body": "probe-standby"}]});
+        let probe = json!({"messages": [{"body": format!("probe-standby-{refused}")}]});
         let ok = call(&c, post.clone(), url, probe).await.is_some();
         longest = longest.max(sent.elapsed());
         if ok {
@@ -201,12 +205,14 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
         // Service is back when a send through a node is acknowledged again; the database is
         // back when a member other than the dead one takes writes.
         let mut promoted = None;
+        let mut attempt = 0;
         let back = loop {
+            attempt += 1;
             if promoted.is_none() && db.leader().await.is_some_and(|l| l != leader) {
                 promoted = Some(killed.elapsed());
             }
             let url = format!("{}/v1/queues/work/messages", urls[round % 2]);
-            let probe = json!({"messages": [{"body": format!("probe-{round}")}]});
+            let probe = json!({"messages": [{"body": format!("probe-{round}-{attempt}")}]});
             if call(&c, post.clone(), url, probe).await.is_some() {
                 break killed.elapsed();
             }
@@ -233,9 +239,50 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
     load.stop_producing();
     let acked = load.settle(Duration::from_secs(120)).await;
     let tally = load.check_leases(true);
+    load.check_stored_once();
     assert!(
         tally.redelivered >= tally.abandoned,
         "abandoned leases were delivered again ({tally:?})"
+    );
+
+    // Wake-ups between nodes came back with the new primary: a long poll on one node is
+    // woken by a send on the other at once (NOTIFY), not at the one-second fallback poll.
+    call(&c, put.clone(), format!("{n0}/v1/queues/wake"), json!({}))
+        .await
+        .expect("create queue");
+    let mut woken = Vec::new();
+    for trial in 0..6 {
+        let (waiter, sender) = (&urls[trial % 2], urls[(trial + 1) % 2].clone());
+        let receive = call(
+            &c,
+            post.clone(),
+            format!("{waiter}/v1/queues/wake/receive"),
+            json!({"wait_ms": 10_000}),
+        );
+        let send = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let url = format!("{sender}/v1/queues/wake/messages");
+            call(&c, post.clone(), url, json!({"body": trial}))
+                .await
+                .expect("send");
+            Instant::now()
+        };
+        let (got, sent_at) = tokio::join!(receive, send);
+        woken.push(sent_at.elapsed());
+        let got = got.expect("receive");
+        let receipt = got["messages"][0]["receipt"].clone();
+        call(
+            &c,
+            post.clone(),
+            format!("{waiter}/v1/queues/wake/ack"),
+            json!({"receipt": receipt}),
+        )
+        .await
+        .expect("ack");
+    }
+    assert!(
+        woken.iter().all(|w| *w < Duration::from_millis(400)),
+        "long polls woken by the other node's sends after {woken:?}: LISTEN not back"
     );
 
     // The redrive finished, each dead letter moved once.
@@ -300,7 +347,8 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
          promotion) {outages:?}; {acked} \
          acknowledged sends all delivered, {} redeliveries, {} leases lost with a primary \
          (their acks refused as stale), {} stale acks in all; redrive moved {DEAD} once each; \
-         {} schedule firings, one a second, none twice",
+         {} schedule firings, one a second, none twice; long polls woken across nodes after \
+         {woken:?}",
         tally.redelivered,
         tally.lost_leases,
         tally.stale_acks,

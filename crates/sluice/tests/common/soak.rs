@@ -75,6 +75,9 @@ pub struct Shape {
     pub pause: Duration,
     /// The queue's `visibility_timeout_ms`.
     pub visibility_ms: i64,
+    /// Whether each message carries its body as its `dedup_id`, so that a batch retried
+    /// after a lost answer stores nothing twice (the queue's `dedup_window` must span the run).
+    pub dedup: bool,
 }
 
 /// Running load on queue `work`.
@@ -147,9 +150,15 @@ impl Load {
                 let bodies: Vec<String> = (0..shape.batch)
                     .map(|i| format!("p{p}-b{b}-m{i}"))
                     .collect();
-                let messages: Vec<Value> = bodies.iter().map(|s| json!({"body": s})).collect();
-                // A batch whose answer was lost may be stored twice (at least once); only
-                // answered batches count as acknowledged.
+                let messages: Vec<Value> = bodies
+                    .iter()
+                    .map(|s| match shape.dedup {
+                        true => json!({"body": s, "dedup_id": s}),
+                        false => json!({"body": s}),
+                    })
+                    .collect();
+                // A batch whose answer was lost may be stored twice (at least once) unless
+                // its messages carry dedup ids; only answered batches count as acknowledged.
                 loop {
                     let url = format!("{}/v1/queues/work/messages", nodes.url(node));
                     let body = json!({"messages": messages});
@@ -310,6 +319,23 @@ impl Load {
             k.await.expect("consumer");
         }
         acked.len()
+    }
+
+    /// Each body was stored once: every delivery of it is of one message. Meaningful with
+    /// [`Shape::dedup`], where a batch retried after a lost answer must store nothing twice.
+    pub fn check_stored_once(&self) {
+        let seen = self.seen.lock().expect("seen");
+        let mut ids: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+        for (id, ds) in seen.iter() {
+            for d in ds {
+                ids.entry(d.body.as_str()).or_default().insert(id.as_str());
+            }
+        }
+        let twice: Vec<_> = ids.iter().filter(|(_, i)| i.len() > 1).take(5).collect();
+        assert!(
+            twice.is_empty(),
+            "bodies stored twice despite their dedup ids: {twice:?}"
+        );
     }
 
     /// No lease held by two consumers at once: a message delivered again was delivered after
