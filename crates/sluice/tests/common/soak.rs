@@ -24,7 +24,8 @@ impl Nodes for Vec<String> {
     }
 }
 
-/// A call that fails when the node cannot serve it (connection refused, reset, or 5xx).
+/// A call that fails when the node cannot serve it (connection refused or reset, or a 503
+/// or 504). A 500 is a bug, whatever broke: it fails the test.
 pub async fn call(
     c: &reqwest::Client,
     method: reqwest::Method,
@@ -37,6 +38,12 @@ pub async fn call(
     }
     let resp = req.send().await.ok()?;
     if resp.status().is_server_error() {
+        let status = resp.status();
+        let said = resp.text().await.unwrap_or_default();
+        assert!(
+            matches!(status.as_u16(), 503 | 504),
+            "a {status} instead of a 503: {said}"
+        );
         return None;
     }
     assert!(resp.status().is_success(), "unexpected {}", resp.status());
