@@ -173,31 +173,9 @@ async fn three_nodes_survive_losing_one_and_hand_over_its_redrive() {
     };
     assert_eq!(job["moved"].as_u64(), Some(DEAD as u64), "{job}");
     let mut ids = BTreeMap::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut url = format!(
-            "{}/v1/queues/revived/messages?state=all&limit=1000",
-            cluster.url(2)
-        );
-        if let Some(cur) = &cursor {
-            url.push_str(&format!("&cursor={cur}"));
-        }
-        let page = c
-            .get(url)
-            .send()
-            .await
-            .expect("browse")
-            .json::<Value>()
-            .await
-            .expect("JSON");
-        for m in page["messages"].as_array().expect("messages") {
-            *ids.entry(m["id"].as_str().expect("id").to_string())
-                .or_insert(0) += 1;
-        }
-        match page["next_cursor"].as_str() {
-            Some(cur) => cursor = Some(cur.to_string()),
-            None => break,
-        }
+    for m in common::soak::browse(&c, &cluster.url(2), "revived").await {
+        *ids.entry(m["id"].as_str().expect("id").to_string())
+            .or_insert(0) += 1;
     }
     assert_eq!(ids.len(), DEAD, "every dead letter back in the destination");
     assert!(ids.values().all(|n| *n == 1), "each exactly once");

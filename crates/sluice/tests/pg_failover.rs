@@ -297,7 +297,7 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert_eq!(job["moved"].as_u64(), Some(DEAD as u64), "{job}");
-    let revived = browse(&c, &urls[0], "revived").await;
+    let revived = common::soak::browse(&c, &urls[0], "revived").await;
     let mut moved = BTreeMap::new();
     for m in &revived {
         *moved.entry(m["body"]["dead"].to_string()).or_insert(0) += 1;
@@ -314,7 +314,7 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
     )
     .await
     .expect("pause the schedule");
-    let ticks = browse(&c, &urls[0], "ticks").await;
+    let ticks = common::soak::browse(&c, &urls[0], "ticks").await;
     let mut fired: Vec<String> = ticks
         .iter()
         .map(|m| {
@@ -357,31 +357,4 @@ async fn primary_failovers_cost_seconds_of_503_and_nothing_else() {
     drop(nodes);
     drop(proxies);
     drop(db);
-}
-
-/// Every message of queue `q`, in any state.
-async fn browse(c: &reqwest::Client, base: &str, q: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut url = format!("{base}/v1/queues/{q}/messages?state=all&limit=1000");
-        if let Some(cur) = &cursor {
-            url.push_str(&format!("&cursor={cur}"));
-        }
-        let page = call(c, reqwest::Method::GET, url, Value::Null)
-            .await
-            .expect("browse");
-        out.extend(
-            page["messages"]
-                .as_array()
-                .expect("messages")
-                .iter()
-                .cloned(),
-        );
-        match page["next_cursor"].as_str() {
-            Some(cur) => cursor = Some(cur.to_string()),
-            None => break,
-        }
-    }
-    out
 }

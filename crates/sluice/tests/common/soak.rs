@@ -50,6 +50,34 @@ pub async fn call(
     resp.json().await.ok()
 }
 
+/// Every message of queue `q`, in any state.
+pub async fn browse(c: &reqwest::Client, base: &str, q: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = format!("{base}/v1/queues/{q}/messages?state=all&limit=1000");
+        if let Some(cur) = &cursor {
+            url.push_str(&format!("&cursor={cur}"));
+        }
+        let page = call(c, reqwest::Method::GET, url, Value::Null)
+            .await
+            .expect("browse");
+        out.extend(
+            page["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .cloned(),
+        );
+        match page["next_cursor"].as_str() {
+            Some(cur) => cursor = Some(cur.to_string()),
+            None => break,
+        }
+    }
+    out
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time.
 pub fn millis(rfc3339: &str) -> i64 {
     let t = time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
         .expect("RFC 3339 time");
