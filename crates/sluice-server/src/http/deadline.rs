@@ -168,12 +168,12 @@ mod tests {
         })
     }
 
-    async fn status(svc: impl Fn() -> Request<()>, sleep: Duration, allow: Duration) -> u16 {
+    async fn status(req: impl Fn() -> Request<()>, sleep: Duration, allow: Duration) -> u16 {
         let mut s = DeadlineLayer::new(Duration::from_secs(10)).layer(slow(sleep, allow));
         s.ready()
             .await
             .unwrap()
-            .call(svc())
+            .call(req())
             .await
             .unwrap()
             .status()

@@ -823,3 +823,26 @@ fn check_body(body: Body, what: &str) -> Result<Body, StoreError> {
     }
     Ok(body)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame's answer past `request_timeout` beyond its wait is `unavailable`; a receive's
+    /// wait extends its deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_past_its_deadline_is_unavailable_unless_its_wait_allows_it() {
+        let slow = |secs| async move {
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            Ok(Reply::Sent(Vec::new()))
+        };
+        let timeout = Duration::from_secs(10);
+        let late = within_deadline(timeout, Duration::ZERO, slow(11)).await;
+        assert_eq!(
+            late.expect_err("past the deadline").code,
+            ErrorCode::Unavailable.as_str()
+        );
+        let waited = within_deadline(timeout, Duration::from_secs(20), slow(25)).await;
+        assert!(waited.is_ok(), "{waited:?}");
+    }
+}
