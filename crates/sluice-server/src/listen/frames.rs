@@ -184,16 +184,16 @@ async fn answer_requests<R, W>(
         }
         let response = match frame::decode_payload::<Request>(&payload) {
             Ok(req) => {
-                let wait = match &req.op {
-                    Op::Receive { wait_ms, .. } | Op::ReceiveTagged { wait_ms, .. } => {
-                        Duration::from_millis(*wait_ms)
-                    }
-                    _ => Duration::ZERO,
-                };
+                let wait = super::frame_deadline::wait_of(&req.op);
                 let answer = handle(state, &mut caller, req.op);
                 Response {
                     id: req.id,
-                    result: within_deadline(options.request_timeout, wait, answer).await,
+                    result: super::frame_deadline::within_deadline(
+                        options.request_timeout,
+                        wait,
+                        answer,
+                    )
+                    .await,
                 }
             }
             Err(e) => Response {
@@ -211,27 +211,6 @@ async fn answer_requests<R, W>(
             return;
         }
         next_by = Instant::now() + limits.idle_timeout;
-    }
-}
-
-/// `answer`, or `unavailable` once it has taken `request_timeout` beyond its long-poll `wait`,
-/// as over HTTP (see [`crate::DeadlineLayer`]).
-async fn within_deadline(
-    request_timeout: Duration,
-    wait: Duration,
-    answer: impl Future<Output = Result<Reply, FrameError>>,
-) -> Result<Reply, FrameError> {
-    match tokio::time::timeout(request_timeout.saturating_add(wait), answer).await {
-        Ok(r) => r,
-        Err(_) => Err(FrameError::new(
-            ErrorCode::Unavailable,
-            format!(
-                "the request was not answered within {} beyond its wait (the store is slow or \
-                 unreachable); a send may or may not have been applied: retry it with the \
-                 same idempotency key or dedup id",
-                sluice_core::human::fmt_duration(request_timeout)
-            ),
-        )),
     }
 }
 
@@ -822,27 +801,4 @@ fn check_body(body: Body, what: &str) -> Result<Body, StoreError> {
         BodyKind::Binary => {}
     }
     Ok(body)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A frame's answer past `request_timeout` beyond its wait is `unavailable`; a receive's
-    /// wait extends its deadline.
-    #[tokio::test(start_paused = true)]
-    async fn a_frame_past_its_deadline_is_unavailable_unless_its_wait_allows_it() {
-        let slow = |secs| async move {
-            tokio::time::sleep(Duration::from_secs(secs)).await;
-            Ok(Reply::Sent(Vec::new()))
-        };
-        let timeout = Duration::from_secs(10);
-        let late = within_deadline(timeout, Duration::ZERO, slow(11)).await;
-        assert_eq!(
-            late.expect_err("past the deadline").code,
-            ErrorCode::Unavailable.as_str()
-        );
-        let waited = within_deadline(timeout, Duration::from_secs(20), slow(25)).await;
-        assert!(waited.is_ok(), "{waited:?}");
-    }
 }

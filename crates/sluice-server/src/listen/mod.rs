@@ -3,5 +3,6 @@
 //! them share.
 
 pub mod connections;
+mod frame_deadline;
 pub(crate) mod frames;
 pub mod tls;
