@@ -28,7 +28,9 @@ pub struct PostgresOptions {
     /// (the last two open about one per busy queue, as a queue's leases and acks are
     /// combined). One more listens for other nodes' wake-ups.
     pub pool_size: usize,
-    /// How long a call waits for a connection before answering `unavailable`.
+    /// How long a call waits for a connection before answering `unavailable`; with several
+    /// hosts in the connection string, each host's attempt gets a share of it (at least a
+    /// second) unless the string gives `connect_timeout`.
     pub connect_timeout: Duration,
     /// How often this node ends expired leases, expires old messages and forgets kept
     /// records past their time.
@@ -63,7 +65,7 @@ fn pool_of(
     config: tokio_postgres::Config,
     setup: String,
     size: usize,
-    timeout: Duration,
+    (timeout, create_timeout): (Duration, Duration),
 ) -> Result<Pool, OpenError> {
     let manager = Manager::from_config(
         config,
@@ -77,7 +79,7 @@ fn pool_of(
         .max_size(size.max(1))
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(timeout))
-        .create_timeout(Some(timeout))
+        .create_timeout(Some(create_timeout))
         .recycle_timeout(Some(timeout))
         .post_create(Hook::async_fn(move |client, _| {
             let setup = setup.clone();
@@ -90,6 +92,25 @@ fn pool_of(
         }))
         .build()
         .map_err(|e| OpenError::Pool(e.to_string()))
+}
+
+/// Sets how long a connection attempt waits for each host of `config`, and returns how long
+/// creating a connection may take in all. A host that does not answer at all (a dead
+/// machine, a network that drops packets) costs its whole timeout before the next host is
+/// tried, so with several hosts each gets a share of `total` (at least a second) unless the
+/// connection string says (`connect_timeout`), and creating a connection may take long enough
+/// to try every host: a dead former primary first in the list must not hide the new one.
+fn per_host_timeout(config: &mut tokio_postgres::Config, total: Duration) -> Duration {
+    let hosts = u32::try_from(config.get_hosts().len().max(1)).unwrap_or(u32::MAX);
+    let each = match config.get_connect_timeout() {
+        Some(given) => *given,
+        None => (total / hosts).max(Duration::from_secs(1)),
+    };
+    config.connect_timeout(each);
+    if hosts == 1 {
+        return total.max(each);
+    }
+    total.max(each * hosts + Duration::from_secs(1))
 }
 
 /// The `SET` statements a new connection runs before its first use: the schema, then the
@@ -156,7 +177,7 @@ impl PostgresStore {
         }
         let mut config =
             tokio_postgres::Config::from_str(&url).map_err(|e| OpenError::Url(e.to_string()))?;
-        config.connect_timeout(options.connect_timeout);
+        let create_timeout = per_host_timeout(&mut config, options.connect_timeout);
         config.application_name("sluice");
         let (mut client, conn) = config.connect(NoTls).await?;
         let driver = tokio::spawn(conn);
@@ -168,7 +189,7 @@ impl PostgresStore {
             config.clone(),
             session_setup(&schema, &[]),
             options.pool_size,
-            options.connect_timeout,
+            (options.connect_timeout, create_timeout),
         )?;
         // Leases commit without waiting for the WAL flush (see `hot/leases.rs`): their own
         // connections have that as their session default, so a lease is one statement. And
@@ -179,7 +200,7 @@ impl PostgresStore {
             config.clone(),
             session_setup(&schema, &[("synchronous_commit", "off"), ("jit", "off")]),
             options.pool_size,
-            options.connect_timeout,
+            (options.connect_timeout, create_timeout),
         )?;
         // Acks plan their statements once per connection (see `hot/ack_combine.rs`).
         let ack_pool = pool_of(
@@ -192,7 +213,7 @@ impl PostgresStore {
                 ],
             ),
             options.pool_size,
-            options.connect_timeout,
+            (options.connect_timeout, create_timeout),
         )?;
         let channel = crate::hot::wake::channel(&schema);
         let locals = Arc::new(Locals::default());

@@ -205,3 +205,36 @@ async fn call(c: &reqwest::Client, method: &str, url: &str, body: Value) -> (u16
     let st = resp.status().as_u16();
     (st, resp.json().await.unwrap_or(Value::Null))
 }
+
+/// A multi-host connection string whose first host answers nothing — the machine of a former
+/// primary, dead — reaches the next host: each host gets its share of the connect timeout
+/// rather than the first one taking all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_host_that_answers_nothing_is_passed_over() {
+    if !postgres::available().await {
+        return;
+    }
+    let schema = postgres::unique_schema("deadfirst");
+    let _schema = postgres::SchemaGuard::new(schema.clone());
+    let (_listener, _filling, dead) = common::pg::dead_address().await;
+    let store = common::pg::dead_first_store(dead, &schema).await;
+    let started = Instant::now();
+    let (_node, url) = common::serve_store(&store, Stdio::null());
+    let c = reqwest::Client::new();
+    let (st, v) = call(&c, "PUT", &format!("{url}/v1/queues/work"), json!({})).await;
+    assert!(st == 200 || st == 201, "{st} {v}");
+    for n in 0..3 {
+        let (st, v) = call(
+            &c,
+            "POST",
+            &format!("{url}/v1/queues/work/messages"),
+            json!({"body": n}),
+        )
+        .await;
+        assert_eq!(st, 201, "a send through the second host: {v}");
+    }
+    eprintln!(
+        "serving through the second host {:?} after start, the first answering nothing",
+        started.elapsed()
+    );
+}
