@@ -22,6 +22,7 @@ mod db;
 mod error;
 mod expiry;
 mod flow;
+mod hosts;
 mod hot;
 mod local;
 mod open;

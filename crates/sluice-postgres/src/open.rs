@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use sluice_core::{Checked, Clock, StoreError, SystemClock};
-use tokio_postgres::NoTls;
 
 use crate::db::ids::Ids;
 use crate::error::OpenError;
+use crate::hosts::{Hosts, PoolConnect};
 use crate::hot::wake::Wakers;
 use crate::local::Locals;
 use crate::store::{Inner, PostgresStore};
@@ -62,14 +62,14 @@ impl Default for PostgresOptions {
 /// A connection pool that waits at most `timeout` for a connection, so a lost database
 /// answers `unavailable` quickly, and replaces broken connections by itself.
 fn pool_of(
-    config: tokio_postgres::Config,
+    (config, hosts): (tokio_postgres::Config, &Hosts),
     setup: String,
     size: usize,
     (timeout, create_timeout): (Duration, Duration),
 ) -> Result<Pool, OpenError> {
-    let manager = Manager::from_config(
+    let manager = Manager::from_connect(
         config,
-        NoTls,
+        PoolConnect(hosts.clone()),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -94,13 +94,13 @@ fn pool_of(
         .map_err(|e| OpenError::Pool(e.to_string()))
 }
 
-/// Sets how long a connection attempt waits for each host of `config`, and returns how long
-/// creating a connection may take in all. A host that does not answer at all (a dead
+/// Sets how long a connection attempt waits for each host of `config`, and returns that and
+/// how long creating a connection may take in all. A host that does not answer at all (a dead
 /// machine, a network that drops packets) costs its whole timeout before the next host is
 /// tried, so with several hosts each gets a share of `total` (at least a second) unless the
 /// connection string says (`connect_timeout`), and creating a connection may take long enough
 /// to try every host: a dead former primary first in the list must not hide the new one.
-fn per_host_timeout(config: &mut tokio_postgres::Config, total: Duration) -> Duration {
+fn per_host_timeout(config: &mut tokio_postgres::Config, total: Duration) -> (Duration, Duration) {
     let hosts = u32::try_from(config.get_hosts().len().max(1)).unwrap_or(u32::MAX);
     let each = match config.get_connect_timeout() {
         Some(given) => *given,
@@ -108,9 +108,9 @@ fn per_host_timeout(config: &mut tokio_postgres::Config, total: Duration) -> Dur
     };
     config.connect_timeout(each);
     if hosts == 1 {
-        return total.max(each);
+        return (each, total.max(each));
     }
-    total.max(each * hosts + Duration::from_secs(1))
+    (each, total.max(each * hosts + Duration::from_secs(1)))
 }
 
 /// The `SET` statements a new connection runs before its first use: the schema, then the
@@ -177,16 +177,17 @@ impl PostgresStore {
         }
         let mut config =
             tokio_postgres::Config::from_str(&url).map_err(|e| OpenError::Url(e.to_string()))?;
-        let create_timeout = per_host_timeout(&mut config, options.connect_timeout);
+        let (per_host, create_timeout) = per_host_timeout(&mut config, options.connect_timeout);
         config.application_name("sluice");
-        let (mut client, conn) = config.connect(NoTls).await?;
+        let hosts = Hosts::of(&url, &config, per_host);
+        let (mut client, conn) = hosts.connect().await?;
         let driver = tokio::spawn(conn);
         crate::db::schema::migrate(&mut client, &schema).await?;
         drop(client);
         driver.abort();
 
         let pool = pool_of(
-            config.clone(),
+            (config.clone(), &hosts),
             session_setup(&schema, &[]),
             options.pool_size,
             (options.connect_timeout, create_timeout),
@@ -197,14 +198,14 @@ impl PostgresStore {
         // compiling one whose estimated cost crossed `jit_above_cost` (the skip scan over a
         // large queue's group lines, planned for the worst case) took 10 – 25 ms each time.
         let lease_pool = pool_of(
-            config.clone(),
+            (config.clone(), &hosts),
             session_setup(&schema, &[("synchronous_commit", "off"), ("jit", "off")]),
             options.pool_size,
             (options.connect_timeout, create_timeout),
         )?;
         // Acks plan their statements once per connection (see `hot/ack_combine.rs`).
         let ack_pool = pool_of(
-            config.clone(),
+            (config.clone(), &hosts),
             session_setup(
                 &schema,
                 &[
@@ -252,7 +253,7 @@ impl PostgresStore {
             pack_min: options.pack_min,
         });
         tokio::spawn(crate::hot::wake::listen(
-            config,
+            hosts,
             channel,
             origin,
             Arc::downgrade(&wakers),

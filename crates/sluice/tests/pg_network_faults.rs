@@ -207,10 +207,10 @@ async fn call(c: &reqwest::Client, method: &str, url: &str, body: Value) -> (u16
 }
 
 /// A multi-host connection string whose first host answers nothing — the machine of a former
-/// primary, dead — reaches the next host: each host gets its share of the connect timeout
-/// rather than the first one taking all of it.
+/// primary, dead: its SYNs dropped — reaches the next host: each host gets its share of the
+/// connect timeout rather than the first one taking all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_first_host_that_answers_nothing_is_passed_over() {
+async fn a_dead_first_host_is_passed_over() {
     if !postgres::available().await {
         return;
     }
@@ -218,8 +218,26 @@ async fn a_first_host_that_answers_nothing_is_passed_over() {
     let _schema = postgres::SchemaGuard::new(schema.clone());
     let (_listener, _filling, dead) = common::pg::dead_address().await;
     let store = common::pg::dead_first_store(dead, &schema).await;
+    serves_through_the_second_host(&store, "dead").await;
+}
+
+/// As above, with a first host that accepts connections and then answers nothing (a frozen
+/// server): each host's whole start-up has its deadline, not only its TCP connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_first_host_is_passed_over() {
+    if !postgres::available().await {
+        return;
+    }
+    let schema = postgres::unique_schema("frozenfirst");
+    let _schema = postgres::SchemaGuard::new(schema.clone());
+    let (proxy, store) = common::pg::proxy_first_store(&schema).await;
+    proxy.set(Fault::Blackhole);
+    serves_through_the_second_host(&store, "frozen").await;
+}
+
+async fn serves_through_the_second_host(store: &str, first: &str) {
     let started = Instant::now();
-    let (_node, url) = common::serve_store(&store, Stdio::null());
+    let (_node, url) = common::serve_store(store, Stdio::null());
     let c = reqwest::Client::new();
     let (st, v) = call(&c, "PUT", &format!("{url}/v1/queues/work"), json!({})).await;
     assert!(st == 200 || st == 201, "{st} {v}");
@@ -234,7 +252,7 @@ async fn a_first_host_that_answers_nothing_is_passed_over() {
         assert_eq!(st, 201, "a send through the second host: {v}");
     }
     eprintln!(
-        "serving through the second host {:?} after start, the first answering nothing",
+        "serving through the second host {:?} after start, the first {first}",
         started.elapsed()
     );
 }

@@ -21,8 +21,8 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 use tokio::time::Instant;
+use tokio_postgres::AsyncMessage;
 use tokio_postgres::types::Type;
-use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::local::Locals;
 
@@ -376,20 +376,19 @@ pub(crate) async fn announce(
 /// Keeps a LISTEN connection open while `wakers` lives, reconnecting after failures. Wakes
 /// for other stores' notifications only: this store's own writes woke its waiters already.
 pub(crate) async fn listen(
-    config: tokio_postgres::Config,
+    hosts: crate::hosts::Hosts,
     chan: String,
     origin: u64,
     wakers: Weak<Wakers>,
 ) {
     // Operators (and tests) tell the listening connection in `pg_stat_activity` by its name.
-    let mut config = config;
-    config.application_name(&chan);
+    let hosts = hosts.named(&chan);
     let mut backoff = Duration::from_millis(100);
     loop {
         if wakers.strong_count() == 0 {
             return;
         }
-        match config.connect(NoTls).await {
+        match hosts.connect().await {
             Ok((client, mut conn)) => {
                 let (tx, mut rx) = futures::channel::mpsc::unbounded();
                 let driver = tokio::spawn(async move {

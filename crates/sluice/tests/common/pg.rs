@@ -35,6 +35,18 @@ pub async fn proxied_store(schema: &str) -> (FaultProxy, String) {
     (proxy, store)
 }
 
+/// A multi-host connection string for `schema` whose first host is a new fault proxy to the
+/// test database and whose second is the database itself: the proxy and that string.
+pub async fn proxy_first_store(schema: &str) -> (FaultProxy, String) {
+    let (user, db, addr) = target().await;
+    let proxy = FaultProxy::start(addr).await.expect("proxy");
+    let store = format!(
+        "postgres://{user}@{},{addr}/{db}?schema={schema}",
+        proxy.addr()
+    );
+    (proxy, store)
+}
+
 /// A multi-host connection string for `schema` whose first host is `dead` and whose second is
 /// the test database.
 pub async fn dead_first_store(dead: SocketAddr, schema: &str) -> String {
