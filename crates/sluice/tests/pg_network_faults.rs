@@ -62,18 +62,16 @@ async fn cut_off_and_back(fault: Fault, name: &str) {
         .expect("create");
     assert!(created.status().is_success(), "{created:?}");
     for n in 0..SENT {
-        let (st, v) = call(
+        let (st, v) = post(
             &c,
-            "POST",
             &format!("{b}/v1/queues/work/messages"),
             json!({"body": {"n": n}}),
         )
         .await;
         assert_eq!(st, 201, "{v}");
     }
-    let (st, v) = call(
+    let (st, v) = post(
         &c,
-        "POST",
         &format!("{a}/v1/queues/work/receive"),
         json!({"max": 5}),
     )
@@ -87,16 +85,17 @@ async fn cut_off_and_back(fault: Fault, name: &str) {
         .collect();
     assert!(!held.is_empty(), "node A leased before the fault: {v}");
 
+    // A send with an idempotency key, made during the fault and retried after it.
+    let keyed_send = || {
+        c.post(format!("{a}/v1/queues/work/messages"))
+            .header("idempotency-key", "during-the-fault")
+            .json(&json!({"body": {"n": "during"}}))
+            .send()
+    };
     proxy.set(fault);
     // A write through A: answered 503 by the deadline, with Retry-After, not left hanging.
     let started = Instant::now();
-    let resp = c
-        .post(format!("{a}/v1/queues/work/messages"))
-        .header("idempotency-key", "during-the-fault")
-        .json(&json!({"body": {"n": "during"}}))
-        .send()
-        .await
-        .expect("node A answers");
+    let resp = keyed_send().await.expect("node A answers");
     let took = started.elapsed();
     assert_eq!(resp.status(), 503, "a send through the cut-off node");
     assert!(resp.headers().contains_key("retry-after"), "{resp:?}");
@@ -114,9 +113,8 @@ async fn cut_off_and_back(fault: Fault, name: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while seen.len() < SENT as usize {
         assert!(Instant::now() < deadline, "node B took over only {seen:?}");
-        let (st, v) = call(
+        let (st, v) = post(
             &c,
-            "POST",
             &format!("{b}/v1/queues/work/receive"),
             json!({"max": 10, "wait_ms": 500}),
         )
@@ -124,9 +122,8 @@ async fn cut_off_and_back(fault: Fault, name: &str) {
         assert_eq!(st, 200, "node B serves while A is cut off: {v}");
         for m in v["messages"].as_array().expect("messages") {
             *seen.entry(m["body"]["n"].to_string()).or_default() += 1;
-            let (st, v) = call(
+            let (st, v) = post(
                 &c,
-                "POST",
                 &format!("{b}/v1/queues/work/ack"),
                 json!({"receipt": m["receipt"]}),
             )
@@ -153,9 +150,8 @@ async fn cut_off_and_back(fault: Fault, name: &str) {
     let rejoined = healed.elapsed();
     // A's acks of leases that ran out while it was cut off are stale: changed nothing.
     for r in &held {
-        let (st, v) = call(
+        let (st, v) = post(
             &c,
-            "POST",
             &format!("{a}/v1/queues/work/ack"),
             json!({"receipt": r}),
         )
@@ -164,17 +160,10 @@ async fn cut_off_and_back(fault: Fault, name: &str) {
         assert_eq!(v["error"]["code"], "receipt_stale", "{v}");
     }
     // The send answered 503 is retried with its key: there is exactly one such message.
-    let resp = c
-        .post(format!("{a}/v1/queues/work/messages"))
-        .header("idempotency-key", "during-the-fault")
-        .json(&json!({"body": {"n": "during"}}))
-        .send()
-        .await
-        .expect("retry");
+    let resp = keyed_send().await.expect("retry");
     assert_eq!(resp.status(), 201, "the retry of the unknown-outcome send");
-    let (st, v) = call(
+    let (st, v) = post(
         &c,
-        "POST",
         &format!("{a}/v1/queues/work/receive"),
         json!({"max": 10, "wait_ms": 1000}),
     )
@@ -193,15 +182,9 @@ async fn cut_off_and_back(fault: Fault, name: &str) {
     );
 }
 
-/// One JSON call: its status and body.
-async fn call(c: &reqwest::Client, method: &str, url: &str, body: Value) -> (u16, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-    let resp = c
-        .request(method, url)
-        .json(&body)
-        .send()
-        .await
-        .expect("answer");
+/// One JSON POST: its status and body.
+async fn post(c: &reqwest::Client, url: &str, body: Value) -> (u16, Value) {
+    let resp = c.post(url).json(&body).send().await.expect("answer");
     let st = resp.status().as_u16();
     (st, resp.json().await.unwrap_or(Value::Null))
 }
@@ -239,12 +222,16 @@ async fn serves_through_the_second_host(store: &str, first: &str) {
     let started = Instant::now();
     let (_node, url) = common::serve_store(store, Stdio::null());
     let c = reqwest::Client::new();
-    let (st, v) = call(&c, "PUT", &format!("{url}/v1/queues/work"), json!({})).await;
-    assert!(st == 200 || st == 201, "{st} {v}");
+    let created = c
+        .put(format!("{url}/v1/queues/work"))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("create");
+    assert!(created.status().is_success(), "{created:?}");
     for n in 0..3 {
-        let (st, v) = call(
+        let (st, v) = post(
             &c,
-            "POST",
             &format!("{url}/v1/queues/work/messages"),
             json!({"body": n}),
         )
