@@ -4,5 +4,6 @@
 
 pub mod connections;
 mod frame_deadline;
+mod frame_idempotency;
 pub(crate) mod frames;
 pub mod tls;
