@@ -43,6 +43,27 @@ pub struct Verdict {
     pub figure: String,
 }
 
+impl Verdict {
+    /// `PASS` or `FAIL`.
+    pub fn mark(&self) -> &'static str {
+        if self.pass { "PASS" } else { "FAIL" }
+    }
+}
+
+/// The summary's line of a verdict: `PASS 1. <name>: <figure>`.
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}. {}: {}",
+            self.mark(),
+            self.number,
+            self.name,
+            self.figure
+        )
+    }
+}
+
 /// The reservation id of a task message (None for any other body).
 pub fn reservation_id(m: &MessageView) -> Option<String> {
     let body = m.body.as_ref()?;

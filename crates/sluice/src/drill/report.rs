@@ -186,14 +186,7 @@ pub fn summary(o: &Observed, verdicts: &[Verdict]) -> String {
     }
     let _ = writeln!(s);
     for v in verdicts {
-        let _ = writeln!(
-            s,
-            "{} {}. {}: {}",
-            if v.pass { "PASS" } else { "FAIL" },
-            v.number,
-            v.name,
-            v.figure
-        );
+        let _ = writeln!(s, "{v}");
     }
     let failed = verdicts.iter().filter(|v| !v.pass).count();
     let _ = writeln!(

@@ -101,14 +101,7 @@ pub fn summary(
     let _ = writeln!(s);
     for (k, q) in key.iter().zip(queue) {
         for (run, v) in [("per key", k), ("queue-wide", q)] {
-            let _ = writeln!(
-                s,
-                "{run:<11} {} {}. {}: {}",
-                if v.pass { "PASS" } else { "FAIL" },
-                v.number,
-                v.name,
-                v.figure
-            );
+            let _ = writeln!(s, "{run:<11} {v}");
         }
     }
     let fails = |vs: &[Verdict]| {
@@ -342,8 +335,8 @@ pub fn page(
         let cell = |v: &Verdict| {
             format!(
                 "<td><span class=\"{}\">{}</span> {}</td>",
-                if v.pass { "pass" } else { "fail" },
-                if v.pass { "PASS" } else { "FAIL" },
+                v.mark().to_lowercase(),
+                v.mark(),
                 esc(&v.figure)
             )
         };
