@@ -13,7 +13,9 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
-use sluice_wire::{BodyEncoding, DeliveryView, JsonText, MessageView, SendMessage, TaskView};
+use sluice_wire::{
+    BodyEncoding, DeliveryView, JsonText, MessageView, SendMessage, TaskView, TraceView,
+};
 
 use crate::error::{Error, Result};
 use crate::json::to_raw;
@@ -182,6 +184,7 @@ pub struct OutgoingMessage {
     pub(crate) group: Option<String>,
     pub(crate) key: Option<String>,
     pub(crate) priority: Option<u8>,
+    pub(crate) trace: Option<TraceView>,
 }
 
 impl OutgoingMessage {
@@ -194,6 +197,7 @@ impl OutgoingMessage {
             group: None,
             key: None,
             priority: None,
+            trace: None,
         }
     }
 
@@ -275,6 +279,17 @@ impl OutgoingMessage {
         self
     }
 
+    /// Carries W3C trace context (a `traceparent`, and a `tracestate` if any; checked by the
+    /// broker): the broker keeps it with the message and hands it to every consumer, so that
+    /// their spans join the trace of the span that sent it.
+    pub fn trace(mut self, traceparent: impl Into<String>, tracestate: Option<String>) -> Self {
+        self.trace = Some(TraceView {
+            traceparent: traceparent.into(),
+            tracestate,
+        });
+        self
+    }
+
     /// The JSON-API form of this message.
     pub(crate) fn to_wire(&self) -> Result<SendMessage> {
         let (body, body_base64) = match &self.body {
@@ -291,6 +306,7 @@ impl OutgoingMessage {
             group: self.group.clone(),
             key: self.key.clone(),
             priority: self.priority,
+            trace: self.trace.clone(),
         })
     }
 }

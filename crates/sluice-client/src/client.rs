@@ -166,6 +166,8 @@ pub(crate) struct Call {
     pub gone_is_success: bool,
     /// Sends `If-None-Match: *`: create only.
     pub create_only: bool,
+    /// W3C trace context headers (`traceparent`, `tracestate`) of a raw send.
+    pub trace: Option<sluice_wire::TraceView>,
 }
 
 impl Call {
@@ -180,6 +182,7 @@ impl Call {
             idempotency_key: None,
             gone_is_success: false,
             create_only: false,
+            trace: None,
         }
     }
 
@@ -291,6 +294,12 @@ impl Client {
         }
         if call.create_only {
             req = req.header(reqwest::header::IF_NONE_MATCH, "*");
+        }
+        if let Some(t) = &call.trace {
+            req = req.header("traceparent", &t.traceparent);
+            if let Some(s) = &t.tracestate {
+                req = req.header("tracestate", s);
+            }
         }
         req = match &call.body {
             Some(ReqBody::Json(b)) => req

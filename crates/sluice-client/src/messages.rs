@@ -170,6 +170,7 @@ impl Client {
                 if let Some(p) = message.priority {
                     call.query.push(("priority", p.to_string()));
                 }
+                call.trace.clone_from(&message.trace);
                 call.body = Some(ReqBody::Raw {
                     bytes,
                     content_type,
@@ -187,6 +188,7 @@ impl Client {
                     messages: None,
                     key: m.key,
                     priority: m.priority,
+                    trace: m.trace,
                 };
                 call = call.json(&req)?;
             }
@@ -239,6 +241,7 @@ impl Client {
             messages: Some(wire),
             key: None,
             priority: None,
+            trace: None,
         };
         let call = self
             .send_call(format!("/v1/queues/{q}/messages"), options, dedup)

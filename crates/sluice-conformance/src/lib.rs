@@ -169,6 +169,7 @@ macro_rules! __sluice_conformance_cases {
             key_weights_share_deliveries,
             keys_and_priorities_outlive_retries_dead_letters_and_restarts,
             keys_and_priorities_are_checked,
+            trace_context_travels_with_its_message,
             key_limits_hold_a_key_not_the_others,
             a_held_keys_backlog_does_not_hide_another_key,
             key_rates_hold_each_key_in_every_window,

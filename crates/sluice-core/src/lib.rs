@@ -38,6 +38,7 @@ pub mod summary;
 pub mod task;
 pub mod text;
 pub mod time;
+pub mod trace;
 pub mod trend;
 
 pub use audit::{AuditEvent, AuditQuery};
@@ -66,3 +67,4 @@ pub use store::{
 pub use store::{Checked, Store};
 pub use task::TaskStatus;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+pub use trace::TraceContext;

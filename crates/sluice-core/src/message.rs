@@ -13,6 +13,7 @@ use crate::fair::MessageKey;
 use crate::group::GroupName;
 use crate::name::QueueName;
 use crate::time::Timestamp;
+use crate::trace::TraceContext;
 
 /// A message id: unique within a store, assigned at send, kept through dead-lettering,
 /// moves and redrives. Shown as 16 lowercase hex digits.
@@ -121,6 +122,8 @@ pub struct NewMessage {
     pub key: Option<MessageKey>,
     /// 0 – 9, 9 most urgent; `None` takes the queue's `default_priority`.
     pub priority: Option<u8>,
+    /// The producer's trace context, handed to every consumer (see [`crate::trace`]).
+    pub trace: Option<TraceContext>,
 }
 
 impl NewMessage {
@@ -134,6 +137,7 @@ impl NewMessage {
             group: None,
             key: None,
             priority: None,
+            trace: None,
         }
     }
 
@@ -148,6 +152,13 @@ impl NewMessage {
     #[must_use]
     pub fn with_key(mut self, key: MessageKey) -> Self {
         self.key = Some(key);
+        self
+    }
+
+    /// The same message carrying trace context `t`.
+    #[must_use]
+    pub fn with_trace(mut self, t: TraceContext) -> Self {
+        self.trace = Some(t);
         self
     }
 
@@ -441,6 +452,9 @@ pub struct Message {
     /// The priority it was sent with; `None` when it named none and so takes its queue's
     /// `default_priority`.
     pub priority: Option<u8>,
+    /// The trace context it was sent with (kept through retries, dead-lettering, moves and
+    /// redrives); `None` on a completed record.
+    pub trace: Option<TraceContext>,
 }
 
 /// A leased message handed to a consumer.
@@ -470,6 +484,8 @@ pub struct Delivery {
     pub key: Option<MessageKey>,
     /// The priority it was delivered at: its own, else its queue's `default_priority`.
     pub priority: u8,
+    /// The trace context it was sent with.
+    pub trace: Option<TraceContext>,
 }
 
 /// Cuts an error text to [`limits::MAX_ERROR_BYTES`] on a character boundary.

@@ -78,6 +78,7 @@ mod tests {
 
     fn msg(state: MessageState, receive_count: u32) -> Message {
         Message {
+            trace: None,
             id: MessageId(1),
             queue: QueueName::new("q").unwrap(),
             state,

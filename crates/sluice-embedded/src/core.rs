@@ -395,6 +395,7 @@ impl Core {
         let (rec, rich) = self.load(id, m)?;
         let q = &self.state.queues[&m.qid];
         Ok(Message {
+            trace: rec.trace,
             id: MessageId(id),
             queue: q.name.clone(),
             state: match m.slot() {

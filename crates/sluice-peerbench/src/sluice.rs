@@ -189,6 +189,7 @@ impl Producer for SluiceConn {
             let mut bodies = bodies;
             let b = bodies.pop().context("no body")?;
             SendRequest {
+                trace: None,
                 body: Some(raw(b)?),
                 body_base64: None,
                 attributes: None,
@@ -204,6 +205,7 @@ impl Producer for SluiceConn {
                 .into_iter()
                 .map(|b| {
                     Ok(SendMessage {
+                        trace: None,
                         body: Some(raw(b)?),
                         body_base64: None,
                         attributes: None,
@@ -216,6 +218,7 @@ impl Producer for SluiceConn {
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             SendRequest {
+                trace: None,
                 body: None,
                 body_base64: None,
                 attributes: None,

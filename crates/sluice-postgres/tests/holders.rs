@@ -334,6 +334,7 @@ async fn leases_granted_before_holders_were_kept_end_without_one() {
          DROP TABLE key_paces;
          DROP TABLE key_flow;
          DROP TABLE readiness;
+         ALTER TABLE messages DROP COLUMN traceparent, DROP COLUMN tracestate;
          DELETE FROM migrations WHERE version >= 10;",
     )
     .await

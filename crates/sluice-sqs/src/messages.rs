@@ -152,6 +152,7 @@ fn prepare(entry: SendEntry, kind: QueueKind) -> Result<Prepared, SqsError> {
         body_md5: md5_hex(body.as_bytes()),
         attributes_md5: attributes_md5(&typed),
         message: NewMessage {
+            trace: None,
             body: sluice_core::message::Body::text(body),
             attributes: stored,
             delay,

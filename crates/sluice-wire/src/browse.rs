@@ -328,6 +328,10 @@ wire_struct! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(minimum = 0, maximum = 9)]
         pub priority: Option<u8>,
+        /// The W3C trace context it was sent with; absent for a message sent without one and
+        /// for a completed record. Kept through retries, dead-lettering, moves and redrives.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub trace: Option<crate::TraceView>,
     }
 }
 
@@ -363,6 +367,7 @@ impl From<&Message> for MessageView {
             group: m.group.as_ref().map(|g| g.to_string()),
             key: m.key.as_ref().map(|k| k.to_string()),
             priority: m.priority,
+            trace: m.trace.as_ref().map(Into::into),
         }
     }
 }

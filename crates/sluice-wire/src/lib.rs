@@ -48,6 +48,7 @@ mod settle;
 mod stats;
 mod summary;
 mod task;
+mod trace;
 
 pub use audit::{AuditEntryView, AuditList};
 pub use body::{BodyEncoding, BodyForm, JsonText};
@@ -68,3 +69,4 @@ pub use sluice_core::time::{parse_rfc3339, rfc3339};
 pub use stats::*;
 pub use summary::*;
 pub use task::*;
+pub use trace::TraceView;

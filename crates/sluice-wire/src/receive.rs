@@ -121,6 +121,9 @@ wire_struct! {
         #[serde(default = "crate::receive::default_priority")]
         #[schema(minimum = 0, maximum = 9)]
         pub priority: u8,
+        /// The W3C trace context it was sent with; absent for a message sent without one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub trace: Option<crate::TraceView>,
     }
 }
 
@@ -147,6 +150,7 @@ impl From<&Delivery> for DeliveryView {
             group: d.group.as_ref().map(|g| g.to_string()),
             key: d.key.as_ref().map(|k| k.to_string()),
             priority: d.priority,
+            trace: d.trace.as_ref().map(Into::into),
         }
     }
 }

@@ -75,6 +75,10 @@ fn delivery(out: &mut Vec<u8>, d: &Delivery) {
         json(out, k.as_str());
     }
     let _ = write!(out, ",\"priority\":{}", d.priority);
+    if let Some(t) = &d.trace {
+        out.extend_from_slice(b",\"trace\":");
+        json(out, &crate::TraceView::from(t));
+    }
     out.push(b'}');
 }
 
@@ -146,12 +150,37 @@ mod tests {
             -1_000_000_000_000_i64..4_000_000_000_000,
             proptest::option::of("[a-z\"\n]{0,10}"),
             proptest::option::of("[a-z\"é\\ ]{1,10}"),
-            (proptest::option::of("[a-z\"é\\ ]{1,10}"), 0u8..10),
+            (
+                proptest::option::of("[a-z\"é\\ ]{1,10}"),
+                0u8..10,
+                proptest::option::of((
+                    any::<u64>(),
+                    proptest::option::of("[a-z]{1,4}=[a-z ]{0,3}[a-z]"),
+                )),
+            ),
         )
             .prop_map(
-                |(id, token, body, attributes, rc, max, at, last_error, group, (key, priority))| {
+                |(
+                    id,
+                    token,
+                    body,
+                    attributes,
+                    rc,
+                    max,
+                    at,
+                    last_error,
+                    group,
+                    (key, priority, trace),
+                )| {
                     let attributes: Attributes = attributes;
                     Delivery {
+                        trace: trace.map(|(span, state)| {
+                            sluice_core::TraceContext::new(
+                                format!("00-4bf92f3577b34da6a3ce929d0e0e4736-{:016x}-01", span | 1),
+                                state,
+                            )
+                            .expect("valid trace context")
+                        }),
                         id: MessageId(id),
                         receipt: Receipt {
                             id: MessageId(id),

@@ -12,6 +12,7 @@ use sluice_core::message::{Attributes, Body, NewMessage};
 
 use crate::body::{body_from, wire_struct};
 use crate::convert::opt_millis;
+use crate::trace::TraceView;
 
 wire_struct! {
     /// One message of a send.
@@ -51,6 +52,10 @@ wire_struct! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(minimum = 0, maximum = 9)]
         pub priority: Option<u8>,
+        /// W3C trace context of the span that sends it, handed to every consumer; default
+        /// the request's `traceparent` and `tracestate` headers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub trace: Option<TraceView>,
     }
 }
 
@@ -64,6 +69,7 @@ impl SendMessage {
         let body = body_from("body", self.body, self.body_base64, true)?
             .ok_or_else(|| StoreError::invalid("missing body"))?;
         let m = NewMessage {
+            trace: self.trace.map(TraceView::into_context).transpose()?,
             body,
             attributes: self.attributes.unwrap_or_default(),
             delay: opt_millis("delay_ms", self.delay_ms)?,
@@ -120,6 +126,10 @@ wire_struct! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schema(minimum = 0, maximum = 9)]
         pub priority: Option<u8>,
+        /// One message: its W3C trace context; default the request's `traceparent` and
+        /// `tracestate` headers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub trace: Option<TraceView>,
         /// A batch of 1 – 1000 messages (16 MiB of bodies in all), stored all or nothing.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub messages: Option<Vec<SendMessage>>,
@@ -143,11 +153,12 @@ impl SendRequest {
                     || self.group.is_some()
                     || self.key.is_some()
                     || self.priority.is_some()
+                    || self.trace.is_some()
                 {
                     return Err(StoreError::invalid(
                         "a batch send holds everything inside \"messages\"; body, body_base64, \
-                         attributes, delay_ms, dedup_id, group, key and priority are not allowed \
-                         beside it",
+                         attributes, delay_ms, dedup_id, group, key, priority and trace are not \
+                         allowed beside it",
                     ));
                 }
                 if batch.is_empty() || batch.len() > MAX_BATCH {
@@ -180,6 +191,7 @@ impl SendRequest {
                     group: self.group,
                     key: self.key,
                     priority: self.priority,
+                    trace: self.trace,
                 }
                 .into_new_message()?;
                 Ok((vec![m], false))
@@ -254,6 +266,7 @@ impl RawSendParams {
     /// `InvalidArgument` for a negative delay, a bad dedup id or a bad group.
     pub fn into_new_message(self, body: Body) -> Result<NewMessage, StoreError> {
         let m = NewMessage {
+            trace: None,
             body,
             attributes: Attributes::new(),
             delay: opt_millis("delay_ms", self.delay_ms)?,

@@ -261,6 +261,7 @@ fn view(
     priority: u8,
 ) -> DeliveryView {
     let delivery = Delivery {
+        trace: None,
         id: MessageId(d.id),
         receipt: d.receipt.into(),
         body: d.body,

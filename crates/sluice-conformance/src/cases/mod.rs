@@ -414,6 +414,8 @@ mod readings;
 pub use readings::*;
 mod fairness;
 pub use fairness::*;
+mod trace;
+pub use trace::*;
 mod key_flows;
 pub use key_flows::*;
 mod key_rates;

@@ -87,6 +87,7 @@ pub fn view_of(ids: &Ids, m: &Message, attempts_known: bool) -> Result<View, Str
         group: m.group.as_ref().map(ToString::to_string),
         key: m.key.as_ref().map(ToString::to_string),
         priority: m.priority,
+        trace: crate::differential::model::trace_view(m.trace.as_ref()),
     })
 }
 
@@ -123,7 +124,8 @@ pub fn diff(engine: &View, model: &View) -> String {
         cancelled,
         group,
         key,
-        priority
+        priority,
+        trace
     );
     if engine.attempts.is_some() && model.attempts.is_some() && engine.attempts != model.attempts {
         out.push(format!(

@@ -75,6 +75,8 @@ pub struct View {
     pub key: Option<String>,
     /// The priority it was sent with.
     pub priority: Option<u8>,
+    /// The trace context it was sent with: `traceparent` and `tracestate`.
+    pub trace: Option<(String, Option<String>)>,
 }
 
 /// Where a message is.
@@ -143,6 +145,8 @@ pub struct Msg {
     pub key: Option<String>,
     /// The priority it was sent with (`None`: the queue's default when delivered).
     pub priority: Option<u8>,
+    /// The trace context it was sent with.
+    pub trace: Option<sluice_core::TraceContext>,
 }
 
 /// A queue of the model.
@@ -460,7 +464,12 @@ impl Model {
         attributes: BTreeMap<String, String>,
         delay: i64,
         dedup_id: Option<String>,
-        (group, key, priority): (Option<String>, Option<String>, Option<u8>),
+        (group, key, priority, trace): (
+            Option<String>,
+            Option<String>,
+            Option<u8>,
+            Option<sluice_core::TraceContext>,
+        ),
         now: i64,
     ) -> usize {
         let entry = self.next_entry();
@@ -485,6 +494,7 @@ impl Model {
             group,
             key,
             priority,
+            trace,
         }));
         let q = self.queues.get_mut(queue).expect("queue");
         q.totals.sent += 1;
@@ -663,6 +673,11 @@ impl Model {
             group: if done { None } else { m.group.clone() },
             key: if done { None } else { m.key.clone() },
             priority: if done { None } else { m.priority },
+            trace: if done {
+                None
+            } else {
+                trace_view(m.trace.as_ref())
+            },
         })
     }
 
@@ -766,4 +781,14 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// A trace context as a [`View`] compares it.
+pub fn trace_view(t: Option<&sluice_core::TraceContext>) -> Option<(String, Option<String>)> {
+    t.map(|t| {
+        (
+            t.traceparent().to_owned(),
+            t.tracestate().map(str::to_owned),
+        )
+    })
 }

@@ -53,6 +53,8 @@ pub struct MsgSpec {
     pub key: Option<String>,
     /// A priority; 10 is out of range, for the refusal.
     pub priority: Option<u8>,
+    /// A trace context: the last byte of its span id, and whether it has a `tracestate`.
+    pub trace: Option<(u8, bool)>,
 }
 
 /// A queue configuration change as drawn: `None` leaves the field out of the patch.
@@ -365,10 +367,11 @@ fn msg_spec() -> impl Strategy<Value = MsgSpec> {
                 prop_oneof![6 => prop::sample::select(vec!["k1", "k2", "k3"]).prop_map(str::to_owned), 1 => any_text()],
             ),
             prop::option::weighted(0.35, prop_oneof![12 => 0u8..10, 1 => Just(10u8)]),
+            prop::option::weighted(0.3, (any::<u8>(), any::<bool>())),
         ),
     )
         .prop_map(
-            |(body, attributes, delay_ms, dedup_id, group, (key, priority))| MsgSpec {
+            |(body, attributes, delay_ms, dedup_id, group, (key, priority, trace))| MsgSpec {
                 body,
                 attributes,
                 delay_ms,
@@ -376,6 +379,7 @@ fn msg_spec() -> impl Strategy<Value = MsgSpec> {
                 group,
                 key,
                 priority,
+                trace,
             },
         )
 }

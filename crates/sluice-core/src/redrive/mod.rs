@@ -510,6 +510,7 @@ mod tests {
 
     fn dead(error: &str, at: i64, attrs: &[(&str, &str)]) -> Message {
         Message {
+            trace: None,
             id: MessageId(1),
             queue: QueueName::new("q.dlq").unwrap(),
             state: MessageState::Visible,

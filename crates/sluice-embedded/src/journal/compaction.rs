@@ -84,6 +84,7 @@ async fn compact_oldest(inner: &Inner) -> Result<(), StoreError> {
                     // Kept for the message's view; the dedup window's entry travels in its
                     // own record below, so replay registers a copy's key only from that.
                     dedup: rec.dedup,
+                    trace: rec.trace,
                 };
                 // A grouped message keeps its group and its place in the group's line.
                 let group = core.state.members.get(id).map(|p| GroupTag {

@@ -109,6 +109,7 @@ fn message() -> impl Strategy<Value = MessageRecord> + Clone {
                 (enqueued_at, entered_at, visible_at, receive_count),
                 (lease, rich, dedup),
             )| MessageRecord {
+                trace: None,
                 origin: if copy { Origin::Relocate } else { Origin::Send },
                 id,
                 qid,
@@ -593,6 +594,7 @@ fn huge_lengths_are_refused_without_allocating_them() {
 #[test]
 fn records_at_the_edges_of_their_numbers_replay() {
     let mut message = MessageRecord {
+        trace: None,
         origin: Origin::Send,
         id: u64::MAX,
         qid: 1,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::message::{Attempt, Attributes, Body, DeadLetter};
 use sluice_core::stats::Totals;
 use sluice_core::store::IdempotentResponse;
+use sluice_core::trace::TraceContext;
 
 mod held;
 mod legacy;
@@ -50,6 +51,11 @@ pub(crate) struct MessageRecord {
     pub lease: Option<(u64, i64)>,
     pub rich: Rich,
     pub dedup: Option<(String, i64)>,
+    /// Its trace context: moved into the [`Record::Traced`] around the record when it is
+    /// written (so a message without one keeps the record's older layout), and back by
+    /// [`Record::into_base`].
+    #[serde(skip)]
+    pub trace: Option<TraceContext>,
 }
 
 /// The mutable fields too large to keep in memory per message: read from the log on demand.
@@ -294,6 +300,36 @@ pub(crate) enum Record {
     /// (`key_limits.rate_limit`): replay sets each queue's key windows to its entry, whole.
     /// Written by compaction, and when a queue's key rates are set or changed.
     KeyPaces(Vec<KeyPaces>),
+    /// The base record of a message with a trace context (its send, or a compaction copy of
+    /// it), with its group, key and priority if it has them. Messages without one keep the
+    /// other base records, so a store that never sees a trace context writes nothing an
+    /// older version could not read.
+    Traced {
+        message: MessageRecord,
+        tag: TagRecord,
+        trace: TraceRecord,
+    },
+}
+
+/// A trace context as a [`Record::Traced`] keeps it (checked at send).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TraceRecord {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+impl TraceRecord {
+    fn of(t: &TraceContext) -> Self {
+        TraceRecord {
+            traceparent: t.traceparent().to_owned(),
+            tracestate: t.tracestate().map(str::to_owned),
+        }
+    }
+
+    /// The context again; `None` only for a record no send could have written.
+    fn context(&self) -> Option<TraceContext> {
+        TraceContext::new(self.traceparent.clone(), self.tracestate.clone()).ok()
+    }
 }
 
 /// One queue's key windows, as a [`Record::KeyPaces`] keeps them.
@@ -396,11 +432,23 @@ impl Record {
     /// The base record of a message: the plainest form that keeps its group, key and
     /// priority.
     pub(crate) fn base(
-        message: MessageRecord,
+        mut message: MessageRecord,
         group: Option<GroupTag>,
         key: Option<&str>,
         priority: Option<u8>,
     ) -> Record {
+        if let Some(t) = message.trace.take() {
+            let trace = TraceRecord::of(&t);
+            return Record::Traced {
+                message,
+                tag: TagRecord {
+                    group,
+                    key: key.map(str::to_owned),
+                    priority,
+                },
+                trace,
+            };
+        }
         match (group, key, priority) {
             (None, None, None) => Record::Message(message),
             (Some(group), None, None) => Record::Grouped { message, group },
@@ -440,9 +488,16 @@ impl Record {
         }
     }
 
-    /// The message record of a base record (a send, a firing, a grouped send or a copy).
+    /// The message record of a base record (a send, a firing, a grouped send or a copy), with
+    /// its trace context if it has one.
     pub(crate) fn into_base(self) -> Option<MessageRecord> {
         match self {
+            Record::Traced {
+                mut message, trace, ..
+            } => {
+                message.trace = trace.context();
+                Some(message)
+            }
             Record::Message(m)
             | Record::Firing { message: m, .. }
             | Record::Grouped { message: m, .. }
@@ -458,7 +513,8 @@ impl Record {
             Record::Message(m)
             | Record::Firing { message: m, .. }
             | Record::Grouped { message: m, .. }
-            | Record::Tagged { message: m, .. } => {
+            | Record::Tagged { message: m, .. }
+            | Record::Traced { message: m, .. } => {
                 vec![m.id]
             }
             Record::Update(u) | Record::Regrouped { update: u, .. } => vec![u.id],
@@ -478,7 +534,8 @@ impl Record {
             Record::Message(r)
             | Record::Firing { message: r, .. }
             | Record::Grouped { message: r, .. }
-            | Record::Tagged { message: r, .. } => Some(r.rich),
+            | Record::Tagged { message: r, .. }
+            | Record::Traced { message: r, .. } => Some(r.rich),
             Record::Redrive { moves, .. }
             | Record::RedriveV1 { moves, .. }
             | Record::RedriveGrouped { moves, .. } => {
@@ -584,8 +641,13 @@ pub(crate) fn message_ids_in(segment: &[u8]) -> Vec<u64> {
         let payload = &segment[off + HEADER..end];
         // postcard writes an enum's variant index first, as a varint.
         match postcard::take_from_bytes::<u32>(payload) {
-            // A firing's, a grouped and a tagged message's first field is its message record.
-            Ok((VARIANT_MESSAGE | VARIANT_FIRING | VARIANT_GROUPED | VARIANT_TAGGED, rest)) => {
+            // A firing's, a grouped, a tagged and a traced message's first field is its message
+            // record.
+            Ok((
+                VARIANT_MESSAGE | VARIANT_FIRING | VARIANT_GROUPED | VARIANT_TAGGED
+                | VARIANT_TRACED,
+                rest,
+            )) => {
                 if let Ok((h, _)) = postcard::take_from_bytes::<MessageHead>(rest) {
                     out.push(h.id);
                 }
@@ -629,6 +691,7 @@ const VARIANT_GROUPED: u32 = 20;
 const VARIANT_REGROUPED: u32 = 21;
 const VARIANT_REDRIVE_GROUPED: u32 = 22;
 const VARIANT_TAGGED: u32 = 29;
+const VARIANT_TRACED: u32 = 32;
 
 /// Why a frame could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -109,6 +109,8 @@ pub(crate) fn get_message(inner: &Inner, id: MessageId) -> Result<Message, Store
         Default::default()
     };
     Ok(Message {
+        // A completed record keeps no body, attributes or trace context.
+        trace: None,
         id,
         queue: core.state.queues[&d.qid].name.clone(),
         state: MessageState::Completed,

@@ -198,6 +198,7 @@ fn try_receive(
             deadline,
         });
         out.push(Delivery {
+            trace: rec.trace,
             id: MessageId(id),
             receipt: Receipt {
                 id: MessageId(id),

@@ -207,6 +207,8 @@ fn plan(
             lease: None,
             rich: Rich::default(),
             dedup: Some((key, until)),
+            // A firing starts no trace of its own: nothing asked for one.
+            trace: None,
         },
         schedule: JsonSchedule(next),
     };

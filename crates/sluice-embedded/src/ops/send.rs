@@ -71,6 +71,7 @@ pub(crate) async fn send(
                 // The message keeps the id it was sent with; without a window it dedups
                 // nothing (replay registers no entry whose window ends at its send).
                 dedup: m.dedup_id.as_ref().map(|k| (k.to_string(), dedup_until)),
+                trace: m.trace.clone(),
             };
             // A grouped message's place in its group's line is its id: send order.
             let group = m.group.as_ref().map(|g| GroupTag {

@@ -277,7 +277,7 @@ impl State {
             Record::Grouped { message, group } => {
                 self.apply_message(message, loc, len, Some(group), None);
             }
-            Record::Tagged { message, tag } => {
+            Record::Tagged { message, tag } | Record::Traced { message, tag, .. } => {
                 self.apply_message(message, loc, len, tag.group.as_ref(), Some(tag));
             }
             Record::Firing { message, schedule } => {

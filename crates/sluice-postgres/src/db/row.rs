@@ -6,7 +6,7 @@
 
 use sluice_core::{
     Attempt, Attributes, Body, BodyKind, DeadLetter, DeadLetterReason, GroupName, Holder, Message,
-    MessageId, MessageState, Progress, QueueName, StoreError, Timestamp,
+    MessageId, MessageState, Progress, QueueName, StoreError, Timestamp, TraceContext,
 };
 use tokio_postgres::Row as PgRow;
 use tokio_postgres::types::Json;
@@ -29,7 +29,7 @@ pub(crate) const ROW_COLS: &str = "id, queue, state, visible_at, entered_at, enq
 pub(crate) const FULL_COLS: &str = "id, queue, state, visible_at, entered_at, enqueued_at, \
     receive_count, token, last_error, attempts, source_queue, dl_reason, dl_at, cancel_requested, \
     grp, leased_at, leased_by, fkey, body, body_kind, attrs, dedup_id, progress, result, \
-    result_kind, prio";
+    result_kind, prio, traceparent, tracestate";
 
 /// The lifecycle fields of one message row.
 #[derive(Debug, Clone)]
@@ -149,6 +149,16 @@ pub(crate) fn attrs_json(a: &Attributes) -> Option<serde_json::Value> {
     }
 }
 
+/// The trace context in columns `col` (`traceparent`) and `col + 1` (`tracestate`) of `r`.
+pub(crate) fn trace_of(r: &PgRow, col: usize) -> Result<Option<TraceContext>, StoreError> {
+    let parent: Option<String> = r.try_get(col).map_err(corrupt)?;
+    let Some(parent) = parent else {
+        return Ok(None);
+    };
+    let state: Option<String> = r.try_get(col + 1).map_err(corrupt)?;
+    TraceContext::new(parent, state).map(Some).map_err(corrupt)
+}
+
 /// Reads the [`FULL_COLS`] of `r` into the message view.
 pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
     let row = Row::from_pg(r)?;
@@ -164,7 +174,9 @@ pub(crate) fn message_of(r: &PgRow, now: i64) -> Result<Message, StoreError> {
     let queue = QueueName::new(row.queue.clone()).map_err(corrupt)?;
     let state = row.view_state(now);
     let done = state == MessageState::Completed;
+    let trace = trace_of(r, 26)?.filter(|_| !done);
     Ok(Message {
+        trace,
         id: MessageId(row.id as u64),
         queue,
         state,

@@ -27,6 +27,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (14, V14),
     (15, V15),
     (16, V16),
+    (17, V17),
 ];
 
 /// Version 1: queues, messages, counters, dedup and idempotency keys, rate windows, redrive
@@ -391,6 +392,12 @@ CREATE TABLE readiness (
     checked_at timestamptz NOT NULL
 );
 INSERT INTO readiness VALUES (1, now());
+"#;
+
+/// Version 17: the W3C trace context a message was sent with (null for most: a message sent
+/// without one has none).
+const V17: &str = r#"
+ALTER TABLE messages ADD COLUMN traceparent text, ADD COLUMN tracestate text;
 "#;
 
 /// How many ids one `nextval` of `id_blocks` reserves.

@@ -393,7 +393,7 @@ const FAST_LEASE_SQL: &str = concat!(
          due.grouped,
          leased.leased_by,
          due.ordered,
-         leased.fkey, leased.prio, leased.rank
+         leased.fkey, leased.prio, leased.rank, leased.traceparent, leased.tracestate
      FROM due LEFT JOIN leased ON true"
 );
 
@@ -695,7 +695,8 @@ where
 
 /// The deliveries of leased rows (columns as [`LEASE_SQL`] returns them, the group in
 /// column `group` when the lease returns one, the holder's name in column `by`, the key,
-/// priority and rank from column `tag` on), in delivery order: by rank, then oldest first.
+/// priority and rank from column `tag` on, the trace context by name), in delivery order: by
+/// rank, then oldest first.
 pub(crate) fn deliveries(
     rows: &[tokio_postgres::Row],
     cfg: &QueueConfig,
@@ -706,6 +707,9 @@ pub(crate) fn deliveries(
 ) -> Result<Vec<Taken>, StoreError> {
     type Order = (Option<i64>, Option<String>, i64);
     let mut out: Vec<(Order, Taken)> = Vec::with_capacity(rows.len());
+    let trace_col = rows
+        .first()
+        .and_then(|r| r.columns().iter().position(|c| c.name() == "traceparent"));
     for r in rows {
         let id: i64 = r.try_get(0).map_err(corrupt)?;
         let token: i64 = r.try_get(1).map_err(corrupt)?;
@@ -721,7 +725,12 @@ pub(crate) fn deliveries(
         let key: Option<String> = r.try_get(tag).map_err(corrupt)?;
         let prio: Option<i16> = r.try_get(tag + 1).map_err(corrupt)?;
         let rank: Option<i64> = r.try_get(tag + 2).map_err(corrupt)?;
+        let trace = match trace_col {
+            Some(col) => crate::db::row::trace_of(r, col)?,
+            None => None,
+        };
         let delivery = Delivery {
+            trace,
             id: MessageId(id as u64),
             receipt: Receipt {
                 id: MessageId(id as u64),

@@ -35,8 +35,8 @@ macro_rules! holder_of {
 /// The `leased` CTE every lease of message rows ends with: the rows of `picked` leased at
 /// `$2` until `$4`, each for the name of its place among them (oldest first) in `$takers`
 /// (`leases::Takers::param`), returning the columns `leases::deliveries` reads (the holder's
-/// name in column 9; the key, priority and rank the row had in 10 – 12), and `$returning`
-/// besides.
+/// name in column 9; the key, priority and rank the row had in 10 – 12), `$returning`
+/// besides, and last the trace context (read by name).
 macro_rules! leased_cte {
     ($takers:literal, $returning:literal) => {
         concat!(
@@ -53,7 +53,7 @@ macro_rules! leased_cte {
                  m.enqueued_at, m.last_error, placed.was, m.leased_by, m.fkey, m.prio,
                  placed.rank",
             $returning,
-            "
+            ", m.traceparent, m.tracestate
          )"
         )
     };

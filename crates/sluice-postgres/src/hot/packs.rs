@@ -305,6 +305,7 @@ pub(crate) async fn lease_from_packs(
                 each => each.get(i).cloned().flatten(),
             };
             let delivery = Delivery {
+                trace: None,
                 id: member,
                 receipt: Receipt {
                     id: member,

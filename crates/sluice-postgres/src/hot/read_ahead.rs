@@ -279,6 +279,7 @@ mod tests {
 
     fn delivery(id: u64) -> Delivery {
         Delivery {
+            trace: None,
             id: sluice_core::MessageId(id),
             receipt: sluice_core::Receipt {
                 id: sluice_core::MessageId(id),

@@ -21,8 +21,8 @@ use crate::store::Inner;
 use crate::ops::send::{HandOff, INSERT_SQL, insert};
 
 /// Whether a plain send of `messages` is stored as a pack. Not on queues with global limits
-/// or governed ones, which count and lease rows only, nor with keys or priorities, which
-/// packs do not hold.
+/// or governed ones, which count and lease rows only, nor with keys, priorities or trace
+/// context, which packs do not hold.
 fn packed(inner: &Inner, cfg: &QueueConfig, messages: &[NewMessage], tagged: bool) -> bool {
     !crate::flow::limited(cfg)
         && !tagged
@@ -47,7 +47,7 @@ pub(crate) struct SendJob {
     delay: Duration,
     /// Whether it is stored as a pack.
     pack: bool,
-    /// Whether a message carries a key or a priority.
+    /// Whether a message is stored as a row of its own: a key, a priority or trace context.
     tagged: bool,
     reply: oneshot::Sender<Result<(Vec<SendOutcome>, bool), StoreError>>,
 }
@@ -65,7 +65,7 @@ pub(crate) async fn send_combined(
 ) -> Result<(Vec<SendOutcome>, bool), StoreError> {
     validate_bodies_fit(cfg, &queue.name, &messages)?;
     let (reply, answer) = oneshot::channel();
-    let tagged = messages.iter().any(crate::ops::send::is_tagged);
+    let tagged = messages.iter().any(crate::ops::send::own_row);
     let job = SendJob {
         pack: packed(inner, cfg, &messages, tagged),
         tagged,
@@ -172,9 +172,10 @@ async fn numbered<'a>(
     Ok((ids, items))
 }
 
-/// Writes the sends of `rows`, some with keys or priorities, as one statement that ranks the
-/// messages deliverable at once (`crate::ops::send::insert_grouped`); no hand-off, so that a
-/// waiting receive takes them in rank order.
+/// Writes the sends of `rows`, some with keys, priorities or trace context, as one statement
+/// that ranks the messages deliverable at once that have keys or priorities
+/// (`crate::ops::send::insert_grouped`); no hand-off, so that a waiting receive takes them in
+/// rank order (and hand-offs carry no trace context).
 async fn write_tagged(
     inner: &Inner,
     queue: &QueueLocal,
@@ -247,6 +248,7 @@ fn hand_over(
             let token = *tokens.get(id)?;
             let id = MessageId(*id as u64);
             Some(Delivery {
+                trace: None,
                 id,
                 receipt: Receipt {
                     id,

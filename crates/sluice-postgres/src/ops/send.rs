@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sluice_core::store::validate_bodies_fit;
 use sluice_core::{
-    MessageId, NewMessage, QueueConfig, QueueName, SendOutcome, StoreError, Timestamp,
+    MessageId, NewMessage, QueueConfig, QueueName, SendOutcome, StoreError, Timestamp, TraceContext,
 };
 use tokio_postgres::GenericClient;
 
@@ -180,7 +180,7 @@ pub(crate) async fn send_in_tx(
     let items = fresh.iter().map(|&i| (&messages[i], ids[i], cfg.delay));
     let visible_now = if fresh
         .iter()
-        .any(|&i| messages[i].group.is_some() || is_tagged(&messages[i]))
+        .any(|&i| messages[i].group.is_some() || own_row(&messages[i]))
     {
         insert_grouped(c, queue, &cfg, now, items).await?.1
     } else {
@@ -205,6 +205,12 @@ pub(crate) fn is_plain(cfg: &QueueConfig, messages: &[NewMessage]) -> bool {
 /// Whether `m` carries a key or a priority: stored as a row of its own, ranked on delivery.
 pub(crate) fn is_tagged(m: &NewMessage) -> bool {
     m.key.is_some() || m.priority.is_some()
+}
+
+/// Whether `m` is stored as a row of its own by [`insert_grouped`] (never packed nor handed
+/// off, whose rows keep no group line, key, priority or trace context): tagged or traced.
+pub(crate) fn own_row(m: &NewMessage) -> bool {
+    is_tagged(m) || m.trace.is_some()
 }
 
 /// The insert of [`insert`]: every message of a batch, guarded by the queue's existence. The
@@ -323,6 +329,8 @@ struct Columns<'a> {
     groups: Vec<Option<&'a str>>,
     keys: Vec<Option<&'a str>>,
     prios: Vec<Option<i16>>,
+    traceparents: Vec<Option<&'a str>>,
+    tracestates: Vec<Option<&'a str>>,
 }
 
 impl<'a> Columns<'a> {
@@ -353,23 +361,29 @@ impl<'a> Columns<'a> {
             cols.groups.push(m.group.as_ref().map(|g| g.as_str()));
             cols.keys.push(m.key.as_ref().map(|k| k.as_str()));
             cols.prios.push(m.priority.map(i16::from));
+            cols.traceparents
+                .push(m.trace.as_ref().map(TraceContext::traceparent));
+            cols.tracestates
+                .push(m.trace.as_ref().and_then(TraceContext::tracestate));
         }
         (cols, visible_now)
     }
 }
 
-/// The insert of a batch in which messages join their groups' lines or carry keys or
-/// priorities: as [`INSERT_SQL`] without hand-offs, with each message's group (`$9`), key
-/// (`$11`), priority (`$12`) and rank (`$13`, `crate::hot::ranks`) and, for a grouped one,
-/// its place: `$10` · 2^20 plus its position in the batch.
+/// The insert of a batch in which messages join their groups' lines, carry keys or
+/// priorities or trace context: as [`INSERT_SQL`] without hand-offs, with each message's group
+/// (`$9`), key (`$11`), priority (`$12`), rank (`$13`, `crate::hot::ranks`) and trace context
+/// (`$14`, `$15`) and, for a grouped one, its place: `$10` · 2^20 plus its position in the
+/// batch.
 const GROUPED_INSERT_SQL: &str = "INSERT INTO messages (id, queue, state, visible_at,
                  entered_at, enqueued_at, body, body_kind, attrs, dedup_id, grp, line, fkey, prio,
-                 rank)
+                 rank, traceparent, tracestate)
              SELECT i, $1, 0, v, $2, $2, b, k, a, d, g,
-                 CASE WHEN g IS NOT NULL THEN $10::bigint * 1048576 + n END, fk, p, r
+                 CASE WHEN g IS NOT NULL THEN $10::bigint * 1048576 + n END, fk, p, r, tp, ts
              FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::int2[], $7::jsonb[],
-                         $8::text[], $9::text[], $11::text[], $12::int2[], $13::int8[])
-                  WITH ORDINALITY AS u(i, v, b, k, a, d, g, fk, p, r, n)
+                         $8::text[], $9::text[], $11::text[], $12::int2[], $13::int8[],
+                         $14::text[], $15::text[])
+                  WITH ORDINALITY AS u(i, v, b, k, a, d, g, fk, p, r, tp, ts, n)
              WHERE EXISTS (SELECT 1 FROM queues WHERE name = $1)";
 
 /// Inserts `items` into queue `queue` as [`insert`] does, with their keys and priorities, the
@@ -443,6 +457,8 @@ pub(crate) async fn insert_grouped<'a>(
                 &cols.keys,
                 &cols.prios,
                 &ranks,
+                &cols.traceparents,
+                &cols.tracestates,
             ],
         )
         .await

@@ -657,6 +657,7 @@ fn new_message(m: TaggedFrameMessage) -> Result<NewMessage, StoreError> {
         priority,
     } = m;
     let msg = NewMessage {
+        trace: None,
         body: check_body(message.body, "body")?,
         attributes: message.attributes,
         delay: message.delay_ms.map(Duration::from_millis),

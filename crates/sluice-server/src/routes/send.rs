@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use sluice_core::Body;
+use sluice_core::{Body, TraceContext};
 use sluice_wire::{ErrorEnvelope, RawSendParams, SendBatchResponse, SendRequest, SendResponse};
 
 use crate::AppState;
@@ -19,6 +19,12 @@ use crate::http::extract::{ApiQuery, QueuePath, RawBody, is_json, media_type, pa
 /// (UTF-8) one text message; their options go in the query string (`delay_ms`, `dedup_id`,
 /// `group`). With JSON, the query string's options are defaults for the messages that do
 /// not set their own.
+///
+/// The W3C `traceparent` and `tracestate` headers are the trace context of every message of
+/// the request that has no `trace` of its own. As W3C Trace Context asks of a receiver, an
+/// invalid `traceparent` header is ignored (and an invalid `tracestate` dropped) rather than
+/// refused: a malformed header added on the way must not cost the producer its message. A
+/// `trace` field is checked and refused with a 400 when invalid.
 #[utoipa::path(
     post, path = "/v1/queues/{q}/messages", tag = "messages",
     params(("q" = String, Path, description = "Queue name"), RawSendParams),
@@ -44,7 +50,7 @@ pub async fn send(
     raw: RawBody,
 ) -> Result<Response, ApiError> {
     let media = media_type(&raw.headers);
-    let (messages, batch) = match media.as_deref() {
+    let (mut messages, batch) = match media.as_deref() {
         Some(m) if is_json(m) => {
             let (mut messages, batch) = parse_json::<SendRequest>(&raw.bytes)?.into_messages()?;
             if !params.is_empty() {
@@ -92,6 +98,11 @@ pub async fn send(
             ));
         }
     };
+    if let Some(t) = header_trace(&raw.headers) {
+        for m in messages.iter_mut().filter(|m| m.trace.is_none()) {
+            m.trace = Some(t.clone());
+        }
+    }
     let out = st.store.send(&q, messages).await?;
     if batch {
         let resp = SendBatchResponse {
@@ -108,4 +119,10 @@ pub async fn send(
         duplicate: first.duplicate,
     };
     Ok((StatusCode::CREATED, Json(resp)).into_response())
+}
+
+/// The trace context of a request's `traceparent` and `tracestate` headers, if valid.
+pub(crate) fn header_trace(headers: &axum::http::HeaderMap) -> Option<TraceContext> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    TraceContext::from_headers(get("traceparent"), get("tracestate"))
 }

@@ -74,6 +74,7 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
     };
     if shared.batch == 1 {
         return Ok(SendRequest {
+            trace: None,
             body: Some(body(t_us)?),
             body_base64: None,
             attributes: None,
@@ -87,6 +88,7 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
     }
     let message = |t| -> Result<SendMessage, Failed> {
         Ok(SendMessage {
+            trace: None,
             body: Some(body(t)?),
             body_base64: None,
             attributes: None,
@@ -98,6 +100,7 @@ fn send_request(shared: &Shared, n: u32, t_us: u64, pad: &str) -> Result<SendReq
         })
     };
     Ok(SendRequest {
+        trace: None,
         body: None,
         body_base64: None,
         attributes: None,

@@ -137,8 +137,18 @@ fn patch(p: &PatchSpec) -> QueueConfigPatch {
     }
 }
 
+/// The trace context a [`MsgSpec`] draws: one trace, a span per drawn byte.
+fn trace_context((span, with_state): (u8, bool)) -> sluice_core::TraceContext {
+    sluice_core::TraceContext::new(
+        format!("00-0af7651916cd43dd8448eb211c80319c-b7ad6b71692033{span:02x}-01"),
+        with_state.then(|| format!("sluice=s{span}")),
+    )
+    .expect("a valid trace context")
+}
+
 fn new_message(m: &MsgSpec) -> NewMessage {
     NewMessage {
+        trace: m.trace.map(trace_context),
         body: body(&m.body),
         attributes: m.attributes.iter().cloned().collect(),
         delay: m.delay_ms.map(dur),

@@ -160,6 +160,8 @@ impl Run<'_> {
                     group: None,
                     key: None,
                     priority: None,
+                    // The racing sends carry one context: the message kept has it.
+                    trace: Some((7, true)),
                 };
                 let nm = new_message(&m);
                 let (ra, rb) =
@@ -328,6 +330,7 @@ impl Run<'_> {
                             nm.group.map(|g| g.to_string()),
                             nm.key.map(|k| k.to_string()),
                             nm.priority,
+                            nm.trace,
                         ),
                         now,
                     );
@@ -447,6 +450,7 @@ impl Run<'_> {
                 m.group.clone(),
                 m.key.clone(),
                 m.priority.unwrap_or(cfg.default_priority),
+                m.trace.clone(),
             );
             let seen = (
                 &d.body,
@@ -459,11 +463,12 @@ impl Run<'_> {
                 d.group.as_ref().map(ToString::to_string),
                 d.key.as_ref().map(ToString::to_string),
                 d.priority,
+                d.trace.clone(),
             );
             ensure!(
                 seen == want,
                 "delivery of {mid} (body, attributes, receive_count, max_receive_count, \
-                 enqueued_at, last_error, lease_deadline, group, key, priority): engine \
+                 enqueued_at, last_error, lease_deadline, group, key, priority, trace): engine \
                  {seen:?}, model {want:?}"
             );
             let del = self.model.lease(mid, queue, until, now, consumer.clone());

@@ -782,7 +782,7 @@ impl Run<'_> {
             attributes,
             0,
             Some(dedup),
-            (None, sched.key.clone(), sched.priority),
+            (None, sched.key.clone(), sched.priority, None),
             now,
         );
         ensure!(got_mid == mid, "model id {got_mid} for engine's {mid}");

@@ -106,7 +106,8 @@ impl Record {
             Record::Message(m)
             | Record::Firing { message: m, .. }
             | Record::Grouped { message: m, .. }
-            | Record::Tagged { message: m, .. } => {
+            | Record::Tagged { message: m, .. }
+            | Record::Traced { message: m, .. } => {
                 out.push((m.id, &m.rich.attempts));
             }
             Record::Update(u) | Record::Regrouped { update: u, .. } => {
@@ -134,7 +135,8 @@ impl Record {
             Record::Message(m)
             | Record::Firing { message: m, .. }
             | Record::Grouped { message: m, .. }
-            | Record::Tagged { message: m, .. } => {
+            | Record::Tagged { message: m, .. }
+            | Record::Traced { message: m, .. } => {
                 out.push((m.id, &mut m.rich.attempts));
             }
             Record::Update(u) | Record::Regrouped { update: u, .. } => {
@@ -404,6 +406,7 @@ mod tests {
         );
         // A compaction copy of a leased message with failed attempts: both kinds at once.
         let copy = Record::Message(MessageRecord {
+            trace: None,
             origin: Origin::Relocate,
             id: 9,
             qid: 1,

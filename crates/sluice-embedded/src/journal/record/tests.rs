@@ -3,6 +3,7 @@ use super::*;
 
 fn sample() -> Record {
     Record::Message(MessageRecord {
+        trace: None,
         origin: Origin::Send,
         id: 7,
         qid: 1,
@@ -16,6 +17,36 @@ fn sample() -> Record {
         rich: Rich::default(),
         dedup: Some(("d".into(), 9)),
     })
+}
+
+fn trace() -> TraceContext {
+    TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+        Some("congo=t61rcWkgMzE".into()),
+    )
+    .unwrap()
+}
+
+/// A message without a trace context keeps its older record; one with a context is written
+/// in a [`Record::Traced`], whatever else it carries.
+#[test]
+fn only_a_traced_message_takes_the_traced_record() {
+    let Record::Message(m) = sample() else {
+        unreachable!()
+    };
+    assert!(matches!(
+        Record::base(m.clone(), None, None, None),
+        Record::Message(_)
+    ));
+    let traced = MessageRecord {
+        trace: Some(trace()),
+        ..m
+    };
+    let Record::Traced { tag, trace: t, .. } = Record::base(traced, None, None, Some(3)) else {
+        panic!("not traced")
+    };
+    assert_eq!((tag.key, tag.priority), (None, Some(3)));
+    assert_eq!(t.traceparent, trace().traceparent());
 }
 
 #[test]
@@ -224,18 +255,33 @@ fn grouped_and_tagged_records_read_back_and_name_their_messages() {
             vec![UpdateRecord { id: 32, ..update }],
             vec![(32, 100)],
         ),
+        Record::base(
+            MessageRecord {
+                id: 34,
+                trace: Some(trace()),
+                ..message.clone()
+            },
+            None,
+            Some("k"),
+            None,
+        ),
     ];
     let mut buf = Vec::new();
     for r in &records {
         encode_into(r, &mut buf);
     }
-    assert_eq!(message_ids_in(&buf), vec![30, 31, 33, 32]);
+    assert_eq!(message_ids_in(&buf), vec![30, 31, 33, 32, 34]);
     let mut off = 0;
     for r in &records {
         let (back, len) = decode_frame(&buf[off..]).unwrap();
         assert_eq!(&back, r);
         off += len;
     }
+    // The trace context travels in the record around the message and comes back with it.
+    let traced = records.last().unwrap().clone();
+    assert!(matches!(traced, Record::Traced { .. }));
+    let base = traced.into_base().unwrap();
+    assert_eq!((base.id, base.trace), (34, Some(trace())));
     assert!(matches!(
         Record::redrive_grouped(job, vec![], vec![]),
         Record::Redrive { .. }

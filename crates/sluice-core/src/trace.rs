@@ -1,0 +1,322 @@
+//! W3C trace context carried by a message from its producer to every consumer of it.
+//!
+//! A producer that traces its work sends the `traceparent` (and optionally `tracestate`) of
+//! the span that enqueued a message; the broker keeps both with the message, unchanged,
+//! through retries, dead-lettering, moves and redrives, and hands them to every consumer, so
+//! that the consumer's span joins the producer's trace. A message sent without context has
+//! none: the broker never invents one for a client that did not ask.
+//!
+//! The rules are those of W3C Trace Context (Level 1): `traceparent` is
+//! `version-trace_id-parent_id-flags` in lowercase hex (`00-` + 32 + `-` + 16 + `-` + 2
+//! digits), neither id all zeros, version `ff` invalid; a later version may append fields
+//! after a `-`. `tracestate` is a list of at most 32 `key=value` members separated by commas,
+//! at most 512 characters.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+
+/// Longest `traceparent` kept: version 00 is 55 characters; later versions may be longer.
+pub const MAX_TRACEPARENT_CHARS: usize = 256;
+/// Longest `tracestate` kept.
+pub const MAX_TRACESTATE_CHARS: usize = 512;
+/// Most list members of a `tracestate`.
+pub const MAX_TRACESTATE_MEMBERS: usize = 32;
+
+/// The trace context of a message: its producer's `traceparent` and `tracestate`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "RawTrace", into = "RawTrace")]
+pub struct TraceContext {
+    traceparent: String,
+    tracestate: Option<String>,
+}
+
+/// The wire form, checked into a [`TraceContext`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTrace {
+    traceparent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tracestate: Option<String>,
+}
+
+impl TryFrom<RawTrace> for TraceContext {
+    type Error = StoreError;
+
+    fn try_from(r: RawTrace) -> Result<Self, StoreError> {
+        TraceContext::new(r.traceparent, r.tracestate)
+    }
+}
+
+impl From<TraceContext> for RawTrace {
+    fn from(t: TraceContext) -> Self {
+        RawTrace {
+            traceparent: t.traceparent,
+            tracestate: t.tracestate,
+        }
+    }
+}
+
+impl TraceContext {
+    /// A context from a `traceparent` and an optional `tracestate` (an empty one is none).
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] saying which rule either breaks.
+    pub fn new(traceparent: String, tracestate: Option<String>) -> Result<Self, StoreError> {
+        check_traceparent(&traceparent)?;
+        let tracestate = tracestate.filter(|s| !s.trim().is_empty());
+        if let Some(s) = &tracestate {
+            check_tracestate(s)?;
+        }
+        Ok(TraceContext {
+            traceparent,
+            tracestate,
+        })
+    }
+
+    /// A context from the two HTTP headers as a propagator reads them: an invalid
+    /// `traceparent` is no context at all, and an invalid `tracestate` is dropped, as W3C
+    /// Trace Context asks of a receiver (a malformed header from some library on the way must
+    /// not cost the producer its message).
+    pub fn from_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Self> {
+        let parent = traceparent?.trim();
+        check_traceparent(parent).ok()?;
+        let state = tracestate
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && check_tracestate(s).is_ok())
+            .map(str::to_owned);
+        Some(TraceContext {
+            traceparent: parent.to_owned(),
+            tracestate: state,
+        })
+    }
+
+    /// The `traceparent` as sent.
+    pub fn traceparent(&self) -> &str {
+        &self.traceparent
+    }
+
+    /// The `tracestate` as sent, if any.
+    pub fn tracestate(&self) -> Option<&str> {
+        self.tracestate.as_deref()
+    }
+
+    /// The trace id: 32 lowercase hex digits.
+    pub fn trace_id(&self) -> &str {
+        &self.traceparent[3..35]
+    }
+
+    /// The id of the producer's span: 16 lowercase hex digits.
+    pub fn parent_id(&self) -> &str {
+        &self.traceparent[36..52]
+    }
+
+    /// Whether the producer sampled its span (flag bit 0).
+    pub fn sampled(&self) -> bool {
+        u8::from_str_radix(&self.traceparent[53..55], 16).is_ok_and(|f| f & 1 == 1)
+    }
+}
+
+impl std::fmt::Display for TraceContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.traceparent)
+    }
+}
+
+fn lower_hex(s: &str) -> bool {
+    s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn check_traceparent(p: &str) -> Result<(), StoreError> {
+    let bad = |why: &str| {
+        Err(StoreError::invalid(format!(
+            "traceparent {p:?} is not W3C trace context: {why} (expected \
+             00-<32 hex trace id>-<16 hex span id>-<2 hex flags>, lowercase)"
+        )))
+    };
+    if p.len() > MAX_TRACEPARENT_CHARS {
+        return bad(&format!("longer than {MAX_TRACEPARENT_CHARS} characters"));
+    }
+    if p.len() < 55 || !p.is_ascii() {
+        return bad("too short");
+    }
+    let b = p.as_bytes();
+    if b[2] != b'-' || b[35] != b'-' || b[52] != b'-' {
+        return bad("its fields are not where they belong");
+    }
+    let (version, trace, span, flags) = (&p[..2], &p[3..35], &p[36..52], &p[53..55]);
+    if ![version, trace, span, flags].into_iter().all(lower_hex) {
+        return bad("a field is not lowercase hex");
+    }
+    if version == "ff" {
+        return bad("version ff is invalid");
+    }
+    if version == "00" && p.len() != 55 {
+        return bad("version 00 is exactly 55 characters");
+    }
+    if p.len() > 55 && b[55] != b'-' {
+        return bad("a later version's extra fields follow a '-'");
+    }
+    if trace.bytes().all(|c| c == b'0') {
+        return bad("the trace id is all zeros");
+    }
+    if span.bytes().all(|c| c == b'0') {
+        return bad("the span id is all zeros");
+    }
+    Ok(())
+}
+
+fn check_tracestate(s: &str) -> Result<(), StoreError> {
+    let bad = |why: String| {
+        Err(StoreError::invalid(format!(
+            "tracestate is not W3C trace context: {why}"
+        )))
+    };
+    if s.len() > MAX_TRACESTATE_CHARS {
+        return bad(format!("longer than {MAX_TRACESTATE_CHARS} characters"));
+    }
+    let members: Vec<&str> = s
+        .split(',')
+        .map(|m| m.trim_matches([' ', '\t']))
+        .filter(|m| !m.is_empty())
+        .collect();
+    if members.len() > MAX_TRACESTATE_MEMBERS {
+        return bad(format!(
+            "{} list members, at most {MAX_TRACESTATE_MEMBERS}",
+            members.len()
+        ));
+    }
+    for m in members {
+        let Some((key, value)) = m.split_once('=') else {
+            return bad(format!("member {m:?} is not key=value"));
+        };
+        let key_ok = !key.is_empty()
+            && key.len() <= 256
+            && key
+                .bytes()
+                .all(|c| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'*' | b'/' | b'@'));
+        if !key_ok {
+            return bad(format!("key {key:?} must be 1 to 256 of a-z 0-9 _ - * / @"));
+        }
+        let value_ok = !value.is_empty()
+            && value.len() <= 256
+            && value
+                .bytes()
+                .all(|c| (0x20..=0x7e).contains(&c) && c != b',' && c != b'=')
+            && !value.ends_with(' ');
+        if !value_ok {
+            return bad(format!(
+                "the value of {key:?} must be 1 to 256 printable ASCII characters, \
+                 without ',' or '=' and not ending in a space"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_w3c_example_is_kept_as_sent() {
+        let t = TraceContext::new(
+            PARENT.into(),
+            Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE".into()),
+        )
+        .unwrap();
+        assert_eq!(t.traceparent(), PARENT);
+        assert_eq!(t.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(t.parent_id(), "00f067aa0ba902b7");
+        assert!(t.sampled());
+        assert_eq!(
+            t.tracestate(),
+            Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")
+        );
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(serde_json::from_str::<TraceContext>(&json).unwrap(), t);
+    }
+
+    #[test]
+    fn malformed_traceparents_are_refused_with_the_rule() {
+        for (p, why) in [
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+                "too short",
+            ),
+            (
+                "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+                "lowercase hex",
+            ),
+            (
+                "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "version ff",
+            ),
+            (
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                "trace id is all zeros",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                "span id is all zeros",
+            ),
+            (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+                "exactly 55",
+            ),
+            (
+                "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",
+                "follow a '-'",
+            ),
+            (
+                "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "where they belong",
+            ),
+        ] {
+            let e = TraceContext::new(p.into(), None).unwrap_err().to_string();
+            assert!(e.contains(why), "{p}: {e}");
+        }
+        // A later version may carry more fields.
+        let later = format!("{}-cafe", PARENT.replacen("00", "01", 1));
+        assert!(TraceContext::new(later, None).is_ok());
+    }
+
+    #[test]
+    fn malformed_tracestates_are_refused_and_an_empty_one_is_none() {
+        for s in ["novalue", "UPPER=1", "k=has,=", &"k=v,".repeat(33)] {
+            assert!(
+                TraceContext::new(PARENT.into(), Some(s.into())).is_err(),
+                "{s}"
+            );
+        }
+        let t = TraceContext::new(PARENT.into(), Some("  ".into())).unwrap();
+        assert_eq!(t.tracestate(), None);
+    }
+
+    #[test]
+    fn headers_follow_the_receiver_rules() {
+        assert_eq!(
+            TraceContext::from_headers(Some("garbage"), Some("a=b")),
+            None
+        );
+        let t = TraceContext::from_headers(Some(PARENT), Some("BAD")).unwrap();
+        assert_eq!((t.traceparent(), t.tracestate()), (PARENT, None));
+        let t = TraceContext::from_headers(Some(PARENT), Some("a=b")).unwrap();
+        assert_eq!(t.tracestate(), Some("a=b"));
+        assert!(
+            !TraceContext::new(PARENT.replace("-01", "-00"), None)
+                .unwrap()
+                .sampled()
+        );
+    }
+
+    #[test]
+    fn the_json_form_is_checked() {
+        let bad = r#"{"traceparent":"00-nope"}"#;
+        assert!(serde_json::from_str::<TraceContext>(bad).is_err());
+        let unknown = format!(r#"{{"traceparent":"{PARENT}","other":1}}"#);
+        assert!(serde_json::from_str::<TraceContext>(&unknown).is_err());
+    }
+}
