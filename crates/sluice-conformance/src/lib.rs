@@ -324,6 +324,7 @@ mod tests {
             include_str!("cases/stats.rs"),
             include_str!("cases/summary.rs"),
             include_str!("cases/tasks.rs"),
+            include_str!("cases/trace.rs"),
         ];
         // Every file of `cases/` is read above: a new one must join the list.
         fn rs_files(dir: &std::path::Path) -> usize {
