@@ -44,6 +44,7 @@ struct Inner {
     attributes: BTreeMap<String, String>,
     key: Option<String>,
     priority: u8,
+    trace: Option<sluice_wire::TraceView>,
     cancel: watch::Sender<bool>,
 }
 
@@ -70,6 +71,7 @@ pub(crate) struct ContextParts {
     pub attributes: BTreeMap<String, String>,
     pub key: Option<String>,
     pub priority: u8,
+    pub trace: Option<sluice_wire::TraceView>,
 }
 
 impl TaskContext {
@@ -88,6 +90,7 @@ impl TaskContext {
                 attributes: p.attributes,
                 key: p.key,
                 priority: p.priority,
+                trace: p.trace,
                 cancel,
             }),
         }
@@ -116,6 +119,12 @@ impl TaskContext {
     /// The key the task was sent with (its tenant, customer or account), if any.
     pub fn key(&self) -> Option<&str> {
         self.inner.key.as_deref()
+    }
+
+    /// The W3C trace context the task was sent with, if any: the parent of the span that
+    /// runs it, so that the worker's span joins the producer's trace.
+    pub fn trace(&self) -> Option<&sluice_wire::TraceView> {
+        self.inner.trace.as_ref()
     }
 
     /// The priority it was delivered at (0 – 9, 9 most urgent).

@@ -83,6 +83,7 @@ async fn run_delivery(shared: &Shared, d: &DeliveryView) -> Outcome {
         attributes: d.attributes.clone(),
         key: d.key.clone(),
         priority: d.priority,
+        trace: d.trace.clone(),
     });
     let fut = match handler(ctx.clone(), &env) {
         Ok(f) => f,
