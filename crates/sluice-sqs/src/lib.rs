@@ -20,6 +20,7 @@ mod query;
 mod queue_url;
 mod queues;
 mod sigv4;
+mod trace_header;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -21,6 +21,7 @@ use crate::attributes::{self, MessageAttributeValue};
 use crate::digest::{attributes_md5, md5_hex};
 use crate::error::SqsError;
 use crate::queue_url::queue_of_url;
+use crate::trace_header;
 use crate::{Call, Sqs};
 
 /// Most entries in one batch.
@@ -37,6 +38,9 @@ struct SendEntry {
     message_attributes: BTreeMap<String, MessageAttributeValue>,
     message_deduplication_id: Option<String>,
     message_group_id: Option<String>,
+    /// `AWSTraceHeader` only: X-Ray trace context, kept as the message's trace context.
+    #[serde(default)]
+    message_system_attributes: BTreeMap<String, MessageAttributeValue>,
 }
 
 /// A checked send entry: the message and what its answer reports.
@@ -44,6 +48,43 @@ struct Prepared {
     message: NewMessage,
     body_md5: String,
     attributes_md5: Option<String>,
+    /// `MD5OfMessageSystemAttributes`, when it has an `AWSTraceHeader`.
+    system_md5: Option<String>,
+}
+
+/// The trace context of a send's system attributes, and their digest.
+fn system_attributes(
+    system: BTreeMap<String, MessageAttributeValue>,
+) -> Result<(Option<sluice_core::TraceContext>, Option<String>), SqsError> {
+    let mut trace = None;
+    let mut typed = Vec::new();
+    for (name, v) in system {
+        if name != trace_header::NAME {
+            return Err(SqsError::invalid_parameter(format!(
+                "Message system attribute name {name:?} is invalid: the only one a send may \
+                 carry is {}.",
+                trace_header::NAME
+            )));
+        }
+        let value = match (v.data_type.as_str(), v.string_value) {
+            ("String", Some(s)) => s,
+            _ => {
+                return Err(SqsError::invalid_parameter(
+                    "The message system attribute AWSTraceHeader must be of DataType String \
+                     with a StringValue.",
+                ));
+            }
+        };
+        trace = Some(trace_header::parse(&value)?);
+        typed.push((
+            name,
+            attributes::Typed {
+                data_type: v.data_type,
+                value: attributes::AttributeValue::Text(value),
+            },
+        ));
+    }
+    Ok((trace, attributes_md5(&typed)))
 }
 
 /// What a send must follow on its queue: a FIFO queue (`.fifo`) needs a `MessageGroupId`
@@ -129,6 +170,7 @@ fn prepare(entry: SendEntry, kind: QueueKind) -> Result<Prepared, SqsError> {
         d => d.map(Duration::from_secs),
     };
     let typed = attributes::typed_from_wire(entry.message_attributes)?;
+    let (trace, system_md5) = system_attributes(entry.message_system_attributes)?;
     let mut stored = sluice_core::message::Attributes::new();
     attributes::to_sluice(&typed, &mut stored);
     // On a FIFO queue `MessageGroupId` is the FIFO group; on a standard queue it is the key
@@ -151,8 +193,9 @@ fn prepare(entry: SendEntry, kind: QueueKind) -> Result<Prepared, SqsError> {
     Ok(Prepared {
         body_md5: md5_hex(body.as_bytes()),
         attributes_md5: attributes_md5(&typed),
+        system_md5,
         message: NewMessage {
-            trace: None,
+            trace,
             body: sluice_core::message::Body::text(body),
             attributes: stored,
             delay,
@@ -186,6 +229,9 @@ pub(crate) async fn send_message(sqs: &Sqs, call: &Call) -> Result<Value, SqsErr
     });
     if let Some(md5) = p.attributes_md5 {
         answer["MD5OfMessageAttributes"] = json!(md5);
+    }
+    if let Some(md5) = p.system_md5 {
+        answer["MD5OfMessageSystemAttributes"] = json!(md5);
     }
     if let Some(id) = id.filter(|_| kind.fifo) {
         answer["SequenceNumber"] = json!(sequence_number(&id));
@@ -256,7 +302,7 @@ pub(crate) async fn send_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, 
     for (id, entry) in ids.into_iter().zip(req.entries) {
         match prepare(entry, kind) {
             Ok(p) => {
-                answers.push((id, p.body_md5, p.attributes_md5));
+                answers.push((id, p.body_md5, p.attributes_md5, p.system_md5));
                 messages.push(p.message);
             }
             Err(e) => failures.push(failed(&id, &e)),
@@ -265,11 +311,14 @@ pub(crate) async fn send_message_batch(sqs: &Sqs, call: &Call) -> Result<Value, 
     let mut successes = Vec::new();
     if !messages.is_empty() {
         let out = sqs.store.send(&queue, messages).await?;
-        for ((id, body_md5, attributes_md5), o) in answers.into_iter().zip(out) {
+        for ((id, body_md5, attributes_md5, system_md5), o) in answers.into_iter().zip(out) {
             let mut s =
                 json!({"Id": id, "MessageId": o.id.to_string(), "MD5OfMessageBody": body_md5});
             if let Some(md5) = attributes_md5 {
                 s["MD5OfMessageAttributes"] = json!(md5);
+            }
+            if let Some(md5) = system_md5 {
+                s["MD5OfMessageSystemAttributes"] = json!(md5);
             }
             if kind.fifo {
                 s["SequenceNumber"] = json!(sequence_number(&o.id));
@@ -384,6 +433,9 @@ fn message_view(d: &Delivery, system: &[String], wanted: &[String], fifo: bool) 
         }
     } else if let Some(k) = &d.key {
         put("MessageGroupId", k.as_str().to_owned());
+    }
+    if let Some(t) = &d.trace {
+        put(trace_header::NAME, trace_header::format(t));
     }
     if !attrs.is_empty() {
         m["Attributes"] = Value::Object(attrs);

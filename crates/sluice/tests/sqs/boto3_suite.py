@@ -164,6 +164,54 @@ class Sqs(unittest.TestCase):
         browse = httpx.get(f"{SLUICE_URL}/v1/queues/digests/messages", params={"state": "all"}).json()
         self.assertTrue(any(b["attributes"].get("a") == "x" for b in browse["messages"]), browse)
 
+    def test_aws_trace_header_is_the_messages_trace_context(self):
+        # X-Ray context sent as the AWSTraceHeader system attribute comes back as SQS returns
+        # it, and is the W3C trace context Sluice's own API shows; context sent over Sluice's
+        # API comes back over SQS as an AWSTraceHeader.
+        url = self.queue("traced")
+        xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+        system = {"AWSTraceHeader": {"DataType": "String", "StringValue": xray}}
+        sent = self.sqs.send_message(QueueUrl=url, MessageBody="traced", MessageSystemAttributes=system)
+        self.assertEqual(sent["MD5OfMessageSystemAttributes"], attributes_md5(system))
+        batch = self.sqs.send_message_batch(
+            QueueUrl=url,
+            Entries=[{"Id": "b", "MessageBody": "batched", "MessageSystemAttributes": system}],
+        )
+        self.assertEqual(batch["Successful"][0]["MD5OfMessageSystemAttributes"], attributes_md5(system))
+        plain = self.sqs.send_message(QueueUrl=url, MessageBody="plain")
+        self.assertNotIn("MD5OfMessageSystemAttributes", plain)
+        w3c = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+        r = httpx.post(
+            f"{SLUICE_URL}/v1/queues/traced/messages",
+            content=b"from-sluice",
+            headers={"traceparent": w3c, "content-type": "text/plain"},
+        )
+        self.assertEqual(r.status_code, 201, r.text)
+        view = httpx.get(f"{SLUICE_URL}/v1/messages/{sent['MessageId']}").json()
+        self.assertEqual(
+            view["trace"], {"traceparent": "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"}
+        )
+        got = self.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, **{SYSTEM_NAMES: ["AWSTraceHeader"]}
+        )["Messages"]
+        headers = {m["Body"]: m.get("Attributes", {}).get("AWSTraceHeader") for m in got}
+        self.assertEqual(
+            headers,
+            {
+                "traced": xray,
+                "batched": xray,
+                "plain": None,
+                "from-sluice": "Root=1-0af76519-16cd43dd8448eb211c80319c;Parent=b7ad6b7169203331;Sampled=0",
+            },
+        )
+        with self.assertRaises(ClientError) as e:
+            self.sqs.send_message(
+                QueueUrl=url,
+                MessageBody="x",
+                MessageSystemAttributes={"AWSTraceHeader": {"DataType": "String", "StringValue": "nonsense"}},
+            )
+        self.assertEqual(error_code(e.exception), "InvalidParameterValue")
+
     def test_batches_report_each_entry(self):
         url = self.queue("batches")
         out = self.sqs.send_message_batch(
