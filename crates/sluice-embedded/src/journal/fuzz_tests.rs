@@ -176,6 +176,22 @@ fn record() -> impl Strategy<Value = Record> {
             message,
             group: GroupTag { name, order },
         }),
+        // A traced message, with a key or not: its context travels around its record.
+        (message(), proptest::option::of(short()), any::<u16>()).prop_map(
+            |(mut message, key, span)| {
+                message.trace = Some(
+                    sluice_core::TraceContext::new(
+                        format!(
+                            "00-4bf92f3577b34da6a3ce929d0e0e4736-{:016x}-01",
+                            u64::from(span) + 1
+                        ),
+                        None,
+                    )
+                    .expect("a valid trace context"),
+                );
+                Record::base(message, None, key.as_deref(), None)
+            }
+        ),
         update().prop_map(Record::Update),
         (update(), id()).prop_map(|(update, order)| Record::Regrouped { update, order }),
         vec(
