@@ -161,3 +161,23 @@ def test_an_operator_forces_one_keys_breaker(client: sluice.Client, queue: str) 
     assert e.value.code is ErrorCode.CONFLICT and "per-key breaker" in str(e.value)
     with pytest.raises(ValueError):
         client.force_key_breaker(queue, tenant, "ajar")
+
+
+def test_deliveries_and_views_carry_the_trace_context_sent(
+    broker: "object", client: sluice.Client, queue: str
+) -> None:
+    import httpx
+
+    client.put_queue(queue)
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    r = httpx.post(
+        f"{broker.url}/v1/queues/{queue}/messages",  # type: ignore[attr-defined]
+        json={"body": 1},
+        headers={"traceparent": parent, "tracestate": "rojo=1"},
+    )
+    assert r.status_code == 201, r.text
+    untraced = client.send(queue, 2).id
+    got = client.receive(queue, max=10)
+    assert [d.trace for d in got] == [{"traceparent": parent, "tracestate": "rojo=1"}, None]
+    assert client.get_message(r.json()["id"]).trace == {"traceparent": parent, "tracestate": "rojo=1"}
+    assert client.get_message(untraced).trace is None

@@ -23,8 +23,9 @@ use std::time::Duration;
 pub use sluice_core::message::Body;
 use sluice_wire::frame::{self, Request, Response};
 pub use sluice_wire::frame::{
-    FrameAck, FrameDelivery, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op,
-    Reply, SentMessage, TaggedFrameDelivery, TaggedFrameMessage,
+    FrameAck, FrameDelivery, FrameError, FrameMessage, FrameReceipt, FrameTrace,
+    GroupedFrameMessage, Op, Reply, SentMessage, TaggedFrameDelivery, TaggedFrameMessage,
+    TracedFrameDelivery, TracedFrameMessage,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpStream, ToSocketAddrs};
@@ -191,6 +192,58 @@ impl FrameConnection {
             .await?
         {
             Reply::Sent(ids) => Ok(ids),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Sends messages as [`FrameConnection::send_tagged`] does, each with its W3C trace
+    /// context, if any. Needs a broker of protocol version 3.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::send_tagged`]; `invalid_argument` for a malformed trace context,
+    /// and `Protocol` from a broker older than version 3.
+    pub async fn send_traced(
+        &mut self,
+        idempotency_key: Option<&str>,
+        queue: &str,
+        messages: Vec<TracedFrameMessage>,
+    ) -> Result<Vec<SentMessage>, FrameClientError> {
+        self.needs_version(3, "SendTraced")?;
+        match self
+            .call(Op::SendTraced {
+                idempotency_key: idempotency_key.map(str::to_owned),
+                queue: queue.to_owned(),
+                messages,
+            })
+            .await?
+        {
+            Reply::Sent(ids) => Ok(ids),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Leases as [`FrameConnection::receive_tagged`] does, each delivery also with its trace
+    /// context. Needs a broker of protocol version 3.
+    ///
+    /// # Errors
+    /// As [`FrameConnection::call`]; `Protocol` from a broker older than version 3.
+    pub async fn receive_traced(
+        &mut self,
+        queue: &str,
+        options: &ReceiveOptions,
+    ) -> Result<Vec<TracedFrameDelivery>, FrameClientError> {
+        self.needs_version(3, "ReceiveTraced")?;
+        let (queue, max, wait_ms) = (queue.to_owned(), options.max, millis(options.wait));
+        let (visibility_ms, consumer) = (options.visibility.map(millis), options.consumer.clone());
+        let op = Op::ReceiveTraced {
+            queue,
+            max,
+            wait_ms,
+            visibility_ms,
+            consumer,
+        };
+        match self.call(op).await? {
+            Reply::TracedMessages(d) => Ok(d),
             other => Err(unexpected(&other)),
         }
     }

@@ -573,3 +573,5 @@ async fn an_idempotent_send_is_remembered_across_a_restart() {
 
 #[path = "frame_settle/tagged.rs"]
 mod tagged;
+#[path = "frame_settle/traced.rs"]
+mod traced;

@@ -23,9 +23,10 @@ pub const LENGTH_BYTES: usize = 4;
 
 /// The protocol version a broker speaks; [`Reply::Hello`] carries it.
 ///
-/// Version 2 added [`Op::SendTagged`] and [`Op::ReceiveTagged`]; a client that needs them
-/// checks the version before using them, and a version-1 broker is answered by the others.
-pub const VERSION: u32 = 2;
+/// Version 2 added [`Op::SendTagged`] and [`Op::ReceiveTagged`], version 3
+/// [`Op::SendTraced`] and [`Op::ReceiveTraced`]; a client that needs them checks the version
+/// before using them, and an older broker is answered by the others.
+pub const VERSION: u32 = 3;
 
 /// The largest payload a broker with API keys reads before [`Op::Hello`] has succeeded on
 /// the connection: room for a `Hello` with any key, and no more, so that a client that has
@@ -218,6 +219,30 @@ pub enum Op {
         /// Who is receiving, for the attempt history.
         consumer: Option<String>,
     },
+    /// [`Op::SendTagged`] with each message's W3C trace context. Answered with
+    /// [`Reply::Sent`]. Since protocol version 3.
+    SendTraced {
+        /// An idempotency key, 1 – 255 visible ASCII characters, or none.
+        idempotency_key: Option<String>,
+        /// The queue.
+        queue: String,
+        /// The messages.
+        messages: Vec<TracedFrameMessage>,
+    },
+    /// [`Op::ReceiveTagged`] answered with [`Reply::TracedMessages`]: each delivery also with
+    /// its trace context. Since protocol version 3.
+    ReceiveTraced {
+        /// The queue.
+        queue: String,
+        /// 1 – 1000.
+        max: u32,
+        /// Long poll, 0 – 30,000 ms.
+        wait_ms: u64,
+        /// Lease length; `None` takes the queue's `visibility_timeout`.
+        visibility_ms: Option<u64>,
+        /// Who is receiving, for the attempt history.
+        consumer: Option<String>,
+    },
 }
 
 impl Op {
@@ -240,6 +265,8 @@ impl Op {
             Op::NackRetryAfter { .. } => "NackRetryAfter",
             Op::SendTagged { .. } => "SendTagged",
             Op::ReceiveTagged { .. } => "ReceiveTagged",
+            Op::SendTraced { .. } => "SendTraced",
+            Op::ReceiveTraced { .. } => "ReceiveTraced",
         }
     }
 }
@@ -284,6 +311,44 @@ impl From<FrameMessage> for TaggedFrameMessage {
             group: None,
             key: None,
             priority: None,
+        }
+    }
+}
+
+/// W3C trace context in a frame: the producer's `traceparent` and `tracestate` (checked by
+/// the broker as the HTTP API's `trace` is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameTrace {
+    /// `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`.
+    pub traceparent: String,
+    /// Vendor entries, if any.
+    pub tracestate: Option<String>,
+}
+
+impl From<&sluice_core::TraceContext> for FrameTrace {
+    fn from(t: &sluice_core::TraceContext) -> Self {
+        FrameTrace {
+            traceparent: t.traceparent().to_owned(),
+            tracestate: t.tracestate().map(str::to_owned),
+        }
+    }
+}
+
+/// One message to send with [`Op::SendTraced`]: a [`TaggedFrameMessage`] and its trace
+/// context, if any.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TracedFrameMessage {
+    /// The message, its group, key and priority.
+    pub message: TaggedFrameMessage,
+    /// Its trace context.
+    pub trace: Option<FrameTrace>,
+}
+
+impl From<TaggedFrameMessage> for TracedFrameMessage {
+    fn from(message: TaggedFrameMessage) -> Self {
+        TracedFrameMessage {
+            message,
+            trace: None,
         }
     }
 }
@@ -381,6 +446,8 @@ pub enum Reply {
     },
     /// The leased messages of [`Op::ReceiveTagged`] (possibly none).
     TaggedMessages(Vec<TaggedFrameDelivery>),
+    /// The leased messages of [`Op::ReceiveTraced`] (possibly none).
+    TracedMessages(Vec<TracedFrameDelivery>),
 }
 
 /// One stored message.
@@ -454,6 +521,25 @@ impl From<sluice_core::message::Delivery> for TaggedFrameDelivery {
             group,
             key,
             priority,
+        }
+    }
+}
+
+/// One leased message with its group, key, priority and trace context.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TracedFrameDelivery {
+    /// The delivery with its group, key and priority.
+    pub delivery: TaggedFrameDelivery,
+    /// The trace context it was sent with, if any.
+    pub trace: Option<FrameTrace>,
+}
+
+impl From<sluice_core::message::Delivery> for TracedFrameDelivery {
+    fn from(mut d: sluice_core::message::Delivery) -> Self {
+        let trace = d.trace.take().as_ref().map(FrameTrace::from);
+        TracedFrameDelivery {
+            delivery: d.into(),
+            trace,
         }
     }
 }

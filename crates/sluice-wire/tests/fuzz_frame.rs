@@ -15,9 +15,9 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use sluice_core::message::{Body, BodyKind};
 use sluice_wire::frame::{
-    self, FrameAck, FrameDelivery, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage,
-    LENGTH_BYTES, Op, Reply, Request, Response, SentMessage, TaggedFrameDelivery,
-    TaggedFrameMessage,
+    self, FrameAck, FrameDelivery, FrameError, FrameMessage, FrameReceipt, FrameTrace,
+    GroupedFrameMessage, LENGTH_BYTES, Op, Reply, Request, Response, SentMessage,
+    TaggedFrameDelivery, TaggedFrameMessage, TracedFrameDelivery, TracedFrameMessage,
 };
 
 /// `cases` in the ordinary suite, or `SLUICE_FUZZ_CASES` for a long run.
@@ -148,6 +148,41 @@ fn op() -> impl Strategy<Value = Op> {
                     consumer,
                 }
             ),
+        (
+            s(),
+            text(),
+            vec((tagged(), proptest::option::of((text(), s()))), 0..3)
+        )
+            .prop_map(|(idempotency_key, queue, messages)| Op::SendTraced {
+                idempotency_key,
+                queue,
+                messages: messages
+                    .into_iter()
+                    .map(|(message, trace)| TracedFrameMessage {
+                        message,
+                        trace: trace.map(|(traceparent, tracestate)| FrameTrace {
+                            traceparent,
+                            tracestate
+                        }),
+                    })
+                    .collect(),
+            }),
+        (
+            text(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<Option<u64>>(),
+            s()
+        )
+            .prop_map(
+                |(queue, max, wait_ms, visibility_ms, consumer)| Op::ReceiveTraced {
+                    queue,
+                    max,
+                    wait_ms,
+                    visibility_ms,
+                    consumer,
+                }
+            ),
         (text(), vec(receipt(), 0..5)).prop_map(|(queue, receipts)| Op::Ack { queue, receipts }),
         (text(), vec((receipt(), proptest::option::of(body())), 0..4)).prop_map(|(queue, acks)| {
             Op::AckWithResults {
@@ -266,6 +301,30 @@ fn response() -> impl Strategy<Value = Response> {
                     group,
                     key,
                     priority,
+                })
+                .collect()
+        )),
+        vec(
+            (
+                delivery(),
+                any::<u8>(),
+                proptest::option::of((text(), proptest::option::of(text())))
+            ),
+            0..3
+        )
+        .prop_map(|v| Reply::TracedMessages(
+            v.into_iter()
+                .map(|(delivery, priority, trace)| TracedFrameDelivery {
+                    delivery: TaggedFrameDelivery {
+                        delivery,
+                        group: None,
+                        key: None,
+                        priority,
+                    },
+                    trace: trace.map(|(traceparent, tracestate)| FrameTrace {
+                        traceparent,
+                        tracestate
+                    }),
                 })
                 .collect()
         )),
@@ -440,7 +499,7 @@ fn huge_length_fields_allocate_nothing_like_what_they_claim() {
     let before = vm_peak_kib();
     let huge = [u64::from(u32::MAX), u64::MAX >> 1, u64::MAX, 1 << 40];
     // Request id 7, then each operation's variant index and a queue name "q" where it has one.
-    let ops: [(u8, bool); 7] = [
+    let ops: [(u8, bool); 8] = [
         (0, false), // Hello: Option<String> tag, then the string length.
         (1, true),  // Send: messages.
         (3, true),  // Ack: receipts.
@@ -448,6 +507,7 @@ fn huge_length_fields_allocate_nothing_like_what_they_claim() {
         (6, true),  // AckWithResults: acks.
         (12, true), // SendIdempotent: its key is the first field.
         (14, true), // SendTagged: messages, after no idempotency key.
+        (16, true), // SendTraced: messages, after no idempotency key.
     ];
     let mut cases = Vec::new();
     let mut responses = Vec::new();
@@ -458,7 +518,7 @@ fn huge_length_fields_allocate_nothing_like_what_they_claim() {
                 p.push(1); // Some(key)
             } else if variant == 12 {
                 // The key's length is the huge one.
-            } else if variant == 14 {
+            } else if variant == 14 || variant == 16 {
                 p.extend_from_slice(&[0, 1, b'q']);
             } else if queue {
                 p.extend_from_slice(&[1, b'q']);

@@ -310,6 +310,9 @@ class Delivery:
     """Its key (the tenant it belongs to), if it was sent with one."""
     priority: int = 4
     """The priority it was delivered at (0 – 9): its own, else its queue's default."""
+    trace: Optional[Dict[str, str]] = None
+    """The W3C trace context it was sent with (``traceparent``, and ``tracestate`` if any),
+    if it was sent with one: the parent of the span that handles it."""
     decode_error: Optional[str] = None
     """Set when the JSON body could not be decoded (nested deeper than Python's parser
     follows, about 1,000 levels; brokers refuse more than 64, but a body stored before that
@@ -342,6 +345,7 @@ class Delivery:
             group=d.get("group"),
             key=d.get("key"),
             priority=int(d.get("priority", 4)),
+            trace=dict(d["trace"]) if d.get("trace") else None,
             decode_error=decode_error,
         )
 
@@ -439,6 +443,9 @@ class Message:
     """Its key, if it was sent with one (kept in a dead-letter queue)."""
     priority: Optional[int] = None
     """The priority it was sent with; None when it named none (its queue's default applies)."""
+    trace: Optional[Dict[str, str]] = None
+    """The W3C trace context it was sent with, if any (kept through retries, dead-lettering
+    and redrives; none on a completed record)."""
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> "Message":
@@ -479,6 +486,7 @@ class Message:
             group=d.get("group"),
             key=d.get("key"),
             priority=d.get("priority"),
+            trace=dict(d["trace"]) if d.get("trace") else None,
         )
 
 

@@ -13,7 +13,9 @@ use sluice_wire::{AckItem, AckRequestWire, DeliveryView, FailureState};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::frames::{FrameAck, FrameDelivery, FramePool, FrameReceipt, TaggedFrameDelivery};
+use crate::frames::{
+    FrameAck, FrameDelivery, FramePool, FrameReceipt, TaggedFrameDelivery, TracedFrameDelivery,
+};
 use crate::messages::{NackOptions, ReceiveOptions};
 use crate::worker::settle::AckJob;
 
@@ -37,6 +39,10 @@ impl Lane {
             Lane::Http(c) => c.receive(queue, options).await,
             Lane::Frames(p) => {
                 let mut conn = p.get().await?;
+                if conn.broker_version() >= 3 {
+                    let got = conn.receive_traced(queue, options).await?;
+                    return Ok(got.into_iter().map(traced_view).collect());
+                }
                 if conn.broker_version() >= 2 {
                     let got = conn.receive_tagged(queue, options).await?;
                     return Ok(got.into_iter().map(tagged_view).collect());
@@ -252,6 +258,16 @@ fn tagged_view(d: TaggedFrameDelivery) -> DeliveryView {
     let group = d.group.and_then(|g| sluice_core::GroupName::new(g).ok());
     let key = d.key.and_then(|k| sluice_core::MessageKey::new(k).ok());
     view(d.delivery, group, key, d.priority)
+}
+
+/// A traced frame delivery as the HTTP API shows it.
+fn traced_view(d: TracedFrameDelivery) -> DeliveryView {
+    let mut v = tagged_view(d.delivery);
+    v.trace = d.trace.map(|t| sluice_wire::TraceView {
+        traceparent: t.traceparent,
+        tracestate: t.tracestate,
+    });
+    v
 }
 
 fn view(

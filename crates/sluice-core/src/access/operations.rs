@@ -152,12 +152,18 @@ pub const OPERATIONS: &[Operation] = &[
     // Producers.
     op("message.send", &[Send], Queue)
         .http("POST", "/v1/queues/{q}/messages")
-        .frames(&["Send", "SendGrouped", "SendIdempotent", "SendTagged"])
+        .frames(&[
+            "Send",
+            "SendGrouped",
+            "SendIdempotent",
+            "SendTagged",
+            "SendTraced",
+        ])
         .sqs(&["SendMessage", "SendMessageBatch"]),
     // Consumers.
     op("message.receive", &[Consume], Queue)
         .http("POST", "/v1/queues/{q}/receive")
-        .frames(&["Receive", "ReceiveTagged"])
+        .frames(&["Receive", "ReceiveTagged", "ReceiveTraced"])
         .sqs(&["ReceiveMessage"]),
     op("message.ack", &[Consume], Queue)
         .http("POST", "/v1/queues/{q}/ack")

@@ -10,9 +10,9 @@ use sluice_wire::frame::{FrameError, Op, Reply};
 /// How long `op` may wait for messages, which its deadline allows for.
 pub(crate) fn wait_of(op: &Op) -> Duration {
     match op {
-        Op::Receive { wait_ms, .. } | Op::ReceiveTagged { wait_ms, .. } => {
-            Duration::from_millis(*wait_ms)
-        }
+        Op::Receive { wait_ms, .. }
+        | Op::ReceiveTagged { wait_ms, .. }
+        | Op::ReceiveTraced { wait_ms, .. } => Duration::from_millis(*wait_ms),
         _ => Duration::ZERO,
     }
 }

@@ -5,7 +5,7 @@
 use sha2::{Digest, Sha256};
 use sluice_core::store::IdempotentResponse;
 use sluice_core::{Clock, ErrorCode};
-use sluice_wire::frame::{self, FrameError, Reply, SentMessage, TaggedFrameMessage};
+use sluice_wire::frame::{self, FrameError, Reply, SentMessage, TracedFrameMessage};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -19,7 +19,7 @@ pub(super) async fn send_idempotent(
     state: &AppState,
     caller: &Caller,
     idem: Idempotent,
-    messages: Vec<TaggedFrameMessage>,
+    messages: Vec<TracedFrameMessage>,
 ) -> Result<Reply, FrameError> {
     use crate::http::idempotency::Turn;
     let Idempotent {

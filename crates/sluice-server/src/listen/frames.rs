@@ -17,7 +17,7 @@ use sluice_core::{
 };
 use sluice_wire::frame::{
     self, FrameAck, FrameError, FrameReceipt, GroupedFrameMessage, Op, Reply, Request, Response,
-    SentMessage, TaggedFrameMessage,
+    SentMessage, TaggedFrameMessage, TracedFrameMessage,
 };
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
@@ -247,8 +247,10 @@ async fn handle(
         return hello(state, caller, key);
     }
     let caller = &authorize(caller.as_ref(), &op)?;
-    // Whether a receive answers each delivery with its group, key and priority.
+    // Whether a receive answers each delivery with its group, key and priority (and trace
+    // context).
     let tagged = matches!(op, Op::ReceiveTagged { .. });
+    let with_trace = matches!(op, Op::ReceiveTraced { .. });
     match op {
         // Answered above: it authenticates the connection and is no operation.
         Op::Hello { .. } => Err(FrameError::new(
@@ -256,7 +258,10 @@ async fn handle(
             "Hello was already answered",
         )),
         Op::Send { queue, messages } => {
-            let messages = messages.into_iter().map(Into::into).collect();
+            let messages = messages
+                .into_iter()
+                .map(|m| TaggedFrameMessage::from(m).into())
+                .collect();
             send(state, caller, queue, messages).await
         }
         Op::SendGrouped { queue, messages } => send(state, caller, queue, grouped(messages)).await,
@@ -264,8 +269,21 @@ async fn handle(
             idempotency_key: None,
             queue,
             messages,
-        } => send(state, caller, queue, messages).await,
+        } => send(state, caller, queue, traced(messages)).await,
         Op::SendTagged {
+            idempotency_key: Some(key),
+            queue,
+            messages,
+        } => {
+            let idem = frame_idempotency::Idempotent::of(key, queue, &messages);
+            frame_idempotency::send_idempotent(state, caller, idem, traced(messages)).await
+        }
+        Op::SendTraced {
+            idempotency_key: None,
+            queue,
+            messages,
+        } => send(state, caller, queue, messages).await,
+        Op::SendTraced {
             idempotency_key: Some(key),
             queue,
             messages,
@@ -286,6 +304,13 @@ async fn handle(
             wait_ms,
             visibility_ms,
             consumer,
+        }
+        | Op::ReceiveTraced {
+            queue,
+            max,
+            wait_ms,
+            visibility_ms,
+            consumer,
         } => {
             let req = ReceiveRequest {
                 max,
@@ -294,7 +319,9 @@ async fn handle(
                 consumer,
             };
             let got = receive(state, caller, queue, req).await?;
-            Ok(if tagged {
+            Ok(if with_trace {
+                Reply::TracedMessages(got.into_iter().map(Into::into).collect())
+            } else if tagged {
                 Reply::TaggedMessages(got.into_iter().map(Into::into).collect())
             } else {
                 Reply::Messages(got.into_iter().map(Into::into).collect())
@@ -441,14 +468,22 @@ async fn handle(
 }
 
 /// Grouped messages as tagged ones without key or priority.
-fn grouped(messages: Vec<GroupedFrameMessage>) -> Vec<TaggedFrameMessage> {
+fn grouped(messages: Vec<GroupedFrameMessage>) -> Vec<TracedFrameMessage> {
     messages
         .into_iter()
-        .map(|m| TaggedFrameMessage {
-            group: m.group,
-            ..m.message.into()
+        .map(|m| {
+            TaggedFrameMessage {
+                group: m.group,
+                ..m.message.into()
+            }
+            .into()
         })
         .collect()
+}
+
+/// Tagged messages as traced ones without trace context.
+fn traced(messages: Vec<TaggedFrameMessage>) -> Vec<TracedFrameMessage> {
+    messages.into_iter().map(Into::into).collect()
 }
 
 fn lease_reply(lease: &sluice_core::store::LeaseState) -> Reply {
@@ -462,7 +497,7 @@ pub(super) async fn send(
     state: &AppState,
     caller: &Caller,
     queue: String,
-    messages: Vec<TaggedFrameMessage>,
+    messages: Vec<TracedFrameMessage>,
 ) -> Result<Reply, FrameError> {
     let q = allowed(caller, queue)?;
     batch_size("a send", "messages", messages.len())?;
@@ -649,15 +684,21 @@ pub(super) fn allowed(caller: &Caller, queue: String) -> Result<QueueName, Frame
 /// A message to store, checked as the HTTP API checks one: a JSON body must be JSON and a
 /// text body UTF-8, since HTTP consumers receive them as such; a group and a key must be valid
 /// names and a priority 0 – 9.
-fn new_message(m: TaggedFrameMessage) -> Result<NewMessage, StoreError> {
-    let TaggedFrameMessage {
-        message,
-        group,
-        key,
-        priority,
+fn new_message(m: TracedFrameMessage) -> Result<NewMessage, StoreError> {
+    let TracedFrameMessage {
+        message:
+            TaggedFrameMessage {
+                message,
+                group,
+                key,
+                priority,
+            },
+        trace,
     } = m;
     let msg = NewMessage {
-        trace: None,
+        trace: trace
+            .map(|t| sluice_core::TraceContext::new(t.traceparent, t.tracestate))
+            .transpose()?,
         body: check_body(message.body, "body")?,
         attributes: message.attributes,
         delay: message.delay_ms.map(Duration::from_millis),

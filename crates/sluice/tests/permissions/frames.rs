@@ -6,8 +6,8 @@ use serde::Deserialize;
 use sluice_core::message::Body;
 use sluice_server::auth::Action::{self, *};
 use sluice_wire::frame::{
-    self, FrameAck, FrameError, FrameMessage, FrameReceipt, GroupedFrameMessage, Op, Reply,
-    Request, Response, TaggedFrameMessage,
+    self, FrameAck, FrameError, FrameMessage, FrameReceipt, FrameTrace, GroupedFrameMessage, Op,
+    Reply, Request, Response, TaggedFrameMessage, TracedFrameMessage,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -24,8 +24,10 @@ pub fn rule(op: &Op) -> (&'static str, &'static [Action], Reach<()>) {
         Op::SendGrouped { .. } => ("SendGrouped", &[Send], Queue),
         Op::SendIdempotent { .. } => ("SendIdempotent", &[Send], Queue),
         Op::SendTagged { .. } => ("SendTagged", &[Send], Queue),
+        Op::SendTraced { .. } => ("SendTraced", &[Send], Queue),
         Op::Receive { .. } => ("Receive", &[Consume], Queue),
         Op::ReceiveTagged { .. } => ("ReceiveTagged", &[Consume], Queue),
+        Op::ReceiveTraced { .. } => ("ReceiveTraced", &[Consume], Queue),
         Op::Ack { .. } => ("Ack", &[Consume], Queue),
         Op::AckWithResults { .. } => ("AckWithResults", &[Consume], Queue),
         Op::Nack { .. } => ("Nack", &[Consume], Queue),
@@ -97,7 +99,32 @@ pub fn requests(f: &Fixture, home: &Fixture) -> Vec<(Op, &'static str)> {
             "",
         ),
         (
+            Op::SendTraced {
+                idempotency_key: Some("matrix-traced".to_owned()),
+                queue: queue.clone(),
+                messages: vec![TracedFrameMessage {
+                    message: message().into(),
+                    trace: Some(FrameTrace {
+                        traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+                            .to_owned(),
+                        tracestate: None,
+                    }),
+                }],
+            },
+            "",
+        ),
+        (
             Op::Receive {
+                queue: queue.clone(),
+                max: 1,
+                wait_ms: 0,
+                visibility_ms: None,
+                consumer: None,
+            },
+            "",
+        ),
+        (
+            Op::ReceiveTraced {
                 queue: queue.clone(),
                 max: 1,
                 wait_ms: 0,
