@@ -122,7 +122,7 @@ pub async fn send(
 }
 
 /// The trace context of a request's `traceparent` and `tracestate` headers, if valid.
-pub(crate) fn header_trace(headers: &axum::http::HeaderMap) -> Option<TraceContext> {
+fn header_trace(headers: &axum::http::HeaderMap) -> Option<TraceContext> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     TraceContext::from_headers(get("traceparent"), get("tracestate"))
 }
