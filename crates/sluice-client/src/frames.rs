@@ -186,17 +186,12 @@ impl FrameConnection {
         messages: Vec<TaggedFrameMessage>,
     ) -> Result<Vec<SentMessage>, FrameClientError> {
         self.needs_version(2, "SendTagged")?;
-        match self
-            .call(Op::SendTagged {
-                idempotency_key: idempotency_key.map(str::to_owned),
-                queue: queue.to_owned(),
-                messages,
-            })
-            .await?
-        {
-            Reply::Sent(ids) => Ok(ids),
-            other => Err(unexpected(&other)),
-        }
+        self.sent(Op::SendTagged {
+            idempotency_key: idempotency_key.map(str::to_owned),
+            queue: queue.to_owned(),
+            messages,
+        })
+        .await
     }
 
     /// Sends messages as [`FrameConnection::send_tagged`] does, each with its W3C trace
@@ -212,14 +207,17 @@ impl FrameConnection {
         messages: Vec<TracedFrameMessage>,
     ) -> Result<Vec<SentMessage>, FrameClientError> {
         self.needs_version(3, "SendTraced")?;
-        match self
-            .call(Op::SendTraced {
-                idempotency_key: idempotency_key.map(str::to_owned),
-                queue: queue.to_owned(),
-                messages,
-            })
-            .await?
-        {
+        self.sent(Op::SendTraced {
+            idempotency_key: idempotency_key.map(str::to_owned),
+            queue: queue.to_owned(),
+            messages,
+        })
+        .await
+    }
+
+    /// Runs a send and reads its answer: the ids of the messages sent.
+    async fn sent(&mut self, op: Op) -> Result<Vec<SentMessage>, FrameClientError> {
+        match self.call(op).await? {
             Reply::Sent(ids) => Ok(ids),
             other => Err(unexpected(&other)),
         }
@@ -236,16 +234,10 @@ impl FrameConnection {
         options: &ReceiveOptions,
     ) -> Result<Vec<TracedFrameDelivery>, FrameClientError> {
         self.needs_version(3, "ReceiveTraced")?;
-        let (queue, max, wait_ms) = (queue.to_owned(), options.max, millis(options.wait));
-        let (visibility_ms, consumer) = (options.visibility.map(millis), options.consumer.clone());
-        let op = Op::ReceiveTraced {
-            queue,
-            max,
-            wait_ms,
-            visibility_ms,
-            consumer,
-        };
-        match self.call(op).await? {
+        match self
+            .call(receive_op(queue, options, Answer::Traced))
+            .await?
+        {
             Reply::TracedMessages(d) => Ok(d),
             other => Err(unexpected(&other)),
         }
@@ -262,7 +254,10 @@ impl FrameConnection {
         options: &ReceiveOptions,
     ) -> Result<Vec<TaggedFrameDelivery>, FrameClientError> {
         self.needs_version(2, "ReceiveTagged")?;
-        match self.call(receive_op(queue, options, true)).await? {
+        match self
+            .call(receive_op(queue, options, Answer::Tagged))
+            .await?
+        {
             Reply::TaggedMessages(d) => Ok(d),
             other => Err(unexpected(&other)),
         }
@@ -350,7 +345,7 @@ impl FrameConnection {
         queue: &str,
         options: &ReceiveOptions,
     ) -> Result<Vec<FrameDelivery>, FrameClientError> {
-        match self.call(receive_op(queue, options, false)).await? {
+        match self.call(receive_op(queue, options, Answer::Plain)).await? {
             Reply::Messages(d) => Ok(d),
             other => Err(unexpected(&other)),
         }
@@ -696,26 +691,42 @@ fn nacked(reply: Reply) -> Result<(String, bool), FrameClientError> {
     }
 }
 
-/// The receive of `queue` with `options`, answered with each delivery's group, key and priority
-/// when `tagged`.
-fn receive_op(queue: &str, options: &ReceiveOptions, tagged: bool) -> Op {
+/// What a receive answers each delivery with.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// The delivery alone ([`Op::Receive`]).
+    Plain,
+    /// Its group, key and priority too ([`Op::ReceiveTagged`]).
+    Tagged,
+    /// And its trace context ([`Op::ReceiveTraced`]).
+    Traced,
+}
+
+/// The receive of `queue` with `options`, answered as `answer` says.
+fn receive_op(queue: &str, options: &ReceiveOptions, answer: Answer) -> Op {
     let (queue, max, wait_ms) = (queue.to_owned(), options.max, millis(options.wait));
     let (visibility_ms, consumer) = (options.visibility.map(millis), options.consumer.clone());
-    if tagged {
-        Op::ReceiveTagged {
+    match answer {
+        Answer::Plain => Op::Receive {
             queue,
             max,
             wait_ms,
             visibility_ms,
             consumer,
-        }
-    } else {
-        Op::Receive {
+        },
+        Answer::Tagged => Op::ReceiveTagged {
             queue,
             max,
             wait_ms,
             visibility_ms,
             consumer,
-        }
+        },
+        Answer::Traced => Op::ReceiveTraced {
+            queue,
+            max,
+            wait_ms,
+            visibility_ms,
+            consumer,
+        },
     }
 }
