@@ -9,8 +9,11 @@
 //! The rules are those of W3C Trace Context (Level 1): `traceparent` is
 //! `version-trace_id-parent_id-flags` in lowercase hex (`00-` + 32 + `-` + 16 + `-` + 2
 //! digits), neither id all zeros, version `ff` invalid; a later version may append fields
-//! after a `-`. `tracestate` is a list of at most 32 `key=value` members separated by commas,
-//! at most 512 characters.
+//! (printable ASCII) after a `-`. `tracestate` is a list of 1 to 32 `key=value` members
+//! separated by commas (with optional spaces or tabs around them), at most 512 characters:
+//! a key is 1 to 256 of `a-z 0-9 _ - * / @`, a value 1 to 256 printable ASCII characters
+//! without `,` or `=`, not ending in a space. [`TRACEPARENT_PATTERN`] and
+//! [`TRACESTATE_PATTERN`] say the same as regular expressions, for the API's schema.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +25,18 @@ pub const MAX_TRACEPARENT_CHARS: usize = 256;
 pub const MAX_TRACESTATE_CHARS: usize = 512;
 /// Most list members of a `tracestate`.
 pub const MAX_TRACESTATE_MEMBERS: usize = 32;
+
+/// The rule of a `traceparent` as a regular expression (ECMA-262, with lookaheads), as the
+/// OpenAPI document states it: exactly what [`TraceContext::new`] accepts.
+pub const TRACEPARENT_PATTERN: &str = "^(?:00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}\
+     |(?!00|ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}\
+     (?:-[\\x20-\\x7e]*)?)$";
+
+/// The rule of a `tracestate` as a regular expression, as the OpenAPI document states it
+/// (its length limit aside): exactly what [`TraceContext::new`] accepts.
+pub const TRACESTATE_PATTERN: &str = "^[a-z0-9_*/@-]{1,256}=[\\x20-\\x2b\\x2d-\\x3c\\x3e-\\x7e]{0,255}\
+     [\\x21-\\x2b\\x2d-\\x3c\\x3e-\\x7e](?:[ \\t]*,[ \\t]*[a-z0-9_*/@-]{1,256}=\
+     [\\x20-\\x2b\\x2d-\\x3c\\x3e-\\x7e]{0,255}[\\x21-\\x2b\\x2d-\\x3c\\x3e-\\x7e]){0,31}$";
 
 /// The trace context of a message: its producer's `traceparent` and `tracestate`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -64,7 +79,6 @@ impl TraceContext {
     /// [`StoreError::InvalidArgument`] saying which rule either breaks.
     pub fn new(traceparent: String, tracestate: Option<String>) -> Result<Self, StoreError> {
         check_traceparent(&traceparent)?;
-        let tracestate = tracestate.filter(|s| !s.trim().is_empty());
         if let Some(s) = &tracestate {
             check_tracestate(s)?;
         }
@@ -81,10 +95,16 @@ impl TraceContext {
     pub fn from_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Self> {
         let parent = traceparent?.trim();
         check_traceparent(parent).ok()?;
+        // A header's list may hold empty members and spaces around them: kept without.
         let state = tracestate
-            .map(str::trim)
-            .filter(|s| !s.is_empty() && check_tracestate(s).is_ok())
-            .map(str::to_owned);
+            .map(|s| {
+                s.split(',')
+                    .map(|m| m.trim_matches([' ', '\t']))
+                    .filter(|m| !m.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .filter(|s| !s.is_empty() && check_tracestate(s).is_ok());
         Some(TraceContext {
             traceparent: parent.to_owned(),
             tracestate: state,
@@ -137,7 +157,10 @@ fn check_traceparent(p: &str) -> Result<(), StoreError> {
     if p.len() > MAX_TRACEPARENT_CHARS {
         return bad(&format!("longer than {MAX_TRACEPARENT_CHARS} characters"));
     }
-    if p.len() < 55 || !p.is_ascii() {
+    if !p.bytes().all(|c| (0x20..=0x7e).contains(&c)) {
+        return bad("it holds characters other than printable ASCII");
+    }
+    if p.len() < 55 {
         return bad("too short");
     }
     let b = p.as_bytes();
@@ -175,18 +198,19 @@ fn check_tracestate(s: &str) -> Result<(), StoreError> {
     if s.len() > MAX_TRACESTATE_CHARS {
         return bad(format!("longer than {MAX_TRACESTATE_CHARS} characters"));
     }
-    let members: Vec<&str> = s
-        .split(',')
-        .map(|m| m.trim_matches([' ', '\t']))
-        .filter(|m| !m.is_empty())
-        .collect();
+    let members: Vec<&str> = s.split(',').collect();
     if members.len() > MAX_TRACESTATE_MEMBERS {
         return bad(format!(
             "{} list members, at most {MAX_TRACESTATE_MEMBERS}",
             members.len()
         ));
     }
-    for m in members {
+    let last = members.len() - 1;
+    for (i, raw) in members.into_iter().enumerate() {
+        // Spaces and tabs may surround the commas, not the list.
+        let m = raw
+            .trim_start_matches(|c| i > 0 && (c == ' ' || c == '\t'))
+            .trim_end_matches(|c| i < last && (c == ' ' || c == '\t'));
         let Some((key, value)) = m.split_once('=') else {
             return bad(format!("member {m:?} is not key=value"));
         };
@@ -284,15 +308,16 @@ mod tests {
     }
 
     #[test]
-    fn malformed_tracestates_are_refused_and_an_empty_one_is_none() {
+    fn malformed_tracestates_are_refused() {
         for s in ["novalue", "UPPER=1", "k=has,=", &"k=v,".repeat(33)] {
             assert!(
                 TraceContext::new(PARENT.into(), Some(s.into())).is_err(),
                 "{s}"
             );
         }
-        let t = TraceContext::new(PARENT.into(), Some("  ".into())).unwrap();
-        assert_eq!(t.tracestate(), None);
+        assert!(TraceContext::new(PARENT.into(), Some("  ".into())).is_err());
+        assert!(TraceContext::new(PARENT.into(), Some("a=1, b=2\t,c=3".into())).is_ok());
+        assert!(TraceContext::new(PARENT.into(), Some(" a=1".into())).is_err());
     }
 
     #[test]
@@ -305,6 +330,10 @@ mod tests {
         assert_eq!((t.traceparent(), t.tracestate()), (PARENT, None));
         let t = TraceContext::from_headers(Some(PARENT), Some("a=b")).unwrap();
         assert_eq!(t.tracestate(), Some("a=b"));
+        let t = TraceContext::from_headers(Some(PARENT), Some(" a=b ,, c=d ")).unwrap();
+        assert_eq!(t.tracestate(), Some("a=b,c=d"));
+        let t = TraceContext::from_headers(Some(PARENT), Some("  ")).unwrap();
+        assert_eq!(t.tracestate(), None);
         assert!(
             !TraceContext::new(PARENT.replace("-01", "-00"), None)
                 .unwrap()

@@ -12,10 +12,10 @@ use sluice_core::trace::TraceContext;
 #[serde(deny_unknown_fields)]
 pub struct TraceView {
     /// `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, lowercase (W3C Trace Context).
+    // Its pattern is `sluice_core::trace::TRACEPARENT_PATTERN`, set with the other rules.
     #[schema(
         min_length = 55,
         max_length = 256,
-        pattern = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$",
         example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     )]
     pub traceparent: String,

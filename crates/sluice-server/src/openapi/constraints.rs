@@ -202,6 +202,17 @@ pub(super) fn apply(doc: &mut Value) {
     ] {
         set(schema, "receipt", json!({"pattern": RECEIPT_PATTERN}));
     }
+    // W3C trace context, as `sluice_core::trace` checks it.
+    set(
+        "TraceView",
+        "traceparent",
+        json!({"pattern": sluice_core::trace::TRACEPARENT_PATTERN}),
+    );
+    set(
+        "TraceView",
+        "tracestate",
+        json!({"pattern": sluice_core::trace::TRACESTATE_PATTERN}),
+    );
     for (schema, field) in [
         ("MoveRequest", "to"),
         ("RedriveRequest", "source"),
