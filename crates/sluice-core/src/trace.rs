@@ -15,8 +15,6 @@
 //! without `,` or `=`, not ending in a space. [`TRACEPARENT_PATTERN`] and
 //! [`TRACESTATE_PATTERN`] say the same as regular expressions, for the API's schema.
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::StoreError;
 
 /// Longest `traceparent` kept: version 00 is 55 characters; later versions may be longer.
@@ -39,37 +37,10 @@ pub const TRACESTATE_PATTERN: &str = "^[a-z0-9_*/@-]{1,256}=[\\x20-\\x2b\\x2d-\\
      [\\x20-\\x2b\\x2d-\\x3c\\x3e-\\x7e]{0,255}[\\x21-\\x2b\\x2d-\\x3c\\x3e-\\x7e]){0,31}$";
 
 /// The trace context of a message: its producer's `traceparent` and `tracestate`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "RawTrace", into = "RawTrace")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TraceContext {
     traceparent: String,
     tracestate: Option<String>,
-}
-
-/// The wire form, checked into a [`TraceContext`].
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTrace {
-    traceparent: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    tracestate: Option<String>,
-}
-
-impl TryFrom<RawTrace> for TraceContext {
-    type Error = StoreError;
-
-    fn try_from(r: RawTrace) -> Result<Self, StoreError> {
-        TraceContext::new(r.traceparent, r.tracestate)
-    }
-}
-
-impl From<TraceContext> for RawTrace {
-    fn from(t: TraceContext) -> Self {
-        RawTrace {
-            traceparent: t.traceparent,
-            tracestate: t.tracestate,
-        }
-    }
 }
 
 impl TraceContext {
@@ -259,8 +230,6 @@ mod tests {
             t.tracestate(),
             Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")
         );
-        let json = serde_json::to_string(&t).unwrap();
-        assert_eq!(serde_json::from_str::<TraceContext>(&json).unwrap(), t);
     }
 
     #[test]
@@ -339,13 +308,5 @@ mod tests {
                 .unwrap()
                 .sampled()
         );
-    }
-
-    #[test]
-    fn the_json_form_is_checked() {
-        let bad = r#"{"traceparent":"00-nope"}"#;
-        assert!(serde_json::from_str::<TraceContext>(bad).is_err());
-        let unknown = format!(r#"{{"traceparent":"{PARENT}","other":1}}"#);
-        assert!(serde_json::from_str::<TraceContext>(&unknown).is_err());
     }
 }

@@ -325,6 +325,16 @@ pub struct FrameTrace {
     pub tracestate: Option<String>,
 }
 
+impl FrameTrace {
+    /// The core context, checked.
+    ///
+    /// # Errors
+    /// `InvalidArgument` saying which rule of W3C Trace Context it breaks.
+    pub fn into_context(self) -> Result<sluice_core::TraceContext, sluice_core::StoreError> {
+        sluice_core::TraceContext::new(self.traceparent, self.tracestate)
+    }
+}
+
 impl From<&sluice_core::TraceContext> for FrameTrace {
     fn from(t: &sluice_core::TraceContext) -> Self {
         FrameTrace {

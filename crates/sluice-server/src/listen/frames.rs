@@ -696,9 +696,7 @@ fn new_message(m: TracedFrameMessage) -> Result<NewMessage, StoreError> {
         trace,
     } = m;
     let msg = NewMessage {
-        trace: trace
-            .map(|t| sluice_core::TraceContext::new(t.traceparent, t.tracestate))
-            .transpose()?,
+        trace: trace.map(frame::FrameTrace::into_context).transpose()?,
         body: check_body(message.body, "body")?,
         attributes: message.attributes,
         delay: message.delay_ms.map(Duration::from_millis),
